@@ -1,0 +1,125 @@
+//! `foresight dump`: every event, one line each, in the merged causal order.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use foresight_trace::event::EventKind;
+use foresight_trace::reader::Tables;
+use foresight_trace::Trace;
+
+use super::output::{ignore_broken_pipe, load, report_problems};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The trace file.
+    trace: PathBuf,
+    /// Only the events of this thread (by foresight's thread number, as `dump` prints it).
+    #[arg(long, value_name = "N")]
+    thread: Option<u32>,
+    /// Stop after this many events.
+    #[arg(long, value_name = "N")]
+    limit: Option<u64>,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let trace = load(&args.trace)?;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let result = (|| -> std::io::Result<()> {
+        writeln!(
+            out,
+            "{:>8}  {:>10}  {:<14} {:<20} {:<24} site",
+            "seq", "key", "thread", "event", "object"
+        )?;
+        let mut n = 0u64;
+        for (seq, m) in trace.merged().enumerate() {
+            if args.thread.is_some_and(|t| t != m.thread) {
+                continue;
+            }
+            if args.limit.is_some_and(|l| n >= l) {
+                break;
+            }
+            n += 1;
+            let thread = thread_label(&trace, m.thread);
+            let ev = m.event;
+            let site = ev
+                .kind
+                .site()
+                .map(|s| trace.tables.describe_site(s))
+                .unwrap_or_default();
+            writeln!(
+                out,
+                "{seq:>8}  {:>10}  {thread:<14} {:<20} {:<24} {site}",
+                ev.key,
+                ev.kind.name(),
+                describe_operand(&trace.tables, &ev.kind),
+            )?;
+        }
+        out.flush()
+    })();
+    ignore_broken_pipe(result)?;
+    report_problems(&trace);
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) fn thread_label(trace: &Trace, t: u32) -> String {
+    match trace.tables.thread_name(t) {
+        Some(name) => format!("T{t} {name}"),
+        None => format!("T{t}"),
+    }
+}
+
+/// What the event acts on: the object, the other thread, the address.
+pub(crate) fn describe_operand(tables: &Tables, kind: &EventKind) -> String {
+    use EventKind::*;
+    match *kind {
+        ThreadCreate { child, .. }
+        | JoinRequest { child, .. }
+        | JoinEnd { child, .. }
+        | ThreadDetach { child, .. } => format!("T{child}"),
+        Fork { child_pid, .. } => format!("pid {child_pid}"),
+        LockFailed { lock, errno } => format!("{} errno={errno}", tables.describe_object(lock)),
+        CondWaitBegin { cond, mutex, .. } | CondWaitEnd { cond, mutex, .. } => {
+            format!(
+                "{} with {}",
+                tables.describe_object(cond),
+                tables.describe_object(mutex)
+            )
+        }
+        BarrierInit { barrier, count, .. } => {
+            format!("{} count={count}", tables.describe_object(barrier))
+        }
+        BarrierWaitEnd {
+            barrier,
+            generation,
+            serial,
+        } => format!(
+            "{} gen={generation}{}",
+            tables.describe_object(barrier),
+            if serial { " serial" } else { "" }
+        ),
+        SemInit { sem, value, .. } => format!("{} value={value}", tables.describe_object(sem)),
+        Read { addr, size, .. } | Write { addr, size, .. } => format!("{addr:#x}/{size}"),
+        Atomic {
+            addr, size, order, ..
+        } => format!("{addr:#x}/{size} {order:?}"),
+        Fence { order, .. } => format!("{order:?}"),
+        Alloc { addr, size, .. } => format!("{addr:#x}/{size}"),
+        Free { addr, .. } => format!("{addr:#x}"),
+        LockClassName { lock, name } => format!(
+            "{} \"{}\"",
+            tables.describe_object(lock),
+            tables.string(name).unwrap_or("?")
+        ),
+        LockSubclass { lock, subclass } => {
+            format!("{} subclass={subclass}", tables.describe_object(lock))
+        }
+        LockRank { lock, rank } => format!("{} rank={rank}", tables.describe_object(lock)),
+        HappensBefore { tag, .. } | HappensAfter { tag, .. } => format!("tag={tag:#x}"),
+        _ => kind
+            .object()
+            .map(|o| tables.describe_object(o))
+            .unwrap_or_default(),
+    }
+}

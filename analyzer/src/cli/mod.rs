@@ -1,0 +1,54 @@
+//! Command-line interface: argument parsing and one module per subcommand.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod dump;
+mod output;
+mod stats;
+
+/// Exit code for bad input or usage.
+pub const EXIT_BAD_INPUT: u8 = 2;
+
+#[derive(Parser)]
+#[command(
+    name = "foresight",
+    version,
+    about = "Record a multithreaded program once; predict the deadlocks and races another schedule would hit.",
+    propagate_version = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print every event of a trace, one line each, in causal order.
+    Dump(dump::Args),
+    /// Summarise a trace: events by kind, threads, locks, sites, size, whether it ended cleanly.
+    Stats(stats::Args),
+}
+
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { EXIT_BAD_INPUT } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    let result = match cli.command {
+        Command::Dump(args) => dump::run(args),
+        Command::Stats(args) => stats::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("foresight: error: {e:#}");
+            ExitCode::from(EXIT_BAD_INPUT)
+        }
+    }
+}

@@ -1,0 +1,235 @@
+//! `foresight stats`: what a trace holds, how big it is, and whether it ended cleanly.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use foresight_trace::event::ObjectId;
+use foresight_trace::tables::{EndReason, Ordering};
+use foresight_trace::Trace;
+
+use super::dump::thread_label;
+use super::output::{ignore_broken_pipe, load};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The trace file.
+    trace: PathBuf,
+    /// How many locks and sites to list (the busiest first).
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    top: usize,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let trace = load(&args.trace)?;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    ignore_broken_pipe(write_stats(&mut out, &trace, args.top).and_then(|_| out.flush()))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn write_stats(out: &mut impl Write, trace: &Trace, top: usize) -> std::io::Result<()> {
+    let h = &trace.header;
+    let events = trace.event_count();
+    writeln!(out, "trace      {}", trace.path.display())?;
+    writeln!(
+        out,
+        "format     {}.{} ({})",
+        trace.version.0, trace.version.1, h.producer
+    )?;
+    if !h.command.is_empty() {
+        writeln!(out, "command    {} (pid {})", h.command.join(" "), h.pid)?;
+    }
+    let ordering = match h.ordering {
+        Ordering::GlobalSequence => "global sequence".to_string(),
+        Ordering::Clock { ticks_per_second } => format!("shared clock, {ticks_per_second} ticks/s"),
+    };
+    writeln!(out, "ordering   {ordering}")?;
+
+    // Ended cleanly?
+    match (&trace.trailer, trace.ended_cleanly()) {
+        (Some(t), true) => {
+            let how = match t.reason {
+                EndReason::Exit { status } => format!("exit status {status}"),
+                EndReason::ImmediateExit { status } => format!("_exit status {status}"),
+                EndReason::Signal { signal } => format!("signal {signal}"),
+                EndReason::Synthetic => "written by a tool".to_string(),
+            };
+            writeln!(out, "ended      cleanly ({how})")?;
+            if t.events_lost > 0 {
+                writeln!(
+                    out,
+                    "lost       {} events the recorder could not write",
+                    t.events_lost
+                )?;
+            }
+        }
+        (None, _) => writeln!(
+            out,
+            "ended      CUT SHORT: no trailer; {} complete chunks were read",
+            trace.chunk_count
+        )?,
+        (Some(_), false) => writeln!(
+            out,
+            "ended      with a trailer, but chunks are damaged or missing"
+        )?,
+    }
+    if let Some(d) = duration_ns(trace) {
+        writeln!(out, "duration   {:.3} s", d as f64 / 1e9)?;
+    }
+    let event_bytes: u64 = trace.threads.iter().map(|t| t.encoded_bytes).sum();
+    writeln!(
+        out,
+        "size       {} bytes in {} chunks ({} table chunks); events take {} bytes, {:.2} bytes/event",
+        trace.file_len,
+        trace.chunk_count,
+        trace.table_chunk_count,
+        event_bytes,
+        if events > 0 { event_bytes as f64 / events as f64 } else { 0.0 }
+    )?;
+    writeln!(out)?;
+
+    // Events by kind.
+    let mut by_kind: BTreeMap<&'static str, u64> = BTreeMap::new();
+    let mut lock_use: HashMap<ObjectId, u64> = HashMap::new();
+    let mut site_use: HashMap<u32, u64> = HashMap::new();
+    let mut sites_seen: HashSet<u32> = HashSet::new();
+    for t in &trace.threads {
+        for ev in &t.events {
+            *by_kind.entry(ev.kind.name()).or_default() += 1;
+            if let foresight_trace::EventKind::LockRequest { lock, .. }
+            | foresight_trace::EventKind::LockTry { lock, .. } = ev.kind
+            {
+                *lock_use.entry(lock).or_default() += 1;
+            }
+            if let Some(s) = ev.kind.site() {
+                sites_seen.insert(s);
+                *site_use.entry(s).or_default() += 1;
+            }
+        }
+    }
+    writeln!(out, "events     {events}")?;
+    for (kind, n) in &by_kind {
+        writeln!(out, "  {kind:<22} {n:>12}")?;
+    }
+    writeln!(out)?;
+
+    writeln!(
+        out,
+        "threads    {}",
+        trace.threads.len().max(trace.tables.threads.len())
+    )?;
+    for t in &trace.threads {
+        let info = trace.tables.threads.get(&t.thread);
+        let parent = info
+            .and_then(|i| i.parent)
+            .map(|p| format!(", created by T{p}"))
+            .unwrap_or_default();
+        let tid = info
+            .map(|i| format!(", tid {}", i.os_tid))
+            .unwrap_or_default();
+        writeln!(
+            out,
+            "  {:<20} {:>12} events{tid}{parent}",
+            thread_label(trace, t.thread),
+            t.events.len()
+        )?;
+    }
+    writeln!(out)?;
+
+    let locks: Vec<_> = trace
+        .tables
+        .objects
+        .values()
+        .filter(|o| o.kind.is_lock())
+        .collect();
+    let others = trace.tables.objects.len() - locks.len();
+    writeln!(
+        out,
+        "locks      {} ({} other synchronisation objects)",
+        locks.len(),
+        others
+    )?;
+    let mut busiest: Vec<_> = locks
+        .iter()
+        .map(|o| (lock_use.get(&o.id).copied().unwrap_or(0), o))
+        .collect();
+    busiest.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.id.cmp(&b.1.id)));
+    for (n, o) in busiest.iter().take(top) {
+        let class = match &o.class {
+            foresight_trace::tables::ClassKey::Static(f) => {
+                format!("static {}", trace.tables.describe_frame(f))
+            }
+            foresight_trace::tables::ClassKey::InitSite(s) => {
+                format!("initialised at {}", trace.tables.describe_site(*s))
+            }
+            foresight_trace::tables::ClassKey::FirstUse(s) => {
+                format!("first used at {}", trace.tables.describe_site(*s))
+            }
+        };
+        writeln!(
+            out,
+            "  {:<20} {:>12} acquisitions  {} at {:#x}, {class}",
+            trace.tables.describe_object(o.id),
+            n,
+            o.kind.name(),
+            o.address
+        )?;
+    }
+    writeln!(out)?;
+
+    let symbolised = trace.tables.sites.values().filter(|s| {
+        s.frames
+            .first()
+            .is_some_and(|f| trace.tables.symbols.contains_key(f))
+    });
+    writeln!(
+        out,
+        "sites      {} ({} used by events, {} symbolised)",
+        trace.tables.sites.len(),
+        sites_seen.len(),
+        symbolised.count()
+    )?;
+    let mut busiest_sites: Vec<_> = site_use.into_iter().collect();
+    busiest_sites.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    for (s, n) in busiest_sites.iter().take(top) {
+        writeln!(out, "  {:>12}  {}", n, trace.tables.describe_site(*s))?;
+    }
+
+    if !trace.problems.is_empty() {
+        writeln!(out)?;
+        writeln!(out, "problems   {}", trace.problems.len())?;
+        for p in trace.problems.iter().take(50) {
+            writeln!(out, "  {p}")?;
+        }
+    }
+    Ok(())
+}
+
+fn duration_ns(trace: &Trace) -> Option<u64> {
+    let start = Some(trace.header.start_unix_ns)
+        .filter(|&s| s > 0)
+        .or_else(|| {
+            trace
+                .threads
+                .iter()
+                .filter_map(|t| t.chunks.first())
+                .map(|c| c.start_ns)
+                .filter(|&s| s > 0)
+                .min()
+        })?;
+    let end = trace
+        .trailer
+        .as_ref()
+        .map(|t| t.end_unix_ns)
+        .filter(|&e| e > 0)
+        .or_else(|| {
+            trace
+                .threads
+                .iter()
+                .filter_map(|t| t.chunks.last())
+                .map(|c| c.end_ns)
+                .max()
+        })?;
+    end.checked_sub(start)
+}

@@ -1,0 +1,7 @@
+//! The `foresight` command-line tool.
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    foresight_analyzer::cli::main()
+}

@@ -1,0 +1,182 @@
+//! What `foresight` does, as a user sees it: commands, output, errors and exit codes.
+
+mod example;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn foresight(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_foresight"))
+        .args(args)
+        .output()
+        .expect("run foresight")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn bundled_example() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/traces/example.trace")
+}
+
+fn temp_file(name: &str, bytes: &[u8]) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("foresight-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, bytes).unwrap();
+    p
+}
+
+#[test]
+fn the_bundled_example_trace_is_what_the_builder_writes() {
+    let fresh = example::example_trace();
+    let path = bundled_example();
+    if std::env::var_os("FORESIGHT_BLESS").is_some() {
+        std::fs::write(&path, &fresh).unwrap();
+    }
+    let committed = std::fs::read(&path).expect("fixtures/traces/example.trace exists");
+    assert!(
+        committed == fresh,
+        "fixtures/traces/example.trace is stale: regenerate it with \
+         `FORESIGHT_BLESS=1 cargo test -p foresight-analyzer --test cli`"
+    );
+}
+
+#[test]
+fn help_and_version() {
+    let o = foresight(&["--help"]);
+    assert!(o.status.success());
+    for cmd in ["dump", "stats"] {
+        assert!(stdout(&o).contains(cmd), "--help lists {cmd}");
+    }
+    let o = foresight(&["--version"]);
+    assert!(o.status.success());
+    assert!(stdout(&o).starts_with("foresight "));
+}
+
+#[test]
+fn unknown_subcommands_are_usage_errors() {
+    let o = foresight(&["frobnicate"]);
+    assert_eq!(o.status.code(), Some(2));
+}
+
+#[test]
+fn dump_prints_one_line_per_event_in_causal_order() {
+    let path = bundled_example();
+    let o = foresight(&["dump", path.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let trace = foresight_trace::Trace::open(&path).unwrap();
+    assert_eq!(
+        out.lines().count() as u64,
+        trace.event_count() + 1,
+        "a header line, then events"
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[1].contains("thread-start") && lines[1].contains("T0 main"));
+    let pos = |needle: &str| lines.iter().position(|l| l.contains(needle)).unwrap();
+    // The creation of teller-1 comes before its first event; the signal before the wake-up.
+    assert!(pos("thread-create   ") < pos("T1 teller-1"));
+    assert!(pos("cond-signal") < pos("cond-woken"));
+    assert!(
+        out.contains("account_a"),
+        "objects are named by their static variable"
+    );
+    assert!(out.contains("transfer (bank.c:26)"), "sites are symbolised");
+}
+
+#[test]
+fn dump_can_show_one_thread() {
+    let path = bundled_example();
+    let o = foresight(&["dump", "--thread", "2", path.to_str().unwrap()]);
+    assert!(o.status.success());
+    let out = stdout(&o);
+    assert!(out.lines().skip(1).all(|l| l.contains("T2 teller-2")));
+    assert!(out.lines().count() > 5);
+}
+
+#[test]
+fn stats_summarise_the_trace() {
+    let o = foresight(&["stats", bundled_example().to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("ended      cleanly"), "{out}");
+    assert!(out.contains("threads    3"));
+    assert!(out.contains("locks      3"));
+    assert!(out.contains("bytes/event"));
+    assert!(out.contains("lock-request"));
+}
+
+#[test]
+fn stats_on_a_truncated_trace_say_it_was_cut_short_and_count_complete_chunks() {
+    let mut b = foresight_trace::builder::TraceBuilder::new("long");
+    b.chunk_bytes(64);
+    let main = b.main_thread();
+    let m = b.mutex("m");
+    let s = b.site("main", "long.c", 3);
+    for _ in 0..200 {
+        b.lock(main, m, s);
+        b.unlock(main, m, s);
+    }
+    let full = b.finish();
+    let whole = foresight_trace::Trace::from_bytes("whole", full.clone()).unwrap();
+    let cut = &full[..full.len() * 2 / 3];
+    let path = temp_file("cut.trace", cut);
+    let o = foresight(&["stats", path.to_str().unwrap()]);
+    assert!(
+        o.status.success(),
+        "a cut trace is still readable: {}",
+        stderr(&o)
+    );
+    let out = stdout(&o);
+    assert!(out.contains("CUT SHORT"), "{out}");
+    let cut_trace = foresight_trace::Trace::open(&path).unwrap();
+    assert!(cut_trace.event_count() > 0 && cut_trace.event_count() < whole.event_count());
+    assert!(out.contains(&format!("events     {}", cut_trace.event_count())));
+}
+
+#[test]
+fn a_file_that_is_not_a_trace_is_named_and_exits_2() {
+    let path = temp_file("notes.txt", b"these are my notes, not a trace\n");
+    for cmd in ["stats", "dump"] {
+        let o = foresight(&[cmd, path.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(2), "{cmd}");
+        let err = stderr(&o);
+        assert!(
+            err.contains("notes.txt") && err.contains("not a foresight trace"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn a_missing_file_is_named_and_exits_2() {
+    let o = foresight(&["stats", "/nonexistent/run.trace"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("/nonexistent/run.trace"));
+}
+
+#[test]
+fn a_damaged_chunk_is_reported_with_its_offset_and_the_rest_is_kept() {
+    let mut bytes = example::example_trace();
+    let trace = foresight_trace::TraceFile::from_bytes("x", bytes.clone()).unwrap();
+    let chunk = *trace
+        .chunks()
+        .iter()
+        .find(|c| c.kind == foresight_trace::frame::ChunkKind::Events)
+        .unwrap();
+    bytes[chunk.payload_offset as usize + 40] ^= 0xff;
+    let path = temp_file("damaged.trace", &bytes);
+    let o = foresight(&["stats", path.to_str().unwrap()]);
+    assert!(o.status.success());
+    let out = stdout(&o);
+    assert!(
+        out.contains(&format!("byte {}: chunk checksum mismatch", chunk.offset)),
+        "{out}"
+    );
+}

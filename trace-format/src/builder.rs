@@ -1,0 +1,292 @@
+//! Writing traces by hand, for tests and examples: threads, objects and symbolised sites by
+//! name, events in the order they are given, keys assigned as a recorder would.
+//!
+//! ```
+//! use foresight_trace::builder::TraceBuilder;
+//! let mut b = TraceBuilder::new("example");
+//! let main = b.main_thread();
+//! let m = b.mutex("m");
+//! let here = b.site("main", "example.c", 10);
+//! let worker = b.spawn(main, here, "worker");
+//! b.lock(worker, m, here);
+//! b.unlock(worker, m, here);
+//! b.join(main, worker, here);
+//! let trace = foresight_trace::Trace::from_bytes("example", b.finish()).unwrap();
+//! assert_eq!(trace.threads.len(), 2);
+//! ```
+
+use std::collections::HashMap;
+
+use crate::event::{Event, EventKind, LockMode, ObjectId, SiteId, StringId, ThreadId};
+use crate::tables::{
+    ClassKey, EndReason, Frame, FrameSymbol, Header, ModuleInfo, ObjectInfo, ObjectKind, Ordering,
+    SiteInfo, SourceLocation, StringEntry, TableRecord, ThreadInfo, Trailer,
+};
+use crate::writer::TraceWriter;
+
+/// The module that builder sites and static objects pretend to live in.
+const MODULE: u32 = 0;
+
+pub struct TraceBuilder {
+    name: String,
+    strings: HashMap<String, StringId>,
+    records: Vec<TableRecord>,
+    events: Vec<Vec<Event>>,
+    next_key: u64,
+    next_object: ObjectId,
+    next_site: SiteId,
+    next_offset: u64,
+    chunk_bytes: usize,
+    sites: HashMap<(String, String, u32), SiteId>,
+}
+
+impl TraceBuilder {
+    /// A builder for a trace of a program called `name`.
+    pub fn new(name: &str) -> Self {
+        let mut b = Self {
+            name: name.to_string(),
+            strings: HashMap::new(),
+            records: Vec::new(),
+            events: Vec::new(),
+            next_key: 1,
+            next_object: 0,
+            next_site: 0,
+            next_offset: 0x1000,
+            chunk_bytes: 64 << 10,
+            sites: HashMap::new(),
+        };
+        let path = b.string(name);
+        b.records.push(TableRecord::Module(ModuleInfo {
+            id: MODULE,
+            path,
+            build_id: Vec::new(),
+            base: 0x40_0000,
+            size: 0x10_0000,
+        }));
+        b
+    }
+
+    /// Chunks of about this many bytes (small values make multi-chunk traces for tests).
+    pub fn chunk_bytes(&mut self, n: usize) -> &mut Self {
+        self.chunk_bytes = n;
+        self
+    }
+
+    pub fn string(&mut self, s: &str) -> StringId {
+        if let Some(&id) = self.strings.get(s) {
+            return id;
+        }
+        let id = self.strings.len() as StringId;
+        self.strings.insert(s.to_string(), id);
+        self.records.push(TableRecord::String(StringEntry {
+            id,
+            text: s.to_string(),
+        }));
+        id
+    }
+
+    fn symbolised_frame(&mut self, function: &str, file: Option<&str>, line: u32) -> Frame {
+        let frame = Frame {
+            module: MODULE,
+            offset: self.next_offset,
+        };
+        self.next_offset += 0x10;
+        let function = Some(self.string(function));
+        let file = file.map(|f| self.string(f));
+        self.records.push(TableRecord::Symbol(FrameSymbol {
+            frame,
+            locations: vec![SourceLocation {
+                function,
+                file,
+                line,
+                column: 0,
+            }],
+        }));
+        frame
+    }
+
+    /// A call site in `function` at `file:line` (the same triple gives the same site).
+    pub fn site(&mut self, function: &str, file: &str, line: u32) -> SiteId {
+        let key = (function.to_string(), file.to_string(), line);
+        if let Some(&id) = self.sites.get(&key) {
+            return id;
+        }
+        let frame = self.symbolised_frame(function, Some(file), line);
+        let id = self.next_site;
+        self.next_site += 1;
+        self.records.push(TableRecord::Site(SiteInfo {
+            id,
+            frames: vec![frame],
+        }));
+        self.sites.insert(key, id);
+        id
+    }
+
+    fn thread_record(&mut self, parent: Option<ThreadId>, name: &str) -> ThreadId {
+        let id = self.events.len() as ThreadId;
+        let name = Some(self.string(name));
+        self.records.push(TableRecord::Thread(ThreadInfo {
+            id,
+            os_tid: 1000 + id,
+            parent,
+            name,
+        }));
+        self.events.push(Vec::new());
+        id
+    }
+
+    /// The main thread (thread 0), started.
+    pub fn main_thread(&mut self) -> ThreadId {
+        assert!(
+            self.events.is_empty(),
+            "main_thread must be the first thread"
+        );
+        let t = self.thread_record(None, "main");
+        self.event(t, EventKind::ThreadStart);
+        t
+    }
+
+    /// `parent` creates a thread, which starts.
+    pub fn spawn(&mut self, parent: ThreadId, site: SiteId, name: &str) -> ThreadId {
+        let child = self.thread_record(Some(parent), name);
+        self.event(parent, EventKind::ThreadCreate { child, site });
+        self.event(child, EventKind::ThreadStart);
+        child
+    }
+
+    /// `parent` joins `child`; the child exits first if it has not.
+    pub fn join(&mut self, parent: ThreadId, child: ThreadId, site: SiteId) {
+        self.exit(child);
+        self.event(parent, EventKind::JoinRequest { child, site });
+        self.event(
+            parent,
+            EventKind::JoinEnd {
+                child,
+                joined: true,
+            },
+        );
+    }
+
+    /// The thread's last event (once).
+    pub fn exit(&mut self, t: ThreadId) {
+        if self.events[t as usize].last().map(|e| e.kind) != Some(EventKind::ThreadExit) {
+            self.event(t, EventKind::ThreadExit);
+        }
+    }
+
+    /// A synchronisation object whose class is a static variable called `name`.
+    pub fn object(&mut self, kind: ObjectKind, name: &str) -> ObjectId {
+        let frame = self.symbolised_frame(name, None, 0);
+        self.object_with_class(kind, ClassKey::Static(frame))
+    }
+
+    /// A synchronisation object with an explicit class key.
+    pub fn object_with_class(&mut self, kind: ObjectKind, class: ClassKey) -> ObjectId {
+        let id = self.next_object;
+        self.next_object += 1;
+        self.records.push(TableRecord::Object(ObjectInfo {
+            id,
+            kind,
+            address: 0x60_0000 + 0x40 * id as u64,
+            generation: 0,
+            class,
+        }));
+        id
+    }
+
+    pub fn mutex(&mut self, name: &str) -> ObjectId {
+        self.object(ObjectKind::Mutex, name)
+    }
+
+    /// Appends one event to `t`, with a fresh key when it synchronises.
+    pub fn event(&mut self, t: ThreadId, kind: EventKind) {
+        let list = &mut self.events[t as usize];
+        let key = if kind.synchronises() {
+            let k = self.next_key;
+            self.next_key += 1;
+            k
+        } else {
+            list.last().map_or(0, |e| e.key)
+        };
+        list.push(Event { key, kind });
+    }
+
+    /// Request then acquire, exclusively.
+    pub fn lock(&mut self, t: ThreadId, lock: ObjectId, site: SiteId) {
+        self.lock_mode(t, lock, LockMode::Exclusive, site);
+    }
+
+    pub fn lock_mode(&mut self, t: ThreadId, lock: ObjectId, mode: LockMode, site: SiteId) {
+        self.event(t, EventKind::LockRequest { lock, mode, site });
+        self.event(t, EventKind::LockAcquired { lock, mode });
+    }
+
+    pub fn unlock(&mut self, t: ThreadId, lock: ObjectId, site: SiteId) {
+        self.event(t, EventKind::LockRelease { lock, site });
+    }
+
+    pub fn read(&mut self, t: ThreadId, addr: u64, size: u32, site: SiteId) {
+        self.event(t, EventKind::Read { addr, size, site });
+    }
+
+    pub fn write(&mut self, t: ThreadId, addr: u64, size: u32, site: SiteId) {
+        self.event(t, EventKind::Write { addr, size, site });
+    }
+
+    /// The events given so far, per thread.
+    pub fn events(&self) -> &[Vec<Event>] {
+        &self.events
+    }
+
+    fn header(&self) -> Header {
+        Header {
+            producer: format!("foresight-trace {} (builder)", env!("CARGO_PKG_VERSION")),
+            pid: 1,
+            parent_pid: 0,
+            command: vec![self.name.clone()],
+            start_unix_ns: 0,
+            ordering: Ordering::GlobalSequence,
+            pointer_width: 8,
+            stack_depth: 1,
+        }
+    }
+
+    fn encode(&self, clean: bool) -> Vec<u8> {
+        fn io<T>(e: std::io::Error) -> T {
+            panic!("writing to a Vec cannot fail: {e}")
+        }
+        let mut w = TraceWriter::new(Vec::new(), &self.header()).unwrap_or_else(io);
+        for r in &self.records {
+            w.table(r).unwrap_or_else(io);
+        }
+        for (t, events) in self.events.iter().enumerate() {
+            w.thread_events(t as ThreadId, events, self.chunk_bytes)
+                .unwrap_or_else(io);
+        }
+        if clean {
+            let trailer = Trailer {
+                end_unix_ns: 0,
+                reason: EndReason::Synthetic,
+                event_chunks: 0,
+                events: 0,
+                events_lost: 0,
+            };
+            w.finish(trailer).unwrap_or_else(io)
+        } else {
+            w.abandon().unwrap_or_else(io)
+        }
+    }
+
+    /// The trace's bytes, ending cleanly: every thread that did not exit exits.
+    pub fn finish(mut self) -> Vec<u8> {
+        for t in 0..self.events.len() as ThreadId {
+            self.exit(t);
+        }
+        self.encode(true)
+    }
+
+    /// The trace's bytes without a trailer, as a recorder that died would leave them.
+    pub fn finish_without_trailer(&self) -> Vec<u8> {
+        self.encode(false)
+    }
+}

@@ -1,0 +1,818 @@
+//! The byte encoding of events inside an event chunk (`FORMAT.md`, "Event encoding").
+//!
+//! Each event is a tag byte, then (when bit 7 of the tag is set) the key delta, then the fields of
+//! its kind as varints. Memory addresses and memory sites are deltas from the previous memory
+//! event of the chunk; everything else is absolute. The delta state starts afresh in each chunk,
+//! so chunks decode independently.
+
+use crate::event::{AtomicOp, Event, EventKind, LockMode, MemoryOrder, WaitOutcome};
+use crate::varint::{self, unzigzag, zigzag, VarintError};
+
+/// Bit 7 of a tag: a key delta follows.
+pub const KEY_FLAG: u8 = 0x80;
+/// Tags in this range carry a varint length and may be skipped by readers that do not know them.
+pub const EXTENSION_TAGS: std::ops::RangeInclusive<u8> = 0x60..=0x7f;
+/// The most bytes one event takes.
+pub const MAX_EVENT_LEN: usize = 1 + 6 * varint::MAX_LEN;
+
+pub mod tag {
+    pub const THREAD_START: u8 = 0x01;
+    pub const THREAD_EXIT: u8 = 0x02;
+    pub const THREAD_CREATE: u8 = 0x03;
+    pub const JOIN_REQUEST: u8 = 0x04;
+    pub const JOIN_END: u8 = 0x05;
+    pub const JOIN_FAILED: u8 = 0x06;
+    pub const THREAD_DETACH: u8 = 0x07;
+    pub const FORK: u8 = 0x08;
+    pub const EXEC: u8 = 0x09;
+    pub const LOCK_REQUEST: u8 = 0x10;
+    pub const LOCK_REQUEST_SHARED: u8 = 0x11;
+    pub const LOCK_ACQUIRED: u8 = 0x12;
+    pub const LOCK_ACQUIRED_SHARED: u8 = 0x13;
+    pub const LOCK_FAILED: u8 = 0x14;
+    pub const TRYLOCK: u8 = 0x15;
+    pub const TRYLOCK_SHARED: u8 = 0x16;
+    pub const TRYLOCK_FAILED: u8 = 0x17;
+    pub const TRYLOCK_SHARED_FAILED: u8 = 0x18;
+    pub const LOCK_RELEASE: u8 = 0x19;
+    pub const OBJECT_INIT: u8 = 0x1a;
+    pub const OBJECT_DESTROY: u8 = 0x1b;
+    pub const COND_WAIT: u8 = 0x20;
+    pub const COND_WOKEN: u8 = 0x21;
+    pub const COND_TIMED_OUT: u8 = 0x22;
+    pub const COND_SIGNAL: u8 = 0x23;
+    pub const COND_BROADCAST: u8 = 0x24;
+    pub const BARRIER_INIT: u8 = 0x28;
+    pub const BARRIER_ARRIVE: u8 = 0x29;
+    pub const BARRIER_DEPART: u8 = 0x2a;
+    pub const BARRIER_DEPART_SERIAL: u8 = 0x2b;
+    pub const ONCE_BEGIN: u8 = 0x30;
+    pub const ONCE_RUN: u8 = 0x31;
+    pub const ONCE_END: u8 = 0x32;
+    pub const ONCE_SKIP: u8 = 0x33;
+    pub const SEM_INIT: u8 = 0x38;
+    pub const SEM_POST: u8 = 0x39;
+    pub const SEM_WAIT: u8 = 0x3a;
+    pub const SEM_ACQUIRED: u8 = 0x3b;
+    pub const SEM_WAIT_FAILED: u8 = 0x3c;
+    pub const SEM_TRY: u8 = 0x3d;
+    pub const SEM_TRY_FAILED: u8 = 0x3e;
+    /// `READ_1 + n` reads `1 << n` bytes, n in 0..=4.
+    pub const READ_1: u8 = 0x40;
+    pub const READ_N: u8 = 0x45;
+    /// `WRITE_1 + n` writes `1 << n` bytes, n in 0..=4.
+    pub const WRITE_1: u8 = 0x48;
+    pub const WRITE_N: u8 = 0x4d;
+    pub const ATOMIC: u8 = 0x50;
+    pub const FENCE: u8 = 0x51;
+    pub const ALLOC: u8 = 0x52;
+    pub const FREE: u8 = 0x53;
+    pub const LOCK_CLASS_NAME: u8 = 0x58;
+    pub const LOCK_SUBCLASS: u8 = 0x59;
+    pub const LOCK_RANK: u8 = 0x5a;
+    pub const HAPPENS_BEFORE: u8 = 0x5b;
+    pub const HAPPENS_AFTER: u8 = 0x5c;
+}
+
+/// The delta state of one chunk, shared by its encoder and decoder.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeltaState {
+    pub key: u64,
+    pub addr: u64,
+    pub mem_site: u32,
+}
+
+impl DeltaState {
+    pub fn starting_at(base_key: u64) -> Self {
+        Self {
+            key: base_key,
+            addr: 0,
+            mem_site: 0,
+        }
+    }
+}
+
+/// Why an event could not be encoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EncodeError {
+    #[error("event key {key} is lower than the previous key {previous} of the same thread")]
+    KeyWentBackwards { key: u64, previous: u64 },
+}
+
+/// Why bytes could not be decoded as an event, and where (offset into the event bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DecodeError {
+    pub offset: usize,
+    pub what: DecodeProblem,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeProblem {
+    #[error("the event is cut short")]
+    Truncated,
+    #[error("a number is too large or not minimally encoded")]
+    BadNumber,
+    #[error("unknown event tag {0:#04x}")]
+    UnknownTag(u8),
+    #[error("a field is out of range")]
+    FieldOutOfRange,
+    #[error("the key delta overflows")]
+    KeyOverflow,
+}
+
+impl From<VarintError> for DecodeProblem {
+    fn from(e: VarintError) -> Self {
+        match e {
+            VarintError::Truncated => DecodeProblem::Truncated,
+            VarintError::Overflow => DecodeProblem::BadNumber,
+        }
+    }
+}
+
+#[inline]
+fn mem_fields(out: &mut Vec<u8>, st: &mut DeltaState, addr: u64, site: u32) {
+    varint::put(out, zigzag(addr.wrapping_sub(st.addr) as i64));
+    varint::put(out, zigzag((site as i64) - (st.mem_site as i64)));
+    st.addr = addr;
+    st.mem_site = site;
+}
+
+fn size_class(size: u32) -> Option<u8> {
+    match size {
+        1 => Some(0),
+        2 => Some(1),
+        4 => Some(2),
+        8 => Some(3),
+        16 => Some(4),
+        _ => None,
+    }
+}
+
+/// Appends the encoding of `ev` to `out`.
+#[inline]
+pub fn encode(out: &mut Vec<u8>, st: &mut DeltaState, ev: &Event) -> Result<(), EncodeError> {
+    use tag::*;
+    use EventKind::*;
+    if ev.key < st.key {
+        return Err(EncodeError::KeyWentBackwards {
+            key: ev.key,
+            previous: st.key,
+        });
+    }
+    let delta = ev.key - st.key;
+    let flag = if delta != 0 { KEY_FLAG } else { 0 };
+    let put = |out: &mut Vec<u8>, t: u8| {
+        out.push(t | flag);
+        if delta != 0 {
+            varint::put(out, delta);
+        }
+    };
+    let v = |out: &mut Vec<u8>, x: u64| varint::put(out, x);
+    st.key = ev.key;
+    match ev.kind {
+        ThreadStart => put(out, THREAD_START),
+        ThreadExit => put(out, THREAD_EXIT),
+        ThreadCreate { child, site } => {
+            put(out, THREAD_CREATE);
+            v(out, child as u64);
+            v(out, site as u64);
+        }
+        JoinRequest { child, site } => {
+            put(out, JOIN_REQUEST);
+            v(out, child as u64);
+            v(out, site as u64);
+        }
+        JoinEnd { child, joined } => {
+            put(out, if joined { JOIN_END } else { JOIN_FAILED });
+            v(out, child as u64);
+        }
+        ThreadDetach { child, site } => {
+            put(out, THREAD_DETACH);
+            v(out, child as u64);
+            v(out, site as u64);
+        }
+        Fork { child_pid, site } => {
+            put(out, FORK);
+            v(out, child_pid as u64);
+            v(out, site as u64);
+        }
+        Exec { site } => {
+            put(out, EXEC);
+            v(out, site as u64);
+        }
+        LockRequest { lock, mode, site } => {
+            put(
+                out,
+                if mode == LockMode::Exclusive {
+                    LOCK_REQUEST
+                } else {
+                    LOCK_REQUEST_SHARED
+                },
+            );
+            v(out, lock as u64);
+            v(out, site as u64);
+        }
+        LockAcquired { lock, mode } => {
+            put(
+                out,
+                if mode == LockMode::Exclusive {
+                    LOCK_ACQUIRED
+                } else {
+                    LOCK_ACQUIRED_SHARED
+                },
+            );
+            v(out, lock as u64);
+        }
+        LockFailed { lock, errno } => {
+            put(out, LOCK_FAILED);
+            v(out, lock as u64);
+            v(out, errno as u64);
+        }
+        LockTry {
+            lock,
+            mode,
+            site,
+            acquired,
+        } => {
+            let t = match (mode, acquired) {
+                (LockMode::Exclusive, true) => TRYLOCK,
+                (LockMode::Shared, true) => TRYLOCK_SHARED,
+                (LockMode::Exclusive, false) => TRYLOCK_FAILED,
+                (LockMode::Shared, false) => TRYLOCK_SHARED_FAILED,
+            };
+            put(out, t);
+            v(out, lock as u64);
+            v(out, site as u64);
+        }
+        LockRelease { lock, site } => {
+            put(out, LOCK_RELEASE);
+            v(out, lock as u64);
+            v(out, site as u64);
+        }
+        ObjectInit { object, site } => {
+            put(out, OBJECT_INIT);
+            v(out, object as u64);
+            v(out, site as u64);
+        }
+        ObjectDestroy { object, site } => {
+            put(out, OBJECT_DESTROY);
+            v(out, object as u64);
+            v(out, site as u64);
+        }
+        CondWaitBegin { cond, mutex, site } => {
+            put(out, COND_WAIT);
+            v(out, cond as u64);
+            v(out, mutex as u64);
+            v(out, site as u64);
+        }
+        CondWaitEnd {
+            cond,
+            mutex,
+            outcome,
+        } => {
+            put(
+                out,
+                if outcome == WaitOutcome::Woken {
+                    COND_WOKEN
+                } else {
+                    COND_TIMED_OUT
+                },
+            );
+            v(out, cond as u64);
+            v(out, mutex as u64);
+        }
+        CondSignal { cond, site } => {
+            put(out, COND_SIGNAL);
+            v(out, cond as u64);
+            v(out, site as u64);
+        }
+        CondBroadcast { cond, site } => {
+            put(out, COND_BROADCAST);
+            v(out, cond as u64);
+            v(out, site as u64);
+        }
+        BarrierInit {
+            barrier,
+            count,
+            site,
+        } => {
+            put(out, BARRIER_INIT);
+            v(out, barrier as u64);
+            v(out, count as u64);
+            v(out, site as u64);
+        }
+        BarrierWaitBegin { barrier, site } => {
+            put(out, BARRIER_ARRIVE);
+            v(out, barrier as u64);
+            v(out, site as u64);
+        }
+        BarrierWaitEnd {
+            barrier,
+            generation,
+            serial,
+        } => {
+            put(
+                out,
+                if serial {
+                    BARRIER_DEPART_SERIAL
+                } else {
+                    BARRIER_DEPART
+                },
+            );
+            v(out, barrier as u64);
+            v(out, generation);
+        }
+        OnceBegin { once, site } => {
+            put(out, ONCE_BEGIN);
+            v(out, once as u64);
+            v(out, site as u64);
+        }
+        OnceRun { once } => {
+            put(out, ONCE_RUN);
+            v(out, once as u64);
+        }
+        OnceEnd { once } => {
+            put(out, ONCE_END);
+            v(out, once as u64);
+        }
+        OnceSkip { once } => {
+            put(out, ONCE_SKIP);
+            v(out, once as u64);
+        }
+        SemInit { sem, value, site } => {
+            put(out, SEM_INIT);
+            v(out, sem as u64);
+            v(out, value as u64);
+            v(out, site as u64);
+        }
+        SemPost { sem, site } => {
+            put(out, SEM_POST);
+            v(out, sem as u64);
+            v(out, site as u64);
+        }
+        SemWaitBegin { sem, site } => {
+            put(out, SEM_WAIT);
+            v(out, sem as u64);
+            v(out, site as u64);
+        }
+        SemWaitEnd { sem, acquired } => {
+            put(
+                out,
+                if acquired {
+                    SEM_ACQUIRED
+                } else {
+                    SEM_WAIT_FAILED
+                },
+            );
+            v(out, sem as u64);
+        }
+        SemTry {
+            sem,
+            site,
+            acquired,
+        } => {
+            put(out, if acquired { SEM_TRY } else { SEM_TRY_FAILED });
+            v(out, sem as u64);
+            v(out, site as u64);
+        }
+        Read { addr, size, site } | Write { addr, size, site } => {
+            let base = if matches!(ev.kind, Read { .. }) {
+                READ_1
+            } else {
+                WRITE_1
+            };
+            match size_class(size) {
+                Some(c) => put(out, base + c),
+                None => {
+                    put(out, base + 5);
+                    v(out, size as u64);
+                }
+            }
+            mem_fields(out, st, addr, site);
+        }
+        Atomic {
+            op,
+            addr,
+            size,
+            order,
+            site,
+        } => {
+            put(out, ATOMIC);
+            let op = match op {
+                AtomicOp::Load => 0u8,
+                AtomicOp::Store => 1,
+                AtomicOp::Rmw => 2,
+                AtomicOp::CasSuccess => 3,
+                AtomicOp::CasFailure => 4,
+            };
+            out.push((op << 4) | order as u8);
+            v(out, size as u64);
+            mem_fields(out, st, addr, site);
+        }
+        Fence { order, site } => {
+            put(out, FENCE);
+            out.push(order as u8);
+            v(out, site as u64);
+        }
+        Alloc { addr, size, site } => {
+            put(out, ALLOC);
+            v(out, size);
+            mem_fields(out, st, addr, site);
+        }
+        Free { addr, site } => {
+            put(out, FREE);
+            mem_fields(out, st, addr, site);
+        }
+        LockClassName { lock, name } => {
+            put(out, LOCK_CLASS_NAME);
+            v(out, lock as u64);
+            v(out, name as u64);
+        }
+        LockSubclass { lock, subclass } => {
+            put(out, LOCK_SUBCLASS);
+            v(out, lock as u64);
+            v(out, subclass as u64);
+        }
+        LockRank { lock, rank } => {
+            put(out, LOCK_RANK);
+            v(out, lock as u64);
+            v(out, rank as u64);
+        }
+        HappensBefore { tag, site } => {
+            put(out, HAPPENS_BEFORE);
+            v(out, tag);
+            v(out, site as u64);
+        }
+        HappensAfter { tag, site } => {
+            put(out, HAPPENS_AFTER);
+            v(out, tag);
+            v(out, site as u64);
+        }
+    }
+    Ok(())
+}
+
+/// A cursor over the event bytes of one chunk.
+pub struct Decoder<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    st: DeltaState,
+}
+
+impl<'a> Decoder<'a> {
+    pub fn new(buf: &'a [u8], base_key: u64) -> Self {
+        Self {
+            buf,
+            pos: 0,
+            st: DeltaState::starting_at(base_key),
+        }
+    }
+
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+
+    pub fn is_at_end(&self) -> bool {
+        self.pos >= self.buf.len()
+    }
+
+    #[inline]
+    fn u64(&mut self) -> Result<u64, DecodeProblem> {
+        Ok(varint::get(self.buf, &mut self.pos)?)
+    }
+
+    #[inline]
+    fn u32(&mut self) -> Result<u32, DecodeProblem> {
+        u32::try_from(self.u64()?).map_err(|_| DecodeProblem::FieldOutOfRange)
+    }
+
+    #[inline]
+    fn byte(&mut self) -> Result<u8, DecodeProblem> {
+        let b = *self.buf.get(self.pos).ok_or(DecodeProblem::Truncated)?;
+        self.pos += 1;
+        Ok(b)
+    }
+
+    #[inline]
+    fn mem(&mut self) -> Result<(u64, u32), DecodeProblem> {
+        let da = unzigzag(self.u64()?);
+        let ds = unzigzag(self.u64()?);
+        let addr = self.st.addr.wrapping_add(da as u64);
+        let site = (self.st.mem_site as i64)
+            .checked_add(ds)
+            .and_then(|s| u32::try_from(s).ok())
+            .ok_or(DecodeProblem::FieldOutOfRange)?;
+        // A delta of the wrong sign or a wrapped address decodes to a value the encoder would
+        // have produced from a different delta; requiring the canonical delta keeps decoding
+        // the inverse of encoding.
+        if zigzag(addr.wrapping_sub(self.st.addr) as i64) != zigzag(da) {
+            return Err(DecodeProblem::FieldOutOfRange);
+        }
+        self.st.addr = addr;
+        self.st.mem_site = site;
+        Ok((addr, site))
+    }
+
+    /// Decodes the next event; `Ok(None)` at the end of the bytes.
+    #[inline]
+    pub fn next_event(&mut self) -> Result<Option<Event>, DecodeError> {
+        if self.pos >= self.buf.len() {
+            return Ok(None);
+        }
+        let start = self.pos;
+        self.decode_one().map(Some).map_err(|what| DecodeError {
+            offset: start,
+            what,
+        })
+    }
+
+    fn decode_one(&mut self) -> Result<Event, DecodeProblem> {
+        use tag::*;
+        use EventKind::*;
+        let raw = self.byte()?;
+        let t = raw & !KEY_FLAG;
+        if raw & KEY_FLAG != 0 {
+            let delta = self.u64()?;
+            if delta == 0 {
+                // The encoder never sets the flag for a zero delta.
+                return Err(DecodeProblem::BadNumber);
+            }
+            self.st.key = self
+                .st
+                .key
+                .checked_add(delta)
+                .ok_or(DecodeProblem::KeyOverflow)?;
+        }
+        let key = self.st.key;
+        let kind = match t {
+            THREAD_START => ThreadStart,
+            THREAD_EXIT => ThreadExit,
+            THREAD_CREATE => ThreadCreate {
+                child: self.u32()?,
+                site: self.u32()?,
+            },
+            JOIN_REQUEST => JoinRequest {
+                child: self.u32()?,
+                site: self.u32()?,
+            },
+            JOIN_END => JoinEnd {
+                child: self.u32()?,
+                joined: true,
+            },
+            JOIN_FAILED => JoinEnd {
+                child: self.u32()?,
+                joined: false,
+            },
+            THREAD_DETACH => ThreadDetach {
+                child: self.u32()?,
+                site: self.u32()?,
+            },
+            FORK => Fork {
+                child_pid: self.u32()?,
+                site: self.u32()?,
+            },
+            EXEC => Exec { site: self.u32()? },
+            LOCK_REQUEST => LockRequest {
+                lock: self.u32()?,
+                mode: LockMode::Exclusive,
+                site: self.u32()?,
+            },
+            LOCK_REQUEST_SHARED => LockRequest {
+                lock: self.u32()?,
+                mode: LockMode::Shared,
+                site: self.u32()?,
+            },
+            LOCK_ACQUIRED => LockAcquired {
+                lock: self.u32()?,
+                mode: LockMode::Exclusive,
+            },
+            LOCK_ACQUIRED_SHARED => LockAcquired {
+                lock: self.u32()?,
+                mode: LockMode::Shared,
+            },
+            LOCK_FAILED => LockFailed {
+                lock: self.u32()?,
+                errno: self.u32()?,
+            },
+            TRYLOCK | TRYLOCK_SHARED | TRYLOCK_FAILED | TRYLOCK_SHARED_FAILED => {
+                let mode = if t == TRYLOCK || t == TRYLOCK_FAILED {
+                    LockMode::Exclusive
+                } else {
+                    LockMode::Shared
+                };
+                let acquired = t == TRYLOCK || t == TRYLOCK_SHARED;
+                LockTry {
+                    lock: self.u32()?,
+                    mode,
+                    site: self.u32()?,
+                    acquired,
+                }
+            }
+            LOCK_RELEASE => LockRelease {
+                lock: self.u32()?,
+                site: self.u32()?,
+            },
+            OBJECT_INIT => ObjectInit {
+                object: self.u32()?,
+                site: self.u32()?,
+            },
+            OBJECT_DESTROY => ObjectDestroy {
+                object: self.u32()?,
+                site: self.u32()?,
+            },
+            COND_WAIT => CondWaitBegin {
+                cond: self.u32()?,
+                mutex: self.u32()?,
+                site: self.u32()?,
+            },
+            COND_WOKEN => CondWaitEnd {
+                cond: self.u32()?,
+                mutex: self.u32()?,
+                outcome: WaitOutcome::Woken,
+            },
+            COND_TIMED_OUT => CondWaitEnd {
+                cond: self.u32()?,
+                mutex: self.u32()?,
+                outcome: WaitOutcome::TimedOut,
+            },
+            COND_SIGNAL => CondSignal {
+                cond: self.u32()?,
+                site: self.u32()?,
+            },
+            COND_BROADCAST => CondBroadcast {
+                cond: self.u32()?,
+                site: self.u32()?,
+            },
+            BARRIER_INIT => BarrierInit {
+                barrier: self.u32()?,
+                count: self.u32()?,
+                site: self.u32()?,
+            },
+            BARRIER_ARRIVE => BarrierWaitBegin {
+                barrier: self.u32()?,
+                site: self.u32()?,
+            },
+            BARRIER_DEPART => BarrierWaitEnd {
+                barrier: self.u32()?,
+                generation: self.u64()?,
+                serial: false,
+            },
+            BARRIER_DEPART_SERIAL => BarrierWaitEnd {
+                barrier: self.u32()?,
+                generation: self.u64()?,
+                serial: true,
+            },
+            ONCE_BEGIN => OnceBegin {
+                once: self.u32()?,
+                site: self.u32()?,
+            },
+            ONCE_RUN => OnceRun { once: self.u32()? },
+            ONCE_END => OnceEnd { once: self.u32()? },
+            ONCE_SKIP => OnceSkip { once: self.u32()? },
+            SEM_INIT => SemInit {
+                sem: self.u32()?,
+                value: self.u32()?,
+                site: self.u32()?,
+            },
+            SEM_POST => SemPost {
+                sem: self.u32()?,
+                site: self.u32()?,
+            },
+            SEM_WAIT => SemWaitBegin {
+                sem: self.u32()?,
+                site: self.u32()?,
+            },
+            SEM_ACQUIRED => SemWaitEnd {
+                sem: self.u32()?,
+                acquired: true,
+            },
+            SEM_WAIT_FAILED => SemWaitEnd {
+                sem: self.u32()?,
+                acquired: false,
+            },
+            SEM_TRY => SemTry {
+                sem: self.u32()?,
+                site: self.u32()?,
+                acquired: true,
+            },
+            SEM_TRY_FAILED => SemTry {
+                sem: self.u32()?,
+                site: self.u32()?,
+                acquired: false,
+            },
+            0x40..=0x45 | 0x48..=0x4d => {
+                let write = t >= WRITE_1;
+                let class = t - if write { WRITE_1 } else { READ_1 };
+                let size = if class == 5 {
+                    let s = self.u32()?;
+                    if size_class(s).is_some() {
+                        return Err(DecodeProblem::FieldOutOfRange);
+                    }
+                    s
+                } else {
+                    1u32 << class
+                };
+                let (addr, site) = self.mem()?;
+                if write {
+                    Write { addr, size, site }
+                } else {
+                    Read { addr, size, site }
+                }
+            }
+            ATOMIC => {
+                let b = self.byte()?;
+                let op = match b >> 4 {
+                    0 => AtomicOp::Load,
+                    1 => AtomicOp::Store,
+                    2 => AtomicOp::Rmw,
+                    3 => AtomicOp::CasSuccess,
+                    4 => AtomicOp::CasFailure,
+                    _ => return Err(DecodeProblem::FieldOutOfRange),
+                };
+                let order = MemoryOrder::from_u8(b & 0x0f).ok_or(DecodeProblem::FieldOutOfRange)?;
+                let size = self.u32()?;
+                let (addr, site) = self.mem()?;
+                Atomic {
+                    op,
+                    addr,
+                    size,
+                    order,
+                    site,
+                }
+            }
+            FENCE => {
+                let order =
+                    MemoryOrder::from_u8(self.byte()?).ok_or(DecodeProblem::FieldOutOfRange)?;
+                Fence {
+                    order,
+                    site: self.u32()?,
+                }
+            }
+            ALLOC => {
+                let size = self.u64()?;
+                let (addr, site) = self.mem()?;
+                Alloc { addr, size, site }
+            }
+            FREE => {
+                let (addr, site) = self.mem()?;
+                Free { addr, site }
+            }
+            LOCK_CLASS_NAME => LockClassName {
+                lock: self.u32()?,
+                name: self.u32()?,
+            },
+            LOCK_SUBCLASS => LockSubclass {
+                lock: self.u32()?,
+                subclass: self.u32()?,
+            },
+            LOCK_RANK => LockRank {
+                lock: self.u32()?,
+                rank: self.u32()?,
+            },
+            HAPPENS_BEFORE => HappensBefore {
+                tag: self.u64()?,
+                site: self.u32()?,
+            },
+            HAPPENS_AFTER => HappensAfter {
+                tag: self.u64()?,
+                site: self.u32()?,
+            },
+            other => return Err(DecodeProblem::UnknownTag(other)),
+        };
+        Ok(Event { key, kind })
+    }
+
+    /// Skips an extension event (tag in `EXTENSION_TAGS`) at the cursor, if there is one.
+    /// Returns whether it skipped.
+    pub fn skip_extension(&mut self) -> Result<bool, DecodeError> {
+        let start = self.pos;
+        let Some(&raw) = self.buf.get(self.pos) else {
+            return Ok(false);
+        };
+        if !EXTENSION_TAGS.contains(&(raw & !KEY_FLAG)) {
+            return Ok(false);
+        }
+        let err = |what| DecodeError {
+            offset: start,
+            what,
+        };
+        self.pos += 1;
+        if raw & KEY_FLAG != 0 {
+            let delta = self.u64().map_err(err)?;
+            self.st.key = self
+                .st
+                .key
+                .checked_add(delta)
+                .ok_or(err(DecodeProblem::KeyOverflow))?;
+        }
+        let len = self.u64().map_err(err)?;
+        let end = (self.pos as u64)
+            .checked_add(len)
+            .ok_or(err(DecodeProblem::Truncated))?;
+        if end > self.buf.len() as u64 {
+            return Err(err(DecodeProblem::Truncated));
+        }
+        self.pos = end as usize;
+        Ok(true)
+    }
+}

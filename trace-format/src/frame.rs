@@ -1,0 +1,142 @@
+//! The file header and chunk framing: the byte layout that lets a reader find every complete
+//! chunk of a file, check it, and skip what it cannot use (`FORMAT.md`, "File layout").
+
+/// The first eight bytes of every trace.
+pub const FILE_MAGIC: [u8; 8] = *b"\x7fFSTRACE";
+/// The format version this crate writes.
+pub const VERSION_MAJOR: u16 = 1;
+pub const VERSION_MINOR: u16 = 0;
+/// Magic, major, minor, header length, header checksum.
+pub const FILE_PREFIX_LEN: usize = 8 + 2 + 2 + 4 + 4;
+/// A header larger than this is refused before it is read.
+pub const MAX_HEADER_LEN: u32 = 1 << 20;
+
+/// The first four bytes of every chunk; a reader that lost its place searches for them.
+pub const CHUNK_MAGIC: [u8; 4] = *b"\xf5CHK";
+/// Magic, kind, flags, reserved, payload length, payload checksum, header checksum.
+pub const CHUNK_HEADER_LEN: usize = 4 + 1 + 1 + 2 + 4 + 4 + 4;
+/// A chunk payload larger than this is refused before it is read.
+pub const MAX_PAYLOAD_LEN: u32 = 64 << 20;
+
+/// Thread, chunk sequence number, base key, event count, start and end time.
+pub const EVENTS_PREFIX_LEN: usize = 4 + 4 + 8 + 4 + 8 + 8;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ChunkKind {
+    Events,
+    Table,
+    Trailer,
+    /// A kind this reader does not know; it is skipped.
+    Unknown(u8),
+}
+
+impl ChunkKind {
+    pub fn to_byte(self) -> u8 {
+        match self {
+            Self::Events => 1,
+            Self::Table => 2,
+            Self::Trailer => 3,
+            Self::Unknown(b) => b,
+        }
+    }
+
+    pub fn from_byte(b: u8) -> Self {
+        match b {
+            1 => Self::Events,
+            2 => Self::Table,
+            3 => Self::Trailer,
+            b => Self::Unknown(b),
+        }
+    }
+}
+
+/// The fixed prefix of an event chunk's payload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EventsPrefix {
+    pub thread: u32,
+    /// 0 for the first chunk of a thread, then 1, 2, …: a gap means a chunk was lost.
+    pub sequence: u32,
+    /// The key of the thread's last event before this chunk (0 before its first).
+    pub base_key: u64,
+    pub event_count: u32,
+    /// Wall-clock time of the first and last event, nanoseconds since the Unix epoch (0 when
+    /// the producer has no clock).
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
+impl EventsPrefix {
+    pub fn write_to(&self, out: &mut [u8]) {
+        out[0..4].copy_from_slice(&self.thread.to_le_bytes());
+        out[4..8].copy_from_slice(&self.sequence.to_le_bytes());
+        out[8..16].copy_from_slice(&self.base_key.to_le_bytes());
+        out[16..20].copy_from_slice(&self.event_count.to_le_bytes());
+        out[20..28].copy_from_slice(&self.start_ns.to_le_bytes());
+        out[28..36].copy_from_slice(&self.end_ns.to_le_bytes());
+    }
+
+    pub fn read_from(b: &[u8]) -> Option<Self> {
+        if b.len() < EVENTS_PREFIX_LEN {
+            return None;
+        }
+        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
+        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
+        Some(Self {
+            thread: u32_at(0),
+            sequence: u32_at(4),
+            base_key: u64_at(8),
+            event_count: u32_at(16),
+            start_ns: u64_at(20),
+            end_ns: u64_at(28),
+        })
+    }
+}
+
+/// Writes the chunk header for `payload` into `header` (`CHUNK_HEADER_LEN` bytes).
+pub fn write_chunk_header(header: &mut [u8], kind: ChunkKind, payload: &[u8]) {
+    header[0..4].copy_from_slice(&CHUNK_MAGIC);
+    header[4] = kind.to_byte();
+    header[5] = 0;
+    header[6..8].copy_from_slice(&0u16.to_le_bytes());
+    header[8..12].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+    header[12..16].copy_from_slice(&crc32fast::hash(payload).to_le_bytes());
+    let hcrc = crc32fast::hash(&header[0..16]);
+    header[16..20].copy_from_slice(&hcrc.to_le_bytes());
+}
+
+/// A parsed chunk header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkHeader {
+    pub kind: ChunkKind,
+    pub flags: u8,
+    pub payload_len: u32,
+    pub payload_crc: u32,
+}
+
+/// Why bytes are not a chunk header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChunkHeaderProblem {
+    NoMagic,
+    BadChecksum,
+    TooLarge(u32),
+}
+
+pub fn read_chunk_header(b: &[u8]) -> Result<ChunkHeader, ChunkHeaderProblem> {
+    if b.len() < CHUNK_HEADER_LEN || b[0..4] != CHUNK_MAGIC {
+        return Err(ChunkHeaderProblem::NoMagic);
+    }
+    let stored = u32::from_le_bytes(b[16..20].try_into().unwrap());
+    if crc32fast::hash(&b[0..16]) != stored {
+        return Err(ChunkHeaderProblem::BadChecksum);
+    }
+    let payload_len = u32::from_le_bytes(b[8..12].try_into().unwrap());
+    if payload_len > MAX_PAYLOAD_LEN {
+        return Err(ChunkHeaderProblem::TooLarge(payload_len));
+    }
+    Ok(ChunkHeader {
+        kind: ChunkKind::from_byte(b[4]),
+        flags: b[5],
+        payload_len,
+        payload_crc: u32::from_le_bytes(b[12..16].try_into().unwrap()),
+    })
+}

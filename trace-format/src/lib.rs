@@ -1,0 +1,24 @@
+//! The foresight trace: the event model and the on-disk format (`FORMAT.md`).
+//!
+//! - [`event`]: what happened (the wire event model).
+//! - [`tables`]: header, side tables (threads, objects, sites, modules, symbols, strings), trailer.
+//! - [`writer`]: per-thread chunk encoding for the recorder; a whole-file writer for tools.
+//! - [`reader`]: memory-mapped, parallel decoding into per-thread streams and a merged stream.
+//! - [`builder`]: a small API to write traces in tests without the recorder.
+
+pub mod builder;
+pub mod codec;
+pub mod error;
+pub mod event;
+pub mod frame;
+pub mod ordering;
+pub mod reader;
+pub mod tables;
+pub mod varint;
+pub mod writer;
+
+pub use error::{Problem, ProblemKind, TraceError};
+pub use event::{Event, EventKind, LockMode, ObjectId, SiteId, StringId, ThreadId};
+pub use reader::{Trace, TraceFile};
+pub use tables::{Header, TableRecord, Trailer};
+pub use writer::{ChunkWriter, TableWriter, TraceWriter};

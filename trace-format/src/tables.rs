@@ -1,0 +1,211 @@
+//! The file header, the side tables and the trailer. These are encoded with postcard (serde);
+//! `FORMAT.md` gives their field order, which is their wire format.
+
+use serde::{Deserialize, Serialize};
+
+use crate::event::{ObjectId, SiteId, StringId, ThreadId};
+
+/// How event keys order events across threads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Ordering {
+    /// Keys come from one global counter, taken inside the critical window of each
+    /// synchronising operation: every key of a synchronising event is unique.
+    GlobalSequence,
+    /// Keys are readings of a clock shared by all cores (e.g. an invariant TSC), taken inside
+    /// the critical window; `ticks_per_second` converts them to time. Ties are possible.
+    Clock { ticks_per_second: u64 },
+}
+
+/// The file header, written once when recording starts.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Header {
+    /// Who wrote the trace, e.g. `foresight-recorder 0.1.0`.
+    pub producer: String,
+    pub pid: u32,
+    pub parent_pid: u32,
+    /// The recorded command line.
+    pub command: Vec<String>,
+    /// Wall-clock start of recording, nanoseconds since the Unix epoch.
+    pub start_unix_ns: u64,
+    pub ordering: Ordering,
+    /// Size in bytes of a pointer of the recorded program.
+    pub pointer_width: u8,
+    /// Stack depth requested for sites (1: the return address only).
+    pub stack_depth: u8,
+}
+
+/// What kind of synchronisation object an object id names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ObjectKind {
+    Mutex,
+    RecursiveMutex,
+    ErrorCheckMutex,
+    RwLock,
+    SpinLock,
+    Condition,
+    Barrier,
+    Once,
+    Semaphore,
+}
+
+impl ObjectKind {
+    pub fn is_lock(self) -> bool {
+        matches!(
+            self,
+            Self::Mutex
+                | Self::RecursiveMutex
+                | Self::ErrorCheckMutex
+                | Self::RwLock
+                | Self::SpinLock
+        )
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Mutex => "mutex",
+            Self::RecursiveMutex => "recursive-mutex",
+            Self::ErrorCheckMutex => "errorcheck-mutex",
+            Self::RwLock => "rwlock",
+            Self::SpinLock => "spinlock",
+            Self::Condition => "cond",
+            Self::Barrier => "barrier",
+            Self::Once => "once",
+            Self::Semaphore => "semaphore",
+        }
+    }
+}
+
+/// The key that groups lock instances into a class (seed 001: "classes, not instances").
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ClassKey {
+    /// A statically allocated object: its address as a module and an offset into it. The
+    /// symbol it lives in is found by symbolising that address (a `FrameSymbol` record).
+    Static(Frame),
+    /// A dynamically allocated object: the call site of its `init`.
+    InitSite(SiteId),
+    /// Never initialised explicitly: the site of its first use.
+    FirstUse(SiteId),
+}
+
+/// One synchronisation object: an address with one lifetime.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectInfo {
+    pub id: ObjectId,
+    pub kind: ObjectKind,
+    pub address: u64,
+    /// How many objects lived at this address before this one (0 for the first).
+    pub generation: u32,
+    pub class: ClassKey,
+}
+
+/// One thread of the recorded process.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadInfo {
+    pub id: ThreadId,
+    /// The kernel thread id.
+    pub os_tid: u32,
+    /// The creating thread; `None` for the main thread (or a thread the recorder did not see
+    /// created).
+    pub parent: Option<ThreadId>,
+    pub name: Option<StringId>,
+}
+
+/// A code address: a module and an offset into it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Frame {
+    pub module: u32,
+    pub offset: u64,
+}
+
+/// A call site: the return address of the hooked call first, then its callers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SiteInfo {
+    pub id: SiteId,
+    pub frames: Vec<Frame>,
+}
+
+/// A loaded module (the executable, a shared library).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModuleInfo {
+    pub id: u32,
+    pub path: StringId,
+    /// The GNU build-id note, when the module has one.
+    pub build_id: Vec<u8>,
+    /// Load address of the module in the recorded process.
+    pub base: u64,
+    pub size: u64,
+}
+
+/// One source location of a code address; inlined calls give several, innermost first.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceLocation {
+    pub function: Option<StringId>,
+    pub file: Option<StringId>,
+    pub line: u32,
+    pub column: u32,
+}
+
+/// The symbolised form of one code or data address, written when recording ends. For a data
+/// address (a static lock) the location's `function` is the name of the variable.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FrameSymbol {
+    pub frame: Frame,
+    pub locations: Vec<SourceLocation>,
+}
+
+/// One interned string.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StringEntry {
+    pub id: StringId,
+    pub text: String,
+}
+
+/// A record of a table chunk. Records are framed by a tag and a length in the chunk, so that a
+/// reader skips the tags it does not know (a later minor version may add some).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TableRecord {
+    String(StringEntry),
+    Thread(ThreadInfo),
+    Object(ObjectInfo),
+    Site(SiteInfo),
+    Module(ModuleInfo),
+    Symbol(FrameSymbol),
+}
+
+impl TableRecord {
+    pub(crate) fn tag(&self) -> u8 {
+        match self {
+            Self::String(_) => 1,
+            Self::Thread(_) => 2,
+            Self::Object(_) => 3,
+            Self::Site(_) => 4,
+            Self::Module(_) => 5,
+            Self::Symbol(_) => 6,
+        }
+    }
+}
+
+/// How recording ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EndReason {
+    /// `main` returned or `exit` was called.
+    Exit { status: i32 },
+    /// `_exit` was called.
+    ImmediateExit { status: i32 },
+    /// A signal (`SIGINT`, `SIGTERM`) ended the process.
+    Signal { signal: i32 },
+    /// The trace was written by a tool (builder, import), not a recorded process.
+    Synthetic,
+}
+
+/// The last chunk of a trace that ended cleanly.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Trailer {
+    pub end_unix_ns: u64,
+    pub reason: EndReason,
+    /// Event chunks written, and events in them: a reader compares them with what it found.
+    pub event_chunks: u64,
+    pub events: u64,
+    /// Events the recorder could not write (for example because the disk was full).
+    pub events_lost: u64,
+}

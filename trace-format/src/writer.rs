@@ -1,0 +1,289 @@
+//! Writing traces: a per-thread chunk encoder for the recorder's hot path, a table encoder, and a
+//! whole-file writer for tools and tests.
+
+use std::io::{self, Write};
+
+use serde::Serialize;
+
+use crate::codec::{self, DeltaState, EncodeError, MAX_EVENT_LEN};
+use crate::event::{Event, ThreadId};
+use crate::frame::{
+    write_chunk_header, ChunkKind, EventsPrefix, CHUNK_HEADER_LEN, EVENTS_PREFIX_LEN, FILE_MAGIC,
+    MAX_PAYLOAD_LEN, VERSION_MAJOR, VERSION_MINOR,
+};
+use crate::tables::{Header, TableRecord, Trailer};
+
+const EVENTS_START: usize = CHUNK_HEADER_LEN + EVENTS_PREFIX_LEN;
+
+/// Encodes the events of one thread into chunks.
+///
+/// The buffer is allocated once, in `new`; `push` never reallocates as long as the caller
+/// flushes when `is_full` says so (the buffer keeps room for one more event of any kind beyond
+/// the chunk size). That makes it usable from the recorder's hooks, where calling the program's
+/// allocator is not allowed.
+pub struct ChunkWriter {
+    buf: Vec<u8>,
+    chunk_bytes: usize,
+    thread: ThreadId,
+    sequence: u32,
+    base_key: u64,
+    count: u32,
+    start_ns: u64,
+    state: DeltaState,
+}
+
+impl ChunkWriter {
+    /// A writer whose chunks hold about `chunk_bytes` bytes of events.
+    pub fn new(thread: ThreadId, chunk_bytes: usize) -> Self {
+        let chunk_bytes = chunk_bytes.clamp(64, MAX_PAYLOAD_LEN as usize / 2);
+        let mut buf = Vec::with_capacity(EVENTS_START + chunk_bytes + MAX_EVENT_LEN);
+        buf.resize(EVENTS_START, 0);
+        Self {
+            buf,
+            chunk_bytes,
+            thread,
+            sequence: 0,
+            base_key: 0,
+            count: 0,
+            start_ns: 0,
+            state: DeltaState::starting_at(0),
+        }
+    }
+
+    pub fn thread(&self) -> ThreadId {
+        self.thread
+    }
+
+    /// Events in the current chunk.
+    pub fn pending_events(&self) -> u32 {
+        self.count
+    }
+
+    /// The key of the last event pushed (0 before the first).
+    pub fn last_key(&self) -> u64 {
+        self.state.key
+    }
+
+    /// True when the next `push` might not fit without reallocating: flush first.
+    #[inline]
+    pub fn is_full(&self) -> bool {
+        self.buf.len() - EVENTS_START >= self.chunk_bytes || self.count == u32::MAX
+    }
+
+    /// Sets the wall-clock time of the chunk's first event; only meaningful before it.
+    pub fn set_start_ns(&mut self, ns: u64) {
+        if self.count == 0 {
+            self.start_ns = ns;
+        }
+    }
+
+    /// Appends one event. Keys must not decrease within a thread.
+    #[inline]
+    pub fn push(&mut self, ev: &Event) -> Result<(), EncodeError> {
+        codec::encode(&mut self.buf, &mut self.state, ev)?;
+        self.count += 1;
+        Ok(())
+    }
+
+    /// Frames the current chunk, hands its bytes to `sink` and starts the next chunk. Does
+    /// nothing (and does not call `sink`) when the chunk is empty.
+    pub fn flush_into<R>(&mut self, end_ns: u64, sink: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        if self.count == 0 {
+            return None;
+        }
+        let prefix = EventsPrefix {
+            thread: self.thread,
+            sequence: self.sequence,
+            base_key: self.base_key,
+            event_count: self.count,
+            start_ns: self.start_ns,
+            end_ns,
+        };
+        prefix.write_to(&mut self.buf[CHUNK_HEADER_LEN..EVENTS_START]);
+        let (header, payload) = self.buf.split_at_mut(CHUNK_HEADER_LEN);
+        write_chunk_header(header, ChunkKind::Events, payload);
+        let r = sink(&self.buf);
+        self.sequence = self.sequence.wrapping_add(1);
+        self.base_key = self.state.key;
+        self.state = DeltaState::starting_at(self.base_key);
+        self.count = 0;
+        self.start_ns = end_ns;
+        self.buf.truncate(EVENTS_START);
+        Some(r)
+    }
+}
+
+/// Encodes side-table records into table chunks.
+#[derive(Default)]
+pub struct TableWriter {
+    buf: Vec<u8>,
+    scratch: Vec<u8>,
+    records: usize,
+}
+
+impl TableWriter {
+    pub fn new() -> Self {
+        let mut buf = Vec::with_capacity(4096);
+        buf.resize(CHUNK_HEADER_LEN, 0);
+        Self {
+            buf,
+            scratch: Vec::new(),
+            records: 0,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.records == 0
+    }
+
+    /// Bytes of records waiting to be flushed.
+    pub fn pending_bytes(&self) -> usize {
+        self.buf.len().saturating_sub(CHUNK_HEADER_LEN)
+    }
+
+    pub fn push(&mut self, record: &TableRecord) {
+        if self.buf.len() < CHUNK_HEADER_LEN {
+            self.buf.resize(CHUNK_HEADER_LEN, 0);
+        }
+        self.scratch.clear();
+        let scratch = std::mem::take(&mut self.scratch);
+        let scratch = match record {
+            TableRecord::String(r) => serialize(r, scratch),
+            TableRecord::Thread(r) => serialize(r, scratch),
+            TableRecord::Object(r) => serialize(r, scratch),
+            TableRecord::Site(r) => serialize(r, scratch),
+            TableRecord::Module(r) => serialize(r, scratch),
+            TableRecord::Symbol(r) => serialize(r, scratch),
+        };
+        self.buf.push(record.tag());
+        crate::varint::put(&mut self.buf, scratch.len() as u64);
+        self.buf.extend_from_slice(&scratch);
+        self.scratch = scratch;
+        self.records += 1;
+    }
+
+    /// Frames the pending records as one chunk and hands it to `sink`.
+    pub fn flush_into<R>(&mut self, sink: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        if self.records == 0 {
+            return None;
+        }
+        let (header, payload) = self.buf.split_at_mut(CHUNK_HEADER_LEN);
+        write_chunk_header(header, ChunkKind::Table, payload);
+        let r = sink(&self.buf);
+        self.buf.truncate(CHUNK_HEADER_LEN);
+        self.records = 0;
+        Some(r)
+    }
+}
+
+fn serialize<T: Serialize>(value: &T, out: Vec<u8>) -> Vec<u8> {
+    // Serialising plain structs into a Vec cannot fail.
+    postcard::to_extend(value, out).expect("postcard serialisation into a Vec")
+}
+
+/// The bytes that start a trace: magic, version, and the header.
+pub fn file_prefix(header: &Header) -> Vec<u8> {
+    let body = serialize(header, Vec::new());
+    let mut out = Vec::with_capacity(crate::frame::FILE_PREFIX_LEN + body.len());
+    out.extend_from_slice(&FILE_MAGIC);
+    out.extend_from_slice(&VERSION_MAJOR.to_le_bytes());
+    out.extend_from_slice(&VERSION_MINOR.to_le_bytes());
+    out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    out.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+    out.extend_from_slice(&body);
+    out
+}
+
+/// The trailer chunk that marks a clean end.
+pub fn trailer_chunk(trailer: &Trailer) -> Vec<u8> {
+    let mut out = vec![0; CHUNK_HEADER_LEN];
+    let out_payload = serialize(trailer, Vec::new());
+    out.extend_from_slice(&out_payload);
+    let (header, payload) = out.split_at_mut(CHUNK_HEADER_LEN);
+    write_chunk_header(header, ChunkKind::Trailer, payload);
+    out
+}
+
+/// Writes a whole trace to any `Write`: for tools (import, the builder) and tests. The recorder
+/// uses the pieces above directly.
+pub struct TraceWriter<W: Write> {
+    out: W,
+    tables: TableWriter,
+    event_chunks: u64,
+    events: u64,
+}
+
+impl<W: Write> TraceWriter<W> {
+    pub fn new(mut out: W, header: &Header) -> io::Result<Self> {
+        out.write_all(&file_prefix(header))?;
+        Ok(Self {
+            out,
+            tables: TableWriter::new(),
+            event_chunks: 0,
+            events: 0,
+        })
+    }
+
+    pub fn table(&mut self, record: &TableRecord) -> io::Result<()> {
+        self.tables.push(record);
+        if self.tables.pending_bytes() > 32 << 10 {
+            self.flush_tables()?;
+        }
+        Ok(())
+    }
+
+    pub fn flush_tables(&mut self) -> io::Result<()> {
+        let out = &mut self.out;
+        self.tables
+            .flush_into(|b| out.write_all(b))
+            .unwrap_or(Ok(()))
+    }
+
+    /// Writes the events of one thread, in chunks of about `chunk_bytes` bytes.
+    pub fn thread_events(
+        &mut self,
+        thread: ThreadId,
+        events: &[Event],
+        chunk_bytes: usize,
+    ) -> io::Result<()> {
+        self.flush_tables()?;
+        let mut w = ChunkWriter::new(thread, chunk_bytes);
+        for ev in events {
+            if w.is_full() {
+                self.write_chunk(&mut w)?;
+            }
+            w.push(ev)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        }
+        self.write_chunk(&mut w)
+    }
+
+    /// Flushes a chunk writer the caller drives itself.
+    pub fn write_chunk(&mut self, w: &mut ChunkWriter) -> io::Result<()> {
+        let n = w.pending_events() as u64;
+        let out = &mut self.out;
+        if let Some(r) = w.flush_into(0, |b| out.write_all(b)) {
+            r?;
+            self.event_chunks += 1;
+            self.events += n;
+        }
+        Ok(())
+    }
+
+    /// Writes the trailer (with the chunk and event counts filled in) and returns the sink.
+    pub fn finish(mut self, mut trailer: Trailer) -> io::Result<W> {
+        self.flush_tables()?;
+        trailer.event_chunks = self.event_chunks;
+        trailer.events = self.events;
+        self.out.write_all(&trailer_chunk(&trailer))?;
+        self.out.flush()?;
+        Ok(self.out)
+    }
+
+    /// Ends the file without a trailer, as a writer that died would.
+    pub fn abandon(mut self) -> io::Result<W> {
+        self.flush_tables()?;
+        self.out.flush()?;
+        Ok(self.out)
+    }
+}

@@ -1,0 +1,263 @@
+//! Property tests of the format: any event sequence round-trips bit-exactly, and no corruption
+//! or truncation of a valid trace makes the reader panic, hang, or invent events.
+
+use foresight_trace::event::{AtomicOp, Event, EventKind, LockMode, MemoryOrder, WaitOutcome};
+use foresight_trace::tables::{EndReason, Header, Ordering, Trailer};
+use foresight_trace::{Trace, TraceWriter};
+use proptest::prelude::*;
+
+fn mode() -> impl Strategy<Value = LockMode> {
+    prop_oneof![Just(LockMode::Exclusive), Just(LockMode::Shared)]
+}
+
+fn order() -> impl Strategy<Value = MemoryOrder> {
+    (0u8..6).prop_map(|v| MemoryOrder::from_u8(v).unwrap())
+}
+
+fn atomic_op() -> impl Strategy<Value = AtomicOp> {
+    prop_oneof![
+        Just(AtomicOp::Load),
+        Just(AtomicOp::Store),
+        Just(AtomicOp::Rmw),
+        Just(AtomicOp::CasSuccess),
+        Just(AtomicOp::CasFailure)
+    ]
+}
+
+/// Small ids most of the time (the common case), any value sometimes (the edges).
+fn id() -> impl Strategy<Value = u32> {
+    prop_oneof![4 => 0u32..200, 1 => any::<u32>()]
+}
+
+fn addr() -> impl Strategy<Value = u64> {
+    prop_oneof![3 => (0x1000u64..0x1100).prop_map(|a| a * 8), 1 => any::<u64>()]
+}
+
+fn size() -> impl Strategy<Value = u32> {
+    prop_oneof![
+        Just(1u32),
+        Just(2),
+        Just(4),
+        Just(8),
+        Just(16),
+        any::<u32>()
+    ]
+}
+
+fn kind() -> impl Strategy<Value = EventKind> {
+    use EventKind::*;
+    prop_oneof![
+        Just(ThreadStart),
+        Just(ThreadExit),
+        (id(), id()).prop_map(|(child, site)| ThreadCreate { child, site }),
+        (id(), id()).prop_map(|(child, site)| JoinRequest { child, site }),
+        (id(), any::<bool>()).prop_map(|(child, joined)| JoinEnd { child, joined }),
+        (id(), id()).prop_map(|(child, site)| ThreadDetach { child, site }),
+        (id(), id()).prop_map(|(child_pid, site)| Fork { child_pid, site }),
+        id().prop_map(|site| Exec { site }),
+        (id(), mode(), id()).prop_map(|(lock, mode, site)| LockRequest { lock, mode, site }),
+        (id(), mode()).prop_map(|(lock, mode)| LockAcquired { lock, mode }),
+        (id(), any::<u32>()).prop_map(|(lock, errno)| LockFailed { lock, errno }),
+        (id(), mode(), id(), any::<bool>()).prop_map(|(lock, mode, site, acquired)| LockTry {
+            lock,
+            mode,
+            site,
+            acquired
+        }),
+        (id(), id()).prop_map(|(lock, site)| LockRelease { lock, site }),
+        (id(), id()).prop_map(|(object, site)| ObjectInit { object, site }),
+        (id(), id()).prop_map(|(object, site)| ObjectDestroy { object, site }),
+        (id(), id(), id()).prop_map(|(cond, mutex, site)| CondWaitBegin { cond, mutex, site }),
+        (id(), id(), any::<bool>()).prop_map(|(cond, mutex, t)| CondWaitEnd {
+            cond,
+            mutex,
+            outcome: if t {
+                WaitOutcome::TimedOut
+            } else {
+                WaitOutcome::Woken
+            }
+        }),
+        (id(), id()).prop_map(|(cond, site)| CondSignal { cond, site }),
+        (id(), id()).prop_map(|(cond, site)| CondBroadcast { cond, site }),
+        (id(), id(), id()).prop_map(|(barrier, count, site)| BarrierInit {
+            barrier,
+            count,
+            site
+        }),
+        (id(), id()).prop_map(|(barrier, site)| BarrierWaitBegin { barrier, site }),
+        (id(), any::<u64>(), any::<bool>()).prop_map(|(barrier, generation, serial)| {
+            BarrierWaitEnd {
+                barrier,
+                generation,
+                serial,
+            }
+        }),
+        (id(), id()).prop_map(|(once, site)| OnceBegin { once, site }),
+        id().prop_map(|once| OnceRun { once }),
+        id().prop_map(|once| OnceEnd { once }),
+        id().prop_map(|once| OnceSkip { once }),
+        (id(), id(), id()).prop_map(|(sem, value, site)| SemInit { sem, value, site }),
+        (id(), id()).prop_map(|(sem, site)| SemPost { sem, site }),
+        (id(), id()).prop_map(|(sem, site)| SemWaitBegin { sem, site }),
+        (id(), any::<bool>()).prop_map(|(sem, acquired)| SemWaitEnd { sem, acquired }),
+        (id(), id(), any::<bool>()).prop_map(|(sem, site, acquired)| SemTry {
+            sem,
+            site,
+            acquired
+        }),
+        (addr(), size(), id()).prop_map(|(addr, size, site)| Read { addr, size, site }),
+        (addr(), size(), id()).prop_map(|(addr, size, site)| Write { addr, size, site }),
+        (atomic_op(), addr(), size(), order(), id()).prop_map(|(op, addr, size, order, site)| {
+            Atomic {
+                op,
+                addr,
+                size,
+                order,
+                site,
+            }
+        }),
+        (order(), id()).prop_map(|(order, site)| Fence { order, site }),
+        (addr(), any::<u64>(), id()).prop_map(|(addr, size, site)| Alloc { addr, size, site }),
+        (addr(), id()).prop_map(|(addr, site)| Free { addr, site }),
+        (id(), id()).prop_map(|(lock, name)| LockClassName { lock, name }),
+        (id(), id()).prop_map(|(lock, subclass)| LockSubclass { lock, subclass }),
+        (id(), id()).prop_map(|(lock, rank)| LockRank { lock, rank }),
+        (any::<u64>(), id()).prop_map(|(tag, site)| HappensBefore { tag, site }),
+        (any::<u64>(), id()).prop_map(|(tag, site)| HappensAfter { tag, site }),
+    ]
+}
+
+/// Events of one thread with non-decreasing keys: most keep the previous key or step a little,
+/// some jump far.
+fn thread_events() -> impl Strategy<Value = Vec<Event>> {
+    let step = prop_oneof![3 => Just(0u64), 3 => 1u64..4, 1 => 0u64..(1 << 40)];
+    prop::collection::vec((step, kind()), 0..120).prop_map(|v| {
+        let mut key = 0u64;
+        v.into_iter()
+            .map(|(d, kind)| {
+                key = key.saturating_add(d);
+                Event { key, kind }
+            })
+            .collect()
+    })
+}
+
+fn header() -> Header {
+    Header {
+        producer: "properties".into(),
+        pid: 7,
+        parent_pid: 1,
+        command: vec!["prog".into(), "arg".into()],
+        start_unix_ns: 123,
+        ordering: Ordering::GlobalSequence,
+        pointer_width: 8,
+        stack_depth: 1,
+    }
+}
+
+fn encode(threads: &[Vec<Event>], chunk_bytes: usize, trailer: bool) -> Vec<u8> {
+    let mut w = TraceWriter::new(Vec::new(), &header()).unwrap();
+    for (t, evs) in threads.iter().enumerate() {
+        w.thread_events(t as u32, evs, chunk_bytes).unwrap();
+    }
+    if trailer {
+        w.finish(Trailer {
+            end_unix_ns: 456,
+            reason: EndReason::Exit { status: 0 },
+            event_chunks: 0,
+            events: 0,
+            events_lost: 0,
+        })
+        .unwrap()
+    } else {
+        w.abandon().unwrap()
+    }
+}
+
+fn decoded_events(trace: &Trace, threads: usize) -> Vec<Vec<Event>> {
+    let mut out = vec![Vec::new(); threads];
+    for t in &trace.threads {
+        out[t.thread as usize] = t.events.clone();
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn any_event_sequence_round_trips_bit_exactly(
+        threads in prop::collection::vec(thread_events(), 1..4),
+        chunk_bytes in prop_oneof![Just(64usize), Just(300), Just(1 << 16)],
+    ) {
+        let bytes = encode(&threads, chunk_bytes, true);
+        let trace = Trace::from_bytes("prop", bytes.clone()).unwrap();
+        prop_assert!(trace.ended_cleanly(), "problems: {:?}", trace.problems);
+        prop_assert_eq!(&decoded_events(&trace, threads.len()), &threads);
+        prop_assert_eq!(&trace.header, &header());
+        let again = encode(&decoded_events(&trace, threads.len()), chunk_bytes, true);
+        prop_assert_eq!(again, bytes);
+    }
+
+    #[test]
+    fn truncation_yields_a_prefix_of_every_thread(
+        threads in prop::collection::vec(thread_events(), 1..3),
+        cut in any::<prop::sample::Index>(),
+    ) {
+        let bytes = encode(&threads, 200, true);
+        let at = cut.index(bytes.len()); // always < len
+        match Trace::from_bytes("cut", bytes[..at].to_vec()) {
+            Err(_) => {} // cut inside the file header: a clear error is the right answer
+            Ok(trace) => {
+                // The trailer is the last chunk: any cut loses it, and the reader says so.
+                prop_assert!(trace.trailer.is_none());
+                prop_assert!(!trace.ended_cleanly());
+                prop_assert!(trace.problems.iter().any(|p| matches!(p.kind,
+                    foresight_trace::ProblemKind::NoTrailer)));
+                for t in &trace.threads {
+                    let original = &threads[t.thread as usize];
+                    prop_assert!(original.starts_with(&t.events),
+                        "thread {} decoded events that are not a prefix", t.thread);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn corruption_never_panics_and_never_invents_events(
+        threads in prop::collection::vec(thread_events(), 1..3),
+        flips in prop::collection::vec((any::<prop::sample::Index>(), 1u8..=255), 1..8),
+    ) {
+        let mut bytes = encode(&threads, 200, true);
+        for (i, x) in &flips {
+            let at = i.index(bytes.len());
+            bytes[at] ^= x;
+        }
+        if let Ok(trace) = Trace::from_bytes("flipped", bytes) {
+            let _ = foresight_trace::ordering::check(&trace);
+            let _: Vec<_> = trace.merged().collect();
+            // Checksums reject damaged chunks: what survives is whole chunks of the original.
+            for t in &trace.threads {
+                if let Some(original) = threads.get(t.thread as usize) {
+                    let mut rest: &[Event] = original;
+                    for ev in &t.events {
+                        match rest.iter().position(|o| o == ev) {
+                            Some(p) => rest = &rest[p + 1..],
+                            None => prop_assert!(false, "event {:?} was invented", ev),
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn arbitrary_bytes_after_the_header_never_panic(
+        tail in prop::collection::vec(any::<u8>(), 0..600),
+    ) {
+        let mut bytes = encode(&[], 64, false);
+        bytes.extend_from_slice(&tail);
+        let trace = Trace::from_bytes("noise", bytes).unwrap();
+        let _ = foresight_trace::ordering::check(&trace);
+    }
+}
