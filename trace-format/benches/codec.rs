@@ -1,1 +1,158 @@
-fn main() {}
+//! Writer cost per event, decoding speed (one core and all cores) and bytes per event, on
+//! synthetic lock-heavy and memory-access traces. Sizes are printed once; times by criterion.
+
+use std::hint::black_box;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use foresight_trace::event::{Event, EventKind, LockMode};
+use foresight_trace::tables::{EndReason, Header, Ordering, Trailer};
+use foresight_trace::{ChunkWriter, Trace, TraceWriter};
+
+/// Two nested locks per iteration: request, acquire, release of each, with sites.
+fn lock_heavy(thread: u32, iterations: u64, key: &mut u64) -> Vec<Event> {
+    let mut out = Vec::with_capacity(iterations as usize * 6);
+    let (a, b) = (thread * 2, thread * 2 + 1);
+    for i in 0..iterations {
+        let site = (i % 7) as u32;
+        for (lock, s) in [(a, site), (b, site + 10)] {
+            out.push(Event {
+                key: *key,
+                kind: EventKind::LockRequest {
+                    lock,
+                    mode: LockMode::Exclusive,
+                    site: s,
+                },
+            });
+            *key += 2;
+            out.push(Event {
+                key: *key,
+                kind: EventKind::LockAcquired {
+                    lock,
+                    mode: LockMode::Exclusive,
+                },
+            });
+        }
+        for (lock, s) in [(b, site + 20), (a, site + 30)] {
+            *key += 2;
+            out.push(Event {
+                key: *key,
+                kind: EventKind::LockRelease { lock, site: s },
+            });
+        }
+    }
+    out
+}
+
+/// A loop over an array: 8-byte reads and writes at neighbouring addresses from a few sites.
+fn memory_heavy(n: u64) -> Vec<Event> {
+    (0..n)
+        .map(|i| {
+            let addr = 0x7f00_0000_0000 + (i / 2) * 8;
+            let site = 100 + (i % 3) as u32;
+            let kind = if i % 2 == 0 {
+                EventKind::Read {
+                    addr,
+                    size: 8,
+                    site,
+                }
+            } else {
+                EventKind::Write {
+                    addr,
+                    size: 8,
+                    site,
+                }
+            };
+            Event { key: 0, kind }
+        })
+        .collect()
+}
+
+fn header() -> Header {
+    Header {
+        producer: "bench".into(),
+        pid: 1,
+        parent_pid: 0,
+        command: vec![],
+        start_unix_ns: 0,
+        ordering: Ordering::GlobalSequence,
+        pointer_width: 8,
+        stack_depth: 1,
+    }
+}
+
+fn file(threads: &[Vec<Event>]) -> Vec<u8> {
+    let mut w = TraceWriter::new(Vec::new(), &header()).unwrap();
+    for (t, evs) in threads.iter().enumerate() {
+        w.thread_events(t as u32, evs, 64 << 10).unwrap();
+    }
+    w.finish(Trailer {
+        end_unix_ns: 0,
+        reason: EndReason::Synthetic,
+        event_chunks: 0,
+        events: 0,
+        events_lost: 0,
+    })
+    .unwrap()
+}
+
+fn bytes_per_event(trace: &Trace) -> f64 {
+    let bytes: u64 = trace.threads.iter().map(|t| t.encoded_bytes).sum();
+    bytes as f64 / trace.event_count() as f64
+}
+
+fn benches(c: &mut Criterion) {
+    let mut key = 1;
+    let threads: Vec<Vec<Event>> = (0..8).map(|t| lock_heavy(t, 250_000, &mut key)).collect();
+    let events: u64 = threads.iter().map(|t| t.len() as u64).sum();
+    let lock_file = file(&threads);
+    let mem_file = file(&[memory_heavy(1_000_000)]);
+    let lock_trace = Trace::from_bytes("lock", lock_file.clone()).unwrap();
+    let mem_trace = Trace::from_bytes("mem", mem_file.clone()).unwrap();
+    println!(
+        "size: lock-heavy {:.2} bytes/event, memory accesses {:.2} bytes/event",
+        bytes_per_event(&lock_trace),
+        bytes_per_event(&mem_trace)
+    );
+
+    let mut g = c.benchmark_group("write");
+    g.throughput(Throughput::Elements(threads[0].len() as u64));
+    g.bench_function("chunk_writer_push", |b| {
+        let mut sink = 0usize;
+        b.iter(|| {
+            // A fresh writer per pass: keys restart (one allocation per million events).
+            let mut w = ChunkWriter::new(0, 64 << 10);
+            for ev in &threads[0] {
+                if w.is_full() {
+                    w.flush_into(0, |bytes| sink += bytes.len());
+                }
+                w.push(black_box(ev)).unwrap();
+            }
+            w.flush_into(0, |bytes| sink += bytes.len());
+        });
+        black_box(sink);
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("decode");
+    g.throughput(Throughput::Elements(events));
+    g.sample_size(10);
+    for n in [1usize, 2] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build()
+            .unwrap();
+        g.bench_function(format!("lock_heavy_{n}_threads"), |b| {
+            b.iter(|| {
+                pool.install(|| {
+                    Trace::from_bytes("lock", black_box(lock_file.clone()))
+                        .unwrap()
+                        .event_count()
+                })
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(codec, benches);
+criterion_main!(codec);
