@@ -704,10 +704,9 @@ fn assemble(mut decoded: Vec<DecodedChunk>, problems: &mut Vec<Problem>) -> Vec<
     for d in decoded {
         let new_thread = threads.last().is_none_or(|t| t.thread != d.prefix.thread);
         if new_thread {
-            let total = 0;
             threads.push(ThreadEvents {
                 thread: d.prefix.thread,
-                events: Vec::with_capacity(total),
+                events: Vec::new(),
                 chunks: Vec::new(),
                 encoded_bytes: 0,
             });
