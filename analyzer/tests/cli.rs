@@ -180,3 +180,30 @@ fn a_damaged_chunk_is_reported_with_its_offset_and_the_rest_is_kept() {
         "{out}"
     );
 }
+
+#[test]
+fn a_trace_that_breaks_the_ordering_invariant_is_reported() {
+    use foresight_trace::builder::TraceBuilder;
+    // Thread 2 acquires the lock while thread 1 still holds it: no schedule allows that.
+    let mut b = TraceBuilder::new("broken");
+    let main = b.main_thread();
+    let site = b.site("main", "broken.c", 3);
+    let m = b.mutex("m");
+    let child = b.spawn(main, site, "child");
+    b.lock(main, m, site);
+    b.lock(child, m, site);
+    b.unlock(child, m, site);
+    b.unlock(main, m, site);
+    b.exit(child);
+    b.join(main, child, site);
+    let path = temp_file("broken-order.trace", &b.finish());
+    let o = foresight(&["stats", path.to_str().unwrap()]);
+    assert!(o.status.success(), "a readable trace is not a usage error");
+    assert!(
+        stdout(&o).contains("ordering invariant broken"),
+        "stdout: {}",
+        stdout(&o)
+    );
+    let o = foresight(&["dump", path.to_str().unwrap()]);
+    assert!(stderr(&o).contains("ordering invariant broken"));
+}

@@ -476,14 +476,39 @@ impl<'a> Decoder<'a> {
         self.pos >= self.buf.len()
     }
 
-    #[inline]
+    // Most fields are ids and deltas below 128: one byte. That case stays inline; longer numbers
+    // take the general path out of line, which keeps the per-tag code small.
+    #[inline(always)]
     fn u64(&mut self) -> Result<u64, DecodeProblem> {
+        match self.buf.get(self.pos) {
+            Some(&b) if b < 0x80 => {
+                self.pos += 1;
+                Ok(b as u64)
+            }
+            _ => self.u64_long(),
+        }
+    }
+
+    #[inline(never)]
+    fn u64_long(&mut self) -> Result<u64, DecodeProblem> {
         Ok(varint::get(self.buf, &mut self.pos)?)
     }
 
-    #[inline]
+    #[inline(always)]
     fn u32(&mut self) -> Result<u32, DecodeProblem> {
-        u32::try_from(self.u64()?).map_err(|_| DecodeProblem::FieldOutOfRange)
+        match self.buf.get(self.pos) {
+            Some(&b) if b < 0x80 => {
+                self.pos += 1;
+                Ok(b as u32)
+            }
+            _ => self.u32_long(),
+        }
+    }
+
+    #[inline(never)]
+    fn u32_long(&mut self) -> Result<u32, DecodeProblem> {
+        u32::try_from(varint::get(self.buf, &mut self.pos)?)
+            .map_err(|_| DecodeProblem::FieldOutOfRange)
     }
 
     #[inline]
@@ -513,7 +538,8 @@ impl<'a> Decoder<'a> {
         Ok((addr, site))
     }
 
-    /// Decodes the next event; `Ok(None)` at the end of the bytes.
+    /// Decodes the next event; `Ok(None)` at the end of the bytes. Extension events are not
+    /// skipped: call [`Decoder::skip_extension`] first, or use [`Decoder::for_each`].
     #[inline]
     pub fn next_event(&mut self) -> Result<Option<Event>, DecodeError> {
         if self.pos >= self.buf.len() {
@@ -526,6 +552,34 @@ impl<'a> Decoder<'a> {
         })
     }
 
+    /// Decodes every remaining event, skipping extension events, and hands each to `sink` until
+    /// it returns `false`. This is the fast path: one loop, no per-event `Option`.
+    #[inline]
+    pub fn for_each(&mut self, mut sink: impl FnMut(Event) -> bool) -> Result<(), DecodeError> {
+        while let Some(&raw) = self.buf.get(self.pos) {
+            if EXTENSION_TAGS.contains(&(raw & !KEY_FLAG)) {
+                self.skip_extension()?;
+                continue;
+            }
+            let start = self.pos;
+            match self.decode_one() {
+                Ok(ev) => {
+                    if !sink(ev) {
+                        break;
+                    }
+                }
+                Err(what) => {
+                    return Err(DecodeError {
+                        offset: start,
+                        what,
+                    })
+                }
+            }
+        }
+        Ok(())
+    }
+
+    #[inline(always)]
     fn decode_one(&mut self) -> Result<Event, DecodeProblem> {
         use tag::*;
         use EventKind::*;
@@ -784,6 +838,7 @@ impl<'a> Decoder<'a> {
 
     /// Skips an extension event (tag in `EXTENSION_TAGS`) at the cursor, if there is one.
     /// Returns whether it skipped.
+    #[inline(never)]
     pub fn skip_extension(&mut self) -> Result<bool, DecodeError> {
         let start = self.pos;
         let Some(&raw) = self.buf.get(self.pos) else {
@@ -799,6 +854,10 @@ impl<'a> Decoder<'a> {
         self.pos += 1;
         if raw & KEY_FLAG != 0 {
             let delta = self.u64().map_err(err)?;
+            if delta == 0 {
+                // As for known events: the encoder never flags a zero delta.
+                return Err(err(DecodeProblem::BadNumber));
+            }
             self.st.key = self
                 .st
                 .key

@@ -16,11 +16,7 @@ pub enum TraceError {
     },
     #[error("{path}: not a foresight trace (the file does not start with the trace magic)")]
     NotATrace { path: PathBuf },
-    #[error(
-        "{path}: trace format version {major}.{minor} is newer than this reader ({}.x); \
-         upgrade foresight to read it",
-        crate::frame::VERSION_MAJOR
-    )]
+    #[error("{path}: {}", version_advice(*major, *minor))]
     UnsupportedVersion {
         path: PathBuf,
         major: u16,
@@ -92,6 +88,22 @@ pub enum ProblemKind {
     Ordering(String),
 }
 
+/// What to tell the user about a major version this reader does not read.
+fn version_advice(major: u16, minor: u16) -> String {
+    let ours = crate::frame::VERSION_MAJOR;
+    if major > ours {
+        format!(
+            "trace format version {major}.{minor} is newer than this reader ({ours}.x); \
+             upgrade foresight to read it"
+        )
+    } else {
+        format!(
+            "trace format version {major}.{minor} is older than this reader ({ours}.x) and \
+             no longer supported; read it with the foresight release that wrote it"
+        )
+    }
+}
+
 impl std::fmt::Display for Problem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "byte {}: {}", self.offset, self.kind)
@@ -107,6 +119,7 @@ impl Problem {
             self.kind,
             ProblemKind::NoTrailer
                 | ProblemKind::CutShortInChunk { .. }
+                | ProblemKind::UnknownChunkKind { .. }
                 | ProblemKind::Reference(_)
                 | ProblemKind::Ordering(_)
         )

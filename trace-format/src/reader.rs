@@ -8,6 +8,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::fs::File;
+use std::mem::MaybeUninit;
 use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
@@ -194,14 +195,6 @@ pub struct Trace {
     pub header_len: u64,
 }
 
-struct DecodedChunk {
-    offset: u64,
-    prefix: EventsPrefix,
-    events: Vec<Event>,
-    encoded_bytes: u64,
-    problems: Vec<Problem>,
-}
-
 impl TraceFile {
     pub fn open(path: impl AsRef<Path>) -> Result<Self, TraceError> {
         let path = path.as_ref().to_path_buf();
@@ -385,101 +378,255 @@ impl TraceFile {
         self.problems.extend(problems);
     }
 
-    fn decode_chunk(&self, c: &ChunkRef) -> DecodedChunk {
+    /// Checks an event chunk's checksum and prefix: the part of decoding that must happen before
+    /// the chunk's events can be given a place in their thread.
+    fn plan_chunk(&self, c: &ChunkRef) -> Result<PlannedChunk, Problem> {
         let payload = self.payload(c);
-        let mut out = DecodedChunk {
-            offset: c.offset,
-            prefix: EventsPrefix {
-                thread: 0,
-                sequence: 0,
-                base_key: 0,
-                event_count: 0,
-                start_ns: 0,
-                end_ns: 0,
-            },
-            events: Vec::new(),
-            encoded_bytes: 0,
-            problems: Vec::new(),
-        };
         if crc32fast::hash(payload) != c.payload_crc {
-            out.problems.push(Problem {
+            return Err(Problem {
                 offset: c.offset,
                 kind: ProblemKind::BadChunkChecksum,
             });
-            return out;
         }
         let Some(prefix) = EventsPrefix::read_from(payload) else {
-            out.problems.push(Problem {
+            return Err(Problem {
                 offset: c.offset,
                 kind: ProblemKind::BadEventsPrefix,
             });
-            return out;
         };
-        out.prefix = prefix;
-        let body = &payload[EVENTS_PREFIX_LEN..];
-        out.encoded_bytes = body.len() as u64;
-        // Every event takes at least one byte: the declared count cannot make us allocate more
-        // than the chunk's size warrants.
-        out.events
-            .reserve((prefix.event_count as usize).min(body.len()));
-        let mut dec = Decoder::new(body, prefix.base_key);
-        let body_offset = c.payload_offset + EVENTS_PREFIX_LEN as u64;
-        loop {
-            match dec.skip_extension() {
-                Ok(true) => continue,
-                Ok(false) => {}
-                Err(e) => {
-                    out.problems.push(Problem {
-                        offset: body_offset + e.offset as u64,
-                        kind: ProblemKind::BadEvent {
-                            index: out.events.len() as u32,
-                            what: e.what,
-                        },
-                    });
-                    return out;
-                }
+        let body_len = payload.len() - EVENTS_PREFIX_LEN;
+        Ok(PlannedChunk {
+            offset: c.offset,
+            body_offset: c.payload_offset + EVENTS_PREFIX_LEN as u64,
+            body_len,
+            prefix,
+            // Every event takes at least one byte, so the declared count cannot make us reserve
+            // more than the chunk's size warrants.
+            capacity: (prefix.event_count as usize).min(body_len),
+            first_event: 0,
+        })
+    }
+
+    /// Decodes one planned chunk into the slots reserved for it in its thread's event vector.
+    fn decode_chunk_into(
+        &self,
+        c: &PlannedChunk,
+        slots: &mut [MaybeUninit<Event>],
+        refs: &ReferenceCheck,
+    ) -> ChunkOutcome {
+        let mut written = 0usize;
+        self.decode_chunk_with(c, refs, |ev| match slots.get_mut(written) {
+            Some(slot) => {
+                slot.write(ev);
+                written += 1;
+                true
             }
-            match dec.next_event() {
-                Ok(Some(ev)) => out.events.push(ev),
-                Ok(None) => break,
-                Err(e) => {
-                    out.problems.push(Problem {
-                        offset: body_offset + e.offset as u64,
-                        kind: ProblemKind::BadEvent {
-                            index: out.events.len() as u32,
-                            what: e.what,
-                        },
-                    });
-                    return out;
+            None => false,
+        })
+    }
+
+    /// Decodes one planned chunk, handing each event to `store`, which says whether it kept it
+    /// (a chunk holding more events than it declared has no room for the rest).
+    #[inline]
+    fn decode_chunk_with(
+        &self,
+        c: &PlannedChunk,
+        refs: &ReferenceCheck,
+        mut store: impl FnMut(Event) -> bool,
+    ) -> ChunkOutcome {
+        let start = c.body_offset as usize;
+        let body = &self.bytes[start..start + c.body_len];
+        let mut out = ChunkOutcome {
+            written: 0,
+            last_key: c.prefix.base_key,
+            problems: Vec::new(),
+        };
+        let mut found = 0u64;
+        let mut dangling = 0u32;
+        let mut dec = Decoder::new(body, c.prefix.base_key);
+        let result = dec.for_each(|ev| {
+            if !refs.defines(&ev.kind) {
+                if dangling < MAX_REFERENCE_REPORTS {
+                    out.problems.push(refs.describe(c, found, &ev));
                 }
+                dangling += 1;
             }
-        }
-        if out.events.len() as u64 != prefix.event_count as u64 {
+            if store(ev) {
+                out.written += 1;
+                out.last_key = ev.key;
+            }
+            found += 1;
+            true
+        });
+        if let Err(e) = result {
+            out.problems.push(Problem {
+                offset: c.body_offset + e.offset as u64,
+                kind: ProblemKind::BadEvent {
+                    index: found.min(u32::MAX as u64) as u32,
+                    what: e.what,
+                },
+            });
+        } else if found != c.prefix.event_count as u64 {
             out.problems.push(Problem {
                 offset: c.offset,
                 kind: ProblemKind::EventCountMismatch {
-                    declared: prefix.event_count,
-                    found: out.events.len() as u32,
+                    declared: c.prefix.event_count,
+                    found: found.min(u32::MAX as u64) as u32,
                 },
             });
         }
         out
     }
 
-    /// Decodes the events of one thread only.
-    pub fn thread_events(&self, thread: ThreadId) -> (ThreadEvents, Vec<Problem>) {
-        let decoded: Vec<DecodedChunk> = self
+    /// Decodes the event chunks of the threads `wanted` accepts: chunks in parallel, each
+    /// straight into its place in its thread's vector, so no events are copied afterwards.
+    /// Checks every event chunk of the threads `wanted` accepts (in parallel) and orders the
+    /// good ones per thread.
+    fn plan_threads(
+        &self,
+        wanted: impl Fn(ThreadId) -> bool + Sync,
+    ) -> (Vec<ThreadChunks>, Vec<Problem>) {
+        let planned: Vec<Result<PlannedChunk, Problem>> = self
             .chunks
-            .iter()
+            .par_iter()
             .filter(|c| c.kind == ChunkKind::Events)
             .filter(|c| {
                 let p = self.payload(c);
-                p.len() >= 4 && u32::from_le_bytes(p[0..4].try_into().unwrap()) == thread
+                p.len() < 4 || wanted(u32::from_le_bytes(p[0..4].try_into().unwrap()))
             })
-            .map(|c| self.decode_chunk(c))
+            .map(|c| self.plan_chunk(c))
             .collect();
         let mut problems = Vec::new();
-        let mut threads = assemble(decoded, &mut problems);
+        let mut good = Vec::with_capacity(planned.len());
+        for p in planned {
+            match p {
+                Ok(c) if wanted(c.prefix.thread) => good.push(c),
+                Ok(_) => {}
+                Err(problem) => problems.push(problem),
+            }
+        }
+        let groups = group_by_thread(good, &mut problems);
+        (groups, problems)
+    }
+
+    fn decode_threads(
+        &self,
+        wanted: impl Fn(ThreadId) -> bool + Sync,
+    ) -> (Vec<ThreadEvents>, Vec<Problem>) {
+        let (groups, mut problems) = self.plan_threads(wanted);
+
+        // Reserve each thread's vector and hand every chunk its own disjoint window of it.
+        let mut vectors: Vec<Vec<Event>> = groups
+            .iter()
+            .map(|g| Vec::with_capacity(g.chunks.iter().map(|c| c.capacity).sum()))
+            .collect();
+        let mut work: Vec<(&PlannedChunk, &mut [MaybeUninit<Event>])> = Vec::new();
+        for (g, v) in groups.iter().zip(vectors.iter_mut()) {
+            let mut rest = v.spare_capacity_mut();
+            for c in &g.chunks {
+                let (mine, tail) = rest.split_at_mut(c.capacity);
+                work.push((c, mine));
+                rest = tail;
+            }
+        }
+        let refs = ReferenceCheck::new(&self.tables);
+        let outcomes: Vec<ChunkOutcome> = work
+            .into_par_iter()
+            .map(|(c, slots)| self.decode_chunk_into(c, slots, &refs))
+            .collect();
+
+        let mut outcomes = outcomes.into_iter();
+        let mut threads = Vec::with_capacity(groups.len());
+        for (g, mut events) in groups.into_iter().zip(vectors) {
+            let mut t = ThreadEvents {
+                thread: g.thread,
+                events: Vec::new(),
+                chunks: Vec::with_capacity(g.chunks.len()),
+                encoded_bytes: 0,
+            };
+            let mut filled = 0usize; // slots [0, filled) hold events, in program order
+            let mut window = 0usize; // start of the current chunk's window
+            let mut last_key = 0u64;
+            for c in &g.chunks {
+                let o = outcomes.next().expect("one outcome per planned chunk");
+                problems.extend(o.problems);
+                if c.prefix.base_key < last_key {
+                    problems.push(Problem {
+                        offset: c.offset,
+                        kind: ProblemKind::KeysBackwards {
+                            thread: g.thread,
+                            previous: last_key,
+                            next: c.prefix.base_key,
+                        },
+                    });
+                }
+                if o.written > 0 {
+                    last_key = o.last_key;
+                }
+                // A chunk that held fewer events than it declared leaves a gap: close it.
+                if window != filled {
+                    events
+                        .spare_capacity_mut()
+                        .copy_within(window..window + o.written, filled);
+                }
+                t.chunks.push(ChunkSpan {
+                    offset: c.offset,
+                    first_event: filled.min(u32::MAX as usize) as u32,
+                    start_ns: c.prefix.start_ns,
+                    end_ns: c.prefix.end_ns,
+                });
+                t.encoded_bytes += c.body_len as u64;
+                filled += o.written;
+                window += c.capacity;
+            }
+            // SAFETY: `filled` never exceeds the capacity reserved above (each chunk writes at
+            // most `capacity` slots of its own window), and every slot below `filled` was
+            // initialised: `decode_chunk_into` wrote slots `0..written` of each window, and the
+            // `copy_within` above moved exactly those initialised slots down, in order, so that
+            // they tile `0..filled` with no gap. `Event` is `Copy`, so nothing needs dropping.
+            unsafe { events.set_len(filled) };
+            t.events = events;
+            threads.push(t);
+        }
+        (threads, problems)
+    }
+
+    /// Decodes every event chunk without keeping the events: each chunk's events are handed to
+    /// `visit` in a buffer that is reused for the next chunk. Chunks are visited in parallel and
+    /// in no particular order; within a chunk, events are in program order. This is the fast
+    /// path for one-pass work (counting, summaries) over traces larger than memory wants to
+    /// hold: nothing is allocated per event. Returns the problems found, sorted by offset.
+    pub fn for_each_chunk(&self, visit: impl Fn(ChunkEvents<'_>) + Sync) -> Vec<Problem> {
+        let (groups, mut problems) = self.plan_threads(|_| true);
+        let refs = ReferenceCheck::new(&self.tables);
+        let chunks: Vec<&PlannedChunk> = groups.iter().flat_map(|g| &g.chunks).collect();
+        let found: Vec<Vec<Problem>> = chunks
+            .into_par_iter()
+            .map_init(Vec::new, |buf: &mut Vec<Event>, c| {
+                buf.clear();
+                buf.reserve(c.capacity);
+                let outcome = self.decode_chunk_with(c, &refs, |ev| {
+                    buf.push(ev);
+                    true
+                });
+                visit(ChunkEvents {
+                    thread: c.prefix.thread,
+                    sequence: c.prefix.sequence,
+                    offset: c.offset,
+                    events: buf,
+                });
+                outcome.problems
+            })
+            .collect();
+        problems.extend(found.into_iter().flatten());
+        problems.sort_by_key(|p| p.offset);
+        limit_reference_reports(&mut problems);
+        problems
+    }
+
+    /// Decodes the events of one thread only.
+    pub fn thread_events(&self, thread: ThreadId) -> (ThreadEvents, Vec<Problem>) {
+        let (mut threads, problems) = self.decode_threads(|t| t == thread);
         let t = threads.pop().unwrap_or(ThreadEvents {
             thread,
             ..Default::default()
@@ -489,14 +636,20 @@ impl TraceFile {
 
     /// Decodes every event chunk, in parallel.
     pub fn decode(self) -> Trace {
-        let decoded: Vec<DecodedChunk> = self
-            .chunks
-            .par_iter()
-            .filter(|c| c.kind == ChunkKind::Events)
-            .map(|c| self.decode_chunk(c))
-            .collect();
+        let (threads, decode_problems) = self.decode_threads(|_| true);
         let mut problems = self.problems.clone();
-        let threads = assemble(decoded, &mut problems);
+        problems.extend(decode_problems);
+        for t in &threads {
+            if !self.tables.threads.contains_key(&t.thread) {
+                problems.push(Problem {
+                    offset: t.chunks.first().map_or(0, |c| c.offset),
+                    kind: ProblemKind::Reference(format!(
+                        "thread {} has events but no entry in the thread table",
+                        t.thread
+                    )),
+                });
+            }
+        }
         let found: u64 = threads.iter().map(|t| t.events.len() as u64).sum();
         if let Some(t) = &self.trailer {
             if t.events != found && !problems.iter().any(Problem::is_damage) {
@@ -509,8 +662,8 @@ impl TraceFile {
                 });
             }
         }
-        check_references(&self.tables, &threads, &mut problems);
         problems.sort_by_key(|p| p.offset);
+        limit_reference_reports(&mut problems);
         Trace {
             path: self.path,
             version: self.version,
@@ -529,6 +682,201 @@ impl TraceFile {
             header_len: self.header_len,
         }
     }
+}
+
+/// The events of one chunk, as [`TraceFile::for_each_chunk`] hands them over.
+#[derive(Clone, Copy, Debug)]
+pub struct ChunkEvents<'a> {
+    pub thread: ThreadId,
+    /// The chunk's number within its thread.
+    pub sequence: u32,
+    /// Byte offset of the chunk header.
+    pub offset: u64,
+    pub events: &'a [Event],
+}
+
+/// An event chunk with a good checksum and prefix, and its place in its thread.
+struct PlannedChunk {
+    offset: u64,
+    body_offset: u64,
+    body_len: usize,
+    prefix: EventsPrefix,
+    /// Slots reserved for its events.
+    capacity: usize,
+    /// Index of its first event in the thread, if no earlier chunk comes up short.
+    first_event: usize,
+}
+
+struct ChunkOutcome {
+    written: usize,
+    last_key: u64,
+    problems: Vec<Problem>,
+}
+
+struct ThreadChunks {
+    thread: ThreadId,
+    chunks: Vec<PlannedChunk>,
+}
+
+/// Orders good chunks per thread by sequence number, dropping duplicates and reporting gaps.
+fn group_by_thread(
+    mut chunks: Vec<PlannedChunk>,
+    problems: &mut Vec<Problem>,
+) -> Vec<ThreadChunks> {
+    chunks.retain(|c| c.prefix.event_count > 0 || c.body_len > 0);
+    chunks.sort_by_key(|c| (c.prefix.thread, c.prefix.sequence, c.offset));
+    let mut threads: Vec<ThreadChunks> = Vec::new();
+    let mut expected_seq = 0u32;
+    let mut first_event = 0usize;
+    for mut c in chunks {
+        let new_thread = threads.last().is_none_or(|t| t.thread != c.prefix.thread);
+        if new_thread {
+            threads.push(ThreadChunks {
+                thread: c.prefix.thread,
+                chunks: Vec::new(),
+            });
+            expected_seq = 0;
+            first_event = 0;
+        }
+        let t = threads.last_mut().expect("pushed above");
+        let seq = c.prefix.sequence;
+        if !new_thread && seq < expected_seq {
+            problems.push(Problem {
+                offset: c.offset,
+                kind: ProblemKind::DuplicateChunk {
+                    thread: t.thread,
+                    sequence: seq,
+                },
+            });
+            continue;
+        }
+        if seq > expected_seq {
+            problems.push(Problem {
+                offset: c.offset,
+                kind: ProblemKind::MissingChunks {
+                    thread: t.thread,
+                    from: expected_seq,
+                    to: seq,
+                },
+            });
+        }
+        expected_seq = seq.saturating_add(1);
+        c.first_event = first_event;
+        first_event += c.capacity;
+        t.chunks.push(c);
+    }
+    threads
+}
+
+/// At most this many dangling references are reported per chunk, and per trace.
+const MAX_REFERENCE_REPORTS: u32 = 20;
+
+/// Keeps the first `MAX_REFERENCE_REPORTS` reference problems (already sorted by offset).
+fn limit_reference_reports(problems: &mut Vec<Problem>) {
+    let mut seen = 0u32;
+    problems.retain(|p| {
+        if matches!(p.kind, ProblemKind::Reference(_)) {
+            seen += 1;
+            seen <= MAX_REFERENCE_REPORTS
+        } else {
+            true
+        }
+    });
+}
+
+/// Which object and site ids the tables define, for a per-event check that costs a few
+/// instructions: ids are dense in practice, so a bitmap answers; ids far beyond the table's
+/// size (a hostile file) fall back to a hash set rather than growing the bitmap.
+struct IdSet {
+    bits: Vec<u64>,
+    sparse: std::collections::HashSet<u32>,
+}
+
+impl IdSet {
+    fn new(ids: impl Iterator<Item = u32> + Clone, count: usize) -> Self {
+        let dense_limit = (count as u64 * 4 + 4096).min(u32::MAX as u64 + 1);
+        let top = ids
+            .clone()
+            .map(|i| i as u64 + 1)
+            .filter(|&i| i <= dense_limit)
+            .max()
+            .unwrap_or(0);
+        let mut set = IdSet {
+            bits: vec![0; top.div_ceil(64) as usize],
+            sparse: Default::default(),
+        };
+        for id in ids {
+            if (id as u64) < top {
+                set.bits[id as usize / 64] |= 1 << (id % 64);
+            } else {
+                set.sparse.insert(id);
+            }
+        }
+        set
+    }
+
+    #[inline]
+    fn contains(&self, id: u32) -> bool {
+        match self.bits.get(id as usize / 64) {
+            Some(word) if word & (1 << (id % 64)) != 0 => true,
+            _ => !self.sparse.is_empty() && self.sparse.contains(&id),
+        }
+    }
+}
+
+/// Checks that an event's object and (synchronisation) site are in the tables.
+struct ReferenceCheck {
+    objects: IdSet,
+    sites: IdSet,
+}
+
+impl ReferenceCheck {
+    fn new(tables: &Tables) -> Self {
+        ReferenceCheck {
+            objects: IdSet::new(tables.objects.keys().copied(), tables.objects.len()),
+            sites: IdSet::new(tables.sites.keys().copied(), tables.sites.len()),
+        }
+    }
+
+    #[inline]
+    fn defines(&self, kind: &crate::event::EventKind) -> bool {
+        if let Some(o) = kind.object() {
+            if !self.objects.contains(o) {
+                return false;
+            }
+        }
+        match kind.site() {
+            // Memory sites are plain code addresses; only synchronisation sites are interned.
+            Some(s) if !self.sites.contains(s) => is_memory_like(kind),
+            _ => true,
+        }
+    }
+
+    #[cold]
+    fn describe(&self, c: &PlannedChunk, index_in_chunk: u64, ev: &Event) -> Problem {
+        let what = match ev.kind.object() {
+            Some(o) if !self.objects.contains(o) => format!("object {o}"),
+            _ => format!("site {}", ev.kind.site().unwrap_or_default()),
+        };
+        Problem {
+            offset: c.offset,
+            kind: ProblemKind::Reference(format!(
+                "thread {} event {} ({}) names {what}, which the tables do not define",
+                c.prefix.thread,
+                c.first_event as u64 + index_in_chunk,
+                ev.kind.name()
+            )),
+        }
+    }
+}
+
+fn is_memory_like(kind: &crate::event::EventKind) -> bool {
+    matches!(
+        kind.category(),
+        crate::event::Category::Memory
+            | crate::event::Category::Atomic
+            | crate::event::Category::Allocation
+    )
 }
 
 /// Finds every chunk after the file header. A damaged chunk header costs only that chunk: the
@@ -689,129 +1037,6 @@ fn decode_record<T: DeserializeOwned>(body: &[u8]) -> Result<T, String> {
     postcard::take_from_bytes::<T>(body)
         .map(|(v, _rest)| v)
         .map_err(|e| e.to_string())
-}
-
-/// Orders decoded chunks per thread, reporting duplicates and gaps, and concatenates them.
-fn assemble(mut decoded: Vec<DecodedChunk>, problems: &mut Vec<Problem>) -> Vec<ThreadEvents> {
-    for d in &mut decoded {
-        problems.append(&mut d.problems);
-    }
-    decoded.retain(|d| d.prefix.event_count > 0 || !d.events.is_empty());
-    decoded.sort_by_key(|d| (d.prefix.thread, d.prefix.sequence, d.offset));
-    let mut threads: Vec<ThreadEvents> = Vec::new();
-    let mut expected_seq = 0u32;
-    let mut last_key = 0u64;
-    for d in decoded {
-        let new_thread = threads.last().is_none_or(|t| t.thread != d.prefix.thread);
-        if new_thread {
-            threads.push(ThreadEvents {
-                thread: d.prefix.thread,
-                events: Vec::new(),
-                chunks: Vec::new(),
-                encoded_bytes: 0,
-            });
-            expected_seq = 0;
-            last_key = 0;
-        }
-        let t = threads.last_mut().expect("pushed above");
-        let seq = d.prefix.sequence;
-        if !new_thread && seq < expected_seq {
-            problems.push(Problem {
-                offset: d.offset,
-                kind: ProblemKind::DuplicateChunk {
-                    thread: t.thread,
-                    sequence: seq,
-                },
-            });
-            continue;
-        }
-        if seq > expected_seq {
-            problems.push(Problem {
-                offset: d.offset,
-                kind: ProblemKind::MissingChunks {
-                    thread: t.thread,
-                    from: expected_seq,
-                    to: seq,
-                },
-            });
-        } else if d.prefix.base_key < last_key {
-            problems.push(Problem {
-                offset: d.offset,
-                kind: ProblemKind::KeysBackwards {
-                    thread: t.thread,
-                    previous: last_key,
-                    next: d.prefix.base_key,
-                },
-            });
-        }
-        expected_seq = seq.saturating_add(1);
-        if let Some(last) = d.events.last() {
-            last_key = last.key;
-        }
-        t.chunks.push(ChunkSpan {
-            offset: d.offset,
-            first_event: t.events.len() as u32,
-            start_ns: d.prefix.start_ns,
-            end_ns: d.prefix.end_ns,
-        });
-        t.encoded_bytes += d.encoded_bytes;
-        if t.events.is_empty() {
-            t.events = d.events;
-        } else {
-            t.events.extend_from_slice(&d.events);
-        }
-    }
-    threads
-}
-
-/// Reports events that name a thread, object or site the tables do not define.
-fn check_references(tables: &Tables, threads: &[ThreadEvents], problems: &mut Vec<Problem>) {
-    const MAX_REPORTS: usize = 20;
-    let mut reported = 0usize;
-    for t in threads {
-        if !tables.threads.contains_key(&t.thread) && reported < MAX_REPORTS {
-            reported += 1;
-            problems.push(Problem {
-                offset: t.chunks.first().map_or(0, |c| c.offset),
-                kind: ProblemKind::Reference(format!(
-                    "thread {} has events but no entry in the thread table",
-                    t.thread
-                )),
-            });
-        }
-        for (i, ev) in t.events.iter().enumerate() {
-            if reported >= MAX_REPORTS {
-                return;
-            }
-            let is_memory = matches!(
-                ev.kind.category(),
-                crate::event::Category::Memory
-                    | crate::event::Category::Atomic
-                    | crate::event::Category::Allocation
-            );
-            let dangling_object = ev.kind.object().filter(|o| !tables.objects.contains_key(o));
-            // Memory sites are plain code addresses; only synchronisation sites are interned.
-            let dangling_site = ev
-                .kind
-                .site()
-                .filter(|s| !is_memory && !tables.sites.contains_key(s));
-            let missing = dangling_object
-                .map(|o| format!("object {o}"))
-                .or_else(|| dangling_site.map(|s| format!("site {s}")));
-            if let Some(what) = missing {
-                reported += 1;
-                problems.push(Problem {
-                    offset: t.offset_of(i),
-                    kind: ProblemKind::Reference(format!(
-                        "thread {} event {} ({}) names {what}, which the tables do not define",
-                        t.thread,
-                        i,
-                        ev.kind.name()
-                    )),
-                });
-            }
-        }
-    }
 }
 
 impl Trace {

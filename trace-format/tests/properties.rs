@@ -182,6 +182,27 @@ fn decoded_events(trace: &Trace, threads: usize) -> Vec<Vec<Event>> {
     out
 }
 
+/// Collects each thread's events through `TraceFile::for_each_chunk`, putting chunks back in
+/// their order.
+fn streamed_events(bytes: &[u8], threads: usize) -> Vec<Vec<Event>> {
+    let file = foresight_trace::TraceFile::from_bytes("stream", bytes.to_vec()).unwrap();
+    let chunks = std::sync::Mutex::new(Vec::new());
+    let problems = file.for_each_chunk(|c| {
+        chunks
+            .lock()
+            .unwrap()
+            .push((c.thread, c.sequence, c.events.to_vec()))
+    });
+    assert!(!problems.iter().any(|p| p.is_damage()), "{problems:?}");
+    let mut chunks = chunks.into_inner().unwrap();
+    chunks.sort_by_key(|c| (c.0, c.1));
+    let mut out = vec![Vec::new(); threads];
+    for (t, _, events) in chunks {
+        out[t as usize].extend(events);
+    }
+    out
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
@@ -196,7 +217,9 @@ proptest! {
         prop_assert_eq!(&decoded_events(&trace, threads.len()), &threads);
         prop_assert_eq!(&trace.header, &header());
         let again = encode(&decoded_events(&trace, threads.len()), chunk_bytes, true);
-        prop_assert_eq!(again, bytes);
+        prop_assert_eq!(&again, &bytes);
+        // The streaming path sees the same events, chunk by chunk.
+        prop_assert_eq!(&streamed_events(&bytes, threads.len()), &threads);
     }
 
     #[test]
@@ -233,6 +256,9 @@ proptest! {
             let at = i.index(bytes.len());
             bytes[at] ^= x;
         }
+        if let Ok(file) = foresight_trace::TraceFile::from_bytes("flipped", bytes.clone()) {
+            let _ = file.for_each_chunk(|_| {});
+        }
         if let Ok(trace) = Trace::from_bytes("flipped", bytes) {
             let _ = foresight_trace::ordering::check(&trace);
             let _: Vec<_> = trace.merged().collect();
@@ -260,4 +286,46 @@ proptest! {
         let trace = Trace::from_bytes("noise", bytes).unwrap();
         let _ = foresight_trace::ordering::check(&trace);
     }
+}
+
+/// A chunk that declares more events than it holds (with a valid checksum: a writer bug, not
+/// line noise) costs only the count: the thread keeps every event, in order, with no gap where
+/// the missing ones were reserved.
+#[test]
+fn a_chunk_declaring_too_many_events_leaves_no_gap() {
+    use foresight_trace::frame::{read_chunk_header, write_chunk_header, ChunkKind};
+    use foresight_trace::frame::{CHUNK_HEADER_LEN, FILE_PREFIX_LEN};
+    let events: Vec<Event> = (1..=60)
+        .map(|i| Event {
+            key: i,
+            kind: EventKind::OnceRun { once: i as u32 % 3 },
+        })
+        .collect();
+    let mut bytes = encode(&[events.clone()], 64, true);
+    // Find the first events chunk and raise its declared count by 5.
+    let hlen = u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;
+    let mut pos = FILE_PREFIX_LEN + hlen;
+    loop {
+        let h = read_chunk_header(&bytes[pos..]).unwrap();
+        let payload = pos + CHUNK_HEADER_LEN..pos + CHUNK_HEADER_LEN + h.payload_len as usize;
+        if h.kind == ChunkKind::Events {
+            let count_at = payload.start + 16;
+            let declared = u32::from_le_bytes(bytes[count_at..count_at + 4].try_into().unwrap());
+            bytes[count_at..count_at + 4].copy_from_slice(&(declared + 5).to_le_bytes());
+            let body = bytes[payload.clone()].to_vec();
+            write_chunk_header(
+                &mut bytes[pos..pos + CHUNK_HEADER_LEN],
+                ChunkKind::Events,
+                &body,
+            );
+            break;
+        }
+        pos = payload.end;
+    }
+    let trace = Trace::from_bytes("overcount", bytes).unwrap();
+    assert_eq!(trace.threads[0].events, events);
+    assert!(trace.problems.iter().any(|p| matches!(
+        p.kind,
+        foresight_trace::ProblemKind::EventCountMismatch { .. }
+    )));
 }

@@ -5,10 +5,17 @@ use std::path::Path;
 
 use foresight_trace::Trace;
 
-/// Opens and decodes a trace; an unreadable file is an error (exit code 2).
+/// Opens and decodes a trace and checks its ordering invariant; an unreadable file is an error
+/// (exit code 2), a trace that breaks the invariant reads with the breaks among its problems.
 pub fn load(path: &Path) -> anyhow::Result<Trace> {
     // The error names the file and the byte offset already.
-    Ok(Trace::open(path)?)
+    let mut trace = Trace::open(path)?;
+    let broken = foresight_trace::ordering::check(&trace);
+    if !broken.is_empty() {
+        trace.problems.extend(broken);
+        trace.problems.sort_by_key(|p| p.offset);
+    }
+    Ok(trace)
 }
 
 /// Tells on stderr what was wrong with a trace that still read.
