@@ -82,7 +82,40 @@ fn header() -> Header {
 }
 
 fn file(threads: &[Vec<Event>]) -> Vec<u8> {
+    use foresight_trace::tables::{ClassKey, Frame, ObjectInfo, ObjectKind, SiteInfo, ThreadInfo};
+    use foresight_trace::TableRecord;
     let mut w = TraceWriter::new(Vec::new(), &header()).unwrap();
+    // The tables a recorder would write, so that decoding pays for its reference checks as it
+    // does on a real trace.
+    for id in 0..threads.len() as u32 {
+        w.table(&TableRecord::Thread(ThreadInfo {
+            id,
+            os_tid: 100 + id,
+            parent: id.checked_sub(1),
+            name: None,
+        }))
+        .unwrap();
+    }
+    for id in 0..threads.len() as u32 * 2 {
+        w.table(&TableRecord::Object(ObjectInfo {
+            id,
+            kind: ObjectKind::Mutex,
+            address: 0x5000 + id as u64 * 64,
+            generation: 0,
+            class: ClassKey::FirstUse(id % 7),
+        }))
+        .unwrap();
+    }
+    for id in 0..40 {
+        w.table(&TableRecord::Site(SiteInfo {
+            id,
+            frames: vec![Frame {
+                module: 0,
+                offset: 0x1000 + id as u64 * 16,
+            }],
+        }))
+        .unwrap();
+    }
     for (t, evs) in threads.iter().enumerate() {
         w.thread_events(t as u32, evs, 64 << 10).unwrap();
     }
@@ -109,6 +142,11 @@ fn benches(c: &mut Criterion) {
     let mem_file = file(&[memory_heavy(1_000_000)]);
     let lock_trace = Trace::from_bytes("lock", lock_file.clone()).unwrap();
     let mem_trace = Trace::from_bytes("mem", mem_file.clone()).unwrap();
+    assert!(
+        lock_trace.problems.is_empty() && mem_trace.problems.is_empty(),
+        "the benchmark traces read cleanly: {:?}",
+        lock_trace.problems
+    );
     println!(
         "size: lock-heavy {:.2} bytes/event, memory accesses {:.2} bytes/event",
         bytes_per_event(&lock_trace),

@@ -457,6 +457,11 @@ pub struct Decoder<'a> {
     buf: &'a [u8],
     pos: usize,
     st: DeltaState,
+    /// One more than the largest object id decoded so far (0: none), and the same for the
+    /// sites of synchronisation events: a reader whose tables define every id below these
+    /// knows the chunk names nothing undefined without looking at each event again.
+    objects_below: u64,
+    sites_below: u64,
 }
 
 impl<'a> Decoder<'a> {
@@ -465,11 +470,38 @@ impl<'a> Decoder<'a> {
             buf,
             pos: 0,
             st: DeltaState::starting_at(base_key),
+            objects_below: 0,
+            sites_below: 0,
         }
     }
 
     pub fn position(&self) -> usize {
         self.pos
+    }
+
+    /// One more than the largest object id in the events decoded so far; 0 if none named one.
+    pub fn objects_below(&self) -> u64 {
+        self.objects_below
+    }
+
+    /// One more than the largest site id of a synchronisation event decoded so far (memory
+    /// access sites are code addresses, not table ids); 0 if none.
+    pub fn sites_below(&self) -> u64 {
+        self.sites_below
+    }
+
+    #[inline(always)]
+    fn object_id(&mut self) -> Result<u32, DecodeProblem> {
+        let id = self.u32()?;
+        self.objects_below = self.objects_below.max(id as u64 + 1);
+        Ok(id)
+    }
+
+    #[inline(always)]
+    fn sync_site(&mut self) -> Result<u32, DecodeProblem> {
+        let id = self.u32()?;
+        self.sites_below = self.sites_below.max(id as u64 + 1);
+        Ok(id)
     }
 
     pub fn is_at_end(&self) -> bool {
@@ -603,11 +635,11 @@ impl<'a> Decoder<'a> {
             THREAD_EXIT => ThreadExit,
             THREAD_CREATE => ThreadCreate {
                 child: self.u32()?,
-                site: self.u32()?,
+                site: self.sync_site()?,
             },
             JOIN_REQUEST => JoinRequest {
                 child: self.u32()?,
-                site: self.u32()?,
+                site: self.sync_site()?,
             },
             JOIN_END => JoinEnd {
                 child: self.u32()?,
@@ -619,33 +651,35 @@ impl<'a> Decoder<'a> {
             },
             THREAD_DETACH => ThreadDetach {
                 child: self.u32()?,
-                site: self.u32()?,
+                site: self.sync_site()?,
             },
             FORK => Fork {
                 child_pid: self.u32()?,
-                site: self.u32()?,
+                site: self.sync_site()?,
             },
-            EXEC => Exec { site: self.u32()? },
+            EXEC => Exec {
+                site: self.sync_site()?,
+            },
             LOCK_REQUEST => LockRequest {
-                lock: self.u32()?,
+                lock: self.object_id()?,
                 mode: LockMode::Exclusive,
-                site: self.u32()?,
+                site: self.sync_site()?,
             },
             LOCK_REQUEST_SHARED => LockRequest {
-                lock: self.u32()?,
+                lock: self.object_id()?,
                 mode: LockMode::Shared,
-                site: self.u32()?,
+                site: self.sync_site()?,
             },
             LOCK_ACQUIRED => LockAcquired {
-                lock: self.u32()?,
+                lock: self.object_id()?,
                 mode: LockMode::Exclusive,
             },
             LOCK_ACQUIRED_SHARED => LockAcquired {
-                lock: self.u32()?,
+                lock: self.object_id()?,
                 mode: LockMode::Shared,
             },
             LOCK_FAILED => LockFailed {
-                lock: self.u32()?,
+                lock: self.object_id()?,
                 errno: self.u32()?,
             },
             TRYLOCK | TRYLOCK_SHARED | TRYLOCK_FAILED | TRYLOCK_SHARED_FAILED => {
@@ -656,102 +690,108 @@ impl<'a> Decoder<'a> {
                 };
                 let acquired = t == TRYLOCK || t == TRYLOCK_SHARED;
                 LockTry {
-                    lock: self.u32()?,
+                    lock: self.object_id()?,
                     mode,
-                    site: self.u32()?,
+                    site: self.sync_site()?,
                     acquired,
                 }
             }
             LOCK_RELEASE => LockRelease {
-                lock: self.u32()?,
-                site: self.u32()?,
+                lock: self.object_id()?,
+                site: self.sync_site()?,
             },
             OBJECT_INIT => ObjectInit {
-                object: self.u32()?,
-                site: self.u32()?,
+                object: self.object_id()?,
+                site: self.sync_site()?,
             },
             OBJECT_DESTROY => ObjectDestroy {
-                object: self.u32()?,
-                site: self.u32()?,
+                object: self.object_id()?,
+                site: self.sync_site()?,
             },
             COND_WAIT => CondWaitBegin {
-                cond: self.u32()?,
-                mutex: self.u32()?,
-                site: self.u32()?,
+                cond: self.object_id()?,
+                mutex: self.object_id()?,
+                site: self.sync_site()?,
             },
             COND_WOKEN => CondWaitEnd {
-                cond: self.u32()?,
-                mutex: self.u32()?,
+                cond: self.object_id()?,
+                mutex: self.object_id()?,
                 outcome: WaitOutcome::Woken,
             },
             COND_TIMED_OUT => CondWaitEnd {
-                cond: self.u32()?,
-                mutex: self.u32()?,
+                cond: self.object_id()?,
+                mutex: self.object_id()?,
                 outcome: WaitOutcome::TimedOut,
             },
             COND_SIGNAL => CondSignal {
-                cond: self.u32()?,
-                site: self.u32()?,
+                cond: self.object_id()?,
+                site: self.sync_site()?,
             },
             COND_BROADCAST => CondBroadcast {
-                cond: self.u32()?,
-                site: self.u32()?,
+                cond: self.object_id()?,
+                site: self.sync_site()?,
             },
             BARRIER_INIT => BarrierInit {
-                barrier: self.u32()?,
+                barrier: self.object_id()?,
                 count: self.u32()?,
-                site: self.u32()?,
+                site: self.sync_site()?,
             },
             BARRIER_ARRIVE => BarrierWaitBegin {
-                barrier: self.u32()?,
-                site: self.u32()?,
+                barrier: self.object_id()?,
+                site: self.sync_site()?,
             },
             BARRIER_DEPART => BarrierWaitEnd {
-                barrier: self.u32()?,
+                barrier: self.object_id()?,
                 generation: self.u64()?,
                 serial: false,
             },
             BARRIER_DEPART_SERIAL => BarrierWaitEnd {
-                barrier: self.u32()?,
+                barrier: self.object_id()?,
                 generation: self.u64()?,
                 serial: true,
             },
             ONCE_BEGIN => OnceBegin {
-                once: self.u32()?,
-                site: self.u32()?,
+                once: self.object_id()?,
+                site: self.sync_site()?,
             },
-            ONCE_RUN => OnceRun { once: self.u32()? },
-            ONCE_END => OnceEnd { once: self.u32()? },
-            ONCE_SKIP => OnceSkip { once: self.u32()? },
+            ONCE_RUN => OnceRun {
+                once: self.object_id()?,
+            },
+            ONCE_END => OnceEnd {
+                once: self.object_id()?,
+            },
+            ONCE_SKIP => OnceSkip {
+                once: self.object_id()?,
+            },
             SEM_INIT => SemInit {
-                sem: self.u32()?,
+                sem: self.object_id()?,
                 value: self.u32()?,
-                site: self.u32()?,
+                site: self.sync_site()?,
             },
             SEM_POST => SemPost {
-                sem: self.u32()?,
-                site: self.u32()?,
+                sem: self.object_id()?,
+                site: self.sync_site()?,
             },
             SEM_WAIT => SemWaitBegin {
-                sem: self.u32()?,
-                site: self.u32()?,
+                sem: self.object_id()?,
+                site: self.sync_site()?,
             },
             SEM_ACQUIRED => SemWaitEnd {
-                sem: self.u32()?,
+                sem: self.object_id()?,
                 acquired: true,
             },
             SEM_WAIT_FAILED => SemWaitEnd {
-                sem: self.u32()?,
+                sem: self.object_id()?,
                 acquired: false,
             },
             SEM_TRY => SemTry {
-                sem: self.u32()?,
-                site: self.u32()?,
+                sem: self.object_id()?,
+                site: self.sync_site()?,
                 acquired: true,
             },
             SEM_TRY_FAILED => SemTry {
-                sem: self.u32()?,
-                site: self.u32()?,
+                sem: self.object_id()?,
+                site: self.sync_site()?,
                 acquired: false,
             },
             0x40..=0x45 | 0x48..=0x4d => {
@@ -812,24 +852,24 @@ impl<'a> Decoder<'a> {
                 Free { addr, site }
             }
             LOCK_CLASS_NAME => LockClassName {
-                lock: self.u32()?,
+                lock: self.object_id()?,
                 name: self.u32()?,
             },
             LOCK_SUBCLASS => LockSubclass {
-                lock: self.u32()?,
+                lock: self.object_id()?,
                 subclass: self.u32()?,
             },
             LOCK_RANK => LockRank {
-                lock: self.u32()?,
+                lock: self.object_id()?,
                 rank: self.u32()?,
             },
             HAPPENS_BEFORE => HappensBefore {
                 tag: self.u64()?,
-                site: self.u32()?,
+                site: self.sync_site()?,
             },
             HAPPENS_AFTER => HappensAfter {
                 tag: self.u64()?,
-                site: self.u32()?,
+                site: self.sync_site()?,
             },
             other => return Err(DecodeProblem::UnknownTag(other)),
         };

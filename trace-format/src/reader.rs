@@ -442,15 +442,8 @@ impl TraceFile {
             problems: Vec::new(),
         };
         let mut found = 0u64;
-        let mut dangling = 0u32;
         let mut dec = Decoder::new(body, c.prefix.base_key);
         let result = dec.for_each(|ev| {
-            if !refs.defines(&ev.kind) {
-                if dangling < MAX_REFERENCE_REPORTS {
-                    out.problems.push(refs.describe(c, found, &ev));
-                }
-                dangling += 1;
-            }
             if store(ev) {
                 out.written += 1;
                 out.last_key = ev.key;
@@ -458,6 +451,19 @@ impl TraceFile {
             found += 1;
             true
         });
+        // The decoder noted the largest ids; only a chunk naming an id the tables may lack is
+        // looked at event by event, in a second pass.
+        if !refs.covers(dec.objects_below(), dec.sites_below()) {
+            let mut index = 0u64;
+            let mut again = Decoder::new(body, c.prefix.base_key);
+            let _ = again.for_each(|ev| {
+                if !refs.defines(&ev.kind) {
+                    out.problems.push(refs.describe(c, index, &ev));
+                }
+                index += 1;
+                (out.problems.len() as u32) < MAX_REFERENCE_REPORTS
+            });
+        }
         if let Err(e) = result {
             out.problems.push(Problem {
                 offset: c.body_offset + e.offset as u64,
@@ -478,8 +484,6 @@ impl TraceFile {
         out
     }
 
-    /// Decodes the event chunks of the threads `wanted` accepts: chunks in parallel, each
-    /// straight into its place in its thread's vector, so no events are copied afterwards.
     /// Checks every event chunk of the threads `wanted` accepts (in parallel) and orders the
     /// good ones per thread.
     fn plan_threads(
@@ -509,6 +513,8 @@ impl TraceFile {
         (groups, problems)
     }
 
+    /// Decodes the event chunks of the threads `wanted` accepts: chunks in parallel, each
+    /// straight into its place in its thread's vector, so no events are copied afterwards.
     fn decode_threads(
         &self,
         wanted: impl Fn(ThreadId) -> bool + Sync,
@@ -815,6 +821,13 @@ impl IdSet {
         set
     }
 
+    /// The length of the run of defined ids starting at 0.
+    fn dense_prefix(&self) -> u64 {
+        let full = self.bits.iter().take_while(|w| **w == u64::MAX).count();
+        let partial = self.bits.get(full).map_or(0, |w| w.trailing_ones());
+        full as u64 * 64 + partial as u64
+    }
+
     #[inline]
     fn contains(&self, id: u32) -> bool {
         match self.bits.get(id as usize / 64) {
@@ -828,20 +841,40 @@ impl IdSet {
 struct ReferenceCheck {
     objects: IdSet,
     sites: IdSet,
+    /// Every object id below this is defined (ids are dense in a recorder's trace).
+    objects_dense: u64,
+    sites_dense: u64,
 }
 
 impl ReferenceCheck {
     fn new(tables: &Tables) -> Self {
+        let objects = IdSet::new(tables.objects.keys().copied(), tables.objects.len());
+        let sites = IdSet::new(tables.sites.keys().copied(), tables.sites.len());
         ReferenceCheck {
-            objects: IdSet::new(tables.objects.keys().copied(), tables.objects.len()),
-            sites: IdSet::new(tables.sites.keys().copied(), tables.sites.len()),
+            objects_dense: objects.dense_prefix(),
+            sites_dense: sites.dense_prefix(),
+            objects,
+            sites,
         }
+    }
+
+    /// True when every object id below `objects_below` and site id below `sites_below` is
+    /// defined.
+    #[inline]
+    fn covers(&self, objects_below: u64, sites_below: u64) -> bool {
+        objects_below <= self.objects_dense && sites_below <= self.sites_dense
     }
 
     #[inline]
     fn defines(&self, kind: &crate::event::EventKind) -> bool {
+        use crate::event::EventKind::{CondWaitBegin, CondWaitEnd};
         if let Some(o) = kind.object() {
             if !self.objects.contains(o) {
+                return false;
+            }
+        }
+        if let CondWaitBegin { mutex, .. } | CondWaitEnd { mutex, .. } = *kind {
+            if !self.objects.contains(mutex) {
                 return false;
             }
         }
@@ -854,8 +887,14 @@ impl ReferenceCheck {
 
     #[cold]
     fn describe(&self, c: &PlannedChunk, index_in_chunk: u64, ev: &Event) -> Problem {
-        let what = match ev.kind.object() {
-            Some(o) if !self.objects.contains(o) => format!("object {o}"),
+        use crate::event::EventKind::{CondWaitBegin, CondWaitEnd};
+        let what = match (ev.kind.object(), ev.kind) {
+            (Some(o), _) if !self.objects.contains(o) => format!("object {o}"),
+            (_, CondWaitBegin { mutex, .. } | CondWaitEnd { mutex, .. })
+                if !self.objects.contains(mutex) =>
+            {
+                format!("object {mutex}")
+            }
             _ => format!("site {}", ev.kind.site().unwrap_or_default()),
         };
         Problem {

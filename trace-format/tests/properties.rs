@@ -301,7 +301,7 @@ fn a_chunk_declaring_too_many_events_leaves_no_gap() {
             kind: EventKind::OnceRun { once: i as u32 % 3 },
         })
         .collect();
-    let mut bytes = encode(&[events.clone()], 64, true);
+    let mut bytes = encode(std::slice::from_ref(&events), 64, true);
     // Find the first events chunk and raise its declared count by 5.
     let hlen = u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;
     let mut pos = FILE_PREFIX_LEN + hlen;
