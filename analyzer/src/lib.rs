@@ -1,3 +1,18 @@
 //! The foresight analyzer: reads traces and predicts deadlocks and races; and the CLI.
+//!
+//! Pipeline of `foresight analyze` (see ARCHITECTURE.md): [`model`] converts each trace into
+//! the analyzer's types (with the [`hb`] clocks), [`lock_graph`] builds the class-level
+//! lock-order graph over all traces, [`cycles`] enumerates its elementary cycles, [`deadlock`]
+//! decides which are predicted at instance level, [`waits`] covers join/barrier/condition/
+//! semaphore waits and rwlocks, [`analysis`] ties them into findings, [`report`] prints them.
 
+pub mod analysis;
 pub mod cli;
+pub mod cycles;
+pub mod deadlock;
+pub mod hb;
+pub mod lock_graph;
+pub mod model;
+pub mod report;
+pub mod vector_clock;
+pub mod waits;

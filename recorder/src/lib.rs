@@ -1,5 +1,38 @@
-//! The foresight runtime: an `LD_PRELOAD` library that records synchronisation events.
+//! The foresight runtime: an `LD_PRELOAD` library (`libforesight_rt.so`) that records the
+//! synchronisation events of a C/C++ program into a foresight trace.
 //!
-//! Work in progress: only the resolution of real symbols exists so far.
+//! Code map (see `ARCHITECTURE.md` for the invariants):
+//! - `hooks/`: the interposed functions, one module per primitive family, and the naked
+//!   entries that capture the caller's return address (`hooks/naked.rs`).
+//! - `runtime.rs`: start-up (`.init_array`), completion (exit, `_exit`, signals, exec), fork.
+//! - `thread_state.rs`: per-thread buffers and clocks, the live-thread registry, `pthread_t` map.
+//! - `sequence.rs`: event keys (Lamport clocks by default, or one global counter).
+//! - `objects.rs`: address → object id with generations; per-object clocks.
+//! - `sites.rs`, `modules.rs`: call sites as module + offset; loaded modules and build-ids.
+//! - `output.rs`: the trace file (pwrite at reserved offsets), table records, trailer.
+//! - `alloc.rs`: the mmap-backed global allocator (never the program's malloc).
+//! - `config.rs`, `spin.rs`, `real.rs`: the env contract, a spinlock, real-symbol lookup.
 
+pub mod alloc;
+pub mod config;
+pub mod hooks;
+pub mod modules;
+pub mod objects;
+pub mod output;
 pub mod real;
+pub mod runtime;
+pub mod sequence;
+pub mod sites;
+pub mod spin;
+pub mod thread_state;
+
+/// Every Rust allocation of the runtime comes from its own mmap regions (`alloc.rs`).
+#[global_allocator]
+pub static ALLOC: alloc::RtAlloc = alloc::RtAlloc::new();
+
+/// Runs `runtime::init` when the library is loaded, before the program's constructors and
+/// `main`.
+#[cfg(not(test))]
+#[used]
+#[link_section = ".init_array"]
+static INIT: extern "C" fn() = runtime::init;

@@ -1,10 +1,24 @@
-//! Resolution of the interposed functions' real definitions with `dlsym(RTLD_NEXT, …)`.
+//! Resolution of the interposed functions' real definitions with `dlsym(RTLD_NEXT, …)` (or
+//! `dlvsym` where glibc versions a symbol).
+//!
+//! Resolution is lazy and may happen very early (a hook called from another library's
+//! constructor, before ours ran) or recursively (a hook called from inside `dlsym`'s own
+//! bootstrap). `try_get` reports the recursive case as `None`, so the hook can fall through
+//! instead of recursing forever.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
+
+thread_local! {
+    /// Set while this thread is inside `dlsym`/`dlvsym` for a `RealFn`.
+    static RESOLVING: Cell<bool> = const { Cell::new(false) };
+}
 
 /// One lazily resolved symbol; resolving twice concurrently is harmless (same answer).
 pub struct RealFn {
     name: &'static [u8],
+    /// NUL-terminated glibc symbol version, or empty for plain `dlsym`.
+    version: &'static [u8],
     addr: AtomicUsize,
 }
 
@@ -13,24 +27,117 @@ impl RealFn {
     pub const fn new(name: &'static [u8]) -> Self {
         Self {
             name,
+            version: b"",
             addr: AtomicUsize::new(0),
         }
     }
 
+    /// A symbol that glibc versions: `dlvsym(RTLD_NEXT, name, version)` first (both
+    /// NUL-terminated), plain `dlsym` if that version does not exist on this platform.
+    pub const fn versioned(name: &'static [u8], version: &'static [u8]) -> Self {
+        Self {
+            name,
+            version,
+            addr: AtomicUsize::new(0),
+        }
+    }
+
+    /// The real function's address; aborts if it does not exist (nothing sensible can continue).
     #[inline]
     pub fn get(&self) -> usize {
+        match self.try_get() {
+            Some(a) => a,
+            None => std::process::abort(),
+        }
+    }
+
+    /// The real function's address, or `None` when it cannot be resolved right now (we are
+    /// inside `dlsym` on this thread) or at all.
+    #[inline]
+    pub fn try_get(&self) -> Option<usize> {
         let a = self.addr.load(Ordering::Relaxed);
         if a != 0 {
-            return a;
+            return Some(a);
         }
-        // SAFETY: `name` is NUL-terminated (checked by the constructors' callers) and
-        // `RTLD_NEXT` asks for the definition after this library, i.e. libc's.
-        let a = unsafe { libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr().cast()) } as usize;
+        self.resolve()
+    }
+
+    #[cold]
+    fn resolve(&self) -> Option<usize> {
+        if RESOLVING.with(|r| r.replace(true)) {
+            return None;
+        }
+        let mut a = 0usize;
+        if self.version.len() > 1 {
+            // SAFETY: both strings are NUL-terminated statics; RTLD_NEXT asks for the
+            // definition after this library (libc's).
+            a = unsafe {
+                libc::dlvsym(
+                    libc::RTLD_NEXT,
+                    self.name.as_ptr().cast(),
+                    self.version.as_ptr().cast(),
+                )
+            } as usize;
+        }
         if a == 0 {
-            // Nothing sensible can continue without the real function.
-            std::process::abort();
+            // SAFETY: as above.
+            a = unsafe { libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr().cast()) } as usize;
+        }
+        RESOLVING.with(|r| r.set(false));
+        if a == 0 {
+            return None;
         }
         self.addr.store(a, Ordering::Relaxed);
-        a
+        Some(a)
+    }
+}
+
+/// Declares a `RealFn` static and a typed accessor for it.
+///
+/// `real!(pub REAL_X: unsafe extern "C-unwind" fn(*mut T) -> c_int = b"x\0");`
+macro_rules! real {
+    ($vis:vis $name:ident : $ty:ty = $sym:literal) => {
+        $vis static $name: $crate::real::Typed<$ty> = $crate::real::Typed::new($sym, b"");
+    };
+    ($vis:vis $name:ident : $ty:ty = $sym:literal @ $ver:literal) => {
+        $vis static $name: $crate::real::Typed<$ty> = $crate::real::Typed::new($sym, $ver);
+    };
+}
+pub(crate) use real;
+
+/// A `RealFn` with the function-pointer type of the real function.
+pub struct Typed<F> {
+    raw: RealFn,
+    _ty: std::marker::PhantomData<F>,
+}
+
+// SAFETY: only holds an atomic address; F is a plain fn-pointer type.
+unsafe impl<F> Sync for Typed<F> {}
+
+impl<F: Copy> Typed<F> {
+    pub const fn new(name: &'static [u8], version: &'static [u8]) -> Self {
+        Self {
+            raw: RealFn::versioned(name, version),
+            _ty: std::marker::PhantomData,
+        }
+    }
+
+    /// The typed function pointer, or `None` during `dlsym`'s own bootstrap.
+    #[inline]
+    pub fn try_get(&self) -> Option<F> {
+        let a = self.raw.try_get()?;
+        debug_assert_eq!(std::mem::size_of::<F>(), std::mem::size_of::<usize>());
+        // SAFETY: F is the fn-pointer type of the symbol `name` (the `real!` declarations
+        // give the C prototypes), and `a` is that symbol's non-null address.
+        Some(unsafe { std::mem::transmute_copy::<usize, F>(&a) })
+    }
+
+    /// The typed function pointer; aborts if the symbol is missing.
+    #[inline]
+    pub fn get(&self) -> F {
+        match self.try_get() {
+            Some(f) => f,
+            None => std::process::abort(),
+        }
     }
 }

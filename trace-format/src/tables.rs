@@ -14,6 +14,11 @@ pub enum Ordering {
     /// Keys are readings of a clock shared by all cores (e.g. an invariant TSC), taken inside
     /// the critical window; `ticks_per_second` converts them to time. Ties are possible.
     Clock { ticks_per_second: u64 },
+    /// Keys are Lamport clocks: each thread keeps a counter and each synchronisation object
+    /// remembers the largest key released through it; an acquire takes
+    /// `max(thread, object) + 1`. Causally ordered events get increasing keys; concurrent ones
+    /// may tie (the merged order breaks ties by thread id). No global counter is shared.
+    Logical,
 }
 
 /// The file header, written once when recording starts.

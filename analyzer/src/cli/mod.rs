@@ -4,8 +4,10 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod analyze;
 mod dump;
 mod output;
+mod record;
 mod stats;
 
 /// Exit code for bad input or usage.
@@ -25,10 +27,14 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Predict deadlocks: lock-order cycles, and waits that hold a lock another thread needs.
+    Analyze(analyze::Args),
     /// Print every event of a trace, one line each, in causal order.
     Dump(dump::Args),
     /// Summarise a trace: events by kind, threads, locks, sites, size, whether it ended cleanly.
     Stats(stats::Args),
+    /// Run a command under the recorder and write its trace (symbolised when it ends).
+    Record(record::Args),
 }
 
 pub fn main() -> ExitCode {
@@ -41,8 +47,10 @@ pub fn main() -> ExitCode {
         }
     };
     let result = match cli.command {
+        Command::Analyze(args) => analyze::run(args),
         Command::Dump(args) => dump::run(args),
         Command::Stats(args) => stats::run(args),
+        Command::Record(args) => record::run(args),
     };
     match result {
         Ok(code) => code,

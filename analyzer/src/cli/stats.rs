@@ -43,6 +43,7 @@ fn write_stats(out: &mut impl Write, trace: &Trace, top: usize) -> std::io::Resu
     let ordering = match h.ordering {
         Ordering::GlobalSequence => "global sequence".to_string(),
         Ordering::Clock { ticks_per_second } => format!("shared clock, {ticks_per_second} ticks/s"),
+        Ordering::Logical => "logical (Lamport) clocks".to_string(),
     };
     writeln!(out, "ordering   {ordering}")?;
 

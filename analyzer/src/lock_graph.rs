@@ -1,0 +1,226 @@
+//! The lock-order graph (seed 001): nodes are lock *classes*, an edge A → B each time a thread
+//! acquires a lock of class B while holding one of class A, with witnesses. Cumulative over any
+//! number of traces: classes are matched by name (`model::LockModel::class`), never by id.
+//!
+//! A trylock creates no edge to the lock it tried (it never waits), but once held it is in the
+//! held set of later acquisitions. The mutex re-taken when a condition wait returns does wait,
+//! so it creates edges from the other locks held.
+//!
+//! Beside the class graph, [`InstanceGraph`] is the same relation over the lock *objects* of one
+//! trace: deadlock prediction needs concrete locks of one execution.
+
+use std::collections::HashMap;
+
+use crate::model::{AcquireHow, Mode, Run};
+
+/// At most this many witnesses are kept per class edge (distinct thread and site pairs).
+pub const WITNESSES_PER_EDGE: usize = 8;
+
+/// One acquisition that made an edge: in run `run`, acquisition `acquisition` requested while
+/// acquisition `held` was held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EdgeWitness {
+    pub run: usize,
+    pub held: u32,
+    pub acquisition: u32,
+}
+
+/// The (held, acquired) mode pairs an edge was seen with, as a 4-bit set.
+pub fn mode_bit(held: Mode, acquired: Mode) -> u8 {
+    let h = (held == Mode::Read) as u8;
+    let a = (acquired == Mode::Read) as u8;
+    1 << (h * 2 + a)
+}
+
+#[derive(Clone, Debug)]
+pub struct ClassEdge {
+    pub from: usize,
+    pub to: usize,
+    pub count: u64,
+    pub modes: u8,
+    pub witnesses: Vec<EdgeWitness>,
+    /// The runs this edge was seen in.
+    pub runs: Vec<usize>,
+}
+
+#[derive(Debug, Default)]
+pub struct LockOrderGraph {
+    pub classes: Vec<String>,
+    class_index: HashMap<String, usize>,
+    pub edges: Vec<ClassEdge>,
+    edge_index: HashMap<(usize, usize), usize>,
+}
+
+impl LockOrderGraph {
+    pub fn class_id(&mut self, name: &str) -> usize {
+        if let Some(&i) = self.class_index.get(name) {
+            return i;
+        }
+        let i = self.classes.len();
+        self.classes.push(name.to_string());
+        self.class_index.insert(name.to_string(), i);
+        i
+    }
+
+    /// The node of a class name, when the graph has it.
+    pub fn class_index(&self, name: &str) -> Option<usize> {
+        self.class_index.get(name).copied()
+    }
+
+    pub fn edge(&self, from: usize, to: usize) -> Option<&ClassEdge> {
+        self.edge_index.get(&(from, to)).map(|&i| &self.edges[i])
+    }
+
+    /// Adds every edge of one trace (its index among the runs is `run_index`). Linear in the
+    /// number of acquisitions times the nesting depth.
+    pub fn add_run(&mut self, run_index: usize, run: &Run) {
+        let classes: Vec<usize> = run.locks.iter().map(|l| self.class_id(&l.class)).collect();
+        for (i, acq) in run.acquisitions.iter().enumerate() {
+            if acq.how == AcquireHow::Try {
+                continue;
+            }
+            for &h in run.held(acq) {
+                let held = &run.acquisitions[h as usize];
+                let from = classes[held.lock as usize];
+                let to = classes[acq.lock as usize];
+                let e = *self.edge_index.entry((from, to)).or_insert_with(|| {
+                    self.edges.push(ClassEdge {
+                        from,
+                        to,
+                        count: 0,
+                        modes: 0,
+                        witnesses: Vec::new(),
+                        runs: Vec::new(),
+                    });
+                    self.edges.len() - 1
+                });
+                let edge = &mut self.edges[e];
+                edge.count += 1;
+                edge.modes |= mode_bit(held.mode, acq.mode);
+                if edge.runs.last() != Some(&run_index) {
+                    edge.runs.push(run_index);
+                }
+                if edge.witnesses.len() < WITNESSES_PER_EDGE {
+                    let new = EdgeWitness {
+                        run: run_index,
+                        held: h,
+                        acquisition: i as u32,
+                    };
+                    let same = |w: &EdgeWitness| {
+                        if w.run != run_index {
+                            return false;
+                        }
+                        let (wa, wh) = (
+                            &run.acquisitions[w.acquisition as usize],
+                            &run.acquisitions[w.held as usize],
+                        );
+                        wa.thread == acq.thread && wa.site == acq.site && wh.site == held.site
+                    };
+                    if !edge.witnesses.iter().any(same) {
+                        edge.witnesses.push(new);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Successor lists, for the cycle search.
+    pub fn adjacency(&self) -> Vec<Vec<usize>> {
+        let mut adj = vec![Vec::new(); self.classes.len()];
+        for e in &self.edges {
+            adj[e.from].push(e.to);
+        }
+        adj
+    }
+}
+
+/// Whether a cycle of edges whose mode sets are `modes` (edge i goes from node i to node i+1)
+/// can block at every node: at node i+1, the request of edge i and the holding of edge i+1
+/// must exclude each other (read-read never blocks).
+pub fn modes_can_block(modes: &[u8]) -> bool {
+    let k = modes.len();
+    if k == 0 {
+        return false;
+    }
+    // Try each choice for the first edge, then walk around keeping the reachable choices.
+    (0..4u8).any(|first| {
+        if modes[0] & (1 << first) == 0 {
+            return false;
+        }
+        let mut reachable: u8 = 1 << first;
+        for m in modes.iter().skip(1) {
+            let mut next = 0u8;
+            for prev in 0..4u8 {
+                if reachable & (1 << prev) == 0 {
+                    continue;
+                }
+                for cur in 0..4u8 {
+                    if m & (1 << cur) != 0 && bits_block(prev, cur) {
+                        next |= 1 << cur;
+                    }
+                }
+            }
+            reachable = next;
+        }
+        (0..4u8).any(|last| reachable & (1 << last) != 0 && bits_block(last, first))
+    })
+}
+
+/// Edge `a`'s request against edge `b`'s holding (bit = held_read * 2 + acquired_read).
+fn bits_block(a: u8, b: u8) -> bool {
+    let a_request_read = a & 1 == 1;
+    let b_held_read = b & 2 == 2;
+    !(a_request_read && b_held_read)
+}
+
+/// The instance-level edges of one trace: lock object → lock object, each with every
+/// (held, request) pair of acquisitions that realises it, in trace order. Keeping them all (8
+/// bytes each) lets prediction pick occurrences of the different edges that are close in the
+/// trace, which are the ones likeliest to be concurrent.
+#[derive(Debug, Default)]
+pub struct InstanceGraph {
+    pub edges: HashMap<(u32, u32), Vec<(u32, u32)>>,
+    pub adjacency: Vec<Vec<usize>>,
+}
+
+impl InstanceGraph {
+    pub fn build(run: &Run) -> Self {
+        let mut edges: HashMap<(u32, u32), Vec<(u32, u32)>> = HashMap::new();
+        for (i, acq) in run.acquisitions.iter().enumerate() {
+            if acq.how == AcquireHow::Try {
+                continue;
+            }
+            for &h in run.held(acq) {
+                let held = &run.acquisitions[h as usize];
+                edges
+                    .entry((held.lock, acq.lock))
+                    .or_default()
+                    .push((h, i as u32));
+            }
+        }
+        let mut adjacency = vec![Vec::new(); run.locks.len()];
+        let mut keys: Vec<(u32, u32)> = edges.keys().copied().collect();
+        keys.sort_unstable();
+        for (from, to) in keys {
+            adjacency[from as usize].push(to as usize);
+        }
+        InstanceGraph { edges, adjacency }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn read_read_at_a_node_breaks_the_cycle() {
+        let rr = mode_bit(Mode::Read, Mode::Read);
+        let ww = mode_bit(Mode::Write, Mode::Write);
+        assert!(modes_can_block(&[ww, ww]));
+        assert!(!modes_can_block(&[rr, rr]));
+        assert!(modes_can_block(&[rr | ww, rr]));
+        // Held for write, requested for read on both edges: each request meets a writer.
+        let wr = mode_bit(Mode::Write, Mode::Read);
+        assert!(modes_can_block(&[wr, wr]));
+    }
+}

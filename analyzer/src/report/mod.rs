@@ -1,0 +1,193 @@
+//! What `foresight analyze` reports, as data: the findings and the summary. [`text`] and
+//! [`json`] print it. These types are the JSON schema (`docs/report-schema.md`): a change of
+//! a field is a change of `REPORT_VERSION`.
+
+use serde::Serialize;
+
+use crate::model::Location;
+
+pub mod json;
+pub mod text;
+
+pub const REPORT_SCHEMA: &str = "foresight-report";
+pub const REPORT_VERSION: u32 = 1;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub schema: &'static str,
+    pub version: u32,
+    pub traces: Vec<TraceSummary>,
+    pub summary: Summary,
+    pub findings: Vec<Finding>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct TraceSummary {
+    pub path: String,
+    pub events: u64,
+    pub threads: usize,
+    pub locks: usize,
+    pub critical_sections: usize,
+    /// Problems the reader found (a damaged or cut-short trace is analysed as far as it reads).
+    pub warnings: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Summary {
+    pub predicted: usize,
+    pub potential: usize,
+    pub lock_classes: usize,
+    pub lock_order_edges: usize,
+    /// Class-level elementary cycles found (those that can block: read-read breaks a cycle).
+    pub class_cycles: usize,
+    pub max_cycle_length: usize,
+    /// The cycle search budget ran out: longer or later cycles may be missing.
+    pub cycle_search_truncated: bool,
+    /// Instance-level candidate patterns checked with the sync-preserving closure.
+    pub candidates_checked: u64,
+    /// The candidate budget ran out: some cycles were reported as potential without every
+    /// candidate being checked.
+    pub candidate_budget_exhausted: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    Predicted,
+    Potential,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Predicted => "predicted",
+            Verdict::Potential => "potential",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Finding {
+    pub id: usize,
+    /// `deadlock`, `potential-deadlock`, `join-deadlock`, `barrier-deadlock`, `wait-deadlock`,
+    /// `rwlock-deadlock`.
+    pub kind: &'static str,
+    pub verdict: Verdict,
+    /// The rule that produced the finding (see `docs/report-schema.md`).
+    pub rule: &'static str,
+    pub message: String,
+    /// Why it is predicted, or why it is only potential.
+    pub reason: String,
+    pub traces: Vec<String>,
+    /// Lock classes of the cycle, in order (the edge from the last to the first is implied).
+    pub cycle: Vec<String>,
+    pub edges: Vec<EdgeReport>,
+    pub wait: Option<WaitReport>,
+    pub witness: Option<Witness>,
+    /// Distinct instance-level occurrences folded into this finding.
+    pub occurrences: u64,
+    pub locations: Vec<FindingLocation>,
+}
+
+/// A source location involved in a finding.
+#[derive(Clone, Debug, Serialize)]
+pub struct FindingLocation {
+    pub file: Option<String>,
+    pub line: Option<u32>,
+    pub function: Option<String>,
+    pub thread: String,
+    /// `holds`, `requests`, `joins`, `waits`, `arrives`, `signals`, `posts`, `read-locks`, …
+    pub role: &'static str,
+    pub trace: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct SiteReport {
+    pub location: String,
+    pub file: Option<String>,
+    pub line: Option<u32>,
+    pub function: Option<String>,
+    pub stack: Vec<String>,
+}
+
+impl From<Location> for SiteReport {
+    fn from(l: Location) -> Self {
+        SiteReport {
+            location: l.text,
+            file: l.file,
+            line: (l.line > 0).then_some(l.line),
+            function: l.function,
+            stack: l.stack,
+        }
+    }
+}
+
+/// A lock held at some point, where it was acquired.
+#[derive(Clone, Debug, Serialize)]
+pub struct HeldLock {
+    pub lock: String,
+    pub class: String,
+    pub mode: &'static str,
+    pub site: SiteReport,
+}
+
+/// One edge of a cycle: `thread` held `held` and requested `lock`.
+#[derive(Clone, Debug, Serialize)]
+pub struct EdgeReport {
+    pub from_class: String,
+    pub to_class: String,
+    pub trace: String,
+    pub thread: String,
+    pub held: HeldLock,
+    pub lock: String,
+    pub mode: &'static str,
+    pub site: SiteReport,
+    /// Every lock held at the request (the held set).
+    pub held_set: Vec<HeldLock>,
+    /// Event positions in the thread: the held lock's acquire and the request.
+    pub held_position: u32,
+    pub request_position: u32,
+    /// How many times the class edge was seen in all traces.
+    pub edge_count: u64,
+}
+
+/// A wait that holds locks hostage.
+#[derive(Clone, Debug, Serialize)]
+pub struct WaitReport {
+    /// `join`, `barrier`, `condition`, `semaphore`, `rwlock-read`.
+    pub wait: &'static str,
+    pub trace: String,
+    pub thread: String,
+    pub object: String,
+    pub site: SiteReport,
+    pub position: u32,
+    pub held: Vec<HeldLock>,
+    /// The thread the wait depends on, its acquisition of the held lock, and what it would do
+    /// after (exit, arrive, signal, post).
+    pub other_thread: String,
+    pub other_lock: String,
+    pub other_site: SiteReport,
+    pub other_position: u32,
+    pub other_then: Option<SiteReport>,
+}
+
+/// The reordered schedule prefix that reaches the deadlock.
+#[derive(Clone, Debug, Serialize)]
+pub struct Witness {
+    pub trace: String,
+    pub threads: Vec<WitnessThread>,
+    /// Lock operations of the prefix, in the order the witness runs them (the last ones).
+    pub schedule: Vec<String>,
+    pub schedule_truncated: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct WitnessThread {
+    pub thread: String,
+    /// The thread runs its first `prefix_events` events…
+    pub prefix_events: u32,
+    /// …holding these locks at the end…
+    pub holds: Vec<String>,
+    /// …and then blocks here (empty for threads that just run their prefix).
+    pub blocks: Option<String>,
+}

@@ -1,0 +1,185 @@
+//! The human-readable report: predicted findings first, then potential ones, each with its
+//! cycle, per edge the thread, both sites with stacks and the held set, the witness, and why.
+
+use std::io::Write;
+
+use super::{EdgeReport, Finding, HeldLock, Report, SiteReport, Verdict};
+
+pub fn write(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
+    for t in &report.traces {
+        writeln!(
+            out,
+            "trace {}: {} events, {} threads, {} locks, {} critical sections",
+            t.path, t.events, t.threads, t.locks, t.critical_sections
+        )?;
+        for w in &t.warnings {
+            writeln!(out, "  warning: {w}")?;
+        }
+    }
+    let s = &report.summary;
+    writeln!(
+        out,
+        "lock-order graph: {} classes, {} edges, {} cycles of up to {} locks",
+        s.lock_classes, s.lock_order_edges, s.class_cycles, s.max_cycle_length
+    )?;
+    if s.cycle_search_truncated {
+        writeln!(
+            out,
+            "note: the cycle search budget ran out; some cycles may be missing \
+             (raise --cycle-budget)"
+        )?;
+    }
+    if s.candidate_budget_exhausted {
+        writeln!(
+            out,
+            "note: the candidate budget ran out after {} checks; some potential findings may \
+             be predictable (raise --candidate-budget)",
+            s.candidates_checked
+        )?;
+    }
+    writeln!(out)?;
+    let predicted: Vec<&Finding> = report
+        .findings
+        .iter()
+        .filter(|f| f.verdict == Verdict::Predicted)
+        .collect();
+    let potential: Vec<&Finding> = report
+        .findings
+        .iter()
+        .filter(|f| f.verdict == Verdict::Potential)
+        .collect();
+    if !predicted.is_empty() {
+        writeln!(out, "== PREDICTED deadlocks ({}) ==", predicted.len())?;
+        for f in predicted {
+            finding(out, f)?;
+        }
+    }
+    if !potential.is_empty() {
+        writeln!(
+            out,
+            "== POTENTIAL deadlocks ({}): inconsistent orders, not predicted for these runs ==",
+            potential.len()
+        )?;
+        for f in potential {
+            finding(out, f)?;
+        }
+    }
+    writeln!(
+        out,
+        "{} predicted, {} potential",
+        report.summary.predicted, report.summary.potential
+    )
+}
+
+fn finding(out: &mut impl Write, f: &Finding) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "[{}] {} ({}, rule {})",
+        f.id,
+        f.message,
+        f.verdict.as_str(),
+        f.rule
+    )?;
+    if f.cycle.len() > 1 || !f.edges.is_empty() {
+        let mut c = f.cycle.join(" → ");
+        if let Some(first) = f.cycle.first() {
+            c.push_str(" → ");
+            c.push_str(first);
+        }
+        writeln!(out, "  cycle (lock classes): {c}")?;
+    }
+    for (i, e) in f.edges.iter().enumerate() {
+        edge(out, i + 1, e)?;
+    }
+    if let Some(w) = &f.wait {
+        writeln!(
+            out,
+            "  {} in {} waits ({}) on {} at {}",
+            w.thread, w.trace, w.wait, w.object, w.site.location
+        )?;
+        stack(out, &w.site, "      ")?;
+        for h in &w.held {
+            held(out, "holding", h)?;
+        }
+        writeln!(
+            out,
+            "  {} requests {} at {}",
+            w.other_thread, w.other_lock, w.other_site.location
+        )?;
+        stack(out, &w.other_site, "      ")?;
+        if let Some(t) = &w.other_then {
+            writeln!(out, "    and only then reaches {}", t.location)?;
+        }
+    }
+    if let Some(w) = &f.witness {
+        writeln!(out, "  witness (a reordering of {}):", w.trace)?;
+        for t in &w.threads {
+            let holds = if t.holds.is_empty() {
+                String::new()
+            } else {
+                format!(", holding {}", t.holds.join(", "))
+            };
+            writeln!(
+                out,
+                "    {} runs its first {} events{holds}",
+                t.thread, t.prefix_events
+            )?;
+        }
+        writeln!(
+            out,
+            "    schedule{}:",
+            if w.schedule_truncated {
+                " (last steps)"
+            } else {
+                ""
+            }
+        )?;
+        for (i, s) in w.schedule.iter().enumerate() {
+            writeln!(out, "      {:>2}. {s}", i + 1)?;
+        }
+    }
+    writeln!(out, "  why: {}", f.reason)?;
+    if f.occurrences > 1 {
+        writeln!(out, "  seen {} times", f.occurrences)?;
+    }
+    writeln!(out)
+}
+
+fn edge(out: &mut impl Write, i: usize, e: &EdgeReport) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "  edge {i}: {} → {} ({} in {}, seen {} times)",
+        e.from_class, e.to_class, e.thread, e.trace, e.edge_count
+    )?;
+    writeln!(
+        out,
+        "    holds {} ({}), acquired at {} [event {}]",
+        e.held.lock, e.held.mode, e.held.site.location, e.held_position
+    )?;
+    stack(out, &e.held.site, "      ")?;
+    writeln!(
+        out,
+        "    requests {} ({}) at {} [event {}]",
+        e.lock, e.mode, e.site.location, e.request_position
+    )?;
+    stack(out, &e.site, "      ")?;
+    let names: Vec<String> = e.held_set.iter().map(|h| h.lock.clone()).collect();
+    writeln!(out, "    held set: {{{}}}", names.join(", "))
+}
+
+fn held(out: &mut impl Write, what: &str, h: &HeldLock) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "    {what} {} ({}), acquired at {}",
+        h.lock, h.mode, h.site.location
+    )
+}
+
+fn stack(out: &mut impl Write, s: &SiteReport, indent: &str) -> std::io::Result<()> {
+    if s.stack.len() > 1 {
+        for f in &s.stack {
+            writeln!(out, "{indent}at {f}")?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,37 @@
+/* 2 threads x N nested lock pairs (lock a; lock b; unlock b; unlock a).
+ * Usage: lock_overhead N shared|private
+ *   shared:  both threads use the same two mutexes (contended)
+ *   private: each thread has its own two mutexes (uncontended) */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct pair { pthread_mutex_t a, b; long n; long count; };
+static struct pair shared = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, 0, 0};
+static struct pair priv[2] = {{PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, 0, 0},
+                              {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, 0, 0}};
+
+static void *worker(void *arg) {
+    struct pair *p = arg;
+    for (long i = 0; i < p->n; i++) {
+        pthread_mutex_lock(&p->a);
+        pthread_mutex_lock(&p->b);
+        p->count++;
+        pthread_mutex_unlock(&p->b);
+        pthread_mutex_unlock(&p->a);
+    }
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    long n = argc > 1 ? atol(argv[1]) : 1000000;
+    int private_locks = argc > 2 && strcmp(argv[2], "private") == 0;
+    pthread_t t[2];
+    shared.n = priv[0].n = priv[1].n = n;
+    for (int i = 0; i < 2; i++)
+        pthread_create(&t[i], NULL, worker, private_locks ? &priv[i] : &shared);
+    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    printf("%ld\n", private_locks ? priv[0].count + priv[1].count : shared.count);
+    return 0;
+}

@@ -1,0 +1,79 @@
+//! The environment contract (fixed: `foresight record` is written against it).
+//!
+//! - `FORESIGHT_OUTPUT=<path>`: the trace path (see `output::open_trace` for the `.pid`/`.n`
+//!   fallbacks); unset: `foresight-<pid>.trace` in the working directory.
+//! - `FORESIGHT_STACK_DEPTH=N`: frames per call site, 1..=32, default 1.
+//! - `FORESIGHT_NO_FOLLOW=1`: programs this one execs are not recorded.
+//! - `FORESIGHT_ORDERING=logical`: (extra, opt-in) Lamport clocks per object
+//!   (`Ordering::Logical`) instead of the default process-wide counter
+//!   (`Ordering::GlobalSequence`). Measured equal on 2 cores (`bench/lock_overhead.sh`); the
+//!   counter stays the default because 1.0 readers cannot read the newer `Logical` header.
+
+use std::ffi::CStr;
+
+pub const MAX_STACK_DEPTH: usize = 32;
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub output: Option<Vec<u8>>,
+    pub stack_depth: usize,
+    pub no_follow: bool,
+    pub global_sequence: bool,
+}
+
+fn var(name: &CStr) -> Option<Vec<u8>> {
+    // SAFETY: `name` is NUL-terminated; getenv returns NULL or a NUL-terminated string that
+    // we copy at once (before anything can modify the environment on this thread).
+    let p = unsafe { libc::getenv(name.as_ptr()) };
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: non-null result of getenv, NUL-terminated.
+    Some(unsafe { CStr::from_ptr(p) }.to_bytes().to_vec())
+}
+
+impl Config {
+    pub fn from_env() -> Self {
+        let output = var(c"FORESIGHT_OUTPUT").filter(|v| !v.is_empty());
+        let stack_depth = var(c"FORESIGHT_STACK_DEPTH")
+            .and_then(|v| std::str::from_utf8(&v).ok()?.trim().parse::<usize>().ok())
+            .map_or(1, |n| n.clamp(1, MAX_STACK_DEPTH));
+        let no_follow = var(c"FORESIGHT_NO_FOLLOW").is_some_and(|v| v == b"1");
+        let global_sequence = var(c"FORESIGHT_ORDERING").is_none_or(|v| v != b"logical");
+        Self {
+            output,
+            stack_depth,
+            no_follow,
+            global_sequence,
+        }
+    }
+}
+
+/// Removes every `LD_PRELOAD` entry that names this runtime (its file name contains
+/// `foresight_rt`), keeping the others; `None` when nothing is left.
+pub fn strip_preload(value: &[u8]) -> Option<Vec<u8>> {
+    let kept: Vec<&[u8]> = value
+        .split(|&b| b == b':' || b == b' ')
+        .filter(|e| !e.is_empty())
+        .filter(|e| !e.windows(12).any(|w| w == b"foresight_rt"))
+        .collect();
+    if kept.is_empty() {
+        None
+    } else {
+        Some(kept.join(&b':'))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strip() {
+        assert_eq!(strip_preload(b"/x/libforesight_rt.so"), None);
+        assert_eq!(
+            strip_preload(b"/a/liba.so:/x/libforesight_rt.so /b/libb.so").as_deref(),
+            Some(&b"/a/liba.so:/b/libb.so"[..])
+        );
+    }
+}

@@ -1,0 +1,115 @@
+//! The interposed functions. Each exported symbol is a naked entry (`naked.rs`) that passes the
+//! caller's return address to a Rust implementation as an extra argument; the implementation
+//! records the events around the real call.
+//!
+//! Rules every hook keeps:
+//! - the real function is called exactly once, with the caller's arguments, and its return
+//!   value is returned unchanged; `errno` is saved after the real call and restored before
+//!   returning (`ThreadState::with`);
+//! - the runtime's bookkeeping runs inside `ThreadState::with` (the reentrancy guard): a hook
+//!   reached from inside the runtime, or from a signal handler that interrupted it, only calls
+//!   the real function;
+//! - nothing with a destructor is alive across the real call, and implementations use the
+//!   `"C-unwind"` ABI: cancellation points (`pthread_cond_wait`, `sem_wait`, `pthread_join`)
+//!   and `pthread_exit` unwind through these frames;
+//! - keys are taken inside the critical window (`sequence.rs`): releases before the real
+//!   call, acquisitions after it returns.
+
+#[macro_use]
+pub mod naked;
+pub mod barrier;
+pub mod cond;
+pub mod mutex;
+pub mod once;
+pub mod process;
+pub mod rwlock;
+pub mod sem;
+pub mod spin;
+pub mod thread;
+
+use foresight_trace::event::{EventKind, SiteId};
+use foresight_trace::tables::ObjectKind;
+
+use crate::objects::{self, Origin, Slot};
+use crate::output;
+use crate::sequence::Key;
+use crate::thread_state::{self, ThreadState};
+
+/// The calling thread's state if recording is on (adopting a thread we did not see created).
+#[inline]
+pub fn rt() -> Option<&'static ThreadState> {
+    if !output::recording() {
+        return None;
+    }
+    match thread_state::current() {
+        Some(t) => Some(t),
+        None if thread_state::unseen() => thread::adopt_current(),
+        None => None,
+    }
+}
+
+/// The object slot for `addr` and the site for `ra`, inside a session of `t` (both through
+/// the thread's small caches first).
+#[inline]
+pub fn object(
+    t: &ThreadState,
+    addr: usize,
+    ra: usize,
+    init: bool,
+    kind_of: impl Fn() -> ObjectKind,
+) -> Option<(&'static Slot, SiteId)> {
+    let site = t.site(ra);
+    let origin = if init {
+        Origin::Init(site)
+    } else {
+        if let Some(s) = t.cached_object(addr) {
+            return Some((s, site));
+        }
+        Origin::Use(site)
+    };
+    let Some(s) = objects::get(addr, origin, kind_of) else {
+        // The object table is full: this object's events are not recorded.
+        output::count_lost(1);
+        return None;
+    };
+    t.cache_object(addr, s);
+    Some((s, site))
+}
+
+/// `*_init` succeeded: a new object (generation) at `addr`.
+#[inline]
+pub fn record_init(addr: usize, ra: usize, kind_of: impl Fn() -> ObjectKind) {
+    if let Some(t) = rt() {
+        t.with(|t| {
+            if let Some((s, site)) = object(t, addr, ra, true, kind_of) {
+                t.emit(
+                    EventKind::ObjectInit {
+                        object: s.id(),
+                        site,
+                    },
+                    Key::Release(&s.clock),
+                );
+            }
+        });
+    }
+}
+
+/// Before `*_destroy`: the object's last event; the address's next use is a new object.
+#[inline]
+pub fn record_destroy(addr: usize, ra: usize) {
+    if let Some(t) = rt() {
+        t.with(|t| {
+            if let Some(s) = objects::find(addr) {
+                let site = t.site(ra);
+                t.emit(
+                    EventKind::ObjectDestroy {
+                        object: s.id(),
+                        site,
+                    },
+                    Key::Acquire(&s.clock),
+                );
+                objects::retire(s);
+            }
+        });
+    }
+}

@@ -1,0 +1,247 @@
+//! `pthread_mutex_*`: normal, recursive and error-checking mutexes.
+
+use libc::{c_int, pthread_mutex_t, pthread_mutexattr_t, timespec};
+
+use foresight_trace::event::{EventKind, LockMode};
+use foresight_trace::tables::ObjectKind;
+
+use super::{object, record_destroy, record_init, rt};
+use crate::real::real;
+use crate::sequence::Key;
+use crate::thread_state::ThreadState;
+
+type M = *mut pthread_mutex_t;
+
+real!(REAL_LOCK: unsafe extern "C-unwind" fn(M) -> c_int = b"pthread_mutex_lock\0");
+real!(REAL_TRYLOCK: unsafe extern "C-unwind" fn(M) -> c_int = b"pthread_mutex_trylock\0");
+real!(REAL_TIMEDLOCK: unsafe extern "C-unwind" fn(M, *const timespec) -> c_int = b"pthread_mutex_timedlock\0");
+real!(REAL_UNLOCK: unsafe extern "C-unwind" fn(M) -> c_int = b"pthread_mutex_unlock\0");
+real!(REAL_INIT: unsafe extern "C-unwind" fn(M, *const pthread_mutexattr_t) -> c_int = b"pthread_mutex_init\0");
+real!(REAL_DESTROY: unsafe extern "C-unwind" fn(M) -> c_int = b"pthread_mutex_destroy\0");
+
+entry!(pthread_mutex_lock, 1, mutex_lock);
+entry!(pthread_mutex_trylock, 1, mutex_trylock);
+entry!(pthread_mutex_timedlock, 2, mutex_timedlock);
+entry!(pthread_mutex_unlock, 1, mutex_unlock);
+entry!(pthread_mutex_init, 2, mutex_init);
+entry!(pthread_mutex_destroy, 1, mutex_destroy);
+
+/// glibc's `struct __pthread_mutex_s` on 64-bit targets: `int __lock; unsigned __count;
+/// int __owner; unsigned __nusers; int __kind; …`. `__kind & 3` is the type (0 normal, 1
+/// recursive, 2 error-checking, 3 adaptive); `__owner` is the owner's kernel tid. Reading them
+/// avoids tracking attributes, and works for statically initialised mutexes
+/// (`PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP`) too.
+const KIND_WORD: usize = 4;
+const OWNER_WORD: usize = 2;
+
+pub(crate) fn mutex_kind(m: M) -> ObjectKind {
+    // SAFETY: `m` points at a pthread_mutex_t (the caller passed it to a mutex function); the
+    // kind word is at a fixed offset inside it. A racy read of an int is harmless here.
+    let k = unsafe { std::ptr::read_volatile((m as *const c_int).add(KIND_WORD)) };
+    match k & 3 {
+        1 => ObjectKind::RecursiveMutex,
+        2 => ObjectKind::ErrorCheckMutex,
+        _ => ObjectKind::Mutex,
+    }
+}
+
+fn owned_by(m: M, t: &ThreadState) -> bool {
+    // SAFETY: as in `mutex_kind`; `__owner` is an int at a fixed offset.
+    let owner = unsafe { std::ptr::read_volatile((m as *const c_int).add(OWNER_WORD)) };
+    owner as u32 == t.os_tid.get()
+}
+
+/// The shared shape of a blocking acquire: request, real call, acquired or failed.
+///
+/// # Safety
+/// `call` is the real function applied to the caller's arguments.
+#[inline(always)]
+pub(crate) unsafe fn blocking(
+    addr: usize,
+    ra: usize,
+    mode: LockMode,
+    kind_of: impl Fn() -> ObjectKind + Copy,
+    call: impl FnOnce() -> c_int,
+    // Whether `r` means the lock was acquired (pthread functions return 0, others may differ).
+    acquired: impl Fn(c_int) -> bool,
+    errno_of: impl Fn(c_int) -> c_int,
+) -> c_int {
+    let ts = rt();
+    let slot = ts.and_then(|t| {
+        t.with(|t| {
+            let (s, site) = object(t, addr, ra, false, kind_of)?;
+            t.emit(
+                EventKind::LockRequest {
+                    lock: s.id(),
+                    mode,
+                    site,
+                },
+                Key::Same,
+            );
+            Some(s)
+        })
+        .flatten()
+    });
+    let r = call();
+    if let (Some(t), Some(s)) = (ts, slot) {
+        t.with(|t| {
+            if acquired(r) {
+                t.emit(
+                    EventKind::LockAcquired { lock: s.id(), mode },
+                    Key::Acquire(&s.clock),
+                );
+            } else {
+                t.emit(
+                    EventKind::LockFailed {
+                        lock: s.id(),
+                        errno: errno_of(r) as u32,
+                    },
+                    Key::Same,
+                );
+            }
+        });
+    }
+    r
+}
+
+/// The shared shape of a non-blocking attempt.
+#[inline(always)]
+pub(crate) fn attempt(
+    addr: usize,
+    ra: usize,
+    mode: LockMode,
+    kind_of: impl Fn() -> ObjectKind + Copy,
+    call: impl FnOnce() -> c_int,
+) -> c_int {
+    let r = call();
+    if let Some(t) = rt() {
+        t.with(|t| {
+            if let Some((s, site)) = object(t, addr, ra, false, kind_of) {
+                let ev = EventKind::LockTry {
+                    lock: s.id(),
+                    mode,
+                    site,
+                    acquired: r == 0,
+                };
+                let key = if r == 0 {
+                    Key::Acquire(&s.clock)
+                } else {
+                    Key::Same
+                };
+                t.emit(ev, key);
+            }
+        });
+    }
+    r
+}
+
+/// The shared shape of a release: the event (and the object's clock) before the real call.
+#[inline(always)]
+pub(crate) fn release(
+    addr: usize,
+    ra: usize,
+    kind_of: impl Fn() -> ObjectKind + Copy,
+    owned: impl Fn(ObjectKind, &ThreadState) -> bool,
+    call: impl FnOnce() -> c_int,
+) -> c_int {
+    if let Some(t) = rt() {
+        t.with(|t| {
+            if let Some((s, site)) = object(t, addr, ra, false, kind_of) {
+                let kind = kind_of();
+                if owned(kind, t) {
+                    let key = if kind == ObjectKind::RwLock {
+                        Key::Release(&s.clock)
+                    } else {
+                        Key::ReleaseExclusive(&s.clock)
+                    };
+                    t.emit(EventKind::LockRelease { lock: s.id(), site }, key);
+                }
+            }
+        });
+    }
+    call()
+}
+
+unsafe extern "C-unwind" fn mutex_lock(m: M, ra: usize) -> c_int {
+    let Some(real) = REAL_LOCK.try_get() else {
+        return 0; // dlsym bootstrap: single-threaded, nothing to lock against
+    };
+    // SAFETY: `real` is pthread_mutex_lock, called with the caller's argument.
+    unsafe {
+        blocking(
+            m as usize,
+            ra,
+            LockMode::Exclusive,
+            || mutex_kind(m),
+            || real(m),
+            |r| r == 0,
+            |r| r,
+        )
+    }
+}
+
+unsafe extern "C-unwind" fn mutex_timedlock(m: M, t: *const timespec, ra: usize) -> c_int {
+    let real = REAL_TIMEDLOCK.get();
+    // SAFETY: the real function with the caller's arguments.
+    unsafe {
+        blocking(
+            m as usize,
+            ra,
+            LockMode::Exclusive,
+            || mutex_kind(m),
+            || real(m, t),
+            |r| r == 0,
+            |r| r,
+        )
+    }
+}
+
+unsafe extern "C-unwind" fn mutex_trylock(m: M, ra: usize) -> c_int {
+    let Some(real) = REAL_TRYLOCK.try_get() else {
+        return 0;
+    };
+    // SAFETY: the real function with the caller's argument.
+    attempt(
+        m as usize,
+        ra,
+        LockMode::Exclusive,
+        || mutex_kind(m),
+        || unsafe { real(m) },
+    )
+}
+
+unsafe extern "C-unwind" fn mutex_unlock(m: M, ra: usize) -> c_int {
+    let Some(real) = REAL_UNLOCK.try_get() else {
+        return 0;
+    };
+    release(
+        m as usize,
+        ra,
+        || mutex_kind(m),
+        // Recursive and error-checking mutexes report EPERM to a non-owner: no release then.
+        |k, t| matches!(k, ObjectKind::Mutex) || owned_by(m, t),
+        // SAFETY: the real function with the caller's argument.
+        || unsafe { real(m) },
+    )
+}
+
+unsafe extern "C-unwind" fn mutex_init(m: M, a: *const pthread_mutexattr_t, ra: usize) -> c_int {
+    let Some(real) = REAL_INIT.try_get() else {
+        return 0;
+    };
+    // SAFETY: the real function with the caller's arguments.
+    let r = unsafe { real(m, a) };
+    if r == 0 {
+        record_init(m as usize, ra, || mutex_kind(m));
+    }
+    r
+}
+
+unsafe extern "C-unwind" fn mutex_destroy(m: M, ra: usize) -> c_int {
+    let Some(real) = REAL_DESTROY.try_get() else {
+        return 0;
+    };
+    record_destroy(m as usize, ra);
+    // SAFETY: the real function with the caller's argument.
+    unsafe { real(m) }
+}

@@ -1,0 +1,148 @@
+//! POSIX semaphores (`sem_*`). A post is recorded (and releases the semaphore's clock) before
+//! the real post; a wait after it returns.
+
+use libc::{c_int, c_uint, sem_t, timespec};
+
+use foresight_trace::event::EventKind;
+use foresight_trace::tables::ObjectKind;
+
+use super::{object, record_destroy, rt};
+use crate::real::real;
+use crate::sequence::Key;
+
+type S = *mut sem_t;
+
+real!(REAL_INIT: unsafe extern "C-unwind" fn(S, c_int, c_uint) -> c_int = b"sem_init\0");
+real!(REAL_DESTROY: unsafe extern "C-unwind" fn(S) -> c_int = b"sem_destroy\0");
+real!(REAL_POST: unsafe extern "C-unwind" fn(S) -> c_int = b"sem_post\0");
+real!(REAL_WAIT: unsafe extern "C-unwind" fn(S) -> c_int = b"sem_wait\0");
+real!(REAL_TRYWAIT: unsafe extern "C-unwind" fn(S) -> c_int = b"sem_trywait\0");
+real!(REAL_TIMEDWAIT: unsafe extern "C-unwind" fn(S, *const timespec) -> c_int = b"sem_timedwait\0");
+
+entry!(sem_init, 3, init);
+entry!(sem_destroy, 1, destroy);
+entry!(sem_post, 1, post);
+entry!(sem_wait, 1, wait);
+entry!(sem_trywait, 1, trywait);
+entry!(sem_timedwait, 2, timedwait);
+
+fn kind() -> ObjectKind {
+    ObjectKind::Semaphore
+}
+
+unsafe extern "C-unwind" fn init(s: S, pshared: c_int, value: c_uint, ra: usize) -> c_int {
+    let real = REAL_INIT.get();
+    // SAFETY: the real function with the caller's arguments.
+    let r = unsafe { real(s, pshared, value) };
+    if r == 0 {
+        if let Some(t) = rt() {
+            t.with(|t| {
+                if let Some((o, site)) = object(t, s as usize, ra, true, kind) {
+                    t.emit(
+                        EventKind::SemInit {
+                            sem: o.id(),
+                            value,
+                            site,
+                        },
+                        Key::Release(&o.clock),
+                    );
+                }
+            });
+        }
+    }
+    r
+}
+
+unsafe extern "C-unwind" fn destroy(s: S, ra: usize) -> c_int {
+    let real = REAL_DESTROY.get();
+    record_destroy(s as usize, ra);
+    // SAFETY: the real function with the caller's argument.
+    unsafe { real(s) }
+}
+
+unsafe extern "C-unwind" fn post(s: S, ra: usize) -> c_int {
+    let real = REAL_POST.get();
+    if let Some(t) = rt() {
+        t.with(|t| {
+            if let Some((o, site)) = object(t, s as usize, ra, false, kind) {
+                t.emit(
+                    EventKind::SemPost { sem: o.id(), site },
+                    Key::Release(&o.clock),
+                );
+            }
+        });
+    }
+    // SAFETY: the real function with the caller's argument.
+    unsafe { real(s) }
+}
+
+/// # Safety
+/// `call` is the real wait with the caller's arguments.
+#[inline(always)]
+unsafe fn waiting(s: S, ra: usize, call: impl FnOnce() -> c_int) -> c_int {
+    let ts = rt();
+    let slot = ts.and_then(|t| {
+        t.with(|t| {
+            let (o, site) = object(t, s as usize, ra, false, kind)?;
+            t.emit(EventKind::SemWaitBegin { sem: o.id(), site }, Key::Same);
+            Some(o)
+        })
+        .flatten()
+    });
+    let r = call();
+    if let (Some(t), Some(o)) = (ts, slot) {
+        t.with(|t| {
+            let ev = EventKind::SemWaitEnd {
+                sem: o.id(),
+                acquired: r == 0,
+            };
+            t.emit(
+                ev,
+                if r == 0 {
+                    Key::Acquire(&o.clock)
+                } else {
+                    Key::Tick
+                },
+            );
+        });
+    }
+    r
+}
+
+unsafe extern "C-unwind" fn wait(s: S, ra: usize) -> c_int {
+    let real = REAL_WAIT.get();
+    // SAFETY: the real function with the caller's argument.
+    unsafe { waiting(s, ra, || real(s)) }
+}
+
+unsafe extern "C-unwind" fn timedwait(s: S, t: *const timespec, ra: usize) -> c_int {
+    let real = REAL_TIMEDWAIT.get();
+    // SAFETY: the real function with the caller's arguments.
+    unsafe { waiting(s, ra, || real(s, t)) }
+}
+
+unsafe extern "C-unwind" fn trywait(s: S, ra: usize) -> c_int {
+    let real = REAL_TRYWAIT.get();
+    // SAFETY: the real function with the caller's argument.
+    let r = unsafe { real(s) };
+    if let Some(t) = rt() {
+        t.with(|t| {
+            if let Some((o, site)) = object(t, s as usize, ra, false, kind) {
+                let ev = EventKind::SemTry {
+                    sem: o.id(),
+                    site,
+                    acquired: r == 0,
+                };
+                t.emit(
+                    ev,
+                    if r == 0 {
+                        Key::Acquire(&o.clock)
+                    } else {
+                        Key::Same
+                    },
+                );
+            }
+        });
+    }
+    r
+}

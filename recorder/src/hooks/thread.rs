@@ -1,0 +1,277 @@
+//! Threads: `pthread_create` (with a start trampoline), `join`/`tryjoin_np`/`timedjoin_np`,
+//! `detach`, `pthread_exit`, and the thread-exit paths.
+//!
+//! The creator allocates the child's state and takes the `thread-create` key *before* the real
+//! create; the child's first act in the trampoline is its `thread-start` (key after the create
+//! key). A thread's exit is recorded when its start routine returns (trampoline), in
+//! `pthread_exit`, or — for cancellation and threads we adopted — in a pthread-key destructor;
+//! its exit key is stored for the joiner, which takes its `join` key after the real join.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use libc::{c_int, c_void, pthread_attr_t, pthread_t, timespec};
+
+use foresight_trace::event::EventKind;
+use foresight_trace::tables::{TableRecord, ThreadInfo};
+
+use super::rt;
+use crate::real::real;
+use crate::sequence::Key;
+use crate::sites;
+use crate::thread_state::{self, ThreadState};
+
+type Start = unsafe extern "C-unwind" fn(*mut c_void) -> *mut c_void;
+
+real!(REAL_CREATE: unsafe extern "C-unwind" fn(*mut pthread_t, *const pthread_attr_t, Start, *mut c_void) -> c_int = b"pthread_create\0");
+real!(REAL_JOIN: unsafe extern "C-unwind" fn(pthread_t, *mut *mut c_void) -> c_int = b"pthread_join\0");
+real!(REAL_TRYJOIN: unsafe extern "C-unwind" fn(pthread_t, *mut *mut c_void) -> c_int = b"pthread_tryjoin_np\0");
+real!(REAL_TIMEDJOIN: unsafe extern "C-unwind" fn(pthread_t, *mut *mut c_void, *const timespec) -> c_int = b"pthread_timedjoin_np\0");
+real!(REAL_DETACH: unsafe extern "C-unwind" fn(pthread_t) -> c_int = b"pthread_detach\0");
+real!(REAL_EXIT: unsafe extern "C-unwind" fn(*mut c_void) -> ! = b"pthread_exit\0");
+
+entry!(pthread_create, 4, create);
+entry!(pthread_join, 2, join);
+entry!(pthread_tryjoin_np, 2, tryjoin);
+entry!(pthread_timedjoin_np, 3, timedjoin);
+entry!(pthread_detach, 1, detach);
+entry!(pthread_exit, 1, exit);
+
+/// The pthread key whose destructor records the exit of threads that did not leave through
+/// the trampoline or `pthread_exit` (cancelled threads, adopted threads).
+static EXIT_KEY: AtomicU32 = AtomicU32::new(u32::MAX);
+
+pub fn init_exit_key() {
+    let mut k: libc::pthread_key_t = 0;
+    // SAFETY: plain call with a valid out-pointer and a destructor with the right signature.
+    if unsafe { libc::pthread_key_create(&mut k, Some(exit_destructor)) } == 0 {
+        EXIT_KEY.store(k, Ordering::Release);
+    }
+}
+
+fn set_exit_key(p: *mut ThreadState) {
+    let k = EXIT_KEY.load(Ordering::Acquire);
+    if k != u32::MAX {
+        // SAFETY: the key was created by init_exit_key; the value is an opaque pointer.
+        unsafe { libc::pthread_setspecific(k, p as *const c_void) };
+    }
+}
+
+unsafe extern "C" fn exit_destructor(p: *mut c_void) {
+    if let Some(t) = thread_state::current() {
+        if std::ptr::eq(t, p as *const ThreadState) {
+            thread_exit(t);
+        }
+    }
+}
+
+fn self_pt() -> usize {
+    // SAFETY: pthread_self has no preconditions.
+    unsafe { libc::pthread_self() as usize }
+}
+
+/// Makes `p` the calling thread's state: registers it, writes its thread record and its
+/// `thread-start` event (after `after`, the create key).
+fn start_on_current(p: *mut ThreadState, after: u64) {
+    // SAFETY: `p` is a live state allocated for this thread and not yet shared.
+    let t = unsafe { &*p };
+    t.attach();
+    thread_state::register(p);
+    thread_state::pt_started(self_pt(), t.tid);
+    crate::output::table_record(&TableRecord::Thread(ThreadInfo {
+        id: t.tid,
+        os_tid: t.os_tid.get(),
+        parent: t.parent,
+        name: None,
+    }));
+    t.emit(EventKind::ThreadStart, Key::After(after));
+    set_exit_key(p);
+    thread_state::set_current(p);
+}
+
+/// A thread we did not see created (created before recording started, or by `clone`).
+#[cold]
+pub fn adopt_current() -> Option<&'static ThreadState> {
+    // Guard: while the state is built (allocation, table records), hooks on this thread pass
+    // through.
+    thread_state::mark_dead();
+    let p = Box::into_raw(ThreadState::new(None, 0));
+    start_on_current(p, 0);
+    thread_state::current()
+}
+
+/// The main thread, at start-up.
+pub fn start_main() {
+    thread_state::mark_dead();
+    let p = Box::into_raw(ThreadState::new(None, 0));
+    start_on_current(p, 0);
+}
+
+/// Records the calling thread's exit, flushes its buffer and releases its state.
+pub fn thread_exit(t: &'static ThreadState) {
+    thread_state::mark_dead();
+    let key = t.emit(EventKind::ThreadExit, Key::Tick);
+    thread_state::pt_exited(self_pt(), key);
+    t.flush(None);
+    t.close();
+    set_exit_key(std::ptr::null_mut());
+    let p = t as *const ThreadState as *mut ThreadState;
+    thread_state::unregister(p);
+    // SAFETY: allocated by Box::into_raw, unregistered (no one else can reach it) and the
+    // thread-local pointer no longer names it.
+    drop(unsafe { Box::from_raw(p) });
+}
+
+unsafe extern "C-unwind" fn trampoline(arg: *mut c_void) -> *mut c_void {
+    let p = arg as *mut ThreadState;
+    // SAFETY: `arg` is the state allocated by `create` for this thread.
+    let (start, user_arg, after) = unsafe {
+        let t = &*p;
+        (t.start.get(), t.arg.get(), t.clock_hint())
+    };
+    start_on_current(p, after);
+    // SAFETY: `start` is the user's start routine passed to pthread_create.
+    let f: Start = unsafe { std::mem::transmute::<usize, Start>(start) };
+    // SAFETY: calling the user's start routine with its argument, as pthread_create would.
+    let r = unsafe { f(user_arg as *mut c_void) };
+    if let Some(t) = thread_state::current() {
+        thread_exit(t);
+    }
+    r
+}
+
+unsafe extern "C-unwind" fn create(
+    out: *mut pthread_t,
+    attr: *const pthread_attr_t,
+    start: Start,
+    arg: *mut c_void,
+    ra: usize,
+) -> c_int {
+    let real = REAL_CREATE.get();
+    let Some(t) = rt() else {
+        // SAFETY: the real function with the caller's arguments.
+        return unsafe { real(out, attr, start, arg) };
+    };
+    let prepared = t.with(|t| {
+        let site = sites::site(ra);
+        let child = ThreadState::new(Some(t.tid), 0);
+        child.start.set(start as usize);
+        child.arg.set(arg as usize);
+        // The create key is taken before the real create; the event is written after it
+        // succeeded, at that key.
+        let key = t.take_key(Key::Tick);
+        child.set_clock_hint(key);
+        (Box::into_raw(child), site, key)
+    });
+    let Some((child, site, key)) = prepared else {
+        // SAFETY: as above.
+        return unsafe { real(out, attr, start, arg) };
+    };
+    // SAFETY: the real function, with our trampoline and the child's state as its argument.
+    let r = unsafe { real(out, attr, trampoline, child.cast()) };
+    t.with(|t| {
+        if r == 0 {
+            // SAFETY: `child` is alive until the child thread exits; its tid is immutable.
+            let tid = unsafe { (*child).tid };
+            // SAFETY: on success pthread_create stored the new thread's id.
+            thread_state::pt_created(unsafe { *out } as usize, tid);
+            t.emit_at(EventKind::ThreadCreate { child: tid, site }, key);
+        } else {
+            // SAFETY: the thread was not created: nobody else has the state.
+            drop(unsafe { Box::from_raw(child) });
+        }
+    });
+    r
+}
+
+/// Join-like calls: `blocking` ones record a request first.
+///
+/// # Safety
+/// `call` is the real function with the caller's arguments.
+#[inline(always)]
+unsafe fn joining(pt: pthread_t, ra: usize, blocking: bool, call: impl FnOnce() -> c_int) -> c_int {
+    let ts = rt();
+    let child = ts.and_then(|t| {
+        t.with(|t| {
+            let (child, _) = thread_state::pt_lookup(pt as usize)?;
+            if blocking {
+                let site = sites::site(ra);
+                t.emit(EventKind::JoinRequest { child, site }, Key::Same);
+            }
+            Some(child)
+        })
+        .flatten()
+    });
+    let r = call();
+    if let (Some(t), Some(child)) = (ts, child) {
+        t.with(|t| {
+            if r == 0 {
+                let exit_key = thread_state::pt_lookup(pt as usize).map_or(0, |(_, k)| k);
+                t.emit(
+                    EventKind::JoinEnd {
+                        child,
+                        joined: true,
+                    },
+                    Key::After(exit_key),
+                );
+            } else {
+                t.emit(
+                    EventKind::JoinEnd {
+                        child,
+                        joined: false,
+                    },
+                    Key::Tick,
+                );
+            }
+        });
+    }
+    r
+}
+
+unsafe extern "C-unwind" fn join(pt: pthread_t, ret: *mut *mut c_void, ra: usize) -> c_int {
+    let real = REAL_JOIN.get();
+    // SAFETY: the real function with the caller's arguments.
+    unsafe { joining(pt, ra, true, || real(pt, ret)) }
+}
+
+unsafe extern "C-unwind" fn tryjoin(pt: pthread_t, ret: *mut *mut c_void, ra: usize) -> c_int {
+    let real = REAL_TRYJOIN.get();
+    // SAFETY: the real function with the caller's arguments.
+    unsafe { joining(pt, ra, false, || real(pt, ret)) }
+}
+
+unsafe extern "C-unwind" fn timedjoin(
+    pt: pthread_t,
+    ret: *mut *mut c_void,
+    abs: *const timespec,
+    ra: usize,
+) -> c_int {
+    let real = REAL_TIMEDJOIN.get();
+    // SAFETY: the real function with the caller's arguments.
+    unsafe { joining(pt, ra, true, || real(pt, ret, abs)) }
+}
+
+unsafe extern "C-unwind" fn detach(pt: pthread_t, ra: usize) -> c_int {
+    let real = REAL_DETACH.get();
+    if let Some(t) = rt() {
+        t.with(|t| {
+            if let Some((child, _)) = thread_state::pt_lookup(pt as usize) {
+                let site = sites::site(ra);
+                t.emit(EventKind::ThreadDetach { child, site }, Key::Tick);
+            }
+        });
+    }
+    // SAFETY: the real function with the caller's argument.
+    unsafe { real(pt) }
+}
+
+unsafe extern "C-unwind" fn exit(v: *mut c_void, _ra: usize) -> ! {
+    let real = REAL_EXIT.get();
+    if crate::output::recording() {
+        if let Some(t) = thread_state::current() {
+            thread_exit(t);
+        }
+    }
+    // SAFETY: the real pthread_exit; it unwinds through this frame, which holds nothing that
+    // needs dropping.
+    unsafe { real(v) }
+}

@@ -1,0 +1,324 @@
+//! Start-up, completion and fork handling of the whole runtime.
+//!
+//! - `init` runs from `.init_array` (before `main`, after libc is ready): reads the env
+//!   contract, opens the trace, registers the fork and exit handlers, installs the SIGINT and
+//!   SIGTERM handlers, and records the main thread's start. Hooks called before it (another
+//!   library's constructor) find the state not `RECORDING` and only call the real function.
+//! - `finish` completes the trace: every live thread's exit, its buffer, the table buffer,
+//!   the trailer. It runs once, from `atexit` (after the program's own handlers, which were
+//!   registered later), `_exit`, a signal, or a failed-exec-safe checkpoint (`before_exec`).
+//! - The fork child handler turns the child into a fresh recording with its own file.
+
+use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+
+use foresight_trace::event::EventKind;
+use foresight_trace::tables::{
+    EndReason, Header, Ordering as KeyOrdering, TableRecord, ThreadInfo,
+};
+
+use crate::config::{self, Config};
+use crate::hooks::thread;
+use crate::output::{self, STATE_DONE, STATE_OFF, STATE_PAUSED, STATE_RECORDING, STATE_STARTING};
+use crate::sequence::{self, Key};
+use crate::spin::SpinLock;
+use crate::thread_state;
+use crate::{modules, objects, sites, ALLOC};
+
+static CONFIG: SpinLock<Option<Config>> = SpinLock::new(None);
+/// The recorded process (a `vfork` child shares our memory but has another pid: it must not
+/// touch the parent's trace).
+static PID: AtomicU32 = AtomicU32::new(0);
+/// `main`'s return value or `exit`'s argument, for the trailer.
+pub static EXIT_STATUS: AtomicI32 = AtomicI32::new(0);
+
+pub const PRODUCER: &str = concat!("foresight-recorder ", env!("CARGO_PKG_VERSION"));
+
+fn getpid() -> u32 {
+    // SAFETY: getpid has no preconditions.
+    unsafe { libc::getpid() as u32 }
+}
+
+/// True in the process that owns the trace (not in a `vfork` child).
+pub fn own_process() -> bool {
+    getpid() == PID.load(Ordering::Relaxed)
+}
+
+fn command_line() -> Vec<String> {
+    std::fs::read("/proc/self/cmdline")
+        .map(|b| {
+            b.split(|&c| c == 0)
+                .filter(|s| !s.is_empty())
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn header(cfg: &Config, pid: u32, parent_pid: u32) -> Header {
+    Header {
+        producer: PRODUCER.to_string(),
+        pid,
+        parent_pid,
+        command: command_line(),
+        start_unix_ns: output::now_ns(),
+        ordering: if cfg.global_sequence {
+            KeyOrdering::GlobalSequence
+        } else {
+            KeyOrdering::Logical
+        },
+        pointer_width: std::mem::size_of::<usize>() as u8,
+        stack_depth: cfg.stack_depth as u8,
+    }
+}
+
+fn trace_path(cfg: &Config, pid: u32) -> Vec<u8> {
+    cfg.output
+        .clone()
+        .unwrap_or_else(|| format!("foresight-{pid}.trace").into_bytes())
+}
+
+/// `FORESIGHT_NO_FOLLOW=1`: remove the runtime from our own `LD_PRELOAD` at start-up, so that
+/// every program started from this one (exec, posix_spawn, system) inherits an environment
+/// without it. `execve` with an explicit environment is filtered in its hook.
+fn strip_own_preload() {
+    // SAFETY: getenv/setenv/unsetenv at start-up, before the program's threads exist.
+    unsafe {
+        let p = libc::getenv(c"LD_PRELOAD".as_ptr());
+        if p.is_null() {
+            return;
+        }
+        let v = std::ffi::CStr::from_ptr(p).to_bytes().to_vec();
+        match config::strip_preload(&v) {
+            None => {
+                libc::unsetenv(c"LD_PRELOAD".as_ptr());
+            }
+            Some(kept) => {
+                if let Ok(c) = std::ffi::CString::new(kept) {
+                    libc::setenv(c"LD_PRELOAD".as_ptr(), c.as_ptr(), 1);
+                }
+            }
+        }
+    }
+}
+
+pub fn no_follow() -> bool {
+    CONFIG.lock().as_ref().is_some_and(|c| c.no_follow)
+}
+
+pub extern "C" fn init() {
+    if !output::transition(STATE_OFF, STATE_STARTING) {
+        return;
+    }
+    let cfg = Config::from_env();
+    sequence::set_global(cfg.global_sequence);
+    sites::set_depth(cfg.stack_depth);
+    if cfg.no_follow {
+        strip_own_preload();
+    }
+    let pid = getpid();
+    PID.store(pid, Ordering::Relaxed);
+    let path = trace_path(&cfg, pid);
+    let fd = match output::open_trace(&path, pid, false) {
+        Ok((fd, _)) => fd,
+        Err(e) => {
+            output::complain(&e);
+            output::set_state(STATE_DONE);
+            return;
+        }
+    };
+    // SAFETY: getppid has no preconditions.
+    let ppid = unsafe { libc::getppid() } as u32;
+    output::start(fd, &header(&cfg, pid, ppid));
+    *CONFIG.lock() = Some(cfg);
+    thread::init_exit_key();
+    thread_state::enable_fast_path();
+    // SAFETY: registering handlers with the right signatures.
+    unsafe {
+        libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child));
+        libc::atexit(at_exit);
+    }
+    install_signal_handlers();
+    thread::start_main();
+    output::set_state(STATE_RECORDING);
+}
+
+extern "C" fn at_exit() {
+    finish(
+        EndReason::Exit {
+            status: EXIT_STATUS.load(Ordering::Relaxed),
+        },
+        None,
+    );
+}
+
+/// Completes the trace (once). `attempts` bounds every lock wait (signal handlers).
+pub fn finish(reason: EndReason, attempts: Option<u32>) {
+    if !own_process() {
+        return;
+    }
+    if !output::transition(STATE_RECORDING, STATE_DONE)
+        && !output::transition(STATE_PAUSED, STATE_DONE)
+    {
+        return;
+    }
+    thread_state::quiesce();
+    thread_state::for_each_live(attempts, |t| t.close_with_exit(attempts));
+    output::flush_tables(attempts);
+    output::write_trailer(reason, false);
+    // The descriptor stays open (it is close-on-exec): closing it here could let the program
+    // reuse its number while a late writer still holds it.
+}
+
+/// Before an `exec`: the `exec` event, every buffer, and a provisional trailer, so that the
+/// old image's events reach its file. Recording pauses; `after_failed_exec` resumes it.
+pub fn before_exec(ra: usize) {
+    if !own_process() || !output::recording() {
+        return;
+    }
+    if let Some(t) = thread_state::current() {
+        t.with(|t| {
+            let site = sites::site(ra);
+            t.emit(EventKind::Exec { site }, Key::Tick);
+        });
+    }
+    if !output::transition(STATE_RECORDING, STATE_PAUSED) {
+        return;
+    }
+    thread_state::quiesce();
+    thread_state::for_each_live(None, |t| {
+        t.flush(None);
+    });
+    output::flush_tables(None);
+    output::write_trailer(EndReason::Exit { status: 0 }, true);
+}
+
+pub fn after_failed_exec() {
+    if own_process() {
+        output::transition(STATE_PAUSED, STATE_RECORDING);
+    }
+}
+
+// --- signals --------------------------------------------------------------------------------
+
+fn install_signal_handlers() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: querying and setting a disposition with valid sigaction structs.
+        unsafe {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(sig, std::ptr::null(), &mut old) != 0 {
+                continue;
+            }
+            // Only where the program would die: an ignored signal stays ignored, a handler
+            // (another preloaded library) stays in place.
+            if old.sa_sigaction != libc::SIG_DFL {
+                continue;
+            }
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_signal as *const () as usize;
+            sa.sa_flags = libc::SA_RESTART;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    // If this thread was inside the runtime, it may hold a lock finish needs: give up on the
+    // trailer (the file stays valid up to its last chunk).
+    let inside = thread_state::current().is_some_and(|t| t.with(|_| ()).is_none());
+    if !inside {
+        finish(EndReason::Signal { signal: sig }, Some(200));
+    }
+    // SAFETY: restoring the default disposition, unblocking and re-raising the signal: the
+    // process ends as it would have without us.
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::raise(sig);
+    }
+}
+
+// --- fork -----------------------------------------------------------------------------------
+
+/// Holds every runtime lock across `fork`, so the child inherits consistent tables and heap.
+/// Order: registry, modules, tables, allocator (the order in which the runtime nests them).
+extern "C" fn fork_prepare() {
+    thread_state::lock_for_fork();
+    modules::lock_for_fork();
+    output::lock_for_fork();
+    ALLOC.lock_for_fork();
+}
+
+extern "C" fn fork_parent() {
+    // SAFETY: fork_prepare took these locks on this thread.
+    unsafe {
+        ALLOC.unlock_after_fork();
+        output::unlock_after_fork();
+        modules::unlock_after_fork();
+        thread_state::parent_after_fork();
+    }
+}
+
+extern "C" fn fork_child() {
+    let me = thread_state::current().map_or(std::ptr::null_mut(), |t| {
+        t as *const thread_state::ThreadState as *mut thread_state::ThreadState
+    });
+    // SAFETY: the child is single-threaded; fork_prepare took these locks in the parent.
+    unsafe {
+        ALLOC.unlock_after_fork();
+        output::unlock_after_fork();
+        modules::unlock_after_fork();
+        thread_state::child_after_fork(me);
+    }
+    let st = output::state();
+    if st != STATE_RECORDING && st != STATE_PAUSED {
+        return;
+    }
+    let parent = PID.load(Ordering::Relaxed);
+    let pid = getpid();
+    PID.store(pid, Ordering::Relaxed);
+    objects::reset();
+    sites::reset();
+    modules::reset();
+    thread_state::pt_reset();
+    output::forget_parent_file();
+    let Some(cfg) = CONFIG.lock().clone() else {
+        output::set_state(STATE_DONE);
+        return;
+    };
+    // With FORESIGHT_OUTPUT the child writes `<path>.<pid>` (then `.n`); without it, its own
+    // `foresight-<pid>.trace`.
+    let opened = match &cfg.output {
+        Some(path) => output::open_trace(path, pid, true),
+        None => output::open_trace(&trace_path(&cfg, pid), pid, false),
+    };
+    let fd = match opened {
+        Ok((fd, _)) => fd,
+        Err(e) => {
+            output::complain(&e);
+            output::set_state(STATE_DONE);
+            return;
+        }
+    };
+    output::start(fd, &header(&cfg, pid, parent));
+    thread_state::enable_fast_path();
+    if !me.is_null() {
+        let tid = thread_state::next_thread_id();
+        // SAFETY: the only thread of the child owns its state.
+        let t = unsafe { &mut *me };
+        t.reset_for_child(tid);
+        // SAFETY: pthread_self has no preconditions.
+        thread_state::pt_started(unsafe { libc::pthread_self() } as usize, tid);
+        output::table_record(&TableRecord::Thread(ThreadInfo {
+            id: tid,
+            os_tid: t.os_tid.get(),
+            parent: None,
+            name: None,
+        }));
+        t.emit(EventKind::ThreadStart, Key::Tick);
+    }
+    output::set_state(STATE_RECORDING);
+}

@@ -1,0 +1,576 @@
+//! Per-thread recording state, the registry of live threads, and the `pthread_t` → thread map.
+//!
+//! Each thread owns one `ThreadState`, allocated once (from the runtime's mmap allocator) when
+//! the thread is created or first seen, holding its `ChunkWriter` (one chunk buffer of
+//! `CHUNK_BYTES`), its Lamport clock and its reentrancy guard. A thread-local pointer finds it.
+//! The buffer has a one-word lock: the owner takes it for each event (uncontended), and only
+//! `finish` (process exit, signal, exec) takes it from another thread to flush the buffer.
+
+use std::cell::{Cell, UnsafeCell};
+use std::sync::atomic::{compiler_fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+use foresight_trace::event::{Event, EventKind, SiteId, ThreadId};
+use foresight_trace::ChunkWriter;
+
+use crate::objects::Slot;
+use crate::sequence::{self, Key};
+use crate::spin::SpinLock;
+use crate::{output, sites};
+
+/// About 64 KiB of events per chunk.
+pub const CHUNK_BYTES: usize = 64 << 10;
+
+/// The thread-local pointer: null (not seen yet), `DEAD` (exited or being set up: record
+/// nothing), or a live `ThreadState`.
+const DEAD: *mut ThreadState = std::ptr::dangling_mut::<ThreadState>();
+
+thread_local! {
+    static CURRENT: Cell<*mut ThreadState> = const { Cell::new(std::ptr::null_mut()) };
+}
+
+static NEXT_THREAD: AtomicU32 = AtomicU32::new(0);
+
+/// Set once a foreign flush may happen (`quiesce`), or from the start when `membarrier` is
+/// unavailable: owners then always take their buffer lock.
+static FOREIGN: AtomicBool = AtomicBool::new(true);
+
+const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
+const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
+
+fn membarrier(cmd: libc::c_long) -> bool {
+    // SAFETY: the membarrier syscall takes a command and two zero arguments.
+    unsafe {
+        libc::syscall(
+            libc::SYS_membarrier,
+            cmd,
+            0 as libc::c_long,
+            0 as libc::c_long,
+        ) == 0
+    }
+}
+
+/// Start-up (and fork child): enables the owners' fast path if `membarrier` works here.
+pub fn enable_fast_path() {
+    let ok = membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED);
+    FOREIGN.store(!ok, Ordering::SeqCst);
+}
+
+/// Before touching other threads' buffers: from now on owners take their buffer lock, and
+/// after the barrier every owner either saw this (slow path) or is visible as `pushing`.
+pub fn quiesce() {
+    if !FOREIGN.swap(true, Ordering::SeqCst) {
+        membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED);
+    }
+}
+
+pub struct ThreadState {
+    pub tid: ThreadId,
+    pub parent: Option<ThreadId>,
+    /// Reentrancy guard: set while the runtime works on this thread's behalf.
+    busy: Cell<bool>,
+    /// The owner is between `enter_buf` and `leave_buf` on the fast path (see `quiesce`).
+    pushing: AtomicBool,
+    /// Guards `writer` and `clock` once `quiesce` ran: the owner's slow path and foreign
+    /// flushes (`finish`, `exec`) take it.
+    buf_lock: AtomicBool,
+    /// No more events (exit recorded, or the trace was finished).
+    closed: AtomicBool,
+    clock: UnsafeCell<u64>,
+    writer: UnsafeCell<ChunkWriter>,
+    pub os_tid: Cell<u32>,
+    errno: Cell<*mut libc::c_int>,
+    /// The start routine and argument, for the `pthread_create` trampoline.
+    pub start: Cell<usize>,
+    pub arg: Cell<usize>,
+    /// `pthread_once` in progress on this thread: (once object slot, user routine, ran).
+    pub once: Cell<(usize, usize, bool)>,
+    /// The create key, for the child's `thread-start` (set by the creator).
+    start_after: Cell<u64>,
+    /// Direct-mapped caches in front of the shared site and object tables: a hooked call
+    /// usually repeats a recent site and object, and a hit costs no hashing or probing.
+    site_cache: [Cell<(usize, SiteId)>; CACHE],
+    obj_cache: [Cell<(usize, usize)>; CACHE],
+}
+
+const CACHE: usize = 64;
+
+#[inline]
+fn cache_index(x: usize) -> usize {
+    (x ^ (x >> 6) ^ (x >> 12)) & (CACHE - 1)
+}
+
+// SAFETY: the Cells are only touched by the owning thread (or, for `start`/`arg`/`clock`, by the
+// creator before the thread starts, or by `finish` under `buf_lock`).
+unsafe impl Sync for ThreadState {}
+// SAFETY: as above.
+unsafe impl Send for ThreadState {}
+
+impl ThreadState {
+    pub fn new(parent: Option<ThreadId>, clock: u64) -> Box<Self> {
+        let tid = NEXT_THREAD.fetch_add(1, Ordering::Relaxed);
+        Box::new(Self {
+            tid,
+            parent,
+            busy: Cell::new(false),
+            pushing: AtomicBool::new(false),
+            buf_lock: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            clock: UnsafeCell::new(clock),
+            writer: UnsafeCell::new(ChunkWriter::new(tid, CHUNK_BYTES)),
+            os_tid: Cell::new(0),
+            errno: Cell::new(std::ptr::null_mut()),
+            start: Cell::new(0),
+            arg: Cell::new(0),
+            once: Cell::new((0, 0, false)),
+            start_after: Cell::new(0),
+            site_cache: [const { Cell::new((0, 0)) }; CACHE],
+            obj_cache: [const { Cell::new((0, 0)) }; CACHE],
+        })
+    }
+
+    /// The site of return address `ra` (owner only).
+    #[inline(always)]
+    pub fn site(&self, ra: usize) -> SiteId {
+        if !sites::shallow() {
+            return sites::site(ra);
+        }
+        let c = &self.site_cache[cache_index(ra)];
+        let (k, v) = c.get();
+        if k == ra {
+            return v;
+        }
+        let v = sites::site(ra);
+        c.set((ra, v));
+        v
+    }
+
+    #[inline(always)]
+    pub fn cached_object(&self, addr: usize) -> Option<&'static Slot> {
+        let (k, v) = self.obj_cache[cache_index(addr)].get();
+        if k != addr || v == 0 {
+            return None;
+        }
+        // SAFETY: cached values are `&'static Slot` pointers (slots live in a static table).
+        let s: &'static Slot = unsafe { &*(v as *const Slot) };
+        s.is_live_at(addr).then_some(s)
+    }
+
+    #[inline]
+    pub fn cache_object(&self, addr: usize, s: &'static Slot) {
+        self.obj_cache[cache_index(addr)].set((addr, s as *const Slot as usize));
+    }
+
+    pub fn clock_hint(&self) -> u64 {
+        self.start_after.get()
+    }
+
+    pub fn set_clock_hint(&self, k: u64) {
+        self.start_after.set(k);
+    }
+
+    /// Runs `f` as the runtime: with the reentrancy guard set and `errno` preserved. `None` if
+    /// the runtime is already active on this thread (a hook called from inside the runtime, or
+    /// from a signal handler that interrupted it) or recording is off.
+    #[inline]
+    pub fn with<R>(&self, f: impl FnOnce(&Self) -> R) -> Option<R> {
+        if self.busy.get() || self.closed.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.busy.set(true);
+        let ep = self.errno.get();
+        // SAFETY: `ep` is this thread's errno location (cached at thread start).
+        let saved = unsafe { *ep };
+        let r = f(self);
+        // SAFETY: as above.
+        unsafe { *ep = saved };
+        self.busy.set(false);
+        Some(r)
+    }
+
+    fn lock_buf(&self) {
+        while self
+            .buf_lock
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            std::hint::spin_loop();
+        }
+    }
+
+    fn try_lock_buf(&self, attempts: u32) -> bool {
+        for _ in 0..attempts.max(1) {
+            if self
+                .buf_lock
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                return true;
+            }
+            // SAFETY: sched_yield has no preconditions.
+            unsafe { libc::sched_yield() };
+        }
+        false
+    }
+
+    fn unlock_buf(&self) {
+        self.buf_lock.store(false, Ordering::Release);
+    }
+
+    /// The owner starts working on its buffer. Fast path (no atomic read-modify-write, which
+    /// would cost as much as the program's own lock): announce `pushing`, then check that no
+    /// foreign flush has begun. The store-then-load pair is ordered against `quiesce`'s
+    /// store-then-load by `membarrier` (an asymmetric Dekker handshake). Returns whether the
+    /// slow path (the buffer lock) was taken.
+    #[inline]
+    fn enter_buf(&self) -> bool {
+        self.pushing.store(true, Ordering::Relaxed);
+        compiler_fence(Ordering::SeqCst);
+        if !FOREIGN.load(Ordering::Relaxed) {
+            return false;
+        }
+        self.pushing.store(false, Ordering::Release);
+        self.lock_buf();
+        true
+    }
+
+    #[inline]
+    fn leave_buf(&self, slow: bool) {
+        if slow {
+            self.unlock_buf();
+        } else {
+            self.pushing.store(false, Ordering::Release);
+        }
+    }
+
+    /// Another thread (or the owner, from `finish`) takes the buffer: waits for the owner to
+    /// leave its fast path, then takes the lock. Only after `quiesce`. `attempts` bounds the
+    /// waits (signal handlers).
+    fn acquire_foreign(&self, attempts: Option<u32>) -> bool {
+        let mut n = 0u32;
+        while self.pushing.load(Ordering::Acquire) {
+            n += 1;
+            if attempts.is_some_and(|a| n > a) {
+                return false;
+            }
+            // SAFETY: sched_yield has no preconditions.
+            unsafe { libc::sched_yield() };
+        }
+        match attempts {
+            None => {
+                self.lock_buf();
+                true
+            }
+            Some(a) => self.try_lock_buf(a),
+        }
+    }
+
+    /// Computes the key of the next event without recording one (an event recorded later, at
+    /// this key, when the operation's outcome is known: `pthread_create`, `fork`).
+    #[inline]
+    pub fn take_key(&self, key: Key<'_>) -> u64 {
+        let slow = self.enter_buf();
+        // SAFETY: clock is only touched by the owner inside enter/leave, or by a foreign
+        // holder of buf_lock, which excludes the owner (see enter_buf).
+        let k = sequence::next(unsafe { &mut *self.clock.get() }, key);
+        self.leave_buf(slow);
+        k
+    }
+
+    /// Records one event; returns its key. Inlined so that at each call site the event's kind
+    /// is a constant and the encoder's `match` folds away.
+    #[inline(always)]
+    pub fn emit(&self, kind: EventKind, key: Key<'_>) -> u64 {
+        let slow = self.enter_buf();
+        // SAFETY: as in take_key.
+        let k = sequence::next(unsafe { &mut *self.clock.get() }, key);
+        self.push_locked(kind, k);
+        self.leave_buf(slow);
+        k
+    }
+
+    /// Records one event at a key taken earlier with `take_key`.
+    pub fn emit_at(&self, kind: EventKind, key: u64) {
+        let slow = self.enter_buf();
+        self.push_locked(kind, key);
+        self.leave_buf(slow);
+    }
+
+    #[inline(always)]
+    fn push_locked(&self, kind: EventKind, key: u64) {
+        if self.closed.load(Ordering::Relaxed) {
+            return;
+        }
+        // SAFETY: the writer is ours: owner inside enter/leave, or foreign under buf_lock.
+        let w = unsafe { &mut *self.writer.get() };
+        let key = key.max(w.last_key());
+        if w.is_full() {
+            flush_writer(w);
+        }
+        if w.pending_events() == 0 {
+            start_chunk(w);
+        }
+        if w.push_fast(&Event { key, kind }).is_err() {
+            output::count_lost(1);
+        }
+    }
+
+    /// Flushes the buffer (thread exit, finish, exec). Foreign callers must `quiesce` first.
+    /// `attempts` bounds the waits (a signal handler may have interrupted the owner); returns
+    /// false if not flushed.
+    pub fn flush(&self, attempts: Option<u32>) -> bool {
+        if !self.acquire_foreign(attempts) {
+            return false;
+        }
+        // SAFETY: guarded by buf_lock with the owner off its fast path.
+        flush_writer(unsafe { &mut *self.writer.get() });
+        self.unlock_buf();
+        true
+    }
+
+    /// `finish`: records the thread's exit (the process is ending under it) and closes it.
+    /// Only after `quiesce`.
+    pub fn close_with_exit(&self, attempts: Option<u32>) {
+        if self.closed.load(Ordering::Acquire) || !self.acquire_foreign(attempts) {
+            return;
+        }
+        // SAFETY: clock and writer are guarded by buf_lock with the owner off its fast path.
+        let k = sequence::next(unsafe { &mut *self.clock.get() }, Key::Tick);
+        self.push_locked(EventKind::ThreadExit, k);
+        // SAFETY: as above.
+        flush_writer(unsafe { &mut *self.writer.get() });
+        self.closed.store(true, Ordering::Release);
+        self.unlock_buf();
+    }
+
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+    }
+
+    pub fn reopen(&self) {
+        self.closed.store(false, Ordering::Release);
+    }
+
+    /// fork child: a fresh writer (the pending events belong to the parent's trace).
+    pub fn reset_for_child(&mut self, tid: ThreadId) {
+        self.tid = tid;
+        self.parent = None;
+        *self.writer.get_mut() = ChunkWriter::new(tid, CHUNK_BYTES);
+        self.buf_lock = AtomicBool::new(false);
+        self.pushing = AtomicBool::new(false);
+        self.closed = AtomicBool::new(false);
+        self.busy.set(false);
+        self.os_tid.set(gettid());
+        for c in &self.site_cache {
+            c.set((0, 0));
+        }
+        for c in &self.obj_cache {
+            c.set((0, 0));
+        }
+    }
+
+    /// Binds this state to the calling thread.
+    pub fn attach(&self) {
+        self.os_tid.set(gettid());
+        // SAFETY: __errno_location returns this thread's errno; valid for its lifetime.
+        self.errno.set(unsafe { libc::__errno_location() });
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn flush_writer(w: &mut ChunkWriter) {
+    let n = w.pending_events();
+    w.flush_into(output::now_ns(), |bytes| {
+        output::write_event_chunk(bytes, n)
+    });
+}
+
+#[cold]
+#[inline(never)]
+fn start_chunk(w: &mut ChunkWriter) {
+    w.set_start_ns(output::now_ns());
+}
+
+pub fn gettid() -> u32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() as u32 }
+}
+
+/// The calling thread's state, if it is being recorded.
+#[inline]
+pub fn current() -> Option<&'static ThreadState> {
+    let p = CURRENT.with(|c| c.get());
+    if p.is_null() || p == DEAD {
+        return None;
+    }
+    // SAFETY: a live pointer in CURRENT is a registered ThreadState that stays allocated until
+    // this thread's `thread_exit`, which resets CURRENT to DEAD first.
+    Some(unsafe { &*p })
+}
+
+/// Whether the calling thread has no state yet (neither live nor dead).
+pub fn unseen() -> bool {
+    CURRENT.with(|c| c.get().is_null())
+}
+
+pub fn set_current(p: *mut ThreadState) {
+    CURRENT.with(|c| c.set(p));
+}
+
+pub fn mark_dead() {
+    CURRENT.with(|c| c.set(DEAD));
+}
+
+// --- registry -------------------------------------------------------------------------------
+
+struct Registry {
+    live: Vec<*mut ThreadState>,
+}
+
+// SAFETY: the pointers are only dereferenced under the registry lock (finish) or by their owner.
+unsafe impl Send for Registry {}
+
+static REGISTRY: SpinLock<Registry> = SpinLock::new(Registry { live: Vec::new() });
+
+pub fn register(p: *mut ThreadState) {
+    REGISTRY.lock().live.push(p);
+}
+
+pub fn unregister(p: *mut ThreadState) {
+    let mut r = REGISTRY.lock();
+    if let Some(i) = r.live.iter().position(|&q| q == p) {
+        r.live.swap_remove(i);
+    }
+}
+
+/// Runs `f` on every live thread state, under the registry lock (`attempts`: bounded wait).
+pub fn for_each_live(attempts: Option<u32>, mut f: impl FnMut(&ThreadState)) {
+    let guard = match attempts {
+        Some(a) => REGISTRY.try_lock_for(a),
+        None => Some(REGISTRY.lock()),
+    };
+    if let Some(r) = guard {
+        for &p in &r.live {
+            // SAFETY: registered states stay allocated while registered (unregister takes the
+            // lock we hold before the owner frees its state).
+            f(unsafe { &*p });
+        }
+    }
+}
+
+pub fn lock_for_fork() {
+    REGISTRY.raw_lock();
+}
+
+/// fork child: only the forking thread survives; the others' states are leaked (their buffers
+/// hold the parent's events, which the parent writes).
+///
+/// # Safety
+/// Only in the fork child handler, after `lock_for_fork`.
+pub unsafe fn child_after_fork(me: *mut ThreadState) {
+    // SAFETY: forwarded contract: the lock was taken by lock_for_fork in the parent.
+    unsafe { REGISTRY.force_unlock() };
+    NEXT_THREAD.store(0, Ordering::Relaxed);
+    let mut r = REGISTRY.lock();
+    // Leak the old Vec's other entries; keep only ourselves.
+    let old = std::mem::take(&mut r.live);
+    std::mem::forget(old);
+    if !me.is_null() {
+        r.live.push(me);
+    }
+}
+
+/// # Safety
+/// Only after `lock_for_fork`, in the parent.
+pub unsafe fn parent_after_fork() {
+    // SAFETY: forwarded contract.
+    unsafe { REGISTRY.force_unlock() };
+}
+
+pub fn next_thread_id() -> ThreadId {
+    NEXT_THREAD.fetch_add(1, Ordering::Relaxed)
+}
+
+// --- pthread_t → thread --------------------------------------------------------------------
+
+const PT_SLOTS: usize = 1 << 14;
+
+struct PtSlot {
+    pt: AtomicUsize,
+    tid: AtomicU32,
+    exit_key: AtomicU64,
+}
+
+static PTMAP: [PtSlot; PT_SLOTS] = [const {
+    PtSlot {
+        pt: AtomicUsize::new(0),
+        tid: AtomicU32::new(0),
+        exit_key: AtomicU64::new(0),
+    }
+}; PT_SLOTS];
+
+fn pt_slot(pt: usize, insert: bool) -> Option<&'static PtSlot> {
+    if pt == 0 {
+        return None;
+    }
+    let mut i = (pt.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 50) & (PT_SLOTS - 1);
+    for _ in 0..512 {
+        let s = &PTMAP[i];
+        let cur = s.pt.load(Ordering::Acquire);
+        if cur == pt {
+            return Some(s);
+        }
+        if cur == 0 {
+            if !insert {
+                return None;
+            }
+            match s
+                .pt
+                .compare_exchange(0, pt, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Some(s),
+                Err(v) if v == pt => return Some(s),
+                Err(_) => {}
+            }
+        }
+        i = (i + 1) & (PT_SLOTS - 1);
+    }
+    None
+}
+
+/// The child itself, at start: `pt` is now thread `tid`, running.
+pub fn pt_started(pt: usize, tid: ThreadId) {
+    if let Some(s) = pt_slot(pt, true) {
+        s.exit_key.store(0, Ordering::Release);
+        s.tid.store(tid, Ordering::Release);
+    }
+}
+
+/// The creator, after `pthread_create` returned (the child may not have started yet).
+pub fn pt_created(pt: usize, tid: ThreadId) {
+    if let Some(s) = pt_slot(pt, true) {
+        s.tid.store(tid, Ordering::Release);
+    }
+}
+
+pub fn pt_exited(pt: usize, key: u64) {
+    if let Some(s) = pt_slot(pt, true) {
+        s.exit_key.store(key, Ordering::Release);
+    }
+}
+
+/// (thread id, exit key or 0 while running) of a `pthread_t`.
+pub fn pt_lookup(pt: usize) -> Option<(ThreadId, u64)> {
+    let s = pt_slot(pt, false)?;
+    Some((
+        s.tid.load(Ordering::Acquire),
+        s.exit_key.load(Ordering::Acquire),
+    ))
+}
+
+/// fork child: forget the parent's threads.
+pub fn pt_reset() {
+    for s in PTMAP.iter() {
+        s.pt.store(0, Ordering::Relaxed);
+    }
+}

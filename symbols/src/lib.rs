@@ -1,0 +1,465 @@
+//! Symbolises a foresight trace in place (`FORMAT.md` §7.7): every code address of the site
+//! table and every static lock address (`ClassKey::Static`) gets a `FrameSymbol` record with
+//! its function (or variable), file and line, read from the modules the trace names, so that
+//! the trace can be analysed on a machine that does not have the binaries.
+//!
+//! ```no_run
+//! let summary = foresight_symbols::symbolize_in_place(
+//!     std::path::Path::new("run.trace"),
+//!     &foresight_symbols::SymbolizeOptions::default(),
+//! )?;
+//! for w in summary.warnings() {
+//!     eprintln!("warning: {w}");
+//! }
+//! # Ok::<(), foresight_symbols::SymbolizeError>(())
+//! ```
+//!
+//! The pass reads only the tables of the trace, resolves the frames module by module (a module
+//! that is missing, unreadable or of another build is skipped with a warning, never an error),
+//! and appends the new records at the end of the file: it removes the trailer, appends table
+//! chunks and writes the trailer again. Frames that already have a symbol are left alone, so
+//! running it twice appends nothing the second time.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use foresight_trace::frame::ChunkKind;
+use foresight_trace::reader::TraceFile;
+use foresight_trace::tables::{
+    ClassKey, Frame, FrameSymbol, SourceLocation, StringEntry, TableRecord, Trailer,
+};
+use foresight_trace::writer::{trailer_chunk, TableWriter};
+use foresight_trace::{StringId, TraceError};
+
+mod append;
+mod module;
+
+use module::ResolvedLocation;
+
+/// How to symbolise.
+#[derive(Clone, Debug)]
+pub struct SymbolizeOptions {
+    /// Demangle C++ and Rust names (`_ZN3foo3barEv` → `foo::bar()`).
+    pub demangle: bool,
+    /// Directories searched for separate debug files by build-id
+    /// (`DIR/.build-id/ab/cdef….debug`), used when a module has no DWARF of its own.
+    pub debug_dirs: Vec<PathBuf>,
+    /// `fsync` the trace after appending.
+    pub sync: bool,
+}
+
+impl Default for SymbolizeOptions {
+    fn default() -> Self {
+        Self {
+            demangle: true,
+            debug_dirs: vec![PathBuf::from("/usr/lib/debug")],
+            sync: true,
+        }
+    }
+}
+
+/// What a symbolisation pass did.
+#[derive(Clone, Debug, Default)]
+pub struct SymbolizeSummary {
+    pub path: PathBuf,
+    /// Distinct frames the trace refers to (site frames and static lock addresses).
+    pub frames: usize,
+    /// Frames that had a symbol record before this pass; they were left alone.
+    pub already_symbolised: usize,
+    /// Symbol records this pass appended.
+    pub symbolised: usize,
+    /// Frames of usable modules for which no symbol was found (no record is written for them,
+    /// so a later pass with better debug information can still resolve them).
+    pub unresolved: usize,
+    /// Modules that were read and matched the trace.
+    pub modules_used: usize,
+    /// Modules whose frames were not symbolised, and why.
+    pub modules_skipped: Vec<SkippedModule>,
+    /// Bytes added to the file (new table chunks and the trailer written again); 0 when the
+    /// file was not touched.
+    pub bytes_appended: u64,
+    /// Whether the trace ended with a trailer (it was written again after the new chunks).
+    pub had_trailer: bool,
+    /// Bytes of an incomplete last chunk (a writer that died mid-chunk) that were removed so
+    /// that the appended chunks are readable: (offset, length).
+    pub dropped_tail: Option<(u64, u64)>,
+    /// Other things worth telling the user.
+    pub notes: Vec<String>,
+}
+
+impl SymbolizeSummary {
+    /// One line per thing the user should know: skipped modules, dropped bytes, notes.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out: Vec<String> = self.modules_skipped.iter().map(|m| m.to_string()).collect();
+        if let Some((offset, len)) = self.dropped_tail {
+            out.push(format!(
+                "byte {offset}: removed {len} bytes of an incomplete last chunk \
+                 (the recording was cut short inside it) before appending symbols"
+            ));
+        }
+        out.extend(self.notes.iter().cloned());
+        out
+    }
+}
+
+/// A module whose frames could not be symbolised.
+#[derive(Clone, Debug)]
+pub struct SkippedModule {
+    pub module: u32,
+    /// Its path as the trace records it, when the trace has one.
+    pub path: Option<String>,
+    /// How many frames this cost.
+    pub frames: usize,
+    pub reason: SkipReason,
+}
+
+impl fmt::Display for SkippedModule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let plural = if self.frames == 1 { "" } else { "s" };
+        match &self.path {
+            Some(p) => write!(f, "module {} ({p}): {}", self.module, self.reason)?,
+            None => write!(f, "module {}: {}", self.module, self.reason)?,
+        }
+        write!(f, "; {} frame{plural} left unsymbolised", self.frames)
+    }
+}
+
+/// Why a module was skipped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SkipReason {
+    /// Frames name a module id the module table does not define.
+    NotInTables,
+    /// The module record names a string id the string table does not define.
+    NoPath,
+    /// The file cannot be read (missing, not a regular file, too large, …).
+    Unreadable(String),
+    /// The file is not an ELF object this crate understands.
+    NotElf(String),
+    /// The file is another build than the one recorded.
+    BuildIdMismatch { recorded: Vec<u8>, found: Vec<u8> },
+    /// Reading the debug information failed badly (a malformed file).
+    Malformed(String),
+}
+
+impl fmt::Display for SkipReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotInTables => write!(f, "not defined in the trace's module table"),
+            Self::NoPath => write!(f, "its path is missing from the trace's string table"),
+            Self::Unreadable(why) => write!(f, "cannot read it: {why}"),
+            Self::NotElf(why) => write!(f, "not a readable ELF file: {why}"),
+            Self::BuildIdMismatch { recorded, found } => write!(
+                f,
+                "build-id {} differs from the recorded {} (the file was rebuilt or replaced)",
+                hex_or_none(found),
+                hex_or_none(recorded)
+            ),
+            Self::Malformed(why) => write!(f, "malformed: {why}"),
+        }
+    }
+}
+
+fn hex_or_none(b: &[u8]) -> String {
+    if b.is_empty() {
+        return "(none)".to_string();
+    }
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// A pass that could not complete. The trace file is unchanged unless the error says
+/// otherwise.
+#[derive(Debug, thiserror::Error)]
+pub enum SymbolizeError {
+    #[error(transparent)]
+    Trace(#[from] TraceError),
+    #[error("{path}: {op}: {error}")]
+    Io {
+        path: PathBuf,
+        op: &'static str,
+        error: std::io::Error,
+    },
+    #[error("{path}: byte {offset}: writing the symbols failed: {error}; the file was restored")]
+    WriteFailed {
+        path: PathBuf,
+        offset: u64,
+        error: std::io::Error,
+    },
+    #[error(
+        "{path}: byte {offset}: writing the symbols failed: {error}; restoring the file failed \
+         too ({restore_error}): the trace may now end in an incomplete chunk (a reader still reads \
+         every complete chunk before it)"
+    )]
+    RestoreFailed {
+        path: PathBuf,
+        offset: u64,
+        error: std::io::Error,
+        restore_error: std::io::Error,
+    },
+    #[error("{path}: the file changed while it was being symbolised (it was {expected} bytes, now {found}); is a recording still writing it?")]
+    Changed {
+        path: PathBuf,
+        expected: u64,
+        found: u64,
+    },
+    #[error(
+        "{path}: no free string id is left for the symbol names (the string table uses id {max})"
+    )]
+    StringIdsExhausted { path: PathBuf, max: u32 },
+}
+
+/// How a frame is used, which decides how it is resolved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Use {
+    /// A return address (a site frame): look up `offset - 1`, DWARF lines and inlining.
+    Code,
+    /// The address of a static lock: the symbol table's object that contains it.
+    Data,
+}
+
+/// What the pass needs from the trace, taken before the file is modified (the reader maps the
+/// file, and the map must be gone before the file is truncated).
+struct Snapshot {
+    file_len: u64,
+    frames: BTreeMap<Frame, Use>,
+    already: usize,
+    modules: BTreeMap<u32, foresight_trace::tables::ModuleInfo>,
+    strings: HashMap<StringId, String>,
+    trailer: Option<Trailer>,
+    /// Where the new chunks go: the old trailer's offset, or the end of the last complete chunk.
+    cut: u64,
+}
+
+fn snapshot(file: &TraceFile, header_end: u64) -> Snapshot {
+    let t = file.tables();
+    let mut frames = BTreeMap::new();
+    // Static lock addresses first: a site frame at the same address (unlikely) then wins,
+    // since code lookups give more (file and line).
+    for o in t.objects.values() {
+        if let ClassKey::Static(f) = o.class {
+            frames.insert(f, Use::Data);
+        }
+    }
+    for s in t.sites.values() {
+        for f in &s.frames {
+            frames.insert(*f, Use::Code);
+        }
+    }
+    let before = frames.len();
+    frames.retain(|f, _| !t.symbols.contains_key(f));
+    let already = before - frames.len();
+
+    let chunks = file.chunks();
+    let last_complete_end = chunks
+        .iter()
+        .map(|c| c.payload_offset + c.payload_len as u64)
+        .max()
+        .unwrap_or(header_end)
+        .max(header_end);
+    let cut = match (file.trailer(), chunks.last()) {
+        // The normal case: the trailer is the last chunk; the new chunks replace it and it is
+        // written again after them.
+        (Some(_), Some(c)) if c.kind == ChunkKind::Trailer => c.offset,
+        // A trailer that is not last (a damaged file), or none: append after the last complete
+        // chunk, dropping an incomplete one whose header would swallow the new bytes.
+        _ => last_complete_end,
+    };
+    Snapshot {
+        file_len: 0, // set by the caller from the file's metadata
+        frames,
+        already,
+        modules: t.modules.clone(),
+        strings: t.strings.clone(),
+        trailer: file.trailer().cloned(),
+        cut,
+    }
+}
+
+/// End of the file prefix and header (where the first chunk starts), from the prefix's header
+/// length, which the reader has already checked.
+fn file_header_end(path: &Path) -> Result<u64, SymbolizeError> {
+    use std::io::Read;
+    let io = |op, error| SymbolizeError::Io {
+        path: path.to_path_buf(),
+        op,
+        error,
+    };
+    let mut prefix = [0u8; foresight_trace::frame::FILE_PREFIX_LEN];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut prefix))
+        .map_err(|e| io("cannot read the file prefix", e))?;
+    let h = u32::from_le_bytes([prefix[12], prefix[13], prefix[14], prefix[15]]);
+    Ok(prefix.len() as u64 + h as u64)
+}
+
+/// Symbolises the trace at `path` in place. See the crate documentation.
+///
+/// The trace must not be being written: call this after the recorded process ended.
+pub fn symbolize_in_place(
+    path: &Path,
+    opts: &SymbolizeOptions,
+) -> Result<SymbolizeSummary, SymbolizeError> {
+    let mut snap = {
+        let file = TraceFile::open(path)?;
+        let mut s = snapshot(&file, file_header_end(path)?);
+        s.file_len = std::fs::metadata(path)
+            .map_err(|error| SymbolizeError::Io {
+                path: path.to_path_buf(),
+                op: "cannot read its metadata",
+                error,
+            })?
+            .len();
+        s
+        // `file` (and its memory map) is dropped here, before anything is written.
+    };
+    // A tail longer than one chunk is not an incomplete chunk but garbage that the reader
+    // resynchronises past: leave it, and append after it.
+    if snap.cut > snap.file_len || snap.file_len - snap.cut > append::MAX_TAIL {
+        snap.cut = snap.file_len;
+    }
+
+    let mut summary = SymbolizeSummary {
+        path: path.to_path_buf(),
+        frames: snap.frames.len() + snap.already,
+        already_symbolised: snap.already,
+        had_trailer: snap.trailer.is_some(),
+        ..Default::default()
+    };
+
+    // Group the frames by module and resolve them.
+    let mut by_module: BTreeMap<u32, Vec<(Frame, Use)>> = BTreeMap::new();
+    for (f, u) in &snap.frames {
+        by_module.entry(f.module).or_default().push((*f, *u));
+    }
+    let mut resolved: BTreeMap<Frame, Vec<ResolvedLocation>> = BTreeMap::new();
+    for (id, frames) in &by_module {
+        let skip = |reason, path: Option<String>| SkippedModule {
+            module: *id,
+            path,
+            frames: frames.len(),
+            reason,
+        };
+        let Some(info) = snap.modules.get(id) else {
+            summary
+                .modules_skipped
+                .push(skip(SkipReason::NotInTables, None));
+            continue;
+        };
+        let Some(module_path) = snap.strings.get(&info.path).cloned() else {
+            summary.modules_skipped.push(skip(SkipReason::NoPath, None));
+            continue;
+        };
+        // A malformed module must cost only that module, even if a parser panics on it.
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            module::resolve(Path::new(&module_path), info, frames, opts)
+        }));
+        match outcome {
+            Ok(Ok(out)) => {
+                summary.modules_used += 1;
+                summary.notes.extend(out.notes);
+                for (frame, locs) in out.resolved {
+                    if locs.is_empty() {
+                        summary.unresolved += 1;
+                    } else {
+                        resolved.insert(frame, locs);
+                    }
+                }
+            }
+            Ok(Err(reason)) => summary
+                .modules_skipped
+                .push(skip(reason, Some(module_path))),
+            Err(_) => summary.modules_skipped.push(skip(
+                SkipReason::Malformed("its debug information could not be parsed".into()),
+                Some(module_path),
+            )),
+        }
+    }
+    if resolved.is_empty() {
+        return Ok(summary);
+    }
+
+    let new_chunks = encode_records(path, &snap, &resolved)?;
+    summary.symbolised = resolved.len();
+    let mut bytes = new_chunks;
+    if let Some(t) = &snap.trailer {
+        // Same counts: table chunks are not event chunks.
+        bytes.extend_from_slice(&trailer_chunk(t));
+    }
+    let outcome = append::replace_tail(path, snap.file_len, snap.cut, &bytes, opts.sync)?;
+    summary.bytes_appended = bytes.len() as u64;
+    if snap.trailer.is_none() && outcome.removed > 0 {
+        summary.dropped_tail = Some((snap.cut, outcome.removed));
+    }
+    Ok(summary)
+}
+
+/// The string and symbol records for `resolved`, as framed table chunks.
+fn encode_records(
+    path: &Path,
+    snap: &Snapshot,
+    resolved: &BTreeMap<Frame, Vec<ResolvedLocation>>,
+) -> Result<Vec<u8>, SymbolizeError> {
+    // Reuse the trace's strings (the smallest id for a text, so the choice is stable).
+    let mut ids: HashMap<&str, StringId> = HashMap::new();
+    for (id, text) in &snap.strings {
+        ids.entry(text.as_str())
+            .and_modify(|e| *e = (*e).min(*id))
+            .or_insert(*id);
+    }
+    let max = snap.strings.keys().copied().max();
+    let mut next: Option<StringId> = match max {
+        None => Some(0),
+        Some(m) => m.checked_add(1),
+    };
+    let mut new_strings: HashMap<String, StringId> = HashMap::new();
+    let mut w = TableWriter::new();
+    let mut out = Vec::new();
+
+    let mut intern = |w: &mut TableWriter, text: &str| -> Result<StringId, SymbolizeError> {
+        if let Some(&id) = ids.get(text).or_else(|| new_strings.get(text)) {
+            return Ok(id);
+        }
+        let id = next.ok_or_else(|| SymbolizeError::StringIdsExhausted {
+            path: path.to_path_buf(),
+            max: max.unwrap_or(0),
+        })?;
+        next = id.checked_add(1);
+        // The string goes before the first symbol that uses it (FORMAT.md §4.3).
+        w.push(&TableRecord::String(StringEntry {
+            id,
+            text: text.to_string(),
+        }));
+        new_strings.insert(text.to_string(), id);
+        Ok(id)
+    };
+
+    for (frame, locs) in resolved {
+        let mut locations = Vec::with_capacity(locs.len());
+        for l in locs {
+            let function = match &l.function {
+                Some(f) => Some(intern(&mut w, f)?),
+                None => None,
+            };
+            let file = match &l.file {
+                Some(f) => Some(intern(&mut w, f)?),
+                None => None,
+            };
+            locations.push(SourceLocation {
+                function,
+                file,
+                line: l.line,
+                column: l.column,
+            });
+        }
+        w.push(&TableRecord::Symbol(FrameSymbol {
+            frame: *frame,
+            locations,
+        }));
+        // Chunks of about 32 KiB, as `TraceWriter` writes them: far below the payload limit.
+        if w.pending_bytes() > 32 << 10 {
+            w.flush_into(|b| out.extend_from_slice(b));
+        }
+    }
+    w.flush_into(|b| out.extend_from_slice(b));
+    Ok(out)
+}
