@@ -51,7 +51,7 @@ fn the_bundled_example_trace_is_what_the_builder_writes() {
 fn help_and_version() {
     let o = foresight(&["--help"]);
     assert!(o.status.success());
-    for cmd in ["dump", "stats"] {
+    for cmd in ["analyze", "demo", "dump", "record", "stats"] {
         assert!(stdout(&o).contains(cmd), "--help lists {cmd}");
     }
     let o = foresight(&["--version"]);

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod analyze;
+mod demo;
 mod dump;
 mod output;
 mod record;
@@ -29,6 +30,8 @@ struct Cli {
 enum Command {
     /// Predict deadlocks: lock-order cycles, and waits that hold a lock another thread needs.
     Analyze(analyze::Args),
+    /// Compile a bundled C example, record it, and print the deadlock it predicts.
+    Demo(demo::Args),
     /// Print every event of a trace, one line each, in causal order.
     Dump(dump::Args),
     /// Summarise a trace: events by kind, threads, locks, sites, size, whether it ended cleanly.
@@ -48,6 +51,7 @@ pub fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Analyze(args) => analyze::run(args),
+        Command::Demo(args) => demo::run(args),
         Command::Dump(args) => dump::run(args),
         Command::Stats(args) => stats::run(args),
         Command::Record(args) => record::run(args),
