@@ -656,3 +656,145 @@ fn the_real_runtime_records_true_and_a_threaded_program() {
         "the static lock is named"
     );
 }
+
+// ---- real package binaries ----
+
+/// The path of `program` on `PATH`, or `None` with the line that says how to get it.
+fn installed(program: &str, package: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(program))
+            .find(|p| p.is_file())
+    });
+    if found.is_none() {
+        eprintln!(
+            "SKIPPED: {package} not installed (run scripts/real-program.sh {program}, which \
+             installs it, or apt-get install {package})"
+        );
+    }
+    found
+}
+
+/// Records `cmd` with the real runtime; the trace, read back, and `foresight stats` of it.
+fn record_real(rt: &Path, tag: &str, cmd: &[&str]) -> (Trace, String) {
+    let dir = temp_dir(tag);
+    let o = foresight(&dir)
+        .env("FORESIGHT_RUNTIME", rt)
+        .args(["record", "-o", "run.trace", "--"])
+        .args(cmd)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{cmd:?}: {}", stderr(&o));
+    let trace = Trace::open(dir.join("run.trace")).unwrap();
+    assert!(trace.trailer.is_some(), "{:?}", trace.problems);
+    let stats = foresight(&dir)
+        .args(["stats", "run.trace"])
+        .output()
+        .unwrap();
+    assert_eq!(stats.status.code(), Some(0), "{}", stderr(&stats));
+    (trace, String::from_utf8_lossy(&stats.stdout).into_owned())
+}
+
+/// The count `stats` prints on its `threads` or `locks` line.
+fn stats_count(stats: &str, heading: &str) -> usize {
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(heading))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no `{heading}` line in:\n{stats}"))
+}
+
+/// Sites that name their function: a symbolised site is `function` or `function (file:line)`;
+/// an unsymbolised one is `module+0xoffset`.
+fn named_sites(trace: &Trace) -> Vec<String> {
+    let t = &trace.tables;
+    t.sites
+        .keys()
+        .map(|s| t.describe_site(*s))
+        .filter(|d| !d.split(' ').next().unwrap_or("").contains("+0x"))
+        .collect()
+}
+
+#[test]
+fn a_packaged_sysbench_is_recorded_with_its_threads_locks_and_named_sites() {
+    let Some(rt) = real_runtime() else { return };
+    let Some(sysbench) = installed("sysbench", "sysbench") else {
+        return;
+    };
+    let sysbench = sysbench.to_str().unwrap();
+    let (trace, stats) = record_real(
+        &rt,
+        "sysbench",
+        // Few events and yields: the test binaries are unoptimised, and a few thousand lock
+        // operations show everything a million would.
+        &[
+            sysbench,
+            "threads",
+            "--threads=2",
+            "--events=100",
+            "--thread-yields=20",
+            "--time=0",
+            "run",
+        ],
+    );
+    // Main and two workers.
+    assert!(stats_count(&stats, "threads ") >= 3, "{stats}");
+    assert!(stats_count(&stats, "locks ") >= 1, "{stats}");
+    // Debian's sysbench is stripped, but it exports its functions (for LuaJIT's FFI): the
+    // dynamic symbol table names the functions that contain its thread-management sites.
+    let named = named_sites(&trace);
+    assert!(
+        named.iter().any(|s| s.starts_with("sb_thread_")),
+        "{named:?}\n{stats}"
+    );
+    assert!(stats.contains("sb_thread_"), "{stats}");
+}
+
+#[test]
+fn a_packaged_pigz_is_recorded_with_its_threads_and_locks() {
+    let Some(rt) = real_runtime() else { return };
+    let Some(pigz) = installed("pigz", "pigz") else {
+        return;
+    };
+    let dir = temp_dir("pigz-input");
+    let input = dir.join("input");
+    // Compressible text, several of pigz's 128 KiB blocks, so both worker threads get some.
+    let text: String = (0..200_000)
+        .map(|i| format!("{i} {} lorem ipsum\n", i * 7919 % 104729))
+        .collect();
+    std::fs::write(&input, text).unwrap();
+    let (trace, stats) = record_real(
+        &rt,
+        "pigz",
+        &[
+            pigz.to_str().unwrap(),
+            "-p",
+            "2",
+            "-k",
+            "-f",
+            input.to_str().unwrap(),
+        ],
+    );
+    assert!(stats_count(&stats, "threads ") >= 2, "{stats}");
+    assert!(stats_count(&stats, "locks ") >= 1, "{stats}");
+    // Debian's pigz is stripped and exports no functions: its sites are named only when its
+    // debug symbols (pigz-dbgsym, from the debian-debug archive) are installed.
+    let data = std::fs::read(&pigz).unwrap();
+    let obj = object::File::parse(&*data).unwrap();
+    let debug_file = obj.build_id().ok().flatten().map(|id| {
+        let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+        PathBuf::from(format!(
+            "/usr/lib/debug/.build-id/{}/{}.debug",
+            &hex[..2],
+            &hex[2..]
+        ))
+    });
+    let has_symbols = obj.section_by_name(".symtab").is_some()
+        || debug_file.as_ref().is_some_and(|p| p.is_file());
+    if has_symbols {
+        assert!(!named_sites(&trace).is_empty(), "{stats}");
+    } else {
+        eprintln!("pigz has no symbols here (install pigz-dbgsym for function names)");
+    }
+}

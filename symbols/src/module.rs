@@ -6,7 +6,7 @@
 //! bounded size, and every parse error costs only that module or that frame.
 
 use std::borrow::Cow;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs::OpenOptions;
 use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
@@ -102,15 +102,18 @@ pub(crate) fn resolve(
         .and_then(|d| addr2line::Context::from_arc_dwarf(Arc::clone(d)).ok());
     let symbols = SymbolTable::new(std::iter::once(&obj).chain(extra_symbols));
 
-    // Declarations of the static variables asked for (start addresses of their symbols).
-    let data_starts: BTreeSet<u64> = frames
-        .iter()
-        .filter(|(_, u)| *u == Use::Data)
-        .filter_map(|(f, _)| map.vaddr(f.offset))
-        .filter_map(|v| symbols.data_sym(v).map(|s| s.start))
-        .collect();
+    // The static variables asked for (start addresses of their symbols), each with the offsets
+    // inside it that a lock lives at.
+    let mut data_wanted: BTreeMap<u64, BTreeSet<u64>> = BTreeMap::new();
+    for (f, _) in frames.iter().filter(|(_, u)| *u == Use::Data) {
+        if let Some(v) = map.vaddr(f.offset) {
+            if let Some(s) = symbols.data_sym(v) {
+                data_wanted.entry(s.start).or_default().insert(v - s.start);
+            }
+        }
+    }
     let decls = match &dwarf {
-        Some(d) if !data_starts.is_empty() => variable_decls(d, &data_starts),
+        Some(d) if !data_wanted.is_empty() => variable_decls(d, &data_wanted),
         _ => HashMap::new(),
     };
 
@@ -129,11 +132,14 @@ pub(crate) fn resolve(
                 .filter(|&v| map.contains(v))
                 .and_then(|v| {
                     let sym = symbols.data_sym(v)?;
-                    let (file, line) = decls.get(&sym.start).cloned().unwrap_or((None, 0));
+                    let decl = decls.get(&sym.start);
+                    let name = decl
+                        .and_then(|d| d.name_at(sym, v - sym.start, opts.demangle))
+                        .unwrap_or_else(|| symbols.data_name(sym, v, opts.demangle));
                     Some(vec![ResolvedLocation {
-                        function: Some(symbols.data_name(sym, v, opts.demangle)),
-                        file,
-                        line,
+                        function: Some(name),
+                        file: decl.and_then(|d| d.file.clone()),
+                        line: decl.map_or(0, |d| d.line),
                         column: 0,
                     }])
                 })
@@ -278,12 +284,58 @@ fn dwarf_view<'s>(
     Arc::new(sections.borrow(|s| gimli::EndianSlice::new(s.as_ref(), endian)))
 }
 
-/// Where the static variables starting at `wanted` are declared: (file, line), from
-/// `DW_TAG_variable` entries whose location is the plain address (`DW_OP_addr`).
+/// What the DWARF says about one static variable.
+#[derive(Debug, Default)]
+struct VarDecl {
+    /// `DW_AT_name`; absent on a definition that points at its declaration (a C++ static
+    /// member), in which case the symbol's name is used.
+    name: Option<String>,
+    /// The function a function-local `static` belongs to.
+    scope: Option<String>,
+    file: Option<String>,
+    line: u32,
+    /// The member path of each wanted offset inside the variable (`[1].lock`), where the type
+    /// information leads to one.
+    paths: HashMap<u64, String>,
+}
+
+impl VarDecl {
+    /// The variable's name for the lock at `offset` inside it; `None` to fall back to the
+    /// symbol table's `name+0x28`.
+    fn name_at(&self, sym: &Sym<'_>, offset: u64, demangle: bool) -> Option<String> {
+        let base = if demangle && is_mangled(sym.name) {
+            // A C++ name: the demangled symbol carries the namespace and, for a local static,
+            // the function (`f()::m`); `DW_AT_name` has neither.
+            display_name(sym.name, demangle)
+        } else {
+            match (&self.scope, &self.name) {
+                // The symbol of a function-local static is `m.0`, `m.1`: the DWARF names the
+                // variable and its function, as gdb spells it (`f::m`), so that the statics of
+                // two functions stay distinct and readable.
+                (Some(f), Some(n)) => format!("{f}::{n}"),
+                (None, Some(n)) => n.clone(),
+                (_, None) => display_name(sym.name, demangle),
+            }
+        };
+        match (offset, self.paths.get(&offset)) {
+            (0, _) => Some(base),
+            (_, Some(p)) => Some(format!("{base}{p}")),
+            (_, None) => None,
+        }
+    }
+}
+
+/// Walks at most this many DWARF entries per type lookup, and this many levels of members:
+/// a malformed (cyclic) type chain must end.
+const MAX_TYPE_STEPS: usize = 64;
+
+/// The static variables starting at `wanted` (each with the offsets of locks inside it): their
+/// names, declarations and member paths, from `DW_TAG_variable` entries whose location is the
+/// plain address (`DW_OP_addr`).
 fn variable_decls(
     dwarf: &gimli::Dwarf<Reader<'_>>,
-    wanted: &BTreeSet<u64>,
-) -> HashMap<u64, (Option<String>, u32)> {
+    wanted: &BTreeMap<u64, BTreeSet<u64>>,
+) -> HashMap<u64, VarDecl> {
     let mut out = HashMap::new();
     let mut units = dwarf.units();
     // A malformed unit ends the walk (or skips the unit); what was found is kept.
@@ -292,7 +344,18 @@ fn variable_decls(
             continue;
         };
         let mut entries = unit.entries();
-        while let Ok(Some((_, e))) = entries.next_dfs() {
+        // The enclosing subprograms of the current entry: (depth, name).
+        let mut functions: Vec<(isize, Option<String>)> = Vec::new();
+        let mut depth: isize = 0;
+        while let Ok(Some((delta, e))) = entries.next_dfs() {
+            depth += delta;
+            while functions.last().is_some_and(|&(d, _)| d >= depth) {
+                functions.pop();
+            }
+            if e.tag() == gimli::DW_TAG_subprogram {
+                functions.push((depth, attr_string(dwarf, &unit, e, gimli::DW_AT_name)));
+                continue;
+            }
             if e.tag() != gimli::DW_TAG_variable {
                 continue;
             }
@@ -305,9 +368,12 @@ fn variable_decls(
             let Ok(Some(gimli::Operation::Address { address })) = ops.next() else {
                 continue;
             };
-            if !matches!(ops.next(), Ok(None)) || !wanted.contains(&address) {
+            if !matches!(ops.next(), Ok(None)) || out.contains_key(&address) {
                 continue;
             }
+            let Some(offsets) = wanted.get(&address) else {
+                continue;
+            };
             let line = e
                 .attr_value(gimli::DW_AT_decl_line)
                 .ok()
@@ -320,13 +386,215 @@ fn variable_decls(
                 Some(v) => v.udata_value().and_then(|i| file_name(dwarf, &unit, i)),
                 None => None,
             };
-            out.entry(address).or_insert((file, line));
+            let ty = type_ref(e);
+            let paths = offsets
+                .iter()
+                .filter(|&&o| o > 0)
+                .filter_map(|&o| Some((o, member_path(dwarf, &unit, ty?, o)?)))
+                .collect();
+            out.insert(
+                address,
+                VarDecl {
+                    name: attr_string(dwarf, &unit, e, gimli::DW_AT_name),
+                    scope: functions.last().and_then(|(_, n)| n.clone()),
+                    file,
+                    line,
+                    paths,
+                },
+            );
             if out.len() == wanted.len() {
                 return out;
             }
         }
     }
     out
+}
+
+type Entry<'a, 'u, 'r> = gimli::DebuggingInformationEntry<'a, 'u, Reader<'r>>;
+type TypeOffset = gimli::UnitOffset<usize>;
+
+fn attr_string(
+    dwarf: &gimli::Dwarf<Reader<'_>>,
+    unit: &gimli::Unit<Reader<'_>>,
+    e: &Entry<'_, '_, '_>,
+    at: gimli::DwAt,
+) -> Option<String> {
+    let v = e.attr_value(at).ok().flatten()?;
+    let s = dwarf.attr_string(unit, v).ok()?;
+    Some(s.to_string_lossy().into_owned())
+}
+
+/// `DW_AT_type` of an entry, when it refers into the same unit (what C compilers emit).
+fn type_ref(e: &Entry<'_, '_, '_>) -> Option<TypeOffset> {
+    match e.attr_value(gimli::DW_AT_type).ok().flatten()? {
+        gimli::AttributeValue::UnitRef(o) => Some(o),
+        _ => None,
+    }
+}
+
+fn udata(e: &Entry<'_, '_, '_>, at: gimli::DwAt) -> Option<u64> {
+    e.attr_value(at).ok().flatten()?.udata_value()
+}
+
+/// The type behind typedefs and qualifiers (`const`, `volatile`, `_Atomic`, `restrict`).
+fn strip_type(unit: &gimli::Unit<Reader<'_>>, mut ty: TypeOffset) -> Option<TypeOffset> {
+    for _ in 0..MAX_TYPE_STEPS {
+        let e = unit.entry(ty).ok()?;
+        match e.tag() {
+            gimli::DW_TAG_typedef
+            | gimli::DW_TAG_const_type
+            | gimli::DW_TAG_volatile_type
+            | gimli::DW_TAG_atomic_type
+            | gimli::DW_TAG_restrict_type => ty = type_ref(&e)?,
+            _ => return Some(ty),
+        }
+    }
+    None
+}
+
+/// An array's element type and dimensions (element counts, outermost first; the first may be
+/// unknown, as in `extern T x[]`).
+fn array_shape(
+    unit: &gimli::Unit<Reader<'_>>,
+    ty: TypeOffset,
+) -> Option<(TypeOffset, Vec<Option<u64>>)> {
+    let e = unit.entry(ty).ok()?;
+    let elem = type_ref(&e)?;
+    let mut tree = unit.entries_tree(Some(ty)).ok()?;
+    let root = tree.root().ok()?;
+    let mut children = root.children();
+    let mut dims = Vec::new();
+    while let Ok(Some(c)) = children.next() {
+        let c = c.entry();
+        if c.tag() != gimli::DW_TAG_subrange_type {
+            continue;
+        }
+        let lower = udata(c, gimli::DW_AT_lower_bound).unwrap_or(0);
+        let count = udata(c, gimli::DW_AT_count).or_else(|| {
+            udata(c, gimli::DW_AT_upper_bound).and_then(|u| (u + 1).checked_sub(lower))
+        });
+        dims.push(count);
+        if dims.len() > MAX_TYPE_STEPS {
+            return None;
+        }
+    }
+    if dims.is_empty() {
+        dims.push(None);
+    }
+    Some((elem, dims))
+}
+
+fn type_size(unit: &gimli::Unit<Reader<'_>>, ty: TypeOffset) -> Option<u64> {
+    let ty = strip_type(unit, ty)?;
+    let e = unit.entry(ty).ok()?;
+    if let Some(n) = udata(&e, gimli::DW_AT_byte_size) {
+        return Some(n);
+    }
+    if e.tag() == gimli::DW_TAG_array_type {
+        let (elem, dims) = array_shape(unit, ty)?;
+        // An element type that is itself an array of unknown size ends here (no recursion).
+        let elem = unit.entry(strip_type(unit, elem)?).ok()?;
+        let mut n = udata(&elem, gimli::DW_AT_byte_size)?;
+        for d in dims {
+            n = n.checked_mul(d?)?;
+        }
+        return Some(n);
+    }
+    None
+}
+
+/// How C spells the member at byte `offset` of a value of type `ty`: `[1].lock`, `.b`,
+/// `[2][0]`. The walk stops where `offset` is the start of a member (the lock is what starts
+/// there: a `pthread_mutex_t` is not opened up into glibc's fields); `None` when the type
+/// information does not lead there exactly.
+fn member_path(
+    dwarf: &gimli::Dwarf<Reader<'_>>,
+    unit: &gimli::Unit<Reader<'_>>,
+    ty: TypeOffset,
+    mut offset: u64,
+) -> Option<String> {
+    let mut path = String::new();
+    let mut ty = ty;
+    for _ in 0..MAX_TYPE_STEPS {
+        if offset == 0 {
+            return Some(path);
+        }
+        ty = strip_type(unit, ty)?;
+        let e = unit.entry(ty).ok()?;
+        match e.tag() {
+            gimli::DW_TAG_array_type => {
+                let (elem, dims) = array_shape(unit, ty)?;
+                let elem_size = type_size(unit, elem).filter(|&n| n > 0)?;
+                // Row-major strides: the product of the inner dimensions times the element.
+                let mut stride = elem_size;
+                let mut strides = vec![0; dims.len()];
+                for (i, d) in dims.iter().enumerate().rev() {
+                    strides[i] = stride;
+                    if i > 0 {
+                        stride = stride.checked_mul((*d)?)?;
+                    }
+                }
+                for (d, &s) in dims.iter().zip(&strides) {
+                    // A zero-length inner dimension (GNU `x[2][0]`) has nothing to index.
+                    if s == 0 {
+                        return None;
+                    }
+                    let index = offset / s;
+                    if d.is_some_and(|n| index >= n) {
+                        return None;
+                    }
+                    path.push_str(&format!("[{index}]"));
+                    offset -= index * s;
+                }
+                ty = elem;
+            }
+            gimli::DW_TAG_structure_type | gimli::DW_TAG_union_type | gimli::DW_TAG_class_type => {
+                let mut tree = unit.entries_tree(Some(ty)).ok()?;
+                let root = tree.root().ok()?;
+                let mut children = root.children();
+                let mut found = None;
+                while let Ok(Some(c)) = children.next() {
+                    let c = c.entry();
+                    if c.tag() != gimli::DW_TAG_member {
+                        continue;
+                    }
+                    // A constant offset (DWARF 3+); union members have none and start at 0.
+                    let start = match c.attr_value(gimli::DW_AT_data_member_location) {
+                        Ok(None) => 0,
+                        Ok(Some(v)) => match v.udata_value() {
+                            Some(n) => n,
+                            None => continue,
+                        },
+                        Err(_) => continue,
+                    };
+                    let Some(mty) = type_ref(c) else { continue };
+                    let Some(size) = type_size(unit, mty) else {
+                        continue;
+                    };
+                    if offset >= start && offset - start < size {
+                        let name = c
+                            .attr_value(gimli::DW_AT_name)
+                            .ok()
+                            .flatten()
+                            .and_then(|v| dwarf.attr_string(unit, v).ok())
+                            .map(|s| s.to_string_lossy().into_owned());
+                        found = Some((start, mty, name));
+                        break;
+                    }
+                }
+                let (start, mty, name) = found?;
+                // An anonymous struct or union member adds no name of its own.
+                if let Some(n) = name {
+                    path.push('.');
+                    path.push_str(&n);
+                }
+                offset -= start;
+                ty = mty;
+            }
+            _ => return None,
+        }
+    }
+    None
 }
 
 /// The path of file `index` of a unit's line program, joined to its directory and the unit's
@@ -502,10 +770,54 @@ impl<'a> SymbolTable<'a> {
     }
 }
 
+/// Whether `raw` carries a mangling prefix: Itanium C++ and legacy Rust (`_Z`, `__Z`), Rust v0
+/// (`_R`).
+fn is_mangled(raw: &str) -> bool {
+    raw.starts_with("_Z") || raw.starts_with("__Z") || raw.starts_with("_R")
+}
+
 fn display_name(raw: &str, demangle: bool) -> String {
-    if demangle {
+    // The demanglers also accept a bare *type* encoding, so a C variable or function called
+    // `a` came out as `signed char`, `b` as `bool`, `i` as `int`: only names that carry a
+    // mangling prefix are handed to them, and a Rust v0 name only to the Rust demangler.
+    if !demangle {
+        return raw.to_string();
+    }
+    if raw.starts_with("_Z") || raw.starts_with("__Z") {
+        // Itanium C++, and legacy Rust (`_ZN…17h<hash>E`), which `demangle_auto` tries first.
         addr2line::demangle_auto(Cow::Borrowed(raw), None).into_owned()
+    } else if raw.starts_with("_R") {
+        addr2line::demangle(raw, gimli::DW_LANG_Rust).unwrap_or_else(|| raw.to_string())
     } else {
         raw.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::display_name;
+
+    #[test]
+    fn plain_c_names_are_not_demangled_as_types() {
+        for name in [
+            "a",
+            "b",
+            "i",
+            "c",
+            "lock",
+            "Ss",
+            "St",
+            "_start",
+            "_Restrict",
+        ] {
+            assert_eq!(display_name(name, true), name);
+        }
+    }
+
+    #[test]
+    fn mangled_names_are_demangled() {
+        assert_eq!(display_name("_ZN3foo3barEv", true), "foo::bar()");
+        assert_eq!(display_name("_ZN3foo3barEv", false), "_ZN3foo3barEv");
+        assert_eq!(display_name("_RNvC7mycrate4main", true), "mycrate::main");
     }
 }
