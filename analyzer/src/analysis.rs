@@ -141,9 +141,22 @@ pub fn analyze(runs: &[Run], warnings: &[Vec<String>], opts: &Options) -> Report
                         predicted[i].1.occurrences += 1;
                         continue;
                     }
-                    let f = predicted_finding(run, ri, &graph, &classes, &candidate, &closure);
+                    let f = predicted_finding(run, ri, &graph, &candidate, &closure);
                     predicted_keys.insert(key, predicted.len());
-                    predicted.push((class_edges, f));
+                    // The class edges of the acquisitions themselves (subclasses are per
+                    // acquisition), which the class-level cycles it explains consist of.
+                    let class = |a: u32| {
+                        graph
+                            .acquisition_class(run, &run.acquisitions[a as usize])
+                            .expect("classes added with the run")
+                    };
+                    let covered: BTreeSet<(usize, usize)> = candidate
+                        .holds
+                        .iter()
+                        .zip(&candidate.requests)
+                        .map(|(&h, &r)| (class(h), class(r)))
+                        .collect();
+                    predicted.push((covered, f));
                 }
                 Err(Some(r)) => {
                     let slot = rejections.entry(class_edges).or_insert_with(|| r.clone());
@@ -206,17 +219,11 @@ pub fn analyze(runs: &[Run], warnings: &[Vec<String>], opts: &Options) -> Report
             &b.message,
         ))
     });
-    for (i, f) in findings.iter_mut().enumerate() {
-        f.id = i + 1;
-    }
-    summary.predicted = findings
-        .iter()
-        .filter(|f| f.verdict == Verdict::Predicted)
-        .count();
-    summary.potential = findings.len() - summary.predicted;
+    // Rank violations last: a broken declared rule, not a deadlock found.
+    findings.extend(crate::ranks::rank_findings(runs, &graph));
     summary.candidates_checked = budget.checked;
     summary.candidate_budget_exhausted = budget.exhausted;
-    Report {
+    let mut report = Report {
         schema: REPORT_SCHEMA,
         version: REPORT_VERSION,
         traces: runs
@@ -243,7 +250,9 @@ pub fn analyze(runs: &[Run], warnings: &[Vec<String>], opts: &Options) -> Report
             .collect(),
         summary,
         findings,
-    }
+    };
+    report.recount();
+    report
 }
 
 /// How informative a rejection is: the one closest to a deadlock explains the cycle best.
@@ -522,7 +531,7 @@ pub(crate) fn held_lock(run: &Run, a: &Acquisition) -> HeldLock {
     let lock = &run.locks[a.lock as usize];
     HeldLock {
         lock: lock.name.clone(),
-        class: lock.class.clone(),
+        class: run.acquisition_class(a),
         mode: mode_name(a.mode),
         site: site(run, a.site),
     }
@@ -545,16 +554,20 @@ pub(crate) fn location(
     }
 }
 
-fn edge_report(
+pub(crate) fn edge_report(
     run: &Run,
     graph: &LockOrderGraph,
-    classes: &[usize],
     hold: u32,
     request: u32,
 ) -> EdgeReport {
     let h = &run.acquisitions[hold as usize];
     let r = &run.acquisitions[request as usize];
-    let (from, to) = (classes[h.lock as usize], classes[r.lock as usize]);
+    let class = |a: &Acquisition| {
+        graph
+            .acquisition_class(run, a)
+            .expect("classes added with the run")
+    };
+    let (from, to) = (class(h), class(r));
     EdgeReport {
         from_class: graph.classes[from].clone(),
         to_class: graph.classes[to].clone(),
@@ -659,14 +672,13 @@ fn predicted_finding(
     run: &Run,
     ri: usize,
     graph: &LockOrderGraph,
-    classes: &[usize],
     c: &LockCycleCandidate,
     closure: &Closure,
 ) -> Finding {
     let _ = ri;
     let k = c.requests.len();
     let edges: Vec<EdgeReport> = (0..k)
-        .map(|i| edge_report(run, graph, classes, c.holds[i], c.requests[i]))
+        .map(|i| edge_report(run, graph, c.holds[i], c.requests[i]))
         .collect();
     let cycle: Vec<String> = edges.iter().map(|e| e.from_class.clone()).collect();
     let mut locations = Vec::new();
@@ -809,12 +821,7 @@ fn potential_finding(
     for e in &class_edges {
         let w = e.witnesses[0];
         let run = &runs[w.run];
-        let classes: Vec<usize> = run
-            .locks
-            .iter()
-            .map(|l| graph.class_index(&l.class).expect("class"))
-            .collect();
-        edges.push(edge_report(run, graph, &classes, w.held, w.acquisition));
+        edges.push(edge_report(run, graph, w.held, w.acquisition));
         let (h, r) = (
             &run.acquisitions[w.held as usize],
             &run.acquisitions[w.acquisition as usize],

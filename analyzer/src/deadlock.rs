@@ -13,6 +13,14 @@
 //!    trace is in S (critical sections keep their trace order: that is what makes the
 //!    reordering *sync-preserving*, and it is what keeps a prediction sound).
 //!
+//! 4. is closed under the monitor rule: an acquisition of a *monitor* lock (the mutex of a
+//!    condition wait, or the lock held at a signal — `model.rs`) in S brings in every other
+//!    thread's critical section on it that came earlier in the trace. The paper's reordering
+//!    keeps every read's writer; a lock-only trace records no reads, and the state a monitor
+//!    protects (a "done" flag checked before a join, a count checked before a wait) is exactly
+//!    what decides what the thread does next. Without this rule, "wait until the child marked
+//!    itself done under the lock, then join it while holding the lock" would be predicted.
+//!
 //! The pattern is a predicted deadlock when S contains none of the pattern events: then S,
 //! in trace order, is a feasible reordering of the trace after which every pattern thread is at
 //! its blocking event while its locks are held (an acquire before the pattern event whose
@@ -369,10 +377,13 @@ fn lock_rule(
             .copied();
         last.push((t, latest, latest_write));
     }
-    if last.len() < 2 {
-        return Ok(false);
-    }
     let mut raised = false;
+    if run.locks[lock as usize].monitor {
+        raised |= monitor_rule(run, lock, &last, frontier, limit)?;
+    }
+    if last.len() < 2 {
+        return Ok(raised);
+    }
     for &(u, a_u, _) in &last {
         let a_u = &run.acquisitions[a_u as usize];
         for &(t, a_t, w_t) in &last {
@@ -385,6 +396,50 @@ fn lock_rule(
                 continue;
             }
             match a_u.release {
+                Some(rel) => {
+                    raised |= raise(
+                        frontier,
+                        limit,
+                        u as usize,
+                        rel + 1,
+                        Reach::LockOrder { lock },
+                    )?;
+                }
+                None => {
+                    return Err(NotPredicted::Reached {
+                        thread: u,
+                        by: Reach::NeverReleased { lock },
+                    })
+                }
+            }
+        }
+    }
+    Ok(raised)
+}
+
+/// The monitor rule on one lock: for each thread's latest acquisition inside the frontier,
+/// every other thread's last acquisition before it in the trace has its release in the closure
+/// (the earlier ones are before that one in their thread). Returns whether the frontier moved.
+fn monitor_rule(
+    run: &Run,
+    lock: u32,
+    last: &[(u32, u32, Option<u32>)],
+    frontier: &mut [u32],
+    limit: &[u32],
+) -> Result<bool, NotPredicted> {
+    let mut raised = false;
+    for &(t, a_t, _) in last {
+        let seq_t = run.acquisitions[a_t as usize].seq;
+        for &u in &run.lock_threads[lock as usize] {
+            if u == t {
+                continue;
+            }
+            let list = &run.by_thread_lock[&(u, lock)];
+            let before = list.partition_point(|&a| run.acquisitions[a as usize].seq < seq_t);
+            let Some(&a_u) = before.checked_sub(1).and_then(|i| list.get(i)) else {
+                continue;
+            };
+            match run.acquisitions[a_u as usize].release {
                 Some(rel) => {
                     raised |= raise(
                         frontier,

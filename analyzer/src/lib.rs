@@ -7,12 +7,15 @@
 //! semaphore waits and rwlocks, [`analysis`] ties them into findings, [`report`] prints them.
 
 pub mod analysis;
+pub mod baseline;
 pub mod cli;
 pub mod cycles;
 pub mod deadlock;
 pub mod hb;
 pub mod lock_graph;
 pub mod model;
+pub mod ranks;
 pub mod report;
+pub mod suppressions;
 pub mod vector_clock;
 pub mod waits;

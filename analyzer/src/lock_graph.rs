@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 
-use crate::model::{AcquireHow, Mode, Run};
+use crate::model::{AcquireHow, Acquisition, Mode, Run};
 
 /// At most this many witnesses are kept per class edge (distinct thread and site pairs).
 pub const WITNESSES_PER_EDGE: usize = 8;
@@ -75,14 +75,24 @@ impl LockOrderGraph {
     /// number of acquisitions times the nesting depth.
     pub fn add_run(&mut self, run_index: usize, run: &Run) {
         let classes: Vec<usize> = run.locks.iter().map(|l| self.class_id(&l.class)).collect();
+        // Subclassed acquisitions: (lock, subclass) → class, so that names are made once.
+        let mut subclassed: HashMap<(u32, u32), usize> = HashMap::new();
+        let mut class_of = |graph: &mut Self, a: &Acquisition| {
+            if a.subclass == 0 {
+                return classes[a.lock as usize];
+            }
+            *subclassed
+                .entry((a.lock, a.subclass))
+                .or_insert_with(|| graph.class_id(&run.acquisition_class(a)))
+        };
         for (i, acq) in run.acquisitions.iter().enumerate() {
             if acq.how == AcquireHow::Try {
                 continue;
             }
             for &h in run.held(acq) {
                 let held = &run.acquisitions[h as usize];
-                let from = classes[held.lock as usize];
-                let to = classes[acq.lock as usize];
+                let from = class_of(self, held);
+                let to = class_of(self, acq);
                 let e = *self.edge_index.entry((from, to)).or_insert_with(|| {
                     self.edges.push(ClassEdge {
                         from,
@@ -121,6 +131,15 @@ impl LockOrderGraph {
                     }
                 }
             }
+        }
+    }
+
+    /// The node of an acquisition's class (with its subclass), when the graph has it.
+    pub fn acquisition_class(&self, run: &Run, a: &Acquisition) -> Option<usize> {
+        if a.subclass == 0 {
+            self.class_index(&run.locks[a.lock as usize].class)
+        } else {
+            self.class_index(&run.acquisition_class(a))
         }
     }
 

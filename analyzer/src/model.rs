@@ -73,6 +73,10 @@ pub struct Acquisition {
     pub site: SiteId,
     /// Acquisitions (indices) held by the thread at the request, outermost first.
     pub held: std::ops::Range<u32>,
+    /// The lock's subclass annotation in force when it was acquired (0: the class itself).
+    /// Per acquisition, like lockdep's `mutex_lock_nested`: one account is the first lock of
+    /// one transfer and the second of another.
+    pub subclass: u32,
 }
 
 /// A lock object of the trace.
@@ -84,6 +88,27 @@ pub struct LockModel {
     /// The class, as a name stable across runs of one build (the node of the lock-order graph).
     pub class: String,
     pub kind: ObjectKind,
+    /// The declared rank (`LockRank` annotation), once the trace has declared it.
+    pub rank: Option<u32>,
+    /// The subclass annotation in force (the last one seen in the merged order).
+    pub subclass: u32,
+    /// A monitor lock: the mutex of a condition wait, or the innermost lock held at a signal or
+    /// broadcast. Its critical sections read and write the state that decides whether threads
+    /// wait, proceed or join (a "done" flag, a counter), so the data flowing between them —
+    /// which a lock-only trace does not record — must be assumed: the closure keeps them in
+    /// trace order (`deadlock.rs`, the monitor rule).
+    pub monitor: bool,
+}
+
+/// An acquisition of a ranked lock while a lock of the same or a higher rank was held.
+#[derive(Clone, Copy, Debug)]
+pub struct RankViolation {
+    /// The held acquisition with the highest rank.
+    pub held: u32,
+    /// The acquisition that broke the order.
+    pub acquisition: u32,
+    pub held_rank: u32,
+    pub rank: u32,
 }
 
 #[derive(Clone, Debug)]
@@ -174,6 +199,8 @@ pub struct Run {
     /// Arrivals at (barrier, generation).
     pub arrivals: HashMap<(ObjectId, u64), Vec<SyncPoint>>,
     pub read_recursions: Vec<ReadRecursion>,
+    /// Acquisitions against the declared ranks, in trace order.
+    pub rank_violations: Vec<RankViolation>,
     pub hb: HappensBefore,
     pub sites: HashMap<SiteId, Location>,
     /// Names of the objects that are not locks (barriers, conditions, semaphores), for reports.
@@ -195,6 +222,16 @@ impl Run {
             text: format!("site#{site}"),
             ..Location::default()
         })
+    }
+
+    /// The lock class of an acquisition: its lock's class, with `/N` for subclass N > 0.
+    pub fn acquisition_class(&self, a: &Acquisition) -> String {
+        let base = &self.locks[a.lock as usize].class;
+        if a.subclass == 0 {
+            base.clone()
+        } else {
+            format!("{base}/{}", a.subclass)
+        }
     }
 
     pub fn thread_label(&self, t: u32) -> String {
@@ -232,6 +269,9 @@ struct HeldEntry {
     lock: u32,
     acq: u32,
     depth: u32,
+    /// The highest (rank, acquisition) among this entry and those below it: the rank check is
+    /// one comparison with the top of the stack.
+    max_rank: Option<(u32, u32)>,
 }
 
 /// Converts a decoded trace. `progress` is called now and then with the events done.
@@ -293,6 +333,7 @@ pub fn build_run(trace: &Trace, progress: &mut dyn FnMut(u64)) -> Run {
     let mut lock_index: HashMap<ObjectId, u32> = HashMap::new();
     let mut class_names: HashMap<ObjectId, String> = HashMap::new();
     let mut subclasses: HashMap<ObjectId, u32> = HashMap::new();
+    let mut ranks: HashMap<ObjectId, u32> = HashMap::new();
     let mut held: Vec<Vec<HeldEntry>> = (0..n).map(|_| Vec::new()).collect();
     let mut pending: Vec<Option<(ObjectId, u32)>> = vec![None; n];
     let mut pending_site: Vec<SiteId> = vec![0; n];
@@ -353,7 +394,13 @@ pub fn build_run(trace: &Trace, progress: &mut dyn FnMut(u64)) -> Run {
                     Some((l, p)) if l == lock => (p, pending_site[t]),
                     _ => (pos, pending_site[t]),
                 };
-                let l = lock_of(&mut run, &mut lock_index, tables, lock);
+                let l = lock_of(
+                    &mut run,
+                    &mut lock_index,
+                    (&ranks, &subclasses),
+                    tables,
+                    lock,
+                );
                 acquire(
                     &mut run,
                     &mut held[t],
@@ -373,7 +420,13 @@ pub fn build_run(trace: &Trace, progress: &mut dyn FnMut(u64)) -> Run {
                 site,
                 acquired: true,
             } => {
-                let l = lock_of(&mut run, &mut lock_index, tables, lock);
+                let l = lock_of(
+                    &mut run,
+                    &mut lock_index,
+                    (&ranks, &subclasses),
+                    tables,
+                    lock,
+                );
                 acquire(
                     &mut run,
                     &mut held[t],
@@ -396,6 +449,7 @@ pub fn build_run(trace: &Trace, progress: &mut dyn FnMut(u64)) -> Run {
                 cond_site[t] = site;
                 waits_entered[t] = run.waits.len();
                 if let Some(&l) = lock_index.get(&mutex) {
+                    run.locks[l as usize].monitor = true;
                     release(&mut run, &mut held[t], l, pos);
                 }
                 let h = push_held(&mut run, &held[t], None);
@@ -417,7 +471,13 @@ pub fn build_run(trace: &Trace, progress: &mut dyn FnMut(u64)) -> Run {
             } => {
                 mark_timed_out(&mut run, &waits_entered, tu);
                 hb.receive(t, pos, &Channel::Condition(cond));
-                let l = lock_of(&mut run, &mut lock_index, tables, mutex);
+                let l = lock_of(
+                    &mut run,
+                    &mut lock_index,
+                    (&ranks, &subclasses),
+                    tables,
+                    mutex,
+                );
                 acquire(
                     &mut run,
                     &mut held[t],
@@ -433,7 +493,13 @@ pub fn build_run(trace: &Trace, progress: &mut dyn FnMut(u64)) -> Run {
             }
             EventKind::CondWaitEnd { cond, mutex, .. } => {
                 hb.receive(t, pos, &Channel::Condition(cond));
-                let l = lock_of(&mut run, &mut lock_index, tables, mutex);
+                let l = lock_of(
+                    &mut run,
+                    &mut lock_index,
+                    (&ranks, &subclasses),
+                    tables,
+                    mutex,
+                );
                 acquire(
                     &mut run,
                     &mut held[t],
@@ -448,6 +514,9 @@ pub fn build_run(trace: &Trace, progress: &mut dyn FnMut(u64)) -> Run {
                 );
             }
             EventKind::CondSignal { cond, site } | EventKind::CondBroadcast { cond, site } => {
+                if let Some(h) = held[t].last() {
+                    run.locks[h.lock as usize].monitor = true;
+                }
                 hb.send(t, Channel::Condition(cond));
                 run.signals.entry(cond).or_default().push(SyncPoint {
                     thread: tu,
@@ -585,7 +654,19 @@ pub fn build_run(trace: &Trace, progress: &mut dyn FnMut(u64)) -> Run {
                 }
             }
             EventKind::LockSubclass { lock, subclass } => {
+                // Applies to the acquisitions after it (the program declares the level of the
+                // lock it is about to take).
                 subclasses.insert(lock, subclass);
+                if let Some(&l) = lock_index.get(&lock) {
+                    run.locks[l as usize].subclass = subclass;
+                }
+            }
+            EventKind::LockRank { lock, rank } => {
+                // Applies from here on: acquisitions before the declaration are not checked.
+                ranks.insert(lock, rank);
+                if let Some(&l) = lock_index.get(&lock) {
+                    run.locks[l as usize].rank = Some(rank);
+                }
             }
             _ => {}
         }
@@ -595,7 +676,13 @@ pub fn build_run(trace: &Trace, progress: &mut dyn FnMut(u64)) -> Run {
     // never a critical section: its acquire position is past every frontier.
     for (t, p) in pending.iter().enumerate() {
         if let Some((lock, request)) = *p {
-            let l = lock_of(&mut run, &mut lock_index, tables, lock);
+            let l = lock_of(
+                &mut run,
+                &mut lock_index,
+                (&ranks, &subclasses),
+                tables,
+                lock,
+            );
             let seq = run.events;
             acquire(
                 &mut run,
@@ -637,10 +724,8 @@ pub fn build_run(trace: &Trace, progress: &mut dyn FnMut(u64)) -> Run {
             .get(&lock.object)
             .cloned()
             .unwrap_or_else(|| class_name(tables, lock.object, &run.source));
-        lock.class = match subclasses.get(&lock.object) {
-            Some(s) if *s > 0 => format!("{base}/{s}"),
-            _ => base,
-        };
+        // The subclass is per acquisition (`Run::acquisition_class`), not part of the lock's.
+        lock.class = base;
     }
     run
 }
@@ -698,6 +783,7 @@ impl ThreadIndex {
 fn lock_of(
     run: &mut Run,
     index: &mut HashMap<ObjectId, u32>,
+    (ranks, subclasses): (&HashMap<ObjectId, u32>, &HashMap<ObjectId, u32>),
     tables: &Tables,
     object: ObjectId,
 ) -> u32 {
@@ -712,6 +798,9 @@ fn lock_of(
             name: tables.describe_object(object),
             class: String::new(),
             kind,
+            rank: ranks.get(&object).copied(),
+            subclass: subclasses.get(&object).copied().unwrap_or(0),
+            monitor: false,
         });
         run.lock_threads.push(Vec::new());
         id
@@ -765,6 +854,21 @@ fn acquire(
         return;
     }
     let index = run.acquisitions.len() as u32;
+    let below = held.last().and_then(|h| h.max_rank);
+    let rank = run.locks[lock as usize].rank;
+    if let (Some(rank), Some((held_rank, held_acq)), false) = (rank, below, how == AcquireHow::Try)
+    {
+        // A successful trylock never waited, so it cannot close a cycle: like lockdep, only
+        // acquisitions that can block are held to the order.
+        if rank <= held_rank {
+            run.rank_violations.push(RankViolation {
+                held: held_acq,
+                acquisition: index,
+                held_rank,
+                rank,
+            });
+        }
+    }
     let h = push_held(run, held, None);
     run.acquisitions.push(Acquisition {
         thread,
@@ -777,6 +881,7 @@ fn acquire(
         seq,
         site,
         held: h,
+        subclass: run.locks[lock as usize].subclass,
     });
     run.thread_acquisitions[thread as usize].push(index);
     let list = run.by_thread_lock.entry((thread, lock)).or_default();
@@ -788,6 +893,7 @@ fn acquire(
         lock,
         acq: index,
         depth: 1,
+        max_rank: higher_rank(below, rank.map(|r| (r, index))),
     });
 }
 
@@ -799,6 +905,23 @@ fn release(run: &mut Run, held: &mut Vec<HeldEntry>, lock: u32, pos: u32) {
     if held[i].depth == 0 {
         let h = held.remove(i);
         run.acquisitions[h.acq as usize].release = Some(pos);
+        // Out-of-order release: the entries above it recompute their maximum (LIFO releases,
+        // the common case, recompute nothing).
+        let mut below = i.checked_sub(1).and_then(|j| held[j].max_rank);
+        for e in &mut held[i..] {
+            let own = run.locks[e.lock as usize].rank.map(|r| (r, e.acq));
+            e.max_rank = higher_rank(below, own);
+            below = e.max_rank;
+        }
+    }
+}
+
+/// The higher of two (rank, acquisition) pairs; the later acquisition on a tie.
+fn higher_rank(a: Option<(u32, u32)>, b: Option<(u32, u32)>) -> Option<(u32, u32)> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(if y.0 >= x.0 { y } else { x }),
+        (x, None) => x,
+        (None, y) => y,
     }
 }
 

@@ -6,7 +6,9 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use foresight_fixtures::harness;
 use foresight_fixtures::litmus::{Litmus, Verdict};
@@ -33,21 +35,7 @@ fn reported_lines(name: &str) -> (Litmus, Reported) {
     let mut traces = Vec::new();
     for (i, args) in litmus.runs.iter().enumerate() {
         let trace = dir.join(format!("run{i}.trace"));
-        let out = Command::new(env!("CARGO_BIN_EXE_foresight"))
-            .env("FORESIGHT_RUNTIME", harness::runtime())
-            .arg("record")
-            .arg("-o")
-            .arg(&trace)
-            .arg("--")
-            .arg(&program)
-            .args(args)
-            .output()
-            .expect("run foresight record");
-        assert!(
-            out.status.success(),
-            "{name} {args:?}: foresight record failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        record_without_hanging(name, &program, args, &trace);
         traces.push(trace);
     }
     let out = Command::new(env!("CARGO_BIN_EXE_foresight"))
@@ -91,6 +79,52 @@ fn reported_lines(name: &str) -> (Litmus, Reported) {
             report,
         },
     )
+}
+
+/// Records one run. The programs order their threads by timing alone (any synchronisation
+/// would also rule the deadlock out), so on a very loaded machine a run can take the deadlock
+/// for real: after a generous bound it is killed and recorded again, once.
+fn record_without_hanging(name: &str, program: &Path, args: &[String], trace: &Path) {
+    const BOUND: Duration = Duration::from_secs(30);
+    for attempt in 1..=2 {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_foresight"))
+            .env("FORESIGHT_RUNTIME", harness::runtime())
+            .arg("record")
+            .arg("-o")
+            .arg(trace)
+            .arg("--")
+            .arg(program)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run foresight record");
+        let start = Instant::now();
+        while start.elapsed() < BOUND {
+            if let Some(status) = child.try_wait().expect("wait for foresight record") {
+                let mut err = String::new();
+                if let Some(mut e) = child.stderr.take() {
+                    let _ = e.read_to_string(&mut err);
+                }
+                assert!(
+                    status.success(),
+                    "{name} {args:?}: foresight record failed: {err}"
+                );
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // The program is the recorder's child: kill the whole group.
+        let _ = Command::new("pkill")
+            .arg("-KILL")
+            .arg("-f")
+            .arg(program)
+            .status();
+        let _ = child.kill();
+        let _ = child.wait();
+        eprintln!("{name}: run {attempt} hung (the schedule took the deadlock); recording again");
+    }
+    panic!("{name} {args:?}: the program hung twice under the recorder");
 }
 
 fn check(name: &str) {
@@ -161,6 +195,7 @@ litmus!(
     cross_run,
     join_holding_lock,
     join_after_unlock,
+    join_after_done_flag,
     barrier_holding_lock,
     barrier_orders_phases,
     cond_wait_holding_lock,

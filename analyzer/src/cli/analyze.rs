@@ -1,14 +1,15 @@
 //! `foresight analyze`: predicted and potential deadlocks over one or more traces.
 
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::analysis::{analyze, Options};
-use crate::model::build_run;
-use crate::report;
+use crate::model::{build_run, Run};
+use crate::report::{self, Report};
+use crate::suppressions::Suppressions;
 
 use super::output::{ignore_broken_pipe, load, report_problems};
 
@@ -16,6 +17,8 @@ use super::output::{ignore_broken_pipe, load, report_problems};
 pub enum Format {
     Text,
     Json,
+    /// SARIF 2.1.0, for code-scanning services.
+    Sarif,
 }
 
 #[derive(clap::Args)]
@@ -25,6 +28,13 @@ pub struct Args {
     traces: Vec<PathBuf>,
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
+    #[command(flatten)]
+    analysis: AnalysisArgs,
+}
+
+/// The options `analyze` and `check` share.
+#[derive(clap::Args)]
+pub struct AnalysisArgs {
     /// Longest lock cycle searched for (locks, and so threads).
     #[arg(long, default_value_t = 4, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
     max_cycle_length: u16,
@@ -34,44 +44,32 @@ pub struct Args {
     /// Instance-level candidates checked with the sync-preserving closure, in all.
     #[arg(long, default_value_t = Options::default().candidate_budget, value_name = "N")]
     candidate_budget: u64,
+    /// Reviewed findings to leave out (TOML, see docs/ci.md); default
+    /// `foresight-suppressions.toml` in the working directory, when it exists.
+    #[arg(long, value_name = "FILE")]
+    suppressions: Option<PathBuf>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let report = analyze_traces(&args.traces, &args.analysis)?;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let written = match args.format {
+        Format::Text => report::text::write(&mut out, &report),
+        Format::Json => report::json::write(&mut out, &report),
+        Format::Sarif => report::sarif::write(&mut out, &report, None),
+    };
+    ignore_broken_pipe(written.and_then(|_| out.flush()))?;
+    // Findings are not an error: exit 0 whatever was found (`check` is for failing builds).
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Loads the traces, analyses them together and applies the suppressions (telling on stderr
+/// what each entry silenced).
+pub fn analyze_traces(traces: &[PathBuf], args: &AnalysisArgs) -> anyhow::Result<Report> {
+    // A broken suppressions file is bad input: say so before the (long) analysis.
+    let suppressions = Suppressions::discover(args.suppressions.as_deref())?;
+    let (runs, warnings) = load_runs(traces)?;
     let tty = std::io::stderr().is_terminal();
-    let mut runs = Vec::new();
-    let mut warnings = Vec::new();
-    for path in &args.traces {
-        let trace = load(path)?;
-        report_problems(&trace);
-        warnings.push(
-            trace
-                .problems
-                .iter()
-                .map(|p| p.to_string())
-                .collect::<Vec<_>>(),
-        );
-        let bar = if tty {
-            let b = ProgressBar::new(trace.event_count());
-            b.set_style(
-                ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} events ({eta})")
-                    .expect("valid template")
-                    .progress_chars("=> "),
-            );
-            b.set_message(format!("reading {}", path.display()));
-            Some(b)
-        } else {
-            None
-        };
-        let run = build_run(&trace, &mut |done| {
-            if let Some(b) = &bar {
-                b.set_position(done);
-            }
-        });
-        if let Some(b) = bar {
-            b.finish_and_clear();
-        }
-        runs.push(run);
-    }
     let spinner = tty.then(|| {
         let s = ProgressBar::new_spinner();
         s.set_message("predicting deadlocks");
@@ -84,16 +82,69 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         candidate_budget: args.candidate_budget,
         ..Options::default()
     };
-    let report = analyze(&runs, &warnings, &opts);
+    let mut report = analyze(&runs, &warnings, &opts);
     if let Some(s) = spinner {
         s.finish_and_clear();
     }
-    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    let written = match args.format {
-        Format::Text => report::text::write(&mut out, &report),
-        Format::Json => report::json::write(&mut out, &report),
+    if let Some(s) = &suppressions {
+        let applied = s.apply(&mut report);
+        for (e, &n) in s.entries.iter().zip(&applied.matched) {
+            let at = format!("{}:{}", s.path.display(), e.line);
+            if n == 0 {
+                eprintln!(
+                    "foresight: warning: {at}: the suppression silenced nothing (remove it if \
+                     the finding is fixed): {}",
+                    e.reason
+                );
+            } else {
+                eprintln!(
+                    "foresight: {at}: the suppression silenced {n} finding{}: {}",
+                    if n == 1 { "" } else { "s" },
+                    e.reason
+                );
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// Reads and converts every trace (an unreadable one is an error naming it); returns the runs
+/// and each trace's reader problems.
+pub fn load_runs(traces: &[PathBuf]) -> anyhow::Result<(Vec<Run>, Vec<Vec<String>>)> {
+    let tty = std::io::stderr().is_terminal();
+    let mut runs = Vec::new();
+    let mut warnings = Vec::new();
+    for path in traces {
+        let (run, problems) = load_run(path, tty)?;
+        runs.push(run);
+        warnings.push(problems);
+    }
+    Ok((runs, warnings))
+}
+
+fn load_run(path: &Path, tty: bool) -> anyhow::Result<(Run, Vec<String>)> {
+    let trace = load(path)?;
+    report_problems(&trace);
+    let problems = trace.problems.iter().map(|p| p.to_string()).collect();
+    let bar = if tty {
+        let b = ProgressBar::new(trace.event_count());
+        b.set_style(
+            ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} events ({eta})")
+                .expect("valid template")
+                .progress_chars("=> "),
+        );
+        b.set_message(format!("reading {}", path.display()));
+        Some(b)
+    } else {
+        None
     };
-    ignore_broken_pipe(written.and_then(|_| out.flush()))?;
-    // Findings are not an error: exit 0 whatever was found (`check` is for failing builds).
-    Ok(ExitCode::SUCCESS)
+    let run = build_run(&trace, &mut |done| {
+        if let Some(b) = &bar {
+            b.set_position(done);
+        }
+    });
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    Ok((run, problems))
 }

@@ -5,8 +5,10 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod analyze;
+mod check;
 mod demo;
 mod dump;
+mod graph;
 mod output;
 mod record;
 mod stats;
@@ -38,6 +40,10 @@ enum Command {
     Stats(stats::Args),
     /// Run a command under the recorder and write its trace (symbolised when it ends).
     Record(record::Args),
+    /// CI gate: exit 1 when a lock-order finding is not in the baseline file.
+    Check(check::Args),
+    /// Draw the class-level lock-order graph (DOT, or SVG through graphviz).
+    Graph(graph::Args),
 }
 
 pub fn main() -> ExitCode {
@@ -55,6 +61,8 @@ pub fn main() -> ExitCode {
         Command::Dump(args) => dump::run(args),
         Command::Stats(args) => stats::run(args),
         Command::Record(args) => record::run(args),
+        Command::Check(args) => check::run(args),
+        Command::Graph(args) => graph::run(args),
     };
     match result {
         Ok(code) => code,

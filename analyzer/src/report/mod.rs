@@ -6,7 +6,9 @@ use serde::Serialize;
 
 use crate::model::Location;
 
+pub mod dot;
 pub mod json;
+pub mod sarif;
 pub mod text;
 
 pub const REPORT_SCHEMA: &str = "foresight-report";
@@ -48,6 +50,10 @@ pub struct Summary {
     /// The candidate budget ran out: some cycles were reported as potential without every
     /// candidate being checked.
     pub candidate_budget_exhausted: bool,
+    /// `rank-violation` findings (verdict `violation`).
+    pub rank_violations: usize,
+    /// Findings removed by the suppressions file (not in `findings`).
+    pub suppressed: usize,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -55,6 +61,8 @@ pub struct Summary {
 pub enum Verdict {
     Predicted,
     Potential,
+    /// A declared discipline was broken (a rank annotation): not a prediction, a rule.
+    Violation,
 }
 
 impl Verdict {
@@ -62,7 +70,21 @@ impl Verdict {
         match self {
             Verdict::Predicted => "predicted",
             Verdict::Potential => "potential",
+            Verdict::Violation => "violation",
         }
+    }
+}
+
+impl Report {
+    /// Recounts the summary's verdict counts and renumbers the findings after some were removed.
+    pub fn recount(&mut self) {
+        for (i, f) in self.findings.iter_mut().enumerate() {
+            f.id = i + 1;
+        }
+        let count = |v: Verdict| self.findings.iter().filter(|f| f.verdict == v).count();
+        self.summary.predicted = count(Verdict::Predicted);
+        self.summary.potential = count(Verdict::Potential);
+        self.summary.rank_violations = count(Verdict::Violation);
     }
 }
 
@@ -70,7 +92,7 @@ impl Verdict {
 pub struct Finding {
     pub id: usize,
     /// `deadlock`, `potential-deadlock`, `join-deadlock`, `barrier-deadlock`, `wait-deadlock`,
-    /// `rwlock-deadlock`.
+    /// `rwlock-deadlock`, `rank-violation`.
     pub kind: &'static str,
     pub verdict: Verdict,
     /// The rule that produced the finding (see `docs/report-schema.md`).

@@ -64,11 +64,33 @@ pub fn write(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
             finding(out, f)?;
         }
     }
-    writeln!(
+    let violations: Vec<&Finding> = report
+        .findings
+        .iter()
+        .filter(|f| f.verdict == Verdict::Violation)
+        .collect();
+    if !violations.is_empty() {
+        writeln!(
+            out,
+            "== RANK VIOLATIONS ({}): acquisitions against the declared lock ranks ==",
+            violations.len()
+        )?;
+        for f in violations {
+            finding(out, f)?;
+        }
+    }
+    write!(
         out,
         "{} predicted, {} potential",
         report.summary.predicted, report.summary.potential
-    )
+    )?;
+    if report.summary.rank_violations > 0 {
+        write!(out, ", {} rank violations", report.summary.rank_violations)?;
+    }
+    if report.summary.suppressed > 0 {
+        write!(out, " ({} suppressed)", report.summary.suppressed)?;
+    }
+    writeln!(out)
 }
 
 fn finding(out: &mut impl Write, f: &Finding) -> std::io::Result<()> {
@@ -80,7 +102,7 @@ fn finding(out: &mut impl Write, f: &Finding) -> std::io::Result<()> {
         f.verdict.as_str(),
         f.rule
     )?;
-    if f.cycle.len() > 1 || !f.edges.is_empty() {
+    if f.verdict != Verdict::Violation && (f.cycle.len() > 1 || !f.edges.is_empty()) {
         let mut c = f.cycle.join(" → ");
         if let Some(first) = f.cycle.first() {
             c.push_str(" → ");

@@ -1,0 +1,140 @@
+//! `foresight check`: lock discipline in CI. Analyses the traces of a test suite as one
+//! cumulative graph and compares the findings with a committed baseline (`baseline.rs`): exit 1
+//! when a finding is not in it, 0 otherwise (2 for bad input). `--update-baseline` writes the
+//! baseline from the findings and exits 0.
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+
+use crate::baseline::{self, finding_key, DEFAULT_BASELINE};
+use crate::report::{self, Finding, Report};
+
+use super::analyze::{analyze_traces, AnalysisArgs};
+use super::output::ignore_broken_pipe;
+
+/// Exit code when a finding is not in the baseline.
+pub const EXIT_NEW_FINDINGS: u8 = 1;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// The new findings, in the text report's form.
+    Text,
+    /// Every finding, each with its `baselineState` (`new` or `unchanged`).
+    Sarif,
+}
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The trace files (for example one per test process), checked as one lock-order graph.
+    #[arg(required = true)]
+    traces: Vec<PathBuf>,
+    /// The accepted findings; default `foresight-baseline.txt` in the working directory.
+    #[arg(long, value_name = "FILE")]
+    baseline: Option<PathBuf>,
+    /// Write the baseline from the current findings (after review) and exit 0.
+    #[arg(long)]
+    update_baseline: bool,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+    #[command(flatten)]
+    analysis: AnalysisArgs,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let explicit = args.baseline.is_some();
+    let path = args
+        .baseline
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_BASELINE));
+    // Read the baseline before the analysis: a missing or unreadable one is bad input now.
+    let accepted: BTreeSet<String> = if args.update_baseline {
+        BTreeSet::new()
+    } else if path.exists() || explicit {
+        baseline::read(&path)?
+    } else {
+        eprintln!(
+            "foresight: no baseline ({DEFAULT_BASELINE} not found): every finding is new; \
+             create it with `foresight check --update-baseline TRACE…`"
+        );
+        BTreeSet::new()
+    };
+    let report = analyze_traces(&args.traces, &args.analysis)?;
+
+    if args.update_baseline {
+        let text = baseline::render(&report.findings);
+        std::fs::write(&path, text)
+            .with_context(|| format!("cannot write the baseline {}", path.display()))?;
+        eprintln!(
+            "foresight: wrote {} ({} findings)",
+            path.display(),
+            report.findings.len()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+
+    let is_new = |f: &Finding| !accepted.contains(&finding_key(f));
+    let new: Vec<Finding> = report
+        .findings
+        .iter()
+        .filter(|f| is_new(f))
+        .cloned()
+        .collect();
+    let current: BTreeSet<String> = report.findings.iter().map(finding_key).collect();
+    let gone = accepted.difference(&current).count();
+
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let written = match args.format {
+        Format::Sarif => {
+            let state = |f: &Finding| if is_new(f) { "new" } else { "unchanged" };
+            report::sarif::write(&mut out, &report, Some(&state))
+        }
+        Format::Text => write_text(&mut out, &report, &new, gone, &path),
+    };
+    ignore_broken_pipe(written.and_then(|_| out.flush()))?;
+    Ok(if new.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_NEW_FINDINGS)
+    })
+}
+
+fn write_text(
+    out: &mut impl Write,
+    report: &Report,
+    new: &[Finding],
+    gone: usize,
+    path: &std::path::Path,
+) -> std::io::Result<()> {
+    let known = report.findings.len() - new.len();
+    writeln!(
+        out,
+        "foresight check: {} findings over {} traces: {known} in the baseline {}, {} new",
+        report.findings.len(),
+        report.traces.len(),
+        path.display(),
+        new.len()
+    )?;
+    if gone > 0 {
+        writeln!(
+            out,
+            "note: {gone} baseline entries were not found (fixed, or not exercised by these \
+             traces); `--update-baseline` drops them"
+        )?;
+    }
+    if new.is_empty() {
+        return Ok(());
+    }
+    writeln!(out, "\nnew findings (baseline lines):")?;
+    for f in new {
+        writeln!(out, "  {}", finding_key(f))?;
+    }
+    writeln!(out)?;
+    let mut only_new = report.clone();
+    only_new.findings = new.to_vec();
+    only_new.recount();
+    report::text::write(out, &only_new)
+}

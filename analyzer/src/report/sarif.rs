@@ -1,0 +1,270 @@
+//! `--format sarif`: the report as SARIF 2.1.0, for code-scanning services. One result per
+//! finding; its `ruleId` is the finding's kind, described in `tool.driver.rules`. `locations`
+//! is the primary acquisition (the first request of a lock cycle, the wait of a wait finding),
+//! `relatedLocations` every site of the finding (both sides of each edge), and a predicted
+//! finding's witness is a `codeFlow` with one `threadFlow` per thread. `partialFingerprints`
+//! carries the baseline key (`baseline::finding_key`), which is stable across machines.
+
+use std::io::Write;
+
+use serde_json::{json, Value};
+
+use super::{Finding, FindingLocation, Report, Verdict};
+use crate::baseline::finding_key;
+
+/// The rules, one per finding kind: (id, short description, full description).
+const RULES: &[(&str, &str, &str)] = &[
+    (
+        "deadlock",
+        "Predicted deadlock: a reordering of a recorded run deadlocks",
+        "Threads take locks in a cycle, and a sync-preserving reordering of one recorded run \
+         reaches the point where every thread of the cycle is blocked.",
+    ),
+    (
+        "potential-deadlock",
+        "Inconsistent lock order between lock classes",
+        "Some code takes lock class A then B, other code B then A (or a longer cycle). No \
+         reordering of a recorded run was found to deadlock, but the order is a design defect \
+         independent of timing.",
+    ),
+    (
+        "join-deadlock",
+        "Joining a thread while holding a lock it needs",
+        "A thread holds a lock while it joins a thread that requests that lock before exiting.",
+    ),
+    (
+        "barrier-deadlock",
+        "Waiting at a barrier while holding a lock another participant needs",
+        "A thread holds a lock at a barrier that another participant reaches only after taking \
+         that lock.",
+    ),
+    (
+        "wait-deadlock",
+        "Waiting on a condition or semaphore while holding a lock the waker needs",
+        "A thread holds a lock (other than the condition's own mutex) while it waits for a \
+         signal or post that the other thread sends only after taking that lock.",
+    ),
+    (
+        "rwlock-deadlock",
+        "Recursive read lock against a writer",
+        "A thread read-locks an rwlock it already holds for read while another thread \
+         write-locks it: deadlocks with writer-preferring rwlocks.",
+    ),
+    (
+        "rank-violation",
+        "Lock acquired against the declared lock ranks",
+        "Locks annotated with ranks must be acquired in increasing rank: a lock was acquired \
+         while a lock of the same or a higher rank was held.",
+    ),
+];
+
+fn level(f: &Finding) -> &'static str {
+    match f.verdict {
+        Verdict::Predicted | Verdict::Violation => "error",
+        Verdict::Potential => "warning",
+    }
+}
+
+/// Writes the whole report. `baseline_state(f)`, when given, is SARIF's `baselineState` of each
+/// result (`new` or `unchanged`, from `foresight check`).
+pub fn write(
+    out: &mut impl Write,
+    report: &Report,
+    baseline_state: Option<&dyn Fn(&Finding) -> &'static str>,
+) -> std::io::Result<()> {
+    let v = to_value(report, baseline_state);
+    serde_json::to_writer_pretty(&mut *out, &v)?;
+    writeln!(out)
+}
+
+pub fn to_value(
+    report: &Report,
+    baseline_state: Option<&dyn Fn(&Finding) -> &'static str>,
+) -> Value {
+    let rules: Vec<Value> = RULES
+        .iter()
+        .map(|(id, short, full)| {
+            json!({
+                "id": id,
+                "name": rule_name(id),
+                "shortDescription": { "text": short },
+                "fullDescription": { "text": full },
+                "defaultConfiguration": {
+                    "level": if *id == "potential-deadlock" || *id == "rwlock-deadlock" {
+                        "warning"
+                    } else {
+                        "error"
+                    }
+                },
+            })
+        })
+        .collect();
+    let results: Vec<Value> = report
+        .findings
+        .iter()
+        .map(|f| result(f, baseline_state))
+        .collect();
+    json!({
+        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
+        "version": "2.1.0",
+        "runs": [{
+            "tool": {
+                "driver": {
+                    "name": "foresight",
+                    "version": env!("CARGO_PKG_VERSION"),
+                    "rules": rules,
+                }
+            },
+            "columnKind": "unicodeCodePoints",
+            "results": results,
+        }]
+    })
+}
+
+/// `potential-deadlock` → `PotentialDeadlock` (SARIF's `name` is an identifier-like word).
+fn rule_name(id: &str) -> String {
+    id.split('-')
+        .map(|w| {
+            let mut c = w.chars();
+            c.next()
+                .map(|f| f.to_uppercase().chain(c).collect::<String>())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+fn result(f: &Finding, baseline_state: Option<&dyn Fn(&Finding) -> &'static str>) -> Value {
+    let rule_index = RULES.iter().position(|(id, _, _)| *id == f.kind);
+    let primary = f
+        .locations
+        .iter()
+        .find(|l| {
+            matches!(
+                l.role,
+                "requests" | "joins" | "waits" | "arrives" | "read-locks-again"
+            )
+        })
+        .or_else(|| f.locations.first());
+    let related: Vec<Value> = f
+        .locations
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let mut v = location(l, &format!("{} {}", l.thread, l.role));
+            v["id"] = json!(i);
+            v
+        })
+        .collect();
+    let mut r = json!({
+        "ruleId": f.kind,
+        "level": level(f),
+        "message": { "text": f.message },
+        "locations": primary.map(|l| vec![location(l, &f.message)]).unwrap_or_default(),
+        "relatedLocations": related,
+        "partialFingerprints": { "foresight/v1": finding_key(f) },
+        "occurrenceCount": f.occurrences.max(1),
+        "properties": {
+            "verdict": f.verdict.as_str(),
+            "rule": f.rule,
+            "reason": f.reason,
+            "lockClasses": f.cycle,
+            "traces": f.traces,
+        },
+    });
+    if let Some(i) = rule_index {
+        r["ruleIndex"] = json!(i);
+    }
+    if let Some(state) = baseline_state {
+        r["baselineState"] = json!(state(f));
+    }
+    if let Some(flow) = code_flow(f) {
+        r["codeFlows"] = json!([flow]);
+    }
+    r
+}
+
+/// A SARIF location for a finding's site: the file and line when symbolised, the function as a
+/// logical location.
+fn location(l: &FindingLocation, message: &str) -> Value {
+    let mut v = json!({ "message": { "text": message } });
+    if let Some(file) = &l.file {
+        let mut physical = json!({ "artifactLocation": { "uri": uri(file) } });
+        if let Some(line) = l.line.filter(|&n| n > 0) {
+            physical["region"] = json!({ "startLine": line });
+        }
+        v["physicalLocation"] = physical;
+    }
+    if let Some(function) = &l.function {
+        v["logicalLocations"] = json!([{ "name": function, "kind": "function" }]);
+    }
+    v
+}
+
+/// A file name as a URI reference: the path as symbolised (relative to the source tree, or
+/// absolute), with the characters a URI cannot hold percent-encoded.
+fn uri(path: &str) -> String {
+    let mut o = String::with_capacity(path.len());
+    for b in path.bytes() {
+        if b.is_ascii_alphanumeric() || b"/-._~".contains(&b) {
+            o.push(b as char);
+        } else {
+            o.push_str(&format!("%{b:02X}"));
+        }
+    }
+    o
+}
+
+/// The witness of a predicted finding: per thread, the locks it holds at the end of its prefix,
+/// then where it blocks.
+fn code_flow(f: &Finding) -> Option<Value> {
+    let w = f.witness.as_ref()?;
+    let flows: Vec<Value> = w
+        .threads
+        .iter()
+        .map(|t| {
+            let mut steps: Vec<Value> = Vec::new();
+            for h in &t.holds {
+                let site = f
+                    .locations
+                    .iter()
+                    .find(|l| l.thread == t.thread && l.role == "holds");
+                let text = format!("{} holds {h}", t.thread);
+                steps.push(flow_step(site, &text, "acquire"));
+            }
+            if let Some(b) = &t.blocks {
+                let site = f
+                    .locations
+                    .iter()
+                    .find(|l| l.thread == t.thread && l.role != "holds");
+                steps.push(flow_step(site, &format!("{} {b}", t.thread), "block"));
+            }
+            if steps.is_empty() {
+                steps.push(flow_step(
+                    None,
+                    &format!("{} runs its first {} events", t.thread, t.prefix_events),
+                    "run",
+                ));
+            }
+            json!({
+                "id": t.thread,
+                "message": { "text": format!("{}: first {} events", t.thread, t.prefix_events) },
+                "locations": steps,
+            })
+        })
+        .collect();
+    if flows.is_empty() {
+        return None;
+    }
+    Some(json!({
+        "message": { "text": format!("a reordering of {} that deadlocks", w.trace) },
+        "threadFlows": flows,
+    }))
+}
+
+fn flow_step(site: Option<&FindingLocation>, text: &str, kind: &str) -> Value {
+    let location = match site {
+        Some(l) => location(l, text),
+        None => json!({ "message": { "text": text } }),
+    };
+    json!({ "location": location, "kinds": [kind] })
+}
