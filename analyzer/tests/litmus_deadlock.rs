@@ -5,8 +5,8 @@
 //! `// POTENTIAL` lines by a potential (class-level) finding and by no predicted one.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
 use std::io::Read;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 

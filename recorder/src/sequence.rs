@@ -17,7 +17,13 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 static GLOBAL: AtomicBool = AtomicBool::new(false);
-static SEQUENCE: AtomicU64 = AtomicU64::new(0);
+/// The global counter, alone in its (pair of) cache lines: every thread writes it on every
+/// synchronising event, and it must not drag read-mostly data (`GLOBAL`, table counters)
+/// along between cores.
+#[repr(align(128))]
+struct Padded(AtomicU64);
+
+static SEQUENCE: Padded = Padded(AtomicU64::new(0));
 
 pub fn set_global(on: bool) {
     GLOBAL.store(on, Ordering::Relaxed);
@@ -57,7 +63,7 @@ pub fn next(clock: &mut u64, key: Key<'_>) -> u64 {
         return *clock;
     }
     if is_global() {
-        let k = SEQUENCE.fetch_add(1, Ordering::AcqRel) + 1;
+        let k = SEQUENCE.0.fetch_add(1, Ordering::AcqRel) + 1;
         *clock = k.max(*clock);
         return *clock;
     }

@@ -9,7 +9,7 @@
 use std::cell::{Cell, UnsafeCell};
 use std::sync::atomic::{compiler_fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
-use foresight_trace::event::{Event, EventKind, SiteId, ThreadId};
+use foresight_trace::event::{Event, EventKind, LockMode, ObjectId, SiteId, ThreadId};
 use foresight_trace::ChunkWriter;
 
 use crate::objects::Slot;
@@ -24,8 +24,78 @@ pub const CHUNK_BYTES: usize = 64 << 10;
 /// nothing), or a live `ThreadState`.
 const DEAD: *mut ThreadState = std::ptr::dangling_mut::<ThreadState>();
 
-thread_local! {
-    static CURRENT: Cell<*mut ThreadState> = const { Cell::new(std::ptr::null_mut()) };
+/// The thread-local pointer itself. On x86-64 it is an initial-exec TLS variable: the runtime
+/// is loaded at start-up (`LD_PRELOAD`), so its TLS is in the static block and a read is one
+/// `fs:`-relative load, where Rust's `thread_local!` in a shared object goes through
+/// `__tls_get_addr` (general dynamic: a call on every hook). Elsewhere, `thread_local!`.
+#[cfg(target_arch = "x86_64")]
+mod current_slot {
+    use super::ThreadState;
+
+    // An 8-byte zero-initialised TLS object. Global but hidden: the inline asm below may be
+    // inlined into any codegen unit of this crate, and must link to it from there, while it
+    // stays invisible outside the library.
+    core::arch::global_asm!(
+        ".pushsection .tbss,\"awT\",@nobits",
+        ".p2align 3",
+        ".globl foresight_rt_current",
+        ".hidden foresight_rt_current",
+        ".type foresight_rt_current,@object",
+        ".size foresight_rt_current,8",
+        "foresight_rt_current:",
+        ".zero 8",
+        ".popsection",
+    );
+
+    #[inline(always)]
+    pub fn get() -> *mut ThreadState {
+        let p: *mut ThreadState;
+        // SAFETY: reads this thread's copy of the 8-byte TLS object above (initial-exec: the
+        // offset from the thread pointer comes from the GOT); no other memory is touched.
+        unsafe {
+            core::arch::asm!(
+                "mov {p}, qword ptr [rip + foresight_rt_current@GOTTPOFF]",
+                "mov {p}, qword ptr fs:[{p}]",
+                p = out(reg) p,
+                options(nostack, preserves_flags, readonly, pure),
+            );
+        }
+        p
+    }
+
+    #[inline]
+    pub fn set(v: *mut ThreadState) {
+        // SAFETY: writes this thread's copy of the TLS object above.
+        unsafe {
+            core::arch::asm!(
+                "mov {o}, qword ptr [rip + foresight_rt_current@GOTTPOFF]",
+                "mov qword ptr fs:[{o}], {v}",
+                o = out(reg) _,
+                v = in(reg) v,
+                options(nostack, preserves_flags),
+            );
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+mod current_slot {
+    use super::ThreadState;
+    use std::cell::Cell;
+
+    thread_local! {
+        static CURRENT: Cell<*mut ThreadState> = const { Cell::new(std::ptr::null_mut()) };
+    }
+
+    #[inline(always)]
+    pub fn get() -> *mut ThreadState {
+        CURRENT.with(|c| c.get())
+    }
+
+    #[inline]
+    pub fn set(v: *mut ThreadState) {
+        CURRENT.with(|c| c.set(v));
+    }
 }
 
 static NEXT_THREAD: AtomicU32 = AtomicU32::new(0);
@@ -90,6 +160,30 @@ pub struct ThreadState {
     /// usually repeats a recent site and object, and a hit costs no hashing or probing.
     site_cache: [Cell<(usize, SiteId)>; CACHE],
     obj_cache: [Cell<(usize, usize)>; CACHE],
+    /// In front of both: (object address, return address) → (slot, site), one probe for the
+    /// usual hook (the same lock from the same call site as recently). Only with one-frame
+    /// sites (deeper sites depend on more than the return address).
+    pair_cache: [Cell<PairEntry>; CACHE],
+}
+
+#[derive(Clone, Copy)]
+struct PairEntry {
+    addr: usize,
+    ra: usize,
+    slot: usize,
+    site: SiteId,
+}
+
+const EMPTY_PAIR: PairEntry = PairEntry {
+    addr: 0,
+    ra: 0,
+    slot: 0,
+    site: 0,
+};
+
+#[inline(always)]
+fn pair_index(addr: usize, ra: usize) -> usize {
+    cache_index(addr ^ ra.rotate_left(5))
 }
 
 const CACHE: usize = 64;
@@ -125,6 +219,7 @@ impl ThreadState {
             start_after: Cell::new(0),
             site_cache: [const { Cell::new((0, 0)) }; CACHE],
             obj_cache: [const { Cell::new((0, 0)) }; CACHE],
+            pair_cache: [const { Cell::new(EMPTY_PAIR) }; CACHE],
         })
     }
 
@@ -153,6 +248,30 @@ impl ThreadState {
         // SAFETY: cached values are `&'static Slot` pointers (slots live in a static table).
         let s: &'static Slot = unsafe { &*(v as *const Slot) };
         s.is_live_at(addr).then_some(s)
+    }
+
+    /// The slot and site cached for a hook on `addr` called from `ra` (owner only).
+    #[inline(always)]
+    pub fn cached_pair(&self, addr: usize, ra: usize) -> Option<(&'static Slot, SiteId)> {
+        let e = self.pair_cache[pair_index(addr, ra)].get();
+        if e.addr != addr || e.ra != ra || e.slot == 0 {
+            return None;
+        }
+        // SAFETY: cached slots are `&'static Slot` pointers (slots live in a static table).
+        let s: &'static Slot = unsafe { &*(e.slot as *const Slot) };
+        s.is_live_at(addr).then_some((s, e.site))
+    }
+
+    #[inline]
+    pub fn cache_pair(&self, addr: usize, ra: usize, s: &'static Slot, site: SiteId) {
+        if sites::shallow() {
+            self.pair_cache[pair_index(addr, ra)].set(PairEntry {
+                addr,
+                ra,
+                slot: s as *const Slot as usize,
+                site,
+            });
+        }
     }
 
     #[inline]
@@ -295,12 +414,42 @@ impl ThreadState {
         self.leave_buf(slow);
     }
 
+    /// Records a lock-request of `lock` at `site` immediately followed by its acquisition at
+    /// `key` (the real lock was taken without waiting): one buffer session, one encoded event
+    /// that every reader sees as the two (`ChunkWriter::push_lock_immediate`).
+    #[inline(always)]
+    pub fn emit_lock_immediate(&self, lock: ObjectId, mode: LockMode, site: SiteId, key: Key<'_>) {
+        let slow = self.enter_buf();
+        // SAFETY: as in take_key.
+        let k = sequence::next(unsafe { &mut *self.clock.get() }, key);
+        if let Some((w, k)) = self.writer_at(k) {
+            if w.push_lock_immediate(lock, mode, site, k).is_err() {
+                output::count_lost(1);
+            }
+        }
+        self.leave_buf(slow);
+    }
+
     #[inline(always)]
     fn push_locked(&self, kind: EventKind, key: u64) {
-        if self.closed.load(Ordering::Relaxed) {
-            return;
+        if let Some((w, key)) = self.writer_at(key) {
+            if w.push_fast(&Event { key, kind }).is_err() {
+                output::count_lost(1);
+            }
         }
-        // SAFETY: the writer is ours: owner inside enter/leave, or foreign under buf_lock.
+    }
+
+    /// The writer, ready for one more push (the chunk flushed when full, started when empty),
+    /// and `key` raised to its last key; `None` once closed. Inside enter/leave (or a foreign
+    /// holder of buf_lock).
+    #[allow(clippy::mut_from_ref)]
+    #[inline(always)]
+    fn writer_at(&self, key: u64) -> Option<(&mut ChunkWriter, u64)> {
+        if self.closed.load(Ordering::Relaxed) {
+            return None;
+        }
+        // SAFETY: the writer is ours: owner inside enter/leave, or foreign under buf_lock; the
+        // reference does not outlive that session (callers push and drop it).
         let w = unsafe { &mut *self.writer.get() };
         let key = key.max(w.last_key());
         if w.is_full() {
@@ -309,9 +458,7 @@ impl ThreadState {
         if w.pending_events() == 0 {
             start_chunk(w);
         }
-        if w.push_fast(&Event { key, kind }).is_err() {
-            output::count_lost(1);
-        }
+        Some((w, key))
     }
 
     /// Flushes the buffer (thread exit, finish, exec). Foreign callers must `quiesce` first.
@@ -366,6 +513,9 @@ impl ThreadState {
         for c in &self.obj_cache {
             c.set((0, 0));
         }
+        for c in &self.pair_cache {
+            c.set(EMPTY_PAIR);
+        }
     }
 
     /// Binds this state to the calling thread.
@@ -399,7 +549,7 @@ pub fn gettid() -> u32 {
 /// The calling thread's state, if it is being recorded.
 #[inline]
 pub fn current() -> Option<&'static ThreadState> {
-    let p = CURRENT.with(|c| c.get());
+    let p = current_slot::get();
     if p.is_null() || p == DEAD {
         return None;
     }
@@ -410,15 +560,15 @@ pub fn current() -> Option<&'static ThreadState> {
 
 /// Whether the calling thread has no state yet (neither live nor dead).
 pub fn unseen() -> bool {
-    CURRENT.with(|c| c.get().is_null())
+    current_slot::get().is_null()
 }
 
 pub fn set_current(p: *mut ThreadState) {
-    CURRENT.with(|c| c.set(p));
+    current_slot::set(p);
 }
 
 pub fn mark_dead() {
-    CURRENT.with(|c| c.set(DEAD));
+    current_slot::set(DEAD);
 }
 
 // --- registry -------------------------------------------------------------------------------

@@ -37,6 +37,11 @@ pub mod tag {
     pub const LOCK_RELEASE: u8 = 0x19;
     pub const OBJECT_INIT: u8 = 0x1a;
     pub const OBJECT_DESTROY: u8 = 0x1b;
+    /// Producer shorthand, never produced by [`encode`](super::encode): a lock-request
+    /// immediately followed by its lock-acquired (the lock was free). Decodes into those two
+    /// events: the request at the previous key, the acquisition at the event's key.
+    pub const LOCK_IMMEDIATE: u8 = 0x1c;
+    pub const LOCK_IMMEDIATE_SHARED: u8 = 0x1d;
     pub const COND_WAIT: u8 = 0x20;
     pub const COND_WOKEN: u8 = 0x21;
     pub const COND_TIMED_OUT: u8 = 0x22;
@@ -462,6 +467,9 @@ pub struct Decoder<'a> {
     /// knows the chunk names nothing undefined without looking at each event again.
     objects_below: u64,
     sites_below: u64,
+    /// The second event of a lock-immediate (`tag::LOCK_IMMEDIATE`), decoded together with
+    /// the first and handed out next.
+    pending: Option<Event>,
 }
 
 impl<'a> Decoder<'a> {
@@ -472,6 +480,7 @@ impl<'a> Decoder<'a> {
             st: DeltaState::starting_at(base_key),
             objects_below: 0,
             sites_below: 0,
+            pending: None,
         }
     }
 
@@ -505,7 +514,7 @@ impl<'a> Decoder<'a> {
     }
 
     pub fn is_at_end(&self) -> bool {
-        self.pos >= self.buf.len()
+        self.pos >= self.buf.len() && self.pending.is_none()
     }
 
     // Most fields are ids and deltas below 128: one byte. That case stays inline; longer numbers
@@ -574,6 +583,9 @@ impl<'a> Decoder<'a> {
     /// skipped: call [`Decoder::skip_extension`] first, or use [`Decoder::for_each`].
     #[inline]
     pub fn next_event(&mut self) -> Result<Option<Event>, DecodeError> {
+        if let Some(ev) = self.pending.take() {
+            return Ok(Some(ev));
+        }
         if self.pos >= self.buf.len() {
             return Ok(None);
         }
@@ -588,7 +600,15 @@ impl<'a> Decoder<'a> {
     /// it returns `false`. This is the fast path: one loop, no per-event `Option`.
     #[inline]
     pub fn for_each(&mut self, mut sink: impl FnMut(Event) -> bool) -> Result<(), DecodeError> {
-        while let Some(&raw) = self.buf.get(self.pos) {
+        loop {
+            if let Some(ev) = self.pending.take() {
+                if !sink(ev) {
+                    break;
+                }
+            }
+            let Some(&raw) = self.buf.get(self.pos) else {
+                break;
+            };
             if EXTENSION_TAGS.contains(&(raw & !KEY_FLAG)) {
                 self.skip_extension()?;
                 continue;
@@ -617,6 +637,7 @@ impl<'a> Decoder<'a> {
         use EventKind::*;
         let raw = self.byte()?;
         let t = raw & !KEY_FLAG;
+        let previous = self.st.key;
         if raw & KEY_FLAG != 0 {
             let delta = self.u64()?;
             if delta == 0 {
@@ -678,6 +699,23 @@ impl<'a> Decoder<'a> {
                 lock: self.object_id()?,
                 mode: LockMode::Shared,
             },
+            LOCK_IMMEDIATE | LOCK_IMMEDIATE_SHARED => {
+                let mode = if t == LOCK_IMMEDIATE {
+                    LockMode::Exclusive
+                } else {
+                    LockMode::Shared
+                };
+                let lock = self.object_id()?;
+                let site = self.sync_site()?;
+                self.pending = Some(Event {
+                    key,
+                    kind: LockAcquired { lock, mode },
+                });
+                return Ok(Event {
+                    key: previous,
+                    kind: LockRequest { lock, mode, site },
+                });
+            }
             LOCK_FAILED => LockFailed {
                 lock: self.object_id()?,
                 errno: self.u32()?,

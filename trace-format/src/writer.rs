@@ -6,7 +6,7 @@ use std::io::{self, Write};
 use serde::Serialize;
 
 use crate::codec::{self, DeltaState, EncodeError, MAX_EVENT_LEN};
-use crate::event::{Event, ThreadId};
+use crate::event::{Event, LockMode, ObjectId, SiteId, ThreadId};
 use crate::frame::{
     write_chunk_header, ChunkKind, EventsPrefix, CHUNK_HEADER_LEN, EVENTS_PREFIX_LEN, FILE_MAGIC,
     MAX_PAYLOAD_LEN, VERSION_MAJOR, VERSION_MINOR,
@@ -67,7 +67,8 @@ impl ChunkWriter {
     /// True when the next `push` might not fit without reallocating: flush first.
     #[inline]
     pub fn is_full(&self) -> bool {
-        self.buf.len() - EVENTS_START >= self.chunk_bytes || self.count == u32::MAX
+        // `- 1`: one push may add two events (`push_lock_immediate`).
+        self.buf.len() - EVENTS_START >= self.chunk_bytes || self.count >= u32::MAX - 1
     }
 
     /// Sets the wall-clock time of the chunk's first event; only meaningful before it.
@@ -92,7 +93,7 @@ impl ChunkWriter {
     #[inline(always)]
     pub fn push_fast(&mut self, ev: &Event) -> Result<(), EncodeError> {
         use crate::codec::tag;
-        use crate::event::{EventKind, LockMode};
+        use crate::event::EventKind;
         let (t, a, b) = match ev.kind {
             EventKind::LockRequest { lock, mode, site } => (
                 if mode == LockMode::Exclusive {
@@ -115,32 +116,74 @@ impl ChunkWriter {
             EventKind::LockRelease { lock, site } => (tag::LOCK_RELEASE, lock, Some(site)),
             _ => return self.push(ev),
         };
-        if ev.key < self.state.key {
+        self.put_small(t, ev.key, a, b, 1)
+    }
+
+    /// Appends a lock-request of `lock` at `site` immediately followed by its lock-acquired
+    /// at `key` (FORMAT.md §6.4, tag `0x1C`/`0x1D`): the request takes the previous key, as
+    /// a request pushed on its own would. One event in the bytes, two for every reader (and
+    /// in the chunk's event count). For a producer that knows the lock was taken without
+    /// waiting; [`encode`](crate::codec::encode) never produces it.
+    #[inline(always)]
+    pub fn push_lock_immediate(
+        &mut self,
+        lock: ObjectId,
+        mode: LockMode,
+        site: SiteId,
+        key: u64,
+    ) -> Result<(), EncodeError> {
+        use crate::codec::tag;
+        let t = if mode == LockMode::Exclusive {
+            tag::LOCK_IMMEDIATE
+        } else {
+            tag::LOCK_IMMEDIATE_SHARED
+        };
+        self.put_small(t, key, lock, Some(site), 2)
+    }
+
+    /// Tag, key delta and one or two u32 fields, written through a raw pointer into room
+    /// reserved up front (at most 1 + 10 + 5 + 5 bytes); `events`: how many events it decodes
+    /// to.
+    #[inline(always)]
+    fn put_small(
+        &mut self,
+        t: u8,
+        key: u64,
+        a: u32,
+        b: Option<u32>,
+        events: u32,
+    ) -> Result<(), EncodeError> {
+        if key < self.state.key {
             return Err(EncodeError::KeyWentBackwards {
-                key: ev.key,
+                key,
                 previous: self.state.key,
             });
         }
-        // Tag, key delta, two u32 fields: at most 1 + 10 + 5 + 5 bytes.
-        self.buf.reserve(21);
-        let delta = ev.key - self.state.key;
-        let spare = self.buf.spare_capacity_mut();
-        let mut n = 1;
-        if delta != 0 {
-            spare[0].write(t | crate::codec::KEY_FLAG);
-            put_varint_uninit(spare, &mut n, delta);
-        } else {
-            spare[0].write(t);
+        const ROOM: usize = 21;
+        if self.buf.capacity() - self.buf.len() < ROOM {
+            self.buf.reserve(ROOM);
         }
-        put_varint_uninit(spare, &mut n, a as u64);
-        if let Some(b) = b {
-            put_varint_uninit(spare, &mut n, b as u64);
+        let delta = key - self.state.key;
+        let len = self.buf.len();
+        // SAFETY: at least ROOM bytes of spare capacity follow `len` (checked above), and at
+        // most 1 + 10 + 5 + 5 = ROOM bytes are written: a tag, a u64 varint, two u32 varints.
+        unsafe {
+            let p = self.buf.as_mut_ptr().add(len);
+            let mut n = 1;
+            if delta != 0 {
+                *p = t | crate::codec::KEY_FLAG;
+                n += put_varint_raw(p.add(n), delta);
+            } else {
+                *p = t;
+            }
+            n += put_varint_raw(p.add(n), a as u64);
+            if let Some(b) = b {
+                n += put_varint_raw(p.add(n), b as u64);
+            }
+            self.buf.set_len(len + n);
         }
-        let len = self.buf.len() + n;
-        // SAFETY: the first `n` spare bytes were initialised above, and `reserve` made room.
-        unsafe { self.buf.set_len(len) };
-        self.state.key = ev.key;
-        self.count += 1;
+        self.state.key = key;
+        self.count += events;
         Ok(())
     }
 
@@ -172,16 +215,22 @@ impl ChunkWriter {
     }
 }
 
-/// LEB128 into uninitialised spare capacity (the caller reserved room).
+/// LEB128 of `v` at `p`; returns the bytes written (at most 10).
+///
+/// # Safety
+/// `p` is valid for writing 10 bytes (5 when `v` fits in 32 bits).
 #[inline(always)]
-fn put_varint_uninit(spare: &mut [std::mem::MaybeUninit<u8>], n: &mut usize, mut v: u64) {
+unsafe fn put_varint_raw(p: *mut u8, mut v: u64) -> usize {
+    let mut n = 0;
     while v >= 0x80 {
-        spare[*n].write(v as u8 | 0x80);
-        *n += 1;
+        // SAFETY: n < 10 here (a u64 has at most 10 groups of 7 bits); the caller's contract.
+        unsafe { *p.add(n) = v as u8 | 0x80 };
+        n += 1;
         v >>= 7;
     }
-    spare[*n].write(v as u8);
-    *n += 1;
+    // SAFETY: as above.
+    unsafe { *p.add(n) = v as u8 };
+    n + 1
 }
 
 /// Encodes side-table records into table chunks.
@@ -253,8 +302,16 @@ fn serialize<T: Serialize>(value: &T, out: Vec<u8>) -> Vec<u8> {
 }
 
 /// The bytes that start a trace: magic, version, and the header.
+///
+/// A reader refuses a header longer than `MAX_HEADER_LEN` (1 MiB); a command line can be
+/// longer than that (Linux allows 2 MiB of arguments), so the command is shortened to fit,
+/// with its last kept argument saying how many were dropped, rather than writing a trace no
+/// reader opens.
 pub fn file_prefix(header: &Header) -> Vec<u8> {
-    let body = serialize(header, Vec::new());
+    let mut body = serialize(header, Vec::new());
+    if body.len() > crate::frame::MAX_HEADER_LEN as usize {
+        body = serialize(&header_that_fits(header), Vec::new());
+    }
     let mut out = Vec::with_capacity(crate::frame::FILE_PREFIX_LEN + body.len());
     out.extend_from_slice(&FILE_MAGIC);
     out.extend_from_slice(&VERSION_MAJOR.to_le_bytes());
@@ -263,6 +320,35 @@ pub fn file_prefix(header: &Header) -> Vec<u8> {
     out.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
     out.extend_from_slice(&body);
     out
+}
+
+/// `header` with its command cut to fit the reader's header limit (with room to spare).
+fn header_that_fits(header: &Header) -> Header {
+    let budget = crate::frame::MAX_HEADER_LEN as usize / 2;
+    let mut short = header.clone();
+    short.command.clear();
+    let mut used = 0usize;
+    for arg in &header.command {
+        // An argument alone over the budget is cut too (at a character boundary).
+        let room = budget.saturating_sub(used);
+        if arg.len() + 8 > room {
+            let mut end = room.saturating_sub(8).min(arg.len());
+            while !arg.is_char_boundary(end) {
+                end -= 1;
+            }
+            if end > 0 {
+                short.command.push(arg[..end].to_string());
+            }
+            break;
+        }
+        used += arg.len() + 8;
+        short.command.push(arg.clone());
+    }
+    let dropped = header.command.len() - short.command.len();
+    short.command.push(format!(
+        "[foresight: command shortened to fit the trace header; {dropped} more arguments]"
+    ));
+    short
 }
 
 /// The trailer chunk that marks a clean end.
@@ -446,5 +532,70 @@ mod tests {
         let ca = a.flush_into(5, |x| x.to_vec()).unwrap();
         let cb = b.flush_into(5, |x| x.to_vec()).unwrap();
         assert_eq!(ca, cb);
+    }
+
+    #[test]
+    fn lock_immediate_decodes_to_request_then_acquired() {
+        use crate::codec::Decoder;
+        use crate::event::{EventKind, LockMode};
+        for (prev, key, lock, site) in [
+            (0u64, 0u64, 0u32, 0u32),
+            (5, 9, 300, 127),
+            (1, 1 << 40, u32::MAX, u32::MAX),
+        ] {
+            for mode in [LockMode::Exclusive, LockMode::Shared] {
+                let mut w = ChunkWriter::new(1, 1 << 16);
+                w.push_fast(&Event {
+                    key: prev,
+                    kind: EventKind::ThreadStart,
+                })
+                .unwrap();
+                w.push_lock_immediate(lock, mode, site, key).unwrap();
+                assert_eq!(w.pending_events(), 3);
+                assert_eq!(w.last_key(), key);
+                if key > 0 {
+                    assert!(w.push_lock_immediate(lock, mode, site, key - 1).is_err());
+                }
+                let body = w.buf[EVENTS_START..].to_vec();
+                let want = [
+                    Event {
+                        key: prev,
+                        kind: EventKind::ThreadStart,
+                    },
+                    Event {
+                        key: prev,
+                        kind: EventKind::LockRequest { lock, mode, site },
+                    },
+                    Event {
+                        key,
+                        kind: EventKind::LockAcquired { lock, mode },
+                    },
+                ];
+                let mut got = Vec::new();
+                Decoder::new(&body, 0)
+                    .for_each(|e| {
+                        got.push(e);
+                        true
+                    })
+                    .unwrap();
+                assert_eq!(got, want);
+                let mut d = Decoder::new(&body, 0);
+                let mut got = Vec::new();
+                while let Some(e) = d.next_event().unwrap() {
+                    got.push(e);
+                }
+                assert!(d.is_at_end());
+                assert_eq!(got, want);
+                // A sink that stops after the request does not see the acquisition.
+                let mut n = 0;
+                Decoder::new(&body, 0)
+                    .for_each(|_| {
+                        n += 1;
+                        n < 2
+                    })
+                    .unwrap();
+                assert_eq!(n, 2);
+            }
+        }
     }
 }

@@ -329,3 +329,91 @@ fn a_chunk_declaring_too_many_events_leaves_no_gap() {
         foresight_trace::ProblemKind::EventCountMismatch { .. }
     )));
 }
+
+/// One step of a producer: an ordinary event, or a lock taken without waiting, written with
+/// `ChunkWriter::push_lock_immediate` (lock, mode, site).
+#[derive(Clone, Debug)]
+enum Step {
+    Event(EventKind),
+    Immediate(u32, LockMode, u32),
+}
+
+fn producer_steps() -> impl Strategy<Value = Vec<(u64, Step)>> {
+    let step = prop_oneof![3 => Just(0u64), 3 => 1u64..4, 1 => 0u64..(1 << 40)];
+    let s = prop_oneof![
+        2 => kind().prop_map(Step::Event),
+        1 => (id(), mode(), id()).prop_map(|(l, m, s)| Step::Immediate(l, m, s)),
+    ];
+    prop::collection::vec((step, s), 0..120)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// The lock-immediate shorthand reads back as exactly a lock-request at the previous key
+    /// followed by a lock-acquired at its own key, through both readers, across chunk
+    /// boundaries, with the chunk's declared count matching.
+    #[test]
+    fn lock_immediate_reads_back_as_request_then_acquired(
+        steps in producer_steps(),
+        chunk_bytes in prop_oneof![Just(64usize), Just(300), Just(1 << 16)],
+    ) {
+        let mut w = TraceWriter::new(Vec::new(), &header()).unwrap();
+        let mut cw = foresight_trace::ChunkWriter::new(0, chunk_bytes);
+        let mut want = Vec::new();
+        let mut key = 0u64;
+        for (d, step) in steps {
+            if cw.is_full() {
+                w.write_chunk(&mut cw).unwrap();
+            }
+            let previous = key;
+            key = key.saturating_add(d);
+            match step {
+                Step::Event(kind) => {
+                    let ev = Event { key, kind };
+                    cw.push(&ev).unwrap();
+                    want.push(ev);
+                }
+                Step::Immediate(lock, mode, site) => {
+                    cw.push_lock_immediate(lock, mode, site, key).unwrap();
+                    want.push(Event { key: previous, kind: EventKind::LockRequest { lock, mode, site } });
+                    want.push(Event { key, kind: EventKind::LockAcquired { lock, mode } });
+                }
+            }
+        }
+        w.write_chunk(&mut cw).unwrap();
+        let bytes = w
+            .finish(Trailer {
+                end_unix_ns: 1,
+                reason: EndReason::Exit { status: 0 },
+                event_chunks: 0,
+                events: 0,
+                events_lost: 0,
+            })
+            .unwrap();
+        let trace = Trace::from_bytes("immediate", bytes.clone()).unwrap();
+        prop_assert!(trace.ended_cleanly(), "problems: {:?}", trace.problems);
+        let want = vec![want];
+        prop_assert_eq!(&decoded_events(&trace, 1), &want);
+        prop_assert_eq!(&streamed_events(&bytes, 1), &want);
+    }
+}
+
+/// A command line longer than the reader's header limit (Linux allows 2 MiB of arguments)
+/// still gives a trace that opens: the writer shortens the command and says so.
+#[test]
+fn a_huge_command_line_is_shortened_not_fatal() {
+    let mut h = header();
+    h.command = vec!["prog".into(), "x".repeat(700 << 10), "y".repeat(700 << 10)];
+    let w = TraceWriter::new(Vec::new(), &h).unwrap();
+    let bytes = w.abandon().unwrap();
+    let trace = Trace::from_bytes("huge-command", bytes).expect("the header fits");
+    let cmd = &trace.header.command;
+    assert_eq!(cmd[0], "prog");
+    assert!(
+        cmd.last().unwrap().contains("command shortened"),
+        "{:?}",
+        cmd.last()
+    );
+    assert!(cmd.iter().map(String::len).sum::<usize>() < 1 << 20);
+}

@@ -5,7 +5,9 @@
 //! Rules every hook keeps:
 //! - the real function is called exactly once, with the caller's arguments, and its return
 //!   value is returned unchanged; `errno` is saved after the real call and restored before
-//!   returning (`ThreadState::with`);
+//!   returning (`ThreadState::with`); the one exception is the lock fast path
+//!   (`mutex::blocking`): the real non-blocking variant first, the real blocking call only if
+//!   it failed, which leaves the same result as the blocking call alone;
 //! - the runtime's bookkeeping runs inside `ThreadState::with` (the reentrancy guard): a hook
 //!   reached from inside the runtime, or from a signal handler that interrupted it, only calls
 //!   the real function;
@@ -17,6 +19,7 @@
 
 #[macro_use]
 pub mod naked;
+pub mod annotate;
 pub mod barrier;
 pub mod cond;
 pub mod mutex;
@@ -48,10 +51,26 @@ pub fn rt() -> Option<&'static ThreadState> {
     }
 }
 
-/// The object slot for `addr` and the site for `ra`, inside a session of `t` (both through
-/// the thread's small caches first).
-#[inline]
+/// The object slot for `addr` and the site for `ra`, inside a session of `t` (through the
+/// thread's small caches first: the (object, site) pair, then each on its own).
+#[inline(always)]
 pub fn object(
+    t: &ThreadState,
+    addr: usize,
+    ra: usize,
+    init: bool,
+    kind_of: impl Fn() -> ObjectKind,
+) -> Option<(&'static Slot, SiteId)> {
+    if !init {
+        if let Some(hit) = t.cached_pair(addr, ra) {
+            return Some(hit);
+        }
+    }
+    object_slow(t, addr, ra, init, kind_of)
+}
+
+#[inline(never)]
+fn object_slow(
     t: &ThreadState,
     addr: usize,
     ra: usize,
@@ -63,6 +82,7 @@ pub fn object(
         Origin::Init(site)
     } else {
         if let Some(s) = t.cached_object(addr) {
+            t.cache_pair(addr, ra, s, site);
             return Some((s, site));
         }
         Origin::Use(site)
@@ -73,6 +93,7 @@ pub fn object(
         return None;
     };
     t.cache_object(addr, s);
+    t.cache_pair(addr, ra, s, site);
     Some((s, site))
 }
 

@@ -51,22 +51,56 @@ fn owned_by(m: M, t: &ThreadState) -> bool {
     owner as u32 == t.os_tid.get()
 }
 
-/// The shared shape of a blocking acquire: request, real call, acquired or failed.
+/// glibc's mutex kind flags that change what `trylock` means: robust (a trylock can take the
+/// lock *and* fail with `EOWNERDEAD`), priority inheritance, priority protection.
+const KIND_ROBUST_PI_PP: c_int = 16 | 32 | 64;
+
+/// Whether a successful `pthread_mutex_trylock` of `m` is exactly what `pthread_mutex_lock`
+/// would have done without waiting, and a failed one has no effect: true for the normal,
+/// recursive, error-checking and adaptive types (an error-checking mutex the caller owns gives
+/// `EBUSY`, and the real lock then gives `EDEADLK`; a recursive one at its count limit gives
+/// `EAGAIN` both times), not for robust, PI or PP mutexes.
+#[inline(always)]
+fn trylock_first_ok(m: M) -> bool {
+    // SAFETY: as in `mutex_kind`.
+    let k = unsafe { std::ptr::read_volatile((m as *const c_int).add(KIND_WORD)) };
+    k & KIND_ROBUST_PI_PP == 0
+}
+
+/// The shared shape of a blocking acquire. Fast path, when recording: `try_first` (the real
+/// non-blocking attempt, which must succeed exactly when the blocking call would take the lock
+/// without waiting and return 0, and have no effect otherwise) took the lock: one
+/// lock-immediate event (request + acquired), and 0 is returned, as the blocking call would
+/// have. Otherwise: request (in the buffer before the thread can block), real call, acquired
+/// or failed.
 ///
 /// # Safety
-/// `call` is the real function applied to the caller's arguments.
+/// `call` is the real function applied to the caller's arguments; `try_first` is `|| false`
+/// or the real non-blocking variant applied to them.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 pub(crate) unsafe fn blocking(
     addr: usize,
     ra: usize,
     mode: LockMode,
     kind_of: impl Fn() -> ObjectKind + Copy,
+    try_first: impl FnOnce() -> bool,
     call: impl FnOnce() -> c_int,
     // Whether `r` means the lock was acquired (pthread functions return 0, others may differ).
     acquired: impl Fn(c_int) -> bool,
     errno_of: impl Fn(c_int) -> c_int,
 ) -> c_int {
     let ts = rt();
+    if let Some(t) = ts {
+        if try_first() {
+            t.with(|t| {
+                if let Some((s, site)) = object(t, addr, ra, false, kind_of) {
+                    t.emit_lock_immediate(s.id(), mode, site, Key::Acquire(&s.clock));
+                }
+            });
+            return 0;
+        }
+    }
     let slot = ts.and_then(|t| {
         t.with(|t| {
             let (s, site) = object(t, addr, ra, false, kind_of)?;
@@ -173,6 +207,7 @@ unsafe extern "C-unwind" fn mutex_lock(m: M, ra: usize) -> c_int {
             ra,
             LockMode::Exclusive,
             || mutex_kind(m),
+            || trylock_first_ok(m) && REAL_TRYLOCK.try_get().is_some_and(|t| t(m) == 0),
             || real(m),
             |r| r == 0,
             |r| r,
@@ -189,6 +224,9 @@ unsafe extern "C-unwind" fn mutex_timedlock(m: M, t: *const timespec, ra: usize)
             ra,
             LockMode::Exclusive,
             || mutex_kind(m),
+            // A free mutex is taken whatever the timeout (POSIX: the timeout is not checked
+            // then), so the attempt first is exact here too.
+            || trylock_first_ok(m) && REAL_TRYLOCK.try_get().is_some_and(|t| t(m) == 0),
             || real(m, t),
             |r| r == 0,
             |r| r,
