@@ -170,6 +170,21 @@ fn benches(c: &mut Criterion) {
         });
         black_box(sink);
     });
+    // The recorder's hot path: the same bytes through the lock-event fast encoder.
+    g.bench_function("chunk_writer_push_fast", |b| {
+        let mut sink = 0usize;
+        b.iter(|| {
+            let mut w = ChunkWriter::new(0, 64 << 10);
+            for ev in &threads[0] {
+                if w.is_full() {
+                    w.flush_into(0, |bytes| sink += bytes.len());
+                }
+                w.push_fast(black_box(ev)).unwrap();
+            }
+            w.flush_into(0, |bytes| sink += bytes.len());
+        });
+        black_box(sink);
+    });
     g.finish();
 
     let mut g = c.benchmark_group("decode");
