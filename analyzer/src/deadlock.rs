@@ -395,26 +395,34 @@ fn lock_rule(
             if !later_conflicting {
                 continue;
             }
-            match a_u.release {
-                Some(rel) => {
-                    raised |= raise(
-                        frontier,
-                        limit,
-                        u as usize,
-                        rel + 1,
-                        Reach::LockOrder { lock },
-                    )?;
-                }
-                None => {
-                    return Err(NotPredicted::Reached {
-                        thread: u,
-                        by: Reach::NeverReleased { lock },
-                    })
-                }
-            }
+            raised |= include_release(a_u, u, lock, frontier, limit)?;
         }
     }
     Ok(raised)
+}
+
+/// Puts the release of acquisition `acq` (thread `u`, lock `lock`) in the closure; a critical
+/// section never released cannot be completed first.
+fn include_release(
+    acq: &crate::model::Acquisition,
+    u: u32,
+    lock: u32,
+    frontier: &mut [u32],
+    limit: &[u32],
+) -> Result<bool, NotPredicted> {
+    match acq.release {
+        Some(rel) => raise(
+            frontier,
+            limit,
+            u as usize,
+            rel + 1,
+            Reach::LockOrder { lock },
+        ),
+        None => Err(NotPredicted::Reached {
+            thread: u,
+            by: Reach::NeverReleased { lock },
+        }),
+    }
 }
 
 /// The monitor rule on one lock: for each thread's latest acquisition inside the frontier,
@@ -439,23 +447,7 @@ fn monitor_rule(
             let Some(&a_u) = before.checked_sub(1).and_then(|i| list.get(i)) else {
                 continue;
             };
-            match run.acquisitions[a_u as usize].release {
-                Some(rel) => {
-                    raised |= raise(
-                        frontier,
-                        limit,
-                        u as usize,
-                        rel + 1,
-                        Reach::LockOrder { lock },
-                    )?;
-                }
-                None => {
-                    return Err(NotPredicted::Reached {
-                        thread: u,
-                        by: Reach::NeverReleased { lock },
-                    })
-                }
-            }
+            raised |= include_release(&run.acquisitions[a_u as usize], u, lock, frontier, limit)?;
         }
     }
     Ok(raised)

@@ -467,31 +467,11 @@ pub fn build_run(trace: &Trace, progress: &mut dyn FnMut(u64)) -> Run {
             EventKind::CondWaitEnd {
                 cond,
                 mutex,
-                outcome: WaitOutcome::TimedOut,
+                outcome,
             } => {
-                mark_timed_out(&mut run, &waits_entered, tu);
-                hb.receive(t, pos, &Channel::Condition(cond));
-                let l = lock_of(
-                    &mut run,
-                    &mut lock_index,
-                    (&ranks, &subclasses),
-                    tables,
-                    mutex,
-                );
-                acquire(
-                    &mut run,
-                    &mut held[t],
-                    tu,
-                    l,
-                    Mode::Write,
-                    AcquireHow::CondReacquire,
-                    pos,
-                    pos,
-                    seq as u64,
-                    cond_site[t],
-                );
-            }
-            EventKind::CondWaitEnd { cond, mutex, .. } => {
+                if outcome == WaitOutcome::TimedOut {
+                    mark_timed_out(&mut run, &waits_entered, tu);
+                }
                 hb.receive(t, pos, &Channel::Condition(cond));
                 let l = lock_of(
                     &mut run,
