@@ -414,14 +414,9 @@ impl TraceFile {
         slots: &mut [MaybeUninit<Event>],
         refs: &ReferenceCheck,
     ) -> ChunkOutcome {
-        let mut written = 0usize;
-        self.decode_chunk_with(c, refs, |ev| match slots.get_mut(written) {
-            Some(slot) => {
-                slot.write(ev);
-                written += 1;
-                true
-            }
-            None => false,
+        let mut free = slots.iter_mut();
+        self.decode_chunk_with(c, refs, |ev| {
+            free.next().map(|slot| slot.write(ev)).is_some()
         })
     }
 
