@@ -3,18 +3,21 @@
 #
 # Builds bench/lock_overhead.c (2 threads x N nested lock pairs) and the release runtime,
 # then times, for both lock layouts (shared: contended; private: one pair per thread):
-#   plain | recorder (global sequence, the default) | recorder FORESIGHT_ORDERING=logical
+#   plain | recorder (Lamport clocks, the default) | recorder FORESIGHT_ORDERING=global
 #   | valgrind --tool=helgrind | valgrind --tool=drd
 # Valgrind runs use N/VG_DIV iterations (it is 50-200x slower); their time is scaled by VG_DIV
-# before the ratio is computed. Each configuration takes the best of REPS runs.
+# before the ratio is computed. Each figure is the median of REPS runs (VG_REPS for valgrind);
+# the native runs take turns. Contended runs vary a lot between runs on a shared machine (the
+# scheduler decides how often the lock changes hands): quote the medians.
 #
-# Usage: recorder/bench/lock_overhead.sh [N] (default 1000000); env REPS (3), VG_DIV (20),
+# Usage: recorder/bench/lock_overhead.sh [N] (default 1000000); env REPS (9), VG_REPS (3), VG_DIV (20),
 # CARGO_TARGET_DIR (default <workspace>/target).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 N="${1:-1000000}"
-REPS="${REPS:-3}"
+REPS="${REPS:-9}"
+VG_REPS="${VG_REPS:-3}"
 VG_DIV="${VG_DIV:-20}"
 target="${CARGO_TARGET_DIR:-$root/target}"
 work="$(mktemp -d)"
@@ -24,36 +27,44 @@ trap 'rm -rf "$work"' EXIT
 so="$target/release/libforesight_rt.so"
 cc -O2 -g -pthread -o "$work/lock_overhead" "$here/lock_overhead.c"
 
-# best wall time (seconds) of REPS runs of "$@"
-best() {
-  local best=""
-  for _ in $(seq "$REPS"); do
-    local s e t
-    s=$(date +%s.%N)
-    "$@" >/dev/null 2>&1
-    e=$(date +%s.%N)
-    t=$(echo "$e - $s" | bc -l)
-    if [[ -z "$best" ]] || (( $(echo "$t < $best" | bc -l) )); then best=$t; fi
-  done
-  echo "$best"
+# wall time (seconds) of one run of "$@"
+wall() {
+  local s e
+  s=$(date +%s.%N)
+  "$@" >/dev/null 2>&1
+  e=$(date +%s.%N)
+  echo "$e - $s" | bc -l
+}
+
+# median of the numbers on stdin
+median() {
+  sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'
 }
 
 printf "%-8s %-22s %10s %8s\n" layout config seconds ratio
 for layout in shared private; do
   exe=("$work/lock_overhead" "$N" "$layout")
   vg=("$work/lock_overhead" "$((N / VG_DIV))" "$layout")
-  plain=$(best "${exe[@]}")
-  rec=$(best env LD_PRELOAD="$so" FORESIGHT_OUTPUT="$work/t-$layout" "${exe[@]}")
-  rm -f "$work"/t-*
-  glob=$(best env LD_PRELOAD="$so" FORESIGHT_ORDERING=logical FORESIGHT_OUTPUT="$work/g-$layout" "${exe[@]}")
-  rm -f "$work"/g-*
-  hg=$(best valgrind --tool=helgrind -q "${vg[@]}")
-  drd=$(best valgrind --tool=drd -q "${vg[@]}")
+  # The three native configurations take turns, so that a drift of the machine's speed
+  # affects them alike; each figure is the median of its REPS runs.
+  : >"$work/plain"; : >"$work/rec"; : >"$work/glob"
+  for _ in $(seq "$REPS"); do
+    wall "${exe[@]}" >>"$work/plain"
+    wall env LD_PRELOAD="$so" FORESIGHT_OUTPUT="$work/t-$layout" "${exe[@]}" >>"$work/rec"
+    rm -f "$work"/t-*
+    wall env LD_PRELOAD="$so" FORESIGHT_ORDERING=global FORESIGHT_OUTPUT="$work/g-$layout" "${exe[@]}" >>"$work/glob"
+    rm -f "$work"/g-*
+  done
+  plain=$(median <"$work/plain")
+  rec=$(median <"$work/rec")
+  glob=$(median <"$work/glob")
+  hg=$(for _ in $(seq "$VG_REPS"); do wall valgrind --tool=helgrind -q "${vg[@]}"; done | median)
+  drd=$(for _ in $(seq "$VG_REPS"); do wall valgrind --tool=drd -q "${vg[@]}"; done | median)
   hg=$(echo "$hg * $VG_DIV" | bc -l)
   drd=$(echo "$drd * $VG_DIV" | bc -l)
-  for row in "plain:$plain" "recorder:$rec" "recorder-logical:$glob" "helgrind(scaled):$hg" "drd(scaled):$drd"; do
+  for row in "plain:$plain" "recorder:$rec" "recorder-global:$glob" "helgrind(scaled):$hg" "drd(scaled):$drd"; do
     name=${row%%:*}; t=${row#*:}
     printf "%-8s %-22s %10.3f %7.2fx\n" "$layout" "$name" "$t" "$(echo "$t / $plain" | bc -l)"
   done
 done
-echo "N=$N lock pairs per thread (valgrind: N/$VG_DIV, time x$VG_DIV); best of $REPS runs" 
+echo "N=$N lock pairs per thread (valgrind: N/$VG_DIV, time x$VG_DIV); medians of $REPS runs ($VG_REPS for valgrind)" 

@@ -4,10 +4,11 @@
 //!   fallbacks); unset: `foresight-<pid>.trace` in the working directory.
 //! - `FORESIGHT_STACK_DEPTH=N`: frames per call site, 1..=32, default 1.
 //! - `FORESIGHT_NO_FOLLOW=1`: programs this one execs are not recorded.
-//! - `FORESIGHT_ORDERING=logical`: (extra, opt-in) Lamport clocks per object
-//!   (`Ordering::Logical`) instead of the default process-wide counter
-//!   (`Ordering::GlobalSequence`). Measured equal on 2 cores (`bench/lock_overhead.sh`); the
-//!   counter stays the default because 1.0 readers cannot read the newer `Logical` header.
+//! - `FORESIGHT_ORDERING=global`: one process-wide counter (`Ordering::GlobalSequence`)
+//!   instead of the default Lamport clocks per object (`Ordering::Logical`, also selected by
+//!   `logical`). The counter is a cache line every core writes on every synchronising event:
+//!   on 2 cores it cost about 1.5x the clocks' overhead (`bench/lock_overhead.sh`). It is kept
+//!   for comparison, and for readers who want every synchronising event to have its own key.
 
 use std::ffi::CStr;
 
@@ -39,7 +40,7 @@ impl Config {
             .and_then(|v| std::str::from_utf8(&v).ok()?.trim().parse::<usize>().ok())
             .map_or(1, |n| n.clamp(1, MAX_STACK_DEPTH));
         let no_follow = var(c"FORESIGHT_NO_FOLLOW").is_some_and(|v| v == b"1");
-        let global_sequence = var(c"FORESIGHT_ORDERING").is_none_or(|v| v != b"logical");
+        let global_sequence = var(c"FORESIGHT_ORDERING").is_some_and(|v| v == b"global");
         Self {
             output,
             stack_depth,

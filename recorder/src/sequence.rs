@@ -1,9 +1,6 @@
 //! Event keys: how events of different threads are ordered (`FORMAT.md` §6.3, §10).
 //!
-//! Default `Ordering::GlobalSequence`: one process-wide `fetch_add` per synchronising event,
-//! taken at the points described below.
-//!
-//! `FORESIGHT_ORDERING=logical` selects `Ordering::Logical`: Lamport clocks. Each thread has a counter; each object slot
+//! Default `Ordering::Logical`: Lamport clocks. Each thread has a counter; each object slot
 //! (`objects.rs`) has an `AtomicU64` holding the largest key released through the object. A
 //! releasing event (unlock, post, signal, barrier arrival, once end, cond-wait entry) takes
 //! `thread + 1` and raises the object's clock to it *before* the real release; an acquiring
@@ -13,6 +10,9 @@
 //! least as large as the release's key: causally ordered events get increasing keys, and the
 //! merged order `(key, thread, position)` is a linear extension of happens-before. No cache line
 //! is shared between threads that do not share an object, which keeps the overhead flat.
+//!
+//! `FORESIGHT_ORDERING=global` selects `Ordering::GlobalSequence`: one process-wide
+//! `fetch_add` per synchronising event, taken at the same points.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 

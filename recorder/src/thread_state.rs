@@ -174,19 +174,23 @@ struct PairEntry {
     site: SiteId,
 }
 
+/// Matches no hook: no object lives at the (misaligned) last address, so a hit needs no
+/// separate test for an empty entry.
 const EMPTY_PAIR: PairEntry = PairEntry {
-    addr: 0,
-    ra: 0,
+    addr: usize::MAX,
+    ra: usize::MAX,
     slot: 0,
     site: 0,
 };
 
 #[inline(always)]
 fn pair_index(addr: usize, ra: usize) -> usize {
-    cache_index(addr ^ ra.rotate_left(5))
+    // Fibonacci hashing: the top bits of one multiply mix every bit of both addresses.
+    (addr ^ ra.rotate_left(17)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (usize::BITS - CACHE_BITS)
 }
 
-const CACHE: usize = 64;
+const CACHE_BITS: u32 = 6;
+const CACHE: usize = 1 << CACHE_BITS;
 
 #[inline]
 fn cache_index(x: usize) -> usize {
@@ -254,7 +258,7 @@ impl ThreadState {
     #[inline(always)]
     pub fn cached_pair(&self, addr: usize, ra: usize) -> Option<(&'static Slot, SiteId)> {
         let e = self.pair_cache[pair_index(addr, ra)].get();
-        if e.addr != addr || e.ra != ra || e.slot == 0 {
+        if (e.addr ^ addr) | (e.ra ^ ra) != 0 {
             return None;
         }
         // SAFETY: cached slots are `&'static Slot` pointers (slots live in a static table).
@@ -292,18 +296,43 @@ impl ThreadState {
     /// from a signal handler that interrupted it) or recording is off.
     #[inline]
     pub fn with<R>(&self, f: impl FnOnce(&Self) -> R) -> Option<R> {
-        if self.busy.get() || self.closed.load(Ordering::Relaxed) {
+        if self.closed.load(Ordering::Relaxed) || !self.enter() {
             return None;
         }
-        self.busy.set(true);
         let ep = self.errno.get();
         // SAFETY: `ep` is this thread's errno location (cached at thread start).
         let saved = unsafe { *ep };
         let r = f(self);
         // SAFETY: as above.
         unsafe { *ep = saved };
-        self.busy.set(false);
+        self.leave();
         Some(r)
+    }
+
+    /// Starts a session as the runtime without saving `errno`, for the lock hooks' hot path,
+    /// which calls the real function inside its session: false, and nothing changed, if the
+    /// runtime is already active on this thread. (A closed thread is let in: its pushes find
+    /// the writer closed, and a thread is closed only on its way out.) Every `true` must be followed
+    /// by exactly one `leave` (no guard object: nothing with a destructor lives across a real
+    /// call). Such a session only reaches code that leaves `errno` alone: everything that can
+    /// fail a system call (flushing a chunk, creating an object or a site) is a cold path that
+    /// keeps `errno` itself (`keep_errno`), and the real call's own `errno` passes through.
+    /// The guard stays set across the real call, so it must be one that neither blocks for
+    /// long nor unwinds (a trylock, an unlock): a signal handler that runs meanwhile is not
+    /// recorded.
+    #[inline(always)]
+    pub fn enter(&self) -> bool {
+        if self.busy.get() {
+            return false;
+        }
+        self.busy.set(true);
+        true
+    }
+
+    /// Ends the session `enter` started.
+    #[inline(always)]
+    pub fn leave(&self) {
+        self.busy.set(false);
     }
 
     fn lock_buf(&self) {
@@ -407,6 +436,21 @@ impl ThreadState {
         k
     }
 
+    /// Records one event whose key must be taken before the real call `real` (a release):
+    /// the key first, then the call, then the bytes, so that encoding the event (and any
+    /// chunk flush) happens after the real release, outside the critical section the program
+    /// is leaving. Inside a session (`enter`).
+    #[inline(always)]
+    pub fn emit_around<R>(&self, kind: EventKind, key: Key<'_>, real: impl FnOnce() -> R) -> R {
+        let slow = self.enter_buf();
+        // SAFETY: as in take_key.
+        let k = sequence::next(unsafe { &mut *self.clock.get() }, key);
+        let r = real();
+        self.push_locked(kind, k);
+        self.leave_buf(slow);
+        r
+    }
+
     /// Records one event at a key taken earlier with `take_key`.
     pub fn emit_at(&self, kind: EventKind, key: u64) {
         let slow = self.enter_buf();
@@ -451,13 +495,10 @@ impl ThreadState {
         // SAFETY: the writer is ours: owner inside enter/leave, or foreign under buf_lock; the
         // reference does not outlive that session (callers push and drop it).
         let w = unsafe { &mut *self.writer.get() };
+        if w.needs_service() {
+            service_writer(w);
+        }
         let key = key.max(w.last_key());
-        if w.is_full() {
-            flush_writer(w);
-        }
-        if w.pending_events() == 0 {
-            start_chunk(w);
-        }
         Some((w, key))
     }
 
@@ -529,16 +570,36 @@ impl ThreadState {
 #[cold]
 #[inline(never)]
 fn flush_writer(w: &mut ChunkWriter) {
-    let n = w.pending_events();
-    w.flush_into(output::now_ns(), |bytes| {
-        output::write_event_chunk(bytes, n)
-    });
+    keep_errno(|| {
+        let n = w.pending_events();
+        w.flush_into(output::now_ns(), |bytes| {
+            output::write_event_chunk(bytes, n)
+        });
+    })
 }
 
+/// The writer's rare cases, out of the hot path: flush a full chunk, start an empty one.
 #[cold]
 #[inline(never)]
-fn start_chunk(w: &mut ChunkWriter) {
-    w.set_start_ns(output::now_ns());
+fn service_writer(w: &mut ChunkWriter) {
+    if w.is_full() {
+        flush_writer(w);
+    }
+    keep_errno(|| w.set_start_ns(output::now_ns()));
+}
+
+/// Runs `f` and puts the program's `errno` back afterwards: around every piece of the runtime
+/// that may make a failing system call (see `ThreadState::enter`).
+#[inline]
+pub fn keep_errno<R>(f: impl FnOnce() -> R) -> R {
+    // SAFETY: __errno_location returns the calling thread's errno, valid for its lifetime.
+    let ep = unsafe { libc::__errno_location() };
+    // SAFETY: as above.
+    let saved = unsafe { *ep };
+    let r = f();
+    // SAFETY: as above.
+    unsafe { *ep = saved };
+    r
 }
 
 pub fn gettid() -> u32 {

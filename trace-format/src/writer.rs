@@ -29,6 +29,11 @@ pub struct ChunkWriter {
     base_key: u64,
     count: u32,
     start_ns: u64,
+    /// Pushes while the buffer is shorter than this need nothing else first
+    /// (`needs_service`): 0 until the chunk is started (`set_start_ns`), then the flush
+    /// threshold. Never more than the threshold, so below it there is room for one more event
+    /// of any kind without reallocating.
+    room_until: usize,
     state: DeltaState,
 }
 
@@ -46,6 +51,7 @@ impl ChunkWriter {
             base_key: 0,
             count: 0,
             start_ns: 0,
+            room_until: 0,
             state: DeltaState::starting_at(0),
         }
     }
@@ -65,17 +71,30 @@ impl ChunkWriter {
     }
 
     /// True when the next `push` might not fit without reallocating: flush first.
+    ///
+    /// The event count needs no check of its own: a chunk holds at most
+    /// `MAX_PAYLOAD_LEN / 2` bytes of events plus one, every event takes at least one byte (a
+    /// lock-immediate, which counts two, takes three), so the count stays far below `u32::MAX`.
     #[inline]
     pub fn is_full(&self) -> bool {
-        // `- 1`: one push may add two events (`push_lock_immediate`).
-        self.buf.len() - EVENTS_START >= self.chunk_bytes || self.count >= u32::MAX - 1
+        self.buf.len() >= EVENTS_START + self.chunk_bytes
     }
 
-    /// Sets the wall-clock time of the chunk's first event; only meaningful before it.
+    /// True when the chunk is full (flush it) or has not been started since the last flush
+    /// (`set_start_ns`): one comparison that lets a producer keep both rare cases out of
+    /// its hot path.
+    #[inline(always)]
+    pub fn needs_service(&self) -> bool {
+        self.buf.len() >= self.room_until
+    }
+
+    /// Starts the chunk: sets the wall-clock time of its first event (only before it) and
+    /// clears `needs_service` until the chunk is full.
     pub fn set_start_ns(&mut self, ns: u64) {
         if self.count == 0 {
             self.start_ns = ns;
         }
+        self.room_until = EVENTS_START + self.chunk_bytes;
     }
 
     /// Appends one event. Keys must not decrease within a thread.
@@ -160,7 +179,9 @@ impl ChunkWriter {
             });
         }
         const ROOM: usize = 21;
-        if self.buf.capacity() - self.buf.len() < ROOM {
+        // Below `room_until` there is room (see the field); the capacity is checked only
+        // beyond it, so that a producer that tested `needs_service` pays for one comparison.
+        if self.buf.len() >= self.room_until && self.buf.capacity() - self.buf.len() < ROOM {
             self.buf.reserve(ROOM);
         }
         let delta = key - self.state.key;
@@ -210,6 +231,7 @@ impl ChunkWriter {
         self.state = DeltaState::starting_at(self.base_key);
         self.count = 0;
         self.start_ns = end_ns;
+        self.room_until = 0;
         self.buf.truncate(EVENTS_START);
         Some(r)
     }

@@ -77,6 +77,16 @@ fn object_slow(
     init: bool,
     kind_of: impl Fn() -> ObjectKind,
 ) -> Option<(&'static Slot, SiteId)> {
+    thread_state::keep_errno(|| object_uncached(t, addr, ra, init, kind_of))
+}
+
+fn object_uncached(
+    t: &ThreadState,
+    addr: usize,
+    ra: usize,
+    init: bool,
+    kind_of: impl Fn() -> ObjectKind,
+) -> Option<(&'static Slot, SiteId)> {
     let site = t.site(ra);
     let origin = if init {
         Origin::Init(site)

@@ -67,11 +67,13 @@ fn trylock_first_ok(m: M) -> bool {
     k & KIND_ROBUST_PI_PP == 0
 }
 
-/// The shared shape of a blocking acquire. Fast path, when recording: `try_first` (the real
-/// non-blocking attempt, which must succeed exactly when the blocking call would take the lock
-/// without waiting and return 0, and have no effect otherwise) took the lock: one
-/// lock-immediate event (request + acquired), and 0 is returned, as the blocking call would
-/// have. Otherwise: request (in the buffer before the thread can block), real call, acquired
+/// The shared shape of a blocking acquire, in one session of the runtime: the object and
+/// site are looked up first (before the program holds the lock, so that the lookup does not
+/// lengthen its critical section), then `try_first` runs (the real non-blocking attempt, which
+/// must succeed exactly when the blocking call would take the lock without waiting and return
+/// 0, and have no effect otherwise). If it took the lock: one lock-immediate event (request +
+/// acquired), and 0 is returned, as the blocking call would have. Otherwise: the request (in
+/// the buffer before the thread can block), the real call outside the session, then acquired
 /// or failed.
 ///
 /// # Safety
@@ -90,34 +92,33 @@ pub(crate) unsafe fn blocking(
     acquired: impl Fn(c_int) -> bool,
     errno_of: impl Fn(c_int) -> c_int,
 ) -> c_int {
-    let ts = rt();
-    if let Some(t) = ts {
-        if try_first() {
-            t.with(|t| {
-                if let Some((s, site)) = object(t, addr, ra, false, kind_of) {
-                    t.emit_lock_immediate(s.id(), mode, site, Key::Acquire(&s.clock));
-                }
-            });
-            return 0;
-        }
+    let Some(t) = rt() else {
+        return call();
+    };
+    if !t.enter() {
+        return call();
     }
-    let slot = ts.and_then(|t| {
-        t.with(|t| {
-            let (s, site) = object(t, addr, ra, false, kind_of)?;
-            t.emit(
-                EventKind::LockRequest {
-                    lock: s.id(),
-                    mode,
-                    site,
-                },
-                Key::Same,
-            );
-            Some(s)
-        })
-        .flatten()
-    });
+    let found = object(t, addr, ra, false, kind_of);
+    if try_first() {
+        if let Some((s, site)) = found {
+            t.emit_lock_immediate(s.id(), mode, site, Key::Acquire(&s.clock));
+        }
+        t.leave();
+        return 0;
+    }
+    if let Some((s, site)) = found {
+        t.emit(
+            EventKind::LockRequest {
+                lock: s.id(),
+                mode,
+                site,
+            },
+            Key::Same,
+        );
+    }
+    t.leave();
     let r = call();
-    if let (Some(t), Some(s)) = (ts, slot) {
+    if let Some((s, _)) = found {
         t.with(|t| {
             if acquired(r) {
                 t.emit(
@@ -138,7 +139,8 @@ pub(crate) unsafe fn blocking(
     r
 }
 
-/// The shared shape of a non-blocking attempt.
+/// The shared shape of a non-blocking attempt: the lookup, the real call and the event in one
+/// session (the lookup before the call, outside any critical section it opens).
 #[inline(always)]
 pub(crate) fn attempt(
     addr: usize,
@@ -147,29 +149,35 @@ pub(crate) fn attempt(
     kind_of: impl Fn() -> ObjectKind + Copy,
     call: impl FnOnce() -> c_int,
 ) -> c_int {
-    let r = call();
-    if let Some(t) = rt() {
-        t.with(|t| {
-            if let Some((s, site)) = object(t, addr, ra, false, kind_of) {
-                let ev = EventKind::LockTry {
-                    lock: s.id(),
-                    mode,
-                    site,
-                    acquired: r == 0,
-                };
-                let key = if r == 0 {
-                    Key::Acquire(&s.clock)
-                } else {
-                    Key::Same
-                };
-                t.emit(ev, key);
-            }
-        });
+    let Some(t) = rt() else {
+        return call();
+    };
+    if !t.enter() {
+        return call();
     }
+    let found = object(t, addr, ra, false, kind_of);
+    let r = call();
+    if let Some((s, site)) = found {
+        let ev = EventKind::LockTry {
+            lock: s.id(),
+            mode,
+            site,
+            acquired: r == 0,
+        };
+        let key = if r == 0 {
+            Key::Acquire(&s.clock)
+        } else {
+            Key::Same
+        };
+        t.emit(ev, key);
+    }
+    t.leave();
     r
 }
 
-/// The shared shape of a release: the event (and the object's clock) before the real call.
+/// The shared shape of a release, in one session: the key (and the object's clock) before the
+/// real call, the event's bytes after it (`ThreadState::emit_around`), so the program's
+/// critical section ends as early as without the runtime allows.
 #[inline(always)]
 pub(crate) fn release(
     addr: usize,
@@ -178,22 +186,25 @@ pub(crate) fn release(
     owned: impl Fn(ObjectKind, &ThreadState) -> bool,
     call: impl FnOnce() -> c_int,
 ) -> c_int {
-    if let Some(t) = rt() {
-        t.with(|t| {
-            if let Some((s, site)) = object(t, addr, ra, false, kind_of) {
-                let kind = kind_of();
-                if owned(kind, t) {
-                    let key = if kind == ObjectKind::RwLock {
-                        Key::Release(&s.clock)
-                    } else {
-                        Key::ReleaseExclusive(&s.clock)
-                    };
-                    t.emit(EventKind::LockRelease { lock: s.id(), site }, key);
-                }
-            }
-        });
+    let Some(t) = rt() else {
+        return call();
+    };
+    if !t.enter() {
+        return call();
     }
-    call()
+    let r = match object(t, addr, ra, false, kind_of) {
+        Some((s, site)) if owned(kind_of(), t) => {
+            let key = if kind_of() == ObjectKind::RwLock {
+                Key::Release(&s.clock)
+            } else {
+                Key::ReleaseExclusive(&s.clock)
+            };
+            t.emit_around(EventKind::LockRelease { lock: s.id(), site }, key, call)
+        }
+        _ => call(),
+    };
+    t.leave();
+    r
 }
 
 unsafe extern "C-unwind" fn mutex_lock(m: M, ra: usize) -> c_int {

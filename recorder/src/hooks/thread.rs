@@ -91,12 +91,14 @@ fn start_on_current(p: *mut ThreadState, after: u64) {
 /// A thread we did not see created (created before recording started, or by `clone`).
 #[cold]
 pub fn adopt_current() -> Option<&'static ThreadState> {
-    // Guard: while the state is built (allocation, table records), hooks on this thread pass
-    // through.
-    thread_state::mark_dead();
-    let p = Box::into_raw(ThreadState::new(None, 0));
-    start_on_current(p, 0);
-    thread_state::current()
+    thread_state::keep_errno(|| {
+        // Guard: while the state is built (allocation, table records), hooks on this thread
+        // pass through.
+        thread_state::mark_dead();
+        let p = Box::into_raw(ThreadState::new(None, 0));
+        start_on_current(p, 0);
+        thread_state::current()
+    })
 }
 
 /// The main thread, at start-up.
