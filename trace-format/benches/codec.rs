@@ -204,6 +204,25 @@ fn benches(c: &mut Criterion) {
             )
         });
     }
+    // The floor under a materialised decode: the same number of in-memory events written into
+    // fresh memory, with no decoding at all. Its ratio to `lock_heavy_1_threads` is what
+    // materialising costs beyond the memory it needs.
+    g.bench_function("fresh_memory_fill_1_thread", |b| {
+        b.iter_batched(
+            || (),
+            |()| {
+                let mut v = Vec::with_capacity(events as usize);
+                for key in 0..events {
+                    v.push(Event {
+                        key,
+                        kind: EventKind::ThreadStart,
+                    });
+                }
+                black_box(v)
+            },
+            BatchSize::LargeInput,
+        )
+    });
     // The codec alone: every chunk checked and decoded into a reused buffer, nothing kept. A
     // materialised trace also pays for writing 32 bytes per event into fresh memory, which on
     // a virtual machine costs about as much as decoding them (page faults).
