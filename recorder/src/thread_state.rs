@@ -309,17 +309,15 @@ impl ThreadState {
         Some(r)
     }
 
-    /// Starts a session as the runtime without saving `errno`, for the lock hooks' hot path,
-    /// which calls the real function inside its session: false, and nothing changed, if the
-    /// runtime is already active on this thread. (A closed thread is let in: its pushes find
-    /// the writer closed, and a thread is closed only on its way out.) Every `true` must be followed
+    /// Starts a session as the runtime without saving `errno`, for the lock hooks' hot path:
+    /// false, and nothing changed, if the runtime is already active on this thread. (A closed
+    /// thread is let in: `enter_buf` refuses to record for it.) Every `true` must be followed
     /// by exactly one `leave` (no guard object: nothing with a destructor lives across a real
     /// call). Such a session only reaches code that leaves `errno` alone: everything that can
     /// fail a system call (flushing a chunk, creating an object or a site) is a cold path that
-    /// keeps `errno` itself (`keep_errno`), and the real call's own `errno` passes through.
-    /// The guard stays set across the real call, so it must be one that neither blocks for
-    /// long nor unwinds (a trylock, an unlock): a signal handler that runs meanwhile is not
-    /// recorded.
+    /// keeps `errno` itself (`keep_errno`). A real function called inside the session (the
+    /// trylock hooks' attempt) keeps its own `errno` effect; it must neither block for long
+    /// nor unwind, since a signal handler that runs meanwhile is not recorded.
     #[inline(always)]
     pub fn enter(&self) -> bool {
         if self.busy.get() {
@@ -368,17 +366,32 @@ impl ThreadState {
     /// would cost as much as the program's own lock): announce `pushing`, then check that no
     /// foreign flush has begun. The store-then-load pair is ordered against `quiesce`'s
     /// store-then-load by `membarrier` (an asymmetric Dekker handshake). Returns whether the
-    /// slow path (the buffer lock) was taken.
-    #[inline]
-    fn enter_buf(&self) -> bool {
+    /// slow path (the buffer lock) was taken, or `None` when nothing may be recorded.
+    ///
+    /// Only the slow path looks at whether recording goes on and the thread is open: both
+    /// end only after `quiesce` (`finish`, `exec`) or after the thread's state is unreachable
+    /// from its hooks (`thread_exit`), and an owner that saw `FOREIGN` clear pushes before any
+    /// foreign flush or close can begin (the flusher waits for `pushing` to clear).
+    #[inline(always)]
+    fn enter_buf(&self) -> Option<bool> {
         self.pushing.store(true, Ordering::Relaxed);
         compiler_fence(Ordering::SeqCst);
         if !FOREIGN.load(Ordering::Relaxed) {
-            return false;
+            return Some(false);
         }
+        self.enter_buf_locked()
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn enter_buf_locked(&self) -> Option<bool> {
         self.pushing.store(false, Ordering::Release);
         self.lock_buf();
-        true
+        if self.closed.load(Ordering::Relaxed) || !output::recording() {
+            self.unlock_buf();
+            return None;
+        }
+        Some(true)
     }
 
     #[inline]
@@ -416,7 +429,9 @@ impl ThreadState {
     /// this key, when the operation's outcome is known: `pthread_create`, `fork`).
     #[inline]
     pub fn take_key(&self, key: Key<'_>) -> u64 {
-        let slow = self.enter_buf();
+        let Some(slow) = self.enter_buf() else {
+            return 0; // nothing is recorded: no event will carry it
+        };
         // SAFETY: clock is only touched by the owner inside enter/leave, or by a foreign
         // holder of buf_lock, which excludes the owner (see enter_buf).
         let k = sequence::next(unsafe { &mut *self.clock.get() }, key);
@@ -428,7 +443,9 @@ impl ThreadState {
     /// is a constant and the encoder's `match` folds away.
     #[inline(always)]
     pub fn emit(&self, kind: EventKind, key: Key<'_>) -> u64 {
-        let slow = self.enter_buf();
+        let Some(slow) = self.enter_buf() else {
+            return 0;
+        };
         // SAFETY: as in take_key.
         let k = sequence::next(unsafe { &mut *self.clock.get() }, key);
         self.push_locked(kind, k);
@@ -436,24 +453,114 @@ impl ThreadState {
         k
     }
 
-    /// Records one event whose key must be taken before the real call `real` (a release):
-    /// the key first, then the call, then the bytes, so that encoding the event (and any
-    /// chunk flush) happens after the real release, outside the critical section the program
-    /// is leaving. Inside a session (`enter`).
+    /// The lane: the lock hooks' path for the usual case, straight-line code with no call,
+    /// so that a hook needs few registers and instructions. Inside a session (`enter`); with
+    /// the object and site already found in the thread's cache. Each `lane_*` records one
+    /// event with a `ChunkWriter::try_push_*` and returns whether it did. False means nothing
+    /// changed (a foreign flush under way, the global counter, a chunk to flush or start, a
+    /// field too large for the one-word encoding), and the caller takes the general path.
+    ///
+    /// `lane_open` is `enter_buf`'s fast path; on true the caller owns clock and writer until
+    /// `lane_close`.
     #[inline(always)]
-    pub fn emit_around<R>(&self, kind: EventKind, key: Key<'_>, real: impl FnOnce() -> R) -> R {
-        let slow = self.enter_buf();
-        // SAFETY: as in take_key.
-        let k = sequence::next(unsafe { &mut *self.clock.get() }, key);
-        let r = real();
-        self.push_locked(kind, k);
-        self.leave_buf(slow);
-        r
+    fn lane_open(&self) -> bool {
+        self.pushing.store(true, Ordering::Relaxed);
+        compiler_fence(Ordering::SeqCst);
+        if FOREIGN.load(Ordering::Relaxed) || sequence::is_global() {
+            self.pushing.store(false, Ordering::Release);
+            return false;
+        }
+        true
+    }
+
+    #[inline(always)]
+    fn lane_close(&self) {
+        self.pushing.store(false, Ordering::Release);
+    }
+
+    /// Clock and writer, between `lane_open` and `lane_close`.
+    #[allow(clippy::mut_from_ref)]
+    #[inline(always)]
+    fn lane_state(&self) -> (&mut u64, &mut ChunkWriter) {
+        // SAFETY: clock and writer are the owner's inside enter_buf's fast path (see
+        // take_key); the callers drop the references before `lane_close`.
+        unsafe { (&mut *self.clock.get(), &mut *self.writer.get()) }
+    }
+
+    /// The lane for a lock taken without waiting: one lock-immediate, acquiring through the
+    /// object's clock.
+    #[inline(always)]
+    pub fn lane_lock_immediate(&self, s: &Slot, site: SiteId, mode: LockMode) -> bool {
+        if !self.lane_open() {
+            return false;
+        }
+        let (clock, w) = self.lane_state();
+        let key = (*clock).max(s.clock.load(Ordering::Acquire)) + 1;
+        let done = w.try_push_lock_immediate(s.id(), mode, site, key);
+        if done {
+            *clock = key;
+        }
+        self.lane_close();
+        done
+    }
+
+    /// The lane for the request before a blocking acquire (at the thread's current key).
+    #[inline(always)]
+    pub fn lane_lock_request(&self, s: &Slot, site: SiteId, mode: LockMode) -> bool {
+        if !self.lane_open() {
+            return false;
+        }
+        let (clock, w) = self.lane_state();
+        let done = w.try_push_lock_request(s.id(), mode, site, *clock);
+        self.lane_close();
+        done
+    }
+
+    /// The lane for the acquisition after a blocking acquire returned.
+    #[inline(always)]
+    pub fn lane_lock_acquired(&self, s: &Slot, mode: LockMode) -> bool {
+        if !self.lane_open() {
+            return false;
+        }
+        let (clock, w) = self.lane_state();
+        let key = (*clock).max(s.clock.load(Ordering::Acquire)) + 1;
+        let done = w.try_push_lock_acquired(s.id(), mode, key);
+        if done {
+            *clock = key;
+        }
+        self.lane_close();
+        done
+    }
+
+    /// The lane for a release: the event and the object's clock, before the caller's real
+    /// release. `shared`: others may release the object concurrently (rwlock readers), so
+    /// its clock is raised with `fetch_max`.
+    #[inline(always)]
+    pub fn lane_release(&self, s: &Slot, site: SiteId, shared: bool) -> bool {
+        if !self.lane_open() {
+            return false;
+        }
+        let (clock, w) = self.lane_state();
+        let key = *clock + 1;
+        let done = w.try_push_lock_release(s.id(), site, key);
+        if done {
+            if shared {
+                s.clock.fetch_max(key, Ordering::AcqRel);
+            } else {
+                // As `Key::ReleaseExclusive`: only the holder writes the clock.
+                s.clock.store(key, Ordering::Relaxed);
+            }
+            *clock = key;
+        }
+        self.lane_close();
+        done
     }
 
     /// Records one event at a key taken earlier with `take_key`.
     pub fn emit_at(&self, kind: EventKind, key: u64) {
-        let slow = self.enter_buf();
+        let Some(slow) = self.enter_buf() else {
+            return;
+        };
         self.push_locked(kind, key);
         self.leave_buf(slow);
     }
@@ -463,35 +570,32 @@ impl ThreadState {
     /// that every reader sees as the two (`ChunkWriter::push_lock_immediate`).
     #[inline(always)]
     pub fn emit_lock_immediate(&self, lock: ObjectId, mode: LockMode, site: SiteId, key: Key<'_>) {
-        let slow = self.enter_buf();
+        let Some(slow) = self.enter_buf() else {
+            return;
+        };
         // SAFETY: as in take_key.
         let k = sequence::next(unsafe { &mut *self.clock.get() }, key);
-        if let Some((w, k)) = self.writer_at(k) {
-            if w.push_lock_immediate(lock, mode, site, k).is_err() {
-                output::count_lost(1);
-            }
+        let (w, k) = self.writer_at(k);
+        if w.push_lock_immediate(lock, mode, site, k).is_err() {
+            output::count_lost(1);
         }
         self.leave_buf(slow);
     }
 
     #[inline(always)]
     fn push_locked(&self, kind: EventKind, key: u64) {
-        if let Some((w, key)) = self.writer_at(key) {
-            if w.push_fast(&Event { key, kind }).is_err() {
-                output::count_lost(1);
-            }
+        let (w, key) = self.writer_at(key);
+        if w.push_fast(&Event { key, kind }).is_err() {
+            output::count_lost(1);
         }
     }
 
     /// The writer, ready for one more push (the chunk flushed when full, started when empty),
-    /// and `key` raised to its last key; `None` once closed. Inside enter/leave (or a foreign
-    /// holder of buf_lock).
+    /// and `key` raised to its last key. Inside enter/leave (which refuses a closed thread),
+    /// or a foreign holder of buf_lock that checked `closed`.
     #[allow(clippy::mut_from_ref)]
     #[inline(always)]
-    fn writer_at(&self, key: u64) -> Option<(&mut ChunkWriter, u64)> {
-        if self.closed.load(Ordering::Relaxed) {
-            return None;
-        }
+    fn writer_at(&self, key: u64) -> (&mut ChunkWriter, u64) {
         // SAFETY: the writer is ours: owner inside enter/leave, or foreign under buf_lock; the
         // reference does not outlive that session (callers push and drop it).
         let w = unsafe { &mut *self.writer.get() };
@@ -499,7 +603,7 @@ impl ThreadState {
             service_writer(w);
         }
         let key = key.max(w.last_key());
-        Some((w, key))
+        (w, key)
     }
 
     /// Flushes the buffer (thread exit, finish, exec). Foreign callers must `quiesce` first.
@@ -611,7 +715,9 @@ pub fn gettid() -> u32 {
 #[inline]
 pub fn current() -> Option<&'static ThreadState> {
     let p = current_slot::get();
-    if p.is_null() || p == DEAD {
+    // Null and `DEAD` in one comparison: `DEAD` is a small address (the type's alignment),
+    // and no live state lies at or below it.
+    if p as usize <= DEAD as usize {
         return None;
     }
     // SAFETY: a live pointer in CURRENT is a registered ThreadState that stays allocated until
@@ -783,5 +889,26 @@ pub fn pt_lookup(pt: usize) -> Option<(ThreadId, u64)> {
 pub fn pt_reset() {
     for s in PTMAP.iter() {
         s.pt.store(0, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn current_is_none_for_an_unseen_or_dead_thread() {
+        set_current(std::ptr::null_mut());
+        assert!(current().is_none(), "unseen");
+        assert!(unseen());
+        mark_dead();
+        assert!(current().is_none(), "exited or being set up");
+        assert!(!unseen());
+        let t = Box::into_raw(ThreadState::new(None, 0));
+        set_current(t);
+        assert!(current().is_some_and(|c| std::ptr::eq(c, t)));
+        set_current(std::ptr::null_mut());
+        // SAFETY: allocated above by Box::into_raw and no longer reachable.
+        drop(unsafe { Box::from_raw(t) });
     }
 }

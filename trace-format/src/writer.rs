@@ -31,8 +31,8 @@ pub struct ChunkWriter {
     start_ns: u64,
     /// Pushes while the buffer is shorter than this need nothing else first
     /// (`needs_service`): 0 until the chunk is started (`set_start_ns`), then the flush
-    /// threshold. Never more than the threshold, so below it there is room for one more event
-    /// of any kind without reallocating.
+    /// threshold. Never more than the threshold, so below it there are at least
+    /// `MAX_EVENT_LEN` bytes of spare capacity (`new` reserves them beyond the threshold).
     room_until: usize,
     state: DeltaState,
 }
@@ -172,6 +172,119 @@ impl ChunkWriter {
         b: Option<u32>,
         events: u32,
     ) -> Result<(), EncodeError> {
+        if self.try_put_small(t, key, a, b, events) {
+            return Ok(());
+        }
+        self.put_small_general(t, key, a, b, events)
+    }
+
+    /// The usual case of `put_small`, inline: the key delta and both fields below 128 (one
+    /// byte each), and the buffer below `room_until` (room enough, see the field). The event,
+    /// at most four bytes, is assembled in a register and stored at once. False, and nothing
+    /// changed, otherwise (a key that went backwards wraps to a huge delta and lands here).
+    #[inline(always)]
+    fn try_put_small(&mut self, t: u8, key: u64, a: u32, b: Option<u32>, events: u32) -> bool {
+        let delta = key.wrapping_sub(self.state.key);
+        let site = b.unwrap_or(0) as u64;
+        let len = self.buf.len();
+        if delta | a as u64 | site >= 0x80 || len >= self.room_until {
+            return false;
+        }
+        let (a, site) = (a, site as u32);
+        let (word, n) = if delta == 0 {
+            (t as u32 | a << 8 | site << 16, 2)
+        } else {
+            let t = (t | crate::codec::KEY_FLAG) as u32;
+            (t | (delta as u32) << 8 | a << 16 | site << 24, 3)
+        };
+        let n = n + b.is_some() as usize;
+        // SAFETY: below `room_until` at least MAX_EVENT_LEN (> 4) bytes of spare capacity
+        // follow `len`; the bytes past `n` are spare capacity that later pushes overwrite.
+        unsafe {
+            self.buf
+                .as_mut_ptr()
+                .add(len)
+                .cast::<u32>()
+                .write_unaligned(word.to_le());
+            self.buf.set_len(len + n);
+        }
+        self.state.key = key;
+        self.count += events;
+        true
+    }
+
+    /// [`push_lock_immediate`](Self::push_lock_immediate) when it is cheap: the chunk is
+    /// started and not full (`needs_service` is false), `key` is at most 127 above the last
+    /// key, and `lock` and `site` are below 128. Otherwise returns false and changes nothing.
+    /// For a producer that keeps its hot path free of calls and falls back to the general
+    /// push.
+    #[inline(always)]
+    pub fn try_push_lock_immediate(
+        &mut self,
+        lock: ObjectId,
+        mode: LockMode,
+        site: SiteId,
+        key: u64,
+    ) -> bool {
+        use crate::codec::tag;
+        let t = if mode == LockMode::Exclusive {
+            tag::LOCK_IMMEDIATE
+        } else {
+            tag::LOCK_IMMEDIATE_SHARED
+        };
+        self.try_put_small(t, key, lock, Some(site), 2)
+    }
+
+    /// A lock-request of `lock` at `site`, on the terms of
+    /// [`try_push_lock_immediate`](Self::try_push_lock_immediate).
+    #[inline(always)]
+    pub fn try_push_lock_request(
+        &mut self,
+        lock: ObjectId,
+        mode: LockMode,
+        site: SiteId,
+        key: u64,
+    ) -> bool {
+        use crate::codec::tag;
+        let t = if mode == LockMode::Exclusive {
+            tag::LOCK_REQUEST
+        } else {
+            tag::LOCK_REQUEST_SHARED
+        };
+        self.try_put_small(t, key, lock, Some(site), 1)
+    }
+
+    /// A lock-acquired of `lock`, on the terms of
+    /// [`try_push_lock_immediate`](Self::try_push_lock_immediate).
+    #[inline(always)]
+    pub fn try_push_lock_acquired(&mut self, lock: ObjectId, mode: LockMode, key: u64) -> bool {
+        use crate::codec::tag;
+        let t = if mode == LockMode::Exclusive {
+            tag::LOCK_ACQUIRED
+        } else {
+            tag::LOCK_ACQUIRED_SHARED
+        };
+        self.try_put_small(t, key, lock, None, 1)
+    }
+
+    /// A lock-release of `lock` at `site`, on the terms of
+    /// [`try_push_lock_immediate`](Self::try_push_lock_immediate).
+    #[inline(always)]
+    pub fn try_push_lock_release(&mut self, lock: ObjectId, site: SiteId, key: u64) -> bool {
+        self.try_put_small(crate::codec::tag::LOCK_RELEASE, key, lock, Some(site), 1)
+    }
+
+    /// `put_small` for any field values, out of line.
+    #[cold]
+    #[inline(never)]
+    fn put_small_general(
+        &mut self,
+        t: u8,
+        key: u64,
+        a: u32,
+        b: Option<u32>,
+        events: u32,
+    ) -> Result<(), EncodeError> {
         if key < self.state.key {
             return Err(EncodeError::KeyWentBackwards {
                 key,
@@ -179,9 +292,7 @@ impl ChunkWriter {
             });
         }
         const ROOM: usize = 21;
-        // Below `room_until` there is room (see the field); the capacity is checked only
-        // beyond it, so that a producer that tested `needs_service` pays for one comparison.
-        if self.buf.len() >= self.room_until && self.buf.capacity() - self.buf.len() < ROOM {
+        if self.buf.capacity() - self.buf.len() < ROOM {
             self.buf.reserve(ROOM);
         }
         let delta = key - self.state.key;
@@ -534,6 +645,9 @@ mod tests {
         };
         let mut a = ChunkWriter::new(3, 1 << 16);
         let mut b = ChunkWriter::new(3, 1 << 16);
+        // A started chunk: `push_fast` takes its inline path for small fields.
+        a.set_start_ns(5);
+        b.set_start_ns(5);
         let mut key = 0u64;
         for (i, (lock, site)) in [(0, 0), (1, 127), (128, 300), (u32::MAX, u32::MAX)]
             .into_iter()
@@ -554,6 +668,60 @@ mod tests {
         let ca = a.flush_into(5, |x| x.to_vec()).unwrap();
         let cb = b.flush_into(5, |x| x.to_vec()).unwrap();
         assert_eq!(ca, cb);
+    }
+
+    #[test]
+    fn try_pushes_write_what_push_writes_or_nothing() {
+        use crate::event::{EventKind, LockMode};
+        let mode = LockMode::Exclusive;
+        let mut general = ChunkWriter::new(1, 1 << 12);
+        let mut lane = ChunkWriter::new(1, 1 << 12);
+        // Not started: the lane refuses and changes nothing.
+        assert!(lane.needs_service());
+        assert!(!lane.try_push_lock_release(1, 2, 1));
+        assert_eq!(lane.pending_events(), 0);
+        general.set_start_ns(0);
+        lane.set_start_ns(0);
+        assert!(!lane.needs_service());
+        let mut key = 0;
+        for (lock, site, step) in [(1, 2, 0), (127, 127, 1), (5, 9, 127), (3, 4, 2)] {
+            key += step;
+            assert!(lane.try_push_lock_request(lock, mode, site, key));
+            general
+                .push(&Event {
+                    key,
+                    kind: EventKind::LockRequest { lock, mode, site },
+                })
+                .unwrap();
+            key += 1;
+            assert!(lane.try_push_lock_acquired(lock, mode, key));
+            general
+                .push(&Event {
+                    key,
+                    kind: EventKind::LockAcquired { lock, mode },
+                })
+                .unwrap();
+            key += 1;
+            assert!(lane.try_push_lock_release(lock, site, key));
+            general
+                .push(&Event {
+                    key,
+                    kind: EventKind::LockRelease { lock, site },
+                })
+                .unwrap();
+        }
+        // Too large for one byte, or a key that went backwards: refused, nothing changed.
+        let before = lane.pending_events();
+        assert!(!lane.try_push_lock_release(128, 0, key + 1));
+        assert!(!lane.try_push_lock_release(0, 128, key + 1));
+        assert!(!lane.try_push_lock_release(0, 0, key + 128));
+        assert!(!lane.try_push_lock_immediate(0, mode, 0, key - 1));
+        assert_eq!(lane.pending_events(), before);
+        let a = general.flush_into(9, |b| b.to_vec()).unwrap();
+        let b = lane.flush_into(9, |b| b.to_vec()).unwrap();
+        assert_eq!(a, b);
+        // Flushed: not started again until `set_start_ns`.
+        assert!(lane.needs_service());
     }
 
     #[test]

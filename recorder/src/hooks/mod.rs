@@ -51,6 +51,27 @@ pub fn rt() -> Option<&'static ThreadState> {
     }
 }
 
+/// The calling thread's state for the lock hooks' hot path: a live state is used without
+/// asking whether recording goes on (`ThreadState::enter_buf` refuses to record once it has
+/// ended, and `object_slow` creates nothing then); the rest as `rt`.
+#[inline(always)]
+pub fn rt_lane() -> Option<&'static ThreadState> {
+    match thread_state::current() {
+        Some(t) => Some(t),
+        None => rt_unseen(),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn rt_unseen() -> Option<&'static ThreadState> {
+    if output::recording() && thread_state::unseen() {
+        thread::adopt_current()
+    } else {
+        None
+    }
+}
+
 /// The object slot for `addr` and the site for `ra`, inside a session of `t` (through the
 /// thread's small caches first: the (object, site) pair, then each on its own).
 #[inline(always)]
@@ -77,6 +98,9 @@ fn object_slow(
     init: bool,
     kind_of: impl Fn() -> ObjectKind,
 ) -> Option<(&'static Slot, SiteId)> {
+    if !output::recording() {
+        return None; // the lock hooks' lane reaches here without asking (`rt_lane`)
+    }
     thread_state::keep_errno(|| object_uncached(t, addr, ra, init, kind_of))
 }
 

@@ -5,10 +5,11 @@ use libc::{c_int, pthread_mutex_t, pthread_mutexattr_t, timespec};
 use foresight_trace::event::{EventKind, LockMode};
 use foresight_trace::tables::ObjectKind;
 
-use super::{object, record_destroy, record_init, rt};
+use super::{object, record_destroy, record_init, rt, rt_lane};
+use crate::objects::Slot;
 use crate::real::real;
 use crate::sequence::Key;
-use crate::thread_state::ThreadState;
+use crate::thread_state::{self, ThreadState};
 
 type M = *mut pthread_mutex_t;
 
@@ -67,14 +68,12 @@ fn trylock_first_ok(m: M) -> bool {
     k & KIND_ROBUST_PI_PP == 0
 }
 
-/// The shared shape of a blocking acquire, in one session of the runtime: the object and
-/// site are looked up first (before the program holds the lock, so that the lookup does not
-/// lengthen its critical section), then `try_first` runs (the real non-blocking attempt, which
-/// must succeed exactly when the blocking call would take the lock without waiting and return
-/// 0, and have no effect otherwise). If it took the lock: one lock-immediate event (request +
-/// acquired), and 0 is returned, as the blocking call would have. Otherwise: the request (in
-/// the buffer before the thread can block), the real call outside the session, then acquired
-/// or failed.
+/// The shared shape of a blocking acquire. First `try_first`, the real non-blocking attempt,
+/// before anything else (it must succeed exactly when the blocking call would take the lock
+/// without waiting and return 0, and have no effect otherwise): if it took the lock, one
+/// lock-immediate event (request + acquired) in one short session, and 0 is returned, as the
+/// blocking call would have. Otherwise: the request (in the buffer before the thread can
+/// block), the real call outside any session, then acquired or failed.
 ///
 /// # Safety
 /// `call` is the real function applied to the caller's arguments; `try_first` is `|| false`
@@ -92,33 +91,100 @@ pub(crate) unsafe fn blocking(
     acquired: impl Fn(c_int) -> bool,
     errno_of: impl Fn(c_int) -> c_int,
 ) -> c_int {
-    let Some(t) = rt() else {
-        return call();
-    };
-    if !t.enter() {
-        return call();
-    }
-    let found = object(t, addr, ra, false, kind_of);
     if try_first() {
-        if let Some((s, site)) = found {
-            t.emit_lock_immediate(s.id(), mode, site, Key::Acquire(&s.clock));
-        }
-        t.leave();
+        taken_at_once(addr, ra, mode, kind_of);
         return 0;
     }
-    if let Some((s, site)) = found {
-        t.emit(
-            EventKind::LockRequest {
-                lock: s.id(),
-                mode,
-                site,
-            },
-            Key::Same,
-        );
+    // SAFETY: the caller's contract.
+    unsafe { contended(addr, ra, mode, kind_of, call, acquired, errno_of) }
+}
+
+/// Records that the lock at `addr` was taken without waiting: the lane when it can, else the
+/// general path.
+#[inline(always)]
+fn taken_at_once(addr: usize, ra: usize, mode: LockMode, kind_of: impl Fn() -> ObjectKind + Copy) {
+    if let Some(t) = thread_state::current() {
+        if t.enter() {
+            let done = t
+                .cached_pair(addr, ra)
+                .is_some_and(|(s, site)| t.lane_lock_immediate(s, site, mode));
+            t.leave();
+            if done {
+                return;
+            }
+        }
     }
-    t.leave();
-    let r = call();
-    if let Some((s, _)) = found {
+    taken_at_once_general(addr, ra, mode, kind_of);
+}
+
+#[inline(never)]
+fn taken_at_once_general(
+    addr: usize,
+    ra: usize,
+    mode: LockMode,
+    kind_of: impl Fn() -> ObjectKind + Copy,
+) {
+    if let Some(t) = rt_lane() {
+        if t.enter() {
+            if let Some((s, site)) = object(t, addr, ra, false, kind_of) {
+                t.emit_lock_immediate(s.id(), mode, site, Key::Acquire(&s.clock));
+            }
+            t.leave();
+        }
+    }
+}
+
+/// `blocking` when the attempt did not take the lock, out of line: the lock hooks' fast path
+/// then needs few registers.
+///
+/// # Safety
+/// As for `blocking`.
+#[inline(never)]
+unsafe fn contended(
+    addr: usize,
+    ra: usize,
+    mode: LockMode,
+    kind_of: impl Fn() -> ObjectKind + Copy,
+    call: impl FnOnce() -> c_int,
+    acquired: impl Fn(c_int) -> bool,
+    errno_of: impl Fn(c_int) -> c_int,
+) -> c_int {
+    // The lane for the request, then the real call, then the lane for the acquisition: a
+    // thread that failed its attempt usually gets the lock a moment later, and the less it
+    // does in that moment, the less it lengthens the wait of the others.
+    if let Some(t) = thread_state::current() {
+        if t.enter() {
+            let hit = t.cached_pair(addr, ra);
+            let requested = hit.is_some_and(|(s, site)| t.lane_lock_request(s, site, mode));
+            t.leave();
+            if let (true, Some((s, _))) = (requested, hit) {
+                let r = call();
+                if acquired(r) && t.enter() {
+                    let done = t.lane_lock_acquired(s, mode);
+                    t.leave();
+                    if done {
+                        return r;
+                    }
+                }
+                after_real_call(s, mode, r, acquired, errno_of);
+                return r;
+            }
+        }
+    }
+    // SAFETY: the caller's contract.
+    unsafe { contended_general(addr, ra, mode, kind_of, call, acquired, errno_of) }
+}
+
+/// The outcome of a blocking call whose request was recorded, on the general path.
+#[inline(never)]
+fn after_real_call(
+    s: &Slot,
+    mode: LockMode,
+    r: c_int,
+    acquired: impl Fn(c_int) -> bool,
+    errno_of: impl Fn(c_int) -> c_int,
+) {
+    if let Some(t) = thread_state::current() {
         t.with(|t| {
             if acquired(r) {
                 t.emit(
@@ -135,6 +201,44 @@ pub(crate) unsafe fn blocking(
                 );
             }
         });
+    }
+}
+
+/// `contended` on the general path.
+///
+/// # Safety
+/// As for `blocking`.
+#[inline(never)]
+unsafe fn contended_general(
+    addr: usize,
+    ra: usize,
+    mode: LockMode,
+    kind_of: impl Fn() -> ObjectKind + Copy,
+    call: impl FnOnce() -> c_int,
+    acquired: impl Fn(c_int) -> bool,
+    errno_of: impl Fn(c_int) -> c_int,
+) -> c_int {
+    let Some(t) = rt() else {
+        return call();
+    };
+    if !t.enter() {
+        return call();
+    }
+    let found = object(t, addr, ra, false, kind_of);
+    if let Some((s, site)) = found {
+        t.emit(
+            EventKind::LockRequest {
+                lock: s.id(),
+                mode,
+                site,
+            },
+            Key::Same,
+        );
+    }
+    t.leave();
+    let r = call();
+    if let Some((s, _)) = found {
+        after_real_call(s, mode, r, acquired, errno_of);
     }
     r
 }
@@ -175,36 +279,67 @@ pub(crate) fn attempt(
     r
 }
 
-/// The shared shape of a release, in one session: the key (and the object's clock) before the
-/// real call, the event's bytes after it (`ThreadState::emit_around`), so the program's
-/// critical section ends as early as without the runtime allows.
+/// The shared shape of a release: the event (and the object's clock) before the real call,
+/// which is then the last thing the hook does.
 #[inline(always)]
 pub(crate) fn release(
     addr: usize,
     ra: usize,
     kind_of: impl Fn() -> ObjectKind + Copy,
-    owned: impl Fn(ObjectKind, &ThreadState) -> bool,
+    owned: impl Fn(ObjectKind, &ThreadState) -> bool + Copy,
     call: impl FnOnce() -> c_int,
 ) -> c_int {
-    let Some(t) = rt() else {
-        return call();
-    };
-    if !t.enter() {
-        return call();
-    }
-    let r = match object(t, addr, ra, false, kind_of) {
-        Some((s, site)) if owned(kind_of(), t) => {
-            let key = if kind_of() == ObjectKind::RwLock {
-                Key::Release(&s.clock)
-            } else {
-                Key::ReleaseExclusive(&s.clock)
-            };
-            t.emit_around(EventKind::LockRelease { lock: s.id(), site }, key, call)
+    record_release(addr, ra, kind_of, owned);
+    call()
+}
+
+/// The release's event: the lane when it can, else the general path.
+#[inline(always)]
+fn record_release(
+    addr: usize,
+    ra: usize,
+    kind_of: impl Fn() -> ObjectKind + Copy,
+    owned: impl Fn(ObjectKind, &ThreadState) -> bool + Copy,
+) {
+    if let Some(t) = thread_state::current() {
+        if t.enter() {
+            let done = t.cached_pair(addr, ra).is_some_and(|(s, site)| {
+                let kind = kind_of();
+                // Not owned: nothing to record (the real call fails), and nothing more to do.
+                !owned(kind, t) || t.lane_release(s, site, kind == ObjectKind::RwLock)
+            });
+            t.leave();
+            if done {
+                return;
+            }
         }
-        _ => call(),
-    };
-    t.leave();
-    r
+    }
+    record_release_general(addr, ra, kind_of, owned);
+}
+
+#[inline(never)]
+fn record_release_general(
+    addr: usize,
+    ra: usize,
+    kind_of: impl Fn() -> ObjectKind + Copy,
+    owned: impl Fn(ObjectKind, &ThreadState) -> bool + Copy,
+) {
+    if let Some(t) = rt_lane() {
+        if t.enter() {
+            if let Some((s, site)) = object(t, addr, ra, false, kind_of) {
+                let kind = kind_of();
+                if owned(kind, t) {
+                    let key = if kind == ObjectKind::RwLock {
+                        Key::Release(&s.clock)
+                    } else {
+                        Key::ReleaseExclusive(&s.clock)
+                    };
+                    t.emit(EventKind::LockRelease { lock: s.id(), site }, key);
+                }
+            }
+            t.leave();
+        }
+    }
 }
 
 unsafe extern "C-unwind" fn mutex_lock(m: M, ra: usize) -> c_int {
