@@ -61,6 +61,17 @@ impl Slot {
         self.addr.load(Ordering::Relaxed) == addr && id != 0 && id < BUSY
     }
 
+    /// The id of the object this slot holds now, if one is live (not being set up, not
+    /// destroyed). A slot belongs to one address for good (only a fork child clears the table,
+    /// and the thread caches with it), so a slot found for an address needs no other check: a
+    /// re-initialised object there simply has a new id.
+    #[inline(always)]
+    pub fn live_id(&self) -> Option<ObjectId> {
+        let id = self.id.load(Ordering::Acquire);
+        // 1..BUSY in one comparison (0 and BUSY..: set-up or destroyed).
+        (id.wrapping_sub(1) < BUSY - 1).then(|| id - 1)
+    }
+
     #[inline]
     pub fn id(&self) -> ObjectId {
         self.id.load(Ordering::Acquire).wrapping_sub(1)

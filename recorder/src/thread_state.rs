@@ -101,7 +101,8 @@ mod current_slot {
 static NEXT_THREAD: AtomicU32 = AtomicU32::new(0);
 
 /// Set once a foreign flush may happen (`quiesce`), or from the start when `membarrier` is
-/// unavailable: owners then always take their buffer lock.
+/// unavailable or the global counter orders events: owners then always take their buffer lock
+/// (and never the lane).
 static FOREIGN: AtomicBool = AtomicBool::new(true);
 
 const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
@@ -122,7 +123,9 @@ fn membarrier(cmd: libc::c_long) -> bool {
 /// Start-up (and fork child): enables the owners' fast path if `membarrier` works here.
 pub fn enable_fast_path() {
     let ok = membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED);
-    FOREIGN.store(!ok, Ordering::SeqCst);
+    // The global counter is taken on the general path only: with it, `FOREIGN` stays set and
+    // keeps every owner off the lane (one flag for the lane to test).
+    FOREIGN.store(!ok || sequence::is_global(), Ordering::SeqCst);
 }
 
 /// Before touching other threads' buffers: from now on owners take their buffer lock, and
@@ -166,6 +169,14 @@ pub struct ThreadState {
     pair_cache: [Cell<PairEntry>; CACHE],
 }
 
+/// What the lane needs of a cached (object, call site) pair.
+#[derive(Clone, Copy)]
+pub struct LanePair {
+    pub slot: &'static Slot,
+    pub id: ObjectId,
+    pub site: SiteId,
+}
+
 #[derive(Clone, Copy)]
 struct PairEntry {
     addr: usize,
@@ -185,8 +196,8 @@ const EMPTY_PAIR: PairEntry = PairEntry {
 
 #[inline(always)]
 fn pair_index(addr: usize, ra: usize) -> usize {
-    // Fibonacci hashing: the top bits of one multiply mix every bit of both addresses.
-    (addr ^ ra.rotate_left(17)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (usize::BITS - CACHE_BITS)
+    // Objects are at least 8-byte aligned, call sites are not: the low bits of both, folded.
+    ((addr >> 3) ^ ra) & (CACHE - 1)
 }
 
 const CACHE_BITS: u32 = 6;
@@ -252,6 +263,23 @@ impl ThreadState {
         // SAFETY: cached values are `&'static Slot` pointers (slots live in a static table).
         let s: &'static Slot = unsafe { &*(v as *const Slot) };
         s.is_live_at(addr).then_some(s)
+    }
+
+    /// `cached_pair` for the lane: also the object's id, as validated.
+    #[inline(always)]
+    pub fn lane_pair(&self, addr: usize, ra: usize) -> Option<LanePair> {
+        let e = self.pair_cache[pair_index(addr, ra)].get();
+        if (e.addr ^ addr) | (e.ra ^ ra) != 0 {
+            return None;
+        }
+        // SAFETY: cached slots are `&'static Slot` pointers (slots live in a static table).
+        let slot: &'static Slot = unsafe { &*(e.slot as *const Slot) };
+        let id = slot.live_id()?;
+        Some(LanePair {
+            slot,
+            id,
+            site: e.site,
+        })
     }
 
     /// The slot and site cached for a hook on `addr` called from `ra` (owner only).
@@ -466,7 +494,7 @@ impl ThreadState {
     fn lane_open(&self) -> bool {
         self.pushing.store(true, Ordering::Relaxed);
         compiler_fence(Ordering::SeqCst);
-        if FOREIGN.load(Ordering::Relaxed) || sequence::is_global() {
+        if FOREIGN.load(Ordering::Relaxed) {
             self.pushing.store(false, Ordering::Release);
             return false;
         }
@@ -490,13 +518,13 @@ impl ThreadState {
     /// The lane for a lock taken without waiting: one lock-immediate, acquiring through the
     /// object's clock.
     #[inline(always)]
-    pub fn lane_lock_immediate(&self, s: &Slot, site: SiteId, mode: LockMode) -> bool {
+    pub fn lane_lock_immediate(&self, p: LanePair, mode: LockMode) -> bool {
         if !self.lane_open() {
             return false;
         }
         let (clock, w) = self.lane_state();
-        let key = (*clock).max(s.clock.load(Ordering::Acquire)) + 1;
-        let done = w.try_push_lock_immediate(s.id(), mode, site, key);
+        let key = (*clock).max(p.slot.clock.load(Ordering::Acquire)) + 1;
+        let done = w.try_push_lock_immediate(p.id, mode, p.site, key);
         if done {
             *clock = key;
         }
@@ -506,25 +534,25 @@ impl ThreadState {
 
     /// The lane for the request before a blocking acquire (at the thread's current key).
     #[inline(always)]
-    pub fn lane_lock_request(&self, s: &Slot, site: SiteId, mode: LockMode) -> bool {
+    pub fn lane_lock_request(&self, p: LanePair, mode: LockMode) -> bool {
         if !self.lane_open() {
             return false;
         }
         let (clock, w) = self.lane_state();
-        let done = w.try_push_lock_request(s.id(), mode, site, *clock);
+        let done = w.try_push_lock_request(p.id, mode, p.site, *clock);
         self.lane_close();
         done
     }
 
     /// The lane for the acquisition after a blocking acquire returned.
     #[inline(always)]
-    pub fn lane_lock_acquired(&self, s: &Slot, mode: LockMode) -> bool {
+    pub fn lane_lock_acquired(&self, p: LanePair, mode: LockMode) -> bool {
         if !self.lane_open() {
             return false;
         }
         let (clock, w) = self.lane_state();
-        let key = (*clock).max(s.clock.load(Ordering::Acquire)) + 1;
-        let done = w.try_push_lock_acquired(s.id(), mode, key);
+        let key = (*clock).max(p.slot.clock.load(Ordering::Acquire)) + 1;
+        let done = w.try_push_lock_acquired(p.id, mode, key);
         if done {
             *clock = key;
         }
@@ -536,19 +564,19 @@ impl ThreadState {
     /// release. `shared`: others may release the object concurrently (rwlock readers), so
     /// its clock is raised with `fetch_max`.
     #[inline(always)]
-    pub fn lane_release(&self, s: &Slot, site: SiteId, shared: bool) -> bool {
+    pub fn lane_release(&self, p: LanePair, shared: bool) -> bool {
         if !self.lane_open() {
             return false;
         }
         let (clock, w) = self.lane_state();
         let key = *clock + 1;
-        let done = w.try_push_lock_release(s.id(), site, key);
+        let done = w.try_push_lock_release(p.id, p.site, key);
         if done {
             if shared {
-                s.clock.fetch_max(key, Ordering::AcqRel);
+                p.slot.clock.fetch_max(key, Ordering::AcqRel);
             } else {
                 // As `Key::ReleaseExclusive`: only the holder writes the clock.
-                s.clock.store(key, Ordering::Relaxed);
+                p.slot.clock.store(key, Ordering::Relaxed);
             }
             *clock = key;
         }

@@ -184,22 +184,48 @@ impl ChunkWriter {
     /// changed, otherwise (a key that went backwards wraps to a huge delta and lands here).
     #[inline(always)]
     fn try_put_small(&mut self, t: u8, key: u64, a: u32, b: Option<u32>, events: u32) -> bool {
-        let delta = key.wrapping_sub(self.state.key);
-        let site = b.unwrap_or(0) as u64;
+        if key == self.state.key {
+            self.try_put_unkeyed(t, a, b, events)
+        } else {
+            self.try_put_keyed(t, key, a, b, events)
+        }
+    }
+
+    /// `try_put_small` for an event at the last key (no key delta).
+    #[inline(always)]
+    fn try_put_unkeyed(&mut self, t: u8, a: u32, b: Option<u32>, events: u32) -> bool {
+        let site = b.unwrap_or(0);
         let len = self.buf.len();
-        if delta | a as u64 | site >= 0x80 || len >= self.room_until {
+        if a | site >= 0x80 || len >= self.room_until {
             return false;
         }
-        let (a, site) = (a, site as u32);
-        let (word, n) = if delta == 0 {
-            (t as u32 | a << 8 | site << 16, 2)
-        } else {
-            let t = (t | crate::codec::KEY_FLAG) as u32;
-            (t | (delta as u32) << 8 | a << 16 | site << 24, 3)
-        };
-        let n = n + b.is_some() as usize;
+        let word = t as u32 | a << 8 | site << 16;
+        self.put_word(len, word, 2 + b.is_some() as usize, events);
+        true
+    }
+
+    /// `try_put_small` for an event after the last key (a key delta of 1 to 127).
+    #[inline(always)]
+    fn try_put_keyed(&mut self, t: u8, key: u64, a: u32, b: Option<u32>, events: u32) -> bool {
+        let delta = key.wrapping_sub(self.state.key);
+        let site = b.unwrap_or(0);
+        let len = self.buf.len();
+        if delta | a as u64 | site as u64 >= 0x80 || delta == 0 || len >= self.room_until {
+            return false;
+        }
+        let word = (t | crate::codec::KEY_FLAG) as u32 | (delta as u32) << 8 | a << 16 | site << 24;
+        self.put_word(len, word, 3 + b.is_some() as usize, events);
+        self.state.key = key;
+        true
+    }
+
+    /// Stores an event of `n` ≤ 4 bytes, assembled in `word`, at `len` (< `room_until`).
+    #[inline(always)]
+    fn put_word(&mut self, len: usize, word: u32, n: usize, events: u32) {
+        debug_assert!(len < self.room_until && n <= 4);
         // SAFETY: below `room_until` at least MAX_EVENT_LEN (> 4) bytes of spare capacity
-        // follow `len`; the bytes past `n` are spare capacity that later pushes overwrite.
+        // follow `len` (the callers checked it); the bytes past `n` are spare capacity that
+        // later pushes overwrite.
         unsafe {
             self.buf
                 .as_mut_ptr()
@@ -208,14 +234,13 @@ impl ChunkWriter {
                 .write_unaligned(word.to_le());
             self.buf.set_len(len + n);
         }
-        self.state.key = key;
         self.count += events;
-        true
     }
 
     /// [`push_lock_immediate`](Self::push_lock_immediate) when it is cheap: the chunk is
-    /// started and not full (`needs_service` is false), `key` is at most 127 above the last
-    /// key, and `lock` and `site` are below 128. Otherwise returns false and changes nothing.
+    /// started and not full (`needs_service` is false), `key` is 1 to 127 above the last key
+    /// (the request may share the last key), and `lock` and `site` are below 128. Otherwise
+    /// returns false and changes nothing.
     /// For a producer that keeps its hot path free of calls and falls back to the general
     /// push.
     #[inline(always)]
@@ -232,11 +257,12 @@ impl ChunkWriter {
         } else {
             tag::LOCK_IMMEDIATE_SHARED
         };
-        self.try_put_small(t, key, lock, Some(site), 2)
+        self.try_put_keyed(t, key, lock, Some(site), 2)
     }
 
     /// A lock-request of `lock` at `site`, on the terms of
-    /// [`try_push_lock_immediate`](Self::try_push_lock_immediate).
+    /// [`try_push_lock_immediate`](Self::try_push_lock_immediate), except that `key` may also
+    /// equal the last key.
     #[inline(always)]
     pub fn try_push_lock_request(
         &mut self,
@@ -264,14 +290,14 @@ impl ChunkWriter {
         } else {
             tag::LOCK_ACQUIRED_SHARED
         };
-        self.try_put_small(t, key, lock, None, 1)
+        self.try_put_keyed(t, key, lock, None, 1)
     }
 
     /// A lock-release of `lock` at `site`, on the terms of
     /// [`try_push_lock_immediate`](Self::try_push_lock_immediate).
     #[inline(always)]
     pub fn try_push_lock_release(&mut self, lock: ObjectId, site: SiteId, key: u64) -> bool {
-        self.try_put_small(crate::codec::tag::LOCK_RELEASE, key, lock, Some(site), 1)
+        self.try_put_keyed(crate::codec::tag::LOCK_RELEASE, key, lock, Some(site), 1)
     }
 
     /// `put_small` for any field values, out of line.
@@ -716,6 +742,10 @@ mod tests {
         assert!(!lane.try_push_lock_release(0, 128, key + 1));
         assert!(!lane.try_push_lock_release(0, 0, key + 128));
         assert!(!lane.try_push_lock_immediate(0, mode, 0, key - 1));
+        // At the last key: only a request may be written by the lane.
+        assert!(!lane.try_push_lock_release(0, 0, key));
+        assert!(!lane.try_push_lock_acquired(0, mode, key));
+        assert!(!lane.try_push_lock_immediate(0, mode, 0, key));
         assert_eq!(lane.pending_events(), before);
         let a = general.flush_into(9, |b| b.to_vec()).unwrap();
         let b = lane.flush_into(9, |b| b.to_vec()).unwrap();

@@ -106,8 +106,8 @@ fn taken_at_once(addr: usize, ra: usize, mode: LockMode, kind_of: impl Fn() -> O
     if let Some(t) = thread_state::current() {
         if t.enter() {
             let done = t
-                .cached_pair(addr, ra)
-                .is_some_and(|(s, site)| t.lane_lock_immediate(s, site, mode));
+                .lane_pair(addr, ra)
+                .is_some_and(|p| t.lane_lock_immediate(p, mode));
             t.leave();
             if done {
                 return;
@@ -154,19 +154,19 @@ unsafe fn contended(
     // does in that moment, the less it lengthens the wait of the others.
     if let Some(t) = thread_state::current() {
         if t.enter() {
-            let hit = t.cached_pair(addr, ra);
-            let requested = hit.is_some_and(|(s, site)| t.lane_lock_request(s, site, mode));
+            let hit = t.lane_pair(addr, ra);
+            let requested = hit.is_some_and(|p| t.lane_lock_request(p, mode));
             t.leave();
-            if let (true, Some((s, _))) = (requested, hit) {
+            if let (true, Some(p)) = (requested, hit) {
                 let r = call();
                 if acquired(r) && t.enter() {
-                    let done = t.lane_lock_acquired(s, mode);
+                    let done = t.lane_lock_acquired(p, mode);
                     t.leave();
                     if done {
                         return r;
                     }
                 }
-                after_real_call(s, mode, r, acquired, errno_of);
+                after_real_call(p.slot, mode, r, acquired, errno_of);
                 return r;
             }
         }
@@ -303,10 +303,10 @@ fn record_release(
 ) {
     if let Some(t) = thread_state::current() {
         if t.enter() {
-            let done = t.cached_pair(addr, ra).is_some_and(|(s, site)| {
+            let done = t.lane_pair(addr, ra).is_some_and(|p| {
                 let kind = kind_of();
                 // Not owned: nothing to record (the real call fails), and nothing more to do.
-                !owned(kind, t) || t.lane_release(s, site, kind == ObjectKind::RwLock)
+                !owned(kind, t) || t.lane_release(p, kind == ObjectKind::RwLock)
             });
             t.leave();
             if done {
@@ -343,18 +343,16 @@ fn record_release_general(
 }
 
 unsafe extern "C-unwind" fn mutex_lock(m: M, ra: usize) -> c_int {
-    let Some(real) = REAL_LOCK.try_get() else {
-        return 0; // dlsym bootstrap: single-threaded, nothing to lock against
-    };
-    // SAFETY: `real` is pthread_mutex_lock, called with the caller's argument.
+    // SAFETY: the real functions, called with the caller's argument.
     unsafe {
         blocking(
             m as usize,
             ra,
             LockMode::Exclusive,
-            || mutex_kind(m),
+            move || mutex_kind(m),
             || trylock_first_ok(m) && REAL_TRYLOCK.try_get().is_some_and(|t| t(m) == 0),
-            || real(m),
+            // None: inside dlsym's bootstrap, single-threaded, nothing to lock against.
+            move || REAL_LOCK.try_get().map_or(0, |real| real(m)),
             |r| r == 0,
             |r| r,
         )
@@ -369,7 +367,7 @@ unsafe extern "C-unwind" fn mutex_timedlock(m: M, t: *const timespec, ra: usize)
             m as usize,
             ra,
             LockMode::Exclusive,
-            || mutex_kind(m),
+            move || mutex_kind(m),
             // A free mutex is taken whatever the timeout (POSIX: the timeout is not checked
             // then), so the attempt first is exact here too.
             || trylock_first_ok(m) && REAL_TRYLOCK.try_get().is_some_and(|t| t(m) == 0),
@@ -389,7 +387,7 @@ unsafe extern "C-unwind" fn mutex_trylock(m: M, ra: usize) -> c_int {
         m as usize,
         ra,
         LockMode::Exclusive,
-        || mutex_kind(m),
+        move || mutex_kind(m),
         || unsafe { real(m) },
     )
 }
@@ -401,9 +399,9 @@ unsafe extern "C-unwind" fn mutex_unlock(m: M, ra: usize) -> c_int {
     release(
         m as usize,
         ra,
-        || mutex_kind(m),
+        move || mutex_kind(m),
         // Recursive and error-checking mutexes report EPERM to a non-owner: no release then.
-        |k, t| matches!(k, ObjectKind::Mutex) || owned_by(m, t),
+        move |k, t| matches!(k, ObjectKind::Mutex) || owned_by(m, t),
         // SAFETY: the real function with the caller's argument.
         || unsafe { real(m) },
     )
