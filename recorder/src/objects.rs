@@ -61,6 +61,13 @@ impl Slot {
         self.addr.load(Ordering::Relaxed) == addr && id != 0 && id < BUSY
     }
 
+    /// The id field as stored: the live object's id + 1, or a set-up or destroyed marker. Two
+    /// equal readings with a live object in between name the same object.
+    #[inline(always)]
+    pub fn stored_id(&self) -> u32 {
+        self.id.load(Ordering::Acquire)
+    }
+
     /// The id of the object this slot holds now, if one is live (not being set up, not
     /// destroyed). A slot belongs to one address for good (only a fork child clears the table,
     /// and the thread caches with it), so a slot found for an address needs no other check: a

@@ -10,7 +10,7 @@ use std::cell::{Cell, UnsafeCell};
 use std::sync::atomic::{compiler_fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use foresight_trace::event::{Event, EventKind, LockMode, ObjectId, SiteId, ThreadId};
-use foresight_trace::ChunkWriter;
+use foresight_trace::{ChunkWriter, PackedFields};
 
 use crate::objects::Slot;
 use crate::sequence::{self, Key};
@@ -169,12 +169,12 @@ pub struct ThreadState {
     pair_cache: [Cell<PairEntry>; CACHE],
 }
 
-/// What the lane needs of a cached (object, call site) pair.
+/// What the lane needs of a cached (object, call site) pair: the object's slot (its clock) and
+/// the two ids, encoded.
 #[derive(Clone, Copy)]
 pub struct LanePair {
     pub slot: &'static Slot,
-    pub id: ObjectId,
-    pub site: SiteId,
+    pub fields: PackedFields,
 }
 
 #[derive(Clone, Copy)]
@@ -183,6 +183,11 @@ struct PairEntry {
     ra: usize,
     slot: usize,
     site: SiteId,
+    /// The slot's stored id when the entry was made: the lane's hit needs it unchanged (a
+    /// destroyed or re-initialised object fails the comparison and takes the general path).
+    stored_id: u32,
+    /// The object and site ids, encoded for the lane; `None` when either is too large.
+    fields: Option<PackedFields>,
 }
 
 /// Matches no hook: no object lives at the (misaligned) last address, so a hit needs no
@@ -192,6 +197,8 @@ const EMPTY_PAIR: PairEntry = PairEntry {
     ra: usize::MAX,
     slot: 0,
     site: 0,
+    stored_id: 0,
+    fields: None,
 };
 
 #[inline(always)]
@@ -265,7 +272,8 @@ impl ThreadState {
         s.is_live_at(addr).then_some(s)
     }
 
-    /// `cached_pair` for the lane: also the object's id, as validated.
+    /// `cached_pair` for the lane: the slot and the packed ids, when the entry is for this
+    /// (object, call site), the object it was made for is still the slot's, and the ids fit.
     #[inline(always)]
     pub fn lane_pair(&self, addr: usize, ra: usize) -> Option<LanePair> {
         let e = self.pair_cache[pair_index(addr, ra)].get();
@@ -274,11 +282,12 @@ impl ThreadState {
         }
         // SAFETY: cached slots are `&'static Slot` pointers (slots live in a static table).
         let slot: &'static Slot = unsafe { &*(e.slot as *const Slot) };
-        let id = slot.live_id()?;
+        if slot.stored_id() != e.stored_id {
+            return None;
+        }
         Some(LanePair {
             slot,
-            id,
-            site: e.site,
+            fields: e.fields?,
         })
     }
 
@@ -297,11 +306,17 @@ impl ThreadState {
     #[inline]
     pub fn cache_pair(&self, addr: usize, ra: usize, s: &'static Slot, site: SiteId) {
         if sites::shallow() {
+            let stored_id = s.stored_id();
             self.pair_cache[pair_index(addr, ra)].set(PairEntry {
                 addr,
                 ra,
                 slot: s as *const Slot as usize,
                 site,
+                stored_id,
+                fields: s
+                    .live_id()
+                    .and_then(|id| PackedFields::new(id, site))
+                    .filter(|_| s.stored_id() == stored_id),
             });
         }
     }
@@ -524,7 +539,7 @@ impl ThreadState {
         }
         let (clock, w) = self.lane_state();
         let key = (*clock).max(p.slot.clock.load(Ordering::Acquire)) + 1;
-        let done = w.try_push_lock_immediate(p.id, mode, p.site, key);
+        let done = w.try_push_lock_immediate(p.fields, mode, key);
         if done {
             *clock = key;
         }
@@ -539,7 +554,7 @@ impl ThreadState {
             return false;
         }
         let (clock, w) = self.lane_state();
-        let done = w.try_push_lock_request(p.id, mode, p.site, *clock);
+        let done = w.try_push_lock_request(p.fields, mode, *clock);
         self.lane_close();
         done
     }
@@ -552,7 +567,7 @@ impl ThreadState {
         }
         let (clock, w) = self.lane_state();
         let key = (*clock).max(p.slot.clock.load(Ordering::Acquire)) + 1;
-        let done = w.try_push_lock_acquired(p.id, mode, key);
+        let done = w.try_push_lock_acquired(p.fields, mode, key);
         if done {
             *clock = key;
         }
@@ -570,7 +585,7 @@ impl ThreadState {
         }
         let (clock, w) = self.lane_state();
         let key = *clock + 1;
-        let done = w.try_push_lock_release(p.id, p.site, key);
+        let done = w.try_push_lock_release(p.fields, key);
         if done {
             if shared {
                 p.slot.clock.fetch_max(key, Ordering::AcqRel);

@@ -21,4 +21,4 @@ pub use error::{Problem, ProblemKind, TraceError};
 pub use event::{Event, EventKind, LockMode, ObjectId, SiteId, StringId, ThreadId};
 pub use reader::{Trace, TraceFile};
 pub use tables::{Header, TableRecord, Trailer};
-pub use writer::{ChunkWriter, TableWriter, TraceWriter};
+pub use writer::{ChunkWriter, PackedFields, TableWriter, TraceWriter};

@@ -37,6 +37,49 @@ pub struct ChunkWriter {
     state: DeltaState,
 }
 
+/// An object id and a site id encoded once, as the two varints that follow the tag and key
+/// delta of a lock event (FORMAT.md §6.4), for a producer that records the same pair again and
+/// again: the `ChunkWriter::try_push_*` functions then copy the bytes instead of encoding them.
+/// Both ids must fit two varint bytes (below 2^14).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PackedFields {
+    /// The object's varint, then the site's, little-endian from the low byte.
+    bytes: u32,
+    object_len: u8,
+    len: u8,
+}
+
+impl PackedFields {
+    /// `None` when either id needs more than two varint bytes.
+    pub fn new(object: ObjectId, site: SiteId) -> Option<Self> {
+        fn two(v: u32) -> Option<(u32, u8)> {
+            match v {
+                0..0x80 => Some((v, 1)),
+                0x80..0x4000 => Some(((v & 0x7f) | 0x80 | (v >> 7) << 8, 2)),
+                _ => None,
+            }
+        }
+        let (o, object_len) = two(object)?;
+        let (s, site_len) = two(site)?;
+        Some(Self {
+            bytes: o | s << (8 * object_len),
+            object_len,
+            len: object_len + site_len,
+        })
+    }
+
+    /// The object's bytes alone (a lock-acquired names no site).
+    #[inline(always)]
+    fn object_only(self) -> Self {
+        let mask = if self.object_len == 1 { 0xff } else { 0xffff };
+        Self {
+            bytes: self.bytes & mask,
+            object_len: self.object_len,
+            len: self.object_len,
+        }
+    }
+}
+
 impl ChunkWriter {
     /// A writer whose chunks hold about `chunk_bytes` bytes of events.
     pub fn new(thread: ThreadId, chunk_bytes: usize) -> Self {
@@ -237,67 +280,95 @@ impl ChunkWriter {
         self.count += events;
     }
 
-    /// [`push_lock_immediate`](Self::push_lock_immediate) when it is cheap: the chunk is
-    /// started and not full (`needs_service` is false), `key` is 1 to 127 above the last key
-    /// (the request may share the last key), and `lock` and `site` are below 128. Otherwise
-    /// returns false and changes nothing.
-    /// For a producer that keeps its hot path free of calls and falls back to the general
-    /// push.
+    /// An event of tag `t` whose fields are `f` (the lock-acquired takes only its object):
+    /// the lane's one store. `key` must be 1 to 127 above the last key, or equal to it when
+    /// `unkeyed_ok` (a request); the chunk must not need service. False, and nothing changed,
+    /// otherwise.
     #[inline(always)]
-    pub fn try_push_lock_immediate(
+    fn try_put_packed(
         &mut self,
-        lock: ObjectId,
-        mode: LockMode,
-        site: SiteId,
+        t: u8,
         key: u64,
+        f: PackedFields,
+        unkeyed_ok: bool,
+        events: u32,
     ) -> bool {
+        let len = self.buf.len();
+        if len >= self.room_until {
+            return false;
+        }
+        let delta = key.wrapping_sub(self.state.key);
+        let (word, n) = if delta == 0 && unkeyed_ok {
+            (t as u64 | (f.bytes as u64) << 8, 1 + f.len as usize)
+        } else if delta.wrapping_sub(1) < 0x7f {
+            let head = (t | crate::codec::KEY_FLAG) as u64 | delta << 8;
+            (head | (f.bytes as u64) << 16, 2 + f.len as usize)
+        } else {
+            return false;
+        };
+        // SAFETY: below `room_until` at least MAX_EVENT_LEN (> 8) bytes of spare capacity
+        // follow `len`; the bytes past `n` (at most 6) are spare capacity that later pushes
+        // overwrite.
+        unsafe {
+            self.buf
+                .as_mut_ptr()
+                .add(len)
+                .cast::<u64>()
+                .write_unaligned(word.to_le());
+            self.buf.set_len(len + n);
+        }
+        self.state.key = key;
+        self.count += events;
+        true
+    }
+
+    /// [`push_lock_immediate`](Self::push_lock_immediate) of the object and site packed in `f`,
+    /// when it is cheap: the chunk is started and not full (`needs_service` is false) and `key`
+    /// is 1 to 127 above the last key. Otherwise returns false and changes nothing. For a
+    /// producer that keeps its hot path free of calls and falls back to the general push.
+    #[inline(always)]
+    pub fn try_push_lock_immediate(&mut self, f: PackedFields, mode: LockMode, key: u64) -> bool {
         use crate::codec::tag;
         let t = if mode == LockMode::Exclusive {
             tag::LOCK_IMMEDIATE
         } else {
             tag::LOCK_IMMEDIATE_SHARED
         };
-        self.try_put_keyed(t, key, lock, Some(site), 2)
+        self.try_put_packed(t, key, f, false, 2)
     }
 
-    /// A lock-request of `lock` at `site`, on the terms of
+    /// A lock-request, on the terms of
     /// [`try_push_lock_immediate`](Self::try_push_lock_immediate), except that `key` may also
     /// equal the last key.
     #[inline(always)]
-    pub fn try_push_lock_request(
-        &mut self,
-        lock: ObjectId,
-        mode: LockMode,
-        site: SiteId,
-        key: u64,
-    ) -> bool {
+    pub fn try_push_lock_request(&mut self, f: PackedFields, mode: LockMode, key: u64) -> bool {
         use crate::codec::tag;
         let t = if mode == LockMode::Exclusive {
             tag::LOCK_REQUEST
         } else {
             tag::LOCK_REQUEST_SHARED
         };
-        self.try_put_small(t, key, lock, Some(site), 1)
+        self.try_put_packed(t, key, f, true, 1)
     }
 
-    /// A lock-acquired of `lock`, on the terms of
-    /// [`try_push_lock_immediate`](Self::try_push_lock_immediate).
+    /// A lock-acquired of the object in `f` (its site is not part of the event), on the terms
+    /// of [`try_push_lock_immediate`](Self::try_push_lock_immediate).
     #[inline(always)]
-    pub fn try_push_lock_acquired(&mut self, lock: ObjectId, mode: LockMode, key: u64) -> bool {
+    pub fn try_push_lock_acquired(&mut self, f: PackedFields, mode: LockMode, key: u64) -> bool {
         use crate::codec::tag;
         let t = if mode == LockMode::Exclusive {
             tag::LOCK_ACQUIRED
         } else {
             tag::LOCK_ACQUIRED_SHARED
         };
-        self.try_put_keyed(t, key, lock, None, 1)
+        self.try_put_packed(t, key, f.object_only(), false, 1)
     }
 
-    /// A lock-release of `lock` at `site`, on the terms of
+    /// A lock-release, on the terms of
     /// [`try_push_lock_immediate`](Self::try_push_lock_immediate).
     #[inline(always)]
-    pub fn try_push_lock_release(&mut self, lock: ObjectId, site: SiteId, key: u64) -> bool {
-        self.try_put_keyed(crate::codec::tag::LOCK_RELEASE, key, lock, Some(site), 1)
+    pub fn try_push_lock_release(&mut self, f: PackedFields, key: u64) -> bool {
+        self.try_put_packed(crate::codec::tag::LOCK_RELEASE, key, f, false, 1)
     }
 
     /// `put_small` for any field values, out of line.
@@ -697,22 +768,44 @@ mod tests {
     }
 
     #[test]
+    fn packed_fields_fit_two_varint_bytes_each() {
+        assert!(PackedFields::new(0, 0).is_some());
+        assert!(PackedFields::new(16383, 16383).is_some());
+        assert!(PackedFields::new(16384, 0).is_none());
+        assert!(PackedFields::new(0, 16384).is_none());
+        assert!(PackedFields::new(u32::MAX, 0).is_none());
+    }
+
+    #[test]
     fn try_pushes_write_what_push_writes_or_nothing() {
         use crate::event::{EventKind, LockMode};
-        let mode = LockMode::Exclusive;
         let mut general = ChunkWriter::new(1, 1 << 12);
         let mut lane = ChunkWriter::new(1, 1 << 12);
+        let f = PackedFields::new(1, 2).unwrap();
         // Not started: the lane refuses and changes nothing.
         assert!(lane.needs_service());
-        assert!(!lane.try_push_lock_release(1, 2, 1));
+        assert!(!lane.try_push_lock_release(f, 1));
         assert_eq!(lane.pending_events(), 0);
         general.set_start_ns(0);
         lane.set_start_ns(0);
         assert!(!lane.needs_service());
         let mut key = 0;
-        for (lock, site, step) in [(1, 2, 0), (127, 127, 1), (5, 9, 127), (3, 4, 2)] {
+        let pairs = [
+            (1, 2, 0),
+            (127, 127, 1),
+            (128, 5, 127),
+            (5, 300, 2),
+            (16383, 16383, 1),
+        ];
+        for (i, (lock, site, step)) in pairs.into_iter().enumerate() {
+            let mode = if i % 2 == 0 {
+                LockMode::Exclusive
+            } else {
+                LockMode::Shared
+            };
+            let f = PackedFields::new(lock, site).unwrap();
             key += step;
-            assert!(lane.try_push_lock_request(lock, mode, site, key));
+            assert!(lane.try_push_lock_request(f, mode, key));
             general
                 .push(&Event {
                     key,
@@ -720,7 +813,7 @@ mod tests {
                 })
                 .unwrap();
             key += 1;
-            assert!(lane.try_push_lock_acquired(lock, mode, key));
+            assert!(lane.try_push_lock_acquired(f, mode, key));
             general
                 .push(&Event {
                     key,
@@ -728,24 +821,26 @@ mod tests {
                 })
                 .unwrap();
             key += 1;
-            assert!(lane.try_push_lock_release(lock, site, key));
+            assert!(lane.try_push_lock_release(f, key));
             general
                 .push(&Event {
                     key,
                     kind: EventKind::LockRelease { lock, site },
                 })
                 .unwrap();
+            key += 3;
+            assert!(lane.try_push_lock_immediate(f, mode, key));
+            general.push_lock_immediate(lock, mode, site, key).unwrap();
         }
-        // Too large for one byte, or a key that went backwards: refused, nothing changed.
+        // A key delta too large, a key that went backwards, or one that stayed (only a
+        // request may share the last key): refused, nothing changed.
         let before = lane.pending_events();
-        assert!(!lane.try_push_lock_release(128, 0, key + 1));
-        assert!(!lane.try_push_lock_release(0, 128, key + 1));
-        assert!(!lane.try_push_lock_release(0, 0, key + 128));
-        assert!(!lane.try_push_lock_immediate(0, mode, 0, key - 1));
-        // At the last key: only a request may be written by the lane.
-        assert!(!lane.try_push_lock_release(0, 0, key));
-        assert!(!lane.try_push_lock_acquired(0, mode, key));
-        assert!(!lane.try_push_lock_immediate(0, mode, 0, key));
+        let mode = LockMode::Exclusive;
+        assert!(!lane.try_push_lock_release(f, key + 128));
+        assert!(!lane.try_push_lock_immediate(f, mode, key - 1));
+        assert!(!lane.try_push_lock_release(f, key));
+        assert!(!lane.try_push_lock_acquired(f, mode, key));
+        assert!(!lane.try_push_lock_immediate(f, mode, key));
         assert_eq!(lane.pending_events(), before);
         let a = general.flush_into(9, |b| b.to_vec()).unwrap();
         let b = lane.flush_into(9, |b| b.to_vec()).unwrap();
