@@ -177,7 +177,9 @@ pub struct LanePair {
     pub fields: PackedFields,
 }
 
+/// One line each: the index is a shift, and a lookup touches one cache line.
 #[derive(Clone, Copy)]
+#[repr(align(64))]
 struct PairEntry {
     addr: usize,
     ra: usize,
@@ -185,10 +187,14 @@ struct PairEntry {
     site: SiteId,
     /// The slot's stored id when the entry was made: the lane's hit needs it unchanged (a
     /// destroyed or re-initialised object fails the comparison and takes the general path).
+    /// `NO_LANE` when the ids do not fit `PackedFields`: no slot stores 0 once its first
+    /// object exists, so such an entry never passes the lane's check.
     stored_id: u32,
-    /// The object and site ids, encoded for the lane; `None` when either is too large.
-    fields: Option<PackedFields>,
+    /// The object and site ids, encoded for the lane (meaningless with `NO_LANE`).
+    fields: PackedFields,
 }
+
+const NO_LANE: u32 = 0;
 
 /// Matches no hook: no object lives at the (misaligned) last address, so a hit needs no
 /// separate test for an empty entry.
@@ -197,8 +203,8 @@ const EMPTY_PAIR: PairEntry = PairEntry {
     ra: usize::MAX,
     slot: 0,
     site: 0,
-    stored_id: 0,
-    fields: None,
+    stored_id: NO_LANE,
+    fields: PackedFields::EMPTY,
 };
 
 #[inline(always)]
@@ -287,7 +293,7 @@ impl ThreadState {
         }
         Some(LanePair {
             slot,
-            fields: e.fields?,
+            fields: e.fields,
         })
     }
 
@@ -307,16 +313,17 @@ impl ThreadState {
     pub fn cache_pair(&self, addr: usize, ra: usize, s: &'static Slot, site: SiteId) {
         if sites::shallow() {
             let stored_id = s.stored_id();
+            let fields = s
+                .live_id()
+                .and_then(|id| PackedFields::new(id, site))
+                .filter(|_| s.stored_id() == stored_id);
             self.pair_cache[pair_index(addr, ra)].set(PairEntry {
                 addr,
                 ra,
                 slot: s as *const Slot as usize,
                 site,
-                stored_id,
-                fields: s
-                    .live_id()
-                    .and_then(|id| PackedFields::new(id, site))
-                    .filter(|_| s.stored_id() == stored_id),
+                stored_id: if fields.is_some() { stored_id } else { NO_LANE },
+                fields: fields.unwrap_or(PackedFields::EMPTY),
             });
         }
     }

@@ -50,6 +50,13 @@ pub struct PackedFields {
 }
 
 impl PackedFields {
+    /// Object 0 at site 0: a placeholder for a slot that holds none.
+    pub const EMPTY: Self = Self {
+        bytes: 0,
+        object_len: 1,
+        len: 2,
+    };
+
     /// `None` when either id needs more than two varint bytes.
     pub fn new(object: ObjectId, site: SiteId) -> Option<Self> {
         fn two(v: u32) -> Option<(u32, u8)> {
