@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Lock overhead of the recorder against a plain run, helgrind and drd.
 #
-# Builds bench/lock_overhead.c (2 threads x N nested lock pairs) and the release runtime,
-# then times, for both lock layouts (shared: contended; private: one pair per thread):
-#   plain | recorder (Lamport clocks, the default) | recorder FORESIGHT_ORDERING=global
-#   | valgrind --tool=helgrind | valgrind --tool=drd
+# Builds bench/lock_overhead.c (2 threads x N nested lock pairs), bench/interposer.c and the
+# release runtime, then times, for both lock layouts (shared: contended; private: one pair per
+# thread):
+#   plain | interposer (forwards lock/unlock, records nothing: the floor under any LD_PRELOAD
+#   recorder) | interposer-trylock (the same, trylock first) | recorder (Lamport clocks, the
+#   default) | recorder FORESIGHT_ORDERING=global | valgrind --tool=helgrind | valgrind --tool=drd
 # Valgrind runs use N/VG_DIV iterations (it is 50-200x slower); their time is scaled by VG_DIV
 # before the ratio is computed. Each figure is the median of REPS runs (VG_REPS for valgrind);
 # the native runs take turns. Contended runs vary a lot between runs on a shared machine (the
@@ -26,6 +28,8 @@ trap 'rm -rf "$work"' EXIT
 (cd "$root" && cargo build --release -p foresight-recorder --lib --target-dir "$target" >&2)
 so="$target/release/libforesight_rt.so"
 cc -O2 -g -pthread -o "$work/lock_overhead" "$here/lock_overhead.c"
+cc -O2 -shared -fPIC -o "$work/interposer.so" "$here/interposer.c" -ldl
+cc -O2 -shared -fPIC -DTRYLOCK_FIRST -o "$work/interposer-trylock.so" "$here/interposer.c" -ldl
 
 # wall time (seconds) of one run of "$@"
 wall() {
@@ -45,24 +49,28 @@ printf "%-8s %-22s %10s %8s\n" layout config seconds ratio
 for layout in shared private; do
   exe=("$work/lock_overhead" "$N" "$layout")
   vg=("$work/lock_overhead" "$((N / VG_DIV))" "$layout")
-  # The three native configurations take turns, so that a drift of the machine's speed
-  # affects them alike; each figure is the median of its REPS runs.
-  : >"$work/plain"; : >"$work/rec"; : >"$work/glob"
+  # The native configurations take turns, so that a drift of the machine's speed affects them
+  # alike; each figure is the median of its REPS runs.
+  : >"$work/plain"; : >"$work/int"; : >"$work/inttry"; : >"$work/rec"; : >"$work/glob"
   for _ in $(seq "$REPS"); do
     wall "${exe[@]}" >>"$work/plain"
+    wall env LD_PRELOAD="$work/interposer.so" "${exe[@]}" >>"$work/int"
+    wall env LD_PRELOAD="$work/interposer-trylock.so" "${exe[@]}" >>"$work/inttry"
     wall env LD_PRELOAD="$so" FORESIGHT_OUTPUT="$work/t-$layout" "${exe[@]}" >>"$work/rec"
     rm -f "$work"/t-*
     wall env LD_PRELOAD="$so" FORESIGHT_ORDERING=global FORESIGHT_OUTPUT="$work/g-$layout" "${exe[@]}" >>"$work/glob"
     rm -f "$work"/g-*
   done
   plain=$(median <"$work/plain")
+  int=$(median <"$work/int")
+  inttry=$(median <"$work/inttry")
   rec=$(median <"$work/rec")
   glob=$(median <"$work/glob")
   hg=$(for _ in $(seq "$VG_REPS"); do wall valgrind --tool=helgrind -q "${vg[@]}"; done | median)
   drd=$(for _ in $(seq "$VG_REPS"); do wall valgrind --tool=drd -q "${vg[@]}"; done | median)
   hg=$(echo "$hg * $VG_DIV" | bc -l)
   drd=$(echo "$drd * $VG_DIV" | bc -l)
-  for row in "plain:$plain" "recorder:$rec" "recorder-global:$glob" "helgrind(scaled):$hg" "drd(scaled):$drd"; do
+  for row in "plain:$plain" "interposer:$int" "interposer-trylock:$inttry" "recorder:$rec" "recorder-global:$glob" "helgrind(scaled):$hg" "drd(scaled):$drd"; do
     name=${row%%:*}; t=${row#*:}
     printf "%-8s %-22s %10.3f %7.2fx\n" "$layout" "$name" "$t" "$(echo "$t / $plain" | bc -l)"
   done
