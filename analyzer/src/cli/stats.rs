@@ -11,6 +11,7 @@ use foresight_trace::Trace;
 
 use super::dump::thread_label;
 use super::output::{ignore_broken_pipe, load};
+use crate::report::counted;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -67,8 +68,12 @@ fn write_stats(out: &mut impl Write, trace: &Trace, top: usize) -> std::io::Resu
         }
         (None, _) => writeln!(
             out,
-            "ended      CUT SHORT: no trailer; {} complete chunks were read",
-            trace.chunk_count
+            "ended      CUT SHORT: no trailer; {} read",
+            counted(
+                trace.chunk_count,
+                "complete chunk was",
+                "complete chunks were"
+            )
         )?,
         (Some(_), false) => writeln!(
             out,
@@ -81,12 +86,16 @@ fn write_stats(out: &mut impl Write, trace: &Trace, top: usize) -> std::io::Resu
     let event_bytes: u64 = trace.threads.iter().map(|t| t.encoded_bytes).sum();
     writeln!(
         out,
-        "size       {} bytes in {} chunks ({} table chunks); events take {} bytes, {:.2} bytes/event",
+        "size       {} bytes in {} ({}); events take {} bytes, {:.2} bytes/event",
         trace.file_len,
-        trace.chunk_count,
-        trace.table_chunk_count,
+        counted(trace.chunk_count, "chunk", "chunks"),
+        counted(trace.table_chunk_count, "table chunk", "table chunks"),
         event_bytes,
-        if events > 0 { event_bytes as f64 / events as f64 } else { 0.0 }
+        if events > 0 {
+            event_bytes as f64 / events as f64
+        } else {
+            0.0
+        }
     )?;
     writeln!(out)?;
 

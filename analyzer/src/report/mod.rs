@@ -11,6 +11,12 @@ pub mod json;
 pub mod sarif;
 pub mod text;
 
+/// `n` and the noun, singular for one: "1 cycle", "2 cycles", "1 class", "3 classes".
+pub fn counted<N: std::fmt::Display + PartialEq + From<u8>>(n: N, one: &str, many: &str) -> String {
+    let noun = if n == N::from(1) { one } else { many };
+    format!("{n} {noun}")
+}
+
 pub const REPORT_SCHEMA: &str = "foresight-report";
 pub const REPORT_VERSION: u32 = 1;
 

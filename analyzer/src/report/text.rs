@@ -3,14 +3,18 @@
 
 use std::io::Write;
 
-use super::{EdgeReport, Finding, HeldLock, Report, SiteReport, Verdict};
+use super::{counted, EdgeReport, Finding, HeldLock, Report, SiteReport, Verdict};
 
 pub fn write(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
     for t in &report.traces {
         writeln!(
             out,
-            "trace {}: {} events, {} threads, {} locks, {} critical sections",
-            t.path, t.events, t.threads, t.locks, t.critical_sections
+            "trace {}: {}, {}, {}, {}",
+            t.path,
+            counted(t.events, "event", "events"),
+            counted(t.threads, "thread", "threads"),
+            counted(t.locks, "lock", "locks"),
+            counted(t.critical_sections, "critical section", "critical sections")
         )?;
         for w in &t.warnings {
             writeln!(out, "  warning: {w}")?;
@@ -19,8 +23,11 @@ pub fn write(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
     let s = &report.summary;
     writeln!(
         out,
-        "lock-order graph: {} classes, {} edges, {} cycles of up to {} locks",
-        s.lock_classes, s.lock_order_edges, s.class_cycles, s.max_cycle_length
+        "lock-order graph: {}, {}, {} of up to {} locks",
+        counted(s.lock_classes, "class", "classes"),
+        counted(s.lock_order_edges, "edge", "edges"),
+        counted(s.class_cycles, "cycle", "cycles"),
+        s.max_cycle_length
     )?;
     if s.cycle_search_truncated {
         writeln!(
