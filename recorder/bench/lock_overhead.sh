@@ -5,8 +5,10 @@
 # release runtime, then times, for both lock layouts (shared: contended; private: one pair per
 # thread):
 #   plain | interposer (forwards lock/unlock, records nothing: the floor under any LD_PRELOAD
-#   recorder) | interposer-trylock (the same, trylock first) | recorder (Lamport clocks, the
-#   default) | recorder FORESIGHT_ORDERING=global | valgrind --tool=helgrind | valgrind --tool=drd
+#   recorder) | interposer-trylock (the same, trylock first) | interposer-raw-record (16 raw
+#   bytes and a Lamport key per call into a buffer it discards: the least a recorder that
+#   orders events can do; see interposer.c) | recorder (Lamport clocks, the default) | recorder
+#   FORESIGHT_ORDERING=global | valgrind --tool=helgrind | valgrind --tool=drd
 # Valgrind runs use N/VG_DIV iterations (it is 50-200x slower); their time is scaled by VG_DIV
 # before the ratio is computed. Each figure is the median of REPS runs (VG_REPS for valgrind);
 # the native runs take turns. Contended runs vary a lot between runs on a shared machine (the
@@ -30,6 +32,7 @@ so="$target/release/libforesight_rt.so"
 cc -O2 -g -pthread -o "$work/lock_overhead" "$here/lock_overhead.c"
 cc -O2 -shared -fPIC -o "$work/interposer.so" "$here/interposer.c" -ldl
 cc -O2 -shared -fPIC -DTRYLOCK_FIRST -o "$work/interposer-trylock.so" "$here/interposer.c" -ldl
+cc -O2 -shared -fPIC -DRECORD_RAW -o "$work/interposer-raw.so" "$here/interposer.c" -ldl
 
 # wall time (seconds) of one run of "$@"
 wall() {
@@ -51,11 +54,13 @@ for layout in shared private; do
   vg=("$work/lock_overhead" "$((N / VG_DIV))" "$layout")
   # The native configurations take turns, so that a drift of the machine's speed affects them
   # alike; each figure is the median of its REPS runs.
-  : >"$work/plain"; : >"$work/int"; : >"$work/inttry"; : >"$work/rec"; : >"$work/glob"
+  : >"$work/plain"; : >"$work/int"; : >"$work/inttry"; : >"$work/intraw"; : >"$work/rec"
+  : >"$work/glob"
   for _ in $(seq "$REPS"); do
     wall "${exe[@]}" >>"$work/plain"
     wall env LD_PRELOAD="$work/interposer.so" "${exe[@]}" >>"$work/int"
     wall env LD_PRELOAD="$work/interposer-trylock.so" "${exe[@]}" >>"$work/inttry"
+    wall env LD_PRELOAD="$work/interposer-raw.so" "${exe[@]}" >>"$work/intraw"
     wall env LD_PRELOAD="$so" FORESIGHT_OUTPUT="$work/t-$layout" "${exe[@]}" >>"$work/rec"
     rm -f "$work"/t-*
     wall env LD_PRELOAD="$so" FORESIGHT_ORDERING=global FORESIGHT_OUTPUT="$work/g-$layout" "${exe[@]}" >>"$work/glob"
@@ -64,13 +69,14 @@ for layout in shared private; do
   plain=$(median <"$work/plain")
   int=$(median <"$work/int")
   inttry=$(median <"$work/inttry")
+  intraw=$(median <"$work/intraw")
   rec=$(median <"$work/rec")
   glob=$(median <"$work/glob")
   hg=$(for _ in $(seq "$VG_REPS"); do wall valgrind --tool=helgrind -q "${vg[@]}"; done | median)
   drd=$(for _ in $(seq "$VG_REPS"); do wall valgrind --tool=drd -q "${vg[@]}"; done | median)
   hg=$(echo "$hg * $VG_DIV" | bc -l)
   drd=$(echo "$drd * $VG_DIV" | bc -l)
-  for row in "plain:$plain" "interposer:$int" "interposer-trylock:$inttry" "recorder:$rec" "recorder-global:$glob" "helgrind(scaled):$hg" "drd(scaled):$drd"; do
+  for row in "plain:$plain" "interposer:$int" "interposer-trylock:$inttry" "interposer-raw-record:$intraw" "recorder:$rec" "recorder-global:$glob" "helgrind(scaled):$hg" "drd(scaled):$drd"; do
     name=${row%%:*}; t=${row#*:}
     printf "%-8s %-22s %10.3f %7.2fx\n" "$layout" "$name" "$t" "$(echo "$t / $plain" | bc -l)"
   done
