@@ -8,8 +8,8 @@
 //!   instead of the default Lamport clocks per object (`Ordering::Logical`, also selected by
 //!   `logical`). The counter is a cache line every core writes on every synchronising event:
 //!   on 2 cores a lock-heavy run took 1.8x to 3.1x as long as with the clocks
-//!   (`bench/lock_overhead.sh`). It is kept
-//!   for comparison, and for readers who want every synchronising event to have its own key.
+//!   (`bench/lock_overhead.sh`). It is kept for comparison, and for readers who want every
+//!   synchronising event to have its own key.
 
 use std::ffi::CStr;
 
