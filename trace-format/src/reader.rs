@@ -22,8 +22,8 @@ use crate::frame::{
     EVENTS_PREFIX_LEN, FILE_MAGIC, FILE_PREFIX_LEN, MAX_HEADER_LEN, VERSION_MAJOR,
 };
 use crate::tables::{
-    Frame, FrameSymbol, Header, ModuleInfo, ObjectInfo, SiteInfo, SourceLocation, StringEntry,
-    ThreadInfo, Trailer,
+    AccessCounts, Frame, FrameSymbol, Header, ModuleInfo, ObjectInfo, SiteInfo, SourceLocation,
+    StringEntry, ThreadInfo, Trailer,
 };
 use crate::varint;
 
@@ -63,6 +63,9 @@ pub struct Tables {
     pub sites: HashMap<SiteId, SiteInfo>,
     pub modules: BTreeMap<u32, ModuleInfo>,
     pub symbols: HashMap<Frame, FrameSymbol>,
+    /// Memory accesses per thread, executed and recorded (the sum of its `AccessCounts`
+    /// records; FORMAT.md §7.8).
+    pub access_counts: BTreeMap<ThreadId, AccessCounts>,
 }
 
 impl Tables {
@@ -1054,6 +1057,19 @@ fn read_table_records(payload: &[u8], base: u64, tables: &mut Tables, problems: 
             6 => decode_record::<FrameSymbol>(body).map(|r| {
                 // A later symbolisation pass may refine an earlier one: the last one wins.
                 tables.symbols.insert(r.frame, r);
+            }),
+            7 => decode_record::<AccessCounts>(body).map(|r| {
+                // Each record counts one stretch of the thread's recording: they add up.
+                let c = tables
+                    .access_counts
+                    .entry(r.thread)
+                    .or_insert(AccessCounts {
+                        thread: r.thread,
+                        executed: 0,
+                        recorded: 0,
+                    });
+                c.executed = c.executed.saturating_add(r.executed);
+                c.recorded = c.recorded.saturating_add(r.recorded);
             }),
             // Unknown tags come from a newer minor version: skip them.
             _ => Ok(()),

@@ -165,6 +165,17 @@ pub struct StringEntry {
     pub text: String,
 }
 
+/// Memory accesses of one thread that reached the recorder (`executed`) and that it wrote
+/// (`recorded`): the rest were repeats it dropped (FORMAT.md §7.8). Records of one thread add
+/// up: a recorder writes one whenever it closes a stretch of the thread's recording (thread
+/// exit, process exit, exec).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccessCounts {
+    pub thread: ThreadId,
+    pub executed: u64,
+    pub recorded: u64,
+}
+
 /// A record of a table chunk. Records are framed by a tag and a length in the chunk, so that a
 /// reader skips the tags it does not know (a later minor version may add some).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -175,6 +186,7 @@ pub enum TableRecord {
     Site(SiteInfo),
     Module(ModuleInfo),
     Symbol(FrameSymbol),
+    AccessCounts(AccessCounts),
 }
 
 impl TableRecord {
@@ -186,6 +198,7 @@ impl TableRecord {
             Self::Site(_) => 4,
             Self::Module(_) => 5,
             Self::Symbol(_) => 6,
+            Self::AccessCounts(_) => 7,
         }
     }
 }

@@ -378,6 +378,43 @@ impl ChunkWriter {
         self.try_put_packed(crate::codec::tag::LOCK_RELEASE, key, f, false, 1)
     }
 
+    /// A plain read or write (`write`) of `size` bytes at `addr` from `site`, at the last key
+    /// (plain accesses take no key of their own), when it is cheap: the chunk is started and
+    /// not full, `key` equals the last key and `size` is 1, 2, 4, 8 or 16. The same bytes as
+    /// [`push`](Self::push), written straight into the reserved room. Otherwise returns false
+    /// and changes nothing.
+    #[inline(always)]
+    pub fn try_push_access(
+        &mut self,
+        write: bool,
+        size: u32,
+        addr: u64,
+        site: SiteId,
+        key: u64,
+    ) -> bool {
+        use crate::codec::tag;
+        let len = self.buf.len();
+        if len >= self.room_until || key != self.state.key || !size.is_power_of_two() || size > 16 {
+            return false;
+        }
+        let t = if write { tag::WRITE_1 } else { tag::READ_1 } + size.trailing_zeros() as u8;
+        let da = crate::varint::zigzag(addr.wrapping_sub(self.state.addr) as i64);
+        let ds = crate::varint::zigzag(site as i64 - self.state.mem_site as i64);
+        // SAFETY: below `room_until` at least MAX_EVENT_LEN bytes of spare capacity follow
+        // `len`; this writes at most 1 + 10 + 10 of them.
+        unsafe {
+            let p = self.buf.as_mut_ptr().add(len);
+            *p = t;
+            let mut n = 1 + put_varint_raw(p.add(1), da);
+            n += put_varint_raw(p.add(n), ds);
+            self.buf.set_len(len + n);
+        }
+        self.state.addr = addr;
+        self.state.mem_site = site;
+        self.count += 1;
+        true
+    }
+
     /// `put_small` for any field values, out of line.
     #[cold]
     #[inline(never)]
@@ -511,6 +548,7 @@ impl TableWriter {
             TableRecord::Site(r) => serialize(r, scratch),
             TableRecord::Module(r) => serialize(r, scratch),
             TableRecord::Symbol(r) => serialize(r, scratch),
+            TableRecord::AccessCounts(r) => serialize(r, scratch),
         };
         self.buf.push(record.tag());
         crate::varint::put(&mut self.buf, scratch.len() as u64);
