@@ -8,11 +8,14 @@
 //! - `thread_state.rs`: per-thread buffers and clocks, the live-thread registry, `pthread_t` map.
 //! - `sequence.rs`: event keys (Lamport clocks by default, or one global counter).
 //! - `objects.rs`: address → object id with generations; per-object clocks.
+//! - `stripes.rs`: per-address clocks (and locks) for atomics, allocations, annotations.
+//! - `accesses.rs`: an instrumented thread's dedup cache, access-site cache, shadow stack.
 //! - `sites.rs`, `modules.rs`: call sites as module + offset; loaded modules and build-ids.
 //! - `output.rs`: the trace file (pwrite at reserved offsets), table records, trailer.
 //! - `alloc.rs`: the mmap-backed global allocator (never the program's malloc).
 //! - `config.rs`, `spin.rs`, `real.rs`: the env contract, a spinlock, real-symbol lookup.
 
+pub mod accesses;
 pub mod alloc;
 pub mod config;
 pub mod hooks;
@@ -24,6 +27,7 @@ pub mod runtime;
 pub mod sequence;
 pub mod sites;
 pub mod spin;
+pub mod stripes;
 pub mod thread_state;
 
 /// Every Rust allocation of the runtime comes from its own mmap regions (`alloc.rs`).

@@ -112,6 +112,7 @@ pub extern "C" fn init() {
     let cfg = Config::from_env();
     sequence::set_global(cfg.global_sequence);
     sites::set_depth(cfg.stack_depth);
+    crate::hooks::tsan::configure(cfg.stack_depth);
     if cfg.no_follow {
         strip_own_preload();
     }
@@ -186,6 +187,7 @@ pub fn before_exec(ra: usize) {
     }
     thread_state::quiesce();
     thread_state::for_each_live(None, |t| {
+        t.write_access_counts();
         t.flush(None);
     });
     output::flush_tables(None);

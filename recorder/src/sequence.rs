@@ -54,6 +54,10 @@ pub enum Key<'a> {
     ReleaseExclusive(&'a AtomicU64),
     /// Acquire from a known key (join: the child's exit key; thread start: the create key).
     After(u64),
+    /// Acquire and release through one clock at once: an atomic operation, under its stripe's
+    /// lock (`stripes.rs`), reads what the previous operation on the address left and leaves
+    /// its own key for the next.
+    Exchange(&'a AtomicU64),
 }
 
 /// The key of the next event of a thread whose clock is `*clock`; updates the clocks.
@@ -94,6 +98,13 @@ pub fn next(clock: &mut u64, key: Key<'_>) -> u64 {
             k
         }
         Key::After(v) => (*clock).max(v) + 1,
+        Key::Exchange(o) => {
+            let k = (*clock).max(o.load(Ordering::Acquire)) + 1;
+            // fetch_max: the happens-before annotations release through the same clocks
+            // without the stripe's lock.
+            o.fetch_max(k, Ordering::AcqRel);
+            k
+        }
     };
     *clock = k;
     k
@@ -113,5 +124,9 @@ mod tests {
         assert_eq!(next(&mut b, Key::Acquire(&obj)), 3);
         assert_eq!(next(&mut b, Key::After(10)), 11);
         assert_eq!(next(&mut b, Key::Tick), 12);
+        assert_eq!(next(&mut a, Key::Exchange(&obj)), 3);
+        assert_eq!(obj.load(Ordering::Relaxed), 3);
+        assert_eq!(next(&mut b, Key::Exchange(&obj)), 13);
+        assert_eq!(obj.load(Ordering::Relaxed), 13);
     }
 }

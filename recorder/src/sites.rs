@@ -62,6 +62,12 @@ fn mix(x: u64) -> u64 {
     (x ^ (x >> 33)).wrapping_mul(0xc4ce_b9fe_1a85_ec53) ^ (x >> 29)
 }
 
+/// Frames per site (`FORESIGHT_STACK_DEPTH`).
+#[inline]
+pub fn depth() -> usize {
+    DEPTH.load(Ordering::Relaxed)
+}
+
 /// Whether sites are single return addresses (cacheable by address).
 #[inline]
 pub fn shallow() -> bool {
@@ -95,11 +101,20 @@ fn deep_site(ra: usize) -> SiteId {
             len += 1;
         }
     }
+    frames_site(&out[..len])
+}
+
+/// The site of a stack given frame by frame (the return address first, then its callers):
+/// the instrumented program's shadow stack (`accesses.rs`).
+pub fn frames_site(frames: &[usize]) -> SiteId {
+    if let [ra] = frames {
+        return intern(*ra as u64 | 1 << 63, frames);
+    }
     let mut h = 0u64;
-    for &f in &out[..len] {
+    for &f in frames {
         h = mix(h ^ f as u64);
     }
-    intern(h & !(1 << 63) | 1, &out[..len])
+    intern(h & !(1 << 63) | 1, frames)
 }
 
 /// `key` is non-zero and identifies the frames (the address itself at depth 1, else a hash).

@@ -9,12 +9,17 @@
 use std::cell::{Cell, UnsafeCell};
 use std::sync::atomic::{compiler_fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
-use foresight_trace::event::{Event, EventKind, LockMode, ObjectId, SiteId, ThreadId};
+use foresight_trace::event::{
+    AtomicOp, Event, EventKind, LockMode, MemoryOrder, ObjectId, SiteId, ThreadId,
+};
+use foresight_trace::tables::{AccessCounts, TableRecord};
 use foresight_trace::{ChunkWriter, PackedFields};
 
+use crate::accesses::{self, AccessState};
 use crate::objects::Slot;
 use crate::sequence::{self, Key};
 use crate::spin::SpinLock;
+use crate::stripes::{self, Stripe};
 use crate::{output, sites};
 
 /// About 64 KiB of events per chunk.
@@ -167,6 +172,31 @@ pub struct ThreadState {
     /// usual hook (the same lock from the same call site as recently). Only with one-frame
     /// sites (deeper sites depend on more than the return address).
     pair_cache: [Cell<PairEntry>; CACHE],
+    /// Memory-access state (`accesses.rs`), allocated on the thread's first access; owned by
+    /// this state and freed with it.
+    accesses: Cell<*mut AccessState>,
+    /// `__tsan_ignore_thread_begin`, `__tsan_mutex_pre_*`, …: while non-zero, plain accesses
+    /// (`ignore_accesses`) or atomics and annotated locks (`ignore_sync`) are not recorded.
+    pub ignore_accesses: Cell<u32>,
+    pub ignore_sync: Cell<u32>,
+    /// The stripe whose lock this thread holds around an atomic operation, or null: a fork
+    /// child releases the locks its parent's other threads held (`child_after_fork`).
+    held_stripe: Cell<*const Stripe>,
+    /// Memory accesses that reached the recorder, and those it wrote, since the last
+    /// `AccessCounts` record: written by the owner, taken by `finish` on another thread.
+    executed: AtomicU64,
+    recorded: AtomicU64,
+}
+
+impl Drop for ThreadState {
+    fn drop(&mut self) {
+        let a = self.accesses.get();
+        if !a.is_null() {
+            // SAFETY: allocated by Box::into_raw in `access_state` and owned by this state
+            // alone; nothing can reach it once the state is dropped.
+            drop(unsafe { Box::from_raw(a) });
+        }
+    }
 }
 
 /// What the lane needs of a cached (object, call site) pair: the object's slot (its clock) and
@@ -248,6 +278,12 @@ impl ThreadState {
             site_cache: [const { Cell::new((0, 0)) }; CACHE],
             obj_cache: [const { Cell::new((0, 0)) }; CACHE],
             pair_cache: [const { Cell::new(EMPTY_PAIR) }; CACHE],
+            accesses: Cell::new(std::ptr::null_mut()),
+            ignore_accesses: Cell::new(0),
+            ignore_sync: Cell::new(0),
+            held_stripe: Cell::new(std::ptr::null()),
+            executed: AtomicU64::new(0),
+            recorded: AtomicU64::new(0),
         })
     }
 
@@ -678,6 +714,7 @@ impl ThreadState {
         // SAFETY: clock and writer are guarded by buf_lock with the owner off its fast path.
         let k = sequence::next(unsafe { &mut *self.clock.get() }, Key::Tick);
         self.push_locked(EventKind::ThreadExit, k);
+        self.write_access_counts();
         // SAFETY: as above.
         flush_writer(unsafe { &mut *self.writer.get() });
         self.closed.store(true, Ordering::Release);
@@ -711,6 +748,12 @@ impl ThreadState {
         for c in &self.pair_cache {
             c.set(EMPTY_PAIR);
         }
+        if let Some(a) = self.access_state_mut() {
+            a.reset_for_child();
+        }
+        self.held_stripe.set(std::ptr::null());
+        self.executed.store(0, Ordering::Relaxed);
+        self.recorded.store(0, Ordering::Relaxed);
     }
 
     /// Binds this state to the calling thread.
@@ -718,6 +761,235 @@ impl ThreadState {
         self.os_tid.set(gettid());
         // SAFETY: __errno_location returns this thread's errno; valid for its lifetime.
         self.errno.set(unsafe { libc::__errno_location() });
+    }
+}
+
+// --- memory accesses (the ThreadSanitizer-ABI hooks, `hooks/tsan.rs`) ------------------------
+
+/// What `ThreadState::atomic_begin` hands the program's stub, and it hands back to
+/// `atomic_end`: the stripe whose lock is held.
+pub type AtomicToken = &'static Stripe;
+
+#[inline(always)]
+fn bump(c: &AtomicU64) {
+    // Only the owner writes: a load and a store, no read-modify-write.
+    c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+}
+
+impl ThreadState {
+    /// The access state, if allocated. Owner only, inside a session (`busy` set), which is
+    /// what keeps this the only reference: a signal handler's hooks find `busy` and leave.
+    #[allow(clippy::mut_from_ref)]
+    #[inline(always)]
+    fn access_state_mut(&self) -> Option<&mut AccessState> {
+        // SAFETY: the pointer is null or a live allocation owned by this state, only
+        // dereferenced by the owner thread inside a session (see above), or by the fork child
+        // handler on the only thread left.
+        unsafe { self.accesses.get().as_mut() }
+    }
+
+    /// The access state, allocated on first use.
+    #[cold]
+    #[inline(never)]
+    fn new_access_state(&self) {
+        if self.accesses.get().is_null() {
+            keep_errno(|| self.accesses.set(Box::into_raw(AccessState::new())));
+            accesses::set_instrumented();
+        }
+    }
+
+    /// A plain read or write (`info`: `size << 1 | write`) at `addr` by the instruction
+    /// before `pc`: recorded unless it repeats one of this epoch (`accesses.rs`).
+    #[inline(always)]
+    pub fn record_access(&self, addr: usize, info: usize, pc: usize) {
+        if self.busy.get() || self.ignore_accesses.get() != 0 {
+            return;
+        }
+        if self.accesses.get().is_null() {
+            self.new_access_state();
+        }
+        self.busy.set(true);
+        bump(&self.executed);
+        let deep = !sites::shallow();
+        let Some(a) = self.access_state_mut() else {
+            self.busy.set(false);
+            return;
+        };
+        // With deeper stacks the site depends on the shadow stack too: it is found first, and
+        // is what tells repeats apart.
+        let deep_site = if deep {
+            Some(keep_errno(|| a.deep_site(pc, sites::depth())))
+        } else {
+            None
+        };
+        let who = deep_site.map_or(pc, |s| s as usize);
+        let Some(slow) = self.enter_buf() else {
+            self.busy.set(false);
+            return;
+        };
+        // SAFETY: the clock is the owner's inside enter_buf (see take_key).
+        let epoch = unsafe { *self.clock.get() };
+        if a.repeat(addr, who, info, epoch) {
+            self.leave_buf(slow);
+            self.busy.set(false);
+            return;
+        }
+        let site = match deep_site.or_else(|| a.cached_site(pc)) {
+            Some(site) => site,
+            None => {
+                // A new instruction: its site is found outside the buffer session (it may
+                // write a table record).
+                self.leave_buf(slow);
+                let site = keep_errno(|| sites::site(pc));
+                a.cache_site(pc, site);
+                let Some(slow) = self.enter_buf() else {
+                    self.busy.set(false);
+                    return;
+                };
+                self.push_access(addr, info, site, epoch);
+                self.leave_buf(slow);
+                self.busy.set(false);
+                return;
+            }
+        };
+        self.push_access(addr, info, site, epoch);
+        self.leave_buf(slow);
+        self.busy.set(false);
+    }
+
+    /// Inside enter_buf: one read or write event at the thread's current key.
+    #[inline(always)]
+    fn push_access(&self, addr: usize, info: usize, site: SiteId, key: u64) {
+        bump(&self.recorded);
+        let write = info & 1 != 0;
+        let size = u32::try_from(info >> 1).unwrap_or(u32::MAX);
+        // SAFETY: the writer is the owner's inside enter_buf (see writer_at).
+        let w = unsafe { &mut *self.writer.get() };
+        if w.try_push_access(write, size, addr as u64, site, key) {
+            return;
+        }
+        self.push_access_general(write, size, addr, site, key);
+    }
+
+    #[inline(never)]
+    fn push_access_general(&self, write: bool, size: u32, addr: usize, site: SiteId, key: u64) {
+        let addr = addr as u64;
+        let kind = if write {
+            EventKind::Write { addr, size, site }
+        } else {
+            EventKind::Read { addr, size, site }
+        };
+        self.push_locked(kind, key);
+    }
+
+    /// The site of an instrumented instruction at `pc` (an atomic, a fence, an annotation):
+    /// through the access state's cache, or the shadow stack with deeper stacks. Inside a
+    /// session, outside the buffer.
+    pub fn instrumented_site(&self, pc: usize) -> SiteId {
+        if self.accesses.get().is_null() {
+            self.new_access_state();
+        }
+        let Some(a) = self.access_state_mut() else {
+            return keep_errno(|| sites::site(pc));
+        };
+        if !sites::shallow() {
+            return keep_errno(|| a.deep_site(pc, sites::depth()));
+        }
+        if let Some(s) = a.cached_site(pc) {
+            return s;
+        }
+        let s = keep_errno(|| sites::site(pc));
+        a.cache_site(pc, s);
+        s
+    }
+
+    /// `__tsan_func_entry`: a call from `pc` (the shadow stack, kept with deeper stacks).
+    #[inline]
+    pub fn func_entry(&self, pc: usize) {
+        if self.busy.get() {
+            return;
+        }
+        if self.accesses.get().is_null() {
+            self.new_access_state();
+        }
+        self.busy.set(true);
+        if let Some(a) = self.access_state_mut() {
+            a.enter(pc);
+        }
+        self.busy.set(false);
+    }
+
+    /// `__tsan_func_exit`.
+    #[inline]
+    pub fn func_exit(&self) {
+        if self.busy.get() {
+            return;
+        }
+        self.busy.set(true);
+        if let Some(a) = self.access_state_mut() {
+            a.exit();
+        }
+        self.busy.set(false);
+    }
+
+    /// Before an atomic operation on `addr`: `Some` when it is to be recorded, with the
+    /// address's stripe locked and the session open (`busy`) until `atomic_end`.
+    #[inline]
+    pub fn atomic_begin(&self, addr: usize) -> Option<AtomicToken> {
+        if self.busy.get() || self.ignore_sync.get() != 0 || self.closed.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.busy.set(true);
+        let s = stripes::of(addr);
+        s.lock();
+        self.held_stripe.set(s);
+        Some(s)
+    }
+
+    /// After the atomic operation `atomic_begin` allowed: its event, keyed through the
+    /// stripe's clock while the lock still orders it, then the lock and the session end.
+    pub fn atomic_end(
+        &self,
+        s: AtomicToken,
+        addr: usize,
+        op: AtomicOp,
+        size: u32,
+        order: MemoryOrder,
+        pc: usize,
+    ) {
+        let ep = self.errno.get();
+        // SAFETY: `ep` is this thread's errno location (cached at thread start).
+        let saved = unsafe { *ep };
+        let site = self.instrumented_site(pc);
+        self.emit(
+            EventKind::Atomic {
+                op,
+                addr: addr as u64,
+                size,
+                order,
+                site,
+            },
+            Key::Exchange(&s.clock),
+        );
+        s.unlock();
+        self.held_stripe.set(std::ptr::null());
+        // SAFETY: as above.
+        unsafe { *ep = saved };
+        self.busy.set(false);
+    }
+
+    /// Writes the thread's access counts since the last record, if it had accesses. The
+    /// owner, or `finish` once the owner is off its buffer.
+    pub fn write_access_counts(&self) {
+        let executed = self.executed.swap(0, Ordering::Relaxed);
+        let recorded = self.recorded.swap(0, Ordering::Relaxed);
+        if executed > 0 || recorded > 0 {
+            output::table_record(&TableRecord::AccessCounts(AccessCounts {
+                thread: self.tid,
+                executed,
+                recorded,
+            }));
+        }
     }
 }
 
@@ -839,6 +1111,17 @@ pub unsafe fn child_after_fork(me: *mut ThreadState) {
     unsafe { REGISTRY.force_unlock() };
     NEXT_THREAD.store(0, Ordering::Relaxed);
     let mut r = REGISTRY.lock();
+    // A thread of the parent may have been inside an atomic operation: its stripe stays
+    // locked in the child, where nobody would release it.
+    for &p in &r.live {
+        // SAFETY: registered states stay allocated (they are leaked below, not freed), and
+        // the child has no other thread that could touch them.
+        let held = unsafe { (*p).held_stripe.get() };
+        if !held.is_null() {
+            // SAFETY: a stripe pointer comes from the static stripe table.
+            unsafe { (*held).unlock() };
+        }
+    }
     // Leak the old Vec's other entries; keep only ourselves.
     let old = std::mem::take(&mut r.live);
     std::mem::forget(old);

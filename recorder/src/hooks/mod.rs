@@ -29,6 +29,7 @@ pub mod rwlock;
 pub mod sem;
 pub mod spin;
 pub mod thread;
+pub mod tsan;
 
 use foresight_trace::event::{EventKind, SiteId};
 use foresight_trace::tables::ObjectKind;

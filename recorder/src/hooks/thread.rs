@@ -113,6 +113,7 @@ pub fn thread_exit(t: &'static ThreadState) {
     thread_state::mark_dead();
     let key = t.emit(EventKind::ThreadExit, Key::Tick);
     thread_state::pt_exited(self_pt(), key);
+    t.write_access_counts();
     t.flush(None);
     t.close();
     set_exit_key(std::ptr::null_mut());

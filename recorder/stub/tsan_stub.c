@@ -1,0 +1,589 @@
+/* foresight's ThreadSanitizer-ABI stub: the functions a program compiled with
+ * -fsanitize=thread calls (__tsan_read4, __tsan_atomic32_fetch_add, ...), linked into the
+ * program itself instead of ThreadSanitizer's runtime.
+ *
+ * Every function here does the program's work where there is any (each atomic operation is
+ * performed with the memory order the program asked for) and, only when the foresight runtime
+ * (libforesight_rt.so, LD_PRELOADed by `foresight record`) is loaded, reports the access to it
+ * through the table it exports. Without the runtime the table's weak reference is null: an
+ * access costs a load and a branch, and the program depends on no foresight library at all.
+ *
+ * The whole file is ONE object: `foresight config` compiles it into a one-member archive, so
+ * that whichever of its symbols the linker looks for first (gcc's libtsan_preinit.o asks for
+ * __tsan_init; `-u __tsan_init` asks for it too) brings all of them in. Definitions are hidden:
+ * each executable or shared library gets its own copy and calls it directly, and none of them
+ * exports ThreadSanitizer's names. Compiled without instrumentation, with -fPIC (it goes into
+ * PIE executables and shared libraries alike).
+ *
+ * The table's layout is foresight's ABI between this file and recorder/src/hooks/tsan.rs: its
+ * symbol name carries the version (_v1), so a program built against another layout never
+ * binds to it and simply runs unrecorded. Keep the two in step.
+ */
+#include <stddef.h>
+#include <stdint.h>
+
+#define FS_API __attribute__((visibility("hidden"), noinline))
+#define FS_WEAK_API __attribute__((visibility("hidden"), noinline, weak))
+#define FS_PC __builtin_return_address(0)
+
+/* flags */
+#define FS_WANTS_FUNC_ENTRY 1UL
+
+/* annotate(): what */
+enum {
+    FS_MUTEX_CREATE = 1,
+    FS_MUTEX_DESTROY,
+    FS_MUTEX_PRE_LOCK,
+    FS_MUTEX_POST_LOCK,
+    FS_MUTEX_PRE_UNLOCK,
+    FS_MUTEX_POST_UNLOCK,
+    FS_MUTEX_PRE_SIGNAL,
+    FS_MUTEX_POST_SIGNAL,
+    FS_MUTEX_PRE_DIVERT,
+    FS_MUTEX_POST_DIVERT,
+    FS_HAPPENS_AFTER,
+    FS_HAPPENS_BEFORE,
+    FS_IGNORE_ACCESSES_BEGIN,
+    FS_IGNORE_ACCESSES_END,
+    FS_IGNORE_SYNC_BEGIN,
+    FS_IGNORE_SYNC_END,
+};
+
+/* atomic_end(): info = size << 8 | op << 4 | order */
+enum { FS_LOAD = 0, FS_STORE = 1, FS_RMW = 2, FS_CAS = 3, FS_CAS_FAILED = 4 };
+
+struct foresight_tsan_runtime {
+    /* FS_WANTS_FUNC_ENTRY: the runtime keeps a shadow call stack (--stack-depth > 1). */
+    volatile uintptr_t flags;
+    /* An instrumented module started (its __tsan_init ran). */
+    void (*init)(void);
+    /* A plain access: info = size << 1 | is_write. */
+    void (*access)(void *addr, uintptr_t info, void *pc);
+    void (*func_entry)(void *pc);
+    void (*func_exit)(void);
+    /* Brackets one atomic operation: a non-null token means "record it", and the runtime
+     * orders the operation against every other recorded one on the same address until
+     * atomic_end. Nothing may run between the two but the operation itself. */
+    void *(*atomic_begin)(void *addr);
+    void (*atomic_end)(void *token, void *addr, uintptr_t info, void *pc);
+    void (*fence)(int order, void *pc);
+    uintptr_t (*annotate)(int what, void *addr, uintptr_t arg, void *pc);
+};
+
+extern struct foresight_tsan_runtime __foresight_tsan_runtime_v1 __attribute__((weak));
+#define RT (&__foresight_tsan_runtime_v1)
+
+/* --- start-up ---------------------------------------------------------------------------- */
+
+static int fs_initialised;
+
+FS_API void __tsan_init(void) {
+    struct foresight_tsan_runtime *t = RT;
+    if (t && !__atomic_exchange_n(&fs_initialised, 1, __ATOMIC_RELAXED))
+        t->init();
+}
+
+/* --- plain accesses -------------------------------------------------------------------------- */
+
+static inline void fs_access(void *a, uintptr_t size, uintptr_t write, void *pc) {
+    struct foresight_tsan_runtime *t = RT;
+    if (t)
+        t->access(a, size << 1 | write, pc);
+}
+
+#define FS_ACCESS(name, size, write)                                                            \
+    FS_API void name(void *a) { fs_access(a, size, write, FS_PC); }                             \
+    FS_API void name##_pc(void *a, void *pc) { fs_access(a, size, write, pc); }
+
+#define FS_SIZES(prefix, write)                                                                 \
+    FS_ACCESS(prefix##1, 1, write)                                                              \
+    FS_ACCESS(prefix##2, 2, write)                                                              \
+    FS_ACCESS(prefix##4, 4, write)                                                              \
+    FS_ACCESS(prefix##8, 8, write)                                                              \
+    FS_ACCESS(prefix##16, 16, write)
+
+#define FS_UNALIGNED_SIZES(prefix, write)                                                       \
+    FS_ACCESS(prefix##2, 2, write)                                                              \
+    FS_ACCESS(prefix##4, 4, write)                                                              \
+    FS_ACCESS(prefix##8, 8, write)                                                              \
+    FS_ACCESS(prefix##16, 16, write)
+
+FS_SIZES(__tsan_read, 0)
+FS_SIZES(__tsan_write, 1)
+FS_SIZES(__tsan_volatile_read, 0)
+FS_SIZES(__tsan_volatile_write, 1)
+/* A compound access (x += 1) reads then writes: the write is what conflicts. */
+FS_SIZES(__tsan_read_write, 1)
+FS_UNALIGNED_SIZES(__tsan_unaligned_read, 0)
+FS_UNALIGNED_SIZES(__tsan_unaligned_write, 1)
+FS_UNALIGNED_SIZES(__tsan_unaligned_volatile_read, 0)
+FS_UNALIGNED_SIZES(__tsan_unaligned_volatile_write, 1)
+FS_UNALIGNED_SIZES(__tsan_unaligned_read_write, 1)
+
+FS_API void __tsan_read_range(void *a, uintptr_t size) {
+    if (size)
+        fs_access(a, size, 0, FS_PC);
+}
+FS_API void __tsan_write_range(void *a, uintptr_t size) {
+    if (size)
+        fs_access(a, size, 1, FS_PC);
+}
+FS_API void __tsan_read_range_pc(void *a, uintptr_t size, void *pc) {
+    if (size)
+        fs_access(a, size, 0, pc);
+}
+FS_API void __tsan_write_range_pc(void *a, uintptr_t size, void *pc) {
+    if (size)
+        fs_access(a, size, 1, pc);
+}
+
+/* A C++ object's vtable pointer: written by constructors and destructors. As ThreadSanitizer
+ * does, a store of the value already there is no write (destructors of a class hierarchy
+ * rewrite it on the way down). */
+FS_API void __tsan_vptr_update(void **vptr_p, void *new_val) {
+    if (RT && *vptr_p != new_val)
+        fs_access(vptr_p, sizeof(void *), 1, FS_PC);
+}
+FS_API void __tsan_vptr_read(void **vptr_p) { fs_access(vptr_p, sizeof(void *), 0, FS_PC); }
+
+/* --- call stack ------------------------------------------------------------------------------ */
+
+FS_API void __tsan_func_entry(void *pc) {
+    struct foresight_tsan_runtime *t = RT;
+    if (t && (t->flags & FS_WANTS_FUNC_ENTRY))
+        t->func_entry(pc);
+}
+
+FS_API void __tsan_func_exit(void) {
+    struct foresight_tsan_runtime *t = RT;
+    if (t && (t->flags & FS_WANTS_FUNC_ENTRY))
+        t->func_exit();
+}
+
+/* --- atomics --------------------------------------------------------------------------------- */
+
+typedef char fs_a8;
+typedef short fs_a16;
+typedef int fs_a32;
+typedef long long fs_a64;
+#ifdef __SIZEOF_INT128__
+typedef __int128 fs_a128;
+#endif
+
+/* The ThreadSanitizer ABI numbers memory orders as the C11 ones: relaxed 0, consume 1,
+ * acquire 2, release 3, acq_rel 4, seq_cst 5 (and so do the __ATOMIC_* macros). An order an
+ * operation cannot have (a release load) is performed as seq_cst, which is what a compiler
+ * does with it. */
+static inline int fs_order(int mo) { return mo >= 0 && mo <= 5 ? mo : 5; }
+
+static inline int fs_load_order(int mo) {
+    mo = fs_order(mo);
+    return mo == 3 || mo == 4 ? 5 : mo;
+}
+
+static inline int fs_store_order(int mo) {
+    mo = fs_order(mo);
+    return mo == 0 || mo == 3 ? mo : 5;
+}
+
+/* A compare-exchange's failure order: never a release, never stronger than the success
+ * order's load part. */
+static inline int fs_failure_order(int success, int failure) {
+    int f = fs_load_order(failure);
+    int s = success == 3 ? 0 : success == 4 ? 2 : success;
+    if (f == 1)
+        f = 2;
+    return f > s ? (s == 1 ? 2 : s) : f;
+}
+
+static inline uintptr_t fs_atomic_info(uintptr_t size, int op, int mo) {
+    return size << 8 | (uintptr_t)op << 4 | (uintptr_t)fs_order(mo);
+}
+
+/* The bracket around every atomic operation: begin, the operation, end. */
+#define FS_BEGIN(a)                                                                             \
+    struct foresight_tsan_runtime *t = RT;                                                      \
+    void *token = t ? t->atomic_begin((void *)(a)) : 0;
+#define FS_END(a, size, op, mo)                                                                 \
+    if (token)                                                                                  \
+        t->atomic_end(token, (void *)(a), fs_atomic_info(size, op, mo), FS_PC);
+
+#define FS_ATOMIC_INT(bits)                                                                     \
+    FS_API fs_a##bits __tsan_atomic##bits##_load(const volatile fs_a##bits *a, int mo) {        \
+        fs_a##bits r;                                                                           \
+        FS_BEGIN(a)                                                                             \
+        switch (fs_load_order(mo)) {                                                            \
+        case 0: r = __atomic_load_n(a, __ATOMIC_RELAXED); break;                                \
+        case 1: r = __atomic_load_n(a, __ATOMIC_CONSUME); break;                                \
+        case 2: r = __atomic_load_n(a, __ATOMIC_ACQUIRE); break;                                \
+        default: r = __atomic_load_n(a, __ATOMIC_SEQ_CST); break;                               \
+        }                                                                                       \
+        FS_END(a, bits / 8, FS_LOAD, mo)                                                        \
+        return r;                                                                               \
+    }                                                                                           \
+    FS_API void __tsan_atomic##bits##_store(volatile fs_a##bits *a, fs_a##bits v, int mo) {     \
+        FS_BEGIN(a)                                                                             \
+        switch (fs_store_order(mo)) {                                                           \
+        case 0: __atomic_store_n(a, v, __ATOMIC_RELAXED); break;                                \
+        case 3: __atomic_store_n(a, v, __ATOMIC_RELEASE); break;                                \
+        default: __atomic_store_n(a, v, __ATOMIC_SEQ_CST); break;                               \
+        }                                                                                       \
+        FS_END(a, bits / 8, FS_STORE, mo)                                                       \
+    }                                                                                           \
+    FS_ATOMIC_RMW(bits, exchange, __atomic_exchange_n)                                          \
+    FS_ATOMIC_RMW(bits, fetch_add, __atomic_fetch_add)                                          \
+    FS_ATOMIC_RMW(bits, fetch_sub, __atomic_fetch_sub)                                          \
+    FS_ATOMIC_RMW(bits, fetch_and, __atomic_fetch_and)                                          \
+    FS_ATOMIC_RMW(bits, fetch_or, __atomic_fetch_or)                                            \
+    FS_ATOMIC_RMW(bits, fetch_xor, __atomic_fetch_xor)                                          \
+    FS_ATOMIC_RMW(bits, fetch_nand, __atomic_fetch_nand)                                        \
+    FS_API int __tsan_atomic##bits##_compare_exchange_strong(                                   \
+        volatile fs_a##bits *a, fs_a##bits *c, fs_a##bits v, int mo, int fmo) {                \
+        return fs_cas##bits(a, c, v, mo, fmo, 0, FS_PC);                                        \
+    }                                                                                           \
+    FS_API int __tsan_atomic##bits##_compare_exchange_weak(                                     \
+        volatile fs_a##bits *a, fs_a##bits *c, fs_a##bits v, int mo, int fmo) {                \
+        return fs_cas##bits(a, c, v, mo, fmo, 1, FS_PC);                                        \
+    }                                                                                           \
+    FS_API fs_a##bits __tsan_atomic##bits##_compare_exchange_val(                               \
+        volatile fs_a##bits *a, fs_a##bits c, fs_a##bits v, int mo, int fmo) {                 \
+        fs_cas##bits(a, &c, v, mo, fmo, 0, FS_PC);                                              \
+        return c;                                                                               \
+    }
+
+#define FS_ATOMIC_RMW(bits, name, builtin)                                                      \
+    FS_API fs_a##bits __tsan_atomic##bits##_##name(volatile fs_a##bits *a, fs_a##bits v,        \
+                                                   int mo) {                                    \
+        fs_a##bits r;                                                                           \
+        FS_BEGIN(a)                                                                             \
+        switch (fs_order(mo)) {                                                                 \
+        case 0: r = builtin(a, v, __ATOMIC_RELAXED); break;                                     \
+        case 1: r = builtin(a, v, __ATOMIC_CONSUME); break;                                     \
+        case 2: r = builtin(a, v, __ATOMIC_ACQUIRE); break;                                     \
+        case 3: r = builtin(a, v, __ATOMIC_RELEASE); break;                                     \
+        case 4: r = builtin(a, v, __ATOMIC_ACQ_REL); break;                                     \
+        default: r = builtin(a, v, __ATOMIC_SEQ_CST); break;                                    \
+        }                                                                                       \
+        FS_END(a, bits / 8, FS_RMW, mo)                                                         \
+        return r;                                                                               \
+    }
+
+/* One compare-exchange, shared by _strong, _weak and _val; `pc` is the program's. */
+#define FS_CAS_FN(bits)                                                                         \
+    static inline __attribute__((always_inline)) int fs_cas##bits(                             \
+        volatile fs_a##bits *a, fs_a##bits *c, fs_a##bits v, int mo, int fmo, int weak,        \
+        void *pc) {                                                                             \
+        int ok = 0, s = fs_order(mo), f = fs_failure_order(s, fmo);                             \
+        struct foresight_tsan_runtime *t = RT;                                                  \
+        void *token = t ? t->atomic_begin((void *)a) : 0;                                       \
+        FS_CAS_SWITCH(s, f, weak)                                                               \
+        if (token)                                                                              \
+            t->atomic_end(token, (void *)a,                                                     \
+                          ok ? fs_atomic_info(bits / 8, FS_CAS, s)                              \
+                             : fs_atomic_info(bits / 8, FS_CAS_FAILED, f),                      \
+                          pc);                                                                  \
+        return ok;                                                                              \
+    }
+
+#define FS_CAS_ONE(so, fo)                                                                      \
+    ok = weak ? __atomic_compare_exchange_n(a, c, v, 1, so, fo)                                 \
+              : __atomic_compare_exchange_n(a, c, v, 0, so, fo)
+
+#define FS_CAS_SWITCH(s, f, weak)                                                               \
+    switch (s * 8 + f) {                                                                        \
+    case 0 * 8 + 0: FS_CAS_ONE(__ATOMIC_RELAXED, __ATOMIC_RELAXED); break;                      \
+    /* consume is acquire to every compiler, and gcc rejects it beside an acquire failure */  \
+    case 1 * 8 + 2: FS_CAS_ONE(__ATOMIC_ACQUIRE, __ATOMIC_ACQUIRE); break;                      \
+    case 1 * 8 + 0: FS_CAS_ONE(__ATOMIC_ACQUIRE, __ATOMIC_RELAXED); break;                      \
+    case 2 * 8 + 2: FS_CAS_ONE(__ATOMIC_ACQUIRE, __ATOMIC_ACQUIRE); break;                      \
+    case 2 * 8 + 0: FS_CAS_ONE(__ATOMIC_ACQUIRE, __ATOMIC_RELAXED); break;                      \
+    case 3 * 8 + 0: FS_CAS_ONE(__ATOMIC_RELEASE, __ATOMIC_RELAXED); break;                      \
+    case 4 * 8 + 2: FS_CAS_ONE(__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE); break;                      \
+    case 4 * 8 + 0: FS_CAS_ONE(__ATOMIC_ACQ_REL, __ATOMIC_RELAXED); break;                      \
+    case 5 * 8 + 2: FS_CAS_ONE(__ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE); break;                      \
+    case 5 * 8 + 0: FS_CAS_ONE(__ATOMIC_SEQ_CST, __ATOMIC_RELAXED); break;                      \
+    default: FS_CAS_ONE(__ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST); break;                             \
+    }
+
+FS_CAS_FN(8)
+FS_CAS_FN(16)
+FS_CAS_FN(32)
+FS_CAS_FN(64)
+FS_ATOMIC_INT(8)
+FS_ATOMIC_INT(16)
+FS_ATOMIC_INT(32)
+FS_ATOMIC_INT(64)
+
+#ifdef __SIZEOF_INT128__
+/* 16-byte atomics. On x86-64 every operation is a `lock cmpxchg16b` loop (a full barrier,
+ * which satisfies any order), inlined through the target attribute rather than left to
+ * libatomic, so that the program needs no library for them; libatomic uses the same
+ * instruction, so both interoperate on one object. Elsewhere the compiler's own builtins. */
+#if defined(__x86_64__)
+#define FS_128 __attribute__((target("cx16")))
+static FS_128 inline fs_a128 fs_cas128_raw(volatile fs_a128 *a, fs_a128 c, fs_a128 v) {
+    return __sync_val_compare_and_swap(a, c, v);
+}
+static FS_128 inline fs_a128 fs_load128_raw(const volatile fs_a128 *a) {
+    return __sync_val_compare_and_swap((volatile fs_a128 *)a, 0, 0);
+}
+#define FS_RMW128(name, NEW)                                                                    \
+    FS_API FS_128 fs_a128 __tsan_atomic128_##name(volatile fs_a128 *a, fs_a128 v, int mo) {     \
+        fs_a128 old, seen;                                                                      \
+        FS_BEGIN(a)                                                                             \
+        old = fs_load128_raw(a);                                                                \
+        while ((seen = fs_cas128_raw(a, old, NEW)) != old)                                      \
+            old = seen;                                                                         \
+        FS_END(a, 16, FS_RMW, mo)                                                               \
+        return old;                                                                             \
+    }
+FS_API FS_128 fs_a128 __tsan_atomic128_load(const volatile fs_a128 *a, int mo) {
+    fs_a128 r;
+    FS_BEGIN(a)
+    r = fs_load128_raw(a);
+    FS_END(a, 16, FS_LOAD, mo)
+    return r;
+}
+FS_API FS_128 void __tsan_atomic128_store(volatile fs_a128 *a, fs_a128 v, int mo) {
+    fs_a128 old, seen;
+    FS_BEGIN(a)
+    old = fs_load128_raw(a);
+    while ((seen = fs_cas128_raw(a, old, v)) != old)
+        old = seen;
+    FS_END(a, 16, FS_STORE, mo)
+}
+static FS_128 inline int fs_cas128(volatile fs_a128 *a, fs_a128 *c, fs_a128 v, int mo, int fmo,
+                                   void *pc) {
+    int ok;
+    fs_a128 seen;
+    struct foresight_tsan_runtime *t = RT;
+    void *token = t ? t->atomic_begin((void *)a) : 0;
+    seen = fs_cas128_raw(a, *c, v);
+    ok = seen == *c;
+    *c = seen;
+    if (token)
+        t->atomic_end(token, (void *)a,
+                      ok ? fs_atomic_info(16, FS_CAS, mo)
+                         : fs_atomic_info(16, FS_CAS_FAILED, fs_failure_order(fs_order(mo), fmo)),
+                      pc);
+    return ok;
+}
+#else
+#define FS_128
+#define FS_RMW128(name, NEW)                                                                    \
+    FS_API fs_a128 __tsan_atomic128_##name(volatile fs_a128 *a, fs_a128 v, int mo) {            \
+        fs_a128 old;                                                                            \
+        FS_BEGIN(a)                                                                             \
+        old = __atomic_load_n(a, __ATOMIC_RELAXED);                                             \
+        while (!__atomic_compare_exchange_n(a, &old, NEW, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) \
+            ;                                                                                   \
+        FS_END(a, 16, FS_RMW, mo)                                                               \
+        return old;                                                                             \
+    }
+FS_API fs_a128 __tsan_atomic128_load(const volatile fs_a128 *a, int mo) {
+    fs_a128 r;
+    FS_BEGIN(a)
+    r = __atomic_load_n(a, __ATOMIC_SEQ_CST);
+    FS_END(a, 16, FS_LOAD, mo)
+    return r;
+}
+FS_API void __tsan_atomic128_store(volatile fs_a128 *a, fs_a128 v, int mo) {
+    FS_BEGIN(a)
+    __atomic_store_n(a, v, __ATOMIC_SEQ_CST);
+    FS_END(a, 16, FS_STORE, mo)
+}
+static inline int fs_cas128(volatile fs_a128 *a, fs_a128 *c, fs_a128 v, int mo, int fmo,
+                            void *pc) {
+    int ok;
+    struct foresight_tsan_runtime *t = RT;
+    void *token = t ? t->atomic_begin((void *)a) : 0;
+    ok = __atomic_compare_exchange_n(a, c, v, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    if (token)
+        t->atomic_end(token, (void *)a,
+                      ok ? fs_atomic_info(16, FS_CAS, mo)
+                         : fs_atomic_info(16, FS_CAS_FAILED, fs_failure_order(fs_order(mo), fmo)),
+                      pc);
+    return ok;
+}
+#endif
+FS_RMW128(exchange, v)
+FS_RMW128(fetch_add, old + v)
+FS_RMW128(fetch_sub, old - v)
+FS_RMW128(fetch_and, old & v)
+FS_RMW128(fetch_or, old | v)
+FS_RMW128(fetch_xor, old ^ v)
+FS_RMW128(fetch_nand, ~(old & v))
+FS_API FS_128 int __tsan_atomic128_compare_exchange_strong(volatile fs_a128 *a, fs_a128 *c,
+                                                           fs_a128 v, int mo, int fmo) {
+    return fs_cas128(a, c, v, mo, fmo, FS_PC);
+}
+FS_API FS_128 int __tsan_atomic128_compare_exchange_weak(volatile fs_a128 *a, fs_a128 *c,
+                                                         fs_a128 v, int mo, int fmo) {
+    return fs_cas128(a, c, v, mo, fmo, FS_PC);
+}
+FS_API FS_128 fs_a128 __tsan_atomic128_compare_exchange_val(volatile fs_a128 *a, fs_a128 c,
+                                                            fs_a128 v, int mo, int fmo) {
+    fs_cas128(a, &c, v, mo, fmo, FS_PC);
+    return c;
+}
+#endif
+
+FS_API void __tsan_atomic_thread_fence(int mo) {
+    struct foresight_tsan_runtime *t = RT;
+    switch (fs_order(mo)) {
+    case 0: break;
+    case 1: __atomic_thread_fence(__ATOMIC_CONSUME); break;
+    case 2: __atomic_thread_fence(__ATOMIC_ACQUIRE); break;
+    case 3: __atomic_thread_fence(__ATOMIC_RELEASE); break;
+    case 4: __atomic_thread_fence(__ATOMIC_ACQ_REL); break;
+    default: __atomic_thread_fence(__ATOMIC_SEQ_CST); break;
+    }
+    if (t)
+        t->fence(fs_order(mo), FS_PC);
+}
+
+/* Orders the thread against its own signal handlers only: nothing another thread sees. */
+FS_API void __tsan_atomic_signal_fence(int mo) {
+    (void)mo;
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+}
+
+/* --- annotations ----------------------------------------------------------------------------- */
+
+static inline uintptr_t fs_annotate(int what, const volatile void *addr, uintptr_t arg, void *pc) {
+    struct foresight_tsan_runtime *t = RT;
+    return t ? t->annotate(what, (void *)addr, arg, pc) : 0;
+}
+
+/* <sanitizer/tsan_interface.h>: custom mutexes (built on atomics or futexes, as in Abseil or
+ * Folly) announce themselves, and are recorded as locks. */
+FS_API void __tsan_mutex_create(void *m, unsigned flags) {
+    fs_annotate(FS_MUTEX_CREATE, m, flags, FS_PC);
+}
+FS_API void __tsan_mutex_destroy(void *m, unsigned flags) {
+    fs_annotate(FS_MUTEX_DESTROY, m, flags, FS_PC);
+}
+FS_API void __tsan_mutex_pre_lock(void *m, unsigned flags) {
+    fs_annotate(FS_MUTEX_PRE_LOCK, m, flags, FS_PC);
+}
+FS_API void __tsan_mutex_post_lock(void *m, unsigned flags, int recursion) {
+    (void)recursion;
+    fs_annotate(FS_MUTEX_POST_LOCK, m, flags, FS_PC);
+}
+FS_API int __tsan_mutex_pre_unlock(void *m, unsigned flags) {
+    return (int)fs_annotate(FS_MUTEX_PRE_UNLOCK, m, flags, FS_PC);
+}
+FS_API void __tsan_mutex_post_unlock(void *m, unsigned flags) {
+    fs_annotate(FS_MUTEX_POST_UNLOCK, m, flags, FS_PC);
+}
+FS_API void __tsan_mutex_pre_signal(void *m, unsigned flags) {
+    fs_annotate(FS_MUTEX_PRE_SIGNAL, m, flags, FS_PC);
+}
+FS_API void __tsan_mutex_post_signal(void *m, unsigned flags) {
+    fs_annotate(FS_MUTEX_POST_SIGNAL, m, flags, FS_PC);
+}
+FS_API void __tsan_mutex_pre_divert(void *m, unsigned flags) {
+    fs_annotate(FS_MUTEX_PRE_DIVERT, m, flags, FS_PC);
+}
+FS_API void __tsan_mutex_post_divert(void *m, unsigned flags) {
+    fs_annotate(FS_MUTEX_POST_DIVERT, m, flags, FS_PC);
+}
+
+/* Happens-before between a release and every later acquire of the same address. */
+FS_API void __tsan_acquire(void *addr) { fs_annotate(FS_HAPPENS_AFTER, addr, 0, FS_PC); }
+FS_API void __tsan_release(void *addr) { fs_annotate(FS_HAPPENS_BEFORE, addr, 0, FS_PC); }
+
+FS_API void __tsan_ignore_thread_begin(void) {
+    fs_annotate(FS_IGNORE_ACCESSES_BEGIN, 0, 0, FS_PC);
+}
+FS_API void __tsan_ignore_thread_end(void) { fs_annotate(FS_IGNORE_ACCESSES_END, 0, 0, FS_PC); }
+
+/* The older dynamic annotations (valgrind's dynamic_annotations.h, Abseil's
+ * ABSL_ANNOTATE_*), which ThreadSanitizer's runtime also defines. Weak: a program that
+ * defines them itself keeps its own. */
+FS_WEAK_API void AnnotateHappensBefore(const char *f, int l, const volatile void *addr) {
+    (void)f, (void)l;
+    fs_annotate(FS_HAPPENS_BEFORE, addr, 0, FS_PC);
+}
+FS_WEAK_API void AnnotateHappensAfter(const char *f, int l, const volatile void *addr) {
+    (void)f, (void)l;
+    fs_annotate(FS_HAPPENS_AFTER, addr, 0, FS_PC);
+}
+FS_WEAK_API void AnnotateCondVarSignal(const char *f, int l, const volatile void *cv) {
+    (void)f, (void)l;
+    fs_annotate(FS_HAPPENS_BEFORE, cv, 0, FS_PC);
+}
+FS_WEAK_API void AnnotateCondVarSignalAll(const char *f, int l, const volatile void *cv) {
+    (void)f, (void)l;
+    fs_annotate(FS_HAPPENS_BEFORE, cv, 0, FS_PC);
+}
+FS_WEAK_API void AnnotateCondVarWait(const char *f, int l, const volatile void *cv,
+                                     const volatile void *lock) {
+    (void)f, (void)l, (void)lock;
+    fs_annotate(FS_HAPPENS_AFTER, cv, 0, FS_PC);
+}
+/* __tsan_mutex_* flags: write_reentrant 2, read_reentrant 4, read_lock 8. */
+FS_WEAK_API void AnnotateRWLockCreate(const char *f, int l, const volatile void *m) {
+    (void)f, (void)l;
+    fs_annotate(FS_MUTEX_CREATE, m, 4, FS_PC);
+}
+FS_WEAK_API void AnnotateRWLockCreateStatic(const char *f, int l, const volatile void *m) {
+    (void)f, (void)l;
+    fs_annotate(FS_MUTEX_CREATE, m, 4, FS_PC);
+}
+FS_WEAK_API void AnnotateRWLockDestroy(const char *f, int l, const volatile void *m) {
+    (void)f, (void)l;
+    fs_annotate(FS_MUTEX_DESTROY, m, 0, FS_PC);
+}
+FS_WEAK_API void AnnotateRWLockAcquired(const char *f, int l, const volatile void *m, long w) {
+    (void)f, (void)l;
+    /* Announced after the fact: the request and the acquisition at once. */
+    fs_annotate(FS_MUTEX_PRE_LOCK, m, w ? 0 : 8, FS_PC);
+    fs_annotate(FS_MUTEX_POST_LOCK, m, w ? 0 : 8, FS_PC);
+}
+FS_WEAK_API void AnnotateRWLockReleased(const char *f, int l, const volatile void *m, long w) {
+    (void)f, (void)l;
+    fs_annotate(FS_MUTEX_PRE_UNLOCK, m, w ? 0 : 8, FS_PC);
+    fs_annotate(FS_MUTEX_POST_UNLOCK, m, w ? 0 : 8, FS_PC);
+}
+FS_WEAK_API void AnnotateIgnoreReadsBegin(const char *f, int l) {
+    (void)f, (void)l;
+    fs_annotate(FS_IGNORE_ACCESSES_BEGIN, 0, 0, FS_PC);
+}
+FS_WEAK_API void AnnotateIgnoreReadsEnd(const char *f, int l) {
+    (void)f, (void)l;
+    fs_annotate(FS_IGNORE_ACCESSES_END, 0, 0, FS_PC);
+}
+FS_WEAK_API void AnnotateIgnoreWritesBegin(const char *f, int l) {
+    (void)f, (void)l;
+    fs_annotate(FS_IGNORE_ACCESSES_BEGIN, 0, 0, FS_PC);
+}
+FS_WEAK_API void AnnotateIgnoreWritesEnd(const char *f, int l) {
+    (void)f, (void)l;
+    fs_annotate(FS_IGNORE_ACCESSES_END, 0, 0, FS_PC);
+}
+FS_WEAK_API void AnnotateIgnoreSyncBegin(const char *f, int l) {
+    (void)f, (void)l;
+    fs_annotate(FS_IGNORE_SYNC_BEGIN, 0, 0, FS_PC);
+}
+FS_WEAK_API void AnnotateIgnoreSyncEnd(const char *f, int l) {
+    (void)f, (void)l;
+    fs_annotate(FS_IGNORE_SYNC_END, 0, 0, FS_PC);
+}
+/* Nothing to record: a race declared benign is the analysis's business (suppressions), a new
+ * memory region is what allocation events say, a thread's name comes from the runtime. */
+FS_WEAK_API void AnnotateBenignRace(const char *f, int l, const volatile void *m, const char *d) {
+    (void)f, (void)l, (void)m, (void)d;
+}
+FS_WEAK_API void AnnotateBenignRaceSized(const char *f, int l, const volatile void *m,
+                                         uintptr_t size, const char *d) {
+    (void)f, (void)l, (void)m, (void)size, (void)d;
+}
+FS_WEAK_API void AnnotateNewMemory(const char *f, int l, const volatile void *m, uintptr_t size) {
+    (void)f, (void)l, (void)m, (void)size;
+}
+FS_WEAK_API void AnnotateThreadName(const char *f, int l, const char *name) {
+    (void)f, (void)l, (void)name;
+}
+FS_WEAK_API void AnnotateFlushState(const char *f, int l) { (void)f, (void)l; }
+FS_WEAK_API int RunningOnValgrind(void) { return 0; }
