@@ -4,7 +4,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use foresight_trace::event::EventKind;
+use foresight_trace::event::{EventKind, MemoryOrder};
 use foresight_trace::reader::Tables;
 use foresight_trace::Trace;
 
@@ -103,8 +103,8 @@ pub(crate) fn describe_operand(tables: &Tables, kind: &EventKind) -> String {
         Read { addr, size, .. } | Write { addr, size, .. } => format!("{addr:#x}/{size}"),
         Atomic {
             addr, size, order, ..
-        } => format!("{addr:#x}/{size} {order:?}"),
-        Fence { order, .. } => format!("{order:?}"),
+        } => format!("{addr:#x}/{size} {}", order_name(order)),
+        Fence { order, .. } => order_name(order).to_string(),
         Alloc { addr, size, .. } => format!("{addr:#x}/{size}"),
         Free { addr, .. } => format!("{addr:#x}"),
         LockClassName { lock, name } => format!(
@@ -121,5 +121,17 @@ pub(crate) fn describe_operand(tables: &Tables, kind: &EventKind) -> String {
             .object()
             .map(|o| tables.describe_object(o))
             .unwrap_or_default(),
+    }
+}
+
+/// A memory order as C11 spells it.
+pub(crate) fn order_name(order: MemoryOrder) -> &'static str {
+    match order {
+        MemoryOrder::Relaxed => "relaxed",
+        MemoryOrder::Consume => "consume",
+        MemoryOrder::Acquire => "acquire",
+        MemoryOrder::Release => "release",
+        MemoryOrder::AcqRel => "acq_rel",
+        MemoryOrder::SeqCst => "seq_cst",
     }
 }

@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 
 mod analyze;
 mod check;
+mod config;
 mod demo;
 mod dump;
 mod graph;
@@ -44,6 +45,8 @@ enum Command {
     Check(check::Args),
     /// Draw the class-level lock-order graph (DOT, or SVG through graphviz).
     Graph(graph::Args),
+    /// Compiler and linker flags for a program whose memory accesses are recorded too.
+    Config(config::Args),
 }
 
 pub fn main() -> ExitCode {
@@ -63,6 +66,7 @@ pub fn main() -> ExitCode {
         Command::Record(args) => record::run(args),
         Command::Check(args) => check::run(args),
         Command::Graph(args) => graph::run(args),
+        Command::Config(args) => config::run(args),
     };
     match result {
         Ok(code) => code,

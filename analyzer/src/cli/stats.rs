@@ -123,6 +123,7 @@ fn write_stats(out: &mut impl Write, trace: &Trace, top: usize) -> std::io::Resu
         writeln!(out, "  {kind:<22} {n:>12}")?;
     }
     writeln!(out)?;
+    write_accesses(out, trace, &by_kind)?;
 
     writeln!(
         out,
@@ -214,6 +215,62 @@ fn write_stats(out: &mut impl Write, trace: &Trace, top: usize) -> std::io::Resu
         }
     }
     Ok(())
+}
+
+/// Memory accesses: how many the program executed and how many the recorder kept (it drops an
+/// access that repeats one of the same epoch, FORMAT.md §7.8), per thread.
+fn write_accesses(
+    out: &mut impl Write,
+    trace: &Trace,
+    by_kind: &BTreeMap<&'static str, u64>,
+) -> std::io::Result<()> {
+    let n = |k: &str| by_kind.get(k).copied().unwrap_or(0);
+    let in_trace = n("read") + n("write");
+    let counts = &trace.tables.access_counts;
+    if in_trace == 0 && counts.is_empty() {
+        return Ok(());
+    }
+    let executed: u64 = counts.values().map(|c| c.executed).sum();
+    let recorded: u64 = counts.values().map(|c| c.recorded).sum();
+    writeln!(
+        out,
+        "accesses   {in_trace} in the trace ({} reads, {} writes)",
+        n("read"),
+        n("write")
+    )?;
+    if counts.is_empty() {
+        writeln!(
+            out,
+            "  executed             unknown (the trace has no access counts: cut short?)"
+        )?;
+    } else {
+        writeln!(out, "  executed             {executed:>12}")?;
+        writeln!(
+            out,
+            "  recorded             {recorded:>12}  ({} of executed; repeats within an epoch dropped)",
+            percent(recorded, executed)
+        )?;
+        for (t, c) in counts {
+            writeln!(
+                out,
+                "  {:<20} {:>12} executed, {:>12} recorded ({})",
+                thread_label(trace, *t),
+                c.executed,
+                c.recorded,
+                percent(c.recorded, c.executed)
+            )?;
+        }
+    }
+    writeln!(out)?;
+    Ok(())
+}
+
+fn percent(part: u64, whole: u64) -> String {
+    if whole == 0 {
+        "-".to_string()
+    } else {
+        format!("{:.1}%", part as f64 * 100.0 / whole as f64)
+    }
 }
 
 fn duration_ns(trace: &Trace) -> Option<u64> {

@@ -1,0 +1,375 @@
+//! `foresight config --cflags --libs`: the flags that build a program whose memory accesses
+//! foresight records. `-fsanitize=thread` makes the compiler call the ThreadSanitizer ABI on
+//! every access; the flags link foresight's stub (`recorder/stub/tsan_stub.c`) to answer those
+//! calls instead of ThreadSanitizer's runtime.
+//!
+//! The stub's C source is part of this binary. On first use it is compiled with the compiler
+//! the flags are for, into a one-member `libtsan.a` in a private cache directory named by a
+//! hash of the source and of the compiler's identity (its predefined macros, which include
+//! its version and target), written under a temporary name and renamed into place, so that
+//! parallel builds share it and a half-written archive is never used. Nothing has to be
+//! installed next to `foresight`, and the archive always matches the compiler.
+//!
+//! How the archive gets linked (verified with gcc 12 and clang 14):
+//! - gcc: `-fsanitize=thread` at link time adds `libtsan_preinit.o` and `-ltsan`, searched
+//!   after the user's `-L` directories: `-L<cache dir>` makes that `-ltsan` our archive. The
+//!   archive is also named explicitly with `-u __tsan_init`, which pulls its one member in
+//!   wherever it sits on the command line (a shared library, a link step without
+//!   `-fsanitize=thread`, CMake's linker flags before the objects). Archive semantics make
+//!   the two references one copy.
+//! - clang: `-fno-sanitize-link-runtime` keeps its own runtime out (gcc rejects that flag);
+//!   the archive as above.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+use anyhow::{anyhow, bail, Context};
+
+use super::EXIT_BAD_INPUT;
+
+/// The stub every instrumented program links.
+const STUB_C: &str = include_str!("../../../recorder/stub/tsan_stub.c");
+
+#[derive(clap::Args)]
+#[command(after_help = "\
+Builds a program whose memory accesses `foresight record` records (with everything it records \
+of any program). In a Makefile:
+
+  cc  $(foresight config --cflags) prog.c  -o prog $(foresight config --libs)
+  c++ $(foresight config --cflags) prog.cc -o prog $(foresight config --libs)
+
+Separate compile and link steps take --cflags and --libs respectively. With CMake, give \
+--cflags to CMAKE_C_FLAGS/CMAKE_CXX_FLAGS and --libs to CMAKE_EXE_LINKER_FLAGS and \
+CMAKE_SHARED_LINKER_FLAGS.
+
+The flags compile with -fsanitize=thread and link foresight's small stub instead of \
+ThreadSanitizer's runtime: the program loads no sanitizer library and runs normally (same \
+output, same exit status, about one load and branch per memory access) when it is not \
+recorded, on any machine, with or without foresight. Add -g for file and line numbers.
+
+The compiler is --cc, else $CC, else cc; gcc and clang are told apart by asking the compiler \
+itself. Verified with gcc 12 and clang 14 (Debian's `clang` package), C and C++. The stub is \
+compiled for that compiler on first use into $XDG_CACHE_HOME/foresight (else \
+~/.cache/foresight, else a private directory under the temporary directory).")]
+pub struct Args {
+    /// Print the flags for compiling (-fsanitize=thread and what goes with it).
+    #[arg(long)]
+    cflags: bool,
+    /// Print the flags for linking (foresight's stub instead of ThreadSanitizer's runtime).
+    #[arg(long)]
+    libs: bool,
+    /// The compiler the flags are for (a command, as in $CC: "ccache gcc" works).
+    #[arg(long, value_name = "COMPILER")]
+    cc: Option<String>,
+}
+
+/// What the compiler is, as far as the flags care.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Family {
+    Gcc,
+    Clang,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if !args.cflags && !args.libs {
+        eprintln!("foresight config: nothing to print: give --cflags, --libs or both");
+        return Ok(ExitCode::from(EXIT_BAD_INPUT));
+    }
+    let cc = compiler_command(args.cc.as_deref())?;
+    let (family, identity) = identify(&cc)?;
+    let dir = stub_dir(&cc, &identity)?;
+    let flags = flags(family, &dir, args.cflags, args.libs);
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{}", flags.join(" ")).context("cannot write to stdout")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--cc`, `$CC` or `cc`, split into words as make and the shell would.
+fn compiler_command(arg: Option<&str>) -> anyhow::Result<Vec<String>> {
+    let text = match arg {
+        Some(c) => c.to_string(),
+        None => std::env::var("CC")
+            .ok()
+            .filter(|c| !c.trim().is_empty())
+            .unwrap_or_else(|| "cc".to_string()),
+    };
+    let words: Vec<String> = text.split_whitespace().map(str::to_string).collect();
+    if words.is_empty() {
+        bail!("the compiler command is empty");
+    }
+    Ok(words)
+}
+
+fn command(cc: &[String]) -> Command {
+    let mut c = Command::new(&cc[0]);
+    c.args(&cc[1..]);
+    c
+}
+
+/// The compiler's family and its predefined macros (which name its version and target).
+fn identify(cc: &[String]) -> anyhow::Result<(Family, String)> {
+    let shown = cc.join(" ");
+    let out = command(cc)
+        .args(["-dM", "-E", "-x", "c", "/dev/null"])
+        .output()
+        .map_err(|e| anyhow!("cannot run the compiler `{shown}`: {e}"))?;
+    if !out.status.success() {
+        bail!(
+            "the compiler `{shown}` failed to list its predefined macros:\n{}",
+            String::from_utf8_lossy(&out.stderr).trim_end()
+        );
+    }
+    let macros = String::from_utf8_lossy(&out.stdout).into_owned();
+    Ok((family_of(&macros, &shown)?, macros))
+}
+
+fn family_of(macros: &str, shown: &str) -> anyhow::Result<Family> {
+    let defines = |name: &str| {
+        macros
+            .lines()
+            .any(|l| l.split_whitespace().nth(1) == Some(name))
+    };
+    if defines("__clang__") {
+        Ok(Family::Clang)
+    } else if defines("__GNUC__") && !defines("__INTEL_COMPILER") {
+        Ok(Family::Gcc)
+    } else {
+        bail!(
+            "`{shown}` is neither gcc nor clang; foresight's flags are for those two \
+             (-fsanitize=thread is theirs)"
+        )
+    }
+}
+
+fn flags(family: Family, dir: &Path, cflags: bool, libs: bool) -> Vec<String> {
+    let dir = dir.display().to_string();
+    let archive = format!("{dir}/libtsan.a");
+    let mut out = Vec::new();
+    if cflags {
+        out.push("-fsanitize=thread".to_string());
+        match family {
+            // gcc's own `-ltsan` (added for -fsanitize=thread when it links) must find the
+            // stub, whichever step links.
+            Family::Gcc => out.push(format!("-L{dir}")),
+            Family::Clang => out.push("-fno-sanitize-link-runtime".to_string()),
+        }
+    }
+    if libs {
+        match family {
+            Family::Gcc => {
+                if !cflags {
+                    out.push(format!("-L{dir}"));
+                }
+            }
+            Family::Clang => {
+                if !cflags {
+                    out.push("-fno-sanitize-link-runtime".to_string());
+                }
+            }
+        }
+        out.push("-Wl,-u,__tsan_init".to_string());
+        out.push(archive);
+    }
+    out
+}
+
+/// FNV-1a, 64 bits: names the cache entry (not a security boundary: the directory is the
+/// user's own).
+fn fnv1a(parts: &[&[u8]]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for p in parts {
+        for &b in p.iter().chain(&[0xff]) {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// The user's cache directory for foresight, created private if missing.
+fn cache_root() -> anyhow::Result<PathBuf> {
+    let home_cache = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|v| Path::new(v).is_absolute())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|v| Path::new(v).is_absolute())
+                .map(|h| PathBuf::from(h).join(".cache"))
+        });
+    let root = match home_cache {
+        Some(c) => c.join("foresight"),
+        None => {
+            // SAFETY: getuid has no preconditions.
+            let uid = unsafe { libc::getuid() };
+            std::env::temp_dir().join(format!("foresight-{uid}"))
+        }
+    };
+    create_private_dir(&root)?;
+    Ok(root)
+}
+
+/// Creates `dir` (mode 0700) if it is missing, and refuses one that another user owns or
+/// others can write: the archive in it is linked into programs.
+fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    if let Err(e) = std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+    {
+        bail!("cannot create the cache directory {}: {e}", dir.display());
+    }
+    let meta = std::fs::metadata(dir)
+        .with_context(|| format!("cannot read the cache directory {}", dir.display()))?;
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    if meta.uid() != uid || meta.mode() & 0o022 != 0 {
+        bail!(
+            "the cache directory {} is not private (owned by uid {}, mode {:o}); set \
+             XDG_CACHE_HOME to a directory of your own",
+            dir.display(),
+            meta.uid(),
+            meta.mode() & 0o7777
+        );
+    }
+    Ok(())
+}
+
+/// The directory holding the stub's `libtsan.a` for this compiler, built if missing.
+fn stub_dir(cc: &[String], identity: &str) -> anyhow::Result<PathBuf> {
+    let root = cache_root()?;
+    let cmd = cc.join(" ");
+    let key = fnv1a(&[
+        STUB_C.as_bytes(),
+        cmd.as_bytes(),
+        identity.as_bytes(),
+        COMPILE_FLAGS.join(" ").as_bytes(),
+    ]);
+    let dir = root.join(format!("tsan-stub-{key:016x}"));
+    if dir.to_str().is_none_or(|s| s.contains(char::is_whitespace)) {
+        bail!(
+            "the cache directory {} contains a space (or is not UTF-8), which compiler flags \
+             cannot carry; set XDG_CACHE_HOME to another directory",
+            dir.display()
+        );
+    }
+    if dir.join("libtsan.a").is_file() {
+        return Ok(dir);
+    }
+    let tmp = root.join(format!("tsan-stub-{key:016x}.tmp.{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    create_private_dir(&tmp)?;
+    let built = build_stub(cc, &tmp);
+    if let Err(e) = built {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(e);
+    }
+    // Another build may have won the race: its archive is as good as ours.
+    if std::fs::rename(&tmp, &dir).is_err() {
+        let _ = std::fs::remove_dir_all(&tmp);
+        if !dir.join("libtsan.a").is_file() {
+            bail!("cannot move the stub into {}", dir.display());
+        }
+    }
+    Ok(dir)
+}
+
+/// Never instrumented (a `$CC` may carry -fsanitize or -flto), position-independent (PIE
+/// executables and shared libraries), with debug information for debuggers.
+const COMPILE_FLAGS: &[&str] = &[
+    "-O2",
+    "-g",
+    "-fPIC",
+    "-fno-sanitize=all",
+    "-fno-lto",
+    "-w",
+    "-c",
+];
+
+fn build_stub(cc: &[String], dir: &Path) -> anyhow::Result<()> {
+    let source = dir.join("foresight_tsan_stub.c");
+    let object = dir.join("foresight_tsan_stub.o");
+    std::fs::write(&source, STUB_C)
+        .with_context(|| format!("cannot write {}", source.display()))?;
+    let out = command(cc)
+        .args(COMPILE_FLAGS)
+        .arg(&source)
+        .arg("-o")
+        .arg(&object)
+        .output()
+        .map_err(|e| anyhow!("cannot run the compiler `{}`: {e}", cc.join(" ")))?;
+    if !out.status.success() {
+        bail!(
+            "compiling foresight's stub with `{}` failed:\n{}",
+            cc.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim_end()
+        );
+    }
+    let ar = std::env::var_os("AR")
+        .filter(|a| !a.is_empty())
+        .unwrap_or_else(|| OsString::from("ar"));
+    let out = Command::new(&ar)
+        .arg("rcs")
+        .arg(dir.join("libtsan.a"))
+        .arg(&object)
+        .output()
+        .map_err(|e| {
+            anyhow!(
+                "cannot run `{}` to archive the stub: {e}",
+                ar.to_string_lossy()
+            )
+        })?;
+    if !out.status.success() {
+        bail!(
+            "archiving foresight's stub with `{}` failed:\n{}",
+            ar.to_string_lossy(),
+            String::from_utf8_lossy(&out.stderr).trim_end()
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn families_are_told_apart_by_their_macros() {
+        let gcc = "#define __GNUC__ 12\n#define __VERSION__ \"12.2.0\"\n";
+        let clang = "#define __GNUC__ 4\n#define __clang__ 1\n#define __clang_major__ 14\n";
+        assert_eq!(family_of(gcc, "gcc").unwrap(), Family::Gcc);
+        assert_eq!(family_of(clang, "clang").unwrap(), Family::Clang);
+        assert!(family_of("#define __TINYC__ 1\n", "tcc").is_err());
+    }
+
+    #[test]
+    fn flags_per_family() {
+        let d = Path::new("/c/tsan-stub-1");
+        assert_eq!(
+            flags(Family::Gcc, d, true, true).join(" "),
+            "-fsanitize=thread -L/c/tsan-stub-1 -Wl,-u,__tsan_init /c/tsan-stub-1/libtsan.a"
+        );
+        assert_eq!(
+            flags(Family::Gcc, d, false, true).join(" "),
+            "-L/c/tsan-stub-1 -Wl,-u,__tsan_init /c/tsan-stub-1/libtsan.a"
+        );
+        assert_eq!(
+            flags(Family::Clang, d, true, false).join(" "),
+            "-fsanitize=thread -fno-sanitize-link-runtime"
+        );
+        assert_eq!(
+            flags(Family::Clang, d, false, true).join(" "),
+            "-fno-sanitize-link-runtime -Wl,-u,__tsan_init /c/tsan-stub-1/libtsan.a"
+        );
+    }
+
+    #[test]
+    fn the_cache_key_depends_on_every_part() {
+        let a = fnv1a(&[b"ab", b"c"]);
+        assert_ne!(a, fnv1a(&[b"a", b"bc"]));
+        assert_ne!(a, fnv1a(&[b"ab", b"d"]));
+        assert_eq!(a, fnv1a(&[b"ab", b"c"]));
+    }
+}
