@@ -286,6 +286,9 @@ const COMPILE_FLAGS: &[&str] = &[
     "-fno-lto",
     "-w",
     "-c",
+    // C, whatever the driver (g++ and clang++ take a .c file for C++).
+    "-x",
+    "c",
 ];
 
 fn build_stub(cc: &[String], dir: &Path) -> anyhow::Result<()> {

@@ -189,13 +189,16 @@ extern "C" fn annotate(what: c_int, addr: usize, arg: usize, pc: usize) -> usize
         MUTEX_PRE_DIVERT => ignore_all(t, false),
         MUTEX_POST_DIVERT => ignore_all(t, true),
         _ => {
+            // The lock's own code is ignored from its pre_ call to its post_ call: the post_
+            // call itself is the lock's and is recorded.
+            if what == MUTEX_POST_LOCK {
+                ignore_all(t, false);
+            }
             if t.ignore_sync.get() == 0 {
                 annotate_sync(t, what, addr, arg, pc);
             }
-            match what {
-                MUTEX_PRE_LOCK | MUTEX_PRE_UNLOCK => ignore_all(t, true),
-                MUTEX_POST_LOCK => ignore_all(t, false),
-                _ => {}
+            if what == MUTEX_PRE_LOCK || what == MUTEX_PRE_UNLOCK {
+                ignore_all(t, true);
             }
         }
     }
