@@ -439,3 +439,85 @@ fn instrumented_binaries_load_no_sanitizer_runtime() {
         }
     }
 }
+
+/// Whether `evs` holds a read (or write) of exactly `size` bytes.
+fn has_range(evs: &[EventKind], write: bool, size: u32) -> bool {
+    evs.iter().any(|e| match *e {
+        EventKind::Read { size: s, .. } => !write && s == size,
+        EventKind::Write { size: s, .. } => write && s == size,
+        _ => false,
+    })
+}
+
+#[test]
+fn memory_the_c_library_touches_is_recorded_as_ranges() {
+    let m = marks(&fixture("libc_ranges.c"));
+    for c in Compiler::ALL {
+        if !harness::compiler_available(c) {
+            continue;
+        }
+        let (out, trace) = record("libc_ranges.c", c, &[]);
+        let who = c.name();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "len 64 same 1 got 64 w 10 r 10\n"
+        );
+        let at = |mark: &str| events_at(&trace, "libc_ranges.c", m[mark]);
+        assert!(
+            has_range(&at("memset"), true, 64),
+            "{who}: {:?}",
+            at("memset")
+        );
+        assert!(
+            has_range(&at("memcpy"), false, 65),
+            "{who}: {:?}",
+            at("memcpy")
+        );
+        assert!(
+            has_range(&at("memcpy"), true, 65),
+            "{who}: {:?}",
+            at("memcpy")
+        );
+        assert!(
+            has_range(&at("strlen"), false, 65),
+            "{who}: {:?}",
+            at("strlen")
+        );
+        assert!(
+            has_range(&at("memcmp"), false, 64),
+            "{who}: {:?}",
+            at("memcmp")
+        );
+        assert!(
+            has_range(&at("fwrite"), false, 64),
+            "{who}: {:?}",
+            at("fwrite")
+        );
+        assert!(
+            has_range(&at("fread"), true, 64),
+            "{who}: {:?}",
+            at("fread")
+        );
+        assert!(
+            has_range(&at("write"), false, 10),
+            "{who}: {:?}",
+            at("write")
+        );
+        assert!(has_range(&at("read"), true, 10), "{who}: {:?}", at("read"));
+    }
+}
+
+#[test]
+fn an_unmodified_program_records_no_accesses_from_the_c_library() {
+    // The primitives are built without -fsanitize=thread: the interceptors only pass through.
+    let exe = harness::compile("mutex");
+    let dir = harness::fresh_dir("uninstrumented-ranges");
+    let plain = harness::run_plain(&exe, &[]);
+    let out = harness::run_recorded(&exe, &[], &dir, &[]);
+    harness::assert_transparent(&plain, &out);
+    for path in harness::traces_in(&dir) {
+        let t = harness::open_checked(&path);
+        assert_eq!(harness::count(&t, "read") + harness::count(&t, "write"), 0);
+        assert!(t.tables.access_counts.is_empty());
+    }
+}

@@ -73,6 +73,48 @@ fn find(list: &[Module], addr: u64) -> Option<Frame> {
         })
 }
 
+/// The address range of the module holding this runtime, `(lo, hi)`; `(0, 0)` if not found.
+/// The libc interceptors tell the runtime's own calls (Rust's `memcpy`s) from the program's by
+/// it.
+pub fn own_extent() -> (usize, usize) {
+    struct Search {
+        addr: u64,
+        lo: u64,
+        hi: u64,
+    }
+    unsafe extern "C" fn visit(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        data: *mut libc::c_void,
+    ) -> libc::c_int {
+        // SAFETY: dl_iterate_phdr passes a valid info for the duration of the call; `data` is
+        // the `Search` passed below.
+        let (info, s) = unsafe { (&*info, &mut *(data as *mut Search)) };
+        let base = info.dlpi_addr;
+        // SAFETY: dlpi_phdr points at dlpi_phnum program headers.
+        let phdrs = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
+        let (mut lo, mut hi) = (u64::MAX, 0u64);
+        for ph in phdrs.iter().filter(|ph| ph.p_type == libc::PT_LOAD) {
+            lo = lo.min(base.wrapping_add(ph.p_vaddr));
+            hi = hi.max(base.wrapping_add(ph.p_vaddr + ph.p_memsz));
+        }
+        if s.addr >= lo && s.addr < hi {
+            s.lo = lo;
+            s.hi = hi;
+            return 1;
+        }
+        0
+    }
+    let mut s = Search {
+        addr: own_extent as *const () as usize as u64,
+        lo: 0,
+        hi: 0,
+    };
+    // SAFETY: the callback only reads its info and writes `s`, which outlives the call.
+    unsafe { libc::dl_iterate_phdr(Some(visit), (&mut s as *mut Search).cast()) };
+    (s.lo as usize, s.hi as usize)
+}
+
 /// Forget every module (fork child: its trace needs its own module records).
 pub fn reset() {
     let mut m = MODULES.lock();

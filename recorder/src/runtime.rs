@@ -113,6 +113,7 @@ pub extern "C" fn init() {
     sequence::set_global(cfg.global_sequence);
     sites::set_depth(cfg.stack_depth);
     crate::hooks::tsan::configure(cfg.stack_depth);
+    crate::hooks::memory::init();
     if cfg.no_follow {
         strip_own_preload();
     }
@@ -162,10 +163,16 @@ pub fn finish(reason: EndReason, attempts: Option<u32>) {
     {
         return;
     }
+    // As the runtime: what libraries do for it here (a `memcpy` of theirs) is not the
+    // program's.
+    let me = thread_state::current().filter(|t| t.enter());
     thread_state::quiesce();
     thread_state::for_each_live(attempts, |t| t.close_with_exit(attempts));
     output::flush_tables(attempts);
     output::write_trailer(reason, false);
+    if let Some(t) = me {
+        t.leave();
+    }
     // The descriptor stays open (it is close-on-exec): closing it here could let the program
     // reuse its number while a late writer still holds it.
 }

@@ -25,6 +25,9 @@ macro_rules! ra_into {
     (4) => {
         "mov r8, [rsp]"
     };
+    (5) => {
+        "mov r9, [rsp]"
+    };
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -50,6 +53,9 @@ macro_rules! ra_into {
     };
     (4) => {
         "mov x4, x30"
+    };
+    (5) => {
+        "mov x5, x30"
     };
 }
 
