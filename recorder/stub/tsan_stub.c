@@ -498,6 +498,43 @@ FS_API void __tsan_ignore_thread_begin(void) {
 }
 FS_API void __tsan_ignore_thread_end(void) { fs_annotate(FS_IGNORE_ACCESSES_END, 0, 0, FS_PC); }
 
+/* Accesses to objects that are not plain memory (a library's handles): recorded as a one-byte
+ * access at the object's address, with the caller's pc. Tags only name such objects in
+ * ThreadSanitizer's reports: one dummy tag serves. */
+FS_API void __tsan_external_read(void *addr, void *caller_pc, void *tag) {
+    (void)tag;
+    fs_access(addr, 1, 0, caller_pc ? caller_pc : FS_PC);
+}
+FS_API void __tsan_external_write(void *addr, void *caller_pc, void *tag) {
+    (void)tag;
+    fs_access(addr, 1, 1, caller_pc ? caller_pc : FS_PC);
+}
+static char fs_tag;
+FS_API void *__tsan_external_register_tag(const char *object_type) {
+    (void)object_type;
+    return &fs_tag;
+}
+FS_API void __tsan_external_register_header(void *tag, const char *header) {
+    (void)tag, (void)header;
+}
+FS_API void __tsan_external_assign_tag(void *addr, void *tag) { (void)addr, (void)tag; }
+
+/* Fibers are not told apart: a fiber's accesses are its thread's (races between fibers of one
+ * thread are not seen). Fiber handles are distinct dummies the program only passes back. */
+static char fs_fibers[64];
+static unsigned fs_next_fiber;
+FS_API void *__tsan_get_current_fiber(void) { return &fs_fibers[0]; }
+FS_API void *__tsan_create_fiber(unsigned flags) {
+    (void)flags;
+    return &fs_fibers[1 + __atomic_fetch_add(&fs_next_fiber, 1, __ATOMIC_RELAXED) % 63];
+}
+FS_API void __tsan_destroy_fiber(void *fiber) { (void)fiber; }
+FS_API void __tsan_switch_to_fiber(void *fiber, unsigned flags) { (void)fiber, (void)flags; }
+FS_API void __tsan_set_fiber_name(void *fiber, const char *name) { (void)fiber, (void)name; }
+
+/* ThreadSanitizer's shadow memory: there is none to flush. */
+FS_API void __tsan_flush_memory(void) {}
+
 /* The older dynamic annotations (valgrind's dynamic_annotations.h, Abseil's
  * ABSL_ANNOTATE_*), which ThreadSanitizer's runtime also defines. Weak: a program that
  * defines them itself keeps its own. */
