@@ -4,6 +4,8 @@
 //!   fallbacks); unset: `foresight-<pid>.trace` in the working directory.
 //! - `FORESIGHT_STACK_DEPTH=N`: frames per call site, 1..=32, default 1.
 //! - `FORESIGHT_NO_FOLLOW=1`: programs this one execs are not recorded.
+//! - `FORESIGHT_ALLOCATIONS=0`: heap allocations are not recorded (unless the program has
+//!   instrumented code, whose accesses need them).
 //! - `FORESIGHT_ORDERING=global`: one process-wide counter (`Ordering::GlobalSequence`)
 //!   instead of the default Lamport clocks per object (`Ordering::Logical`, also selected by
 //!   `logical`). The counter is a cache line every core writes on every synchronising event:
@@ -21,6 +23,10 @@ pub struct Config {
     pub stack_depth: usize,
     pub no_follow: bool,
     pub global_sequence: bool,
+    /// `FORESIGHT_ALLOCATIONS=0`: record no heap allocations of a program without
+    /// instrumented code (an instrumented program's are always recorded); `1` or unset:
+    /// record them.
+    pub allocations: Option<bool>,
 }
 
 fn var(name: &CStr) -> Option<Vec<u8>> {
@@ -42,11 +48,17 @@ impl Config {
             .map_or(1, |n| n.clamp(1, MAX_STACK_DEPTH));
         let no_follow = var(c"FORESIGHT_NO_FOLLOW").is_some_and(|v| v == b"1");
         let global_sequence = var(c"FORESIGHT_ORDERING").is_some_and(|v| v == b"global");
+        let allocations = var(c"FORESIGHT_ALLOCATIONS").and_then(|v| match &v[..] {
+            b"1" => Some(true),
+            b"0" => Some(false),
+            _ => None,
+        });
         Self {
             output,
             stack_depth,
             no_follow,
             global_sequence,
+            allocations,
         }
     }
 }

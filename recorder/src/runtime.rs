@@ -114,6 +114,7 @@ pub extern "C" fn init() {
     sites::set_depth(cfg.stack_depth);
     crate::hooks::tsan::configure(cfg.stack_depth);
     crate::hooks::memory::init();
+    crate::hooks::heap::set_recording(cfg.allocations.unwrap_or(true));
     if cfg.no_follow {
         strip_own_preload();
     }

@@ -186,6 +186,9 @@ pub struct ThreadState {
     /// `AccessCounts` record: written by the owner, taken by `finish` on another thread.
     executed: AtomicU64,
     recorded: AtomicU64,
+    /// The program's return address left by an `operator new`/`delete` hook for the `malloc`
+    /// or `free` it calls (`hooks/heap.rs`); 0 when none.
+    pending_site: Cell<usize>,
 }
 
 impl Drop for ThreadState {
@@ -284,6 +287,7 @@ impl ThreadState {
             held_stripe: Cell::new(std::ptr::null()),
             executed: AtomicU64::new(0),
             recorded: AtomicU64::new(0),
+            pending_site: Cell::new(0),
         })
     }
 
@@ -901,6 +905,32 @@ impl ThreadState {
         let s = keep_errno(|| sites::site(pc));
         a.cache_site(pc, s);
         s
+    }
+
+    /// The site of an allocation or free called from `pc`: through the shadow stack in an
+    /// instrumented thread with deeper stacks, else as any hook's.
+    pub fn alloc_site(&self, pc: usize) -> SiteId {
+        if !self.accesses.get().is_null() {
+            self.instrumented_site(pc)
+        } else {
+            self.site(pc)
+        }
+    }
+
+    /// `operator new`/`delete`: the program's return address, for the allocator call inside.
+    /// False (and nothing changed) when one is pending already.
+    pub fn set_pending_site(&self, ra: usize) -> bool {
+        if self.pending_site.get() != 0 {
+            return false;
+        }
+        self.pending_site.set(ra);
+        true
+    }
+
+    /// The address `set_pending_site` left, once.
+    pub fn take_pending_site(&self) -> Option<usize> {
+        let ra = self.pending_site.replace(0);
+        (ra != 0).then_some(ra)
     }
 
     /// `__tsan_func_entry`: a call from `pc` (the shadow stack, kept with deeper stacks).
