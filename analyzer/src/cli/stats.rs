@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use foresight_trace::event::ObjectId;
+use foresight_trace::event::{Category, ObjectId};
 use foresight_trace::tables::{EndReason, Ordering};
 use foresight_trace::Trace;
 
@@ -103,6 +103,8 @@ fn write_stats(out: &mut impl Write, trace: &Trace, top: usize) -> std::io::Resu
     let mut by_kind: BTreeMap<&'static str, u64> = BTreeMap::new();
     let mut lock_use: HashMap<ObjectId, u64> = HashMap::new();
     let mut site_use: HashMap<u32, u64> = HashMap::new();
+    let mut access_use: HashMap<u32, u64> = HashMap::new();
+    let mut heap_use: HashMap<u32, u64> = HashMap::new();
     let mut sites_seen: HashSet<u32> = HashSet::new();
     for t in &trace.threads {
         for ev in &t.events {
@@ -114,7 +116,13 @@ fn write_stats(out: &mut impl Write, trace: &Trace, top: usize) -> std::io::Resu
             }
             if let Some(s) = ev.kind.site() {
                 sites_seen.insert(s);
-                *site_use.entry(s).or_default() += 1;
+                // Busiest sites by what they do: synchronisation, memory accesses, the heap.
+                let map = match ev.kind.category() {
+                    Category::Memory => &mut access_use,
+                    Category::Allocation => &mut heap_use,
+                    _ => &mut site_use,
+                };
+                *map.entry(s).or_default() += 1;
             }
         }
     }
@@ -123,7 +131,8 @@ fn write_stats(out: &mut impl Write, trace: &Trace, top: usize) -> std::io::Resu
         writeln!(out, "  {kind:<22} {n:>12}")?;
     }
     writeln!(out)?;
-    write_accesses(out, trace, &by_kind)?;
+    write_accesses(out, trace, &by_kind, &access_use, top)?;
+    write_heap(out, trace, &by_kind, &heap_use, top)?;
 
     writeln!(
         out,
@@ -196,7 +205,7 @@ fn write_stats(out: &mut impl Write, trace: &Trace, top: usize) -> std::io::Resu
     });
     writeln!(
         out,
-        "sites      {} ({} used by events, {} symbolised)",
+        "sites      {} ({} used by events, {} symbolised); the busiest for synchronisation:",
         trace.tables.sites.len(),
         sites_seen.len(),
         symbolised.count()
@@ -223,6 +232,8 @@ fn write_accesses(
     out: &mut impl Write,
     trace: &Trace,
     by_kind: &BTreeMap<&'static str, u64>,
+    site_use: &HashMap<u32, u64>,
+    top: usize,
 ) -> std::io::Result<()> {
     let n = |k: &str| by_kind.get(k).copied().unwrap_or(0);
     let in_trace = n("read") + n("write");
@@ -261,7 +272,65 @@ fn write_accesses(
             )?;
         }
     }
+    write_busiest(out, trace, "busiest access sites (recorded)", site_use, top)?;
     writeln!(out)?;
+    Ok(())
+}
+
+/// Heap blocks allocated and freed, and where.
+fn write_heap(
+    out: &mut impl Write,
+    trace: &Trace,
+    by_kind: &BTreeMap<&'static str, u64>,
+    site_use: &HashMap<u32, u64>,
+    top: usize,
+) -> std::io::Result<()> {
+    let n = |k: &str| by_kind.get(k).copied().unwrap_or(0);
+    if n("alloc") + n("free") == 0 {
+        return Ok(());
+    }
+    let bytes: u64 = trace
+        .threads
+        .iter()
+        .flat_map(|t| &t.events)
+        .map(|e| match e.kind {
+            foresight_trace::EventKind::Alloc { size, .. } => size,
+            _ => 0,
+        })
+        .fold(0u64, u64::saturating_add);
+    writeln!(
+        out,
+        "heap       {} allocated ({bytes} bytes), {} freed",
+        counted(n("alloc"), "block", "blocks"),
+        n("free")
+    )?;
+    write_busiest(
+        out,
+        trace,
+        "busiest allocation and free sites",
+        site_use,
+        top,
+    )?;
+    writeln!(out)?;
+    Ok(())
+}
+
+fn write_busiest(
+    out: &mut impl Write,
+    trace: &Trace,
+    title: &str,
+    site_use: &HashMap<u32, u64>,
+    top: usize,
+) -> std::io::Result<()> {
+    if site_use.is_empty() || top == 0 {
+        return Ok(());
+    }
+    writeln!(out, "  {title}")?;
+    let mut busiest: Vec<_> = site_use.iter().map(|(s, n)| (*s, *n)).collect();
+    busiest.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    for (s, n) in busiest.iter().take(top) {
+        writeln!(out, "  {:>12}  {}", n, trace.tables.describe_site(*s))?;
+    }
     Ok(())
 }
 
