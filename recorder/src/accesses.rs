@@ -23,8 +23,9 @@ use foresight_trace::event::SiteId;
 use crate::config::MAX_STACK_DEPTH;
 use crate::sites;
 
-/// Entries of the dedup cache: enough for the working set of one epoch of a tight loop.
-const DEDUP: usize = 1 << 10;
+/// Entries of the dedup cache (16 bytes each): enough for the working set of one epoch of a
+/// tight loop, small enough to stay in the first-level cache beside the program's data.
+const DEDUP: usize = 1 << 11;
 /// Entries of the access-site cache (return address → site id).
 const SITE_CACHE: usize = 1 << 9;
 /// Frames the shadow stack keeps; deeper calls are counted but not stored.
@@ -45,37 +46,69 @@ pub fn instrumented() -> bool {
     INSTRUMENTED.load(Ordering::Relaxed)
 }
 
+/// One remembered access: its address, and its instruction, kind and size and epoch packed
+/// into one word (`dedup_key`). All zeros, as the state is allocated, matches nothing: a key's
+/// generation is never 0.
 #[derive(Clone, Copy)]
 struct DedupEntry {
     addr: usize,
-    /// The site: the return address at depth 1, the interned site id with deeper stacks.
-    who: usize,
-    /// `size << 1 | write`, as the hooks receive it.
-    info: usize,
-    epoch: u64,
+    key: u64,
 }
 
-/// All zeros, as the state is allocated: no access has `info` 0 (its size is at least 1).
-const NO_ENTRY: DedupEntry = DedupEntry {
-    addr: 0,
-    who: 0,
-    info: 0,
-    epoch: 0,
+/// Code addresses below this fit the key's 48 bits (every x86-64 and AArch64 user address
+/// with 4-level page tables); an instruction above it is recorded every time.
+const PC_LIMIT: usize = 1 << 48;
+/// Epoch generations: 12 bits, then the cache is cleared and they start again at 1.
+const GENERATIONS: u16 = 1 << 12;
+
+/// (instruction or site, kind and size, generation) as one word, or `None` for an access that
+/// is never deduplicated (a range of another size than 1, 2, 4, 8 or 16 bytes, an instruction
+/// beyond `PC_LIMIT`).
+#[inline(always)]
+fn dedup_key(who: usize, info: usize, generation: u16) -> Option<u64> {
+    let code = *KIND_CODES.get(info)? as u64;
+    if code == 0 || who >= PC_LIMIT {
+        return None;
+    }
+    Some(who as u64 | code << 48 | (generation as u64) << 52)
+}
+
+/// `info` (`size << 1 | write`) → a 4-bit code for the key: for sizes 1, 2, 4, 8, 16,
+/// `(log2(size) + 1) << 1 | write`, 2 to 11; 0 for every other size (never deduplicated).
+const KIND_CODES: [u8; 34] = {
+    let mut t = [0u8; 34];
+    let mut log = 0;
+    while log < 5 {
+        let size = 1usize << log;
+        t[size << 1] = ((log + 1) << 1) as u8;
+        t[size << 1 | 1] = ((log + 1) << 1 | 1) as u8;
+        log += 1;
+    }
+    t
 };
+
+#[inline(always)]
+fn dedup_index(addr: usize, who: usize) -> usize {
+    // Accesses of one loop are neighbouring addresses from a few neighbouring instructions:
+    // neighbouring addresses get neighbouring entries, and each instruction its own offset,
+    // from a multiplicative hash (neighbouring instructions must not get neighbouring offsets,
+    // or the read and the write of one loop evict each other).
+    let offset = (who as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
+    ((addr >> 2) ^ offset as usize) & (DEDUP - 1)
+}
 
 pub struct AccessState {
     dedup: [DedupEntry; DEDUP],
+    /// The thread's key when the current generation began, and the generation: a new key is
+    /// a new epoch, numbered by one more generation (the key itself can jump anywhere).
+    epoch: u64,
+    generation: u16,
     sites: [(usize, SiteId); SITE_CACHE],
     stack: [usize; STACK],
     /// Frames entered and not left (may exceed `STACK`).
     depth: usize,
-}
-
-#[inline(always)]
-fn dedup_index(addr: usize, who: usize) -> usize {
-    // Accesses of one loop are neighbouring addresses from a few sites.
-    let h = (addr >> 2) ^ (who.rotate_left(17));
-    (h ^ (h >> 10)) & (DEDUP - 1)
+    /// Sites are single return addresses (`--stack-depth 1`): the only case `seen` handles.
+    shallow: bool,
 }
 
 #[inline(always)]
@@ -94,26 +127,71 @@ impl AccessState {
             std::alloc::handle_alloc_error(layout);
         }
         // SAFETY: `p` was allocated with the global allocator for this layout, and every
-        // field is an integer or an array of integers, for which all-zero bytes are a valid
-        // value (and mean: empty caches, empty stack).
-        unsafe { Box::from_raw(p) }
+        // field is an integer, a bool or an array of integers, for which all-zero bytes are a
+        // valid value (and mean: empty caches, empty stack, no generation yet).
+        let mut b = unsafe { Box::from_raw(p) };
+        b.shallow = sites::shallow();
+        b
     }
 
-    /// True when this access repeats one recorded in `epoch`; otherwise remembers it (the
-    /// caller records it).
+    /// True when this access surely repeats one recorded in `epoch`, found by reading alone
+    /// (no session: a signal handler may interrupt and run `repeat` itself, which leaves any
+    /// entry read here either still true or gone). False when unsure: the caller goes on to
+    /// `repeat` in a session.
+    ///
+    /// # Safety
+    /// `this` is the calling thread's live access state.
+    #[inline(always)]
+    pub unsafe fn seen(
+        this: *const Self,
+        addr: usize,
+        who: usize,
+        info: usize,
+        epoch: u64,
+    ) -> bool {
+        // SAFETY: the caller's contract; plain reads of the owner's memory, through the raw
+        // pointer (no reference is held while a handler might write).
+        unsafe {
+            if !(*this).shallow || (*this).epoch != epoch {
+                return false;
+            }
+            let Some(key) = dedup_key(who, info, (*this).generation) else {
+                return false;
+            };
+            let e = std::ptr::read(&raw const (*this).dedup[dedup_index(addr, who)]);
+            e.addr == addr && e.key == key
+        }
+    }
+
+    /// True when this access repeats one recorded in `epoch` (the thread's current key);
+    /// otherwise remembers it (the caller records it). `who` is the instruction (or, with
+    /// deeper stacks, the site id).
     #[inline(always)]
     pub fn repeat(&mut self, addr: usize, who: usize, info: usize, epoch: u64) -> bool {
+        if epoch != self.epoch || self.generation == 0 {
+            self.new_epoch(epoch);
+        }
+        let Some(key) = dedup_key(who, info, self.generation) else {
+            return false;
+        };
         let e = &mut self.dedup[dedup_index(addr, who)];
-        if e.addr == addr && e.who == who && e.info == info && e.epoch == epoch {
+        if e.addr == addr && e.key == key {
             return true;
         }
-        *e = DedupEntry {
-            addr,
-            who,
-            info,
-            epoch,
-        };
+        *e = DedupEntry { addr, key };
         false
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn new_epoch(&mut self, epoch: u64) {
+        self.epoch = epoch;
+        self.generation = (self.generation + 1) % GENERATIONS;
+        if self.generation == 0 {
+            // The generations wrapped: an old entry could pass for one of this epoch.
+            self.dedup.fill(DedupEntry { addr: 0, key: 0 });
+            self.generation = 1;
+        }
     }
 
     /// The site of access instruction `pc` when the thread's cache knows it.
@@ -156,7 +234,8 @@ impl AccessState {
 
     /// fork child: the parent's epochs and site ids mean nothing in the child's trace.
     pub fn reset_for_child(&mut self) {
-        self.dedup.fill(NO_ENTRY);
+        self.dedup.fill(DedupEntry { addr: 0, key: 0 });
+        self.generation = 0;
         self.sites.fill((0, 0));
     }
 }
@@ -178,6 +257,53 @@ mod tests {
         assert!(!a.repeat(0x1008, 0x44, 8 << 1 | 1, 5), "another address");
         assert!(!a.repeat(0x1008, 0x44, 8 << 1 | 1, 6), "a new epoch");
         assert!(!a.repeat(0x1008, 0x44, 4 << 1 | 1, 6), "another size");
+        assert!(!a.repeat(0x1008, 0x44, 24 << 1, 6), "a range");
+        assert!(
+            !a.repeat(0x1008, 0x44, 24 << 1, 6),
+            "a range, again: never dropped"
+        );
+        assert!(
+            !a.repeat(0x1000, 0x40, 8 << 1, 5),
+            "an old epoch's key is a new epoch"
+        );
+    }
+
+    #[test]
+    fn generations_wrap_without_dropping_a_first_access() {
+        let mut a = AccessState::new();
+        assert!(!a.repeat(0x1000, 0x40, 8 << 1, 1));
+        // Exactly one full turn of generations later, the entry's generation comes back.
+        for epoch in 2..=GENERATIONS as u64 {
+            a.repeat(0x2000, 0x80, 8 << 1, epoch);
+        }
+        let wrapped = GENERATIONS as u64 + 1;
+        assert!(
+            !a.repeat(0x1000, 0x40, 8 << 1, wrapped),
+            "first in its epoch"
+        );
+        assert!(a.repeat(0x1000, 0x40, 8 << 1, wrapped));
+    }
+
+    #[test]
+    fn a_loop_reading_and_writing_an_array_keeps_one_access_of_each_per_epoch() {
+        let mut a = AccessState::new();
+        let (read, write) = (0x5555_5555_71a3usize, 0x5555_5555_71d6usize);
+        let mut kept = 0;
+        for round in 0..16 {
+            for j in 0..53usize {
+                let addr = 0x7ffb_0800_0c20 + 4 * j;
+                kept += !a.repeat(addr, read, 4 << 1, 9) as usize;
+                kept += !a.repeat(addr, write, 4 << 1 | 1, 9) as usize;
+                kept += !a.repeat(
+                    0x5555_5556_0000 + 4 * ((j * 3 + round) % 256),
+                    0x5555_5555_71ca,
+                    4 << 1,
+                    9,
+                ) as usize;
+            }
+        }
+        // 53 reads and 53 writes, and the table's distinct entries (at most 256).
+        assert!(kept <= 2 * 53 + 256, "{kept}");
     }
 
     #[test]

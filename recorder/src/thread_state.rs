@@ -715,8 +715,12 @@ impl ThreadState {
         if self.closed.load(Ordering::Acquire) || !self.acquire_foreign(attempts) {
             return;
         }
-        // SAFETY: clock and writer are guarded by buf_lock with the owner off its fast path.
-        let k = sequence::next(unsafe { &mut *self.clock.get() }, Key::Tick);
+        // SAFETY: the writer is guarded by buf_lock with the owner off its fast path, and the
+        // owner writes its clock only there; this reads it and leaves it alone (the owner's
+        // repeat check reads it outside any lock, `record_access`: the owner is its only
+        // writer).
+        let mut clock = unsafe { *self.clock.get() };
+        let k = sequence::next(&mut clock, Key::Tick);
         self.push_locked(EventKind::ThreadExit, k);
         self.write_access_counts();
         // SAFETY: as above.
@@ -804,46 +808,59 @@ impl ThreadState {
 
     /// A plain read or write (`info`: `size << 1 | write`) at `addr` by the instruction
     /// before `pc`: recorded unless it repeats one of this epoch (`accesses.rs`).
+    ///
+    /// The usual case, a repeat, only reads: the thread's key (only this thread writes it)
+    /// and one entry of its cache, with no session and no buffer. Everything else is out of
+    /// line, in a session.
     #[inline(always)]
     pub fn record_access(&self, addr: usize, info: usize, pc: usize) {
         if self.busy.get() || self.ignore_accesses.get() != 0 {
             return;
         }
-        if self.accesses.get().is_null() {
-            self.new_access_state();
+        bump(&self.executed);
+        let a = self.accesses.get();
+        if a.is_null() {
+            return self.record_access_slow(addr, info, pc);
+        }
+        // SAFETY: the owner is the only writer of its clock (`close_with_exit` only reads
+        // it); `a` is this thread's live access state, only read here.
+        if unsafe { AccessState::seen(a, addr, pc, info, *self.clock.get()) } {
+            return;
+        }
+        self.record_new_access(addr, info, pc);
+    }
+
+    /// `record_access` for an access to record (or a repeat the read-only check could not
+    /// tell): in a session and the lane, the cache updated, the site found, the event pushed.
+    #[inline(never)]
+    fn record_new_access(&self, addr: usize, info: usize, pc: usize) {
+        if !sites::shallow() {
+            return self.record_access_slow(addr, info, pc);
         }
         self.busy.set(true);
-        bump(&self.executed);
-        let deep = !sites::shallow();
+        if !self.lane_open() {
+            self.busy.set(false);
+            return self.record_access_slow(addr, info, pc);
+        }
         let Some(a) = self.access_state_mut() else {
+            self.lane_close();
             self.busy.set(false);
             return;
         };
-        // With deeper stacks the site depends on the shadow stack too: it is found first, and
-        // is what tells repeats apart.
-        let deep_site = if deep {
-            Some(keep_errno(|| a.deep_site(pc, sites::depth())))
-        } else {
-            None
-        };
-        let who = deep_site.map_or(pc, |s| s as usize);
-        let Some(slow) = self.enter_buf() else {
-            self.busy.set(false);
-            return;
-        };
-        // SAFETY: the clock is the owner's inside enter_buf (see take_key).
+        // SAFETY: the clock is the owner's inside the lane (see take_key).
         let epoch = unsafe { *self.clock.get() };
-        if a.repeat(addr, who, info, epoch) {
-            self.leave_buf(slow);
+        if a.repeat(addr, pc, info, epoch) {
+            self.lane_close();
             self.busy.set(false);
             return;
         }
-        let site = match deep_site.or_else(|| a.cached_site(pc)) {
+        let site = match a.cached_site(pc) {
             Some(site) => site,
             None => {
-                // A new instruction: its site is found outside the buffer session (it may
-                // write a table record).
-                self.leave_buf(slow);
+                // A new instruction: its site is found outside the buffer (it may write a
+                // table record), then the event goes in at the same key (only this thread
+                // changes it).
+                self.lane_close();
                 let site = keep_errno(|| sites::site(pc));
                 a.cache_site(pc, site);
                 let Some(slow) = self.enter_buf() else {
@@ -857,7 +874,46 @@ impl ThreadState {
             }
         };
         self.push_access(addr, info, site, epoch);
-        self.leave_buf(slow);
+        self.lane_close();
+        self.busy.set(false);
+    }
+
+    /// `record_access` on the general path: the thread's first access, deeper stacks (the
+    /// site, from the shadow stack, is what tells repeats apart), or a foreign flush under
+    /// way (the buffer lock).
+    #[cold]
+    #[inline(never)]
+    fn record_access_slow(&self, addr: usize, info: usize, pc: usize) {
+        if self.accesses.get().is_null() {
+            self.new_access_state();
+        }
+        self.busy.set(true);
+        let Some(a) = self.access_state_mut() else {
+            self.busy.set(false);
+            return;
+        };
+        let deep_site = if sites::shallow() {
+            None
+        } else {
+            Some(keep_errno(|| a.deep_site(pc, sites::depth())))
+        };
+        let site = deep_site.unwrap_or_else(|| match a.cached_site(pc) {
+            Some(s) => s,
+            None => {
+                let s = keep_errno(|| sites::site(pc));
+                a.cache_site(pc, s);
+                s
+            }
+        });
+        if let Some(slow) = self.enter_buf() {
+            // SAFETY: the clock is the owner's inside enter_buf (see take_key).
+            let epoch = unsafe { *self.clock.get() };
+            let who = deep_site.map_or(pc, |s| s as usize);
+            if !a.repeat(addr, who, info, epoch) {
+                self.push_access(addr, info, site, epoch);
+            }
+            self.leave_buf(slow);
+        }
         self.busy.set(false);
     }
 

@@ -85,14 +85,26 @@ FS_API void __tsan_init(void) {
 
 /* --- plain accesses -------------------------------------------------------------------------- */
 
-static inline void fs_access(void *a, uintptr_t size, uintptr_t write, void *pc) {
+/* Not recorded is what must cost least: a load, a test and a return (the expectation keeps
+ * the compiler from computing the call's arguments before the test). */
+#define FS_ABSENT(t) __builtin_expect((t) == 0, 1)
+
+static inline __attribute__((always_inline)) void fs_access(void *a, uintptr_t size,
+                                                            uintptr_t write, void *pc) {
     struct foresight_tsan_runtime *t = RT;
-    if (t)
-        t->access(a, size << 1 | write, pc);
+    if (FS_ABSENT(t))
+        return;
+    t->access(a, size << 1 | write, pc);
 }
 
+/* The return address is taken only once the runtime is known to be there. */
 #define FS_ACCESS(name, size, write)                                                            \
-    FS_API void name(void *a) { fs_access(a, size, write, FS_PC); }                             \
+    FS_API void name(void *a) {                                                                 \
+        struct foresight_tsan_runtime *t = RT;                                                  \
+        if (FS_ABSENT(t))                                                                       \
+            return;                                                                             \
+        t->access(a, (uintptr_t)(size) << 1 | (write), FS_PC);                                  \
+    }                                                                                           \
     FS_API void name##_pc(void *a, void *pc) { fs_access(a, size, write, pc); }
 
 #define FS_SIZES(prefix, write)                                                                 \
@@ -141,7 +153,7 @@ FS_API void __tsan_write_range_pc(void *a, uintptr_t size, void *pc) {
  * does, a store of the value already there is no write (destructors of a class hierarchy
  * rewrite it on the way down). */
 FS_API void __tsan_vptr_update(void **vptr_p, void *new_val) {
-    if (RT && *vptr_p != new_val)
+    if (!FS_ABSENT(RT) && *vptr_p != new_val)
         fs_access(vptr_p, sizeof(void *), 1, FS_PC);
 }
 FS_API void __tsan_vptr_read(void **vptr_p) { fs_access(vptr_p, sizeof(void *), 0, FS_PC); }
@@ -150,14 +162,16 @@ FS_API void __tsan_vptr_read(void **vptr_p) { fs_access(vptr_p, sizeof(void *), 
 
 FS_API void __tsan_func_entry(void *pc) {
     struct foresight_tsan_runtime *t = RT;
-    if (t && (t->flags & FS_WANTS_FUNC_ENTRY))
-        t->func_entry(pc);
+    if (FS_ABSENT(t) || !(t->flags & FS_WANTS_FUNC_ENTRY))
+        return;
+    t->func_entry(pc);
 }
 
 FS_API void __tsan_func_exit(void) {
     struct foresight_tsan_runtime *t = RT;
-    if (t && (t->flags & FS_WANTS_FUNC_ENTRY))
-        t->func_exit();
+    if (FS_ABSENT(t) || !(t->flags & FS_WANTS_FUNC_ENTRY))
+        return;
+    t->func_exit();
 }
 
 /* --- atomics --------------------------------------------------------------------------------- */
