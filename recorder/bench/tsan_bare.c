@@ -1,0 +1,26 @@
+/* The floor under any ThreadSanitizer-ABI runtime: every entry point an instrumented
+ * access_overhead.c calls, returning at once. A program linked with it pays the compiler's
+ * instrumentation (a call per access) and nothing else. Not for programs that use atomics. */
+#define BARE(name) __attribute__((visibility("hidden"))) void name(void) {}
+BARE(__tsan_init)
+BARE(__tsan_func_entry)
+BARE(__tsan_func_exit)
+BARE(__tsan_read1)
+BARE(__tsan_read2)
+BARE(__tsan_read4)
+BARE(__tsan_read8)
+BARE(__tsan_read16)
+BARE(__tsan_write1)
+BARE(__tsan_write2)
+BARE(__tsan_write4)
+BARE(__tsan_write8)
+BARE(__tsan_write16)
+BARE(__tsan_unaligned_read2)
+BARE(__tsan_unaligned_read4)
+BARE(__tsan_unaligned_read8)
+BARE(__tsan_unaligned_write2)
+BARE(__tsan_unaligned_write4)
+BARE(__tsan_unaligned_write8)
+BARE(__tsan_read_range)
+BARE(__tsan_write_range)
+BARE(__tsan_vptr_update)
