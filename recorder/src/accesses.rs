@@ -7,11 +7,11 @@
 //! **Deduplication.** Within one thread, between two of its synchronising events (one *epoch*:
 //! the thread's key does not change in between), a race analysis needs only the first read
 //! and the first write of an address from each site: a later identical access races with
-//! exactly what the first one races with. `Dedup` is a direct-mapped cache of (address, site,
-//! kind and size, epoch): a hit is a repeat and is dropped; a miss is recorded and replaces
-//! the entry. A collision evicts an entry, so a repeat may be recorded again, but a first
-//! access never hits (every field of the key is compared, the epoch exactly). FORMAT.md §7.8
-//! states what a trace keeps.
+//! exactly what the first one races with. The dedup cache is a two-way set-associative cache
+//! of (address, site, kind and size, epoch): a hit is a repeat and is dropped; a miss is
+//! recorded and replaces the set's older entry. An eviction may let a repeat be recorded
+//! again, but a first access never hits (every field of the key is compared, the epoch
+//! exactly, through its generation). FORMAT.md §7.8 states what a trace keeps.
 //!
 //! The state is allocated on a thread's first access (most threads of an unmodified program
 //! never have one) from the runtime's own allocator, and freed with the thread's state.
@@ -23,8 +23,9 @@ use foresight_trace::event::SiteId;
 use crate::config::MAX_STACK_DEPTH;
 use crate::sites;
 
-/// Entries of the dedup cache (16 bytes each): enough for the working set of one epoch of a
-/// tight loop, small enough to stay in the first-level cache beside the program's data.
+/// Entries of the dedup cache (16 bytes each, in sets of two): enough for the working set of
+/// one epoch of a tight loop, small enough to stay in the first-level cache beside the
+/// program's data.
 const DEDUP: usize = 1 << 11;
 /// Entries of the access-site cache (return address → site id).
 const SITE_CACHE: usize = 1 << 9;
@@ -94,7 +95,9 @@ fn dedup_index(addr: usize, who: usize) -> usize {
     // from a multiplicative hash (neighbouring instructions must not get neighbouring offsets,
     // or the read and the write of one loop evict each other).
     let offset = (who as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
-    ((addr >> 2) ^ offset as usize) & (DEDUP - 1)
+    // Two ways per set, side by side in one cache line: two accesses whose entries collide
+    // both stay.
+    (((addr >> 2) ^ offset as usize) << 1) & (DEDUP - 2)
 }
 
 pub struct AccessState {
@@ -158,8 +161,13 @@ impl AccessState {
             let Some(key) = dedup_key(who, info, (*this).generation) else {
                 return false;
             };
-            let e = std::ptr::read(&raw const (*this).dedup[dedup_index(addr, who)]);
-            e.addr == addr && e.key == key
+            let set = dedup_index(addr, who);
+            let first = std::ptr::read(&raw const (*this).dedup[set]);
+            if first.addr == addr && first.key == key {
+                return true;
+            }
+            let second = std::ptr::read(&raw const (*this).dedup[set + 1]);
+            second.addr == addr && second.key == key
         }
     }
 
@@ -174,11 +182,16 @@ impl AccessState {
         let Some(key) = dedup_key(who, info, self.generation) else {
             return false;
         };
-        let e = &mut self.dedup[dedup_index(addr, who)];
-        if e.addr == addr && e.key == key {
+        let set = dedup_index(addr, who);
+        let [first, second] = &mut self.dedup[set..set + 2] else {
+            unreachable!("a set is two entries")
+        };
+        if (first.addr == addr && first.key == key) || (second.addr == addr && second.key == key) {
             return true;
         }
-        *e = DedupEntry { addr, key };
+        // The newer entry first: the older one is the one to go.
+        *second = *first;
+        *first = DedupEntry { addr, key };
         false
     }
 
