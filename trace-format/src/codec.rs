@@ -472,15 +472,58 @@ pub struct Decoder<'a> {
     pending: Option<Event>,
 }
 
-impl<'a> Decoder<'a> {
-    pub fn new(buf: &'a [u8], base_key: u64) -> Self {
+/// Where a [`Decoder`] stands in its chunk's bytes, kept apart from the bytes so that a reader
+/// that owns the bytes can stop decoding and resume later ([`Decoder::resume`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DecoderState {
+    pos: usize,
+    st: DeltaState,
+    objects_below: u64,
+    sites_below: u64,
+    pending: Option<Event>,
+}
+
+impl DecoderState {
+    /// The state at the start of a chunk whose `base_key` is given.
+    pub fn starting_at(base_key: u64) -> Self {
         Self {
-            buf,
             pos: 0,
             st: DeltaState::starting_at(base_key),
             objects_below: 0,
             sites_below: 0,
             pending: None,
+        }
+    }
+}
+
+impl<'a> Decoder<'a> {
+    pub fn new(buf: &'a [u8], base_key: u64) -> Self {
+        Self::resume(buf, DecoderState::starting_at(base_key))
+    }
+
+    /// Continues decoding `buf` (the same bytes the state was saved from) where
+    /// [`Decoder::state`] left off.
+    #[inline]
+    pub fn resume(buf: &'a [u8], s: DecoderState) -> Self {
+        Self {
+            buf,
+            pos: s.pos,
+            st: s.st,
+            objects_below: s.objects_below,
+            sites_below: s.sites_below,
+            pending: s.pending,
+        }
+    }
+
+    /// Where the decoder stands, to resume from later.
+    #[inline]
+    pub fn state(&self) -> DecoderState {
+        DecoderState {
+            pos: self.pos,
+            st: self.st,
+            objects_below: self.objects_below,
+            sites_below: self.sites_below,
+            pending: self.pending,
         }
     }
 

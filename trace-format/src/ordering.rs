@@ -2,12 +2,17 @@
 //! could have happened. A recorder bug, a clock that is not shared by all cores, or a forged file
 //! shows up here as a lock acquired while another thread holds it, a thread that runs before it
 //! was created, and so on.
+//!
+//! [`Checker`] takes the merged order one event at a time, so that it runs inside a streaming
+//! pass (`MergedStream::with_ordering_check`) as well as over a decoded
+//! [`Trace`] ([`check`]). Its state is per thread and per synchronisation object, never per
+//! event.
 
 use std::collections::{HashMap, HashSet};
 
 use crate::error::{Problem, ProblemKind};
-use crate::event::{EventKind, LockMode, ObjectId, ThreadId};
-use crate::reader::Trace;
+use crate::event::{Event, EventKind, LockMode, ObjectId, ThreadId};
+use crate::reader::{Tables, Trace};
 use crate::tables::ObjectKind;
 
 /// At most this many ordering problems are listed; the rest are counted.
@@ -30,133 +35,122 @@ struct BarrierState {
 
 /// Returns one problem per break of the invariant (at most `MAX_LISTED`, then a summary).
 pub fn check(trace: &Trace) -> Vec<Problem> {
-    let mut out = Vec::new();
-    let mut total = 0usize;
-    let mut report = |offset: u64, msg: String, out: &mut Vec<Problem>| {
-        total += 1;
-        if out.len() < MAX_LISTED {
-            out.push(Problem {
-                offset,
-                kind: ProblemKind::Ordering(msg),
-            });
-        }
-    };
-
-    let created: HashSet<ThreadId> = trace
-        .threads
-        .iter()
-        .flat_map(|t| t.events.iter())
-        .filter_map(|e| match e.kind {
-            EventKind::ThreadCreate { child, .. } => Some(child),
-            _ => None,
-        })
-        .collect();
     let mut remaining: HashMap<ThreadId, usize> = trace
         .threads
         .iter()
         .map(|t| (t.thread, t.events.len()))
         .collect();
-    let mut seen_create: HashSet<ThreadId> = HashSet::new();
-    let mut started: HashSet<ThreadId> = HashSet::new();
-    let mut locks: HashMap<ObjectId, LockState> = HashMap::new();
-    let mut barriers: HashMap<ObjectId, BarrierState> = HashMap::new();
-    let mut once_ran: HashSet<ObjectId> = HashSet::new();
-    let mut once_done: HashSet<ObjectId> = HashSet::new();
-    let mut sems: HashMap<ObjectId, i64> = HashMap::new();
-    let recursive = |lock: ObjectId| {
-        trace
-            .tables
+    let mut checker = Checker::new(&trace.tables);
+    for m in trace.merged() {
+        if let Some(r) = remaining.get_mut(&m.thread) {
+            *r = r.saturating_sub(1);
+        }
+        let at = trace.thread(m.thread).map_or(0, |te| te.offset_of(m.index));
+        checker.observe(m.thread, m.event, at, |t| {
+            remaining.get(&t).is_some_and(|&r| r > 0)
+        });
+    }
+    checker.finish(trace.file_len)
+}
+
+/// The ordering invariant checked one merged event at a time.
+pub struct Checker<'t> {
+    tables: &'t Tables,
+    listed: Vec<Problem>,
+    total: usize,
+    seen_create: HashSet<ThreadId>,
+    started: HashSet<ThreadId>,
+    /// Threads that started before any `thread-create` named them, with the offset of their
+    /// first event: reported if a creation of them comes later.
+    started_uncreated: HashMap<ThreadId, u64>,
+    locks: HashMap<ObjectId, LockState>,
+    barriers: HashMap<ObjectId, BarrierState>,
+    once_ran: HashSet<ObjectId>,
+    once_done: HashSet<ObjectId>,
+    sems: HashMap<ObjectId, i64>,
+}
+
+impl<'t> Checker<'t> {
+    pub fn new(tables: &'t Tables) -> Self {
+        Checker {
+            tables,
+            listed: Vec::new(),
+            total: 0,
+            seen_create: HashSet::new(),
+            started: HashSet::new(),
+            started_uncreated: HashMap::new(),
+            locks: HashMap::new(),
+            barriers: HashMap::new(),
+            once_ran: HashSet::new(),
+            once_done: HashSet::new(),
+            sems: HashMap::new(),
+        }
+    }
+
+    fn report(&mut self, offset: u64, msg: String) {
+        self.total += 1;
+        if self.listed.len() < MAX_LISTED {
+            self.listed.push(Problem {
+                offset,
+                kind: ProblemKind::Ordering(msg),
+            });
+        }
+    }
+
+    fn recursive(&self, lock: ObjectId) -> bool {
+        self.tables
             .objects
             .get(&lock)
             .is_some_and(|o| matches!(o.kind, ObjectKind::RecursiveMutex))
-    };
+    }
 
-    for m in trace.merged() {
-        let t = m.thread;
-        let at = trace.thread(t).map_or(0, |te| te.offset_of(m.index));
-        let name = |o: ObjectId| trace.tables.describe_object(o);
-        if started.insert(t) && created.contains(&t) && !seen_create.contains(&t) {
-            report(
-                at,
-                format!("thread {t} runs before the event that creates it"),
-                &mut out,
-            );
+    fn name(&self, o: ObjectId) -> String {
+        self.tables.describe_object(o)
+    }
+
+    /// Takes the next event of the merged order: `thread`'s event, from the chunk at byte
+    /// `offset`. `unfinished(t)` says whether thread `t` still has events after this one (a
+    /// join of a thread that has is reported).
+    pub fn observe(
+        &mut self,
+        thread: ThreadId,
+        event: &Event,
+        offset: u64,
+        unfinished: impl Fn(ThreadId) -> bool,
+    ) {
+        let t = thread;
+        let at = offset;
+        if self.started.insert(t) && !self.seen_create.contains(&t) {
+            self.started_uncreated.insert(t, at);
         }
-        if let Some(r) = remaining.get_mut(&t) {
-            *r = r.saturating_sub(1);
-        }
-        let mut acquire = |lock: ObjectId, mode: LockMode, out: &mut Vec<Problem>| {
-            let st = locks.entry(lock).or_default();
-            match mode {
-                LockMode::Exclusive => {
-                    if let Some((holder, depth)) = st.exclusive.as_mut() {
-                        if *holder == t && recursive(lock) {
-                            *depth += 1;
-                            return;
-                        }
-                        let msg = format!(
-                            "thread {t} acquires {} while thread {holder} holds it",
-                            name(lock)
-                        );
-                        report(at, msg, out);
-                        return;
-                    }
-                    if let Some(other) = st.shared.keys().find(|&&h| h != t) {
-                        let msg = format!(
-                            "thread {t} acquires {} for writing while thread {other} reads it",
-                            name(lock)
-                        );
-                        report(at, msg, out);
-                        return;
-                    }
-                    st.exclusive = Some((t, 1));
-                }
-                LockMode::Shared => {
-                    if let Some((holder, _)) = st.exclusive {
-                        if holder != t {
-                            let msg = format!(
-                                "thread {t} acquires {} for reading while thread {holder} writes it",
-                                name(lock)
-                            );
-                            report(at, msg, out);
-                            return;
-                        }
-                    }
-                    *st.shared.entry(t).or_default() += 1;
-                }
-            }
-        };
-        let release_all = |lock: ObjectId, locks: &mut HashMap<ObjectId, LockState>| {
-            if let Some(st) = locks.get_mut(&lock) {
-                if st.exclusive.is_some_and(|(h, _)| h == t) {
-                    st.exclusive = None;
-                }
-                st.shared.remove(&t);
-            }
-        };
-        match m.event.kind {
+        match event.kind {
             EventKind::ThreadCreate { child, .. } => {
-                seen_create.insert(child);
+                self.seen_create.insert(child);
+                if let Some(first) = self.started_uncreated.remove(&child) {
+                    self.report(
+                        first,
+                        format!("thread {child} runs before the event that creates it"),
+                    );
+                }
             }
             EventKind::JoinEnd {
                 child,
                 joined: true,
-            } if remaining.get(&child).is_some_and(|&r| r > 0) => {
-                report(
+            } if unfinished(child) => {
+                self.report(
                     at,
                     format!("thread {t} joins thread {child} before it finished"),
-                    &mut out,
                 );
             }
-            EventKind::LockAcquired { lock, mode } => acquire(lock, mode, &mut out),
+            EventKind::LockAcquired { lock, mode } => self.acquire(t, at, lock, mode),
             EventKind::LockTry {
                 lock,
                 mode,
                 acquired: true,
                 ..
-            } => acquire(lock, mode, &mut out),
+            } => self.acquire(t, at, lock, mode),
             EventKind::LockRelease { lock, .. } => {
-                if let Some(st) = locks.get_mut(&lock) {
+                if let Some(st) = self.locks.get_mut(&lock) {
                     match st.exclusive {
                         Some((h, d)) if h == t => {
                             st.exclusive = if d > 1 { Some((h, d - 1)) } else { None };
@@ -172,13 +166,20 @@ pub fn check(trace: &Trace) -> Vec<Problem> {
                     }
                 }
             }
-            EventKind::CondWaitBegin { mutex, .. } => release_all(mutex, &mut locks),
-            EventKind::CondWaitEnd { mutex, .. } => acquire(mutex, LockMode::Exclusive, &mut out),
+            EventKind::CondWaitBegin { mutex, .. } => {
+                if let Some(st) = self.locks.get_mut(&mutex) {
+                    if st.exclusive.is_some_and(|(h, _)| h == t) {
+                        st.exclusive = None;
+                    }
+                    st.shared.remove(&t);
+                }
+            }
+            EventKind::CondWaitEnd { mutex, .. } => self.acquire(t, at, mutex, LockMode::Exclusive),
             EventKind::ObjectDestroy { object, .. } => {
-                locks.remove(&object);
+                self.locks.remove(&object);
             }
             EventKind::BarrierInit { barrier, count, .. } => {
-                barriers.insert(
+                self.barriers.insert(
                     barrier,
                     BarrierState {
                         count: Some(count),
@@ -187,55 +188,52 @@ pub fn check(trace: &Trace) -> Vec<Problem> {
                 );
             }
             EventKind::BarrierWaitBegin { barrier, .. } => {
-                barriers.entry(barrier).or_default().waiting += 1;
+                self.barriers.entry(barrier).or_default().waiting += 1;
             }
             EventKind::BarrierWaitEnd {
                 barrier,
                 generation,
                 ..
             } => {
-                let st = barriers.entry(barrier).or_default();
+                let st = self.barriers.entry(barrier).or_default();
                 if st.departing != Some(generation) {
+                    let mut early = None;
                     if let Some(count) = st.count {
                         if st.waiting < count as u64 {
-                            report(
-                                at,
-                                format!(
-                                    "thread {t} leaves {} (generation {generation}) after only {} of {count} arrivals",
-                                    name(barrier),
-                                    st.waiting
-                                ),
-                                &mut out,
-                            );
+                            early = Some((st.waiting, count));
                         }
                         st.waiting = st.waiting.saturating_sub(count as u64);
                     }
                     st.departing = Some(generation);
+                    if let Some((waiting, count)) = early {
+                        let msg = format!(
+                            "thread {t} leaves {} (generation {generation}) after only {waiting} of {count} arrivals",
+                            self.name(barrier),
+                        );
+                        self.report(at, msg);
+                    }
                 }
             }
             EventKind::OnceRun { once } => {
-                once_ran.insert(once);
+                self.once_ran.insert(once);
             }
             EventKind::OnceEnd { once } => {
-                once_done.insert(once);
+                self.once_done.insert(once);
             }
             EventKind::OnceSkip { once }
-                if once_ran.contains(&once) && !once_done.contains(&once) =>
+                if self.once_ran.contains(&once) && !self.once_done.contains(&once) =>
             {
-                report(
-                    at,
-                    format!(
-                        "thread {t} skips {} before its initialiser ended",
-                        name(once)
-                    ),
-                    &mut out,
+                let msg = format!(
+                    "thread {t} skips {} before its initialiser ended",
+                    self.name(once)
                 );
+                self.report(at, msg);
             }
             EventKind::SemInit { sem, value, .. } => {
-                sems.insert(sem, value as i64);
+                self.sems.insert(sem, value as i64);
             }
             EventKind::SemPost { sem, .. } => {
-                if let Some(v) = sems.get_mut(&sem) {
+                if let Some(v) = self.sems.get_mut(&sem) {
                     *v += 1;
                 }
             }
@@ -248,29 +246,73 @@ pub fn check(trace: &Trace) -> Vec<Problem> {
                 acquired: true,
                 ..
             } => {
-                if let Some(v) = sems.get_mut(&sem) {
+                if let Some(v) = self.sems.get_mut(&sem) {
                     *v -= 1;
                     if *v < 0 {
-                        report(
-                            at,
-                            format!(
-                                "thread {t} takes {} before a post made it available",
-                                name(sem)
-                            ),
-                            &mut out,
-                        );
                         *v = 0;
+                        let msg = format!(
+                            "thread {t} takes {} before a post made it available",
+                            self.name(sem)
+                        );
+                        self.report(at, msg);
                     }
                 }
             }
             _ => {}
         }
     }
-    if total > out.len() {
-        out.push(Problem {
-            offset: trace.file_len,
-            kind: ProblemKind::Ordering(format!("{} more breaks not listed", total - out.len())),
-        });
+
+    fn acquire(&mut self, t: ThreadId, at: u64, lock: ObjectId, mode: LockMode) {
+        let recursive = self.recursive(lock);
+        let st = self.locks.entry(lock).or_default();
+        // Who holds the lock in a conflicting mode, and how.
+        let conflict = match mode {
+            LockMode::Exclusive => match st.exclusive.as_mut() {
+                Some((holder, depth)) if *holder == t && recursive => {
+                    *depth += 1;
+                    None
+                }
+                Some((holder, _)) => Some((*holder, "", "holds")),
+                None => match st.shared.keys().find(|&&h| h != t) {
+                    Some(&other) => Some((other, " for writing", "reads")),
+                    None => {
+                        st.exclusive = Some((t, 1));
+                        None
+                    }
+                },
+            },
+            LockMode::Shared => match st.exclusive {
+                Some((holder, _)) if holder != t => Some((holder, " for reading", "writes")),
+                _ => {
+                    *st.shared.entry(t).or_default() += 1;
+                    None
+                }
+            },
+        };
+        if let Some((holder, how, does)) = conflict {
+            let msg = format!(
+                "thread {t} acquires {}{how} while thread {holder} {does} it",
+                self.name(lock)
+            );
+            self.report(at, msg);
+        }
     }
-    out
+
+    /// The breaks found (at most `MAX_LISTED`, then a count of the rest at `end_offset`).
+    pub fn finish(self, end_offset: u64) -> Vec<Problem> {
+        self.snapshot(end_offset)
+    }
+
+    /// The breaks found so far, as [`Checker::finish`] would give them.
+    pub fn snapshot(&self, end_offset: u64) -> Vec<Problem> {
+        let mut out = self.listed.clone();
+        if self.total > out.len() {
+            let more = self.total - out.len();
+            out.push(Problem {
+                offset: end_offset,
+                kind: ProblemKind::Ordering(format!("{more} more breaks not listed")),
+            });
+        }
+        out
+    }
 }
