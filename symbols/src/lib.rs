@@ -217,8 +217,8 @@ enum Use {
     Data,
 }
 
-/// What the pass needs from the trace, taken before the file is modified (the reader maps the
-/// file, and the map must be gone before the file is truncated).
+/// What the pass needs from the trace, taken before the file is modified (the reader reads
+/// chunks on demand, and must not see the file while it is rewritten).
 struct Snapshot {
     file_len: u64,
     frames: BTreeMap<Frame, Use>,
@@ -310,7 +310,7 @@ pub fn symbolize_in_place(
             })?
             .len();
         s
-        // `file` (and its memory map) is dropped here, before anything is written.
+        // `file` (and its open descriptor) is dropped here, before anything is written.
     };
     // A tail longer than one chunk is not an incomplete chunk but garbage that the reader
     // resynchronises past: leave it, and append after it.

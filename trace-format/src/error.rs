@@ -14,6 +14,8 @@ pub enum TraceError {
         path: PathBuf,
         error: std::io::Error,
     },
+    #[error("{path}: not a regular file ({what}); a trace is read from a regular file")]
+    NotARegularFile { path: PathBuf, what: &'static str },
     #[error("{path}: not a foresight trace (the file does not start with the trace magic)")]
     NotATrace { path: PathBuf },
     #[error("{path}: {}", version_advice(*major, *minor))]
@@ -42,6 +44,13 @@ pub struct Problem {
 pub enum ProblemKind {
     #[error("the trace was cut short: the last chunk is incomplete ({missing} bytes missing)")]
     CutShortInChunk { missing: u64 },
+    #[error(
+        "the trace was cut short while it was being read: the file now ends inside this chunk \
+         ({missing} bytes missing)"
+    )]
+    ShrankWhileReading { missing: u64 },
+    #[error("cannot read {len} bytes here: {why}")]
+    ReadError { len: u64, why: String },
     #[error("the trace was cut short: it has no trailer (the recording did not end cleanly)")]
     NoTrailer,
     #[error("chunk checksum mismatch: the chunk is damaged and was skipped")]
@@ -111,6 +120,12 @@ impl std::fmt::Display for Problem {
 }
 
 impl Problem {
+    /// True for problems after which the file holds fewer events than its writer wrote: the
+    /// trailer's count is then not expected to match.
+    pub fn loses_events(&self) -> bool {
+        self.is_damage() || matches!(self.kind, ProblemKind::ShrankWhileReading { .. })
+    }
+
     /// True for problems that mean bytes of the file are damaged or lost, as opposed to a trace
     /// that was cut short, or whose content is inconsistent (dangling references, a broken
     /// ordering invariant).
@@ -119,6 +134,7 @@ impl Problem {
             self.kind,
             ProblemKind::NoTrailer
                 | ProblemKind::CutShortInChunk { .. }
+                | ProblemKind::ShrankWhileReading { .. }
                 | ProblemKind::UnknownChunkKind { .. }
                 | ProblemKind::Reference(_)
                 | ProblemKind::Ordering(_)

@@ -3,7 +3,7 @@
 //! - [`event`]: what happened (the wire event model).
 //! - [`tables`]: header, side tables (threads, objects, sites, modules, symbols, strings), trailer.
 //! - [`writer`]: per-thread chunk encoding for the recorder; a whole-file writer for tools.
-//! - [`reader`]: memory-mapped, parallel decoding into per-thread streams and a merged stream.
+//! - [`reader`]: parallel decoding into per-thread streams and a merged stream, in memory.
 //! - [`builder`]: a small API to write traces in tests without the recorder.
 
 pub mod builder;
@@ -13,6 +13,8 @@ pub mod event;
 pub mod frame;
 pub mod ordering;
 pub mod reader;
+mod scan;
+mod source;
 pub mod tables;
 pub mod varint;
 pub mod writer;

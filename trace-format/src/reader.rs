@@ -7,40 +7,21 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
-use std::fs::File;
 use std::mem::MaybeUninit;
 use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
-use serde::de::DeserializeOwned;
 
 use crate::codec::{Decoder, EXTENSION_TAGS, KEY_FLAG};
 use crate::error::{Problem, ProblemKind, TraceError};
 use crate::event::{Event, ObjectId, SiteId, StringId, ThreadId};
-use crate::frame::{
-    read_chunk_header, ChunkHeaderProblem, ChunkKind, EventsPrefix, CHUNK_HEADER_LEN, CHUNK_MAGIC,
-    EVENTS_PREFIX_LEN, FILE_MAGIC, FILE_PREFIX_LEN, MAX_HEADER_LEN, VERSION_MAJOR,
-};
+use crate::frame::{ChunkKind, EventsPrefix, EVENTS_PREFIX_LEN};
+use crate::scan::{payload_read_problem, scan};
+use crate::source::Source;
 use crate::tables::{
     AccessCounts, Frame, FrameSymbol, Header, ModuleInfo, ObjectInfo, SiteInfo, SourceLocation,
-    StringEntry, ThreadInfo, Trailer,
+    ThreadInfo, Trailer,
 };
-use crate::varint;
-
-enum Bytes {
-    Mapped(memmap2::Mmap),
-    Owned(Vec<u8>),
-}
-
-impl std::ops::Deref for Bytes {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        match self {
-            Bytes::Mapped(m) => m,
-            Bytes::Owned(v) => v,
-        }
-    }
-}
 
 /// Where one chunk is in the file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -171,10 +152,12 @@ impl ThreadEvents {
 /// yet decoded: for random access to one thread.
 pub struct TraceFile {
     path: PathBuf,
-    bytes: Bytes,
+    source: Source,
     version: (u16, u16),
     header: Header,
     header_len: u64,
+    /// Where the bytes end, as far as the scan could read them.
+    file_len: u64,
     chunks: Vec<ChunkRef>,
     tables: Tables,
     trailer: Option<Trailer>,
@@ -199,98 +182,33 @@ pub struct Trace {
 }
 
 impl TraceFile {
+    /// Opens a trace file: its chunks are located (reading chunk headers only) and its tables
+    /// and trailer are read; event chunks are read when they are decoded. Only a regular file
+    /// is opened (`source.rs` says why).
     pub fn open(path: impl AsRef<Path>) -> Result<Self, TraceError> {
         let path = path.as_ref().to_path_buf();
-        let file = File::open(&path).map_err(|error| TraceError::Io {
-            path: path.clone(),
-            error,
-        })?;
-        let len = file
-            .metadata()
-            .map_err(|error| TraceError::Io {
-                path: path.clone(),
-                error,
-            })?
-            .len();
-        let bytes = if len == 0 {
-            Bytes::Owned(Vec::new())
-        } else {
-            // SAFETY: the map is read-only. A trace is written by appending; if another process
-            // truncates the file while it is mapped, reads past the new end fault (SIGBUS) —
-            // the same hazard every mmap-based reader accepts. Traces are analysed after the
-            // recording ended, and `Trace::from_bytes` exists for callers that cannot accept it.
-            let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|error| TraceError::Io {
-                path: path.clone(),
-                error,
-            })?;
-            Bytes::Mapped(map)
-        };
-        Self::parse(path, bytes)
+        let source = Source::open(&path)?;
+        Self::parse(path, source)
     }
 
     pub fn from_bytes(name: impl Into<PathBuf>, bytes: Vec<u8>) -> Result<Self, TraceError> {
-        Self::parse(name.into(), Bytes::Owned(bytes))
+        Self::parse(name.into(), Source::Memory(bytes))
     }
 
-    fn parse(path: PathBuf, bytes: Bytes) -> Result<Self, TraceError> {
-        let b: &[u8] = &bytes;
-        if b.len() < FILE_MAGIC.len() || b[..FILE_MAGIC.len()] != FILE_MAGIC {
-            return Err(TraceError::NotATrace { path });
-        }
-        let bad = |offset: u64, why: &str| TraceError::BadHeader {
-            path: path.clone(),
-            offset,
-            why: why.to_string(),
-        };
-        if b.len() < FILE_PREFIX_LEN {
-            return Err(bad(b.len() as u64, "the file ends inside the header"));
-        }
-        let major = u16::from_le_bytes([b[8], b[9]]);
-        let minor = u16::from_le_bytes([b[10], b[11]]);
-        if major != VERSION_MAJOR {
-            return Err(TraceError::UnsupportedVersion { path, major, minor });
-        }
-        let hlen = u32::from_le_bytes(b[12..16].try_into().unwrap());
-        let hcrc = u32::from_le_bytes(b[16..20].try_into().unwrap());
-        if hlen > MAX_HEADER_LEN {
-            return Err(bad(
-                12,
-                &format!("header length {hlen} is larger than allowed"),
-            ));
-        }
-        let hend = FILE_PREFIX_LEN + hlen as usize;
-        if b.len() < hend {
-            return Err(bad(b.len() as u64, "the file ends inside the header"));
-        }
-        let body = &b[FILE_PREFIX_LEN..hend];
-        if crc32fast::hash(body) != hcrc {
-            return Err(bad(16, "header checksum mismatch"));
-        }
-        // A later minor version may append fields: ignore what follows the fields we know.
-        let header: Header = postcard::take_from_bytes(body)
-            .map(|(h, _rest)| h)
-            .map_err(|e| {
-                bad(
-                    FILE_PREFIX_LEN as u64,
-                    &format!("cannot decode the header: {e}"),
-                )
-            })?;
-
-        let mut problems = Vec::new();
-        let chunks = scan_chunks(b, hend, &mut problems);
-        let mut file = TraceFile {
+    fn parse(path: PathBuf, source: Source) -> Result<Self, TraceError> {
+        let s = scan(&path, &source)?;
+        Ok(TraceFile {
             path,
-            version: (major, minor),
-            header,
-            header_len: hend as u64,
-            chunks,
-            tables: Tables::default(),
-            trailer: None,
-            problems,
-            bytes,
-        };
-        file.read_tables_and_trailer();
-        Ok(file)
+            source,
+            version: s.version,
+            header: s.header,
+            header_len: s.header_len,
+            file_len: s.file_len,
+            chunks: s.chunks,
+            tables: s.tables,
+            trailer: s.trailer,
+            problems: s.problems,
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -317,86 +235,14 @@ impl TraceFile {
         &self.problems
     }
 
-    fn payload(&self, c: &ChunkRef) -> &[u8] {
-        &self.bytes[c.payload_offset as usize..c.payload_offset as usize + c.payload_len as usize]
-    }
-
-    fn read_tables_and_trailer(&mut self) {
-        let mut problems = Vec::new();
-        let mut tables = Tables::default();
-        let mut trailer = None;
-        let mut trailer_at: Option<u64> = None;
-        for c in &self.chunks {
-            if let Some(t) = trailer_at {
-                if t < c.offset {
-                    problems.push(Problem {
-                        offset: c.offset,
-                        kind: ProblemKind::DataAfterTrailer,
-                    });
-                    trailer_at = None; // report once
-                }
-            }
-            match c.kind {
-                ChunkKind::Table | ChunkKind::Trailer => {
-                    let payload = self.payload(c);
-                    if crc32fast::hash(payload) != c.payload_crc {
-                        problems.push(Problem {
-                            offset: c.offset,
-                            kind: ProblemKind::BadChunkChecksum,
-                        });
-                        continue;
-                    }
-                    if c.kind == ChunkKind::Table {
-                        read_table_records(payload, c.payload_offset, &mut tables, &mut problems);
-                    } else {
-                        match postcard::take_from_bytes::<Trailer>(payload) {
-                            Ok((t, _)) => {
-                                trailer = Some(t);
-                                trailer_at = Some(c.offset);
-                            }
-                            Err(e) => problems.push(Problem {
-                                offset: c.offset,
-                                kind: ProblemKind::BadTrailer { why: e.to_string() },
-                            }),
-                        }
-                    }
-                }
-                ChunkKind::Events => {}
-                ChunkKind::Unknown(kind) => {
-                    problems.push(Problem {
-                        offset: c.offset,
-                        kind: ProblemKind::UnknownChunkKind { kind },
-                    });
-                }
-            }
-        }
-        if trailer.is_none() {
-            problems.push(Problem {
-                offset: self.bytes.len() as u64,
-                kind: ProblemKind::NoTrailer,
-            });
-        }
-        self.tables = tables;
-        self.trailer = trailer;
-        self.problems.extend(problems);
-    }
-
     /// Checks an event chunk's checksum and prefix: the part of decoding that must happen before
     /// the chunk's events can be given a place in their thread.
-    fn plan_chunk(&self, c: &ChunkRef) -> Result<PlannedChunk, Problem> {
-        let payload = self.payload(c);
-        if crc32fast::hash(payload) != c.payload_crc {
-            return Err(Problem {
-                offset: c.offset,
-                kind: ProblemKind::BadChunkChecksum,
-            });
-        }
-        let Some(prefix) = EventsPrefix::read_from(payload) else {
-            return Err(Problem {
-                offset: c.offset,
-                kind: ProblemKind::BadEventsPrefix,
-            });
-        };
+    fn plan_chunk(&self, c: &ChunkRef, buf: &mut Vec<u8>) -> Result<PlannedChunk, Problem> {
+        let payload = self
+            .source
+            .bytes_at(c.payload_offset, c.payload_len as usize, buf)
+            .map_err(|f| payload_read_problem(c.offset, c.payload_len as usize, f))?;
+        let prefix = check_events_payload(c.offset, c.payload_crc, payload)?;
         let body_len = payload.len() - EVENTS_PREFIX_LEN;
         Ok(PlannedChunk {
             offset: c.offset,
@@ -416,9 +262,10 @@ impl TraceFile {
         c: &PlannedChunk,
         slots: &mut [MaybeUninit<Event>],
         refs: &ReferenceCheck,
+        buf: &mut Vec<u8>,
     ) -> ChunkOutcome {
         let mut free = slots.iter_mut();
-        self.decode_chunk_with(c, refs, |ev| {
+        self.decode_chunk_with(c, refs, buf, |ev| {
             free.next().map(|slot| slot.write(ev)).is_some()
         })
     }
@@ -430,14 +277,21 @@ impl TraceFile {
         &self,
         c: &PlannedChunk,
         refs: &ReferenceCheck,
+        buf: &mut Vec<u8>,
         mut store: impl FnMut(Event) -> bool,
     ) -> ChunkOutcome {
-        let start = c.body_offset as usize;
-        let body = &self.bytes[start..start + c.body_len];
         let mut out = ChunkOutcome {
             written: 0,
             last_key: c.prefix.base_key,
             problems: Vec::new(),
+        };
+        let body = match self.source.bytes_at(c.body_offset, c.body_len, buf) {
+            Ok(body) => body,
+            Err(failure) => {
+                let problem = payload_read_problem(c.offset, c.body_len, failure);
+                out.problems.push(problem);
+                return out;
+            }
         };
         let mut found = 0u64;
         let mut dec = Decoder::new(body, c.prefix.base_key);
@@ -456,7 +310,9 @@ impl TraceFile {
             let mut again = Decoder::new(body, c.prefix.base_key);
             let _ = again.for_each(|ev| {
                 if !refs.defines(&ev.kind) {
-                    out.problems.push(refs.describe(c, index, &ev));
+                    let at = c.first_event as u64 + index;
+                    out.problems
+                        .push(refs.describe(c.offset, c.prefix.thread, at, &ev));
                 }
                 index += 1;
                 (out.problems.len() as u32) < MAX_REFERENCE_REPORTS
@@ -492,11 +348,19 @@ impl TraceFile {
             .chunks
             .par_iter()
             .filter(|c| c.kind == ChunkKind::Events)
-            .filter(|c| {
-                let p = self.payload(c);
-                p.len() < 4 || wanted(u32::from_le_bytes(p[0..4].try_into().unwrap()))
+            .map_init(Vec::new, |buf, c| {
+                // The thread is the payload's first four bytes: unwanted threads' chunks are not
+                // read further. A chunk too short to say is planned, which reports it.
+                if c.payload_len >= 4 {
+                    if let Ok(p) = self.source.bytes_at(c.payload_offset, 4, buf) {
+                        if !wanted(u32::from_le_bytes(p.try_into().unwrap())) {
+                            return None;
+                        }
+                    }
+                }
+                Some(self.plan_chunk(c, buf))
             })
-            .map(|c| self.plan_chunk(c))
+            .flatten()
             .collect();
         let mut problems = Vec::new();
         let mut good = Vec::with_capacity(planned.len());
@@ -536,7 +400,9 @@ impl TraceFile {
         let refs = ReferenceCheck::new(&self.tables);
         let outcomes: Vec<ChunkOutcome> = work
             .into_par_iter()
-            .map(|(c, slots)| self.decode_chunk_into(c, slots, &refs))
+            .map_init(Vec::new, |buf, (c, slots)| {
+                self.decode_chunk_into(c, slots, &refs, buf)
+            })
             .collect();
 
         let mut outcomes = outcomes.into_iter();
@@ -606,25 +472,29 @@ impl TraceFile {
         let chunks: Vec<&PlannedChunk> = groups.iter().flat_map(|g| &g.chunks).collect();
         let found: Vec<Vec<Problem>> = chunks
             .into_par_iter()
-            .map_init(Vec::new, |buf: &mut Vec<Event>, c| {
-                buf.clear();
-                buf.reserve(c.capacity);
-                let outcome = self.decode_chunk_with(c, &refs, |ev| {
-                    buf.push(ev);
-                    true
-                });
-                visit(ChunkEvents {
-                    thread: c.prefix.thread,
-                    sequence: c.prefix.sequence,
-                    offset: c.offset,
-                    events: buf,
-                });
-                outcome.problems
-            })
+            .map_init(
+                || (Vec::new(), Vec::new()),
+                |(events, bytes): &mut (Vec<Event>, Vec<u8>), c| {
+                    events.clear();
+                    events.reserve(c.capacity);
+                    let outcome = self.decode_chunk_with(c, &refs, bytes, |ev| {
+                        events.push(ev);
+                        true
+                    });
+                    visit(ChunkEvents {
+                        thread: c.prefix.thread,
+                        sequence: c.prefix.sequence,
+                        offset: c.offset,
+                        events,
+                    });
+                    outcome.problems
+                },
+            )
             .collect();
         problems.extend(found.into_iter().flatten());
         problems.sort_by_key(|p| p.offset);
         limit_reference_reports(&mut problems);
+        keep_first_shrink(&mut problems);
         problems
     }
 
@@ -656,9 +526,9 @@ impl TraceFile {
         }
         let found: u64 = threads.iter().map(|t| t.events.len() as u64).sum();
         if let Some(t) = &self.trailer {
-            if t.events != found && !problems.iter().any(Problem::is_damage) {
+            if t.events != found && !problems.iter().any(Problem::loses_events) {
                 problems.push(Problem {
-                    offset: self.bytes.len() as u64,
+                    offset: self.file_len,
                     kind: ProblemKind::TrailerCountMismatch {
                         declared: t.events,
                         found,
@@ -668,6 +538,7 @@ impl TraceFile {
         }
         problems.sort_by_key(|p| p.offset);
         limit_reference_reports(&mut problems);
+        keep_first_shrink(&mut problems);
         Trace {
             path: self.path,
             version: self.version,
@@ -676,7 +547,7 @@ impl TraceFile {
             trailer: self.trailer,
             threads,
             problems,
-            file_len: self.bytes.len() as u64,
+            file_len: self.file_len,
             chunk_count: self.chunks.len(),
             table_chunk_count: self
                 .chunks
@@ -686,6 +557,24 @@ impl TraceFile {
             header_len: self.header_len,
         }
     }
+}
+
+/// Checks an events chunk's payload checksum, then reads its prefix.
+pub(crate) fn check_events_payload(
+    chunk_offset: u64,
+    crc: u32,
+    payload: &[u8],
+) -> Result<EventsPrefix, Problem> {
+    if crc32fast::hash(payload) != crc {
+        return Err(Problem {
+            offset: chunk_offset,
+            kind: ProblemKind::BadChunkChecksum,
+        });
+    }
+    EventsPrefix::read_from(payload).ok_or(Problem {
+        offset: chunk_offset,
+        kind: ProblemKind::BadEventsPrefix,
+    })
 }
 
 /// The events of one chunk, as [`TraceFile::for_each_chunk`] hands them over.
@@ -773,15 +662,28 @@ fn group_by_thread(
 }
 
 /// At most this many dangling references are reported per chunk, and per trace.
-const MAX_REFERENCE_REPORTS: u32 = 20;
+pub(crate) const MAX_REFERENCE_REPORTS: u32 = 20;
 
 /// Keeps the first `MAX_REFERENCE_REPORTS` reference problems (already sorted by offset).
-fn limit_reference_reports(problems: &mut Vec<Problem>) {
+pub(crate) fn limit_reference_reports(problems: &mut Vec<Problem>) {
     let mut seen = 0u32;
     problems.retain(|p| {
         if matches!(p.kind, ProblemKind::Reference(_)) {
             seen += 1;
             seen <= MAX_REFERENCE_REPORTS
+        } else {
+            true
+        }
+    });
+}
+
+/// Keeps the first report of a file that shrank while it was read (problems sorted by offset):
+/// every chunk after the first one it cut is gone too.
+pub(crate) fn keep_first_shrink(problems: &mut Vec<Problem>) {
+    let mut seen = false;
+    problems.retain(|p| {
+        if matches!(p.kind, ProblemKind::ShrankWhileReading { .. }) {
+            !std::mem::replace(&mut seen, true)
         } else {
             true
         }
@@ -836,7 +738,7 @@ impl IdSet {
 }
 
 /// Checks that an event's object and (synchronisation) site are in the tables.
-struct ReferenceCheck {
+pub(crate) struct ReferenceCheck {
     objects: IdSet,
     sites: IdSet,
     /// Every object id below this is defined (ids are dense in a recorder's trace).
@@ -845,7 +747,7 @@ struct ReferenceCheck {
 }
 
 impl ReferenceCheck {
-    fn new(tables: &Tables) -> Self {
+    pub(crate) fn new(tables: &Tables) -> Self {
         let objects = IdSet::new(tables.objects.keys().copied(), tables.objects.len());
         let sites = IdSet::new(tables.sites.keys().copied(), tables.sites.len());
         ReferenceCheck {
@@ -859,12 +761,12 @@ impl ReferenceCheck {
     /// True when every object id below `objects_below` and site id below `sites_below` is
     /// defined.
     #[inline]
-    fn covers(&self, objects_below: u64, sites_below: u64) -> bool {
+    pub(crate) fn covers(&self, objects_below: u64, sites_below: u64) -> bool {
         objects_below <= self.objects_dense && sites_below <= self.sites_dense
     }
 
     #[inline]
-    fn defines(&self, kind: &crate::event::EventKind) -> bool {
+    pub(crate) fn defines(&self, kind: &crate::event::EventKind) -> bool {
         use crate::event::EventKind::{CondWaitBegin, CondWaitEnd};
         if let Some(o) = kind.object() {
             if !self.objects.contains(o) {
@@ -883,8 +785,16 @@ impl ReferenceCheck {
         }
     }
 
+    /// The problem for event `index` (in its thread) of the chunk at `chunk_offset`, which
+    /// names something the tables do not define.
     #[cold]
-    fn describe(&self, c: &PlannedChunk, index_in_chunk: u64, ev: &Event) -> Problem {
+    pub(crate) fn describe(
+        &self,
+        chunk_offset: u64,
+        thread: ThreadId,
+        index: u64,
+        ev: &Event,
+    ) -> Problem {
         use crate::event::EventKind::{CondWaitBegin, CondWaitEnd};
         let what = match (ev.kind.object(), ev.kind) {
             (Some(o), _) if !self.objects.contains(o) => format!("object {o}"),
@@ -896,11 +806,9 @@ impl ReferenceCheck {
             _ => format!("site {}", ev.kind.site().unwrap_or_default()),
         };
         Problem {
-            offset: c.offset,
+            offset: chunk_offset,
             kind: ProblemKind::Reference(format!(
-                "thread {} event {} ({}) names {what}, which the tables do not define",
-                c.prefix.thread,
-                c.first_event as u64 + index_in_chunk,
+                "thread {thread} event {index} ({}) names {what}, which the tables do not define",
                 ev.kind.name()
             )),
         }
@@ -916,183 +824,21 @@ fn is_memory_like(kind: &crate::event::EventKind) -> bool {
     )
 }
 
-/// Finds every chunk after the file header. A damaged chunk header costs only that chunk: the
-/// scan searches for the next chunk magic whose header checksum holds.
-fn scan_chunks(b: &[u8], start: usize, problems: &mut Vec<Problem>) -> Vec<ChunkRef> {
-    let mut chunks = Vec::new();
-    let mut pos = start;
-    while pos < b.len() {
-        let rest = &b[pos..];
-        match read_chunk_header(rest) {
-            Ok(h) => {
-                let end = pos as u64 + CHUNK_HEADER_LEN as u64 + h.payload_len as u64;
-                if end > b.len() as u64 {
-                    problems.push(Problem {
-                        offset: pos as u64,
-                        kind: ProblemKind::CutShortInChunk {
-                            missing: end - b.len() as u64,
-                        },
-                    });
-                    break;
-                }
-                chunks.push(ChunkRef {
-                    offset: pos as u64,
-                    kind: h.kind,
-                    payload_offset: (pos + CHUNK_HEADER_LEN) as u64,
-                    payload_len: h.payload_len,
-                    payload_crc: h.payload_crc,
-                });
-                pos = end as usize;
-            }
-            Err(why) => {
-                if rest.len() < CHUNK_HEADER_LEN
-                    && CHUNK_MAGIC.starts_with(&rest[..rest.len().min(4)])
-                {
-                    // The writer died while writing this chunk's header.
-                    problems.push(Problem {
-                        offset: pos as u64,
-                        kind: ProblemKind::CutShortInChunk {
-                            missing: (CHUNK_HEADER_LEN - rest.len()) as u64,
-                        },
-                    });
-                    break;
-                }
-                if let ChunkHeaderProblem::TooLarge(len) = why {
-                    problems.push(Problem {
-                        offset: pos as u64,
-                        kind: ProblemKind::ChunkTooLarge { len },
-                    });
-                }
-                let next = find_next_chunk(b, pos + 1);
-                let skipped = (next.unwrap_or(b.len()) - pos) as u64;
-                problems.push(Problem {
-                    offset: pos as u64,
-                    kind: ProblemKind::Garbage { skipped },
-                });
-                match next {
-                    Some(n) => pos = n,
-                    None => break,
-                }
-            }
-        }
-    }
-    chunks
-}
-
-fn find_next_chunk(b: &[u8], from: usize) -> Option<usize> {
-    let mut i = from;
-    while i + 4 <= b.len() {
-        let window = &b[i..];
-        let found = window.windows(4).position(|w| w == CHUNK_MAGIC)?;
-        let at = i + found;
-        if read_chunk_header(&b[at..]).is_ok() {
-            return Some(at);
-        }
-        i = at + 1;
-    }
-    None
-}
-
-/// Keeps the first definition of an id; a second one is reported.
-macro_rules! insert_first {
-    ($map:expr, $id:expr, $value:expr, $on_duplicate:expr) => {{
-        let id = $id;
-        if let Some(slot) = $map.get(&id).is_none().then_some(()) {
-            let () = slot;
-            $map.insert(id, $value);
-        } else {
-            $on_duplicate;
-        }
-    }};
-}
-
-fn read_table_records(payload: &[u8], base: u64, tables: &mut Tables, problems: &mut Vec<Problem>) {
-    let mut pos = 0usize;
-    while pos < payload.len() {
-        let at = base + pos as u64;
-        let tag = payload[pos];
-        pos += 1;
-        let len = match varint::get(payload, &mut pos) {
-            Ok(l) => l,
-            Err(_) => {
-                problems.push(Problem {
-                    offset: at,
-                    kind: ProblemKind::BadTableRecord {
-                        tag,
-                        why: "bad record length".into(),
-                    },
-                });
-                return;
-            }
-        };
-        if len > (payload.len() - pos) as u64 {
-            problems.push(Problem {
-                offset: at,
-                kind: ProblemKind::BadTableRecord {
-                    tag,
-                    why: format!("record length {len} runs past the chunk"),
-                },
-            });
-            return;
-        }
-        let body = &payload[pos..pos + len as usize];
-        pos += len as usize;
-        let mut dup = |what: &'static str, id: u64| {
-            problems.push(Problem {
-                offset: at,
-                kind: ProblemKind::DuplicateRecord { what, id },
-            })
-        };
-        let result = match tag {
-            1 => decode_record::<StringEntry>(body)
-                .map(|r| insert_first!(tables.strings, r.id, r.text, dup("string", r.id as u64))),
-            2 => decode_record::<ThreadInfo>(body)
-                .map(|r| insert_first!(tables.threads, r.id, r, dup("thread", r.id as u64))),
-            3 => decode_record::<ObjectInfo>(body)
-                .map(|r| insert_first!(tables.objects, r.id, r, dup("object", r.id as u64))),
-            4 => decode_record::<SiteInfo>(body)
-                .map(|r| insert_first!(tables.sites, r.id, r, dup("site", r.id as u64))),
-            5 => decode_record::<ModuleInfo>(body)
-                .map(|r| insert_first!(tables.modules, r.id, r, dup("module", r.id as u64))),
-            6 => decode_record::<FrameSymbol>(body).map(|r| {
-                // A later symbolisation pass may refine an earlier one: the last one wins.
-                tables.symbols.insert(r.frame, r);
-            }),
-            7 => decode_record::<AccessCounts>(body).map(|r| {
-                // Each record counts one stretch of the thread's recording: they add up.
-                let c = tables
-                    .access_counts
-                    .entry(r.thread)
-                    .or_insert(AccessCounts {
-                        thread: r.thread,
-                        executed: 0,
-                        recorded: 0,
-                    });
-                c.executed = c.executed.saturating_add(r.executed);
-                c.recorded = c.recorded.saturating_add(r.recorded);
-            }),
-            // Unknown tags come from a newer minor version: skip them.
-            _ => Ok(()),
-        };
-        if let Err(why) = result {
-            problems.push(Problem {
-                offset: at,
-                kind: ProblemKind::BadTableRecord { tag, why },
-            });
-        }
-    }
-}
-
-fn decode_record<T: DeserializeOwned>(body: &[u8]) -> Result<T, String> {
-    postcard::take_from_bytes::<T>(body)
-        .map(|(v, _rest)| v)
-        .map_err(|e| e.to_string())
-}
-
 impl Trace {
     /// Opens and decodes a trace file.
+    ///
+    /// The whole file is read into memory first, with one read: decoding visits every byte
+    /// anyway, and a snapshot cannot change under the decoder. A file too large for memory is
+    /// an error, not an abort.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, TraceError> {
-        Ok(TraceFile::open(path)?.decode())
+        let path = path.as_ref().to_path_buf();
+        let bytes = Source::open(&path)?
+            .into_memory()
+            .map_err(|error| TraceError::Io {
+                path: path.clone(),
+                error,
+            })?;
+        Ok(TraceFile::parse(path, Source::Memory(bytes))?.decode())
     }
 
     pub fn from_bytes(name: impl Into<PathBuf>, bytes: Vec<u8>) -> Result<Self, TraceError> {

@@ -1,0 +1,463 @@
+//! The first look at a trace: check the file prefix and header, locate every chunk by reading
+//! chunk headers only (payloads are skipped), and read the table chunks and the trailer.
+//! `TraceFile` starts here.
+//!
+//! Reads go through [`Source`]: positioned reads of a file (only headers, table payloads and,
+//! when resynchronising after damage, the damaged region), or slices of bytes in memory. The
+//! scan never reads past the length the file had when it was opened, and a file that turns out
+//! shorter than that (it shrank meanwhile) is treated as ending where the reads ended.
+
+use std::path::Path;
+
+use serde::de::DeserializeOwned;
+
+use crate::error::{Problem, ProblemKind, TraceError};
+use crate::frame::{
+    read_chunk_header, ChunkHeaderProblem, ChunkKind, CHUNK_HEADER_LEN, CHUNK_MAGIC, FILE_MAGIC,
+    FILE_PREFIX_LEN, MAX_HEADER_LEN, VERSION_MAJOR,
+};
+use crate::reader::{ChunkRef, Tables};
+use crate::source::{ReadFailure, Source};
+use crate::tables::{
+    AccessCounts, FrameSymbol, Header, ModuleInfo, ObjectInfo, SiteInfo, StringEntry, ThreadInfo,
+    Trailer,
+};
+use crate::varint;
+
+/// What the first look found.
+pub(crate) struct Scanned {
+    pub version: (u16, u16),
+    pub header: Header,
+    /// Bytes of the file prefix and header: where the first chunk starts.
+    pub header_len: u64,
+    /// Every chunk with a good header, in file order.
+    pub chunks: Vec<ChunkRef>,
+    pub tables: Tables,
+    pub trailer: Option<Trailer>,
+    pub problems: Vec<Problem>,
+    /// Where the bytes end, as far as the scan could read.
+    pub file_len: u64,
+}
+
+/// How many bytes the damaged-region search reads at a time.
+const SEARCH_WINDOW: usize = 64 << 10;
+
+/// Reads the file prefix and header, locates the chunks and reads the tables and the trailer.
+/// Only a bad prefix or header, or a failure to read them, is an error.
+pub(crate) fn scan(path: &Path, source: &Source) -> Result<Scanned, TraceError> {
+    let mut buf = Vec::new();
+    let io = |error| TraceError::Io {
+        path: path.to_path_buf(),
+        error,
+    };
+    let prefix = source
+        .bytes_upto(0, FILE_PREFIX_LEN, &mut buf)
+        .map_err(io)?;
+    if prefix.len() < FILE_MAGIC.len() || prefix[..FILE_MAGIC.len()] != FILE_MAGIC {
+        return Err(TraceError::NotATrace {
+            path: path.to_path_buf(),
+        });
+    }
+    let bad = |offset: u64, why: &str| TraceError::BadHeader {
+        path: path.to_path_buf(),
+        offset,
+        why: why.to_string(),
+    };
+    if prefix.len() < FILE_PREFIX_LEN {
+        return Err(bad(prefix.len() as u64, "the file ends inside the header"));
+    }
+    let major = u16::from_le_bytes([prefix[8], prefix[9]]);
+    let minor = u16::from_le_bytes([prefix[10], prefix[11]]);
+    if major != VERSION_MAJOR {
+        return Err(TraceError::UnsupportedVersion {
+            path: path.to_path_buf(),
+            major,
+            minor,
+        });
+    }
+    let hlen = u32::from_le_bytes(prefix[12..16].try_into().unwrap());
+    let hcrc = u32::from_le_bytes(prefix[16..20].try_into().unwrap());
+    if hlen > MAX_HEADER_LEN {
+        return Err(bad(
+            12,
+            &format!("header length {hlen} is larger than allowed"),
+        ));
+    }
+    let hend = (FILE_PREFIX_LEN + hlen as usize) as u64;
+    let body = source
+        .bytes_upto(FILE_PREFIX_LEN as u64, hlen as usize, &mut buf)
+        .map_err(io)?;
+    if body.len() < hlen as usize {
+        return Err(bad(
+            FILE_PREFIX_LEN as u64 + body.len() as u64,
+            "the file ends inside the header",
+        ));
+    }
+    if crc32fast::hash(body) != hcrc {
+        return Err(bad(16, "header checksum mismatch"));
+    }
+    // A later minor version may append fields: ignore what follows the fields we know.
+    let header: Header = postcard::take_from_bytes(body)
+        .map(|(h, _rest)| h)
+        .map_err(|e| {
+            bad(
+                FILE_PREFIX_LEN as u64,
+                &format!("cannot decode the header: {e}"),
+            )
+        })?;
+
+    let mut problems = Vec::new();
+    let mut chunks = Vec::new();
+    let file_len = locate_chunks(source, hend, &mut chunks, &mut problems);
+    let (tables, trailer) = read_tables_and_trailer(source, &chunks, file_len, &mut problems);
+    Ok(Scanned {
+        version: (major, minor),
+        header,
+        header_len: hend,
+        chunks,
+        tables,
+        trailer,
+        problems,
+        file_len,
+    })
+}
+
+/// Finds every chunk after the file header by reading chunk headers. A damaged chunk header
+/// costs only that chunk: the scan searches for the next chunk magic whose header checksum
+/// holds. Returns where the bytes end (earlier than the source's length if it shrank).
+fn locate_chunks(
+    source: &Source,
+    start: u64,
+    chunks: &mut Vec<ChunkRef>,
+    problems: &mut Vec<Problem>,
+) -> u64 {
+    let mut end = source.len();
+    let mut pos = start;
+    let mut buf = Vec::new();
+    let mut search = Vec::new();
+    const LOOK: usize = CHUNK_HEADER_LEN;
+    while pos < end {
+        let want = (end - pos).min(LOOK as u64) as usize;
+        let head = match source.bytes_upto(pos, want, &mut buf) {
+            Ok(h) => h,
+            Err(e) => {
+                problems.push(read_error(pos, want, &e));
+                return pos;
+            }
+        };
+        if head.len() < want {
+            // The file shrank since it was opened: it ends where the read ended.
+            end = pos + head.len() as u64;
+        }
+        match read_chunk_header(head) {
+            Ok(h) => {
+                let payload_offset = pos + CHUNK_HEADER_LEN as u64;
+                let chunk_end = payload_offset + h.payload_len as u64;
+                if chunk_end > end {
+                    problems.push(Problem {
+                        offset: pos,
+                        kind: ProblemKind::CutShortInChunk {
+                            missing: chunk_end - end,
+                        },
+                    });
+                    break;
+                }
+                chunks.push(ChunkRef {
+                    offset: pos,
+                    kind: h.kind,
+                    payload_offset,
+                    payload_len: h.payload_len,
+                    payload_crc: h.payload_crc,
+                });
+                pos = chunk_end;
+            }
+            Err(why) => {
+                let rest = head.len();
+                if rest < CHUNK_HEADER_LEN && CHUNK_MAGIC.starts_with(&head[..rest.min(4)]) {
+                    // The writer died while writing this chunk's header.
+                    problems.push(Problem {
+                        offset: pos,
+                        kind: ProblemKind::CutShortInChunk {
+                            missing: (CHUNK_HEADER_LEN - rest) as u64,
+                        },
+                    });
+                    break;
+                }
+                if let ChunkHeaderProblem::TooLarge(len) = why {
+                    problems.push(Problem {
+                        offset: pos,
+                        kind: ProblemKind::ChunkTooLarge { len },
+                    });
+                }
+                let next = match find_next_chunk(source, pos + 1, &mut end, &mut search) {
+                    Ok(n) => n,
+                    Err((at, e)) => {
+                        problems.push(Problem {
+                            offset: pos,
+                            kind: ProblemKind::Garbage { skipped: at - pos },
+                        });
+                        problems.push(read_error(at, SEARCH_WINDOW, &e));
+                        return at;
+                    }
+                };
+                problems.push(Problem {
+                    offset: pos,
+                    kind: ProblemKind::Garbage {
+                        skipped: next.unwrap_or(end) - pos,
+                    },
+                });
+                match next {
+                    Some(n) => pos = n,
+                    None => break,
+                }
+            }
+        }
+    }
+    end
+}
+
+/// The offset of the next chunk magic at or after `from` that begins a valid chunk header.
+/// Lowers `end` if the file turns out shorter; an I/O error comes with where it happened.
+fn find_next_chunk(
+    source: &Source,
+    from: u64,
+    end: &mut u64,
+    buf: &mut Vec<u8>,
+) -> Result<Option<u64>, (u64, std::io::Error)> {
+    let mut header = Vec::new();
+    let mut i = from;
+    while i + CHUNK_MAGIC.len() as u64 <= *end {
+        let want = (*end - i).min(SEARCH_WINDOW as u64) as usize;
+        let window = source.bytes_upto(i, want, buf).map_err(|e| (i, e))?;
+        if window.len() < want {
+            *end = i + window.len() as u64;
+        }
+        let mut p = 0usize;
+        while p + CHUNK_MAGIC.len() <= window.len() {
+            let Some(f) = window[p..=window.len() - CHUNK_MAGIC.len()]
+                .iter()
+                .position(|&b| b == CHUNK_MAGIC[0])
+            else {
+                break;
+            };
+            let at = p + f;
+            if window[at..at + CHUNK_MAGIC.len()] == CHUNK_MAGIC {
+                let good = if at + CHUNK_HEADER_LEN <= window.len() {
+                    read_chunk_header(&window[at..]).is_ok()
+                } else {
+                    let abs = i + at as u64;
+                    let h = source
+                        .bytes_upto(abs, CHUNK_HEADER_LEN, &mut header)
+                        .map_err(|e| (abs, e))?;
+                    read_chunk_header(h).is_ok()
+                };
+                if good {
+                    return Ok(Some(i + at as u64));
+                }
+            }
+            p = at + 1;
+        }
+        if window.len() < SEARCH_WINDOW {
+            break;
+        }
+        // The next window overlaps this one by the magic's length less one byte, so that a
+        // magic split between the two is found.
+        i += (window.len() - (CHUNK_MAGIC.len() - 1)) as u64;
+    }
+    Ok(None)
+}
+
+fn read_error(offset: u64, len: usize, e: &std::io::Error) -> Problem {
+    Problem {
+        offset,
+        kind: ProblemKind::ReadError {
+            len: len as u64,
+            why: e.to_string(),
+        },
+    }
+}
+
+/// The problem for a read of a chunk's payload that did not give all its bytes.
+pub(crate) fn payload_read_problem(chunk_offset: u64, len: usize, failure: ReadFailure) -> Problem {
+    match failure {
+        ReadFailure::Short { got } => Problem {
+            offset: chunk_offset,
+            kind: ProblemKind::ShrankWhileReading {
+                missing: (len - got) as u64,
+            },
+        },
+        ReadFailure::Io(e) => read_error(chunk_offset, len, &e),
+    }
+}
+
+/// Reads every table chunk and the trailer, in file order. Tables must be complete before any
+/// event is interpreted (`FORMAT.md` §4.3), so this runs before events are decoded.
+fn read_tables_and_trailer(
+    source: &Source,
+    chunks: &[ChunkRef],
+    file_len: u64,
+    problems: &mut Vec<Problem>,
+) -> (Tables, Option<Trailer>) {
+    let mut tables = Tables::default();
+    let mut trailer = None;
+    let mut trailer_at: Option<u64> = None;
+    let mut buf = Vec::new();
+    for c in chunks {
+        if let Some(t) = trailer_at {
+            if t < c.offset {
+                problems.push(Problem {
+                    offset: c.offset,
+                    kind: ProblemKind::DataAfterTrailer,
+                });
+                trailer_at = None; // report once
+            }
+        }
+        match c.kind {
+            ChunkKind::Table | ChunkKind::Trailer => {
+                let payload =
+                    match source.bytes_at(c.payload_offset, c.payload_len as usize, &mut buf) {
+                        Ok(p) => p,
+                        Err(failure) => {
+                            problems.push(payload_read_problem(
+                                c.offset,
+                                c.payload_len as usize,
+                                failure,
+                            ));
+                            continue;
+                        }
+                    };
+                if crc32fast::hash(payload) != c.payload_crc {
+                    problems.push(Problem {
+                        offset: c.offset,
+                        kind: ProblemKind::BadChunkChecksum,
+                    });
+                    continue;
+                }
+                if c.kind == ChunkKind::Table {
+                    read_table_records(payload, c.payload_offset, &mut tables, problems);
+                } else {
+                    match postcard::take_from_bytes::<Trailer>(payload) {
+                        Ok((t, _)) => {
+                            trailer = Some(t);
+                            trailer_at = Some(c.offset);
+                        }
+                        Err(e) => problems.push(Problem {
+                            offset: c.offset,
+                            kind: ProblemKind::BadTrailer { why: e.to_string() },
+                        }),
+                    }
+                }
+            }
+            ChunkKind::Events => {}
+            ChunkKind::Unknown(kind) => {
+                problems.push(Problem {
+                    offset: c.offset,
+                    kind: ProblemKind::UnknownChunkKind { kind },
+                });
+            }
+        }
+    }
+    if trailer.is_none() {
+        problems.push(Problem {
+            offset: file_len,
+            kind: ProblemKind::NoTrailer,
+        });
+    }
+    (tables, trailer)
+}
+
+/// Keeps the first definition of an id; a second one is reported.
+macro_rules! insert_first {
+    ($map:expr, $id:expr, $value:expr, $on_duplicate:expr) => {{
+        let id = $id;
+        if let Some(slot) = $map.get(&id).is_none().then_some(()) {
+            let () = slot;
+            $map.insert(id, $value);
+        } else {
+            $on_duplicate;
+        }
+    }};
+}
+
+fn read_table_records(payload: &[u8], base: u64, tables: &mut Tables, problems: &mut Vec<Problem>) {
+    let mut pos = 0usize;
+    while pos < payload.len() {
+        let at = base + pos as u64;
+        let tag = payload[pos];
+        pos += 1;
+        let len = match varint::get(payload, &mut pos) {
+            Ok(l) => l,
+            Err(_) => {
+                problems.push(Problem {
+                    offset: at,
+                    kind: ProblemKind::BadTableRecord {
+                        tag,
+                        why: "bad record length".into(),
+                    },
+                });
+                return;
+            }
+        };
+        if len > (payload.len() - pos) as u64 {
+            problems.push(Problem {
+                offset: at,
+                kind: ProblemKind::BadTableRecord {
+                    tag,
+                    why: format!("record length {len} runs past the chunk"),
+                },
+            });
+            return;
+        }
+        let body = &payload[pos..pos + len as usize];
+        pos += len as usize;
+        let mut dup = |what: &'static str, id: u64| {
+            problems.push(Problem {
+                offset: at,
+                kind: ProblemKind::DuplicateRecord { what, id },
+            })
+        };
+        let result = match tag {
+            1 => decode_record::<StringEntry>(body)
+                .map(|r| insert_first!(tables.strings, r.id, r.text, dup("string", r.id as u64))),
+            2 => decode_record::<ThreadInfo>(body)
+                .map(|r| insert_first!(tables.threads, r.id, r, dup("thread", r.id as u64))),
+            3 => decode_record::<ObjectInfo>(body)
+                .map(|r| insert_first!(tables.objects, r.id, r, dup("object", r.id as u64))),
+            4 => decode_record::<SiteInfo>(body)
+                .map(|r| insert_first!(tables.sites, r.id, r, dup("site", r.id as u64))),
+            5 => decode_record::<ModuleInfo>(body)
+                .map(|r| insert_first!(tables.modules, r.id, r, dup("module", r.id as u64))),
+            6 => decode_record::<FrameSymbol>(body).map(|r| {
+                // A later symbolisation pass may refine an earlier one: the last one wins.
+                tables.symbols.insert(r.frame, r);
+            }),
+            7 => decode_record::<AccessCounts>(body).map(|r| {
+                // Each record counts one stretch of the thread's recording: they add up.
+                let c = tables
+                    .access_counts
+                    .entry(r.thread)
+                    .or_insert(AccessCounts {
+                        thread: r.thread,
+                        executed: 0,
+                        recorded: 0,
+                    });
+                c.executed = c.executed.saturating_add(r.executed);
+                c.recorded = c.recorded.saturating_add(r.recorded);
+            }),
+            // Unknown tags come from a newer minor version: skip them.
+            _ => Ok(()),
+        };
+        if let Err(why) = result {
+            problems.push(Problem {
+                offset: at,
+                kind: ProblemKind::BadTableRecord { tag, why },
+            });
+        }
+    }
+}
+
+fn decode_record<T: DeserializeOwned>(body: &[u8]) -> Result<T, String> {
+    postcard::take_from_bytes::<T>(body)
+        .map(|(v, _rest)| v)
+        .map_err(|e| e.to_string())
+}

@@ -1,0 +1,247 @@
+//! Paths that are not what a trace reader expects: a FIFO, a directory, a character device, a
+//! file that shrinks or grows while it is read, a sparse file on a full tmpfs. No reader may
+//! block on them, be killed by a signal, or panic: each gives an error that names the file, or
+//! reads what is there and says what was wrong, with the byte offset.
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use foresight_trace::builder::TraceBuilder;
+use foresight_trace::{ProblemKind, Trace, TraceError, TraceFile};
+
+/// A directory of its own for each test, removed at the end.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> Self {
+        let dir =
+            std::env::temp_dir().join(format!("foresight-hostile-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Three threads taking a lock many times, in small chunks: a file of many chunks.
+fn three_threads() -> (Vec<u8>, Vec<Vec<foresight_trace::Event>>) {
+    let mut b = TraceBuilder::new("hostile");
+    b.chunk_bytes(64);
+    let main = b.main_thread();
+    let site = b.site("main", "hostile.c", 3);
+    let m = b.mutex("m");
+    let workers = [b.spawn(main, site, "a"), b.spawn(main, site, "b")];
+    for _ in 0..100 {
+        for t in [main, workers[0], workers[1]] {
+            b.lock(t, m, site);
+            b.unlock(t, m, site);
+        }
+    }
+    for w in workers {
+        b.exit(w);
+        b.join(main, w, site);
+    }
+    b.exit(main);
+    let events = b.events().to_vec();
+    (b.finish(), events)
+}
+
+/// Every way of opening a trace, each in a thread of its own so that one that blocks fails the
+/// test instead of hanging it.
+fn open_every_way(path: &Path) -> Vec<(&'static str, Result<(), TraceError>)> {
+    type Opener = fn(&Path) -> Result<(), TraceError>;
+    let openers: [(&'static str, Opener); 2] = [
+        ("Trace::open", |p| Trace::open(p).map(drop)),
+        ("TraceFile::open", |p| TraceFile::open(p).map(drop)),
+    ];
+    openers
+        .into_iter()
+        .map(|(name, open)| {
+            let (tx, rx) = mpsc::channel();
+            let p = path.to_path_buf();
+            std::thread::spawn(move || {
+                let _ = tx.send(open(&p));
+            });
+            let result = rx
+                .recv_timeout(Duration::from_secs(30))
+                .unwrap_or_else(|_| panic!("{name} blocked on {}", path.display()));
+            (name, result)
+        })
+        .collect()
+}
+
+fn assert_refused(path: &Path, what: &str) {
+    for (name, result) in open_every_way(path) {
+        match result {
+            Err(e @ TraceError::NotARegularFile { .. }) => {
+                let msg = e.to_string();
+                assert!(
+                    msg.contains(&path.display().to_string())
+                        && msg.contains("not a regular file")
+                        && msg.contains(what),
+                    "{name}: {msg}"
+                );
+            }
+            other => panic!("{name} on {}: {other:?}", path.display()),
+        }
+    }
+}
+
+#[test]
+fn a_fifo_is_refused_without_blocking() {
+    let dir = TempDir::new("fifo");
+    let path = dir.0.join("run.trace");
+    let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: `c_path` is a NUL-terminated string that outlives the call.
+    let rc = unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) };
+    assert_eq!(rc, 0, "mkfifo: {}", std::io::Error::last_os_error());
+    // No writer ever opens the FIFO: a reader that opened it for reading in the usual
+    // (blocking) way would wait for ever.
+    assert_refused(&path, "a FIFO");
+}
+
+#[test]
+fn a_directory_is_refused() {
+    let dir = TempDir::new("dir");
+    assert_refused(&dir.0, "a directory");
+}
+
+#[test]
+fn a_character_device_is_refused() {
+    // /dev/zero never ends; /dev/null is empty.
+    for dev in ["/dev/zero", "/dev/null"] {
+        assert_refused(Path::new(dev), "a character device");
+    }
+}
+
+/// Truncates the file at `path` to `len` bytes, as another process could while it is read.
+fn shrink(path: &Path, len: u64) {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_len(len)
+        .unwrap();
+}
+
+#[test]
+fn a_file_that_shrinks_while_it_is_read_is_reported_cut_short() {
+    let dir = TempDir::new("shrink");
+    let path = dir.0.join("run.trace");
+    let (bytes, written) = three_threads();
+    let cut = bytes.len() as u64 / 2;
+
+    // The chunk-at-a-time reader and the decoding reader of an opened file, the same way.
+    std::fs::write(&path, &bytes).unwrap();
+    let file = TraceFile::open(&path).unwrap();
+    shrink(&path, cut);
+    let found = file.for_each_chunk(|_| {});
+    assert!(found
+        .iter()
+        .any(|p| matches!(p.kind, ProblemKind::ShrankWhileReading { .. })));
+    let trace = file.decode();
+    assert!(trace
+        .problems
+        .iter()
+        .any(|p| matches!(p.kind, ProblemKind::ShrankWhileReading { .. })));
+    for t in &trace.threads {
+        assert!(written[t.thread as usize].starts_with(&t.events));
+    }
+}
+
+/// A tmpfs of 256 KiB mounted for the test and unmounted when it ends.
+struct SmallTmpfs(PathBuf);
+
+impl SmallTmpfs {
+    fn mount(at: PathBuf) -> std::io::Result<Self> {
+        let target = std::ffi::CString::new(at.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: every pointer is a NUL-terminated string that outlives the call.
+        let rc = unsafe {
+            libc::mount(
+                c"tmpfs".as_ptr(),
+                target.as_ptr(),
+                c"tmpfs".as_ptr(),
+                0,
+                c"size=256k".as_ptr().cast(),
+            )
+        };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(SmallTmpfs(at))
+    }
+}
+
+impl Drop for SmallTmpfs {
+    fn drop(&mut self) {
+        let target = std::ffi::CString::new(self.0.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: `target` is a NUL-terminated string that outlives the call.
+        unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
+    }
+}
+
+/// A sparse trace on a full tmpfs: a memory-mapped reader dies of SIGBUS when it touches the
+/// hole (tmpfs allocates a page on a read fault and has none left); a positioned read gives
+/// zeros, which read as garbage after the last chunk.
+#[test]
+fn a_sparse_file_on_a_full_tmpfs_reads_without_a_signal() {
+    let dir = TempDir::new("tmpfs");
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let mounted = if root {
+        SmallTmpfs::mount(dir.0.clone())
+    } else {
+        Err(std::io::Error::other("not root"))
+    };
+    let fs = match mounted {
+        Ok(fs) => fs,
+        Err(e) => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI must mount a tmpfs for this test (run as root): {e}"
+            );
+            eprintln!("SKIPPED: cannot mount a small tmpfs ({e}); this test needs root");
+            return;
+        }
+    };
+    let path = fs.0.join("run.trace");
+    let (bytes, written) = three_threads();
+    std::fs::write(&path, &bytes).unwrap();
+    // A hole of 1 MiB after the trace, then fill the file system.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(bytes.len() as u64 + (1 << 20))
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut fill = std::fs::File::create(fs.0.join("fill")).unwrap();
+        let block = [0u8; 4096];
+        while fill.write_all(&block).and_then(|()| fill.flush()).is_ok() {}
+    }
+
+    let expect_garbage =
+        |problems: &[foresight_trace::Problem]| {
+            assert!(
+                problems.iter().any(|p| p.offset == bytes.len() as u64
+                    && matches!(p.kind, ProblemKind::Garbage { .. })),
+                "{problems:?}"
+            );
+        };
+    let trace = Trace::open(&path).unwrap();
+    assert_eq!(
+        trace.event_count() as usize,
+        written.iter().map(Vec::len).sum::<usize>()
+    );
+    expect_garbage(&trace.problems);
+    let file = TraceFile::open(&path).unwrap();
+    expect_garbage(file.problems());
+    drop(fs);
+}
