@@ -5,6 +5,7 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use foresight_trace::event::{Event, EventKind, LockMode};
+use foresight_trace::stream::TraceStream;
 use foresight_trace::tables::{EndReason, Header, Ordering, Trailer};
 use foresight_trace::{ChunkWriter, PackedFields, Trace, TraceFile, TraceWriter};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -42,6 +43,46 @@ fn lock_heavy(thread: u32, iterations: u64, key: &mut u64) -> Vec<Event> {
         }
     }
     out
+}
+
+/// The same work as `lock_heavy` on `threads` threads whose iterations alternate: thread t's
+/// i-th iteration takes keys near `(i * threads + t) * 8`, so that in the merged order every
+/// event comes from another thread than the one before it: the merge's worst case.
+fn lock_interleaved(threads: u32, iterations: u64) -> Vec<Vec<Event>> {
+    (0..threads)
+        .map(|t| {
+            let mut out = Vec::with_capacity(iterations as usize * 6);
+            let (a, b) = (t * 2, t * 2 + 1);
+            for i in 0..iterations {
+                let mut key = (i * threads as u64 + t as u64) * 8 + 1;
+                let site = (i % 7) as u32;
+                for (lock, s) in [(a, site), (b, site + 10)] {
+                    let mode = LockMode::Exclusive;
+                    out.push(Event {
+                        key,
+                        kind: EventKind::LockRequest {
+                            lock,
+                            mode,
+                            site: s,
+                        },
+                    });
+                    key += 1;
+                    out.push(Event {
+                        key,
+                        kind: EventKind::LockAcquired { lock, mode },
+                    });
+                }
+                for (lock, s) in [(b, site + 20), (a, site + 30)] {
+                    key += 1;
+                    out.push(Event {
+                        key,
+                        kind: EventKind::LockRelease { lock, site: s },
+                    });
+                }
+            }
+            out
+        })
+        .collect()
 }
 
 /// A loop over an array: 8-byte reads and writes at neighbouring addresses from a few sites.
@@ -140,6 +181,13 @@ fn benches(c: &mut Criterion) {
     let events: u64 = threads.iter().map(|t| t.len() as u64).sum();
     let lock_file = file(&threads);
     let mem_file = file(&[memory_heavy(1_000_000)]);
+    let interleaved = lock_interleaved(8, 250_000);
+    assert_eq!(
+        interleaved.iter().map(|t| t.len() as u64).sum::<u64>(),
+        events
+    );
+    let interleaved_file = file(&interleaved);
+    drop(interleaved);
     let lock_trace = Trace::from_bytes("lock", lock_file.clone()).unwrap();
     let mem_trace = Trace::from_bytes("mem", mem_file.clone()).unwrap();
     assert!(
@@ -291,6 +339,72 @@ fn benches(c: &mut Criterion) {
             })
         });
     }
+
+    // Streaming from a file (`TraceStream`: positioned reads, memory bounded by the threads),
+    // on one core: each thread in turn, then the merged order, for the lock-heavy trace (its
+    // threads' keys do not interleave: one thread runs at a time in the merged order) and for
+    // one whose threads alternate at every event. Opening (the scan of chunk headers and
+    // tables) is part of every pass.
+    let dir = std::env::temp_dir();
+    let lock_path = dir.join(format!(
+        "foresight-codec-bench-{}.trace",
+        std::process::id()
+    ));
+    let interleaved_path = dir.join(format!(
+        "foresight-codec-bench-{}-i.trace",
+        std::process::id()
+    ));
+    std::fs::write(&lock_path, &lock_file).unwrap();
+    std::fs::write(&interleaved_path, &interleaved_file).unwrap();
+    for (name, path) in [
+        ("lock_heavy", &lock_path),
+        ("lock_interleaved", &interleaved_path),
+    ] {
+        g.bench_function(format!("{name}_stream_threads_file"), |b| {
+            b.iter(|| {
+                let stream = TraceStream::open(path).unwrap();
+                let threads: Vec<u32> = stream.threads().collect();
+                let (mut n, mut sum) = (0u64, 0u64);
+                for t in threads {
+                    for ev in stream.thread_events(t) {
+                        sum = sum.wrapping_add(ev.key);
+                        n += 1;
+                    }
+                }
+                assert_eq!(n, events);
+                black_box(sum);
+            })
+        });
+        g.bench_function(format!("{name}_stream_merged_file"), |b| {
+            b.iter(|| {
+                let stream = TraceStream::open(path).unwrap();
+                let (mut n, mut sum) = (0u64, 0u64);
+                for m in stream.merged() {
+                    sum = sum.wrapping_add(m.event.key ^ m.thread as u64);
+                    n += 1;
+                }
+                assert_eq!(n, events);
+                black_box(sum);
+            })
+        });
+    }
+    // The decoding reader's merged order over the same interleaved trace, decoded beforehand:
+    // what the streaming merge replaces, without its decoding.
+    let decoded = Trace::open(&interleaved_path).unwrap();
+    g.bench_function("lock_interleaved_decoded_merged_walk", |b| {
+        b.iter(|| {
+            let (mut n, mut sum) = (0u64, 0u64);
+            for m in decoded.merged() {
+                sum = sum.wrapping_add(m.event.key ^ m.thread as u64);
+                n += 1;
+            }
+            assert_eq!(n, events);
+            black_box(sum);
+        })
+    });
+    drop(decoded);
+    let _ = std::fs::remove_file(&lock_path);
+    let _ = std::fs::remove_file(&interleaved_path);
     g.finish();
 }
 

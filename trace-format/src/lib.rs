@@ -4,6 +4,8 @@
 //! - [`tables`]: header, side tables (threads, objects, sites, modules, symbols, strings), trailer.
 //! - [`writer`]: per-thread chunk encoding for the recorder; a whole-file writer for tools.
 //! - [`reader`]: parallel decoding into per-thread streams and a merged stream, in memory.
+//! - [`stream`]: the merged stream read from the file with positioned reads, in memory bounded
+//!   by the number of threads, not by the trace's length.
 //! - [`builder`]: a small API to write traces in tests without the recorder.
 
 pub mod builder;
@@ -15,6 +17,7 @@ pub mod ordering;
 pub mod reader;
 mod scan;
 mod source;
+pub mod stream;
 pub mod tables;
 pub mod varint;
 pub mod writer;
@@ -22,5 +25,6 @@ pub mod writer;
 pub use error::{Problem, ProblemKind, TraceError};
 pub use event::{Event, EventKind, LockMode, ObjectId, SiteId, StringId, ThreadId};
 pub use reader::{Trace, TraceFile};
+pub use stream::{StreamEvent, TraceStream};
 pub use tables::{Header, TableRecord, Trailer};
 pub use writer::{ChunkWriter, PackedFields, TableWriter, TraceWriter};

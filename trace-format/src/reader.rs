@@ -196,7 +196,7 @@ impl TraceFile {
     }
 
     fn parse(path: PathBuf, source: Source) -> Result<Self, TraceError> {
-        let s = scan(&path, &source)?;
+        let s = scan(&path, &source, false)?;
         Ok(TraceFile {
             path,
             source,

@@ -1,6 +1,6 @@
 //! The first look at a trace: check the file prefix and header, locate every chunk by reading
 //! chunk headers only (payloads are skipped), and read the table chunks and the trailer.
-//! `TraceFile` starts here.
+//! `TraceFile` and `TraceStream` both start here; what they do with event chunks differs.
 //!
 //! Reads go through [`Source`]: positioned reads of a file (only headers, table payloads and,
 //! when resynchronising after damage, the damaged region), or slices of bytes in memory. The
@@ -12,9 +12,10 @@ use std::path::Path;
 use serde::de::DeserializeOwned;
 
 use crate::error::{Problem, ProblemKind, TraceError};
+use crate::event::ThreadId;
 use crate::frame::{
-    read_chunk_header, ChunkHeaderProblem, ChunkKind, CHUNK_HEADER_LEN, CHUNK_MAGIC, FILE_MAGIC,
-    FILE_PREFIX_LEN, MAX_HEADER_LEN, VERSION_MAJOR,
+    read_chunk_header, ChunkHeaderProblem, ChunkKind, EventsPrefix, CHUNK_HEADER_LEN, CHUNK_MAGIC,
+    EVENTS_PREFIX_LEN, FILE_MAGIC, FILE_PREFIX_LEN, MAX_HEADER_LEN, VERSION_MAJOR,
 };
 use crate::reader::{ChunkRef, Tables};
 use crate::source::{ReadFailure, Source};
@@ -32,6 +33,10 @@ pub(crate) struct Scanned {
     pub header_len: u64,
     /// Every chunk with a good header, in file order.
     pub chunks: Vec<ChunkRef>,
+    /// For each chunk of `chunks`, the thread and sequence number its events prefix gives
+    /// (not yet checked against the payload checksum), when asked for and the chunk is an
+    /// events chunk long enough to have a prefix; empty when not asked for.
+    pub prefixes: Vec<Option<(ThreadId, u32)>>,
     pub tables: Tables,
     pub trailer: Option<Trailer>,
     pub problems: Vec<Problem>,
@@ -44,7 +49,11 @@ const SEARCH_WINDOW: usize = 64 << 10;
 
 /// Reads the file prefix and header, locates the chunks and reads the tables and the trailer.
 /// Only a bad prefix or header, or a failure to read them, is an error.
-pub(crate) fn scan(path: &Path, source: &Source) -> Result<Scanned, TraceError> {
+pub(crate) fn scan(
+    path: &Path,
+    source: &Source,
+    want_prefixes: bool,
+) -> Result<Scanned, TraceError> {
     let mut buf = Vec::new();
     let io = |error| TraceError::Io {
         path: path.to_path_buf(),
@@ -108,13 +117,22 @@ pub(crate) fn scan(path: &Path, source: &Source) -> Result<Scanned, TraceError> 
 
     let mut problems = Vec::new();
     let mut chunks = Vec::new();
-    let file_len = locate_chunks(source, hend, &mut chunks, &mut problems);
+    let mut prefixes = Vec::new();
+    let file_len = locate_chunks(
+        source,
+        hend,
+        want_prefixes,
+        &mut chunks,
+        &mut prefixes,
+        &mut problems,
+    );
     let (tables, trailer) = read_tables_and_trailer(source, &chunks, file_len, &mut problems);
     Ok(Scanned {
         version: (major, minor),
         header,
         header_len: hend,
         chunks,
+        prefixes,
         tables,
         trailer,
         problems,
@@ -128,14 +146,17 @@ pub(crate) fn scan(path: &Path, source: &Source) -> Result<Scanned, TraceError> 
 fn locate_chunks(
     source: &Source,
     start: u64,
+    want_prefixes: bool,
     chunks: &mut Vec<ChunkRef>,
+    prefixes: &mut Vec<Option<(ThreadId, u32)>>,
     problems: &mut Vec<Problem>,
 ) -> u64 {
     let mut end = source.len();
     let mut pos = start;
     let mut buf = Vec::new();
     let mut search = Vec::new();
-    const LOOK: usize = CHUNK_HEADER_LEN;
+    // A chunk header, and an events chunk's prefix right after it.
+    const LOOK: usize = CHUNK_HEADER_LEN + EVENTS_PREFIX_LEN;
     while pos < end {
         let want = (end - pos).min(LOOK as u64) as usize;
         let head = match source.bytes_upto(pos, want, &mut buf) {
@@ -169,6 +190,15 @@ fn locate_chunks(
                     payload_len: h.payload_len,
                     payload_crc: h.payload_crc,
                 });
+                if want_prefixes {
+                    prefixes.push(match h.kind {
+                        ChunkKind::Events if h.payload_len as usize >= EVENTS_PREFIX_LEN => {
+                            EventsPrefix::read_from(&head[CHUNK_HEADER_LEN..])
+                                .map(|p| (p.thread, p.sequence))
+                        }
+                        _ => None,
+                    });
+                }
                 pos = chunk_end;
             }
             Err(why) => {

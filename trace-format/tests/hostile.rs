@@ -8,6 +8,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use foresight_trace::builder::TraceBuilder;
+use foresight_trace::stream::TraceStream;
 use foresight_trace::{ProblemKind, Trace, TraceError, TraceFile};
 
 /// A directory of its own for each test, removed at the end.
@@ -56,9 +57,10 @@ fn three_threads() -> (Vec<u8>, Vec<Vec<foresight_trace::Event>>) {
 /// test instead of hanging it.
 fn open_every_way(path: &Path) -> Vec<(&'static str, Result<(), TraceError>)> {
     type Opener = fn(&Path) -> Result<(), TraceError>;
-    let openers: [(&'static str, Opener); 2] = [
+    let openers: [(&'static str, Opener); 3] = [
         ("Trace::open", |p| Trace::open(p).map(drop)),
         ("TraceFile::open", |p| TraceFile::open(p).map(drop)),
+        ("TraceStream::open", |p| TraceStream::open(p).map(drop)),
     ];
     openers
         .into_iter()
@@ -137,6 +139,45 @@ fn a_file_that_shrinks_while_it_is_read_is_reported_cut_short() {
     let (bytes, written) = three_threads();
     let cut = bytes.len() as u64 / 2;
 
+    // The streaming reader: the chunks that are gone are reported with their offsets, and each
+    // thread gives a prefix of its events.
+    std::fs::write(&path, &bytes).unwrap();
+    let stream = TraceStream::open(&path).unwrap();
+    shrink(&path, cut);
+    let mut merged = stream.merged();
+    let mut per_thread = vec![Vec::new(); written.len()];
+    for e in merged.by_ref() {
+        per_thread[e.thread as usize].push(e.event);
+    }
+    for (t, got) in per_thread.iter().enumerate() {
+        assert!(written[t].starts_with(got), "thread {t}: not a prefix");
+    }
+    assert!(per_thread.iter().map(Vec::len).sum::<usize>() < bytes.len());
+    let problems = merged.problems();
+    let shrank: Vec<_> = problems
+        .iter()
+        .filter(|p| matches!(p.kind, ProblemKind::ShrankWhileReading { .. }))
+        .collect();
+    // Once, at the chunk the cut falls in: every chunk after it is gone too.
+    assert_eq!(shrank.len(), 1, "{problems:?}");
+    let ProblemKind::ShrankWhileReading { missing } = shrank[0].kind else {
+        unreachable!()
+    };
+    let chunk_header = foresight_trace::frame::CHUNK_HEADER_LEN as u64;
+    assert!(shrank[0].offset < cut, "{shrank:?}");
+    assert!(
+        cut - shrank[0].offset < chunk_header + 200 && missing > 0,
+        "{shrank:?}"
+    );
+    assert!(
+        shrank[0]
+            .to_string()
+            .contains("cut short while it was being read"),
+        "{}",
+        shrank[0]
+    );
+    assert!(problems.iter().all(|p| !p.is_damage()), "{problems:?}");
+
     // The chunk-at-a-time reader and the decoding reader of an opened file, the same way.
     std::fs::write(&path, &bytes).unwrap();
     let file = TraceFile::open(&path).unwrap();
@@ -153,6 +194,31 @@ fn a_file_that_shrinks_while_it_is_read_is_reported_cut_short() {
     for t in &trace.threads {
         assert!(written[t.thread as usize].starts_with(&t.events));
     }
+}
+
+#[test]
+fn a_file_that_grows_while_it_is_read_reads_as_it_was_when_opened() {
+    let dir = TempDir::new("grow");
+    let path = dir.0.join("run.trace");
+    let (bytes, written) = three_threads();
+    std::fs::write(&path, &bytes).unwrap();
+    let stream = TraceStream::open(&path).unwrap();
+    {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        f.write_all(&[0xF5; 4096]).unwrap();
+    }
+    let mut merged = stream.merged();
+    let n = merged.by_ref().count();
+    assert_eq!(n, written.iter().map(Vec::len).sum::<usize>());
+    assert_eq!(
+        merged.problems(),
+        vec![],
+        "nothing past the end seen at open"
+    );
 }
 
 /// A tmpfs of 256 KiB mounted for the test and unmounted when it ends.
@@ -235,11 +301,14 @@ fn a_sparse_file_on_a_full_tmpfs_reads_without_a_signal() {
                 "{problems:?}"
             );
         };
-    let trace = Trace::open(&path).unwrap();
+    let stream = TraceStream::open(&path).unwrap();
+    let mut merged = stream.merged();
     assert_eq!(
-        trace.event_count() as usize,
+        merged.by_ref().count(),
         written.iter().map(Vec::len).sum::<usize>()
     );
+    expect_garbage(&merged.problems());
+    let trace = Trace::open(&path).unwrap();
     expect_garbage(&trace.problems);
     let file = TraceFile::open(&path).unwrap();
     expect_garbage(file.problems());

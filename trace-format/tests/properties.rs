@@ -417,3 +417,167 @@ fn a_huge_command_line_is_shortened_not_fatal() {
     );
     assert!(cmd.iter().map(String::len).sum::<usize>() < 1 << 20);
 }
+
+/// What the streaming reader gives for `bytes`: every merged event and, once it is exhausted,
+/// every problem.
+fn streamed_merged(
+    stream: &foresight_trace::stream::TraceStream,
+) -> (
+    Vec<foresight_trace::stream::StreamEvent>,
+    Vec<foresight_trace::Problem>,
+) {
+    let mut it = stream.merged();
+    let events: Vec<_> = it.by_ref().collect();
+    assert!(it.next().is_none(), "an exhausted stream stays exhausted");
+    (events, it.problems())
+}
+
+/// The decoding reader's merged order, in the streaming reader's terms.
+fn decoded_merged(trace: &Trace) -> Vec<foresight_trace::stream::StreamEvent> {
+    trace
+        .merged()
+        .map(|m| foresight_trace::stream::StreamEvent {
+            thread: m.thread,
+            index: m.index,
+            event: *m.event,
+            chunk_offset: trace.thread(m.thread).unwrap().offset_of(m.index),
+        })
+        .collect()
+}
+
+/// A file of its own for each case, removed when the case ends.
+struct TempTrace(std::path::PathBuf);
+
+impl TempTrace {
+    fn new(bytes: &[u8]) -> Self {
+        use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!("foresight-props-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("{}.trace", NEXT.fetch_add(1, Relaxed)));
+        std::fs::write(&path, bytes).unwrap();
+        TempTrace(path)
+    }
+}
+
+impl Drop for TempTrace {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// The streaming reader gives the decoding reader's merged order, event for event (thread,
+    /// index, event, chunk), and the same problems, from memory and from a file.
+    #[test]
+    fn streaming_merged_order_is_the_decoded_merged_order(
+        threads in prop::collection::vec(thread_events(), 0..5),
+        chunk_bytes in prop_oneof![Just(64usize), Just(300), Just(1 << 16)],
+        trailer in any::<bool>(),
+    ) {
+        let bytes = encode(&threads, chunk_bytes, trailer);
+        let trace = Trace::from_bytes("prop", bytes.clone()).unwrap();
+        let want = decoded_merged(&trace);
+        let stream = foresight_trace::stream::TraceStream::from_bytes("prop", bytes.clone()).unwrap();
+        let mut it = stream.merged();
+        let events: Vec<_> = it.by_ref().collect();
+        prop_assert_eq!(&events, &want);
+        let outcome = it.outcome();
+        prop_assert_eq!(&outcome.problems, &trace.problems);
+        // What the pass learnt of each thread is what the decoded trace says.
+        let summaries: Vec<_> = trace
+            .threads
+            .iter()
+            .map(|t| foresight_trace::stream::ThreadSummary {
+                thread: t.thread,
+                events: t.events.len() as u64,
+                encoded_bytes: t.encoded_bytes,
+                start_ns: t.chunks.first().map_or(0, |c| c.start_ns),
+                end_ns: t.chunks.last().map_or(0, |c| c.end_ns),
+            })
+            .collect();
+        prop_assert_eq!(&outcome.threads, &summaries);
+        prop_assert_eq!(stream.chunk_count(), trace.chunk_count);
+        prop_assert_eq!(stream.table_chunk_count(), trace.table_chunk_count);
+        prop_assert_eq!(stream.file_len(), trace.file_len);
+        let file = TempTrace::new(&bytes);
+        let stream = foresight_trace::stream::TraceStream::open(&file.0).unwrap();
+        let (events, problems) = streamed_merged(&stream);
+        prop_assert_eq!(&events, &want);
+        prop_assert_eq!(&problems, &trace.problems);
+        // One thread at a time, too.
+        for t in &trace.threads {
+            let mut one = stream.thread_events(t.thread);
+            let got: Vec<Event> = one.by_ref().collect();
+            prop_assert_eq!(&got, &t.events);
+            prop_assert!(one.next().is_none());
+        }
+    }
+
+    /// A cut anywhere gives, per thread, a prefix of its events; the streaming reader says the
+    /// trace was cut short and agrees with the decoding reader on the events and problems.
+    #[test]
+    fn streaming_a_truncated_trace_yields_a_prefix_and_says_it_was_cut_short(
+        threads in prop::collection::vec(thread_events(), 1..4),
+        cut in any::<prop::sample::Index>(),
+    ) {
+        let bytes = encode(&threads, 200, true);
+        let at = cut.index(bytes.len());
+        let cut_bytes = bytes[..at].to_vec();
+        let decoded = Trace::from_bytes("cut", cut_bytes.clone());
+        let file = TempTrace::new(&cut_bytes);
+        match foresight_trace::stream::TraceStream::open(&file.0) {
+            Err(e) => prop_assert!(decoded.is_err(), "only a cut header is an error: {e}"),
+            Ok(stream) => {
+                let trace = decoded.unwrap();
+                let (events, problems) = streamed_merged(&stream);
+                prop_assert!(problems.iter().any(|p| matches!(p.kind,
+                    foresight_trace::ProblemKind::NoTrailer)));
+                let mut per_thread = vec![Vec::new(); threads.len()];
+                for e in &events {
+                    prop_assert_eq!(e.index, per_thread[e.thread as usize].len());
+                    per_thread[e.thread as usize].push(e.event);
+                }
+                for (t, got) in per_thread.iter().enumerate() {
+                    prop_assert!(threads[t].starts_with(got), "thread {} is not a prefix", t);
+                }
+                prop_assert_eq!(&events, &decoded_merged(&trace));
+                prop_assert_eq!(&problems, &trace.problems);
+            }
+        }
+    }
+
+    /// Damage never makes the streaming reader panic or invent events: what it gives of a
+    /// thread is a subsequence of what was written.
+    #[test]
+    fn streaming_a_corrupted_trace_never_panics_and_never_invents_events(
+        threads in prop::collection::vec(thread_events(), 1..3),
+        flips in prop::collection::vec((any::<prop::sample::Index>(), 1u8..=255), 1..8),
+    ) {
+        let mut bytes = encode(&threads, 200, true);
+        for (i, x) in &flips {
+            let at = i.index(bytes.len());
+            bytes[at] ^= x;
+        }
+        let decoded = Trace::from_bytes("flipped", bytes.clone());
+        match foresight_trace::stream::TraceStream::from_bytes("flipped", bytes) {
+            Err(_) => prop_assert!(decoded.is_err()),
+            Ok(stream) => {
+                prop_assert!(decoded.is_ok());
+                let mut it = stream.merged().with_ordering_check();
+                let mut rest: Vec<&[Event]> = threads.iter().map(|t| &t[..]).collect();
+                for e in it.by_ref() {
+                    if let Some(r) = rest.get_mut(e.thread as usize) {
+                        match r.iter().position(|o| *o == e.event) {
+                            Some(p) => *r = &r[p + 1..],
+                            None => prop_assert!(false, "event {:?} was invented", e.event),
+                        }
+                    }
+                }
+                let _ = it.problems();
+            }
+        }
+    }
+}

@@ -1,0 +1,909 @@
+//! Streaming: the events of a trace in the causal merged order, read straight from the file
+//! with positioned reads, in memory bounded by the number of threads rather than by the length
+//! of the trace.
+//!
+//! [`TraceStream::open`] makes one cheap pass over the file (`scan.rs`): it reads the chunk
+//! headers, and the events prefix that follows each events chunk header, but skips the event
+//! payloads; it reads table chunks and the trailer in full, since tables must be complete
+//! before any event is interpreted (`FORMAT.md` §4.3). What it keeps of the event chunks is an
+//! index: per thread, where each chunk is, in sequence order (about 24 bytes per chunk, a
+//! chunk being 64 KiB as the recorder writes them).
+//!
+//! [`TraceStream::merged`] then gives every event in the order of [`Trace::merged`] — by key,
+//! then thread, then position in the thread — with one cursor per thread: the payload of the
+//! thread's current chunk (read with one `pread` and checked against its checksum before any
+//! event of it is used), the decoder's state within it, and a small batch of decoded events.
+//! A heap over the threads' next events picks the next one; the thread that just gave an event
+//! keeps giving while its next event still comes first, without touching the heap.
+//!
+//! **Memory.** Per thread: one chunk payload (at most the chunk size; 64 MiB for a hostile
+//! file, the format's limit) and [`BATCH`] decoded events; plus the index (24 bytes per events
+//! chunk), the tables, and the problems found. Nothing grows with the number of events.
+//!
+//! **Same answers as the decoding reader.** Each thread's events, their indices, the merged
+//! order, and the problems are those of [`Trace`] on the same bytes, with two exceptions that
+//! only damaged files show: a chunk whose payload fails its checksum is placed by the prefix
+//! the scan read (it is dropped either way), and the index named in a dangling-reference
+//! problem counts the events actually kept before it. A file that shrinks while it is read
+//! ends where it ends now: the chunk that runs past its new end is reported as cut short
+//! ([`ProblemKind::ShrankWhileReading`]) and the thread goes on with its next chunk, if any.
+//!
+//! [`Trace`]: crate::Trace
+//! [`Trace::merged`]: crate::Trace::merged
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::path::{Path, PathBuf};
+
+use crate::codec::{Decoder, DecoderState};
+use crate::error::{Problem, ProblemKind, TraceError};
+use crate::event::{Event, ThreadId};
+use crate::frame::{ChunkKind, EVENTS_PREFIX_LEN};
+use crate::ordering::Checker;
+use crate::reader::{
+    check_events_payload, keep_first_shrink, limit_reference_reports, ReferenceCheck, Tables,
+    MAX_REFERENCE_REPORTS,
+};
+use crate::scan::{payload_read_problem, scan};
+use crate::source::{ReadFailure, Source};
+use crate::tables::{Header, Trailer};
+
+/// How many events a cursor decodes at a time. Decoding in batches keeps the decoder's loop
+/// tight; a batch costs `BATCH * 32` bytes per thread.
+pub const BATCH: usize = 256;
+
+/// A trace opened for streaming: header, tables and trailer read, event chunks located.
+pub struct TraceStream {
+    path: PathBuf,
+    source: Source,
+    version: (u16, u16),
+    header: Header,
+    header_len: u64,
+    file_len: u64,
+    tables: Tables,
+    trailer: Option<Trailer>,
+    /// What the scan found wrong.
+    problems: Vec<Problem>,
+    /// Problems of event chunks too short to name their thread (found by the scan, reported
+    /// with the chunks' own problems).
+    orphan_problems: Vec<Problem>,
+    /// Threads with event chunks, by thread id.
+    threads: Vec<ThreadPlan>,
+    chunk_count: usize,
+    table_chunk_count: usize,
+    refs: ReferenceCheck,
+}
+
+/// The event chunks of one thread, in (sequence, file offset) order.
+struct ThreadPlan {
+    thread: ThreadId,
+    chunks: Vec<ChunkLoc>,
+}
+
+/// Where an event chunk is. Its prefix is read again, checked, with its payload.
+#[derive(Clone, Copy, Debug)]
+struct ChunkLoc {
+    offset: u64,
+    payload_len: u32,
+    payload_crc: u32,
+    sequence: u32,
+}
+
+impl ChunkLoc {
+    fn payload_offset(&self) -> u64 {
+        self.offset + crate::frame::CHUNK_HEADER_LEN as u64
+    }
+}
+
+/// One event of the merged stream: the owned counterpart of [`crate::reader::MergedEvent`],
+/// with the byte offset of the event's chunk for messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamEvent {
+    pub thread: ThreadId,
+    /// Position in the thread's events (what `Trace::threads[..].events` would index).
+    pub index: usize,
+    pub event: Event,
+    /// Byte offset of the header of the chunk that holds the event.
+    pub chunk_offset: u64,
+}
+
+/// What the merged pass learnt of one thread.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadSummary {
+    pub thread: ThreadId,
+    /// Events given so far (all of them once the stream is exhausted).
+    pub events: u64,
+    /// Encoded bytes of the thread's chunks used so far.
+    pub encoded_bytes: u64,
+    /// Wall-clock times of the first and of the last of those chunks (0 when unknown).
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
+impl TraceStream {
+    /// Opens a trace file for streaming. Only a regular file is opened (`source.rs` says why).
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, TraceError> {
+        let path = path.as_ref().to_path_buf();
+        let source = Source::open(&path)?;
+        Self::build(path, source)
+    }
+
+    /// Streams a trace that is already in memory.
+    pub fn from_bytes(name: impl Into<PathBuf>, bytes: Vec<u8>) -> Result<Self, TraceError> {
+        Self::build(name.into(), Source::Memory(bytes))
+    }
+
+    fn build(path: PathBuf, source: Source) -> Result<Self, TraceError> {
+        let s = scan(&path, &source, true)?;
+        let mut by_thread: BTreeMap<ThreadId, Vec<ChunkLoc>> = BTreeMap::new();
+        let mut orphan_problems = Vec::new();
+        let mut buf = Vec::new();
+        for (c, prefix) in s.chunks.iter().zip(&s.prefixes) {
+            if c.kind != ChunkKind::Events {
+                continue;
+            }
+            match prefix {
+                Some((thread, sequence)) => by_thread.entry(*thread).or_default().push(ChunkLoc {
+                    offset: c.offset,
+                    payload_len: c.payload_len,
+                    payload_crc: c.payload_crc,
+                    sequence: *sequence,
+                }),
+                // Shorter than an events prefix: its checksum or its prefix is reported now.
+                None => {
+                    let problem =
+                        match source.bytes_at(c.payload_offset, c.payload_len as usize, &mut buf) {
+                            Ok(payload) => check_events_payload(c.offset, c.payload_crc, payload)
+                                .err()
+                                .unwrap_or(Problem {
+                                    offset: c.offset,
+                                    kind: ProblemKind::BadEventsPrefix,
+                                }),
+                            Err(f) => payload_read_problem(c.offset, c.payload_len as usize, f),
+                        };
+                    orphan_problems.push(problem);
+                }
+            }
+        }
+        let threads = by_thread
+            .into_iter()
+            .map(|(thread, mut chunks)| {
+                chunks.sort_by_key(|c| (c.sequence, c.offset));
+                chunks.shrink_to_fit();
+                ThreadPlan { thread, chunks }
+            })
+            .collect();
+        let table_chunk_count = s
+            .chunks
+            .iter()
+            .filter(|c| c.kind == ChunkKind::Table)
+            .count();
+        Ok(TraceStream {
+            path,
+            source,
+            version: s.version,
+            header: s.header,
+            header_len: s.header_len,
+            file_len: s.file_len,
+            refs: ReferenceCheck::new(&s.tables),
+            tables: s.tables,
+            trailer: s.trailer,
+            problems: s.problems,
+            orphan_problems,
+            threads,
+            chunk_count: s.chunks.len(),
+            table_chunk_count,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn version(&self) -> (u16, u16) {
+        self.version
+    }
+
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// Bytes of the file prefix and header.
+    pub fn header_len(&self) -> u64 {
+        self.header_len
+    }
+
+    /// Where the file ends, as far as the scan could read it.
+    pub fn file_len(&self) -> u64 {
+        self.file_len
+    }
+
+    pub fn tables(&self) -> &Tables {
+        &self.tables
+    }
+
+    pub fn trailer(&self) -> Option<&Trailer> {
+        self.trailer.as_ref()
+    }
+
+    /// Chunks located, of every kind.
+    pub fn chunk_count(&self) -> usize {
+        self.chunk_count
+    }
+
+    pub fn table_chunk_count(&self) -> usize {
+        self.table_chunk_count
+    }
+
+    /// What the scan found wrong (framing, tables, trailer). The merged pass finds the rest:
+    /// [`MergedStream::problems`].
+    pub fn scan_problems(&self) -> &[Problem] {
+        &self.problems
+    }
+
+    /// The threads that have event chunks, by id.
+    pub fn threads(&self) -> impl Iterator<Item = ThreadId> + '_ {
+        self.threads.iter().map(|t| t.thread)
+    }
+
+    /// Every event in the causal merged order: by key, then thread, then position in the
+    /// thread, as [`crate::Trace::merged`] gives them.
+    pub fn merged(&self) -> MergedStream<'_> {
+        let mut ctx = Ctx {
+            source: &self.source,
+            tables: &self.tables,
+            refs: &self.refs,
+            problems: self.orphan_problems.clone(),
+            thread_refs: Vec::new(),
+            references: 0,
+            shrunk_to: None,
+        };
+        let mut cursors: Vec<Cursor<'_>> = self
+            .threads
+            .iter()
+            .map(|t| Cursor::new(t.thread, &t.chunks))
+            .collect();
+        for c in cursors.iter_mut() {
+            if !c.refill(&mut ctx) {
+                c.finish();
+            }
+        }
+        MergedStream::new(self, ctx, cursors)
+    }
+
+    /// The events of one thread, in program order, read as the merged pass reads them.
+    pub fn thread_events(&self, thread: ThreadId) -> ThreadStream<'_> {
+        let chunks = self
+            .threads
+            .binary_search_by_key(&thread, |t| t.thread)
+            .map_or(&[][..], |i| &self.threads[i].chunks[..]);
+        ThreadStream {
+            stream: self,
+            ctx: Ctx {
+                source: &self.source,
+                tables: &self.tables,
+                refs: &self.refs,
+                problems: Vec::new(),
+                thread_refs: Vec::new(),
+                references: 0,
+                shrunk_to: None,
+            },
+            cursor: Cursor::new(thread, chunks),
+            started: false,
+        }
+    }
+
+    /// Every problem: the scan's, then those of the merged pass (`found`), sorted by offset,
+    /// with the decoding reader's limit on dangling-reference reports; the trailer's event
+    /// count is compared with `given` only when the pass read every event.
+    fn all_problems(&self, ctx: &Ctx<'_>, given: u64, complete: bool) -> Vec<Problem> {
+        let mut all = self.problems.clone();
+        all.extend(ctx.problems.iter().cloned());
+        all.extend(ctx.thread_refs.iter().cloned());
+        if let (Some(t), true) = (&self.trailer, complete) {
+            if t.events != given && !all.iter().any(Problem::loses_events) {
+                all.push(Problem {
+                    offset: self.file_len,
+                    kind: ProblemKind::TrailerCountMismatch {
+                        declared: t.events,
+                        found: given,
+                    },
+                });
+            }
+        }
+        all.sort_by_key(|p| p.offset);
+        limit_reference_reports(&mut all);
+        keep_first_shrink(&mut all);
+        all
+    }
+}
+
+/// What cursors share while reading: the bytes, the reference check, and where problems go.
+struct Ctx<'a> {
+    source: &'a Source,
+    tables: &'a Tables,
+    refs: &'a ReferenceCheck,
+    /// Problems of event chunks, in the order found.
+    problems: Vec<Problem>,
+    /// Threads that have events but no entry in the thread table (reported after the rest,
+    /// as the decoding reader does).
+    thread_refs: Vec<Problem>,
+    /// Dangling-reference problems in `problems`.
+    references: usize,
+    /// Where the file ends now, when a read showed that it shrank since it was opened.
+    shrunk_to: Option<u64>,
+}
+
+impl Ctx<'_> {
+    /// A chunk's payload could not be read. A file that shrank is reported once, at the first
+    /// chunk it cut: a chunk that starts past the end already seen needs no report of its own.
+    fn read_failed(&mut self, loc: &ChunkLoc, failure: ReadFailure) {
+        if let ReadFailure::Short { got } = failure {
+            if self.shrunk_to.is_some_and(|end| loc.offset >= end) {
+                return;
+            }
+            let end = loc.payload_offset() + got as u64;
+            self.shrunk_to = Some(self.shrunk_to.map_or(end, |e| e.min(end)));
+        }
+        let len = loc.payload_len as usize;
+        self.problems
+            .push(payload_read_problem(loc.offset, len, failure));
+    }
+
+    /// Keeps the reference problems bounded: only the first `MAX_REFERENCE_REPORTS` by offset
+    /// are ever reported, so older ones beyond that can go. Sorting by offset here does not
+    /// change the final order, which is a stable sort by offset too.
+    fn prune_references(&mut self) {
+        if self.references <= 2 * MAX_REFERENCE_REPORTS as usize {
+            return;
+        }
+        self.problems.sort_by_key(|p| p.offset);
+        limit_reference_reports(&mut self.problems);
+        self.references = MAX_REFERENCE_REPORTS as usize;
+    }
+}
+
+/// The chunk a cursor is decoding.
+struct Chunk {
+    offset: u64,
+    /// The events body: offset in the file and length.
+    body_offset: u64,
+    body_len: usize,
+    thread: ThreadId,
+    base_key: u64,
+    declared: u32,
+    /// Events that may be kept: a chunk holding more than it declared keeps only that many,
+    /// as the decoding reader (which reserves room for the declared count) does.
+    capacity: usize,
+    found: u64,
+    written: usize,
+    /// Index in the thread of the chunk's first event.
+    first_index: u64,
+    state: DecoderState,
+    /// A `base_key` below the thread's last key, reported when the chunk ends.
+    keys_backwards: Option<Problem>,
+}
+
+/// One thread's position in its events.
+struct Cursor<'a> {
+    thread: ThreadId,
+    chunks: &'a [ChunkLoc],
+    next_chunk: usize,
+    /// The current chunk's payload when it is read from a file.
+    payload: Vec<u8>,
+    chunk: Option<Chunk>,
+    batch: Vec<Event>,
+    at: usize,
+    /// The offset of the chunk the batch came from.
+    batch_offset: u64,
+    /// Index in the thread of `batch[at]`.
+    index: usize,
+    expected_sequence: u32,
+    /// The key of the last event kept, for the check that keys do not go backwards.
+    last_key: u64,
+    summary: ThreadSummary,
+    /// Some chunk of the thread passed its checks.
+    any_chunk: bool,
+    finished: bool,
+}
+
+impl<'a> Cursor<'a> {
+    fn new(thread: ThreadId, chunks: &'a [ChunkLoc]) -> Self {
+        Cursor {
+            thread,
+            chunks,
+            next_chunk: 0,
+            payload: Vec::new(),
+            chunk: None,
+            batch: Vec::with_capacity(BATCH),
+            at: 0,
+            batch_offset: 0,
+            index: 0,
+            expected_sequence: 0,
+            last_key: 0,
+            summary: ThreadSummary {
+                thread,
+                ..Default::default()
+            },
+            any_chunk: false,
+            finished: false,
+        }
+    }
+
+    /// The thread has no more events: its buffers go, so that memory follows the threads
+    /// still running.
+    fn finish(&mut self) {
+        self.finished = true;
+        self.payload = Vec::new();
+        self.batch = Vec::new();
+        self.at = 0;
+    }
+
+    #[inline(always)]
+    fn head(&self) -> &Event {
+        &self.batch[self.at]
+    }
+
+    /// Moves past the head; false when the thread has no more events.
+    #[inline(always)]
+    fn advance(&mut self, ctx: &mut Ctx<'_>) -> bool {
+        self.index += 1;
+        self.at += 1;
+        self.at < self.batch.len() || self.refill(ctx)
+    }
+
+    /// Decodes the next batch, moving to the next good chunk as needed; false at the end.
+    #[inline(never)]
+    fn refill(&mut self, ctx: &mut Ctx<'_>) -> bool {
+        self.batch.clear();
+        self.at = 0;
+        loop {
+            if self.chunk.is_some() {
+                self.decode_batch(ctx);
+                if !self.batch.is_empty() {
+                    return true;
+                }
+            } else if !self.load_next_chunk(ctx) {
+                self.summary.events = self.index as u64;
+                return false;
+            }
+        }
+    }
+
+    /// Reads, checks and starts the thread's next usable chunk; false when there is none.
+    fn load_next_chunk(&mut self, ctx: &mut Ctx<'_>) -> bool {
+        while let Some(loc) = self.chunks.get(self.next_chunk) {
+            self.next_chunk += 1;
+            let len = loc.payload_len as usize;
+            let prefix = match ctx
+                .source
+                .bytes_at(loc.payload_offset(), len, &mut self.payload)
+            {
+                Ok(payload) => match check_events_payload(loc.offset, loc.payload_crc, payload) {
+                    Ok(prefix) => prefix,
+                    Err(problem) => {
+                        ctx.problems.push(problem);
+                        continue;
+                    }
+                },
+                Err(failure) => {
+                    ctx.read_failed(loc, failure);
+                    continue;
+                }
+            };
+            if prefix.thread != self.thread || prefix.sequence != loc.sequence {
+                // The checksum holds, so these bytes were written as they are: the file
+                // changed between the scan and this read.
+                ctx.problems.push(Problem {
+                    offset: loc.offset,
+                    kind: ProblemKind::ReadError {
+                        len: len as u64,
+                        why: "the chunk changed while the trace was being read".into(),
+                    },
+                });
+                continue;
+            }
+            let body_len = len - EVENTS_PREFIX_LEN;
+            if prefix.event_count == 0 && body_len == 0 {
+                continue; // an empty chunk takes no part in the sequence
+            }
+            let sequence = prefix.sequence;
+            if self.any_chunk && sequence < self.expected_sequence {
+                ctx.problems.push(Problem {
+                    offset: loc.offset,
+                    kind: ProblemKind::DuplicateChunk {
+                        thread: self.thread,
+                        sequence,
+                    },
+                });
+                continue;
+            }
+            if sequence > self.expected_sequence {
+                ctx.problems.push(Problem {
+                    offset: loc.offset,
+                    kind: ProblemKind::MissingChunks {
+                        thread: self.thread,
+                        from: self.expected_sequence,
+                        to: sequence,
+                    },
+                });
+            }
+            self.expected_sequence = sequence.saturating_add(1);
+            if !self.any_chunk {
+                self.any_chunk = true;
+                self.summary.start_ns = prefix.start_ns;
+                if !ctx.tables.threads.contains_key(&self.thread) {
+                    ctx.thread_refs.push(Problem {
+                        offset: loc.offset,
+                        kind: ProblemKind::Reference(format!(
+                            "thread {} has events but no entry in the thread table",
+                            self.thread
+                        )),
+                    });
+                }
+            }
+            self.summary.end_ns = prefix.end_ns;
+            self.summary.encoded_bytes += body_len as u64;
+            let keys_backwards = (prefix.base_key < self.last_key).then_some(Problem {
+                offset: loc.offset,
+                kind: ProblemKind::KeysBackwards {
+                    thread: self.thread,
+                    previous: self.last_key,
+                    next: prefix.base_key,
+                },
+            });
+            self.chunk = Some(Chunk {
+                offset: loc.offset,
+                body_offset: loc.payload_offset() + EVENTS_PREFIX_LEN as u64,
+                body_len,
+                thread: self.thread,
+                base_key: prefix.base_key,
+                declared: prefix.event_count,
+                // Every event takes at least one byte.
+                capacity: (prefix.event_count as usize).min(body_len),
+                found: 0,
+                written: 0,
+                first_index: self.index as u64,
+                state: DecoderState::starting_at(prefix.base_key),
+                keys_backwards,
+            });
+            return true;
+        }
+        false
+    }
+
+    /// The current chunk's event bytes (its payload was read and checked by
+    /// `load_next_chunk`).
+    fn body<'s>(source: &'s Source, payload: &'s [u8], c: &Chunk) -> &'s [u8] {
+        match source {
+            Source::Memory(b) => &b[c.body_offset as usize..c.body_offset as usize + c.body_len],
+            Source::File { .. } => &payload[EVENTS_PREFIX_LEN..EVENTS_PREFIX_LEN + c.body_len],
+        }
+    }
+
+    /// Decodes up to `BATCH` events of the current chunk into `batch`; ends the chunk when its
+    /// bytes are done or an event does not decode.
+    fn decode_batch(&mut self, ctx: &mut Ctx<'_>) {
+        let Some(c) = self.chunk.as_mut() else {
+            return;
+        };
+        let body = Self::body(ctx.source, &self.payload, c);
+        let mut dec = Decoder::resume(body, c.state);
+        self.batch_offset = c.offset;
+        let room = (c.capacity - c.written).min(BATCH);
+        let batch = &mut self.batch;
+        let result = if room > 0 {
+            let r = dec.for_each(|ev| {
+                batch.push(ev);
+                batch.len() < room
+            });
+            c.found += batch.len() as u64;
+            c.written += batch.len();
+            if let Some(last) = batch.last() {
+                self.last_key = last.key;
+            }
+            r
+        } else {
+            // No room left: what the chunk holds beyond its declared count is counted, not
+            // kept.
+            let found = &mut c.found;
+            dec.for_each(|_| {
+                *found += 1;
+                true
+            })
+        };
+        c.state = dec.state();
+        match result {
+            Ok(()) if !dec.is_at_end() => {}
+            _ => {
+                let c = self.chunk.take().expect("a chunk is being decoded");
+                Self::end_chunk(ctx, &self.payload, c, result.err());
+            }
+        }
+    }
+
+    /// The checks made once a chunk is decoded: dangling references, then the bad event or the
+    /// count mismatch, then keys going backwards (the decoding reader's order).
+    #[cold]
+    fn end_chunk(
+        ctx: &mut Ctx<'_>,
+        payload: &[u8],
+        c: Chunk,
+        error: Option<crate::codec::DecodeError>,
+    ) {
+        let body = Self::body(ctx.source, payload, &c);
+        let dec = Decoder::resume(body, c.state);
+        // The decoder noted the largest ids; only a chunk naming an id the tables may lack is
+        // looked at event by event, in a second pass.
+        if !ctx.refs.covers(dec.objects_below(), dec.sites_below()) {
+            let mut index = 0u64;
+            let mut reported = 0u32;
+            let refs = ctx.refs;
+            let problems = &mut ctx.problems;
+            let _ = Decoder::new(body, c.base_key).for_each(|ev| {
+                if !refs.defines(&ev.kind) {
+                    let at = c.first_index + index;
+                    problems.push(refs.describe(c.offset, c.thread, at, &ev));
+                    reported += 1;
+                }
+                index += 1;
+                reported < MAX_REFERENCE_REPORTS
+            });
+            ctx.references += reported as usize;
+        }
+        match error {
+            Some(e) => ctx.problems.push(Problem {
+                offset: c.body_offset + e.offset as u64,
+                kind: ProblemKind::BadEvent {
+                    index: c.found.min(u32::MAX as u64) as u32,
+                    what: e.what,
+                },
+            }),
+            None if c.found != c.declared as u64 => ctx.problems.push(Problem {
+                offset: c.offset,
+                kind: ProblemKind::EventCountMismatch {
+                    declared: c.declared,
+                    found: c.found.min(u32::MAX as u64) as u32,
+                },
+            }),
+            None => {}
+        }
+        if let Some(p) = c.keys_backwards {
+            ctx.problems.push(p);
+        }
+        ctx.prune_references();
+    }
+}
+
+/// The merged stream: an iterator of [`StreamEvent`]s. Problems met on the way are collected;
+/// ask for them with [`MergedStream::problems`].
+pub struct MergedStream<'a> {
+    stream: &'a TraceStream,
+    ctx: Ctx<'a>,
+    cursors: Vec<Cursor<'a>>,
+    /// The next event of every unfinished thread but `current`'s: (key, thread, cursor).
+    heap: BinaryHeap<Reverse<(u64, ThreadId, u32)>>,
+    /// The cursor whose head comes next; `NONE` when every thread is done.
+    current: usize,
+    /// (key, thread) of the heap's top: the current thread keeps the lead while its next
+    /// event comes before it.
+    bound: (u64, ThreadId),
+    ordering: Option<Box<Checker<'a>>>,
+}
+
+const NONE: usize = usize::MAX;
+
+impl<'a> MergedStream<'a> {
+    fn new(stream: &'a TraceStream, ctx: Ctx<'a>, cursors: Vec<Cursor<'a>>) -> Self {
+        let mut heap = BinaryHeap::with_capacity(cursors.len());
+        for (i, c) in cursors.iter().enumerate() {
+            if !c.finished {
+                heap.push(Reverse((c.head().key, c.thread, i as u32)));
+            }
+        }
+        let current = heap.pop().map_or(NONE, |Reverse((_, _, i))| i as usize);
+        let mut m = MergedStream {
+            stream,
+            ctx,
+            cursors,
+            heap,
+            current,
+            bound: (0, 0),
+            ordering: None,
+        };
+        m.bound = m.heap_bound();
+        m
+    }
+
+    fn heap_bound(&self) -> (u64, ThreadId) {
+        self.heap
+            .peek()
+            .map_or((u64::MAX, ThreadId::MAX), |Reverse((k, t, _))| (*k, *t))
+    }
+
+    /// Also checks the ordering invariant as events go by (`ordering.rs`); its breaks join
+    /// [`MergedStream::problems`].
+    pub fn with_ordering_check(mut self) -> Self {
+        self.ordering = Some(Box::new(Checker::new(&self.stream.tables)));
+        self
+    }
+
+    /// The trace being read.
+    pub fn stream(&self) -> &'a TraceStream {
+        self.stream
+    }
+
+    /// Every problem found so far, sorted by offset: the scan's and those of the chunks read.
+    /// Once the stream is exhausted this is the complete list, the same as
+    /// [`crate::Trace::problems`] on the same bytes (plus the ordering breaks when asked for).
+    pub fn problems(&self) -> Vec<Problem> {
+        let complete = self.current == NONE;
+        let given = self.events_given();
+        let mut all = self.stream.all_problems(&self.ctx, given, complete);
+        if let Some(check) = &self.ordering {
+            let mut breaks = check.snapshot(self.stream.file_len);
+            if !breaks.is_empty() {
+                all.append(&mut breaks);
+                all.sort_by_key(|p| p.offset);
+            }
+        }
+        all
+    }
+
+    /// What the pass found, in one value: problems, per-thread summaries, events given.
+    pub fn outcome(&self) -> MergedOutcome {
+        MergedOutcome {
+            problems: self.problems(),
+            threads: self.thread_summaries().collect(),
+            events: self.events_given(),
+        }
+    }
+
+    /// Events given so far.
+    pub fn events_given(&self) -> u64 {
+        self.cursors.iter().map(|c| c.index as u64).sum()
+    }
+
+    /// What the pass learnt of each thread with a usable chunk so far, by thread id.
+    pub fn thread_summaries(&self) -> impl Iterator<Item = ThreadSummary> + '_ {
+        self.cursors
+            .iter()
+            .filter(|c| c.any_chunk)
+            .map(|c| ThreadSummary {
+                events: c.index as u64,
+                ..c.summary
+            })
+    }
+
+    /// Whether `thread` has events still to come.
+    pub fn unfinished(&self, thread: ThreadId) -> bool {
+        self.stream
+            .threads
+            .binary_search_by_key(&thread, |t| t.thread)
+            .is_ok_and(|i| !self.cursors[i].finished)
+    }
+
+    /// The current thread's next event is not in its batch or does not come first: refill the
+    /// batch, and give the lead to the thread whose event comes first.
+    #[inline(never)]
+    fn step(&mut self, c: usize) {
+        let cur = &mut self.cursors[c];
+        if cur.at < cur.batch.len() || cur.refill(&mut self.ctx) {
+            let head = (cur.head().key, cur.thread);
+            if let Some(mut top) = self.heap.peek_mut() {
+                let Reverse((key, thread, other)) = *top;
+                if (key, thread) < head {
+                    *top = Reverse((head.0, head.1, c as u32));
+                    drop(top);
+                    self.current = other as usize;
+                }
+            }
+        } else {
+            cur.finish();
+            self.current = self
+                .heap
+                .pop()
+                .map_or(NONE, |Reverse((_, _, i))| i as usize);
+        }
+        self.bound = self.heap_bound();
+    }
+
+    #[cold]
+    fn check_ordering(&mut self, e: &StreamEvent) {
+        let Some(mut check) = self.ordering.take() else {
+            return;
+        };
+        check.observe(e.thread, &e.event, e.chunk_offset, |t| self.unfinished(t));
+        self.ordering = Some(check);
+    }
+}
+
+impl Iterator for MergedStream<'_> {
+    type Item = StreamEvent;
+
+    #[inline]
+    fn next(&mut self) -> Option<StreamEvent> {
+        let c = self.current;
+        let cur = self.cursors.get_mut(c)?;
+        let out = StreamEvent {
+            thread: cur.thread,
+            index: cur.index,
+            event: cur.batch[cur.at],
+            chunk_offset: cur.batch_offset,
+        };
+        cur.index += 1;
+        cur.at += 1;
+        // The usual case: the thread's next event is in its batch and still comes first.
+        let keeps_lead = cur
+            .batch
+            .get(cur.at)
+            .is_some_and(|e| (e.key, cur.thread) < self.bound);
+        if !keeps_lead {
+            self.step(c);
+        }
+        if self.ordering.is_some() {
+            self.check_ordering(&out);
+        }
+        Some(out)
+    }
+}
+
+/// What a merged pass found: [`MergedStream::outcome`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MergedOutcome {
+    /// As [`MergedStream::problems`].
+    pub problems: Vec<Problem>,
+    /// As [`MergedStream::thread_summaries`].
+    pub threads: Vec<ThreadSummary>,
+    /// Events given.
+    pub events: u64,
+}
+
+/// The events of one thread, in program order: [`TraceStream::thread_events`].
+pub struct ThreadStream<'a> {
+    stream: &'a TraceStream,
+    ctx: Ctx<'a>,
+    cursor: Cursor<'a>,
+    started: bool,
+}
+
+impl ThreadStream<'_> {
+    /// The problems of the thread's chunks found so far, sorted by offset (the scan's are
+    /// [`TraceStream::scan_problems`]).
+    pub fn problems(&self) -> Vec<Problem> {
+        let mut all = self.ctx.problems.clone();
+        all.extend(self.ctx.thread_refs.iter().cloned());
+        all.sort_by_key(|p| p.offset);
+        limit_reference_reports(&mut all);
+        keep_first_shrink(&mut all);
+        all
+    }
+
+    /// The trace being read.
+    pub fn stream(&self) -> &TraceStream {
+        self.stream
+    }
+}
+
+impl Iterator for ThreadStream<'_> {
+    type Item = Event;
+
+    #[inline]
+    fn next(&mut self) -> Option<Event> {
+        let more = if self.started {
+            self.cursor.advance(&mut self.ctx)
+        } else {
+            self.started = true;
+            self.cursor.refill(&mut self.ctx)
+        };
+        if more {
+            Some(*self.cursor.head())
+        } else {
+            // Stay at the end: a later call must not move past it again.
+            self.cursor.batch.clear();
+            self.cursor.at = 0;
+            self.cursor.chunks = &[];
+            None
+        }
+    }
+}
