@@ -207,3 +207,52 @@ fn a_trace_that_breaks_the_ordering_invariant_is_reported() {
     let o = foresight(&["dump", path.to_str().unwrap()]);
     assert!(stderr(&o).contains("ordering invariant broken"));
 }
+
+/// Runs `foresight` and fails the test if it does not end within a minute (a reader that
+/// blocks on its input would otherwise hang the test).
+fn foresight_bounded(args: &[&str]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_foresight"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run foresight");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while child.try_wait().expect("wait for foresight").is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("foresight {args:?} did not end: it blocked on its input");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child
+        .wait_with_output()
+        .expect("collect foresight's output")
+}
+
+#[test]
+fn a_fifo_or_a_directory_given_as_a_trace_is_named_and_exits_2() {
+    let dir = std::env::temp_dir().join(format!("foresight-cli-{}-fifo", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("run.trace");
+    let c_path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: `c_path` is a NUL-terminated string that outlives the call.
+    let rc = unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) };
+    assert_eq!(rc, 0, "mkfifo: {}", std::io::Error::last_os_error());
+    // Nothing ever writes to the FIFO: a reader that waited for a writer would never end.
+    for (path, what) in [(&fifo, "a FIFO"), (&dir, "a directory")] {
+        for cmd in ["stats", "dump", "analyze"] {
+            let o = foresight_bounded(&[cmd, path.to_str().unwrap()]);
+            assert_eq!(o.status.code(), Some(2), "{cmd} {what}: {}", stderr(&o));
+            let err = stderr(&o);
+            assert!(
+                err.contains(path.to_str().unwrap())
+                    && err.contains("not a regular file")
+                    && err.contains(what),
+                "{cmd} {what}: {err}"
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

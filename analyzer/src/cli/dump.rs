@@ -6,9 +6,8 @@ use std::process::ExitCode;
 
 use foresight_trace::event::{EventKind, MemoryOrder};
 use foresight_trace::reader::Tables;
-use foresight_trace::Trace;
 
-use super::output::{ignore_broken_pipe, load, report_problems};
+use super::output::{ignore_broken_pipe, open_stream, warn_problems};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -22,8 +21,13 @@ pub struct Args {
     limit: Option<u64>,
 }
 
+/// One streaming pass: events are printed as they are read, in memory bounded by the number of
+/// threads. With `--limit`, reading stops there too, and the problems reported are those of
+/// what was read.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let trace = load(&args.trace)?;
+    let stream = open_stream(&args.trace)?;
+    let tables = stream.tables();
+    let mut merged = stream.merged().with_ordering_check();
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let result = (|| -> std::io::Result<()> {
@@ -33,7 +37,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             "seq", "key", "thread", "event", "object"
         )?;
         let mut n = 0u64;
-        for (seq, m) in trace.merged().enumerate() {
+        for (seq, m) in merged.by_ref().enumerate() {
             if args.thread.is_some_and(|t| t != m.thread) {
                 continue;
             }
@@ -41,30 +45,30 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 break;
             }
             n += 1;
-            let thread = thread_label(&trace, m.thread);
+            let thread = thread_label(tables, m.thread);
             let ev = m.event;
             let site = ev
                 .kind
                 .site()
-                .map(|s| trace.tables.describe_site(s))
+                .map(|s| tables.describe_site(s))
                 .unwrap_or_default();
             writeln!(
                 out,
                 "{seq:>8}  {:>10}  {thread:<14} {:<20} {:<24} {site}",
                 ev.key,
                 ev.kind.name(),
-                describe_operand(&trace.tables, &ev.kind),
+                describe_operand(tables, &ev.kind),
             )?;
         }
         out.flush()
     })();
     ignore_broken_pipe(result)?;
-    report_problems(&trace);
+    warn_problems(stream.path(), &merged.problems());
     Ok(ExitCode::SUCCESS)
 }
 
-pub(crate) fn thread_label(trace: &Trace, t: u32) -> String {
-    match trace.tables.thread_name(t) {
+pub(crate) fn thread_label(tables: &Tables, t: u32) -> String {
+    match tables.thread_name(t) {
         Some(name) => format!("T{t} {name}"),
         None => format!("T{t}"),
     }

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use foresight_trace::Trace;
+use foresight_trace::{Problem, Trace, TraceStream};
 
 /// Opens and decodes a trace and checks its ordering invariant; an unreadable file is an error
 /// (exit code 2), a trace that breaks the invariant reads with the breaks among its problems.
@@ -18,17 +18,30 @@ pub fn load(path: &Path) -> anyhow::Result<Trace> {
     Ok(trace)
 }
 
+/// Opens a trace for one streaming pass (`TraceStream`: memory bounded by the threads, not by
+/// the trace's length); an unreadable file is an error (exit code 2) that names it. The pass
+/// checks the ordering invariant when asked to (`MergedStream::with_ordering_check`).
+pub fn open_stream(path: &Path) -> anyhow::Result<TraceStream> {
+    // The error names the file and the byte offset already.
+    Ok(TraceStream::open(path)?)
+}
+
 /// Tells on stderr what was wrong with a trace that still read.
 pub fn report_problems(trace: &Trace) {
+    warn_problems(&trace.path, &trace.problems);
+}
+
+/// Tells on stderr what was wrong with the trace at `path`, the first few problems and a count.
+pub fn warn_problems(path: &Path, problems: &[Problem]) {
     const SHOWN: usize = 10;
-    for p in trace.problems.iter().take(SHOWN) {
-        eprintln!("foresight: warning: {}: {p}", trace.path.display());
+    for p in problems.iter().take(SHOWN) {
+        eprintln!("foresight: warning: {}: {p}", path.display());
     }
-    if trace.problems.len() > SHOWN {
+    if problems.len() > SHOWN {
         eprintln!(
             "foresight: warning: {}: {} more problems (see `foresight stats`)",
-            trace.path.display(),
-            trace.problems.len() - SHOWN
+            path.display(),
+            problems.len() - SHOWN
         );
     }
 }

@@ -6,11 +6,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use foresight_trace::event::{Category, ObjectId};
+use foresight_trace::reader::Tables;
+use foresight_trace::stream::ThreadSummary;
 use foresight_trace::tables::{EndReason, Ordering};
-use foresight_trace::Trace;
+use foresight_trace::{Problem, TraceStream};
 
 use super::dump::thread_label;
-use super::output::{ignore_broken_pipe, load};
+use super::output::{ignore_broken_pipe, open_stream};
 use crate::report::counted;
 
 #[derive(clap::Args)]
@@ -23,21 +25,93 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let trace = load(&args.trace)?;
+    let stream = open_stream(&args.trace)?;
+    let counts = count(&stream);
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    ignore_broken_pipe(write_stats(&mut out, &trace, args.top).and_then(|_| out.flush()))?;
+    ignore_broken_pipe(
+        write_stats(&mut out, &stream, &counts, args.top).and_then(|_| out.flush()),
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 
-fn write_stats(out: &mut impl Write, trace: &Trace, top: usize) -> std::io::Result<()> {
-    let h = &trace.header;
-    let events = trace.event_count();
-    writeln!(out, "trace      {}", trace.path.display())?;
-    writeln!(
-        out,
-        "format     {}.{} ({})",
-        trace.version.0, trace.version.1, h.producer
-    )?;
+/// What one streaming pass over the events counts.
+struct Counts {
+    events: u64,
+    by_kind: BTreeMap<&'static str, u64>,
+    lock_use: HashMap<ObjectId, u64>,
+    /// Uses of each site, by what the events do: synchronisation, memory accesses, the heap.
+    site_use: HashMap<u32, u64>,
+    access_use: HashMap<u32, u64>,
+    heap_use: HashMap<u32, u64>,
+    sites_seen: HashSet<u32>,
+    /// Bytes allocated.
+    heap_bytes: u64,
+    /// Threads with events, by id.
+    threads: Vec<ThreadSummary>,
+    /// Every problem, the ordering invariant's breaks included, by offset.
+    problems: Vec<Problem>,
+}
+
+/// Reads every event once, in the merged order (which the ordering check needs), in memory
+/// bounded by the number of threads.
+fn count(stream: &TraceStream) -> Counts {
+    let mut by_kind: BTreeMap<&'static str, u64> = BTreeMap::new();
+    let mut lock_use: HashMap<ObjectId, u64> = HashMap::new();
+    let mut site_use: HashMap<u32, u64> = HashMap::new();
+    let mut access_use: HashMap<u32, u64> = HashMap::new();
+    let mut heap_use: HashMap<u32, u64> = HashMap::new();
+    let mut sites_seen: HashSet<u32> = HashSet::new();
+    let mut heap_bytes = 0u64;
+    let mut merged = stream.merged().with_ordering_check();
+    for m in merged.by_ref() {
+        let ev = m.event;
+        *by_kind.entry(ev.kind.name()).or_default() += 1;
+        if let foresight_trace::EventKind::LockRequest { lock, .. }
+        | foresight_trace::EventKind::LockTry { lock, .. } = ev.kind
+        {
+            *lock_use.entry(lock).or_default() += 1;
+        }
+        if let foresight_trace::EventKind::Alloc { size, .. } = ev.kind {
+            heap_bytes = heap_bytes.saturating_add(size);
+        }
+        if let Some(s) = ev.kind.site() {
+            sites_seen.insert(s);
+            // Busiest sites by what they do: synchronisation, memory accesses, the heap.
+            let map = match ev.kind.category() {
+                Category::Memory => &mut access_use,
+                Category::Allocation => &mut heap_use,
+                _ => &mut site_use,
+            };
+            *map.entry(s).or_default() += 1;
+        }
+    }
+    let outcome = merged.outcome();
+    Counts {
+        events: outcome.events,
+        by_kind,
+        lock_use,
+        site_use,
+        access_use,
+        heap_use,
+        sites_seen,
+        heap_bytes,
+        threads: outcome.threads,
+        problems: outcome.problems,
+    }
+}
+
+fn write_stats(
+    out: &mut impl Write,
+    stream: &TraceStream,
+    counts: &Counts,
+    top: usize,
+) -> std::io::Result<()> {
+    let h = stream.header();
+    let tables = stream.tables();
+    let events = counts.events;
+    writeln!(out, "trace      {}", stream.path().display())?;
+    let (major, minor) = stream.version();
+    writeln!(out, "format     {major}.{minor} ({})", h.producer)?;
     if !h.command.is_empty() {
         writeln!(out, "command    {} (pid {})", h.command.join(" "), h.pid)?;
     }
@@ -49,8 +123,9 @@ fn write_stats(out: &mut impl Write, trace: &Trace, top: usize) -> std::io::Resu
     writeln!(out, "ordering   {ordering}")?;
 
     // Ended cleanly?
-    match (&trace.trailer, trace.ended_cleanly()) {
-        (Some(t), true) => {
+    let damaged = counts.problems.iter().any(Problem::is_damage);
+    match (stream.trailer(), damaged) {
+        (Some(t), false) => {
             let how = match t.reason {
                 EndReason::Exit { status } => format!("exit status {status}"),
                 EndReason::ImmediateExit { status } => format!("_exit status {status}"),
@@ -70,26 +145,26 @@ fn write_stats(out: &mut impl Write, trace: &Trace, top: usize) -> std::io::Resu
             out,
             "ended      CUT SHORT: no trailer; {} read",
             counted(
-                trace.chunk_count,
+                stream.chunk_count(),
                 "complete chunk was",
                 "complete chunks were"
             )
         )?,
-        (Some(_), false) => writeln!(
+        (Some(_), true) => writeln!(
             out,
             "ended      with a trailer, but chunks are damaged or missing"
         )?,
     }
-    if let Some(d) = duration_ns(trace) {
+    if let Some(d) = duration_ns(stream, &counts.threads) {
         writeln!(out, "duration   {:.3} s", d as f64 / 1e9)?;
     }
-    let event_bytes: u64 = trace.threads.iter().map(|t| t.encoded_bytes).sum();
+    let event_bytes: u64 = counts.threads.iter().map(|t| t.encoded_bytes).sum();
     writeln!(
         out,
         "size       {} bytes in {} ({}); events take {} bytes, {:.2} bytes/event",
-        trace.file_len,
-        counted(trace.chunk_count, "chunk", "chunks"),
-        counted(trace.table_chunk_count, "table chunk", "table chunks"),
+        stream.file_len(),
+        counted(stream.chunk_count(), "chunk", "chunks"),
+        counted(stream.table_chunk_count(), "table chunk", "table chunks"),
         event_bytes,
         if events > 0 {
             event_bytes as f64 / events as f64
@@ -99,48 +174,21 @@ fn write_stats(out: &mut impl Write, trace: &Trace, top: usize) -> std::io::Resu
     )?;
     writeln!(out)?;
 
-    // Events by kind.
-    let mut by_kind: BTreeMap<&'static str, u64> = BTreeMap::new();
-    let mut lock_use: HashMap<ObjectId, u64> = HashMap::new();
-    let mut site_use: HashMap<u32, u64> = HashMap::new();
-    let mut access_use: HashMap<u32, u64> = HashMap::new();
-    let mut heap_use: HashMap<u32, u64> = HashMap::new();
-    let mut sites_seen: HashSet<u32> = HashSet::new();
-    for t in &trace.threads {
-        for ev in &t.events {
-            *by_kind.entry(ev.kind.name()).or_default() += 1;
-            if let foresight_trace::EventKind::LockRequest { lock, .. }
-            | foresight_trace::EventKind::LockTry { lock, .. } = ev.kind
-            {
-                *lock_use.entry(lock).or_default() += 1;
-            }
-            if let Some(s) = ev.kind.site() {
-                sites_seen.insert(s);
-                // Busiest sites by what they do: synchronisation, memory accesses, the heap.
-                let map = match ev.kind.category() {
-                    Category::Memory => &mut access_use,
-                    Category::Allocation => &mut heap_use,
-                    _ => &mut site_use,
-                };
-                *map.entry(s).or_default() += 1;
-            }
-        }
-    }
     writeln!(out, "events     {events}")?;
-    for (kind, n) in &by_kind {
+    for (kind, n) in &counts.by_kind {
         writeln!(out, "  {kind:<22} {n:>12}")?;
     }
     writeln!(out)?;
-    write_accesses(out, trace, &by_kind, &access_use, top)?;
-    write_heap(out, trace, &by_kind, &heap_use, top)?;
+    write_accesses(out, tables, &counts.by_kind, &counts.access_use, top)?;
+    write_heap(out, tables, counts, top)?;
 
     writeln!(
         out,
         "threads    {}",
-        trace.threads.len().max(trace.tables.threads.len())
+        counts.threads.len().max(tables.threads.len())
     )?;
-    for t in &trace.threads {
-        let info = trace.tables.threads.get(&t.thread);
+    for t in &counts.threads {
+        let info = tables.threads.get(&t.thread);
         let parent = info
             .and_then(|i| i.parent)
             .map(|p| format!(", created by T{p}"))
@@ -151,19 +199,18 @@ fn write_stats(out: &mut impl Write, trace: &Trace, top: usize) -> std::io::Resu
         writeln!(
             out,
             "  {:<20} {:>12} events{tid}{parent}",
-            thread_label(trace, t.thread),
-            t.events.len()
+            thread_label(tables, t.thread),
+            t.events
         )?;
     }
     writeln!(out)?;
 
-    let locks: Vec<_> = trace
-        .tables
+    let locks: Vec<_> = tables
         .objects
         .values()
         .filter(|o| o.kind.is_lock())
         .collect();
-    let others = trace.tables.objects.len() - locks.len();
+    let others = tables.objects.len() - locks.len();
     writeln!(
         out,
         "locks      {} ({} other synchronisation objects)",
@@ -172,25 +219,25 @@ fn write_stats(out: &mut impl Write, trace: &Trace, top: usize) -> std::io::Resu
     )?;
     let mut busiest: Vec<_> = locks
         .iter()
-        .map(|o| (lock_use.get(&o.id).copied().unwrap_or(0), o))
+        .map(|o| (counts.lock_use.get(&o.id).copied().unwrap_or(0), o))
         .collect();
     busiest.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.id.cmp(&b.1.id)));
     for (n, o) in busiest.iter().take(top) {
         let class = match &o.class {
             foresight_trace::tables::ClassKey::Static(f) => {
-                format!("static {}", trace.tables.describe_frame(f))
+                format!("static {}", tables.describe_frame(f))
             }
             foresight_trace::tables::ClassKey::InitSite(s) => {
-                format!("initialised at {}", trace.tables.describe_site(*s))
+                format!("initialised at {}", tables.describe_site(*s))
             }
             foresight_trace::tables::ClassKey::FirstUse(s) => {
-                format!("first used at {}", trace.tables.describe_site(*s))
+                format!("first used at {}", tables.describe_site(*s))
             }
         };
         writeln!(
             out,
             "  {:<20} {:>12} acquisitions  {} at {:#x}, {class}",
-            trace.tables.describe_object(o.id),
+            tables.describe_object(o.id),
             n,
             o.kind.name(),
             o.address
@@ -198,28 +245,28 @@ fn write_stats(out: &mut impl Write, trace: &Trace, top: usize) -> std::io::Resu
     }
     writeln!(out)?;
 
-    let symbolised = trace.tables.sites.values().filter(|s| {
+    let symbolised = tables.sites.values().filter(|s| {
         s.frames
             .first()
-            .is_some_and(|f| trace.tables.symbols.contains_key(f))
+            .is_some_and(|f| tables.symbols.contains_key(f))
     });
     writeln!(
         out,
         "sites      {} ({} used by events, {} symbolised); the busiest for synchronisation:",
-        trace.tables.sites.len(),
-        sites_seen.len(),
+        tables.sites.len(),
+        counts.sites_seen.len(),
         symbolised.count()
     )?;
-    let mut busiest_sites: Vec<_> = site_use.into_iter().collect();
+    let mut busiest_sites: Vec<_> = counts.site_use.iter().map(|(s, n)| (*s, *n)).collect();
     busiest_sites.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     for (s, n) in busiest_sites.iter().take(top) {
-        writeln!(out, "  {:>12}  {}", n, trace.tables.describe_site(*s))?;
+        writeln!(out, "  {:>12}  {}", n, tables.describe_site(*s))?;
     }
 
-    if !trace.problems.is_empty() {
+    if !counts.problems.is_empty() {
         writeln!(out)?;
-        writeln!(out, "problems   {}", trace.problems.len())?;
-        for p in trace.problems.iter().take(50) {
+        writeln!(out, "problems   {}", counts.problems.len())?;
+        for p in counts.problems.iter().take(50) {
             writeln!(out, "  {p}")?;
         }
     }
@@ -230,14 +277,14 @@ fn write_stats(out: &mut impl Write, trace: &Trace, top: usize) -> std::io::Resu
 /// access that repeats one of the same epoch, FORMAT.md §7.8), per thread.
 fn write_accesses(
     out: &mut impl Write,
-    trace: &Trace,
+    tables: &Tables,
     by_kind: &BTreeMap<&'static str, u64>,
     site_use: &HashMap<u32, u64>,
     top: usize,
 ) -> std::io::Result<()> {
     let n = |k: &str| by_kind.get(k).copied().unwrap_or(0);
     let in_trace = n("read") + n("write");
-    let counts = &trace.tables.access_counts;
+    let counts = &tables.access_counts;
     if in_trace == 0 && counts.is_empty() {
         return Ok(());
     }
@@ -265,14 +312,20 @@ fn write_accesses(
             writeln!(
                 out,
                 "  {:<20} {:>12} executed, {:>12} recorded ({})",
-                thread_label(trace, *t),
+                thread_label(tables, *t),
                 c.executed,
                 c.recorded,
                 percent(c.recorded, c.executed)
             )?;
         }
     }
-    write_busiest(out, trace, "busiest access sites (recorded)", site_use, top)?;
+    write_busiest(
+        out,
+        tables,
+        "busiest access sites (recorded)",
+        site_use,
+        top,
+    )?;
     writeln!(out)?;
     Ok(())
 }
@@ -280,35 +333,26 @@ fn write_accesses(
 /// Heap blocks allocated and freed, and where.
 fn write_heap(
     out: &mut impl Write,
-    trace: &Trace,
-    by_kind: &BTreeMap<&'static str, u64>,
-    site_use: &HashMap<u32, u64>,
+    tables: &Tables,
+    counts: &Counts,
     top: usize,
 ) -> std::io::Result<()> {
-    let n = |k: &str| by_kind.get(k).copied().unwrap_or(0);
+    let n = |k: &str| counts.by_kind.get(k).copied().unwrap_or(0);
     if n("alloc") + n("free") == 0 {
         return Ok(());
     }
-    let bytes: u64 = trace
-        .threads
-        .iter()
-        .flat_map(|t| &t.events)
-        .map(|e| match e.kind {
-            foresight_trace::EventKind::Alloc { size, .. } => size,
-            _ => 0,
-        })
-        .fold(0u64, u64::saturating_add);
     writeln!(
         out,
-        "heap       {} allocated ({bytes} bytes), {} freed",
+        "heap       {} allocated ({} bytes), {} freed",
         counted(n("alloc"), "block", "blocks"),
+        counts.heap_bytes,
         n("free")
     )?;
     write_busiest(
         out,
-        trace,
+        tables,
         "busiest allocation and free sites",
-        site_use,
+        &counts.heap_use,
         top,
     )?;
     writeln!(out)?;
@@ -317,7 +361,7 @@ fn write_heap(
 
 fn write_busiest(
     out: &mut impl Write,
-    trace: &Trace,
+    tables: &Tables,
     title: &str,
     site_use: &HashMap<u32, u64>,
     top: usize,
@@ -329,7 +373,7 @@ fn write_busiest(
     let mut busiest: Vec<_> = site_use.iter().map(|(s, n)| (*s, *n)).collect();
     busiest.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     for (s, n) in busiest.iter().take(top) {
-        writeln!(out, "  {:>12}  {}", n, trace.tables.describe_site(*s))?;
+        writeln!(out, "  {:>12}  {}", n, tables.describe_site(*s))?;
     }
     Ok(())
 }
@@ -342,30 +386,14 @@ fn percent(part: u64, whole: u64) -> String {
     }
 }
 
-fn duration_ns(trace: &Trace) -> Option<u64> {
-    let start = Some(trace.header.start_unix_ns)
+fn duration_ns(stream: &TraceStream, threads: &[ThreadSummary]) -> Option<u64> {
+    let start = Some(stream.header().start_unix_ns)
         .filter(|&s| s > 0)
-        .or_else(|| {
-            trace
-                .threads
-                .iter()
-                .filter_map(|t| t.chunks.first())
-                .map(|c| c.start_ns)
-                .filter(|&s| s > 0)
-                .min()
-        })?;
-    let end = trace
-        .trailer
-        .as_ref()
+        .or_else(|| threads.iter().map(|t| t.start_ns).filter(|&s| s > 0).min())?;
+    let end = stream
+        .trailer()
         .map(|t| t.end_unix_ns)
         .filter(|&e| e > 0)
-        .or_else(|| {
-            trace
-                .threads
-                .iter()
-                .filter_map(|t| t.chunks.last())
-                .map(|c| c.end_ns)
-                .max()
-        })?;
+        .or_else(|| threads.iter().map(|t| t.end_ns).max())?;
     end.checked_sub(start)
 }
