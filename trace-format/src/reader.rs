@@ -871,6 +871,18 @@ impl Trace {
         }
         Merged { trace: self, heap }
     }
+
+    /// The merged order as [`crate::stream::TraceStream::merged`] gives it (owned events with
+    /// their chunk's offset), so that a pass written for the stream also runs over a trace in
+    /// memory.
+    pub fn merged_owned(&self) -> impl Iterator<Item = crate::stream::StreamEvent> + '_ {
+        self.merged().map(|m| crate::stream::StreamEvent {
+            thread: m.thread,
+            index: m.index,
+            event: *m.event,
+            chunk_offset: self.thread(m.thread).map_or(0, |t| t.offset_of(m.index)),
+        })
+    }
 }
 
 /// One event of the merged stream.

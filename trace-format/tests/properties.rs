@@ -434,7 +434,8 @@ fn streamed_merged(
 
 /// The decoding reader's merged order, in the streaming reader's terms.
 fn decoded_merged(trace: &Trace) -> Vec<foresight_trace::stream::StreamEvent> {
-    trace
+    let owned: Vec<_> = trace.merged_owned().collect();
+    let by_hand: Vec<_> = trace
         .merged()
         .map(|m| foresight_trace::stream::StreamEvent {
             thread: m.thread,
@@ -442,7 +443,9 @@ fn decoded_merged(trace: &Trace) -> Vec<foresight_trace::stream::StreamEvent> {
             event: *m.event,
             chunk_offset: trace.thread(m.thread).unwrap().offset_of(m.index),
         })
-        .collect()
+        .collect();
+    assert_eq!(owned, by_hand);
+    owned
 }
 
 /// A file of its own for each case, removed when the case ends.
