@@ -14,7 +14,7 @@
 //!    reordering *sync-preserving*, and it is what keeps a prediction sound).
 //!
 //! 4. is closed under the monitor rule: an acquisition of a *monitor* lock (the mutex of a
-//!    condition wait, or the lock held at a signal — `model.rs`) in S brings in every other
+//!    condition wait, or the lock held at a signal — `model/locks.rs`) in S brings in every other
 //!    thread's critical section on it that came earlier in the trace. The paper's reordering
 //!    keeps every read's writer; a lock-only trace records no reads, and the state a monitor
 //!    protects (a "done" flag checked before a join, a count checked before a wait) is exactly

@@ -1,8 +1,12 @@
 //! Happens-before over the synchronisation that can never be reordered: thread create/join,
 //! barrier generations, `pthread_once`, semaphores, condition hand-offs, user annotations,
-//! release/acquire atomics, and reads-from of memory accesses (a read must keep its writer). Lock release → acquire is deliberately *not* an edge: critical
-//! sections may be reordered (that is what makes a deadlock predictable), and the
-//! sync-preserving closure (`deadlock.rs`) handles locks by its own rule.
+//! release/acquire atomics — and, as the analysis that uses the clocks chooses ([`EdgeKinds`]),
+//! reads-from of memory accesses.
+//!
+//! The deadlock analysis ([`EdgeKinds::DEADLOCK`]) keeps reads-from (a read must keep its
+//! writer in a reordering) and never orders lock release → acquire: critical sections may be
+//! reordered (that is what makes a deadlock predictable), and the sync-preserving closure
+//! handles locks by its own rule.
 //!
 //! Where matching is ambiguous (which post a semaphore wait consumed, which signal woke a
 //! condition wait) every earlier sender is joined in. That over-approximates the order, which
@@ -10,6 +14,7 @@
 
 use std::collections::HashMap;
 
+use crate::stream::{Op, Pass, StreamEvent};
 use crate::vector_clock::VectorClock;
 
 /// The clocks of one trace, stored sparsely: a thread's clock changes by a join only at a
@@ -221,6 +226,187 @@ impl HbBuilder {
             receives: self.receives,
             complete: !self.overflowed,
         }
+    }
+}
+
+/// A set of happens-before edge kinds: which synchronisation orders events for the analysis
+/// that builds the clocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct EdgeKinds(u16);
+
+impl EdgeKinds {
+    /// Thread create → the child's first event; the child's last event → the join.
+    pub const CREATE_JOIN: EdgeKinds = EdgeKinds(1);
+    /// Every arrival of a barrier generation → every departure of it.
+    pub const BARRIER: EdgeKinds = EdgeKinds(1 << 1);
+    /// A `pthread_once` initialiser's end → every call that skipped it.
+    pub const ONCE: EdgeKinds = EdgeKinds(1 << 2);
+    /// Every earlier post → a successful semaphore wait.
+    pub const SEMAPHORE: EdgeKinds = EdgeKinds(1 << 3);
+    /// Every earlier signal or broadcast → the return of a condition wait.
+    pub const CONDITION: EdgeKinds = EdgeKinds(1 << 4);
+    /// The program's own happens-before/happens-after annotations, matched by tag.
+    pub const USER: EdgeKinds = EdgeKinds(1 << 5);
+    /// Every earlier release (or stronger) atomic store → an acquire (or stronger) load of the
+    /// address. Relaxed accesses order nothing.
+    pub const ATOMIC: EdgeKinds = EdgeKinds(1 << 6);
+    /// Reads-from: a read (plain or atomic, any order) is ordered after the last write to its
+    /// address in the merged order — the true writer of every access ordered by
+    /// synchronisation.
+    pub const READS_FROM: EdgeKinds = EdgeKinds(1 << 7);
+
+    /// The synchronisation no reordering may change.
+    pub const SYNC: EdgeKinds = EdgeKinds(
+        Self::CREATE_JOIN.0
+            | Self::BARRIER.0
+            | Self::ONCE.0
+            | Self::SEMAPHORE.0
+            | Self::CONDITION.0
+            | Self::USER.0
+            | Self::ATOMIC.0,
+    );
+    /// What the deadlock analysis orders by: the synchronisation, and reads-from.
+    pub const DEADLOCK: EdgeKinds = EdgeKinds(Self::SYNC.0 | Self::READS_FROM.0);
+
+    pub const fn union(self, other: EdgeKinds) -> EdgeKinds {
+        EdgeKinds(self.0 | other.0)
+    }
+
+    pub const fn without(self, other: EdgeKinds) -> EdgeKinds {
+        EdgeKinds(self.0 & !other.0)
+    }
+
+    /// Whether every kind of `other` is in the set.
+    pub const fn contains(self, other: EdgeKinds) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl std::ops::BitOr for EdgeKinds {
+    type Output = EdgeKinds;
+    fn bitor(self, other: EdgeKinds) -> EdgeKinds {
+        self.union(other)
+    }
+}
+
+/// The happens-before visitor: builds [`HappensBefore`] from the merged stream, with the edge
+/// kinds its analysis asked for.
+pub struct HbPass {
+    builder: HbBuilder,
+    edges: EdgeKinds,
+}
+
+impl HbPass {
+    pub fn new(threads: usize, edges: EdgeKinds) -> Self {
+        Self::with_builder(HbBuilder::new(threads), edges)
+    }
+
+    /// A pass over a builder made by the caller (a smaller clock budget, in tests).
+    pub fn with_builder(builder: HbBuilder, edges: EdgeKinds) -> Self {
+        HbPass { builder, edges }
+    }
+
+    pub fn edges(&self) -> EdgeKinds {
+        self.edges
+    }
+
+    fn on(&self, kind: EdgeKinds) -> bool {
+        self.edges.contains(kind)
+    }
+}
+
+impl Pass for HbPass {
+    type Output = HappensBefore;
+
+    #[inline]
+    fn handle(&mut self, ev: &StreamEvent) {
+        let (t, pos) = (ev.thread as usize, ev.pos);
+        let create_join = self.on(EdgeKinds::CREATE_JOIN);
+        let b = &mut self.builder;
+        b.step(t, pos);
+        if pos == 0 && create_join {
+            b.receive(t, pos, &Channel::Fork(t));
+        }
+        match ev.op {
+            Op::Read { addr, .. } if self.edges.contains(EdgeKinds::READS_FROM) => {
+                b.read(t, pos, addr)
+            }
+            Op::Write { addr, .. } if self.edges.contains(EdgeKinds::READS_FROM) => {
+                b.write(t, pos, addr)
+            }
+            Op::Create { child: Some(c), .. } if create_join => {
+                b.send(t, Channel::Fork(c as usize))
+            }
+            Op::Join {
+                child: Some(c),
+                joined: true,
+            } if create_join => b.receive_thread(t, pos, c as usize),
+            Op::CondSignal { cond, .. } if self.edges.contains(EdgeKinds::CONDITION) => {
+                b.send(t, Channel::Condition(cond))
+            }
+            Op::CondWaitEnd { cond, .. } if self.edges.contains(EdgeKinds::CONDITION) => {
+                b.receive(t, pos, &Channel::Condition(cond))
+            }
+            Op::BarrierArrive {
+                barrier,
+                generation: Some(g),
+                ..
+            } if self.edges.contains(EdgeKinds::BARRIER) => b.send(t, Channel::Barrier(barrier, g)),
+            Op::BarrierDepart {
+                barrier,
+                generation,
+                ..
+            } if self.edges.contains(EdgeKinds::BARRIER) => {
+                b.receive(t, pos, &Channel::Barrier(barrier, generation))
+            }
+            Op::OnceEnd { once } if self.edges.contains(EdgeKinds::ONCE) => {
+                b.send(t, Channel::Once(once))
+            }
+            Op::OnceSkip { once } if self.edges.contains(EdgeKinds::ONCE) => {
+                b.receive(t, pos, &Channel::Once(once))
+            }
+            Op::SemPost { sem, .. } if self.edges.contains(EdgeKinds::SEMAPHORE) => {
+                b.send(t, Channel::Semaphore(sem))
+            }
+            Op::SemWaitEnd {
+                sem,
+                acquired: true,
+            }
+            | Op::SemTry {
+                sem,
+                acquired: true,
+                ..
+            } if self.edges.contains(EdgeKinds::SEMAPHORE) => {
+                b.receive(t, pos, &Channel::Semaphore(sem))
+            }
+            Op::HappensBefore { tag, .. } if self.edges.contains(EdgeKinds::USER) => {
+                b.send(t, Channel::Tag(tag))
+            }
+            Op::HappensAfter { tag, .. } if self.edges.contains(EdgeKinds::USER) => {
+                b.receive(t, pos, &Channel::Tag(tag))
+            }
+            Op::Atomic(a) => {
+                let atomic = self.edges.contains(EdgeKinds::ATOMIC);
+                let reads_from = self.edges.contains(EdgeKinds::READS_FROM);
+                if a.acquire && atomic {
+                    b.receive(t, pos, &Channel::Atomic(a.addr));
+                }
+                if a.loads && reads_from {
+                    b.read(t, pos, a.addr);
+                }
+                if a.stores && reads_from {
+                    b.write(t, pos, a.addr);
+                }
+                if a.release && atomic {
+                    b.send(t, Channel::Atomic(a.addr));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn finish(self) -> HappensBefore {
+        self.builder.finish()
     }
 }
 

@@ -1,7 +1,8 @@
 //! The foresight analyzer: reads traces and predicts deadlocks and races; and the CLI.
 //!
-//! Pipeline of `foresight analyze` (see ARCHITECTURE.md): [`model`] converts each trace into
-//! the analyzer's types (with the [`hb`] clocks), [`lock_graph`] builds the class-level
+//! Pipeline of `foresight analyze` (see ARCHITECTURE.md): [`stream`] walks each trace's merged
+//! events once and feeds them to passes, [`model`]'s passes convert the trace into the
+//! analyzer's types (with the [`hb`] clocks), [`lock_graph`] builds the class-level
 //! lock-order graph over all traces, [`cycles`] enumerates its elementary cycles, [`deadlock`]
 //! decides which are predicted at instance level, [`waits`] covers join/barrier/condition/
 //! semaphore waits and rwlocks, [`analysis`] ties them into findings, [`report`] prints them.
@@ -16,6 +17,7 @@ pub mod lock_graph;
 pub mod model;
 pub mod ranks;
 pub mod report;
+pub mod stream;
 pub mod suppressions;
 pub mod vector_clock;
 pub mod waits;
