@@ -1,12 +1,14 @@
 //! Happens-before over the synchronisation that can never be reordered: thread create/join,
 //! barrier generations, `pthread_once`, semaphores, condition hand-offs, user annotations,
 //! release/acquire atomics — and, as the analysis that uses the clocks chooses ([`EdgeKinds`]),
-//! reads-from of memory accesses.
+//! reads-from of memory accesses and lock release → acquire.
 //!
 //! The deadlock analysis ([`EdgeKinds::DEADLOCK`]) keeps reads-from (a read must keep its
-//! writer in a reordering) and never orders lock release → acquire: critical sections may be
+//! writer in a reordering) and leaves lock release → acquire out: critical sections may be
 //! reordered (that is what makes a deadlock predictable), and the sync-preserving closure
-//! handles locks by its own rule.
+//! (`closure.rs`) handles locks by its own rule. A happens-before race analysis wants the
+//! opposite, `EdgeKinds::SYNC | EdgeKinds::LOCK`: lock edges in, and reads-from out (a
+//! reads-from edge would order exactly the write → read pairs that race).
 //!
 //! Where matching is ambiguous (which post a semaphore wait consumed, which signal woke a
 //! condition wait) every earlier sender is joined in. That over-approximates the order, which
@@ -14,6 +16,7 @@
 
 use std::collections::HashMap;
 
+use crate::model::Mode;
 use crate::stream::{Op, Pass, StreamEvent};
 use crate::vector_clock::VectorClock;
 
@@ -73,6 +76,10 @@ pub enum Channel {
     Condition(u32),
     Tag(u64),
     Atomic(u64),
+    /// Write releases of a lock (mutexes, spinlocks, rwlocks held for writing).
+    Lock(u32),
+    /// Read releases of an rwlock: a writer waits for them, a reader does not.
+    LockReaders(u32),
 }
 
 /// Builds [`HappensBefore`] from events given in the causal (merged) order.
@@ -254,6 +261,10 @@ impl EdgeKinds {
     /// address in the merged order — the true writer of every access ordered by
     /// synchronisation.
     pub const READS_FROM: EdgeKinds = EdgeKinds(1 << 7);
+    /// A lock's release → its next acquisition (a condition wait releases and re-takes its
+    /// mutex). For rwlocks, a write acquisition follows every earlier release, a read
+    /// acquisition only the write releases: readers are not ordered with each other.
+    pub const LOCK: EdgeKinds = EdgeKinds(1 << 8);
 
     /// The synchronisation no reordering may change.
     pub const SYNC: EdgeKinds = EdgeKinds(
@@ -294,6 +305,9 @@ impl std::ops::BitOr for EdgeKinds {
 pub struct HbPass {
     builder: HbBuilder,
     edges: EdgeKinds,
+    /// With lock edges: per thread, the locks it holds (object, mode, recursion depth), to know
+    /// which channel a release publishes on.
+    held: Vec<Vec<(u32, Mode, u32)>>,
 }
 
 impl HbPass {
@@ -303,15 +317,52 @@ impl HbPass {
 
     /// A pass over a builder made by the caller (a smaller clock budget, in tests).
     pub fn with_builder(builder: HbBuilder, edges: EdgeKinds) -> Self {
-        HbPass { builder, edges }
+        let threads = builder.current.len();
+        HbPass {
+            builder,
+            edges,
+            held: vec![Vec::new(); threads],
+        }
     }
 
     pub fn edges(&self) -> EdgeKinds {
         self.edges
     }
 
-    fn on(&self, kind: EdgeKinds) -> bool {
-        self.edges.contains(kind)
+    /// Lock edges: an acquisition joins the releases it must follow (a re-entry of a held lock
+    /// joins nothing new).
+    fn acquire(&mut self, t: usize, pos: u32, lock: u32, mode: Mode) {
+        let held = &mut self.held[t];
+        if let Some(h) = held.iter_mut().rev().find(|h| h.0 == lock) {
+            h.2 += 1;
+            return;
+        }
+        held.push((lock, mode, 1));
+        self.builder.receive(t, pos, &Channel::Lock(lock));
+        if mode == Mode::Write {
+            self.builder.receive(t, pos, &Channel::LockReaders(lock));
+        }
+    }
+
+    /// Lock edges: the outermost release publishes the thread's clock (a release of a lock the
+    /// trace never showed taken counts as a write release).
+    fn release(&mut self, t: usize, lock: u32) {
+        let held = &mut self.held[t];
+        let mode = match held.iter().rposition(|h| h.0 == lock) {
+            Some(i) => {
+                held[i].2 -= 1;
+                if held[i].2 > 0 {
+                    return;
+                }
+                held.remove(i).1
+            }
+            None => Mode::Write,
+        };
+        let channel = match mode {
+            Mode::Write => Channel::Lock(lock),
+            Mode::Read => Channel::LockReaders(lock),
+        };
+        self.builder.send(t, channel);
     }
 }
 
@@ -321,7 +372,7 @@ impl Pass for HbPass {
     #[inline]
     fn handle(&mut self, ev: &StreamEvent) {
         let (t, pos) = (ev.thread as usize, ev.pos);
-        let create_join = self.on(EdgeKinds::CREATE_JOIN);
+        let create_join = self.edges.contains(EdgeKinds::CREATE_JOIN);
         let b = &mut self.builder;
         b.step(t, pos);
         if pos == 0 && create_join {
@@ -344,8 +395,16 @@ impl Pass for HbPass {
             Op::CondSignal { cond, .. } if self.edges.contains(EdgeKinds::CONDITION) => {
                 b.send(t, Channel::Condition(cond))
             }
-            Op::CondWaitEnd { cond, .. } if self.edges.contains(EdgeKinds::CONDITION) => {
-                b.receive(t, pos, &Channel::Condition(cond))
+            Op::CondWaitBegin { mutex, .. } if self.edges.contains(EdgeKinds::LOCK) => {
+                self.release(t, mutex)
+            }
+            Op::CondWaitEnd { cond, mutex, .. } => {
+                if self.edges.contains(EdgeKinds::CONDITION) {
+                    b.receive(t, pos, &Channel::Condition(cond));
+                }
+                if self.edges.contains(EdgeKinds::LOCK) {
+                    self.acquire(t, pos, mutex, Mode::Write);
+                }
             }
             Op::BarrierArrive {
                 barrier,
@@ -384,6 +443,16 @@ impl Pass for HbPass {
             }
             Op::HappensAfter { tag, .. } if self.edges.contains(EdgeKinds::USER) => {
                 b.receive(t, pos, &Channel::Tag(tag))
+            }
+            Op::LockAcquired { lock, mode }
+            | Op::LockTry {
+                lock,
+                mode,
+                acquired: true,
+                ..
+            } if self.edges.contains(EdgeKinds::LOCK) => self.acquire(t, pos, lock, mode),
+            Op::LockRelease { lock, .. } if self.edges.contains(EdgeKinds::LOCK) => {
+                self.release(t, lock)
             }
             Op::Atomic(a) => {
                 let atomic = self.edges.contains(EdgeKinds::ATOMIC);
@@ -444,5 +513,132 @@ mod tests {
             !hb.happens_before(0, 0, 3, 0),
             "nothing is claimed once abandoned"
         );
+    }
+
+    use crate::stream::Stream;
+    use foresight_trace::builder::TraceBuilder;
+    use foresight_trace::event::{AtomicOp, EventKind, LockMode, MemoryOrder};
+    use foresight_trace::{ThreadId, Trace};
+
+    /// The clocks of a builder's trace, with these edge kinds.
+    fn clocks(b: TraceBuilder, edges: EdgeKinds) -> HappensBefore {
+        let trace = Trace::from_bytes("t.trace", b.finish()).expect("trace reads");
+        let stream = Stream::of_trace(&trace);
+        let mut pass = HbPass::new(trace.threads.len(), edges);
+        stream.drive(
+            trace.merged().map(|m| (m.thread, m.index, m.event.kind)),
+            &mut pass,
+            &mut |_| {},
+        );
+        pass.finish()
+    }
+
+    /// A main thread and two children, by dense index 0, 1, 2.
+    fn three_threads() -> (TraceBuilder, [ThreadId; 3], u32) {
+        let mut b = TraceBuilder::new("t");
+        let main = b.main_thread();
+        let s = b.site("f", "t.c", 1);
+        let t1 = b.spawn(main, s, "t1");
+        let t2 = b.spawn(main, s, "t2");
+        (b, [main, t1, t2], s)
+    }
+
+    const RACES: EdgeKinds = EdgeKinds::SYNC.union(EdgeKinds::LOCK);
+
+    #[test]
+    fn lock_edges_order_critical_sections_only_when_asked() {
+        let build = || {
+            let (mut b, [_, t1, t2], s) = three_threads();
+            let m = b.mutex("m");
+            b.lock(t1, m, s); // t1: 1 request, 2 acquired
+            b.unlock(t1, m, s); // 3
+            b.lock(t2, m, s); // t2: 1 request, 2 acquired
+            b
+        };
+        assert!(!clocks(build(), EdgeKinds::DEADLOCK).happens_before(1, 3, 2, 2));
+        let races = clocks(build(), RACES);
+        assert!(races.happens_before(1, 3, 2, 2));
+        assert!(
+            !races.happens_before(1, 3, 2, 1),
+            "the request is not ordered"
+        );
+    }
+
+    #[test]
+    fn readers_follow_writers_and_writers_follow_readers_but_readers_not_readers() {
+        let (mut b, [main, t1, t2], s) = three_threads();
+        let rw = b.object(foresight_trace::tables::ObjectKind::RwLock, "rw");
+        b.lock_mode(t1, rw, LockMode::Shared, s); // t1: 1, 2
+        b.unlock(t1, rw, s); // 3
+        b.lock_mode(t2, rw, LockMode::Shared, s); // t2: 1, 2
+        b.unlock(t2, rw, s); // 3
+        b.lock(main, rw, s); // main: 3 request, 4 acquired (after two creates)
+        b.unlock(main, rw, s); // 5
+        b.lock_mode(t1, rw, LockMode::Shared, s); // t1: 4, 5
+        let hb = clocks(b, RACES);
+        assert!(!hb.happens_before(1, 3, 2, 2), "reader → reader");
+        assert!(hb.happens_before(1, 3, 0, 4), "reader → writer");
+        assert!(hb.happens_before(2, 3, 0, 4), "reader → writer");
+        assert!(hb.happens_before(0, 5, 1, 5), "writer → reader");
+    }
+
+    #[test]
+    fn reads_from_orders_a_read_after_its_writer_only_when_asked() {
+        let build = || {
+            let (mut b, [_, t1, t2], s) = three_threads();
+            b.write(t1, 0x10, 4, s); // t1: 1
+            b.read(t2, 0x10, 4, s); // t2: 1
+            b
+        };
+        assert!(clocks(build(), EdgeKinds::DEADLOCK).happens_before(1, 1, 2, 1));
+        assert!(!clocks(build(), RACES).happens_before(1, 1, 2, 1));
+    }
+
+    #[test]
+    fn relaxed_atomics_order_nothing_and_release_acquire_does() {
+        let build = |store: MemoryOrder| {
+            let (mut b, [_, t1, t2], s) = three_threads();
+            let atomic = |op, order| EventKind::Atomic {
+                op,
+                addr: 0x20,
+                size: 4,
+                order,
+                site: s,
+            };
+            b.event(t1, atomic(AtomicOp::Store, store)); // t1: 1
+            b.event(t2, atomic(AtomicOp::Load, MemoryOrder::Acquire)); // t2: 1
+            b
+        };
+        assert!(!clocks(build(MemoryOrder::Relaxed), RACES).happens_before(1, 1, 2, 1));
+        assert!(clocks(build(MemoryOrder::Release), RACES).happens_before(1, 1, 2, 1));
+    }
+
+    #[test]
+    fn a_condition_wait_releases_and_retakes_its_mutex() {
+        let (mut b, [_, t1, t2], s) = three_threads();
+        let m = b.mutex("m");
+        let c = b.object(foresight_trace::tables::ObjectKind::Condition, "c");
+        b.lock(t1, m, s); // t1: 1, 2
+        b.event(
+            t1,
+            EventKind::CondWaitBegin {
+                cond: c,
+                mutex: m,
+                site: s,
+            },
+        ); // 3
+        b.lock(t2, m, s); // t2: 1, 2
+        b.unlock(t2, m, s); // 3
+        b.event(
+            t1,
+            EventKind::CondWaitEnd {
+                cond: c,
+                mutex: m,
+                outcome: foresight_trace::event::WaitOutcome::TimedOut,
+            },
+        ); // 4
+        let hb = clocks(b, RACES);
+        assert!(hb.happens_before(1, 3, 2, 2), "the wait released m");
+        assert!(hb.happens_before(2, 3, 1, 4), "the wait re-took m");
     }
 }
