@@ -4,7 +4,7 @@
 //!
 //! Verdicts:
 //! - **predicted**: an instance-level pattern of one trace whose sync-preserving closure
-//!   (`deadlock.rs`) avoids every pattern event; the report carries the witness reordering;
+//!   (`closure.rs`) avoids every pattern event; the report carries the witness reordering;
 //! - **potential**: a class-level cycle of the lock-order graph (possibly made of edges from
 //!   different traces, or of same-class locks) with no predicted instance: an inconsistent lock
 //!   order in the code, a design defect independent of timing (seed 001). The reason says why
@@ -12,11 +12,9 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use crate::closure::{open_at_frontier, Budget, Closure, NotPredicted, PatternEvent, Reach};
 use crate::cycles::elementary_cycles;
-use crate::deadlock::{
-    check_lock_cycle, open_at_frontier, search_abstract_pattern, Blocked, Closure,
-    LockCycleCandidate, NotPredicted, Reach, Rejection,
-};
+use crate::deadlock::{check_lock_cycle, search_abstract_pattern, LockCycleCandidate, Rejection};
 use crate::lock_graph::{modes_can_block, InstanceGraph, LockOrderGraph};
 use crate::model::{Acquisition, Mode, Run};
 use crate::report::{
@@ -51,39 +49,13 @@ impl Default for Options {
     }
 }
 
-/// Counts what the analysis spent, to say in the report where a bound cut the work.
-#[derive(Default)]
-pub(crate) struct Budget {
-    pub checked: u64,
-    pub limit: u64,
-    pub exhausted: bool,
-    /// Steps left to the complete search.
-    pub steps_left: u64,
-}
-
-impl Budget {
-    /// Takes one candidate check from the budget; false when none is left.
-    pub fn take(&mut self) -> bool {
-        if self.checked >= self.limit {
-            self.exhausted = true;
-            return false;
-        }
-        self.checked += 1;
-        true
-    }
-}
-
 /// Analyses the runs (one per trace) together. `warnings[i]` are the reader's problems of run i.
 pub fn analyze(runs: &[Run], warnings: &[Vec<String>], opts: &Options) -> Report {
     let mut graph = LockOrderGraph::default();
     for (i, run) in runs.iter().enumerate() {
         graph.add_run(i, run);
     }
-    let mut budget = Budget {
-        limit: opts.candidate_budget,
-        steps_left: opts.closure_steps,
-        ..Budget::default()
-    };
+    let mut budget = Budget::new(opts.candidate_budget, opts.closure_steps);
     let mut summary = Summary {
         lock_classes: graph.classes.len(),
         lock_order_edges: graph.edges.len(),
@@ -590,7 +562,7 @@ pub(crate) fn edge_report(
 
 /// The witness: each thread's prefix in the closure, the locks it holds there, where the
 /// pattern threads block, and the lock operations of the prefix in the order they run.
-pub(crate) fn witness(run: &Run, closure: &Closure, blocked: &[(Blocked, String)]) -> Witness {
+pub(crate) fn witness(run: &Run, closure: &Closure, blocked: &[(PatternEvent, String)]) -> Witness {
     const SCHEDULE_LINES: usize = 24;
     let mut threads = Vec::new();
     for (t, &f) in closure.frontier.iter().enumerate() {
@@ -687,14 +659,14 @@ fn predicted_finding(
         locations.push(location(run, h.site, h.thread, "holds"));
         locations.push(location(run, r.site, r.thread, "requests"));
     }
-    let blocked: Vec<(Blocked, String)> = c
+    let blocked: Vec<(PatternEvent, String)> = c
         .requests
         .iter()
         .zip(&c.holds)
         .map(|(&r, &h)| {
             let (r, h) = (&run.acquisitions[r as usize], &run.acquisitions[h as usize]);
             (
-                Blocked {
+                PatternEvent {
                     thread: r.thread,
                     pos: r.request,
                 },

@@ -10,6 +10,7 @@
 pub mod analysis;
 pub mod baseline;
 pub mod cli;
+pub mod closure;
 pub mod cycles;
 pub mod deadlock;
 pub mod hb;

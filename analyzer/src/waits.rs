@@ -5,7 +5,7 @@
 //!
 //! Each wait is checked like a lock cycle of two threads: the pattern is the wait of the holder
 //! and the other thread's request of the held lock, and it is predicted when the sync-preserving
-//! closure (`deadlock.rs`) contains neither. For condition variables and semaphores the closure
+//! closure (`closure.rs`) contains neither. For condition variables and semaphores the closure
 //! is not enough on its own: the wait must still block after the closure, so
 //! - every signal (post) of the object outside the closure must come from the blocked other
 //!   thread, after its blocked request (else a third thread may still wake the holder), and
@@ -24,8 +24,9 @@ use std::collections::HashSet;
 
 use foresight_trace::SiteId;
 
-use crate::analysis::{held_lock, location, rejection_text, site, witness, Budget};
-use crate::deadlock::{sync_preserving_closure, Blocked, Closure, Rejection};
+use crate::analysis::{held_lock, location, rejection_text, site, witness};
+use crate::closure::{sync_preserving_closure, Budget, Closure, PatternEvent};
+use crate::deadlock::Rejection;
 use crate::model::{AcquireHow, Mode, Run, SyncPoint, Wait, WaitKind};
 use crate::report::{Finding, Verdict, WaitReport};
 
@@ -170,11 +171,11 @@ fn candidates(run: &Run, wait: &Wait) -> Vec<WaitCandidate> {
 fn check(run: &Run, wait: &Wait, c: &WaitCandidate) -> Result<Closure, Rejection> {
     let r = &run.acquisitions[c.request as usize];
     let pattern = [
-        Blocked {
+        PatternEvent {
             thread: wait.thread,
             pos: wait.pos,
         },
-        Blocked {
+        PatternEvent {
             thread: r.thread,
             pos: r.request,
         },
@@ -295,7 +296,7 @@ fn finding(
             cl,
             &[
                 (
-                    Blocked {
+                    PatternEvent {
                         thread: wait.thread,
                         pos: wait.pos,
                     },
@@ -305,7 +306,7 @@ fn finding(
                     ),
                 ),
                 (
-                    Blocked {
+                    PatternEvent {
                         thread: r.thread,
                         pos: r.request,
                     },
@@ -383,11 +384,11 @@ pub(crate) fn rwlock_findings(run: &Run, budget: &mut Budget) -> Vec<Finding> {
             }
             let wa = &run.acquisitions[w as usize];
             let pattern = [
-                Blocked {
+                PatternEvent {
                     thread: rr.thread,
                     pos: rr.pos,
                 },
-                Blocked {
+                PatternEvent {
                     thread: wa.thread,
                     pos: wa.request,
                 },
@@ -444,7 +445,7 @@ pub(crate) fn rwlock_findings(run: &Run, budget: &mut Budget) -> Vec<Finding> {
                 &closure,
                 &[
                     (
-                        Blocked {
+                        PatternEvent {
                             thread: rr.thread,
                             pos: rr.pos,
                         },
@@ -455,7 +456,7 @@ pub(crate) fn rwlock_findings(run: &Run, budget: &mut Budget) -> Vec<Finding> {
                         ),
                     ),
                     (
-                        Blocked {
+                        PatternEvent {
                             thread: w.thread,
                             pos: w.request,
                         },

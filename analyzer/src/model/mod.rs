@@ -113,7 +113,7 @@ pub struct LockModel {
     /// broadcast. Its critical sections read and write the state that decides whether threads
     /// wait, proceed or join (a "done" flag, a counter), so the data flowing between them —
     /// which a lock-only trace does not record — must be assumed: the closure keeps them in
-    /// trace order (`deadlock.rs`, the monitor rule).
+    /// trace order (`closure.rs`, the monitor rule).
     pub monitor: bool,
 }
 
