@@ -10,14 +10,14 @@
 //!
 //! Two ways to use it:
 //! - [`check_lock_cycle`] (and `closure::sync_preserving_closure`): one concrete pattern, one
-//!   closure (waits, and the sampled candidates of `analysis.rs`);
+//!   closure (waits, and the sampled candidates of `lock_cycles.rs`);
 //! - [`search_abstract_pattern`]: the paper's search over all concrete patterns of one abstract
 //!   pattern (a thread per edge of a lock cycle). Closures grow with later pattern events, so
 //!   when the closure reaches a component's event, every choice with that event or an earlier
 //!   one is refuted: the component moves to its next occurrence after the closure and the same
 //!   closure is resumed. Linear in the trace per abstract pattern, and complete for
 //!   sync-preserving deadlocks of that pattern. The number of abstract patterns is bounded by
-//!   budgets (`analysis.rs`), and the report says when they ran out.
+//!   budgets (`lock_cycles.rs`), and the report says when they ran out.
 
 use crate::closure::{
     sync_preserving_closure, Closure, ClosureState, NotPredicted, PatternEvent, Reach,
@@ -198,4 +198,54 @@ pub fn check_lock_cycle(run: &Run, c: &LockCycleCandidate) -> Result<Closure, Re
         })
         .collect();
     sync_preserving_closure(run, &pattern).map_err(Rejection::Closure)
+}
+
+/// Why a candidate was not predicted, in the words of the report (`run` names its locks and
+/// threads).
+pub(crate) fn rejection_text(run: Option<&Run>, r: &Rejection) -> String {
+    let lock = |l: u32| run.map_or(format!("lock #{l}"), |r| r.locks[l as usize].name.clone());
+    let thread = |t: u32| run.map_or(format!("thread #{t}"), |r| r.thread_label(t));
+    match r {
+        Rejection::Closure(NotPredicted::OutOfBudget) => {
+            "the search budget ran out before the cycle was decided".to_string()
+        }
+        Rejection::SameThread | Rejection::Closure(NotPredicted::SameThread) => {
+            "every instance of the cycle is in one thread: a thread cannot deadlock with itself \
+             this way"
+                .to_string()
+        }
+        Rejection::GateLock { lock: l } => format!(
+            "every instance is serialised by a common gate lock, {}, held by all the threads of \
+             the cycle",
+            lock(*l)
+        ),
+        Rejection::ReadRead { lock: l } => format!(
+            "{} is requested for read against a read holder: read-read never blocks",
+            lock(*l)
+        ),
+        Rejection::TimedWait => "the wait timed out in the trace: a timed wait ends by itself \
+             (the threads stall until the timeout, which may still be a bug)"
+            .to_string(),
+        Rejection::StillWakeable => "another thread can still signal or post it, or the \
+             semaphore still has a token, so the wait may end"
+            .to_string(),
+        Rejection::Closure(NotPredicted::Reached { thread: t, by }) => match by {
+            Reach::HappensBefore => format!(
+                "the acquisitions cannot be concurrent: {}'s request is ordered before the \
+                 others by happens-before (create/join, barrier, once, semaphore, condition or \
+                 an annotation)",
+                thread(*t)
+            ),
+            Reach::LockOrder { lock: l } => format!(
+                "no sync-preserving reordering reaches it: the critical sections on {} force \
+                 {}'s request to happen first",
+                lock(*l),
+                thread(*t)
+            ),
+            Reach::NeverReleased { lock: l } => format!(
+                "{} is never released in the trace, so the reordering cannot pass it",
+                lock(*l)
+            ),
+        },
+    }
 }

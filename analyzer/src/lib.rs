@@ -2,10 +2,12 @@
 //!
 //! Pipeline of `foresight analyze` (see ARCHITECTURE.md): [`stream`] walks each trace's merged
 //! events once and feeds them to passes, [`model`]'s passes convert the trace into the
-//! analyzer's types (with the [`hb`] clocks), [`lock_graph`] builds the class-level
-//! lock-order graph over all traces, [`cycles`] enumerates its elementary cycles, [`deadlock`]
-//! decides which are predicted at instance level, [`waits`] covers join/barrier/condition/
-//! semaphore waits and rwlocks, [`analysis`] ties them into findings, [`report`] prints them.
+//! analyzer's types (with the [`hb`] clocks), [`lock_graph`] builds the class-level lock-order
+//! graph over all traces, [`cycles`] enumerates its elementary cycles, the lock-cycle pass
+//! decides which are predicted at instance level with the sync-preserving [`closure`] (patterns
+//! and searches in [`deadlock`]), [`waits`] covers join/barrier/condition/semaphore waits and
+//! rwlocks, [`ranks`] the declared lock ranks — each making its own findings — [`analysis`]
+//! runs them and assembles the [`report`], which renders them.
 
 pub mod analysis;
 pub mod baseline;
@@ -13,7 +15,9 @@ pub mod cli;
 pub mod closure;
 pub mod cycles;
 pub mod deadlock;
+mod describe;
 pub mod hb;
+mod lock_cycles;
 pub mod lock_graph;
 pub mod model;
 pub mod ranks;

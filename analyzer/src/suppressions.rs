@@ -157,18 +157,17 @@ impl Suppressions {
 
 impl Suppression {
     pub fn matches(&self, f: &Finding) -> bool {
-        if self.kind.as_deref().is_some_and(|k| k != f.kind) {
+        if self.kind.as_deref().is_some_and(|k| f.kind != k) {
             return false;
         }
         if let Some(class) = &self.class {
-            let in_cycle = f.cycle.iter().any(|c| c == class);
+            let in_cycle = f.cycle().iter().any(|c| c == class);
             let in_edges = f
-                .edges
+                .edges()
                 .iter()
                 .any(|e| &e.from_class == class || &e.to_class == class);
             let in_wait = f
-                .wait
-                .as_ref()
+                .wait()
                 .is_some_and(|w| w.held.iter().any(|h| &h.class == class));
             if !(in_cycle || in_edges || in_wait) {
                 return false;

@@ -24,11 +24,11 @@ use std::collections::HashSet;
 
 use foresight_trace::SiteId;
 
-use crate::analysis::{held_lock, location, rejection_text, site, witness};
 use crate::closure::{sync_preserving_closure, Budget, Closure, PatternEvent};
-use crate::deadlock::Rejection;
+use crate::deadlock::{rejection_text, Rejection};
+use crate::describe::{held_lock, location, site, witness};
 use crate::model::{AcquireHow, Mode, Run, SyncPoint, Wait, WaitKind};
-use crate::report::{Finding, Verdict, WaitReport};
+use crate::report::{Detail, Finding, Kind, Verdict, WaitReport};
 
 /// Requests of the held lock tried per (wait, other thread).
 const TRIES_PER_THREAD: usize = 4;
@@ -221,7 +221,7 @@ fn finding(
     let other = run.thread_label(r.thread);
     let (kind, rule, wait_name, object, waits_role, then_role, waits_for) = match &wait.kind {
         WaitKind::Join { .. } => (
-            "join-deadlock",
+            Kind::JoinDeadlock,
             "join-while-holding",
             "join",
             other.clone(),
@@ -232,7 +232,7 @@ fn finding(
         WaitKind::Barrier { barrier, .. } => {
             let name = object_name(run, *barrier);
             (
-                "barrier-deadlock",
+                Kind::BarrierDeadlock,
                 "barrier-while-holding",
                 "barrier",
                 name.clone(),
@@ -244,7 +244,7 @@ fn finding(
         WaitKind::Condition { cond, .. } => {
             let name = object_name(run, *cond);
             (
-                "wait-deadlock",
+                Kind::WaitDeadlock,
                 "cond-wait-while-holding",
                 "condition",
                 name.clone(),
@@ -256,7 +256,7 @@ fn finding(
         WaitKind::Semaphore { sem } => {
             let name = object_name(run, *sem);
             (
-                "wait-deadlock",
+                Kind::WaitDeadlock,
                 "sem-wait-while-holding",
                 "semaphore",
                 name.clone(),
@@ -269,7 +269,7 @@ fn finding(
     let message = format!(
         "{}: {holder} holds {lock} while it {waits_for}, and {other} needs {lock} first",
         if verdict == Verdict::Predicted {
-            kind
+            kind.as_str()
         } else {
             "potential deadlock"
         }
@@ -323,29 +323,30 @@ fn finding(
         message,
         reason,
         traces: vec![run.source.clone()],
-        cycle: vec![run.locks[h.lock as usize].class.clone()],
-        edges: Vec::new(),
-        wait: Some(WaitReport {
-            wait: wait_name,
-            trace: run.source.clone(),
-            thread: holder,
-            object,
-            site: site(run, wait.site),
-            position: wait.pos,
-            held: run
-                .held_range(&wait.held)
-                .iter()
-                .map(|&a| held_lock(run, &run.acquisitions[a as usize]))
-                .collect(),
-            other_thread: other,
-            other_lock: lock,
-            other_site: site(run, r.site),
-            other_position: r.request,
-            other_then: c.then.map(|t| site(run, t.site)),
-        }),
         witness,
         occurrences: 1,
         locations,
+        detail: Detail::WaitDeadlock {
+            lock_class: run.locks[h.lock as usize].class.clone(),
+            wait: WaitReport {
+                wait: wait_name,
+                trace: run.source.clone(),
+                thread: holder,
+                object,
+                site: site(run, wait.site),
+                position: wait.pos,
+                held: run
+                    .held_range(&wait.held)
+                    .iter()
+                    .map(|&a| held_lock(run, &run.acquisitions[a as usize]))
+                    .collect(),
+                other_thread: other,
+                other_lock: lock,
+                other_site: site(run, r.site),
+                other_position: r.request,
+                other_then: c.then.map(|t| site(run, t.site)),
+            },
+        },
     }
 }
 
@@ -409,7 +410,7 @@ pub(crate) fn rwlock_findings(run: &Run, budget: &mut Budget) -> Vec<Finding> {
         let other = run.thread_label(w.thread);
         out.push(Finding {
             id: 0,
-            kind: "rwlock-deadlock",
+            kind: Kind::RwlockDeadlock,
             verdict: Verdict::Potential,
             rule: "rwlock-read-recursion",
             message: format!(
@@ -424,22 +425,6 @@ pub(crate) fn rwlock_findings(run: &Run, budget: &mut Budget) -> Vec<Finding> {
                  so this is reported as potential"
             ),
             traces: vec![run.source.clone()],
-            cycle: vec![run.locks[rr.lock as usize].class.clone()],
-            edges: Vec::new(),
-            wait: Some(WaitReport {
-                wait: "rwlock-read",
-                trace: run.source.clone(),
-                thread: holder,
-                object: lock.clone(),
-                site: site(run, rr.site),
-                position: rr.pos,
-                held: vec![held_lock(run, outer)],
-                other_thread: other,
-                other_lock: lock.clone(),
-                other_site: site(run, w.site),
-                other_position: w.request,
-                other_then: None,
-            }),
             witness: Some(witness(
                 run,
                 &closure,
@@ -473,6 +458,23 @@ pub(crate) fn rwlock_findings(run: &Run, budget: &mut Budget) -> Vec<Finding> {
                 location(run, rr.site, rr.thread, "read-locks-again"),
                 location(run, w.site, w.thread, "write-locks"),
             ],
+            detail: Detail::ReadRecursion {
+                lock_class: run.locks[rr.lock as usize].class.clone(),
+                wait: WaitReport {
+                    wait: "rwlock-read",
+                    trace: run.source.clone(),
+                    thread: holder,
+                    object: lock.clone(),
+                    site: site(run, rr.site),
+                    position: rr.pos,
+                    held: vec![held_lock(run, outer)],
+                    other_thread: other,
+                    other_lock: lock.clone(),
+                    other_site: site(run, w.site),
+                    other_position: w.request,
+                    other_then: None,
+                },
+            },
         });
     }
     out

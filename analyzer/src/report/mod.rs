@@ -1,6 +1,9 @@
-//! What `foresight analyze` reports, as data: the findings and the summary. [`text`] and
-//! [`json`] print it. These types are the JSON schema (`docs/report-schema.md`): a change of
-//! a field is a change of `REPORT_VERSION`.
+//! What `foresight analyze` reports, as data: the findings and the summary. [`text`], [`json`]
+//! and [`sarif`] render it, `baseline.rs` keys it, `suppressions.rs` matches it. A finding is
+//! the fields every kind has plus a [`Detail`] per kind; each pass builds its own findings
+//! (with the helpers of `describe.rs`). These types are the JSON schema
+//! (`docs/report-schema.md`, written by `json.rs`): a change of a field is a change of
+//! `REPORT_VERSION`.
 
 use serde::Serialize;
 
@@ -94,12 +97,11 @@ impl Report {
     }
 }
 
-#[derive(Clone, Debug, Serialize)]
+/// A finding: the fields every kind has, and the details of its kind.
+#[derive(Clone, Debug)]
 pub struct Finding {
     pub id: usize,
-    /// `deadlock`, `potential-deadlock`, `join-deadlock`, `barrier-deadlock`, `wait-deadlock`,
-    /// `rwlock-deadlock`, `rank-violation`.
-    pub kind: &'static str,
+    pub kind: Kind,
     pub verdict: Verdict,
     /// The rule that produced the finding (see `docs/report-schema.md`).
     pub rule: &'static str,
@@ -107,14 +109,137 @@ pub struct Finding {
     /// Why it is predicted, or why it is only potential.
     pub reason: String,
     pub traces: Vec<String>,
-    /// Lock classes of the cycle, in order (the edge from the last to the first is implied).
-    pub cycle: Vec<String>,
-    pub edges: Vec<EdgeReport>,
-    pub wait: Option<WaitReport>,
+    /// The reordering that reaches it, where there is one.
     pub witness: Option<Witness>,
     /// Distinct instance-level occurrences folded into this finding.
     pub occurrences: u64,
+    /// Every site involved (for JSON consumers, SARIF, the baseline key, suppressions).
     pub locations: Vec<FindingLocation>,
+    pub detail: Detail,
+}
+
+impl Finding {
+    /// The lock classes of the finding (JSON's `cycle`): a cycle's classes in order, the held
+    /// lock's class for a wait, [held, acquired] for a rank violation.
+    pub fn cycle(&self) -> &[String] {
+        match &self.detail {
+            Detail::LockCycle { cycle, .. } => cycle,
+            Detail::WaitDeadlock { lock_class, .. } | Detail::ReadRecursion { lock_class, .. } => {
+                std::slice::from_ref(lock_class)
+            }
+            Detail::RankViolation { classes, .. } => classes,
+        }
+    }
+
+    /// The lock-order edges of the finding (JSON's `edges`).
+    pub fn edges(&self) -> &[EdgeReport] {
+        match &self.detail {
+            Detail::LockCycle { edges, .. } => edges,
+            Detail::RankViolation { edge, .. } => std::slice::from_ref(edge),
+            Detail::WaitDeadlock { .. } | Detail::ReadRecursion { .. } => &[],
+        }
+    }
+
+    /// The wait that holds a lock hostage (JSON's `wait`).
+    pub fn wait(&self) -> Option<&WaitReport> {
+        match &self.detail {
+            Detail::WaitDeadlock { wait, .. } | Detail::ReadRecursion { wait, .. } => Some(wait),
+            Detail::LockCycle { .. } | Detail::RankViolation { .. } => None,
+        }
+    }
+}
+
+/// What a finding is about, by kind. Each pass that makes findings makes its own variant; the
+/// renderers (`text.rs`, `json.rs`, `sarif.rs`) and the baseline key (`baseline.rs`) work from
+/// it.
+#[derive(Clone, Debug)]
+pub enum Detail {
+    /// Locks taken in a cycle: `deadlock` (predicted in one trace) or `potential-deadlock`
+    /// (class level). `cycle`: the classes in order (the last → first edge implied); `edges`:
+    /// one per edge, in cycle order.
+    LockCycle {
+        cycle: Vec<String>,
+        edges: Vec<EdgeReport>,
+    },
+    /// A thread holds a lock while it waits (join, barrier, condition, semaphore) for a thread
+    /// that needs that lock first.
+    WaitDeadlock {
+        /// The class of the held lock.
+        lock_class: String,
+        wait: WaitReport,
+    },
+    /// A read-recursive rwlock acquisition while another thread write-locks it.
+    ReadRecursion {
+        lock_class: String,
+        wait: WaitReport,
+    },
+    /// A lock acquired while one of the same or a higher declared rank was held: `classes` is
+    /// [held, acquired], `edge` the (held, acquired) pair.
+    RankViolation {
+        classes: [String; 2],
+        edge: EdgeReport,
+    },
+}
+
+/// The kind of a finding: JSON's `kind`, SARIF's rule id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    Deadlock,
+    PotentialDeadlock,
+    JoinDeadlock,
+    BarrierDeadlock,
+    WaitDeadlock,
+    RwlockDeadlock,
+    RankViolation,
+}
+
+impl Kind {
+    /// Every kind, in the order SARIF lists its rules.
+    pub const ALL: [Kind; 7] = [
+        Kind::Deadlock,
+        Kind::PotentialDeadlock,
+        Kind::JoinDeadlock,
+        Kind::BarrierDeadlock,
+        Kind::WaitDeadlock,
+        Kind::RwlockDeadlock,
+        Kind::RankViolation,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Deadlock => "deadlock",
+            Kind::PotentialDeadlock => "potential-deadlock",
+            Kind::JoinDeadlock => "join-deadlock",
+            Kind::BarrierDeadlock => "barrier-deadlock",
+            Kind::WaitDeadlock => "wait-deadlock",
+            Kind::RwlockDeadlock => "rwlock-deadlock",
+            Kind::RankViolation => "rank-violation",
+        }
+    }
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<str> for Kind {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for Kind {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl Serialize for Kind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
 }
 
 /// A source location involved in a finding.

@@ -3,7 +3,7 @@
 
 use std::io::Write;
 
-use super::{counted, EdgeReport, Finding, HeldLock, Report, SiteReport, Verdict};
+use super::{counted, Detail, EdgeReport, Finding, HeldLock, Report, SiteReport, Verdict};
 
 pub fn write(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
     for t in &report.traces {
@@ -109,35 +109,38 @@ fn finding(out: &mut impl Write, f: &Finding) -> std::io::Result<()> {
         f.verdict.as_str(),
         f.rule
     )?;
-    if f.verdict != Verdict::Violation && (f.cycle.len() > 1 || !f.edges.is_empty()) {
-        let mut c = f.cycle.join(" → ");
-        if let Some(first) = f.cycle.first() {
-            c.push_str(" → ");
-            c.push_str(first);
+    match &f.detail {
+        Detail::LockCycle { cycle, edges } => {
+            let mut c = cycle.join(" → ");
+            if let Some(first) = cycle.first() {
+                c.push_str(" → ");
+                c.push_str(first);
+            }
+            writeln!(out, "  cycle (lock classes): {c}")?;
+            for (i, e) in edges.iter().enumerate() {
+                edge(out, i + 1, e)?;
+            }
         }
-        writeln!(out, "  cycle (lock classes): {c}")?;
-    }
-    for (i, e) in f.edges.iter().enumerate() {
-        edge(out, i + 1, e)?;
-    }
-    if let Some(w) = &f.wait {
-        writeln!(
-            out,
-            "  {} in {} waits ({}) on {} at {}",
-            w.thread, w.trace, w.wait, w.object, w.site.location
-        )?;
-        stack(out, &w.site, "      ")?;
-        for h in &w.held {
-            held(out, "holding", h)?;
-        }
-        writeln!(
-            out,
-            "  {} requests {} at {}",
-            w.other_thread, w.other_lock, w.other_site.location
-        )?;
-        stack(out, &w.other_site, "      ")?;
-        if let Some(t) = &w.other_then {
-            writeln!(out, "    and only then reaches {}", t.location)?;
+        Detail::RankViolation { edge: e, .. } => edge(out, 1, e)?,
+        Detail::WaitDeadlock { wait: w, .. } | Detail::ReadRecursion { wait: w, .. } => {
+            writeln!(
+                out,
+                "  {} in {} waits ({}) on {} at {}",
+                w.thread, w.trace, w.wait, w.object, w.site.location
+            )?;
+            stack(out, &w.site, "      ")?;
+            for h in &w.held {
+                held(out, "holding", h)?;
+            }
+            writeln!(
+                out,
+                "  {} requests {} at {}",
+                w.other_thread, w.other_lock, w.other_site.location
+            )?;
+            stack(out, &w.other_site, "      ")?;
+            if let Some(t) = &w.other_then {
+                writeln!(out, "    and only then reaches {}", t.location)?;
+            }
         }
     }
     if let Some(w) = &f.witness {
