@@ -97,6 +97,9 @@ pub struct HbBuilder {
     seen: Vec<u32>,
     channels: HashMap<Channel, VectorClock>,
     receives: Vec<Vec<(u32, VectorClock)>>,
+    /// Whether receives are stored (the clocks of the whole trace, which the closure walks) or
+    /// only the current clocks are kept (a streaming pass reads them as it goes).
+    snapshots: bool,
     /// The last write to each address: (thread, position).
     last_write: HashMap<u64, (usize, u32)>,
 }
@@ -117,8 +120,34 @@ impl HbBuilder {
             seen: vec![0; threads],
             channels: HashMap::new(),
             receives: vec![Vec::new(); threads],
+            snapshots: true,
             last_write: HashMap::new(),
         }
+    }
+
+    /// A builder that keeps only the current clocks and the channels — memory in threads and
+    /// synchronisation objects, not in trace length — for a pass that reads each thread's
+    /// clock as it goes ([`HbBuilder::clock`]). The clocks it finishes with are empty, and it
+    /// cannot follow reads-from (which reads the writer's stored clock).
+    pub fn streaming(threads: usize) -> Self {
+        Self::new(threads).without_snapshots()
+    }
+
+    /// This builder, keeping only the current clocks (see [`HbBuilder::streaming`]).
+    pub fn without_snapshots(mut self) -> Self {
+        self.snapshots = false;
+        self
+    }
+
+    /// The clock of the thread's latest event (its own entry included). Empty once the
+    /// builder outgrew its budget.
+    pub fn clock(&mut self, thread: usize) -> &VectorClock {
+        self.own(thread)
+    }
+
+    /// False once the clocks outgrew their budget and were dropped.
+    pub fn complete(&self) -> bool {
+        !self.overflowed
     }
 
     /// A memory write (or atomic store) to `addr`.
@@ -172,13 +201,21 @@ impl HbBuilder {
             return;
         }
         let clock = self.own(thread).clone();
-        self.charge(clock.entries().len());
-        self.channels
-            .entry(channel)
-            .and_modify(|c| {
-                c.join(&clock);
-            })
-            .or_insert(clock);
+        if self.snapshots {
+            self.charge(clock.entries().len());
+        }
+        let grown = match self.channels.entry(channel) {
+            std::collections::hash_map::Entry::Occupied(mut e) => {
+                let before = e.get().entries().len();
+                e.get_mut().join(&clock);
+                e.get().entries().len() - before
+            }
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(clock).entries().len(),
+        };
+        if !self.snapshots {
+            // Only what the channels hold: a send into a known channel costs nothing new.
+            self.charge(grown);
+        }
     }
 
     /// Joins what was published on `channel` into the thread's clock.
@@ -219,6 +256,9 @@ impl HbBuilder {
     }
 
     fn record(&mut self, thread: usize, pos: u32) {
+        if !self.snapshots {
+            return;
+        }
         self.charge(self.current[thread].entries().len());
         if self.overflowed {
             return;
@@ -325,8 +365,30 @@ impl HbPass {
         }
     }
 
+    /// A pass that keeps only the current clocks (see [`HbBuilder::streaming`]): for a race
+    /// pass that reads [`HbPass::clock`] at each access, in memory independent of trace length.
+    /// Reads-from needs the stored clocks, so `edges` must not ask for it.
+    pub fn streaming(threads: usize, edges: EdgeKinds) -> Self {
+        assert!(
+            !edges.contains(EdgeKinds::READS_FROM),
+            "a streaming happens-before cannot follow reads-from"
+        );
+        Self::with_builder(HbBuilder::streaming(threads), edges)
+    }
+
     pub fn edges(&self) -> EdgeKinds {
         self.edges
+    }
+
+    /// The clock of the thread's latest handled event, own entry included: what happens before
+    /// it (as prefix lengths per thread).
+    pub fn clock(&mut self, thread: u32) -> &VectorClock {
+        self.builder.clock(thread as usize)
+    }
+
+    /// False once the clocks outgrew their budget: nothing may then be concluded from them.
+    pub fn complete(&self) -> bool {
+        self.builder.complete()
     }
 
     /// Lock edges: an acquisition joins the releases it must follow (a re-entry of a held lock
@@ -640,5 +702,70 @@ mod tests {
         let hb = clocks(b, RACES);
         assert!(hb.happens_before(1, 3, 2, 2), "the wait released m");
         assert!(hb.happens_before(2, 3, 1, 4), "the wait re-took m");
+    }
+
+    /// Reads a thread's clock as a race pass would: right after the happens-before pass
+    /// handled the event.
+    struct Probe {
+        hb: HbPass,
+        at: (u32, u32),
+        clock: Option<VectorClock>,
+    }
+
+    impl Pass for Probe {
+        type Output = (Option<VectorClock>, bool);
+        fn handle(&mut self, ev: &StreamEvent) {
+            self.hb.handle(ev);
+            if (ev.thread, ev.pos) == self.at {
+                self.clock = Some(self.hb.clock(ev.thread).clone());
+            }
+        }
+        fn finish(self) -> Self::Output {
+            (self.clock, self.hb.complete())
+        }
+    }
+
+    fn probe(b: TraceBuilder, hb: HbPass, at: (u32, u32)) -> (Option<VectorClock>, bool) {
+        let trace = Trace::from_bytes("t.trace", b.finish()).expect("trace reads");
+        let mut pass = Probe {
+            hb,
+            at,
+            clock: None,
+        };
+        Stream::of_trace(&trace).drive(
+            trace.merged().map(|m| (m.thread, m.index, m.event.kind)),
+            &mut pass,
+            &mut |_| {},
+        );
+        pass.finish()
+    }
+
+    #[test]
+    fn a_streaming_pass_reads_current_clocks_in_memory_that_does_not_grow_with_the_trace() {
+        // 200 hand-offs of one lock between two threads, then a probe of t1's last event.
+        let build = || {
+            let (mut b, [_, t1, t2], s) = three_threads();
+            let m = b.mutex("m");
+            for _ in 0..100 {
+                b.lock(t1, m, s);
+                b.unlock(t1, m, s);
+                b.lock(t2, m, s);
+                b.unlock(t2, m, s);
+            }
+            b.lock(t1, m, s); // t1: 301 request, 302 acquired
+            b
+        };
+        let streaming =
+            HbPass::with_builder(HbBuilder::with_budget(3, 64).without_snapshots(), RACES);
+        let (clock, complete) = probe(build(), streaming, (1, 302));
+        assert!(complete, "a send into a known channel stores nothing new");
+        assert_eq!(
+            clock.expect("probed").get(2),
+            301,
+            "t2's last release, at 300"
+        );
+        // Stored clocks grow with every receive and send: the same budget runs out.
+        let stored = HbPass::with_builder(HbBuilder::with_budget(3, 64), RACES);
+        assert!(!probe(build(), stored, (1, 302)).1);
     }
 }
