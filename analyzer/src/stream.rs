@@ -13,10 +13,15 @@
 //! created or joined thread, the generation of a barrier arrival, what an atomic access orders.
 //! [`Op`] is a plain `Copy` value; converting costs one match per event, lost in the merge.
 //!
+//! The one thing known ahead is the generation of a barrier arrival (that of the thread's next
+//! departure): read from the thread's next events in a decoded trace, or scanned per thread
+//! before the walk ([`BarrierGenerations`]) by a reader that keeps only a chunk per thread.
+//!
 //! Invariants: events reach a pass in the merged order (keys non-decreasing, ties by thread and
 //! position), `seq` counts every event of the stream (also those of threads the trace does not
 //! list, which are skipped), and positions are those of the thread's own event list.
 
+use std::cell::OnceCell;
 use std::collections::HashMap;
 
 use foresight_trace::event::{AtomicOp, EventKind, LockMode, MemoryOrder, WaitOutcome};
@@ -252,22 +257,39 @@ impl<A: Pass, B: Pass> Pass for (A, B) {
     }
 }
 
-/// What the driver knows before the events: the threads (their dense order) and, per barrier
-/// arrival, the generation it belongs to.
-pub struct Stream {
+/// What the driver knows before the events: the threads (their dense order) and where the
+/// generation of a barrier arrival comes from.
+pub struct Stream<'t> {
     threads: ThreadIndex,
-    lookahead: BarrierGenerations,
+    lookahead: Lookahead<'t>,
 }
 
-impl Stream {
+/// Where the generation of a barrier arrival comes from.
+enum Lookahead<'t> {
+    /// Scanned before the walk, by a reader that does not hold the trace.
+    Scanned(BarrierGenerations),
+    /// Read from the decoded trace: the thread's next events after the arrival (its departure
+    /// is normally the very next one), at most [`LOOKAHEAD`] of them; past that, the thread is
+    /// scanned once and for all, so a hostile trace costs at most one more pass.
+    Decoded {
+        trace: &'t Trace,
+        scanned: Vec<OnceCell<BarrierGenerations>>,
+    },
+}
+
+/// Events looked at after a barrier arrival before the thread is scanned whole.
+const LOOKAHEAD: usize = 64;
+
+impl<'t> Stream<'t> {
     /// A stream over a decoded trace (threads in the trace's order).
-    pub fn of_trace(trace: &Trace) -> Stream {
-        let threads = ThreadIndex::new(trace.threads.iter().map(|t| t.thread));
-        let mut lookahead = BarrierGenerations::default();
-        for (t, th) in trace.threads.iter().enumerate() {
-            lookahead.scan_thread(t as u32, th.events.iter().map(|e| &e.kind));
+    pub fn of_trace(trace: &'t Trace) -> Self {
+        Stream {
+            threads: ThreadIndex::new(trace.threads.iter().map(|t| t.thread)),
+            lookahead: Lookahead::Decoded {
+                trace,
+                scanned: trace.threads.iter().map(|_| OnceCell::new()).collect(),
+            },
         }
-        Stream { threads, lookahead }
     }
 
     /// A stream over threads given in dense order, with the barrier generations already
@@ -278,8 +300,39 @@ impl Stream {
     ) -> Self {
         Stream {
             threads: ThreadIndex::new(thread_ids),
-            lookahead,
+            lookahead: Lookahead::Scanned(lookahead),
         }
+    }
+
+    /// The generation of the arrival at `barrier`, event `pos` of `thread`.
+    fn arrival_generation(&self, thread: u32, pos: u32, barrier: ObjectId) -> Option<u64> {
+        let (trace, scanned) = match &self.lookahead {
+            Lookahead::Scanned(g) => return g.generation(thread, pos),
+            Lookahead::Decoded { trace, scanned } => (trace, scanned),
+        };
+        let events = &trace.threads.get(thread as usize)?.events;
+        let next = events.get(pos as usize + 1..).unwrap_or_default();
+        for ev in next.iter().take(LOOKAHEAD) {
+            match ev.kind {
+                EventKind::BarrierWaitEnd {
+                    barrier: b,
+                    generation,
+                    ..
+                } if b == barrier => return Some(generation),
+                EventKind::BarrierWaitBegin { barrier: b, .. } if b == barrier => return None,
+                _ => {}
+            }
+        }
+        if next.len() <= LOOKAHEAD {
+            return None;
+        }
+        scanned[thread as usize]
+            .get_or_init(|| {
+                let mut g = BarrierGenerations::default();
+                g.scan_thread(thread, events.iter().map(|e| &e.kind));
+                g
+            })
+            .generation(thread, pos)
     }
 
     /// The dense index of a trace thread id.
@@ -398,7 +451,7 @@ impl Stream {
             EventKind::BarrierWaitBegin { barrier, site } => Op::BarrierArrive {
                 barrier,
                 site,
-                generation: self.lookahead.generation(thread, pos),
+                generation: self.arrival_generation(thread, pos, barrier),
             },
             EventKind::BarrierWaitEnd {
                 barrier,
@@ -495,8 +548,9 @@ fn atomic_access(
 }
 
 /// Which generation each barrier arrival belongs to: the generation of the thread's next
-/// departure from that barrier (an arrival publishes to its generation before any departure of
-/// it, so this is the one thing the stream must know ahead). Scanned per thread, forward.
+/// departure from that barrier, unless the thread arrives there again first (an arrival
+/// publishes to its generation before any departure of it, so this is the one thing the stream
+/// must know ahead). Scanned per thread, forward.
 #[derive(Debug, Default)]
 pub struct BarrierGenerations {
     generation: HashMap<(u32, u32), u64>,
@@ -615,5 +669,54 @@ mod tests {
         assert!(a.loads && !a.stores && a.acquire && !a.release);
         let a = atomic_access(AtomicOp::Store, 8, 4, MemoryOrder::Release, 0);
         assert!(!a.loads && a.stores && !a.acquire && a.release);
+    }
+
+    #[test]
+    fn a_decoded_trace_finds_arrival_generations_near_and_far_as_the_scan_does() {
+        use foresight_trace::builder::TraceBuilder;
+        use foresight_trace::tables::ObjectKind;
+        let mut b = TraceBuilder::new("t");
+        let main = b.main_thread();
+        let s = b.site("f", "t.c", 1);
+        let t = b.spawn(main, s, "t");
+        let (b1, b2) = (
+            b.object(ObjectKind::Barrier, "b1"),
+            b.object(ObjectKind::Barrier, "b2"),
+        );
+        let arrive = |barrier| EventKind::BarrierWaitBegin { barrier, site: s };
+        let depart = |barrier, generation| EventKind::BarrierWaitEnd {
+            barrier,
+            generation,
+            serial: false,
+        };
+        let filler = |b: &mut TraceBuilder| {
+            for i in 0..2 * LOOKAHEAD as u64 {
+                b.read(t, 0x100 + i, 4, s);
+            }
+        };
+        b.event(t, arrive(b1)); // 1: the next event departs
+        b.event(t, depart(b1, 0));
+        b.event(t, arrive(b1)); // 3: departs far later
+        filler(&mut b);
+        b.event(t, depart(b1, 1));
+        b.event(t, arrive(b2)); // far, then arrives again first: none
+        filler(&mut b);
+        b.event(t, arrive(b2));
+        b.event(t, depart(b2, 5));
+        b.event(t, arrive(b1)); // never departs
+        filler(&mut b);
+        let trace = Trace::from_bytes("t.trace", b.finish()).expect("trace reads");
+        let stream = Stream::of_trace(&trace);
+        let mut scanned = BarrierGenerations::default();
+        scanned.scan_thread(1, trace.threads[1].events.iter().map(|e| &e.kind));
+        let mut found = Vec::new();
+        for (pos, e) in trace.threads[1].events.iter().enumerate() {
+            if let EventKind::BarrierWaitBegin { barrier, .. } = e.kind {
+                let g = stream.arrival_generation(1, pos as u32, barrier);
+                assert_eq!(g, scanned.generation(1, pos as u32), "arrival at {pos}");
+                found.push(g);
+            }
+        }
+        assert_eq!(found, [Some(0), Some(1), None, Some(5), None]);
     }
 }
