@@ -719,4 +719,44 @@ mod tests {
         }
         assert_eq!(found, [Some(0), Some(1), None, Some(5), None]);
     }
+
+    #[test]
+    fn passes_side_by_side_see_every_event_once_in_merged_order() {
+        use foresight_trace::builder::TraceBuilder;
+        /// Collects (thread, position, seq) of what it is fed.
+        struct Seen(Vec<(u32, u32, u64)>);
+        impl Pass for Seen {
+            type Output = Vec<(u32, u32, u64)>;
+            fn handle(&mut self, ev: &StreamEvent) {
+                self.0.push((ev.thread, ev.pos, ev.seq));
+            }
+            fn finish(self) -> Self::Output {
+                self.0
+            }
+        }
+        let mut b = TraceBuilder::new("t");
+        let main = b.main_thread();
+        let s = b.site("f", "t.c", 1);
+        let m = b.mutex("m");
+        let t = b.spawn(main, s, "t");
+        b.lock(t, m, s);
+        b.unlock(t, m, s);
+        b.join(main, t, s);
+        let trace = Trace::from_bytes("t.trace", b.finish()).expect("trace reads");
+        let mut both = (Seen(Vec::new()), Seen(Vec::new()));
+        let read = Stream::of_trace(&trace).drive(
+            trace.merged().map(|m| (m.thread, m.index, m.event.kind)),
+            &mut both,
+            &mut |_| {},
+        );
+        let (a, b) = both.finish();
+        assert_eq!(read, trace.event_count());
+        assert_eq!(a, b);
+        let merged: Vec<(u32, u32, u64)> = trace
+            .merged()
+            .enumerate()
+            .map(|(seq, m)| (m.thread, m.index as u32, seq as u64))
+            .collect();
+        assert_eq!(a, merged, "thread ids 0 and 1 are their own dense indices");
+    }
 }
