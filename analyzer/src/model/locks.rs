@@ -21,6 +21,43 @@ use super::annotations::Annotations;
 use super::{AcquireHow, Acquisition, IndexMap, LockModel, Mode, RankViolation, ReadRecursion};
 use crate::stream::{Op, StreamEvent};
 
+/// Lock object id → dense lock index, looked up at every lock operation. The recorder numbers
+/// objects from 0, so small ids (almost all) are a table lookup; larger ones go to a map, so
+/// that a hostile trace's huge ids cost no huge table.
+#[derive(Default)]
+struct LockIndex {
+    small: Vec<u32>,
+    large: HashMap<ObjectId, u32>,
+}
+
+impl LockIndex {
+    const NONE: u32 = u32::MAX;
+    /// Ids below this are kept in the table (4 MiB at most).
+    const TABLE: ObjectId = 1 << 20;
+
+    #[inline]
+    fn get(&self, object: ObjectId) -> Option<u32> {
+        match self.small.get(object as usize) {
+            Some(&l) if l != Self::NONE => Some(l),
+            Some(_) => None,
+            None if object < Self::TABLE => None,
+            None => self.large.get(&object).copied(),
+        }
+    }
+
+    fn insert(&mut self, object: ObjectId, lock: u32) {
+        if object < Self::TABLE {
+            let i = object as usize;
+            if self.small.len() <= i {
+                self.small.resize(i + 1, Self::NONE);
+            }
+            self.small[i] = lock;
+        } else {
+            self.large.insert(object, lock);
+        }
+    }
+}
+
 struct HeldEntry {
     lock: u32,
     acq: u32,
@@ -33,7 +70,7 @@ struct HeldEntry {
 /// The lock-section visitor's state; [`finish`](LockSections::finish) hands it to the `Run`.
 pub(super) struct LockSections<'t> {
     tables: &'t Tables,
-    index: HashMap<ObjectId, u32>,
+    index: LockIndex,
     pub locks: Vec<LockModel>,
     /// Per lock: the threads that acquire it.
     pub lock_threads: Vec<Vec<u32>>,
@@ -57,7 +94,7 @@ impl<'t> LockSections<'t> {
     pub fn new(tables: &'t Tables, threads: usize) -> Self {
         LockSections {
             tables,
-            index: HashMap::new(),
+            index: LockIndex::default(),
             locks: Vec::new(),
             lock_threads: Vec::new(),
             acquisitions: Vec::new(),
@@ -76,7 +113,7 @@ impl<'t> LockSections<'t> {
 
     /// The dense index of a lock object already seen.
     pub fn index(&self, object: ObjectId) -> Option<u32> {
-        self.index.get(&object).copied()
+        self.index.get(object)
     }
 
     #[inline]
@@ -314,5 +351,25 @@ fn higher_rank(a: Option<(u32, u32)>, b: Option<(u32, u32)>) -> Option<(u32, u32
         (Some(x), Some(y)) => Some(if y.0 >= x.0 { y } else { x }),
         (x, None) => x,
         (None, y) => y,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_ids_small_and_huge_find_their_index() {
+        let mut ix = LockIndex::default();
+        ix.insert(3, 0);
+        ix.insert(LockIndex::TABLE + 5, 1);
+        ix.insert(u32::MAX, 2);
+        assert_eq!(ix.get(3), Some(0));
+        assert_eq!(ix.get(LockIndex::TABLE + 5), Some(1));
+        assert_eq!(ix.get(u32::MAX), Some(2));
+        assert_eq!(ix.get(2), None, "a gap in the table");
+        assert_eq!(ix.get(1000), None, "past the table's end, below its bound");
+        assert_eq!(ix.get(LockIndex::TABLE), None);
+        assert!(ix.small.len() <= 4, "huge ids take no room in the table");
     }
 }
