@@ -380,10 +380,18 @@ pub fn symbolize_in_place(
     };
 
     // The static data the accesses touched, by module (the event pass).
-    let touched = if opts.data {
+    let collected = if opts.data {
         let started = Instant::now();
-        let t = touched::collect(path)?;
+        let t = touched::collect(path);
         summary.data_pass_time = started.elapsed();
+        // The trace was read once already: a failure now (the file changed) costs only the
+        // data's names.
+        t.map_err(|e| summary.notes.push(format!("static data not named: {e}")))
+            .ok()
+    } else {
+        None
+    };
+    let touched = if let Some(t) = collected {
         summary.data_accesses = t.accesses;
         summary.data_granules = t.granules;
         if t.overflowed > 0 {

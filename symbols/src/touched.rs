@@ -54,9 +54,11 @@ impl PageSet {
             let first_bit = (g & ((1 << per_page) - 1)) as usize;
             let page_last = ((page + 1) << per_page) - 1;
             let last_bit = (last.min(page_last) - (page << per_page)) as usize;
-            let bits = self.page(page);
-            if let Some(bits) = bits {
-                set_bits(bits, first_bit, last_bit);
+            match self.page(page) {
+                Some(bits) => set_bits(bits, first_bit, last_bit),
+                // The set is full: the rest of a long range (a hostile trace may give every
+                // access 4 GiB) would only count more pages that are not kept.
+                None => return,
             }
             if last <= page_last {
                 return;
@@ -198,7 +200,7 @@ fn images(tables: &Tables) -> Vec<(u64, u64)> {
 }
 
 /// Reads every thread's events of the trace at `path` and collects the static data their
-/// memory accesses touched.
+/// memory accesses touched. Damaged chunks cost only their events (the stream skips them).
 pub(crate) fn collect(path: &Path) -> Result<Touched, TraceError> {
     let stream = TraceStream::open(path)?;
     let images = images(stream.tables());

@@ -434,3 +434,67 @@ fn a_missing_module_costs_its_names_and_a_warning() {
         "the library was read"
     );
 }
+
+#[test]
+fn a_hostile_trace_costs_bounded_work_and_says_what_it_left_out() {
+    // A module that claims half the address space, and accesses of 4 GiB each: the pass keeps
+    // its cap of pages, notes the rest, and the missing module costs a warning.
+    let dir = std::env::temp_dir().join(format!("foresight-data-hostile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let header = Header {
+        producer: "data test".into(),
+        pid: 1,
+        parent_pid: 0,
+        command: vec![],
+        start_unix_ns: 0,
+        ordering: Ordering::Logical,
+        pointer_width: 8,
+        stack_depth: 1,
+    };
+    let mut w = TraceWriter::new(Vec::new(), &header).unwrap();
+    for r in [
+        TableRecord::String(StringEntry {
+            id: 0,
+            text: dir.join("no-such-module").display().to_string(),
+        }),
+        TableRecord::Module(ModuleInfo {
+            id: 0,
+            path: 0,
+            build_id: vec![],
+            base: 0x1000,
+            size: u64::MAX / 2,
+        }),
+        TableRecord::Thread(ThreadInfo {
+            id: 0,
+            os_tid: 1,
+            parent: None,
+            name: None,
+        }),
+    ] {
+        w.table(&r).unwrap();
+    }
+    let events: Vec<Event> = (0..2000u64)
+        .map(|i| Event {
+            key: 1,
+            kind: EventKind::Write {
+                addr: 0x1000 + (i << 33),
+                size: u32::MAX,
+                site: 0,
+            },
+        })
+        .collect();
+    w.thread_events(0, &events, 1 << 16).unwrap();
+    let path = dir.join("hostile.trace");
+    std::fs::write(&path, w.abandon().unwrap()).unwrap();
+    let s = symbolize_in_place(&path, &opts()).unwrap();
+    assert_eq!(s.data_accesses, 2000);
+    assert_eq!(
+        s.data_granules,
+        (1 << 18) * 512,
+        "the cap of pages, all full"
+    );
+    let w = s.warnings().join("\n");
+    assert!(w.contains("pages of static data"), "{w}");
+    assert!(w.contains("no-such-module"), "{w}");
+    assert_eq!(s.bytes_appended, 0);
+}
