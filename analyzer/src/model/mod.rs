@@ -15,6 +15,9 @@
 //!   and monitor locks;
 //! - `waits.rs`: blocking waits entered while holding locks (it reads the held stacks);
 //! - `senders.rs`: signals, posts, barrier arrivals, semaphore takes and initial values.
+//!
+//! [`drive_run`] runs the race pass (`races/`) beside the model in the same walk, and keeps
+//! what it found in [`Run::races`].
 
 use std::collections::HashMap;
 
@@ -24,6 +27,7 @@ use foresight_trace::tables::{ClassKey, ObjectKind};
 use foresight_trace::Trace;
 
 use crate::hb::{EdgeKinds, HappensBefore, HbPass};
+use crate::races::{RaceOutput, RacePass};
 use crate::stream::{Pass, Stream, StreamEvent};
 
 mod annotations;
@@ -223,6 +227,8 @@ pub struct Run {
     /// Names of the objects that are not locks (barriers, conditions, semaphores), for reports.
     pub object_names: HashMap<ObjectId, String>,
     pub events: u64,
+    /// What the happens-before race pass found (`races/`), read in the same walk.
+    pub races: RaceOutput,
 }
 
 impl Run {
@@ -285,13 +291,36 @@ pub type IndexMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<IndexHashe
 /// Converts a decoded trace. `progress` is called now and then with the events done.
 pub fn build_run(trace: &Trace, progress: &mut dyn FnMut(u64)) -> Run {
     let stream = Stream::of_trace(trace);
-    let mut pass = ModelPass::for_trace(trace);
-    stream.drive(
+    let model = ModelPass::for_trace(trace);
+    drive_run(
+        &stream,
+        model,
         trace.merged().map(|m| (m.thread, m.index, m.event.kind)),
-        &mut pass,
         progress,
-    );
-    pass.finish()
+    )
+}
+
+/// Reads a trace's events once into its model and its race findings: the deadlock model
+/// ([`ModelPass`]) and the happens-before race pass ([`RacePass`]) side by side in one walk.
+pub fn drive_run(
+    stream: &Stream<'_>,
+    model: ModelPass<'_>,
+    events: impl IntoIterator<
+        Item = (
+            foresight_trace::ThreadId,
+            usize,
+            foresight_trace::event::EventKind,
+        ),
+    >,
+    progress: &mut dyn FnMut(u64),
+) -> Run {
+    let races = RacePass::new(model.threads.len());
+    let mut passes = (model, races);
+    let read = stream.drive(events, &mut passes, progress);
+    let (mut run, races) = passes.finish();
+    run.events = read;
+    run.races = races;
+    run
 }
 
 /// The deadlock model of one trace as a [`Pass`]: its visitors, fed in an order that lets each
@@ -404,6 +433,7 @@ impl Pass for ModelPass<'_> {
                 .map(|o| (o.id, tables.describe_object(o.id)))
                 .collect(),
             events: self.events,
+            races: RaceOutput::default(),
         }
     }
 }
