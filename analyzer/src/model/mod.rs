@@ -314,7 +314,7 @@ pub fn drive_run(
     >,
     progress: &mut dyn FnMut(u64),
 ) -> Run {
-    let races = RacePass::new(model.threads.len());
+    let races = RacePass::new(model.threads.len(), Some(model.tables));
     let mut passes = (model, races);
     let read = stream.drive(events, &mut passes, progress);
     let (mut run, races) = passes.finish();

@@ -32,6 +32,7 @@ pub mod shadow;
 
 use std::collections::{BTreeMap, HashMap};
 
+use foresight_trace::reader::Tables;
 use foresight_trace::SiteId;
 
 use crate::closure::{closure_before, Budget, PatternEvent};
@@ -39,7 +40,8 @@ use crate::describe;
 use crate::hb::{EdgeKinds, HbPass};
 use crate::model::{Mode, Run};
 use crate::report::{
-    AccessReport, BlockReport, Detail, Finding, FindingLocation, Kind, RaceReport, Verdict,
+    AccessReport, BlockReport, Detail, Finding, FindingLocation, Kind, RaceReport, VariableReport,
+    Verdict,
 };
 use crate::stream::{Op, Pass, StreamEvent};
 
@@ -59,11 +61,21 @@ pub struct Block {
 }
 
 /// One access of a race, as found.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct RaceAccess {
     pub access: ShadowAccess,
     /// The heap block holding the access, if any.
     pub block: Option<Block>,
+    /// The static variable (and element) holding the access, when the trace names it.
+    pub variable: Option<Variable>,
+}
+
+/// A static variable, as the trace's data records name it (`counters[3]`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Variable {
+    pub name: String,
+    pub file: Option<String>,
+    pub line: u32,
 }
 
 /// The two accesses of one pair: the earlier one in the trace first.
@@ -95,7 +107,9 @@ fn pair_key(a: &ShadowAccess, b: &ShadowAccess) -> PairKey {
 /// The happens-before race pass: reads the merged stream once, in memory proportional to the
 /// threads, the synchronisation objects, the live shared granules and the pairs of sites found
 /// (never to the trace's length).
-pub struct RacePass {
+pub struct RacePass<'t> {
+    /// The trace's tables, to name the variables of the pairs found.
+    tables: Option<&'t Tables>,
     /// C11 happens-before (locks in), and the synchronisation no reordering may change (locks
     /// out): a pair ordered by the first but not the second is a candidate for prediction.
     with_locks: HbPass,
@@ -130,9 +144,11 @@ pub struct RaceOutput {
     pub complete: bool,
 }
 
-impl RacePass {
-    pub fn new(threads: usize) -> Self {
+impl<'t> RacePass<'t> {
+    /// A pass over `threads` threads; `tables` names the variables of what it finds.
+    pub fn new(threads: usize, tables: Option<&'t Tables>) -> Self {
         RacePass {
+            tables,
             with_locks: HbPass::streaming(threads, EdgeKinds::SYNC | EdgeKinds::LOCK),
             without_locks: HbPass::streaming(threads, EdgeKinds::SYNC),
             shadow: Shadow::new(),
@@ -184,6 +200,26 @@ impl RacePass {
         (addr - b.addr < b.size.max(1)).then_some(*b)
     }
 
+    fn pair(&self, earlier: ShadowAccess, later: ShadowAccess) -> Pair {
+        [self.describe(earlier), self.describe(later)]
+    }
+
+    fn describe(&self, access: ShadowAccess) -> RaceAccess {
+        let variable = self.tables.and_then(|t| {
+            let s = t.data_symbol(access.addr, u64::from(access.size))?;
+            Some(Variable {
+                name: s.name,
+                file: s.file.map(str::to_string),
+                line: s.line,
+            })
+        });
+        RaceAccess {
+            access,
+            block: self.block_of(access.addr),
+            variable,
+        }
+    }
+
     fn access(&mut self, ev: &StreamEvent, addr: u64, size: u32, site: SiteId, kind: AccessKind) {
         self.accesses += 1;
         let t = ev.thread;
@@ -218,43 +254,36 @@ impl RacePass {
         );
         self.peak_granules = self.peak_granules.max(self.shadow.granules());
         for (earlier, verdict) in found {
-            let pair = [
-                RaceAccess {
-                    access: earlier,
-                    block: self.block_of(earlier.addr),
-                },
-                RaceAccess {
-                    access,
-                    block: self.block_of(access.addr),
-                },
-            ];
             let key = pair_key(&earlier, &access);
+            // Only a pair's first instances are described: the rest are counted.
             match verdict {
                 Conflict::Unordered => {
-                    self.races
-                        .entry(key)
-                        .and_modify(|r| r.count += 1)
-                        .or_insert(SitePair {
-                            first: pair,
-                            count: 1,
-                        });
+                    if let Some(r) = self.races.get_mut(&key) {
+                        r.count += 1;
+                        continue;
+                    }
+                    let first = self.pair(earlier, access);
+                    self.races.insert(key, SitePair { first, count: 1 });
                 }
                 Conflict::Candidate => {
+                    let keep = self
+                        .candidates
+                        .get(&key)
+                        .is_none_or(|c| c.instances.len() < MAX_INSTANCES);
+                    let pair = keep.then(|| self.pair(earlier, access));
                     let c = self.candidates.entry(key).or_insert(Candidates {
                         instances: Vec::new(),
                         count: 0,
                     });
                     c.count += 1;
-                    if c.instances.len() < MAX_INSTANCES {
-                        c.instances.push(pair);
-                    }
+                    c.instances.extend(pair);
                 }
             }
         }
     }
 }
 
-impl Pass for RacePass {
+impl Pass for RacePass<'_> {
     type Output = RaceOutput;
 
     fn handle(&mut self, ev: &StreamEvent) {
@@ -484,6 +513,9 @@ fn verb(kind: AccessKind) -> &'static str {
 }
 
 fn describe_address(a: &RaceAccess) -> String {
+    if let Some(v) = &a.variable {
+        return format!("{} ({} bytes)", v.name, a.access.size);
+    }
     match a.block {
         Some(b) => format!(
             "{} bytes at offset {} of a {}-byte heap block",
@@ -546,12 +578,14 @@ fn finding(
         allocated_at: describe::site(run, blk.site),
         thread: run.thread_label(blk.thread),
     });
-    let what = match &block {
-        Some(b) => format!(
+    let variable = a.variable.as_ref().or(b.variable.as_ref());
+    let what = match (variable, &block) {
+        (Some(v), _) => format!("`{}`", v.name),
+        (None, Some(b)) => format!(
             "offset {} of a {}-byte heap block allocated at {}",
             b.offset, b.size, b.allocated_at.location
         ),
-        None => format!("{:#x}", a.access.addr),
+        (None, None) => format!("{:#x}", a.access.addr),
     };
     let side = |x: &RaceAccess| {
         format!(
@@ -587,6 +621,11 @@ fn finding(
         locations,
         detail: Detail::Race(Box::new(RaceReport {
             address: format!("{:#x}", a.access.addr),
+            variable: variable.map(|v| VariableReport {
+                name: v.name.clone(),
+                file: v.file.clone(),
+                line: (v.line > 0).then_some(v.line),
+            }),
             block,
             accesses: [access_report(run, out, a), access_report(run, out, b)],
         })),

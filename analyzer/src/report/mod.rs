@@ -379,6 +379,8 @@ pub struct WitnessThread {
 pub struct RaceReport {
     /// Where the earlier access starts.
     pub address: String,
+    /// The static variable and element (`counters[3]`), when the trace's symbols name it.
+    pub variable: Option<VariableReport>,
     /// The heap block the memory belongs to, when it is heap memory.
     pub block: Option<BlockReport>,
     pub accesses: [AccessReport; 2],
@@ -407,4 +409,13 @@ pub struct AccessReport {
     pub site: SiteReport,
     /// The locks the thread held (`name (read)` for the read side of an rwlock).
     pub locks_held: Vec<String>,
+}
+
+/// A static variable, and where it is declared.
+#[derive(Clone, Debug, Serialize)]
+pub struct VariableReport {
+    /// With the path to the element accessed: `counters[3]`, `cfg.limits.max`.
+    pub name: String,
+    pub file: Option<String>,
+    pub line: Option<u32>,
 }

@@ -158,7 +158,14 @@ fn finding(out: &mut impl Write, f: &Finding) -> std::io::Result<()> {
         }
         Detail::RankViolation { edge: e, .. } => edge(out, 1, e)?,
         Detail::Race(r) => {
-            if let Some(b) = &r.block {
+            if let Some(v) = &r.variable {
+                match (&v.file, v.line) {
+                    (Some(f), Some(l)) => {
+                        writeln!(out, "  memory: `{}` (declared at {f}:{l})", v.name)?
+                    }
+                    _ => writeln!(out, "  memory: `{}`", v.name)?,
+                }
+            } else if let Some(b) = &r.block {
                 writeln!(
                     out,
                     "  memory: offset {} of a {}-byte heap block allocated by {} at {}",
