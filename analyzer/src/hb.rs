@@ -16,6 +16,7 @@
 
 use std::collections::HashMap;
 
+use crate::addr_map::AddrMap;
 use crate::model::Mode;
 use crate::stream::{Op, Pass, StreamEvent};
 use crate::vector_clock::VectorClock;
@@ -100,8 +101,8 @@ pub struct HbBuilder {
     /// Whether receives are stored (the clocks of the whole trace, which the closure walks) or
     /// only the current clocks are kept (a streaming pass reads them as it goes).
     snapshots: bool,
-    /// The last write to each address: (thread, position).
-    last_write: HashMap<u64, (usize, u32)>,
+    /// The last write to each 8-byte granule: (thread, position).
+    last_write: AddrMap<(u32, u32)>,
 }
 
 impl HbBuilder {
@@ -121,7 +122,7 @@ impl HbBuilder {
             channels: HashMap::new(),
             receives: vec![Vec::new(); threads],
             snapshots: true,
-            last_write: HashMap::new(),
+            last_write: AddrMap::default(),
         }
     }
 
@@ -157,7 +158,7 @@ impl HbBuilder {
             return;
         }
         for g in granules(addr, size) {
-            self.last_write.insert(g, (thread, pos));
+            self.last_write.insert(g, (thread as u32, pos));
         }
     }
 
@@ -180,6 +181,7 @@ impl HbBuilder {
         let Some(&(writer, at)) = self.last_write.get(&granule) else {
             return;
         };
+        let writer = writer as usize;
         if writer == thread || self.current[thread].get(writer) > at {
             return;
         }
@@ -299,7 +301,7 @@ impl HbBuilder {
             self.receives = vec![Vec::new(); self.receives.len()];
             self.channels = HashMap::new();
             self.current = vec![VectorClock::default(); self.current.len()];
-            self.last_write = HashMap::new();
+            self.last_write = AddrMap::default();
         }
     }
 
@@ -450,6 +452,14 @@ impl HbPass {
         self.builder.clock(thread as usize)
     }
 
+    /// What the thread knows of the *other* threads (its own entry may lag behind): enough to
+    /// ask whether another thread's event happens before the thread's latest one, without
+    /// the write [`HbPass::clock`] makes.
+    #[inline]
+    pub fn knows(&self, thread: u32) -> &VectorClock {
+        &self.builder.current[thread as usize]
+    }
+
     /// False once the clocks outgrew their budget: nothing may then be concluded from them.
     pub fn complete(&self) -> bool {
         self.builder.complete()
@@ -498,6 +508,12 @@ impl Pass for HbPass {
     #[inline]
     fn handle(&mut self, ev: &StreamEvent) {
         let (t, pos) = (ev.thread as usize, ev.pos);
+        // Plain accesses and allocations order nothing unless reads-from is asked for: most of
+        // an instrumented trace, skipped at once. (The thread's own entry then lags until its
+        // next synchronisation event, which steps it before it sends.)
+        if !self.edges.contains(EdgeKinds::READS_FROM) && ev.op.is_plain_memory() {
+            return;
+        }
         let create_join = self.edges.contains(EdgeKinds::CREATE_JOIN);
         let b = &mut self.builder;
         b.step(t, pos);

@@ -11,6 +11,7 @@
 //! making its own findings — [`analysis`] runs them and assembles the [`report`], which renders
 //! them.
 
+mod addr_map;
 pub mod analysis;
 pub mod baseline;
 pub mod cli;

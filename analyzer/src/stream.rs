@@ -236,6 +236,17 @@ pub enum Op {
     },
 }
 
+impl Op {
+    /// A plain read or write, or an allocation or free: memory that synchronises nothing.
+    #[inline]
+    pub fn is_plain_memory(&self) -> bool {
+        matches!(
+            self,
+            Op::Read { .. } | Op::Write { .. } | Op::Alloc { .. } | Op::Free { .. }
+        )
+    }
+}
+
 /// An analysis concern that reads the merged stream: it owns its state, sees every event once
 /// in merged order, and is finished into its result.
 pub trait Pass {

@@ -385,6 +385,10 @@ impl Pass for ModelPass<'_> {
     #[inline]
     fn handle(&mut self, ev: &StreamEvent) {
         self.hb.handle(ev);
+        // Memory matters to the model only through the clocks' reads-from.
+        if ev.op.is_plain_memory() {
+            return;
+        }
         self.annotations.handle(ev, &mut self.locks);
         self.locks.handle(ev, &self.annotations);
         self.waits.handle(ev, &mut self.locks);

@@ -12,8 +12,7 @@
 //! Bytes are tracked within a granule by a mask, so that two threads writing neighbouring bytes
 //! of one word (two `char` fields of a struct) do not race.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasher, Hasher};
+use crate::addr_map::AddrMap;
 
 /// How many entries a granule keeps.
 pub const CELL_CAPACITY: usize = 16;
@@ -81,57 +80,6 @@ struct Cell {
     entries: Vec<Entry>,
 }
 
-/// A keyed multiply-xorshift hash of an address. Addresses come from an untrusted trace, so the
-/// key is drawn per shadow: a trace cannot be crafted to collide every granule.
-#[derive(Clone, Copy, Debug)]
-pub struct AddrHasherBuilder {
-    key: u64,
-}
-
-impl AddrHasherBuilder {
-    pub fn new() -> Self {
-        let key = std::collections::hash_map::RandomState::new().hash_one(0x5eed_u64) | 1;
-        Self { key }
-    }
-}
-
-impl Default for AddrHasherBuilder {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl BuildHasher for AddrHasherBuilder {
-    type Hasher = AddrHasher;
-    fn build_hasher(&self) -> AddrHasher {
-        AddrHasher {
-            key: self.key,
-            state: 0,
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug)]
-pub struct AddrHasher {
-    key: u64,
-    state: u64,
-}
-
-impl Hasher for AddrHasher {
-    fn finish(&self) -> u64 {
-        let h = (self.state ^ self.key).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        h ^ (h >> 31)
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.state = self.state.rotate_left(8) ^ b as u64;
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.state = self.state.rotate_left(23) ^ n;
-    }
-}
-
 /// What the shadow says of a conflicting pair, judged by the caller's orders.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
@@ -145,7 +93,7 @@ pub enum Verdict {
 /// The shadow memory of one run.
 #[derive(Debug, Default)]
 pub struct Shadow {
-    cells: HashMap<u64, Cell, AddrHasherBuilder>,
+    cells: AddrMap<Cell>,
     /// Entries dropped because a granule was full.
     pub evicted: u64,
 }
@@ -192,10 +140,22 @@ impl Shadow {
             };
             let mask = (((1u32 << (hi + 1)) - 1) & !((1u32 << lo) - 1)) as u8;
             let cell = self.cells.entry(granule).or_default();
-            for e in &cell.entries {
+            // Entries of this thread, site and kind that the newcomer covers: superseded.
+            let mut superseded = 0usize;
+            let mut last_superseded = 0usize;
+            for (i, e) in cell.entries.iter().enumerate() {
                 let earlier = &e.access;
-                if earlier.thread == access.thread
-                    || e.mask & mask == 0
+                if earlier.thread == access.thread {
+                    if earlier.site == access.site
+                        && earlier.kind == access.kind
+                        && e.mask & !mask == 0
+                    {
+                        superseded += 1;
+                        last_superseded = i;
+                    }
+                    continue;
+                }
+                if e.mask & mask == 0
                     || !earlier.kind.conflicts(access.kind)
                     || reported.contains(&(earlier.thread, earlier.pos))
                 {
@@ -206,23 +166,32 @@ impl Shadow {
                     report(earlier, v);
                 }
             }
-            // Superseded: same thread, site and kind, no byte the newcomer does not cover.
-            cell.entries.retain(|e| {
-                !(e.access.thread == access.thread
-                    && e.access.site == access.site
-                    && e.access.kind == access.kind
-                    && e.mask & !mask == 0)
-            });
-            if cell.entries.len() >= CELL_CAPACITY {
-                let victim = cell
-                    .entries
-                    .iter()
-                    .position(|e| dominated(&e.access))
-                    .unwrap_or(0);
-                cell.entries.remove(victim);
-                self.evicted += 1;
+            let entry = Entry { access, mask };
+            match superseded {
+                // The usual case of a loop: the same line again, updated in place.
+                1 => cell.entries[last_superseded] = entry,
+                0 => {
+                    if cell.entries.len() >= CELL_CAPACITY {
+                        let victim = cell
+                            .entries
+                            .iter()
+                            .position(|e| dominated(&e.access))
+                            .unwrap_or(0);
+                        cell.entries.remove(victim);
+                        self.evicted += 1;
+                    }
+                    cell.entries.push(entry);
+                }
+                _ => {
+                    cell.entries.retain(|e| {
+                        !(e.access.thread == access.thread
+                            && e.access.site == access.site
+                            && e.access.kind == access.kind
+                            && e.mask & !mask == 0)
+                    });
+                    cell.entries.push(entry);
+                }
             }
-            cell.entries.push(Entry { access, mask });
             if granule == last {
                 break;
             }
