@@ -25,7 +25,8 @@ use std::cell::OnceCell;
 use std::collections::HashMap;
 
 use foresight_trace::event::{AtomicOp, EventKind, LockMode, MemoryOrder, WaitOutcome};
-use foresight_trace::{ObjectId, SiteId, StringId, ThreadId, Trace};
+use foresight_trace::tables::ObjectKind;
+use foresight_trace::{ObjectId, SiteId, StringId, ThreadId, Trace, TraceStream};
 
 use crate::model::Mode;
 
@@ -313,6 +314,25 @@ impl<'t> Stream<'t> {
             threads: ThreadIndex::new(thread_ids),
             lookahead: Lookahead::Scanned(lookahead),
         }
+    }
+
+    /// A stream over a trace read from its file (`TraceStream`), threads in the file's order.
+    /// A trace with barriers is first scanned per thread for the generation each arrival
+    /// belongs to.
+    pub fn of_stream(stream: &TraceStream) -> Self {
+        let ids: Vec<ThreadId> = stream.threads().collect();
+        let mut generations = BarrierGenerations::default();
+        if stream
+            .tables()
+            .objects
+            .values()
+            .any(|o| o.kind == ObjectKind::Barrier)
+        {
+            for (i, &id) in ids.iter().enumerate() {
+                generations.scan_thread(i as u32, stream.thread_events(id).map(|e| e.kind));
+            }
+        }
+        Self::new(ids, generations)
     }
 
     /// The generation of the arrival at `barrier`, event `pos` of `thread`.

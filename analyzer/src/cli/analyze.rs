@@ -6,14 +6,13 @@ use std::process::ExitCode;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use foresight_trace::tables::ObjectKind;
 use foresight_trace::Problem;
 use foresight_trace::{ThreadId, TraceStream};
 
 use crate::analysis::{analyze, Options};
 use crate::model::{drive_run, ModelPass, Run, ThreadModel};
 use crate::report::{self, Report};
-use crate::stream::{BarrierGenerations, Stream};
+use crate::stream::Stream;
 use crate::suppressions::Suppressions;
 
 use super::output::{ignore_broken_pipe, open_stream, warn_problems};
@@ -141,16 +140,7 @@ fn load_run(path: &Path, tty: bool) -> anyhow::Result<(Run, Vec<String>)> {
 fn stream_run(stream: &TraceStream, path: &Path, tty: bool) -> (Run, Vec<Problem>) {
     let tables = stream.tables();
     let ids: Vec<ThreadId> = stream.threads().collect();
-    let mut generations = BarrierGenerations::default();
-    if tables
-        .objects
-        .values()
-        .any(|o| o.kind == ObjectKind::Barrier)
-    {
-        for (i, &id) in ids.iter().enumerate() {
-            generations.scan_thread(i as u32, stream.thread_events(id).map(|e| e.kind));
-        }
-    }
+    let walk = Stream::of_stream(stream);
     let threads = ids
         .iter()
         .map(|&id| ThreadModel {
@@ -163,7 +153,6 @@ fn stream_run(stream: &TraceStream, path: &Path, tty: bool) -> (Run, Vec<Problem
         })
         .collect();
     let model = ModelPass::new(tables, path.display().to_string(), threads, 0);
-    let walk = Stream::new(ids.iter().copied(), generations);
     // The trailer says how many events to expect when the recording ended cleanly.
     let expected = stream.trailer().map(|t| t.events);
     let bar = tty.then(|| {
