@@ -28,7 +28,7 @@ use std::time::Instant;
 use foresight_analyzer::analysis::{analyze, Options};
 use foresight_analyzer::model::{drive_run, ModelPass, ThreadModel};
 use foresight_analyzer::races::RacePass;
-use foresight_analyzer::stream::{Op, Pass, Stream, StreamEvent};
+use foresight_analyzer::stream::{Op, Pass, Runs, Stream, StreamEvent};
 use foresight_trace::event::{Event, EventKind, LockMode};
 use foresight_trace::tables::{
     ClassKey, EndReason, Frame, Header, ObjectInfo, ObjectKind, Ordering, SiteInfo, ThreadInfo,
@@ -65,11 +65,7 @@ fn main() {
             let walk = Stream::of_stream(stream);
             let mut merged = stream.merged();
             let mut pass = Floor(0);
-            let events = walk.drive(
-                merged.by_ref().map(|e| (e.thread, e.index, e.event.kind)),
-                &mut pass,
-                &mut |_| {},
-            );
+            let events = walk.drive_runs(&mut merged, &mut pass, &mut |_| {});
             (events, format!("checksum={:x}", pass.0))
         }),
         "races" => {
@@ -77,11 +73,7 @@ fn main() {
             measure("races", path, |stream| {
                 let walk = Stream::of_stream(stream);
                 let mut pass = RacePass::new(stream.threads().count(), Some(stream.tables()));
-                let events = walk.drive(
-                    stream.merged().map(|e| (e.thread, e.index, e.event.kind)),
-                    &mut pass,
-                    &mut |_| {},
-                );
+                let events = walk.drive_runs(&mut stream.merged(), &mut pass, &mut |_| {});
                 let out = pass.finish();
                 let candidates: u64 = out.candidates.iter().map(|c| c.count).sum();
                 (
@@ -113,12 +105,7 @@ fn main() {
                     .collect();
                 let model = ModelPass::new(tables, path.to_string(), threads, 0);
                 let walk = Stream::of_stream(stream);
-                let run = drive_run(
-                    &walk,
-                    model,
-                    stream.merged().map(|e| (e.thread, e.index, e.event.kind)),
-                    &mut |_| {},
-                );
+                let run = drive_run(&walk, model, Runs(&mut stream.merged()), &mut |_| {});
                 let walk_secs = walk_start.elapsed().as_secs_f64();
                 let events = run.events;
                 let analysis_start = Instant::now();

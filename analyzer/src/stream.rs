@@ -25,6 +25,7 @@ use std::cell::OnceCell;
 use std::collections::HashMap;
 
 use foresight_trace::event::{AtomicOp, EventKind, LockMode, MemoryOrder, WaitOutcome};
+use foresight_trace::stream::MergedStream;
 use foresight_trace::tables::ObjectKind;
 use foresight_trace::{ObjectId, SiteId, StringId, ThreadId, Trace, TraceStream};
 
@@ -269,6 +270,39 @@ impl<A: Pass, B: Pass> Pass for (A, B) {
     }
 }
 
+/// Where a walk's events come from: any iterator of (thread id, position in the thread, wire
+/// event) in merged order, or a file's merged stream read by runs ([`Runs`]).
+pub trait EventSource {
+    /// Feeds every event to `pass`; returns the events read.
+    fn feed<P: Pass>(self, stream: &Stream<'_>, pass: &mut P, progress: &mut dyn FnMut(u64))
+        -> u64;
+}
+
+impl<I: IntoIterator<Item = (ThreadId, usize, EventKind)>> EventSource for I {
+    fn feed<P: Pass>(
+        self,
+        stream: &Stream<'_>,
+        pass: &mut P,
+        progress: &mut dyn FnMut(u64),
+    ) -> u64 {
+        stream.drive(self, pass, progress)
+    }
+}
+
+/// A file's merged stream, read a run of one thread at a time ([`Stream::drive_runs`]).
+pub struct Runs<'m, 'a>(pub &'m mut MergedStream<'a>);
+
+impl EventSource for Runs<'_, '_> {
+    fn feed<P: Pass>(
+        self,
+        stream: &Stream<'_>,
+        pass: &mut P,
+        progress: &mut dyn FnMut(u64),
+    ) -> u64 {
+        stream.drive_runs(self.0, pass, progress)
+    }
+}
+
 /// What the driver knows before the events: the threads (their dense order) and where the
 /// generation of a barrier arrival comes from.
 pub struct Stream<'t> {
@@ -395,6 +429,42 @@ impl<'t> Stream<'t> {
                 pass.handle(&ev);
             }
             seq += 1;
+        }
+        seq
+    }
+
+    /// Feeds a file's merged order to `pass`, a run of one thread's events at a time
+    /// (`MergedStream::next_run`): the thread is looked up once per run, and the events of a
+    /// run are handed on without the merge looking at the other threads in between. The same
+    /// events, positions and `seq` as [`Stream::drive`] over the same stream one event at a
+    /// time. Returns the events read.
+    pub fn drive_runs<P: Pass>(
+        &self,
+        merged: &mut MergedStream<'_>,
+        pass: &mut P,
+        progress: &mut dyn FnMut(u64),
+    ) -> u64 {
+        let mut seq = 0u64;
+        let mut next_progress = 0u64;
+        while let Some(run) = merged.next_run() {
+            if seq >= next_progress {
+                progress(seq);
+                next_progress = (seq | 0xf_ffff) + 1;
+            }
+            if let Some(t) = self.threads.get(run.thread) {
+                let thread = t as u32;
+                let first = run.first_index as u32;
+                for (i, ev) in run.events.iter().enumerate() {
+                    let pos = first + i as u32;
+                    pass.handle(&StreamEvent {
+                        thread,
+                        pos,
+                        seq: seq + i as u64,
+                        op: self.convert(thread, pos, ev.kind),
+                    });
+                }
+            }
+            seq += run.events.len() as u64;
         }
         seq
     }
@@ -749,6 +819,59 @@ mod tests {
             }
         }
         assert_eq!(found, [Some(0), Some(1), None, Some(5), None]);
+    }
+
+    /// Collects (thread, position, seq, op) of what it is fed.
+    struct Ops(Vec<(u32, u32, u64, Op)>);
+    impl Pass for Ops {
+        type Output = Vec<(u32, u32, u64, Op)>;
+        fn handle(&mut self, ev: &StreamEvent) {
+            self.0.push((ev.thread, ev.pos, ev.seq, ev.op));
+        }
+        fn finish(self) -> Self::Output {
+            self.0
+        }
+    }
+
+    #[test]
+    fn a_file_read_by_runs_feeds_what_the_decoded_merged_order_feeds() {
+        use foresight_trace::builder::TraceBuilder;
+        let mut b = TraceBuilder::new("t");
+        let main = b.main_thread();
+        let s = b.site("f", "t.c", 1);
+        let m = b.mutex("m");
+        let workers: Vec<_> = (0..3).map(|i| b.spawn(main, s, &format!("w{i}"))).collect();
+        for round in 0..400u64 {
+            for (i, &w) in workers.iter().enumerate() {
+                // Runs of accesses at one key, and lock hand-offs that end them.
+                for k in 0..(round % 5) {
+                    b.read(w, 0x1000 * i as u64 + 8 * k, 8, s);
+                }
+                if round % 3 == i as u64 {
+                    b.lock(w, m, s);
+                    b.write(w, 0x9000, 8, s);
+                    b.unlock(w, m, s);
+                }
+            }
+        }
+        for &w in &workers {
+            b.join(main, w, s);
+        }
+        let bytes = b.finish();
+        let trace = Trace::from_bytes("t.trace", bytes.clone()).expect("trace reads");
+        let mut want = Ops(Vec::new());
+        let n = Stream::of_trace(&trace).drive(
+            trace.merged().map(|m| (m.thread, m.index, m.event.kind)),
+            &mut want,
+            &mut |_| {},
+        );
+        let file = TraceStream::from_bytes("t.trace", bytes).expect("trace streams");
+        let mut merged = file.merged().with_ordering_check();
+        let mut got = Ops(Vec::new());
+        let read = Stream::of_stream(&file).drive_runs(&mut merged, &mut got, &mut |_| {});
+        assert_eq!(read, n);
+        assert_eq!(got.0, want.0);
+        assert!(merged.problems().is_empty(), "{:?}", merged.problems());
     }
 
     #[test]

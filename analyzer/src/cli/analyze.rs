@@ -12,7 +12,7 @@ use foresight_trace::{ThreadId, TraceStream};
 use crate::analysis::{analyze, Options};
 use crate::model::{drive_run, ModelPass, Run, ThreadModel};
 use crate::report::{self, Report};
-use crate::stream::Stream;
+use crate::stream::{Runs, Stream};
 use crate::suppressions::Suppressions;
 
 use super::output::{ignore_broken_pipe, open_stream, warn_problems};
@@ -171,16 +171,11 @@ fn stream_run(stream: &TraceStream, path: &Path, tty: bool) -> (Run, Vec<Problem
         b
     });
     let mut merged = stream.merged().with_ordering_check();
-    let mut run = drive_run(
-        &walk,
-        model,
-        merged.by_ref().map(|e| (e.thread, e.index, e.event.kind)),
-        &mut |done| {
-            if let Some(b) = &bar {
-                b.set_position(done);
-            }
-        },
-    );
+    let mut run = drive_run(&walk, model, Runs(&mut merged), &mut |done| {
+        if let Some(b) = &bar {
+            b.set_position(done);
+        }
+    });
     if let Some(b) = bar {
         b.finish_and_clear();
     }

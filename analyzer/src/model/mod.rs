@@ -28,7 +28,7 @@ use foresight_trace::Trace;
 
 use crate::hb::{EdgeKinds, HappensBefore, HbPass};
 use crate::races::{RaceOutput, RacePass};
-use crate::stream::{Pass, Stream, StreamEvent};
+use crate::stream::{EventSource, Pass, Stream, StreamEvent};
 
 mod annotations;
 mod locks;
@@ -305,18 +305,12 @@ pub fn build_run(trace: &Trace, progress: &mut dyn FnMut(u64)) -> Run {
 pub fn drive_run(
     stream: &Stream<'_>,
     model: ModelPass<'_>,
-    events: impl IntoIterator<
-        Item = (
-            foresight_trace::ThreadId,
-            usize,
-            foresight_trace::event::EventKind,
-        ),
-    >,
+    events: impl EventSource,
     progress: &mut dyn FnMut(u64),
 ) -> Run {
     let races = RacePass::new(model.threads.len(), Some(model.tables));
     let mut passes = (model, races);
-    let read = stream.drive(events, &mut passes, progress);
+    let read = events.feed(stream, &mut passes, progress);
     let (mut run, races) = passes.finish();
     run.events = read;
     run.races = races;
