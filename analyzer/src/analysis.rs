@@ -104,6 +104,7 @@ pub fn analyze(runs: &[Run], warnings: &[Vec<String>], opts: &Options) -> Report
             })
             .collect(),
         summary,
+        hints: crate::sites::wrapper_hints(runs),
         findings,
     };
     report.recount();

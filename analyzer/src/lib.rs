@@ -22,6 +22,7 @@ pub mod lock_graph;
 pub mod model;
 pub mod ranks;
 pub mod report;
+pub mod sites;
 pub mod stream;
 pub mod suppressions;
 pub mod vector_clock;

@@ -24,6 +24,7 @@ use foresight_trace::tables::{ClassKey, ObjectKind};
 use foresight_trace::Trace;
 
 use crate::hb::{EdgeKinds, HappensBefore, HbPass};
+use crate::sites::Wrappers;
 use crate::stream::{Pass, Stream, StreamEvent};
 
 mod annotations;
@@ -44,8 +45,15 @@ pub struct Location {
     pub line: u32,
     /// `function (file:line)`, or `module+0xoffset` when not symbolised.
     pub text: String,
-    /// Every frame of the site, innermost first.
+    /// The site's frames as the user reads them, innermost first: the user's location, then
+    /// each recorded caller's (`sites.rs`).
     pub stack: Vec<String>,
+    /// Every frame and every call inlined in it, innermost first, the locking machinery
+    /// (standard library, wrappers) included.
+    pub full_stack: Vec<String>,
+    /// No recorded frame is outside the locking machinery (a wrapper recorded without its
+    /// callers): the location is the machinery's nearest to the program's code.
+    pub machinery_only: bool,
 }
 
 /// Read or write mode of an acquisition (a plain mutex is always `Write`).
@@ -284,8 +292,13 @@ pub type IndexMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<IndexHashe
 
 /// Converts a decoded trace. `progress` is called now and then with the events done.
 pub fn build_run(trace: &Trace, progress: &mut dyn FnMut(u64)) -> Run {
+    build_run_with(trace, &Wrappers::default(), progress)
+}
+
+/// [`build_run`], with the project's lock wrappers (`sites.rs`) skipped in the sites it names.
+pub fn build_run_with(trace: &Trace, wrappers: &Wrappers, progress: &mut dyn FnMut(u64)) -> Run {
     let stream = Stream::of_trace(trace);
-    let mut pass = ModelPass::for_trace(trace);
+    let mut pass = ModelPass::for_trace(trace).with_wrappers(wrappers.clone());
     stream.drive(
         trace.merged().map(|m| (m.thread, m.index, m.event.kind)),
         &mut pass,
@@ -307,6 +320,7 @@ pub struct ModelPass<'t> {
     locks: LockSections<'t>,
     waits: HeldWaits,
     senders: Senders,
+    wrappers: Wrappers,
 }
 
 impl<'t> ModelPass<'t> {
@@ -324,7 +338,14 @@ impl<'t> ModelPass<'t> {
             locks: LockSections::new(tables, n),
             waits: HeldWaits::new(n),
             senders: Senders::new(n),
+            wrappers: Wrappers::default(),
         }
+    }
+
+    /// The project's lock wrappers, skipped (with the standard library's) when a site is named.
+    pub fn with_wrappers(mut self, wrappers: Wrappers) -> Self {
+        self.wrappers = wrappers;
+        self
     }
 
     pub fn for_trace(trace: &'t Trace) -> Self {
@@ -364,6 +385,7 @@ impl Pass for ModelPass<'_> {
 
     fn finish(self) -> Run {
         let tables = self.tables;
+        let sites = convert_sites(tables, &self.wrappers);
         let mut locks = self.locks.finish(&self.annotations, self.events);
         for lock in &mut locks.locks {
             // The subclass is per acquisition (`Run::acquisition_class`), not part of the lock's.
@@ -371,7 +393,7 @@ impl Pass for ModelPass<'_> {
                 .annotations
                 .class_name(lock.object)
                 .map(str::to_string)
-                .unwrap_or_else(|| class_name(tables, lock.object, &self.source));
+                .unwrap_or_else(|| class_name(tables, &sites, lock.object, &self.source));
         }
         let contended_locks = (0..locks.locks.len() as u32)
             .filter(|&l| locks.lock_threads[l as usize].len() >= 2)
@@ -396,7 +418,7 @@ impl Pass for ModelPass<'_> {
             read_recursions: locks.read_recursions,
             rank_violations: locks.rank_violations,
             hb: self.hb.finish(),
-            sites: convert_sites(tables),
+            sites,
             object_names: tables
                 .objects
                 .values()
@@ -411,7 +433,17 @@ impl Pass for ModelPass<'_> {
 /// The class of a lock, as a name that is the same in every run of one build: the static
 /// variable, or the (symbolised) site of its init or first use. Objects the table does not
 /// know get a name private to their trace, so that they never match across traces.
-fn class_name(tables: &Tables, object: ObjectId, source: &str) -> String {
+fn class_name(
+    tables: &Tables,
+    sites: &HashMap<SiteId, Location>,
+    object: ObjectId,
+    source: &str,
+) -> String {
+    let site_text = |site: &SiteId| {
+        sites
+            .get(site)
+            .map_or_else(|| tables.describe_site(*site), |l| l.text.clone())
+    };
     let Some(info) = tables.objects.get(&object) else {
         return format!("object#{object} of {source}");
     };
@@ -425,50 +457,19 @@ fn class_name(tables: &Tables, object: ObjectId, source: &str) -> String {
             .map(str::to_string)
             .unwrap_or_else(|| tables.describe_frame(frame)),
         ClassKey::InitSite(site) => {
-            format!(
-                "{} initialised at {}",
-                info.kind.name(),
-                tables.describe_site(*site)
-            )
+            format!("{} initialised at {}", info.kind.name(), site_text(site))
         }
         ClassKey::FirstUse(site) => {
-            format!(
-                "{} first used at {}",
-                info.kind.name(),
-                tables.describe_site(*site)
-            )
+            format!("{} first used at {}", info.kind.name(), site_text(site))
         }
     }
 }
 
-fn convert_sites(tables: &Tables) -> HashMap<SiteId, Location> {
+/// Every site of the trace, named at the user's frame (`sites.rs`).
+fn convert_sites(tables: &Tables, wrappers: &Wrappers) -> HashMap<SiteId, Location> {
     tables
         .sites
-        .iter()
-        .map(|(&id, info)| {
-            let loc = tables.site_location(id);
-            let function = loc
-                .and_then(|l| l.function)
-                .and_then(|f| tables.string(f))
-                .map(str::to_string);
-            let file = loc
-                .and_then(|l| l.file)
-                .and_then(|f| tables.string(f))
-                .map(str::to_string);
-            (
-                id,
-                Location {
-                    function,
-                    file,
-                    line: loc.map_or(0, |l| l.line),
-                    text: tables.describe_site(id),
-                    stack: info
-                        .frames
-                        .iter()
-                        .map(|f| tables.describe_frame(f))
-                        .collect(),
-                },
-            )
-        })
+        .keys()
+        .map(|&id| (id, crate::sites::user_location(tables, id, wrappers)))
         .collect()
 }

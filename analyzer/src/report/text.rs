@@ -5,7 +5,19 @@ use std::io::Write;
 
 use super::{counted, Detail, EdgeReport, Finding, HeldLock, Report, SiteReport, Verdict};
 
+/// How much of each site's stack the text shows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Style {
+    /// Every frame and inlined call, the standard library's and the wrappers' included
+    /// (`--full-stacks`); else the frames from the user's outward, when there are several.
+    pub full_stacks: bool,
+}
+
 pub fn write(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
+    write_with(out, report, Style::default())
+}
+
+pub fn write_with(out: &mut impl Write, report: &Report, style: Style) -> std::io::Result<()> {
     for t in &report.traces {
         writeln!(
             out,
@@ -44,6 +56,9 @@ pub fn write(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
             s.candidates_checked
         )?;
     }
+    for h in &report.hints {
+        writeln!(out, "hint: {h}")?;
+    }
     writeln!(out)?;
     let predicted: Vec<&Finding> = report
         .findings
@@ -58,7 +73,7 @@ pub fn write(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
     if !predicted.is_empty() {
         writeln!(out, "== PREDICTED deadlocks ({}) ==", predicted.len())?;
         for f in predicted {
-            finding(out, f)?;
+            finding(out, f, style)?;
         }
     }
     if !potential.is_empty() {
@@ -68,7 +83,7 @@ pub fn write(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
             potential.len()
         )?;
         for f in potential {
-            finding(out, f)?;
+            finding(out, f, style)?;
         }
     }
     let violations: Vec<&Finding> = report
@@ -83,7 +98,7 @@ pub fn write(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
             violations.len()
         )?;
         for f in violations {
-            finding(out, f)?;
+            finding(out, f, style)?;
         }
     }
     write!(
@@ -100,7 +115,7 @@ pub fn write(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
     writeln!(out)
 }
 
-fn finding(out: &mut impl Write, f: &Finding) -> std::io::Result<()> {
+fn finding(out: &mut impl Write, f: &Finding, style: Style) -> std::io::Result<()> {
     writeln!(
         out,
         "[{}] {} ({}, rule {})",
@@ -118,17 +133,17 @@ fn finding(out: &mut impl Write, f: &Finding) -> std::io::Result<()> {
             }
             writeln!(out, "  cycle (lock classes): {c}")?;
             for (i, e) in edges.iter().enumerate() {
-                edge(out, i + 1, e)?;
+                edge(out, i + 1, e, style)?;
             }
         }
-        Detail::RankViolation { edge: e, .. } => edge(out, 1, e)?,
+        Detail::RankViolation { edge: e, .. } => edge(out, 1, e, style)?,
         Detail::WaitDeadlock { wait: w, .. } | Detail::ReadRecursion { wait: w, .. } => {
             writeln!(
                 out,
                 "  {} in {} waits ({}) on {} at {}",
                 w.thread, w.trace, w.wait, w.object, w.site.location
             )?;
-            stack(out, &w.site, "      ")?;
+            stack(out, &w.site, "      ", style)?;
             for h in &w.held {
                 held(out, "holding", h)?;
             }
@@ -137,7 +152,7 @@ fn finding(out: &mut impl Write, f: &Finding) -> std::io::Result<()> {
                 "  {} requests {} at {}",
                 w.other_thread, w.other_lock, w.other_site.location
             )?;
-            stack(out, &w.other_site, "      ")?;
+            stack(out, &w.other_site, "      ", style)?;
             if let Some(t) = &w.other_then {
                 writeln!(out, "    and only then reaches {}", t.location)?;
             }
@@ -177,7 +192,7 @@ fn finding(out: &mut impl Write, f: &Finding) -> std::io::Result<()> {
     writeln!(out)
 }
 
-fn edge(out: &mut impl Write, i: usize, e: &EdgeReport) -> std::io::Result<()> {
+fn edge(out: &mut impl Write, i: usize, e: &EdgeReport, style: Style) -> std::io::Result<()> {
     writeln!(
         out,
         "  edge {i}: {} → {} ({} in {}, seen {} times)",
@@ -188,13 +203,13 @@ fn edge(out: &mut impl Write, i: usize, e: &EdgeReport) -> std::io::Result<()> {
         "    holds {} ({}), acquired at {} [event {}]",
         e.held.lock, e.held.mode, e.held.site.location, e.held_position
     )?;
-    stack(out, &e.held.site, "      ")?;
+    stack(out, &e.held.site, "      ", style)?;
     writeln!(
         out,
         "    requests {} ({}) at {} [event {}]",
         e.lock, e.mode, e.site.location, e.request_position
     )?;
-    stack(out, &e.site, "      ")?;
+    stack(out, &e.site, "      ", style)?;
     let names: Vec<String> = e.held_set.iter().map(|h| h.lock.clone()).collect();
     writeln!(out, "    held set: {{{}}}", names.join(", "))
 }
@@ -207,9 +222,14 @@ fn held(out: &mut impl Write, what: &str, h: &HeldLock) -> std::io::Result<()> {
     )
 }
 
-fn stack(out: &mut impl Write, s: &SiteReport, indent: &str) -> std::io::Result<()> {
-    if s.stack.len() > 1 {
-        for f in &s.stack {
+fn stack(out: &mut impl Write, s: &SiteReport, indent: &str, style: Style) -> std::io::Result<()> {
+    let frames = if style.full_stacks {
+        &s.full_stack
+    } else {
+        &s.stack
+    };
+    if frames.len() > 1 {
+        for f in frames {
             writeln!(out, "{indent}at {f}")?;
         }
     }
