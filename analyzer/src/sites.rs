@@ -317,7 +317,11 @@ pub fn wrapper_hints(runs: &[Run]) -> Vec<String> {
                 *unrecorded.entry(function).or_default() += 1;
                 continue;
             }
-            let e = lines.entry((function, loc.text.clone())).or_default();
+            let at = match &loc.file {
+                Some(f) => format!("{}:{}", short_path(f), loc.line),
+                None => loc.text.clone(),
+            };
+            let e = lines.entry((function, at)).or_default();
             e.acquisitions += 1;
             e.locks.insert((ri, a.lock));
         }
@@ -327,9 +331,9 @@ pub fn wrapper_hints(runs: &[Run]) -> Vec<String> {
         let (n, locks) = (line.acquisitions, &line.locks);
         if 2 * n > total && locks.len() >= 2 {
             hints.push(format!(
-                "most lock acquisitions ({n} of {total}) are at one line inside `{function}` \
-                 ({at}), for {} locks: is it a lock wrapper? `--wrapper {function}` (to \
-                 `foresight record` and to the analysis) reports its callers instead",
+                "most lock acquisitions ({n} of {total}) are at one line of `{function}` ({at}), \
+                 for {} locks: is it a lock wrapper? `--wrapper {function}` (to `foresight \
+                 record` and to the analysis) reports its callers instead",
                 locks.len()
             ));
         }
