@@ -330,6 +330,27 @@ fn lock_wrapper_without_wrappers_hints_at_one() {
     assert_eq!(found.predicted, [wrapper_line].into(), "{}", found.report);
 }
 
+/// Without `--wrapper`, the two roles of `lock_roles.c` are one class, named after the
+/// allocator's line, and their nesting is reported as a lock taken inside another of its own
+/// class; with it (`lock_roles` above), they are two classes and nothing is reported.
+#[test]
+fn lock_roles_without_wrappers_are_one_class() {
+    let source = fixtures_dir().join("lock_roles.c");
+    let litmus = Litmus::read(&source).expect("read the fixture");
+    let program = harness::compile_source(&source);
+    let found = analyse("lock_roles", &litmus, &program, &[]);
+    assert!(
+        found.findings == 1 && found.report.contains("same-class-nesting"),
+        "{}",
+        found.report
+    );
+    assert!(
+        found.hints.iter().any(|h| h.contains("`mtx_enter`")),
+        "{:?}",
+        found.hints
+    );
+}
+
 macro_rules! litmus {
     ($($name:ident),* $(,)?) => {
         $(
@@ -373,4 +394,5 @@ litmus!(
     semaphore_orders,
     once_orders,
     lock_wrapper,
+    lock_roles,
 );

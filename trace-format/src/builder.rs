@@ -122,6 +122,41 @@ impl TraceBuilder {
         id
     }
 
+    /// A call site of several frames (the return address first, then its callers), each
+    /// symbolised to its inlined calls, innermost first: `(function, file, line)`.
+    pub fn stack_site(&mut self, frames: &[&[(&str, &str, u32)]]) -> SiteId {
+        let mut out = Vec::with_capacity(frames.len());
+        for locations in frames {
+            let frame = Frame {
+                module: MODULE,
+                offset: self.next_offset,
+            };
+            self.next_offset += 0x10;
+            let locations = locations
+                .iter()
+                .map(|&(function, file, line)| SourceLocation {
+                    function: Some(self.string(function)),
+                    file: Some(self.string(file)),
+                    line,
+                    column: 0,
+                })
+                .collect();
+            self.records
+                .push(TableRecord::Symbol(FrameSymbol { frame, locations }));
+            out.push(frame);
+        }
+        let id = self.next_site;
+        self.next_site += 1;
+        self.records
+            .push(TableRecord::Site(SiteInfo { id, frames: out }));
+        id
+    }
+
+    /// The address of an object (objects the builder makes live at fixed addresses).
+    pub fn address_of(&self, object: ObjectId) -> u64 {
+        0x60_0000 + 0x40 * object as u64
+    }
+
     fn thread_record(&mut self, parent: Option<ThreadId>, name: &str) -> ThreadId {
         let id = self.events.len() as ThreadId;
         let name = Some(self.string(name));
@@ -187,7 +222,7 @@ impl TraceBuilder {
         self.records.push(TableRecord::Object(ObjectInfo {
             id,
             kind,
-            address: 0x60_0000 + 0x40 * id as u64,
+            address: self.address_of(id),
             generation: 0,
             class,
         }));

@@ -28,11 +28,13 @@ use crate::sites::Wrappers;
 use crate::stream::{Pass, Stream, StreamEvent};
 
 mod annotations;
+mod heap;
 mod locks;
 mod senders;
 mod waits;
 
 use annotations::Annotations;
+use heap::HeapBlocks;
 use locks::LockSections;
 use senders::Senders;
 use waits::HeldWaits;
@@ -123,6 +125,9 @@ pub struct LockModel {
     /// which a lock-only trace does not record — must be assumed: the closure keeps them in
     /// trace order (`closure.rs`, the monitor rule).
     pub monitor: bool,
+    /// The heap block holding the lock when it was first seen: its allocation site and the
+    /// lock's offset in it (`heap.rs`).
+    pub block: Option<(SiteId, u64)>,
 }
 
 /// An acquisition of a ranked lock while a lock of the same or a higher rank was held.
@@ -317,6 +322,7 @@ pub struct ModelPass<'t> {
     events: u64,
     hb: HbPass,
     annotations: Annotations<'t>,
+    heap: HeapBlocks,
     locks: LockSections<'t>,
     waits: HeldWaits,
     senders: Senders,
@@ -335,6 +341,7 @@ impl<'t> ModelPass<'t> {
             events,
             hb: HbPass::new(n, EdgeKinds::DEADLOCK),
             annotations: Annotations::new(tables),
+            heap: HeapBlocks::new(tables),
             locks: LockSections::new(tables, n),
             waits: HeldWaits::new(n),
             senders: Senders::new(n),
@@ -378,7 +385,8 @@ impl Pass for ModelPass<'_> {
     fn handle(&mut self, ev: &StreamEvent) {
         self.hb.handle(ev);
         self.annotations.handle(ev, &mut self.locks);
-        self.locks.handle(ev, &self.annotations);
+        self.heap.handle(ev);
+        self.locks.handle(ev, &self.annotations, &self.heap);
         self.waits.handle(ev, &mut self.locks);
         self.senders.handle(ev);
     }
@@ -386,14 +394,16 @@ impl Pass for ModelPass<'_> {
     fn finish(self) -> Run {
         let tables = self.tables;
         let sites = convert_sites(tables, &self.wrappers);
-        let mut locks = self.locks.finish(&self.annotations, self.events);
+        let mut locks = self
+            .locks
+            .finish(&self.annotations, &self.heap, self.events);
         for lock in &mut locks.locks {
             // The subclass is per acquisition (`Run::acquisition_class`), not part of the lock's.
             lock.class = self
                 .annotations
                 .class_name(lock.object)
                 .map(str::to_string)
-                .unwrap_or_else(|| class_name(tables, &sites, lock.object, &self.source));
+                .unwrap_or_else(|| class_name(tables, &sites, lock, &self.source));
         }
         let contended_locks = (0..locks.locks.len() as u32)
             .filter(|&l| locks.lock_threads[l as usize].len() >= 2)
@@ -431,14 +441,18 @@ impl Pass for ModelPass<'_> {
 }
 
 /// The class of a lock, as a name that is the same in every run of one build: the static
-/// variable, or the (symbolised) site of its init or first use. Objects the table does not
-/// know get a name private to their trace, so that they never match across traces.
+/// variable; else the site of its init; else, for a lock inside a heap block, the block's
+/// allocation site and the lock's offset in it; else the site of its first use. Sites are
+/// named at the user's frame (`sites.rs`), so that a lock a wrapper initialises or allocates
+/// is keyed by the wrapper's caller: one class per role. Objects the table does not know get
+/// a name private to their trace, so that they never match across traces.
 fn class_name(
     tables: &Tables,
     sites: &HashMap<SiteId, Location>,
-    object: ObjectId,
+    lock: &LockModel,
     source: &str,
 ) -> String {
+    let object = lock.object;
     let site_text = |site: &SiteId| {
         sites
             .get(site)
@@ -459,9 +473,19 @@ fn class_name(
         ClassKey::InitSite(site) => {
             format!("{} initialised at {}", info.kind.name(), site_text(site))
         }
-        ClassKey::FirstUse(site) => {
-            format!("{} first used at {}", info.kind.name(), site_text(site))
-        }
+        ClassKey::FirstUse(site) => match lock.block {
+            Some((alloc, 0)) => format!(
+                "{} in a block allocated at {}",
+                info.kind.name(),
+                site_text(&alloc)
+            ),
+            Some((alloc, offset)) => format!(
+                "{} at offset {offset} of a block allocated at {}",
+                info.kind.name(),
+                site_text(&alloc)
+            ),
+            None => format!("{} first used at {}", info.kind.name(), site_text(site)),
+        },
     }
 }
 
