@@ -98,8 +98,9 @@ pub fn site(ra: usize) -> SiteId {
 
 /// The site of a synchronisation hook called from `ra`, and whether it may be cached by
 /// `ra` (false when the site depends on the callers: deeper stacks, or `ra` inside locking
-/// machinery, whose calls are unwound to the first frame outside it).
-#[inline]
+/// machinery, whose calls are unwound to the first frame outside it). Always inlined: every
+/// frame between the hook and the unwinder costs each unwound call one more frame to step.
+#[inline(always)]
 pub fn call_site(ra: usize) -> (SiteId, bool) {
     if DEPTH.load(Ordering::Relaxed) <= 1 {
         match intern(ra as u64 | 1 << 63, &[ra], true) {
