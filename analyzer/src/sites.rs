@@ -14,7 +14,10 @@
 //! - the standard library's lock types, guards and thread functions (`std::…`, `__gnu_cxx::…`,
 //!   gthreads), by function name, for code without line information;
 //! - the project's own wrapper layers: [`Wrappers`], the `--wrapper GLOB` patterns (and the
-//!   `wrappers` entry of the configuration file), matched against function names.
+//!   `wrappers` entry of the configuration file), matched against function names;
+//! - in a trace recorded one frame per site, every frame of a site but the last: the recorder
+//!   unwound such a call because it was made inside machinery (its own wrappers included), so
+//!   `foresight record --wrapper` alone is enough.
 //!
 //! The same selection serves every kind of site (lock operations, waits, allocations, memory
 //! accesses): an access inlined from `atomic_base.h` or an STL container is reported at the
@@ -33,6 +36,10 @@ use crate::model::{Location, Run};
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Wrappers {
     patterns: Vec<String>,
+    /// The trace records one frame per site, so that a site of several frames is a call from
+    /// inside machinery that the recorder unwound to the first frame outside it (judged with
+    /// the recorder's wrappers, which this analysis need not be given again).
+    one_frame_sites: bool,
 }
 
 impl Wrappers {
@@ -44,7 +51,18 @@ impl Wrappers {
             .collect();
         patterns.sort();
         patterns.dedup();
-        Wrappers { patterns }
+        Wrappers {
+            patterns,
+            one_frame_sites: false,
+        }
+    }
+
+    /// For a trace recorded with `stack_depth` frames per site (its header's): at depth 1,
+    /// every frame of a site but the last is machinery, as the recorder judged it when it
+    /// unwound the call (`foresight record --wrapper` is then enough).
+    pub fn for_recorded_depth(mut self, stack_depth: u8) -> Self {
+        self.one_frame_sites = stack_depth == 1;
+        self
     }
 
     pub fn patterns(&self) -> &[String] {
@@ -219,7 +237,12 @@ pub fn user_location(tables: &Tables, site: SiteId, wrappers: &Wrappers) -> Loca
     // Every frame's locations, innermost first; a frame without symbols is one location
     // (`module+0x…`) that only its module can make machinery.
     let mut frames: Vec<Vec<Candidate>> = Vec::with_capacity(info.frames.len());
-    for frame in &info.frames {
+    let unwound = if wrappers.one_frame_sites {
+        info.frames.len().saturating_sub(1)
+    } else {
+        0
+    };
+    for (i, frame) in info.frames.iter().enumerate() {
         let module = tables
             .modules
             .get(&frame.module)
@@ -231,13 +254,13 @@ pub fn user_location(tables: &Tables, site: SiteId, wrappers: &Wrappers) -> Loca
                 .map(|l| Candidate {
                     loc: Some(l),
                     frame,
-                    machinery: is_machinery(tables, module, Some(l), wrappers),
+                    machinery: i < unwound || is_machinery(tables, module, Some(l), wrappers),
                 })
                 .collect(),
             _ => vec![Candidate {
                 loc: None,
                 frame,
-                machinery: is_machinery(tables, module, None, wrappers),
+                machinery: i < unwound || is_machinery(tables, module, None, wrappers),
             }],
         };
         frames.push(locs);
@@ -332,8 +355,8 @@ pub fn wrapper_hints(runs: &[Run]) -> Vec<String> {
         if 2 * n > total && locks.len() >= 2 {
             hints.push(format!(
                 "most lock acquisitions ({n} of {total}) are at one line of `{function}` ({at}), \
-                 for {} locks: is it a lock wrapper? `--wrapper {function}` (to `foresight \
-                 record` and to the analysis) reports its callers instead",
+                 for {} locks: is it a lock wrapper? `foresight record --wrapper {function}` \
+                 reports its callers instead",
                 locks.len()
             ));
         }

@@ -49,13 +49,27 @@ fn reported_lines(name: &str) -> (Litmus, Reported) {
 /// Records every run of the program (with `--wrapper` for each of `wrappers`), analyses the
 /// traces together (with the same wrappers), and returns what the findings name.
 fn analyse(tag: &str, litmus: &Litmus, program: &Path, wrappers: &[String]) -> Reported {
-    let wrapper_args: Vec<String> = wrappers
-        .iter()
-        .flat_map(|w| ["--wrapper".to_string(), w.clone()])
-        .collect();
+    analyse_with(tag, litmus, program, wrappers, wrappers)
+}
+
+/// `analyse`, with the wrappers of the recording and of the analysis given apart.
+fn analyse_with(
+    tag: &str,
+    litmus: &Litmus,
+    program: &Path,
+    recorded: &[String],
+    analysed: &[String],
+) -> Reported {
+    let args = |wrappers: &[String]| -> Vec<String> {
+        wrappers
+            .iter()
+            .flat_map(|w| ["--wrapper".to_string(), w.clone()])
+            .collect()
+    };
+    let (wrapper_args, analysis_args) = (args(recorded), args(analysed));
     let dir = harness::work_dir().join(format!(
         "litmus-{tag}-{}",
-        if wrappers.is_empty() {
+        if recorded.is_empty() {
             "plain"
         } else {
             "wrapped"
@@ -70,7 +84,7 @@ fn analyse(tag: &str, litmus: &Litmus, program: &Path, wrappers: &[String]) -> R
     }
     let out = Command::new(env!("CARGO_BIN_EXE_foresight"))
         .args(["analyze", "--format", "json"])
-        .args(&wrapper_args)
+        .args(&analysis_args)
         .args(&traces)
         .output()
         .expect("run foresight analyze");
@@ -320,6 +334,20 @@ fn lock_wrapper_without_wrappers_hints_at_one() {
         found.hints[0].contains("`mtx_enter`") && found.hints[0].contains("--wrapper mtx_enter"),
         "{:?}",
         found.hints
+    );
+    // Recorded with the wrappers, analysed without: the frames the recorder unwound through
+    // are its wrappers, and the callers' lines are reported.
+    let recorded_only = analyse_with(
+        "lock_wrapper-recorded",
+        &litmus,
+        &program,
+        &litmus.wrappers,
+        &[],
+    );
+    compare(
+        "lock_wrapper (recorded with --wrapper only)",
+        &litmus,
+        &recorded_only,
     );
     let wrapper_line = std::fs::read_to_string(&source)
         .unwrap()

@@ -160,23 +160,35 @@ fn init_sites_inside_a_wrapper_are_keyed_by_its_callers() {
     b.lock(main, cache, at);
     b.unlock(main, cache, at);
     b.unlock(main, db, at);
-    let bytes = b.finish();
+    let trace = Trace::from_bytes("t.trace", b.finish()).unwrap();
     let classes = |wrappers: &Wrappers| {
-        let trace = Trace::from_bytes("t.trace", bytes.clone()).unwrap();
-        let run = build_run_with(&trace, wrappers, &mut |_| {});
-        let mut c: Vec<String> = run.locks.iter().map(|l| l.class.clone()).collect();
+        let mut c: Vec<String> = [from_db, from_cache]
+            .iter()
+            .map(|&s| user_location(&trace.tables, s, wrappers).text)
+            .collect();
         c.sort();
         c
     };
+    let callers = ["cache_open (db.c:46)", "db_open (db.c:52)"];
     assert_eq!(
         classes(&Wrappers::default()),
-        [
-            "mutex initialised at mtx_alloc (db.c:18)",
-            "mutex initialised at mtx_alloc (db.c:18)"
-        ]
+        ["mtx_alloc (db.c:18)", "mtx_alloc (db.c:18)"]
     );
+    assert_eq!(classes(&Wrappers::new(["mtx_*"])), callers);
+    // Recorded one frame per site, the frames the recorder unwound through are its wrappers:
+    // the analysis need not be told again.
+    assert_eq!(trace.header.stack_depth, 1);
+    assert_eq!(classes(&Wrappers::default().for_recorded_depth(1)), callers);
     assert_eq!(
-        classes(&Wrappers::new(["mtx_*"])),
+        classes(&Wrappers::default().for_recorded_depth(4)),
+        ["mtx_alloc (db.c:18)", "mtx_alloc (db.c:18)"],
+        "deeper stacks are callers, not wrappers"
+    );
+    let run = build_run(&trace, &mut |_| {});
+    let mut names: Vec<&str> = run.locks.iter().map(|l| l.class.as_str()).collect();
+    names.sort();
+    assert_eq!(
+        names,
         [
             "mutex initialised at cache_open (db.c:46)",
             "mutex initialised at db_open (db.c:52)"

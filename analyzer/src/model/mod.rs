@@ -303,7 +303,11 @@ pub fn build_run(trace: &Trace, progress: &mut dyn FnMut(u64)) -> Run {
 /// [`build_run`], with the project's lock wrappers (`sites.rs`) skipped in the sites it names.
 pub fn build_run_with(trace: &Trace, wrappers: &Wrappers, progress: &mut dyn FnMut(u64)) -> Run {
     let stream = Stream::of_trace(trace);
-    let mut pass = ModelPass::for_trace(trace).with_wrappers(wrappers.clone());
+    let mut pass = ModelPass::for_trace(trace).with_wrappers(
+        wrappers
+            .clone()
+            .for_recorded_depth(trace.header.stack_depth),
+    );
     stream.drive(
         trace.merged().map(|m| (m.thread, m.index, m.event.kind)),
         &mut pass,
@@ -349,7 +353,9 @@ impl<'t> ModelPass<'t> {
         }
     }
 
-    /// The project's lock wrappers, skipped (with the standard library's) when a site is named.
+    /// The project's lock wrappers, skipped (with the standard library's) when a site is named
+    /// (`Wrappers::for_recorded_depth` with the trace header's stack depth, to trust the
+    /// frames the recorder unwound through).
     pub fn with_wrappers(mut self, wrappers: Wrappers) -> Self {
         self.wrappers = wrappers;
         self
