@@ -100,8 +100,30 @@ pub unsafe fn unlock_after_fork() {
     }
 }
 
+// glibc's cancellation state (not in the `libc` crate for Linux): `PTHREAD_CANCEL_DISABLE`.
+extern "C" {
+    fn pthread_setcancelstate(state: libc::c_int, old: *mut libc::c_int) -> libc::c_int;
+}
+const PTHREAD_CANCEL_DISABLE: libc::c_int = 1;
+
+/// Classifies with the thread's cancellation disabled: reading a module's file calls `open`
+/// and `pread`, cancellation points, and a hook is inside a runtime session here. A
+/// cancellation acted on now would unwind out of the session and leave it open, and the
+/// thread's later calls (its cleanup handlers' unlocks) unrecorded. A pending cancellation is
+/// acted on at the program's next cancellation point instead.
 #[cold]
 fn classify(pc: u64) -> bool {
+    let mut old: libc::c_int = 0;
+    // SAFETY: sets the calling thread's cancellation state, keeping the old one in `old`.
+    unsafe { pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &mut old) };
+    let machinery = classify_uncancelled(pc);
+    let mut ignored: libc::c_int = 0;
+    // SAFETY: restores the state saved above.
+    unsafe { pthread_setcancelstate(old, &mut ignored) };
+    machinery
+}
+
+fn classify_uncancelled(pc: u64) -> bool {
     let Some(m) = modules::module_at(pc) else {
         return false;
     };
