@@ -29,6 +29,9 @@ pub struct Options {
     /// Work (events entering closures) allowed to the complete search of abstract patterns,
     /// over the whole analysis.
     pub closure_steps: u64,
+    /// Race candidates (pairs ordered only through lock hand-offs) checked with the
+    /// sync-preserving closure, over the whole analysis.
+    pub race_candidate_budget: u64,
 }
 
 impl Default for Options {
@@ -39,6 +42,7 @@ impl Default for Options {
             candidate_budget: 50_000,
             candidates_per_cycle: 64,
             closure_steps: 400_000_000,
+            race_candidate_budget: 20_000,
         }
     }
 }
@@ -66,13 +70,26 @@ pub fn analyze(runs: &[Run], warnings: &[Vec<String>], opts: &Options) -> Report
         findings.extend(crate::waits::wait_findings(run, ri, &mut budget));
         findings.extend(crate::waits::rwlock_findings(run, &mut budget));
     }
+    let mut race_budget = Budget::new(opts.race_candidate_budget, 0);
+    for run in runs {
+        let (races, stats) = crate::races::race_findings(run, &run.races, &mut race_budget);
+        summary.race_candidates += stats.candidate_pairs;
+        findings.extend(races);
+    }
+    summary.race_candidates_checked = race_budget.checked;
+    summary.race_budget_exhausted = race_budget.exhausted;
+    // Deadlocks before races, each by verdict, shortest cycle first.
     findings.sort_by(|a, b| {
-        (a.verdict, a.cycle().len(), a.kind.as_str(), &a.message).cmp(&(
-            b.verdict,
-            b.cycle().len(),
-            b.kind.as_str(),
-            &b.message,
-        ))
+        let key = |f: &crate::report::Finding| {
+            (
+                f.verdict,
+                f.kind == crate::report::Kind::Race,
+                f.cycle().len(),
+                f.kind.as_str(),
+                f.message.clone(),
+            )
+        };
+        key(a).cmp(&key(b))
     });
     // Rank violations last: a broken declared rule, not a deadlock found.
     findings.extend(crate::ranks::rank_findings(runs, &graph));
@@ -90,6 +107,7 @@ pub fn analyze(runs: &[Run], warnings: &[Vec<String>], opts: &Options) -> Report
                 threads: r.threads.len(),
                 locks: r.locks.len(),
                 critical_sections: r.acquisitions.len(),
+                accesses: r.races.accesses,
                 warnings: {
                     let mut w = warnings.get(i).cloned().unwrap_or_default();
                     if !r.hb.complete {
@@ -97,6 +115,20 @@ pub fn analyze(runs: &[Run], warnings: &[Vec<String>], opts: &Options) -> Report
                             "{} threads: the vector clocks outgrew their memory budget, so no \
                              deadlock is predicted from this trace (lock order only)",
                             r.threads.len()
+                        ));
+                    }
+                    if r.races.accesses > 0 && !r.races.complete {
+                        w.push(format!(
+                            "{} threads: the race pass's clocks outgrew their memory budget, \
+                             so no race is reported from this trace",
+                            r.threads.len()
+                        ));
+                    }
+                    if r.races.evicted > 0 {
+                        w.push(format!(
+                            "{} shadow entries were dropped from full granules: some pairs of \
+                             racing lines may be missing",
+                            r.races.evicted
                         ));
                     }
                     w

@@ -16,6 +16,7 @@
 
 use std::collections::HashMap;
 
+use crate::addr_map::AddrMap;
 use crate::model::Mode;
 use crate::stream::{Op, Pass, StreamEvent};
 use crate::vector_clock::VectorClock;
@@ -100,8 +101,8 @@ pub struct HbBuilder {
     /// Whether receives are stored (the clocks of the whole trace, which the closure walks) or
     /// only the current clocks are kept (a streaming pass reads them as it goes).
     snapshots: bool,
-    /// The last write to each address: (thread, position).
-    last_write: HashMap<u64, (usize, u32)>,
+    /// The last write to each 8-byte granule: (thread, position).
+    last_write: AddrMap<(u32, u32)>,
 }
 
 impl HbBuilder {
@@ -121,7 +122,7 @@ impl HbBuilder {
             channels: HashMap::new(),
             receives: vec![Vec::new(); threads],
             snapshots: true,
-            last_write: HashMap::new(),
+            last_write: AddrMap::default(),
         }
     }
 
@@ -150,25 +151,37 @@ impl HbBuilder {
         !self.overflowed
     }
 
-    /// A memory write (or atomic store) to `addr`.
-    pub fn write(&mut self, thread: usize, pos: u32, addr: u64) {
+    /// A memory write (or atomic store) of `size` bytes at `addr`. Writers are kept per 8-byte
+    /// granule, so that a read of part of what was written (or of several writes) finds them.
+    pub fn write(&mut self, thread: usize, pos: u32, addr: u64, size: u32) {
         if self.overflowed {
             return;
         }
-        self.last_write.insert(addr, (thread, pos));
+        for g in granules(addr, size) {
+            self.last_write.insert(g, (thread as u32, pos));
+        }
     }
 
     /// A memory read (or atomic load) of `addr`: reads-from is an edge. A reordering in which a
     /// read sees another write may take another path, so a prediction must keep the writer
     /// before the reader. The writer is the last write in the merged order, which is the true
     /// one for every access ordered by synchronisation (a racy read may have read another).
-    pub fn read(&mut self, thread: usize, pos: u32, addr: u64) {
+    /// A granule's writer stands for the writer of every byte of it: an over-approximation
+    /// (more order, so fewer predictions), never a missed writer.
+    pub fn read(&mut self, thread: usize, pos: u32, addr: u64, size: u32) {
         if self.overflowed {
             return;
         }
-        let Some(&(writer, at)) = self.last_write.get(&addr) else {
+        for g in granules(addr, size) {
+            self.read_granule(thread, pos, g);
+        }
+    }
+
+    fn read_granule(&mut self, thread: usize, pos: u32, granule: u64) {
+        let Some(&(writer, at)) = self.last_write.get(&granule) else {
             return;
         };
+        let writer = writer as usize;
         if writer == thread || self.current[thread].get(writer) > at {
             return;
         }
@@ -218,6 +231,43 @@ impl HbBuilder {
         }
     }
 
+    /// Publishes `clock` (an earlier clock of the thread: a release fence's) on `channel`.
+    pub fn send_clock(&mut self, channel: Channel, clock: &VectorClock) {
+        if self.overflowed {
+            return;
+        }
+        if self.snapshots {
+            self.charge(clock.entries().len());
+        }
+        let grown = match self.channels.entry(channel) {
+            std::collections::hash_map::Entry::Occupied(mut e) => {
+                let before = e.get().entries().len();
+                e.get_mut().join(clock);
+                e.get().entries().len() - before
+            }
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(clock.clone()).entries().len(),
+        };
+        if !self.snapshots {
+            self.charge(grown);
+        }
+    }
+
+    /// What was published on `channel` so far.
+    pub fn published(&self, channel: &Channel) -> Option<&VectorClock> {
+        self.channels.get(channel)
+    }
+
+    /// Joins `clock` into the thread's clock (an acquire fence takes what the relaxed loads
+    /// before it saw).
+    pub fn receive_clock(&mut self, thread: usize, pos: u32, clock: &VectorClock) {
+        if self.overflowed {
+            return;
+        }
+        if self.current[thread].join(clock) {
+            self.record(thread, pos);
+        }
+    }
+
     /// Joins what was published on `channel` into the thread's clock.
     pub fn receive(&mut self, thread: usize, pos: u32, channel: &Channel) {
         if self.overflowed {
@@ -251,7 +301,7 @@ impl HbBuilder {
             self.receives = vec![Vec::new(); self.receives.len()];
             self.channels = HashMap::new();
             self.current = vec![VectorClock::default(); self.current.len()];
-            self.last_write = HashMap::new();
+            self.last_write = AddrMap::default();
         }
     }
 
@@ -276,6 +326,12 @@ impl HbBuilder {
     }
 }
 
+/// The 8-byte granules `size` bytes at `addr` touch (at least one).
+fn granules(addr: u64, size: u32) -> std::ops::RangeInclusive<u64> {
+    let last = addr.saturating_add(u64::from(size.max(1)) - 1);
+    (addr >> 3)..=(last >> 3)
+}
+
 /// A set of happens-before edge kinds: which synchronisation orders events for the analysis
 /// that builds the clocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -295,7 +351,8 @@ impl EdgeKinds {
     /// The program's own happens-before/happens-after annotations, matched by tag.
     pub const USER: EdgeKinds = EdgeKinds(1 << 5);
     /// Every earlier release (or stronger) atomic store → an acquire (or stronger) load of the
-    /// address. Relaxed accesses order nothing.
+    /// address; fences (a release fence makes the thread's later stores release, an acquire
+    /// fence makes its earlier loads acquire). Relaxed accesses order nothing.
     pub const ATOMIC: EdgeKinds = EdgeKinds(1 << 6);
     /// Reads-from: a read (plain or atomic, any order) is ordered after the last write to its
     /// address in the merged order — the true writer of every access ordered by
@@ -348,6 +405,13 @@ pub struct HbPass {
     /// With lock edges: per thread, the locks it holds (object, mode, recursion depth), to know
     /// which channel a release publishes on.
     held: Vec<Vec<(u32, Mode, u32)>>,
+    /// With atomic edges, per thread: the clock at its last release fence, which its later
+    /// relaxed stores publish (C11 7.17.4: a release fence before a store makes the store
+    /// release what preceded the fence)…
+    release_fence: Vec<Option<VectorClock>>,
+    /// …and what its relaxed loads since the last acquire fence could have read, which the
+    /// next acquire fence takes.
+    acquire_pending: Vec<VectorClock>,
 }
 
 impl HbPass {
@@ -362,6 +426,8 @@ impl HbPass {
             builder,
             edges,
             held: vec![Vec::new(); threads],
+            release_fence: vec![None; threads],
+            acquire_pending: vec![VectorClock::default(); threads],
         }
     }
 
@@ -384,6 +450,14 @@ impl HbPass {
     /// it (as prefix lengths per thread).
     pub fn clock(&mut self, thread: u32) -> &VectorClock {
         self.builder.clock(thread as usize)
+    }
+
+    /// What the thread knows of the *other* threads (its own entry may lag behind): enough to
+    /// ask whether another thread's event happens before the thread's latest one, without
+    /// the write [`HbPass::clock`] makes.
+    #[inline]
+    pub fn knows(&self, thread: u32) -> &VectorClock {
+        &self.builder.current[thread as usize]
     }
 
     /// False once the clocks outgrew their budget: nothing may then be concluded from them.
@@ -434,6 +508,12 @@ impl Pass for HbPass {
     #[inline]
     fn handle(&mut self, ev: &StreamEvent) {
         let (t, pos) = (ev.thread as usize, ev.pos);
+        // Plain accesses and allocations order nothing unless reads-from is asked for: most of
+        // an instrumented trace, skipped at once. (The thread's own entry then lags until its
+        // next synchronisation event, which steps it before it sends.)
+        if !self.edges.contains(EdgeKinds::READS_FROM) && ev.op.is_plain_memory() {
+            return;
+        }
         let create_join = self.edges.contains(EdgeKinds::CREATE_JOIN);
         let b = &mut self.builder;
         b.step(t, pos);
@@ -441,11 +521,11 @@ impl Pass for HbPass {
             b.receive(t, pos, &Channel::Fork(t));
         }
         match ev.op {
-            Op::Read { addr, .. } if self.edges.contains(EdgeKinds::READS_FROM) => {
-                b.read(t, pos, addr)
+            Op::Read { addr, size, .. } if self.edges.contains(EdgeKinds::READS_FROM) => {
+                b.read(t, pos, addr, size)
             }
-            Op::Write { addr, .. } if self.edges.contains(EdgeKinds::READS_FROM) => {
-                b.write(t, pos, addr)
+            Op::Write { addr, size, .. } if self.edges.contains(EdgeKinds::READS_FROM) => {
+                b.write(t, pos, addr, size)
             }
             Op::Create { child: Some(c), .. } if create_join => {
                 b.send(t, Channel::Fork(c as usize))
@@ -519,17 +599,37 @@ impl Pass for HbPass {
             Op::Atomic(a) => {
                 let atomic = self.edges.contains(EdgeKinds::ATOMIC);
                 let reads_from = self.edges.contains(EdgeKinds::READS_FROM);
+                let channel = Channel::Atomic(a.addr);
                 if a.acquire && atomic {
-                    b.receive(t, pos, &Channel::Atomic(a.addr));
+                    b.receive(t, pos, &channel);
+                } else if a.loads && atomic {
+                    if let Some(sent) = b.published(&channel) {
+                        self.acquire_pending[t].join(sent);
+                    }
                 }
                 if a.loads && reads_from {
-                    b.read(t, pos, a.addr);
+                    b.read(t, pos, a.addr, a.size);
                 }
                 if a.stores && reads_from {
-                    b.write(t, pos, a.addr);
+                    b.write(t, pos, a.addr, a.size);
                 }
                 if a.release && atomic {
-                    b.send(t, Channel::Atomic(a.addr));
+                    b.send(t, channel);
+                } else if a.stores && atomic {
+                    if let Some(fence) = &self.release_fence[t] {
+                        b.send_clock(channel, fence);
+                    }
+                }
+            }
+            Op::Fence {
+                acquire, release, ..
+            } if self.edges.contains(EdgeKinds::ATOMIC) => {
+                if acquire {
+                    let pending = std::mem::take(&mut self.acquire_pending[t]);
+                    b.receive_clock(t, pos, &pending);
+                }
+                if release {
+                    self.release_fence[t] = Some(b.clock(t).clone());
                 }
             }
             _ => {}

@@ -6,9 +6,12 @@
 //! graph over all traces, [`cycles`] enumerates its elementary cycles, the lock-cycle pass
 //! decides which are predicted at instance level with the sync-preserving [`closure`] (patterns
 //! and searches in [`deadlock`]), [`waits`] covers join/barrier/condition/semaphore waits and
-//! rwlocks, [`ranks`] the declared lock ranks — each making its own findings — [`analysis`]
-//! runs them and assembles the [`report`], which renders them.
+//! rwlocks, [`ranks`] the declared lock ranks, [`races`] the data races (a happens-before pass in
+//! the same walk, and the sync-preserving closure for what only lock hand-offs order) — each
+//! making its own findings — [`analysis`] runs them and assembles the [`report`], which renders
+//! them.
 
+mod addr_map;
 pub mod analysis;
 pub mod baseline;
 pub mod cli;
@@ -20,6 +23,7 @@ pub mod hb;
 mod lock_cycles;
 pub mod lock_graph;
 pub mod model;
+pub mod races;
 pub mod ranks;
 pub mod report;
 pub mod sites;

@@ -236,6 +236,17 @@ pub enum Op {
     },
 }
 
+impl Op {
+    /// A plain read or write, or an allocation or free: memory that synchronises nothing.
+    #[inline]
+    pub fn is_plain_memory(&self) -> bool {
+        matches!(
+            self,
+            Op::Read { .. } | Op::Write { .. } | Op::Alloc { .. } | Op::Free { .. }
+        )
+    }
+}
+
 /// An analysis concern that reads the merged stream: it owns its state, sees every event once
 /// in merged order, and is finished into its result.
 pub trait Pass {
@@ -558,16 +569,16 @@ pub struct BarrierGenerations {
 
 impl BarrierGenerations {
     /// Scans one thread's events (dense index `thread`) in its own order.
-    pub fn scan_thread<'e>(
+    pub fn scan_thread<E: std::borrow::Borrow<EventKind>>(
         &mut self,
         thread: u32,
-        events: impl IntoIterator<Item = &'e EventKind>,
+        events: impl IntoIterator<Item = E>,
     ) {
         // Per barrier, the thread's arrival still waiting for its departure. A second arrival
         // before a departure replaces the first, which then has no generation.
         let mut pending: HashMap<ObjectId, u32> = HashMap::new();
         for (pos, ev) in events.into_iter().enumerate() {
-            match *ev {
+            match *ev.borrow() {
                 EventKind::BarrierWaitBegin { barrier, .. } => {
                     pending.insert(barrier, pos as u32);
                 }
@@ -652,7 +663,7 @@ mod tests {
             arrive(2),     // never departs
         ];
         let mut g = BarrierGenerations::default();
-        g.scan_thread(3, &events);
+        g.scan_thread(3, events);
         assert_eq!(g.generation(3, 0), Some(7));
         assert_eq!(g.generation(3, 2), None);
         assert_eq!(g.generation(3, 3), Some(9));

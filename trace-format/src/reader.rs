@@ -19,8 +19,8 @@ use crate::frame::{ChunkKind, EventsPrefix, EVENTS_PREFIX_LEN};
 use crate::scan::{payload_read_problem, scan};
 use crate::source::Source;
 use crate::tables::{
-    AccessCounts, Frame, FrameSymbol, Header, ModuleInfo, ObjectInfo, SiteInfo, SourceLocation,
-    ThreadInfo, Trailer,
+    AccessCounts, DataType, DataVariable, Frame, FrameSymbol, Header, ModuleInfo, ObjectInfo,
+    SiteInfo, SourceLocation, ThreadInfo, Trailer,
 };
 
 /// Where one chunk is in the file.
@@ -47,6 +47,11 @@ pub struct Tables {
     /// Memory accesses per thread, executed and recorded (the sum of its `AccessCounts`
     /// records; FORMAT.md §7.8).
     pub access_counts: BTreeMap<ThreadId, AccessCounts>,
+    /// Static variables by (module, offset) (FORMAT.md §7.9); [`Tables::data_symbol`] names an
+    /// address with them.
+    pub data_variables: BTreeMap<(u32, u64), DataVariable>,
+    /// The layouts of their types, by type id (FORMAT.md §7.10).
+    pub data_types: HashMap<u32, DataType>,
 }
 
 impl Tables {

@@ -549,6 +549,8 @@ impl TableWriter {
             TableRecord::Module(r) => serialize(r, scratch),
             TableRecord::Symbol(r) => serialize(r, scratch),
             TableRecord::AccessCounts(r) => serialize(r, scratch),
+            TableRecord::DataVariable(r) => serialize(r, scratch),
+            TableRecord::DataType(r) => serialize(r, scratch),
         };
         self.buf.push(record.tag());
         crate::varint::put(&mut self.buf, scratch.len() as u64);

@@ -6,13 +6,18 @@ use std::process::ExitCode;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
+use foresight_trace::tables::ObjectKind;
+use foresight_trace::Problem;
+use foresight_trace::{ThreadId, TraceStream};
+
 use crate::analysis::{analyze, Options};
-use crate::model::{build_run_with, Run};
+use crate::model::{drive_run, ModelPass, Run, ThreadModel};
 use crate::report::{self, Report};
 use crate::sites::Wrappers;
+use crate::stream::{BarrierGenerations, Stream};
 use crate::suppressions::Suppressions;
 
-use super::output::{ignore_broken_pipe, load, report_problems};
+use super::output::{ignore_broken_pipe, open_stream, warn_problems};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -162,28 +167,86 @@ pub fn load_runs(
 }
 
 fn load_run(path: &Path, wrappers: &Wrappers, tty: bool) -> anyhow::Result<(Run, Vec<String>)> {
-    let trace = load(path)?;
-    report_problems(&trace);
-    let problems = trace.problems.iter().map(|p| p.to_string()).collect();
-    let bar = if tty {
-        let b = ProgressBar::new(trace.event_count());
-        b.set_style(
-            ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} events ({eta})")
-                .expect("valid template")
-                .progress_chars("=> "),
-        );
-        b.set_message(format!("reading {}", path.display()));
-        Some(b)
-    } else {
-        None
-    };
-    let run = build_run_with(&trace, wrappers, &mut |done| {
-        if let Some(b) = &bar {
-            b.set_position(done);
+    let stream = open_stream(path)?;
+    let run = stream_run(&stream, path, wrappers, tty);
+    let problems: Vec<String> = run.1.iter().map(|p| p.to_string()).collect();
+    warn_problems(path, &run.1);
+    Ok((run.0, problems))
+}
+
+/// One streaming pass over a trace: the model and the race pass, reading one chunk per thread
+/// at a time. A trace with barriers is first scanned per thread for the generation each
+/// arrival belongs to (`stream.rs`).
+fn stream_run(
+    stream: &TraceStream,
+    path: &Path,
+    wrappers: &Wrappers,
+    tty: bool,
+) -> (Run, Vec<Problem>) {
+    let tables = stream.tables();
+    let ids: Vec<ThreadId> = stream.threads().collect();
+    let mut generations = BarrierGenerations::default();
+    if tables
+        .objects
+        .values()
+        .any(|o| o.kind == ObjectKind::Barrier)
+    {
+        for (i, &id) in ids.iter().enumerate() {
+            generations.scan_thread(i as u32, stream.thread_events(id).map(|e| e.kind));
         }
+    }
+    let threads = ids
+        .iter()
+        .map(|&id| ThreadModel {
+            id,
+            name: tables
+                .thread_name(id)
+                .map(str::to_string)
+                .unwrap_or_else(|| format!("thread-{id}")),
+            len: 0,
+        })
+        .collect();
+    let model = ModelPass::new(tables, path.display().to_string(), threads, 0).with_wrappers(
+        wrappers
+            .clone()
+            .for_recorded_depth(stream.header().stack_depth),
+    );
+    let walk = Stream::new(ids.iter().copied(), generations);
+    // The trailer says how many events to expect when the recording ended cleanly.
+    let expected = stream.trailer().map(|t| t.events);
+    let bar = tty.then(|| {
+        let b = match expected {
+            Some(n) => ProgressBar::new(n).with_style(
+                ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} events ({eta})")
+                    .expect("valid template")
+                    .progress_chars("=> "),
+            ),
+            None => ProgressBar::new_spinner().with_style(
+                ProgressStyle::with_template("{msg} {spinner} {pos} events")
+                    .expect("valid template"),
+            ),
+        };
+        b.set_message(format!("reading {}", path.display()));
+        b
     });
+    let mut merged = stream.merged().with_ordering_check();
+    let mut run = drive_run(
+        &walk,
+        model,
+        merged.by_ref().map(|e| (e.thread, e.index, e.event.kind)),
+        &mut |done| {
+            if let Some(b) = &bar {
+                b.set_position(done);
+            }
+        },
+    );
     if let Some(b) = bar {
         b.finish_and_clear();
     }
-    Ok((run, problems))
+    for s in merged.thread_summaries() {
+        if let Some(i) = ids.iter().position(|&id| id == s.thread) {
+            run.threads[i].len = s.events.min(u32::MAX as u64) as u32;
+        }
+    }
+    (run, merged.problems())
 }

@@ -15,6 +15,9 @@
 //!   and monitor locks;
 //! - `waits.rs`: blocking waits entered while holding locks (it reads the held stacks);
 //! - `senders.rs`: signals, posts, barrier arrivals, semaphore takes and initial values.
+//!
+//! [`drive_run`] runs the race pass (`races/`) beside the model in the same walk, and keeps
+//! what it found in [`Run::races`].
 
 use std::collections::HashMap;
 
@@ -24,8 +27,9 @@ use foresight_trace::tables::{ClassKey, ObjectKind};
 use foresight_trace::Trace;
 
 use crate::hb::{EdgeKinds, HappensBefore, HbPass};
+use crate::races::{RaceOutput, RacePass};
 use crate::sites::Wrappers;
-use crate::stream::{Pass, Stream, StreamEvent};
+use crate::stream::{Op, Pass, Stream, StreamEvent};
 
 mod annotations;
 mod heap;
@@ -236,6 +240,8 @@ pub struct Run {
     /// Names of the objects that are not locks (barriers, conditions, semaphores), for reports.
     pub object_names: HashMap<ObjectId, String>,
     pub events: u64,
+    /// What the happens-before race pass found (`races/`), read in the same walk.
+    pub races: RaceOutput,
 }
 
 impl Run {
@@ -303,17 +309,40 @@ pub fn build_run(trace: &Trace, progress: &mut dyn FnMut(u64)) -> Run {
 /// [`build_run`], with the project's lock wrappers (`sites.rs`) skipped in the sites it names.
 pub fn build_run_with(trace: &Trace, wrappers: &Wrappers, progress: &mut dyn FnMut(u64)) -> Run {
     let stream = Stream::of_trace(trace);
-    let mut pass = ModelPass::for_trace(trace).with_wrappers(
+    let model = ModelPass::for_trace(trace).with_wrappers(
         wrappers
             .clone()
             .for_recorded_depth(trace.header.stack_depth),
     );
-    stream.drive(
+    drive_run(
+        &stream,
+        model,
         trace.merged().map(|m| (m.thread, m.index, m.event.kind)),
-        &mut pass,
         progress,
-    );
-    pass.finish()
+    )
+}
+
+/// Reads a trace's events once into its model and its race findings: the deadlock model
+/// ([`ModelPass`]) and the happens-before race pass ([`RacePass`]) side by side in one walk.
+pub fn drive_run(
+    stream: &Stream<'_>,
+    model: ModelPass<'_>,
+    events: impl IntoIterator<
+        Item = (
+            foresight_trace::ThreadId,
+            usize,
+            foresight_trace::event::EventKind,
+        ),
+    >,
+    progress: &mut dyn FnMut(u64),
+) -> Run {
+    let races = RacePass::new(model.threads.len(), Some(model.tables));
+    let mut passes = (model, races);
+    let read = stream.drive(events, &mut passes, progress);
+    let (mut run, races) = passes.finish();
+    run.events = read;
+    run.races = races;
+    run
 }
 
 /// The deadlock model of one trace as a [`Pass`]: its visitors, fed in an order that lets each
@@ -390,8 +419,12 @@ impl Pass for ModelPass<'_> {
     #[inline]
     fn handle(&mut self, ev: &StreamEvent) {
         self.hb.handle(ev);
-        self.annotations.handle(ev, &mut self.locks);
         self.heap.handle(ev);
+        // Reads and writes matter to the model only through the clocks' reads-from.
+        if matches!(ev.op, Op::Read { .. } | Op::Write { .. }) {
+            return;
+        }
+        self.annotations.handle(ev, &mut self.locks);
         self.locks.handle(ev, &self.annotations, &self.heap);
         self.waits.handle(ev, &mut self.locks);
         self.senders.handle(ev);
@@ -442,6 +475,7 @@ impl Pass for ModelPass<'_> {
                 .map(|o| (o.id, tables.describe_object(o.id)))
                 .collect(),
             events: self.events,
+            races: RaceOutput::default(),
         }
     }
 }

@@ -1,13 +1,15 @@
 //! `--format json`: the report as one JSON document (schema `foresight-report`, version 1,
 //! documented in `docs/report-schema.md`). Every finding has the same fields, whatever its
-//! kind: the common ones, then `cycle`, `edges`, `wait` and `witness` (empty or `null` when
+//! kind: the common ones, then `cycle`, `edges`, `wait`, `race` and `witness` (empty or `null` when
 //! the kind has none).
 
 use std::io::Write;
 
 use serde::Serialize;
 
-use super::{EdgeReport, Finding, FindingLocation, Kind, Report, Verdict, WaitReport, Witness};
+use super::{
+    EdgeReport, Finding, FindingLocation, Kind, RaceReport, Report, Verdict, WaitReport, Witness,
+};
 
 pub fn write(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
     serde_json::to_writer_pretty(&mut *out, report)?;
@@ -27,6 +29,7 @@ struct FindingJson<'f> {
     cycle: &'f [String],
     edges: &'f [EdgeReport],
     wait: Option<&'f WaitReport>,
+    race: Option<&'f RaceReport>,
     witness: Option<&'f Witness>,
     occurrences: u64,
     locations: &'f [FindingLocation],
@@ -45,6 +48,7 @@ impl Serialize for Finding {
             cycle: self.cycle(),
             edges: self.edges(),
             wait: self.wait(),
+            race: self.race(),
             witness: self.witness.as_ref(),
             occurrences: self.occurrences,
             locations: &self.locations,

@@ -42,6 +42,8 @@ pub struct TraceSummary {
     pub threads: usize,
     pub locks: usize,
     pub critical_sections: usize,
+    /// Memory accesses in the trace (a build with `foresight config` records them).
+    pub accesses: u64,
     /// Problems the reader found (a damaged or cut-short trace is analysed as far as it reads).
     pub warnings: Vec<String>,
 }
@@ -66,6 +68,13 @@ pub struct Summary {
     pub rank_violations: usize,
     /// Findings removed by the suppressions file (not in `findings`).
     pub suppressed: usize,
+    /// `race` findings (verdict `predicted`), and pairs of sites that only lock hand-offs
+    /// order, which the sync-preserving closure was asked about.
+    pub races: usize,
+    pub race_candidates: usize,
+    /// Race candidates checked with the closure, and whether the budget ran out first.
+    pub race_candidates_checked: u64,
+    pub race_budget_exhausted: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -97,6 +106,11 @@ impl Report {
         self.summary.predicted = count(Verdict::Predicted);
         self.summary.potential = count(Verdict::Potential);
         self.summary.rank_violations = count(Verdict::Violation);
+        self.summary.races = self
+            .findings
+            .iter()
+            .filter(|f| f.kind == Kind::Race)
+            .count();
     }
 }
 
@@ -131,6 +145,7 @@ impl Finding {
                 std::slice::from_ref(lock_class)
             }
             Detail::RankViolation { classes, .. } => classes,
+            Detail::Race(_) => &[],
         }
     }
 
@@ -139,7 +154,7 @@ impl Finding {
         match &self.detail {
             Detail::LockCycle { edges, .. } => edges,
             Detail::RankViolation { edge, .. } => std::slice::from_ref(edge),
-            Detail::WaitDeadlock { .. } | Detail::ReadRecursion { .. } => &[],
+            Detail::WaitDeadlock { .. } | Detail::ReadRecursion { .. } | Detail::Race(_) => &[],
         }
     }
 
@@ -147,7 +162,15 @@ impl Finding {
     pub fn wait(&self) -> Option<&WaitReport> {
         match &self.detail {
             Detail::WaitDeadlock { wait, .. } | Detail::ReadRecursion { wait, .. } => Some(wait),
-            Detail::LockCycle { .. } | Detail::RankViolation { .. } => None,
+            Detail::LockCycle { .. } | Detail::RankViolation { .. } | Detail::Race(_) => None,
+        }
+    }
+
+    /// The two accesses of a race (JSON's `race`).
+    pub fn race(&self) -> Option<&RaceReport> {
+        match &self.detail {
+            Detail::Race(r) => Some(r),
+            _ => None,
         }
     }
 }
@@ -182,6 +205,9 @@ pub enum Detail {
         classes: [String; 2],
         edge: EdgeReport,
     },
+    /// Two accesses to the same memory, at least one a write, not both atomic, that a schedule
+    /// runs back to back (`races/`).
+    Race(Box<RaceReport>),
 }
 
 /// The kind of a finding: JSON's `kind`, SARIF's rule id.
@@ -194,11 +220,12 @@ pub enum Kind {
     WaitDeadlock,
     RwlockDeadlock,
     RankViolation,
+    Race,
 }
 
 impl Kind {
     /// Every kind, in the order SARIF lists its rules.
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 8] = [
         Kind::Deadlock,
         Kind::PotentialDeadlock,
         Kind::JoinDeadlock,
@@ -206,6 +233,7 @@ impl Kind {
         Kind::WaitDeadlock,
         Kind::RwlockDeadlock,
         Kind::RankViolation,
+        Kind::Race,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -217,6 +245,7 @@ impl Kind {
             Kind::WaitDeadlock => "wait-deadlock",
             Kind::RwlockDeadlock => "rwlock-deadlock",
             Kind::RankViolation => "rank-violation",
+            Kind::Race => "race",
         }
     }
 }
@@ -351,4 +380,50 @@ pub struct WitnessThread {
     pub holds: Vec<String>,
     /// …and then blocks here (empty for threads that just run their prefix).
     pub blocks: Option<String>,
+}
+
+/// A data race: the memory and both accesses, the earlier one in the trace first.
+#[derive(Clone, Debug, Serialize)]
+pub struct RaceReport {
+    /// Where the earlier access starts.
+    pub address: String,
+    /// The static variable and element (`counters[3]`), when the trace's symbols name it.
+    pub variable: Option<VariableReport>,
+    /// The heap block the memory belongs to, when it is heap memory.
+    pub block: Option<BlockReport>,
+    pub accesses: [AccessReport; 2],
+}
+
+/// A heap block, from the recorder's allocation events.
+#[derive(Clone, Debug, Serialize)]
+pub struct BlockReport {
+    pub size: u64,
+    /// Offset of the earlier access in the block.
+    pub offset: u64,
+    pub allocated_at: SiteReport,
+    pub thread: String,
+}
+
+/// One access of a race.
+#[derive(Clone, Debug, Serialize)]
+pub struct AccessReport {
+    /// `read`, `write`, `atomic read`, `atomic write`.
+    pub kind: &'static str,
+    pub size: u32,
+    pub address: String,
+    pub thread: String,
+    /// Position of the access in its thread (`foresight dump --thread`).
+    pub position: u32,
+    pub site: SiteReport,
+    /// The locks the thread held (`name (read)` for the read side of an rwlock).
+    pub locks_held: Vec<String>,
+}
+
+/// A static variable, and where it is declared.
+#[derive(Clone, Debug, Serialize)]
+pub struct VariableReport {
+    /// With the path to the element accessed: `counters[3]`, `cfg.limits.max`.
+    pub name: String,
+    pub file: Option<String>,
+    pub line: Option<u32>,
 }

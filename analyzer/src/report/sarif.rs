@@ -51,6 +51,12 @@ fn rule(kind: Kind) -> (&'static str, &'static str) {
             "Locks annotated with ranks must be acquired in increasing rank: a lock was \
              acquired while a lock of the same or a higher rank was held.",
         ),
+        Kind::Race => (
+            "Data race: two threads access the same memory with nothing ordering them",
+            "Two threads access the same memory, at least one writes, not both atomically, and \
+             either nothing orders the two accesses in a recorded run (happens-before), or a \
+             sync-preserving reordering of the run makes them run back to back.",
+        ),
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::io::Write;
 
-use super::{counted, Detail, EdgeReport, Finding, HeldLock, Report, SiteReport, Verdict};
+use super::{counted, Detail, EdgeReport, Finding, HeldLock, Kind, Report, SiteReport, Verdict};
 
 /// How much of each site's stack the text shows.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -19,7 +19,7 @@ pub fn write(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
 
 pub fn write_with(out: &mut impl Write, report: &Report, style: Style) -> std::io::Result<()> {
     for t in &report.traces {
-        writeln!(
+        write!(
             out,
             "trace {}: {}, {}, {}, {}",
             t.path,
@@ -28,6 +28,14 @@ pub fn write_with(out: &mut impl Write, report: &Report, style: Style) -> std::i
             counted(t.locks, "lock", "locks"),
             counted(t.critical_sections, "critical section", "critical sections")
         )?;
+        if t.accesses > 0 {
+            write!(
+                out,
+                ", {}",
+                counted(t.accesses, "memory access", "memory accesses")
+            )?;
+        }
+        writeln!(out)?;
         for w in &t.warnings {
             writeln!(out, "  warning: {w}")?;
         }
@@ -59,11 +67,24 @@ pub fn write_with(out: &mut impl Write, report: &Report, style: Style) -> std::i
     for h in &report.hints {
         writeln!(out, "hint: {h}")?;
     }
+    if s.race_budget_exhausted {
+        writeln!(
+            out,
+            "note: the race candidate budget ran out after {} checks; some races only a \
+             reordering exposes may be missing",
+            s.race_candidates_checked
+        )?;
+    }
     writeln!(out)?;
     let predicted: Vec<&Finding> = report
         .findings
         .iter()
-        .filter(|f| f.verdict == Verdict::Predicted)
+        .filter(|f| f.verdict == Verdict::Predicted && f.kind != Kind::Race)
+        .collect();
+    let races: Vec<&Finding> = report
+        .findings
+        .iter()
+        .filter(|f| f.kind == Kind::Race)
         .collect();
     let potential: Vec<&Finding> = report
         .findings
@@ -73,6 +94,12 @@ pub fn write_with(out: &mut impl Write, report: &Report, style: Style) -> std::i
     if !predicted.is_empty() {
         writeln!(out, "== PREDICTED deadlocks ({}) ==", predicted.len())?;
         for f in predicted {
+            finding(out, f, style)?;
+        }
+    }
+    if !races.is_empty() {
+        writeln!(out, "== DATA RACES ({}) ==", races.len())?;
+        for f in &races {
             finding(out, f, style)?;
         }
     }
@@ -106,6 +133,14 @@ pub fn write_with(out: &mut impl Write, report: &Report, style: Style) -> std::i
         "{} predicted, {} potential",
         report.summary.predicted, report.summary.potential
     )?;
+    if !races.is_empty() {
+        write!(
+            out,
+            " ({} of the predicted: {})",
+            counted(races.len(), "race", "races"),
+            race_rules(&races)
+        )?;
+    }
     if report.summary.rank_violations > 0 {
         write!(out, ", {} rank violations", report.summary.rank_violations)?;
     }
@@ -137,6 +172,37 @@ fn finding(out: &mut impl Write, f: &Finding, style: Style) -> std::io::Result<(
             }
         }
         Detail::RankViolation { edge: e, .. } => edge(out, 1, e, style)?,
+        Detail::Race(r) => {
+            if let Some(v) = &r.variable {
+                match (&v.file, v.line) {
+                    (Some(f), Some(l)) => {
+                        writeln!(out, "  memory: `{}` (declared at {f}:{l})", v.name)?
+                    }
+                    _ => writeln!(out, "  memory: `{}`", v.name)?,
+                }
+            } else if let Some(b) = &r.block {
+                writeln!(
+                    out,
+                    "  memory: offset {} of a {}-byte heap block allocated by {} at {}",
+                    b.offset, b.size, b.thread, b.allocated_at.location
+                )?;
+            } else {
+                writeln!(out, "  memory: {}", r.address)?;
+            }
+            for a in &r.accesses {
+                let held = if a.locks_held.is_empty() {
+                    "holding no lock".to_string()
+                } else {
+                    format!("holding {}", a.locks_held.join(", "))
+                };
+                writeln!(
+                    out,
+                    "  {} of {} bytes at {} by {} at {} [event {}], {held}",
+                    a.kind, a.size, a.address, a.thread, a.site.location, a.position
+                )?;
+                stack(out, &a.site, "      ", style)?;
+            }
+        }
         Detail::WaitDeadlock { wait: w, .. } | Detail::ReadRecursion { wait: w, .. } => {
             writeln!(
                 out,
@@ -190,6 +256,17 @@ fn finding(out: &mut impl Write, f: &Finding, style: Style) -> std::io::Result<(
         writeln!(out, "  seen {} times", f.occurrences)?;
     }
     writeln!(out)
+}
+
+/// "3 by happens-before, 1 sync-preserving": how many races each rule found.
+fn race_rules(races: &[&Finding]) -> String {
+    let hb = races.iter().filter(|f| f.rule == "happens-before").count();
+    let sp = races.len() - hb;
+    match (hb, sp) {
+        (_, 0) => "happens-before".to_string(),
+        (0, _) => "sync-preserving".to_string(),
+        _ => format!("{hb} happens-before, {sp} sync-preserving"),
+    }
 }
 
 fn edge(out: &mut impl Write, i: usize, e: &EdgeReport, style: Style) -> std::io::Result<()> {
