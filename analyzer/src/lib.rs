@@ -26,6 +26,7 @@ pub mod model;
 pub mod races;
 pub mod ranks;
 pub mod report;
+pub mod sites;
 pub mod stream;
 pub mod suppressions;
 pub mod vector_clock;

@@ -6,6 +6,8 @@
 //! - `FORESIGHT_NO_FOLLOW=1`: programs this one execs are not recorded.
 //! - `FORESIGHT_ALLOCATIONS=0`: heap allocations are not recorded (unless the program has
 //!   instrumented code, whose accesses need them).
+//! - `FORESIGHT_WRAPPERS=GLOB\nGLOB…`: the program's own lock wrappers, one glob a line
+//!   (`wrappers.rs`): calls made inside them are recorded with their callers.
 //! - `FORESIGHT_ORDERING=global`: one process-wide counter (`Ordering::GlobalSequence`)
 //!   instead of the default Lamport clocks per object (`Ordering::Logical`, also selected by
 //!   `logical`). The counter is a cache line every core writes on every synchronising event:
@@ -27,6 +29,8 @@ pub struct Config {
     /// instrumented code (an instrumented program's are always recorded); `1` or unset:
     /// record them.
     pub allocations: Option<bool>,
+    /// `FORESIGHT_WRAPPERS`, as given.
+    pub wrappers: Option<Vec<u8>>,
 }
 
 fn var(name: &CStr) -> Option<Vec<u8>> {
@@ -53,12 +57,14 @@ impl Config {
             b"0" => Some(false),
             _ => None,
         });
+        let wrappers = var(c"FORESIGHT_WRAPPERS").filter(|v| !v.is_empty());
         Self {
             output,
             stack_depth,
             no_follow,
             global_sequence,
             allocations,
+            wrappers,
         }
     }
 }

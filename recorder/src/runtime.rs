@@ -22,7 +22,7 @@ use crate::output::{self, STATE_DONE, STATE_OFF, STATE_PAUSED, STATE_RECORDING, 
 use crate::sequence::{self, Key};
 use crate::spin::SpinLock;
 use crate::thread_state;
-use crate::{modules, objects, sites, ALLOC};
+use crate::{modules, objects, sites, wrappers, ALLOC};
 
 static CONFIG: SpinLock<Option<Config>> = SpinLock::new(None);
 /// The recorded process (a `vfork` child shares our memory but has another pid: it must not
@@ -112,6 +112,7 @@ pub extern "C" fn init() {
     let cfg = Config::from_env();
     sequence::set_global(cfg.global_sequence);
     sites::set_depth(cfg.stack_depth);
+    wrappers::configure(cfg.wrappers.as_deref());
     crate::hooks::tsan::configure(cfg.stack_depth);
     crate::hooks::memory::init();
     crate::hooks::heap::set_recording(cfg.allocations.unwrap_or(true));
@@ -186,7 +187,7 @@ pub fn before_exec(ra: usize) {
     }
     if let Some(t) = thread_state::current() {
         t.with(|t| {
-            let site = sites::site(ra);
+            let site = sites::call_site(ra).0;
             t.emit(EventKind::Exec { site }, Key::Tick);
         });
     }
@@ -254,10 +255,12 @@ extern "C" fn on_signal(sig: libc::c_int) {
 // --- fork -----------------------------------------------------------------------------------
 
 /// Holds every runtime lock across `fork`, so the child inherits consistent tables and heap.
-/// Order: registry, modules, tables, allocator (the order in which the runtime nests them).
+/// Order: registry, modules, wrapper symbols, tables, allocator (the order in which the
+/// runtime nests them).
 extern "C" fn fork_prepare() {
     thread_state::lock_for_fork();
     modules::lock_for_fork();
+    wrappers::lock_for_fork();
     output::lock_for_fork();
     ALLOC.lock_for_fork();
 }
@@ -267,6 +270,7 @@ extern "C" fn fork_parent() {
     unsafe {
         ALLOC.unlock_after_fork();
         output::unlock_after_fork();
+        wrappers::unlock_after_fork();
         modules::unlock_after_fork();
         thread_state::parent_after_fork();
     }
@@ -280,6 +284,7 @@ extern "C" fn fork_child() {
     unsafe {
         ALLOC.unlock_after_fork();
         output::unlock_after_fork();
+        wrappers::unlock_after_fork();
         modules::unlock_after_fork();
         thread_state::child_after_fork(me);
     }
@@ -293,6 +298,7 @@ extern "C" fn fork_child() {
     objects::reset();
     sites::reset();
     modules::reset();
+    wrappers::reset();
     thread_state::pt_reset();
     output::forget_parent_file();
     let Some(cfg) = CONFIG.lock().clone() else {

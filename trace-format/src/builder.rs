@@ -131,6 +131,41 @@ impl TraceBuilder {
         id
     }
 
+    /// A call site of several frames (the return address first, then its callers), each
+    /// symbolised to its inlined calls, innermost first: `(function, file, line)`.
+    pub fn stack_site(&mut self, frames: &[&[(&str, &str, u32)]]) -> SiteId {
+        let mut out = Vec::with_capacity(frames.len());
+        for locations in frames {
+            let frame = Frame {
+                module: MODULE,
+                offset: self.next_offset,
+            };
+            self.next_offset += 0x10;
+            let locations = locations
+                .iter()
+                .map(|&(function, file, line)| SourceLocation {
+                    function: Some(self.string(function)),
+                    file: Some(self.string(file)),
+                    line,
+                    column: 0,
+                })
+                .collect();
+            self.records
+                .push(TableRecord::Symbol(FrameSymbol { frame, locations }));
+            out.push(frame);
+        }
+        let id = self.next_site;
+        self.next_site += 1;
+        self.records
+            .push(TableRecord::Site(SiteInfo { id, frames: out }));
+        id
+    }
+
+    /// The address of an object (objects the builder makes live at fixed addresses).
+    pub fn address_of(&self, object: ObjectId) -> u64 {
+        0x60_0000 + 0x40 * object as u64
+    }
+
     /// A type layout for [`Self::variable`] (member names with [`Self::string`]); its id.
     pub fn data_type(&mut self, shape: TypeShape) -> u32 {
         let id = self.next_type;
@@ -221,6 +256,14 @@ impl TraceBuilder {
         child
     }
 
+    /// A thread that started but whose creation event the trace lacks, as when the process
+    /// ended while `parent` was still inside `pthread_create`.
+    pub fn spawn_unrecorded(&mut self, parent: ThreadId, name: &str) -> ThreadId {
+        let child = self.thread_record(Some(parent), name);
+        self.event(child, EventKind::ThreadStart);
+        child
+    }
+
     /// `parent` joins `child`; the child exits first if it has not.
     pub fn join(&mut self, parent: ThreadId, child: ThreadId, site: SiteId) {
         self.exit(child);
@@ -254,7 +297,7 @@ impl TraceBuilder {
         self.records.push(TableRecord::Object(ObjectInfo {
             id,
             kind,
-            address: 0x60_0000 + 0x40 * id as u64,
+            address: self.address_of(id),
             generation: 0,
             class,
         }));

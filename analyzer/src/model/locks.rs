@@ -18,6 +18,7 @@ use foresight_trace::reader::Tables;
 use foresight_trace::tables::ObjectKind;
 
 use super::annotations::Annotations;
+use super::heap::HeapBlocks;
 use super::{AcquireHow, Acquisition, IndexMap, LockModel, Mode, RankViolation, ReadRecursion};
 use crate::stream::{Op, StreamEvent};
 
@@ -117,7 +118,7 @@ impl<'t> LockSections<'t> {
     }
 
     #[inline]
-    pub fn handle(&mut self, ev: &StreamEvent, annotations: &Annotations) {
+    pub fn handle(&mut self, ev: &StreamEvent, annotations: &Annotations, heap: &HeapBlocks) {
         let (t, pos, seq) = (ev.thread, ev.pos, ev.seq);
         match ev.op {
             Op::LockRequest { lock, mode, site } => {
@@ -132,7 +133,7 @@ impl<'t> LockSections<'t> {
                     Some((l, p)) if l == lock => p,
                     _ => pos,
                 };
-                let l = self.lock_of(lock, annotations);
+                let l = self.lock_of(lock, annotations, heap);
                 self.acquire(t, l, mode, AcquireHow::Blocking, request, pos, seq, site);
             }
             Op::LockTry {
@@ -141,7 +142,7 @@ impl<'t> LockSections<'t> {
                 site,
                 acquired: true,
             } => {
-                let l = self.lock_of(lock, annotations);
+                let l = self.lock_of(lock, annotations, heap);
                 self.acquire(t, l, mode, AcquireHow::Try, pos, pos, seq, site);
             }
             Op::LockRelease { lock, .. } => {
@@ -157,7 +158,7 @@ impl<'t> LockSections<'t> {
                 }
             }
             Op::CondWaitEnd { mutex, .. } => {
-                let l = self.lock_of(mutex, annotations);
+                let l = self.lock_of(mutex, annotations, heap);
                 let site = self.cond_site[t as usize];
                 self.acquire(
                     t,
@@ -202,16 +203,13 @@ impl<'t> LockSections<'t> {
     }
 
     /// The dense index of a lock object, adding it on first sight.
-    fn lock_of(&mut self, object: ObjectId, annotations: &Annotations) -> u32 {
+    fn lock_of(&mut self, object: ObjectId, annotations: &Annotations, heap: &HeapBlocks) -> u32 {
         if let Some(l) = self.index(object) {
             return l;
         }
         let id = self.locks.len() as u32;
-        let kind = self
-            .tables
-            .objects
-            .get(&object)
-            .map_or(ObjectKind::Mutex, |o| o.kind);
+        let info = self.tables.objects.get(&object);
+        let kind = info.map_or(ObjectKind::Mutex, |o| o.kind);
         self.locks.push(LockModel {
             object,
             name: self.tables.describe_object(object),
@@ -220,6 +218,7 @@ impl<'t> LockSections<'t> {
             rank: annotations.rank(object),
             subclass: annotations.subclass(object),
             monitor: false,
+            block: info.and_then(|o| heap.block_of(o.address)),
         });
         self.lock_threads.push(Vec::new());
         self.index.insert(object, id);
@@ -324,10 +323,10 @@ impl<'t> LockSections<'t> {
     /// ended (a program that hung, stopped with a signal). It is a request that can be a
     /// pattern event, never a critical section: its acquire position is past every frontier,
     /// its `seq` past every event (`events`).
-    pub fn finish(mut self, annotations: &Annotations, events: u64) -> Self {
+    pub fn finish(mut self, annotations: &Annotations, heap: &HeapBlocks, events: u64) -> Self {
         for t in 0..self.pending.len() {
             if let Some((lock, request)) = self.pending[t] {
-                let l = self.lock_of(lock, annotations);
+                let l = self.lock_of(lock, annotations, heap);
                 let (mode, site) = (self.requested_mode[t], self.pending_site[t]);
                 self.acquire(
                     t as u32,

@@ -28,14 +28,17 @@ use foresight_trace::Trace;
 
 use crate::hb::{EdgeKinds, HappensBefore, HbPass};
 use crate::races::{RaceOutput, RacePass};
-use crate::stream::{EventSource, Pass, Stream, StreamEvent};
+use crate::sites::Wrappers;
+use crate::stream::{EventSource, Op, Pass, Stream, StreamEvent};
 
 mod annotations;
+mod heap;
 mod locks;
 mod senders;
 mod waits;
 
 use annotations::Annotations;
+use heap::HeapBlocks;
 use locks::LockSections;
 use senders::Senders;
 use waits::HeldWaits;
@@ -48,8 +51,15 @@ pub struct Location {
     pub line: u32,
     /// `function (file:line)`, or `module+0xoffset` when not symbolised.
     pub text: String,
-    /// Every frame of the site, innermost first.
+    /// The site's frames as the user reads them, innermost first: the user's location, then
+    /// each recorded caller's (`sites.rs`).
     pub stack: Vec<String>,
+    /// Every frame and every call inlined in it, innermost first, the locking machinery
+    /// (standard library, wrappers) included.
+    pub full_stack: Vec<String>,
+    /// No recorded frame is outside the locking machinery (a wrapper recorded without its
+    /// callers): the location is the machinery's nearest to the program's code.
+    pub machinery_only: bool,
 }
 
 /// Read or write mode of an acquisition (a plain mutex is always `Write`).
@@ -119,6 +129,9 @@ pub struct LockModel {
     /// which a lock-only trace does not record — must be assumed: the closure keeps them in
     /// trace order (`closure.rs`, the monitor rule).
     pub monitor: bool,
+    /// The heap block holding the lock when it was first seen: its allocation site and the
+    /// lock's offset in it (`heap.rs`).
+    pub block: Option<(SiteId, u64)>,
 }
 
 /// An acquisition of a ranked lock while a lock of the same or a higher rank was held.
@@ -290,8 +303,17 @@ pub type IndexMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<IndexHashe
 
 /// Converts a decoded trace. `progress` is called now and then with the events done.
 pub fn build_run(trace: &Trace, progress: &mut dyn FnMut(u64)) -> Run {
+    build_run_with(trace, &Wrappers::default(), progress)
+}
+
+/// [`build_run`], with the project's lock wrappers (`sites.rs`) skipped in the sites it names.
+pub fn build_run_with(trace: &Trace, wrappers: &Wrappers, progress: &mut dyn FnMut(u64)) -> Run {
     let stream = Stream::of_trace(trace);
-    let model = ModelPass::for_trace(trace);
+    let model = ModelPass::for_trace(trace).with_wrappers(
+        wrappers
+            .clone()
+            .for_recorded_depth(trace.header.stack_depth),
+    );
     drive_run(
         &stream,
         model,
@@ -327,9 +349,11 @@ pub struct ModelPass<'t> {
     events: u64,
     hb: HbPass,
     annotations: Annotations<'t>,
+    heap: HeapBlocks,
     locks: LockSections<'t>,
     waits: HeldWaits,
     senders: Senders,
+    wrappers: Wrappers,
 }
 
 impl<'t> ModelPass<'t> {
@@ -344,10 +368,20 @@ impl<'t> ModelPass<'t> {
             events,
             hb: HbPass::new(n, EdgeKinds::DEADLOCK),
             annotations: Annotations::new(tables),
+            heap: HeapBlocks::new(tables),
             locks: LockSections::new(tables, n),
             waits: HeldWaits::new(n),
             senders: Senders::new(n),
+            wrappers: Wrappers::default(),
         }
+    }
+
+    /// The project's lock wrappers, skipped (with the standard library's) when a site is named
+    /// (`Wrappers::for_recorded_depth` with the trace header's stack depth, to trust the
+    /// frames the recorder unwound through).
+    pub fn with_wrappers(mut self, wrappers: Wrappers) -> Self {
+        self.wrappers = wrappers;
+        self
     }
 
     pub fn for_trace(trace: &'t Trace) -> Self {
@@ -379,26 +413,30 @@ impl Pass for ModelPass<'_> {
     #[inline]
     fn handle(&mut self, ev: &StreamEvent) {
         self.hb.handle(ev);
-        // Memory matters to the model only through the clocks' reads-from.
-        if ev.op.is_plain_memory() {
+        self.heap.handle(ev);
+        // Reads and writes matter to the model only through the clocks' reads-from.
+        if matches!(ev.op, Op::Read { .. } | Op::Write { .. }) {
             return;
         }
         self.annotations.handle(ev, &mut self.locks);
-        self.locks.handle(ev, &self.annotations);
+        self.locks.handle(ev, &self.annotations, &self.heap);
         self.waits.handle(ev, &mut self.locks);
         self.senders.handle(ev);
     }
 
     fn finish(self) -> Run {
         let tables = self.tables;
-        let mut locks = self.locks.finish(&self.annotations, self.events);
+        let sites = convert_sites(tables, &self.wrappers);
+        let mut locks = self
+            .locks
+            .finish(&self.annotations, &self.heap, self.events);
         for lock in &mut locks.locks {
             // The subclass is per acquisition (`Run::acquisition_class`), not part of the lock's.
             lock.class = self
                 .annotations
                 .class_name(lock.object)
                 .map(str::to_string)
-                .unwrap_or_else(|| class_name(tables, lock.object, &self.source));
+                .unwrap_or_else(|| class_name(tables, &sites, lock, &self.source));
         }
         let contended_locks = (0..locks.locks.len() as u32)
             .filter(|&l| locks.lock_threads[l as usize].len() >= 2)
@@ -423,7 +461,7 @@ impl Pass for ModelPass<'_> {
             read_recursions: locks.read_recursions,
             rank_violations: locks.rank_violations,
             hb: self.hb.finish(),
-            sites: convert_sites(tables),
+            sites,
             object_names: tables
                 .objects
                 .values()
@@ -437,9 +475,23 @@ impl Pass for ModelPass<'_> {
 }
 
 /// The class of a lock, as a name that is the same in every run of one build: the static
-/// variable, or the (symbolised) site of its init or first use. Objects the table does not
-/// know get a name private to their trace, so that they never match across traces.
-fn class_name(tables: &Tables, object: ObjectId, source: &str) -> String {
+/// variable; else the site of its init; else, for a lock inside a heap block, the block's
+/// allocation site and the lock's offset in it; else the site of its first use. Sites are
+/// named at the user's frame (`sites.rs`), so that a lock a wrapper initialises or allocates
+/// is keyed by the wrapper's caller: one class per role. Objects the table does not know get
+/// a name private to their trace, so that they never match across traces.
+fn class_name(
+    tables: &Tables,
+    sites: &HashMap<SiteId, Location>,
+    lock: &LockModel,
+    source: &str,
+) -> String {
+    let object = lock.object;
+    let site_text = |site: &SiteId| {
+        sites
+            .get(site)
+            .map_or_else(|| tables.describe_site(*site), |l| l.text.clone())
+    };
     let Some(info) = tables.objects.get(&object) else {
         return format!("object#{object} of {source}");
     };
@@ -453,50 +505,29 @@ fn class_name(tables: &Tables, object: ObjectId, source: &str) -> String {
             .map(str::to_string)
             .unwrap_or_else(|| tables.describe_frame(frame)),
         ClassKey::InitSite(site) => {
-            format!(
-                "{} initialised at {}",
-                info.kind.name(),
-                tables.describe_site(*site)
-            )
+            format!("{} initialised at {}", info.kind.name(), site_text(site))
         }
-        ClassKey::FirstUse(site) => {
-            format!(
-                "{} first used at {}",
+        ClassKey::FirstUse(site) => match lock.block {
+            Some((alloc, 0)) => format!(
+                "{} in a block allocated at {}",
                 info.kind.name(),
-                tables.describe_site(*site)
-            )
-        }
+                site_text(&alloc)
+            ),
+            Some((alloc, offset)) => format!(
+                "{} at offset {offset} of a block allocated at {}",
+                info.kind.name(),
+                site_text(&alloc)
+            ),
+            None => format!("{} first used at {}", info.kind.name(), site_text(site)),
+        },
     }
 }
 
-fn convert_sites(tables: &Tables) -> HashMap<SiteId, Location> {
+/// Every site of the trace, named at the user's frame (`sites.rs`).
+fn convert_sites(tables: &Tables, wrappers: &Wrappers) -> HashMap<SiteId, Location> {
     tables
         .sites
-        .iter()
-        .map(|(&id, info)| {
-            let loc = tables.site_location(id);
-            let function = loc
-                .and_then(|l| l.function)
-                .and_then(|f| tables.string(f))
-                .map(str::to_string);
-            let file = loc
-                .and_then(|l| l.file)
-                .and_then(|f| tables.string(f))
-                .map(str::to_string);
-            (
-                id,
-                Location {
-                    function,
-                    file,
-                    line: loc.map_or(0, |l| l.line),
-                    text: tables.describe_site(id),
-                    stack: info
-                        .frames
-                        .iter()
-                        .map(|f| tables.describe_frame(f))
-                        .collect(),
-                },
-            )
-        })
+        .keys()
+        .map(|&id| (id, crate::sites::user_location(tables, id, wrappers)))
         .collect()
 }

@@ -114,6 +114,10 @@ pub struct RacePass<'t> {
     accesses: u64,
     /// The trace has more threads than the shadow memory tells apart: nothing is concluded.
     too_many_threads: bool,
+    /// Per thread: its creation is in the trace (the first thread needs none).
+    created: Vec<bool>,
+    /// Accesses of threads whose creation the trace lacks, left out.
+    orphan_accesses: u64,
 }
 
 /// What the race pass hands on.
@@ -130,6 +134,8 @@ pub struct RaceOutput {
     pub evicted: u64,
     /// The most granules tracked at once.
     pub peak_granules: usize,
+    /// Accesses of threads whose creation the trace does not hold, which are left out.
+    pub orphan_accesses: u64,
     /// False when the clocks outgrew their budget: nothing was concluded.
     pub complete: bool,
 }
@@ -142,12 +148,20 @@ impl<'t> RacePass<'t> {
             shard: Shard::new(threads),
             accesses: 0,
             too_many_threads: threads > shadow::MAX_THREADS,
+            created: (0..threads).map(|t| t == 0).collect(),
+            orphan_accesses: 0,
         }
     }
 
     #[inline]
     fn access(&mut self, ev: &StreamEvent, addr: u64, size: u32, site: SiteId, kind: AccessKind) {
         self.accesses += 1;
+        // A thread whose creation the trace lacks (its creator's events were lost when the
+        // process ended) has no known predecessors: everything would look unordered with it.
+        if !self.created.get(ev.thread as usize).copied().unwrap_or(false) {
+            self.orphan_accesses += 1;
+            return;
+        }
         if !self.too_many_threads {
             self.shard.access(ev, addr, size, site, kind, |_| true);
         }
@@ -167,6 +181,12 @@ impl Pass for RacePass<'_> {
                 self.shard.sync(ev);
                 self.access(ev, a.addr, a.size, a.site, shard::atomic_kind(a.stores));
             }
+            Op::Create { child: Some(c), .. } => {
+                if let Some(created) = self.created.get_mut(c as usize) {
+                    *created = true;
+                }
+                self.shard.sync(ev);
+            }
             _ => self.shard.sync(ev),
         }
     }
@@ -182,6 +202,7 @@ impl Pass for RacePass<'_> {
                 accesses: self.accesses,
                 evicted: shard.shadow.evicted,
                 peak_granules: shard.peak_granules,
+                orphan_accesses: self.orphan_accesses,
                 complete,
             },
         )
@@ -193,6 +214,7 @@ struct Totals {
     accesses: u64,
     evicted: u64,
     peak_granules: usize,
+    orphan_accesses: u64,
     complete: bool,
 }
 
@@ -236,6 +258,7 @@ impl RaceOutput {
             accesses: totals.accesses,
             evicted: totals.evicted,
             peak_granules: totals.peak_granules,
+            orphan_accesses: totals.orphan_accesses,
             complete: totals.complete,
         }
     }

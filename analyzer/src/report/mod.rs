@@ -29,6 +29,9 @@ pub struct Report {
     pub version: u32,
     pub traces: Vec<TraceSummary>,
     pub summary: Summary,
+    /// Advice about the analysis itself (a function that looks like a lock wrapper), for
+    /// humans; not findings.
+    pub hints: Vec<String>,
     pub findings: Vec<Finding>,
 }
 
@@ -289,7 +292,11 @@ pub struct SiteReport {
     pub file: Option<String>,
     pub line: Option<u32>,
     pub function: Option<String>,
+    /// The frames from the user's outward (`sites.rs`), innermost first.
     pub stack: Vec<String>,
+    /// Every recorded frame and every call inlined in it, innermost first, the standard
+    /// library's and the wrappers' included.
+    pub full_stack: Vec<String>,
 }
 
 impl From<Location> for SiteReport {
@@ -300,6 +307,7 @@ impl From<Location> for SiteReport {
             line: (l.line > 0).then_some(l.line),
             function: l.function,
             stack: l.stack,
+            full_stack: l.full_stack,
         }
     }
 }

@@ -5,7 +5,19 @@ use std::io::Write;
 
 use super::{counted, Detail, EdgeReport, Finding, HeldLock, Kind, Report, SiteReport, Verdict};
 
+/// How much of each site's stack the text shows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Style {
+    /// Every frame and inlined call, the standard library's and the wrappers' included
+    /// (`--full-stacks`); else the frames from the user's outward, when there are several.
+    pub full_stacks: bool,
+}
+
 pub fn write(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
+    write_with(out, report, Style::default())
+}
+
+pub fn write_with(out: &mut impl Write, report: &Report, style: Style) -> std::io::Result<()> {
     for t in &report.traces {
         write!(
             out,
@@ -52,6 +64,9 @@ pub fn write(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
             s.candidates_checked
         )?;
     }
+    for h in &report.hints {
+        writeln!(out, "hint: {h}")?;
+    }
     if s.race_budget_exhausted {
         writeln!(
             out,
@@ -79,13 +94,13 @@ pub fn write(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
     if !predicted.is_empty() {
         writeln!(out, "== PREDICTED deadlocks ({}) ==", predicted.len())?;
         for f in predicted {
-            finding(out, f)?;
+            finding(out, f, style)?;
         }
     }
     if !races.is_empty() {
         writeln!(out, "== DATA RACES ({}) ==", races.len())?;
         for f in &races {
-            finding(out, f)?;
+            finding(out, f, style)?;
         }
     }
     if !potential.is_empty() {
@@ -95,7 +110,7 @@ pub fn write(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
             potential.len()
         )?;
         for f in potential {
-            finding(out, f)?;
+            finding(out, f, style)?;
         }
     }
     let violations: Vec<&Finding> = report
@@ -110,7 +125,7 @@ pub fn write(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
             violations.len()
         )?;
         for f in violations {
-            finding(out, f)?;
+            finding(out, f, style)?;
         }
     }
     write!(
@@ -135,7 +150,7 @@ pub fn write(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
     writeln!(out)
 }
 
-fn finding(out: &mut impl Write, f: &Finding) -> std::io::Result<()> {
+fn finding(out: &mut impl Write, f: &Finding, style: Style) -> std::io::Result<()> {
     writeln!(
         out,
         "[{}] {} ({}, rule {})",
@@ -153,10 +168,10 @@ fn finding(out: &mut impl Write, f: &Finding) -> std::io::Result<()> {
             }
             writeln!(out, "  cycle (lock classes): {c}")?;
             for (i, e) in edges.iter().enumerate() {
-                edge(out, i + 1, e)?;
+                edge(out, i + 1, e, style)?;
             }
         }
-        Detail::RankViolation { edge: e, .. } => edge(out, 1, e)?,
+        Detail::RankViolation { edge: e, .. } => edge(out, 1, e, style)?,
         Detail::Race(r) => {
             if let Some(v) = &r.variable {
                 match (&v.file, v.line) {
@@ -185,7 +200,7 @@ fn finding(out: &mut impl Write, f: &Finding) -> std::io::Result<()> {
                     "  {} of {} bytes at {} by {} at {} [event {}], {held}",
                     a.kind, a.size, a.address, a.thread, a.site.location, a.position
                 )?;
-                stack(out, &a.site, "      ")?;
+                stack(out, &a.site, "      ", style)?;
             }
         }
         Detail::WaitDeadlock { wait: w, .. } | Detail::ReadRecursion { wait: w, .. } => {
@@ -194,7 +209,7 @@ fn finding(out: &mut impl Write, f: &Finding) -> std::io::Result<()> {
                 "  {} in {} waits ({}) on {} at {}",
                 w.thread, w.trace, w.wait, w.object, w.site.location
             )?;
-            stack(out, &w.site, "      ")?;
+            stack(out, &w.site, "      ", style)?;
             for h in &w.held {
                 held(out, "holding", h)?;
             }
@@ -203,7 +218,7 @@ fn finding(out: &mut impl Write, f: &Finding) -> std::io::Result<()> {
                 "  {} requests {} at {}",
                 w.other_thread, w.other_lock, w.other_site.location
             )?;
-            stack(out, &w.other_site, "      ")?;
+            stack(out, &w.other_site, "      ", style)?;
             if let Some(t) = &w.other_then {
                 writeln!(out, "    and only then reaches {}", t.location)?;
             }
@@ -254,7 +269,7 @@ fn race_rules(races: &[&Finding]) -> String {
     }
 }
 
-fn edge(out: &mut impl Write, i: usize, e: &EdgeReport) -> std::io::Result<()> {
+fn edge(out: &mut impl Write, i: usize, e: &EdgeReport, style: Style) -> std::io::Result<()> {
     writeln!(
         out,
         "  edge {i}: {} → {} ({} in {}, seen {} times)",
@@ -265,13 +280,13 @@ fn edge(out: &mut impl Write, i: usize, e: &EdgeReport) -> std::io::Result<()> {
         "    holds {} ({}), acquired at {} [event {}]",
         e.held.lock, e.held.mode, e.held.site.location, e.held_position
     )?;
-    stack(out, &e.held.site, "      ")?;
+    stack(out, &e.held.site, "      ", style)?;
     writeln!(
         out,
         "    requests {} ({}) at {} [event {}]",
         e.lock, e.mode, e.site.location, e.request_position
     )?;
-    stack(out, &e.site, "      ")?;
+    stack(out, &e.site, "      ", style)?;
     let names: Vec<String> = e.held_set.iter().map(|h| h.lock.clone()).collect();
     writeln!(out, "    held set: {{{}}}", names.join(", "))
 }
@@ -284,9 +299,14 @@ fn held(out: &mut impl Write, what: &str, h: &HeldLock) -> std::io::Result<()> {
     )
 }
 
-fn stack(out: &mut impl Write, s: &SiteReport, indent: &str) -> std::io::Result<()> {
-    if s.stack.len() > 1 {
-        for f in &s.stack {
+fn stack(out: &mut impl Write, s: &SiteReport, indent: &str, style: Style) -> std::io::Result<()> {
+    let frames = if style.full_stacks {
+        &s.full_stack
+    } else {
+        &s.stack
+    };
+    if frames.len() > 1 {
+        for f in frames {
             writeln!(out, "{indent}at {f}")?;
         }
     }

@@ -155,7 +155,7 @@ unsafe extern "C-unwind" fn create(
         return unsafe { real(out, attr, start, arg) };
     };
     let prepared = t.with(|t| {
-        let site = sites::site(ra);
+        let site = sites::call_site(ra).0;
         let child = ThreadState::new(Some(t.tid), 0);
         child.start.set(start as usize);
         child.arg.set(arg as usize);
@@ -197,7 +197,7 @@ unsafe fn joining(pt: pthread_t, ra: usize, blocking: bool, call: impl FnOnce() 
         t.with(|t| {
             let (child, _) = thread_state::pt_lookup(pt as usize)?;
             if blocking {
-                let site = sites::site(ra);
+                let site = sites::call_site(ra).0;
                 t.emit(EventKind::JoinRequest { child, site }, Key::Same);
             }
             Some(child)
@@ -258,7 +258,7 @@ unsafe extern "C-unwind" fn detach(pt: pthread_t, ra: usize) -> c_int {
     if let Some(t) = rt() {
         t.with(|t| {
             if let Some((child, _)) = thread_state::pt_lookup(pt as usize) {
-                let site = sites::site(ra);
+                let site = sites::call_site(ra).0;
                 t.emit(EventKind::ThreadDetach { child, site }, Key::Tick);
             }
         });
