@@ -23,6 +23,7 @@
 
 use std::cell::OnceCell;
 use std::collections::HashMap;
+use std::sync::mpsc::{channel, sync_channel};
 
 use foresight_trace::event::{AtomicOp, EventKind, LockMode, MemoryOrder, WaitOutcome};
 use foresight_trace::stream::MergedStream;
@@ -30,6 +31,11 @@ use foresight_trace::tables::ObjectKind;
 use foresight_trace::{ObjectId, SiteId, StringId, ThreadId, Trace, TraceStream};
 
 use crate::model::Mode;
+
+/// Events per batch handed to a pass on another thread ([`Stream::drive_runs_split`]).
+pub const SPLIT_BATCH: usize = 8 << 10;
+/// Batches queued for that pass at most.
+pub const SPLIT_IN_FLIGHT: usize = 4;
 
 /// One event as a pass sees it.
 #[derive(Clone, Copy, Debug)]
@@ -469,6 +475,87 @@ impl<'t> Stream<'t> {
         seq
     }
 
+    /// [`Stream::drive_runs`] with a second pass on a thread of its own: `here` sees every
+    /// event on the calling thread, which also reads and merges the trace, and `there` sees
+    /// the same events in the same order on a worker, handed over in batches of
+    /// [`SPLIT_BATCH`] (at most [`SPLIT_IN_FLIGHT`] queued, buffers reused: the hand-off's
+    /// memory is bounded by the batch size, not by the trace). Each pass is exactly what it
+    /// would be in one walk; the two only run at once. Returns the events read and `there`'s
+    /// output.
+    pub fn drive_runs_split<A: Pass, B>(
+        &self,
+        merged: &mut MergedStream<'_>,
+        here: &mut A,
+        there: B,
+        progress: &mut dyn FnMut(u64),
+    ) -> (u64, B::Output)
+    where
+        B: Pass + Send,
+        B::Output: Send,
+    {
+        let (to_worker, batches) = sync_channel::<Vec<StreamEvent>>(SPLIT_IN_FLIGHT);
+        let (give_back, spare) = channel::<Vec<StreamEvent>>();
+        std::thread::scope(|scope| {
+            let worker = scope.spawn(move || {
+                let mut there = there;
+                while let Ok(mut batch) = batches.recv() {
+                    for ev in &batch {
+                        there.handle(ev);
+                    }
+                    batch.clear();
+                    // The walk may be over already: a buffer nobody takes back is dropped.
+                    let _ = give_back.send(batch);
+                }
+                there.finish()
+            });
+            let mut seq = 0u64;
+            let mut next_progress = 0u64;
+            let mut batch: Vec<StreamEvent> = Vec::with_capacity(SPLIT_BATCH);
+            let mut worker_gone = false;
+            while let Some(run) = merged.next_run() {
+                if seq >= next_progress {
+                    progress(seq);
+                    next_progress = (seq | 0xf_ffff) + 1;
+                }
+                if let Some(t) = self.threads.get(run.thread) {
+                    let thread = t as u32;
+                    let first = run.first_index as u32;
+                    for (i, ev) in run.events.iter().enumerate() {
+                        let pos = first + i as u32;
+                        let ev = StreamEvent {
+                            thread,
+                            pos,
+                            seq: seq + i as u64,
+                            op: self.convert(thread, pos, ev.kind),
+                        };
+                        here.handle(&ev);
+                        batch.push(ev);
+                        if batch.len() == SPLIT_BATCH && !worker_gone {
+                            let next = spare
+                                .try_recv()
+                                .unwrap_or_else(|_| Vec::with_capacity(SPLIT_BATCH));
+                            // Only a worker that panicked hangs up: its panic is raised below.
+                            worker_gone =
+                                to_worker.send(std::mem::replace(&mut batch, next)).is_err();
+                        }
+                    }
+                }
+                seq += run.events.len() as u64;
+                if worker_gone {
+                    batch.clear();
+                }
+            }
+            if !batch.is_empty() && !worker_gone {
+                let _ = to_worker.send(batch);
+            }
+            drop(to_worker);
+            match worker.join() {
+                Ok(out) => (seq, out),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        })
+    }
+
     /// The wire event in the analyzer's terms.
     #[inline]
     fn convert(&self, thread: u32, pos: u32, kind: EventKind) -> Op {
@@ -854,7 +941,7 @@ mod tests {
         let s = b.site("f", "t.c", 1);
         let m = b.mutex("m");
         let workers: Vec<_> = (0..3).map(|i| b.spawn(main, s, &format!("w{i}"))).collect();
-        for round in 0..400u64 {
+        for round in 0..4000u64 {
             for (i, &w) in workers.iter().enumerate() {
                 // Runs of accesses at one key, and lock hand-offs that end them.
                 for k in 0..(round % 5) {
@@ -885,6 +972,22 @@ mod tests {
         assert_eq!(read, n);
         assert_eq!(got.0, want.0);
         assert!(merged.problems().is_empty(), "{:?}", merged.problems());
+        // Split over two threads: each pass sees the same, in batches across the hand-off.
+        assert!(
+            want.0.len() > SPLIT_BATCH,
+            "the test needs more than one batch"
+        );
+        let mut merged = file.merged().with_ordering_check();
+        let mut here = Ops(Vec::new());
+        let (read, there) = Stream::of_stream(&file).drive_runs_split(
+            &mut merged,
+            &mut here,
+            Ops(Vec::new()),
+            &mut |_| {},
+        );
+        assert_eq!(read, n);
+        assert_eq!(here.0, want.0);
+        assert_eq!(there, want.0);
     }
 
     #[test]

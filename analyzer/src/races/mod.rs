@@ -27,6 +27,7 @@
 //! §7.8). The candidate pairs checked with the closure are bounded ([`MAX_INSTANCES`] per pair
 //! of sites, and the analysis's candidate budget); the report says when the budget ran out.
 
+mod granules;
 pub mod locksets;
 pub mod shadow;
 mod shard;
@@ -158,7 +159,12 @@ impl<'t> RacePass<'t> {
         self.accesses += 1;
         // A thread whose creation the trace lacks (its creator's events were lost when the
         // process ended) has no known predecessors: everything would look unordered with it.
-        if !self.created.get(ev.thread as usize).copied().unwrap_or(false) {
+        if !self
+            .created
+            .get(ev.thread as usize)
+            .copied()
+            .unwrap_or(false)
+        {
             self.orphan_accesses += 1;
             return;
         }
@@ -201,7 +207,7 @@ impl Pass for RacePass<'_> {
             Totals {
                 accesses: self.accesses,
                 evicted: shard.shadow.evicted,
-                peak_granules: shard.peak_granules,
+                peak_granules: shard.shadow.peak_granules(),
                 orphan_accesses: self.orphan_accesses,
                 complete,
             },

@@ -19,14 +19,14 @@
 //! granule that needs more moves them to a vector. Per granule tracked: about 112 bytes in the
 //! map (more while the map is below its load factor), plus 24 per entry beyond [`INLINE`].
 
-use crate::addr_map::AddrMap;
+use super::granules::GranuleTable;
 
 /// How many entries a granule keeps.
 pub const CELL_CAPACITY: usize = 16;
 
 /// Entries a granule keeps in place, before it needs a vector of its own: two threads reading
 /// both halves of a word from one site each, or one thread reading and writing both halves.
-pub const INLINE: usize = 4;
+pub const INLINE: usize = 6;
 
 /// Threads the shadow can tell apart: the thread index takes the low 22 bits of an entry's
 /// first word.
@@ -168,68 +168,146 @@ impl Entry {
     }
 }
 
-/// The entries of one granule, oldest first.
+/// The entries of one granule, oldest first, and a summary of them that lets an access skip
+/// the conflict checks when no other thread's entry can conflict with it.
+#[derive(Clone, Debug, Default)]
+struct Cell {
+    entries: Entries,
+    /// Per thread (its index modulo 64): a bit when the cell holds an entry of the thread, in
+    /// `threads`, and a writing one (plain or atomic), in `writers`. Threads 64 apart share a
+    /// bit, which can only make a check look needed.
+    threads: u64,
+    writers: u64,
+    /// Per thread below 64: a bit when every other thread's writing entry here is ordered
+    /// before the thread by both orders ([`Shadow::access`]'s `settled`). Those orders only
+    /// grow, so the bit holds until another thread's writing entry is added or changed: until
+    /// then a read of the thread can race with nothing here, nor be a candidate, and skips the
+    /// conflict checks.
+    read_clean: u64,
+    /// Whether two entries of one thread, kind and site ever held bytes one inside the
+    /// other's here. Until then, an entry with exactly the newcomer's thread, kind, site and
+    /// bytes is the only one it supersedes.
+    nested: bool,
+}
+
 #[derive(Clone, Debug)]
-enum Cell {
+enum Entries {
     Inline(u8, [Entry; INLINE]),
     Spilled(Vec<Entry>),
 }
 
-impl Default for Cell {
+impl Default for Entries {
     fn default() -> Self {
-        Cell::Inline(0, [Entry::default(); INLINE])
+        Entries::Inline(0, [Entry::default(); INLINE])
     }
+}
+
+#[inline]
+fn thread_bit(thread: u32) -> u64 {
+    1u64 << (thread & 63)
 }
 
 impl Cell {
     #[inline]
     fn entries(&self) -> &[Entry] {
-        match self {
-            Cell::Inline(n, e) => &e[..*n as usize],
-            Cell::Spilled(v) => v,
+        match &self.entries {
+            Entries::Inline(n, e) => &e[..*n as usize],
+            Entries::Spilled(v) => v,
         }
     }
 
     #[inline]
     fn entries_mut(&mut self) -> &mut [Entry] {
-        match self {
-            Cell::Inline(n, e) => &mut e[..*n as usize],
-            Cell::Spilled(v) => v,
+        match &mut self.entries {
+            Entries::Inline(n, e) => &mut e[..*n as usize],
+            Entries::Spilled(v) => v,
         }
     }
 
+    /// Whether an access of `thread` (writing or not) may conflict with another thread's
+    /// entry here.
+    #[inline]
+    fn others_may_conflict(&self, thread: u32, writes: bool) -> bool {
+        let others = if writes { self.threads } else { self.writers };
+        others & !thread_bit(thread) != 0
+    }
+
+    fn note(&mut self, e: &Entry) {
+        let bit = thread_bit(e.thread());
+        self.threads |= bit;
+        if e.kind().is_write() {
+            self.writers |= bit;
+            self.wrote(e.thread());
+        }
+    }
+
+    /// A writing entry of `thread` was added or changed: no other thread's read is clean.
+    #[inline]
+    fn wrote(&mut self, thread: u32) {
+        self.read_clean &= if thread < 64 { thread_bit(thread) } else { 0 };
+    }
+
+    /// Whether a read of `thread` here can skip the conflict checks.
+    #[inline]
+    fn read_is_clean(&self, thread: u32) -> bool {
+        thread < 64 && self.read_clean & thread_bit(thread) != 0
+    }
+
+    /// The summary again, after entries went.
+    fn resummarise(&mut self) {
+        // Fewer entries keep `read_clean` true.
+        let mut threads = 0;
+        let mut writers = 0;
+        for e in self.entries() {
+            let bit = thread_bit(e.thread());
+            threads |= bit;
+            if e.kind().is_write() {
+                writers |= bit;
+            }
+        }
+        self.threads = threads;
+        self.writers = writers;
+    }
+
     fn push(&mut self, e: Entry) {
-        match self {
-            Cell::Inline(n, slots) if (*n as usize) < INLINE => {
+        self.note(&e);
+        const KEY_BITS: u32 = THREAD_BITS | 3 << KIND_SHIFT;
+        let mask = e.mask();
+        self.nested |= self.entries().iter().any(|o| {
+            (o.tkm ^ e.tkm) & KEY_BITS == 0 && o.site == e.site && o.mask() & mask == mask
+        });
+        match &mut self.entries {
+            Entries::Inline(n, slots) if (*n as usize) < INLINE => {
                 slots[*n as usize] = e;
                 *n += 1;
             }
-            Cell::Inline(_, slots) => {
+            Entries::Inline(_, slots) => {
                 let mut v = Vec::with_capacity(CELL_CAPACITY);
                 v.extend_from_slice(slots);
                 v.push(e);
-                *self = Cell::Spilled(v);
+                self.entries = Entries::Spilled(v);
             }
-            Cell::Spilled(v) => v.push(e),
+            Entries::Spilled(v) => v.push(e),
         }
     }
 
     /// Removes entry `i`, keeping the others in order.
     fn remove(&mut self, i: usize) {
-        match self {
-            Cell::Inline(n, slots) => {
+        match &mut self.entries {
+            Entries::Inline(n, slots) => {
                 slots.copy_within(i + 1..*n as usize, i);
                 *n -= 1;
             }
-            Cell::Spilled(v) => {
+            Entries::Spilled(v) => {
                 v.remove(i);
             }
         }
+        self.resummarise();
     }
 
     fn retain(&mut self, keep: impl Fn(&Entry) -> bool) {
-        match self {
-            Cell::Inline(n, slots) => {
+        match &mut self.entries {
+            Entries::Inline(n, slots) => {
                 let mut kept = 0;
                 for i in 0..*n as usize {
                     if keep(&slots[i]) {
@@ -239,8 +317,9 @@ impl Cell {
                 }
                 *n = kept as u8;
             }
-            Cell::Spilled(v) => v.retain(keep),
+            Entries::Spilled(v) => v.retain(keep),
         }
+        self.resummarise();
     }
 }
 
@@ -267,7 +346,7 @@ pub struct FoundAt {
 /// The shadow memory of one run (or of one shard's granules).
 #[derive(Debug, Default)]
 pub struct Shadow {
-    cells: AddrMap<Cell>,
+    cells: GranuleTable<Cell>,
     /// Entries dropped because a granule was full.
     pub evicted: u64,
 }
@@ -289,6 +368,11 @@ impl Shadow {
         self.cells.len()
     }
 
+    /// The most granules tracked at once.
+    pub fn peak_granules(&self) -> usize {
+        self.cells.peak()
+    }
+
     /// Checks `access` against what the granules it covers hold, then records it; only the
     /// granules `owns` says are this shadow's are looked at (all of them but for a shard).
     ///
@@ -296,7 +380,10 @@ impl Shadow {
     /// thread, whether it is unordered with `access`, a candidate for prediction, or ordered
     /// (`None`); `report(earlier, verdict, at)` is called once per earlier access that is not
     /// ordered, at the first granule that shows it, however many granules the two share;
-    /// `dominated(thread, pos)` says whether an entry is ordered before `access` (it is evicted
+    /// `settled(thread, pos)` says whether an entry is ordered before `access` by every order
+    /// `judge` consults (then it is neither unordered nor a candidate, for this access and any
+    /// later one of its thread); `dominated(thread, pos)` says whether an entry is ordered
+    /// before `access` (it is evicted
     /// first from a full granule).
     #[inline]
     pub fn access(
@@ -306,13 +393,15 @@ impl Shadow {
         mut judge: impl FnMut(u32, u32, u32) -> Option<Verdict>,
         mut report: impl FnMut(ShadowAccess, Verdict, FoundAt),
         mut dominated: impl FnMut(u32, u32) -> bool,
+        mut settled: impl FnMut(u32, u32) -> bool,
     ) {
         let (first, last) = granule_span(access.addr, access.size);
         if first == last {
             // The usual access: within one granule.
             if owns(first) {
+                // `lo + size <= 8`: the access ends in this granule.
                 let lo = (access.addr & 7) as u32;
-                let mask = (((1u32 << (lo + access.size.max(1))) - 1) & !((1u32 << lo) - 1)) as u8;
+                let mask = ((0xffu32 >> (8 - access.size.max(1))) << lo) as u8;
                 self.visit(
                     first,
                     mask,
@@ -321,11 +410,12 @@ impl Shadow {
                     &mut judge,
                     &mut report,
                     &mut dominated,
+                    &mut settled,
                 );
             }
             return;
         }
-        self.access_spanning(access, first, last, owns, judge, report, dominated);
+        self.access_spanning(access, first, last, owns, judge, report, dominated, settled);
     }
 
     /// An access over several granules: each earlier access it meets is reported once.
@@ -340,6 +430,7 @@ impl Shadow {
         mut judge: impl FnMut(u32, u32, u32) -> Option<Verdict>,
         mut report: impl FnMut(ShadowAccess, Verdict, FoundAt),
         mut dominated: impl FnMut(u32, u32) -> bool,
+        mut settled: impl FnMut(u32, u32) -> bool,
     ) {
         let end = access.addr.saturating_add(u64::from(access.size.max(1)));
         let mut reported: Vec<(u32, u32)> = Vec::new();
@@ -366,6 +457,7 @@ impl Shadow {
                 &mut judge,
                 &mut report,
                 &mut dominated,
+                &mut settled,
             );
         }
     }
@@ -384,46 +476,91 @@ impl Shadow {
         judge: &mut impl FnMut(u32, u32, u32) -> Option<Verdict>,
         report: &mut impl FnMut(ShadowAccess, Verdict, FoundAt),
         dominated: &mut impl FnMut(u32, u32) -> bool,
+        settled: &mut impl FnMut(u32, u32) -> bool,
     ) {
         let t = access.thread;
         let same = t | (access.kind as u32) << KIND_SHIFT;
-        let cell = self.cells.entry(granule).or_default();
+        let site = access.site;
+        let cell = self.cells.cell(granule);
         // Entries of this thread, site and kind that the newcomer covers: superseded.
         let mut superseded = 0usize;
         let mut last_superseded = 0usize;
-        for (i, e) in cell.entries().iter().enumerate() {
-            let tkm = e.tkm;
-            let bytes = (tkm >> MASK_SHIFT) as u8;
-            if tkm & THREAD_BITS == t {
-                if tkm & (THREAD_BITS | 3 << KIND_SHIFT) == same
-                    && e.site == access.site
-                    && bytes & !mask == 0
-                {
-                    superseded += 1;
-                    last_superseded = i;
-                }
-            } else if bytes & mask != 0 && e.kind().conflicts(access.kind) {
-                let id = (e.thread(), e.pos);
-                if reported.as_ref().is_some_and(|r| r.contains(&id)) {
-                    continue;
-                }
-                if let Some(v) = judge(e.thread(), e.pos, e.lockset) {
-                    if let Some(r) = reported.as_mut() {
-                        r.push(id);
+        // An entry is superseded when it has the newcomer's thread, kind and site, and no
+        // byte outside the newcomer's.
+        let outside = u32::from(!mask) << MASK_SHIFT;
+        const KEY_BITS: u32 = THREAD_BITS | 3 << KIND_SHIFT;
+        let reads = !access.kind.is_write();
+        if !cell.others_may_conflict(t, !reads) || reads && cell.read_is_clean(t) {
+            // The usual case: only the supersession to find, most often an entry of the same
+            // line and bytes, which is then the only one superseded (when none is nested).
+            let entries = cell.entries();
+            let exact = same | u32::from(mask) << MASK_SHIFT;
+            let found = if cell.nested {
+                None
+            } else {
+                entries
+                    .iter()
+                    .position(|e| e.tkm == exact && e.site == site)
+            };
+            if let Some(i) = found {
+                superseded = 1;
+                last_superseded = i;
+            } else {
+                for (i, e) in entries.iter().enumerate() {
+                    if (e.tkm ^ same) & KEY_BITS == 0 && e.site == site && e.tkm & outside == 0 {
+                        superseded += 1;
+                        last_superseded = i;
                     }
-                    let at = FoundAt {
-                        granule,
-                        entry: i as u32,
-                    };
-                    report(e.access(granule), v, at);
                 }
+            }
+        } else {
+            // Whether every other thread's writing entry is settled before this read.
+            let mut clean = reads && t < 64;
+            for (i, e) in cell.entries().iter().enumerate() {
+                let tkm = e.tkm;
+                let bytes = (tkm >> MASK_SHIFT) as u8;
+                if tkm & THREAD_BITS != t && clean && e.kind().is_write() {
+                    clean = settled(e.thread(), e.pos);
+                }
+                if tkm & THREAD_BITS == t {
+                    if tkm & (THREAD_BITS | 3 << KIND_SHIFT) == same
+                        && e.site == site
+                        && bytes & !mask == 0
+                    {
+                        superseded += 1;
+                        last_superseded = i;
+                    }
+                } else if bytes & mask != 0 && e.kind().conflicts(access.kind) {
+                    let id = (e.thread(), e.pos);
+                    if reported.as_ref().is_some_and(|r| r.contains(&id)) {
+                        continue;
+                    }
+                    if let Some(v) = judge(e.thread(), e.pos, e.lockset) {
+                        if let Some(r) = reported.as_mut() {
+                            r.push(id);
+                        }
+                        let at = FoundAt {
+                            granule,
+                            entry: i as u32,
+                        };
+                        report(e.access(granule), v, at);
+                    }
+                }
+            }
+            if clean {
+                cell.read_clean |= thread_bit(t);
             }
         }
         match superseded {
             // The usual case of a loop: the same line again, updated in place (field by
             // field: a whole entry assembled first and copied in costs a stall on every
             // access, as its wide loads wait for the narrow stores).
-            1 => cell.entries_mut()[last_superseded].update(access, mask),
+            1 => {
+                cell.entries_mut()[last_superseded].update(access, mask);
+                if !reads {
+                    cell.wrote(t);
+                }
+            }
             0 => {
                 if cell.entries().len() >= CELL_CAPACITY {
                     let victim = cell
@@ -457,11 +594,11 @@ impl Shadow {
         let span = last - first + 1;
         if span > self.cells.len() as u64 {
             // Cheaper to look at what is tracked than at every granule of a large block.
-            self.cells.retain(|g, _| *g < first || *g > last);
+            self.cells.retain(|g| g < first || g > last);
             return;
         }
         for g in first..=last {
-            self.cells.remove(&g);
+            self.cells.remove(g);
         }
     }
 }
@@ -506,6 +643,7 @@ mod tests {
             |_| true,
             |_, _, _| Some(Verdict::Unordered),
             |e, _, _| seen.push(e),
+            |_, _| false,
             |_, _| false,
         );
         seen
@@ -599,6 +737,7 @@ mod tests {
             |_, _, _| None,
             |_, _, _| {},
             |_, pos| pos == 5,
+            |_, _| false,
         );
         assert_eq!(s.evicted, 1);
         let seen = check(&mut s, acc(2, 0, 100, AccessKind::Write, 0x3000, 1));
@@ -639,10 +778,62 @@ mod tests {
                 |_, _, _| Some(Verdict::Unordered),
                 |e, _, at| seen.push((e.thread, at.granule)),
                 |_, _| false,
+                |_, _| false,
             );
         }
         assert_eq!(seen, vec![(0, 0x201)]);
         assert_eq!(s.granules(), 1);
+    }
+
+    #[test]
+    fn a_read_that_skips_settled_writes_still_sees_a_new_one() {
+        // Thread 0's write is settled before thread 1 (ordered by every order): thread 1's
+        // reads skip the checks, until thread 2 writes.
+        let mut s = Shadow::new();
+        let mut run = |s: &mut Shadow, a: ShadowAccess| {
+            let mut seen = Vec::new();
+            s.access(
+                &a,
+                |_| true,
+                |t, _, _| (t != 0).then_some(Verdict::Unordered),
+                |e, _, _| seen.push((e.thread, e.pos)),
+                |_, _| false,
+                |t, _| t == 0,
+            );
+            seen
+        };
+        assert!(run(&mut s, acc(0, 1, 10, AccessKind::Write, 0x6000, 4)).is_empty());
+        assert!(run(&mut s, acc(1, 1, 11, AccessKind::Read, 0x6000, 4)).is_empty());
+        assert!(run(&mut s, acc(1, 2, 11, AccessKind::Read, 0x6000, 4)).is_empty());
+        assert!(run(&mut s, acc(2, 1, 12, AccessKind::Write, 0x6004, 4)).is_empty());
+        assert!(run(&mut s, acc(1, 3, 11, AccessKind::Read, 0x6000, 4)).is_empty());
+        assert_eq!(
+            run(&mut s, acc(1, 4, 13, AccessKind::Read, 0x6000, 8)),
+            vec![(2, 1)]
+        );
+        // A new write of thread 2 to the bytes thread 1 read before: seen by its next read.
+        assert_eq!(
+            run(&mut s, acc(2, 2, 12, AccessKind::Write, 0x6000, 4)),
+            vec![(1, 3), (1, 4)]
+        );
+        assert_eq!(
+            run(&mut s, acc(1, 5, 11, AccessKind::Read, 0x6000, 4)),
+            vec![(2, 2)]
+        );
+    }
+
+    #[test]
+    fn an_entry_of_the_same_bytes_is_not_the_only_one_superseded_when_entries_nest() {
+        // The whole word, then its first half, from one line: the half nests in the word.
+        // The whole word again supersedes both.
+        let mut s = Shadow::new();
+        check(&mut s, acc(0, 1, 10, AccessKind::Write, 0x7000, 8));
+        check(&mut s, acc(0, 2, 10, AccessKind::Write, 0x7000, 4));
+        check(&mut s, acc(0, 3, 10, AccessKind::Write, 0x7000, 8));
+        assert_eq!(
+            check(&mut s, acc(1, 1, 12, AccessKind::Read, 0x7000, 8)),
+            vec![(0, 3)]
+        );
     }
 
     #[test]

@@ -106,7 +106,6 @@ pub struct Shard {
     lockset: Vec<u32>,
     heap: BTreeMap<u64, Block>,
     pub findings: Findings,
-    pub peak_granules: usize,
     /// Conflicts of the access being handled.
     found: Vec<(ShadowAccess, Conflict, FoundAt)>,
 }
@@ -122,7 +121,6 @@ impl Shard {
             lockset: vec![Locksets::EMPTY; threads],
             heap: BTreeMap::new(),
             findings: Findings::default(),
-            peak_granules: 0,
             found: Vec::new(),
         }
     }
@@ -248,8 +246,10 @@ impl Shard {
             },
             |earlier, verdict, at| found.push((earlier, verdict, at)),
             |thread, pos| with_locks.get(thread as usize) > pos,
+            |thread, pos| {
+                with_locks.get(thread as usize) > pos && without_locks.get(thread as usize) > pos
+            },
         );
-        self.peak_granules = self.peak_granules.max(self.shadow.granules());
         if self.found.is_empty() {
             return;
         }
