@@ -10,8 +10,12 @@
 //!                                          sync-preserving race prediction included
 //! ```
 //!
-//! Each prints one line of `key=value` fields: events, seconds, millions of events per second,
-//! the peak resident set size of the process (Linux `VmHWM`) and what was found.
+//! `JOBS` 2 runs the race pass on a thread of its own beside the walk (and the model), as
+//! `foresight analyze` does on a machine with two cores or more; 1 (the default), all on one.
+//!
+//! Each prints one line of `key=value` fields: events, seconds, millions of events per second
+//! of wall time and of CPU time (all threads), the peak resident set size of the process
+//! (Linux `VmHWM`) and what was found.
 //!
 //! The synthetic program: `WORKERS` threads (4 unless told), each with a private heap block,
 //! reading a table the main thread filled before creating them, touching its stack; every 16th

@@ -10,7 +10,7 @@ use foresight_trace::Problem;
 use foresight_trace::{ThreadId, TraceStream};
 
 use crate::analysis::{analyze, Options};
-use crate::model::{drive_run, ModelPass, Run, ThreadModel};
+use crate::model::{drive_run, drive_run_split, ModelPass, Run, ThreadModel};
 use crate::report::{self, Report};
 use crate::sites::Wrappers;
 use crate::stream::{Runs, Stream};
@@ -219,11 +219,18 @@ fn stream_run(
         b
     });
     let mut merged = stream.merged().with_ordering_check();
-    let mut run = drive_run(&walk, model, Runs(&mut merged), &mut |done| {
+    let mut progress = |done| {
         if let Some(b) = &bar {
             b.set_position(done);
         }
-    });
+    };
+    // With a second core, the race pass runs beside the walk and the deadlock model.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut run = if cores > 1 {
+        drive_run_split(&walk, model, &mut merged, &mut progress)
+    } else {
+        drive_run(&walk, model, Runs(&mut merged), &mut progress)
+    };
     if let Some(b) = bar {
         b.finish_and_clear();
     }

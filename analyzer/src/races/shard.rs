@@ -225,39 +225,43 @@ impl Shard {
             addr,
             size,
         };
-        // Only other threads' entries are read: the clocks as they stand will do.
-        let with_locks = self.with_locks.knows(t);
-        let without_locks = self.without_locks.knows(t);
+        // Only other threads' entries are read: the clocks as they stand will do. Most
+        // accesses look at none of them.
+        let (with_locks, without_locks) = (&self.with_locks, &self.without_locks);
+        let with_locks = move |u: u32| with_locks.knows(t).get(u as usize);
+        let without_locks = move |u: u32| without_locks.knows(t).get(u as usize);
         let locksets = &self.locksets;
         let found = &mut self.found;
         self.shadow.access(
             &access,
             owns,
             |thread, pos, lockset| {
-                if with_locks.get(thread as usize) <= pos {
+                if with_locks(thread) <= pos {
                     Some(Conflict::Unordered)
-                } else if without_locks.get(thread as usize) > pos
-                    || locksets.exclude(lockset, access.lockset)
-                {
+                } else if without_locks(thread) > pos || locksets.exclude(lockset, access.lockset) {
                     None
                 } else {
                     Some(Conflict::Candidate)
                 }
             },
             |earlier, verdict, at| found.push((earlier, verdict, at)),
-            |thread, pos| with_locks.get(thread as usize) > pos,
-            |thread, pos| {
-                with_locks.get(thread as usize) > pos && without_locks.get(thread as usize) > pos
-            },
+            |thread, pos| with_locks(thread) > pos,
+            |thread, pos| with_locks(thread) > pos && without_locks(thread) > pos,
         );
-        if self.found.is_empty() {
-            return;
+        if !self.found.is_empty() {
+            self.count_found(ev.seq, &access);
         }
+    }
+
+    /// Counts the pairs the access just handled found.
+    #[inline(never)]
+    fn count_found(&mut self, seq: u64, access: &ShadowAccess) {
+        let access = *access;
         let found = std::mem::take(&mut self.found);
         let heap = &self.heap;
         for &(earlier, verdict, at) in &found {
             let key = pair_key(&earlier, &access);
-            let place = Found { seq: ev.seq, at };
+            let place = Found { seq, at };
             let pair = || describe(heap, earlier, access);
             self.findings.add(key, verdict, place, pair);
         }
