@@ -8,8 +8,7 @@
 #   analyze     what `foresight analyze` does: one walk with the deadlock model (clocks with
 #               reads-from, critical sections) and the race pass, then every analysis, the
 #               sync-preserving race prediction included; on one thread, then on two
-#               (analyze/2: the race pass beside the walk and the model, as the command
-#               runs on a machine with two cores or more)
+#               (analyze/2: the race pass beside the walk and the model, drive_run_split)
 # on two traces:
 #   synthetic   written by `race_bench synth` (4 workers; private heap, a shared table, the
 #               stack; a locked histogram; token hand-offs whose only order is lock hand-offs

@@ -10,8 +10,8 @@
 //!                                          sync-preserving race prediction included
 //! ```
 //!
-//! `JOBS` 2 runs the race pass on a thread of its own beside the walk (and the model), as
-//! `foresight analyze` does on a machine with two cores or more; 1 (the default), all on one.
+//! `JOBS` 2 runs the race pass on a thread of its own beside the walk (and the model:
+//! `drive_run_split`); 1 (the default), all on one, as `foresight analyze` does.
 //!
 //! Each prints one line of `key=value` fields: events, seconds, millions of events per second
 //! of wall time and of CPU time (all threads), the peak resident set size of the process

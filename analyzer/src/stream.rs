@@ -33,9 +33,9 @@ use foresight_trace::{ObjectId, SiteId, StringId, ThreadId, Trace, TraceStream};
 use crate::model::Mode;
 
 /// Events per batch handed to a pass on another thread ([`Stream::drive_runs_split`]).
-pub const SPLIT_BATCH: usize = 8 << 10;
+pub const SPLIT_BATCH: usize = 2 << 10;
 /// Batches queued for that pass at most.
-pub const SPLIT_IN_FLIGHT: usize = 4;
+pub const SPLIT_IN_FLIGHT: usize = 8;
 
 /// One event as a pass sees it.
 #[derive(Clone, Copy, Debug)]

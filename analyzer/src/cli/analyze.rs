@@ -10,7 +10,7 @@ use foresight_trace::Problem;
 use foresight_trace::{ThreadId, TraceStream};
 
 use crate::analysis::{analyze, Options};
-use crate::model::{drive_run, drive_run_split, ModelPass, Run, ThreadModel};
+use crate::model::{drive_run, ModelPass, Run, ThreadModel};
 use crate::report::{self, Report};
 use crate::sites::Wrappers;
 use crate::stream::{Runs, Stream};
@@ -224,13 +224,9 @@ fn stream_run(
             b.set_position(done);
         }
     };
-    // With a second core, the race pass runs beside the walk and the deadlock model.
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let mut run = if cores > 1 {
-        drive_run_split(&walk, model, &mut merged, &mut progress)
-    } else {
-        drive_run(&walk, model, Runs(&mut merged), &mut progress)
-    };
+    // One thread: the race pass beside the walk on a second one (`drive_run_split`) costs
+    // more than it hides on a two-core machine that other work shares (race_speed.sh).
+    let mut run = drive_run(&walk, model, Runs(&mut merged), &mut progress);
     if let Some(b) = bar {
         b.finish_and_clear();
     }

@@ -15,9 +15,12 @@
 //! **Layout.** An entry is 24 bytes: thread, kind and byte mask packed in one word, position,
 //! site, lockset, and the access's start and size for reports (the start as its low 32 bits:
 //! with the granule they give the whole address, [`Entry::start`]). A granule's first
-//! [`INLINE`] entries live in the map's own slot, without an allocation of their own; a
-//! granule that needs more moves them to a vector. Per granule tracked: about 112 bytes in the
-//! map (more while the map is below its load factor), plus 24 per entry beyond [`INLINE`].
+//! [`INLINE`] entries live in its cell, in the table's own slot (`granules.rs`), without an
+//! allocation of their own; a granule that needs more moves them to a vector. A cell also
+//! summarises its entries ([`Cell`]), so that most accesses look at none of them for
+//! conflicts. Per granule tracked: a 136-byte cell and an 8-byte key in a table at most three
+//! quarters full (up to twice that just after it grew), plus 24 bytes per entry beyond
+//! [`INLINE`].
 
 use super::granules::GranuleTable;
 
@@ -26,7 +29,7 @@ pub const CELL_CAPACITY: usize = 16;
 
 /// Entries a granule keeps in place, before it needs a vector of its own: two threads reading
 /// both halves of a word from one site each, or one thread reading and writing both halves.
-pub const INLINE: usize = 6;
+pub const INLINE: usize = 4;
 
 /// Threads the shadow can tell apart: the thread index takes the low 22 bits of an entry's
 /// first word.
@@ -790,7 +793,7 @@ mod tests {
         // Thread 0's write is settled before thread 1 (ordered by every order): thread 1's
         // reads skip the checks, until thread 2 writes.
         let mut s = Shadow::new();
-        let mut run = |s: &mut Shadow, a: ShadowAccess| {
+        let run = |s: &mut Shadow, a: ShadowAccess| {
             let mut seen = Vec::new();
             s.access(
                 &a,
