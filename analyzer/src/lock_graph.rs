@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 
-use crate::model::{AcquireHow, Acquisition, Mode, Run};
+use crate::model::{AcquireHow, Acquisition, IndexMap, Mode, Run};
 
 /// At most this many witnesses are kept per class edge (distinct thread and site pairs).
 pub const WITNESSES_PER_EDGE: usize = 8;
@@ -48,7 +48,9 @@ pub struct LockOrderGraph {
     pub classes: Vec<String>,
     class_index: HashMap<String, usize>,
     pub edges: Vec<ClassEdge>,
-    edge_index: HashMap<(usize, usize), usize>,
+    /// Dense class indices as keys: the cheap hasher (the cycle searches look edges up once
+    /// per cycle edge).
+    edge_index: IndexMap<(usize, usize), usize>,
 }
 
 impl LockOrderGraph {

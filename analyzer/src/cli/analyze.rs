@@ -76,6 +76,11 @@ pub struct AnalysisArgs {
     /// Instance-level candidates checked with the sync-preserving closure, in all.
     #[arg(long, default_value_t = Options::default().candidate_budget, value_name = "N")]
     candidate_budget: u64,
+    /// List every lock cycle: by default each strongly connected component of the lock-order
+    /// graph lists a few of each verdict (shortest first) and counts the rest, and prediction
+    /// in it stops once that many deadlocks are predicted.
+    #[arg(long)]
+    all: bool,
     /// Reviewed findings to leave out (TOML, see docs/ci.md); default
     /// `foresight-suppressions.toml` in the working directory, when it exists.
     #[arg(long, value_name = "FILE")]
@@ -121,6 +126,11 @@ pub fn analyze_traces(traces: &[PathBuf], args: &AnalysisArgs) -> anyhow::Result
         max_cycle_length: args.max_cycle_length as usize,
         cycle_budget: args.cycle_budget,
         candidate_budget: args.candidate_budget,
+        cycles_listed: if args.all {
+            usize::MAX
+        } else {
+            Options::default().cycles_listed
+        },
         ..Options::default()
     };
     let mut report = analyze(&runs, &warnings, &opts);
