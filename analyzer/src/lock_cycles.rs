@@ -295,13 +295,13 @@ impl Ord for Listed {
     }
 }
 
-struct ComponentCounts {
-    by_length: Vec<u64>,
-    predicted: u64,
-    potential: u64,
-    listed_predicted: usize,
-    listed_potential: usize,
-    prediction_cut: bool,
+pub(crate) struct ComponentCounts {
+    pub by_length: Vec<u64>,
+    pub predicted: u64,
+    pub potential: u64,
+    pub listed_predicted: usize,
+    pub listed_potential: usize,
+    pub prediction_cut: bool,
 }
 
 /// Classes named in a component's summary, at most; inversions listed, at most.
@@ -310,7 +310,7 @@ const SUMMARY_INVERSIONS: usize = 5;
 
 /// A component of the class graph, summarised: its classes and edges, its cycles by length,
 /// and the inversions seen most (pairs of classes taken in both orders).
-fn component_summary(
+pub(crate) fn component_summary(
     graph: &LockOrderGraph,
     scc: &[usize],
     c: usize,

@@ -136,6 +136,28 @@ impl LockOrderGraph {
         }
     }
 
+    /// Adds `count` occurrences of the class edge `from` → `to` seen with `modes` in trace
+    /// `trace`, without witnesses (merging per-trace graphs: `merge.rs`).
+    pub fn add_class_edge(&mut self, from: usize, to: usize, count: u64, modes: u8, trace: usize) {
+        let e = *self.edge_index.entry((from, to)).or_insert_with(|| {
+            self.edges.push(ClassEdge {
+                from,
+                to,
+                count: 0,
+                modes: 0,
+                witnesses: Vec::new(),
+                runs: Vec::new(),
+            });
+            self.edges.len() - 1
+        });
+        let edge = &mut self.edges[e];
+        edge.count += count;
+        edge.modes |= modes;
+        if edge.runs.last() != Some(&trace) {
+            edge.runs.push(trace);
+        }
+    }
+
     /// The node of an acquisition's class (with its subclass), when the graph has it.
     pub fn acquisition_class(&self, run: &Run, a: &Acquisition) -> Option<usize> {
         if a.subclass == 0 {

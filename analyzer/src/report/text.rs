@@ -346,6 +346,20 @@ fn finding(out: &mut impl Write, f: &Finding, style: Style) -> std::io::Result<(
         }
     }
     writeln!(out, "  why: {}", f.reason)?;
+    if f.traces.len() > 1 {
+        const NAMED: usize = 3;
+        let mut names = f
+            .traces
+            .iter()
+            .take(NAMED)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ");
+        if f.traces.len() > NAMED {
+            names.push_str(&format!(" and {} more", f.traces.len() - NAMED));
+        }
+        writeln!(out, "  in {} traces: {names}", f.traces.len())?;
+    }
     if f.occurrences > 1 {
         writeln!(out, "  seen {} times", f.occurrences)?;
     }
