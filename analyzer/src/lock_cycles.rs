@@ -230,7 +230,7 @@ pub(crate) fn lock_cycle_findings(
             continue;
         }
         let mut listed = t.listed.into_vec();
-        listed.sort_by(|a, b| a.key.cmp(&b.key));
+        listed.sort_by_key(|l| l.key);
         for l in &listed {
             findings.push(potential_finding(
                 runs,

@@ -27,6 +27,9 @@ use crate::report::{
     REPORT_VERSION,
 };
 
+/// A cycle no single trace has whole, to list: (length, most seen first, its classes).
+type CrossCycle = (usize, std::cmp::Reverse<u64>, Vec<usize>);
+
 /// One trace analysed alone, as [`merge`] needs it.
 pub struct TraceAnalysis {
     pub report: Report,
@@ -224,8 +227,7 @@ impl Merger {
         let components = scc.iter().map(|&c| c + 1).max().unwrap_or(0);
         let mut by_length: Vec<Vec<u64>> = vec![Vec::new(); components];
         let mut potential: Vec<u64> = vec![0; components];
-        let mut cross: Vec<Vec<(usize, std::cmp::Reverse<u64>, Vec<usize>)>> =
-            vec![Vec::new(); components];
+        let mut cross: Vec<Vec<CrossCycle>> = vec![Vec::new(); components];
         let mut edges: Vec<&ClassEdge> = Vec::new();
         let search = for_each_cycle(
             &adjacency,
