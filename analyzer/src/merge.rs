@@ -199,25 +199,25 @@ impl Merger {
 
         // A potential cycle that a predicted deadlock of some trace explains is not reported, as in
         // one analysis of every trace.
-        let covering: Vec<BTreeSet<(String, String)>> = findings
+        // Class edges as merged-graph nodes: every class of a finding is in the graph.
+        let indexed = |f: &Finding| -> Option<BTreeSet<(usize, usize)>> {
+            class_edges(f)?
+                .into_iter()
+                .map(|(a, b)| Some((graph.class_index(a)?, graph.class_index(b)?)))
+                .collect()
+        };
+        let covering: Vec<BTreeSet<(usize, usize)>> = findings
             .iter()
             .filter(|f| f.verdict == Verdict::Predicted)
-            .filter_map(class_edges)
-            .map(|s| {
-                s.into_iter()
-                    .map(|(a, b)| (a.to_string(), b.to_string()))
-                    .collect()
-            })
+            .filter_map(indexed)
             .collect();
-        let covered = |edges: &BTreeSet<(&str, &str)>| {
-            covering.iter().any(|c| {
-                edges
-                    .iter()
-                    .all(|&(a, b)| c.contains(&(a.to_string(), b.to_string())))
-            })
+        let covered = |edges: &mut dyn Iterator<Item = (usize, usize)>| {
+            let edges: Vec<(usize, usize)> = edges.collect();
+            covering.iter().any(|c| edges.iter().all(|e| c.contains(e)))
         };
         findings.retain(|f| {
-            f.kind != Kind::PotentialDeadlock || class_edges(f).is_none_or(|e| !covered(&e))
+            f.kind != Kind::PotentialDeadlock
+                || indexed(f).is_none_or(|e| !covered(&mut e.into_iter()))
         });
 
         // The merged class graph: every cycle counted by component; those no trace has whole are
@@ -251,11 +251,7 @@ impl Merger {
                     by_length[c].resize(k, 0);
                 }
                 by_length[c][k - 1] += 1;
-                let names: BTreeSet<(&str, &str)> = edges
-                    .iter()
-                    .map(|e| (graph.classes[e.from].as_str(), graph.classes[e.to].as_str()))
-                    .collect();
-                if covered(&names) {
+                if !covering.is_empty() && covered(&mut edges.iter().map(|e| (e.from, e.to))) {
                     return Flow::Continue;
                 }
                 potential[c] += 1;
