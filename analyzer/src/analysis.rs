@@ -32,17 +32,23 @@ pub struct Options {
     /// Race candidates (pairs ordered only through lock hand-offs) checked with the
     /// sync-preserving closure, over the whole analysis.
     pub race_candidate_budget: u64,
+    /// Lock cycles listed per strongly connected component of the lock-order graph and per
+    /// verdict (shortest first); the others are counted. Prediction in a component stops once
+    /// this many deadlocks are predicted there. `usize::MAX` (`--all`): every cycle checked
+    /// and listed.
+    pub cycles_listed: usize,
 }
 
 impl Default for Options {
     fn default() -> Self {
         Options {
             max_cycle_length: 4,
-            cycle_budget: 2_000_000,
+            cycle_budget: 20_000_000,
             candidate_budget: 50_000,
             candidates_per_cycle: 64,
             closure_steps: 400_000_000,
             race_candidate_budget: 20_000,
+            cycles_listed: 3,
         }
     }
 }
@@ -61,8 +67,12 @@ pub fn analyze(runs: &[Run], warnings: &[Vec<String>], opts: &Options) -> Report
         ..Summary::default()
     };
 
-    let mut findings =
+    let (mut findings, components) =
         crate::lock_cycles::lock_cycle_findings(runs, &graph, opts, &mut budget, &mut summary);
+    for c in &components {
+        summary.unlisted_predicted += c.predicted - c.listed_predicted as u64;
+        summary.unlisted_potential += c.potential - c.listed_potential as u64;
+    }
     for (ri, run) in runs.iter().enumerate() {
         if !run.hb.complete {
             continue;
@@ -144,6 +154,7 @@ pub fn analyze(runs: &[Run], warnings: &[Vec<String>], opts: &Options) -> Report
             })
             .collect(),
         summary,
+        components,
         hints: crate::sites::wrapper_hints(runs),
         findings,
     };

@@ -12,6 +12,23 @@
 //! once, rotated to start at its smallest node. Work is O(max · paths explored), bounded by the
 //! budget.
 
+/// What the visitor of [`for_each_cycle`] wants next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flow {
+    Continue,
+    /// No more cycles of this strongly connected component (the one of the cycle just given).
+    SkipComponent,
+    Stop,
+}
+
+/// How a search went.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Search {
+    /// The budget ran out before every cycle up to the length was enumerated.
+    pub truncated: bool,
+    pub steps: u64,
+}
+
 /// The cycles found; each is a list of nodes, the edge from the last back to the first implied.
 #[derive(Debug, Default)]
 pub struct Cycles {
@@ -21,15 +38,44 @@ pub struct Cycles {
     pub steps: u64,
 }
 
-/// `adjacency[v]` lists the successors of `v` (each at most once).
+/// Every elementary cycle up to `max_len`, collected (for small graphs and tests: a dense
+/// graph has exponentially many; [`for_each_cycle`] holds none of them).
 pub fn elementary_cycles(adjacency: &[Vec<usize>], max_len: usize, budget: u64) -> Cycles {
-    let n = adjacency.len();
     let scc = strongly_connected_components(adjacency);
-    let mut out = Cycles::default();
+    let mut cycles = Vec::new();
+    let search = for_each_cycle(adjacency, &scc, max_len, budget, |_, c| {
+        cycles.push(c.to_vec());
+        Flow::Continue
+    });
+    Cycles {
+        cycles,
+        truncated: search.truncated,
+        steps: search.steps,
+    }
+}
+
+/// Gives each elementary cycle up to `max_len` to `visit` with its component (`scc`, from
+/// [`strongly_connected_components`]), shortest first, then by smallest node; the slice is
+/// only valid during the call. Memory: the graph's nodes and one path, whatever the number of
+/// cycles.
+pub fn for_each_cycle(
+    adjacency: &[Vec<usize>],
+    scc: &[usize],
+    max_len: usize,
+    budget: u64,
+    mut visit: impl FnMut(usize, &[usize]) -> Flow,
+) -> Search {
+    let n = adjacency.len();
+    let mut out = Search::default();
     let mut path: Vec<usize> = Vec::new();
     let mut on_path = vec![false; n];
+    let components = scc.iter().map(|&c| c + 1).max().unwrap_or(0);
+    let mut skipped = vec![false; components];
     'lengths: for k in 1..=max_len {
         for s in 0..n {
+            if skipped[scc[s]] {
+                continue;
+            }
             // A node with no edge inside its component is on no cycle (a self-loop counts).
             if !adjacency[s].iter().any(|&w| scc[w] == scc[s]) {
                 continue;
@@ -37,64 +83,86 @@ pub fn elementary_cycles(adjacency: &[Vec<usize>], max_len: usize, budget: u64) 
             path.clear();
             path.push(s);
             on_path[s] = true;
-            let finished = search(
+            let mut walk = Walk {
                 adjacency,
-                &scc,
+                scc,
                 s,
                 k,
-                &mut path,
-                &mut on_path,
-                &mut out,
+                path: &mut path,
+                on_path: &mut on_path,
+                out: &mut out,
                 budget,
-            );
+                visit: &mut visit,
+            };
+            let flow = walk.search();
             on_path[s] = false;
-            if !finished {
-                out.truncated = true;
-                break 'lengths;
+            match flow {
+                Step::Go => {}
+                Step::SkipComponent => skipped[scc[s]] = true,
+                Step::Stop => break 'lengths,
+                Step::OutOfBudget => {
+                    out.truncated = true;
+                    break 'lengths;
+                }
             }
         }
     }
     out
 }
 
-/// Extends `path` (which starts at `s`) to exactly `k` nodes and closes it. Returns false when
-/// the budget ran out.
-#[allow(clippy::too_many_arguments)]
-fn search(
-    adjacency: &[Vec<usize>],
-    scc: &[usize],
+enum Step {
+    Go,
+    SkipComponent,
+    Stop,
+    OutOfBudget,
+}
+
+struct Walk<'a, F> {
+    adjacency: &'a [Vec<usize>],
+    scc: &'a [usize],
     s: usize,
     k: usize,
-    path: &mut Vec<usize>,
-    on_path: &mut [bool],
-    out: &mut Cycles,
+    path: &'a mut Vec<usize>,
+    on_path: &'a mut [bool],
+    out: &'a mut Search,
     budget: u64,
-) -> bool {
-    let v = *path.last().expect("path starts at s");
-    for &w in &adjacency[v] {
-        out.steps += 1;
-        if out.steps > budget {
-            return false;
-        }
-        if path.len() == k {
-            if w == s {
-                out.cycles.push(path.clone());
+    visit: &'a mut F,
+}
+
+impl<F: FnMut(usize, &[usize]) -> Flow> Walk<'_, F> {
+    /// Extends `path` (which starts at `s`) to exactly `k` nodes and closes it.
+    fn search(&mut self) -> Step {
+        let v = *self.path.last().expect("path starts at s");
+        let s = self.s;
+        for &w in &self.adjacency[v] {
+            self.out.steps += 1;
+            if self.out.steps > self.budget {
+                return Step::OutOfBudget;
             }
-            continue;
+            if self.path.len() == self.k {
+                if w == s {
+                    match (self.visit)(self.scc[s], self.path) {
+                        Flow::Continue => {}
+                        Flow::SkipComponent => return Step::SkipComponent,
+                        Flow::Stop => return Step::Stop,
+                    }
+                }
+                continue;
+            }
+            if w <= s || self.on_path[w] || self.scc[w] != self.scc[s] {
+                continue;
+            }
+            self.path.push(w);
+            self.on_path[w] = true;
+            let step = self.search();
+            self.on_path[w] = false;
+            self.path.pop();
+            if !matches!(step, Step::Go) {
+                return step;
+            }
         }
-        if w <= s || on_path[w] || scc[w] != scc[s] {
-            continue;
-        }
-        path.push(w);
-        on_path[w] = true;
-        let ok = search(adjacency, scc, s, k, path, on_path, out, budget);
-        on_path[w] = false;
-        path.pop();
-        if !ok {
-            return false;
-        }
+        Step::Go
     }
-    true
 }
 
 /// Tarjan's algorithm, iterative (graphs from big traces are deep). Returns a component id per

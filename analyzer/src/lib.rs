@@ -22,6 +22,7 @@ mod describe;
 pub mod hb;
 mod lock_cycles;
 pub mod lock_graph;
+pub mod merge;
 pub mod model;
 pub mod races;
 pub mod ranks;

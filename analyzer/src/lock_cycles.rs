@@ -6,32 +6,51 @@
 //! are potential findings, with the most informative rejection as the reason (one thread, gate
 //! lock, happens-before, lock order, different traces, same-class nesting).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, BinaryHeap, HashMap};
 
 use crate::analysis::Options;
 use crate::closure::{Budget, Closure, NotPredicted, PatternEvent};
-use crate::cycles::elementary_cycles;
+use crate::cycles::{for_each_cycle, strongly_connected_components, Flow};
 use crate::deadlock::{
     check_lock_cycle, rejection_text, search_abstract_pattern, LockCycleCandidate, Rejection,
 };
 use crate::describe::{cycle_text, edge_report, location, witness};
-use crate::lock_graph::{modes_can_block, InstanceGraph, LockOrderGraph};
+use crate::lock_graph::{modes_can_block, ClassEdge, InstanceGraph, LockOrderGraph};
 use crate::model::{Mode, Run};
-use crate::report::{Detail, EdgeReport, Finding, Kind, Summary, Verdict};
+use crate::report::{
+    ComponentSummary, Detail, EdgeReport, Finding, Inversion, Kind, Summary, Verdict,
+};
+
+/// Rejections kept for the reasons of potential findings, at most (a dense graph has more
+/// cycles than are worth a reason each; the shortest are enumerated, and kept, first).
+const REJECTIONS_KEPT: usize = 1 << 16;
+
+/// The class edges of a cycle, sorted: the key of a cycle's rejection.
+type EdgeKey = Vec<(u32, u32)>;
 
 /// The lock-cycle findings of all runs: predicted deadlocks (instance level, one trace each),
-/// then potential ones (class-level cycles no predicted deadlock covers).
+/// then potential ones (class-level cycles no predicted deadlock covers), at most
+/// `opts.cycles_listed` of each verdict per strongly connected component of the class graph
+/// (shortest first, then the most seen), and a summary of each component that has cycles.
+/// Memory is bounded by the graphs and the listing, not by the number of cycles: cycles are
+/// visited one at a time (`cycles::for_each_cycle`).
 pub(crate) fn lock_cycle_findings(
     runs: &[Run],
     graph: &LockOrderGraph,
     opts: &Options,
     budget: &mut Budget,
     summary: &mut Summary,
-) -> Vec<Finding> {
+) -> (Vec<Finding>, Vec<ComponentSummary>) {
+    let adjacency = graph.adjacency();
+    let class_scc = strongly_connected_components(&adjacency);
+    let components = class_scc.iter().map(|&c| c + 1).max().unwrap_or(0);
+    let mut tally: Vec<Tally> = (0..components).map(|_| Tally::default()).collect();
+    let limit = opts.cycles_listed;
+
     // Instance level, one trace at a time.
     let mut predicted: Vec<(BTreeSet<(usize, usize)>, Finding)> = Vec::new();
     let mut predicted_keys: HashMap<String, usize> = HashMap::new();
-    let mut rejections: HashMap<BTreeSet<(usize, usize)>, Rejection> = HashMap::new();
+    let mut rejections: HashMap<EdgeKey, Rejection> = HashMap::new();
     for (ri, run) in runs.iter().enumerate() {
         if !run.hb.complete {
             // Without every happens-before edge a prediction could be wrong: class level only.
@@ -47,99 +66,305 @@ pub(crate) fn lock_cycle_findings(
             })
             .collect();
         let instances = InstanceGraph::build(run);
-        let cycles = elementary_cycles(
+        let instance_scc = strongly_connected_components(&instances.adjacency);
+        let mut predicted_in: HashMap<usize, usize> = HashMap::new();
+        let search = for_each_cycle(
             &instances.adjacency,
+            &instance_scc,
             opts.max_cycle_length,
             opts.cycle_budget,
+            |component, cycle| {
+                let class_component = class_scc[classes[cycle[0]]];
+                if predicted_in.get(&component).copied().unwrap_or(0) >= limit {
+                    // Enough deadlocks predicted here to list: the rest is counted at class
+                    // level, unchecked (`--all` checks every cycle).
+                    tally[class_component].prediction_cut = true;
+                    return Flow::SkipComponent;
+                }
+                if budget.checked >= budget.limit {
+                    budget.exhausted = true;
+                    return Flow::Stop;
+                }
+                let k = cycle.len();
+                let lists: Vec<&Vec<(u32, u32)>> = (0..k)
+                    .map(|i| &instances.edges[&(cycle[i] as u32, cycle[(i + 1) % k] as u32)])
+                    .collect();
+                let sampled = predict_cycle(run, &lists, opts.candidates_per_cycle, budget);
+                let outcome = match sampled {
+                    Ok(found) => Ok(found),
+                    Err(best) => {
+                        match search_cycle(run, &lists, opts.candidates_per_cycle, budget) {
+                            Some(found) => Ok(found),
+                            None => Err(best),
+                        }
+                    }
+                };
+                match outcome {
+                    Ok((candidate, closure)) => {
+                        let key = predicted_key(run, ri, &candidate);
+                        if let Some(&i) = predicted_keys.get(&key) {
+                            predicted[i].1.occurrences += 1;
+                            return Flow::Continue;
+                        }
+                        *predicted_in.entry(component).or_default() += 1;
+                        let f = predicted_finding(run, ri, graph, &candidate, &closure);
+                        predicted_keys.insert(key, predicted.len());
+                        // The class edges of the acquisitions themselves (subclasses are per
+                        // acquisition), which the class-level cycles it explains consist of.
+                        let class = |a: u32| {
+                            graph
+                                .acquisition_class(run, &run.acquisitions[a as usize])
+                                .expect("classes added with the run")
+                        };
+                        let covered: BTreeSet<(usize, usize)> = candidate
+                            .holds
+                            .iter()
+                            .zip(&candidate.requests)
+                            .map(|(&h, &r)| (class(h), class(r)))
+                            .collect();
+                        predicted.push((covered, f));
+                    }
+                    Err(Some(r)) => {
+                        let mut key: EdgeKey = (0..k)
+                            .map(|i| (classes[cycle[i]] as u32, classes[cycle[(i + 1) % k]] as u32))
+                            .collect();
+                        key.sort_unstable();
+                        key.dedup();
+                        if let Some(slot) = rejections.get_mut(&key) {
+                            if rank(&r) > rank(slot) {
+                                *slot = r;
+                            }
+                        } else if rejections.len() < REJECTIONS_KEPT {
+                            rejections.insert(key, r);
+                        } else {
+                            tally[class_component].prediction_cut = true;
+                        }
+                    }
+                    Err(None) => {}
+                }
+                Flow::Continue
+            },
         );
-        summary.cycle_search_truncated |= cycles.truncated;
-        for cycle in &cycles.cycles {
-            let k = cycle.len();
-            let lists: Vec<&Vec<(u32, u32)>> = (0..k)
-                .map(|i| &instances.edges[&(cycle[i] as u32, cycle[(i + 1) % k] as u32)])
-                .collect();
-            let class_edges: BTreeSet<(usize, usize)> = (0..k)
-                .map(|i| (classes[cycle[i]], classes[cycle[(i + 1) % k]]))
-                .collect();
-            let sampled = predict_cycle(run, &lists, opts.candidates_per_cycle, budget);
-            let outcome = match sampled {
-                Ok(found) => Ok(found),
-                Err(best) => match search_cycle(run, &lists, opts.candidates_per_cycle, budget) {
-                    Some(found) => Ok(found),
-                    None => Err(best),
-                },
-            };
-            match outcome {
-                Ok((candidate, closure)) => {
-                    let key = predicted_key(run, ri, &candidate);
-                    if let Some(&i) = predicted_keys.get(&key) {
-                        predicted[i].1.occurrences += 1;
-                        continue;
-                    }
-                    let f = predicted_finding(run, ri, graph, &candidate, &closure);
-                    predicted_keys.insert(key, predicted.len());
-                    // The class edges of the acquisitions themselves (subclasses are per
-                    // acquisition), which the class-level cycles it explains consist of.
-                    let class = |a: u32| {
-                        graph
-                            .acquisition_class(run, &run.acquisitions[a as usize])
-                            .expect("classes added with the run")
-                    };
-                    let covered: BTreeSet<(usize, usize)> = candidate
-                        .holds
-                        .iter()
-                        .zip(&candidate.requests)
-                        .map(|(&h, &r)| (class(h), class(r)))
-                        .collect();
-                    predicted.push((covered, f));
-                }
-                Err(Some(r)) => {
-                    let slot = rejections.entry(class_edges).or_insert_with(|| r.clone());
-                    if rank(&r) > rank(slot) {
-                        *slot = r;
-                    }
-                }
-                Err(None) => {}
-            }
-        }
+        summary.cycle_search_truncated |= search.truncated;
     }
 
-    // Class level: every cycle not covered by a predicted deadlock is potential.
-    let adjacency = graph.adjacency();
-    let class_cycles = elementary_cycles(&adjacency, opts.max_cycle_length, opts.cycle_budget);
-    summary.cycle_search_truncated |= class_cycles.truncated;
-    let mut potential = Vec::new();
-    for cycle in &class_cycles.cycles {
-        let k = cycle.len();
-        let edges: Vec<_> = (0..k)
-            .map(|i| {
+    // Predicted findings, listed up to the limit in each component of the class graph.
+    let mut findings = Vec::new();
+    let mut covering: Vec<BTreeSet<(usize, usize)>> = Vec::new();
+    for (covered, f) in predicted {
+        let c = covered
+            .first()
+            .map_or(0, |&(from, _)| class_scc[from])
+            .min(components.saturating_sub(1));
+        if let Some(t) = tally.get_mut(c) {
+            t.predicted += 1;
+            if t.listed_predicted >= limit {
+                covering.push(covered);
+                continue;
+            }
+            t.listed_predicted += 1;
+        }
+        covering.push(covered);
+        findings.push(f);
+    }
+
+    // Class level: every cycle not covered by a predicted deadlock is potential; each
+    // component keeps the shortest, most seen ones to list and counts the others.
+    let mut order = 0u64;
+    // Reused for every cycle: a dense graph has hundreds of thousands.
+    let mut edges: Vec<&ClassEdge> = Vec::new();
+    let mut modes: Vec<u8> = Vec::new();
+    let search = for_each_cycle(
+        &adjacency,
+        &class_scc,
+        opts.max_cycle_length,
+        opts.cycle_budget,
+        |component, cycle| {
+            let k = cycle.len();
+            edges.clear();
+            edges.extend((0..k).map(|i| {
                 graph
                     .edge(cycle[i], cycle[(i + 1) % k])
                     .expect("cycle edges exist")
-            })
-            .collect();
-        let modes: Vec<u8> = edges.iter().map(|e| e.modes).collect();
-        if !modes_can_block(&modes) {
-            // Read-read at some lock: with reader-preferring rwlocks this order never blocks.
+            }));
+            modes.clear();
+            modes.extend(edges.iter().map(|e| e.modes));
+            if !modes_can_block(&modes) {
+                // Read-read at some lock: with reader-preferring rwlocks this order never
+                // blocks.
+                return Flow::Continue;
+            }
+            summary.class_cycles += 1;
+            let t = &mut tally[component];
+            if t.by_length.len() < k {
+                t.by_length.resize(k, 0);
+            }
+            t.by_length[k - 1] += 1;
+            if covering
+                .iter()
+                .any(|s| edges.iter().all(|e| s.contains(&(e.from, e.to))))
+            {
+                return Flow::Continue;
+            }
+            t.potential += 1;
+            let seen = edges.iter().map(|e| e.count).min().unwrap_or(0);
+            order += 1;
+            let entry = Listed {
+                key: (k, std::cmp::Reverse(seen), order),
+                cycle: cycle.to_vec(),
+            };
+            if t.listed.len() < limit {
+                t.listed.push(entry);
+            } else if t.listed.peek().is_some_and(|worst| entry.key < worst.key) {
+                t.listed.pop();
+                t.listed.push(entry);
+            }
+            Flow::Continue
+        },
+    );
+    summary.cycle_search_truncated |= search.truncated;
+
+    let mut summaries = Vec::new();
+    for (c, t) in tally.into_iter().enumerate() {
+        if t.by_length.iter().sum::<u64>() == 0 && t.predicted == 0 {
             continue;
         }
-        summary.class_cycles += 1;
-        let edge_set: BTreeSet<(usize, usize)> = edges.iter().map(|e| (e.from, e.to)).collect();
-        if predicted.iter().any(|(s, _)| edge_set.is_subset(s)) {
-            continue;
+        let mut listed = t.listed.into_vec();
+        listed.sort_by_key(|l| l.key);
+        for l in &listed {
+            findings.push(potential_finding(
+                runs,
+                graph,
+                &l.cycle,
+                &rejections,
+                t.prediction_cut,
+            ));
         }
-        potential.push(potential_finding(
-            runs,
+        summaries.push(component_summary(
             graph,
-            cycle,
-            &rejections,
-            &edge_set,
+            &class_scc,
+            c,
+            ComponentCounts {
+                by_length: t.by_length,
+                predicted: t.predicted,
+                potential: t.potential,
+                listed_predicted: t.listed_predicted,
+                listed_potential: listed.len(),
+                prediction_cut: t.prediction_cut,
+            },
         ));
     }
+    for (i, s) in summaries.iter_mut().enumerate() {
+        s.id = i + 1;
+    }
+    (findings, summaries)
+}
 
-    let mut findings: Vec<Finding> = predicted.into_iter().map(|(_, f)| f).collect();
-    findings.extend(potential);
-    findings
+/// What a component of the class graph counts while its cycles are visited.
+#[derive(Default)]
+struct Tally {
+    by_length: Vec<u64>,
+    predicted: u64,
+    potential: u64,
+    listed_predicted: usize,
+    /// The potential cycles to list: a max-heap on the key, so the worst is dropped first.
+    listed: BinaryHeap<Listed>,
+    prediction_cut: bool,
+}
+
+/// A potential cycle to list, ordered by (length, most seen first, enumeration order).
+struct Listed {
+    key: (usize, std::cmp::Reverse<u64>, u64),
+    cycle: Vec<usize>,
+}
+
+impl PartialEq for Listed {
+    fn eq(&self, other: &Self) -> bool {
+        self.key == other.key
+    }
+}
+impl Eq for Listed {}
+impl PartialOrd for Listed {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Listed {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.key.cmp(&other.key)
+    }
+}
+
+pub(crate) struct ComponentCounts {
+    pub by_length: Vec<u64>,
+    pub predicted: u64,
+    pub potential: u64,
+    pub listed_predicted: usize,
+    pub listed_potential: usize,
+    pub prediction_cut: bool,
+}
+
+/// Classes named in a component's summary, at most; inversions listed, at most.
+const SUMMARY_CLASSES: usize = 32;
+const SUMMARY_INVERSIONS: usize = 5;
+
+/// A component of the class graph, summarised: its classes and edges, its cycles by length,
+/// and the inversions seen most (pairs of classes taken in both orders).
+pub(crate) fn component_summary(
+    graph: &LockOrderGraph,
+    scc: &[usize],
+    c: usize,
+    counts: ComponentCounts,
+) -> ComponentSummary {
+    let members: Vec<usize> = (0..graph.classes.len()).filter(|&v| scc[v] == c).collect();
+    let inner: Vec<&ClassEdge> = graph
+        .edges
+        .iter()
+        .filter(|e| scc[e.from] == c && scc[e.to] == c)
+        .collect();
+    let mut inversions: Vec<(u64, u64, usize, usize, u64, u64)> = inner
+        .iter()
+        .filter(|e| e.from < e.to)
+        .filter_map(|e| {
+            let back = graph.edge(e.to, e.from)?;
+            Some((
+                e.count.min(back.count),
+                e.count + back.count,
+                e.from,
+                e.to,
+                e.count,
+                back.count,
+            ))
+        })
+        .collect();
+    inversions.sort_by(|a, b| (b.0, b.1, a.2, a.3).cmp(&(a.0, a.1, b.2, b.3)));
+    let inversion_count = inversions.len();
+    ComponentSummary {
+        id: 0,
+        classes: members.len(),
+        class_names: members
+            .iter()
+            .take(SUMMARY_CLASSES)
+            .map(|&v| graph.classes[v].clone())
+            .collect(),
+        edges: inner.len(),
+        cycles: counts.by_length.iter().sum(),
+        cycles_by_length: counts.by_length,
+        predicted: counts.predicted,
+        potential: counts.potential,
+        listed_predicted: counts.listed_predicted,
+        listed_potential: counts.listed_potential,
+        prediction_cut: counts.prediction_cut,
+        inversions: inversion_count,
+        top_inversions: inversions
+            .into_iter()
+            .take(SUMMARY_INVERSIONS)
+            .map(|(_, _, a, b, ab, ba)| Inversion {
+                classes: [graph.classes[a].clone(), graph.classes[b].clone()],
+                counts: [ab, ba],
+            })
+            .collect(),
+    }
 }
 
 /// How informative a rejection is: the one closest to a deadlock explains the cycle best.
@@ -478,8 +703,8 @@ fn potential_finding(
     runs: &[Run],
     graph: &LockOrderGraph,
     cycle: &[usize],
-    rejections: &HashMap<BTreeSet<(usize, usize)>, Rejection>,
-    edge_set: &BTreeSet<(usize, usize)>,
+    rejections: &HashMap<EdgeKey, Rejection>,
+    prediction_cut: bool,
 ) -> Finding {
     let k = cycle.len();
     let mut edges = Vec::new();
@@ -489,6 +714,12 @@ fn potential_finding(
     let class_edges: Vec<_> = (0..k)
         .map(|i| graph.edge(cycle[i], cycle[(i + 1) % k]).expect("edge"))
         .collect();
+    let mut edge_key: EdgeKey = class_edges
+        .iter()
+        .map(|e| (e.from as u32, e.to as u32))
+        .collect();
+    edge_key.sort_unstable();
+    edge_key.dedup();
     for (ri, _) in runs.iter().enumerate() {
         if class_edges.iter().all(|e| e.runs.contains(&ri)) {
             runs_with_all.push(ri);
@@ -514,13 +745,18 @@ fn potential_finding(
         "not predicted: the trace is too large for the vector clocks' memory budget, so only \
          the class-level order was checked"
             .to_string()
-    } else if let Some(r) = rejections.get(edge_set) {
+    } else if let Some(r) = rejections.get(&edge_key) {
         let run = runs_with_all.first().map(|&i| &runs[i]);
         format!("not predicted: {}", rejection_text(run, r))
     } else if runs_with_all.is_empty() {
         "not predicted: the edges of the cycle come from different traces, so no single \
          execution can be reordered into it; the code still takes these locks in an \
          inconsistent order"
+            .to_string()
+    } else if prediction_cut {
+        "not checked at instance level: its strongly connected component of the lock-order \
+         graph has more cycles than are listed, and prediction there stopped once enough \
+         deadlocks were predicted to list (--all checks and lists every cycle)"
             .to_string()
     } else if self_loop {
         "not predicted: locks of one class are nested (for example two instances locked in a \

@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 
-use crate::model::{AcquireHow, Acquisition, Mode, Run};
+use crate::model::{AcquireHow, Acquisition, IndexMap, Mode, Run};
 
 /// At most this many witnesses are kept per class edge (distinct thread and site pairs).
 pub const WITNESSES_PER_EDGE: usize = 8;
@@ -48,7 +48,9 @@ pub struct LockOrderGraph {
     pub classes: Vec<String>,
     class_index: HashMap<String, usize>,
     pub edges: Vec<ClassEdge>,
-    edge_index: HashMap<(usize, usize), usize>,
+    /// Dense class indices as keys: the cheap hasher (the cycle searches look edges up once
+    /// per cycle edge).
+    edge_index: IndexMap<(usize, usize), usize>,
 }
 
 impl LockOrderGraph {
@@ -131,6 +133,28 @@ impl LockOrderGraph {
                     }
                 }
             }
+        }
+    }
+
+    /// Adds `count` occurrences of the class edge `from` → `to` seen with `modes` in trace
+    /// `trace`, without witnesses (merging per-trace graphs: `merge.rs`).
+    pub fn add_class_edge(&mut self, from: usize, to: usize, count: u64, modes: u8, trace: usize) {
+        let e = *self.edge_index.entry((from, to)).or_insert_with(|| {
+            self.edges.push(ClassEdge {
+                from,
+                to,
+                count: 0,
+                modes: 0,
+                witnesses: Vec::new(),
+                runs: Vec::new(),
+            });
+            self.edges.len() - 1
+        });
+        let edge = &mut self.edges[e];
+        edge.count += count;
+        edge.modes |= modes;
+        if edge.runs.last() != Some(&trace) {
+            edge.runs.push(trace);
         }
     }
 

@@ -392,6 +392,84 @@ fn check_fails_on_a_finding_missing_from_the_baseline_and_passes_once_it_is_acce
 }
 
 #[test]
+fn the_same_finding_in_many_traces_is_one_finding_listing_them() {
+    let dir = fresh_dir("many");
+    std::fs::create_dir_all(dir.join("traces")).unwrap();
+    let mut args = vec!["analyze".to_string(), "--format".into(), "json".into()];
+    for i in 0..200 {
+        let name = format!("traces/run-{i:03}.trace");
+        std::fs::write(dir.join(&name), inversion(&format!("run-{i}"))).unwrap();
+        args.push(name);
+    }
+    // One test takes A then B alone, another B then A: their cycle needs both traces.
+    std::fs::write(dir.join("traces/half-1.trace"), half_inversion("h1", false)).unwrap();
+    std::fs::write(dir.join("traces/half-2.trace"), half_inversion("h2", true)).unwrap();
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let o = foresight(&dir, &refs);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let findings = v["findings"].as_array().unwrap();
+    assert_eq!(findings.len(), 1, "{:#}", v["findings"]);
+    assert_eq!(findings[0]["verdict"], "predicted");
+    assert_eq!(findings[0]["traces"].as_array().unwrap().len(), 200);
+    assert_eq!(findings[0]["occurrences"], 200);
+    assert_eq!(v["traces"].as_array().unwrap().len(), 200);
+    assert_eq!(v["summary"]["lock_order_edges"], 2);
+
+    // `check` says it once, and a baseline made from one run accepts the 200.
+    let mut check: Vec<&str> = vec!["check"];
+    check.extend(&refs[3..]);
+    let o = foresight(&dir, &check);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("1 findings over 200 traces"), "{out}");
+    assert_eq!(out.matches("  lock-cycle | A -> B").count(), 1, "{out}");
+    assert!(out.contains("in 200 traces: "), "{out}");
+    let o = foresight(&dir, &["check", "--update-baseline", refs[3]]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = foresight(&dir, &check);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+
+    // Across traces: a cycle no trace has whole is still found, and listed once.
+    let o = foresight(
+        &dir,
+        &[
+            "analyze",
+            "--format",
+            "json",
+            "traces/half-1.trace",
+            "traces/run-000.trace",
+            "traces/half-2.trace",
+            "traces/run-001.trace",
+        ],
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let findings = v["findings"].as_array().unwrap();
+    // The predicted inversion covers the class cycle A ⇄ B: one finding, as in one analysis.
+    assert_eq!(findings.len(), 1, "{:#}", v["findings"]);
+    assert_eq!(findings[0]["verdict"], "predicted");
+    let o = foresight(
+        &dir,
+        &[
+            "analyze",
+            "--format",
+            "json",
+            "traces/half-1.trace",
+            "traces/half-2.trace",
+        ],
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let findings = v["findings"].as_array().unwrap();
+    assert_eq!(findings.len(), 1, "{:#}", v["findings"]);
+    assert_eq!(findings[0]["verdict"], "potential");
+    assert_eq!(findings[0]["traces"].as_array().unwrap().len(), 2);
+    assert!(findings[0]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("different traces"));
+}
+
+#[test]
 fn check_with_a_missing_baseline_or_trace_is_bad_input() {
     let dir = fresh_dir("check-bad");
     std::fs::write(dir.join("t.trace"), ordered("t")).unwrap();

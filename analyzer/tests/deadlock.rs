@@ -1132,3 +1132,113 @@ fn a_recording_that_ended_in_the_deadlock_is_predicted() {
         show(&r)
     );
 }
+
+/// Two threads that nest every ordered pair of `n` locks, the second after the first joined
+/// (nothing predictable), and a separate inversion of two other locks that can collide.
+fn dense_and_one_inversion(n: usize) -> Vec<u8> {
+    let mut t = T::new();
+    let locks: Vec<ObjectId> = (0..n).map(|i| t.b.mutex(&format!("L{i}"))).collect();
+    let (x, y) = (t.b.mutex("X"), t.b.mutex("Y"));
+    for name in ["w1", "w2"] {
+        let w = t.spawn(name);
+        for i in 0..n {
+            for j in 0..n {
+                if i != j {
+                    t.nest(w, locks[i], locks[j], 10);
+                }
+            }
+        }
+        t.join(w);
+    }
+    let a = t.spawn("a");
+    let b = t.spawn("b");
+    t.nest(a, x, y, 30);
+    t.nest(b, y, x, 40);
+    t.bytes()
+}
+
+#[test]
+fn a_dense_component_lists_its_shortest_cycles_and_counts_the_rest() {
+    let r = report_of(vec![dense_and_one_inversion(6)]);
+    // 6 locks, every order: 15 cycles of 2, 40 of 3, 90 of 4; plus X ⇄ Y.
+    assert_eq!(r.summary.class_cycles, 15 + 40 + 90 + 1);
+    assert_eq!(r.components.len(), 2, "{:#?}", r.components);
+    let dense = r.components.iter().find(|c| c.classes == 6).unwrap();
+    assert_eq!(dense.edges, 30);
+    assert_eq!(dense.cycles_by_length, vec![0, 15, 40, 90]);
+    assert_eq!((dense.predicted, dense.potential), (0, 145));
+    assert_eq!(dense.listed_potential, 3);
+    assert_eq!(dense.inversions, 15);
+    assert_eq!(dense.top_inversions[0].counts, [2, 2]);
+    let listed = with(&r, "potential-deadlock", Verdict::Potential);
+    assert_eq!(listed.len(), 3);
+    assert!(
+        listed.iter().all(|f| f.cycle().len() == 2),
+        "shortest first"
+    );
+    // The small component is listed whole, and predicted as before.
+    let p = predicted(&r);
+    assert_eq!(p.len(), 1);
+    assert_eq!(p[0].cycle().len(), 2);
+    assert!(p[0].cycle().iter().all(|c| c == "X" || c == "Y"));
+    assert_eq!(r.summary.unlisted_potential, 142);
+    let text = show(&r);
+    assert!(
+        text.contains("component 1: 6 classes, 30 edges, 145 cycles"),
+        "{text}"
+    );
+    assert!(text.contains("142 more lock cycles not listed"), "{text}");
+    // One component listed whole needs no summary line.
+    assert!(!text.contains("component 2"), "{text}");
+
+    // Listing everything gives every cycle, with the same verdicts.
+    let trace = Trace::from_bytes("t.trace", dense_and_one_inversion(6)).unwrap();
+    let run = build_run(&trace, &mut |_| {});
+    let opts = Options {
+        cycles_listed: usize::MAX,
+        ..Options::default()
+    };
+    let all = analyze(&[run], &[], &opts);
+    assert_eq!(
+        with(&all, "potential-deadlock", Verdict::Potential).len(),
+        145
+    );
+    assert_eq!(predicted(&all).len(), 1);
+    assert_eq!(all.summary.unlisted_potential, 0);
+}
+
+#[test]
+fn prediction_in_a_component_stops_once_enough_deadlocks_are_listed() {
+    // Four threads run one after another with nothing ordering them: every inversion of
+    // 5 locks can collide.
+    let mut t = T::new();
+    let locks: Vec<ObjectId> = (0..5).map(|i| t.b.mutex(&format!("L{i}"))).collect();
+    let ws: Vec<ThreadId> = (0..4).map(|i| t.spawn(&format!("w{i}"))).collect();
+    for (k, &w) in ws.iter().enumerate() {
+        for i in 0..5 {
+            for j in 0..5 {
+                if i != j && (i < j) == (k % 2 == 0) {
+                    t.nest(w, locks[i], locks[j], 10);
+                }
+            }
+        }
+    }
+    let bytes = t.bytes();
+    let r = report_of(vec![bytes.clone()]);
+    let c = &r.components[0];
+    assert_eq!(c.listed_predicted, 3);
+    assert!(c.prediction_cut);
+    assert_eq!(predicted(&r).len(), 3);
+    assert!(show(&r).contains("prediction stopped once 3 deadlocks were predicted"));
+    let trace = Trace::from_bytes("t.trace", bytes).unwrap();
+    let run = build_run(&trace, &mut |_| {});
+    let opts = Options {
+        cycles_listed: usize::MAX,
+        ..Options::default()
+    };
+    let all = analyze(&[run], &[], &opts);
+    // Every pair of locks is inverted between an even and an odd thread: more deadlocks than
+    // the default lists.
+    assert!(predicted(&all).len() > 3, "{}", show(&all));
+    assert!(!all.components[0].prediction_cut);
+}

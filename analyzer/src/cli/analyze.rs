@@ -10,6 +10,7 @@ use foresight_trace::Problem;
 use foresight_trace::{ThreadId, TraceStream};
 
 use crate::analysis::{analyze, Options};
+use crate::merge::{analyze_trace, Merger, TraceAnalysis};
 use crate::model::{drive_run, ModelPass, Run, ThreadModel};
 use crate::report::{self, Report};
 use crate::sites::Wrappers;
@@ -75,6 +76,11 @@ pub struct AnalysisArgs {
     /// Instance-level candidates checked with the sync-preserving closure, in all.
     #[arg(long, default_value_t = Options::default().candidate_budget, value_name = "N")]
     candidate_budget: u64,
+    /// List every lock cycle: by default each strongly connected component of the lock-order
+    /// graph lists a few of each verdict (shortest first) and counts the rest, and prediction
+    /// in it stops once that many deadlocks are predicted.
+    #[arg(long)]
+    all: bool,
     /// Reviewed findings to leave out (TOML, see docs/ci.md); default
     /// `foresight-suppressions.toml` in the working directory, when it exists.
     #[arg(long, value_name = "FILE")]
@@ -108,24 +114,34 @@ pub fn analyze_traces(traces: &[PathBuf], args: &AnalysisArgs) -> anyhow::Result
     // A broken suppressions file is bad input: say so before the (long) analysis.
     let suppressions = Suppressions::discover(args.suppressions.as_deref())?;
     let wrappers = args.sites.wrappers(suppressions.as_ref());
-    let (runs, warnings) = load_runs(traces, &wrappers)?;
     let tty = std::io::stderr().is_terminal();
-    let spinner = tty.then(|| {
-        let s = ProgressBar::new_spinner();
-        s.set_message("predicting deadlocks");
-        s.enable_steady_tick(std::time::Duration::from_millis(120));
-        s
-    });
     let opts = Options {
         max_cycle_length: args.max_cycle_length as usize,
         cycle_budget: args.cycle_budget,
         candidate_budget: args.candidate_budget,
+        cycles_listed: if args.all {
+            usize::MAX
+        } else {
+            Options::default().cycles_listed
+        },
         ..Options::default()
     };
-    let mut report = analyze(&runs, &warnings, &opts);
-    if let Some(s) = spinner {
-        s.finish_and_clear();
-    }
+    let mut report = if traces.len() > 1 {
+        analyze_many(traces, &wrappers, &opts, tty)?
+    } else {
+        let (runs, warnings) = load_runs(traces, &wrappers)?;
+        let spinner = tty.then(|| {
+            let s = ProgressBar::new_spinner();
+            s.set_message("predicting deadlocks");
+            s.enable_steady_tick(std::time::Duration::from_millis(120));
+            s
+        });
+        let report = analyze(&runs, &warnings, &opts);
+        if let Some(s) = spinner {
+            s.finish_and_clear();
+        }
+        report
+    };
     if let Some(s) = &suppressions {
         let applied = s.apply(&mut report);
         for (e, &n) in s.entries.iter().zip(&applied.matched) {
@@ -146,6 +162,51 @@ pub fn analyze_traces(traces: &[PathBuf], args: &AnalysisArgs) -> anyhow::Result
         }
     }
     Ok(report)
+}
+
+/// Several traces: each read and analysed alone, in parallel (rayon, one trace per worker, its
+/// model dropped once analysed), then merged (`merge.rs`): memory is the workers' models and
+/// the per-trace reports, not every model at once. The progress bar counts traces.
+fn analyze_many(
+    traces: &[PathBuf],
+    wrappers: &Wrappers,
+    opts: &Options,
+    tty: bool,
+) -> anyhow::Result<Report> {
+    use rayon::prelude::*;
+    let bar = tty.then(|| {
+        let b = ProgressBar::new(traces.len() as u64).with_style(
+            ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} traces ({eta})")
+                .expect("valid template")
+                .progress_chars("=> "),
+        );
+        b.set_message("analysing");
+        b
+    });
+    // Traces go in batches of a few per worker, each batch merged in trace order as soon as
+    // it is done: only a batch of per-trace reports is held besides the merge.
+    let batch = 4 * rayon::current_num_threads().max(1);
+    let mut merger = Merger::new(opts);
+    for chunk in traces.chunks(batch) {
+        let parts: Vec<anyhow::Result<TraceAnalysis>> = chunk
+            .par_iter()
+            .map(|path| {
+                let (run, warnings) = load_run(path, wrappers, false)?;
+                let part = analyze_trace(&run, warnings, opts);
+                if let Some(b) = &bar {
+                    b.inc(1);
+                }
+                Ok(part)
+            })
+            .collect();
+        for part in parts {
+            merger.add(part?);
+        }
+    }
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    Ok(merger.finish())
 }
 
 /// Reads and converts every trace (an unreadable one is an error naming it); returns the runs

@@ -29,6 +29,9 @@ pub struct Report {
     pub version: u32,
     pub traces: Vec<TraceSummary>,
     pub summary: Summary,
+    /// The strongly connected components of the lock-order graph that have cycles: what each
+    /// holds, and how many of its cycles the findings list.
+    pub components: Vec<ComponentSummary>,
     /// Advice about the analysis itself (a function that looks like a lock wrapper), for
     /// humans; not findings.
     pub hints: Vec<String>,
@@ -59,6 +62,10 @@ pub struct Summary {
     pub max_cycle_length: usize,
     /// The cycle search budget ran out: longer or later cycles may be missing.
     pub cycle_search_truncated: bool,
+    /// Lock cycles counted in `components` but not listed in `findings` (a component lists a
+    /// few of each verdict, shortest first; `--all` lists every one).
+    pub unlisted_predicted: u64,
+    pub unlisted_potential: u64,
     /// Instance-level candidate patterns checked with the sync-preserving closure.
     pub candidates_checked: u64,
     /// The candidate budget ran out: some cycles were reported as potential without every
@@ -77,7 +84,46 @@ pub struct Summary {
     pub race_budget_exhausted: bool,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+/// A strongly connected component of the lock-order graph with cycles: every lock cycle lies
+/// in one. Dense ones (messy locking) have far more cycles than a reader can go through, so the
+/// findings list a few of each verdict per component and this counts the rest.
+#[derive(Clone, Debug, Serialize)]
+pub struct ComponentSummary {
+    /// 1, 2, … in the order of the graph's classes.
+    pub id: usize,
+    pub classes: usize,
+    /// The first classes of the component (at most 32).
+    pub class_names: Vec<String>,
+    /// Edges between classes of the component.
+    pub edges: usize,
+    /// Cycles that can block, of up to `max_cycle_length` locks; `cycles_by_length[i]` have
+    /// i + 1 locks.
+    pub cycles: u64,
+    pub cycles_by_length: Vec<u64>,
+    /// Distinct predicted deadlocks, and cycles no predicted deadlock covers (potential).
+    pub predicted: u64,
+    pub potential: u64,
+    /// How many of each are in `findings`.
+    pub listed_predicted: usize,
+    pub listed_potential: usize,
+    /// Prediction stopped in this component once enough deadlocks were predicted to list, or
+    /// kept no more reasons: some potential cycles were not checked at instance level.
+    pub prediction_cut: bool,
+    /// Pairs of classes taken in both orders, and the most seen of them (by the rarer of the
+    /// two orders).
+    pub inversions: usize,
+    pub top_inversions: Vec<Inversion>,
+}
+
+/// Two classes taken in both orders: `counts[0]` times `classes[0]` → `classes[1]`,
+/// `counts[1]` times the other way.
+#[derive(Clone, Debug, Serialize)]
+pub struct Inversion {
+    pub classes: [String; 2],
+    pub counts: [u64; 2],
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Verdict {
     Predicted,

@@ -3,7 +3,10 @@
 
 use std::io::Write;
 
-use super::{counted, Detail, EdgeReport, Finding, HeldLock, Kind, Report, SiteReport, Verdict};
+use super::{
+    counted, ComponentSummary, Detail, EdgeReport, Finding, HeldLock, Kind, Report, SiteReport,
+    Verdict,
+};
 
 /// How much of each site's stack the text shows.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -75,6 +78,9 @@ pub fn write_with(out: &mut impl Write, report: &Report, style: Style) -> std::i
             s.race_candidates_checked
         )?;
     }
+    for c in &report.components {
+        component(out, c, s.max_cycle_length)?;
+    }
     writeln!(out)?;
     let predicted: Vec<&Finding> = report
         .findings
@@ -144,10 +150,98 @@ pub fn write_with(out: &mut impl Write, report: &Report, style: Style) -> std::i
     if report.summary.rank_violations > 0 {
         write!(out, ", {} rank violations", report.summary.rank_violations)?;
     }
+    let unlisted = report.summary.unlisted_predicted + report.summary.unlisted_potential;
+    if unlisted > 0 {
+        write!(
+            out,
+            "; {unlisted} more {} not listed ({} predicted, {} potential; --all lists them)",
+            if unlisted == 1 {
+                "lock cycle"
+            } else {
+                "lock cycles"
+            },
+            report.summary.unlisted_predicted,
+            report.summary.unlisted_potential
+        )?;
+    }
     if report.summary.suppressed > 0 {
         write!(out, " ({} suppressed)", report.summary.suppressed)?;
     }
     writeln!(out)
+}
+
+/// Classes named on a component's line, at most.
+const COMPONENT_CLASSES: usize = 8;
+
+/// A component of the lock-order graph whose cycles are not all listed: what it holds, its
+/// cycles by length, its most seen inversions, and how many cycles the findings below list.
+/// (A component whose every cycle is listed needs no summary: its findings say it all.)
+fn component(out: &mut impl Write, c: &ComponentSummary, max_len: usize) -> std::io::Result<()> {
+    let unlisted = c.predicted + c.potential - (c.listed_predicted + c.listed_potential) as u64;
+    if unlisted == 0 && !c.prediction_cut {
+        return Ok(());
+    }
+    let by_length: Vec<String> = c
+        .cycles_by_length
+        .iter()
+        .enumerate()
+        .filter(|&(_, &n)| n > 0)
+        .map(|(i, &n)| format!("{n} of {}", counted(i + 1, "lock", "locks")))
+        .collect();
+    writeln!(
+        out,
+        "component {}: {}, {}, {} of up to {} locks ({})",
+        c.id,
+        counted(c.classes, "class", "classes"),
+        counted(c.edges, "edge", "edges"),
+        counted(c.cycles, "cycle", "cycles"),
+        max_len,
+        by_length.join(", ")
+    )?;
+    let mut names = c
+        .class_names
+        .iter()
+        .take(COMPONENT_CLASSES)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if c.classes > COMPONENT_CLASSES {
+        names.push_str(&format!(" and {} more", c.classes - COMPONENT_CLASSES));
+    }
+    writeln!(out, "  classes: {names}")?;
+    if !c.top_inversions.is_empty() {
+        let inv: Vec<String> = c
+            .top_inversions
+            .iter()
+            .map(|i| {
+                format!(
+                    "{} ⇄ {} ({}/{})",
+                    i.classes[0], i.classes[1], i.counts[0], i.counts[1]
+                )
+            })
+            .collect();
+        writeln!(
+            out,
+            "  {} taken in both orders; most seen: {}",
+            counted(c.inversions, "pair of classes", "pairs of classes"),
+            inv.join(", ")
+        )?;
+    }
+    writeln!(
+        out,
+        "  listed below: {} of {} predicted, {} of {} potential, shortest first; \
+         --all lists every cycle",
+        c.listed_predicted, c.predicted, c.listed_potential, c.potential
+    )?;
+    if c.prediction_cut {
+        writeln!(
+            out,
+            "  prediction stopped once {} were predicted: the other cycles are counted \
+             unchecked (--all checks them)",
+            counted(c.listed_predicted, "deadlock", "deadlocks")
+        )?;
+    }
+    Ok(())
 }
 
 fn finding(out: &mut impl Write, f: &Finding, style: Style) -> std::io::Result<()> {
@@ -252,6 +346,20 @@ fn finding(out: &mut impl Write, f: &Finding, style: Style) -> std::io::Result<(
         }
     }
     writeln!(out, "  why: {}", f.reason)?;
+    if f.traces.len() > 1 {
+        const NAMED: usize = 3;
+        let mut names = f
+            .traces
+            .iter()
+            .take(NAMED)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ");
+        if f.traces.len() > NAMED {
+            names.push_str(&format!(" and {} more", f.traces.len() - NAMED));
+        }
+        writeln!(out, "  in {} traces: {names}", f.traces.len())?;
+    }
     if f.occurrences > 1 {
         writeln!(out, "  seen {} times", f.occurrences)?;
     }

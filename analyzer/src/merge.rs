@@ -1,0 +1,471 @@
+//! Many traces at once (a test suite recorded test by test): each trace is analysed alone
+//! ([`analyze_trace`], which needs only that trace's model, so traces can be analysed in
+//! parallel and each model dropped as soon as it is done), and the per-trace reports are
+//! merged ([`merge`]): a finding seen in several traces (same kind, verdict, classes and
+//! sites: its baseline key) is one finding that lists them, its occurrences summed; a potential
+//! cycle that a predicted deadlock of some trace covers is dropped, as it would be in one
+//! analysis; and the class-level cycles that no single trace has whole — their edges come from
+//! different traces — are found on the merged lock-order graph, described from the edge
+//! witnesses each trace kept. What is held across traces is bounded by the findings listed and
+//! the lock-order graph (one witness per class edge), not by the traces' lengths or number.
+//!
+//! Differences from analysing every model together (`analysis::analyze`, which the library
+//! and one-trace CLI runs still use): budgets are per trace, and a potential cycle whose edges
+//! are all in one trace lists that trace (and every other trace that has it whole).
+
+use std::collections::{BTreeSet, HashMap};
+
+use crate::analysis::{analyze, Options};
+use crate::baseline::finding_key;
+use crate::cycles::{for_each_cycle, strongly_connected_components, Flow};
+use crate::describe::{cycle_text, edge_report, location};
+use crate::lock_cycles::{component_summary, ComponentCounts};
+use crate::lock_graph::{modes_can_block, ClassEdge, LockOrderGraph};
+use crate::model::Run;
+use crate::report::{
+    Detail, EdgeReport, Finding, FindingLocation, Kind, Report, Summary, Verdict, REPORT_SCHEMA,
+    REPORT_VERSION,
+};
+
+/// A cycle no single trace has whole, to list: (length, most seen first, its classes).
+type CrossCycle = (usize, std::cmp::Reverse<u64>, Vec<usize>);
+
+/// One trace analysed alone, as [`merge`] needs it.
+pub struct TraceAnalysis {
+    pub report: Report,
+    edges: Vec<EdgeWitness>,
+}
+
+/// A class edge of one trace, described while the trace's model was at hand.
+struct EdgeWitness {
+    from: String,
+    to: String,
+    count: u64,
+    modes: u8,
+    report: EdgeReport,
+    locations: [FindingLocation; 2],
+}
+
+/// Analyses one trace alone and keeps, per class edge of it, one described witness (for the
+/// cycles that only several traces together close).
+pub fn analyze_trace(run: &Run, warnings: Vec<String>, opts: &Options) -> TraceAnalysis {
+    let report = analyze(std::slice::from_ref(run), &[warnings], opts);
+    let mut graph = LockOrderGraph::default();
+    graph.add_run(0, run);
+    let edges = graph
+        .edges
+        .iter()
+        .map(|e| {
+            let w = e.witnesses[0];
+            let (h, r) = (
+                &run.acquisitions[w.held as usize],
+                &run.acquisitions[w.acquisition as usize],
+            );
+            EdgeWitness {
+                from: graph.classes[e.from].clone(),
+                to: graph.classes[e.to].clone(),
+                count: e.count,
+                modes: e.modes,
+                report: edge_report(run, &graph, w.held, w.acquisition),
+                locations: [
+                    location(run, h.site, h.thread, "holds"),
+                    location(run, r.site, r.thread, "requests"),
+                ],
+            }
+        })
+        .collect();
+    TraceAnalysis { report, edges }
+}
+
+/// The class edges of a lock-cycle finding, as (from, to) class names.
+fn class_edges(f: &Finding) -> Option<BTreeSet<(&str, &str)>> {
+    match &f.detail {
+        Detail::LockCycle { edges, .. } => Some(
+            edges
+                .iter()
+                .map(|e| (e.from_class.as_str(), e.to_class.as_str()))
+                .collect(),
+        ),
+        _ => None,
+    }
+}
+
+/// Per-trace analyses folded in one at a time, in the order of the traces: a finding already
+/// seen only adds its traces and occurrences, so what is kept is the distinct findings, the
+/// merged graph with one witness per edge, and one summary line per trace.
+pub struct Merger {
+    opts: Options,
+    graph: LockOrderGraph,
+    witnesses: HashMap<(usize, usize), (EdgeReport, [FindingLocation; 2])>,
+    summary: Summary,
+    traces: Vec<crate::report::TraceSummary>,
+    hints: Vec<String>,
+    findings: Vec<Finding>,
+    by_key: HashMap<String, usize>,
+    /// Predicted deadlocks beyond a trace's listing, per component by its first class.
+    unlisted_predicted: Vec<(String, u64, bool)>,
+}
+
+impl Merger {
+    pub fn new(opts: &Options) -> Self {
+        Merger {
+            opts: opts.clone(),
+            graph: LockOrderGraph::default(),
+            witnesses: HashMap::new(),
+            summary: Summary {
+                max_cycle_length: opts.max_cycle_length,
+                ..Summary::default()
+            },
+            traces: Vec::new(),
+            hints: Vec::new(),
+            findings: Vec::new(),
+            by_key: HashMap::new(),
+            unlisted_predicted: Vec::new(),
+        }
+    }
+
+    /// Folds in the next trace's analysis.
+    pub fn add(&mut self, part: TraceAnalysis) {
+        let ti = self.traces.len();
+        for e in part.edges {
+            let (from, to) = (self.graph.class_id(&e.from), self.graph.class_id(&e.to));
+            self.graph.add_class_edge(from, to, e.count, e.modes, ti);
+            self.witnesses
+                .entry((from, to))
+                .or_insert((e.report, e.locations));
+        }
+        let r = part.report;
+        self.traces.extend(r.traces);
+        for h in r.hints {
+            if !self.hints.contains(&h) {
+                self.hints.push(h);
+            }
+        }
+        let s = &r.summary;
+        let summary = &mut self.summary;
+        summary.cycle_search_truncated |= s.cycle_search_truncated;
+        summary.candidates_checked += s.candidates_checked;
+        summary.candidate_budget_exhausted |= s.candidate_budget_exhausted;
+        summary.race_candidates += s.race_candidates;
+        summary.race_candidates_checked += s.race_candidates_checked;
+        summary.race_budget_exhausted |= s.race_budget_exhausted;
+        for c in &r.components {
+            if let Some(first) = c.class_names.first() {
+                if c.predicted > c.listed_predicted as u64 || c.prediction_cut {
+                    self.unlisted_predicted.push((
+                        first.clone(),
+                        c.predicted - c.listed_predicted as u64,
+                        c.prediction_cut,
+                    ));
+                }
+            }
+        }
+        for f in r.findings {
+            let key = format!("{}|{}|{}", f.verdict.as_str(), f.kind, finding_key(&f));
+            match self.by_key.get(&key) {
+                Some(&i) => {
+                    let g = &mut self.findings[i];
+                    g.occurrences += f.occurrences;
+                    for t in f.traces {
+                        if !g.traces.contains(&t) {
+                            g.traces.push(t);
+                        }
+                    }
+                }
+                None => {
+                    self.by_key.insert(key, self.findings.len());
+                    self.findings.push(f);
+                }
+            }
+        }
+    }
+
+    /// The merged report.
+    pub fn finish(self) -> Report {
+        let Merger {
+            opts,
+            graph,
+            witnesses,
+            mut summary,
+            traces,
+            hints,
+            mut findings,
+            unlisted_predicted,
+            ..
+        } = self;
+        let opts = &opts;
+        summary.lock_classes = graph.classes.len();
+        summary.lock_order_edges = graph.edges.len();
+
+        // A potential cycle that a predicted deadlock of some trace explains is not reported, as in
+        // one analysis of every trace.
+        // Class edges as merged-graph nodes: every class of a finding is in the graph.
+        let indexed = |f: &Finding| -> Option<BTreeSet<(usize, usize)>> {
+            class_edges(f)?
+                .into_iter()
+                .map(|(a, b)| Some((graph.class_index(a)?, graph.class_index(b)?)))
+                .collect()
+        };
+        let covering: Vec<BTreeSet<(usize, usize)>> = findings
+            .iter()
+            .filter(|f| f.verdict == Verdict::Predicted)
+            .filter_map(indexed)
+            .collect();
+        let covered = |edges: &mut dyn Iterator<Item = (usize, usize)>| {
+            let edges: Vec<(usize, usize)> = edges.collect();
+            covering.iter().any(|c| edges.iter().all(|e| c.contains(e)))
+        };
+        findings.retain(|f| {
+            f.kind != Kind::PotentialDeadlock
+                || indexed(f).is_none_or(|e| !covered(&mut e.into_iter()))
+        });
+
+        // The merged class graph: every cycle counted by component; those no trace has whole are
+        // the cross-trace ones, the shortest kept to list.
+        let adjacency = graph.adjacency();
+        let scc = strongly_connected_components(&adjacency);
+        let components = scc.iter().map(|&c| c + 1).max().unwrap_or(0);
+        let mut by_length: Vec<Vec<u64>> = vec![Vec::new(); components];
+        let mut potential: Vec<u64> = vec![0; components];
+        let mut cross: Vec<Vec<CrossCycle>> = vec![Vec::new(); components];
+        let mut edges: Vec<&ClassEdge> = Vec::new();
+        let search = for_each_cycle(
+            &adjacency,
+            &scc,
+            opts.max_cycle_length,
+            opts.cycle_budget,
+            |c, cycle| {
+                let k = cycle.len();
+                edges.clear();
+                edges.extend((0..k).map(|i| {
+                    graph
+                        .edge(cycle[i], cycle[(i + 1) % k])
+                        .expect("cycle edges exist")
+                }));
+                let modes: Vec<u8> = edges.iter().map(|e| e.modes).collect();
+                if !modes_can_block(&modes) {
+                    return Flow::Continue;
+                }
+                summary.class_cycles += 1;
+                if by_length[c].len() < k {
+                    by_length[c].resize(k, 0);
+                }
+                by_length[c][k - 1] += 1;
+                if !covering.is_empty() && covered(&mut edges.iter().map(|e| (e.from, e.to))) {
+                    return Flow::Continue;
+                }
+                potential[c] += 1;
+                let whole_in_one = edges[0]
+                    .runs
+                    .iter()
+                    .any(|t| edges[1..].iter().all(|e| e.runs.contains(t)));
+                if !whole_in_one {
+                    let seen = edges.iter().map(|e| e.count).min().unwrap_or(0);
+                    let entry = (k, std::cmp::Reverse(seen), cycle.to_vec());
+                    let list = &mut cross[c];
+                    if list.len() < opts.cycles_listed {
+                        list.push(entry);
+                    } else if let Some(worst) = list.iter().map(|e| (e.0, e.1)).max() {
+                        if (k, std::cmp::Reverse(seen)) < worst {
+                            let at = list
+                                .iter()
+                                .position(|e| (e.0, e.1) == worst)
+                                .expect("the worst is there");
+                            list[at] = entry;
+                        }
+                    }
+                }
+                Flow::Continue
+            },
+        );
+        summary.cycle_search_truncated |= search.truncated;
+        for list in &cross {
+            for (_, _, cycle) in list {
+                findings.push(cross_trace_finding(&graph, &witnesses, &traces, cycle));
+            }
+        }
+
+        // Each component lists at most `cycles_listed` cycles of each verdict, shortest and most
+        // seen first; every edge report counts its class edge over all traces.
+        let component_of = |f: &Finding| {
+            f.cycle()
+                .first()
+                .and_then(|c| graph.class_index(c))
+                .map(|v| scc[v])
+        };
+        let mut order: Vec<usize> = (0..findings.len()).collect();
+        order.sort_by_key(|&i| {
+            let f = &findings[i];
+            (
+                f.verdict,
+                f.cycle().len(),
+                std::cmp::Reverse(f.occurrences),
+                i,
+            )
+        });
+        let mut listed: HashMap<(usize, Verdict), usize> = HashMap::new();
+        let mut keep = vec![true; findings.len()];
+        for &i in &order {
+            let f = &findings[i];
+            if !matches!(f.detail, Detail::LockCycle { .. }) {
+                continue;
+            }
+            let Some(c) = component_of(f) else { continue };
+            let n = listed.entry((c, f.verdict)).or_default();
+            if *n >= opts.cycles_listed {
+                keep[i] = false;
+            } else {
+                *n += 1;
+            }
+        }
+        let mut predicted_found: Vec<u64> = vec![0; components];
+        for f in &findings {
+            if f.verdict == Verdict::Predicted && matches!(f.detail, Detail::LockCycle { .. }) {
+                if let Some(c) = component_of(f) {
+                    predicted_found[c] += 1;
+                }
+            }
+        }
+        let mut cut = vec![false; components];
+        for (first, n, was_cut) in unlisted_predicted {
+            if let Some(v) = graph.class_index(&first) {
+                predicted_found[scc[v]] += n;
+                cut[scc[v]] |= was_cut;
+            }
+        }
+        let mut kept = keep.iter();
+        findings.retain(|_| *kept.next().expect("one flag per finding"));
+        for f in &mut findings {
+            let edges: &mut [EdgeReport] = match &mut f.detail {
+                Detail::LockCycle { edges, .. } => edges,
+                Detail::RankViolation { edge, .. } => std::slice::from_mut(edge),
+                _ => continue,
+            };
+            for e in edges {
+                if let (Some(a), Some(b)) = (
+                    graph.class_index(&e.from_class),
+                    graph.class_index(&e.to_class),
+                ) {
+                    if let Some(ce) = graph.edge(a, b) {
+                        e.edge_count = ce.count;
+                    }
+                }
+            }
+        }
+        let mut summaries = Vec::new();
+        for c in 0..components {
+            let total: u64 = by_length[c].iter().sum();
+            if total == 0 && predicted_found[c] == 0 {
+                continue;
+            }
+            let count = |v: Verdict| listed.get(&(c, v)).copied().unwrap_or(0);
+            let mut s = component_summary(
+                &graph,
+                &scc,
+                c,
+                ComponentCounts {
+                    by_length: std::mem::take(&mut by_length[c]),
+                    predicted: predicted_found[c],
+                    potential: potential[c].max(count(Verdict::Potential) as u64),
+                    listed_predicted: count(Verdict::Predicted),
+                    listed_potential: count(Verdict::Potential),
+                    prediction_cut: cut[c],
+                },
+            );
+            s.id = summaries.len() + 1;
+            summary.unlisted_predicted += s.predicted - s.listed_predicted as u64;
+            summary.unlisted_potential += s.potential - s.listed_potential as u64;
+            summaries.push(s);
+        }
+
+        // The order of one analysis: deadlocks before races, by verdict, shortest cycle first;
+        // rank violations last.
+        let (mut ranks, mut rest): (Vec<Finding>, Vec<Finding>) = findings
+            .into_iter()
+            .partition(|f| f.verdict == Verdict::Violation);
+        rest.sort_by(|a, b| {
+            let key = |f: &Finding| {
+                (
+                    f.verdict,
+                    f.kind == Kind::Race,
+                    f.cycle().len(),
+                    f.kind.as_str(),
+                    f.message.clone(),
+                )
+            };
+            key(a).cmp(&key(b))
+        });
+        rest.append(&mut ranks);
+        let mut report = Report {
+            schema: REPORT_SCHEMA,
+            version: REPORT_VERSION,
+            traces,
+            summary,
+            components: summaries,
+            hints,
+            findings: rest,
+        };
+        report.recount();
+        report
+    }
+}
+
+/// A class-level cycle whose edges come from different traces: potential, described by each
+/// edge's first witness.
+fn cross_trace_finding(
+    graph: &LockOrderGraph,
+    witnesses: &HashMap<(usize, usize), (EdgeReport, [FindingLocation; 2])>,
+    traces: &[crate::report::TraceSummary],
+    cycle: &[usize],
+) -> Finding {
+    let k = cycle.len();
+    let mut edges = Vec::new();
+    let mut locations = Vec::new();
+    let mut in_traces: BTreeSet<usize> = BTreeSet::new();
+    let mut occurrences = u64::MAX;
+    for i in 0..k {
+        let (a, b) = (cycle[i], cycle[(i + 1) % k]);
+        let (report, locs) = &witnesses[&(a, b)];
+        edges.push(report.clone());
+        locations.extend(locs.iter().cloned());
+        let e = graph.edge(a, b).expect("cycle edges exist");
+        in_traces.extend(e.runs.iter().copied());
+        occurrences = occurrences.min(e.count);
+    }
+    let names: Vec<String> = cycle.iter().map(|&c| graph.classes[c].clone()).collect();
+    Finding {
+        id: 0,
+        kind: Kind::PotentialDeadlock,
+        verdict: Verdict::Potential,
+        rule: "lock-order",
+        message: format!(
+            "potential deadlock: inconsistent lock order {} ({} classes)",
+            cycle_text(&names),
+            k
+        ),
+        reason: "not predicted: the edges of the cycle come from different traces, so no \
+                 single execution can be reordered into it; the code still takes these locks \
+                 in an inconsistent order"
+            .to_string(),
+        traces: in_traces
+            .into_iter()
+            .filter_map(|t| traces.get(t).map(|s| s.path.clone()))
+            .collect(),
+        witness: None,
+        occurrences,
+        locations,
+        detail: Detail::LockCycle {
+            cycle: names,
+            edges,
+        },
+    }
+}
+
+/// Merges per-trace analyses given in the order of the traces.
+pub fn merge(parts: Vec<TraceAnalysis>, opts: &Options) -> Report {
+    let mut m = Merger::new(opts);
+    for p in parts {
+        m.add(p);
+    }
+    m.finish()
+}
