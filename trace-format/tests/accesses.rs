@@ -69,7 +69,7 @@ fn access_counts_of_a_thread_add_up() {
     let bytes = file(&[counts(0, 10, 2), counts(1, 5, 5), counts(0, 7, 1)]);
     let t = Trace::from_bytes("counts", bytes).unwrap();
     assert!(t.problems.is_empty(), "{:?}", t.problems);
-    assert_eq!(t.version, (1, 1));
+    assert_eq!(t.version, (1, foresight_trace::frame::VERSION_MINOR));
     let c0 = t.tables.access_counts[&0];
     assert_eq!((c0.executed, c0.recorded), (17, 3));
     let c1 = t.tables.access_counts[&1];
