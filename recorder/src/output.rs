@@ -10,7 +10,7 @@
 use std::ffi::CString;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
-use foresight_trace::tables::{Header, TableRecord, Trailer};
+use foresight_trace::tables::{EndReason, Header, TableRecord, Trailer};
 use foresight_trace::writer::{file_prefix, trailer_chunk_into};
 use foresight_trace::TableWriter;
 
@@ -43,9 +43,12 @@ pub fn state() -> u8 {
     STATE.load(Ordering::Acquire)
 }
 
+/// Whether events are recorded: while recording, and while paused for an `exec` (the other
+/// threads go on until the image is replaced: their events stay in their buffers, kept if the
+/// exec fails).
 #[inline]
 pub fn recording() -> bool {
-    state() == STATE_RECORDING
+    state().wrapping_sub(STATE_RECORDING) <= STATE_PAUSED - STATE_RECORDING
 }
 
 pub fn set_state(s: u8) {
@@ -156,14 +159,70 @@ pub fn start(fd: i32, header: &Header) {
     write_reserved(&prefix);
 }
 
+/// Writes under way that began while recording (not paused): the exec's provisional trailer
+/// waits for them.
+static WRITING: AtomicU32 = AtomicU32::new(0);
+
+/// While recording is paused for an `exec`: writes one at a time, and whether the exec's
+/// provisional trailer is placed (then each write moves it to the new end of the file).
+static PAUSED_WRITES: SpinLock<bool> = SpinLock::new(false);
+
 /// Reserves `bytes.len()` at the end of the file and writes them there; false on failure.
+///
+/// While an `exec` is under way (recording paused), the other threads go on, and a chunk one
+/// of them writes must not land on the provisional trailer: such writes take turns, and each
+/// puts the provisional trailer back at the new end, so that it ends the file if the exec
+/// succeeds (and is overwritten by the next write if it fails).
 fn write_reserved(bytes: &[u8]) -> bool {
     let fd = FD.load(Ordering::Acquire);
     if fd < 0 || SEALED.load(Ordering::Acquire) {
         return false;
     }
+    WRITING.fetch_add(1, Ordering::SeqCst);
+    if state() == STATE_PAUSED {
+        WRITING.fetch_sub(1, Ordering::SeqCst);
+        let placed = PAUSED_WRITES.lock();
+        let off = FILE_LEN.fetch_add(bytes.len() as u64, Ordering::AcqRel);
+        let ok = pwrite_all(fd, bytes, off);
+        if *placed {
+            place_provisional_trailer(fd);
+        }
+        return ok;
+    }
     let off = FILE_LEN.fetch_add(bytes.len() as u64, Ordering::AcqRel);
-    pwrite_all(fd, bytes, off)
+    let ok = pwrite_all(fd, bytes, off);
+    WRITING.fetch_sub(1, Ordering::SeqCst);
+    ok
+}
+
+/// A trailer at the end of the file, without reserving its bytes (the exec's provisional one).
+fn place_provisional_trailer(fd: i32) {
+    let mut buf = [0u8; 128];
+    if let Some(n) = trailer_into(EndReason::Exit { status: 0 }, &mut buf) {
+        pwrite_all(fd, &buf[..n], FILE_LEN.load(Ordering::Acquire));
+    }
+}
+
+/// `before_exec`, once the buffers are written: the provisional trailer, after every write
+/// that began before the pause; it stays last until the exec's outcome.
+pub fn write_provisional_trailer() {
+    let fd = FD.load(Ordering::Acquire);
+    if fd < 0 || SEALED.load(Ordering::Acquire) {
+        return;
+    }
+    while WRITING.load(Ordering::SeqCst) != 0 {
+        // SAFETY: sched_yield has no preconditions.
+        unsafe { libc::sched_yield() };
+    }
+    let mut placed = PAUSED_WRITES.lock();
+    place_provisional_trailer(fd);
+    *placed = true;
+}
+
+/// The exec failed: the provisional trailer is no longer put back (the next write overwrites
+/// it). Before recording resumes.
+pub fn exec_failed() {
+    *PAUSED_WRITES.lock() = false;
 }
 
 fn pwrite_all(fd: i32, mut bytes: &[u8], mut off: u64) -> bool {
@@ -202,9 +261,15 @@ fn flush_tables_locked(w: &mut TableWriter) {
 }
 
 /// Writes one framed event chunk holding `events` events, after the pending table records.
-pub fn write_event_chunk(chunk: &[u8], events: u32) {
-    {
-        let mut t = TABLES.lock();
+/// `attempts` bounds the wait for the table buffer (signal handlers, where the interrupted code
+/// may hold it): past it the chunk is written without them, since its events matter more than
+/// the ordering of the records they name (readers read every table chunk first anyway).
+pub fn write_event_chunk(chunk: &[u8], events: u32, attempts: Option<u32>) {
+    let guard = match attempts {
+        Some(a) => TABLES.try_lock_for(a),
+        None => Some(TABLES.lock()),
+    };
+    if let Some(mut t) = guard {
         if let Some(w) = t.as_mut() {
             flush_tables_locked(w);
         }
@@ -215,6 +280,12 @@ pub fn write_event_chunk(chunk: &[u8], events: u32) {
     } else {
         EVENTS_LOST.fetch_add(events as u64, Ordering::Relaxed);
     }
+}
+
+/// Writes a chunk built outside the table buffer (the end-state records `finish` builds on
+/// its stack); false if it was not written.
+pub fn write_chunk(chunk: &[u8]) -> bool {
+    write_reserved(chunk)
 }
 
 pub fn count_lost(n: u64) {
@@ -234,10 +305,8 @@ pub fn flush_tables(attempts: Option<u32>) {
     }
 }
 
-/// Writes the trailer at the end of the file. With `provisional` (before an `exec`), the end
-/// is not reserved: if the exec fails, later chunks overwrite the trailer and the final one is
-/// written again at the real end (`truncate_to_end` removes any leftover bytes).
-pub fn write_trailer(reason: foresight_trace::tables::EndReason, provisional: bool) {
+/// The trailer chunk in `buf`, with the counts so far: its length.
+fn trailer_into(reason: EndReason, buf: &mut [u8]) -> Option<usize> {
     let trailer = Trailer {
         end_unix_ns: now_ns(),
         reason,
@@ -245,24 +314,22 @@ pub fn write_trailer(reason: foresight_trace::tables::EndReason, provisional: bo
         events: EVENTS.load(Ordering::Relaxed),
         events_lost: EVENTS_LOST.load(Ordering::Relaxed),
     };
+    trailer_chunk_into(&trailer, buf)
+}
+
+/// Writes the final trailer at the end of the file; nothing is written after it.
+pub fn write_trailer(reason: EndReason) {
     // No allocation: this may run in a signal handler.
     let mut buf = [0u8; 128];
-    let Some(n) = trailer_chunk_into(&trailer, &mut buf) else {
+    let Some(n) = trailer_into(reason, &mut buf) else {
         return;
     };
-    let bytes = &buf[..n];
-    let fd = FD.load(Ordering::Acquire);
-    if fd < 0 {
+    if FD.load(Ordering::Acquire) < 0 {
         return;
     }
-    if provisional {
-        let off = FILE_LEN.load(Ordering::Acquire);
-        pwrite_all(fd, bytes, off);
-    } else {
-        write_reserved(bytes);
-        SEALED.store(true, Ordering::Release);
-        truncate_to_end();
-    }
+    write_reserved(&buf[..n]);
+    SEALED.store(true, Ordering::Release);
+    truncate_to_end();
 }
 
 /// Cuts the file at the reserved length (bytes of an overwritten provisional trailer).
@@ -291,13 +358,17 @@ pub fn forget_parent_file() {
 
 pub fn lock_for_fork() {
     TABLES.raw_lock();
+    PAUSED_WRITES.raw_lock();
 }
 
 /// # Safety
 /// Only after `lock_for_fork`.
 pub unsafe fn unlock_after_fork() {
     // SAFETY: forwarded contract.
-    unsafe { TABLES.force_unlock() };
+    unsafe {
+        PAUSED_WRITES.force_unlock();
+        TABLES.force_unlock();
+    }
 }
 
 /// Prints the one-line failure message to stderr (never stdout).
@@ -310,10 +381,13 @@ pub fn complain(msg: &str) {
 /// Zeroes a page-aligned static table in the fork child: `madvise(MADV_DONTNEED)` on its
 /// private anonymous pages gives back zero pages without touching every slot; `fallback` does
 /// it slot by slot if that fails.
-pub fn zero_static(start: *mut u8, len: usize, fallback: impl FnOnce()) {
-    // SAFETY: `start..start+len` is a page-aligned static table of atomics whose all-zero
-    // state is its initial state; the fork child is single-threaded, so nothing reads it
-    // concurrently.
+///
+/// # Safety
+/// `start..start + len` is a whole page-aligned static table in private anonymous memory,
+/// made of atomics whose all-zero state is their initial state, and nothing else reads or
+/// writes it meanwhile (the fork child is single-threaded).
+pub unsafe fn zero_static(start: *mut u8, len: usize, fallback: impl FnOnce()) {
+    // SAFETY: the caller's contract.
     let r = unsafe { libc::madvise(start.cast(), len, libc::MADV_DONTNEED) };
     if r != 0 {
         fallback();

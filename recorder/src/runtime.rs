@@ -13,15 +13,16 @@ use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
 use foresight_trace::event::EventKind;
 use foresight_trace::tables::{
-    EndReason, Header, Ordering as KeyOrdering, TableRecord, ThreadInfo,
+    EndReason, Header, Ordering as KeyOrdering, TableRecord, ThreadEnd, ThreadInfo,
 };
+use foresight_trace::writer::TableChunkBuf;
 
 use crate::config::{self, Config};
 use crate::hooks::thread;
 use crate::output::{self, STATE_DONE, STATE_OFF, STATE_PAUSED, STATE_RECORDING, STATE_STARTING};
 use crate::sequence::{self, Key};
 use crate::spin::SpinLock;
-use crate::thread_state;
+use crate::thread_state::{self, ThreadState};
 use crate::{modules, objects, sites, ALLOC};
 
 static CONFIG: SpinLock<Option<Config>> = SpinLock::new(None);
@@ -151,11 +152,14 @@ extern "C" fn at_exit() {
             status: EXIT_STATUS.load(Ordering::Relaxed),
         },
         None,
+        true,
     );
 }
 
 /// Completes the trace (once). `attempts` bounds every lock wait (signal handlers).
-pub fn finish(reason: EndReason, attempts: Option<u32>) {
+/// `caller_exits`: the calling thread ends the process (`exit`, `_exit`) and gets a
+/// `thread-exit`; every other live thread gets an end state instead (FORMAT.md §7.9).
+pub fn finish(reason: EndReason, attempts: Option<u32>, caller_exits: bool) {
     if !own_process() {
         return;
     }
@@ -167,10 +171,48 @@ pub fn finish(reason: EndReason, attempts: Option<u32>) {
     // As the runtime: what libraries do for it here (a `memcpy` of theirs) is not the
     // program's.
     let me = thread_state::current().filter(|t| t.enter());
-    thread_state::quiesce();
-    thread_state::for_each_live(attempts, |t| t.close_with_exit(attempts));
+    let me_ptr = me
+        .as_ref()
+        .map_or(std::ptr::null(), |t| &**t as *const ThreadState);
+    // The end states and access counts go straight to the file from this stack buffer: the
+    // table buffer allocates, and a signal handler must not.
+    let mut buf = [0u8; 2048];
+    let mut ends = TableChunkBuf::new(&mut buf);
+    // Without the flush lock in time (a signal handler, another flusher stuck), the threads'
+    // buffers are left alone: only what is written already, and the trailer.
+    if let Some(quiesced) = thread_state::quiesce(attempts) {
+        thread_state::for_each_live(attempts, |t| {
+            let exits = caller_exits && std::ptr::eq(t, me_ptr);
+            let Some(end) = t.close_at_end(attempts, exits) else {
+                return;
+            };
+            let Some(chunk) = ends.as_mut() else {
+                return;
+            };
+            let state = end.state.map(|state| {
+                TableRecord::ThreadEnd(ThreadEnd {
+                    thread: end.thread,
+                    state,
+                })
+            });
+            for r in state
+                .iter()
+                .chain(end.counts.map(TableRecord::AccessCounts).iter())
+            {
+                if !chunk.push(r) {
+                    output::write_chunk(chunk.framed());
+                    chunk.clear();
+                    chunk.push(r);
+                }
+            }
+        });
+        quiesced.keep();
+    }
     output::flush_tables(attempts);
-    output::write_trailer(reason, false);
+    if let Some(chunk) = ends.as_mut().filter(|c| !c.is_empty()) {
+        output::write_chunk(chunk.framed());
+    }
+    output::write_trailer(reason);
     if let Some(t) = me {
         t.leave();
     }
@@ -193,17 +235,23 @@ pub fn before_exec(ra: usize) {
     if !output::transition(STATE_RECORDING, STATE_PAUSED) {
         return;
     }
-    thread_state::quiesce();
-    thread_state::for_each_live(None, |t| {
-        t.write_access_counts();
-        t.flush(None);
-    });
+    if let Some(quiesced) = thread_state::quiesce(None) {
+        thread_state::for_each_live(None, |t| {
+            t.write_access_counts();
+            t.flush(None);
+        });
+        // The other threads go on until the image is replaced (and for good if the exec
+        // fails): back to their fast path. Their chunks keep the provisional trailer last
+        // (`output::write_reserved`).
+        quiesced.end();
+    }
     output::flush_tables(None);
-    output::write_trailer(EndReason::Exit { status: 0 }, true);
+    output::write_provisional_trailer();
 }
 
 pub fn after_failed_exec() {
-    if own_process() {
+    if own_process() && output::state() == STATE_PAUSED {
+        output::exec_failed();
         output::transition(STATE_PAUSED, STATE_RECORDING);
     }
 }
@@ -237,7 +285,7 @@ extern "C" fn on_signal(sig: libc::c_int) {
     // trailer (the file stays valid up to its last chunk).
     let inside = thread_state::current().is_some_and(|t| t.with(|_| ()).is_none());
     if !inside {
-        finish(EndReason::Signal { signal: sig }, Some(200));
+        finish(EndReason::Signal { signal: sig }, Some(200), false);
     }
     // SAFETY: restoring the default disposition, unblocking and re-raising the signal: the
     // process ends as it would have without us.
@@ -254,8 +302,10 @@ extern "C" fn on_signal(sig: libc::c_int) {
 // --- fork -----------------------------------------------------------------------------------
 
 /// Holds every runtime lock across `fork`, so the child inherits consistent tables and heap.
-/// Order: registry, modules, tables, allocator (the order in which the runtime nests them).
+/// Order: configuration, registry, modules, tables, allocator (the configuration's lock
+/// nests with none; the others in the order in which the runtime nests them).
 extern "C" fn fork_prepare() {
+    CONFIG.raw_lock();
     thread_state::lock_for_fork();
     modules::lock_for_fork();
     output::lock_for_fork();
@@ -269,19 +319,19 @@ extern "C" fn fork_parent() {
         output::unlock_after_fork();
         modules::unlock_after_fork();
         thread_state::parent_after_fork();
+        CONFIG.force_unlock();
     }
 }
 
 extern "C" fn fork_child() {
-    let me = thread_state::current().map_or(std::ptr::null_mut(), |t| {
-        t as *const thread_state::ThreadState as *mut thread_state::ThreadState
-    });
+    let me = thread_state::current_ptr();
     // SAFETY: the child is single-threaded; fork_prepare took these locks in the parent.
     unsafe {
         ALLOC.unlock_after_fork();
         output::unlock_after_fork();
         modules::unlock_after_fork();
         thread_state::child_after_fork(me);
+        CONFIG.force_unlock();
     }
     let st = output::state();
     if st != STATE_RECORDING && st != STATE_PAUSED {
@@ -290,8 +340,11 @@ extern "C" fn fork_child() {
     let parent = PID.load(Ordering::Relaxed);
     let pid = getpid();
     PID.store(pid, Ordering::Relaxed);
-    objects::reset();
-    sites::reset();
+    // SAFETY: the fork child's only thread.
+    unsafe {
+        objects::reset();
+        sites::reset();
+    }
     modules::reset();
     thread_state::pt_reset();
     output::forget_parent_file();
@@ -317,11 +370,12 @@ extern "C" fn fork_child() {
     thread_state::enable_fast_path();
     if !me.is_null() {
         let tid = thread_state::next_thread_id();
-        // SAFETY: the only thread of the child owns its state.
-        let t = unsafe { &mut *me };
-        t.reset_for_child(tid);
+        // SAFETY: the state this thread owns, allocated (it stays registered).
+        let t = unsafe { &*me };
+        // SAFETY: the child's only thread, which owns the state.
+        unsafe { t.reset_for_child(tid) };
         // SAFETY: pthread_self has no preconditions.
-        thread_state::pt_started(unsafe { libc::pthread_self() } as usize, tid);
+        thread_state::pt_name(unsafe { libc::pthread_self() } as usize, tid);
         output::table_record(&TableRecord::Thread(ThreadInfo {
             id: tid,
             os_tid: t.os_tid.get(),
