@@ -39,6 +39,11 @@ fn getpid() -> u32 {
     unsafe { libc::getpid() as u32 }
 }
 
+/// The recorded process's pid.
+pub fn pid() -> u32 {
+    PID.load(Ordering::Relaxed)
+}
+
 /// True in the process that owns the trace (not in a `vfork` child).
 pub fn own_process() -> bool {
     getpid() == PID.load(Ordering::Relaxed)
@@ -133,6 +138,7 @@ pub extern "C" fn init() {
     // SAFETY: getppid has no preconditions.
     let ppid = unsafe { libc::getppid() } as u32;
     output::start(fd, &header(&cfg, pid, ppid));
+    crate::flusher::configure(&cfg);
     *CONFIG.lock() = Some(cfg);
     thread::init_exit_key();
     thread_state::enable_fast_path();
@@ -141,7 +147,7 @@ pub extern "C" fn init() {
         libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child));
         libc::atexit(at_exit);
     }
-    install_signal_handlers();
+    crate::signals::init();
     thread::start_main();
     output::set_state(STATE_RECORDING);
 }
@@ -165,6 +171,7 @@ pub fn finish(reason: EndReason, attempts: Option<u32>, caller_exits: bool) {
     }
     if !output::transition(STATE_RECORDING, STATE_DONE)
         && !output::transition(STATE_PAUSED, STATE_DONE)
+        && !output::transition(output::STATE_STOPPED, STATE_DONE)
     {
         return;
     }
@@ -209,8 +216,18 @@ pub fn finish(reason: EndReason, attempts: Option<u32>, caller_exits: bool) {
         quiesced.keep();
     }
     output::flush_tables(attempts);
-    if let Some(chunk) = ends.as_mut().filter(|c| !c.is_empty()) {
-        output::write_chunk(chunk.framed());
+    if let Some(chunk) = ends.as_mut() {
+        if let Some(stop) = output::stopped() {
+            let r = TableRecord::RecordingStopped(stop);
+            if !chunk.push(&r) {
+                output::write_chunk(chunk.framed());
+                chunk.clear();
+                chunk.push(&r);
+            }
+        }
+        if !chunk.is_empty() {
+            output::write_chunk(chunk.framed());
+        }
     }
     output::write_trailer(reason);
     if let Some(t) = me {
@@ -256,46 +273,35 @@ pub fn after_failed_exec() {
     }
 }
 
-// --- signals --------------------------------------------------------------------------------
-
-fn install_signal_handlers() {
-    for sig in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: querying and setting a disposition with valid sigaction structs.
-        unsafe {
-            let mut old: libc::sigaction = std::mem::zeroed();
-            if libc::sigaction(sig, std::ptr::null(), &mut old) != 0 {
-                continue;
-            }
-            // Only where the program would die: an ignored signal stays ignored, a handler
-            // (another preloaded library) stays in place.
-            if old.sa_sigaction != libc::SIG_DFL {
-                continue;
-            }
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_signal as *const () as usize;
-            sa.sa_flags = libc::SA_RESTART;
-            libc::sigemptyset(&mut sa.sa_mask);
-            libc::sigaction(sig, &sa, std::ptr::null_mut());
-        }
+/// The flusher's round: every buffer its thread left alone since the last round, or that
+/// holds events older than `max_age_ns`, and the table buffer, are written.
+pub fn flush_stale(now_ns: u64, max_age_ns: u64) {
+    if let Some(quiesced) = thread_state::quiesce(None) {
+        thread_state::for_each_live(None, |t| {
+            t.flush_if_stale(now_ns, max_age_ns);
+        });
+        output::flush_tables(None);
+        quiesced.end();
     }
 }
 
-extern "C" fn on_signal(sig: libc::c_int) {
-    // If this thread was inside the runtime, it may hold a lock finish needs: give up on the
-    // trailer (the file stays valid up to its last chunk).
-    let inside = thread_state::current().is_some_and(|t| t.with(|_| ()).is_none());
-    if !inside {
-        finish(EndReason::Signal { signal: sig }, Some(200), false);
+/// Writes every thread's buffer and the table buffer; recording goes on. Before a crash
+/// signal reaches a handler of the program's (which may end the process). `attempts` bounds
+/// every wait (signal handlers).
+pub fn flush_all(attempts: Option<u32>) {
+    if !own_process() || !output::recording() {
+        return;
     }
-    // SAFETY: restoring the default disposition, unblocking and re-raising the signal: the
-    // process ends as it would have without us.
-    unsafe {
-        libc::signal(sig, libc::SIG_DFL);
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, sig);
-        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-        libc::raise(sig);
+    let me = thread_state::current().filter(|t| t.enter());
+    if let Some(quiesced) = thread_state::quiesce(attempts) {
+        thread_state::for_each_live(attempts, |t| {
+            t.flush(attempts);
+        });
+        output::flush_tables(attempts);
+        quiesced.end();
+    }
+    if let Some(t) = me {
+        t.leave();
     }
 }
 
@@ -368,6 +374,9 @@ extern "C" fn fork_child() {
     };
     output::start(fd, &header(&cfg, pid, parent));
     thread_state::enable_fast_path();
+    // The flusher is not among the child's threads: it starts again when the child creates
+    // one (or now, to watch for a stop request).
+    crate::flusher::configure(&cfg);
     if !me.is_null() {
         let tid = thread_state::next_thread_id();
         // SAFETY: the state this thread owns, allocated (it stays registered).

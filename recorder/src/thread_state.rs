@@ -145,6 +145,14 @@ pub fn enable_fast_path() {
     FOREIGN.store(!fast, Ordering::SeqCst);
 }
 
+/// Recording stopped for good (a failed write): owners take the slow path, which refuses to
+/// record, from now on. No barrier: an owner that has not seen it yet pushes into a buffer
+/// that will not be written.
+pub fn stop_fast_path() {
+    FAST_PATH.store(false, Ordering::SeqCst);
+    FOREIGN.store(true, Ordering::SeqCst);
+}
+
 /// A foreign flush under way: owners take their buffer lock, and every owner that was on its
 /// fast path when it began is visible as `pushing`, so `acquire_foreign` may take any buffer.
 pub struct Quiesced {
@@ -241,6 +249,9 @@ pub struct ThreadState {
     owners: AtomicU32,
     /// Who names the thread's `pthread_t` in the map first (`pt_created`, `pt_started`).
     naming: AtomicU8,
+    /// What the flusher saw of the buffer at its last look (chunks flushed, events pending):
+    /// only the flusher touches it, under `buf_lock`.
+    flusher_saw: Cell<(u32, u32)>,
 }
 
 /// `ThreadState::naming`: nobody yet, the creator is writing the entry, the creator wrote it,
@@ -350,6 +361,7 @@ impl ThreadState {
             pending_site: Cell::new(0),
             owners: AtomicU32::new(1),
             naming: AtomicU8::new(NAMING_OPEN),
+            flusher_saw: Cell::new((0, 0)),
         })
     }
 
@@ -494,6 +506,12 @@ impl ThreadState {
         }
         self.busy.set(true);
         true
+    }
+
+    /// Whether the runtime is at work on this thread (a session is open).
+    #[inline]
+    pub fn is_busy(&self) -> bool {
+        self.busy.get()
     }
 
     /// Ends the session `enter` started.
@@ -790,11 +808,47 @@ impl ThreadState {
 
     /// The owner enters a blocking call whose request or wait it has just recorded; returns
     /// what to hand `end_wait` (a signal handler's wait nests inside the one it interrupted).
+    /// Without a flusher (a program that never created a thread) the thread writes its
+    /// buffer first: it may wait for ever, and a kill would lose the request.
     #[inline(always)]
     pub fn begin_wait(&self, wait: Wait) -> u8 {
+        if crate::flusher::absent() {
+            self.flush_before_waiting();
+        }
         let outer = self.waiting.load(Ordering::Relaxed);
         self.waiting.store(wait as u8, Ordering::Relaxed);
         outer
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn flush_before_waiting(&self) {
+        // As the runtime: a signal handler that runs meanwhile must not reach the buffer.
+        if self.enter() {
+            self.flush(None);
+            self.leave();
+        }
+    }
+
+    /// The flusher's look at the buffer (after `quiesce`): writes it when the owner recorded
+    /// nothing since the last look, or when its oldest event is older than `max_age_ns`.
+    /// Whether it recorded anything since.
+    pub fn flush_if_stale(&self, now_ns: u64, max_age_ns: u64) -> bool {
+        if self.closed.load(Ordering::Acquire) || !self.acquire_foreign(None) {
+            return false;
+        }
+        // SAFETY: guarded by buf_lock with the owner off its fast path.
+        let w = unsafe { &mut *self.writer.get() };
+        let now = (w.chunks_flushed(), w.pending_events());
+        let progressed = now != self.flusher_saw.get();
+        let old = now_ns.saturating_sub(w.start_ns()) > max_age_ns;
+        if now.1 > 0 && (!progressed || old) {
+            flush_writer(w, None);
+        }
+        self.flusher_saw
+            .set((w.chunks_flushed(), w.pending_events()));
+        self.unlock_buf();
+        progressed
     }
 
     /// The blocking call returned (or unwinds).
@@ -1384,6 +1438,11 @@ pub fn unregister(p: *mut ThreadState) {
     if let Some(i) = r.live.iter().position(|&q| q == p) {
         r.live.swap_remove(i);
     }
+}
+
+/// Whether no thread of the program is registered (the last one is exiting, or has).
+pub fn no_live_threads() -> bool {
+    REGISTRY.lock().live.is_empty()
 }
 
 /// Runs `f` on every live thread state, under the registry lock (`attempts`: bounded wait).

@@ -120,6 +120,16 @@ impl ChunkWriter {
         self.state.key
     }
 
+    /// Chunks flushed so far (the sequence number of the current one).
+    pub fn chunks_flushed(&self) -> u32 {
+        self.sequence
+    }
+
+    /// The wall-clock time given for the current chunk's first event (`set_start_ns`).
+    pub fn start_ns(&self) -> u64 {
+        self.start_ns
+    }
+
     /// True when the next `push` might not fit without reallocating: flush first.
     ///
     /// The event count needs no check of its own: a chunk holds at most

@@ -90,6 +90,7 @@ fn start_on_current(p: *mut ThreadState, after: u64) {
 #[cold]
 pub fn adopt_current() -> Option<Current> {
     thread_state::keep_errno(|| {
+        crate::flusher::thread_created();
         // Guard: while the state is built (allocation, table records), hooks on this thread
         // pass through.
         thread_state::mark_dead();
@@ -127,6 +128,9 @@ pub fn thread_exit() {
     // SAFETY: the thread's share, given up once: it is unregistered and no longer current;
     // the creator may still hold its own share for a moment.
     unsafe { thread_state::release(p) };
+    if thread_state::no_live_threads() {
+        crate::flusher::program_thread_exiting();
+    }
 }
 
 unsafe extern "C-unwind" fn trampoline(arg: *mut c_void) -> *mut c_void {
@@ -158,6 +162,7 @@ unsafe extern "C-unwind" fn create(
         return unsafe { real(out, attr, start, arg) };
     };
     let prepared = t.with(|t| {
+        crate::flusher::thread_created();
         let site = sites::site(ra);
         let child = ThreadState::new(Some(t.tid()), 0);
         child.start.set(start as usize);
@@ -202,6 +207,33 @@ unsafe extern "C-unwind" fn create(
     // SAFETY: the creator's share, given up once; `child` is not used after this.
     unsafe { thread_state::release(child) };
     r
+}
+
+/// Starts a thread of the runtime's own, with the real `pthread_create` (nothing of it is
+/// recorded: `f` marks it so first): its `pthread_t`, or `None` if it could not be created.
+pub fn spawn_unrecorded(f: extern "C" fn(*mut c_void) -> *mut c_void) -> Option<usize> {
+    // SAFETY: an all-zero attribute object is what pthread_attr_init fills in next.
+    let mut attr: pthread_attr_t = unsafe { std::mem::zeroed() };
+    // SAFETY: plain calls on an attribute object we own; the thread's routine has the
+    // prototype pthread_create wants (an `extern "C"` one is also `"C-unwind"`-compatible:
+    // it never unwinds).
+    unsafe {
+        if libc::pthread_attr_init(&mut attr) != 0 {
+            return None;
+        }
+        libc::pthread_attr_setstacksize(&mut attr, 256 << 10);
+        let mut t: pthread_t = 0;
+        let start = std::mem::transmute::<extern "C" fn(*mut c_void) -> *mut c_void, Start>(f);
+        let r = REAL_CREATE.get()(&mut t, &attr, start, std::ptr::null_mut());
+        libc::pthread_attr_destroy(&mut attr);
+        (r == 0).then_some(t as usize)
+    }
+}
+
+/// Waits for a thread `spawn_unrecorded` started to end (the real `pthread_join`).
+pub fn join_unrecorded(t: usize) {
+    // SAFETY: `t` is a joinable thread of the runtime's own, joined once.
+    unsafe { REAL_JOIN.get()(t as pthread_t, std::ptr::null_mut()) };
 }
 
 /// Join-like calls: `blocking` ones (`Some`: with or without a timeout) record a request
