@@ -13,7 +13,7 @@ use std::path::Path;
 
 use anyhow::Context;
 
-use crate::report::{Finding, FindingLocation};
+use crate::report::{Detail, Finding, FindingLocation};
 
 /// `foresight check` reads and writes this file when `--baseline` is not given.
 pub const DEFAULT_BASELINE: &str = "foresight-baseline.txt";
@@ -28,9 +28,9 @@ const HEADER: &str = "\
 
 /// The stable key of a finding: `kind | classes | sites`.
 pub fn finding_key(f: &Finding) -> String {
-    let (kind, classes) = match f.kind {
-        "deadlock" | "potential-deadlock" => ("lock-cycle", canonical_cycle(&f.cycle)),
-        k => (k, f.cycle.clone()),
+    let (kind, classes) = match &f.detail {
+        Detail::LockCycle { cycle, .. } => ("lock-cycle", canonical_cycle(cycle)),
+        _ => (f.kind.as_str(), f.cycle().to_vec()),
     };
     let sites: BTreeSet<String> = f.locations.iter().map(site_key).collect();
     let sites: Vec<String> = sites.into_iter().collect();

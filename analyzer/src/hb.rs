@@ -1,8 +1,14 @@
 //! Happens-before over the synchronisation that can never be reordered: thread create/join,
 //! barrier generations, `pthread_once`, semaphores, condition hand-offs, user annotations,
-//! release/acquire atomics, and reads-from of memory accesses (a read must keep its writer). Lock release → acquire is deliberately *not* an edge: critical
-//! sections may be reordered (that is what makes a deadlock predictable), and the
-//! sync-preserving closure (`deadlock.rs`) handles locks by its own rule.
+//! release/acquire atomics — and, as the analysis that uses the clocks chooses ([`EdgeKinds`]),
+//! reads-from of memory accesses and lock release → acquire.
+//!
+//! The deadlock analysis ([`EdgeKinds::DEADLOCK`]) keeps reads-from (a read must keep its
+//! writer in a reordering) and leaves lock release → acquire out: critical sections may be
+//! reordered (that is what makes a deadlock predictable), and the sync-preserving closure
+//! (`closure.rs`) handles locks by its own rule. A happens-before race analysis wants the
+//! opposite, `EdgeKinds::SYNC | EdgeKinds::LOCK`: lock edges in, and reads-from out (a
+//! reads-from edge would order exactly the write → read pairs that race).
 //!
 //! Where matching is ambiguous (which post a semaphore wait consumed, which signal woke a
 //! condition wait) every earlier sender is joined in. That over-approximates the order, which
@@ -10,6 +16,9 @@
 
 use std::collections::HashMap;
 
+use crate::addr_map::AddrMap;
+use crate::model::Mode;
+use crate::stream::{Op, Pass, StreamEvent};
 use crate::vector_clock::VectorClock;
 
 /// The clocks of one trace, stored sparsely: a thread's clock changes by a join only at a
@@ -68,6 +77,10 @@ pub enum Channel {
     Condition(u32),
     Tag(u64),
     Atomic(u64),
+    /// Write releases of a lock (mutexes, spinlocks, rwlocks held for writing).
+    Lock(u32),
+    /// Read releases of an rwlock: a writer waits for them, a reader does not.
+    LockReaders(u32),
 }
 
 /// Builds [`HappensBefore`] from events given in the causal (merged) order.
@@ -85,8 +98,11 @@ pub struct HbBuilder {
     seen: Vec<u32>,
     channels: HashMap<Channel, VectorClock>,
     receives: Vec<Vec<(u32, VectorClock)>>,
-    /// The last write to each address: (thread, position).
-    last_write: HashMap<u64, (usize, u32)>,
+    /// Whether receives are stored (the clocks of the whole trace, which the closure walks) or
+    /// only the current clocks are kept (a streaming pass reads them as it goes).
+    snapshots: bool,
+    /// The last write to each 8-byte granule: (thread, position).
+    last_write: AddrMap<(u32, u32)>,
 }
 
 impl HbBuilder {
@@ -105,29 +121,67 @@ impl HbBuilder {
             seen: vec![0; threads],
             channels: HashMap::new(),
             receives: vec![Vec::new(); threads],
-            last_write: HashMap::new(),
+            snapshots: true,
+            last_write: AddrMap::default(),
         }
     }
 
-    /// A memory write (or atomic store) to `addr`.
-    pub fn write(&mut self, thread: usize, pos: u32, addr: u64) {
+    /// A builder that keeps only the current clocks and the channels — memory in threads and
+    /// synchronisation objects, not in trace length — for a pass that reads each thread's
+    /// clock as it goes ([`HbBuilder::clock`]). The clocks it finishes with are empty, and it
+    /// cannot follow reads-from (which reads the writer's stored clock).
+    pub fn streaming(threads: usize) -> Self {
+        Self::new(threads).without_snapshots()
+    }
+
+    /// This builder, keeping only the current clocks (see [`HbBuilder::streaming`]).
+    pub fn without_snapshots(mut self) -> Self {
+        self.snapshots = false;
+        self
+    }
+
+    /// The clock of the thread's latest event (its own entry included). Empty once the
+    /// builder outgrew its budget.
+    pub fn clock(&mut self, thread: usize) -> &VectorClock {
+        self.own(thread)
+    }
+
+    /// False once the clocks outgrew their budget and were dropped.
+    pub fn complete(&self) -> bool {
+        !self.overflowed
+    }
+
+    /// A memory write (or atomic store) of `size` bytes at `addr`. Writers are kept per 8-byte
+    /// granule, so that a read of part of what was written (or of several writes) finds them.
+    pub fn write(&mut self, thread: usize, pos: u32, addr: u64, size: u32) {
         if self.overflowed {
             return;
         }
-        self.last_write.insert(addr, (thread, pos));
+        for g in granules(addr, size) {
+            self.last_write.insert(g, (thread as u32, pos));
+        }
     }
 
     /// A memory read (or atomic load) of `addr`: reads-from is an edge. A reordering in which a
     /// read sees another write may take another path, so a prediction must keep the writer
     /// before the reader. The writer is the last write in the merged order, which is the true
     /// one for every access ordered by synchronisation (a racy read may have read another).
-    pub fn read(&mut self, thread: usize, pos: u32, addr: u64) {
+    /// A granule's writer stands for the writer of every byte of it: an over-approximation
+    /// (more order, so fewer predictions), never a missed writer.
+    pub fn read(&mut self, thread: usize, pos: u32, addr: u64, size: u32) {
         if self.overflowed {
             return;
         }
-        let Some(&(writer, at)) = self.last_write.get(&addr) else {
+        for g in granules(addr, size) {
+            self.read_granule(thread, pos, g);
+        }
+    }
+
+    fn read_granule(&mut self, thread: usize, pos: u32, granule: u64) {
+        let Some(&(writer, at)) = self.last_write.get(&granule) else {
             return;
         };
+        let writer = writer as usize;
         if writer == thread || self.current[thread].get(writer) > at {
             return;
         }
@@ -160,13 +214,58 @@ impl HbBuilder {
             return;
         }
         let clock = self.own(thread).clone();
-        self.charge(clock.entries().len());
-        self.channels
-            .entry(channel)
-            .and_modify(|c| {
-                c.join(&clock);
-            })
-            .or_insert(clock);
+        if self.snapshots {
+            self.charge(clock.entries().len());
+        }
+        let grown = match self.channels.entry(channel) {
+            std::collections::hash_map::Entry::Occupied(mut e) => {
+                let before = e.get().entries().len();
+                e.get_mut().join(&clock);
+                e.get().entries().len() - before
+            }
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(clock).entries().len(),
+        };
+        if !self.snapshots {
+            // Only what the channels hold: a send into a known channel costs nothing new.
+            self.charge(grown);
+        }
+    }
+
+    /// Publishes `clock` (an earlier clock of the thread: a release fence's) on `channel`.
+    pub fn send_clock(&mut self, channel: Channel, clock: &VectorClock) {
+        if self.overflowed {
+            return;
+        }
+        if self.snapshots {
+            self.charge(clock.entries().len());
+        }
+        let grown = match self.channels.entry(channel) {
+            std::collections::hash_map::Entry::Occupied(mut e) => {
+                let before = e.get().entries().len();
+                e.get_mut().join(clock);
+                e.get().entries().len() - before
+            }
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(clock.clone()).entries().len(),
+        };
+        if !self.snapshots {
+            self.charge(grown);
+        }
+    }
+
+    /// What was published on `channel` so far.
+    pub fn published(&self, channel: &Channel) -> Option<&VectorClock> {
+        self.channels.get(channel)
+    }
+
+    /// Joins `clock` into the thread's clock (an acquire fence takes what the relaxed loads
+    /// before it saw).
+    pub fn receive_clock(&mut self, thread: usize, pos: u32, clock: &VectorClock) {
+        if self.overflowed {
+            return;
+        }
+        if self.current[thread].join(clock) {
+            self.record(thread, pos);
+        }
     }
 
     /// Joins what was published on `channel` into the thread's clock.
@@ -202,11 +301,14 @@ impl HbBuilder {
             self.receives = vec![Vec::new(); self.receives.len()];
             self.channels = HashMap::new();
             self.current = vec![VectorClock::default(); self.current.len()];
-            self.last_write = HashMap::new();
+            self.last_write = AddrMap::default();
         }
     }
 
     fn record(&mut self, thread: usize, pos: u32) {
+        if !self.snapshots {
+            return;
+        }
         self.charge(self.current[thread].entries().len());
         if self.overflowed {
             return;
@@ -221,6 +323,321 @@ impl HbBuilder {
             receives: self.receives,
             complete: !self.overflowed,
         }
+    }
+}
+
+/// The 8-byte granules `size` bytes at `addr` touch (at least one).
+fn granules(addr: u64, size: u32) -> std::ops::RangeInclusive<u64> {
+    let last = addr.saturating_add(u64::from(size.max(1)) - 1);
+    (addr >> 3)..=(last >> 3)
+}
+
+/// A set of happens-before edge kinds: which synchronisation orders events for the analysis
+/// that builds the clocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct EdgeKinds(u16);
+
+impl EdgeKinds {
+    /// Thread create → the child's first event; the child's last event → the join.
+    pub const CREATE_JOIN: EdgeKinds = EdgeKinds(1);
+    /// Every arrival of a barrier generation → every departure of it.
+    pub const BARRIER: EdgeKinds = EdgeKinds(1 << 1);
+    /// A `pthread_once` initialiser's end → every call that skipped it.
+    pub const ONCE: EdgeKinds = EdgeKinds(1 << 2);
+    /// Every earlier post → a successful semaphore wait.
+    pub const SEMAPHORE: EdgeKinds = EdgeKinds(1 << 3);
+    /// Every earlier signal or broadcast → the return of a condition wait.
+    pub const CONDITION: EdgeKinds = EdgeKinds(1 << 4);
+    /// The program's own happens-before/happens-after annotations, matched by tag.
+    pub const USER: EdgeKinds = EdgeKinds(1 << 5);
+    /// Every earlier release (or stronger) atomic store → an acquire (or stronger) load of the
+    /// address; fences (a release fence makes the thread's later stores release, an acquire
+    /// fence makes its earlier loads acquire). Relaxed accesses order nothing.
+    pub const ATOMIC: EdgeKinds = EdgeKinds(1 << 6);
+    /// Reads-from: a read (plain or atomic, any order) is ordered after the last write to its
+    /// address in the merged order — the true writer of every access ordered by
+    /// synchronisation.
+    pub const READS_FROM: EdgeKinds = EdgeKinds(1 << 7);
+    /// A lock's release → its next acquisition (a condition wait releases and re-takes its
+    /// mutex). For rwlocks, a write acquisition follows every earlier release, a read
+    /// acquisition only the write releases: readers are not ordered with each other.
+    pub const LOCK: EdgeKinds = EdgeKinds(1 << 8);
+
+    /// The synchronisation no reordering may change.
+    pub const SYNC: EdgeKinds = EdgeKinds(
+        Self::CREATE_JOIN.0
+            | Self::BARRIER.0
+            | Self::ONCE.0
+            | Self::SEMAPHORE.0
+            | Self::CONDITION.0
+            | Self::USER.0
+            | Self::ATOMIC.0,
+    );
+    /// What the deadlock analysis orders by: the synchronisation, and reads-from.
+    pub const DEADLOCK: EdgeKinds = EdgeKinds(Self::SYNC.0 | Self::READS_FROM.0);
+
+    pub const fn union(self, other: EdgeKinds) -> EdgeKinds {
+        EdgeKinds(self.0 | other.0)
+    }
+
+    pub const fn without(self, other: EdgeKinds) -> EdgeKinds {
+        EdgeKinds(self.0 & !other.0)
+    }
+
+    /// Whether every kind of `other` is in the set.
+    pub const fn contains(self, other: EdgeKinds) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl std::ops::BitOr for EdgeKinds {
+    type Output = EdgeKinds;
+    fn bitor(self, other: EdgeKinds) -> EdgeKinds {
+        self.union(other)
+    }
+}
+
+/// The happens-before visitor: builds [`HappensBefore`] from the merged stream, with the edge
+/// kinds its analysis asked for.
+pub struct HbPass {
+    builder: HbBuilder,
+    edges: EdgeKinds,
+    /// With lock edges: per thread, the locks it holds (object, mode, recursion depth), to know
+    /// which channel a release publishes on.
+    held: Vec<Vec<(u32, Mode, u32)>>,
+    /// With atomic edges, per thread: the clock at its last release fence, which its later
+    /// relaxed stores publish (C11 7.17.4: a release fence before a store makes the store
+    /// release what preceded the fence)…
+    release_fence: Vec<Option<VectorClock>>,
+    /// …and what its relaxed loads since the last acquire fence could have read, which the
+    /// next acquire fence takes.
+    acquire_pending: Vec<VectorClock>,
+}
+
+impl HbPass {
+    pub fn new(threads: usize, edges: EdgeKinds) -> Self {
+        Self::with_builder(HbBuilder::new(threads), edges)
+    }
+
+    /// A pass over a builder made by the caller (a smaller clock budget, in tests).
+    pub fn with_builder(builder: HbBuilder, edges: EdgeKinds) -> Self {
+        let threads = builder.current.len();
+        HbPass {
+            builder,
+            edges,
+            held: vec![Vec::new(); threads],
+            release_fence: vec![None; threads],
+            acquire_pending: vec![VectorClock::default(); threads],
+        }
+    }
+
+    /// A pass that keeps only the current clocks (see [`HbBuilder::streaming`]): for a race
+    /// pass that reads [`HbPass::clock`] at each access, in memory independent of trace length.
+    /// Reads-from needs the stored clocks, so `edges` must not ask for it.
+    pub fn streaming(threads: usize, edges: EdgeKinds) -> Self {
+        assert!(
+            !edges.contains(EdgeKinds::READS_FROM),
+            "a streaming happens-before cannot follow reads-from"
+        );
+        Self::with_builder(HbBuilder::streaming(threads), edges)
+    }
+
+    pub fn edges(&self) -> EdgeKinds {
+        self.edges
+    }
+
+    /// The clock of the thread's latest handled event, own entry included: what happens before
+    /// it (as prefix lengths per thread).
+    pub fn clock(&mut self, thread: u32) -> &VectorClock {
+        self.builder.clock(thread as usize)
+    }
+
+    /// What the thread knows of the *other* threads (its own entry may lag behind): enough to
+    /// ask whether another thread's event happens before the thread's latest one, without
+    /// the write [`HbPass::clock`] makes.
+    #[inline]
+    pub fn knows(&self, thread: u32) -> &VectorClock {
+        &self.builder.current[thread as usize]
+    }
+
+    /// False once the clocks outgrew their budget: nothing may then be concluded from them.
+    pub fn complete(&self) -> bool {
+        self.builder.complete()
+    }
+
+    /// Lock edges: an acquisition joins the releases it must follow (a re-entry of a held lock
+    /// joins nothing new).
+    fn acquire(&mut self, t: usize, pos: u32, lock: u32, mode: Mode) {
+        let held = &mut self.held[t];
+        if let Some(h) = held.iter_mut().rev().find(|h| h.0 == lock) {
+            h.2 += 1;
+            return;
+        }
+        held.push((lock, mode, 1));
+        self.builder.receive(t, pos, &Channel::Lock(lock));
+        if mode == Mode::Write {
+            self.builder.receive(t, pos, &Channel::LockReaders(lock));
+        }
+    }
+
+    /// Lock edges: the outermost release publishes the thread's clock (a release of a lock the
+    /// trace never showed taken counts as a write release).
+    fn release(&mut self, t: usize, lock: u32) {
+        let held = &mut self.held[t];
+        let mode = match held.iter().rposition(|h| h.0 == lock) {
+            Some(i) => {
+                held[i].2 -= 1;
+                if held[i].2 > 0 {
+                    return;
+                }
+                held.remove(i).1
+            }
+            None => Mode::Write,
+        };
+        let channel = match mode {
+            Mode::Write => Channel::Lock(lock),
+            Mode::Read => Channel::LockReaders(lock),
+        };
+        self.builder.send(t, channel);
+    }
+}
+
+impl Pass for HbPass {
+    type Output = HappensBefore;
+
+    #[inline]
+    fn handle(&mut self, ev: &StreamEvent) {
+        let (t, pos) = (ev.thread as usize, ev.pos);
+        // Plain accesses and allocations order nothing unless reads-from is asked for: most of
+        // an instrumented trace, skipped at once. (The thread's own entry then lags until its
+        // next synchronisation event, which steps it before it sends.)
+        if !self.edges.contains(EdgeKinds::READS_FROM) && ev.op.is_plain_memory() {
+            return;
+        }
+        let create_join = self.edges.contains(EdgeKinds::CREATE_JOIN);
+        let b = &mut self.builder;
+        b.step(t, pos);
+        if pos == 0 && create_join {
+            b.receive(t, pos, &Channel::Fork(t));
+        }
+        match ev.op {
+            Op::Read { addr, size, .. } if self.edges.contains(EdgeKinds::READS_FROM) => {
+                b.read(t, pos, addr, size)
+            }
+            Op::Write { addr, size, .. } if self.edges.contains(EdgeKinds::READS_FROM) => {
+                b.write(t, pos, addr, size)
+            }
+            Op::Create { child: Some(c), .. } if create_join => {
+                b.send(t, Channel::Fork(c as usize))
+            }
+            Op::Join {
+                child: Some(c),
+                joined: true,
+            } if create_join => b.receive_thread(t, pos, c as usize),
+            Op::CondSignal { cond, .. } if self.edges.contains(EdgeKinds::CONDITION) => {
+                b.send(t, Channel::Condition(cond))
+            }
+            Op::CondWaitBegin { mutex, .. } if self.edges.contains(EdgeKinds::LOCK) => {
+                self.release(t, mutex)
+            }
+            Op::CondWaitEnd { cond, mutex, .. } => {
+                if self.edges.contains(EdgeKinds::CONDITION) {
+                    b.receive(t, pos, &Channel::Condition(cond));
+                }
+                if self.edges.contains(EdgeKinds::LOCK) {
+                    self.acquire(t, pos, mutex, Mode::Write);
+                }
+            }
+            Op::BarrierArrive {
+                barrier,
+                generation: Some(g),
+                ..
+            } if self.edges.contains(EdgeKinds::BARRIER) => b.send(t, Channel::Barrier(barrier, g)),
+            Op::BarrierDepart {
+                barrier,
+                generation,
+                ..
+            } if self.edges.contains(EdgeKinds::BARRIER) => {
+                b.receive(t, pos, &Channel::Barrier(barrier, generation))
+            }
+            Op::OnceEnd { once } if self.edges.contains(EdgeKinds::ONCE) => {
+                b.send(t, Channel::Once(once))
+            }
+            Op::OnceSkip { once } if self.edges.contains(EdgeKinds::ONCE) => {
+                b.receive(t, pos, &Channel::Once(once))
+            }
+            Op::SemPost { sem, .. } if self.edges.contains(EdgeKinds::SEMAPHORE) => {
+                b.send(t, Channel::Semaphore(sem))
+            }
+            Op::SemWaitEnd {
+                sem,
+                acquired: true,
+            }
+            | Op::SemTry {
+                sem,
+                acquired: true,
+                ..
+            } if self.edges.contains(EdgeKinds::SEMAPHORE) => {
+                b.receive(t, pos, &Channel::Semaphore(sem))
+            }
+            Op::HappensBefore { tag, .. } if self.edges.contains(EdgeKinds::USER) => {
+                b.send(t, Channel::Tag(tag))
+            }
+            Op::HappensAfter { tag, .. } if self.edges.contains(EdgeKinds::USER) => {
+                b.receive(t, pos, &Channel::Tag(tag))
+            }
+            Op::LockAcquired { lock, mode }
+            | Op::LockTry {
+                lock,
+                mode,
+                acquired: true,
+                ..
+            } if self.edges.contains(EdgeKinds::LOCK) => self.acquire(t, pos, lock, mode),
+            Op::LockRelease { lock, .. } if self.edges.contains(EdgeKinds::LOCK) => {
+                self.release(t, lock)
+            }
+            Op::Atomic(a) => {
+                let atomic = self.edges.contains(EdgeKinds::ATOMIC);
+                let reads_from = self.edges.contains(EdgeKinds::READS_FROM);
+                let channel = Channel::Atomic(a.addr);
+                if a.acquire && atomic {
+                    b.receive(t, pos, &channel);
+                } else if a.loads && atomic {
+                    if let Some(sent) = b.published(&channel) {
+                        self.acquire_pending[t].join(sent);
+                    }
+                }
+                if a.loads && reads_from {
+                    b.read(t, pos, a.addr, a.size);
+                }
+                if a.stores && reads_from {
+                    b.write(t, pos, a.addr, a.size);
+                }
+                if a.release && atomic {
+                    b.send(t, channel);
+                } else if a.stores && atomic {
+                    if let Some(fence) = &self.release_fence[t] {
+                        b.send_clock(channel, fence);
+                    }
+                }
+            }
+            Op::Fence {
+                acquire, release, ..
+            } if self.edges.contains(EdgeKinds::ATOMIC) => {
+                if acquire {
+                    let pending = std::mem::take(&mut self.acquire_pending[t]);
+                    b.receive_clock(t, pos, &pending);
+                }
+                if release {
+                    self.release_fence[t] = Some(b.clock(t).clone());
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn finish(self) -> HappensBefore {
+        self.builder.finish()
     }
 }
 
@@ -258,5 +675,197 @@ mod tests {
             !hb.happens_before(0, 0, 3, 0),
             "nothing is claimed once abandoned"
         );
+    }
+
+    use crate::stream::Stream;
+    use foresight_trace::builder::TraceBuilder;
+    use foresight_trace::event::{AtomicOp, EventKind, LockMode, MemoryOrder};
+    use foresight_trace::{ThreadId, Trace};
+
+    /// The clocks of a builder's trace, with these edge kinds.
+    fn clocks(b: TraceBuilder, edges: EdgeKinds) -> HappensBefore {
+        let trace = Trace::from_bytes("t.trace", b.finish()).expect("trace reads");
+        let stream = Stream::of_trace(&trace);
+        let mut pass = HbPass::new(trace.threads.len(), edges);
+        stream.drive(
+            trace.merged().map(|m| (m.thread, m.index, m.event.kind)),
+            &mut pass,
+            &mut |_| {},
+        );
+        pass.finish()
+    }
+
+    /// A main thread and two children, by dense index 0, 1, 2.
+    fn three_threads() -> (TraceBuilder, [ThreadId; 3], u32) {
+        let mut b = TraceBuilder::new("t");
+        let main = b.main_thread();
+        let s = b.site("f", "t.c", 1);
+        let t1 = b.spawn(main, s, "t1");
+        let t2 = b.spawn(main, s, "t2");
+        (b, [main, t1, t2], s)
+    }
+
+    const RACES: EdgeKinds = EdgeKinds::SYNC.union(EdgeKinds::LOCK);
+
+    #[test]
+    fn lock_edges_order_critical_sections_only_when_asked() {
+        let build = || {
+            let (mut b, [_, t1, t2], s) = three_threads();
+            let m = b.mutex("m");
+            b.lock(t1, m, s); // t1: 1 request, 2 acquired
+            b.unlock(t1, m, s); // 3
+            b.lock(t2, m, s); // t2: 1 request, 2 acquired
+            b
+        };
+        assert!(!clocks(build(), EdgeKinds::DEADLOCK).happens_before(1, 3, 2, 2));
+        let races = clocks(build(), RACES);
+        assert!(races.happens_before(1, 3, 2, 2));
+        assert!(
+            !races.happens_before(1, 3, 2, 1),
+            "the request is not ordered"
+        );
+    }
+
+    #[test]
+    fn readers_follow_writers_and_writers_follow_readers_but_readers_not_readers() {
+        let (mut b, [main, t1, t2], s) = three_threads();
+        let rw = b.object(foresight_trace::tables::ObjectKind::RwLock, "rw");
+        b.lock_mode(t1, rw, LockMode::Shared, s); // t1: 1, 2
+        b.unlock(t1, rw, s); // 3
+        b.lock_mode(t2, rw, LockMode::Shared, s); // t2: 1, 2
+        b.unlock(t2, rw, s); // 3
+        b.lock(main, rw, s); // main: 3 request, 4 acquired (after two creates)
+        b.unlock(main, rw, s); // 5
+        b.lock_mode(t1, rw, LockMode::Shared, s); // t1: 4, 5
+        let hb = clocks(b, RACES);
+        assert!(!hb.happens_before(1, 3, 2, 2), "reader → reader");
+        assert!(hb.happens_before(1, 3, 0, 4), "reader → writer");
+        assert!(hb.happens_before(2, 3, 0, 4), "reader → writer");
+        assert!(hb.happens_before(0, 5, 1, 5), "writer → reader");
+    }
+
+    #[test]
+    fn reads_from_orders_a_read_after_its_writer_only_when_asked() {
+        let build = || {
+            let (mut b, [_, t1, t2], s) = three_threads();
+            b.write(t1, 0x10, 4, s); // t1: 1
+            b.read(t2, 0x10, 4, s); // t2: 1
+            b
+        };
+        assert!(clocks(build(), EdgeKinds::DEADLOCK).happens_before(1, 1, 2, 1));
+        assert!(!clocks(build(), RACES).happens_before(1, 1, 2, 1));
+    }
+
+    #[test]
+    fn relaxed_atomics_order_nothing_and_release_acquire_does() {
+        let build = |store: MemoryOrder| {
+            let (mut b, [_, t1, t2], s) = three_threads();
+            let atomic = |op, order| EventKind::Atomic {
+                op,
+                addr: 0x20,
+                size: 4,
+                order,
+                site: s,
+            };
+            b.event(t1, atomic(AtomicOp::Store, store)); // t1: 1
+            b.event(t2, atomic(AtomicOp::Load, MemoryOrder::Acquire)); // t2: 1
+            b
+        };
+        assert!(!clocks(build(MemoryOrder::Relaxed), RACES).happens_before(1, 1, 2, 1));
+        assert!(clocks(build(MemoryOrder::Release), RACES).happens_before(1, 1, 2, 1));
+    }
+
+    #[test]
+    fn a_condition_wait_releases_and_retakes_its_mutex() {
+        let (mut b, [_, t1, t2], s) = three_threads();
+        let m = b.mutex("m");
+        let c = b.object(foresight_trace::tables::ObjectKind::Condition, "c");
+        b.lock(t1, m, s); // t1: 1, 2
+        b.event(
+            t1,
+            EventKind::CondWaitBegin {
+                cond: c,
+                mutex: m,
+                site: s,
+            },
+        ); // 3
+        b.lock(t2, m, s); // t2: 1, 2
+        b.unlock(t2, m, s); // 3
+        b.event(
+            t1,
+            EventKind::CondWaitEnd {
+                cond: c,
+                mutex: m,
+                outcome: foresight_trace::event::WaitOutcome::TimedOut,
+            },
+        ); // 4
+        let hb = clocks(b, RACES);
+        assert!(hb.happens_before(1, 3, 2, 2), "the wait released m");
+        assert!(hb.happens_before(2, 3, 1, 4), "the wait re-took m");
+    }
+
+    /// Reads a thread's clock as a race pass would: right after the happens-before pass
+    /// handled the event.
+    struct Probe {
+        hb: HbPass,
+        at: (u32, u32),
+        clock: Option<VectorClock>,
+    }
+
+    impl Pass for Probe {
+        type Output = (Option<VectorClock>, bool);
+        fn handle(&mut self, ev: &StreamEvent) {
+            self.hb.handle(ev);
+            if (ev.thread, ev.pos) == self.at {
+                self.clock = Some(self.hb.clock(ev.thread).clone());
+            }
+        }
+        fn finish(self) -> Self::Output {
+            (self.clock, self.hb.complete())
+        }
+    }
+
+    fn probe(b: TraceBuilder, hb: HbPass, at: (u32, u32)) -> (Option<VectorClock>, bool) {
+        let trace = Trace::from_bytes("t.trace", b.finish()).expect("trace reads");
+        let mut pass = Probe {
+            hb,
+            at,
+            clock: None,
+        };
+        Stream::of_trace(&trace).drive(
+            trace.merged().map(|m| (m.thread, m.index, m.event.kind)),
+            &mut pass,
+            &mut |_| {},
+        );
+        pass.finish()
+    }
+
+    #[test]
+    fn a_streaming_pass_reads_current_clocks_in_memory_that_does_not_grow_with_the_trace() {
+        // 200 hand-offs of one lock between two threads, then a probe of t1's last event.
+        let build = || {
+            let (mut b, [_, t1, t2], s) = three_threads();
+            let m = b.mutex("m");
+            for _ in 0..100 {
+                b.lock(t1, m, s);
+                b.unlock(t1, m, s);
+                b.lock(t2, m, s);
+                b.unlock(t2, m, s);
+            }
+            b.lock(t1, m, s); // t1: 301 request, 302 acquired
+            b
+        };
+        let streaming =
+            HbPass::with_builder(HbBuilder::with_budget(3, 64).without_snapshots(), RACES);
+        let (clock, complete) = probe(build(), streaming, (1, 302));
+        assert!(complete, "a send into a known channel stores nothing new");
+        assert_eq!(
+            clock.expect("probed").get(2),
+            301,
+            "t2's last release, at 300"
+        );
+        // Stored clocks grow with every receive and send: the same budget runs out.
+        let stored = HbPass::with_builder(HbBuilder::with_budget(3, 64), RACES);
+        assert!(!probe(build(), stored, (1, 302)).1);
     }
 }

@@ -1,16 +1,16 @@
 //! `rank-violation` findings: the program declared lock ranks (`foresight_lock_rank`), and a
 //! thread acquired a ranked lock while holding one of the same or a higher rank (seed 001:
 //! "never acquire a lock of rank ≤ the highest rank you already hold"). The check itself runs
-//! while the model is built (`model::RankViolation`, one comparison per acquisition against the
+//! while the model is built (`model/locks.rs`, `model::RankViolation`, one comparison per acquisition against the
 //! top of the thread's held stack); this module turns the violations into findings, one per
 //! pair of sites and classes over all traces.
 
 use std::collections::HashMap;
 
-use crate::analysis::{edge_report, location};
+use crate::describe::{edge_report, location};
 use crate::lock_graph::LockOrderGraph;
 use crate::model::Run;
-use crate::report::{Finding, Verdict};
+use crate::report::{Detail, Finding, Kind, Verdict};
 
 pub fn rank_findings(runs: &[Run], graph: &LockOrderGraph) -> Vec<Finding> {
     let mut findings: Vec<Finding> = Vec::new();
@@ -49,7 +49,7 @@ pub fn rank_findings(runs: &[Run], graph: &LockOrderGraph) -> Vec<Finding> {
             seen.insert(key, findings.len());
             findings.push(Finding {
                 id: 0,
-                kind: "rank-violation",
+                kind: Kind::RankViolation,
                 verdict: Verdict::Violation,
                 rule: "lock-rank",
                 message: format!(
@@ -63,15 +63,16 @@ pub fn rank_findings(runs: &[Run], graph: &LockOrderGraph) -> Vec<Finding> {
                     held_lock.name, v.held_rank, lock.name, v.rank
                 ),
                 traces: vec![run.source.clone()],
-                cycle: vec![held_class, class],
-                edges: vec![edge_report(run, graph, v.held, v.acquisition)],
-                wait: None,
                 witness: None,
                 occurrences: 1,
                 locations: vec![
                     location(run, h.site, h.thread, "holds"),
                     location(run, a.site, a.thread, "requests"),
                 ],
+                detail: Detail::RankViolation {
+                    classes: [held_class, class],
+                    edge: edge_report(run, graph, v.held, v.acquisition),
+                },
             });
         }
     }

@@ -12,6 +12,13 @@
 //! reason = "ordered by account id; reviewed in #123"
 //! ```
 //!
+//! The same file lists the project's own lock wrappers (`sites.rs`), which every command
+//! skips when it names a site, like `--wrapper`:
+//!
+//! ```toml
+//! wrappers = ["pthreadMutexEnter", "db_lock_*"]
+//! ```
+//!
 //! An entry matches a finding when every criterion it gives matches (at least one of `class`,
 //! `function`, `file`, `site`). A finding is removed when any entry matches it; each entry
 //! counts the findings it matches, so that stale entries can be pointed out.
@@ -22,6 +29,7 @@ use anyhow::{bail, Context};
 use serde::Deserialize;
 
 use crate::report::{Finding, Report};
+use crate::sites::Wrappers;
 
 /// Read when `--suppressions` is not given and the file exists in the working directory.
 pub const DEFAULT_SUPPRESSIONS: &str = "foresight-suppressions.toml";
@@ -31,6 +39,8 @@ pub const DEFAULT_SUPPRESSIONS: &str = "foresight-suppressions.toml";
 struct RawFile {
     #[serde(default)]
     suppress: Vec<toml::Spanned<RawEntry>>,
+    #[serde(default)]
+    wrappers: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -60,6 +70,8 @@ pub struct Suppression {
 pub struct Suppressions {
     pub path: PathBuf,
     pub entries: Vec<Suppression>,
+    /// The project's lock wrappers (`wrappers = [GLOB, …]`).
+    pub wrappers: Wrappers,
 }
 
 /// What applying the suppressions did: per entry (same order), how many findings it matched.
@@ -86,6 +98,7 @@ impl Suppressions {
             }
         };
         let mut entries = Vec::new();
+        let wrappers = Wrappers::new(raw.wrappers);
         for spanned in raw.suppress {
             let line = entry_line(text, spanned.span().start);
             let e = spanned.into_inner();
@@ -116,6 +129,7 @@ impl Suppressions {
         Ok(Suppressions {
             path: path.to_path_buf(),
             entries,
+            wrappers,
         })
     }
 
@@ -157,18 +171,17 @@ impl Suppressions {
 
 impl Suppression {
     pub fn matches(&self, f: &Finding) -> bool {
-        if self.kind.as_deref().is_some_and(|k| k != f.kind) {
+        if self.kind.as_deref().is_some_and(|k| f.kind != k) {
             return false;
         }
         if let Some(class) = &self.class {
-            let in_cycle = f.cycle.iter().any(|c| c == class);
+            let in_cycle = f.cycle().iter().any(|c| c == class);
             let in_edges = f
-                .edges
+                .edges()
                 .iter()
                 .any(|e| &e.from_class == class || &e.to_class == class);
             let in_wait = f
-                .wait
-                .as_ref()
+                .wait()
                 .is_some_and(|w| w.held.iter().any(|h| &h.class == class));
             if !(in_cycle || in_edges || in_wait) {
                 return false;
@@ -256,6 +269,18 @@ mod tests {
         let s = Suppressions::parse(Path::new("s.toml"), ok).unwrap();
         assert_eq!(s.entries[0].site, Some(("src/bank.c".to_string(), 42)));
         assert_eq!(s.entries[0].line, 1);
+    }
+
+    #[test]
+    fn wrappers_are_read_beside_the_entries() {
+        let text = "wrappers = [\"pthreadMutexEnter\", \"db_*\"]\n";
+        let s = Suppressions::parse(Path::new("s.toml"), text).unwrap();
+        assert!(s.entries.is_empty());
+        assert!(s.wrappers.matches("db_lock"));
+        assert!(s.wrappers.matches("pthreadMutexEnter"));
+        let bad = "wrappers = \"db_*\"\n";
+        let e = Suppressions::parse(Path::new("s.toml"), bad).unwrap_err();
+        assert!(e.to_string().starts_with("s.toml:1: "), "{e}");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! Entry `u` of a clock is a *prefix length*: the number of events of thread `u` (counted by
 //! position in that thread's event list, memory accesses included) that happen before the event
 //! the clock belongs to, that event included for its own thread. Prefix lengths, rather than
-//! Lamport counters, let the sync-preserving closure (`deadlock.rs`) use a clock directly as a
+//! Lamport counters, let the sync-preserving closure (`closure.rs`) use a clock directly as a
 //! lower bound on how much of each thread a reordering must contain.
 
 /// A vector clock indexed by the analyzer's dense thread index.

@@ -5,7 +5,7 @@
 //!
 //! Each wait is checked like a lock cycle of two threads: the pattern is the wait of the holder
 //! and the other thread's request of the held lock, and it is predicted when the sync-preserving
-//! closure (`deadlock.rs`) contains neither. For condition variables and semaphores the closure
+//! closure (`closure.rs`) contains neither. For condition variables and semaphores the closure
 //! is not enough on its own: the wait must still block after the closure, so
 //! - every signal (post) of the object outside the closure must come from the blocked other
 //!   thread, after its blocked request (else a third thread may still wake the holder), and
@@ -24,10 +24,11 @@ use std::collections::HashSet;
 
 use foresight_trace::SiteId;
 
-use crate::analysis::{held_lock, location, rejection_text, site, witness, Budget};
-use crate::deadlock::{sync_preserving_closure, Blocked, Closure, Rejection};
+use crate::closure::{sync_preserving_closure, Budget, Closure, PatternEvent};
+use crate::deadlock::{rejection_text, Rejection};
+use crate::describe::{held_lock, location, site, witness};
 use crate::model::{AcquireHow, Mode, Run, SyncPoint, Wait, WaitKind};
-use crate::report::{Finding, Verdict, WaitReport};
+use crate::report::{Detail, Finding, Kind, Verdict, WaitReport};
 
 /// Requests of the held lock tried per (wait, other thread).
 const TRIES_PER_THREAD: usize = 4;
@@ -170,11 +171,11 @@ fn candidates(run: &Run, wait: &Wait) -> Vec<WaitCandidate> {
 fn check(run: &Run, wait: &Wait, c: &WaitCandidate) -> Result<Closure, Rejection> {
     let r = &run.acquisitions[c.request as usize];
     let pattern = [
-        Blocked {
+        PatternEvent {
             thread: wait.thread,
             pos: wait.pos,
         },
-        Blocked {
+        PatternEvent {
             thread: r.thread,
             pos: r.request,
         },
@@ -220,7 +221,7 @@ fn finding(
     let other = run.thread_label(r.thread);
     let (kind, rule, wait_name, object, waits_role, then_role, waits_for) = match &wait.kind {
         WaitKind::Join { .. } => (
-            "join-deadlock",
+            Kind::JoinDeadlock,
             "join-while-holding",
             "join",
             other.clone(),
@@ -231,7 +232,7 @@ fn finding(
         WaitKind::Barrier { barrier, .. } => {
             let name = object_name(run, *barrier);
             (
-                "barrier-deadlock",
+                Kind::BarrierDeadlock,
                 "barrier-while-holding",
                 "barrier",
                 name.clone(),
@@ -243,7 +244,7 @@ fn finding(
         WaitKind::Condition { cond, .. } => {
             let name = object_name(run, *cond);
             (
-                "wait-deadlock",
+                Kind::WaitDeadlock,
                 "cond-wait-while-holding",
                 "condition",
                 name.clone(),
@@ -255,7 +256,7 @@ fn finding(
         WaitKind::Semaphore { sem } => {
             let name = object_name(run, *sem);
             (
-                "wait-deadlock",
+                Kind::WaitDeadlock,
                 "sem-wait-while-holding",
                 "semaphore",
                 name.clone(),
@@ -268,7 +269,7 @@ fn finding(
     let message = format!(
         "{}: {holder} holds {lock} while it {waits_for}, and {other} needs {lock} first",
         if verdict == Verdict::Predicted {
-            kind
+            kind.as_str()
         } else {
             "potential deadlock"
         }
@@ -295,7 +296,7 @@ fn finding(
             cl,
             &[
                 (
-                    Blocked {
+                    PatternEvent {
                         thread: wait.thread,
                         pos: wait.pos,
                     },
@@ -305,7 +306,7 @@ fn finding(
                     ),
                 ),
                 (
-                    Blocked {
+                    PatternEvent {
                         thread: r.thread,
                         pos: r.request,
                     },
@@ -322,29 +323,30 @@ fn finding(
         message,
         reason,
         traces: vec![run.source.clone()],
-        cycle: vec![run.locks[h.lock as usize].class.clone()],
-        edges: Vec::new(),
-        wait: Some(WaitReport {
-            wait: wait_name,
-            trace: run.source.clone(),
-            thread: holder,
-            object,
-            site: site(run, wait.site),
-            position: wait.pos,
-            held: run
-                .held_range(&wait.held)
-                .iter()
-                .map(|&a| held_lock(run, &run.acquisitions[a as usize]))
-                .collect(),
-            other_thread: other,
-            other_lock: lock,
-            other_site: site(run, r.site),
-            other_position: r.request,
-            other_then: c.then.map(|t| site(run, t.site)),
-        }),
         witness,
         occurrences: 1,
         locations,
+        detail: Detail::WaitDeadlock {
+            lock_class: run.locks[h.lock as usize].class.clone(),
+            wait: WaitReport {
+                wait: wait_name,
+                trace: run.source.clone(),
+                thread: holder,
+                object,
+                site: site(run, wait.site),
+                position: wait.pos,
+                held: run
+                    .held_range(&wait.held)
+                    .iter()
+                    .map(|&a| held_lock(run, &run.acquisitions[a as usize]))
+                    .collect(),
+                other_thread: other,
+                other_lock: lock,
+                other_site: site(run, r.site),
+                other_position: r.request,
+                other_then: c.then.map(|t| site(run, t.site)),
+            },
+        },
     }
 }
 
@@ -383,11 +385,11 @@ pub(crate) fn rwlock_findings(run: &Run, budget: &mut Budget) -> Vec<Finding> {
             }
             let wa = &run.acquisitions[w as usize];
             let pattern = [
-                Blocked {
+                PatternEvent {
                     thread: rr.thread,
                     pos: rr.pos,
                 },
-                Blocked {
+                PatternEvent {
                     thread: wa.thread,
                     pos: wa.request,
                 },
@@ -408,7 +410,7 @@ pub(crate) fn rwlock_findings(run: &Run, budget: &mut Budget) -> Vec<Finding> {
         let other = run.thread_label(w.thread);
         out.push(Finding {
             id: 0,
-            kind: "rwlock-deadlock",
+            kind: Kind::RwlockDeadlock,
             verdict: Verdict::Potential,
             rule: "rwlock-read-recursion",
             message: format!(
@@ -423,28 +425,12 @@ pub(crate) fn rwlock_findings(run: &Run, budget: &mut Budget) -> Vec<Finding> {
                  so this is reported as potential"
             ),
             traces: vec![run.source.clone()],
-            cycle: vec![run.locks[rr.lock as usize].class.clone()],
-            edges: Vec::new(),
-            wait: Some(WaitReport {
-                wait: "rwlock-read",
-                trace: run.source.clone(),
-                thread: holder,
-                object: lock.clone(),
-                site: site(run, rr.site),
-                position: rr.pos,
-                held: vec![held_lock(run, outer)],
-                other_thread: other,
-                other_lock: lock.clone(),
-                other_site: site(run, w.site),
-                other_position: w.request,
-                other_then: None,
-            }),
             witness: Some(witness(
                 run,
                 &closure,
                 &[
                     (
-                        Blocked {
+                        PatternEvent {
                             thread: rr.thread,
                             pos: rr.pos,
                         },
@@ -455,7 +441,7 @@ pub(crate) fn rwlock_findings(run: &Run, budget: &mut Budget) -> Vec<Finding> {
                         ),
                     ),
                     (
-                        Blocked {
+                        PatternEvent {
                             thread: w.thread,
                             pos: w.request,
                         },
@@ -472,6 +458,23 @@ pub(crate) fn rwlock_findings(run: &Run, budget: &mut Budget) -> Vec<Finding> {
                 location(run, rr.site, rr.thread, "read-locks-again"),
                 location(run, w.site, w.thread, "write-locks"),
             ],
+            detail: Detail::ReadRecursion {
+                lock_class: run.locks[rr.lock as usize].class.clone(),
+                wait: WaitReport {
+                    wait: "rwlock-read",
+                    trace: run.source.clone(),
+                    thread: holder,
+                    object: lock.clone(),
+                    site: site(run, rr.site),
+                    position: rr.pos,
+                    held: vec![held_lock(run, outer)],
+                    other_thread: other,
+                    other_lock: lock.clone(),
+                    other_site: site(run, w.site),
+                    other_position: w.request,
+                    other_then: None,
+                },
+            },
         });
     }
     out

@@ -241,7 +241,7 @@ fn a_subclass_separates_the_class_of_nested_instances() {
     let plain = report(vec![transfer(false)]);
     assert_eq!(plain.summary.potential, 1, "{}", show(&plain));
     assert_eq!(plain.findings[0].rule, "same-class-nesting");
-    assert_eq!(plain.findings[0].cycle, vec!["account"]);
+    assert_eq!(plain.findings[0].cycle(), vec!["account"]);
     let annotated = report(vec![transfer(true)]);
     assert!(annotated.findings.is_empty(), "{}", show(&annotated));
     assert_eq!(annotated.summary.lock_classes, 2, "account and account/1");

@@ -110,7 +110,7 @@ fn a_two_thread_inversion_that_can_collide_is_predicted() {
     assert_eq!(d.len(), 1, "{}", show(&r));
     let f = &d[0];
     assert_eq!(f.rule, "lock-cycle");
-    assert_eq!(f.edges.len(), 2);
+    assert_eq!(f.edges().len(), 2);
     assert_eq!(f.locations.len(), 4);
     assert!(f.locations.iter().all(|l| l.file.as_deref() == Some("t.c")));
     let w = f.witness.as_ref().expect("a witness");
@@ -194,8 +194,8 @@ fn three_and_four_thread_cycles_are_predicted() {
         let r = report(t);
         let d = with(&r, "deadlock", Verdict::Predicted);
         assert_eq!(d.len(), 1, "n={n}: {}", show(&r));
-        assert_eq!(d[0].cycle.len(), n);
-        assert_eq!(d[0].edges.len(), n);
+        assert_eq!(d[0].cycle().len(), n);
+        assert_eq!(d[0].edges().len(), n);
         assert_eq!(r.summary.potential, 0, "{}", show(&r));
     }
 }
@@ -351,7 +351,7 @@ fn a_condition_wait_holding_a_lock_the_signaller_needs_is_predicted() {
     assert_eq!(d.len(), 1, "{}", show(&r));
     assert_eq!(d[0].rule, "cond-wait-while-holding");
     // Its own mutex is released by the wait: only L is held hostage.
-    let w = d[0].wait.as_ref().unwrap();
+    let w = d[0].wait().unwrap();
     assert_eq!(w.held.len(), 1);
     assert_eq!(w.held[0].lock, "L");
 }

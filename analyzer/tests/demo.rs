@@ -1,5 +1,5 @@
 //! `foresight demo`, as a new user runs it: compile the bundled example, record it, print the
-//! predicted deadlock with its witness.
+//! predicted deadlock and data race with their witnesses.
 
 use std::process::Command;
 
@@ -20,7 +20,13 @@ fn demo_prints_a_predicted_deadlock_with_its_witness() {
         "stdout:\n{stdout}"
     );
     assert!(stdout.contains("witness"), "stdout:\n{stdout}");
-    assert!(stdout.contains("bank.c:22") && stdout.contains("bank.c:23"));
+    assert!(stdout.contains("bank.c:25") && stdout.contains("bank.c:26"));
+    // The race on the unprotected statistic, which happens-before alone misses in this run.
+    assert!(stdout.contains("DATA RACES (1)"), "stdout:\n{stdout}");
+    assert!(
+        stdout.contains("`last_teller`") && stdout.contains("bank.c:53"),
+        "stdout:\n{stdout}"
+    );
     // The correct audit path (audit lock first, one account at a time) is not reported.
     assert!(!stdout.contains("audit (bank.c"), "stdout:\n{stdout}");
     assert!(stderr.contains("foresight demo: recording one run"));
@@ -42,6 +48,9 @@ fn demo_json_is_the_report_schema() {
     assert!(findings
         .iter()
         .any(|f| f["kind"] == "deadlock" && f["verdict"] == "predicted"));
+    assert!(findings
+        .iter()
+        .any(|f| f["kind"] == "race" && f["race"]["variable"]["name"] == "last_teller"));
     assert!(dir.join("bank.trace").exists(), "--dir keeps the trace");
 }
 

@@ -9,6 +9,9 @@
 #   bytes and a Lamport key per call into a buffer it discards: the least a recorder that
 #   orders events can do; see interposer.c) | recorder (Lamport clocks, the default) | recorder
 #   FORESIGHT_ORDERING=global | valgrind --tool=helgrind | valgrind --tool=drd
+# Then the wrapped layout (private locks through lock wrappers of the program's own): plain |
+# recorder (the wrappers' line is the site) | recorder with FORESIGHT_WRAPPERS='lk_*' (every
+# call unwound to the wrapper's caller: the cost of naming the callers of a wrapper).
 # Valgrind runs use N/VG_DIV iterations (it is 50-200x slower); their time is scaled by VG_DIV
 # before the ratio is computed. Each figure is the median of REPS runs (VG_REPS for valgrind);
 # the native runs take turns. Contended runs vary a lot between runs on a shared machine (the
@@ -81,5 +84,19 @@ for layout in shared private; do
     name=${row%%:*}; t=${row#*:}
     printf "%-8s %-22s %10.3f %7.2fx\n" "$layout" "$name" "$t" "$(echo "$t / $plain" | bc -l)"
   done
+done
+exe=("$work/lock_overhead" "$N" wrapped)
+: >"$work/plain"; : >"$work/rec"; : >"$work/deep"
+for _ in $(seq "$REPS"); do
+  wall "${exe[@]}" >>"$work/plain"
+  wall env LD_PRELOAD="$so" FORESIGHT_OUTPUT="$work/t-wrapped" "${exe[@]}" >>"$work/rec"
+  rm -f "$work"/t-*
+  wall env LD_PRELOAD="$so" FORESIGHT_WRAPPERS='lk_*' FORESIGHT_OUTPUT="$work/w-wrapped" "${exe[@]}" >>"$work/deep"
+  rm -f "$work"/w-*
+done
+plain=$(median <"$work/plain")
+for row in "plain:$plain" "recorder:$(median <"$work/rec")" "recorder-wrappers:$(median <"$work/deep")"; do
+  name=${row%%:*}; t=${row#*:}
+  printf "%-8s %-22s %10.3f %7.2fx\n" wrapped "$name" "$t" "$(echo "$t / $plain" | bc -l)"
 done
 echo "N=$N lock pairs per thread (valgrind: N/$VG_DIV, time x$VG_DIV); medians of $REPS runs ($VG_REPS for valgrind)" 

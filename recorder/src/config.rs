@@ -13,6 +13,8 @@
 //!   --hang-timeout`): the flusher runs from start-up and looks for that file on each round;
 //!   when it appears (no process of the run recorded an event for N ms), the trace is
 //!   completed with every thread's end state and the process ends with SIGKILL.
+//! - `FORESIGHT_WRAPPERS=GLOB\nGLOB…`: the program's own lock wrappers, one glob a line
+//!   (`wrappers.rs`): calls made inside them are recorded with their callers.
 //! - `FORESIGHT_ORDERING=global`: one process-wide counter (`Ordering::GlobalSequence`)
 //!   instead of the default Lamport clocks per object (`Ordering::Logical`, also selected by
 //!   `logical`). The counter is a cache line every core writes on every synchronising event:
@@ -40,6 +42,8 @@ pub struct Config {
     /// timeout that made `foresight record` create it.
     pub stop_file: Option<Vec<u8>>,
     pub hang_timeout_ms: u64,
+    /// `FORESIGHT_WRAPPERS`, as given.
+    pub wrappers: Option<Vec<u8>>,
 }
 
 fn var(name: &CStr) -> Option<Vec<u8>> {
@@ -69,6 +73,7 @@ impl Config {
         let number = |name: &CStr| {
             var(name).and_then(|v| std::str::from_utf8(&v).ok()?.trim().parse::<u64>().ok())
         };
+        let wrappers = var(c"FORESIGHT_WRAPPERS").filter(|v| !v.is_empty());
         Self {
             output,
             stack_depth,
@@ -78,6 +83,7 @@ impl Config {
             flush_ms: number(c"FORESIGHT_FLUSH_MS").unwrap_or(100),
             stop_file: var(c"FORESIGHT_STOP_FILE").filter(|v| !v.is_empty()),
             hang_timeout_ms: number(c"FORESIGHT_HANG_TIMEOUT_MS").unwrap_or(0),
+            wrappers,
         }
     }
 }

@@ -14,7 +14,10 @@
 //! - `objects.rs`: address → object id with generations; per-object clocks.
 //! - `stripes.rs`: per-address clocks (and locks) for atomics, allocations, annotations.
 //! - `accesses.rs`: an instrumented thread's dedup cache, access-site cache, shadow stack.
-//! - `sites.rs`, `modules.rs`: call sites as module + offset; loaded modules and build-ids.
+//! - `sites.rs`, `modules.rs`: call sites as module + offset (unwound to the user's frame
+//!   where the return address is in locking machinery); loaded modules and build-ids.
+//! - `wrappers.rs`: which code addresses are locking machinery (runtime libraries, the
+//!   standard library's lock functions, the program's wrappers), from ELF symbol tables.
 //! - `output.rs`: the trace file (pwrite at reserved offsets), table records, trailer.
 //! - `alloc.rs`: the mmap-backed global allocator (never the program's malloc).
 //! - `config.rs`, `spin.rs`, `real.rs`: the env contract, a spinlock, real-symbol lookup.
@@ -35,6 +38,7 @@ pub mod sites;
 pub mod spin;
 pub mod stripes;
 pub mod thread_state;
+pub mod wrappers;
 
 /// Every Rust allocation of the runtime comes from its own mmap regions (`alloc.rs`).
 #[global_allocator]

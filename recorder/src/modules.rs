@@ -18,6 +18,32 @@ struct Module {
     base: u64,
     lo: u64,
     hi: u64,
+    path: String,
+    build_id: Vec<u8>,
+}
+
+/// A module as `wrappers.rs` reads it: its file, and the bias that maps an address to the
+/// file's virtual addresses.
+pub struct ModuleFile {
+    pub id: u32,
+    pub base: u64,
+    pub path: String,
+    pub build_id: Vec<u8>,
+}
+
+/// The module holding `addr` (rescanning as `frame_of` does), or `None`.
+pub fn module_at(addr: u64) -> Option<ModuleFile> {
+    frame_of(addr)?;
+    let m = MODULES.lock();
+    m.list
+        .iter()
+        .find(|m| addr >= m.lo && addr < m.hi)
+        .map(|m| ModuleFile {
+            id: m.id,
+            base: m.base,
+            path: m.path.clone(),
+            build_id: m.build_id.clone(),
+        })
 }
 
 struct Modules {
@@ -164,12 +190,12 @@ fn rescan(m: &mut Modules) {
         let sid = output::new_string_id();
         output::table_record(&TableRecord::String(StringEntry {
             id: sid,
-            text: path,
+            text: path.clone(),
         }));
         output::table_record(&TableRecord::Module(ModuleInfo {
             id,
             path: sid,
-            build_id: f.build_id,
+            build_id: f.build_id.clone(),
             base: f.base,
             size: f.hi - f.base,
         }));
@@ -178,6 +204,8 @@ fn rescan(m: &mut Modules) {
             base: f.base,
             lo: f.lo,
             hi: f.hi,
+            path,
+            build_id: f.build_id,
         });
     }
 }

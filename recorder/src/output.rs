@@ -369,7 +369,7 @@ static STOP_ARG: AtomicU64 = AtomicU64::new(0);
 static STOP_NS: AtomicU64 = AtomicU64::new(0);
 
 /// Notes why recording stops (or stopped the program) before it ended; the first cause is
-/// kept. `finish` writes it (FORMAT.md §7.10).
+/// kept. `finish` writes it (FORMAT.md §7.13).
 pub fn note_stop(cause: StopCause) {
     let (kind, arg) = match cause {
         StopCause::WriteFailed { errno } => (1, errno as u32 as u64),

@@ -23,7 +23,7 @@ use crate::output::{self, STATE_DONE, STATE_OFF, STATE_PAUSED, STATE_RECORDING, 
 use crate::sequence::{self, Key};
 use crate::spin::SpinLock;
 use crate::thread_state::{self, ThreadState};
-use crate::{modules, objects, sites, ALLOC};
+use crate::{modules, objects, sites, wrappers, ALLOC};
 
 static CONFIG: SpinLock<Option<Config>> = SpinLock::new(None);
 /// The recorded process (a `vfork` child shares our memory but has another pid: it must not
@@ -118,6 +118,7 @@ pub extern "C" fn init() {
     let cfg = Config::from_env();
     sequence::set_global(cfg.global_sequence);
     sites::set_depth(cfg.stack_depth);
+    wrappers::configure(cfg.wrappers.as_deref());
     crate::hooks::tsan::configure(cfg.stack_depth);
     crate::hooks::memory::init();
     crate::hooks::heap::set_recording(cfg.allocations.unwrap_or(true));
@@ -164,7 +165,7 @@ extern "C" fn at_exit() {
 
 /// Completes the trace (once). `attempts` bounds every lock wait (signal handlers).
 /// `caller_exits`: the calling thread ends the process (`exit`, `_exit`) and gets a
-/// `thread-exit`; every other live thread gets an end state instead (FORMAT.md §7.9).
+/// `thread-exit`; every other live thread gets an end state instead (FORMAT.md §7.12).
 pub fn finish(reason: EndReason, attempts: Option<u32>, caller_exits: bool) {
     if !own_process() {
         return;
@@ -245,7 +246,7 @@ pub fn before_exec(ra: usize) {
     }
     if let Some(t) = thread_state::current() {
         t.with(|t| {
-            let site = sites::site(ra);
+            let site = sites::call_site(ra).0;
             t.emit(EventKind::Exec { site }, Key::Tick);
         });
     }
@@ -308,12 +309,14 @@ pub fn flush_all(attempts: Option<u32>) {
 // --- fork -----------------------------------------------------------------------------------
 
 /// Holds every runtime lock across `fork`, so the child inherits consistent tables and heap.
-/// Order: configuration, registry, modules, tables, allocator (the configuration's lock
-/// nests with none; the others in the order in which the runtime nests them).
+/// Order: configuration, registry, modules, wrapper symbols, tables, allocator (the
+/// configuration's lock nests with none; the others in the order in which the runtime nests
+/// them).
 extern "C" fn fork_prepare() {
     CONFIG.raw_lock();
     thread_state::lock_for_fork();
     modules::lock_for_fork();
+    wrappers::lock_for_fork();
     output::lock_for_fork();
     ALLOC.lock_for_fork();
 }
@@ -323,6 +326,7 @@ extern "C" fn fork_parent() {
     unsafe {
         ALLOC.unlock_after_fork();
         output::unlock_after_fork();
+        wrappers::unlock_after_fork();
         modules::unlock_after_fork();
         thread_state::parent_after_fork();
         CONFIG.force_unlock();
@@ -335,6 +339,7 @@ extern "C" fn fork_child() {
     unsafe {
         ALLOC.unlock_after_fork();
         output::unlock_after_fork();
+        wrappers::unlock_after_fork();
         modules::unlock_after_fork();
         thread_state::child_after_fork(me);
         CONFIG.force_unlock();
@@ -352,6 +357,7 @@ extern "C" fn fork_child() {
         sites::reset();
     }
     modules::reset();
+    wrappers::reset();
     thread_state::pt_reset();
     output::forget_parent_file();
     let Some(cfg) = CONFIG.lock().clone() else {

@@ -7,9 +7,19 @@
 //! program exits.
 //!
 //! The return address comes from the hook's naked entry (`hooks/naked.rs`), which reads it off
-//! the stack (x86-64) or the link register (AArch64) before anything can disturb it. Deeper
-//! stacks use libc's `backtrace()` (slower, only when asked for); frames above the hook's own
-//! are dropped by finding the return address in the backtrace.
+//! the stack (x86-64) or the link register (AArch64) before anything can disturb it.
+//!
+//! A synchronisation hook's site ([`call_site`]) needs more than its return address where that
+//! address is inside locking machinery (`wrappers.rs`: a libstdc++ lock function, a C
+//! library, a wrapper the program names): the site is then the frames up to the first one
+//! outside the machinery, unwound at every call, and never cached by address (the same
+//! return address has other callers). Whether an address is machinery is decided once, when
+//! its slot is created: the slot then holds `DEEP` instead of a site. Deeper stacks
+//! (`FORESIGHT_STACK_DEPTH` > 1) are unwound the same way, the user's frame and its callers.
+//! Unwinding is libgcc's `_Unwind_Backtrace` (the unwinder every Rust and C++ program already
+//! loads), stopped as soon as the frames wanted are in; frames above the hook's own are
+//! dropped by finding the return address among them. Memory-access and allocation sites stay
+//! single return addresses ([`site`]): their hot paths cache sites by address.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
@@ -44,16 +54,13 @@ static NEXT_ID: AtomicU32 = AtomicU32::new(0);
 static DEPTH: AtomicUsize = AtomicUsize::new(1);
 /// The site id used when the table is full (no record: a reader reports it as dangling).
 const OVERFLOW: SiteId = u32::MAX;
+/// A slot's `id` for a return address inside locking machinery: its calls are unwound.
+const DEEP: u32 = u32::MAX - 1;
+/// Frames a site unwinds to at most (the machinery's, the user's, and its callers).
+const MAX_UNWOUND: usize = MAX_STACK_DEPTH + 16;
 
 pub fn set_depth(d: usize) {
     DEPTH.store(d.clamp(1, MAX_STACK_DEPTH), Ordering::Relaxed);
-    if d > 1 {
-        // The first backtrace() loads libgcc_s (dlopen, malloc): do it now, at start-up,
-        // rather than inside the first hooked call.
-        let mut buf = [std::ptr::null_mut(); 4];
-        // SAFETY: the buffer has room for 4 frames.
-        unsafe { libc::backtrace(buf.as_mut_ptr(), 4) };
-    }
 }
 
 #[inline]
@@ -74,52 +81,139 @@ pub fn shallow() -> bool {
     DEPTH.load(Ordering::Relaxed) <= 1
 }
 
-/// The site of a hooked call whose return address is `ra`.
+/// The site of a memory access or an allocation at return address (or instruction) `ra`,
+/// with `FORESIGHT_STACK_DEPTH` > 1 its callers too: never deepened for machinery (their hot
+/// paths cache sites by address).
 #[inline]
 pub fn site(ra: usize) -> SiteId {
     if DEPTH.load(Ordering::Relaxed) <= 1 {
-        intern(ra as u64 | 1 << 63, &[ra])
+        match intern(ra as u64 | 1 << 63, &[ra], false) {
+            DEEP => unwound_site(ra, 1),
+            id => id,
+        }
     } else {
-        deep_site(ra)
+        unwound_site(ra, DEPTH.load(Ordering::Relaxed))
     }
 }
 
-#[cold]
-fn deep_site(ra: usize) -> SiteId {
-    let depth = DEPTH.load(Ordering::Relaxed);
-    let mut buf = [std::ptr::null_mut::<libc::c_void>(); MAX_STACK_DEPTH + 16];
-    // SAFETY: backtrace writes at most `len` entries into the buffer.
-    let n = unsafe { libc::backtrace(buf.as_mut_ptr(), buf.len() as i32) }.max(0) as usize;
-    let frames: Vec<usize> = buf[..n].iter().map(|&p| p as usize).collect();
-    let start = frames.iter().position(|&f| f == ra);
-    let mut out = [0usize; MAX_STACK_DEPTH];
-    let mut len = 1;
-    out[0] = ra;
-    if let Some(s) = start {
-        for (o, &f) in out[1..depth].iter_mut().zip(&frames[s + 1..]) {
-            *o = f;
-            len += 1;
+/// The site of a synchronisation hook called from `ra`, and whether it may be cached by
+/// `ra` (false when the site depends on the callers: deeper stacks, or `ra` inside locking
+/// machinery, whose calls are unwound to the first frame outside it). Always inlined: every
+/// frame between the hook and the unwinder costs each unwound call one more frame to step.
+#[inline(always)]
+pub fn call_site(ra: usize) -> (SiteId, bool) {
+    if DEPTH.load(Ordering::Relaxed) <= 1 {
+        match intern(ra as u64 | 1 << 63, &[ra], true) {
+            DEEP => (unwound_site(ra, 1), false),
+            id => (id, true),
         }
+    } else {
+        (unwound_site(ra, DEPTH.load(Ordering::Relaxed)), false)
     }
-    frames_site(&out[..len])
+}
+
+/// The frames from `ra` out to the first one outside the locking machinery, then `depth - 1`
+/// more callers.
+#[cold]
+#[inline(never)]
+fn unwound_site(ra: usize, depth: usize) -> SiteId {
+    let mut walk = Walk {
+        ra,
+        started: false,
+        skipped: 0,
+        frames: [0; MAX_UNWOUND],
+        len: 0,
+        user: None,
+        depth,
+    };
+    // SAFETY: `step` only touches the `Walk` it is given, which outlives the call, and reads
+    // the instruction pointer of the context the unwinder passes it.
+    unsafe { _Unwind_Backtrace(step, (&mut walk as *mut Walk).cast()) };
+    if walk.len == 0 {
+        // The return address was not found among the frames (nothing to unwind through).
+        walk.frames[0] = ra;
+        walk.len = 1;
+    }
+    hashed_site(&walk.frames[..walk.len])
+}
+
+struct Walk {
+    ra: usize,
+    started: bool,
+    skipped: usize,
+    frames: [usize; MAX_UNWOUND],
+    len: usize,
+    /// Index of the first frame outside the machinery, once found.
+    user: Option<usize>,
+    depth: usize,
+}
+
+const URC_NO_REASON: libc::c_int = 0;
+const URC_END_OF_STACK: libc::c_int = 5;
+
+type TraceFn = extern "C" fn(ctx: *mut libc::c_void, arg: *mut libc::c_void) -> libc::c_int;
+
+// libgcc's unwinder (the Itanium C++ ABI's `_Unwind_Backtrace`), which this library already
+// links for Rust's own unwinding.
+#[link(name = "gcc_s")]
+extern "C" {
+    fn _Unwind_Backtrace(trace: TraceFn, arg: *mut libc::c_void) -> libc::c_int;
+    fn _Unwind_GetIP(ctx: *mut libc::c_void) -> usize;
+}
+
+extern "C" fn step(ctx: *mut libc::c_void, arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `Walk` `unwound_site` passed, alive and not otherwise borrowed
+    // during the walk; `ctx` is the unwinder's context for this frame.
+    let (w, ip) = unsafe { (&mut *(arg as *mut Walk), _Unwind_GetIP(ctx)) };
+    if !w.started {
+        if ip != w.ra {
+            // The runtime's own frames, above the hook's caller.
+            w.skipped += 1;
+            return if w.skipped > 64 {
+                URC_END_OF_STACK
+            } else {
+                URC_NO_REASON
+            };
+        }
+        w.started = true;
+    }
+    w.frames[w.len] = ip;
+    w.len += 1;
+    if w.user.is_none() && !crate::wrappers::is_machinery(ip) {
+        w.user = Some(w.len - 1);
+    }
+    let enough = w.user.is_some_and(|u| w.len - u >= w.depth);
+    if enough || w.len == MAX_UNWOUND {
+        URC_END_OF_STACK
+    } else {
+        URC_NO_REASON
+    }
 }
 
 /// The site of a stack given frame by frame (the return address first, then its callers):
 /// the instrumented program's shadow stack (`accesses.rs`).
 pub fn frames_site(frames: &[usize]) -> SiteId {
     if let [ra] = frames {
-        return intern(*ra as u64 | 1 << 63, frames);
+        return site(*ra);
     }
-    let mut h = 0u64;
+    hashed_site(frames)
+}
+
+/// The site of several frames (or one unwound frame), keyed by their hash: never the key of
+/// a single return address, whose slot may say `DEEP`.
+fn hashed_site(frames: &[usize]) -> SiteId {
+    let mut h = frames.len() as u64;
     for &f in frames {
         h = mix(h ^ f as u64);
     }
-    intern(h & !(1 << 63) | 1, frames)
+    intern(h & !(1 << 63) | 1, frames, false)
 }
 
 /// `key` is non-zero and identifies the frames (the address itself at depth 1, else a hash).
+/// With `classify`, a new single return address inside locking machinery gets `DEEP` instead
+/// of a site; an existing slot answers what it holds.
 #[inline]
-fn intern(key: u64, frames: &[usize]) -> SiteId {
+fn intern(key: u64, frames: &[usize], classify: bool) -> SiteId {
     let mut i = (mix(key) as usize) & (SLOTS - 1);
     for _ in 0..MAX_PROBES {
         let s = &TABLE.0[i];
@@ -132,7 +226,7 @@ fn intern(key: u64, frames: &[usize]) -> SiteId {
                 .key
                 .compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire)
             {
-                Ok(_) => return create(s, frames),
+                Ok(_) => return create(s, frames, classify),
                 Err(v) if v == key => return wait_id(s),
                 Err(_) => {}
             }
@@ -146,6 +240,9 @@ fn intern(key: u64, frames: &[usize]) -> SiteId {
 fn wait_id(s: &Slot) -> SiteId {
     loop {
         let id = s.id.load(Ordering::Acquire);
+        if id == DEEP {
+            return DEEP;
+        }
         if id != 0 {
             return id - 1;
         }
@@ -154,7 +251,13 @@ fn wait_id(s: &Slot) -> SiteId {
 }
 
 #[cold]
-fn create(s: &Slot, frames: &[usize]) -> SiteId {
+fn create(s: &Slot, frames: &[usize], classify: bool) -> SiteId {
+    if let (true, [ra]) = (classify, frames) {
+        if crate::wrappers::is_machinery(*ra) {
+            s.id.store(DEEP, Ordering::Release);
+            return DEEP;
+        }
+    }
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
     let frames: Vec<Frame> = frames
         .iter()

@@ -382,7 +382,7 @@ impl ThreadState {
         self.owners.store(2, Ordering::Relaxed);
     }
 
-    /// The site of return address `ra` (owner only).
+    /// The site of an allocation called from `ra` (owner only).
     #[inline(always)]
     pub fn site(&self, ra: usize) -> SiteId {
         if !sites::shallow() {
@@ -396,6 +396,25 @@ impl ThreadState {
         let v = sites::site(ra);
         c.set((ra, v));
         v
+    }
+
+    /// The site of a synchronisation hook called from `ra`, and whether it may be cached by
+    /// `ra` (`sites::call_site`; owner only).
+    #[inline(always)]
+    pub fn call_site(&self, ra: usize) -> (SiteId, bool) {
+        if !sites::shallow() {
+            return sites::call_site(ra);
+        }
+        let c = &self.site_cache[cache_index(ra)];
+        let (k, v) = c.get();
+        if k == ra {
+            return (v, true);
+        }
+        let (v, cacheable) = sites::call_site(ra);
+        if cacheable {
+            c.set((ra, v));
+        }
+        (v, cacheable)
     }
 
     #[inline(always)]

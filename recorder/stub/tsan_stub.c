@@ -124,13 +124,35 @@ FS_SIZES(__tsan_read, 0)
 FS_SIZES(__tsan_write, 1)
 FS_SIZES(__tsan_volatile_read, 0)
 FS_SIZES(__tsan_volatile_write, 1)
-/* A compound access (x += 1) reads then writes: the write is what conflicts. */
-FS_SIZES(__tsan_read_write, 1)
+/* A compound access (clang's x += 1) reads, then writes: both are recorded, since a race
+ * predictor must know what every read read (the write alone is what ThreadSanitizer checks). */
+#define FS_READ_WRITE(name, size)                                                               \
+    FS_API void name(void *a) {                                                                 \
+        struct foresight_tsan_runtime *t = RT;                                                  \
+        if (FS_ABSENT(t))                                                                       \
+            return;                                                                             \
+        void *pc = FS_PC;                                                                       \
+        t->access(a, (uintptr_t)(size) << 1, pc);                                               \
+        t->access(a, (uintptr_t)(size) << 1 | 1, pc);                                           \
+    }                                                                                           \
+    FS_API void name##_pc(void *a, void *pc) {                                                  \
+        fs_access(a, size, 0, pc);                                                              \
+        fs_access(a, size, 1, pc);                                                              \
+    }
+
+FS_READ_WRITE(__tsan_read_write1, 1)
+FS_READ_WRITE(__tsan_read_write2, 2)
+FS_READ_WRITE(__tsan_read_write4, 4)
+FS_READ_WRITE(__tsan_read_write8, 8)
+FS_READ_WRITE(__tsan_read_write16, 16)
 FS_UNALIGNED_SIZES(__tsan_unaligned_read, 0)
 FS_UNALIGNED_SIZES(__tsan_unaligned_write, 1)
 FS_UNALIGNED_SIZES(__tsan_unaligned_volatile_read, 0)
 FS_UNALIGNED_SIZES(__tsan_unaligned_volatile_write, 1)
-FS_UNALIGNED_SIZES(__tsan_unaligned_read_write, 1)
+FS_READ_WRITE(__tsan_unaligned_read_write2, 2)
+FS_READ_WRITE(__tsan_unaligned_read_write4, 4)
+FS_READ_WRITE(__tsan_unaligned_read_write8, 8)
+FS_READ_WRITE(__tsan_unaligned_read_write16, 16)
 
 FS_API void __tsan_read_range(void *a, uintptr_t size) {
     if (size)

@@ -1,7 +1,9 @@
 //! Symbolises a foresight trace in place (`FORMAT.md` §7.7): every code address of the site
 //! table and every static lock address (`ClassKey::Static`) gets a `FrameSymbol` record with
-//! its function (or variable), file and line, read from the modules the trace names, so that
-//! the trace can be analysed on a machine that does not have the binaries.
+//! its function (or variable), file and line, and every static variable that a memory access
+//! touched gets a `DataVariable` record with the layout of its type (§7.9–§7.10), read from
+//! the modules the trace names, so that the trace can be analysed on a machine that does not
+//! have the binaries (`Tables::data_symbol` names an accessed address: `counters[3]`).
 //!
 //! ```no_run
 //! let summary = foresight_symbols::symbolize_in_place(
@@ -14,28 +16,33 @@
 //! # Ok::<(), foresight_symbols::SymbolizeError>(())
 //! ```
 //!
-//! The pass reads only the tables of the trace, resolves the frames module by module (a module
-//! that is missing, unreadable or of another build is skipped with a warning, never an error),
-//! and appends the new records at the end of the file: it removes the trailer, appends table
-//! chunks and writes the trailer again. Frames that already have a symbol are left alone, so
-//! running it twice appends nothing the second time.
+//! The pass reads the tables of the trace and, in one streaming pass over the events, the
+//! static data that accesses touched (`touched.rs`); it resolves frames and data module by
+//! module (a module that is missing, unreadable or of another build is skipped with a warning,
+//! never an error), and appends the new records at the end of the file: it removes the
+//! trailer, appends table chunks and writes the trailer again. Frames that already have a
+//! symbol, and variables that already have a record, are left alone, so running it twice
+//! appends nothing the second time.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use foresight_trace::frame::ChunkKind;
 use foresight_trace::reader::TraceFile;
 use foresight_trace::tables::{
-    ClassKey, Frame, FrameSymbol, SourceLocation, StringEntry, TableRecord, Trailer,
+    ClassKey, DataMember, DataType, DataVariable, Frame, FrameSymbol, SourceLocation, StringEntry,
+    TableRecord, Trailer, TypeShape,
 };
 use foresight_trace::writer::{trailer_chunk, TableWriter};
 use foresight_trace::{StringId, TraceError};
 
 mod append;
 mod module;
+mod touched;
 
-use module::ResolvedLocation;
+use module::{ModuleData, ResolvedLocation};
 
 /// How to symbolise.
 #[derive(Clone, Debug)]
@@ -47,6 +54,9 @@ pub struct SymbolizeOptions {
     pub debug_dirs: Vec<PathBuf>,
     /// `fsync` the trace after appending.
     pub sync: bool,
+    /// Name the static variables that memory accesses touched (`FORMAT.md` §7.9): costs one
+    /// streaming pass over the trace's events.
+    pub data: bool,
 }
 
 impl Default for SymbolizeOptions {
@@ -55,6 +65,7 @@ impl Default for SymbolizeOptions {
             demangle: true,
             debug_dirs: vec![PathBuf::from("/usr/lib/debug")],
             sync: true,
+            data: true,
         }
     }
 }
@@ -86,6 +97,21 @@ pub struct SymbolizeSummary {
     pub dropped_tail: Option<(u64, u64)>,
     /// Other things worth telling the user.
     pub notes: Vec<String>,
+    /// Memory events (reads, writes, atomics) the data pass read.
+    pub data_accesses: u64,
+    /// 8-byte granules of module images (static data) that they touched.
+    pub data_granules: u64,
+    /// Of those, granules no variable holds (padding, data without a symbol) in the modules
+    /// that were read.
+    pub data_unnamed_granules: u64,
+    /// Variable records this pass appended.
+    pub data_variables: usize,
+    /// Touched variables that had a record before this pass; they were left alone.
+    pub data_already: usize,
+    /// Type layouts this pass appended.
+    pub data_types: usize,
+    /// Time the pass over the events took.
+    pub data_pass_time: Duration,
 }
 
 impl SymbolizeSummary {
@@ -111,17 +137,35 @@ pub struct SkippedModule {
     pub path: Option<String>,
     /// How many frames this cost.
     pub frames: usize,
+    /// How many 8-byte granules of accessed static data this left unnamed.
+    pub data_granules: u64,
     pub reason: SkipReason,
 }
 
 impl fmt::Display for SkippedModule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let plural = if self.frames == 1 { "" } else { "s" };
+        let plural = |n: u64| if n == 1 { "" } else { "s" };
         match &self.path {
             Some(p) => write!(f, "module {} ({p}): {}", self.module, self.reason)?,
             None => write!(f, "module {}: {}", self.module, self.reason)?,
         }
-        write!(f, "; {} frame{plural} left unsymbolised", self.frames)
+        let frames = self.frames as u64;
+        match (frames, self.data_granules) {
+            (n, 0) => write!(f, "; {n} frame{} left unsymbolised", plural(n)),
+            (0, g) => write!(
+                f,
+                "; accesses to {} byte{} of its static data left unnamed",
+                g * 8,
+                plural(g * 8)
+            ),
+            (n, g) => write!(
+                f,
+                "; {n} frame{} left unsymbolised, accesses to {} bytes of its static data \
+                 unnamed",
+                plural(n),
+                g * 8
+            ),
+        }
     }
 }
 
@@ -225,6 +269,10 @@ struct Snapshot {
     already: usize,
     modules: BTreeMap<u32, foresight_trace::tables::ModuleInfo>,
     strings: HashMap<StringId, String>,
+    /// Variables that already have a record, by (module, offset).
+    variables: BTreeSet<(u32, u64)>,
+    /// The first type id no record uses (`None`: all are taken).
+    next_type: Option<u32>,
     trailer: Option<Trailer>,
     /// Where the new chunks go: the old trailer's offset, or the end of the last complete chunk.
     cut: u64,
@@ -270,6 +318,11 @@ fn snapshot(file: &TraceFile, header_end: u64) -> Snapshot {
         already,
         modules: t.modules.clone(),
         strings: t.strings.clone(),
+        variables: t.data_variables.keys().copied().collect(),
+        next_type: match t.data_types.keys().max() {
+            None => Some(0),
+            Some(m) => m.checked_add(1),
+        },
         trailer: file.trailer().cloned(),
         cut,
     }
@@ -326,17 +379,51 @@ pub fn symbolize_in_place(
         ..Default::default()
     };
 
-    // Group the frames by module and resolve them.
+    // The static data the accesses touched, by module (the event pass).
+    let collected = if opts.data {
+        let started = Instant::now();
+        let t = touched::collect(path);
+        summary.data_pass_time = started.elapsed();
+        // The trace was read once already: a failure now (the file changed) costs only the
+        // data's names.
+        t.map_err(|e| summary.notes.push(format!("static data not named: {e}")))
+            .ok()
+    } else {
+        None
+    };
+    let touched = if let Some(t) = collected {
+        summary.data_accesses = t.accesses;
+        summary.data_granules = t.granules;
+        if t.overflowed > 0 {
+            summary.notes.push(format!(
+                "the accesses touched more than {} pages of static data: {} accesses beyond \
+                 them were not used to name variables",
+                touched::MAX_PAGES,
+                t.overflowed
+            ));
+        }
+        t.by_module
+    } else {
+        BTreeMap::new()
+    };
+
+    // Group the frames by module and resolve them with the module's touched data.
     let mut by_module: BTreeMap<u32, Vec<(Frame, Use)>> = BTreeMap::new();
     for (f, u) in &snap.frames {
         by_module.entry(f.module).or_default().push((*f, *u));
     }
+    for id in touched.keys() {
+        by_module.entry(*id).or_default();
+    }
     let mut resolved: BTreeMap<Frame, Vec<ResolvedLocation>> = BTreeMap::new();
+    let mut data: Vec<(u32, ModuleData)> = Vec::new();
     for (id, frames) in &by_module {
+        let runs = touched.get(id).map_or(&[][..], Vec::as_slice);
         let skip = |reason, path: Option<String>| SkippedModule {
             module: *id,
             path,
             frames: frames.len(),
+            data_granules: runs.iter().map(|(lo, hi)| (hi - lo) / 8).sum(),
             reason,
         };
         let Some(info) = snap.modules.get(id) else {
@@ -351,7 +438,7 @@ pub fn symbolize_in_place(
         };
         // A malformed module must cost only that module, even if a parser panics on it.
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            module::resolve(Path::new(&module_path), info, frames, opts)
+            module::resolve(Path::new(&module_path), info, frames, runs, opts)
         }));
         match outcome {
             Ok(Ok(out)) => {
@@ -364,6 +451,15 @@ pub fn symbolize_in_place(
                         resolved.insert(frame, locs);
                     }
                 }
+                let mut d = out.data;
+                summary.data_unnamed_granules += d.unnamed_granules;
+                let before = d.variables.len();
+                d.variables
+                    .retain(|v| !snap.variables.contains(&(*id, v.offset)));
+                summary.data_already += before - d.variables.len();
+                if !d.variables.is_empty() {
+                    data.push((*id, d));
+                }
             }
             Ok(Err(reason)) => summary
                 .modules_skipped
@@ -374,12 +470,19 @@ pub fn symbolize_in_place(
             )),
         }
     }
-    if resolved.is_empty() {
+    if resolved.is_empty() && data.is_empty() {
         return Ok(summary);
     }
 
-    let new_chunks = encode_records(path, &snap, &resolved)?;
+    let (new_chunks, counts) = encode_records(path, &snap, &resolved, &data)?;
     summary.symbolised = resolved.len();
+    summary.data_variables = counts.variables;
+    summary.data_types = counts.types;
+    if counts.types_exhausted {
+        summary.notes.push(
+            "no free type id is left: some variables were written without their layout".into(),
+        );
+    }
     let mut bytes = new_chunks;
     if let Some(t) = &snap.trailer {
         // Same counts: table chunks are not event chunks.
@@ -393,12 +496,21 @@ pub fn symbolize_in_place(
     Ok(summary)
 }
 
-/// The string and symbol records for `resolved`, as framed table chunks.
+/// What `encode_records` wrote of the data records.
+#[derive(Default)]
+struct DataCounts {
+    variables: usize,
+    types: usize,
+    types_exhausted: bool,
+}
+
+/// The string, symbol and data records for `resolved` and `data`, as framed table chunks.
 fn encode_records(
     path: &Path,
     snap: &Snapshot,
     resolved: &BTreeMap<Frame, Vec<ResolvedLocation>>,
-) -> Result<Vec<u8>, SymbolizeError> {
+    data: &[(u32, ModuleData)],
+) -> Result<(Vec<u8>, DataCounts), SymbolizeError> {
     // Reuse the trace's strings (the smallest id for a text, so the choice is stable).
     let mut ids: HashMap<&str, StringId> = HashMap::new();
     for (id, text) in &snap.strings {
@@ -414,6 +526,12 @@ fn encode_records(
     let mut new_strings: HashMap<String, StringId> = HashMap::new();
     let mut w = TableWriter::new();
     let mut out = Vec::new();
+    // Chunks of about 32 KiB, as `TraceWriter` writes them: far below the payload limit.
+    let mut flush_if_full = |w: &mut TableWriter| {
+        if w.pending_bytes() > 32 << 10 {
+            w.flush_into(|b| out.extend_from_slice(b));
+        }
+    };
 
     let mut intern = |w: &mut TableWriter, text: &str| -> Result<StringId, SymbolizeError> {
         if let Some(&id) = ids.get(text).or_else(|| new_strings.get(text)) {
@@ -424,7 +542,7 @@ fn encode_records(
             max: max.unwrap_or(0),
         })?;
         next = id.checked_add(1);
-        // The string goes before the first symbol that uses it (FORMAT.md §4.3).
+        // The string goes before the first record that uses it (FORMAT.md §4.3).
         w.push(&TableRecord::String(StringEntry {
             id,
             text: text.to_string(),
@@ -455,11 +573,90 @@ fn encode_records(
             frame: *frame,
             locations,
         }));
-        // Chunks of about 32 KiB, as `TraceWriter` writes them: far below the payload limit.
-        if w.pending_bytes() > 32 << 10 {
-            w.flush_into(|b| out.extend_from_slice(b));
+        flush_if_full(&mut w);
+    }
+
+    let mut counts = DataCounts::default();
+    let mut next_type = snap.next_type;
+    for (module, d) in data {
+        // The module's layouts that its new variables reach, numbered in the trace's ids.
+        let mut global: HashMap<u32, u32> = HashMap::new();
+        let mut order: Vec<u32> = Vec::new();
+        let mut stack: Vec<u32> = d.variables.iter().filter_map(|v| v.ty).collect();
+        while let Some(local) = stack.pop() {
+            if global.contains_key(&local) {
+                continue;
+            }
+            let Some(id) = next_type else {
+                counts.types_exhausted = true;
+                break;
+            };
+            next_type = id.checked_add(1);
+            global.insert(local, id);
+            order.push(local);
+            match d.types.types.get(local as usize).map(|t| &t.shape) {
+                Some(TypeShape::Array { element, .. }) => stack.extend(element),
+                Some(TypeShape::Record { members }) => {
+                    stack.extend(members.iter().filter_map(|m| m.ty))
+                }
+                None => {}
+            }
+        }
+        let map_ty = |t: Option<u32>| t.and_then(|t| global.get(&t).copied());
+        for local in order {
+            let shape = match &d.types.types[local as usize].shape {
+                TypeShape::Array {
+                    element,
+                    element_size,
+                    count,
+                } => TypeShape::Array {
+                    element: map_ty(*element),
+                    element_size: *element_size,
+                    count: *count,
+                },
+                TypeShape::Record { members } => {
+                    let mut out = Vec::with_capacity(members.len());
+                    for m in members {
+                        let name = match m.name.and_then(|n| d.types.names.get(n as usize)) {
+                            Some(n) => Some(intern(&mut w, n)?),
+                            None => None,
+                        };
+                        out.push(DataMember {
+                            name,
+                            offset: m.offset,
+                            size: m.size,
+                            ty: map_ty(m.ty),
+                        });
+                    }
+                    TypeShape::Record { members: out }
+                }
+            };
+            w.push(&TableRecord::DataType(DataType {
+                id: global[&local],
+                shape,
+            }));
+            counts.types += 1;
+            flush_if_full(&mut w);
+        }
+        for v in &d.variables {
+            let name = intern(&mut w, &v.name)?;
+            let file = match &v.file {
+                Some(f) => Some(intern(&mut w, f)?),
+                None => None,
+            };
+            w.push(&TableRecord::DataVariable(DataVariable {
+                module: *module,
+                offset: v.offset,
+                size: v.size,
+                name,
+                file,
+                line: v.line,
+                ty: map_ty(v.ty),
+            }));
+            counts.variables += 1;
+            flush_if_full(&mut w);
         }
     }
     w.flush_into(|b| out.extend_from_slice(b));
-    Ok(out)
+    Ok((out, counts))
 }

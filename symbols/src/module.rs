@@ -1,12 +1,14 @@
 //! Resolving the frames of one module: read the ELF file, check it is the recorded build, map
 //! module offsets to the addresses of the file, and look them up in DWARF (code) or the symbol
-//! table (code without debug information, and static data).
+//! table (code without debug information, and static data). Static data (the variables that
+//! memory accesses touched, and static locks) is described by its `DW_TAG_variable` and the
+//! layout of its type (`FORMAT.md` §7.9–§7.10), which also gives a lock its member path.
 //!
 //! A module file is as untrusted as the trace: it is read only if it is a regular file of
 //! bounded size, and every parse error costs only that module or that frame.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::fs::OpenOptions;
 use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
@@ -14,7 +16,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use addr2line::gimli;
-use foresight_trace::tables::{Frame, ModuleInfo};
+use foresight_trace::data::{element_path, PathStop, TypeTable};
+use foresight_trace::tables::{DataMember, DataType, Frame, ModuleInfo, TypeShape};
+use foresight_trace::StringId;
 use object::{
     CompressionFormat, Object, ObjectKind, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind,
 };
@@ -38,8 +42,58 @@ pub(crate) struct ResolvedLocation {
 pub(crate) struct ModuleOutcome {
     /// Every frame asked for; an empty list when nothing was found.
     pub resolved: Vec<(Frame, Vec<ResolvedLocation>)>,
+    /// The static variables that hold the accessed data asked for.
+    pub data: ModuleData,
     pub notes: Vec<String>,
 }
+
+/// What one module says of the data that accesses touched.
+#[derive(Default)]
+pub(crate) struct ModuleData {
+    /// The variables, by module offset, not overlapping.
+    pub variables: Vec<LocalVariable>,
+    /// The layouts their types (and static locks' types) need.
+    pub types: LocalTypes,
+    /// 8-byte granules asked for that no variable holds (padding, data without a symbol).
+    pub unnamed_granules: u64,
+}
+
+/// A static variable before its strings and type ids are the trace's.
+pub(crate) struct LocalVariable {
+    /// Module offset of its first byte (`FORMAT.md` §7.9).
+    pub offset: u64,
+    pub size: u64,
+    pub name: String,
+    pub file: Option<String>,
+    pub line: u32,
+    /// Index into `LocalTypes::types`.
+    pub ty: Option<u32>,
+}
+
+/// Layouts exported from one module's DWARF. Type ids are indices into `types`; member names
+/// are indices into `names`. The pass renumbers both into the trace's ids when it writes them.
+#[derive(Default)]
+pub(crate) struct LocalTypes {
+    pub types: Vec<DataType>,
+    pub names: Vec<String>,
+    name_ids: HashMap<String, StringId>,
+    /// (unit, type entry) → exported id (`None`: a scalar, or nothing to say).
+    memo: HashMap<(gimli::UnitSectionOffset, TypeOffset), Option<u32>>,
+}
+
+impl TypeTable for LocalTypes {
+    fn data_type(&self, id: u32) -> Option<&DataType> {
+        self.types.get(id as usize)
+    }
+
+    fn member_name(&self, id: StringId) -> Option<&str> {
+        self.names.get(id as usize).map(String::as_str)
+    }
+}
+
+/// The module offsets of a module's touched data: sorted, disjoint `[start, end)` runs of
+/// 8-byte granules.
+pub(crate) type DataRuns = [(u64, u64)];
 
 type Reader<'a> = gimli::EndianSlice<'a, gimli::RunTimeEndian>;
 
@@ -47,6 +101,7 @@ pub(crate) fn resolve(
     path: &Path,
     info: &ModuleInfo,
     frames: &[(Frame, Use)],
+    runs: &DataRuns,
     opts: &SymbolizeOptions,
 ) -> Result<ModuleOutcome, SkipReason> {
     let data = read_regular_file(path).map_err(SkipReason::Unreadable)?;
@@ -102,19 +157,28 @@ pub(crate) fn resolve(
         .and_then(|d| addr2line::Context::from_arc_dwarf(Arc::clone(d)).ok());
     let symbols = SymbolTable::new(std::iter::once(&obj).chain(extra_symbols));
 
-    // The static variables asked for (start addresses of their symbols), each with the offsets
-    // inside it that a lock lives at.
-    let mut data_wanted: BTreeMap<u64, BTreeSet<u64>> = BTreeMap::new();
+    // The static variables asked for: those holding a static lock, and those holding accessed
+    // data, by the start addresses of their symbols.
+    let mut wanted: BTreeSet<u64> = BTreeSet::new();
     for (f, _) in frames.iter().filter(|(_, u)| *u == Use::Data) {
-        if let Some(v) = map.vaddr(f.offset) {
-            if let Some(s) = symbols.data_sym(v) {
-                data_wanted.entry(s.start).or_default().insert(v - s.start);
-            }
+        if let Some(s) = map.vaddr(f.offset).and_then(|v| symbols.data_sym(v)) {
+            wanted.insert(s.start);
         }
     }
+    let touched = symbols.variables_touched(runs, &map);
+    wanted.extend(touched.iter().map(|s| s.start));
+    let mut types = LocalTypes::default();
     let decls = match &dwarf {
-        Some(d) if !data_wanted.is_empty() => variable_decls(d, &data_wanted),
+        Some(d) if !wanted.is_empty() => variable_decls(d, &wanted, &mut types),
         _ => HashMap::new(),
+    };
+    let describe = |sym: &Sym<'_>| {
+        let decl = decls.get(&sym.start);
+        let name = match decl {
+            Some(d) => d.name(sym, opts.demangle),
+            None => display_name(sym.name, opts.demangle),
+        };
+        (name, decl)
     };
 
     let mut resolved = Vec::with_capacity(frames.len());
@@ -132,12 +196,18 @@ pub(crate) fn resolve(
                 .filter(|&v| map.contains(v))
                 .and_then(|v| {
                     let sym = symbols.data_sym(v)?;
-                    let decl = decls.get(&sym.start);
-                    let name = decl
-                        .and_then(|d| d.name_at(sym, v - sym.start, opts.demangle))
-                        .unwrap_or_else(|| symbols.data_name(sym, v, opts.demangle));
+                    let (name, decl) = describe(sym);
+                    // The lock is the outermost element that starts at its address.
+                    let path = element_path(
+                        &types,
+                        decl.and_then(|d| d.ty),
+                        sym.end - sym.start,
+                        v - sym.start,
+                        1,
+                        PathStop::AtStart,
+                    );
                     Some(vec![ResolvedLocation {
-                        function: Some(name),
+                        function: Some(path.name(&name)),
                         file: decl.and_then(|d| d.file.clone()),
                         line: decl.map_or(0, |d| d.line),
                         column: 0,
@@ -147,7 +217,56 @@ pub(crate) fn resolve(
         };
         resolved.push((frame, locs));
     }
-    Ok(ModuleOutcome { resolved, notes })
+
+    let mut out = ModuleData::default();
+    for sym in &touched {
+        let Some(offset) = map.offset_of(sym.start) else {
+            continue;
+        };
+        let (name, decl) = describe(sym);
+        out.variables.push(LocalVariable {
+            offset,
+            size: sym.end - sym.start,
+            name,
+            file: decl.and_then(|d| d.file.clone()),
+            line: decl.map_or(0, |d| d.line),
+            ty: decl.and_then(|d| d.ty),
+        });
+    }
+    out.unnamed_granules = unnamed_granules(runs, &map, &touched);
+    out.types = types;
+    Ok(ModuleOutcome {
+        resolved,
+        data: out,
+        notes,
+    })
+}
+
+/// Granules of `data` that none of `vars` (sorted, not overlapping) holds.
+fn unnamed_granules(data: &DataRuns, map: &AddressMap, vars: &[&Sym<'_>]) -> u64 {
+    let mut unnamed = 0;
+    for &(lo, hi) in data {
+        let (Some(lo), Some(hi)) = (map.vaddr(lo), map.vaddr(hi)) else {
+            continue;
+        };
+        // Granules before `done` are counted as held.
+        let (mut done, mut held) = (lo, 0);
+        let first = vars.partition_point(|s| s.end <= lo);
+        for s in vars[first..].iter().take_while(|s| s.start < hi) {
+            let from = (s.start & !7).max(done);
+            let to = s
+                .end
+                .checked_next_multiple_of(8)
+                .unwrap_or(u64::MAX)
+                .min(hi);
+            if to > from {
+                held += (to - from).div_ceil(8);
+                done = to;
+            }
+        }
+        unnamed += (hi - lo).div_ceil(8).saturating_sub(held);
+    }
+    unnamed
 }
 
 /// Reads a module without blocking on a FIFO or a device and without unbounded allocation.
@@ -225,6 +344,15 @@ impl AddressMap {
         }
     }
 
+    /// The module offset of the file address `v` (the inverse of `vaddr`).
+    fn offset_of(&self, v: u64) -> Option<u64> {
+        if self.fixed {
+            v.checked_sub(self.base)
+        } else {
+            Some(v)
+        }
+    }
+
     /// True when `v` is inside a loaded segment: anything else is a bogus offset.
     fn contains(&self, v: u64) -> bool {
         self.loads.is_empty() || self.loads.iter().any(|&(a, n)| v >= a && v - a < n.max(1))
@@ -292,49 +420,67 @@ struct VarDecl {
     name: Option<String>,
     /// The function a function-local `static` belongs to.
     scope: Option<String>,
+    /// Whether it is a function-local `static`, named or not: clang describes the statics of
+    /// a function it inlined everywhere in a subprogram entry with no name.
+    in_function: bool,
     file: Option<String>,
     line: u32,
-    /// The member path of each wanted offset inside the variable (`[1].lock`), where the type
-    /// information leads to one.
-    paths: HashMap<u64, String>,
+    /// Its type's layout, exported into the module's `LocalTypes`.
+    ty: Option<u32>,
 }
 
 impl VarDecl {
-    /// The variable's name for the lock at `offset` inside it; `None` to fall back to the
-    /// symbol table's `name+0x28`.
-    fn name_at(&self, sym: &Sym<'_>, offset: u64, demangle: bool) -> Option<String> {
-        let base = if demangle && is_mangled(sym.name) {
+    /// The variable's name as the user spells it.
+    fn name(&self, sym: &Sym<'_>, demangle: bool) -> String {
+        if demangle && is_mangled(sym.name) {
             // A C++ name: the demangled symbol carries the namespace and, for a local static,
             // the function (`f()::m`); `DW_AT_name` has neither.
-            display_name(sym.name, demangle)
-        } else {
-            match (&self.scope, &self.name) {
-                // The symbol of a function-local static is `m.0`, `m.1`: the DWARF names the
-                // variable and its function, as gdb spells it (`f::m`), so that the statics of
-                // two functions stay distinct and readable.
-                (Some(f), Some(n)) => format!("{f}::{n}"),
-                (None, Some(n)) => n.clone(),
-                (_, None) => display_name(sym.name, demangle),
-            }
-        };
-        match (offset, self.paths.get(&offset)) {
-            (0, _) => Some(base),
-            (_, Some(p)) => Some(format!("{base}{p}")),
-            (_, None) => None,
+            return display_name(sym.name, demangle);
+        }
+        match (&self.scope, &self.name) {
+            // The symbol of a function-local static is `m.0`, `m.1`: the DWARF names the
+            // variable and its function, as gdb spells it (`f::m`), so that the statics of
+            // two functions stay distinct and readable.
+            (Some(f), Some(n)) => format!("{f}::{n}"),
+            // Without the function's name in the DWARF, clang's symbol still has it
+            // (`bump.calls`); GCC's (`calls.0`) does not.
+            (None, Some(n)) if self.in_function => sym
+                .name
+                .strip_suffix(n.as_str())
+                .and_then(|f| f.strip_suffix('.'))
+                .filter(|f| is_identifier(f))
+                .map_or_else(|| n.clone(), |f| format!("{f}::{n}")),
+            (None, Some(n)) => n.clone(),
+            (_, None) => display_name(sym.name, demangle),
         }
     }
 }
 
-/// Walks at most this many DWARF entries per type lookup, and this many levels of members:
-/// a malformed (cyclic) type chain must end.
-const MAX_TYPE_STEPS: usize = 64;
+fn is_identifier(s: &str) -> bool {
+    s.chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
 
-/// The static variables starting at `wanted` (each with the offsets of locks inside it): their
-/// names, declarations and member paths, from `DW_TAG_variable` entries whose location is the
-/// plain address (`DW_OP_addr`).
+/// Walks at most this many DWARF entries per type lookup: a malformed (cyclic) type chain
+/// must end.
+const MAX_TYPE_STEPS: usize = 64;
+/// Nesting exported into a layout: deeper parts are left as scalars (their bytes are then
+/// named by the enclosing element and an offset).
+const MAX_LAYOUT_DEPTH: usize = 24;
+/// Layouts exported per module, and members kept per record: what a malformed or enormous
+/// debug information may cost the trace.
+const MAX_TYPES: usize = 1 << 16;
+const MAX_MEMBERS: usize = 4096;
+
+/// The static variables starting at `wanted`: their names and declarations, and their types'
+/// layouts exported into `types`, from `DW_TAG_variable` entries whose location is the plain
+/// address (`DW_OP_addr`, or `DW_OP_addrx`).
 fn variable_decls(
     dwarf: &gimli::Dwarf<Reader<'_>>,
-    wanted: &BTreeMap<u64, BTreeSet<u64>>,
+    wanted: &BTreeSet<u64>,
+    types: &mut LocalTypes,
 ) -> HashMap<u64, VarDecl> {
     let mut out = HashMap::new();
     let mut units = dwarf.units();
@@ -365,41 +511,58 @@ fn variable_decls(
                 continue;
             };
             let mut ops = expr.operations(unit.encoding());
-            let Ok(Some(gimli::Operation::Address { address })) = ops.next() else {
-                continue;
+            // DWARF 5 producers (clang) give the address as an index into `.debug_addr`.
+            let address = match ops.next() {
+                Ok(Some(gimli::Operation::Address { address })) => address,
+                Ok(Some(gimli::Operation::AddressIndex { index })) => {
+                    match dwarf.address(&unit, index) {
+                        Ok(a) => a,
+                        Err(_) => continue,
+                    }
+                }
+                _ => continue,
             };
-            if !matches!(ops.next(), Ok(None)) || out.contains_key(&address) {
+            if !matches!(ops.next(), Ok(None))
+                || out.contains_key(&address)
+                || !wanted.contains(&address)
+            {
                 continue;
             }
-            let Some(offsets) = wanted.get(&address) else {
-                continue;
+            // A definition that points at its declaration (C++ static members, namespace
+            // variables declared `extern` first) may carry only the location.
+            let spec = match e.attr_value(gimli::DW_AT_specification).ok().flatten() {
+                Some(gimli::AttributeValue::UnitRef(o)) => unit.entry(o).ok(),
+                _ => None,
             };
-            let line = e
-                .attr_value(gimli::DW_AT_decl_line)
-                .ok()
-                .flatten()
+            let either = |at| {
+                e.attr_value(at)
+                    .ok()
+                    .flatten()
+                    .or_else(|| spec.as_ref()?.attr_value(at).ok().flatten())
+            };
+            let line = either(gimli::DW_AT_decl_line)
                 .and_then(|v| v.udata_value())
                 .and_then(|l| u32::try_from(l).ok())
                 .unwrap_or(0);
-            let file = match e.attr_value(gimli::DW_AT_decl_file).ok().flatten() {
+            let file = match either(gimli::DW_AT_decl_file) {
                 Some(gimli::AttributeValue::FileIndex(i)) => file_name(dwarf, &unit, i),
                 Some(v) => v.udata_value().and_then(|i| file_name(dwarf, &unit, i)),
                 None => None,
             };
-            let ty = type_ref(e);
-            let paths = offsets
-                .iter()
-                .filter(|&&o| o > 0)
-                .filter_map(|&o| Some((o, member_path(dwarf, &unit, ty?, o)?)))
-                .collect();
+            let ty = type_ref(e)
+                .or_else(|| type_ref(spec.as_ref()?))
+                .and_then(|t| types.export(dwarf, &unit, t, 0));
+            let name = attr_string(dwarf, &unit, e, gimli::DW_AT_name)
+                .or_else(|| attr_string(dwarf, &unit, spec.as_ref()?, gimli::DW_AT_name));
             out.insert(
                 address,
                 VarDecl {
-                    name: attr_string(dwarf, &unit, e, gimli::DW_AT_name),
+                    name,
                     scope: functions.last().and_then(|(_, n)| n.clone()),
+                    in_function: !functions.is_empty(),
                     file,
                     line,
-                    paths,
+                    ty,
                 },
             );
             if out.len() == wanted.len() {
@@ -485,116 +648,192 @@ fn array_shape(
 }
 
 fn type_size(unit: &gimli::Unit<Reader<'_>>, ty: TypeOffset) -> Option<u64> {
+    type_size_within(unit, ty, 0)
+}
+
+fn type_size_within(unit: &gimli::Unit<Reader<'_>>, ty: TypeOffset, depth: usize) -> Option<u64> {
+    if depth > MAX_TYPE_STEPS {
+        return None;
+    }
     let ty = strip_type(unit, ty)?;
     let e = unit.entry(ty).ok()?;
     if let Some(n) = udata(&e, gimli::DW_AT_byte_size) {
         return Some(n);
     }
-    if e.tag() == gimli::DW_TAG_array_type {
-        let (elem, dims) = array_shape(unit, ty)?;
-        // An element type that is itself an array of unknown size ends here (no recursion).
-        let elem = unit.entry(strip_type(unit, elem)?).ok()?;
-        let mut n = udata(&elem, gimli::DW_AT_byte_size)?;
-        for d in dims {
-            n = n.checked_mul(d?)?;
+    match e.tag() {
+        gimli::DW_TAG_array_type => {
+            let (elem, dims) = array_shape(unit, ty)?;
+            let mut n = type_size_within(unit, elem, depth + 1)?;
+            for d in dims {
+                n = n.checked_mul(d?)?;
+            }
+            Some(n)
         }
-        return Some(n);
+        // Some producers leave the size of a pointer to the unit's address size.
+        gimli::DW_TAG_pointer_type
+        | gimli::DW_TAG_reference_type
+        | gimli::DW_TAG_rvalue_reference_type => Some(unit.encoding().address_size.into()),
+        _ => None,
     }
-    None
 }
 
-/// How C spells the member at byte `offset` of a value of type `ty`: `[1].lock`, `.b`,
-/// `[2][0]`. The walk stops where `offset` is the start of a member (the lock is what starts
-/// there: a `pthread_mutex_t` is not opened up into glibc's fields); `None` when the type
-/// information does not lead there exactly.
-fn member_path(
-    dwarf: &gimli::Dwarf<Reader<'_>>,
-    unit: &gimli::Unit<Reader<'_>>,
-    ty: TypeOffset,
-    mut offset: u64,
-) -> Option<String> {
-    let mut path = String::new();
-    let mut ty = ty;
-    for _ in 0..MAX_TYPE_STEPS {
-        if offset == 0 {
-            return Some(path);
+impl LocalTypes {
+    fn name_id(&mut self, name: String) -> StringId {
+        if let Some(&id) = self.name_ids.get(&name) {
+            return id;
         }
-        ty = strip_type(unit, ty)?;
+        let id = self.names.len() as StringId;
+        self.names.push(name.clone());
+        self.name_ids.insert(name, id);
+        id
+    }
+
+    fn push(&mut self, shape: TypeShape) -> u32 {
+        let id = self.types.len() as u32;
+        self.types.push(DataType { id, shape });
+        id
+    }
+
+    /// The layout of the type at `ty` (typedefs and qualifiers looked through): arrays and
+    /// records become `DataType`s, anything else is a scalar (`None`). Memoised per unit and
+    /// type, so a type shared by many variables, or a record that refers to itself, is
+    /// exported once.
+    fn export(
+        &mut self,
+        dwarf: &gimli::Dwarf<Reader<'_>>,
+        unit: &gimli::Unit<Reader<'_>>,
+        ty: TypeOffset,
+        depth: usize,
+    ) -> Option<u32> {
+        let ty = strip_type(unit, ty)?;
+        let key = (unit.header.offset(), ty);
+        if let Some(&id) = self.memo.get(&key) {
+            return id;
+        }
+        if depth > MAX_LAYOUT_DEPTH || self.types.len() >= MAX_TYPES {
+            return None;
+        }
         let e = unit.entry(ty).ok()?;
         match e.tag() {
             gimli::DW_TAG_array_type => {
+                // Until it is built, a reference back to it (malformed DWARF) is a scalar.
+                self.memo.insert(key, None);
                 let (elem, dims) = array_shape(unit, ty)?;
-                let elem_size = type_size(unit, elem).filter(|&n| n > 0)?;
-                // Row-major strides: the product of the inner dimensions times the element.
-                let mut stride = elem_size;
-                let mut strides = vec![0; dims.len()];
-                for (i, d) in dims.iter().enumerate().rev() {
-                    strides[i] = stride;
-                    if i > 0 {
-                        stride = stride.checked_mul((*d)?)?;
-                    }
+                let mut size = type_size(unit, elem)?;
+                let mut id = self.export(dwarf, unit, elem, depth + 1);
+                // `T x[2][3]` is one DWARF array with two dimensions: an array of 2 arrays of
+                // 3, built from the innermost out.
+                for count in dims.into_iter().rev() {
+                    id = Some(self.push(TypeShape::Array {
+                        element: id,
+                        element_size: size,
+                        count,
+                    }));
+                    size = count.and_then(|n| size.checked_mul(n)).unwrap_or(0);
                 }
-                for (d, &s) in dims.iter().zip(&strides) {
-                    // A zero-length inner dimension (GNU `x[2][0]`) has nothing to index.
-                    if s == 0 {
-                        return None;
-                    }
-                    let index = offset / s;
-                    if d.is_some_and(|n| index >= n) {
-                        return None;
-                    }
-                    path.push_str(&format!("[{index}]"));
-                    offset -= index * s;
-                }
-                ty = elem;
+                self.memo.insert(key, id);
+                id
             }
             gimli::DW_TAG_structure_type | gimli::DW_TAG_union_type | gimli::DW_TAG_class_type => {
-                let mut tree = unit.entries_tree(Some(ty)).ok()?;
-                let root = tree.root().ok()?;
-                let mut children = root.children();
-                let mut found = None;
-                while let Ok(Some(c)) = children.next() {
-                    let c = c.entry();
-                    if c.tag() != gimli::DW_TAG_member {
-                        continue;
-                    }
-                    // A constant offset (DWARF 3+); union members have none and start at 0.
-                    let start = match c.attr_value(gimli::DW_AT_data_member_location) {
-                        Ok(None) => 0,
-                        Ok(Some(v)) => match v.udata_value() {
-                            Some(n) => n,
-                            None => continue,
-                        },
-                        Err(_) => continue,
-                    };
-                    let Some(mty) = type_ref(c) else { continue };
-                    let Some(size) = type_size(unit, mty) else {
-                        continue;
-                    };
-                    if offset >= start && offset - start < size {
-                        let name = c
-                            .attr_value(gimli::DW_AT_name)
-                            .ok()
-                            .flatten()
-                            .and_then(|v| dwarf.attr_string(unit, v).ok())
-                            .map(|s| s.to_string_lossy().into_owned());
-                        found = Some((start, mty, name));
-                        break;
-                    }
+                if e.attr_value(gimli::DW_AT_declaration)
+                    .ok()
+                    .flatten()
+                    .is_some()
+                {
+                    return None;
                 }
-                let (start, mty, name) = found?;
-                // An anonymous struct or union member adds no name of its own.
-                if let Some(n) = name {
-                    path.push('.');
-                    path.push_str(&n);
-                }
-                offset -= start;
-                ty = mty;
+                let id = self.push(TypeShape::Record {
+                    members: Vec::new(),
+                });
+                self.memo.insert(key, Some(id));
+                let members = self.members(dwarf, unit, ty, depth);
+                self.types[id as usize].shape = TypeShape::Record { members };
+                Some(id)
             }
-            _ => return None,
+            _ => None,
         }
     }
-    None
+
+    /// The data members of a record, and its base classes (unnamed members).
+    fn members(
+        &mut self,
+        dwarf: &gimli::Dwarf<Reader<'_>>,
+        unit: &gimli::Unit<Reader<'_>>,
+        ty: TypeOffset,
+        depth: usize,
+    ) -> Vec<DataMember> {
+        // (name, offset, size, type) read first: the tree borrows the unit while it is walked.
+        let mut found = Vec::new();
+        let Ok(mut tree) = unit.entries_tree(Some(ty)) else {
+            return Vec::new();
+        };
+        let Ok(root) = tree.root() else {
+            return Vec::new();
+        };
+        let mut children = root.children();
+        while let Ok(Some(c)) = children.next() {
+            let c = c.entry();
+            let named = match c.tag() {
+                gimli::DW_TAG_member => true,
+                gimli::DW_TAG_inheritance => false,
+                _ => continue,
+            };
+            // A C++ static data member is a declaration, stored elsewhere.
+            if c.attr_value(gimli::DW_AT_declaration)
+                .ok()
+                .flatten()
+                .is_some()
+            {
+                continue;
+            }
+            let Some(mty) = type_ref(c) else { continue };
+            let bits = udata(c, gimli::DW_AT_bit_size);
+            // A constant offset (DWARF 3+); union members have none and start at 0; a
+            // DWARF 4+ bit-field gives its first bit instead.
+            let (offset, size) = match (
+                c.attr_value(gimli::DW_AT_data_member_location),
+                udata(c, gimli::DW_AT_data_bit_offset),
+                bits,
+            ) {
+                (Ok(None), Some(first), Some(n)) => {
+                    (first / 8, (first % 8).saturating_add(n).div_ceil(8))
+                }
+                (Ok(None), _, _) => (0, type_size(unit, mty).unwrap_or(0)),
+                (Ok(Some(v)), _, _) => match v.udata_value() {
+                    Some(o) => (o, type_size(unit, mty).unwrap_or(0)),
+                    None => continue,
+                },
+                (Err(_), _, _) => continue,
+            };
+            if size == 0 && bits.is_none() {
+                // A flexible array member: nothing of the record's own size is in it.
+                continue;
+            }
+            let name = if named {
+                attr_string(dwarf, unit, c, gimli::DW_AT_name)
+            } else {
+                None
+            };
+            found.push((name, offset, size, mty, bits.is_some()));
+            if found.len() >= MAX_MEMBERS {
+                break;
+            }
+        }
+        found
+            .into_iter()
+            .map(|(name, offset, size, mty, bit_field)| DataMember {
+                name: name.map(|n| self.name_id(n)),
+                offset,
+                size,
+                // The bytes of a bit-field are the field, whatever type holds it.
+                ty: if bit_field {
+                    None
+                } else {
+                    self.export(dwarf, unit, mty, depth + 1)
+                },
+            })
+            .collect()
+    }
 }
 
 /// The path of file `index` of a unit's line program, joined to its directory and the unit's
@@ -720,7 +959,9 @@ impl<'a> SymbolTable<'a> {
                 };
                 match s.kind() {
                     SymbolKind::Text => code.push(sym),
-                    SymbolKind::Data | SymbolKind::Tls => data.push(sym),
+                    // A thread-local symbol's value is an offset into each thread's block,
+                    // not an address of the image.
+                    SymbolKind::Data => data.push(sym),
                     _ => {}
                 }
             }
@@ -759,14 +1000,27 @@ impl<'a> SymbolTable<'a> {
         Self::find(&self.data, addr)
     }
 
-    /// The variable's name; `name+0x10` for an address inside it (a lock that is a field of a
-    /// static struct, or an element of a static array).
-    fn data_name(&self, s: &Sym<'a>, addr: u64, demangle: bool) -> String {
-        let name = display_name(s.name, demangle);
-        match addr - s.start {
-            0 => name,
-            d => format!("{name}+{d:#x}"),
+    /// The variables that hold some of `data` (module offsets), in address order: one symbol
+    /// per address (the preferred alias), and none inside another one kept.
+    fn variables_touched(&self, data: &DataRuns, map: &AddressMap) -> Vec<&Sym<'a>> {
+        let runs: Vec<(u64, u64)> = data
+            .iter()
+            .filter_map(|&(lo, hi)| Some((map.vaddr(lo)?, map.vaddr(hi)?)))
+            .collect();
+        let mut out: Vec<&Sym<'a>> = Vec::new();
+        if runs.is_empty() {
+            return out;
         }
+        for s in &self.data {
+            if out.last().is_some_and(|k| s.start < k.end) {
+                continue;
+            }
+            let i = runs.partition_point(|r| r.1 <= s.start);
+            if runs.get(i).is_some_and(|r| r.0 < s.end) {
+                out.push(s);
+            }
+        }
+        out
     }
 }
 

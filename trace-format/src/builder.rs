@@ -19,13 +19,18 @@ use std::collections::HashMap;
 
 use crate::event::{Event, EventKind, LockMode, ObjectId, SiteId, StringId, ThreadId};
 use crate::tables::{
-    ClassKey, EndReason, Frame, FrameSymbol, Header, ModuleInfo, ObjectInfo, ObjectKind, Ordering,
-    SiteInfo, SourceLocation, StringEntry, TableRecord, ThreadInfo, Trailer,
+    ClassKey, DataType, DataVariable, EndReason, Frame, FrameSymbol, Header, ModuleInfo,
+    ObjectInfo, ObjectKind, Ordering, SiteInfo, SourceLocation, StringEntry, TableRecord,
+    ThreadInfo, Trailer, TypeShape,
 };
 use crate::writer::TraceWriter;
 
 /// The module that builder sites and static objects pretend to live in.
 const MODULE: u32 = 0;
+/// Its load address and size; static variables take the upper half of it.
+const MODULE_BASE: u64 = 0x40_0000;
+const MODULE_SIZE: u64 = 0x10_0000;
+const DATA_START: u64 = 0x8_0000;
 
 pub struct TraceBuilder {
     name: String,
@@ -36,6 +41,8 @@ pub struct TraceBuilder {
     next_object: ObjectId,
     next_site: SiteId,
     next_offset: u64,
+    next_data: u64,
+    next_type: u32,
     chunk_bytes: usize,
     sites: HashMap<(String, String, u32), SiteId>,
 }
@@ -52,6 +59,8 @@ impl TraceBuilder {
             next_object: 0,
             next_site: 0,
             next_offset: 0x1000,
+            next_data: DATA_START,
+            next_type: 0,
             chunk_bytes: 64 << 10,
             sites: HashMap::new(),
         };
@@ -60,8 +69,8 @@ impl TraceBuilder {
             id: MODULE,
             path,
             build_id: Vec::new(),
-            base: 0x40_0000,
-            size: 0x10_0000,
+            base: MODULE_BASE,
+            size: MODULE_SIZE,
         }));
         b
     }
@@ -120,6 +129,99 @@ impl TraceBuilder {
         }));
         self.sites.insert(key, id);
         id
+    }
+
+    /// A call site of several frames (the return address first, then its callers), each
+    /// symbolised to its inlined calls, innermost first: `(function, file, line)`.
+    pub fn stack_site(&mut self, frames: &[&[(&str, &str, u32)]]) -> SiteId {
+        let mut out = Vec::with_capacity(frames.len());
+        for locations in frames {
+            let frame = Frame {
+                module: MODULE,
+                offset: self.next_offset,
+            };
+            self.next_offset += 0x10;
+            let locations = locations
+                .iter()
+                .map(|&(function, file, line)| SourceLocation {
+                    function: Some(self.string(function)),
+                    file: Some(self.string(file)),
+                    line,
+                    column: 0,
+                })
+                .collect();
+            self.records
+                .push(TableRecord::Symbol(FrameSymbol { frame, locations }));
+            out.push(frame);
+        }
+        let id = self.next_site;
+        self.next_site += 1;
+        self.records
+            .push(TableRecord::Site(SiteInfo { id, frames: out }));
+        id
+    }
+
+    /// The address of an object (objects the builder makes live at fixed addresses).
+    pub fn address_of(&self, object: ObjectId) -> u64 {
+        0x60_0000 + 0x40 * object as u64
+    }
+
+    /// A type layout for [`Self::variable`] (member names with [`Self::string`]); its id.
+    pub fn data_type(&mut self, shape: TypeShape) -> u32 {
+        let id = self.next_type;
+        self.next_type += 1;
+        self.records
+            .push(TableRecord::DataType(DataType { id, shape }));
+        id
+    }
+
+    /// A static variable of `size` bytes declared at `file:line`, laid out by `ty`, as the
+    /// symbolisation pass describes one (FORMAT.md §7.9); its run-time address (16-aligned).
+    pub fn variable(
+        &mut self,
+        name: &str,
+        file: &str,
+        line: u32,
+        size: u64,
+        ty: Option<u32>,
+    ) -> u64 {
+        let offset = self.next_data;
+        self.next_data = (offset + size.max(1) + 15) & !15;
+        assert!(
+            self.next_data <= MODULE_SIZE,
+            "the builder's module has room for {} bytes of static variables",
+            MODULE_SIZE - DATA_START
+        );
+        let name = self.string(name);
+        let file = Some(self.string(file));
+        self.records.push(TableRecord::DataVariable(DataVariable {
+            module: MODULE,
+            offset,
+            size,
+            name,
+            file,
+            line,
+            ty,
+        }));
+        MODULE_BASE + offset
+    }
+
+    /// A static array of `count` elements of `element_size` bytes (`int counters[8]`: 4, 8);
+    /// its run-time address.
+    pub fn array_variable(
+        &mut self,
+        name: &str,
+        file: &str,
+        line: u32,
+        element_size: u64,
+        count: u64,
+    ) -> u64 {
+        let ty = self.data_type(TypeShape::Array {
+            element: None,
+            element_size,
+            count: Some(count),
+        });
+        self.variable(name, file, line, element_size * count, Some(ty))
     }
 
     fn thread_record(&mut self, parent: Option<ThreadId>, name: &str) -> ThreadId {
@@ -187,7 +289,7 @@ impl TraceBuilder {
         self.records.push(TableRecord::Object(ObjectInfo {
             id,
             kind,
-            address: 0x60_0000 + 0x40 * id as u64,
+            address: self.address_of(id),
             generation: 0,
             class,
         }));

@@ -3,6 +3,7 @@
 //! - [`event`]: what happened (the wire event model).
 //! - [`tables`]: header, side tables (threads, objects, sites, modules, symbols, strings), trailer.
 //! - [`writer`]: per-thread chunk encoding for the recorder; a whole-file writer for tools.
+//! - [`data`]: names a data address by the static variable and element it is in.
 //! - [`reader`]: parallel decoding into per-thread streams and a merged stream, in memory.
 //! - [`stream`]: the merged stream read from the file with positioned reads, in memory bounded
 //!   by the number of threads, not by the trace's length.
@@ -10,6 +11,7 @@
 
 pub mod builder;
 pub mod codec;
+pub mod data;
 pub mod error;
 pub mod event;
 pub mod frame;
@@ -22,6 +24,7 @@ pub mod tables;
 pub mod varint;
 pub mod writer;
 
+pub use data::DataSymbol;
 pub use error::{Problem, ProblemKind, TraceError};
 pub use event::{Event, EventKind, LockMode, ObjectId, SiteId, StringId, ThreadId};
 pub use reader::{Trace, TraceFile};

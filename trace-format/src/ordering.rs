@@ -68,6 +68,8 @@ pub struct Checker<'t> {
     once_ran: HashSet<ObjectId>,
     once_done: HashSet<ObjectId>,
     sems: HashMap<ObjectId, i64>,
+    /// The thread of the previous event, already in `started`.
+    last_thread: Option<ThreadId>,
 }
 
 impl<'t> Checker<'t> {
@@ -84,6 +86,7 @@ impl<'t> Checker<'t> {
             once_ran: HashSet::new(),
             once_done: HashSet::new(),
             sems: HashMap::new(),
+            last_thread: None,
         }
     }
 
@@ -120,8 +123,12 @@ impl<'t> Checker<'t> {
     ) {
         let t = thread;
         let at = offset;
-        if self.started.insert(t) && !self.seen_create.contains(&t) {
-            self.started_uncreated.insert(t, at);
+        // Most events are memory accesses of the thread seen last: one comparison for them.
+        if self.last_thread != Some(t) {
+            self.last_thread = Some(t);
+            if self.started.insert(t) && !self.seen_create.contains(&t) {
+                self.started_uncreated.insert(t, at);
+            }
         }
         match event.kind {
             EventKind::ThreadCreate { child, .. } => {

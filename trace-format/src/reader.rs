@@ -19,8 +19,8 @@ use crate::frame::{ChunkKind, EventsPrefix, EVENTS_PREFIX_LEN};
 use crate::scan::{payload_read_problem, scan};
 use crate::source::Source;
 use crate::tables::{
-    AccessCounts, Frame, FrameSymbol, Header, ModuleInfo, ObjectInfo, RecordingStopped, SiteInfo,
-    SourceLocation, ThreadEndState, ThreadInfo, Trailer,
+    AccessCounts, DataType, DataVariable, Frame, FrameSymbol, Header, ModuleInfo, ObjectInfo,
+    RecordingStopped, SiteInfo, SourceLocation, ThreadEndState, ThreadInfo, Trailer,
 };
 
 /// Where one chunk is in the file.
@@ -47,12 +47,17 @@ pub struct Tables {
     /// Memory accesses per thread, executed and recorded (the sum of its `AccessCounts`
     /// records; FORMAT.md §7.8).
     pub access_counts: BTreeMap<ThreadId, AccessCounts>,
+    /// Static variables by (module, offset) (FORMAT.md §7.9); [`Tables::data_symbol`] names an
+    /// address with them.
+    pub data_variables: BTreeMap<(u32, u64), DataVariable>,
+    /// The layouts of their types, by type id (FORMAT.md §7.10).
+    pub data_types: HashMap<u32, DataType>,
     /// The threads that had not exited when the trace was completed, and what each was doing
-    /// (FORMAT.md §7.9): they have no `thread-exit`. Empty in a trace cut short (its threads'
-    /// ends are unknown) and in traces older than version 1.2 (whose recorder wrote a
+    /// (FORMAT.md §7.12): they have no `thread-exit`. Empty in a trace cut short (its threads'
+    /// ends are unknown) and in traces older than version 1.4 (whose recorder wrote a
     /// `thread-exit` for every thread at the end).
     pub thread_ends: BTreeMap<ThreadId, ThreadEndState>,
-    /// Recording stopped before the process ended (FORMAT.md §7.10).
+    /// Recording stopped before the process ended (FORMAT.md §7.13).
     pub recording_stopped: Option<RecordingStopped>,
 }
 

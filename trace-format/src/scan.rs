@@ -20,8 +20,8 @@ use crate::frame::{
 use crate::reader::{ChunkRef, Tables};
 use crate::source::{ReadFailure, Source};
 use crate::tables::{
-    AccessCounts, FrameSymbol, Header, ModuleInfo, ObjectInfo, RecordingStopped, SiteInfo,
-    StringEntry, ThreadEnd, ThreadInfo, Trailer,
+    AccessCounts, DataType, DataVariable, FrameSymbol, Header, ModuleInfo, ObjectInfo,
+    RecordingStopped, SiteInfo, StringEntry, ThreadEnd, ThreadInfo, Trailer,
 };
 use crate::varint;
 
@@ -474,6 +474,12 @@ fn read_table_records(payload: &[u8], base: u64, tables: &mut Tables, problems: 
                 c.executed = c.executed.saturating_add(r.executed);
                 c.recorded = c.recorded.saturating_add(r.recorded);
             }),
+            8 => decode_record::<DataVariable>(body).map(|r| {
+                // Written after recording, like symbols: a later pass may refine an earlier one.
+                tables.data_variables.insert((r.module, r.offset), r);
+            }),
+            9 => decode_record::<DataType>(body)
+                .map(|r| insert_first!(tables.data_types, r.id, r, dup("data type", r.id as u64))),
             10 => decode_record::<ThreadEnd>(body).map(|r| {
                 insert_first!(
                     tables.thread_ends,

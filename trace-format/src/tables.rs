@@ -176,9 +176,65 @@ pub struct AccessCounts {
     pub recorded: u64,
 }
 
-/// A thread that had not exited when its process's trace was completed (version 1.2): the
+/// A static variable of a module (FORMAT.md §7.9): a global, a file-level `static` or a
+/// function-level `static`, written by the symbolisation pass for the variables that memory
+/// accesses touched. Its address is a module and an offset, as a [`Frame`]'s.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DataVariable {
+    pub module: u32,
+    /// Offset of the variable's first byte from the module's load address.
+    pub offset: u64,
+    /// Bytes the variable occupies.
+    pub size: u64,
+    /// String id of its name: `counters`, `worker::m` (a function's `static`), `ns::x` (C++).
+    pub name: StringId,
+    /// String id of the file that declares it, and the line (0 if unknown).
+    pub file: Option<StringId>,
+    pub line: u32,
+    /// The [`DataType`] that lays it out; `None` when it has no parts to name (a scalar, a
+    /// pointer) or nothing is known of its type (a name from the ELF symbol table).
+    pub ty: Option<u32>,
+}
+
+/// The layout of a type, as far as naming an address inside it needs (FORMAT.md §7.10):
+/// arrays and records (structs, unions, classes); scalars need no record.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DataType {
+    /// Type id, used by [`DataVariable::ty`], [`TypeShape::Array`] and [`DataMember::ty`].
+    pub id: u32,
+    pub shape: TypeShape,
+}
+
+/// What a [`DataType`] is made of.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TypeShape {
+    /// `count` elements of `element_size` bytes (a C array; a multi-dimensional array is an
+    /// array of arrays). `count` is `None` when unknown (`extern int x[]`, a flexible member).
+    Array {
+        element: Option<u32>,
+        element_size: u64,
+        count: Option<u64>,
+    },
+    /// Members at byte offsets (a struct, union or class; base classes are unnamed members).
+    Record { members: Vec<DataMember> },
+}
+
+/// One member of a [`TypeShape::Record`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DataMember {
+    /// String id of its name; `None` for an anonymous struct or union member, or a base class,
+    /// whose own members are named as if they were the record's.
+    pub name: Option<StringId>,
+    /// Its first byte, from the start of the record.
+    pub offset: u64,
+    /// Bytes it occupies (a bit-field: the bytes its bits touch).
+    pub size: u64,
+    pub ty: Option<u32>,
+}
+
+/// A thread that had not exited when its process's trace was completed (version 1.4): the
 /// process ended, or recording was stopped, while the thread ran or waited. Such a thread has
-/// no `thread-exit` event; this record says what it was doing (FORMAT.md §7.9).
+/// no `thread-exit` event; this record says what it was doing (FORMAT.md §7.12).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ThreadEnd {
     pub thread: ThreadId,
@@ -201,7 +257,7 @@ pub enum ThreadEndState {
     BlockedWithTimeout,
 }
 
-/// Recording stopped before the process ended, and why (version 1.2; FORMAT.md §7.10).
+/// Recording stopped before the process ended, and why (version 1.4; FORMAT.md §7.13).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RecordingStopped {
     /// When it stopped, nanoseconds since the Unix epoch.
@@ -234,6 +290,8 @@ pub enum TableRecord {
     Module(ModuleInfo),
     Symbol(FrameSymbol),
     AccessCounts(AccessCounts),
+    DataVariable(DataVariable),
+    DataType(DataType),
     ThreadEnd(ThreadEnd),
     RecordingStopped(RecordingStopped),
 }
@@ -248,6 +306,8 @@ impl TableRecord {
             Self::Module(_) => 5,
             Self::Symbol(_) => 6,
             Self::AccessCounts(_) => 7,
+            Self::DataVariable(_) => 8,
+            Self::DataType(_) => 9,
             Self::ThreadEnd(_) => 10,
             Self::RecordingStopped(_) => 11,
         }

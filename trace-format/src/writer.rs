@@ -559,6 +559,8 @@ impl TableWriter {
             TableRecord::Module(r) => serialize(r, scratch),
             TableRecord::Symbol(r) => serialize(r, scratch),
             TableRecord::AccessCounts(r) => serialize(r, scratch),
+            TableRecord::DataVariable(r) => serialize(r, scratch),
+            TableRecord::DataType(r) => serialize(r, scratch),
             TableRecord::ThreadEnd(r) => serialize(r, scratch),
             TableRecord::RecordingStopped(r) => serialize(r, scratch),
         };
@@ -658,6 +660,8 @@ fn record_into(record: &TableRecord, out: &mut [u8]) -> Option<usize> {
         TableRecord::Module(r) => postcard::to_slice(r, body),
         TableRecord::Symbol(r) => postcard::to_slice(r, body),
         TableRecord::AccessCounts(r) => postcard::to_slice(r, body),
+        TableRecord::DataVariable(r) => postcard::to_slice(r, body),
+        TableRecord::DataType(r) => postcard::to_slice(r, body),
         TableRecord::ThreadEnd(r) => postcard::to_slice(r, body),
         TableRecord::RecordingStopped(r) => postcard::to_slice(r, body),
     }

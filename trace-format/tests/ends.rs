@@ -1,4 +1,4 @@
-//! Version 1.2's additions: the end state of each thread that had not exited (table record
+//! Version 1.4's additions: the end state of each thread that had not exited (table record
 //! 10) and why recording stopped early (record 11), read by both readers; a file of an older
 //! version reads with neither.
 

@@ -6,12 +6,18 @@ use std::process::ExitCode;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
+use foresight_trace::tables::ObjectKind;
+use foresight_trace::Problem;
+use foresight_trace::{ThreadId, TraceStream};
+
 use crate::analysis::{analyze, Options};
-use crate::model::{build_run, Run};
+use crate::model::{drive_run, ModelPass, Run, ThreadModel};
 use crate::report::{self, Report};
+use crate::sites::Wrappers;
+use crate::stream::{BarrierGenerations, Stream};
 use crate::suppressions::Suppressions;
 
-use super::output::{ignore_broken_pipe, load, report_problems};
+use super::output::{ignore_broken_pipe, open_stream, warn_problems};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -28,8 +34,34 @@ pub struct Args {
     traces: Vec<PathBuf>,
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
+    /// Text: show every frame of a site and every call inlined in it, the standard library's
+    /// and the wrappers' included (JSON always has them, as `full_stack`).
+    #[arg(long)]
+    full_stacks: bool,
     #[command(flatten)]
     analysis: AnalysisArgs,
+}
+
+/// How sites are named: the options every command that names sites shares.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct SiteArgs {
+    /// A function of the project's own that wraps locking (glob: `*`, `?`; a C++ name with or
+    /// without its parameters): reports name its callers instead. Repeatable; the
+    /// suppressions file's `wrappers = [...]` adds more. The standard library's lock types,
+    /// guards and threads are always skipped.
+    #[arg(long = "wrapper", value_name = "GLOB")]
+    pub wrappers: Vec<String>,
+}
+
+impl SiteArgs {
+    /// The command line's wrappers with the configuration file's.
+    pub fn wrappers(&self, config: Option<&Suppressions>) -> Wrappers {
+        let mut w = Wrappers::new(self.wrappers.iter().cloned());
+        if let Some(c) = config {
+            w.extend(&c.wrappers);
+        }
+        w
+    }
 }
 
 /// The options `analyze` and `check` share.
@@ -48,13 +80,21 @@ pub struct AnalysisArgs {
     /// `foresight-suppressions.toml` in the working directory, when it exists.
     #[arg(long, value_name = "FILE")]
     suppressions: Option<PathBuf>,
+    #[command(flatten)]
+    sites: SiteArgs,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let report = analyze_traces(&args.traces, &args.analysis)?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let written = match args.format {
-        Format::Text => report::text::write(&mut out, &report),
+        Format::Text => report::text::write_with(
+            &mut out,
+            &report,
+            report::text::Style {
+                full_stacks: args.full_stacks,
+            },
+        ),
         Format::Json => report::json::write(&mut out, &report),
         Format::Sarif => report::sarif::write(&mut out, &report, None),
     };
@@ -68,7 +108,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 pub fn analyze_traces(traces: &[PathBuf], args: &AnalysisArgs) -> anyhow::Result<Report> {
     // A broken suppressions file is bad input: say so before the (long) analysis.
     let suppressions = Suppressions::discover(args.suppressions.as_deref())?;
-    let (runs, warnings) = load_runs(traces)?;
+    let wrappers = args.sites.wrappers(suppressions.as_ref());
+    let (runs, warnings) = load_runs(traces, &wrappers)?;
     let tty = std::io::stderr().is_terminal();
     let spinner = tty.then(|| {
         let s = ProgressBar::new_spinner();
@@ -110,41 +151,102 @@ pub fn analyze_traces(traces: &[PathBuf], args: &AnalysisArgs) -> anyhow::Result
 
 /// Reads and converts every trace (an unreadable one is an error naming it); returns the runs
 /// and each trace's reader problems.
-pub fn load_runs(traces: &[PathBuf]) -> anyhow::Result<(Vec<Run>, Vec<Vec<String>>)> {
+pub fn load_runs(
+    traces: &[PathBuf],
+    wrappers: &Wrappers,
+) -> anyhow::Result<(Vec<Run>, Vec<Vec<String>>)> {
     let tty = std::io::stderr().is_terminal();
     let mut runs = Vec::new();
     let mut warnings = Vec::new();
     for path in traces {
-        let (run, problems) = load_run(path, tty)?;
+        let (run, problems) = load_run(path, wrappers, tty)?;
         runs.push(run);
         warnings.push(problems);
     }
     Ok((runs, warnings))
 }
 
-fn load_run(path: &Path, tty: bool) -> anyhow::Result<(Run, Vec<String>)> {
-    let trace = load(path)?;
-    report_problems(&trace);
-    let problems = trace.problems.iter().map(|p| p.to_string()).collect();
-    let bar = if tty {
-        let b = ProgressBar::new(trace.event_count());
-        b.set_style(
-            ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} events ({eta})")
-                .expect("valid template")
-                .progress_chars("=> "),
-        );
-        b.set_message(format!("reading {}", path.display()));
-        Some(b)
-    } else {
-        None
-    };
-    let run = build_run(&trace, &mut |done| {
-        if let Some(b) = &bar {
-            b.set_position(done);
+fn load_run(path: &Path, wrappers: &Wrappers, tty: bool) -> anyhow::Result<(Run, Vec<String>)> {
+    let stream = open_stream(path)?;
+    let run = stream_run(&stream, path, wrappers, tty);
+    let problems: Vec<String> = run.1.iter().map(|p| p.to_string()).collect();
+    warn_problems(path, &run.1);
+    Ok((run.0, problems))
+}
+
+/// One streaming pass over a trace: the model and the race pass, reading one chunk per thread
+/// at a time. A trace with barriers is first scanned per thread for the generation each
+/// arrival belongs to (`stream.rs`).
+fn stream_run(
+    stream: &TraceStream,
+    path: &Path,
+    wrappers: &Wrappers,
+    tty: bool,
+) -> (Run, Vec<Problem>) {
+    let tables = stream.tables();
+    let ids: Vec<ThreadId> = stream.threads().collect();
+    let mut generations = BarrierGenerations::default();
+    if tables
+        .objects
+        .values()
+        .any(|o| o.kind == ObjectKind::Barrier)
+    {
+        for (i, &id) in ids.iter().enumerate() {
+            generations.scan_thread(i as u32, stream.thread_events(id).map(|e| e.kind));
         }
+    }
+    let threads = ids
+        .iter()
+        .map(|&id| ThreadModel {
+            id,
+            name: tables
+                .thread_name(id)
+                .map(str::to_string)
+                .unwrap_or_else(|| format!("thread-{id}")),
+            len: 0,
+        })
+        .collect();
+    let model = ModelPass::new(tables, path.display().to_string(), threads, 0).with_wrappers(
+        wrappers
+            .clone()
+            .for_recorded_depth(stream.header().stack_depth),
+    );
+    let walk = Stream::new(ids.iter().copied(), generations);
+    // The trailer says how many events to expect when the recording ended cleanly.
+    let expected = stream.trailer().map(|t| t.events);
+    let bar = tty.then(|| {
+        let b = match expected {
+            Some(n) => ProgressBar::new(n).with_style(
+                ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} events ({eta})")
+                    .expect("valid template")
+                    .progress_chars("=> "),
+            ),
+            None => ProgressBar::new_spinner().with_style(
+                ProgressStyle::with_template("{msg} {spinner} {pos} events")
+                    .expect("valid template"),
+            ),
+        };
+        b.set_message(format!("reading {}", path.display()));
+        b
     });
+    let mut merged = stream.merged().with_ordering_check();
+    let mut run = drive_run(
+        &walk,
+        model,
+        merged.by_ref().map(|e| (e.thread, e.index, e.event.kind)),
+        &mut |done| {
+            if let Some(b) = &bar {
+                b.set_position(done);
+            }
+        },
+    );
     if let Some(b) = bar {
         b.finish_and_clear();
     }
-    Ok((run, problems))
+    for s in merged.thread_summaries() {
+        if let Some(i) = ids.iter().position(|&id| id == s.thread) {
+            run.threads[i].len = s.events.min(u32::MAX as u64) as u32;
+        }
+    }
+    (run, merged.problems())
 }

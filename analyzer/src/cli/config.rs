@@ -86,6 +86,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The flags for compiling and for linking a program with `cc` (`$CC` or `cc` when `None`), as
+/// `foresight config --cflags` and `--libs` print them (the stub built first if need be).
+pub fn build_flags(cc: Option<&str>) -> anyhow::Result<(Vec<String>, Vec<String>)> {
+    let cc = compiler_command(cc)?;
+    let (family, identity) = identify(&cc)?;
+    let dir = stub_dir(&cc, &identity)?;
+    Ok((
+        flags(family, &dir, true, false),
+        flags(family, &dir, false, true),
+    ))
+}
+
 /// `--cc`, `$CC` or `cc`, split into words as make and the shell would.
 fn compiler_command(arg: Option<&str>) -> anyhow::Result<Vec<String>> {
     let text = match arg {

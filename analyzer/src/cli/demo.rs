@@ -1,6 +1,7 @@
 //! `foresight demo`: the whole day of a user in one command, on a bundled C program. It
-//! compiles the program with the system C compiler, records one run (which never hangs), and
-//! prints the analysis, which predicts the deadlock another schedule would hit.
+//! compiles the program with the system C compiler and `foresight config`'s flags, records one
+//! run (which never hangs), and prints the analysis, which predicts the deadlock and the data
+//! race another schedule would hit.
 
 use std::ffi::OsString;
 use std::os::fd::AsFd;
@@ -57,13 +58,18 @@ fn demo_in(dir: &Path, args: &Args) -> anyhow::Result<ExitCode> {
 
     let cc = std::env::var_os("CC").unwrap_or_else(|| OsString::from("cc"));
     step(&format!(
-        "compiling the bundled example with {}",
+        "compiling the bundled example with {} and `foresight config`'s flags (its memory \
+         accesses are recorded too)",
         cc.to_string_lossy()
     ));
+    let (cflags, libs) = super::config::build_flags(Some(&cc.to_string_lossy()))?;
     let out = Command::new(&cc)
-        .args(["-g", "-O0", "-pthread", "-o"])
+        .args(["-g", "-O0", "-pthread"])
+        .args(&cflags)
+        .arg("-o")
         .arg(&binary)
         .arg(&source)
+        .args(&libs)
         .output()
         .with_context(|| {
             format!(

@@ -10,8 +10,9 @@ use anyhow::{bail, Context};
 use crate::lock_graph::LockOrderGraph;
 use crate::report::dot::write_dot;
 
-use super::analyze::load_runs;
+use super::analyze::{load_runs, SiteArgs};
 use super::output::ignore_broken_pipe;
+use crate::suppressions::Suppressions;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -29,10 +30,14 @@ pub struct Args {
     /// Only the lock classes on some cycle (strongly connected components).
     #[arg(long)]
     scc_only: bool,
+    #[command(flatten)]
+    sites: SiteArgs,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let (runs, _) = load_runs(&args.traces)?;
+    // Lock classes are named at the user's frame: the wrappers of the configuration file too.
+    let config = Suppressions::discover(None)?;
+    let (runs, _) = load_runs(&args.traces, &args.sites.wrappers(config.as_ref()))?;
     let mut graph = LockOrderGraph::default();
     for (i, run) in runs.iter().enumerate() {
         graph.add_run(i, run);

@@ -1,22 +1,9 @@
-//! What every subcommand shares: loading a trace with a clear error, reporting its problems,
+//! What every subcommand shares: opening a trace with a clear error, reporting its problems,
 //! and writing to a pipe that may close early.
 
 use std::path::Path;
 
-use foresight_trace::{Problem, Trace, TraceStream};
-
-/// Opens and decodes a trace and checks its ordering invariant; an unreadable file is an error
-/// (exit code 2), a trace that breaks the invariant reads with the breaks among its problems.
-pub fn load(path: &Path) -> anyhow::Result<Trace> {
-    // The error names the file and the byte offset already.
-    let mut trace = Trace::open(path)?;
-    let broken = foresight_trace::ordering::check(&trace);
-    if !broken.is_empty() {
-        trace.problems.extend(broken);
-        trace.problems.sort_by_key(|p| p.offset);
-    }
-    Ok(trace)
-}
+use foresight_trace::{Problem, TraceStream};
 
 /// Opens a trace for one streaming pass (`TraceStream`: memory bounded by the threads, not by
 /// the trace's length); an unreadable file is an error (exit code 2) that names it. The pass
@@ -24,11 +11,6 @@ pub fn load(path: &Path) -> anyhow::Result<Trace> {
 pub fn open_stream(path: &Path) -> anyhow::Result<TraceStream> {
     // The error names the file and the byte offset already.
     Ok(TraceStream::open(path)?)
-}
-
-/// Tells on stderr what was wrong with a trace that still read.
-pub fn report_problems(trace: &Trace) {
-    warn_problems(&trace.path, &trace.problems);
 }
 
 /// Tells on stderr what was wrong with the trace at `path`, the first few problems and a count.

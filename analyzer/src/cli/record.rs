@@ -52,9 +52,12 @@ pub struct Args {
     /// directory].
     #[arg(short, long, value_name = "PATH")]
     output: Option<PathBuf>,
-    /// Frames recorded per call site: 1 records the return address of the call only, more
-    /// record its callers too (slower). In code built with `foresight config` the callers come
-    /// from a shadow call stack the instrumentation keeps; elsewhere from unwinding.
+    /// Frames recorded per call site, from the program's own: 1 records the return address of
+    /// the call only, more record its callers too (slower). A call made inside locking
+    /// machinery (the C and C++ libraries, `--wrapper`s) is recorded through it to the
+    /// program's frame in any case. In code built with `foresight config` the callers of a
+    /// memory access come from a shadow call stack the instrumentation keeps; elsewhere from
+    /// unwinding.
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u8).range(1..=32))]
     stack_depth: u8,
@@ -75,6 +78,12 @@ pub struct Args {
     /// with `foresight config` records them anyway (its memory accesses need them).
     #[arg(long)]
     no_allocations: bool,
+    /// A function of the program's that wraps locking (glob; see `foresight analyze
+    /// --wrapper`): calls made inside it are recorded with the callers up to the first frame
+    /// outside every wrapper, so that the analysis can name them. Repeatable; the suppressions
+    /// file's `wrappers = [...]` in the working directory adds more.
+    #[arg(long = "wrapper", value_name = "GLOB")]
+    wrappers: Vec<String>,
     /// The command to record and its arguments (after `--`).
     #[arg(
         required = true,
@@ -111,6 +120,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         cmd.env("FORESIGHT_ALLOCATIONS", "0");
     } else {
         cmd.env_remove("FORESIGHT_ALLOCATIONS");
+    }
+    let config = crate::suppressions::Suppressions::discover(None)?;
+    let mut wrappers = crate::sites::Wrappers::new(args.wrappers.iter().cloned());
+    if let Some(c) = &config {
+        wrappers.extend(&c.wrappers);
+    }
+    if wrappers.patterns().is_empty() {
+        cmd.env_remove("FORESIGHT_WRAPPERS");
+    } else {
+        // One pattern a line: C++ names hold commas and spaces, never a newline.
+        cmd.env("FORESIGHT_WRAPPERS", wrappers.patterns().join("\n"));
     }
 
     let hang = args.hang_timeout.map(|secs| HangWatch::new(&output, secs));

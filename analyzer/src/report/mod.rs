@@ -1,6 +1,9 @@
-//! What `foresight analyze` reports, as data: the findings and the summary. [`text`] and
-//! [`json`] print it. These types are the JSON schema (`docs/report-schema.md`): a change of
-//! a field is a change of `REPORT_VERSION`.
+//! What `foresight analyze` reports, as data: the findings and the summary. [`text`], [`json`]
+//! and [`sarif`] render it, `baseline.rs` keys it, `suppressions.rs` matches it. A finding is
+//! the fields every kind has plus a [`Detail`] per kind; each pass builds its own findings
+//! (with the helpers of `describe.rs`). These types are the JSON schema
+//! (`docs/report-schema.md`, written by `json.rs`): a change of a field is a change of
+//! `REPORT_VERSION`.
 
 use serde::Serialize;
 
@@ -26,6 +29,9 @@ pub struct Report {
     pub version: u32,
     pub traces: Vec<TraceSummary>,
     pub summary: Summary,
+    /// Advice about the analysis itself (a function that looks like a lock wrapper), for
+    /// humans; not findings.
+    pub hints: Vec<String>,
     pub findings: Vec<Finding>,
 }
 
@@ -36,6 +42,8 @@ pub struct TraceSummary {
     pub threads: usize,
     pub locks: usize,
     pub critical_sections: usize,
+    /// Memory accesses in the trace (a build with `foresight config` records them).
+    pub accesses: u64,
     /// Problems the reader found (a damaged or cut-short trace is analysed as far as it reads).
     pub warnings: Vec<String>,
 }
@@ -60,6 +68,13 @@ pub struct Summary {
     pub rank_violations: usize,
     /// Findings removed by the suppressions file (not in `findings`).
     pub suppressed: usize,
+    /// `race` findings (verdict `predicted`), and pairs of sites that only lock hand-offs
+    /// order, which the sync-preserving closure was asked about.
+    pub races: usize,
+    pub race_candidates: usize,
+    /// Race candidates checked with the closure, and whether the budget ran out first.
+    pub race_candidates_checked: u64,
+    pub race_budget_exhausted: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -91,15 +106,19 @@ impl Report {
         self.summary.predicted = count(Verdict::Predicted);
         self.summary.potential = count(Verdict::Potential);
         self.summary.rank_violations = count(Verdict::Violation);
+        self.summary.races = self
+            .findings
+            .iter()
+            .filter(|f| f.kind == Kind::Race)
+            .count();
     }
 }
 
-#[derive(Clone, Debug, Serialize)]
+/// A finding: the fields every kind has, and the details of its kind.
+#[derive(Clone, Debug)]
 pub struct Finding {
     pub id: usize,
-    /// `deadlock`, `potential-deadlock`, `join-deadlock`, `barrier-deadlock`, `wait-deadlock`,
-    /// `rwlock-deadlock`, `rank-violation`.
-    pub kind: &'static str,
+    pub kind: Kind,
     pub verdict: Verdict,
     /// The rule that produced the finding (see `docs/report-schema.md`).
     pub rule: &'static str,
@@ -107,14 +126,152 @@ pub struct Finding {
     /// Why it is predicted, or why it is only potential.
     pub reason: String,
     pub traces: Vec<String>,
-    /// Lock classes of the cycle, in order (the edge from the last to the first is implied).
-    pub cycle: Vec<String>,
-    pub edges: Vec<EdgeReport>,
-    pub wait: Option<WaitReport>,
+    /// The reordering that reaches it, where there is one.
     pub witness: Option<Witness>,
     /// Distinct instance-level occurrences folded into this finding.
     pub occurrences: u64,
+    /// Every site involved (for JSON consumers, SARIF, the baseline key, suppressions).
     pub locations: Vec<FindingLocation>,
+    pub detail: Detail,
+}
+
+impl Finding {
+    /// The lock classes of the finding (JSON's `cycle`): a cycle's classes in order, the held
+    /// lock's class for a wait, [held, acquired] for a rank violation.
+    pub fn cycle(&self) -> &[String] {
+        match &self.detail {
+            Detail::LockCycle { cycle, .. } => cycle,
+            Detail::WaitDeadlock { lock_class, .. } | Detail::ReadRecursion { lock_class, .. } => {
+                std::slice::from_ref(lock_class)
+            }
+            Detail::RankViolation { classes, .. } => classes,
+            Detail::Race(_) => &[],
+        }
+    }
+
+    /// The lock-order edges of the finding (JSON's `edges`).
+    pub fn edges(&self) -> &[EdgeReport] {
+        match &self.detail {
+            Detail::LockCycle { edges, .. } => edges,
+            Detail::RankViolation { edge, .. } => std::slice::from_ref(edge),
+            Detail::WaitDeadlock { .. } | Detail::ReadRecursion { .. } | Detail::Race(_) => &[],
+        }
+    }
+
+    /// The wait that holds a lock hostage (JSON's `wait`).
+    pub fn wait(&self) -> Option<&WaitReport> {
+        match &self.detail {
+            Detail::WaitDeadlock { wait, .. } | Detail::ReadRecursion { wait, .. } => Some(wait),
+            Detail::LockCycle { .. } | Detail::RankViolation { .. } | Detail::Race(_) => None,
+        }
+    }
+
+    /// The two accesses of a race (JSON's `race`).
+    pub fn race(&self) -> Option<&RaceReport> {
+        match &self.detail {
+            Detail::Race(r) => Some(r),
+            _ => None,
+        }
+    }
+}
+
+/// What a finding is about, by kind. Each pass that makes findings makes its own variant; the
+/// renderers (`text.rs`, `json.rs`, `sarif.rs`) and the baseline key (`baseline.rs`) work from
+/// it.
+#[derive(Clone, Debug)]
+pub enum Detail {
+    /// Locks taken in a cycle: `deadlock` (predicted in one trace) or `potential-deadlock`
+    /// (class level). `cycle`: the classes in order (the last → first edge implied); `edges`:
+    /// one per edge, in cycle order.
+    LockCycle {
+        cycle: Vec<String>,
+        edges: Vec<EdgeReport>,
+    },
+    /// A thread holds a lock while it waits (join, barrier, condition, semaphore) for a thread
+    /// that needs that lock first.
+    WaitDeadlock {
+        /// The class of the held lock.
+        lock_class: String,
+        wait: WaitReport,
+    },
+    /// A read-recursive rwlock acquisition while another thread write-locks it.
+    ReadRecursion {
+        lock_class: String,
+        wait: WaitReport,
+    },
+    /// A lock acquired while one of the same or a higher declared rank was held: `classes` is
+    /// [held, acquired], `edge` the (held, acquired) pair.
+    RankViolation {
+        classes: [String; 2],
+        edge: EdgeReport,
+    },
+    /// Two accesses to the same memory, at least one a write, not both atomic, that a schedule
+    /// runs back to back (`races/`).
+    Race(Box<RaceReport>),
+}
+
+/// The kind of a finding: JSON's `kind`, SARIF's rule id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    Deadlock,
+    PotentialDeadlock,
+    JoinDeadlock,
+    BarrierDeadlock,
+    WaitDeadlock,
+    RwlockDeadlock,
+    RankViolation,
+    Race,
+}
+
+impl Kind {
+    /// Every kind, in the order SARIF lists its rules.
+    pub const ALL: [Kind; 8] = [
+        Kind::Deadlock,
+        Kind::PotentialDeadlock,
+        Kind::JoinDeadlock,
+        Kind::BarrierDeadlock,
+        Kind::WaitDeadlock,
+        Kind::RwlockDeadlock,
+        Kind::RankViolation,
+        Kind::Race,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Deadlock => "deadlock",
+            Kind::PotentialDeadlock => "potential-deadlock",
+            Kind::JoinDeadlock => "join-deadlock",
+            Kind::BarrierDeadlock => "barrier-deadlock",
+            Kind::WaitDeadlock => "wait-deadlock",
+            Kind::RwlockDeadlock => "rwlock-deadlock",
+            Kind::RankViolation => "rank-violation",
+            Kind::Race => "race",
+        }
+    }
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<str> for Kind {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for Kind {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl Serialize for Kind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
 }
 
 /// A source location involved in a finding.
@@ -135,7 +292,11 @@ pub struct SiteReport {
     pub file: Option<String>,
     pub line: Option<u32>,
     pub function: Option<String>,
+    /// The frames from the user's outward (`sites.rs`), innermost first.
     pub stack: Vec<String>,
+    /// Every recorded frame and every call inlined in it, innermost first, the standard
+    /// library's and the wrappers' included.
+    pub full_stack: Vec<String>,
 }
 
 impl From<Location> for SiteReport {
@@ -146,6 +307,7 @@ impl From<Location> for SiteReport {
             line: (l.line > 0).then_some(l.line),
             function: l.function,
             stack: l.stack,
+            full_stack: l.full_stack,
         }
     }
 }
@@ -218,4 +380,50 @@ pub struct WitnessThread {
     pub holds: Vec<String>,
     /// …and then blocks here (empty for threads that just run their prefix).
     pub blocks: Option<String>,
+}
+
+/// A data race: the memory and both accesses, the earlier one in the trace first.
+#[derive(Clone, Debug, Serialize)]
+pub struct RaceReport {
+    /// Where the earlier access starts.
+    pub address: String,
+    /// The static variable and element (`counters[3]`), when the trace's symbols name it.
+    pub variable: Option<VariableReport>,
+    /// The heap block the memory belongs to, when it is heap memory.
+    pub block: Option<BlockReport>,
+    pub accesses: [AccessReport; 2],
+}
+
+/// A heap block, from the recorder's allocation events.
+#[derive(Clone, Debug, Serialize)]
+pub struct BlockReport {
+    pub size: u64,
+    /// Offset of the earlier access in the block.
+    pub offset: u64,
+    pub allocated_at: SiteReport,
+    pub thread: String,
+}
+
+/// One access of a race.
+#[derive(Clone, Debug, Serialize)]
+pub struct AccessReport {
+    /// `read`, `write`, `atomic read`, `atomic write`.
+    pub kind: &'static str,
+    pub size: u32,
+    pub address: String,
+    pub thread: String,
+    /// Position of the access in its thread (`foresight dump --thread`).
+    pub position: u32,
+    pub site: SiteReport,
+    /// The locks the thread held (`name (read)` for the read side of an rwlock).
+    pub locks_held: Vec<String>,
+}
+
+/// A static variable, and where it is declared.
+#[derive(Clone, Debug, Serialize)]
+pub struct VariableReport {
+    /// With the path to the element accessed: `counters[3]`, `cfg.limits.max`.
+    pub name: String,
+    pub file: Option<String>,
+    pub line: Option<u32>,
 }

@@ -9,54 +9,64 @@ use std::io::Write;
 
 use serde_json::{json, Value};
 
-use super::{Finding, FindingLocation, Report, Verdict};
+use super::{Finding, FindingLocation, Kind, Report, Verdict};
 use crate::baseline::finding_key;
 
-/// The rules, one per finding kind: (id, short description, full description).
-const RULES: &[(&str, &str, &str)] = &[
-    (
-        "deadlock",
-        "Predicted deadlock: a reordering of a recorded run deadlocks",
-        "Threads take locks in a cycle, and a sync-preserving reordering of one recorded run \
-         reaches the point where every thread of the cycle is blocked.",
-    ),
-    (
-        "potential-deadlock",
-        "Inconsistent lock order between lock classes",
-        "Some code takes lock class A then B, other code B then A (or a longer cycle). No \
-         reordering of a recorded run was found to deadlock, but the order is a design defect \
-         independent of timing.",
-    ),
-    (
-        "join-deadlock",
-        "Joining a thread while holding a lock it needs",
-        "A thread holds a lock while it joins a thread that requests that lock before exiting.",
-    ),
-    (
-        "barrier-deadlock",
-        "Waiting at a barrier while holding a lock another participant needs",
-        "A thread holds a lock at a barrier that another participant reaches only after taking \
-         that lock.",
-    ),
-    (
-        "wait-deadlock",
-        "Waiting on a condition or semaphore while holding a lock the waker needs",
-        "A thread holds a lock (other than the condition's own mutex) while it waits for a \
-         signal or post that the other thread sends only after taking that lock.",
-    ),
-    (
-        "rwlock-deadlock",
-        "Recursive read lock against a writer",
-        "A thread read-locks an rwlock it already holds for read while another thread \
-         write-locks it: deadlocks with writer-preferring rwlocks.",
-    ),
-    (
-        "rank-violation",
-        "Lock acquired against the declared lock ranks",
-        "Locks annotated with ranks must be acquired in increasing rank: a lock was acquired \
-         while a lock of the same or a higher rank was held.",
-    ),
-];
+/// A kind's rule: (short description, full description).
+fn rule(kind: Kind) -> (&'static str, &'static str) {
+    match kind {
+        Kind::Deadlock => (
+            "Predicted deadlock: a reordering of a recorded run deadlocks",
+            "Threads take locks in a cycle, and a sync-preserving reordering of one recorded run \
+             reaches the point where every thread of the cycle is blocked.",
+        ),
+        Kind::PotentialDeadlock => (
+            "Inconsistent lock order between lock classes",
+            "Some code takes lock class A then B, other code B then A (or a longer cycle). No \
+             reordering of a recorded run was found to deadlock, but the order is a design \
+             defect independent of timing.",
+        ),
+        Kind::JoinDeadlock => (
+            "Joining a thread while holding a lock it needs",
+            "A thread holds a lock while it joins a thread that requests that lock before \
+             exiting.",
+        ),
+        Kind::BarrierDeadlock => (
+            "Waiting at a barrier while holding a lock another participant needs",
+            "A thread holds a lock at a barrier that another participant reaches only after \
+             taking that lock.",
+        ),
+        Kind::WaitDeadlock => (
+            "Waiting on a condition or semaphore while holding a lock the waker needs",
+            "A thread holds a lock (other than the condition's own mutex) while it waits for a \
+             signal or post that the other thread sends only after taking that lock.",
+        ),
+        Kind::RwlockDeadlock => (
+            "Recursive read lock against a writer",
+            "A thread read-locks an rwlock it already holds for read while another thread \
+             write-locks it: deadlocks with writer-preferring rwlocks.",
+        ),
+        Kind::RankViolation => (
+            "Lock acquired against the declared lock ranks",
+            "Locks annotated with ranks must be acquired in increasing rank: a lock was \
+             acquired while a lock of the same or a higher rank was held.",
+        ),
+        Kind::Race => (
+            "Data race: two threads access the same memory with nothing ordering them",
+            "Two threads access the same memory, at least one writes, not both atomically, and \
+             either nothing orders the two accesses in a recorded run (happens-before), or a \
+             sync-preserving reordering of the run makes them run back to back.",
+        ),
+    }
+}
+
+/// The level a kind's results have unless their verdict says otherwise.
+fn default_level(kind: Kind) -> &'static str {
+    match kind {
+        Kind::PotentialDeadlock | Kind::RwlockDeadlock => "warning",
+        _ => "error",
+    }
+}
 
 fn level(f: &Finding) -> &'static str {
     match f.verdict {
@@ -81,21 +91,16 @@ pub fn to_value(
     report: &Report,
     baseline_state: Option<&dyn Fn(&Finding) -> &'static str>,
 ) -> Value {
-    let rules: Vec<Value> = RULES
+    let rules: Vec<Value> = Kind::ALL
         .iter()
-        .map(|(id, short, full)| {
+        .map(|&kind| {
+            let (short, full) = rule(kind);
             json!({
-                "id": id,
-                "name": rule_name(id),
+                "id": kind.as_str(),
+                "name": rule_name(kind.as_str()),
                 "shortDescription": { "text": short },
                 "fullDescription": { "text": full },
-                "defaultConfiguration": {
-                    "level": if *id == "potential-deadlock" || *id == "rwlock-deadlock" {
-                        "warning"
-                    } else {
-                        "error"
-                    }
-                },
+                "defaultConfiguration": { "level": default_level(kind) },
             })
         })
         .collect();
@@ -134,7 +139,7 @@ fn rule_name(id: &str) -> String {
 }
 
 fn result(f: &Finding, baseline_state: Option<&dyn Fn(&Finding) -> &'static str>) -> Value {
-    let rule_index = RULES.iter().position(|(id, _, _)| *id == f.kind);
+    let rule_index = Kind::ALL.iter().position(|&k| k == f.kind);
     let primary = f
         .locations
         .iter()
@@ -156,7 +161,7 @@ fn result(f: &Finding, baseline_state: Option<&dyn Fn(&Finding) -> &'static str>
         })
         .collect();
     let mut r = json!({
-        "ruleId": f.kind,
+        "ruleId": f.kind.as_str(),
         "level": level(f),
         "message": { "text": f.message },
         "locations": primary.map(|l| vec![location(l, &f.message)]).unwrap_or_default(),
@@ -167,7 +172,7 @@ fn result(f: &Finding, baseline_state: Option<&dyn Fn(&Finding) -> &'static str>
             "verdict": f.verdict.as_str(),
             "rule": f.rule,
             "reason": f.reason,
-            "lockClasses": f.cycle,
+            "lockClasses": f.cycle(),
             "traces": f.traces,
         },
     });

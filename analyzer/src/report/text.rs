@@ -3,11 +3,23 @@
 
 use std::io::Write;
 
-use super::{counted, EdgeReport, Finding, HeldLock, Report, SiteReport, Verdict};
+use super::{counted, Detail, EdgeReport, Finding, HeldLock, Kind, Report, SiteReport, Verdict};
+
+/// How much of each site's stack the text shows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Style {
+    /// Every frame and inlined call, the standard library's and the wrappers' included
+    /// (`--full-stacks`); else the frames from the user's outward, when there are several.
+    pub full_stacks: bool,
+}
 
 pub fn write(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
+    write_with(out, report, Style::default())
+}
+
+pub fn write_with(out: &mut impl Write, report: &Report, style: Style) -> std::io::Result<()> {
     for t in &report.traces {
-        writeln!(
+        write!(
             out,
             "trace {}: {}, {}, {}, {}",
             t.path,
@@ -16,6 +28,14 @@ pub fn write(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
             counted(t.locks, "lock", "locks"),
             counted(t.critical_sections, "critical section", "critical sections")
         )?;
+        if t.accesses > 0 {
+            write!(
+                out,
+                ", {}",
+                counted(t.accesses, "memory access", "memory accesses")
+            )?;
+        }
+        writeln!(out)?;
         for w in &t.warnings {
             writeln!(out, "  warning: {w}")?;
         }
@@ -44,11 +64,27 @@ pub fn write(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
             s.candidates_checked
         )?;
     }
+    for h in &report.hints {
+        writeln!(out, "hint: {h}")?;
+    }
+    if s.race_budget_exhausted {
+        writeln!(
+            out,
+            "note: the race candidate budget ran out after {} checks; some races only a \
+             reordering exposes may be missing",
+            s.race_candidates_checked
+        )?;
+    }
     writeln!(out)?;
     let predicted: Vec<&Finding> = report
         .findings
         .iter()
-        .filter(|f| f.verdict == Verdict::Predicted)
+        .filter(|f| f.verdict == Verdict::Predicted && f.kind != Kind::Race)
+        .collect();
+    let races: Vec<&Finding> = report
+        .findings
+        .iter()
+        .filter(|f| f.kind == Kind::Race)
         .collect();
     let potential: Vec<&Finding> = report
         .findings
@@ -58,7 +94,13 @@ pub fn write(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
     if !predicted.is_empty() {
         writeln!(out, "== PREDICTED deadlocks ({}) ==", predicted.len())?;
         for f in predicted {
-            finding(out, f)?;
+            finding(out, f, style)?;
+        }
+    }
+    if !races.is_empty() {
+        writeln!(out, "== DATA RACES ({}) ==", races.len())?;
+        for f in &races {
+            finding(out, f, style)?;
         }
     }
     if !potential.is_empty() {
@@ -68,7 +110,7 @@ pub fn write(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
             potential.len()
         )?;
         for f in potential {
-            finding(out, f)?;
+            finding(out, f, style)?;
         }
     }
     let violations: Vec<&Finding> = report
@@ -83,7 +125,7 @@ pub fn write(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
             violations.len()
         )?;
         for f in violations {
-            finding(out, f)?;
+            finding(out, f, style)?;
         }
     }
     write!(
@@ -91,6 +133,14 @@ pub fn write(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
         "{} predicted, {} potential",
         report.summary.predicted, report.summary.potential
     )?;
+    if !races.is_empty() {
+        write!(
+            out,
+            " ({} of the predicted: {})",
+            counted(races.len(), "race", "races"),
+            race_rules(&races)
+        )?;
+    }
     if report.summary.rank_violations > 0 {
         write!(out, ", {} rank violations", report.summary.rank_violations)?;
     }
@@ -100,7 +150,7 @@ pub fn write(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
     writeln!(out)
 }
 
-fn finding(out: &mut impl Write, f: &Finding) -> std::io::Result<()> {
+fn finding(out: &mut impl Write, f: &Finding, style: Style) -> std::io::Result<()> {
     writeln!(
         out,
         "[{}] {} ({}, rule {})",
@@ -109,35 +159,69 @@ fn finding(out: &mut impl Write, f: &Finding) -> std::io::Result<()> {
         f.verdict.as_str(),
         f.rule
     )?;
-    if f.verdict != Verdict::Violation && (f.cycle.len() > 1 || !f.edges.is_empty()) {
-        let mut c = f.cycle.join(" → ");
-        if let Some(first) = f.cycle.first() {
-            c.push_str(" → ");
-            c.push_str(first);
+    match &f.detail {
+        Detail::LockCycle { cycle, edges } => {
+            let mut c = cycle.join(" → ");
+            if let Some(first) = cycle.first() {
+                c.push_str(" → ");
+                c.push_str(first);
+            }
+            writeln!(out, "  cycle (lock classes): {c}")?;
+            for (i, e) in edges.iter().enumerate() {
+                edge(out, i + 1, e, style)?;
+            }
         }
-        writeln!(out, "  cycle (lock classes): {c}")?;
-    }
-    for (i, e) in f.edges.iter().enumerate() {
-        edge(out, i + 1, e)?;
-    }
-    if let Some(w) = &f.wait {
-        writeln!(
-            out,
-            "  {} in {} waits ({}) on {} at {}",
-            w.thread, w.trace, w.wait, w.object, w.site.location
-        )?;
-        stack(out, &w.site, "      ")?;
-        for h in &w.held {
-            held(out, "holding", h)?;
+        Detail::RankViolation { edge: e, .. } => edge(out, 1, e, style)?,
+        Detail::Race(r) => {
+            if let Some(v) = &r.variable {
+                match (&v.file, v.line) {
+                    (Some(f), Some(l)) => {
+                        writeln!(out, "  memory: `{}` (declared at {f}:{l})", v.name)?
+                    }
+                    _ => writeln!(out, "  memory: `{}`", v.name)?,
+                }
+            } else if let Some(b) = &r.block {
+                writeln!(
+                    out,
+                    "  memory: offset {} of a {}-byte heap block allocated by {} at {}",
+                    b.offset, b.size, b.thread, b.allocated_at.location
+                )?;
+            } else {
+                writeln!(out, "  memory: {}", r.address)?;
+            }
+            for a in &r.accesses {
+                let held = if a.locks_held.is_empty() {
+                    "holding no lock".to_string()
+                } else {
+                    format!("holding {}", a.locks_held.join(", "))
+                };
+                writeln!(
+                    out,
+                    "  {} of {} bytes at {} by {} at {} [event {}], {held}",
+                    a.kind, a.size, a.address, a.thread, a.site.location, a.position
+                )?;
+                stack(out, &a.site, "      ", style)?;
+            }
         }
-        writeln!(
-            out,
-            "  {} requests {} at {}",
-            w.other_thread, w.other_lock, w.other_site.location
-        )?;
-        stack(out, &w.other_site, "      ")?;
-        if let Some(t) = &w.other_then {
-            writeln!(out, "    and only then reaches {}", t.location)?;
+        Detail::WaitDeadlock { wait: w, .. } | Detail::ReadRecursion { wait: w, .. } => {
+            writeln!(
+                out,
+                "  {} in {} waits ({}) on {} at {}",
+                w.thread, w.trace, w.wait, w.object, w.site.location
+            )?;
+            stack(out, &w.site, "      ", style)?;
+            for h in &w.held {
+                held(out, "holding", h)?;
+            }
+            writeln!(
+                out,
+                "  {} requests {} at {}",
+                w.other_thread, w.other_lock, w.other_site.location
+            )?;
+            stack(out, &w.other_site, "      ", style)?;
+            if let Some(t) = &w.other_then {
+                writeln!(out, "    and only then reaches {}", t.location)?;
+            }
         }
     }
     if let Some(w) = &f.witness {
@@ -174,7 +258,18 @@ fn finding(out: &mut impl Write, f: &Finding) -> std::io::Result<()> {
     writeln!(out)
 }
 
-fn edge(out: &mut impl Write, i: usize, e: &EdgeReport) -> std::io::Result<()> {
+/// "3 by happens-before, 1 sync-preserving": how many races each rule found.
+fn race_rules(races: &[&Finding]) -> String {
+    let hb = races.iter().filter(|f| f.rule == "happens-before").count();
+    let sp = races.len() - hb;
+    match (hb, sp) {
+        (_, 0) => "happens-before".to_string(),
+        (0, _) => "sync-preserving".to_string(),
+        _ => format!("{hb} happens-before, {sp} sync-preserving"),
+    }
+}
+
+fn edge(out: &mut impl Write, i: usize, e: &EdgeReport, style: Style) -> std::io::Result<()> {
     writeln!(
         out,
         "  edge {i}: {} → {} ({} in {}, seen {} times)",
@@ -185,13 +280,13 @@ fn edge(out: &mut impl Write, i: usize, e: &EdgeReport) -> std::io::Result<()> {
         "    holds {} ({}), acquired at {} [event {}]",
         e.held.lock, e.held.mode, e.held.site.location, e.held_position
     )?;
-    stack(out, &e.held.site, "      ")?;
+    stack(out, &e.held.site, "      ", style)?;
     writeln!(
         out,
         "    requests {} ({}) at {} [event {}]",
         e.lock, e.mode, e.site.location, e.request_position
     )?;
-    stack(out, &e.site, "      ")?;
+    stack(out, &e.site, "      ", style)?;
     let names: Vec<String> = e.held_set.iter().map(|h| h.lock.clone()).collect();
     writeln!(out, "    held set: {{{}}}", names.join(", "))
 }
@@ -204,9 +299,14 @@ fn held(out: &mut impl Write, what: &str, h: &HeldLock) -> std::io::Result<()> {
     )
 }
 
-fn stack(out: &mut impl Write, s: &SiteReport, indent: &str) -> std::io::Result<()> {
-    if s.stack.len() > 1 {
-        for f in &s.stack {
+fn stack(out: &mut impl Write, s: &SiteReport, indent: &str, style: Style) -> std::io::Result<()> {
+    let frames = if style.full_stacks {
+        &s.full_stack
+    } else {
+        &s.stack
+    };
+    if frames.len() > 1 {
+        for f in frames {
             writeln!(out, "{indent}at {f}")?;
         }
     }

@@ -114,12 +114,16 @@ fn object_uncached(
     init: bool,
     kind_of: impl Fn() -> ObjectKind,
 ) -> Option<(&'static Slot, SiteId)> {
-    let site = t.site(ra);
+    // A site that depends on the callers (a call from inside a lock wrapper) is never
+    // cached by return address: the pair cache would give every caller the first one's.
+    let (site, cacheable) = t.call_site(ra);
     let origin = if init {
         Origin::Init(site)
     } else {
         if let Some(s) = t.cached_object(addr) {
-            t.cache_pair(addr, ra, s, site);
+            if cacheable {
+                t.cache_pair(addr, ra, s, site);
+            }
             return Some((s, site));
         }
         Origin::Use(site)
@@ -130,7 +134,9 @@ fn object_uncached(
         return None;
     };
     t.cache_object(addr, s);
-    t.cache_pair(addr, ra, s, site);
+    if cacheable {
+        t.cache_pair(addr, ra, s, site);
+    }
     Some((s, site))
 }
 
@@ -158,7 +164,7 @@ pub fn record_destroy(addr: usize, ra: usize) {
     if let Some(t) = rt() {
         t.with(|t| {
             if let Some(s) = objects::find(addr) {
-                let site = t.site(ra);
+                let site = t.call_site(ra).0;
                 t.emit(
                     EventKind::ObjectDestroy {
                         object: s.id(),

@@ -42,7 +42,7 @@ unsafe extern "C-unwind" fn fork_hook(ra: usize) -> pid_t {
     let t = rt();
     // The fork key is taken before the real fork; the event (which names the child's pid) is
     // written in the parent once it is known.
-    let pre = t.and_then(|t| t.with(|t| (t.take_key(Key::Tick), sites::site(ra))));
+    let pre = t.and_then(|t| t.with(|t| (t.take_key(Key::Tick), sites::call_site(ra).0)));
     // SAFETY: the real fork. The atfork child handler (runtime::fork_child) sets up the
     // child's own trace inside it.
     let pid = unsafe { real() };

@@ -163,7 +163,7 @@ unsafe extern "C-unwind" fn create(
     };
     let prepared = t.with(|t| {
         crate::flusher::thread_created();
-        let site = sites::site(ra);
+        let site = sites::call_site(ra).0;
         let child = ThreadState::new(Some(t.tid()), 0);
         child.start.set(start as usize);
         child.arg.set(arg as usize);
@@ -253,7 +253,7 @@ unsafe fn joining(
         t.with(|t| {
             let child = thread_state::pt_lookup(pt as usize)?;
             if blocking.is_some() {
-                let site = sites::site(ra);
+                let site = sites::call_site(ra).0;
                 t.emit(EventKind::JoinRequest { child, site }, Key::Same);
             }
             Some(child)
@@ -323,7 +323,7 @@ unsafe extern "C-unwind" fn detach(pt: pthread_t, ra: usize) -> c_int {
     if let Some(t) = rt() {
         t.with(|t| {
             if let Some(child) = thread_state::pt_lookup(pt as usize) {
-                let site = sites::site(ra);
+                let site = sites::call_site(ra).0;
                 t.emit(EventKind::ThreadDetach { child, site }, Key::Tick);
             }
         });

@@ -1,0 +1,541 @@
+//! The sync-preserving closure (Tunç, Mathur, Pavlogiannis and Viswanathan, "Sound Dynamic
+//! Deadlock Prediction in Linear Time", PLDI 2023; the same closure decides sync-preserving races,
+//! Mathur, Pavlogiannis and Viswanathan, "Optimal Prediction of Synchronization-Preserving Races",
+//! POPL 2021).
+//!
+//! Given *pattern events* — at most one per thread — the closure S is the smallest set of events
+//! that
+//! 1. contains every event before a pattern event in its thread,
+//! 2. is closed under thread order and under the happens-before edges of the run's clocks
+//!    (`hb.rs` with `EdgeKinds::DEADLOCK`: create, join, barriers, once, semaphores,
+//!    conditions, annotations, release/acquire atomics, reads-from — never lock
+//!    release → acquire),
+//! 3. is closed under the lock rule: for two critical sections on one lock that conflict (at
+//!    least one writer) whose acquires are both in S, the release of the one earlier in the
+//!    trace is in S (critical sections keep their trace order: that is what makes the
+//!    reordering *sync-preserving*, and it is what keeps a prediction sound),
+//! 4. is closed under the monitor rule: an acquisition of a *monitor* lock (the mutex of a
+//!    condition wait, or the lock held at a signal — `model/locks.rs`) in S brings in every
+//!    other thread's critical section on it that came earlier in the trace. The paper's
+//!    reordering keeps every read's writer; a lock-only trace records no reads, and the state a
+//!    monitor protects (a "done" flag checked before a join, a count checked before a wait) is
+//!    exactly what decides what the thread does next. Without this rule, "wait until the child
+//!    marked itself done under the lock, then join it while holding the lock" would be
+//!    predicted.
+//!
+//! When S contains none of the pattern events, S in trace order is a feasible reordering of
+//! the trace after which every pattern thread is at its pattern event, with the locks it holds
+//! there held (an acquire before the pattern event whose release is after it is, by 3, the only
+//! open critical section on that lock in S). For a deadlock the pattern events are where the
+//! threads would block ([`sync_preserving_closure`], `deadlock.rs`, `waits.rs`); for a race,
+//! the two accesses ([`closure_before`]): they are then adjacent-able at the end of S — a
+//! predicted race.
+//!
+//! S is represented by a frontier: per thread, the length of the prefix it contains. Every rule
+//! only ever raises the frontier, so the computation is a monotone fixpoint: each receive
+//! (stored clock) and each acquisition is visited at most once, and each visit of a newly
+//! entered acquisition marks its lock for one check of the lock rule. One closure costs
+//! O(R·T + A + D·T_l²) for R receives and A acquisitions inside S, D lock checks and T_l
+//! threads per lock: linear in the part of the trace before the pattern. [`ClosureState`] is
+//! resumable: moving a pattern event later and closing again only adds the new events, which is
+//! what makes the searches over many candidate patterns linear (`deadlock.rs`'s
+//! `search_abstract_pattern`).
+//!
+//! What the closure does not know, and so cannot make unsound: only recorded events exist (a
+//! lock-only trace has no data dependencies); reads-from of plain memory is taken from the
+//! merged order, exact for accesses ordered by synchronisation but not for racy ones.
+
+use crate::model::{Acquisition, Mode, Run};
+
+/// The pattern event of one thread: it must stay outside the closure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PatternEvent {
+    pub thread: u32,
+    /// Position of the blocking event; the closure may contain only events before it.
+    pub pos: u32,
+}
+
+/// Why a closure reached a pattern event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NotPredicted {
+    /// Two pattern events in one thread.
+    SameThread,
+    /// The work budget ran out before the closure was decided.
+    OutOfBudget,
+    /// The closure contains the pattern event of `thread` (it must happen first).
+    Reached { thread: u32, by: Reach },
+}
+
+/// What forced a pattern event into the closure.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reach {
+    /// A happens-before edge (create/join, barrier, once, semaphore, condition, …).
+    HappensBefore,
+    /// The lock rule on `lock`: its critical sections cannot be reordered that way.
+    LockOrder { lock: u32 },
+    /// A lock needed in the reordering is never released in the trace.
+    NeverReleased { lock: u32 },
+}
+
+/// The closure, as a per-thread prefix length.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Closure {
+    pub frontier: Vec<u32>,
+}
+
+/// Computes the sync-preserving closure of the events before `pattern` (a receive at a pattern
+/// event itself — the wake-up of a condition wait whose mutex re-acquisition is the pattern
+/// event — is in it: see [`ClosureState::block_at`]).
+pub fn sync_preserving_closure(
+    run: &Run,
+    pattern: &[PatternEvent],
+) -> Result<Closure, NotPredicted> {
+    let mut state = ClosureState::new(run, u64::MAX);
+    for (i, b) in pattern.iter().enumerate() {
+        if pattern[..i].iter().any(|o| o.thread == b.thread) {
+            return Err(NotPredicted::SameThread);
+        }
+        state.block_at(*b)?;
+    }
+    state.choose_strategy();
+    state.close()?;
+    Ok(Closure {
+        frontier: state.frontier,
+    })
+}
+
+/// A closure being computed; it can be resumed after a pattern event moved later (as
+/// `deadlock::search_abstract_pattern` does), since every rule only ever adds events.
+pub struct ClosureState<'r> {
+    run: &'r Run,
+    /// Per thread, the length of the prefix in the closure. After a failed [`close`], the
+    /// frontier of the thread whose pattern event was reached is where the closure wanted to go.
+    ///
+    /// [`close`]: ClosureState::close
+    pub frontier: Vec<u32>,
+    limit: Vec<u32>,
+    receive_cursor: Vec<usize>,
+    acquisition_cursor: Vec<usize>,
+    /// Find the locks the lock rule must look at by walking the acquisitions that enter the
+    /// closure (else: check every contended lock each round).
+    walk: bool,
+    dirty: Vec<u32>,
+    is_dirty: Vec<bool>,
+    /// Work done, and the most allowed.
+    pub steps: u64,
+    max_steps: u64,
+}
+
+impl<'r> ClosureState<'r> {
+    pub fn new(run: &'r Run, max_steps: u64) -> Self {
+        let n = run.threads.len();
+        ClosureState {
+            run,
+            frontier: vec![0; n],
+            limit: vec![u32::MAX; n],
+            receive_cursor: vec![0; n],
+            acquisition_cursor: vec![0; n],
+            walk: true,
+            dirty: Vec::new(),
+            is_dirty: vec![false; run.locks.len()],
+            steps: 0,
+            max_steps,
+        }
+    }
+
+    /// Walking every acquisition that enters the closure costs the size of the closure;
+    /// checking every contended lock each round costs the (lock, thread) pairs per round.
+    /// Take the cheaper one for a closure computed once: early patterns have small closures,
+    /// long traces with few locks have many acquisitions. (A resumed closure walks: over all
+    /// its resumptions that is linear.)
+    pub fn choose_strategy(&mut self) {
+        let run = self.run;
+        let in_prefix: usize = (0..run.threads.len())
+            .map(|t| {
+                run.thread_acquisitions[t]
+                    .partition_point(|&a| run.acquisitions[a as usize].acquired < self.frontier[t])
+            })
+            .sum();
+        let per_round: usize = run
+            .contended_locks
+            .iter()
+            .map(|&l| run.lock_threads[l as usize].len())
+            .sum();
+        self.walk = in_prefix < per_round.saturating_mul(4);
+    }
+
+    /// Makes event `b` a pattern event where its thread blocks: the events before it are in
+    /// the closure, it is not, and what it received (a condition wait's wake-up, whose mutex
+    /// re-acquisition blocks) is in. It replaces the thread's previous pattern event, which
+    /// must be earlier.
+    pub fn block_at(&mut self, b: PatternEvent) -> Result<(), NotPredicted> {
+        self.exclude(b)?;
+        let t = b.thread as usize;
+        // A pattern event that is itself a receive (the mutex re-taken when a condition wait
+        // returns) has had its wake-up: what it received is in the closure, only its lock
+        // blocks.
+        if let Some(clock) = self.run.hb.receive_before(t, b.pos) {
+            for (u, &v) in clock.entries().iter().enumerate() {
+                if u != t {
+                    raise(&mut self.frontier, &self.limit, u, v, Reach::HappensBefore)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes event `e` a pattern event of which only the strict predecessors are in the
+    /// closure (a race's access: its own reads-from edge is not a reason to run its writer
+    /// first). It replaces the thread's previous pattern event, which must be earlier.
+    pub fn exclude(&mut self, e: PatternEvent) -> Result<(), NotPredicted> {
+        let t = e.thread as usize;
+        if self.frontier[t] > e.pos {
+            return Err(NotPredicted::Reached {
+                thread: e.thread,
+                by: Reach::HappensBefore,
+            });
+        }
+        self.limit[t] = e.pos;
+        self.frontier[t] = e.pos;
+        Ok(())
+    }
+
+    /// Runs the rules to their fixpoint; fails as soon as a pattern event would enter.
+    pub fn close(&mut self) -> Result<(), NotPredicted> {
+        let run = self.run;
+        let n = run.threads.len();
+        loop {
+            if self.steps > self.max_steps {
+                return Err(NotPredicted::OutOfBudget);
+            }
+            // Thread order and happens-before: walk every thread's receives up to its frontier
+            // until nothing moves. A receive's cursor moves only once all of it is applied, so
+            // that a resumed closure applies the rest.
+            let mut moved = true;
+            while moved {
+                moved = false;
+                for t in 0..n {
+                    let receives = run.hb.receives(t);
+                    while let Some((pos, clock)) = receives.get(self.receive_cursor[t]) {
+                        if *pos >= self.frontier[t] {
+                            break;
+                        }
+                        self.steps += 1;
+                        for (u, &v) in clock.entries().iter().enumerate() {
+                            if u != t {
+                                moved |= raise(
+                                    &mut self.frontier,
+                                    &self.limit,
+                                    u,
+                                    v,
+                                    Reach::HappensBefore,
+                                )?;
+                            }
+                        }
+                        self.receive_cursor[t] += 1;
+                    }
+                }
+            }
+            // The lock rule.
+            let mut raised = false;
+            if self.walk {
+                for t in 0..n {
+                    let acquisitions = &run.thread_acquisitions[t];
+                    while let Some(&a) = acquisitions.get(self.acquisition_cursor[t]) {
+                        let acq = &run.acquisitions[a as usize];
+                        if acq.acquired >= self.frontier[t] {
+                            break;
+                        }
+                        self.steps += 1;
+                        self.acquisition_cursor[t] += 1;
+                        if !self.is_dirty[acq.lock as usize] {
+                            self.is_dirty[acq.lock as usize] = true;
+                            self.dirty.push(acq.lock);
+                        }
+                    }
+                }
+                while let Some(&lock) = self.dirty.last() {
+                    self.steps += run.lock_threads[lock as usize].len() as u64;
+                    // Stays dirty if the rule fails: a resumed closure checks it again.
+                    raised |= lock_rule(run, lock, &mut self.frontier, &self.limit)?;
+                    self.dirty.pop();
+                    self.is_dirty[lock as usize] = false;
+                }
+            } else {
+                for &lock in &run.contended_locks {
+                    self.steps += run.lock_threads[lock as usize].len() as u64;
+                    raised |= lock_rule(run, lock, &mut self.frontier, &self.limit)?;
+                }
+            }
+            if !raised {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// The lock rule on one lock. Per thread, only its last acquisition inside the frontier can be
+/// open (the earlier ones are released before it, in thread order), and for rwlocks its last
+/// writing one matters too (a read of another thread before it conflicts with it). Each
+/// conflicting pair (one writer at least) whose earlier acquisition is another thread's puts
+/// that acquisition's release in the closure. Returns whether the frontier moved.
+fn lock_rule(
+    run: &Run,
+    lock: u32,
+    frontier: &mut [u32],
+    limit: &[u32],
+) -> Result<bool, NotPredicted> {
+    let threads = &run.lock_threads[lock as usize];
+    let mut last: Vec<(u32, u32, Option<u32>)> = Vec::with_capacity(threads.len());
+    for &t in threads {
+        let list = &run.by_thread_lock[&(t, lock)];
+        let inside =
+            list.partition_point(|&a| run.acquisitions[a as usize].acquired < frontier[t as usize]);
+        if inside == 0 {
+            continue;
+        }
+        let latest = list[inside - 1];
+        let latest_write = list[..inside]
+            .iter()
+            .rev()
+            .find(|&&a| run.acquisitions[a as usize].mode == Mode::Write)
+            .copied();
+        last.push((t, latest, latest_write));
+    }
+    let mut raised = false;
+    if run.locks[lock as usize].monitor {
+        raised |= monitor_rule(run, lock, &last, frontier, limit)?;
+    }
+    if last.len() < 2 {
+        return Ok(raised);
+    }
+    for &(u, a_u, _) in &last {
+        let a_u = &run.acquisitions[a_u as usize];
+        for &(t, a_t, w_t) in &last {
+            if t == u {
+                continue;
+            }
+            let later_conflicting = w_t.is_some_and(|w| run.acquisitions[w as usize].seq > a_u.seq)
+                || (a_u.mode == Mode::Write && run.acquisitions[a_t as usize].seq > a_u.seq);
+            if !later_conflicting {
+                continue;
+            }
+            raised |= include_release(a_u, u, lock, frontier, limit)?;
+        }
+    }
+    Ok(raised)
+}
+
+/// Puts the release of acquisition `acq` (thread `u`, lock `lock`) in the closure; a critical
+/// section never released cannot be completed first.
+fn include_release(
+    acq: &Acquisition,
+    u: u32,
+    lock: u32,
+    frontier: &mut [u32],
+    limit: &[u32],
+) -> Result<bool, NotPredicted> {
+    match acq.release {
+        Some(rel) => raise(
+            frontier,
+            limit,
+            u as usize,
+            rel + 1,
+            Reach::LockOrder { lock },
+        ),
+        None => Err(NotPredicted::Reached {
+            thread: u,
+            by: Reach::NeverReleased { lock },
+        }),
+    }
+}
+
+/// The monitor rule on one lock: for each thread's latest acquisition inside the frontier,
+/// every other thread's last acquisition before it in the trace has its release in the closure
+/// (the earlier ones are before that one in their thread). Returns whether the frontier moved.
+fn monitor_rule(
+    run: &Run,
+    lock: u32,
+    last: &[(u32, u32, Option<u32>)],
+    frontier: &mut [u32],
+    limit: &[u32],
+) -> Result<bool, NotPredicted> {
+    let mut raised = false;
+    for &(t, a_t, _) in last {
+        let seq_t = run.acquisitions[a_t as usize].seq;
+        for &u in &run.lock_threads[lock as usize] {
+            if u == t {
+                continue;
+            }
+            let list = &run.by_thread_lock[&(u, lock)];
+            let before = list.partition_point(|&a| run.acquisitions[a as usize].seq < seq_t);
+            let Some(&a_u) = before.checked_sub(1).and_then(|i| list.get(i)) else {
+                continue;
+            };
+            raised |= include_release(&run.acquisitions[a_u as usize], u, lock, frontier, limit)?;
+        }
+    }
+    Ok(raised)
+}
+
+/// Raises the frontier of `u` to `to`; fails when that swallows a pattern event (the frontier
+/// is still raised: it says how far the closure goes). Returns whether the frontier moved.
+fn raise(
+    frontier: &mut [u32],
+    limit: &[u32],
+    u: usize,
+    to: u32,
+    why: Reach,
+) -> Result<bool, NotPredicted> {
+    if to <= frontier[u] {
+        return Ok(false);
+    }
+    frontier[u] = to;
+    if to > limit[u] {
+        return Err(NotPredicted::Reached {
+            thread: u as u32,
+            by: why,
+        });
+    }
+    Ok(true)
+}
+
+/// The acquisitions a thread holds at the closure's frontier.
+pub fn open_at_frontier(run: &Run, closure: &Closure, thread: u32) -> Vec<u32> {
+    let f = closure.frontier[thread as usize];
+    run.thread_acquisitions[thread as usize]
+        .iter()
+        .copied()
+        .filter(|&a| {
+            let acq = &run.acquisitions[a as usize];
+            acq.acquired < f && acq.release.is_none_or(|r| r >= f)
+        })
+        .collect()
+}
+
+/// Computes the sync-preserving closure of the strict predecessors of `events` (what a race
+/// check needs: a read's own reads-from edge must not pull its writer in). `Ok`: the closure
+/// contains none of them, so a reordering of the trace runs S and then has every event next.
+pub fn closure_before(run: &Run, events: &[PatternEvent]) -> Result<Closure, NotPredicted> {
+    let mut state = ClosureState::new(run, u64::MAX);
+    for (i, e) in events.iter().enumerate() {
+        if events[..i].iter().any(|o| o.thread == e.thread) {
+            return Err(NotPredicted::SameThread);
+        }
+        state.exclude(*e)?;
+    }
+    state.choose_strategy();
+    state.close()?;
+    Ok(Closure {
+        frontier: state.frontier,
+    })
+}
+
+impl Closure {
+    /// Whether the closure contains event `pos` of `thread`.
+    pub fn contains(&self, thread: u32, pos: u32) -> bool {
+        self.frontier.get(thread as usize).is_some_and(|&f| pos < f)
+    }
+}
+
+/// Counts what an analysis spent on closures, to say in the report where a bound cut the work.
+#[derive(Default)]
+pub(crate) struct Budget {
+    /// Candidate patterns checked, and the most allowed.
+    pub checked: u64,
+    pub limit: u64,
+    pub exhausted: bool,
+    /// Steps left to the complete searches (events entering resumable closures).
+    pub steps_left: u64,
+}
+
+impl Budget {
+    pub fn new(candidates: u64, steps: u64) -> Self {
+        Budget {
+            limit: candidates,
+            steps_left: steps,
+            ..Budget::default()
+        }
+    }
+
+    /// Takes one candidate check from the budget; false when none is left.
+    pub fn take(&mut self) -> bool {
+        if self.checked >= self.limit {
+            self.exhausted = true;
+            return false;
+        }
+        self.checked += 1;
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::build_run;
+    use foresight_trace::builder::TraceBuilder;
+    use foresight_trace::Trace;
+
+    fn run_of(b: TraceBuilder) -> Run {
+        let trace = Trace::from_bytes("t.trace", b.finish()).expect("trace reads");
+        build_run(&trace, &mut |_| {})
+    }
+
+    fn at(thread: u32, pos: u32) -> PatternEvent {
+        PatternEvent { thread, pos }
+    }
+
+    #[test]
+    fn a_reads_from_edge_into_an_excluded_read_does_not_order_its_writer_first() {
+        let mut b = TraceBuilder::new("t");
+        let main = b.main_thread();
+        let s = b.site("f", "t.c", 1);
+        let t1 = b.spawn(main, s, "t1");
+        let t2 = b.spawn(main, s, "t2");
+        b.write(t1, 0x10, 4, s); // t1: 1
+        b.read(t2, 0x10, 4, s); // t2: 1, reads from t1's write
+        let run = run_of(b);
+        let pattern = [at(1, 1), at(2, 1)];
+        let closure = closure_before(&run, &pattern).expect("the two accesses can be adjacent");
+        assert!(closure.contains(1, 0) && !closure.contains(1, 1));
+        assert!(closure.contains(2, 0) && !closure.contains(2, 1));
+        // As a blocking pattern, the read's own receive (the write) is in the closure.
+        assert!(matches!(
+            sync_preserving_closure(&run, &pattern),
+            Err(NotPredicted::Reached { thread: 1, .. })
+        ));
+    }
+
+    #[test]
+    fn the_lock_rule_keeps_two_critical_sections_on_one_lock_in_trace_order() {
+        let mut b = TraceBuilder::new("t");
+        let main = b.main_thread();
+        let s = b.site("f", "t.c", 1);
+        let t1 = b.spawn(main, s, "t1");
+        let t2 = b.spawn(main, s, "t2");
+        let m = b.mutex("m");
+        let x = b.mutex("x");
+        b.lock(t2, m, s); // t2: 1, 2
+        b.write(t2, 0x10, 4, s); // 3
+        b.unlock(t2, m, s); // 4
+        b.lock(t1, m, s); // t1: 1, 2
+        b.write(t1, 0x10, 4, s); // 3
+        b.unlock(t1, m, s); // 4
+        b.lock(t2, x, s); // t2: 5, 6 (x is t2's alone)
+        b.write(t2, 0x20, 4, s); // 7
+        let run = run_of(b);
+        // Both writes under m: t2's section came first, so it must end before t1's begins.
+        assert!(matches!(
+            closure_before(&run, &[at(1, 3), at(2, 3)]),
+            Err(NotPredicted::Reached {
+                thread: 2,
+                by: Reach::LockOrder { .. }
+            })
+        ));
+        // t2's write under x, after its section on m: t1 can be inside m at the same time.
+        let closure = closure_before(&run, &[at(1, 3), at(2, 7)]).expect("concurrent");
+        assert!(closure.contains(2, 6) && !closure.contains(2, 7));
+        assert_eq!(open_at_frontier(&run, &closure, 1).len(), 1, "t1 holds m");
+        assert_eq!(open_at_frontier(&run, &closure, 2).len(), 1, "t2 holds x");
+    }
+}

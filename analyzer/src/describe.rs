@@ -1,0 +1,171 @@
+//! How a pass describes the run data of a finding: sites, held locks, the locations every
+//! finding lists, lock-order edges, and the witness reordering of a closure. Shared by every
+//! pass that makes findings, so that they all say the same things the same way.
+
+use crate::closure::{open_at_frontier, Closure, PatternEvent};
+use crate::lock_graph::LockOrderGraph;
+use crate::model::{Acquisition, Mode, Run};
+use crate::report::{EdgeReport, FindingLocation, HeldLock, SiteReport, Witness, WitnessThread};
+
+pub(crate) fn mode_name(m: Mode) -> &'static str {
+    match m {
+        Mode::Write => "write",
+        Mode::Read => "read",
+    }
+}
+
+pub(crate) fn site(run: &Run, s: foresight_trace::SiteId) -> SiteReport {
+    run.location(s).into()
+}
+
+pub(crate) fn held_lock(run: &Run, a: &Acquisition) -> HeldLock {
+    let lock = &run.locks[a.lock as usize];
+    HeldLock {
+        lock: lock.name.clone(),
+        class: run.acquisition_class(a),
+        mode: mode_name(a.mode),
+        site: site(run, a.site),
+    }
+}
+
+pub(crate) fn location(
+    run: &Run,
+    s: foresight_trace::SiteId,
+    thread: u32,
+    role: &'static str,
+) -> FindingLocation {
+    let l = run.location(s);
+    FindingLocation {
+        file: l.file,
+        line: (l.line > 0).then_some(l.line),
+        function: l.function,
+        thread: run.thread_label(thread),
+        role,
+        trace: run.source.clone(),
+    }
+}
+
+pub(crate) fn edge_report(
+    run: &Run,
+    graph: &LockOrderGraph,
+    hold: u32,
+    request: u32,
+) -> EdgeReport {
+    let h = &run.acquisitions[hold as usize];
+    let r = &run.acquisitions[request as usize];
+    let class = |a: &Acquisition| {
+        graph
+            .acquisition_class(run, a)
+            .expect("classes added with the run")
+    };
+    let (from, to) = (class(h), class(r));
+    EdgeReport {
+        from_class: graph.classes[from].clone(),
+        to_class: graph.classes[to].clone(),
+        trace: run.source.clone(),
+        thread: run.thread_label(r.thread),
+        held: held_lock(run, h),
+        lock: run.locks[r.lock as usize].name.clone(),
+        mode: mode_name(r.mode),
+        site: site(run, r.site),
+        held_set: run
+            .held(r)
+            .iter()
+            .map(|&a| held_lock(run, &run.acquisitions[a as usize]))
+            .collect(),
+        held_position: h.acquired,
+        request_position: r.request,
+        edge_count: graph.edge(from, to).map_or(0, |e| e.count),
+    }
+}
+
+/// The witness: each thread's prefix in the closure, the locks it holds there, what each
+/// pattern thread does next (`next`: where it blocks, for a deadlock), and the lock operations
+/// of the prefix in the order they run.
+pub(crate) fn witness(run: &Run, closure: &Closure, next: &[(PatternEvent, String)]) -> Witness {
+    const SCHEDULE_LINES: usize = 24;
+    let mut threads = Vec::new();
+    for (t, &f) in closure.frontier.iter().enumerate() {
+        let blocks = next
+            .iter()
+            .find(|(b, _)| b.thread as usize == t)
+            .map(|(_, what)| what.clone());
+        if f == 0 && blocks.is_none() {
+            continue;
+        }
+        let holds = open_at_frontier(run, closure, t as u32)
+            .iter()
+            .map(|&a| {
+                let a = &run.acquisitions[a as usize];
+                format!(
+                    "{} (acquired at {})",
+                    run.locks[a.lock as usize].name,
+                    run.location(a.site).text
+                )
+            })
+            .collect();
+        threads.push(WitnessThread {
+            thread: run.thread_label(t as u32),
+            prefix_events: f,
+            holds,
+            blocks,
+        });
+    }
+    // Lock operations inside the prefix, in trace order: a sync-preserving reordering keeps
+    // the trace order of what it contains.
+    let mut ops: Vec<(u64, u32)> = Vec::new();
+    for (t, &f) in closure.frontier.iter().enumerate() {
+        for &a in &run.thread_acquisitions[t] {
+            if run.acquisitions[a as usize].acquired >= f {
+                break;
+            }
+            ops.push((run.acquisitions[a as usize].seq, a));
+        }
+    }
+    ops.sort_unstable();
+    let truncated = ops.len() > SCHEDULE_LINES;
+    // Only the lines shown are formatted (a closure can hold millions of sections).
+    let mut schedule: Vec<String> = ops[ops.len().saturating_sub(SCHEDULE_LINES)..]
+        .iter()
+        .map(|&(_, a)| {
+            let acq = &run.acquisitions[a as usize];
+            let f = closure.frontier[acq.thread as usize];
+            let released = acq.release.is_some_and(|r| r < f);
+            format!(
+                "{}: {} {} at {}{}",
+                run.thread_label(acq.thread),
+                if acq.mode == Mode::Read {
+                    "read-locks"
+                } else {
+                    "locks"
+                },
+                run.locks[acq.lock as usize].name,
+                run.location(acq.site).text,
+                if released {
+                    " … unlocks"
+                } else {
+                    " (keeps it)"
+                }
+            )
+        })
+        .collect();
+    for (b, what) in next {
+        schedule.push(format!("{}: {what}", run.thread_label(b.thread)));
+    }
+    Witness {
+        trace: run.source.clone(),
+        threads,
+        schedule,
+        schedule_truncated: truncated,
+    }
+}
+
+/// A cycle's names in order, back to the first: `A → B → A`.
+pub(crate) fn cycle_text(names: &[String]) -> String {
+    let mut s = names.join(" → ");
+    if let Some(first) = names.first() {
+        s.push_str(" → ");
+        s.push_str(first);
+    }
+    s
+}

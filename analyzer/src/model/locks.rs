@@ -1,0 +1,374 @@
+//! Lock critical sections: the lock table (dense indices, on first sight), each thread's stack
+//! of held locks, the acquisitions with the held set at their request, read recursions, the
+//! rank check, and which locks are monitors.
+//!
+//! Recursive re-acquisitions are depth counts, not sections. A request still pending when the
+//! trace ends (the program hung) becomes, at [`LockSections::finish`], an acquisition whose
+//! acquire position is `u32::MAX`: a pattern event, never a critical section.
+//!
+//! The rank check runs here, while the held stack is built: each held entry keeps the highest
+//! (rank, acquisition) at or below it, so an acquisition compares with the top once (an
+//! out-of-order release recomputes the entries above it); trylocks and unranked locks are not
+//! checked.
+
+use std::collections::HashMap;
+
+use foresight_trace::event::{ObjectId, SiteId};
+use foresight_trace::reader::Tables;
+use foresight_trace::tables::ObjectKind;
+
+use super::annotations::Annotations;
+use super::heap::HeapBlocks;
+use super::{AcquireHow, Acquisition, IndexMap, LockModel, Mode, RankViolation, ReadRecursion};
+use crate::stream::{Op, StreamEvent};
+
+/// Lock object id → dense lock index, looked up at every lock operation. The recorder numbers
+/// objects from 0, so small ids (almost all) are a table lookup; larger ones go to a map, so
+/// that a hostile trace's huge ids cost no huge table.
+#[derive(Default)]
+struct LockIndex {
+    small: Vec<u32>,
+    large: HashMap<ObjectId, u32>,
+}
+
+impl LockIndex {
+    const NONE: u32 = u32::MAX;
+    /// Ids below this are kept in the table (4 MiB at most).
+    const TABLE: ObjectId = 1 << 20;
+
+    #[inline]
+    fn get(&self, object: ObjectId) -> Option<u32> {
+        match self.small.get(object as usize) {
+            Some(&l) if l != Self::NONE => Some(l),
+            Some(_) => None,
+            None if object < Self::TABLE => None,
+            None => self.large.get(&object).copied(),
+        }
+    }
+
+    fn insert(&mut self, object: ObjectId, lock: u32) {
+        if object < Self::TABLE {
+            let i = object as usize;
+            if self.small.len() <= i {
+                self.small.resize(i + 1, Self::NONE);
+            }
+            self.small[i] = lock;
+        } else {
+            self.large.insert(object, lock);
+        }
+    }
+}
+
+struct HeldEntry {
+    lock: u32,
+    acq: u32,
+    depth: u32,
+    /// The highest (rank, acquisition) among this entry and those below it: the rank check is
+    /// one comparison with the top of the stack.
+    max_rank: Option<(u32, u32)>,
+}
+
+/// The lock-section visitor's state; [`finish`](LockSections::finish) hands it to the `Run`.
+pub(super) struct LockSections<'t> {
+    tables: &'t Tables,
+    index: LockIndex,
+    pub locks: Vec<LockModel>,
+    /// Per lock: the threads that acquire it.
+    pub lock_threads: Vec<Vec<u32>>,
+    pub acquisitions: Vec<Acquisition>,
+    /// Backing store of every `held` range (also the waits').
+    pub held_pool: Vec<u32>,
+    pub thread_acquisitions: Vec<Vec<u32>>,
+    pub by_thread_lock: IndexMap<(u32, u32), Vec<u32>>,
+    pub read_recursions: Vec<ReadRecursion>,
+    pub rank_violations: Vec<RankViolation>,
+    held: Vec<Vec<HeldEntry>>,
+    /// Per thread: the lock request waiting for its outcome, (object, position).
+    pending: Vec<Option<(ObjectId, u32)>>,
+    pending_site: Vec<SiteId>,
+    requested_mode: Vec<Mode>,
+    /// Per thread: the site of its last condition wait (the re-acquisition's site).
+    cond_site: Vec<SiteId>,
+}
+
+impl<'t> LockSections<'t> {
+    pub fn new(tables: &'t Tables, threads: usize) -> Self {
+        LockSections {
+            tables,
+            index: LockIndex::default(),
+            locks: Vec::new(),
+            lock_threads: Vec::new(),
+            acquisitions: Vec::new(),
+            held_pool: Vec::new(),
+            thread_acquisitions: vec![Vec::new(); threads],
+            by_thread_lock: IndexMap::default(),
+            read_recursions: Vec::new(),
+            rank_violations: Vec::new(),
+            held: (0..threads).map(|_| Vec::new()).collect(),
+            pending: vec![None; threads],
+            pending_site: vec![0; threads],
+            requested_mode: vec![Mode::Write; threads],
+            cond_site: vec![0; threads],
+        }
+    }
+
+    /// The dense index of a lock object already seen.
+    pub fn index(&self, object: ObjectId) -> Option<u32> {
+        self.index.get(object)
+    }
+
+    #[inline]
+    pub fn handle(&mut self, ev: &StreamEvent, annotations: &Annotations, heap: &HeapBlocks) {
+        let (t, pos, seq) = (ev.thread, ev.pos, ev.seq);
+        match ev.op {
+            Op::LockRequest { lock, mode, site } => {
+                self.pending[t as usize] = Some((lock, pos));
+                self.pending_site[t as usize] = site;
+                self.requested_mode[t as usize] = mode;
+            }
+            Op::LockFailed { .. } => self.pending[t as usize] = None,
+            Op::LockAcquired { lock, mode } => {
+                let site = self.pending_site[t as usize];
+                let request = match self.pending[t as usize].take() {
+                    Some((l, p)) if l == lock => p,
+                    _ => pos,
+                };
+                let l = self.lock_of(lock, annotations, heap);
+                self.acquire(t, l, mode, AcquireHow::Blocking, request, pos, seq, site);
+            }
+            Op::LockTry {
+                lock,
+                mode,
+                site,
+                acquired: true,
+            } => {
+                let l = self.lock_of(lock, annotations, heap);
+                self.acquire(t, l, mode, AcquireHow::Try, pos, pos, seq, site);
+            }
+            Op::LockRelease { lock, .. } => {
+                if let Some(l) = self.index(lock) {
+                    self.release(t, l, pos);
+                }
+            }
+            Op::CondWaitBegin { mutex, site, .. } => {
+                self.cond_site[t as usize] = site;
+                if let Some(l) = self.index(mutex) {
+                    self.locks[l as usize].monitor = true;
+                    self.release(t, l, pos);
+                }
+            }
+            Op::CondWaitEnd { mutex, .. } => {
+                let l = self.lock_of(mutex, annotations, heap);
+                let site = self.cond_site[t as usize];
+                self.acquire(
+                    t,
+                    l,
+                    Mode::Write,
+                    AcquireHow::CondReacquire,
+                    pos,
+                    pos,
+                    seq,
+                    site,
+                );
+            }
+            Op::CondSignal { .. } => {
+                if let Some(h) = self.held[t as usize].last() {
+                    self.locks[h.lock as usize].monitor = true;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Copies the thread's held acquisitions (outermost first) into the pool.
+    pub fn push_held(&mut self, thread: u32) -> std::ops::Range<u32> {
+        let start = self.held_pool.len() as u32;
+        self.held_pool
+            .extend(self.held[thread as usize].iter().map(|h| h.acq));
+        start..self.held_pool.len() as u32
+    }
+
+    /// Sets the subclass a lock's later acquisitions are taken at.
+    pub fn set_subclass(&mut self, object: ObjectId, subclass: u32) {
+        if let Some(l) = self.index(object) {
+            self.locks[l as usize].subclass = subclass;
+        }
+    }
+
+    /// Sets the rank a lock's later acquisitions are checked against.
+    pub fn set_rank(&mut self, object: ObjectId, rank: u32) {
+        if let Some(l) = self.index(object) {
+            self.locks[l as usize].rank = Some(rank);
+        }
+    }
+
+    /// The dense index of a lock object, adding it on first sight.
+    fn lock_of(&mut self, object: ObjectId, annotations: &Annotations, heap: &HeapBlocks) -> u32 {
+        if let Some(l) = self.index(object) {
+            return l;
+        }
+        let id = self.locks.len() as u32;
+        let info = self.tables.objects.get(&object);
+        let kind = info.map_or(ObjectKind::Mutex, |o| o.kind);
+        self.locks.push(LockModel {
+            object,
+            name: self.tables.describe_object(object),
+            class: String::new(),
+            kind,
+            rank: annotations.rank(object),
+            subclass: annotations.subclass(object),
+            monitor: false,
+            block: info.and_then(|o| heap.block_of(o.address)),
+        });
+        self.lock_threads.push(Vec::new());
+        self.index.insert(object, id);
+        id
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn acquire(
+        &mut self,
+        thread: u32,
+        lock: u32,
+        mode: Mode,
+        how: AcquireHow,
+        request: u32,
+        acquired: u32,
+        seq: u64,
+        site: SiteId,
+    ) {
+        let held = &mut self.held[thread as usize];
+        if let Some(h) = held.iter_mut().find(|h| h.lock == lock) {
+            // Re-acquired while held: a recursive mutex, or a recursive read of an rwlock. Only
+            // the outermost acquisition is a critical section.
+            h.depth += 1;
+            let outer = h.acq;
+            if mode == Mode::Read && self.acquisitions[outer as usize].mode == Mode::Read {
+                self.read_recursions.push(ReadRecursion {
+                    thread,
+                    lock,
+                    outer,
+                    pos: request,
+                    site,
+                });
+            }
+            return;
+        }
+        let index = self.acquisitions.len() as u32;
+        let below = held.last().and_then(|h| h.max_rank);
+        let rank = self.locks[lock as usize].rank;
+        if let (Some(rank), Some((held_rank, held_acq)), false) =
+            (rank, below, how == AcquireHow::Try)
+        {
+            // A successful trylock never waited, so it cannot close a cycle: like lockdep, only
+            // acquisitions that can block are held to the order.
+            if rank <= held_rank {
+                self.rank_violations.push(RankViolation {
+                    held: held_acq,
+                    acquisition: index,
+                    held_rank,
+                    rank,
+                });
+            }
+        }
+        let h = self.push_held(thread);
+        self.acquisitions.push(Acquisition {
+            thread,
+            lock,
+            mode,
+            how,
+            request,
+            acquired,
+            release: None,
+            seq,
+            site,
+            held: h,
+            subclass: self.locks[lock as usize].subclass,
+        });
+        self.thread_acquisitions[thread as usize].push(index);
+        let list = self.by_thread_lock.entry((thread, lock)).or_default();
+        if list.is_empty() {
+            self.lock_threads[lock as usize].push(thread);
+        }
+        list.push(index);
+        self.held[thread as usize].push(HeldEntry {
+            lock,
+            acq: index,
+            depth: 1,
+            max_rank: higher_rank(below, rank.map(|r| (r, index))),
+        });
+    }
+
+    fn release(&mut self, thread: u32, lock: u32, pos: u32) {
+        let held = &mut self.held[thread as usize];
+        let Some(i) = held.iter().rposition(|h| h.lock == lock) else {
+            return;
+        };
+        held[i].depth -= 1;
+        if held[i].depth == 0 {
+            let h = held.remove(i);
+            self.acquisitions[h.acq as usize].release = Some(pos);
+            // Out-of-order release: the entries above it recompute their maximum (LIFO
+            // releases, the common case, recompute nothing).
+            let mut below = i.checked_sub(1).and_then(|j| held[j].max_rank);
+            for e in &mut held[i..] {
+                let own = self.locks[e.lock as usize].rank.map(|r| (r, e.acq));
+                e.max_rank = higher_rank(below, own);
+                below = e.max_rank;
+            }
+        }
+    }
+
+    /// Ends the walk. A request never granted: the thread was blocked there when the recording
+    /// ended (a program that hung, stopped with a signal). It is a request that can be a
+    /// pattern event, never a critical section: its acquire position is past every frontier,
+    /// its `seq` past every event (`events`).
+    pub fn finish(mut self, annotations: &Annotations, heap: &HeapBlocks, events: u64) -> Self {
+        for t in 0..self.pending.len() {
+            if let Some((lock, request)) = self.pending[t] {
+                let l = self.lock_of(lock, annotations, heap);
+                let (mode, site) = (self.requested_mode[t], self.pending_site[t]);
+                self.acquire(
+                    t as u32,
+                    l,
+                    mode,
+                    AcquireHow::Blocking,
+                    request,
+                    u32::MAX,
+                    events,
+                    site,
+                );
+            }
+        }
+        self
+    }
+}
+
+/// The higher of two (rank, acquisition) pairs; the later acquisition on a tie.
+fn higher_rank(a: Option<(u32, u32)>, b: Option<(u32, u32)>) -> Option<(u32, u32)> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(if y.0 >= x.0 { y } else { x }),
+        (x, None) => x,
+        (None, y) => y,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_ids_small_and_huge_find_their_index() {
+        let mut ix = LockIndex::default();
+        ix.insert(3, 0);
+        ix.insert(LockIndex::TABLE + 5, 1);
+        ix.insert(u32::MAX, 2);
+        assert_eq!(ix.get(3), Some(0));
+        assert_eq!(ix.get(LockIndex::TABLE + 5), Some(1));
+        assert_eq!(ix.get(u32::MAX), Some(2));
+        assert_eq!(ix.get(2), None, "a gap in the table");
+        assert_eq!(ix.get(1000), None, "past the table's end, below its bound");
+        assert_eq!(ix.get(LockIndex::TABLE), None);
+        assert!(ix.small.len() <= 4, "huge ids take no room in the table");
+    }
+}

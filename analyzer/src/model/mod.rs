@@ -1,0 +1,539 @@
+//! The analyzer's own in-memory model of one trace (a [`Run`]), built in one walk over the
+//! merged stream (`stream.rs`) by the deadlock model's passes. DESIGN.md: serialised types stay
+//! at the edge; everything after this module works on these types.
+//!
+//! What is kept: lock critical sections (acquisitions with their request, acquire and release
+//! positions and the locks held at the request), the waits that can hold a lock hostage (join,
+//! barrier, condition and semaphore waits), the senders those waits depend on, and the
+//! happens-before clocks. Memory accesses are not kept: they only add reads-from edges to the
+//! clocks, and dropping them keeps the model small on long traces.
+//!
+//! [`ModelPass`] composes one visitor per concern, each owning its state:
+//! - [`HbPass`]: the happens-before clocks, with the deadlock analysis's edge kinds;
+//! - `annotations.rs`: lock class names, subclasses and ranks in force;
+//! - `locks.rs`: the lock table, critical sections, held stacks, read recursions, the rank check
+//!   and monitor locks;
+//! - `waits.rs`: blocking waits entered while holding locks (it reads the held stacks);
+//! - `senders.rs`: signals, posts, barrier arrivals, semaphore takes and initial values.
+//!
+//! [`drive_run`] runs the race pass (`races/`) beside the model in the same walk, and keeps
+//! what it found in [`Run::races`].
+
+use std::collections::HashMap;
+
+use foresight_trace::event::{ObjectId, SiteId};
+use foresight_trace::reader::Tables;
+use foresight_trace::tables::{ClassKey, ObjectKind};
+use foresight_trace::Trace;
+
+use crate::hb::{EdgeKinds, HappensBefore, HbPass};
+use crate::races::{RaceOutput, RacePass};
+use crate::sites::Wrappers;
+use crate::stream::{Op, Pass, Stream, StreamEvent};
+
+mod annotations;
+mod heap;
+mod locks;
+mod senders;
+mod waits;
+
+use annotations::Annotations;
+use heap::HeapBlocks;
+use locks::LockSections;
+use senders::Senders;
+use waits::HeldWaits;
+
+/// A source location, symbolised when the trace has symbols.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Location {
+    pub function: Option<String>,
+    pub file: Option<String>,
+    pub line: u32,
+    /// `function (file:line)`, or `module+0xoffset` when not symbolised.
+    pub text: String,
+    /// The site's frames as the user reads them, innermost first: the user's location, then
+    /// each recorded caller's (`sites.rs`).
+    pub stack: Vec<String>,
+    /// Every frame and every call inlined in it, innermost first, the locking machinery
+    /// (standard library, wrappers) included.
+    pub full_stack: Vec<String>,
+    /// No recorded frame is outside the locking machinery (a wrapper recorded without its
+    /// callers): the location is the machinery's nearest to the program's code.
+    pub machinery_only: bool,
+}
+
+/// Read or write mode of an acquisition (a plain mutex is always `Write`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mode {
+    Write,
+    Read,
+}
+
+impl Mode {
+    /// Whether two holders in these modes exclude each other.
+    pub fn conflicts(self, other: Mode) -> bool {
+        !(self == Mode::Read && other == Mode::Read)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AcquireHow {
+    /// A blocking `lock`/`rdlock`/`wrlock`.
+    Blocking,
+    /// A successful `trylock`: it never waited.
+    Try,
+    /// The mutex taken back when a condition wait returns (it blocks like a lock).
+    CondReacquire,
+}
+
+/// One critical section: the outermost acquisition of a lock by a thread and its release.
+#[derive(Clone, Debug)]
+pub struct Acquisition {
+    pub thread: u32,
+    pub lock: u32,
+    pub mode: Mode,
+    pub how: AcquireHow,
+    /// Position of the request (where the thread would block); the acquire's for a trylock.
+    pub request: u32,
+    /// `u32::MAX` for a request still pending when the trace ended (never granted).
+    pub acquired: u32,
+    /// Position of the release; `None` if the lock was still held when the trace ended.
+    pub release: Option<u32>,
+    /// Index of the acquire in the merged order: the trace order the lock rule compares.
+    pub seq: u64,
+    pub site: SiteId,
+    /// Acquisitions (indices) held by the thread at the request, outermost first.
+    pub held: std::ops::Range<u32>,
+    /// The lock's subclass annotation in force when it was acquired (0: the class itself).
+    /// Per acquisition, like lockdep's `mutex_lock_nested`: one account is the first lock of
+    /// one transfer and the second of another.
+    pub subclass: u32,
+}
+
+/// A lock object of the trace.
+#[derive(Clone, Debug)]
+pub struct LockModel {
+    pub object: ObjectId,
+    /// The instance, for reports (its variable when static, else kind and id).
+    pub name: String,
+    /// The class, as a name stable across runs of one build (the node of the lock-order graph).
+    pub class: String,
+    pub kind: ObjectKind,
+    /// The declared rank (`LockRank` annotation), once the trace has declared it.
+    pub rank: Option<u32>,
+    /// The subclass annotation in force (the last one seen in the merged order).
+    pub subclass: u32,
+    /// A monitor lock: the mutex of a condition wait, or the innermost lock held at a signal or
+    /// broadcast. Its critical sections read and write the state that decides whether threads
+    /// wait, proceed or join (a "done" flag, a counter), so the data flowing between them —
+    /// which a lock-only trace does not record — must be assumed: the closure keeps them in
+    /// trace order (`closure.rs`, the monitor rule).
+    pub monitor: bool,
+    /// The heap block holding the lock when it was first seen: its allocation site and the
+    /// lock's offset in it (`heap.rs`).
+    pub block: Option<(SiteId, u64)>,
+}
+
+/// An acquisition of a ranked lock while a lock of the same or a higher rank was held.
+#[derive(Clone, Copy, Debug)]
+pub struct RankViolation {
+    /// The held acquisition with the highest rank.
+    pub held: u32,
+    /// The acquisition that broke the order.
+    pub acquisition: u32,
+    pub held_rank: u32,
+    pub rank: u32,
+}
+
+#[derive(Clone, Debug)]
+pub struct ThreadModel {
+    pub id: foresight_trace::ThreadId,
+    pub name: String,
+    pub len: u32,
+}
+
+/// What a blocking wait waits for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WaitKind {
+    Join {
+        child: u32,
+    },
+    /// `generation` is `None` when the thread never left the barrier (the trace ends there).
+    Barrier {
+        barrier: ObjectId,
+        generation: Option<u64>,
+    },
+    Condition {
+        cond: ObjectId,
+        mutex: ObjectId,
+    },
+    Semaphore {
+        sem: ObjectId,
+    },
+}
+
+/// A blocking wait entered while holding locks.
+#[derive(Clone, Debug)]
+pub struct Wait {
+    pub thread: u32,
+    pub pos: u32,
+    pub kind: WaitKind,
+    pub site: SiteId,
+    /// Acquisitions held during the wait (for a condition wait, not its own mutex).
+    pub held: std::ops::Range<u32>,
+    /// The wait timed out in the trace: a timed wait, which ends by itself.
+    pub timed_out: bool,
+}
+
+/// A sender one kind of wait depends on (a signal, a post, a barrier arrival).
+#[derive(Clone, Copy, Debug)]
+pub struct SyncPoint {
+    pub thread: u32,
+    pub pos: u32,
+    pub site: SiteId,
+    /// Index in the merged order.
+    pub seq: u64,
+}
+
+/// A read acquisition of an rwlock already read-held by the same thread.
+#[derive(Clone, Debug)]
+pub struct ReadRecursion {
+    pub thread: u32,
+    pub lock: u32,
+    /// The outer read acquisition.
+    pub outer: u32,
+    pub pos: u32,
+    pub site: SiteId,
+}
+
+/// One trace, converted.
+#[derive(Debug, Default)]
+pub struct Run {
+    /// The trace's path, for reports.
+    pub source: String,
+    pub threads: Vec<ThreadModel>,
+    pub locks: Vec<LockModel>,
+    pub acquisitions: Vec<Acquisition>,
+    /// Backing store of every `held` range.
+    pub held_pool: Vec<u32>,
+    /// Per thread: acquisition indices in program order.
+    pub thread_acquisitions: Vec<Vec<u32>>,
+    /// Per (thread, lock): acquisition indices in program order.
+    pub by_thread_lock: IndexMap<(u32, u32), Vec<u32>>,
+    /// Per lock: the threads that acquire it.
+    pub lock_threads: Vec<Vec<u32>>,
+    /// The locks acquired by two threads or more: the only ones the lock rule can apply to.
+    pub contended_locks: Vec<u32>,
+    pub waits: Vec<Wait>,
+    pub signals: HashMap<ObjectId, Vec<SyncPoint>>,
+    pub posts: HashMap<ObjectId, Vec<SyncPoint>>,
+    /// Successful semaphore waits (including `sem_trywait`).
+    pub sem_takes: HashMap<ObjectId, Vec<SyncPoint>>,
+    pub sem_initial: HashMap<ObjectId, u32>,
+    /// Arrivals at (barrier, generation).
+    pub arrivals: HashMap<(ObjectId, u64), Vec<SyncPoint>>,
+    pub read_recursions: Vec<ReadRecursion>,
+    /// Acquisitions against the declared ranks, in trace order.
+    pub rank_violations: Vec<RankViolation>,
+    pub hb: HappensBefore,
+    pub sites: HashMap<SiteId, Location>,
+    /// Names of the objects that are not locks (barriers, conditions, semaphores), for reports.
+    pub object_names: HashMap<ObjectId, String>,
+    pub events: u64,
+    /// What the happens-before race pass found (`races/`), read in the same walk.
+    pub races: RaceOutput,
+}
+
+impl Run {
+    pub fn held(&self, acq: &Acquisition) -> &[u32] {
+        &self.held_pool[acq.held.start as usize..acq.held.end as usize]
+    }
+
+    pub fn held_range(&self, r: &std::ops::Range<u32>) -> &[u32] {
+        &self.held_pool[r.start as usize..r.end as usize]
+    }
+
+    pub fn location(&self, site: SiteId) -> Location {
+        self.sites.get(&site).cloned().unwrap_or_else(|| Location {
+            text: format!("site#{site}"),
+            ..Location::default()
+        })
+    }
+
+    /// The lock class of an acquisition: its lock's class, with `/N` for subclass N > 0.
+    pub fn acquisition_class(&self, a: &Acquisition) -> String {
+        let base = &self.locks[a.lock as usize].class;
+        if a.subclass == 0 {
+            base.clone()
+        } else {
+            format!("{base}/{}", a.subclass)
+        }
+    }
+
+    pub fn thread_label(&self, t: u32) -> String {
+        let th = &self.threads[t as usize];
+        format!("thread {} \"{}\"", th.id, th.name)
+    }
+}
+
+/// A hasher for keys made of the analyzer's own dense indices (never values chosen by the
+/// trace, so there is nothing to flood): a multiply-rotate step per word, much cheaper than
+/// SipHash on the per-acquisition path.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct IndexHasher(u64);
+
+impl std::hash::Hasher for IndexHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(n as u64);
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(29) ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+pub type IndexMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<IndexHasher>>;
+
+/// Converts a decoded trace. `progress` is called now and then with the events done.
+pub fn build_run(trace: &Trace, progress: &mut dyn FnMut(u64)) -> Run {
+    build_run_with(trace, &Wrappers::default(), progress)
+}
+
+/// [`build_run`], with the project's lock wrappers (`sites.rs`) skipped in the sites it names.
+pub fn build_run_with(trace: &Trace, wrappers: &Wrappers, progress: &mut dyn FnMut(u64)) -> Run {
+    let stream = Stream::of_trace(trace);
+    let model = ModelPass::for_trace(trace).with_wrappers(
+        wrappers
+            .clone()
+            .for_recorded_depth(trace.header.stack_depth),
+    );
+    drive_run(
+        &stream,
+        model,
+        trace.merged().map(|m| (m.thread, m.index, m.event.kind)),
+        progress,
+    )
+}
+
+/// Reads a trace's events once into its model and its race findings: the deadlock model
+/// ([`ModelPass`]) and the happens-before race pass ([`RacePass`]) side by side in one walk.
+pub fn drive_run(
+    stream: &Stream<'_>,
+    model: ModelPass<'_>,
+    events: impl IntoIterator<
+        Item = (
+            foresight_trace::ThreadId,
+            usize,
+            foresight_trace::event::EventKind,
+        ),
+    >,
+    progress: &mut dyn FnMut(u64),
+) -> Run {
+    let races = RacePass::new(model.threads.len(), Some(model.tables));
+    let mut passes = (model, races);
+    let read = stream.drive(events, &mut passes, progress);
+    let (mut run, races) = passes.finish();
+    run.events = read;
+    run.races = races;
+    run
+}
+
+/// The deadlock model of one trace as a [`Pass`]: its visitors, fed in an order that lets each
+/// read what the earlier ones made of the same event (a wait reads the held stack after the
+/// condition wait released its mutex).
+pub struct ModelPass<'t> {
+    tables: &'t Tables,
+    source: String,
+    threads: Vec<ThreadModel>,
+    events: u64,
+    hb: HbPass,
+    annotations: Annotations<'t>,
+    heap: HeapBlocks,
+    locks: LockSections<'t>,
+    waits: HeldWaits,
+    senders: Senders,
+    wrappers: Wrappers,
+}
+
+impl<'t> ModelPass<'t> {
+    /// A model of a trace with these threads (in the stream's dense order) and `events` events
+    /// in all.
+    pub fn new(tables: &'t Tables, source: String, threads: Vec<ThreadModel>, events: u64) -> Self {
+        let n = threads.len();
+        ModelPass {
+            tables,
+            source,
+            threads,
+            events,
+            hb: HbPass::new(n, EdgeKinds::DEADLOCK),
+            annotations: Annotations::new(tables),
+            heap: HeapBlocks::new(tables),
+            locks: LockSections::new(tables, n),
+            waits: HeldWaits::new(n),
+            senders: Senders::new(n),
+            wrappers: Wrappers::default(),
+        }
+    }
+
+    /// The project's lock wrappers, skipped (with the standard library's) when a site is named
+    /// (`Wrappers::for_recorded_depth` with the trace header's stack depth, to trust the
+    /// frames the recorder unwound through).
+    pub fn with_wrappers(mut self, wrappers: Wrappers) -> Self {
+        self.wrappers = wrappers;
+        self
+    }
+
+    pub fn for_trace(trace: &'t Trace) -> Self {
+        let tables = &trace.tables;
+        let threads = trace
+            .threads
+            .iter()
+            .map(|t| ThreadModel {
+                id: t.thread,
+                name: tables
+                    .thread_name(t.thread)
+                    .map(str::to_string)
+                    .unwrap_or_else(|| format!("thread-{}", t.thread)),
+                len: t.events.len() as u32,
+            })
+            .collect();
+        Self::new(
+            tables,
+            trace.path.display().to_string(),
+            threads,
+            trace.event_count(),
+        )
+    }
+}
+
+impl Pass for ModelPass<'_> {
+    type Output = Run;
+
+    #[inline]
+    fn handle(&mut self, ev: &StreamEvent) {
+        self.hb.handle(ev);
+        self.heap.handle(ev);
+        // Reads and writes matter to the model only through the clocks' reads-from.
+        if matches!(ev.op, Op::Read { .. } | Op::Write { .. }) {
+            return;
+        }
+        self.annotations.handle(ev, &mut self.locks);
+        self.locks.handle(ev, &self.annotations, &self.heap);
+        self.waits.handle(ev, &mut self.locks);
+        self.senders.handle(ev);
+    }
+
+    fn finish(self) -> Run {
+        let tables = self.tables;
+        let sites = convert_sites(tables, &self.wrappers);
+        let mut locks = self
+            .locks
+            .finish(&self.annotations, &self.heap, self.events);
+        for lock in &mut locks.locks {
+            // The subclass is per acquisition (`Run::acquisition_class`), not part of the lock's.
+            lock.class = self
+                .annotations
+                .class_name(lock.object)
+                .map(str::to_string)
+                .unwrap_or_else(|| class_name(tables, &sites, lock, &self.source));
+        }
+        let contended_locks = (0..locks.locks.len() as u32)
+            .filter(|&l| locks.lock_threads[l as usize].len() >= 2)
+            .collect();
+        let senders = self.senders.finish();
+        Run {
+            source: self.source,
+            threads: self.threads,
+            locks: locks.locks,
+            acquisitions: locks.acquisitions,
+            held_pool: locks.held_pool,
+            thread_acquisitions: locks.thread_acquisitions,
+            by_thread_lock: locks.by_thread_lock,
+            lock_threads: locks.lock_threads,
+            contended_locks,
+            waits: self.waits.finish(),
+            signals: senders.signals,
+            posts: senders.posts,
+            sem_takes: senders.sem_takes,
+            sem_initial: senders.sem_initial,
+            arrivals: senders.arrivals,
+            read_recursions: locks.read_recursions,
+            rank_violations: locks.rank_violations,
+            hb: self.hb.finish(),
+            sites,
+            object_names: tables
+                .objects
+                .values()
+                .filter(|o| !o.kind.is_lock())
+                .map(|o| (o.id, tables.describe_object(o.id)))
+                .collect(),
+            events: self.events,
+            races: RaceOutput::default(),
+        }
+    }
+}
+
+/// The class of a lock, as a name that is the same in every run of one build: the static
+/// variable; else the site of its init; else, for a lock inside a heap block, the block's
+/// allocation site and the lock's offset in it; else the site of its first use. Sites are
+/// named at the user's frame (`sites.rs`), so that a lock a wrapper initialises or allocates
+/// is keyed by the wrapper's caller: one class per role. Objects the table does not know get
+/// a name private to their trace, so that they never match across traces.
+fn class_name(
+    tables: &Tables,
+    sites: &HashMap<SiteId, Location>,
+    lock: &LockModel,
+    source: &str,
+) -> String {
+    let object = lock.object;
+    let site_text = |site: &SiteId| {
+        sites
+            .get(site)
+            .map_or_else(|| tables.describe_site(*site), |l| l.text.clone())
+    };
+    let Some(info) = tables.objects.get(&object) else {
+        return format!("object#{object} of {source}");
+    };
+    match &info.class {
+        ClassKey::Static(frame) => tables
+            .symbols
+            .get(frame)
+            .and_then(|s| s.locations.first())
+            .and_then(|l| l.function)
+            .and_then(|f| tables.string(f))
+            .map(str::to_string)
+            .unwrap_or_else(|| tables.describe_frame(frame)),
+        ClassKey::InitSite(site) => {
+            format!("{} initialised at {}", info.kind.name(), site_text(site))
+        }
+        ClassKey::FirstUse(site) => match lock.block {
+            Some((alloc, 0)) => format!(
+                "{} in a block allocated at {}",
+                info.kind.name(),
+                site_text(&alloc)
+            ),
+            Some((alloc, offset)) => format!(
+                "{} at offset {offset} of a block allocated at {}",
+                info.kind.name(),
+                site_text(&alloc)
+            ),
+            None => format!("{} first used at {}", info.kind.name(), site_text(site)),
+        },
+    }
+}
+
+/// Every site of the trace, named at the user's frame (`sites.rs`).
+fn convert_sites(tables: &Tables, wrappers: &Wrappers) -> HashMap<SiteId, Location> {
+    tables
+        .sites
+        .keys()
+        .map(|&id| (id, crate::sites::user_location(tables, id, wrappers)))
+        .collect()
+}

@@ -1,0 +1,98 @@
+//! Blocking waits entered while holding locks — join, barrier, condition and semaphore waits —
+//! with the held set at the wait (read from the lock-section visitor, after a condition wait
+//! released its own mutex), and whether the wait timed out in the trace.
+
+use super::locks::LockSections;
+use super::{Wait, WaitKind};
+use crate::stream::{Op, StreamEvent};
+
+pub(super) struct HeldWaits {
+    waits: Vec<Wait>,
+    /// Per thread: the index a wait entered last would have (`usize::MAX`: none), which a
+    /// timeout marks if the wait was recorded.
+    entered: Vec<usize>,
+}
+
+impl HeldWaits {
+    pub fn new(threads: usize) -> Self {
+        HeldWaits {
+            waits: Vec::new(),
+            entered: vec![usize::MAX; threads],
+        }
+    }
+
+    #[inline]
+    pub fn handle(&mut self, ev: &StreamEvent, locks: &mut LockSections) {
+        let (t, pos) = (ev.thread, ev.pos);
+        match ev.op {
+            Op::JoinRequest {
+                child: Some(c),
+                site,
+            } => self.enter(locks, t, pos, WaitKind::Join { child: c }, site),
+            Op::CondWaitBegin { cond, mutex, site } => {
+                self.entered[t as usize] = self.waits.len();
+                self.enter(locks, t, pos, WaitKind::Condition { cond, mutex }, site);
+            }
+            Op::CondWaitEnd {
+                timed_out: true, ..
+            } => self.mark_timed_out(t),
+            Op::BarrierArrive {
+                barrier,
+                site,
+                generation,
+            } => self.enter(
+                locks,
+                t,
+                pos,
+                WaitKind::Barrier {
+                    barrier,
+                    generation,
+                },
+                site,
+            ),
+            Op::SemWaitBegin { sem, site } => {
+                self.entered[t as usize] = self.waits.len();
+                self.enter(locks, t, pos, WaitKind::Semaphore { sem }, site);
+            }
+            Op::SemWaitEnd {
+                acquired: false, ..
+            } => self.mark_timed_out(t),
+            _ => {}
+        }
+    }
+
+    /// A wait of `thread`, kept when it holds locks.
+    fn enter(
+        &mut self,
+        locks: &mut LockSections,
+        thread: u32,
+        pos: u32,
+        kind: WaitKind,
+        site: foresight_trace::SiteId,
+    ) {
+        let held = locks.push_held(thread);
+        if !held.is_empty() {
+            self.waits.push(Wait {
+                thread,
+                pos,
+                kind,
+                site,
+                held,
+                timed_out: false,
+            });
+        }
+    }
+
+    /// The wait the thread entered last ended by a timeout.
+    fn mark_timed_out(&mut self, thread: u32) {
+        if let Some(w) = self.waits.get_mut(self.entered[thread as usize]) {
+            if w.thread == thread {
+                w.timed_out = true;
+            }
+        }
+    }
+
+    pub fn finish(self) -> Vec<Wait> {
+        self.waits
+    }
+}

@@ -1,0 +1,634 @@
+//! Data races: two accesses to the same memory from different threads, at least one a write,
+//! not both atomic, that nothing orders.
+//!
+//! Two rules make a race finding, both with verdict `predicted`:
+//!
+//! - **happens-before** ([`RacePass`], one streaming pass): the accesses are unordered by the
+//!   C11 happens-before of the recorded run — create/join, lock release → acquire (rwlock
+//!   readers not ordered with each other), barrier generations, `pthread_once`, semaphores,
+//!   condition hand-offs, the program's annotations, release/acquire atomics and fences
+//!   (`hb.rs`, [`EdgeKinds::SYNC`] with [`EdgeKinds::LOCK`]). C11 (5.1.2.4) calls such a pair a
+//!   data race of that very execution: no other schedule is needed to make it one. Shadow
+//!   memory (`shadow.rs`) keeps, per granule, the accesses a later one could race with.
+//! - **sync-preserving** ([`race_findings`]): the accesses are ordered only through lock
+//!   hand-offs, and hold no common lock. If the sync-preserving closure (`closure.rs`: thread
+//!   order, the synchronisation no reordering may change, every read's writer, critical
+//!   sections kept in trace order, the monitor rule) of the events strictly before the two
+//!   accesses contains neither, then running that closure in trace order and then both
+//!   accesses is a valid reordering of the run — every read reads what it read, every lock is
+//!   free when taken — in which the two accesses are next together (Mathur, Pavlogiannis and
+//!   Viswanathan, "Optimal prediction of synchronization-preserving races", POPL 2021). That is
+//!   the witness the finding carries. Such races are invisible to happens-before: in the run,
+//!   the critical sections that order them happened to come in that order.
+//!
+//! What neither rule reports: pairs a reordering could only expose by reversing two critical
+//! sections on one lock (sync-preserving prediction keeps their order), and pairs of accesses
+//! the recorder dropped as repeats within an epoch (their first instance is kept, FORMAT.md
+//! §7.8). The candidate pairs checked with the closure are bounded ([`MAX_INSTANCES`] per pair
+//! of sites, and the analysis's candidate budget); the report says when the budget ran out.
+
+pub mod locksets;
+pub mod shadow;
+
+use std::collections::{BTreeMap, HashMap};
+
+use foresight_trace::reader::Tables;
+use foresight_trace::SiteId;
+
+use crate::closure::{closure_before, Budget, PatternEvent};
+use crate::describe;
+use crate::hb::{EdgeKinds, HbPass};
+use crate::model::{Mode, Run};
+use crate::report::{
+    AccessReport, BlockReport, Detail, Finding, FindingLocation, Kind, RaceReport, VariableReport,
+    Verdict,
+};
+use crate::stream::{Op, Pass, StreamEvent};
+
+use locksets::{Held, Locksets};
+use shadow::{AccessKind, Shadow, ShadowAccess, Verdict as Conflict};
+
+/// Instances of one pair of sites kept for the predictor.
+pub const MAX_INSTANCES: usize = 4;
+
+/// A live heap block (from the recorder's allocation events).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Block {
+    pub addr: u64,
+    pub size: u64,
+    pub site: SiteId,
+    pub thread: u32,
+}
+
+/// One access of a race, as found.
+#[derive(Clone, Debug)]
+pub struct RaceAccess {
+    pub access: ShadowAccess,
+    /// The heap block holding the access, if any.
+    pub block: Option<Block>,
+    /// The static variable (and element) holding the access, when the trace names it.
+    pub variable: Option<Variable>,
+}
+
+/// A static variable, as the trace's data records name it (`counters[3]`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Variable {
+    pub name: String,
+    pub file: Option<String>,
+    pub line: u32,
+}
+
+/// The two accesses of one pair: the earlier one in the trace first.
+pub type Pair = [RaceAccess; 2];
+
+/// What the race pass found for one pair of access sites.
+#[derive(Clone, Debug)]
+pub struct SitePair {
+    /// The first instance found.
+    pub first: Pair,
+    /// Instances found (pairs of dynamic accesses).
+    pub count: u64,
+}
+
+/// The pairs of one pair of sites that happens-before orders only through locks.
+#[derive(Clone, Debug)]
+pub struct Candidates {
+    pub instances: Vec<Pair>,
+    pub count: u64,
+}
+
+/// Sites of a pair, the smaller first: one finding per pair of lines.
+type PairKey = (SiteId, SiteId);
+
+fn pair_key(a: &ShadowAccess, b: &ShadowAccess) -> PairKey {
+    (a.site.min(b.site), a.site.max(b.site))
+}
+
+/// The happens-before race pass: reads the merged stream once, in memory proportional to the
+/// threads, the synchronisation objects, the live shared granules and the pairs of sites found
+/// (never to the trace's length).
+pub struct RacePass<'t> {
+    /// The trace's tables, to name the variables of the pairs found.
+    tables: Option<&'t Tables>,
+    /// C11 happens-before (locks in), and the synchronisation no reordering may change (locks
+    /// out): a pair ordered by the first but not the second is a candidate for prediction.
+    with_locks: HbPass,
+    without_locks: HbPass,
+    shadow: Shadow,
+    locksets: Locksets,
+    /// Per thread: the locks held, with recursion depth, and their lockset id.
+    held: Vec<Vec<(Held, u32)>>,
+    lockset: Vec<u32>,
+    heap: BTreeMap<u64, Block>,
+    races: HashMap<PairKey, SitePair>,
+    candidates: HashMap<PairKey, Candidates>,
+    accesses: u64,
+    peak_granules: usize,
+}
+
+/// What the race pass hands on.
+#[derive(Debug, Default)]
+pub struct RaceOutput {
+    /// Pairs unordered by happens-before, by pair of sites.
+    pub races: Vec<SitePair>,
+    /// Pairs ordered only through lock hand-offs, holding no common lock.
+    pub candidates: Vec<Candidates>,
+    pub locksets: Locksets,
+    /// Memory accesses read.
+    pub accesses: u64,
+    /// Shadow entries dropped because a granule was full (pairs may be missing).
+    pub evicted: u64,
+    /// The most granules tracked at once.
+    pub peak_granules: usize,
+    /// False when the clocks outgrew their budget: nothing was concluded.
+    pub complete: bool,
+}
+
+impl<'t> RacePass<'t> {
+    /// A pass over `threads` threads; `tables` names the variables of what it finds.
+    pub fn new(threads: usize, tables: Option<&'t Tables>) -> Self {
+        RacePass {
+            tables,
+            with_locks: HbPass::streaming(threads, EdgeKinds::SYNC | EdgeKinds::LOCK),
+            without_locks: HbPass::streaming(threads, EdgeKinds::SYNC),
+            shadow: Shadow::new(),
+            locksets: Locksets::new(),
+            held: vec![Vec::new(); threads],
+            lockset: vec![Locksets::EMPTY; threads],
+            heap: BTreeMap::new(),
+            races: HashMap::new(),
+            candidates: HashMap::new(),
+            accesses: 0,
+            peak_granules: 0,
+        }
+    }
+
+    fn acquire(&mut self, t: usize, lock: u32, mode: Mode) {
+        let held = &mut self.held[t];
+        if let Some(h) = held.iter_mut().find(|h| h.0.lock == lock) {
+            h.1 += 1;
+            return;
+        }
+        held.push((
+            Held {
+                lock,
+                shared: mode == Mode::Read,
+            },
+            1,
+        ));
+        self.relock(t);
+    }
+
+    fn release(&mut self, t: usize, lock: u32) {
+        let held = &mut self.held[t];
+        if let Some(i) = held.iter().rposition(|h| h.0.lock == lock) {
+            held[i].1 -= 1;
+            if held[i].1 == 0 {
+                held.remove(i);
+                self.relock(t);
+            }
+        }
+    }
+
+    fn relock(&mut self, t: usize) {
+        let set: Vec<Held> = self.held[t].iter().map(|h| h.0).collect();
+        self.lockset[t] = self.locksets.intern(&set);
+    }
+
+    fn block_of(&self, addr: u64) -> Option<Block> {
+        let (_, b) = self.heap.range(..=addr).next_back()?;
+        (addr - b.addr < b.size.max(1)).then_some(*b)
+    }
+
+    fn pair(&self, earlier: ShadowAccess, later: ShadowAccess) -> Pair {
+        [self.describe(earlier), self.describe(later)]
+    }
+
+    fn describe(&self, access: ShadowAccess) -> RaceAccess {
+        let variable = self.tables.and_then(|t| {
+            let s = t.data_symbol(access.addr, u64::from(access.size))?;
+            Some(Variable {
+                name: s.name,
+                file: s.file.map(str::to_string),
+                line: s.line,
+            })
+        });
+        RaceAccess {
+            access,
+            block: self.block_of(access.addr),
+            variable,
+        }
+    }
+
+    fn access(&mut self, ev: &StreamEvent, addr: u64, size: u32, site: SiteId, kind: AccessKind) {
+        self.accesses += 1;
+        let t = ev.thread;
+        let access = ShadowAccess {
+            thread: t,
+            pos: ev.pos,
+            site,
+            lockset: self.lockset[t as usize],
+            kind,
+            addr,
+            size,
+        };
+        // Only other threads' entries are read: the clocks as they stand will do.
+        let with_locks = self.with_locks.knows(t);
+        let without_locks = self.without_locks.knows(t);
+        let locksets = &self.locksets;
+        let mut found: Vec<(ShadowAccess, Conflict)> = Vec::new();
+        self.shadow.access(
+            access,
+            |earlier| {
+                if with_locks.get(earlier.thread as usize) <= earlier.pos {
+                    Some(Conflict::Unordered)
+                } else if without_locks.get(earlier.thread as usize) > earlier.pos
+                    || locksets.exclude(earlier.lockset, access.lockset)
+                {
+                    None
+                } else {
+                    Some(Conflict::Candidate)
+                }
+            },
+            |earlier, verdict| found.push((*earlier, verdict)),
+            |earlier| with_locks.get(earlier.thread as usize) > earlier.pos,
+        );
+        self.peak_granules = self.peak_granules.max(self.shadow.granules());
+        for (earlier, verdict) in found {
+            let key = pair_key(&earlier, &access);
+            // Only a pair's first instances are described: the rest are counted.
+            match verdict {
+                Conflict::Unordered => {
+                    if let Some(r) = self.races.get_mut(&key) {
+                        r.count += 1;
+                        continue;
+                    }
+                    let first = self.pair(earlier, access);
+                    self.races.insert(key, SitePair { first, count: 1 });
+                }
+                Conflict::Candidate => {
+                    let keep = self
+                        .candidates
+                        .get(&key)
+                        .is_none_or(|c| c.instances.len() < MAX_INSTANCES);
+                    let pair = keep.then(|| self.pair(earlier, access));
+                    let c = self.candidates.entry(key).or_insert(Candidates {
+                        instances: Vec::new(),
+                        count: 0,
+                    });
+                    c.count += 1;
+                    c.instances.extend(pair);
+                }
+            }
+        }
+    }
+}
+
+impl Pass for RacePass<'_> {
+    type Output = RaceOutput;
+
+    fn handle(&mut self, ev: &StreamEvent) {
+        self.with_locks.handle(ev);
+        self.without_locks.handle(ev);
+        let t = ev.thread as usize;
+        match ev.op {
+            Op::Read { addr, size, site } => self.access(ev, addr, size, site, AccessKind::Read),
+            Op::Write { addr, size, site } => self.access(ev, addr, size, site, AccessKind::Write),
+            Op::Atomic(a) => {
+                let kind = if a.stores {
+                    AccessKind::AtomicWrite
+                } else {
+                    AccessKind::AtomicRead
+                };
+                self.access(ev, a.addr, a.size, a.site, kind);
+            }
+            Op::LockAcquired { lock, mode }
+            | Op::LockTry {
+                lock,
+                mode,
+                acquired: true,
+                ..
+            } => self.acquire(t, lock, mode),
+            Op::CondWaitEnd { mutex, .. } => self.acquire(t, mutex, Mode::Write),
+            Op::LockRelease { lock, .. } => self.release(t, lock),
+            Op::CondWaitBegin { mutex, .. } => self.release(t, mutex),
+            Op::Alloc { addr, size, site } => {
+                // A new object: whatever the address held before is forgotten.
+                self.shadow.forget(addr, size);
+                self.heap.insert(
+                    addr,
+                    Block {
+                        addr,
+                        size,
+                        site,
+                        thread: ev.thread,
+                    },
+                );
+            }
+            Op::Free { addr, .. } => {
+                if let Some(b) = self.heap.remove(&addr) {
+                    self.shadow.forget(b.addr, b.size);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn finish(self) -> RaceOutput {
+        let complete = self.with_locks.complete() && self.without_locks.complete();
+        let mut races: Vec<SitePair> = self.races.into_values().collect();
+        races.sort_by_key(|r| (r.first[0].access.thread, r.first[0].access.pos));
+        let mut candidates: Vec<Candidates> = self
+            .candidates
+            .into_iter()
+            .filter(|(k, _)| !races.iter().any(|r| pair_key_of(&r.first) == *k))
+            .map(|(_, c)| c)
+            .collect();
+        candidates.sort_by_key(|c| {
+            let a = &c.instances[0][0].access;
+            (a.thread, a.pos)
+        });
+        RaceOutput {
+            races,
+            candidates,
+            locksets: self.locksets,
+            accesses: self.accesses,
+            evicted: self.shadow.evicted,
+            peak_granules: self.peak_granules,
+            complete,
+        }
+    }
+}
+
+fn pair_key_of(p: &Pair) -> PairKey {
+    pair_key(&p[0].access, &p[1].access)
+}
+
+/// What the race findings of one run cost, for the summary.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RaceStats {
+    pub happens_before: usize,
+    pub predicted: usize,
+    /// Pairs of sites the predictor was asked about, and those it could not decide within
+    /// the budget.
+    pub candidate_pairs: usize,
+    pub undecided: usize,
+}
+
+/// The race findings of one run: every happens-before race, then the candidates the
+/// sync-preserving closure confirms (each instance costs one candidate check of `budget`).
+pub(crate) fn race_findings(
+    run: &Run,
+    out: &RaceOutput,
+    budget: &mut Budget,
+) -> (Vec<Finding>, RaceStats) {
+    let mut stats = RaceStats::default();
+    let mut findings = Vec::new();
+    if !out.complete {
+        return (findings, stats);
+    }
+    // One finding per pair of lines: a line's read and write are distinct sites (and so are
+    // two instructions of one line), but one thing to fix.
+    let mut by_lines: Vec<(LineKey, SitePair)> = Vec::new();
+    for r in &out.races {
+        let key = line_key(run, &r.first);
+        match by_lines.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, merged)) => merged.count += r.count,
+            None => by_lines.push((key, r.clone())),
+        }
+    }
+    for (_, r) in &by_lines {
+        stats.happens_before += 1;
+        findings.push(finding(
+            run,
+            out,
+            &r.first,
+            r.count,
+            "happens-before",
+            "nothing orders the two accesses in the recorded run: no lock both hold, and no \
+             thread creation or join, barrier, pthread_once, semaphore, condition hand-off or \
+             release/acquire atomic between them. C11 calls this a data race of the run \
+             itself (5.1.2.4); it needed no unlucky timing to happen"
+                .to_string(),
+            None,
+        ));
+    }
+    if !run.hb.complete {
+        return (findings, stats);
+    }
+    let mut predicted_lines: Vec<LineKey> = by_lines.into_iter().map(|(k, _)| k).collect();
+    for c in &out.candidates {
+        let key = line_key(run, &c.instances[0]);
+        if predicted_lines.contains(&key) {
+            continue;
+        }
+        stats.candidate_pairs += 1;
+        let mut decided = false;
+        for pair in &c.instances {
+            if !budget.take() {
+                break;
+            }
+            let events = [
+                PatternEvent {
+                    thread: pair[0].access.thread,
+                    pos: pair[0].access.pos,
+                },
+                PatternEvent {
+                    thread: pair[1].access.thread,
+                    pos: pair[1].access.pos,
+                },
+            ];
+            match closure_before(run, &events) {
+                Ok(closure) => {
+                    let next: Vec<(PatternEvent, String)> = pair
+                        .iter()
+                        .zip(events)
+                        .map(|(a, e)| {
+                            (
+                                e,
+                                format!(
+                                    "{}s {} at {}",
+                                    verb(a.access.kind),
+                                    describe_address(a),
+                                    run.location(a.access.site).text
+                                ),
+                            )
+                        })
+                        .collect();
+                    let witness = describe::witness(run, &closure, &next);
+                    stats.predicted += 1;
+                    findings.push(finding(
+                        run,
+                        out,
+                        pair,
+                        c.count,
+                        "sync-preserving",
+                        "in the recorded run only lock hand-offs order the two accesses, and \
+                         they hold no common lock. The witness keeps every critical section \
+                         in its order, every read's writer and all other synchronisation, \
+                         and then runs both accesses back to back: a schedule that \
+                         happens-before alone (ThreadSanitizer) cannot see"
+                            .to_string(),
+                        Some(witness),
+                    ));
+                    predicted_lines.push(key.clone());
+                    decided = true;
+                    break;
+                }
+                Err(_) => decided = true,
+            }
+        }
+        if !decided {
+            stats.undecided += 1;
+        }
+    }
+    (findings, stats)
+}
+
+/// The two source lines of a pair, in a fixed order (`module+offset` when not symbolised).
+type LineKey = (String, String);
+
+fn line_key(run: &Run, pair: &Pair) -> LineKey {
+    let line = |a: &RaceAccess| {
+        let l = run.location(a.access.site);
+        match (&l.file, l.line) {
+            (Some(f), n) if n > 0 => format!("{f}:{n}"),
+            _ => l.text,
+        }
+    };
+    let (a, b) = (line(&pair[0]), line(&pair[1]));
+    if a <= b {
+        (a, b)
+    } else {
+        (b, a)
+    }
+}
+
+fn verb(kind: AccessKind) -> &'static str {
+    match kind {
+        AccessKind::Read => "read",
+        AccessKind::Write => "write",
+        AccessKind::AtomicRead => "atomically read",
+        AccessKind::AtomicWrite => "atomically write",
+    }
+}
+
+fn describe_address(a: &RaceAccess) -> String {
+    if let Some(v) = &a.variable {
+        return format!("{} ({} bytes)", v.name, a.access.size);
+    }
+    match a.block {
+        Some(b) => format!(
+            "{} bytes at offset {} of a {}-byte heap block",
+            a.access.size,
+            a.access.addr - b.addr,
+            b.size
+        ),
+        None => format!("{} bytes at {:#x}", a.access.size, a.access.addr),
+    }
+}
+
+fn lock_name(run: &Run, object: u32) -> String {
+    run.locks
+        .iter()
+        .find(|l| l.object == object)
+        .map(|l| l.name.clone())
+        .or_else(|| run.object_names.get(&object).cloned())
+        .unwrap_or_else(|| format!("lock#{object}"))
+}
+
+fn access_report(run: &Run, out: &RaceOutput, a: &RaceAccess) -> AccessReport {
+    let s = &a.access;
+    AccessReport {
+        kind: s.kind.as_str(),
+        size: s.size,
+        address: format!("{:#x}", s.addr),
+        thread: run.thread_label(s.thread),
+        position: s.pos,
+        site: describe::site(run, s.site),
+        locks_held: out
+            .locksets
+            .get(s.lockset)
+            .iter()
+            .map(|h| {
+                let name = lock_name(run, h.lock);
+                if h.shared {
+                    format!("{name} (read)")
+                } else {
+                    name
+                }
+            })
+            .collect(),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn finding(
+    run: &Run,
+    out: &RaceOutput,
+    pair: &Pair,
+    count: u64,
+    rule: &'static str,
+    reason: String,
+    witness: Option<crate::report::Witness>,
+) -> Finding {
+    let [a, b] = pair;
+    let block = a.block.or(b.block).map(|blk| BlockReport {
+        size: blk.size,
+        offset: a.access.addr.saturating_sub(blk.addr),
+        allocated_at: describe::site(run, blk.site),
+        thread: run.thread_label(blk.thread),
+    });
+    let variable = a.variable.as_ref().or(b.variable.as_ref());
+    let what = match (variable, &block) {
+        (Some(v), _) => format!("`{}`", v.name),
+        (None, Some(b)) => format!(
+            "offset {} of a {}-byte heap block allocated at {}",
+            b.offset, b.size, b.allocated_at.location
+        ),
+        (None, None) => format!("{:#x}", a.access.addr),
+    };
+    let side = |x: &RaceAccess| {
+        format!(
+            "{} by {} at {}",
+            x.access.kind.as_str(),
+            run.thread_label(x.access.thread),
+            run.location(x.access.site).text
+        )
+    };
+    let message = format!("data race on {what}: {} and {}", side(a), side(b));
+    let role = |x: &RaceAccess| -> &'static str {
+        match x.access.kind {
+            AccessKind::Read => "reads",
+            AccessKind::Write => "writes",
+            AccessKind::AtomicRead => "atomic-reads",
+            AccessKind::AtomicWrite => "atomic-writes",
+        }
+    };
+    let locations: Vec<FindingLocation> = pair
+        .iter()
+        .map(|x| describe::location(run, x.access.site, x.access.thread, role(x)))
+        .collect();
+    Finding {
+        id: 0,
+        kind: Kind::Race,
+        verdict: Verdict::Predicted,
+        rule,
+        message,
+        reason,
+        traces: vec![run.source.clone()],
+        witness,
+        occurrences: count,
+        locations,
+        detail: Detail::Race(Box::new(RaceReport {
+            address: format!("{:#x}", a.access.addr),
+            variable: variable.map(|v| VariableReport {
+                name: v.name.clone(),
+                file: v.file.clone(),
+                line: (v.line > 0).then_some(v.line),
+            }),
+            block,
+            accesses: [access_report(run, out, a), access_report(run, out, b)],
+        })),
+    }
+}

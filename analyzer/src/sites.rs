@@ -1,0 +1,429 @@
+//! Sites as the program's author reads them: the user's frame of a site.
+//!
+//! A recorded site is the return address of the hooked call first, then (when the recorder
+//! captured them) its callers; each frame symbolises to the calls inlined there, innermost
+//! first. The frame that called `pthread_mutex_lock` is rarely the code to fix: C++ locks
+//! through `std::mutex` and its guards, whose code lives in libstdc++'s headers (inlined at
+//! `-O2`, out-of-line copies in the program at `-O0`), and C libraries through wrappers of
+//! their own (`pthreadMutexEnter`). [`user_location`] walks the frames, and within each the
+//! inlined calls, innermost first, and names the first location that is not locking
+//! machinery:
+//! - code in the C and C++ runtime libraries (libc, libpthread, libstdc++, libc++, libgcc, the
+//!   dynamic loader, foresight's own runtime), by module;
+//! - code from the system's headers (`/usr/include/…`, any `…/include/c++/…`), by file;
+//! - the standard library's lock types, guards and thread functions (`std::…`, `__gnu_cxx::…`,
+//!   gthreads), by function name, for code without line information;
+//! - the project's own wrapper layers: [`Wrappers`], the `--wrapper GLOB` patterns (and the
+//!   `wrappers` entry of the configuration file), matched against function names;
+//! - in a trace recorded one frame per site, every frame of a site but the last: the recorder
+//!   unwound such a call because it was made inside machinery (its own wrappers included), so
+//!   `foresight record --wrapper` alone is enough.
+//!
+//! The same selection serves every kind of site (lock operations, waits, allocations, memory
+//! accesses): an access inlined from `atomic_base.h` or an STL container is reported at the
+//! user's line. The full stack (every frame, every inlined call) stays in
+//! [`Location::full_stack`].
+
+use foresight_trace::event::SiteId;
+use foresight_trace::reader::Tables;
+use foresight_trace::tables::{Frame, SourceLocation};
+
+use crate::model::{Location, Run};
+
+/// The project's own lock wrappers: glob patterns (`*` any run of characters, `?` one
+/// character) matched against a function's name, with and without its parameter list
+/// (`Db::lock` matches `Db::lock()`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Wrappers {
+    patterns: Vec<String>,
+    /// The trace records one frame per site, so that a site of several frames is a call from
+    /// inside machinery that the recorder unwound to the first frame outside it (judged with
+    /// the recorder's wrappers, which this analysis need not be given again).
+    one_frame_sites: bool,
+}
+
+impl Wrappers {
+    pub fn new<S: Into<String>>(patterns: impl IntoIterator<Item = S>) -> Self {
+        let mut patterns: Vec<String> = patterns
+            .into_iter()
+            .map(Into::into)
+            .filter(|p| !p.is_empty())
+            .collect();
+        patterns.sort();
+        patterns.dedup();
+        Wrappers {
+            patterns,
+            one_frame_sites: false,
+        }
+    }
+
+    /// For a trace recorded with `stack_depth` frames per site (its header's): at depth 1,
+    /// every frame of a site but the last is machinery, as the recorder judged it when it
+    /// unwound the call (`foresight record --wrapper` is then enough).
+    pub fn for_recorded_depth(mut self, stack_depth: u8) -> Self {
+        self.one_frame_sites = stack_depth == 1;
+        self
+    }
+
+    pub fn patterns(&self) -> &[String] {
+        &self.patterns
+    }
+
+    /// Adds the patterns of `other` (the command line's to the configuration file's).
+    pub fn extend(&mut self, other: &Wrappers) {
+        self.patterns.extend(other.patterns.iter().cloned());
+        self.patterns.sort();
+        self.patterns.dedup();
+    }
+
+    /// Whether a function of this name is one of the project's wrappers.
+    pub fn matches(&self, function: &str) -> bool {
+        if self.patterns.is_empty() {
+            return false;
+        }
+        let bare = without_parameters(function);
+        self.patterns
+            .iter()
+            .any(|p| glob_match(p, function) || glob_match(p, bare))
+    }
+}
+
+/// `f(int) const` → `f`; a name without a parameter list is returned as it is.
+pub(crate) fn without_parameters(name: &str) -> &str {
+    let trimmed = name.trim_end();
+    let trimmed = trimmed.strip_suffix(" const").unwrap_or(trimmed);
+    if !trimmed.ends_with(')') {
+        return name;
+    }
+    // The parameter list is the last balanced (…) group.
+    let mut depth = 0usize;
+    for (i, c) in trimmed.char_indices().rev() {
+        match c {
+            ')' => depth += 1,
+            '(' => {
+                depth -= 1;
+                if depth == 0 {
+                    return &trimmed[..i];
+                }
+            }
+            _ => {}
+        }
+    }
+    name
+}
+
+/// Glob matching with `*` and `?`, on characters; linear backtracking over the last `*`.
+pub(crate) fn glob_match(pattern: &str, text: &str) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    let (mut pi, mut ti) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, ti));
+            pi += 1;
+        } else if let Some((sp, st)) = star {
+            pi = sp + 1;
+            ti = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+/// The C and C++ runtime libraries (and foresight's runtime, whose thread trampoline is in
+/// every thread's stack), by file name: nothing in them is the program's code.
+fn is_runtime_module(path: &str) -> bool {
+    const PREFIXES: &[&str] = &[
+        "libc.so",
+        "libc-",
+        "libpthread.so",
+        "libpthread-",
+        "libstdc++.so",
+        "libc++.so",
+        "libc++abi.so",
+        "libgcc_s.so",
+        "ld-linux",
+        "ld64.so",
+        "libforesight_rt",
+    ];
+    let name = path.rsplit('/').next().unwrap_or(path);
+    PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
+/// Code from the system's headers: the C++ standard library's templates and inline
+/// functions, glibc's inline wrappers.
+fn is_system_header(file: &str) -> bool {
+    file.starts_with("/usr/include/")
+        || file.contains("/include/c++/")
+        || file.starts_with("/usr/lib/gcc/")
+}
+
+/// The standard library's locking and threading functions by name, for frames without line
+/// information (a program built without `-g` still has its symbol table). The inline
+/// namespaces of libc++ (`std::__1::`) and libstdc++ (`std::_V2::`) are looked through.
+fn is_standard_function(name: &str) -> bool {
+    let name = name.trim_start_matches("::");
+    name.starts_with("std::")
+        || name.starts_with("__gnu_cxx::")
+        || name.starts_with("__gthread_")
+        || name.starts_with("__gthrw_")
+}
+
+/// One symbolised location of a frame, with what the selection needs to know of it.
+struct Candidate<'t> {
+    loc: Option<&'t SourceLocation>,
+    frame: &'t Frame,
+    machinery: bool,
+}
+
+fn location_text(tables: &Tables, frame: &Frame, loc: Option<&SourceLocation>) -> String {
+    match loc {
+        None => tables.describe_frame(frame),
+        Some(l) => {
+            let func = l.function.and_then(|f| tables.string(f)).unwrap_or("??");
+            match l.file.and_then(|f| tables.string(f)) {
+                Some(file) if l.line > 0 => format!("{func} ({}:{})", short_path(file), l.line),
+                Some(file) => format!("{func} ({})", short_path(file)),
+                None => func.to_string(),
+            }
+        }
+    }
+}
+
+fn short_path(p: &str) -> &str {
+    p.rsplit('/').next().unwrap_or(p)
+}
+
+/// Whether a location of a frame in `module` is locking machinery rather than the program's.
+fn is_machinery(
+    tables: &Tables,
+    module: Option<&str>,
+    loc: Option<&SourceLocation>,
+    wrappers: &Wrappers,
+) -> bool {
+    if module.is_some_and(is_runtime_module) {
+        return true;
+    }
+    let Some(loc) = loc else {
+        return false;
+    };
+    if let Some(file) = loc.file.and_then(|f| tables.string(f)) {
+        if is_system_header(file) {
+            return true;
+        }
+    }
+    match loc.function.and_then(|f| tables.string(f)) {
+        Some(f) => is_standard_function(f) || wrappers.matches(f),
+        None => false,
+    }
+}
+
+/// The user's location of a site, with its stack; `site#N` for a site the trace does not
+/// describe. This is the one place that decides which frame a report names, for every kind of
+/// site (see the module's documentation).
+pub fn user_location(tables: &Tables, site: SiteId, wrappers: &Wrappers) -> Location {
+    let Some(info) = tables.sites.get(&site) else {
+        return Location {
+            text: format!("site#{site}"),
+            ..Location::default()
+        };
+    };
+    // Every frame's locations, innermost first; a frame without symbols is one location
+    // (`module+0x…`) that only its module can make machinery.
+    let mut frames: Vec<Vec<Candidate>> = Vec::with_capacity(info.frames.len());
+    let unwound = if wrappers.one_frame_sites {
+        info.frames.len().saturating_sub(1)
+    } else {
+        0
+    };
+    for (i, frame) in info.frames.iter().enumerate() {
+        let module = tables
+            .modules
+            .get(&frame.module)
+            .and_then(|m| tables.string(m.path));
+        let locs: Vec<Candidate> = match tables.symbols.get(frame) {
+            Some(s) if !s.locations.is_empty() => s
+                .locations
+                .iter()
+                .map(|l| Candidate {
+                    loc: Some(l),
+                    frame,
+                    machinery: i < unwound || is_machinery(tables, module, Some(l), wrappers),
+                })
+                .collect(),
+            _ => vec![Candidate {
+                loc: None,
+                frame,
+                machinery: i < unwound || is_machinery(tables, module, None, wrappers),
+            }],
+        };
+        frames.push(locs);
+    }
+    let Some(last) = frames.last() else {
+        return Location {
+            text: format!("site#{site}"),
+            ..Location::default()
+        };
+    };
+    let full_stack = frames
+        .iter()
+        .flatten()
+        .map(|c| location_text(tables, c.frame, c.loc))
+        .collect();
+    let user = frames
+        .iter()
+        .enumerate()
+        .find_map(|(i, f)| f.iter().position(|c| !c.machinery).map(|j| (i, j)));
+    let (machinery_only, (fi, li)) = match user {
+        Some(at) => (false, at),
+        // Only machinery was recorded (a wrapper whose callers the recorder did not capture):
+        // the location nearest the program's code, the outermost of the last frame.
+        None => (true, (frames.len() - 1, last.len() - 1)),
+    };
+    let chosen = &frames[fi][li];
+    // The stack as the user reads it: the user's location, then each caller's own location
+    // (its first one outside the machinery).
+    let mut stack = vec![location_text(tables, chosen.frame, chosen.loc)];
+    for f in &frames[fi + 1..] {
+        let c = f.iter().find(|c| !c.machinery).unwrap_or(&f[0]);
+        stack.push(location_text(tables, c.frame, c.loc));
+    }
+    let string = |id: Option<foresight_trace::StringId>| {
+        id.and_then(|s| tables.string(s)).map(str::to_string)
+    };
+    Location {
+        function: chosen.loc.and_then(|l| string(l.function)),
+        file: chosen.loc.and_then(|l| string(l.file)),
+        line: chosen.loc.map_or(0, |l| l.line),
+        text: stack[0].clone(),
+        stack,
+        full_stack,
+        machinery_only,
+    }
+}
+
+/// Hints about wrappers, from where a trace's locks are taken (issue: a C library locks every
+/// mutex through one function of its own, and every report then names that function):
+/// - one line of one function takes more than half of all the acquisitions, of two locks or
+///   more: it looks like a wrapper, and `--wrapper` would name its callers instead;
+/// - acquisitions whose sites are inside wrappers only (the recorder did not capture their
+///   callers): the recording needs the same `--wrapper`.
+pub fn wrapper_hints(runs: &[Run]) -> Vec<String> {
+    use std::collections::{BTreeMap, BTreeSet};
+    let mut total = 0u64;
+    /// Acquisitions at one line, and the distinct (run, lock) pairs they take.
+    #[derive(Default)]
+    struct Line {
+        acquisitions: u64,
+        locks: BTreeSet<(usize, u32)>,
+    }
+    // (function, location text) → what is taken there
+    let mut lines: BTreeMap<(String, String), Line> = BTreeMap::new();
+    let mut unrecorded: BTreeMap<String, u64> = BTreeMap::new();
+    for (ri, run) in runs.iter().enumerate() {
+        for a in &run.acquisitions {
+            total += 1;
+            let Some(loc) = run.sites.get(&a.site) else {
+                continue;
+            };
+            let Some(function) = &loc.function else {
+                continue;
+            };
+            let function = without_parameters(function).to_string();
+            if loc.machinery_only {
+                *unrecorded.entry(function).or_default() += 1;
+                continue;
+            }
+            let at = match &loc.file {
+                Some(f) => format!("{}:{}", short_path(f), loc.line),
+                None => loc.text.clone(),
+            };
+            let e = lines.entry((function, at)).or_default();
+            e.acquisitions += 1;
+            e.locks.insert((ri, a.lock));
+        }
+    }
+    let mut hints = Vec::new();
+    if let Some(((function, at), line)) = lines.iter().max_by_key(|(_, l)| l.acquisitions) {
+        let (n, locks) = (line.acquisitions, &line.locks);
+        if 2 * n > total && locks.len() >= 2 {
+            hints.push(format!(
+                "most lock acquisitions ({n} of {total}) are at one line of `{function}` ({at}), \
+                 for {} locks: is it a lock wrapper? `foresight record --wrapper {function}` \
+                 reports its callers instead",
+                locks.len()
+            ));
+        }
+    }
+    for (function, n) in unrecorded {
+        hints.push(format!(
+            "{n} lock acquisitions are inside `{function}`, a wrapper whose callers the trace \
+             does not have: record with `foresight record --wrapper {function}` to see them"
+        ));
+    }
+    hints
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs_match_whole_names() {
+        assert!(glob_match("pthreadMutexEnter", "pthreadMutexEnter"));
+        assert!(glob_match("pthreadMutex*", "pthreadMutexEnter"));
+        assert!(glob_match("*Mutex*", "pthreadMutexEnter"));
+        assert!(glob_match("lock_?", "lock_a"));
+        assert!(!glob_match("lock_?", "lock_ab"));
+        assert!(!glob_match("pthreadMutex", "pthreadMutexEnter"));
+        assert!(!glob_match("Enter", "pthreadMutexEnter"));
+        assert!(glob_match("*", ""));
+        assert!(glob_match("a*b*c", "aXbYbc"));
+        assert!(!glob_match("a*b*c", "aXbYbd"));
+    }
+
+    #[test]
+    fn wrappers_match_with_or_without_parameters() {
+        let w = Wrappers::new(["Db::lock", "my_*"]);
+        assert!(w.matches("Db::lock()"));
+        assert!(w.matches("Db::lock(int) const"));
+        assert!(w.matches("Db::lock"));
+        assert!(w.matches("my_mutex_enter"));
+        assert!(!w.matches("Db::unlock()"));
+        assert!(!Wrappers::default().matches("anything"));
+        assert_eq!(without_parameters("f(g(int))"), "f");
+        assert_eq!(
+            without_parameters("std::lock_guard<std::mutex>::lock_guard(std::mutex&)"),
+            "std::lock_guard<std::mutex>::lock_guard"
+        );
+        assert_eq!(without_parameters("operator()"), "operator");
+        assert_eq!(without_parameters("plain"), "plain");
+    }
+
+    #[test]
+    fn runtime_modules_and_system_headers_are_machinery() {
+        assert!(is_runtime_module("/lib/x86_64-linux-gnu/libc.so.6"));
+        assert!(is_runtime_module(
+            "/usr/lib/x86_64-linux-gnu/libstdc++.so.6"
+        ));
+        assert!(is_runtime_module("/opt/foresight/libforesight_rt.so"));
+        assert!(!is_runtime_module(
+            "/usr/lib/x86_64-linux-gnu/libsqlite3.so.0"
+        ));
+        assert!(!is_runtime_module("/home/u/libcrypto.so"));
+        assert!(is_system_header(
+            "/usr/include/x86_64-linux-gnu/c++/12/bits/gthr-default.h"
+        ));
+        assert!(is_system_header("/opt/gcc/include/c++/13/bits/std_mutex.h"));
+        assert!(!is_system_header("/home/u/project/include/lock.h"));
+        assert!(is_standard_function("std::mutex::lock()"));
+        assert!(is_standard_function("__gthread_mutex_lock"));
+        assert!(!is_standard_function("pay"));
+    }
+}

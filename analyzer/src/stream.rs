@@ -1,0 +1,773 @@
+//! The one walk over a trace that every analysis shares: the merged (causal) stream of events,
+//! converted from the wire types into the analyzer's [`Op`], fed to passes.
+//!
+//! The shape is RAPID's (one engine per analysis, each with its own state and one
+//! `handle(event)`): each concern is a [`Pass`] that owns its state and sees every event once, in
+//! merged order; [`Stream::drive`] feeds one stream to one pass, and a tuple of passes runs them
+//! side by side in the same walk. The events come from any iterator of (thread id, position in
+//! the thread, wire event) in the merged order — `Trace::merged()` today, a reader that keeps one
+//! decoded chunk per thread tomorrow — so nothing here needs the whole trace in memory.
+//!
+//! Conversion happens once, here: the wire types stay at the edge (DESIGN.md), and what every
+//! pass would otherwise work out for itself is worked out once per event — the dense index of a
+//! created or joined thread, the generation of a barrier arrival, what an atomic access orders.
+//! [`Op`] is a plain `Copy` value; converting costs one match per event, lost in the merge.
+//!
+//! The one thing known ahead is the generation of a barrier arrival (that of the thread's next
+//! departure): read from the thread's next events in a decoded trace, or scanned per thread
+//! before the walk ([`BarrierGenerations`]) by a reader that keeps only a chunk per thread.
+//!
+//! Invariants: events reach a pass in the merged order (keys non-decreasing, ties by thread and
+//! position), `seq` counts every event of the stream (also those of threads the trace does not
+//! list, which are skipped), and positions are those of the thread's own event list.
+
+use std::cell::OnceCell;
+use std::collections::HashMap;
+
+use foresight_trace::event::{AtomicOp, EventKind, LockMode, MemoryOrder, WaitOutcome};
+use foresight_trace::{ObjectId, SiteId, StringId, ThreadId, Trace};
+
+use crate::model::Mode;
+
+/// One event as a pass sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct StreamEvent {
+    /// The analyzer's dense thread index (the trace's order of threads).
+    pub thread: u32,
+    /// Position of the event in its thread's event list (as `foresight dump` numbers them).
+    pub pos: u32,
+    /// Index of the event in the merged order.
+    pub seq: u64,
+    pub op: Op,
+}
+
+/// What an atomic access does, as the analyses need it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AtomicAccess {
+    pub addr: u64,
+    pub size: u32,
+    pub site: SiteId,
+    /// It reads the location (a load, a read-modify-write, any compare-exchange).
+    pub loads: bool,
+    /// It writes the location (a store, a read-modify-write, a compare-exchange that stored).
+    pub stores: bool,
+    /// An acquire: it joins what releases on the address published (acquire, consume,
+    /// acq-rel or seq-cst order, and it loads).
+    pub acquire: bool,
+    /// A release: it publishes the thread's past (release, acq-rel or seq-cst order, and it
+    /// stores). Relaxed accesses order nothing.
+    pub release: bool,
+}
+
+/// An event of the trace in the analyzer's terms. Thread ids are dense indices (`None`: a thread
+/// the trace does not list), lock modes are [`Mode`]s.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    ThreadStart,
+    ThreadExit,
+    Create {
+        child: Option<u32>,
+        site: SiteId,
+    },
+    JoinRequest {
+        child: Option<u32>,
+        site: SiteId,
+    },
+    /// A join returned; `joined` is false for a failed `tryjoin`/`timedjoin`.
+    Join {
+        child: Option<u32>,
+        joined: bool,
+    },
+    Detach {
+        child: Option<u32>,
+        site: SiteId,
+    },
+    Fork {
+        site: SiteId,
+    },
+    Exec {
+        site: SiteId,
+    },
+    LockRequest {
+        lock: ObjectId,
+        mode: Mode,
+        site: SiteId,
+    },
+    LockAcquired {
+        lock: ObjectId,
+        mode: Mode,
+    },
+    LockFailed {
+        lock: ObjectId,
+    },
+    LockTry {
+        lock: ObjectId,
+        mode: Mode,
+        site: SiteId,
+        acquired: bool,
+    },
+    LockRelease {
+        lock: ObjectId,
+        site: SiteId,
+    },
+    ObjectInit {
+        object: ObjectId,
+        site: SiteId,
+    },
+    ObjectDestroy {
+        object: ObjectId,
+        site: SiteId,
+    },
+    /// Entering a condition wait: `mutex` is released.
+    CondWaitBegin {
+        cond: ObjectId,
+        mutex: ObjectId,
+        site: SiteId,
+    },
+    /// The wait returned with `mutex` held again.
+    CondWaitEnd {
+        cond: ObjectId,
+        mutex: ObjectId,
+        timed_out: bool,
+    },
+    CondSignal {
+        cond: ObjectId,
+        site: SiteId,
+        broadcast: bool,
+    },
+    BarrierInit {
+        barrier: ObjectId,
+        count: u32,
+        site: SiteId,
+    },
+    /// An arrival; `generation` is that of the thread's next departure from the barrier (`None`
+    /// when the thread never left it: the trace ends there).
+    BarrierArrive {
+        barrier: ObjectId,
+        site: SiteId,
+        generation: Option<u64>,
+    },
+    BarrierDepart {
+        barrier: ObjectId,
+        generation: u64,
+        serial: bool,
+    },
+    OnceBegin {
+        once: ObjectId,
+        site: SiteId,
+    },
+    OnceRun {
+        once: ObjectId,
+    },
+    OnceEnd {
+        once: ObjectId,
+    },
+    OnceSkip {
+        once: ObjectId,
+    },
+    SemInit {
+        sem: ObjectId,
+        value: u32,
+        site: SiteId,
+    },
+    SemPost {
+        sem: ObjectId,
+        site: SiteId,
+    },
+    SemWaitBegin {
+        sem: ObjectId,
+        site: SiteId,
+    },
+    SemWaitEnd {
+        sem: ObjectId,
+        acquired: bool,
+    },
+    SemTry {
+        sem: ObjectId,
+        site: SiteId,
+        acquired: bool,
+    },
+    Read {
+        addr: u64,
+        size: u32,
+        site: SiteId,
+    },
+    Write {
+        addr: u64,
+        size: u32,
+        site: SiteId,
+    },
+    Atomic(AtomicAccess),
+    Fence {
+        acquire: bool,
+        release: bool,
+        site: SiteId,
+    },
+    Alloc {
+        addr: u64,
+        size: u64,
+        site: SiteId,
+    },
+    Free {
+        addr: u64,
+        site: SiteId,
+    },
+    LockClassName {
+        lock: ObjectId,
+        name: StringId,
+    },
+    LockSubclass {
+        lock: ObjectId,
+        subclass: u32,
+    },
+    LockRank {
+        lock: ObjectId,
+        rank: u32,
+    },
+    /// A user happens-before edge starts here…
+    HappensBefore {
+        tag: u64,
+        site: SiteId,
+    },
+    /// …and ends here.
+    HappensAfter {
+        tag: u64,
+        site: SiteId,
+    },
+}
+
+impl Op {
+    /// A plain read or write, or an allocation or free: memory that synchronises nothing.
+    #[inline]
+    pub fn is_plain_memory(&self) -> bool {
+        matches!(
+            self,
+            Op::Read { .. } | Op::Write { .. } | Op::Alloc { .. } | Op::Free { .. }
+        )
+    }
+}
+
+/// An analysis concern that reads the merged stream: it owns its state, sees every event once
+/// in merged order, and is finished into its result.
+pub trait Pass {
+    type Output;
+    fn handle(&mut self, ev: &StreamEvent);
+    fn finish(self) -> Self::Output;
+}
+
+/// Two passes side by side in one walk (nest tuples for more).
+impl<A: Pass, B: Pass> Pass for (A, B) {
+    type Output = (A::Output, B::Output);
+    #[inline]
+    fn handle(&mut self, ev: &StreamEvent) {
+        self.0.handle(ev);
+        self.1.handle(ev);
+    }
+    fn finish(self) -> Self::Output {
+        (self.0.finish(), self.1.finish())
+    }
+}
+
+/// What the driver knows before the events: the threads (their dense order) and where the
+/// generation of a barrier arrival comes from.
+pub struct Stream<'t> {
+    threads: ThreadIndex,
+    lookahead: Lookahead<'t>,
+}
+
+/// Where the generation of a barrier arrival comes from.
+enum Lookahead<'t> {
+    /// Scanned before the walk, by a reader that does not hold the trace.
+    Scanned(BarrierGenerations),
+    /// Read from the decoded trace: the thread's next events after the arrival (its departure
+    /// is normally the very next one), at most [`LOOKAHEAD`] of them; past that, the thread is
+    /// scanned once and for all, so a hostile trace costs at most one more pass.
+    Decoded {
+        trace: &'t Trace,
+        scanned: Vec<OnceCell<BarrierGenerations>>,
+    },
+}
+
+/// Events looked at after a barrier arrival before the thread is scanned whole.
+const LOOKAHEAD: usize = 64;
+
+impl<'t> Stream<'t> {
+    /// A stream over a decoded trace (threads in the trace's order).
+    pub fn of_trace(trace: &'t Trace) -> Self {
+        Stream {
+            threads: ThreadIndex::new(trace.threads.iter().map(|t| t.thread)),
+            lookahead: Lookahead::Decoded {
+                trace,
+                scanned: trace.threads.iter().map(|_| OnceCell::new()).collect(),
+            },
+        }
+    }
+
+    /// A stream over threads given in dense order, with the barrier generations already
+    /// scanned (a reader that does not hold the trace in memory scans each thread first).
+    pub fn new(
+        thread_ids: impl IntoIterator<Item = ThreadId>,
+        lookahead: BarrierGenerations,
+    ) -> Self {
+        Stream {
+            threads: ThreadIndex::new(thread_ids),
+            lookahead: Lookahead::Scanned(lookahead),
+        }
+    }
+
+    /// The generation of the arrival at `barrier`, event `pos` of `thread`.
+    fn arrival_generation(&self, thread: u32, pos: u32, barrier: ObjectId) -> Option<u64> {
+        let (trace, scanned) = match &self.lookahead {
+            Lookahead::Scanned(g) => return g.generation(thread, pos),
+            Lookahead::Decoded { trace, scanned } => (trace, scanned),
+        };
+        let events = &trace.threads.get(thread as usize)?.events;
+        let next = events.get(pos as usize + 1..).unwrap_or_default();
+        for ev in next.iter().take(LOOKAHEAD) {
+            match ev.kind {
+                EventKind::BarrierWaitEnd {
+                    barrier: b,
+                    generation,
+                    ..
+                } if b == barrier => return Some(generation),
+                EventKind::BarrierWaitBegin { barrier: b, .. } if b == barrier => return None,
+                _ => {}
+            }
+        }
+        if next.len() <= LOOKAHEAD {
+            return None;
+        }
+        scanned[thread as usize]
+            .get_or_init(|| {
+                let mut g = BarrierGenerations::default();
+                g.scan_thread(thread, events.iter().map(|e| &e.kind));
+                g
+            })
+            .generation(thread, pos)
+    }
+
+    /// The dense index of a trace thread id.
+    pub fn dense(&self, id: ThreadId) -> Option<u32> {
+        self.threads.get(id).map(|i| i as u32)
+    }
+
+    /// Feeds `events` — (thread id, position in the thread, event) in the merged order — to
+    /// `pass`. `progress` is called now and then with the events done. Returns the events read.
+    pub fn drive<P: Pass>(
+        &self,
+        events: impl IntoIterator<Item = (ThreadId, usize, EventKind)>,
+        pass: &mut P,
+        progress: &mut dyn FnMut(u64),
+    ) -> u64 {
+        let mut seq = 0u64;
+        for (thread, index, kind) in events {
+            if seq & 0xf_ffff == 0 {
+                progress(seq);
+            }
+            if let Some(t) = self.threads.get(thread) {
+                let (thread, pos) = (t as u32, index as u32);
+                let ev = StreamEvent {
+                    thread,
+                    pos,
+                    seq,
+                    op: self.convert(thread, pos, kind),
+                };
+                pass.handle(&ev);
+            }
+            seq += 1;
+        }
+        seq
+    }
+
+    /// The wire event in the analyzer's terms.
+    #[inline]
+    fn convert(&self, thread: u32, pos: u32, kind: EventKind) -> Op {
+        let dense = |id: ThreadId| self.dense(id);
+        match kind {
+            EventKind::ThreadStart => Op::ThreadStart,
+            EventKind::ThreadExit => Op::ThreadExit,
+            EventKind::ThreadCreate { child, site } => Op::Create {
+                child: dense(child),
+                site,
+            },
+            EventKind::JoinRequest { child, site } => Op::JoinRequest {
+                child: dense(child),
+                site,
+            },
+            EventKind::JoinEnd { child, joined } => Op::Join {
+                child: dense(child),
+                joined,
+            },
+            EventKind::ThreadDetach { child, site } => Op::Detach {
+                child: dense(child),
+                site,
+            },
+            EventKind::Fork { site, .. } => Op::Fork { site },
+            EventKind::Exec { site } => Op::Exec { site },
+            EventKind::LockRequest { lock, mode, site } => Op::LockRequest {
+                lock,
+                mode: mode_of(mode),
+                site,
+            },
+            EventKind::LockAcquired { lock, mode } => Op::LockAcquired {
+                lock,
+                mode: mode_of(mode),
+            },
+            EventKind::LockFailed { lock, .. } => Op::LockFailed { lock },
+            EventKind::LockTry {
+                lock,
+                mode,
+                site,
+                acquired,
+            } => Op::LockTry {
+                lock,
+                mode: mode_of(mode),
+                site,
+                acquired,
+            },
+            EventKind::LockRelease { lock, site } => Op::LockRelease { lock, site },
+            EventKind::ObjectInit { object, site } => Op::ObjectInit { object, site },
+            EventKind::ObjectDestroy { object, site } => Op::ObjectDestroy { object, site },
+            EventKind::CondWaitBegin { cond, mutex, site } => {
+                Op::CondWaitBegin { cond, mutex, site }
+            }
+            EventKind::CondWaitEnd {
+                cond,
+                mutex,
+                outcome,
+            } => Op::CondWaitEnd {
+                cond,
+                mutex,
+                timed_out: outcome == WaitOutcome::TimedOut,
+            },
+            EventKind::CondSignal { cond, site } => Op::CondSignal {
+                cond,
+                site,
+                broadcast: false,
+            },
+            EventKind::CondBroadcast { cond, site } => Op::CondSignal {
+                cond,
+                site,
+                broadcast: true,
+            },
+            EventKind::BarrierInit {
+                barrier,
+                count,
+                site,
+            } => Op::BarrierInit {
+                barrier,
+                count,
+                site,
+            },
+            EventKind::BarrierWaitBegin { barrier, site } => Op::BarrierArrive {
+                barrier,
+                site,
+                generation: self.arrival_generation(thread, pos, barrier),
+            },
+            EventKind::BarrierWaitEnd {
+                barrier,
+                generation,
+                serial,
+            } => Op::BarrierDepart {
+                barrier,
+                generation,
+                serial,
+            },
+            EventKind::OnceBegin { once, site } => Op::OnceBegin { once, site },
+            EventKind::OnceRun { once } => Op::OnceRun { once },
+            EventKind::OnceEnd { once } => Op::OnceEnd { once },
+            EventKind::OnceSkip { once } => Op::OnceSkip { once },
+            EventKind::SemInit { sem, value, site } => Op::SemInit { sem, value, site },
+            EventKind::SemPost { sem, site } => Op::SemPost { sem, site },
+            EventKind::SemWaitBegin { sem, site } => Op::SemWaitBegin { sem, site },
+            EventKind::SemWaitEnd { sem, acquired } => Op::SemWaitEnd { sem, acquired },
+            EventKind::SemTry {
+                sem,
+                site,
+                acquired,
+            } => Op::SemTry {
+                sem,
+                site,
+                acquired,
+            },
+            EventKind::Read { addr, size, site } => Op::Read { addr, size, site },
+            EventKind::Write { addr, size, site } => Op::Write { addr, size, site },
+            EventKind::Atomic {
+                op,
+                addr,
+                size,
+                order,
+                site,
+            } => Op::Atomic(atomic_access(op, addr, size, order, site)),
+            EventKind::Fence { order, site } => Op::Fence {
+                acquire: is_acquire(order),
+                release: is_release(order),
+                site,
+            },
+            EventKind::Alloc { addr, size, site } => Op::Alloc { addr, size, site },
+            EventKind::Free { addr, site } => Op::Free { addr, site },
+            EventKind::LockClassName { lock, name } => Op::LockClassName { lock, name },
+            EventKind::LockSubclass { lock, subclass } => Op::LockSubclass { lock, subclass },
+            EventKind::LockRank { lock, rank } => Op::LockRank { lock, rank },
+            EventKind::HappensBefore { tag, site } => Op::HappensBefore { tag, site },
+            EventKind::HappensAfter { tag, site } => Op::HappensAfter { tag, site },
+        }
+    }
+}
+
+fn mode_of(m: LockMode) -> Mode {
+    match m {
+        LockMode::Exclusive => Mode::Write,
+        LockMode::Shared => Mode::Read,
+    }
+}
+
+fn is_acquire(order: MemoryOrder) -> bool {
+    matches!(
+        order,
+        MemoryOrder::Acquire | MemoryOrder::Consume | MemoryOrder::AcqRel | MemoryOrder::SeqCst
+    )
+}
+
+fn is_release(order: MemoryOrder) -> bool {
+    matches!(
+        order,
+        MemoryOrder::Release | MemoryOrder::AcqRel | MemoryOrder::SeqCst
+    )
+}
+
+/// Which store a load read from is not recorded, so an acquire joins every earlier release on
+/// the address (`hb.rs`): over-approximated, which is sound for prediction.
+fn atomic_access(
+    op: AtomicOp,
+    addr: u64,
+    size: u32,
+    order: MemoryOrder,
+    site: SiteId,
+) -> AtomicAccess {
+    let loads = !matches!(op, AtomicOp::Store);
+    let stores = matches!(op, AtomicOp::Store | AtomicOp::Rmw | AtomicOp::CasSuccess);
+    AtomicAccess {
+        addr,
+        size,
+        site,
+        loads,
+        stores,
+        acquire: loads && is_acquire(order),
+        release: stores && is_release(order),
+    }
+}
+
+/// Which generation each barrier arrival belongs to: the generation of the thread's next
+/// departure from that barrier, unless the thread arrives there again first (an arrival
+/// publishes to its generation before any departure of it, so this is the one thing the stream
+/// must know ahead). Scanned per thread, forward.
+#[derive(Debug, Default)]
+pub struct BarrierGenerations {
+    generation: HashMap<(u32, u32), u64>,
+}
+
+impl BarrierGenerations {
+    /// Scans one thread's events (dense index `thread`) in its own order.
+    pub fn scan_thread<E: std::borrow::Borrow<EventKind>>(
+        &mut self,
+        thread: u32,
+        events: impl IntoIterator<Item = E>,
+    ) {
+        // Per barrier, the thread's arrival still waiting for its departure. A second arrival
+        // before a departure replaces the first, which then has no generation.
+        let mut pending: HashMap<ObjectId, u32> = HashMap::new();
+        for (pos, ev) in events.into_iter().enumerate() {
+            match *ev.borrow() {
+                EventKind::BarrierWaitBegin { barrier, .. } => {
+                    pending.insert(barrier, pos as u32);
+                }
+                EventKind::BarrierWaitEnd {
+                    barrier,
+                    generation,
+                    ..
+                } => {
+                    if let Some(arrival) = pending.remove(&barrier) {
+                        self.generation.insert((thread, arrival), generation);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The generation of the arrival at (`thread`, `pos`), if the thread left the barrier.
+    pub fn generation(&self, thread: u32, pos: u32) -> Option<u64> {
+        self.generation.get(&(thread, pos)).copied()
+    }
+}
+
+/// Trace thread id → dense index (looked up for every event).
+struct ThreadIndex {
+    small: Vec<u32>,
+    large: HashMap<ThreadId, usize>,
+}
+
+impl ThreadIndex {
+    const NONE: u32 = u32::MAX;
+    /// Ids up to this are looked up in a table; larger ones (unusual) in a map.
+    const TABLE: u32 = 1 << 16;
+
+    fn new(ids: impl IntoIterator<Item = ThreadId>) -> Self {
+        let mut ix = ThreadIndex {
+            small: Vec::new(),
+            large: HashMap::new(),
+        };
+        for (i, id) in ids.into_iter().enumerate() {
+            if id < Self::TABLE {
+                if ix.small.len() <= id as usize {
+                    ix.small.resize(id as usize + 1, Self::NONE);
+                }
+                ix.small[id as usize] = i as u32;
+            } else {
+                ix.large.insert(id, i);
+            }
+        }
+        ix
+    }
+
+    #[inline]
+    fn get(&self, id: ThreadId) -> Option<usize> {
+        match self.small.get(id as usize) {
+            Some(&i) if i != Self::NONE => Some(i as usize),
+            Some(_) => None,
+            None => self.large.get(&id).copied(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_arrival_takes_the_generation_of_the_threads_next_departure() {
+        let arrive = |barrier| EventKind::BarrierWaitBegin { barrier, site: 0 };
+        let depart = |barrier, generation| EventKind::BarrierWaitEnd {
+            barrier,
+            generation,
+            serial: false,
+        };
+        let events = [
+            arrive(1),
+            depart(1, 7),
+            arrive(1), // replaced by the next arrival before any departure
+            arrive(1),
+            depart(1, 9),
+            depart(1, 10), // no arrival left
+            arrive(2),     // never departs
+        ];
+        let mut g = BarrierGenerations::default();
+        g.scan_thread(3, events);
+        assert_eq!(g.generation(3, 0), Some(7));
+        assert_eq!(g.generation(3, 2), None);
+        assert_eq!(g.generation(3, 3), Some(9));
+        assert_eq!(g.generation(3, 6), None);
+    }
+
+    #[test]
+    fn relaxed_atomics_order_nothing() {
+        let a = atomic_access(AtomicOp::Rmw, 8, 4, MemoryOrder::Relaxed, 0);
+        assert!(a.loads && a.stores && !a.acquire && !a.release);
+        let a = atomic_access(AtomicOp::Load, 8, 4, MemoryOrder::SeqCst, 0);
+        assert!(a.loads && !a.stores && a.acquire && !a.release);
+        let a = atomic_access(AtomicOp::CasFailure, 8, 4, MemoryOrder::AcqRel, 0);
+        assert!(a.loads && !a.stores && a.acquire && !a.release);
+        let a = atomic_access(AtomicOp::Store, 8, 4, MemoryOrder::Release, 0);
+        assert!(!a.loads && a.stores && !a.acquire && a.release);
+    }
+
+    #[test]
+    fn a_decoded_trace_finds_arrival_generations_near_and_far_as_the_scan_does() {
+        use foresight_trace::builder::TraceBuilder;
+        use foresight_trace::tables::ObjectKind;
+        let mut b = TraceBuilder::new("t");
+        let main = b.main_thread();
+        let s = b.site("f", "t.c", 1);
+        let t = b.spawn(main, s, "t");
+        let (b1, b2) = (
+            b.object(ObjectKind::Barrier, "b1"),
+            b.object(ObjectKind::Barrier, "b2"),
+        );
+        let arrive = |barrier| EventKind::BarrierWaitBegin { barrier, site: s };
+        let depart = |barrier, generation| EventKind::BarrierWaitEnd {
+            barrier,
+            generation,
+            serial: false,
+        };
+        let filler = |b: &mut TraceBuilder| {
+            for i in 0..2 * LOOKAHEAD as u64 {
+                b.read(t, 0x100 + i, 4, s);
+            }
+        };
+        b.event(t, arrive(b1)); // 1: the next event departs
+        b.event(t, depart(b1, 0));
+        b.event(t, arrive(b1)); // 3: departs far later
+        filler(&mut b);
+        b.event(t, depart(b1, 1));
+        b.event(t, arrive(b2)); // far, then arrives again first: none
+        filler(&mut b);
+        b.event(t, arrive(b2));
+        b.event(t, depart(b2, 5));
+        b.event(t, arrive(b1)); // never departs
+        filler(&mut b);
+        let trace = Trace::from_bytes("t.trace", b.finish()).expect("trace reads");
+        let stream = Stream::of_trace(&trace);
+        let mut scanned = BarrierGenerations::default();
+        scanned.scan_thread(1, trace.threads[1].events.iter().map(|e| &e.kind));
+        let mut found = Vec::new();
+        for (pos, e) in trace.threads[1].events.iter().enumerate() {
+            if let EventKind::BarrierWaitBegin { barrier, .. } = e.kind {
+                let g = stream.arrival_generation(1, pos as u32, barrier);
+                assert_eq!(g, scanned.generation(1, pos as u32), "arrival at {pos}");
+                found.push(g);
+            }
+        }
+        assert_eq!(found, [Some(0), Some(1), None, Some(5), None]);
+    }
+
+    #[test]
+    fn passes_side_by_side_see_every_event_once_in_merged_order() {
+        use foresight_trace::builder::TraceBuilder;
+        /// Collects (thread, position, seq) of what it is fed.
+        struct Seen(Vec<(u32, u32, u64)>);
+        impl Pass for Seen {
+            type Output = Vec<(u32, u32, u64)>;
+            fn handle(&mut self, ev: &StreamEvent) {
+                self.0.push((ev.thread, ev.pos, ev.seq));
+            }
+            fn finish(self) -> Self::Output {
+                self.0
+            }
+        }
+        let mut b = TraceBuilder::new("t");
+        let main = b.main_thread();
+        let s = b.site("f", "t.c", 1);
+        let m = b.mutex("m");
+        let t = b.spawn(main, s, "t");
+        b.lock(t, m, s);
+        b.unlock(t, m, s);
+        b.join(main, t, s);
+        let trace = Trace::from_bytes("t.trace", b.finish()).expect("trace reads");
+        let mut both = (Seen(Vec::new()), Seen(Vec::new()));
+        let read = Stream::of_trace(&trace).drive(
+            trace.merged().map(|m| (m.thread, m.index, m.event.kind)),
+            &mut both,
+            &mut |_| {},
+        );
+        let (a, b) = both.finish();
+        assert_eq!(read, trace.event_count());
+        assert_eq!(a, b);
+        let merged: Vec<(u32, u32, u64)> = trace
+            .merged()
+            .enumerate()
+            .map(|(seq, m)| (m.thread, m.index as u32, seq as u64))
+            .collect();
+        assert_eq!(a, merged, "thread ids 0 and 1 are their own dense indices");
+    }
+}

@@ -1,0 +1,151 @@
+//! The race litmus suite: every program in `fixtures/race/` is compiled with `foresight config`
+//! (gcc at `-O0`, clang at `-O1`), recorded with `foresight record`, analysed with `foresight
+//! analyze --format json`, and the race findings are compared, line by line, with the
+//! program's annotations: every `// RACE!` line must be named by a race finding, and no other
+//! line of the program may be — neither a `// NORACE` line nor a line without an annotation.
+//! A program whose annotations are all `NORACE` so asserts that nothing is reported at all.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use foresight_fixtures::harness::{self, Compiler};
+use foresight_fixtures::litmus::{Litmus, Verdict};
+
+fn fixtures_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/race")
+}
+
+/// The lines of `litmus`'s file that race findings name, and the whole report.
+fn reported_lines(litmus: &Litmus, trace: &Path) -> (BTreeSet<u32>, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_foresight"))
+        .args(["analyze", "--format", "json"])
+        .arg(trace)
+        .output()
+        .expect("run foresight analyze");
+    assert!(
+        out.status.success(),
+        "foresight analyze failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("the JSON report parses");
+    let mut lines = BTreeSet::new();
+    for finding in report["findings"].as_array().expect("findings is an array") {
+        if finding["kind"] != "race" {
+            continue;
+        }
+        assert_eq!(finding["verdict"], "predicted", "races are predicted");
+        for loc in finding["locations"].as_array().expect("locations") {
+            let file = loc["file"].as_str().unwrap_or_default();
+            if Path::new(file).file_name().and_then(|f| f.to_str()) == Some(litmus.file_name()) {
+                if let Some(line) = loc["line"].as_u64() {
+                    lines.insert(line as u32);
+                }
+            }
+        }
+    }
+    (lines, String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn check_with(name: &str, compiler: Compiler, opt: &str) {
+    let source = ["c", "cc"]
+        .iter()
+        .map(|ext| fixtures_dir().join(format!("{name}.{ext}")))
+        .find(|p| p.exists())
+        .unwrap_or_else(|| panic!("fixtures/race/{name}.c or .cc"));
+    let litmus = Litmus::read(&source).expect("read the fixture");
+    assert!(
+        !litmus.annotations.is_empty(),
+        "{name} carries no annotations: nothing would be checked"
+    );
+    let program = harness::compile_instrumented_with(&source, compiler, &[opt]);
+    let dir = harness::fresh_dir(&format!("race-{name}-{}{opt}", compiler.name()));
+    let trace = dir.join("run.trace");
+    let plain = harness::run_plain(&program, &[]);
+    let recorded = harness::record_with_cli(&program, &[], &trace, &[]);
+    assert!(
+        recorded.status.success() && plain.status.success(),
+        "{name}: the program failed: {}",
+        String::from_utf8_lossy(&recorded.stderr)
+    );
+    assert_eq!(
+        plain.stdout, recorded.stdout,
+        "{name}: the output differs under the recorder"
+    );
+    let (reported, report) = reported_lines(&litmus, &trace);
+    let races = litmus.lines(Verdict::Race);
+    let quiet = litmus.lines(Verdict::NoRace);
+    let missed: Vec<u32> = races.difference(&reported).copied().collect();
+    let false_alarms: Vec<u32> = reported.intersection(&quiet).copied().collect();
+    let unannotated: Vec<u32> = reported
+        .iter()
+        .filter(|l| !races.contains(l) && !quiet.contains(l))
+        .copied()
+        .collect();
+    assert!(
+        missed.is_empty() && false_alarms.is_empty() && unannotated.is_empty(),
+        "{name} ({} {opt}): RACE! lines not reported: {missed:?}; NORACE lines reported: \
+         {false_alarms:?}; unannotated lines reported: {unannotated:?}\nreport:\n{report}",
+        compiler.name()
+    );
+}
+
+fn check(name: &str) {
+    for (compiler, opt) in [(Compiler::Gcc, "-O0"), (Compiler::Clang, "-O1")] {
+        if harness::compiler_available(compiler) {
+            check_with(name, compiler, opt);
+        }
+    }
+}
+
+macro_rules! litmus {
+    ($($name:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $name() {
+                check(stringify!($name));
+            }
+        )*
+
+        /// A new fixture without a test here would silently check nothing.
+        #[test]
+        fn every_fixture_has_a_test() {
+            let listed: BTreeSet<&str> = [$(stringify!($name)),*].into();
+            for e in std::fs::read_dir(fixtures_dir()).unwrap() {
+                let p = e.unwrap().path();
+                let stem = p.file_stem().and_then(|s| s.to_str()).unwrap().to_string();
+                assert!(listed.contains(stem.as_str()), "{} has no test", p.display());
+            }
+        }
+    };
+}
+
+litmus!(
+    unprotected_counter,
+    locked_counter,
+    fork_join,
+    different_locks,
+    reorderable_sections,
+    section_publishes_flag,
+    barrier_phases,
+    barrier_generations,
+    barrier_count,
+    once_init,
+    once_bypassed,
+    once_two_controls,
+    creation_lockset,
+    creation_lockset_leak,
+    descendant_lockset,
+    descendant_lockset_unlocked,
+    atomic_publish,
+    atomic_relaxed_publish,
+    atomic_fences,
+    mixed_atomic_plain,
+    condition_handoff,
+    semaphore_handoff,
+    heap_reuse,
+    rwlock_readers,
+    escaped_local,
+    cpp_threads,
+    cpp_condition,
+);
