@@ -459,10 +459,15 @@ impl<'t> Stream<'t> {
                 count,
                 site,
             },
-            EventKind::BarrierWaitBegin { barrier, site } => Op::BarrierArrive {
+            EventKind::BarrierWaitBegin {
                 barrier,
                 site,
-                generation: self.arrival_generation(thread, pos, barrier),
+                generation,
+            } => Op::BarrierArrive {
+                barrier,
+                site,
+                // The recorder says (1.3); older traces: the thread's next departure.
+                generation: generation.or_else(|| self.arrival_generation(thread, pos, barrier)),
             },
             EventKind::BarrierWaitEnd {
                 barrier,
@@ -647,7 +652,11 @@ mod tests {
 
     #[test]
     fn an_arrival_takes_the_generation_of_the_threads_next_departure() {
-        let arrive = |barrier| EventKind::BarrierWaitBegin { barrier, site: 0 };
+        let arrive = |barrier| EventKind::BarrierWaitBegin {
+            barrier,
+            site: 0,
+            generation: None,
+        };
         let depart = |barrier, generation| EventKind::BarrierWaitEnd {
             barrier,
             generation,
@@ -694,7 +703,11 @@ mod tests {
             b.object(ObjectKind::Barrier, "b1"),
             b.object(ObjectKind::Barrier, "b2"),
         );
-        let arrive = |barrier| EventKind::BarrierWaitBegin { barrier, site: s };
+        let arrive = |barrier| EventKind::BarrierWaitBegin {
+            barrier,
+            site: s,
+            generation: None,
+        };
         let depart = |barrier, generation| EventKind::BarrierWaitEnd {
             barrier,
             generation,

@@ -84,7 +84,13 @@ fn kind() -> impl Strategy<Value = EventKind> {
             count,
             site
         }),
-        (id(), id()).prop_map(|(barrier, site)| BarrierWaitBegin { barrier, site }),
+        (id(), id(), proptest::option::of(any::<u64>())).prop_map(|(barrier, site, generation)| {
+            BarrierWaitBegin {
+                barrier,
+                site,
+                generation,
+            }
+        }),
         (id(), any::<u64>(), any::<bool>()).prop_map(|(barrier, generation, serial)| {
             BarrierWaitEnd {
                 barrier,

@@ -124,6 +124,10 @@ pub struct RacePass<'t> {
     candidates: HashMap<PairKey, Candidates>,
     accesses: u64,
     peak_granules: usize,
+    /// Per thread: its creation is in the trace (the first thread needs none).
+    created: Vec<bool>,
+    /// Accesses of threads whose creation the trace lacks, left out.
+    orphan_accesses: u64,
 }
 
 /// What the race pass hands on.
@@ -140,6 +144,8 @@ pub struct RaceOutput {
     pub evicted: u64,
     /// The most granules tracked at once.
     pub peak_granules: usize,
+    /// Accesses of threads whose creation the trace does not hold, which are left out.
+    pub orphan_accesses: u64,
     /// False when the clocks outgrew their budget: nothing was concluded.
     pub complete: bool,
 }
@@ -160,6 +166,8 @@ impl<'t> RacePass<'t> {
             candidates: HashMap::new(),
             accesses: 0,
             peak_granules: 0,
+            created: (0..threads).map(|t| t == 0).collect(),
+            orphan_accesses: 0,
         }
     }
 
@@ -223,6 +231,12 @@ impl<'t> RacePass<'t> {
     fn access(&mut self, ev: &StreamEvent, addr: u64, size: u32, site: SiteId, kind: AccessKind) {
         self.accesses += 1;
         let t = ev.thread;
+        // A thread whose creation the trace lacks (its creator's events were lost when the
+        // process ended) has no known predecessors: everything would look unordered with it.
+        if !self.created.get(t as usize).copied().unwrap_or(false) {
+            self.orphan_accesses += 1;
+            return;
+        }
         let access = ShadowAccess {
             thread: t,
             pos: ev.pos,
@@ -292,6 +306,11 @@ impl Pass for RacePass<'_> {
         self.without_locks.handle(ev);
         let t = ev.thread as usize;
         match ev.op {
+            Op::Create { child: Some(c), .. } => {
+                if let Some(created) = self.created.get_mut(c as usize) {
+                    *created = true;
+                }
+            }
             Op::Read { addr, size, site } => self.access(ev, addr, size, site, AccessKind::Read),
             Op::Write { addr, size, site } => self.access(ev, addr, size, site, AccessKind::Write),
             Op::Atomic(a) => {
@@ -355,6 +374,7 @@ impl Pass for RacePass<'_> {
             accesses: self.accesses,
             evicted: self.shadow.evicted,
             peak_granules: self.peak_granules,
+            orphan_accesses: self.orphan_accesses,
             complete,
         }
     }
