@@ -24,7 +24,9 @@
 //! Cost: linear in the threads, the locks held at the end and the edges, with at most
 //! [`MAX_WAITS_FOR`] edges per thread (a lock read-held by thousands of threads).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+use foresight_trace::event::ObjectId;
 
 use foresight_trace::tables::{EndReason, ObjectKind, StopCause, ThreadEndState};
 
@@ -53,6 +55,8 @@ struct Graph<'r> {
     out: Vec<Vec<(u32, Via)>>,
     /// Per thread: the locks it held at the end (acquisition indices, outermost first).
     held: Vec<Vec<u32>>,
+    /// Lock object → dense lock index.
+    lock_index: HashMap<ObjectId, u32>,
 }
 
 impl<'r> Graph<'r> {
@@ -89,17 +93,32 @@ pub fn observed_findings(run: &Run) -> Vec<Finding> {
         run,
         out: vec![Vec::new(); n],
         held,
+        lock_index,
     };
+    // The threads blocked in a write request, per lock.
+    let mut writers: HashMap<_, Vec<u32>> = HashMap::new();
+    for t in 0..n as u32 {
+        if let Some(Blocking::Lock {
+            lock,
+            mode: Mode::Write,
+        }) = g.blocked(t).map(|c| c.what)
+        {
+            writers.entry(lock).or_default().push(t);
+        }
+    }
     for t in 0..n as u32 {
         let Some(call) = g.blocked(t) else { continue };
         let mut edges = Vec::new();
         match call.what {
             Blocking::Lock { lock, mode } => {
-                let Some(&l) = lock_index.get(&lock) else {
+                let Some(&l) = g.lock_index.get(&lock) else {
                     continue;
                 };
                 let recursive = run.locks[l as usize].kind == ObjectKind::RecursiveMutex;
                 for &a in holders.get(&l).into_iter().flatten() {
+                    if edges.len() == MAX_WAITS_FOR {
+                        break;
+                    }
                     let h = &run.acquisitions[a as usize];
                     // A recursive mutex its own holder locks again does not block.
                     if h.mode.conflicts(mode) && !(h.thread == t && recursive) {
@@ -108,11 +127,8 @@ pub fn observed_findings(run: &Run) -> Vec<Finding> {
                 }
                 if edges.is_empty() && mode == Mode::Read {
                     // Readers held off by a queued writer (a writer-preferring rwlock).
-                    for w in 0..n as u32 {
-                        if w != t
-                            && matches!(g.blocked(w).map(|c| c.what),
-                                Some(Blocking::Lock { lock: o, mode: Mode::Write }) if o == lock)
-                        {
+                    for &w in writers.get(&lock).into_iter().flatten() {
+                        if w != t && edges.len() < MAX_WAITS_FOR {
                             edges.push((w, Via::Queued));
                         }
                     }
@@ -128,7 +144,6 @@ pub fn observed_findings(run: &Run) -> Vec<Finding> {
             }
             _ => {}
         }
-        edges.truncate(MAX_WAITS_FOR);
         g.out[t as usize] = edges;
     }
 
@@ -246,11 +261,12 @@ fn finding(g: &Graph, members: &[u32], cycle: Option<Vec<u32>>) -> Finding {
     let run = g.run;
     // The cycle first, then the other blocked threads, then the holders that were not blocked.
     let cycle_threads = cycle.clone().unwrap_or_default();
+    let in_cycle: HashSet<u32> = cycle_threads.iter().copied().collect();
     let mut order: Vec<u32> = cycle_threads.clone();
     order.extend(
         members
             .iter()
-            .filter(|t| !cycle_threads.contains(t) && g.blocked(**t).is_some()),
+            .filter(|t| !in_cycle.contains(t) && g.blocked(**t).is_some()),
     );
     order.extend(members.iter().filter(|t| g.blocked(**t).is_none()));
 
@@ -288,7 +304,7 @@ fn finding(g: &Graph, members: &[u32], cycle: Option<Vec<u32>>) -> Finding {
             thread: run.thread_label(t),
             state,
             waits: call.map(|c| waits_name(c.what)),
-            object: call.map(|c| object_name(run, c.what)),
+            object: call.map(|c| object_name(g, c.what)),
             site: call.map(|c| site(run, c.site)),
             position: call.map(|c| c.pos),
             held: g.held[t as usize]
@@ -313,8 +329,8 @@ fn finding(g: &Graph, members: &[u32], cycle: Option<Vec<u32>>) -> Finding {
                 .iter()
                 .filter_map(|&t| match g.blocked(t)?.what {
                     Blocking::Lock { lock, .. } => {
-                        let l = run.locks.iter().find(|l| l.object == lock)?;
-                        Some(l.class.clone())
+                        let l = g.lock_index.get(&lock)?;
+                        Some(run.locks[*l as usize].class.clone())
                     }
                     _ => None,
                 })
@@ -322,7 +338,7 @@ fn finding(g: &Graph, members: &[u32], cycle: Option<Vec<u32>>) -> Finding {
             let all_locks = requested.len() == c.len();
             let (rule, message) = if c.len() == 1 {
                 let t = c[0];
-                let lock = object_name(run, g.blocked(t).expect("in a cycle").what);
+                let lock = object_name(g, g.blocked(t).expect("in a cycle").what);
                 (
                     "blocked-self-lock",
                     format!(
@@ -435,12 +451,12 @@ fn waits_name(w: Blocking) -> &'static str {
     }
 }
 
-fn object_name(run: &Run, w: Blocking) -> String {
+fn object_name(g: &Graph, w: Blocking) -> String {
+    let run = g.run;
     let object = |o| {
-        run.locks
-            .iter()
-            .find(|l| l.object == o)
-            .map(|l| l.name.clone())
+        g.lock_index
+            .get(&o)
+            .map(|&l| run.locks[l as usize].name.clone())
             .or_else(|| run.object_names.get(&o).cloned())
             .unwrap_or_else(|| format!("object#{o}"))
     };

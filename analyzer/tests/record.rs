@@ -456,6 +456,39 @@ fn a_file_that_is_not_a_trace_is_not_overwritten() {
 }
 
 #[test]
+fn a_symlink_at_the_output_path_is_refused_and_its_target_left_alone() {
+    let Some(f) = Fake::new("symlink") else {
+        return;
+    };
+    std::fs::write(f.dir.join("precious.txt"), b"precious").unwrap();
+    // One to an existing file, one dangling (following it would create the file it names).
+    std::os::unix::fs::symlink("precious.txt", f.dir.join("to-file.trace")).unwrap();
+    std::os::unix::fs::symlink("created.txt", f.dir.join("dangling.trace")).unwrap();
+    for link in ["to-file.trace", "dangling.trace"] {
+        let o = f.record(&["-o", link, "--", "sh", "-c", "touch ran"]);
+        assert_eq!(o.status.code(), Some(2), "{link}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("not a regular file"),
+            "{link}: {}",
+            stderr(&o)
+        );
+        assert!(
+            !f.dir.join("ran").exists(),
+            "{link}: the command did not run"
+        );
+    }
+    assert_eq!(
+        std::fs::read(f.dir.join("precious.txt")).unwrap(),
+        b"precious"
+    );
+    assert!(!f.dir.join("created.txt").exists());
+    assert!(std::fs::symlink_metadata(f.dir.join("dangling.trace"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+}
+
+#[test]
 fn traces_are_symbolised_and_stats_and_dump_show_it() {
     let Some(f) = Fake::new("symbols") else {
         return;
