@@ -4,6 +4,9 @@
 //! report: the order of the findings, the summary, what each trace held.
 //!
 //! Verdicts:
+//! - **observed**: threads the trace says were blocked when it ended, in a cycle or stalled
+//!   (`observed.rs`); a predicted or potential finding whose blocking calls were those of an
+//!   observed deadlock is not reported again;
 //! - **predicted**: an instance-level pattern of one trace whose sync-preserving closure
 //!   (`closure.rs`) avoids every pattern event; the report carries the witness reordering;
 //! - **potential**: a class-level cycle of the lock-order graph (possibly made of edges from
@@ -80,6 +83,10 @@ pub fn analyze(runs: &[Run], warnings: &[Vec<String>], opts: &Options) -> Report
         findings.extend(crate::waits::wait_findings(run, ri, &mut budget));
         findings.extend(crate::waits::rwlock_findings(run, &mut budget));
     }
+    for run in runs {
+        findings.extend(crate::observed::observed_findings(run));
+    }
+    crate::observed::drop_superseded(&mut findings);
     let mut race_budget = Budget::new(opts.race_candidate_budget, 0);
     for run in runs {
         let (races, stats) = crate::races::race_findings(run, &run.races, &mut race_budget);

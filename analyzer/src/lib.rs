@@ -7,8 +7,9 @@
 //! decides which are predicted at instance level with the sync-preserving [`closure`] (patterns
 //! and searches in [`deadlock`]), [`waits`] covers join/barrier/condition/semaphore waits and
 //! rwlocks, [`ranks`] the declared lock ranks, [`races`] the data races (a happens-before pass in
-//! the same walk, and the sync-preserving closure for what only lock hand-offs order) — each
-//! making its own findings — [`analysis`] runs them and assembles the [`report`], which renders
+//! the same walk, and the sync-preserving closure for what only lock hand-offs order),
+//! `observed` the deadlocks and stalls a run was really in when its trace ended — each making
+//! its own findings — [`analysis`] runs them and assembles the [`report`], which renders
 //! them.
 
 mod addr_map;
@@ -24,6 +25,7 @@ mod lock_cycles;
 pub mod lock_graph;
 pub mod merge;
 pub mod model;
+mod observed;
 pub mod races;
 pub mod ranks;
 pub mod report;

@@ -1,13 +1,24 @@
 /* A stand-in for the foresight runtime, for the `foresight record` tests: it keeps the runtime's
  * file contract (FORESIGHT_OUTPUT opened with O_CREAT|O_EXCL; PATH.<pid>, then PATH.<pid>.<n>,
  * when it is taken) and copies a prepared trace (FAKE_RT_TRACE) there. It logs the environment
- * it saw to FAKE_RT_LOG. */
+ * it saw to FAKE_RT_LOG. It defines what `foresight record` looks for to tell the runtime from
+ * another library: the ThreadSanitizer-ABI table and an interposed pthread_mutex_lock. */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
+
+const void *__foresight_tsan_runtime_v1[16];
+
+int pthread_mutex_lock(pthread_mutex_t *m) {
+    static int (*real)(pthread_mutex_t *);
+    if (!real) real = (int (*)(pthread_mutex_t *))dlsym(RTLD_NEXT, "pthread_mutex_lock");
+    return real(m);
+}
 
 static const char *env(const char *name) {
     const char *v = getenv(name);

@@ -61,10 +61,19 @@ fn cc(args: &[&str], out: &Path) -> Option<()> {
         Ok(o) if o.status.success() => Some(()),
         Ok(o) => panic!("{cc} failed: {}", String::from_utf8_lossy(&o.stderr)),
         Err(e) => {
-            eprintln!("SKIPPED: cannot run the C compiler `{cc}`: {e}");
+            let why = format!("cannot run the C compiler `{cc}`: {e}");
+            assert!(!tools_required(), "{why}");
+            eprintln!("SKIPPED: {why}");
             None
         }
     }
+}
+
+/// Whether the tools a test needs must be there: in CI (`CI`, or `FORESIGHT_REQUIRE_RUNTIME`)
+/// a missing one fails the test; on a developer machine the test says why it is skipped.
+fn tools_required() -> bool {
+    std::env::var_os("CI").is_some_and(|v| !v.is_empty())
+        || std::env::var_os("FORESIGHT_REQUIRE_RUNTIME").is_some()
 }
 
 fn tests_dir() -> PathBuf {
@@ -318,10 +327,11 @@ fn the_runtime_gets_its_environment() {
         ])
         .output()
         .unwrap();
-    // No FAKE_RT_TRACE: the stand-in writes nothing, and record says so.
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    // No FAKE_RT_TRACE: the stand-in writes nothing, and record says so, with the command's
+    // status.
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(
-        stderr(&o).contains("no trace was written to x.trace"),
+        stderr(&o).contains("warning: no trace was written to x.trace"),
         "{}",
         stderr(&o)
     );
@@ -443,6 +453,39 @@ fn a_file_that_is_not_a_trace_is_not_overwritten() {
     );
     assert_eq!(std::fs::read(f.dir.join("notes.txt")).unwrap(), b"precious");
     assert!(!f.dir.join("ran").exists(), "the command did not run");
+}
+
+#[test]
+fn a_symlink_at_the_output_path_is_refused_and_its_target_left_alone() {
+    let Some(f) = Fake::new("symlink") else {
+        return;
+    };
+    std::fs::write(f.dir.join("precious.txt"), b"precious").unwrap();
+    // One to an existing file, one dangling (following it would create the file it names).
+    std::os::unix::fs::symlink("precious.txt", f.dir.join("to-file.trace")).unwrap();
+    std::os::unix::fs::symlink("created.txt", f.dir.join("dangling.trace")).unwrap();
+    for link in ["to-file.trace", "dangling.trace"] {
+        let o = f.record(&["-o", link, "--", "sh", "-c", "touch ran"]);
+        assert_eq!(o.status.code(), Some(2), "{link}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("not a regular file"),
+            "{link}: {}",
+            stderr(&o)
+        );
+        assert!(
+            !f.dir.join("ran").exists(),
+            "{link}: the command did not run"
+        );
+    }
+    assert_eq!(
+        std::fs::read(f.dir.join("precious.txt")).unwrap(),
+        b"precious"
+    );
+    assert!(!f.dir.join("created.txt").exists());
+    assert!(std::fs::symlink_metadata(f.dir.join("dangling.trace"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
 }
 
 #[test]
@@ -587,7 +630,7 @@ fn real_runtime() -> Option<PathBuf> {
     let bin = Path::new(env!("CARGO_BIN_EXE_foresight"));
     let so = bin.parent().unwrap().join("libforesight_rt.so");
     let skip = |why: String| {
-        if std::env::var_os("FORESIGHT_REQUIRE_RUNTIME").is_some() {
+        if tools_required() {
             panic!("{why}");
         }
         eprintln!("SKIPPED: {why} (set FORESIGHT_REQUIRE_RUNTIME=1 to fail instead)");
@@ -667,6 +710,10 @@ fn installed(program: &str, package: &str) -> Option<PathBuf> {
             .find(|p| p.is_file())
     });
     if found.is_none() {
+        assert!(
+            !tools_required(),
+            "{package} is not installed: CI installs it (.ci/run)"
+        );
         eprintln!(
             "SKIPPED: {package} not installed (run scripts/real-program.sh {program}, which \
              installs it, or apt-get install {package})"
@@ -796,5 +843,34 @@ fn a_packaged_pigz_is_recorded_with_its_threads_and_locks() {
         assert!(!named_sites(&trace).is_empty(), "{stats}");
     } else {
         eprintln!("pigz has no symbols here (install pigz-dbgsym for function names)");
+    }
+}
+
+#[test]
+fn a_file_that_is_not_the_runtime_is_refused_before_anything_runs() {
+    let dir = temp_dir("not-rt");
+    let Some(exe) = prog() else { return };
+    // A shared library, but not the runtime: the program would run unrecorded.
+    let other = dir.join("libother.so");
+    let src = dir.join("other.c");
+    std::fs::write(&src, "int other(void) { return 1; }\n").unwrap();
+    if cc(&["-shared", "-fPIC", src.to_str().unwrap()], &other).is_none() {
+        return;
+    }
+    let text = dir.join("notes.txt");
+    std::fs::write(&text, "not a library\n").unwrap();
+    for (runtime, why) in [
+        (text.as_path(), "it is not a shared library"),
+        (exe, "it is not the foresight runtime"),
+        (other.as_path(), "it is not the foresight runtime"),
+    ] {
+        let o = foresight(&dir)
+            .env("FORESIGHT_RUNTIME", runtime)
+            .args(["record", "--", "sh", "-c", "touch ran"])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        assert!(stderr(&o).contains(why), "{}", stderr(&o));
+        assert!(!dir.join("ran").exists(), "nothing was run");
     }
 }

@@ -31,7 +31,8 @@ trap 'rm -rf "$work"' EXIT
 
 (cd "$root" && cargo build --release -p foresight-recorder -p foresight-analyzer \
   --target-dir "$target" >&2)
-so="$target/release/libforesight_rt.so"
+# RT_SO: another runtime to measure (one built from another commit, to compare in one session).
+so="${RT_SO:-$target/release/libforesight_rt.so}"
 foresight="$target/release/foresight"
 export XDG_CACHE_HOME="$work/cache"
 src="$here/access_overhead.c"

@@ -31,7 +31,8 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
 (cd "$root" && cargo build --release -p foresight-recorder --lib --target-dir "$target" >&2)
-so="$target/release/libforesight_rt.so"
+# RT_SO: another runtime to measure (one built from another commit, to compare in one session).
+so="${RT_SO:-$target/release/libforesight_rt.so}"
 cc -O2 -g -pthread -o "$work/lock_overhead" "$here/lock_overhead.c"
 cc -O2 -shared -fPIC -o "$work/interposer.so" "$here/interposer.c" -ldl
 cc -O2 -shared -fPIC -DTRYLOCK_FIRST -o "$work/interposer-trylock.so" "$here/interposer.c" -ldl

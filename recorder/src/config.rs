@@ -6,6 +6,13 @@
 //! - `FORESIGHT_NO_FOLLOW=1`: programs this one execs are not recorded.
 //! - `FORESIGHT_ALLOCATIONS=0`: heap allocations are not recorded (unless the program has
 //!   instrumented code, whose accesses need them).
+//! - `FORESIGHT_FLUSH_MS=N`: the flusher's period (default 100; 0: no flusher). Every N ms it
+//!   writes the buffer of each thread idle since its last look, and of each thread whose
+//!   oldest unwritten event is older than a second.
+//! - `FORESIGHT_STOP_FILE=<path>` and `FORESIGHT_HANG_TIMEOUT_MS=N` (`foresight record
+//!   --hang-timeout`): the flusher runs from start-up and looks for that file on each round;
+//!   when it appears (no process of the run recorded an event for N ms), the trace is
+//!   completed with every thread's end state and the process ends with SIGKILL.
 //! - `FORESIGHT_WRAPPERS=GLOB\nGLOB…`: the program's own lock wrappers, one glob a line
 //!   (`wrappers.rs`): calls made inside them are recorded with their callers.
 //! - `FORESIGHT_ORDERING=global`: one process-wide counter (`Ordering::GlobalSequence`)
@@ -29,6 +36,12 @@ pub struct Config {
     /// instrumented code (an instrumented program's are always recorded); `1` or unset:
     /// record them.
     pub allocations: Option<bool>,
+    /// The flusher's period in milliseconds; 0: none.
+    pub flush_ms: u64,
+    /// The file whose appearance asks this process to stop (`--hang-timeout`), and the
+    /// timeout that made `foresight record` create it.
+    pub stop_file: Option<Vec<u8>>,
+    pub hang_timeout_ms: u64,
     /// `FORESIGHT_WRAPPERS`, as given.
     pub wrappers: Option<Vec<u8>>,
 }
@@ -57,6 +70,9 @@ impl Config {
             b"0" => Some(false),
             _ => None,
         });
+        let number = |name: &CStr| {
+            var(name).and_then(|v| std::str::from_utf8(&v).ok()?.trim().parse::<u64>().ok())
+        };
         let wrappers = var(c"FORESIGHT_WRAPPERS").filter(|v| !v.is_empty());
         Self {
             output,
@@ -64,6 +80,9 @@ impl Config {
             no_follow,
             global_sequence,
             allocations,
+            flush_ms: number(c"FORESIGHT_FLUSH_MS").unwrap_or(100),
+            stop_file: var(c"FORESIGHT_STOP_FILE").filter(|v| !v.is_empty()),
+            hang_timeout_ms: number(c"FORESIGHT_HANG_TIMEOUT_MS").unwrap_or(0),
             wrappers,
         }
     }

@@ -5,6 +5,10 @@
 //! - `hooks/`: the interposed functions, one module per primitive family, and the naked
 //!   entries that capture the caller's return address (`hooks/naked.rs`).
 //! - `runtime.rs`: start-up (`.init_array`), completion (exit, `_exit`, signals, exec), fork.
+//! - `flusher.rs`: the runtime's thread that writes idle and old buffers, and stops the
+//!   process on `--hang-timeout`.
+//! - `signals.rs`: the runtime's handler for every signal that ends the process, chained to the
+//!   program's (interposed `sigaction` and `signal`).
 //! - `thread_state.rs`: per-thread buffers and clocks, the live-thread registry, `pthread_t` map.
 //! - `sequence.rs`: event keys (Lamport clocks by default, or one global counter).
 //! - `objects.rs`: address → object id with generations; per-object clocks.
@@ -21,6 +25,7 @@
 pub mod accesses;
 pub mod alloc;
 pub mod config;
+pub mod flusher;
 pub mod hooks;
 pub mod modules;
 pub mod objects;
@@ -28,6 +33,7 @@ pub mod output;
 pub mod real;
 pub mod runtime;
 pub mod sequence;
+pub mod signals;
 pub mod sites;
 pub mod spin;
 pub mod stripes;

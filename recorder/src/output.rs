@@ -10,7 +10,9 @@
 use std::ffi::CString;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
-use foresight_trace::tables::{Header, TableRecord, Trailer};
+use foresight_trace::tables::{
+    EndReason, Header, RecordingStopped, StopCause, TableRecord, Trailer,
+};
 use foresight_trace::writer::{file_prefix, trailer_chunk_into};
 use foresight_trace::TableWriter;
 
@@ -24,6 +26,9 @@ pub const STATE_RECORDING: u8 = 2;
 pub const STATE_PAUSED: u8 = 3;
 /// The trace is complete (exit, signal) or could not be opened; hooks pass through.
 pub const STATE_DONE: u8 = 4;
+/// A write failed (the disk is full, the file size limit): nothing more is recorded, hooks
+/// pass through; `finish` still completes the trace (end states, trailer) where it stopped.
+pub const STATE_STOPPED: u8 = 5;
 
 static STATE: AtomicU8 = AtomicU8::new(STATE_OFF);
 static FD: AtomicI32 = AtomicI32::new(-1);
@@ -43,9 +48,12 @@ pub fn state() -> u8 {
     STATE.load(Ordering::Acquire)
 }
 
+/// Whether events are recorded: while recording, and while paused for an `exec` (the other
+/// threads go on until the image is replaced: their events stay in their buffers, kept if the
+/// exec fails).
 #[inline]
 pub fn recording() -> bool {
-    state() == STATE_RECORDING
+    state().wrapping_sub(STATE_RECORDING) <= STATE_PAUSED - STATE_RECORDING
 }
 
 pub fn set_state(s: u8) {
@@ -151,39 +159,170 @@ pub fn start(fd: i32, header: &Header) {
     EVENTS.store(0, Ordering::Relaxed);
     EVENTS_LOST.store(0, Ordering::Relaxed);
     NEXT_STRING.store(0, Ordering::Relaxed);
+    STOP_KIND.store(0, Ordering::Relaxed);
+    GOOD_END.store(u64::MAX, Ordering::Relaxed);
+    TAIL_AT.store(0, Ordering::Relaxed);
     SEALED.store(false, Ordering::Release);
     *TABLES.lock() = Some(TableWriter::new());
     write_reserved(&prefix);
 }
 
+/// Writes under way that began while recording (not paused): the exec's provisional trailer
+/// waits for them.
+static WRITING: AtomicU32 = AtomicU32::new(0);
+
+/// While recording is paused for an `exec`: writes one at a time, and whether the exec's
+/// provisional trailer is placed (then each write moves it to the new end of the file).
+static PAUSED_WRITES: SpinLock<bool> = SpinLock::new(false);
+
 /// Reserves `bytes.len()` at the end of the file and writes them there; false on failure.
+///
+/// While an `exec` is under way (recording paused), the other threads go on, and a chunk one
+/// of them writes must not land on the provisional trailer: such writes take turns, and each
+/// puts the provisional trailer back at the new end, so that it ends the file if the exec
+/// succeeds (and is overwritten by the next write if it fails).
 fn write_reserved(bytes: &[u8]) -> bool {
     let fd = FD.load(Ordering::Acquire);
-    if fd < 0 || SEALED.load(Ordering::Acquire) {
+    if fd < 0 || SEALED.load(Ordering::Acquire) || state() == STATE_STOPPED {
         return false;
     }
-    let off = FILE_LEN.fetch_add(bytes.len() as u64, Ordering::AcqRel);
-    pwrite_all(fd, bytes, off)
+    WRITING.fetch_add(1, Ordering::SeqCst);
+    if state() == STATE_PAUSED {
+        WRITING.fetch_sub(1, Ordering::SeqCst);
+        let placed = PAUSED_WRITES.lock();
+        let ok = reserve_and_write(fd, bytes);
+        if *placed && ok {
+            place_provisional_trailer(fd);
+        }
+        return ok;
+    }
+    let ok = reserve_and_write(fd, bytes);
+    WRITING.fetch_sub(1, Ordering::SeqCst);
+    ok
 }
 
-fn pwrite_all(fd: i32, mut bytes: &[u8], mut off: u64) -> bool {
+/// Room kept under the file size limit for the end of the trace (end states, trailer).
+const TAIL_ROOM: u64 = 64 << 10;
+
+/// The bytes at the next free offset; a write that fails, or would pass the file size limit,
+/// stops recording (`stop_at`).
+fn reserve_and_write(fd: i32, bytes: &[u8]) -> bool {
+    let len = bytes.len() as u64;
+    let off = FILE_LEN.fetch_add(len, Ordering::AcqRel);
+    if let Some(limit) = file_size_limit() {
+        if off.saturating_add(len).saturating_add(TAIL_ROOM) > limit {
+            stop_at(off, StopCause::FileSizeLimit { limit });
+            return false;
+        }
+    }
+    match pwrite_all(fd, bytes, off) {
+        Ok(()) => true,
+        Err(errno) => {
+            stop_at(off, StopCause::WriteFailed { errno });
+            false
+        }
+    }
+}
+
+/// The process's file size limit (`RLIMIT_FSIZE`), if it has one: a write past it would fail
+/// with `EFBIG` and send it `SIGXFSZ`, which ends it.
+fn file_size_limit() -> Option<u64> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct we pass.
+    let ok = unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut r) } == 0;
+    (ok && r.rlim_cur != libc::RLIM_INFINITY).then_some(r.rlim_cur)
+}
+
+/// Where the trace's good bytes end after a failed write: the failed chunk's offset (what
+/// follows it may be partly written).
+static GOOD_END: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// A write at `off` failed or would have passed the size limit: recording stops there, the
+/// program runs on. `finish` writes the end of the trace at `off`.
+fn stop_at(off: u64, cause: StopCause) {
+    note_stop(cause);
+    GOOD_END.fetch_min(off, Ordering::AcqRel);
+    if transition(STATE_RECORDING, STATE_STOPPED) || transition(STATE_PAUSED, STATE_STOPPED) {
+        crate::thread_state::stop_fast_path();
+    }
+}
+
+/// Whether recording stopped because of a failed write.
+pub fn write_stopped() -> bool {
+    GOOD_END.load(Ordering::Acquire) != u64::MAX
+}
+
+/// A trailer at the end of the file, without reserving its bytes (the exec's provisional one).
+fn place_provisional_trailer(fd: i32) {
+    let mut buf = [0u8; 128];
+    if let Some(n) = trailer_into(EndReason::Exit { status: 0 }, &mut buf) {
+        // A trailer that cannot be written leaves the file without one: cut short.
+        let _ = pwrite_all(fd, &buf[..n], FILE_LEN.load(Ordering::Acquire));
+    }
+}
+
+/// `before_exec`, once the buffers are written: the provisional trailer, after every write
+/// that began before the pause; it stays last until the exec's outcome.
+pub fn write_provisional_trailer() {
+    let fd = FD.load(Ordering::Acquire);
+    if fd < 0 || SEALED.load(Ordering::Acquire) {
+        return;
+    }
+    while WRITING.load(Ordering::SeqCst) != 0 {
+        // SAFETY: sched_yield has no preconditions.
+        unsafe { libc::sched_yield() };
+    }
+    let mut placed = PAUSED_WRITES.lock();
+    place_provisional_trailer(fd);
+    *placed = true;
+}
+
+/// The exec failed: the provisional trailer is no longer put back (the next write overwrites
+/// it). Before recording resumes.
+pub fn exec_failed() {
+    *PAUSED_WRITES.lock() = false;
+}
+
+/// Writes all of `bytes` at `off`; the errno of a failure (a write that writes nothing counts
+/// as `ENOSPC`).
+fn pwrite_all(fd: i32, mut bytes: &[u8], mut off: u64) -> Result<(), i32> {
+    IN_WRITE.with(|w| w.set(true));
+    let mut result = Ok(());
     while !bytes.is_empty() {
         // SAFETY: writes from a valid slice; the fd is ours.
         let n = unsafe { libc::pwrite(fd, bytes.as_ptr().cast(), bytes.len(), off as i64) };
         if n < 0 {
             // SAFETY: __errno_location is always valid.
-            if unsafe { *libc::__errno_location() } == libc::EINTR {
+            let e = unsafe { *libc::__errno_location() };
+            if e == libc::EINTR {
                 continue;
             }
-            return false;
+            result = Err(e);
+            break;
         }
         if n == 0 {
-            return false;
+            result = Err(libc::ENOSPC);
+            break;
         }
         bytes = &bytes[n as usize..];
         off += n as u64;
     }
-    true
+    IN_WRITE.with(|w| w.set(false));
+    result
+}
+
+thread_local! {
+    /// The thread is in one of the runtime's writes to the trace: a `SIGXFSZ` now is the
+    /// kernel's answer to that write, not to the program (`signals.rs` drops it).
+    static IN_WRITE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the calling thread is in a write to the trace (for the signal handler).
+pub fn in_trace_write() -> bool {
+    IN_WRITE.with(|w| w.get())
 }
 
 /// Buffers one table record; flushed before the next event chunk.
@@ -202,9 +341,15 @@ fn flush_tables_locked(w: &mut TableWriter) {
 }
 
 /// Writes one framed event chunk holding `events` events, after the pending table records.
-pub fn write_event_chunk(chunk: &[u8], events: u32) {
-    {
-        let mut t = TABLES.lock();
+/// `attempts` bounds the wait for the table buffer (signal handlers, where the interrupted code
+/// may hold it): past it the chunk is written without them, since its events matter more than
+/// the ordering of the records they name (readers read every table chunk first anyway).
+pub fn write_event_chunk(chunk: &[u8], events: u32, attempts: Option<u32>) {
+    let guard = match attempts {
+        Some(a) => TABLES.try_lock_for(a),
+        None => Some(TABLES.lock()),
+    };
+    if let Some(mut t) = guard {
         if let Some(w) = t.as_mut() {
             flush_tables_locked(w);
         }
@@ -216,6 +361,92 @@ pub fn write_event_chunk(chunk: &[u8], events: u32) {
         EVENTS_LOST.fetch_add(events as u64, Ordering::Relaxed);
     }
 }
+
+/// Why recording stopped early, first cause first: its kind (0: none; else
+/// 1 + the `StopCause` variant), its number, and when.
+static STOP_KIND: AtomicU8 = AtomicU8::new(0);
+static STOP_ARG: AtomicU64 = AtomicU64::new(0);
+static STOP_NS: AtomicU64 = AtomicU64::new(0);
+
+/// Notes why recording stops (or stopped the program) before it ended; the first cause is
+/// kept. `finish` writes it (FORMAT.md §7.13).
+pub fn note_stop(cause: StopCause) {
+    let (kind, arg) = match cause {
+        StopCause::WriteFailed { errno } => (1, errno as u32 as u64),
+        StopCause::FileSizeLimit { limit } => (2, limit),
+        StopCause::HangTimeout { ms } => (3, ms),
+    };
+    if STOP_KIND
+        .compare_exchange(0, 0xff, Ordering::AcqRel, Ordering::Acquire)
+        .is_ok()
+    {
+        STOP_ARG.store(arg, Ordering::Relaxed);
+        STOP_NS.store(now_ns(), Ordering::Relaxed);
+        STOP_KIND.store(kind, Ordering::Release);
+    }
+}
+
+/// The cause `note_stop` kept, if any.
+pub fn stopped() -> Option<RecordingStopped> {
+    let arg = STOP_ARG.load(Ordering::Relaxed);
+    let cause = match STOP_KIND.load(Ordering::Acquire) {
+        1 => StopCause::WriteFailed {
+            errno: arg as u32 as i32,
+        },
+        2 => StopCause::FileSizeLimit { limit: arg },
+        3 => StopCause::HangTimeout { ms: arg },
+        _ => return None,
+    };
+    Some(RecordingStopped {
+        unix_ns: STOP_NS.load(Ordering::Relaxed),
+        cause,
+    })
+}
+
+/// Writes a chunk built outside the table buffer (the end-state records `finish` builds on
+/// its stack); false if it was not written. After a failed write it goes where the trace's
+/// good bytes end (`write_tail`).
+pub fn write_chunk(chunk: &[u8]) -> bool {
+    if write_stopped() {
+        return write_tail(chunk);
+    }
+    write_reserved(chunk)
+}
+
+/// `finish` after a failed write: the end of the trace (end states, trailer) goes right after
+/// its last good chunk, once the writes under way are over, in the room the failed chunk
+/// left (it is cut off first).
+fn write_tail(bytes: &[u8]) -> bool {
+    let fd = FD.load(Ordering::Acquire);
+    if fd < 0 || SEALED.load(Ordering::Acquire) {
+        return false;
+    }
+    for _ in 0..1000 {
+        if WRITING.load(Ordering::SeqCst) == 0 {
+            break;
+        }
+        // SAFETY: sched_yield has no preconditions.
+        unsafe { libc::sched_yield() };
+    }
+    let end = GOOD_END.load(Ordering::Acquire);
+    let at = if FILE_LEN.load(Ordering::Acquire) > end && TAIL_AT.load(Ordering::Acquire) == 0 {
+        // SAFETY: plain syscall on our fd.
+        unsafe { libc::ftruncate(fd, end as i64) };
+        TAIL_AT.store(end, Ordering::Release);
+        end
+    } else {
+        TAIL_AT.load(Ordering::Acquire).max(end)
+    };
+    let ok = pwrite_all(fd, bytes, at).is_ok();
+    if ok {
+        TAIL_AT.store(at + bytes.len() as u64, Ordering::Release);
+        FILE_LEN.store(at + bytes.len() as u64, Ordering::Release);
+    }
+    ok
+}
+
+/// Where the next tail write goes (0: none yet).
+static TAIL_AT: AtomicU64 = AtomicU64::new(0);
 
 pub fn count_lost(n: u64) {
     EVENTS_LOST.fetch_add(n, Ordering::Relaxed);
@@ -234,10 +465,8 @@ pub fn flush_tables(attempts: Option<u32>) {
     }
 }
 
-/// Writes the trailer at the end of the file. With `provisional` (before an `exec`), the end
-/// is not reserved: if the exec fails, later chunks overwrite the trailer and the final one is
-/// written again at the real end (`truncate_to_end` removes any leftover bytes).
-pub fn write_trailer(reason: foresight_trace::tables::EndReason, provisional: bool) {
+/// The trailer chunk in `buf`, with the counts so far: its length.
+fn trailer_into(reason: EndReason, buf: &mut [u8]) -> Option<usize> {
     let trailer = Trailer {
         end_unix_ns: now_ns(),
         reason,
@@ -245,24 +474,27 @@ pub fn write_trailer(reason: foresight_trace::tables::EndReason, provisional: bo
         events: EVENTS.load(Ordering::Relaxed),
         events_lost: EVENTS_LOST.load(Ordering::Relaxed),
     };
+    trailer_chunk_into(&trailer, buf)
+}
+
+/// Writes the final trailer at the end of the file; nothing is written after it.
+pub fn write_trailer(reason: EndReason) {
     // No allocation: this may run in a signal handler.
     let mut buf = [0u8; 128];
-    let Some(n) = trailer_chunk_into(&trailer, &mut buf) else {
+    let Some(n) = trailer_into(reason, &mut buf) else {
         return;
     };
-    let bytes = &buf[..n];
-    let fd = FD.load(Ordering::Acquire);
-    if fd < 0 {
+    if FD.load(Ordering::Acquire) < 0 {
         return;
     }
-    if provisional {
-        let off = FILE_LEN.load(Ordering::Acquire);
-        pwrite_all(fd, bytes, off);
-    } else {
-        write_reserved(bytes);
-        SEALED.store(true, Ordering::Release);
-        truncate_to_end();
+    // A trailer the disk has no room for goes where the good bytes end, like the rest of the
+    // tail.
+    let written = write_chunk(&buf[..n]) || (write_stopped() && write_tail(&buf[..n]));
+    if !written {
+        return;
     }
+    SEALED.store(true, Ordering::Release);
+    truncate_to_end();
 }
 
 /// Cuts the file at the reserved length (bytes of an overwritten provisional trailer).
@@ -291,13 +523,17 @@ pub fn forget_parent_file() {
 
 pub fn lock_for_fork() {
     TABLES.raw_lock();
+    PAUSED_WRITES.raw_lock();
 }
 
 /// # Safety
 /// Only after `lock_for_fork`.
 pub unsafe fn unlock_after_fork() {
     // SAFETY: forwarded contract.
-    unsafe { TABLES.force_unlock() };
+    unsafe {
+        PAUSED_WRITES.force_unlock();
+        TABLES.force_unlock();
+    }
 }
 
 /// Prints the one-line failure message to stderr (never stdout).
@@ -310,10 +546,13 @@ pub fn complain(msg: &str) {
 /// Zeroes a page-aligned static table in the fork child: `madvise(MADV_DONTNEED)` on its
 /// private anonymous pages gives back zero pages without touching every slot; `fallback` does
 /// it slot by slot if that fails.
-pub fn zero_static(start: *mut u8, len: usize, fallback: impl FnOnce()) {
-    // SAFETY: `start..start+len` is a page-aligned static table of atomics whose all-zero
-    // state is its initial state; the fork child is single-threaded, so nothing reads it
-    // concurrently.
+///
+/// # Safety
+/// `start..start + len` is a whole page-aligned static table in private anonymous memory,
+/// made of atomics whose all-zero state is their initial state, and nothing else reads or
+/// writes it meanwhile (the fork child is single-threaded).
+pub unsafe fn zero_static(start: *mut u8, len: usize, fallback: impl FnOnce()) {
+    // SAFETY: the caller's contract.
     let r = unsafe { libc::madvise(start.cast(), len, libc::MADV_DONTNEED) };
     if r != 0 {
         fallback();

@@ -97,10 +97,12 @@ impl RealFn {
 /// `real!(pub REAL_X: unsafe extern "C-unwind" fn(*mut T) -> c_int = b"x\0");`
 macro_rules! real {
     ($vis:vis $name:ident : $ty:ty = $sym:literal) => {
-        $vis static $name: $crate::real::Typed<$ty> = $crate::real::Typed::new($sym, b"");
+        // SAFETY: the type written in the declaration is the C prototype of the symbol.
+        $vis static $name: $crate::real::Typed<$ty> = unsafe { $crate::real::Typed::new($sym, b"") };
     };
     ($vis:vis $name:ident : $ty:ty = $sym:literal @ $ver:literal) => {
-        $vis static $name: $crate::real::Typed<$ty> = $crate::real::Typed::new($sym, $ver);
+        // SAFETY: the type written in the declaration is the C prototype of the symbol.
+        $vis static $name: $crate::real::Typed<$ty> = unsafe { $crate::real::Typed::new($sym, $ver) };
     };
 }
 pub(crate) use real;
@@ -115,7 +117,10 @@ pub struct Typed<F> {
 unsafe impl<F> Sync for Typed<F> {}
 
 impl<F: Copy> Typed<F> {
-    pub const fn new(name: &'static [u8], version: &'static [u8]) -> Self {
+    /// # Safety
+    /// `F` is a function-pointer type with the C prototype of the symbol `name` (both strings
+    /// NUL-terminated), in the given glibc `version` when that is not empty.
+    pub const unsafe fn new(name: &'static [u8], version: &'static [u8]) -> Self {
         Self {
             raw: RealFn::versioned(name, version),
             _ty: std::marker::PhantomData,
@@ -125,10 +130,15 @@ impl<F: Copy> Typed<F> {
     /// The typed function pointer, or `None` during `dlsym`'s own bootstrap.
     #[inline]
     pub fn try_get(&self) -> Option<F> {
+        const {
+            assert!(
+                std::mem::size_of::<F>() == std::mem::size_of::<usize>(),
+                "a real function is one pointer"
+            )
+        };
         let a = self.raw.try_get()?;
-        debug_assert_eq!(std::mem::size_of::<F>(), std::mem::size_of::<usize>());
-        // SAFETY: F is the fn-pointer type of the symbol `name` (the `real!` declarations
-        // give the C prototypes), and `a` is that symbol's non-null address.
+        // SAFETY: `new`'s contract: F is the fn-pointer type of the symbol, one pointer wide
+        // (checked when this is compiled), and `a` is that symbol's non-null address.
         Some(unsafe { std::mem::transmute_copy::<usize, F>(&a) })
     }
 

@@ -13,15 +13,16 @@ use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
 use foresight_trace::event::EventKind;
 use foresight_trace::tables::{
-    EndReason, Header, Ordering as KeyOrdering, TableRecord, ThreadInfo,
+    EndReason, Header, Ordering as KeyOrdering, TableRecord, ThreadEnd, ThreadInfo,
 };
+use foresight_trace::writer::TableChunkBuf;
 
 use crate::config::{self, Config};
 use crate::hooks::thread;
 use crate::output::{self, STATE_DONE, STATE_OFF, STATE_PAUSED, STATE_RECORDING, STATE_STARTING};
 use crate::sequence::{self, Key};
 use crate::spin::SpinLock;
-use crate::thread_state;
+use crate::thread_state::{self, ThreadState};
 use crate::{modules, objects, sites, wrappers, ALLOC};
 
 static CONFIG: SpinLock<Option<Config>> = SpinLock::new(None);
@@ -36,6 +37,11 @@ pub const PRODUCER: &str = concat!("foresight-recorder ", env!("CARGO_PKG_VERSIO
 fn getpid() -> u32 {
     // SAFETY: getpid has no preconditions.
     unsafe { libc::getpid() as u32 }
+}
+
+/// The recorded process's pid.
+pub fn pid() -> u32 {
+    PID.load(Ordering::Relaxed)
 }
 
 /// True in the process that owns the trace (not in a `vfork` child).
@@ -133,6 +139,7 @@ pub extern "C" fn init() {
     // SAFETY: getppid has no preconditions.
     let ppid = unsafe { libc::getppid() } as u32;
     output::start(fd, &header(&cfg, pid, ppid));
+    crate::flusher::configure(&cfg);
     *CONFIG.lock() = Some(cfg);
     thread::init_exit_key();
     thread_state::enable_fast_path();
@@ -141,7 +148,7 @@ pub extern "C" fn init() {
         libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child));
         libc::atexit(at_exit);
     }
-    install_signal_handlers();
+    crate::signals::init();
     thread::start_main();
     output::set_state(STATE_RECORDING);
 }
@@ -152,26 +159,78 @@ extern "C" fn at_exit() {
             status: EXIT_STATUS.load(Ordering::Relaxed),
         },
         None,
+        true,
     );
 }
 
 /// Completes the trace (once). `attempts` bounds every lock wait (signal handlers).
-pub fn finish(reason: EndReason, attempts: Option<u32>) {
+/// `caller_exits`: the calling thread ends the process (`exit`, `_exit`) and gets a
+/// `thread-exit`; every other live thread gets an end state instead (FORMAT.md §7.12).
+pub fn finish(reason: EndReason, attempts: Option<u32>, caller_exits: bool) {
     if !own_process() {
         return;
     }
     if !output::transition(STATE_RECORDING, STATE_DONE)
         && !output::transition(STATE_PAUSED, STATE_DONE)
+        && !output::transition(output::STATE_STOPPED, STATE_DONE)
     {
         return;
     }
     // As the runtime: what libraries do for it here (a `memcpy` of theirs) is not the
     // program's.
     let me = thread_state::current().filter(|t| t.enter());
-    thread_state::quiesce();
-    thread_state::for_each_live(attempts, |t| t.close_with_exit(attempts));
+    let me_ptr = me
+        .as_ref()
+        .map_or(std::ptr::null(), |t| &**t as *const ThreadState);
+    // The end states and access counts go straight to the file from this stack buffer: the
+    // table buffer allocates, and a signal handler must not.
+    let mut buf = [0u8; 2048];
+    let mut ends = TableChunkBuf::new(&mut buf);
+    // Without the flush lock in time (a signal handler, another flusher stuck), the threads'
+    // buffers are left alone: only what is written already, and the trailer.
+    if let Some(quiesced) = thread_state::quiesce(attempts) {
+        thread_state::for_each_live(attempts, |t| {
+            let exits = caller_exits && std::ptr::eq(t, me_ptr);
+            let Some(end) = t.close_at_end(attempts, exits) else {
+                return;
+            };
+            let Some(chunk) = ends.as_mut() else {
+                return;
+            };
+            let state = end.state.map(|state| {
+                TableRecord::ThreadEnd(ThreadEnd {
+                    thread: end.thread,
+                    state,
+                })
+            });
+            for r in state
+                .iter()
+                .chain(end.counts.map(TableRecord::AccessCounts).iter())
+            {
+                if !chunk.push(r) {
+                    output::write_chunk(chunk.framed());
+                    chunk.clear();
+                    chunk.push(r);
+                }
+            }
+        });
+        quiesced.keep();
+    }
     output::flush_tables(attempts);
-    output::write_trailer(reason, false);
+    if let Some(chunk) = ends.as_mut() {
+        if let Some(stop) = output::stopped() {
+            let r = TableRecord::RecordingStopped(stop);
+            if !chunk.push(&r) {
+                output::write_chunk(chunk.framed());
+                chunk.clear();
+                chunk.push(&r);
+            }
+        }
+        if !chunk.is_empty() {
+            output::write_chunk(chunk.framed());
+        }
+    }
+    output::write_trailer(reason);
     if let Some(t) = me {
         t.leave();
     }
@@ -194,70 +253,67 @@ pub fn before_exec(ra: usize) {
     if !output::transition(STATE_RECORDING, STATE_PAUSED) {
         return;
     }
-    thread_state::quiesce();
-    thread_state::for_each_live(None, |t| {
-        t.write_access_counts();
-        t.flush(None);
-    });
+    if let Some(quiesced) = thread_state::quiesce(None) {
+        thread_state::for_each_live(None, |t| {
+            t.write_access_counts();
+            t.flush(None);
+        });
+        // The other threads go on until the image is replaced (and for good if the exec
+        // fails): back to their fast path. Their chunks keep the provisional trailer last
+        // (`output::write_reserved`).
+        quiesced.end();
+    }
     output::flush_tables(None);
-    output::write_trailer(EndReason::Exit { status: 0 }, true);
+    output::write_provisional_trailer();
 }
 
 pub fn after_failed_exec() {
-    if own_process() {
+    if own_process() && output::state() == STATE_PAUSED {
+        output::exec_failed();
         output::transition(STATE_PAUSED, STATE_RECORDING);
     }
 }
 
-// --- signals --------------------------------------------------------------------------------
-
-fn install_signal_handlers() {
-    for sig in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: querying and setting a disposition with valid sigaction structs.
-        unsafe {
-            let mut old: libc::sigaction = std::mem::zeroed();
-            if libc::sigaction(sig, std::ptr::null(), &mut old) != 0 {
-                continue;
-            }
-            // Only where the program would die: an ignored signal stays ignored, a handler
-            // (another preloaded library) stays in place.
-            if old.sa_sigaction != libc::SIG_DFL {
-                continue;
-            }
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_signal as *const () as usize;
-            sa.sa_flags = libc::SA_RESTART;
-            libc::sigemptyset(&mut sa.sa_mask);
-            libc::sigaction(sig, &sa, std::ptr::null_mut());
-        }
+/// The flusher's round: every buffer its thread left alone since the last round, or that
+/// holds events older than `max_age_ns`, and the table buffer, are written.
+pub fn flush_stale(now_ns: u64, max_age_ns: u64) {
+    if let Some(quiesced) = thread_state::quiesce(None) {
+        thread_state::for_each_live(None, |t| {
+            t.flush_if_stale(now_ns, max_age_ns);
+        });
+        output::flush_tables(None);
+        quiesced.end();
     }
 }
 
-extern "C" fn on_signal(sig: libc::c_int) {
-    // If this thread was inside the runtime, it may hold a lock finish needs: give up on the
-    // trailer (the file stays valid up to its last chunk).
-    let inside = thread_state::current().is_some_and(|t| t.with(|_| ()).is_none());
-    if !inside {
-        finish(EndReason::Signal { signal: sig }, Some(200));
+/// Writes every thread's buffer and the table buffer; recording goes on. Before a crash
+/// signal reaches a handler of the program's (which may end the process). `attempts` bounds
+/// every wait (signal handlers).
+pub fn flush_all(attempts: Option<u32>) {
+    if !own_process() || !output::recording() {
+        return;
     }
-    // SAFETY: restoring the default disposition, unblocking and re-raising the signal: the
-    // process ends as it would have without us.
-    unsafe {
-        libc::signal(sig, libc::SIG_DFL);
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, sig);
-        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-        libc::raise(sig);
+    let me = thread_state::current().filter(|t| t.enter());
+    if let Some(quiesced) = thread_state::quiesce(attempts) {
+        thread_state::for_each_live(attempts, |t| {
+            t.flush(attempts);
+        });
+        output::flush_tables(attempts);
+        quiesced.end();
+    }
+    if let Some(t) = me {
+        t.leave();
     }
 }
 
 // --- fork -----------------------------------------------------------------------------------
 
 /// Holds every runtime lock across `fork`, so the child inherits consistent tables and heap.
-/// Order: registry, modules, wrapper symbols, tables, allocator (the order in which the
-/// runtime nests them).
+/// Order: configuration, registry, modules, wrapper symbols, tables, allocator (the
+/// configuration's lock nests with none; the others in the order in which the runtime nests
+/// them).
 extern "C" fn fork_prepare() {
+    CONFIG.raw_lock();
     thread_state::lock_for_fork();
     modules::lock_for_fork();
     wrappers::lock_for_fork();
@@ -273,13 +329,12 @@ extern "C" fn fork_parent() {
         wrappers::unlock_after_fork();
         modules::unlock_after_fork();
         thread_state::parent_after_fork();
+        CONFIG.force_unlock();
     }
 }
 
 extern "C" fn fork_child() {
-    let me = thread_state::current().map_or(std::ptr::null_mut(), |t| {
-        t as *const thread_state::ThreadState as *mut thread_state::ThreadState
-    });
+    let me = thread_state::current_ptr();
     // SAFETY: the child is single-threaded; fork_prepare took these locks in the parent.
     unsafe {
         ALLOC.unlock_after_fork();
@@ -287,6 +342,7 @@ extern "C" fn fork_child() {
         wrappers::unlock_after_fork();
         modules::unlock_after_fork();
         thread_state::child_after_fork(me);
+        CONFIG.force_unlock();
     }
     let st = output::state();
     if st != STATE_RECORDING && st != STATE_PAUSED {
@@ -295,8 +351,11 @@ extern "C" fn fork_child() {
     let parent = PID.load(Ordering::Relaxed);
     let pid = getpid();
     PID.store(pid, Ordering::Relaxed);
-    objects::reset();
-    sites::reset();
+    // SAFETY: the fork child's only thread.
+    unsafe {
+        objects::reset();
+        sites::reset();
+    }
     modules::reset();
     wrappers::reset();
     thread_state::pt_reset();
@@ -321,13 +380,17 @@ extern "C" fn fork_child() {
     };
     output::start(fd, &header(&cfg, pid, parent));
     thread_state::enable_fast_path();
+    // The flusher is not among the child's threads: it starts again when the child creates
+    // one (or now, to watch for a stop request).
+    crate::flusher::configure(&cfg);
     if !me.is_null() {
         let tid = thread_state::next_thread_id();
-        // SAFETY: the only thread of the child owns its state.
-        let t = unsafe { &mut *me };
-        t.reset_for_child(tid);
+        // SAFETY: the state this thread owns, allocated (it stays registered).
+        let t = unsafe { &*me };
+        // SAFETY: the child's only thread, which owns the state.
+        unsafe { t.reset_for_child(tid) };
         // SAFETY: pthread_self has no preconditions.
-        thread_state::pt_started(unsafe { libc::pthread_self() } as usize, tid);
+        thread_state::pt_name(unsafe { libc::pthread_self() } as usize, tid);
         output::table_record(&TableRecord::Thread(ThreadInfo {
             id: tid,
             os_tid: t.os_tid.get(),

@@ -275,18 +275,25 @@ fn create(s: &Slot, frames: &[usize], classify: bool) -> SiteId {
 }
 
 /// fork child: forget the parent's sites.
-pub fn reset() {
-    crate::output::zero_static(
-        &TABLE as *const Table as *mut u8,
-        std::mem::size_of::<Table>(),
-        || {
-            for s in TABLE.0.iter() {
-                if s.key.load(Ordering::Relaxed) != 0 {
-                    s.key.store(0, Ordering::Relaxed);
-                    s.id.store(0, Ordering::Relaxed);
+///
+/// # Safety
+/// Only in a fork child, on its only thread.
+pub unsafe fn reset() {
+    // SAFETY: the table is a page-aligned static of atomics, zero when unused, and the
+    // caller's only thread is not using it.
+    unsafe {
+        crate::output::zero_static(
+            &TABLE as *const Table as *mut u8,
+            std::mem::size_of::<Table>(),
+            || {
+                for s in TABLE.0.iter() {
+                    if s.key.load(Ordering::Relaxed) != 0 {
+                        s.key.store(0, Ordering::Relaxed);
+                        s.id.store(0, Ordering::Relaxed);
+                    }
                 }
-            }
-        },
-    );
+            },
+        );
+    }
     NEXT_ID.store(0, Ordering::Relaxed);
 }

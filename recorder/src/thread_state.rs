@@ -7,12 +7,14 @@
 //! `finish` (process exit, signal, exec) takes it from another thread to flush the buffer.
 
 use std::cell::{Cell, UnsafeCell};
-use std::sync::atomic::{compiler_fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{
+    compiler_fence, AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+};
 
 use foresight_trace::event::{
     AtomicOp, Event, EventKind, LockMode, MemoryOrder, ObjectId, SiteId, ThreadId,
 };
-use foresight_trace::tables::{AccessCounts, TableRecord};
+use foresight_trace::tables::{AccessCounts, TableRecord, ThreadEndState};
 use foresight_trace::{ChunkWriter, PackedFields};
 
 use crate::accesses::{self, AccessState};
@@ -105,10 +107,18 @@ mod current_slot {
 
 static NEXT_THREAD: AtomicU32 = AtomicU32::new(0);
 
-/// Set once a foreign flush may happen (`quiesce`), or from the start when `membarrier` is
+/// Set while a foreign flush may happen (`Quiesced`), or for good when `membarrier` is
 /// unavailable or the global counter orders events: owners then always take their buffer lock
 /// (and never the lane).
 static FOREIGN: AtomicBool = AtomicBool::new(true);
+
+/// Whether `FOREIGN` may be cleared again after a foreign flush (the fast path works here).
+static FAST_PATH: AtomicBool = AtomicBool::new(false);
+
+/// One foreign flusher at a time (`finish`, `exec`, the periodic flusher): each sets
+/// `FOREIGN`, works on other threads' buffers, and may clear it again, which must not happen
+/// while another one is at work.
+static FLUSHER: SpinLock<()> = SpinLock::new(());
 
 const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
 const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
@@ -130,20 +140,61 @@ pub fn enable_fast_path() {
     let ok = membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED);
     // The global counter is taken on the general path only: with it, `FOREIGN` stays set and
     // keeps every owner off the lane (one flag for the lane to test).
-    FOREIGN.store(!ok || sequence::is_global(), Ordering::SeqCst);
+    let fast = ok && !sequence::is_global();
+    FAST_PATH.store(fast, Ordering::SeqCst);
+    FOREIGN.store(!fast, Ordering::SeqCst);
 }
 
-/// Before touching other threads' buffers: from now on owners take their buffer lock, and
-/// after the barrier every owner either saw this (slow path) or is visible as `pushing`.
-pub fn quiesce() {
+/// Recording stopped for good (a failed write): owners take the slow path, which refuses to
+/// record, from now on. No barrier: an owner that has not seen it yet pushes into a buffer
+/// that will not be written.
+pub fn stop_fast_path() {
+    FAST_PATH.store(false, Ordering::SeqCst);
+    FOREIGN.store(true, Ordering::SeqCst);
+}
+
+/// A foreign flush under way: owners take their buffer lock, and every owner that was on its
+/// fast path when it began is visible as `pushing`, so `acquire_foreign` may take any buffer.
+pub struct Quiesced {
+    _one_at_a_time: crate::spin::SpinGuard<'static, ()>,
+}
+
+/// Starts a foreign flush (`attempts` bounds the wait for another one to end: signal
+/// handlers). After the barrier every owner either saw `FOREIGN` (slow path) or is visible as
+/// `pushing`.
+pub fn quiesce(attempts: Option<u32>) -> Option<Quiesced> {
+    let guard = match attempts {
+        Some(a) => FLUSHER.try_lock_for(a)?,
+        None => FLUSHER.lock(),
+    };
     if !FOREIGN.swap(true, Ordering::SeqCst) {
         membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED);
+    }
+    Some(Quiesced {
+        _one_at_a_time: guard,
+    })
+}
+
+impl Quiesced {
+    /// The flush is over: owners may use their fast path again.
+    pub fn end(self) {
+        if FAST_PATH.load(Ordering::Relaxed) {
+            FOREIGN.store(false, Ordering::SeqCst);
+        }
+    }
+
+    /// Recording is over: owners stay on the slow path (which refuses to record) for good; a
+    /// later foreign flush leaves them there.
+    pub fn keep(self) {
+        FAST_PATH.store(false, Ordering::SeqCst);
     }
 }
 
 pub struct ThreadState {
-    pub tid: ThreadId,
-    pub parent: Option<ThreadId>,
+    /// Written when the state is made and in a fork child (the only thread left); read by
+    /// `finish` on other threads.
+    tid: AtomicU32,
+    parent: Cell<Option<ThreadId>>,
     /// Reentrancy guard: set while the runtime works on this thread's behalf.
     busy: Cell<bool>,
     /// The owner is between `enter_buf` and `leave_buf` on the fast path (see `quiesce`).
@@ -153,6 +204,10 @@ pub struct ThreadState {
     buf_lock: AtomicBool,
     /// No more events (exit recorded, or the trace was finished).
     closed: AtomicBool,
+    /// Inside a blocking call its last event announced (a lock request, a wait): a `Wait`
+    /// (0: not waiting), set by the owner around the real call, read by `finish` for the
+    /// thread's end state.
+    waiting: AtomicU8,
     clock: UnsafeCell<u64>,
     writer: UnsafeCell<ChunkWriter>,
     pub os_tid: Cell<u32>,
@@ -189,7 +244,22 @@ pub struct ThreadState {
     /// The program's return address left by an `operator new`/`delete` hook for the `malloc`
     /// or `free` it calls (`hooks/heap.rs`); 0 when none.
     pending_site: Cell<usize>,
+    /// Owners of the allocation: the thread, and its creator until `pthread_create` has
+    /// returned to it (the child may run and exit first). The last one frees it (`release`).
+    owners: AtomicU32,
+    /// Who names the thread's `pthread_t` in the map first (`pt_created`, `pt_started`).
+    naming: AtomicU8,
+    /// What the flusher saw of the buffer at its last look (chunks flushed, events pending):
+    /// only the flusher touches it, under `buf_lock`.
+    flusher_saw: Cell<(u32, u32)>,
 }
+
+/// `ThreadState::naming`: nobody yet, the creator is writing the entry, the creator wrote it,
+/// the thread itself came first.
+const NAMING_OPEN: u8 = 0;
+const NAMING_CREATOR: u8 = 1;
+const NAMING_CREATOR_DONE: u8 = 2;
+const NAMING_THREAD: u8 = 3;
 
 impl Drop for ThreadState {
     fn drop(&mut self) {
@@ -264,12 +334,13 @@ impl ThreadState {
     pub fn new(parent: Option<ThreadId>, clock: u64) -> Box<Self> {
         let tid = NEXT_THREAD.fetch_add(1, Ordering::Relaxed);
         Box::new(Self {
-            tid,
-            parent,
+            tid: AtomicU32::new(tid),
+            parent: Cell::new(parent),
             busy: Cell::new(false),
             pushing: AtomicBool::new(false),
             buf_lock: AtomicBool::new(false),
             closed: AtomicBool::new(false),
+            waiting: AtomicU8::new(0),
             clock: UnsafeCell::new(clock),
             writer: UnsafeCell::new(ChunkWriter::new(tid, CHUNK_BYTES)),
             os_tid: Cell::new(0),
@@ -288,7 +359,27 @@ impl ThreadState {
             executed: AtomicU64::new(0),
             recorded: AtomicU64::new(0),
             pending_site: Cell::new(0),
+            owners: AtomicU32::new(1),
+            naming: AtomicU8::new(NAMING_OPEN),
+            flusher_saw: Cell::new((0, 0)),
         })
+    }
+
+    /// The thread's id in the trace.
+    #[inline]
+    pub fn tid(&self) -> ThreadId {
+        self.tid.load(Ordering::Relaxed)
+    }
+
+    /// The thread that created this one, if the recorder saw it.
+    pub fn parent(&self) -> Option<ThreadId> {
+        self.parent.get()
+    }
+
+    /// The creator keeps the state alive across the real `pthread_create` (see `owners`); it
+    /// gives it up with `release` once that returned.
+    pub fn share_with_creator(&self) {
+        self.owners.store(2, Ordering::Relaxed);
     }
 
     /// The site of an allocation called from `ra` (owner only).
@@ -434,6 +525,12 @@ impl ThreadState {
         }
         self.busy.set(true);
         true
+    }
+
+    /// Whether the runtime is at work on this thread (a session is open).
+    #[inline]
+    pub fn is_busy(&self) -> bool {
+        self.busy.get()
     }
 
     /// Ends the session `enter` started.
@@ -723,29 +820,111 @@ impl ThreadState {
             return false;
         }
         // SAFETY: guarded by buf_lock with the owner off its fast path.
-        flush_writer(unsafe { &mut *self.writer.get() });
+        flush_writer(unsafe { &mut *self.writer.get() }, attempts);
         self.unlock_buf();
         true
     }
 
-    /// `finish`: records the thread's exit (the process is ending under it) and closes it.
-    /// Only after `quiesce`.
-    pub fn close_with_exit(&self, attempts: Option<u32>) {
-        if self.closed.load(Ordering::Acquire) || !self.acquire_foreign(attempts) {
-            return;
+    /// The owner enters a blocking call whose request or wait it has just recorded; returns
+    /// what to hand `end_wait` (a signal handler's wait nests inside the one it interrupted).
+    /// Without a flusher (a program that never created a thread) the thread writes its
+    /// buffer first: it may wait for ever, and a kill would lose the request.
+    #[inline(always)]
+    pub fn begin_wait(&self, wait: Wait) -> u8 {
+        if crate::flusher::absent() {
+            self.flush_before_waiting();
         }
-        // SAFETY: the writer is guarded by buf_lock with the owner off its fast path, and the
-        // owner writes its clock only there; this reads it and leaves it alone (the owner's
-        // repeat check reads it outside any lock, `record_access`: the owner is its only
-        // writer).
-        let mut clock = unsafe { *self.clock.get() };
-        let k = sequence::next(&mut clock, Key::Tick);
-        self.push_locked(EventKind::ThreadExit, k);
-        self.write_access_counts();
+        let outer = self.waiting.load(Ordering::Relaxed);
+        self.waiting.store(wait as u8, Ordering::Relaxed);
+        outer
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn flush_before_waiting(&self) {
+        // As the runtime: a signal handler that runs meanwhile must not reach the buffer.
+        if self.enter() {
+            self.flush(None);
+            self.leave();
+        }
+    }
+
+    /// The flusher's look at the buffer (after `quiesce`): writes it when the owner recorded
+    /// nothing since the last look, or when its oldest event is older than `max_age_ns`.
+    /// Whether it recorded anything since.
+    pub fn flush_if_stale(&self, now_ns: u64, max_age_ns: u64) -> bool {
+        if self.closed.load(Ordering::Acquire) || !self.acquire_foreign(None) {
+            return false;
+        }
+        // SAFETY: guarded by buf_lock with the owner off its fast path.
+        let w = unsafe { &mut *self.writer.get() };
+        let now = (w.chunks_flushed(), w.pending_events());
+        let progressed = now != self.flusher_saw.get();
+        let old = now_ns.saturating_sub(w.start_ns()) > max_age_ns;
+        if now.1 > 0 && (!progressed || old) {
+            flush_writer(w, None);
+        }
+        self.flusher_saw
+            .set((w.chunks_flushed(), w.pending_events()));
+        self.unlock_buf();
+        progressed
+    }
+
+    /// The blocking call returned (or unwinds).
+    #[inline(always)]
+    pub fn end_wait(&self, outer: u8) {
+        self.waiting.store(outer, Ordering::Relaxed);
+    }
+
+    /// `finish`: the thread's last events, and it is closed (no more events). `exits`: the
+    /// thread is ending the process (`exit`, `_exit`), so its last event is a `thread-exit`;
+    /// any other thread was running or waiting when the process ended under it, which its
+    /// end state says (it gets no `thread-exit`). Only after `quiesce`; `attempts` bounds
+    /// every wait (signal handlers). `None` when the thread was closed already or its buffer
+    /// could not be had in time.
+    pub fn close_at_end(&self, attempts: Option<u32>, exits: bool) -> Option<EndOfThread> {
+        if self.closed.load(Ordering::Acquire) || !self.acquire_foreign(attempts) {
+            return None;
+        }
+        let state = if exits {
+            {
+                // SAFETY: the writer is guarded by buf_lock with the owner off its fast path;
+                // the reference ends with this block.
+                let w = unsafe { &mut *self.writer.get() };
+                if w.is_full() {
+                    // Room for the exit, so that pushing it flushes nothing (unbounded).
+                    flush_writer(w, attempts);
+                }
+            }
+            // SAFETY: as above; the owner writes its clock only under the same guard. This
+            // reads it and leaves it alone (the owner's repeat check reads it outside any
+            // lock, `record_access`: the owner is its only writer).
+            let mut clock = unsafe { *self.clock.get() };
+            let k = sequence::next(&mut clock, Key::Tick);
+            self.push_locked(EventKind::ThreadExit, k);
+            None
+        } else {
+            Some(match self.waiting.load(Ordering::Relaxed) {
+                0 => ThreadEndState::Running,
+                w if w == Wait::Timed as u8 => ThreadEndState::BlockedWithTimeout,
+                _ => ThreadEndState::Blocked,
+            })
+        };
         // SAFETY: as above.
-        flush_writer(unsafe { &mut *self.writer.get() });
+        flush_writer(unsafe { &mut *self.writer.get() }, attempts);
+        let executed = self.executed.swap(0, Ordering::Relaxed);
+        let recorded = self.recorded.swap(0, Ordering::Relaxed);
         self.closed.store(true, Ordering::Release);
         self.unlock_buf();
+        Some(EndOfThread {
+            thread: self.tid(),
+            state,
+            counts: (executed > 0 || recorded > 0).then_some(AccessCounts {
+                thread: self.tid(),
+                executed,
+                recorded,
+            }),
+        })
     }
 
     pub fn close(&self) {
@@ -757,13 +936,18 @@ impl ThreadState {
     }
 
     /// fork child: a fresh writer (the pending events belong to the parent's trace).
-    pub fn reset_for_child(&mut self, tid: ThreadId) {
-        self.tid = tid;
-        self.parent = None;
-        *self.writer.get_mut() = ChunkWriter::new(tid, CHUNK_BYTES);
-        self.buf_lock = AtomicBool::new(false);
-        self.pushing = AtomicBool::new(false);
-        self.closed = AtomicBool::new(false);
+    ///
+    /// # Safety
+    /// Only in a fork child, on its only thread, which owns this state: nothing else can
+    /// reach the writer or the access state while it is replaced.
+    pub unsafe fn reset_for_child(&self, tid: ThreadId) {
+        self.tid.store(tid, Ordering::Relaxed);
+        self.parent.set(None);
+        // SAFETY: the caller's contract: no other reference to the writer exists.
+        unsafe { *self.writer.get() = ChunkWriter::new(tid, CHUNK_BYTES) };
+        self.buf_lock.store(false, Ordering::Relaxed);
+        self.pushing.store(false, Ordering::Relaxed);
+        self.closed.store(false, Ordering::Relaxed);
         self.busy.set(false);
         self.os_tid.set(gettid());
         for c in &self.site_cache {
@@ -792,6 +976,24 @@ impl ThreadState {
 }
 
 // --- memory accesses (the ThreadSanitizer-ABI hooks, `hooks/tsan.rs`) ------------------------
+
+/// A blocking call a thread is in (`ThreadState::begin_wait`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// It returns when the awaited thing happens (or a signal handler's code ends it).
+    Untimed = 1,
+    /// It also returns when its timeout expires (`timedlock`, `timedwait`, `timedjoin_np`).
+    Timed = 2,
+}
+
+/// What `ThreadState::close_at_end` leaves for the tables.
+pub struct EndOfThread {
+    pub thread: ThreadId,
+    /// `None`: the thread exited (its last event is a `thread-exit`).
+    pub state: Option<ThreadEndState>,
+    /// Its memory accesses since the last record, if it had some.
+    pub counts: Option<AccessCounts>,
+}
 
 /// What `ThreadState::atomic_begin` hands the program's stub, and it hands back to
 /// `atomic_end`: the stripe whose lock is held.
@@ -841,7 +1043,7 @@ impl ThreadState {
         if a.is_null() {
             return self.record_access_slow(addr, info, pc);
         }
-        // SAFETY: the owner is the only writer of its clock (`close_with_exit` only reads
+        // SAFETY: the owner is the only writer of its clock (`close_at_end` only reads
         // it); `a` is this thread's live access state, only read here.
         if unsafe { AccessState::seen(a, addr, pc, info, *self.clock.get()) } {
             return;
@@ -1090,7 +1292,7 @@ impl ThreadState {
         let recorded = self.recorded.swap(0, Ordering::Relaxed);
         if executed > 0 || recorded > 0 {
             output::table_record(&TableRecord::AccessCounts(AccessCounts {
-                thread: self.tid,
+                thread: self.tid(),
                 executed,
                 recorded,
             }));
@@ -1098,13 +1300,15 @@ impl ThreadState {
     }
 }
 
+/// Writes the writer's chunk (if it holds events); `attempts` bounds the wait for the table
+/// buffer that must go first (signal handlers).
 #[cold]
 #[inline(never)]
-fn flush_writer(w: &mut ChunkWriter) {
+fn flush_writer(w: &mut ChunkWriter, attempts: Option<u32>) {
     keep_errno(|| {
         let n = w.pending_events();
         w.flush_into(output::now_ns(), |bytes| {
-            output::write_event_chunk(bytes, n)
+            output::write_event_chunk(bytes, n, attempts)
         });
     })
 }
@@ -1114,7 +1318,7 @@ fn flush_writer(w: &mut ChunkWriter) {
 #[inline(never)]
 fn service_writer(w: &mut ChunkWriter) {
     if w.is_full() {
-        flush_writer(w);
+        flush_writer(w, None);
     }
     keep_errno(|| w.set_start_ns(output::now_ns()));
 }
@@ -1138,18 +1342,69 @@ pub fn gettid() -> u32 {
     unsafe { libc::gettid() as u32 }
 }
 
+/// The calling thread's own state, as `current` hands it out: valid on this thread until the
+/// thread's exit is recorded (`take_current`), which frees it.
+///
+/// Not `'static` and not `Send`: a handle stays on the thread that made it, and a reference
+/// to the state lives no longer than one borrow of the handle. A thread's exit is recorded
+/// only where the thread then ends (the start trampoline's return, `pthread_exit`, a key
+/// destructor, a fork child's leftover threads never run): frames below that hold a handle are
+/// unwound or left without using it again.
+#[derive(Clone, Copy)]
+pub struct Current {
+    state: std::ptr::NonNull<ThreadState>,
+    _this_thread: std::marker::PhantomData<*mut ()>,
+}
+
+impl std::ops::Deref for Current {
+    type Target = ThreadState;
+
+    #[inline(always)]
+    fn deref(&self) -> &ThreadState {
+        // SAFETY: made by `current` from this thread's live pointer (the handle cannot leave
+        // the thread); the state is freed only by `take_current` on this thread, after which
+        // no handle is used (see the type's comment).
+        unsafe { self.state.as_ref() }
+    }
+}
+
 /// The calling thread's state, if it is being recorded.
 #[inline]
-pub fn current() -> Option<&'static ThreadState> {
+pub fn current() -> Option<Current> {
     let p = current_slot::get();
     // Null and `DEAD` in one comparison: `DEAD` is a small address (the type's alignment),
     // and no live state lies at or below it.
     if p as usize <= DEAD as usize {
         return None;
     }
-    // SAFETY: a live pointer in CURRENT is a registered ThreadState that stays allocated until
-    // this thread's `thread_exit`, which resets CURRENT to DEAD first.
-    Some(unsafe { &*p })
+    // A live pointer is never null (it is above DEAD).
+    std::ptr::NonNull::new(p).map(|state| Current {
+        state,
+        _this_thread: std::marker::PhantomData,
+    })
+}
+
+/// The calling thread's state as the pointer `Box::into_raw` gave (null if it has none), for
+/// the fork child handler.
+pub fn current_ptr() -> *mut ThreadState {
+    let p = current_slot::get();
+    if p as usize <= DEAD as usize {
+        std::ptr::null_mut()
+    } else {
+        p
+    }
+}
+
+/// The calling thread's state as the owning pointer `Box::into_raw` gave, and the thread marked
+/// exited: from now on `current` is `None` on this thread and no hook records for it. The
+/// caller records the exit and frees the state.
+pub fn take_current() -> Option<*mut ThreadState> {
+    let p = current_slot::get();
+    if p as usize <= DEAD as usize {
+        return None;
+    }
+    mark_dead();
+    Some(p)
 }
 
 /// Whether the calling thread has no state yet (neither live nor dead).
@@ -1163,6 +1418,23 @@ pub fn set_current(p: *mut ThreadState) {
 
 pub fn mark_dead() {
     current_slot::set(DEAD);
+}
+
+/// Gives up one owner's share of a state made by `ThreadState::new` and `Box::into_raw`; the
+/// last owner frees it.
+///
+/// # Safety
+/// `p` came from `Box::into_raw` of a `ThreadState`, the caller is one of its owners (the
+/// thread at its exit, its creator after the real create), gives up its share once, and no
+/// longer uses `p`; the thread's own share is given up only once it is unregistered and no
+/// longer current.
+pub unsafe fn release(p: *mut ThreadState) {
+    // SAFETY: the caller still owns a share: the state is allocated.
+    let last = unsafe { (*p).owners.fetch_sub(1, Ordering::AcqRel) } == 1;
+    if last {
+        // SAFETY: every other owner has given up its share and no longer uses the state.
+        drop(unsafe { Box::from_raw(p) });
+    }
 }
 
 // --- registry -------------------------------------------------------------------------------
@@ -1187,6 +1459,11 @@ pub fn unregister(p: *mut ThreadState) {
     }
 }
 
+/// Whether no thread of the program is registered (the last one is exiting, or has).
+pub fn no_live_threads() -> bool {
+    REGISTRY.lock().live.is_empty()
+}
+
 /// Runs `f` on every live thread state, under the registry lock (`attempts`: bounded wait).
 pub fn for_each_live(attempts: Option<u32>, mut f: impl FnMut(&ThreadState)) {
     let guard = match attempts {
@@ -1203,6 +1480,7 @@ pub fn for_each_live(attempts: Option<u32>, mut f: impl FnMut(&ThreadState)) {
 }
 
 pub fn lock_for_fork() {
+    FLUSHER.raw_lock();
     REGISTRY.raw_lock();
 }
 
@@ -1212,8 +1490,11 @@ pub fn lock_for_fork() {
 /// # Safety
 /// Only in the fork child handler, after `lock_for_fork`.
 pub unsafe fn child_after_fork(me: *mut ThreadState) {
-    // SAFETY: forwarded contract: the lock was taken by lock_for_fork in the parent.
-    unsafe { REGISTRY.force_unlock() };
+    // SAFETY: forwarded contract: the locks were taken by lock_for_fork in the parent.
+    unsafe {
+        REGISTRY.force_unlock();
+        FLUSHER.force_unlock();
+    }
     NEXT_THREAD.store(0, Ordering::Relaxed);
     let mut r = REGISTRY.lock();
     // A thread of the parent may have been inside an atomic operation: its stripe stays
@@ -1239,7 +1520,10 @@ pub unsafe fn child_after_fork(me: *mut ThreadState) {
 /// Only after `lock_for_fork`, in the parent.
 pub unsafe fn parent_after_fork() {
     // SAFETY: forwarded contract.
-    unsafe { REGISTRY.force_unlock() };
+    unsafe {
+        REGISTRY.force_unlock();
+        FLUSHER.force_unlock();
+    }
 }
 
 pub fn next_thread_id() -> ThreadId {
@@ -1253,18 +1537,24 @@ const PT_SLOTS: usize = 1 << 14;
 struct PtSlot {
     pt: AtomicUsize,
     tid: AtomicU32,
-    exit_key: AtomicU64,
 }
 
 static PTMAP: [PtSlot; PT_SLOTS] = [const {
     PtSlot {
         pt: AtomicUsize::new(0),
         tid: AtomicU32::new(0),
-        exit_key: AtomicU64::new(0),
     }
 }; PT_SLOTS];
 
-fn pt_slot(pt: usize, insert: bool) -> Option<&'static PtSlot> {
+/// How `pt_slot` treats a `pthread_t` it does not find.
+#[derive(Clone, Copy, PartialEq)]
+enum Missing {
+    Give,
+    Insert,
+}
+
+/// The slot of `pt`, and whether this call inserted it.
+fn pt_slot(pt: usize, missing: Missing) -> Option<(&'static PtSlot, bool)> {
     if pt == 0 {
         return None;
     }
@@ -1273,18 +1563,18 @@ fn pt_slot(pt: usize, insert: bool) -> Option<&'static PtSlot> {
         let s = &PTMAP[i];
         let cur = s.pt.load(Ordering::Acquire);
         if cur == pt {
-            return Some(s);
+            return Some((s, false));
         }
         if cur == 0 {
-            if !insert {
+            if missing == Missing::Give {
                 return None;
             }
             match s
                 .pt
                 .compare_exchange(0, pt, Ordering::AcqRel, Ordering::Acquire)
             {
-                Ok(_) => return Some(s),
-                Err(v) if v == pt => return Some(s),
+                Ok(_) => return Some((s, true)),
+                Err(v) if v == pt => return Some((s, false)),
                 Err(_) => {}
             }
         }
@@ -1293,40 +1583,107 @@ fn pt_slot(pt: usize, insert: bool) -> Option<&'static PtSlot> {
     None
 }
 
-/// The child itself, at start: `pt` is now thread `tid`, running.
-pub fn pt_started(pt: usize, tid: ThreadId) {
-    if let Some(s) = pt_slot(pt, true) {
-        s.exit_key.store(0, Ordering::Release);
+/// `pt` is thread `tid`.
+pub fn pt_name(pt: usize, tid: ThreadId) {
+    if let Some((s, _)) = pt_slot(pt, Missing::Insert) {
         s.tid.store(tid, Ordering::Release);
     }
 }
 
-/// The creator, after `pthread_create` returned (the child may not have started yet).
-pub fn pt_created(pt: usize, tid: ThreadId) {
-    if let Some(s) = pt_slot(pt, true) {
-        s.tid.store(tid, Ordering::Release);
+/// The thread itself, at start: its `pthread_t` names it, unless the creator is writing that
+/// very entry now (then it waits for the creator's two stores).
+pub fn pt_started(pt: usize, t: &ThreadState) {
+    let mut spins = 0u32;
+    while let Err(NAMING_CREATOR) = t.naming.compare_exchange(
+        NAMING_OPEN,
+        NAMING_THREAD,
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    ) {
+        spins += 1;
+        if spins < 64 {
+            std::hint::spin_loop();
+        } else {
+            // SAFETY: sched_yield has no preconditions.
+            unsafe { libc::sched_yield() };
+        }
+    }
+    pt_name(pt, t.tid());
+}
+
+/// The creator, after `pthread_create` returned: names `pt` for a join that comes before the
+/// child started (an entry left by an earlier thread with the same `pthread_t` is replaced).
+/// Not once the child has named itself: it may have exited since (its exit key must stay), or
+/// even have left its `pthread_t` to a newer thread.
+pub fn pt_created(pt: usize, child: &ThreadState) {
+    if child
+        .naming
+        .compare_exchange(
+            NAMING_OPEN,
+            NAMING_CREATOR,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        )
+        .is_ok()
+    {
+        pt_name(pt, child.tid());
+        child.naming.store(NAMING_CREATOR_DONE, Ordering::Release);
     }
 }
 
-pub fn pt_exited(pt: usize, key: u64) {
-    if let Some(s) = pt_slot(pt, true) {
-        s.exit_key.store(key, Ordering::Release);
-    }
+/// The thread a `pthread_t` names.
+pub fn pt_lookup(pt: usize) -> Option<ThreadId> {
+    let (s, _) = pt_slot(pt, Missing::Give)?;
+    Some(s.tid.load(Ordering::Acquire))
 }
 
-/// (thread id, exit key or 0 while running) of a `pthread_t`.
-pub fn pt_lookup(pt: usize) -> Option<(ThreadId, u64)> {
-    let s = pt_slot(pt, false)?;
-    Some((
-        s.tid.load(Ordering::Acquire),
-        s.exit_key.load(Ordering::Acquire),
-    ))
+// --- exit keys -----------------------------------------------------------------------------
+
+/// The key of each thread's `thread-exit`, for its joiner, by thread id (never reused, unlike
+/// a `pthread_t`: once a join returns, the joined thread's `pthread_t` may name a new thread
+/// before the joiner looks). Direct-mapped: an entry is overwritten only by the exit of a
+/// thread 4096 ids later, and a seqlock-style check of the id tells a stale entry.
+const EXIT_SLOTS: usize = 1 << 12;
+
+struct ExitSlot {
+    /// The thread id + 1, or 0 while the entry is written.
+    tid: AtomicU32,
+    key: AtomicU64,
+}
+
+static EXITS: [ExitSlot; EXIT_SLOTS] = [const {
+    ExitSlot {
+        tid: AtomicU32::new(0),
+        key: AtomicU64::new(0),
+    }
+}; EXIT_SLOTS];
+
+/// Thread `tid` exited at `key`.
+pub fn exited(tid: ThreadId, key: u64) {
+    let s = &EXITS[tid as usize & (EXIT_SLOTS - 1)];
+    s.tid.store(0, Ordering::Release);
+    s.key.store(key, Ordering::Release);
+    s.tid.store(tid.wrapping_add(1), Ordering::Release);
+}
+
+/// The key of thread `tid`'s exit, if it exited and its entry is still there.
+pub fn exit_key(tid: ThreadId) -> Option<u64> {
+    let s = &EXITS[tid as usize & (EXIT_SLOTS - 1)];
+    let want = tid.wrapping_add(1);
+    if s.tid.load(Ordering::Acquire) != want {
+        return None;
+    }
+    let key = s.key.load(Ordering::Acquire);
+    (s.tid.load(Ordering::Acquire) == want).then_some(key)
 }
 
 /// fork child: forget the parent's threads.
 pub fn pt_reset() {
     for s in PTMAP.iter() {
         s.pt.store(0, Ordering::Relaxed);
+    }
+    for s in EXITS.iter() {
+        s.tid.store(0, Ordering::Relaxed);
     }
 }
 
@@ -1344,7 +1701,7 @@ mod tests {
         assert!(!unseen());
         let t = Box::into_raw(ThreadState::new(None, 0));
         set_current(t);
-        assert!(current().is_some_and(|c| std::ptr::eq(c, t)));
+        assert!(current().is_some_and(|c| std::ptr::eq(&*c, t)));
         set_current(std::ptr::null_mut());
         // SAFETY: allocated above by Box::into_raw and no longer reachable.
         drop(unsafe { Box::from_raw(t) });

@@ -20,8 +20,8 @@ use std::collections::HashMap;
 use crate::event::{Event, EventKind, LockMode, ObjectId, SiteId, StringId, ThreadId};
 use crate::tables::{
     ClassKey, DataType, DataVariable, EndReason, Frame, FrameSymbol, Header, ModuleInfo,
-    ObjectInfo, ObjectKind, Ordering, SiteInfo, SourceLocation, StringEntry, TableRecord,
-    ThreadInfo, Trailer, TypeShape,
+    ObjectInfo, ObjectKind, Ordering, RecordingStopped, SiteInfo, SourceLocation, StringEntry,
+    TableRecord, ThreadEnd, ThreadEndState, ThreadInfo, Trailer, TypeShape,
 };
 use crate::writer::TraceWriter;
 
@@ -362,6 +362,10 @@ impl TraceBuilder {
     }
 
     fn encode(&self, clean: bool) -> Vec<u8> {
+        self.encode_ending(clean, EndReason::Synthetic)
+    }
+
+    fn encode_ending(&self, clean: bool, reason: EndReason) -> Vec<u8> {
         fn io<T>(e: std::io::Error) -> T {
             panic!("writing to a Vec cannot fail: {e}")
         }
@@ -376,7 +380,7 @@ impl TraceBuilder {
         if clean {
             let trailer = Trailer {
                 end_unix_ns: 0,
-                reason: EndReason::Synthetic,
+                reason,
                 event_chunks: 0,
                 events: 0,
                 events_lost: 0,
@@ -393,6 +397,30 @@ impl TraceBuilder {
             self.exit(t);
         }
         self.encode(true)
+    }
+
+    /// The trace's bytes as a recorder leaves them when the process ends (by `reason`) or
+    /// recording stops (`stopped`) while threads have not exited: each thread of `ends` gets
+    /// that end state and no `thread-exit` (FORMAT.md §7.12); every other thread exits.
+    pub fn finish_ended(
+        mut self,
+        reason: EndReason,
+        ends: &[(ThreadId, ThreadEndState)],
+        stopped: Option<RecordingStopped>,
+    ) -> Vec<u8> {
+        for t in 0..self.events.len() as ThreadId {
+            if !ends.iter().any(|&(e, _)| e == t) {
+                self.exit(t);
+            }
+        }
+        for &(thread, state) in ends {
+            self.records
+                .push(TableRecord::ThreadEnd(ThreadEnd { thread, state }));
+        }
+        if let Some(r) = stopped {
+            self.records.push(TableRecord::RecordingStopped(r));
+        }
+        self.encode_ending(true, reason)
     }
 
     /// The trace's bytes without a trailer, as a recorder that died would leave them.

@@ -20,7 +20,7 @@ use crate::scan::{payload_read_problem, scan};
 use crate::source::Source;
 use crate::tables::{
     AccessCounts, DataType, DataVariable, Frame, FrameSymbol, Header, ModuleInfo, ObjectInfo,
-    SiteInfo, SourceLocation, ThreadInfo, Trailer,
+    RecordingStopped, SiteInfo, SourceLocation, ThreadEndState, ThreadInfo, Trailer,
 };
 
 /// Where one chunk is in the file.
@@ -52,6 +52,13 @@ pub struct Tables {
     pub data_variables: BTreeMap<(u32, u64), DataVariable>,
     /// The layouts of their types, by type id (FORMAT.md §7.10).
     pub data_types: HashMap<u32, DataType>,
+    /// The threads that had not exited when the trace was completed, and what each was doing
+    /// (FORMAT.md §7.12): they have no `thread-exit`. Empty in a trace cut short (its threads'
+    /// ends are unknown) and in traces older than version 1.4 (whose recorder wrote a
+    /// `thread-exit` for every thread at the end).
+    pub thread_ends: BTreeMap<ThreadId, ThreadEndState>,
+    /// Recording stopped before the process ended (FORMAT.md §7.13).
+    pub recording_stopped: Option<RecordingStopped>,
 }
 
 impl Tables {

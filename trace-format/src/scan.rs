@@ -20,8 +20,8 @@ use crate::frame::{
 use crate::reader::{ChunkRef, Tables};
 use crate::source::{ReadFailure, Source};
 use crate::tables::{
-    AccessCounts, DataType, DataVariable, FrameSymbol, Header, ModuleInfo, ObjectInfo, SiteInfo,
-    StringEntry, ThreadInfo, Trailer,
+    AccessCounts, DataType, DataVariable, FrameSymbol, Header, ModuleInfo, ObjectInfo,
+    RecordingStopped, SiteInfo, StringEntry, ThreadEnd, ThreadInfo, Trailer,
 };
 use crate::varint;
 
@@ -480,6 +480,18 @@ fn read_table_records(payload: &[u8], base: u64, tables: &mut Tables, problems: 
             }),
             9 => decode_record::<DataType>(body)
                 .map(|r| insert_first!(tables.data_types, r.id, r, dup("data type", r.id as u64))),
+            10 => decode_record::<ThreadEnd>(body).map(|r| {
+                insert_first!(
+                    tables.thread_ends,
+                    r.thread,
+                    r.state,
+                    dup("thread end", r.thread as u64)
+                )
+            }),
+            // One per trace; a second one (a forged file) is ignored.
+            11 => decode_record::<RecordingStopped>(body).map(|r| {
+                tables.recording_stopped.get_or_insert(r);
+            }),
             // Unknown tags come from a newer minor version: skip them.
             _ => Ok(()),
         };

@@ -232,6 +232,53 @@ pub struct DataMember {
     pub ty: Option<u32>,
 }
 
+/// A thread that had not exited when its process's trace was completed (version 1.4): the
+/// process ended, or recording was stopped, while the thread ran or waited. Such a thread has
+/// no `thread-exit` event; this record says what it was doing (FORMAT.md §7.12).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadEnd {
+    pub thread: ThreadId,
+    pub state: ThreadEndState,
+}
+
+/// What a thread that had not exited was doing when the trace was completed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ThreadEndState {
+    /// Not inside a recorded wait: running, or blocked in a call the recorder does not
+    /// interpose (I/O, sleep, a lock of its own).
+    Running,
+    /// Inside the blocking call announced by its last event without an outcome: a lock
+    /// request (`lock-request`, `read-lock-request`, also a spinlock's), `join-request`,
+    /// `cond-wait`, `barrier-arrive`, `sem-wait` or `once-begin`. (A signal handler's events
+    /// may follow that event: the innermost such event is the call.)
+    Blocked,
+    /// The same, in a call with a timeout (`timedlock`, `timedwait`, `timedjoin_np`): it would
+    /// have returned when the timeout expired.
+    BlockedWithTimeout,
+}
+
+/// Recording stopped before the process ended, and why (version 1.4; FORMAT.md §7.13).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordingStopped {
+    /// When it stopped, nanoseconds since the Unix epoch.
+    pub unix_ns: u64,
+    pub cause: StopCause,
+}
+
+/// Why recording stopped early.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StopCause {
+    /// A write to the trace failed with this `errno` (`ENOSPC`: the disk is full, `EDQUOT`,
+    /// `EIO`, …): the events after it are not in the trace; the program ran on.
+    WriteFailed { errno: i32 },
+    /// The next write would have made the file larger than the process may write
+    /// (`RLIMIT_FSIZE`, `ulimit -f`), `limit` bytes: the program ran on.
+    FileSizeLimit { limit: u64 },
+    /// No thread recorded an event for `ms` milliseconds (`foresight record --hang-timeout`):
+    /// the trace was completed and the program stopped.
+    HangTimeout { ms: u64 },
+}
+
 /// A record of a table chunk. Records are framed by a tag and a length in the chunk, so that a
 /// reader skips the tags it does not know (a later minor version may add some).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -245,6 +292,8 @@ pub enum TableRecord {
     AccessCounts(AccessCounts),
     DataVariable(DataVariable),
     DataType(DataType),
+    ThreadEnd(ThreadEnd),
+    RecordingStopped(RecordingStopped),
 }
 
 impl TableRecord {
@@ -259,6 +308,8 @@ impl TableRecord {
             Self::AccessCounts(_) => 7,
             Self::DataVariable(_) => 8,
             Self::DataType(_) => 9,
+            Self::ThreadEnd(_) => 10,
+            Self::RecordingStopped(_) => 11,
         }
     }
 }

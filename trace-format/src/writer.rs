@@ -120,6 +120,16 @@ impl ChunkWriter {
         self.state.key
     }
 
+    /// Chunks flushed so far (the sequence number of the current one).
+    pub fn chunks_flushed(&self) -> u32 {
+        self.sequence
+    }
+
+    /// The wall-clock time given for the current chunk's first event (`set_start_ns`).
+    pub fn start_ns(&self) -> u64 {
+        self.start_ns
+    }
+
     /// True when the next `push` might not fit without reallocating: flush first.
     ///
     /// The event count needs no check of its own: a chunk holds at most
@@ -551,6 +561,8 @@ impl TableWriter {
             TableRecord::AccessCounts(r) => serialize(r, scratch),
             TableRecord::DataVariable(r) => serialize(r, scratch),
             TableRecord::DataType(r) => serialize(r, scratch),
+            TableRecord::ThreadEnd(r) => serialize(r, scratch),
+            TableRecord::RecordingStopped(r) => serialize(r, scratch),
         };
         self.buf.push(record.tag());
         crate::varint::put(&mut self.buf, scratch.len() as u64);
@@ -571,6 +583,104 @@ impl TableWriter {
         self.records = 0;
         Some(r)
     }
+}
+
+/// A table chunk built in a caller's buffer, without allocating: the recorder completes a
+/// trace from signal handlers, where the allocator's lock may be held by the code they
+/// interrupted.
+pub struct TableChunkBuf<'a> {
+    buf: &'a mut [u8],
+    len: usize,
+}
+
+impl<'a> TableChunkBuf<'a> {
+    /// An empty chunk in `buf`; `None` if `buf` cannot even hold a chunk header.
+    pub fn new(buf: &'a mut [u8]) -> Option<Self> {
+        (buf.len() >= CHUNK_HEADER_LEN).then_some(Self {
+            buf,
+            len: CHUNK_HEADER_LEN,
+        })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == CHUNK_HEADER_LEN
+    }
+
+    /// Appends one record; false (and nothing appended) when it does not fit.
+    pub fn push(&mut self, record: &TableRecord) -> bool {
+        match record_into(record, &mut self.buf[self.len..]) {
+            Some(n) => {
+                self.len += n;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Frames the records as one chunk: its bytes. The buffer may be filled again after
+    /// `clear`.
+    pub fn framed(&mut self) -> &[u8] {
+        let (header, payload) = self.buf.split_at_mut(CHUNK_HEADER_LEN);
+        write_chunk_header(
+            header,
+            ChunkKind::Table,
+            &payload[..self.len - CHUNK_HEADER_LEN],
+        );
+        &self.buf[..self.len]
+    }
+
+    pub fn clear(&mut self) {
+        self.len = CHUNK_HEADER_LEN;
+    }
+}
+
+/// Encodes `records` as one table chunk into `buf`, without allocating: the chunk's length,
+/// or `None` when they do not fit.
+pub fn table_chunk_into(records: &[TableRecord], buf: &mut [u8]) -> Option<usize> {
+    let mut chunk = TableChunkBuf::new(buf)?;
+    for r in records {
+        if !chunk.push(r) {
+            return None;
+        }
+    }
+    Some(chunk.framed().len())
+}
+
+/// One framed record (tag, length, body) at the start of `out`; its length.
+fn record_into(record: &TableRecord, out: &mut [u8]) -> Option<usize> {
+    // The body goes after room for the tag and the longest length varint (a u32 takes at
+    // most 5 bytes), then moves down next to its length.
+    const ROOM: usize = 1 + 5;
+    let body = out.get_mut(ROOM..)?;
+    let n = match record {
+        TableRecord::String(r) => postcard::to_slice(r, body),
+        TableRecord::Thread(r) => postcard::to_slice(r, body),
+        TableRecord::Object(r) => postcard::to_slice(r, body),
+        TableRecord::Site(r) => postcard::to_slice(r, body),
+        TableRecord::Module(r) => postcard::to_slice(r, body),
+        TableRecord::Symbol(r) => postcard::to_slice(r, body),
+        TableRecord::AccessCounts(r) => postcard::to_slice(r, body),
+        TableRecord::DataVariable(r) => postcard::to_slice(r, body),
+        TableRecord::DataType(r) => postcard::to_slice(r, body),
+        TableRecord::ThreadEnd(r) => postcard::to_slice(r, body),
+        TableRecord::RecordingStopped(r) => postcard::to_slice(r, body),
+    }
+    .ok()?
+    .len();
+    let mut head = [0u8; ROOM];
+    head[0] = record.tag();
+    let mut v = n as u64;
+    let mut h = 1;
+    while v >= 0x80 {
+        head[h] = (v as u8) | 0x80;
+        v >>= 7;
+        h += 1;
+    }
+    head[h] = v as u8;
+    h += 1;
+    out.copy_within(ROOM..ROOM + n, h);
+    out[..h].copy_from_slice(&head[..h]);
+    Some(h + n)
 }
 
 fn serialize<T: Serialize>(value: &T, out: Vec<u8>) -> Vec<u8> {
@@ -739,6 +849,42 @@ impl<W: Write> TraceWriter<W> {
 mod tests {
     use super::*;
     use crate::tables::EndReason;
+
+    #[test]
+    fn table_chunk_into_matches_the_table_writer() {
+        use crate::tables::{RecordingStopped, StopCause, ThreadEnd, ThreadEndState};
+        let records = [
+            TableRecord::ThreadEnd(ThreadEnd {
+                thread: 3,
+                state: ThreadEndState::Blocked,
+            }),
+            TableRecord::ThreadEnd(ThreadEnd {
+                thread: 300,
+                state: ThreadEndState::Running,
+            }),
+            TableRecord::RecordingStopped(RecordingStopped {
+                unix_ns: 1 << 60,
+                cause: StopCause::WriteFailed { errno: 28 },
+            }),
+            TableRecord::String(crate::tables::StringEntry {
+                id: 9,
+                text: "x".repeat(200),
+            }),
+        ];
+        let mut w = TableWriter::new();
+        for r in &records {
+            w.push(r);
+        }
+        let expected = w.flush_into(|b| b.to_vec()).unwrap();
+        let mut buf = [0u8; 512];
+        let n = table_chunk_into(&records, &mut buf).unwrap();
+        assert_eq!(&buf[..n], &expected[..]);
+        assert_eq!(
+            table_chunk_into(&records, &mut buf[..100]),
+            None,
+            "too small"
+        );
+    }
 
     #[test]
     fn trailer_into_matches_trailer_chunk() {

@@ -90,14 +90,14 @@ fn a_version_1_0_file_reads_with_no_access_counts() {
 
 #[test]
 fn a_record_with_an_unknown_tag_is_skipped_as_a_1_0_reader_skips_tag_7() {
-    // What a 1.0 reader does with tag 7 is what this reader does with tag 10 (the first tag
-    // no version defines yet): skip it by its length and read on.
+    // What a 1.0 reader does with tag 7 is what this reader does with tag 240 (a tag no
+    // version defines): skip it by its length and read on.
     let mut bytes = file(&[counts(0, 1, 1)]);
     let pos = bytes
         .windows(4)
         .position(|w| w == [7, 3, 0, 1])
         .expect("the counts record: tag 7, length 3, thread 0, executed 1");
-    bytes[pos] = 10;
+    bytes[pos] = 240;
     // The table chunk's payload checksum must follow.
     let t = Trace::from_bytes("unknown-tag", fix_checksums(bytes)).unwrap();
     assert!(t.problems.is_empty(), "{:?}", t.problems);

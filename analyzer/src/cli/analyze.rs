@@ -257,11 +257,13 @@ fn stream_run(
             len: 0,
         })
         .collect();
-    let model = ModelPass::new(tables, path.display().to_string(), threads, 0).with_wrappers(
-        wrappers
-            .clone()
-            .for_recorded_depth(stream.header().stack_depth),
-    );
+    let model = ModelPass::new(tables, path.display().to_string(), threads, 0)
+        .with_wrappers(
+            wrappers
+                .clone()
+                .for_recorded_depth(stream.header().stack_depth),
+        )
+        .with_end_reason(stream.trailer().map(|t| t.reason));
     // The trailer says how many events to expect when the recording ended cleanly.
     let expected = stream.trailer().map(|t| t.events);
     let bar = tty.then(|| {

@@ -17,10 +17,9 @@ use std::sync::Arc;
 use anyhow::{anyhow, bail, Context};
 use foresight_symbols::{symbolize_in_place, SymbolizeOptions};
 use foresight_trace::frame::FILE_MAGIC;
+use foresight_trace::tables::{StopCause, ThreadEndState};
 use foresight_trace::{Trace, TraceFile};
 use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGQUIT, SIGTERM};
-
-use super::EXIT_BAD_INPUT;
 
 /// The runtime's file name (the `cdylib` of `foresight-recorder`).
 const RUNTIME_NAME: &str = "libforesight_rt.so";
@@ -36,12 +35,18 @@ into PATH.<pid> or PATH.<pid>.<n>. An existing PATH and its PATH.<pid>[.<n>] sib
 removed first (only if they are foresight traces or empty). After the run every trace is \
 symbolised (function, file, line) so it can be analysed without the binaries.
 
-Ctrl-C reaches the command (it is in the same process group); foresight waits for it. SIGTERM \
-and SIGHUP sent to foresight are forwarded to the command.
+Ctrl-C reaches the command (it is in the same process group); foresight waits for it, and the \
+trace is completed as the command ends. SIGINT, SIGQUIT, SIGTERM and SIGHUP sent to foresight by \
+another process are passed on to the command. If foresight is killed, the command is killed \
+with it.
 
-Exit status: the command's; 128+N if a signal N killed it; 2 if foresight could not start it \
-(runtime not found, command not found, bad arguments), or if the command succeeded but no trace \
-was written.")]
+With --hang-timeout SECS, a run in which no process records an event for SECS seconds is \
+stopped: each process completes its trace, with what every thread was doing (where it waits), \
+and is killed.
+
+Exit status: the command's (128+N if a signal N killed it) whenever it ran, whatever happened to \
+the trace; 2 if foresight could not start it (runtime not found or not the runtime, command not \
+found, bad arguments).")]
 pub struct Args {
     /// Where to write the trace [default: foresight-<command name>.trace in the working
     /// directory].
@@ -63,6 +68,11 @@ pub struct Args {
     /// Leave the traces unsymbolised (addresses only; `foresight` needs the binaries later).
     #[arg(long)]
     no_symbolize: bool,
+    /// Stop the run when no process of it records an event for SECS seconds (a hang, such as
+    /// a deadlock): every process completes its trace, saying where each thread waits, and is
+    /// killed (SIGKILL). Processes the runtime does not record count as idle.
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u32).range(1..=86400))]
+    hang_timeout: Option<u32>,
     /// Do not record heap allocations (malloc, free, new, delete): a program that allocates
     /// millions of blocks a second records faster and smaller without them. A program built
     /// with `foresight config` records them anyway (its memory accesses need them).
@@ -123,23 +133,40 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         cmd.env("FORESIGHT_WRAPPERS", wrappers.patterns().join("\n"));
     }
 
-    let (child_pid, status) = run_and_wait(cmd, program)?;
+    let hang = args.hang_timeout.map(|secs| HangWatch::new(&output, secs));
+    if let Some(h) = &hang {
+        h.prepare()?;
+        cmd.env("FORESIGHT_STOP_FILE", &h.stop_file).env(
+            "FORESIGHT_HANG_TIMEOUT_MS",
+            (u64::from(h.secs) * 1000).to_string(),
+        );
+    } else {
+        cmd.env_remove("FORESIGHT_STOP_FILE")
+            .env_remove("FORESIGHT_HANG_TIMEOUT_MS");
+    }
+
+    let (child_pid, status) = run_and_wait(cmd, program, hang.as_ref())?;
+    // Symbolising appends to the traces: past a file size limit (`ulimit -f`) the write must
+    // fail with EFBIG (a warning) instead of killing foresight with SIGXFSZ. Only now: the
+    // command, already gone, must not have inherited an ignored SIGXFSZ.
+    // SAFETY: setting a signal's disposition to SIG_IGN has no memory-safety preconditions.
+    unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
+    if let Some(h) = &hang {
+        h.clean_up();
+    }
     let code = exit_code(status);
 
     let traces = traces_of_run(&output, &stale_kept);
     if traces.is_empty() {
         eprintln!(
-            "foresight: error: no trace was written to {}: the runtime {} did not record {} \
-             (a statically linked or set-user-ID program ignores LD_PRELOAD)",
+            "foresight: warning: no trace was written to {}: the runtime {} did not record {} \
+             (a statically linked or set-user-ID program ignores LD_PRELOAD, and so does one that \
+             clears its environment)",
             shown.display(),
             runtime.display(),
             Path::new(program).display()
         );
-        return Ok(ExitCode::from(if code == 0 {
-            EXIT_BAD_INPUT
-        } else {
-            code
-        }));
+        return Ok(ExitCode::from(code));
     }
     for (suffix, path) in &traces {
         let mut name = shown.clone().into_os_string();
@@ -187,9 +214,11 @@ fn find_runtime() -> anyhow::Result<PathBuf> {
             );
         }
         // Absolute: LD_PRELOAD is resolved again by every process of the run, wherever it is.
-        return p
+        let p = p
             .canonicalize()
-            .with_context(|| format!("FORESIGHT_RUNTIME={}", p.display()));
+            .with_context(|| format!("FORESIGHT_RUNTIME={}", p.display()))?;
+        check_runtime(&p).with_context(|| format!("FORESIGHT_RUNTIME={}", p.display()))?;
+        return Ok(p);
     }
     let exe = std::env::current_exe().context("cannot locate the foresight executable")?;
     let dir = exe.parent().unwrap_or(Path::new("/"));
@@ -201,9 +230,11 @@ fn find_runtime() -> anyhow::Result<PathBuf> {
         candidates.push(up.join("lib").join(RUNTIME_NAME));
     }
     if let Some(found) = candidates.iter().find(|c| c.is_file()) {
-        return found
+        let found = found
             .canonicalize()
-            .with_context(|| format!("{}", found.display()));
+            .with_context(|| format!("{}", found.display()))?;
+        check_runtime(&found).with_context(|| format!("{}", found.display()))?;
+        return Ok(found);
     }
     let looked: Vec<String> = candidates.iter().map(|c| c.display().to_string()).collect();
     Err(anyhow!(
@@ -211,6 +242,27 @@ fn find_runtime() -> anyhow::Result<PathBuf> {
          `cargo build -p foresight-recorder`, or set FORESIGHT_RUNTIME=/path/to/{RUNTIME_NAME}",
         looked.join(", ")
     ))
+}
+
+/// The library is the foresight runtime: a shared object that defines the runtime's table and
+/// interposes `pthread_mutex_lock`. Anything else would let the command run unrecorded (or not
+/// at all, when the loader cannot preload it).
+fn check_runtime(path: &Path) -> anyhow::Result<()> {
+    use object::{Object, ObjectSymbol};
+    let data = std::fs::read(path).context("cannot read it")?;
+    let obj = object::File::parse(&*data)
+        .map_err(|_| anyhow!("it is not a shared library ({RUNTIME_NAME} expected)"))?;
+    let defines = |name: &str| {
+        obj.dynamic_symbols()
+            .any(|s| s.is_definition() && s.name() == Ok(name))
+    };
+    if obj.kind() != object::ObjectKind::Dynamic
+        || !defines("__foresight_tsan_runtime_v1")
+        || !defines("pthread_mutex_lock")
+    {
+        bail!("it is not the foresight runtime {RUNTIME_NAME}");
+    }
+    Ok(())
 }
 
 /// The runtime first, then whatever the caller preloads already.
@@ -330,23 +382,107 @@ fn prepare_output(output: &Path) -> anyhow::Result<Vec<PathBuf>> {
     Ok(kept)
 }
 
-/// Starts the command and waits for it, forwarding termination requests. `record` must not die
-/// before the command: the traces are symbolised after it ends.
+/// `--hang-timeout`: the run is stopped when no trace of it grows for `secs` seconds. The
+/// runtime writes a thread's events at the latest a second after it recorded them
+/// (`recorder/src/flusher.rs`), so a trace that does not grow is a process that records
+/// nothing. Stopping: the stop file appears, each process's runtime sees it, completes its
+/// trace and ends the process.
+struct HangWatch {
+    secs: u32,
+    stop_file: PathBuf,
+    output: PathBuf,
+}
+
+impl HangWatch {
+    fn new(output: &Path, secs: u32) -> Self {
+        let mut name = std::ffi::OsString::from(".");
+        name.push(output.file_name().unwrap_or(OsStr::new("trace")));
+        name.push(".foresight-stop");
+        Self {
+            secs,
+            stop_file: output.with_file_name(name),
+            output: output.to_path_buf(),
+        }
+    }
+
+    fn prepare(&self) -> anyhow::Result<()> {
+        match std::fs::remove_file(&self.stop_file) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(anyhow!("cannot remove {}: {e}", self.stop_file.display())),
+        }
+    }
+
+    /// The sizes of the run's traces, to compare between looks.
+    fn sizes(&self) -> Vec<(PathBuf, u64)> {
+        let mut paths = vec![self.output.clone()];
+        paths.extend(siblings(&self.output).into_iter().map(|(_, p)| p));
+        paths
+            .into_iter()
+            .filter_map(|p| std::fs::metadata(&p).ok().map(|m| (p, m.len())))
+            .collect()
+    }
+
+    fn stop(&self) {
+        if let Err(e) = std::fs::write(&self.stop_file, b"") {
+            eprintln!(
+                "foresight: warning: cannot create {}: {e}",
+                self.stop_file.display()
+            );
+        }
+    }
+
+    fn clean_up(&self) {
+        let _ = std::fs::remove_file(&self.stop_file);
+    }
+}
+
+/// How long a stopped run may take to end before its command is killed.
+const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Starts the command and waits for it, passing termination requests on. `record` must not
+/// die before the command: the traces are symbolised after it ends; and the command must not
+/// outlive `record` (it is killed with it).
 /// Returns the command's pid (reaped now) and its exit status.
-fn run_and_wait(mut cmd: Command, program: &OsStr) -> anyhow::Result<(u32, ExitStatus)> {
+fn run_and_wait(
+    mut cmd: Command,
+    program: &OsStr,
+    hang: Option<&HangWatch>,
+) -> anyhow::Result<(u32, ExitStatus)> {
+    use signal_hook::iterator::exfiltrator::WithOrigin;
+    use signal_hook::low_level::siginfo::Cause;
+    use std::os::unix::process::CommandExt;
+    use std::time::{Duration, Instant};
+
     let shown = Path::new(program).display().to_string();
     // Registered before the command starts, so that its SIGCHLD cannot be missed. These are
     // handlers, not SIG_IGN: an ignored disposition would be inherited across exec, and the
     // command would ignore Ctrl-C too.
-    let mut signals =
-        signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD])
-            .context("cannot install signal handlers")?;
+    let mut signals = signal_hook::iterator::SignalsInfo::<WithOrigin>::new([
+        SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD,
+    ])
+    .context("cannot install signal handlers")?;
     // Once the command has ended, the termination signals act as usual again (they end the
     // symbolisation).
     let done = Arc::new(AtomicBool::new(false));
     for sig in [SIGINT, SIGTERM, SIGHUP, SIGQUIT] {
         signal_hook::flag::register_conditional_default(sig, Arc::clone(&done))
             .context("cannot install signal handlers")?;
+    }
+    let parent = std::process::id();
+    // SAFETY: the closure runs in the forked child before exec and only makes two system calls
+    // (async-signal-safe): the command gets SIGKILL when `record` dies, and, if `record` died
+    // before this, exits at once.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::getppid() as u32 != parent {
+                libc::_exit(128 + libc::SIGKILL);
+            }
+            Ok(())
+        });
     }
     let mut child = match cmd.spawn() {
         Ok(c) => c,
@@ -355,6 +491,9 @@ fn run_and_wait(mut cmd: Command, program: &OsStr) -> anyhow::Result<(u32, ExitS
             return Err(anyhow!("cannot run {shown}: {e}"));
         }
     };
+    let mut sizes = hang.map(|h| h.sizes()).unwrap_or_default();
+    let mut last_growth = Instant::now();
+    let mut stopped_at: Option<Instant> = None;
     let status = loop {
         match child.try_wait() {
             Ok(Some(status)) => break status,
@@ -364,15 +503,56 @@ fn run_and_wait(mut cmd: Command, program: &OsStr) -> anyhow::Result<(u32, ExitS
                 return Err(anyhow!("cannot wait for {shown}: {e}"));
             }
         }
-        for sig in signals.wait() {
-            match sig {
+        let arrived: Vec<_> = match hang {
+            // Without a hang watch nothing is to be done between signals.
+            None => signals.wait().collect(),
+            Some(_) => {
+                let now: Vec<_> = signals.pending().collect();
+                if now.is_empty() {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                now
+            }
+        };
+        for origin in arrived {
+            match (origin.signal, origin.cause) {
+                (SIGCHLD, _) => {}
                 // The terminal sent these to the whole foreground process group, the command
                 // included; sending them again would count twice (many servers treat a second
                 // Ctrl-C as "quit now, without cleaning up").
-                SIGINT | SIGQUIT | SIGCHLD => {}
-                // Sent to `record` alone (by `kill`, a supervisor, a closing terminal): pass
-                // them on so that the command can end cleanly and write its trailer.
-                _ => forward(child.id(), sig),
+                // (A hangup of the terminal reaches the foreground group the same way.)
+                (_, Cause::Kernel) => {}
+                // Sent to `record` by a process (`kill`, a supervisor, a closing terminal):
+                // pass them on, so that the command ends and its trace is completed.
+                (sig, _) => forward(child.id(), sig),
+            }
+        }
+        if let Some(h) = hang {
+            match stopped_at {
+                None => {
+                    let now = h.sizes();
+                    if now != sizes {
+                        sizes = now;
+                        last_growth = Instant::now();
+                    } else if last_growth.elapsed() >= Duration::from_secs(h.secs.into()) {
+                        eprintln!(
+                            "foresight: no process of the run recorded an event for {} s: \
+                             stopping {shown} (its trace says where each thread waits)",
+                            h.secs
+                        );
+                        h.stop();
+                        stopped_at = Some(Instant::now());
+                    }
+                }
+                Some(at) if at.elapsed() > STOP_GRACE => {
+                    eprintln!(
+                        "foresight: {shown} did not stop within {} s: killing it",
+                        STOP_GRACE.as_secs()
+                    );
+                    forward(child.id(), libc::SIGKILL);
+                    stopped_at = Some(Instant::now() + STOP_GRACE * 100);
+                }
+                Some(_) => {}
             }
         }
     };
@@ -480,9 +660,74 @@ fn report_trace(shown: &Path, path: &Path, reaped: u32, args: &Args) {
                 threads,
                 if threads == 1 { "" } else { "s" },
             );
+            if let Some(stop) = t.tables.recording_stopped {
+                warn(&stop_cause(stop.cause));
+            }
+            for line in waiting_threads(&t) {
+                eprintln!("  {line}");
+            }
         }
         Err(e) => eprintln!("foresight: warning: {e}"),
     }
+}
+
+/// What a recording-stopped record says, for the user.
+fn stop_cause(cause: StopCause) -> String {
+    match cause {
+        StopCause::WriteFailed { errno } => format!(
+            "recording stopped early, the program ran on: writing the trace failed ({}); the \
+             trace holds what was written before",
+            std::io::Error::from_raw_os_error(errno)
+        ),
+        StopCause::FileSizeLimit { limit } => format!(
+            "recording stopped early, the program ran on: the trace reached the file size limit \
+             ({limit} bytes, `ulimit -f`); it holds what was written before"
+        ),
+        StopCause::HangTimeout { ms } => format!(
+            "the run was stopped after {} s without an event; where each thread was:",
+            ms / 1000
+        ),
+    }
+}
+
+/// One line per thread that had not exited when the trace ended: what it waited in, where.
+fn waiting_threads(t: &Trace) -> Vec<String> {
+    let mut lines = Vec::new();
+    for (&thread, state) in &t.tables.thread_ends {
+        let name = t
+            .tables
+            .thread_name(thread)
+            .map_or(format!("T{thread}"), |n| format!("T{thread} {n}"));
+        let how = match state {
+            ThreadEndState::Running => {
+                lines.push(format!("{name}: running (not in a recorded wait)"));
+                continue;
+            }
+            ThreadEndState::Blocked => "blocked",
+            ThreadEndState::BlockedWithTimeout => "blocked (with a timeout)",
+        };
+        let last = t
+            .thread(thread)
+            .and_then(|e| e.events.iter().rev().find(|e| e.kind.site().is_some()));
+        let what = match last {
+            Some(e) => {
+                let object = e
+                    .kind
+                    .object()
+                    .map(|o| format!(" {}", t.tables.describe_object(o)))
+                    .unwrap_or_default();
+                let site = e
+                    .kind
+                    .site()
+                    .map(|s| format!(" at {}", t.tables.describe_site(s)))
+                    .unwrap_or_default();
+                format!(" in {}{object}{site}", e.kind.name())
+            }
+            None => String::new(),
+        };
+        lines.push(format!("{name}: {how}{what}"));
+    }
+    lines
 }
 
 fn human_size(n: u64) -> String {

@@ -14,7 +14,9 @@
 //! - `locks.rs`: the lock table, critical sections, held stacks, read recursions, the rank check
 //!   and monitor locks;
 //! - `waits.rs`: blocking waits entered while holding locks (it reads the held stacks);
-//! - `senders.rs`: signals, posts, barrier arrivals, semaphore takes and initial values.
+//! - `senders.rs`: signals, posts, barrier arrivals, semaphore takes and initial values;
+//! - `pending.rs`: the blocking call each thread was inside when the trace ended, and the
+//!   trace's end states (read by `observed.rs`).
 //!
 //! [`drive_run`] runs the race pass (`races/`) beside the model in the same walk, and keeps
 //! what it found in [`Run::races`].
@@ -23,7 +25,7 @@ use std::collections::HashMap;
 
 use foresight_trace::event::{ObjectId, SiteId};
 use foresight_trace::reader::Tables;
-use foresight_trace::tables::{ClassKey, ObjectKind};
+use foresight_trace::tables::{ClassKey, EndReason, ObjectKind};
 use foresight_trace::Trace;
 
 use crate::hb::{EdgeKinds, HappensBefore, HbPass};
@@ -34,12 +36,15 @@ use crate::stream::{EventSource, Op, Pass, Stream, StreamEvent};
 mod annotations;
 mod heap;
 mod locks;
+mod pending;
 mod senders;
 mod waits;
 
 use annotations::Annotations;
 use heap::HeapBlocks;
 use locks::LockSections;
+use pending::PendingCalls;
+pub use pending::{Blocking, PendingCall, RunEnd};
 use senders::Senders;
 use waits::HeldWaits;
 
@@ -242,6 +247,8 @@ pub struct Run {
     pub events: u64,
     /// What the happens-before race pass found (`races/`), read in the same walk.
     pub races: RaceOutput,
+    /// How the threads' recording ended: blocking calls still open, end states.
+    pub end: RunEnd,
 }
 
 impl Run {
@@ -309,11 +316,13 @@ pub fn build_run(trace: &Trace, progress: &mut dyn FnMut(u64)) -> Run {
 /// [`build_run`], with the project's lock wrappers (`sites.rs`) skipped in the sites it names.
 pub fn build_run_with(trace: &Trace, wrappers: &Wrappers, progress: &mut dyn FnMut(u64)) -> Run {
     let stream = Stream::of_trace(trace);
-    let model = ModelPass::for_trace(trace).with_wrappers(
-        wrappers
-            .clone()
-            .for_recorded_depth(trace.header.stack_depth),
-    );
+    let model = ModelPass::for_trace(trace)
+        .with_wrappers(
+            wrappers
+                .clone()
+                .for_recorded_depth(trace.header.stack_depth),
+        )
+        .with_end_reason(trace.trailer.as_ref().map(|t| t.reason));
     drive_run(
         &stream,
         model,
@@ -370,7 +379,9 @@ pub struct ModelPass<'t> {
     locks: LockSections<'t>,
     waits: HeldWaits,
     senders: Senders,
+    pending: PendingCalls,
     wrappers: Wrappers,
+    end_reason: Option<EndReason>,
 }
 
 impl<'t> ModelPass<'t> {
@@ -389,8 +400,16 @@ impl<'t> ModelPass<'t> {
             locks: LockSections::new(tables, n),
             waits: HeldWaits::new(n),
             senders: Senders::new(n),
+            pending: PendingCalls::new(n),
             wrappers: Wrappers::default(),
+            end_reason: None,
         }
+    }
+
+    /// How the process ended, from the trace's trailer (none for a trace cut short).
+    pub fn with_end_reason(mut self, reason: Option<EndReason>) -> Self {
+        self.end_reason = reason;
+        self
     }
 
     /// The project's lock wrappers, skipped (with the standard library's) when a site is named
@@ -439,6 +458,7 @@ impl Pass for ModelPass<'_> {
         self.locks.handle(ev, &self.annotations, &self.heap);
         self.waits.handle(ev, &mut self.locks);
         self.senders.handle(ev);
+        self.pending.handle(ev);
     }
 
     fn finish(self) -> Run {
@@ -459,6 +479,7 @@ impl Pass for ModelPass<'_> {
             .filter(|&l| locks.lock_threads[l as usize].len() >= 2)
             .collect();
         let senders = self.senders.finish();
+        let end = self.pending.finish(tables, &self.threads, self.end_reason);
         Run {
             source: self.source,
             threads: self.threads,
@@ -487,6 +508,7 @@ impl Pass for ModelPass<'_> {
                 .collect(),
             events: self.events,
             races: RaceOutput::default(),
+            end,
         }
     }
 }

@@ -1,6 +1,6 @@
 //! `--format json`: the report as one JSON document (schema `foresight-report`, version 1,
 //! documented in `docs/report-schema.md`). Every finding has the same fields, whatever its
-//! kind: the common ones, then `cycle`, `edges`, `wait`, `race` and `witness` (empty or `null` when
+//! kind: the common ones, then `cycle`, `edges`, `wait`, `race`, `observed` and `witness` (empty or `null` when
 //! the kind has none).
 
 use std::io::Write;
@@ -8,7 +8,8 @@ use std::io::Write;
 use serde::Serialize;
 
 use super::{
-    EdgeReport, Finding, FindingLocation, Kind, RaceReport, Report, Verdict, WaitReport, Witness,
+    EdgeReport, Finding, FindingLocation, Kind, ObservedReport, RaceReport, Report, Verdict,
+    WaitReport, Witness,
 };
 
 pub fn write(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
@@ -30,6 +31,7 @@ struct FindingJson<'f> {
     edges: &'f [EdgeReport],
     wait: Option<&'f WaitReport>,
     race: Option<&'f RaceReport>,
+    observed: Option<&'f ObservedReport>,
     witness: Option<&'f Witness>,
     occurrences: u64,
     locations: &'f [FindingLocation],
@@ -49,6 +51,7 @@ impl Serialize for Finding {
             edges: self.edges(),
             wait: self.wait(),
             race: self.race(),
+            observed: self.observed(),
             witness: self.witness.as_ref(),
             occurrences: self.occurrences,
             locations: &self.locations,

@@ -53,6 +53,9 @@ pub struct TraceSummary {
 
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Summary {
+    /// Findings of verdict `observed`: deadlocks and stalls the run was really in when its
+    /// trace ended.
+    pub observed: usize,
     pub predicted: usize,
     pub potential: usize,
     pub lock_classes: usize,
@@ -126,6 +129,8 @@ pub struct Inversion {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Verdict {
+    /// It happened: the threads were blocked so when the trace ended (`observed.rs`).
+    Observed,
     Predicted,
     Potential,
     /// A declared discipline was broken (a rank annotation): not a prediction, a rule.
@@ -135,6 +140,7 @@ pub enum Verdict {
 impl Verdict {
     pub fn as_str(self) -> &'static str {
         match self {
+            Verdict::Observed => "observed",
             Verdict::Predicted => "predicted",
             Verdict::Potential => "potential",
             Verdict::Violation => "violation",
@@ -149,6 +155,7 @@ impl Report {
             f.id = i + 1;
         }
         let count = |v: Verdict| self.findings.iter().filter(|f| f.verdict == v).count();
+        self.summary.observed = count(Verdict::Observed);
         self.summary.predicted = count(Verdict::Predicted);
         self.summary.potential = count(Verdict::Potential);
         self.summary.rank_violations = count(Verdict::Violation);
@@ -191,6 +198,7 @@ impl Finding {
                 std::slice::from_ref(lock_class)
             }
             Detail::RankViolation { classes, .. } => classes,
+            Detail::Observed(o) => &o.lock_classes,
             Detail::Race(_) => &[],
         }
     }
@@ -200,7 +208,10 @@ impl Finding {
         match &self.detail {
             Detail::LockCycle { edges, .. } => edges,
             Detail::RankViolation { edge, .. } => std::slice::from_ref(edge),
-            Detail::WaitDeadlock { .. } | Detail::ReadRecursion { .. } | Detail::Race(_) => &[],
+            Detail::WaitDeadlock { .. }
+            | Detail::ReadRecursion { .. }
+            | Detail::Race(_)
+            | Detail::Observed(_) => &[],
         }
     }
 
@@ -208,7 +219,10 @@ impl Finding {
     pub fn wait(&self) -> Option<&WaitReport> {
         match &self.detail {
             Detail::WaitDeadlock { wait, .. } | Detail::ReadRecursion { wait, .. } => Some(wait),
-            Detail::LockCycle { .. } | Detail::RankViolation { .. } | Detail::Race(_) => None,
+            Detail::LockCycle { .. }
+            | Detail::RankViolation { .. }
+            | Detail::Race(_)
+            | Detail::Observed(_) => None,
         }
     }
 
@@ -216,6 +230,14 @@ impl Finding {
     pub fn race(&self) -> Option<&RaceReport> {
         match &self.detail {
             Detail::Race(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// The blocked threads of an observed deadlock or stall (JSON's `observed`).
+    pub fn observed(&self) -> Option<&ObservedReport> {
+        match &self.detail {
+            Detail::Observed(o) => Some(o),
             _ => None,
         }
     }
@@ -254,6 +276,9 @@ pub enum Detail {
     /// Two accesses to the same memory, at least one a write, not both atomic, that a schedule
     /// runs back to back (`races/`).
     Race(Box<RaceReport>),
+    /// Threads blocked when the trace ended: in a cycle (`observed-deadlock`) or not
+    /// (`observed-stall`) (`observed.rs`).
+    Observed(Box<ObservedReport>),
 }
 
 /// The kind of a finding: JSON's `kind`, SARIF's rule id.
@@ -267,11 +292,13 @@ pub enum Kind {
     RwlockDeadlock,
     RankViolation,
     Race,
+    ObservedDeadlock,
+    ObservedStall,
 }
 
 impl Kind {
     /// Every kind, in the order SARIF lists its rules.
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 10] = [
         Kind::Deadlock,
         Kind::PotentialDeadlock,
         Kind::JoinDeadlock,
@@ -280,6 +307,8 @@ impl Kind {
         Kind::RwlockDeadlock,
         Kind::RankViolation,
         Kind::Race,
+        Kind::ObservedDeadlock,
+        Kind::ObservedStall,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -292,6 +321,8 @@ impl Kind {
             Kind::RwlockDeadlock => "rwlock-deadlock",
             Kind::RankViolation => "rank-violation",
             Kind::Race => "race",
+            Kind::ObservedDeadlock => "observed-deadlock",
+            Kind::ObservedStall => "observed-stall",
         }
     }
 }
@@ -463,6 +494,44 @@ pub struct AccessReport {
     pub site: SiteReport,
     /// The locks the thread held (`name (read)` for the read side of an rwlock).
     pub locks_held: Vec<String>,
+}
+
+/// What the run was really doing when its trace ended: threads blocked for good.
+#[derive(Clone, Debug, Serialize)]
+pub struct ObservedReport {
+    pub trace: String,
+    /// How the trace ended: the process's end, or why recording stopped.
+    pub ended: String,
+    /// The threads of the cycle in wait-for order: each waits for the next, the last for the
+    /// first (one thread: it waits for itself). Empty for a stall.
+    pub cycle: Vec<String>,
+    /// The lock classes the cycle's threads request, in the cycle's order (JSON's `cycle`,
+    /// the baseline key's classes); empty when the cycle has no lock request, and for stalls.
+    pub lock_classes: Vec<String>,
+    /// Every thread involved: the cycle's first, then those blocked behind them, then the
+    /// holders that were not blocked (running, exited, in a timed wait).
+    pub threads: Vec<BlockedThread>,
+}
+
+/// One thread of an observed deadlock or stall.
+#[derive(Clone, Debug, Serialize)]
+pub struct BlockedThread {
+    pub thread: String,
+    /// `blocked`, `blocked-with-timeout`, `running`, `exited`.
+    pub state: &'static str,
+    /// The call it was blocked in: `lock`, `read-lock`, `join`, `condition`, `barrier`,
+    /// `semaphore`, `once`; null when not blocked in a recorded call.
+    pub waits: Option<&'static str>,
+    /// What that call waits on (a lock, a thread, a condition…).
+    pub object: Option<String>,
+    pub site: Option<SiteReport>,
+    /// Position of the call in the thread (`foresight dump --thread`).
+    pub position: Option<u32>,
+    /// Every lock it held.
+    pub held: Vec<HeldLock>,
+    /// The threads it waits for, where the trace says (the holders of the lock, the joined
+    /// thread, the thread running the once routine).
+    pub waits_for: Vec<String>,
 }
 
 /// A static variable, and where it is declared.

@@ -51,6 +51,18 @@ fn rule(kind: Kind) -> (&'static str, &'static str) {
             "Locks annotated with ranks must be acquired in increasing rank: a lock was \
              acquired while a lock of the same or a higher rank was held.",
         ),
+        Kind::ObservedDeadlock => (
+            "Observed deadlock: the recorded run was stuck in it",
+            "When the trace ended, threads were blocked waiting for each other in a cycle (a \
+             lock held by the next thread, or by the thread itself, a join, a once routine): \
+             none could return. It happened in the recorded run; it is not a prediction.",
+        ),
+        Kind::ObservedStall => (
+            "Observed stall: threads blocked when the run was stopped",
+            "When the run was stopped (a signal, the hang timeout), threads were blocked in \
+             joins, barriers, condition or semaphore waits, or in lock requests behind them, \
+             with no cycle among them: what each held and waited for.",
+        ),
         Kind::Race => (
             "Data race: two threads access the same memory with nothing ordering them",
             "Two threads access the same memory, at least one writes, not both atomically, and \
@@ -63,14 +75,17 @@ fn rule(kind: Kind) -> (&'static str, &'static str) {
 /// The level a kind's results have unless their verdict says otherwise.
 fn default_level(kind: Kind) -> &'static str {
     match kind {
-        Kind::PotentialDeadlock | Kind::RwlockDeadlock => "warning",
+        Kind::PotentialDeadlock | Kind::RwlockDeadlock | Kind::ObservedStall => "warning",
         _ => "error",
     }
 }
 
 fn level(f: &Finding) -> &'static str {
+    if f.kind == Kind::ObservedStall {
+        return default_level(f.kind);
+    }
     match f.verdict {
-        Verdict::Predicted | Verdict::Violation => "error",
+        Verdict::Observed | Verdict::Predicted | Verdict::Violation => "error",
         Verdict::Potential => "warning",
     }
 }

@@ -1,5 +1,6 @@
-//! The human-readable report: predicted findings first, then potential ones, each with its
-//! cycle, per edge the thread, both sites with stacks and the held set, the witness, and why.
+//! The human-readable report: observed findings first (what the run was stuck in), then
+//! predicted, then potential ones, each with its cycle, per edge the thread, both sites with
+//! stacks and the held set, the witness, and why.
 
 use std::io::Write;
 
@@ -82,6 +83,21 @@ pub fn write_with(out: &mut impl Write, report: &Report, style: Style) -> std::i
         component(out, c, s.max_cycle_length)?;
     }
     writeln!(out)?;
+    let observed: Vec<&Finding> = report
+        .findings
+        .iter()
+        .filter(|f| f.verdict == Verdict::Observed)
+        .collect();
+    if !observed.is_empty() {
+        writeln!(
+            out,
+            "== OBSERVED deadlocks and stalls ({}): the run was stuck when its trace ended ==",
+            observed.len()
+        )?;
+        for f in observed {
+            finding(out, f, style)?;
+        }
+    }
     let predicted: Vec<&Finding> = report
         .findings
         .iter()
@@ -133,6 +149,9 @@ pub fn write_with(out: &mut impl Write, report: &Report, style: Style) -> std::i
         for f in violations {
             finding(out, f, style)?;
         }
+    }
+    if report.summary.observed > 0 {
+        write!(out, "{} observed, ", report.summary.observed)?;
     }
     write!(
         out,
@@ -297,6 +316,34 @@ fn finding(out: &mut impl Write, f: &Finding, style: Style) -> std::io::Result<(
                 stack(out, &a.site, "      ", style)?;
             }
         }
+        Detail::Observed(o) => {
+            writeln!(out, "  {} ({})", o.trace, o.ended)?;
+            if o.cycle.len() > 1 {
+                writeln!(out, "  cycle (threads): {}", cycle_text(&o.cycle))?;
+            }
+            for t in &o.threads {
+                match (&t.waits, &t.object, &t.site) {
+                    (Some(w), Some(obj), Some(s)) => writeln!(
+                        out,
+                        "  {} {} in {w} on {obj} at {} [event {}]",
+                        t.thread,
+                        t.state,
+                        s.location,
+                        t.position.unwrap_or_default()
+                    )?,
+                    _ => writeln!(out, "  {} {}", t.thread, t.state)?,
+                }
+                if let Some(s) = &t.site {
+                    stack(out, s, "      ", style)?;
+                }
+                for h in &t.held {
+                    held(out, "holding", h)?;
+                }
+                if !t.waits_for.is_empty() {
+                    writeln!(out, "    waiting for {}", t.waits_for.join(", "))?;
+                }
+            }
+        }
         Detail::WaitDeadlock { wait: w, .. } | Detail::ReadRecursion { wait: w, .. } => {
             writeln!(
                 out,
@@ -364,6 +411,16 @@ fn finding(out: &mut impl Write, f: &Finding, style: Style) -> std::io::Result<(
         writeln!(out, "  seen {} times", f.occurrences)?;
     }
     writeln!(out)
+}
+
+/// A cycle's names in order, back to the first: `A → B → A`.
+fn cycle_text(names: &[String]) -> String {
+    let mut s = names.join(" → ");
+    if let Some(first) = names.first() {
+        s.push_str(" → ");
+        s.push_str(first);
+    }
+    s
 }
 
 /// "3 by happens-before, 1 sync-preserving": how many races each rule found.

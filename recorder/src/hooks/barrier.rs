@@ -13,6 +13,7 @@ use foresight_trace::tables::ObjectKind;
 use super::{object, record_destroy, rt};
 use crate::real::real;
 use crate::sequence::Key;
+use crate::thread_state::Wait;
 
 type B = *mut pthread_barrier_t;
 
@@ -79,8 +80,12 @@ unsafe extern "C-unwind" fn wait(b: B, ra: usize) -> c_int {
         })
         .flatten()
     });
+    let outer = arrival.and(ts).map(|t| t.begin_wait(Wait::Untimed));
     // SAFETY: the real function with the caller's argument.
     let r = unsafe { real(b) };
+    if let (Some(t), Some(outer)) = (ts, outer) {
+        t.end_wait(outer);
+    }
     if let (Some(t), Some((s, generation))) = (ts, arrival) {
         t.with(|t| {
             t.emit(

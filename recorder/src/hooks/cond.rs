@@ -7,10 +7,11 @@ use libc::{c_int, pthread_cond_t, pthread_condattr_t, pthread_mutex_t, timespec}
 use foresight_trace::event::{EventKind, WaitOutcome};
 use foresight_trace::tables::ObjectKind;
 
-use super::mutex::mutex_kind;
+use super::mutex::ProgramMutex;
 use super::{object, record_destroy, record_init, rt};
 use crate::real::real;
 use crate::sequence::Key;
+use crate::thread_state::Wait;
 
 type C = *mut pthread_cond_t;
 type M = *mut pthread_mutex_t;
@@ -34,14 +35,16 @@ fn kind() -> ObjectKind {
 }
 
 /// # Safety
-/// `call` is the real wait with the caller's arguments.
+/// `call` is the real wait with the caller's arguments; `m` is the mutex argument of that call.
 #[inline(always)]
-unsafe fn waiting(c: C, m: M, ra: usize, call: impl FnOnce() -> c_int) -> c_int {
+unsafe fn waiting(c: C, m: M, ra: usize, wait: Wait, call: impl FnOnce() -> c_int) -> c_int {
+    // SAFETY: the program's mutex argument of the wait, used during this call.
+    let pm = unsafe { ProgramMutex::new(m) };
     let ts = rt();
     let slots = ts.and_then(|t| {
         t.with(|t| {
             let (cs, site) = object(t, c as usize, ra, false, kind)?;
-            let (ms, _) = object(t, m as usize, ra, false, || mutex_kind(m))?;
+            let (ms, _) = object(t, m as usize, ra, false, || pm.kind())?;
             // Entering the wait releases the mutex: key before the real call.
             t.emit(
                 EventKind::CondWaitBegin {
@@ -55,7 +58,11 @@ unsafe fn waiting(c: C, m: M, ra: usize, call: impl FnOnce() -> c_int) -> c_int 
         })
         .flatten()
     });
+    let outer = slots.and(ts).map(|t| t.begin_wait(wait));
     let r = call();
+    if let (Some(t), Some(outer)) = (ts, outer) {
+        t.end_wait(outer);
+    }
     if let (Some(t), Some((cs, ms))) = (ts, slots) {
         t.with(|t| {
             let outcome = if r == libc::ETIMEDOUT {
@@ -79,13 +86,13 @@ unsafe fn waiting(c: C, m: M, ra: usize, call: impl FnOnce() -> c_int) -> c_int 
 unsafe extern "C-unwind" fn wait(c: C, m: M, ra: usize) -> c_int {
     let real = REAL_WAIT.get();
     // SAFETY: the real function with the caller's arguments.
-    unsafe { waiting(c, m, ra, || real(c, m)) }
+    unsafe { waiting(c, m, ra, Wait::Untimed, || real(c, m)) }
 }
 
 unsafe extern "C-unwind" fn timedwait(c: C, m: M, t: *const timespec, ra: usize) -> c_int {
     let real = REAL_TIMEDWAIT.get();
     // SAFETY: the real function with the caller's arguments.
-    unsafe { waiting(c, m, ra, || real(c, m, t)) }
+    unsafe { waiting(c, m, ra, Wait::Timed, || real(c, m, t)) }
 }
 
 fn notify(c: C, ra: usize, all: bool) {

@@ -78,7 +78,7 @@ fn arena_alloc(n: usize, align: usize) -> *mut c_void {
 
 /// The state of a thread whose allocations are recorded now.
 #[inline(always)]
-fn recorder() -> Option<&'static ThreadState> {
+fn recorder() -> Option<thread_state::Current> {
     if !RECORD.load(Ordering::Relaxed) && !crate::accesses::instrumented() {
         return None;
     }

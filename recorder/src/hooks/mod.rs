@@ -39,11 +39,11 @@ use foresight_trace::tables::ObjectKind;
 use crate::objects::{self, Origin, Slot};
 use crate::output;
 use crate::sequence::Key;
-use crate::thread_state::{self, ThreadState};
+use crate::thread_state::{self, Current, ThreadState};
 
 /// The calling thread's state if recording is on (adopting a thread we did not see created).
 #[inline]
-pub fn rt() -> Option<&'static ThreadState> {
+pub fn rt() -> Option<Current> {
     if !output::recording() {
         return None;
     }
@@ -58,7 +58,7 @@ pub fn rt() -> Option<&'static ThreadState> {
 /// asking whether recording goes on (`ThreadState::enter_buf` refuses to record once it has
 /// ended, and `object_slow` creates nothing then); the rest as `rt`.
 #[inline(always)]
-pub fn rt_lane() -> Option<&'static ThreadState> {
+pub fn rt_lane() -> Option<Current> {
     match thread_state::current() {
         Some(t) => Some(t),
         None => rt_unseen(),
@@ -67,7 +67,7 @@ pub fn rt_lane() -> Option<&'static ThreadState> {
 
 #[cold]
 #[inline(never)]
-fn rt_unseen() -> Option<&'static ThreadState> {
+fn rt_unseen() -> Option<Current> {
     if output::recording() && thread_state::unseen() {
         thread::adopt_current()
     } else {

@@ -9,7 +9,7 @@ use super::{object, record_destroy, record_init, rt, rt_lane};
 use crate::objects::Slot;
 use crate::real::real;
 use crate::sequence::Key;
-use crate::thread_state::{self, ThreadState};
+use crate::thread_state::{self, ThreadState, Wait};
 
 type M = *mut pthread_mutex_t;
 
@@ -35,37 +35,53 @@ entry!(pthread_mutex_destroy, 1, mutex_destroy);
 const KIND_WORD: usize = 4;
 const OWNER_WORD: usize = 2;
 
-pub(crate) fn mutex_kind(m: M) -> ObjectKind {
-    // SAFETY: `m` points at a pthread_mutex_t (the caller passed it to a mutex function); the
-    // kind word is at a fixed offset inside it. A racy read of an int is harmless here.
-    let k = unsafe { std::ptr::read_volatile((m as *const c_int).add(KIND_WORD)) };
-    match k & 3 {
-        1 => ObjectKind::RecursiveMutex,
-        2 => ObjectKind::ErrorCheckMutex,
-        _ => ObjectKind::Mutex,
-    }
-}
-
-fn owned_by(m: M, t: &ThreadState) -> bool {
-    // SAFETY: as in `mutex_kind`; `__owner` is an int at a fixed offset.
-    let owner = unsafe { std::ptr::read_volatile((m as *const c_int).add(OWNER_WORD)) };
-    owner as u32 == t.os_tid.get()
-}
-
 /// glibc's mutex kind flags that change what `trylock` means: robust (a trylock can take the
 /// lock *and* fail with `EOWNERDEAD`), priority inheritance, priority protection.
 const KIND_ROBUST_PI_PP: c_int = 16 | 32 | 64;
 
-/// Whether a successful `pthread_mutex_trylock` of `m` is exactly what `pthread_mutex_lock`
-/// would have done without waiting, and a failed one has no effect: true for the normal,
-/// recursive, error-checking and adaptive types (an error-checking mutex the caller owns gives
-/// `EBUSY`, and the real lock then gives `EDEADLK`; a recursive one at its count limit gives
-/// `EAGAIN` both times), not for robust, PI or PP mutexes.
-#[inline(always)]
-fn trylock_first_ok(m: M) -> bool {
-    // SAFETY: as in `mutex_kind`.
-    let k = unsafe { std::ptr::read_volatile((m as *const c_int).add(KIND_WORD)) };
-    k & KIND_ROBUST_PI_PP == 0
+/// A mutex the program passed to the hooked call that made this value: its words are read
+/// during that call only.
+#[derive(Clone, Copy)]
+pub(crate) struct ProgramMutex(M);
+
+impl ProgramMutex {
+    /// # Safety
+    /// `m` points at a glibc `pthread_mutex_t` that stays valid while the value is used: the
+    /// mutex argument of the hooked call that makes it, used only during that call.
+    #[inline(always)]
+    pub(crate) unsafe fn new(m: M) -> Self {
+        Self(m)
+    }
+
+    #[inline(always)]
+    fn word(self, index: usize) -> c_int {
+        // SAFETY: `new`'s contract: the mutex is valid, and the word is at a fixed offset
+        // inside it. A racy read of an int that the C library changes is harmless here.
+        unsafe { std::ptr::read_volatile((self.0 as *const c_int).add(index)) }
+    }
+
+    pub(crate) fn kind(self) -> ObjectKind {
+        match self.word(KIND_WORD) & 3 {
+            1 => ObjectKind::RecursiveMutex,
+            2 => ObjectKind::ErrorCheckMutex,
+            _ => ObjectKind::Mutex,
+        }
+    }
+
+    fn owned_by(self, t: &ThreadState) -> bool {
+        self.word(OWNER_WORD) as u32 == t.os_tid.get()
+    }
+
+    /// Whether a successful `pthread_mutex_trylock` of the mutex is exactly what
+    /// `pthread_mutex_lock` would have done without waiting, and a failed one has no effect:
+    /// true for the normal, recursive, error-checking and adaptive types (an error-checking
+    /// mutex the caller owns gives `EBUSY`, and the real lock then gives `EDEADLK`; a
+    /// recursive one at its count limit gives `EAGAIN` both times), not for robust, PI or PP
+    /// mutexes.
+    #[inline(always)]
+    fn trylock_first_ok(self) -> bool {
+        self.word(KIND_WORD) & KIND_ROBUST_PI_PP == 0
+    }
 }
 
 /// The shared shape of a blocking acquire. First `try_first`, the real non-blocking attempt,
@@ -84,6 +100,7 @@ pub(crate) unsafe fn blocking(
     addr: usize,
     ra: usize,
     mode: LockMode,
+    wait: Wait,
     kind_of: impl Fn() -> ObjectKind + Copy,
     try_first: impl FnOnce() -> bool,
     call: impl FnOnce() -> c_int,
@@ -96,7 +113,7 @@ pub(crate) unsafe fn blocking(
         return 0;
     }
     // SAFETY: the caller's contract.
-    unsafe { contended(addr, ra, mode, kind_of, call, acquired, errno_of) }
+    unsafe { contended(addr, ra, mode, wait, kind_of, call, acquired, errno_of) }
 }
 
 /// Records that the lock at `addr` was taken without waiting: the lane when it can, else the
@@ -126,7 +143,7 @@ fn taken_at_once_general(
 ) {
     if let Some(t) = rt_lane() {
         if t.enter() {
-            if let Some((s, site)) = object(t, addr, ra, false, kind_of) {
+            if let Some((s, site)) = object(&t, addr, ra, false, kind_of) {
                 t.emit_lock_immediate(s.id(), mode, site, Key::Acquire(&s.clock));
             }
             t.leave();
@@ -140,10 +157,12 @@ fn taken_at_once_general(
 /// # Safety
 /// As for `blocking`.
 #[inline(never)]
+#[allow(clippy::too_many_arguments)]
 unsafe fn contended(
     addr: usize,
     ra: usize,
     mode: LockMode,
+    wait: Wait,
     kind_of: impl Fn() -> ObjectKind + Copy,
     call: impl FnOnce() -> c_int,
     acquired: impl Fn(c_int) -> bool,
@@ -158,7 +177,9 @@ unsafe fn contended(
             let requested = hit.is_some_and(|p| t.lane_lock_request(p, mode));
             t.leave();
             if let (true, Some(p)) = (requested, hit) {
+                let outer = t.begin_wait(wait);
                 let r = call();
+                t.end_wait(outer);
                 if acquired(r) && t.enter() {
                     let done = t.lane_lock_acquired(p, mode);
                     t.leave();
@@ -172,7 +193,7 @@ unsafe fn contended(
         }
     }
     // SAFETY: the caller's contract.
-    unsafe { contended_general(addr, ra, mode, kind_of, call, acquired, errno_of) }
+    unsafe { contended_general(addr, ra, mode, wait, kind_of, call, acquired, errno_of) }
 }
 
 /// The outcome of a blocking call whose request was recorded, on the general path.
@@ -209,10 +230,12 @@ fn after_real_call(
 /// # Safety
 /// As for `blocking`.
 #[inline(never)]
+#[allow(clippy::too_many_arguments)]
 unsafe fn contended_general(
     addr: usize,
     ra: usize,
     mode: LockMode,
+    wait: Wait,
     kind_of: impl Fn() -> ObjectKind + Copy,
     call: impl FnOnce() -> c_int,
     acquired: impl Fn(c_int) -> bool,
@@ -224,7 +247,7 @@ unsafe fn contended_general(
     if !t.enter() {
         return call();
     }
-    let found = object(t, addr, ra, false, kind_of);
+    let found = object(&t, addr, ra, false, kind_of);
     if let Some((s, site)) = found {
         t.emit(
             EventKind::LockRequest {
@@ -236,7 +259,9 @@ unsafe fn contended_general(
         );
     }
     t.leave();
+    let outer = t.begin_wait(wait);
     let r = call();
+    t.end_wait(outer);
     if let Some((s, _)) = found {
         after_real_call(s, mode, r, acquired, errno_of);
     }
@@ -259,7 +284,7 @@ pub(crate) fn attempt(
     if !t.enter() {
         return call();
     }
-    let found = object(t, addr, ra, false, kind_of);
+    let found = object(&t, addr, ra, false, kind_of);
     let r = call();
     if let Some((s, site)) = found {
         let ev = EventKind::LockTry {
@@ -306,7 +331,7 @@ fn record_release(
             let done = t.lane_pair(addr, ra).is_some_and(|p| {
                 let kind = kind_of();
                 // Not owned: nothing to record (the real call fails), and nothing more to do.
-                !owned(kind, t) || t.lane_release(p, kind == ObjectKind::RwLock)
+                !owned(kind, &t) || t.lane_release(p, kind == ObjectKind::RwLock)
             });
             t.leave();
             if done {
@@ -326,9 +351,9 @@ fn record_release_general(
 ) {
     if let Some(t) = rt_lane() {
         if t.enter() {
-            if let Some((s, site)) = object(t, addr, ra, false, kind_of) {
+            if let Some((s, site)) = object(&t, addr, ra, false, kind_of) {
                 let kind = kind_of();
-                if owned(kind, t) {
+                if owned(kind, &t) {
                     let key = if kind == ObjectKind::RwLock {
                         Key::Release(&s.clock)
                     } else {
@@ -343,14 +368,17 @@ fn record_release_general(
 }
 
 unsafe extern "C-unwind" fn mutex_lock(m: M, ra: usize) -> c_int {
+    // SAFETY: the program's mutex argument, used during this call.
+    let pm = unsafe { ProgramMutex::new(m) };
     // SAFETY: the real functions, called with the caller's argument.
     unsafe {
         blocking(
             m as usize,
             ra,
             LockMode::Exclusive,
-            move || mutex_kind(m),
-            || trylock_first_ok(m) && REAL_TRYLOCK.try_get().is_some_and(|t| t(m) == 0),
+            Wait::Untimed,
+            move || pm.kind(),
+            || pm.trylock_first_ok() && REAL_TRYLOCK.try_get().is_some_and(|t| t(m) == 0),
             // None: inside dlsym's bootstrap, single-threaded, nothing to lock against.
             move || REAL_LOCK.try_get().map_or(0, |real| real(m)),
             |r| r == 0,
@@ -361,16 +389,19 @@ unsafe extern "C-unwind" fn mutex_lock(m: M, ra: usize) -> c_int {
 
 unsafe extern "C-unwind" fn mutex_timedlock(m: M, t: *const timespec, ra: usize) -> c_int {
     let real = REAL_TIMEDLOCK.get();
+    // SAFETY: the program's mutex argument, used during this call.
+    let pm = unsafe { ProgramMutex::new(m) };
     // SAFETY: the real function with the caller's arguments.
     unsafe {
         blocking(
             m as usize,
             ra,
             LockMode::Exclusive,
-            move || mutex_kind(m),
+            Wait::Timed,
+            move || pm.kind(),
             // A free mutex is taken whatever the timeout (POSIX: the timeout is not checked
             // then), so the attempt first is exact here too.
-            || trylock_first_ok(m) && REAL_TRYLOCK.try_get().is_some_and(|t| t(m) == 0),
+            || pm.trylock_first_ok() && REAL_TRYLOCK.try_get().is_some_and(|t| t(m) == 0),
             || real(m, t),
             |r| r == 0,
             |r| r,
@@ -382,12 +413,14 @@ unsafe extern "C-unwind" fn mutex_trylock(m: M, ra: usize) -> c_int {
     let Some(real) = REAL_TRYLOCK.try_get() else {
         return 0;
     };
-    // SAFETY: the real function with the caller's argument.
+    // SAFETY: the program's mutex argument, used during this call.
+    let pm = unsafe { ProgramMutex::new(m) };
     attempt(
         m as usize,
         ra,
         LockMode::Exclusive,
-        move || mutex_kind(m),
+        move || pm.kind(),
+        // SAFETY: the real function with the caller's argument.
         || unsafe { real(m) },
     )
 }
@@ -396,12 +429,14 @@ unsafe extern "C-unwind" fn mutex_unlock(m: M, ra: usize) -> c_int {
     let Some(real) = REAL_UNLOCK.try_get() else {
         return 0;
     };
+    // SAFETY: the program's mutex argument, used during this call.
+    let pm = unsafe { ProgramMutex::new(m) };
     release(
         m as usize,
         ra,
-        move || mutex_kind(m),
+        move || pm.kind(),
         // Recursive and error-checking mutexes report EPERM to a non-owner: no release then.
-        move |k, t| matches!(k, ObjectKind::Mutex) || owned_by(m, t),
+        move |k, t| matches!(k, ObjectKind::Mutex) || pm.owned_by(t),
         // SAFETY: the real function with the caller's argument.
         || unsafe { real(m) },
     )
@@ -414,7 +449,9 @@ unsafe extern "C-unwind" fn mutex_init(m: M, a: *const pthread_mutexattr_t, ra: 
     // SAFETY: the real function with the caller's arguments.
     let r = unsafe { real(m, a) };
     if r == 0 {
-        record_init(m as usize, ra, || mutex_kind(m));
+        // SAFETY: the program's mutex argument, used during this call.
+        let pm = unsafe { ProgramMutex::new(m) };
+        record_init(m as usize, ra, || pm.kind());
     }
     r
 }

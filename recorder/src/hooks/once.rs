@@ -14,7 +14,7 @@ use super::{object, rt};
 use crate::objects::Slot;
 use crate::real::real;
 use crate::sequence::Key;
-use crate::thread_state;
+use crate::thread_state::{self, Wait};
 
 type O = *mut pthread_once_t;
 type Init = unsafe extern "C-unwind" fn();
@@ -43,8 +43,12 @@ unsafe extern "C-unwind" fn once(o: O, routine: Init, ra: usize) -> c_int {
     let outer = t
         .once
         .replace((slot as *const Slot as usize, routine as usize, false));
+    // Waiting, unless this call runs the routine (the trampoline ends the wait) or returns at
+    // once; another thread's routine may be running.
+    let outer_wait = t.begin_wait(Wait::Untimed);
     // SAFETY: the real function; `trampoline` calls `routine` exactly when pthread_once would.
     let r = unsafe { real(o, trampoline) };
+    t.end_wait(outer_wait);
     let (_, _, ran) = t.once.replace(outer);
     if !ran && r == 0 {
         t.with(|t| {
@@ -63,6 +67,8 @@ unsafe extern "C-unwind" fn trampoline() {
     };
     let (slot, routine, _) = t.once.get();
     t.once.set((slot, routine, true));
+    // This thread runs the routine: not waiting (`once` restores the outer state after).
+    t.end_wait(0);
     // SAFETY: `slot` was set by `once` on this thread from a `&'static Slot`.
     let s: &'static Slot = unsafe { &*(slot as *const Slot) };
     t.with(|t| {

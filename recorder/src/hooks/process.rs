@@ -210,14 +210,14 @@ unsafe extern "C-unwind" fn exit_hook(status: c_int, _ra: usize) -> ! {
 
 unsafe extern "C-unwind" fn immediate_exit_hook(status: c_int, _ra: usize) -> ! {
     let real = REAL__EXIT.get();
-    runtime::finish(EndReason::ImmediateExit { status }, None);
+    runtime::finish(EndReason::ImmediateExit { status }, None, true);
     // SAFETY: the real _exit.
     unsafe { real(status) }
 }
 
 unsafe extern "C-unwind" fn immediate_exit2_hook(status: c_int, _ra: usize) -> ! {
     let real = REAL__EXIT2.get();
-    runtime::finish(EndReason::ImmediateExit { status }, None);
+    runtime::finish(EndReason::ImmediateExit { status }, None, true);
     // SAFETY: the real _Exit.
     unsafe { real(status) }
 }

@@ -8,6 +8,7 @@ use foresight_trace::tables::ObjectKind;
 use super::mutex::{attempt, blocking, release};
 use super::{record_destroy, record_init};
 use crate::real::real;
+use crate::thread_state::Wait;
 
 type L = *mut pthread_rwlock_t;
 
@@ -43,6 +44,7 @@ unsafe extern "C-unwind" fn rdlock(l: L, ra: usize) -> c_int {
             l as usize,
             ra,
             LockMode::Shared,
+            Wait::Untimed,
             kind,
             || false,
             || real(l),
@@ -60,6 +62,7 @@ unsafe extern "C-unwind" fn wrlock(l: L, ra: usize) -> c_int {
             l as usize,
             ra,
             LockMode::Exclusive,
+            Wait::Untimed,
             kind,
             || false,
             || real(l),
@@ -77,6 +80,7 @@ unsafe extern "C-unwind" fn timedrdlock(l: L, t: *const timespec, ra: usize) -> 
             l as usize,
             ra,
             LockMode::Shared,
+            Wait::Timed,
             kind,
             || false,
             || real(l, t),
@@ -94,6 +98,7 @@ unsafe extern "C-unwind" fn timedwrlock(l: L, t: *const timespec, ra: usize) -> 
             l as usize,
             ra,
             LockMode::Exclusive,
+            Wait::Timed,
             kind,
             || false,
             || real(l, t),

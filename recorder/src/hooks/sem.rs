@@ -9,6 +9,7 @@ use foresight_trace::tables::ObjectKind;
 use super::{object, record_destroy, rt};
 use crate::real::real;
 use crate::sequence::Key;
+use crate::thread_state::Wait;
 
 type S = *mut sem_t;
 
@@ -79,7 +80,7 @@ unsafe extern "C-unwind" fn post(s: S, ra: usize) -> c_int {
 /// # Safety
 /// `call` is the real wait with the caller's arguments.
 #[inline(always)]
-unsafe fn waiting(s: S, ra: usize, call: impl FnOnce() -> c_int) -> c_int {
+unsafe fn waiting(s: S, ra: usize, wait: Wait, call: impl FnOnce() -> c_int) -> c_int {
     let ts = rt();
     let slot = ts.and_then(|t| {
         t.with(|t| {
@@ -89,7 +90,11 @@ unsafe fn waiting(s: S, ra: usize, call: impl FnOnce() -> c_int) -> c_int {
         })
         .flatten()
     });
+    let outer = slot.and(ts).map(|t| t.begin_wait(wait));
     let r = call();
+    if let (Some(t), Some(outer)) = (ts, outer) {
+        t.end_wait(outer);
+    }
     if let (Some(t), Some(o)) = (ts, slot) {
         t.with(|t| {
             let ev = EventKind::SemWaitEnd {
@@ -112,13 +117,13 @@ unsafe fn waiting(s: S, ra: usize, call: impl FnOnce() -> c_int) -> c_int {
 unsafe extern "C-unwind" fn wait(s: S, ra: usize) -> c_int {
     let real = REAL_WAIT.get();
     // SAFETY: the real function with the caller's argument.
-    unsafe { waiting(s, ra, || real(s)) }
+    unsafe { waiting(s, ra, Wait::Untimed, || real(s)) }
 }
 
 unsafe extern "C-unwind" fn timedwait(s: S, t: *const timespec, ra: usize) -> c_int {
     let real = REAL_TIMEDWAIT.get();
     // SAFETY: the real function with the caller's arguments.
-    unsafe { waiting(s, ra, || real(s, t)) }
+    unsafe { waiting(s, ra, Wait::Timed, || real(s, t)) }
 }
 
 unsafe extern "C-unwind" fn trywait(s: S, ra: usize) -> c_int {

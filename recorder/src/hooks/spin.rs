@@ -8,6 +8,7 @@ use foresight_trace::tables::ObjectKind;
 use super::mutex::{attempt, blocking, release};
 use super::{record_destroy, record_init};
 use crate::real::real;
+use crate::thread_state::Wait;
 
 type S = *mut pthread_spinlock_t;
 
@@ -35,6 +36,7 @@ unsafe extern "C-unwind" fn lock(s: S, ra: usize) -> c_int {
             s as usize,
             ra,
             LockMode::Exclusive,
+            Wait::Untimed,
             kind,
             // A spinlock has no types and no errors: trylock succeeds exactly when the lock is
             // free, which is when spin_lock would take it at once.

@@ -18,7 +18,7 @@ use super::rt;
 use crate::real::real;
 use crate::sequence::Key;
 use crate::sites;
-use crate::thread_state::{self, ThreadState};
+use crate::thread_state::{self, Current, ThreadState, Wait};
 
 type Start = unsafe extern "C-unwind" fn(*mut c_void) -> *mut c_void;
 
@@ -57,10 +57,8 @@ fn set_exit_key(p: *mut ThreadState) {
 }
 
 unsafe extern "C" fn exit_destructor(p: *mut c_void) {
-    if let Some(t) = thread_state::current() {
-        if std::ptr::eq(t, p as *const ThreadState) {
-            thread_exit(t);
-        }
+    if thread_state::current().is_some_and(|t| std::ptr::eq(&*t, p as *const ThreadState)) {
+        thread_exit();
     }
 }
 
@@ -76,11 +74,11 @@ fn start_on_current(p: *mut ThreadState, after: u64) {
     let t = unsafe { &*p };
     t.attach();
     thread_state::register(p);
-    thread_state::pt_started(self_pt(), t.tid);
+    thread_state::pt_started(self_pt(), t);
     crate::output::table_record(&TableRecord::Thread(ThreadInfo {
-        id: t.tid,
+        id: t.tid(),
         os_tid: t.os_tid.get(),
-        parent: t.parent,
+        parent: t.parent(),
         name: None,
     }));
     t.emit(EventKind::ThreadStart, Key::After(after));
@@ -90,8 +88,9 @@ fn start_on_current(p: *mut ThreadState, after: u64) {
 
 /// A thread we did not see created (created before recording started, or by `clone`).
 #[cold]
-pub fn adopt_current() -> Option<&'static ThreadState> {
+pub fn adopt_current() -> Option<Current> {
     thread_state::keep_errno(|| {
+        crate::flusher::thread_created();
         // Guard: while the state is built (allocation, table records), hooks on this thread
         // pass through.
         thread_state::mark_dead();
@@ -108,20 +107,30 @@ pub fn start_main() {
     start_on_current(p, 0);
 }
 
-/// Records the calling thread's exit, flushes its buffer and releases its state.
-pub fn thread_exit(t: &'static ThreadState) {
-    thread_state::mark_dead();
-    let key = t.emit(EventKind::ThreadExit, Key::Tick);
-    thread_state::pt_exited(self_pt(), key);
-    t.write_access_counts();
-    t.flush(None);
-    t.close();
+/// Records the calling thread's exit, flushes its buffer and releases its state (nothing if
+/// the thread has none). The thread ends right after: no handle of it is used again.
+pub fn thread_exit() {
+    let Some(p) = thread_state::take_current() else {
+        return;
+    };
+    {
+        // SAFETY: the state this thread owned, still registered and allocated; the reference
+        // ends with this block, before the state is freed.
+        let t = unsafe { &*p };
+        let key = t.emit(EventKind::ThreadExit, Key::Tick);
+        thread_state::exited(t.tid(), key);
+        t.write_access_counts();
+        t.flush(None);
+        t.close();
+    }
     set_exit_key(std::ptr::null_mut());
-    let p = t as *const ThreadState as *mut ThreadState;
     thread_state::unregister(p);
-    // SAFETY: allocated by Box::into_raw, unregistered (no one else can reach it) and the
-    // thread-local pointer no longer names it.
-    drop(unsafe { Box::from_raw(p) });
+    // SAFETY: the thread's share, given up once: it is unregistered and no longer current;
+    // the creator may still hold its own share for a moment.
+    unsafe { thread_state::release(p) };
+    if thread_state::no_live_threads() {
+        crate::flusher::program_thread_exiting();
+    }
 }
 
 unsafe extern "C-unwind" fn trampoline(arg: *mut c_void) -> *mut c_void {
@@ -136,9 +145,7 @@ unsafe extern "C-unwind" fn trampoline(arg: *mut c_void) -> *mut c_void {
     let f: Start = unsafe { std::mem::transmute::<usize, Start>(start) };
     // SAFETY: calling the user's start routine with its argument, as pthread_create would.
     let r = unsafe { f(user_arg as *mut c_void) };
-    if let Some(t) = thread_state::current() {
-        thread_exit(t);
-    }
+    thread_exit();
     r
 }
 
@@ -155,48 +162,97 @@ unsafe extern "C-unwind" fn create(
         return unsafe { real(out, attr, start, arg) };
     };
     let prepared = t.with(|t| {
+        crate::flusher::thread_created();
         let site = sites::call_site(ra).0;
-        let child = ThreadState::new(Some(t.tid), 0);
+        let child = ThreadState::new(Some(t.tid()), 0);
         child.start.set(start as usize);
         child.arg.set(arg as usize);
         // The create key is taken before the real create; the event is written after it
         // succeeded, at that key.
         let key = t.take_key(Key::Tick);
         child.set_clock_hint(key);
+        // Until the real create has returned here, the child may run, exit and give up its
+        // state: the creator keeps a share of it.
+        child.share_with_creator();
         (Box::into_raw(child), site, key)
     });
     let Some((child, site, key)) = prepared else {
         // SAFETY: as above.
         return unsafe { real(out, attr, start, arg) };
     };
+    // Inside a session: what the C library does on this thread for the create (allocations)
+    // is not recorded. The create event is written afterwards at the key taken before; an
+    // event recorded in between would raise this thread's key above it, and the child's
+    // start would no longer follow its creation. (`enter` keeps no errno: the create's own
+    // effect on it stays.)
+    let entered = t.enter();
     // SAFETY: the real function, with our trampoline and the child's state as its argument.
     let r = unsafe { real(out, attr, trampoline, child.cast()) };
-    t.with(|t| {
-        if r == 0 {
-            // SAFETY: `child` is alive until the child thread exits; its tid is immutable.
-            let tid = unsafe { (*child).tid };
-            // SAFETY: on success pthread_create stored the new thread's id.
-            thread_state::pt_created(unsafe { *out } as usize, tid);
-            t.emit_at(EventKind::ThreadCreate { child: tid, site }, key);
-        } else {
-            // SAFETY: the thread was not created: nobody else has the state.
-            drop(unsafe { Box::from_raw(child) });
-        }
-    });
+    if entered {
+        t.leave();
+    }
+    if r != 0 {
+        // SAFETY: the thread was not created: nobody else has the state.
+        drop(unsafe { Box::from_raw(child) });
+        return r;
+    }
+    {
+        // SAFETY: the creator's share keeps the state allocated (released below).
+        let c = unsafe { &*child };
+        let tid = c.tid();
+        // SAFETY: on success pthread_create stored the new thread's id.
+        thread_state::pt_created(unsafe { *out } as usize, c);
+        t.with(|t| t.emit_at(EventKind::ThreadCreate { child: tid, site }, key));
+    }
+    // SAFETY: the creator's share, given up once; `child` is not used after this.
+    unsafe { thread_state::release(child) };
     r
 }
 
-/// Join-like calls: `blocking` ones record a request first.
+/// Starts a thread of the runtime's own, with the real `pthread_create` (nothing of it is
+/// recorded: `f` marks it so first): its `pthread_t`, or `None` if it could not be created.
+pub fn spawn_unrecorded(f: extern "C" fn(*mut c_void) -> *mut c_void) -> Option<usize> {
+    // SAFETY: an all-zero attribute object is what pthread_attr_init fills in next.
+    let mut attr: pthread_attr_t = unsafe { std::mem::zeroed() };
+    // SAFETY: plain calls on an attribute object we own; the thread's routine has the
+    // prototype pthread_create wants (an `extern "C"` one is also `"C-unwind"`-compatible:
+    // it never unwinds).
+    unsafe {
+        if libc::pthread_attr_init(&mut attr) != 0 {
+            return None;
+        }
+        libc::pthread_attr_setstacksize(&mut attr, 256 << 10);
+        let mut t: pthread_t = 0;
+        let start = std::mem::transmute::<extern "C" fn(*mut c_void) -> *mut c_void, Start>(f);
+        let r = REAL_CREATE.get()(&mut t, &attr, start, std::ptr::null_mut());
+        libc::pthread_attr_destroy(&mut attr);
+        (r == 0).then_some(t as usize)
+    }
+}
+
+/// Waits for a thread `spawn_unrecorded` started to end (the real `pthread_join`).
+pub fn join_unrecorded(t: usize) {
+    // SAFETY: `t` is a joinable thread of the runtime's own, joined once.
+    unsafe { REAL_JOIN.get()(t as pthread_t, std::ptr::null_mut()) };
+}
+
+/// Join-like calls: `blocking` ones (`Some`: with or without a timeout) record a request
+/// first.
 ///
 /// # Safety
 /// `call` is the real function with the caller's arguments.
 #[inline(always)]
-unsafe fn joining(pt: pthread_t, ra: usize, blocking: bool, call: impl FnOnce() -> c_int) -> c_int {
+unsafe fn joining(
+    pt: pthread_t,
+    ra: usize,
+    blocking: Option<Wait>,
+    call: impl FnOnce() -> c_int,
+) -> c_int {
     let ts = rt();
     let child = ts.and_then(|t| {
         t.with(|t| {
-            let (child, _) = thread_state::pt_lookup(pt as usize)?;
-            if blocking {
+            let child = thread_state::pt_lookup(pt as usize)?;
+            if blocking.is_some() {
                 let site = sites::call_site(ra).0;
                 t.emit(EventKind::JoinRequest { child, site }, Key::Same);
             }
@@ -204,11 +260,20 @@ unsafe fn joining(pt: pthread_t, ra: usize, blocking: bool, call: impl FnOnce() 
         })
         .flatten()
     });
+    let outer = match (ts, child, blocking) {
+        (Some(t), Some(_), Some(wait)) => Some(t.begin_wait(wait)),
+        _ => None,
+    };
     let r = call();
+    if let (Some(t), Some(outer)) = (ts, outer) {
+        t.end_wait(outer);
+    }
     if let (Some(t), Some(child)) = (ts, child) {
         t.with(|t| {
             if r == 0 {
-                let exit_key = thread_state::pt_lookup(pt as usize).map_or(0, |(_, k)| k);
+                // The exit's key, which the child left before it ended (0: lost, then the join
+                // is ordered by nothing more than a fresh key).
+                let exit_key = thread_state::exit_key(child).unwrap_or(0);
                 t.emit(
                     EventKind::JoinEnd {
                         child,
@@ -233,13 +298,13 @@ unsafe fn joining(pt: pthread_t, ra: usize, blocking: bool, call: impl FnOnce() 
 unsafe extern "C-unwind" fn join(pt: pthread_t, ret: *mut *mut c_void, ra: usize) -> c_int {
     let real = REAL_JOIN.get();
     // SAFETY: the real function with the caller's arguments.
-    unsafe { joining(pt, ra, true, || real(pt, ret)) }
+    unsafe { joining(pt, ra, Some(Wait::Untimed), || real(pt, ret)) }
 }
 
 unsafe extern "C-unwind" fn tryjoin(pt: pthread_t, ret: *mut *mut c_void, ra: usize) -> c_int {
     let real = REAL_TRYJOIN.get();
     // SAFETY: the real function with the caller's arguments.
-    unsafe { joining(pt, ra, false, || real(pt, ret)) }
+    unsafe { joining(pt, ra, None, || real(pt, ret)) }
 }
 
 unsafe extern "C-unwind" fn timedjoin(
@@ -250,14 +315,14 @@ unsafe extern "C-unwind" fn timedjoin(
 ) -> c_int {
     let real = REAL_TIMEDJOIN.get();
     // SAFETY: the real function with the caller's arguments.
-    unsafe { joining(pt, ra, true, || real(pt, ret, abs)) }
+    unsafe { joining(pt, ra, Some(Wait::Timed), || real(pt, ret, abs)) }
 }
 
 unsafe extern "C-unwind" fn detach(pt: pthread_t, ra: usize) -> c_int {
     let real = REAL_DETACH.get();
     if let Some(t) = rt() {
         t.with(|t| {
-            if let Some((child, _)) = thread_state::pt_lookup(pt as usize) {
+            if let Some(child) = thread_state::pt_lookup(pt as usize) {
                 let site = sites::call_site(ra).0;
                 t.emit(EventKind::ThreadDetach { child, site }, Key::Tick);
             }
@@ -270,9 +335,7 @@ unsafe extern "C-unwind" fn detach(pt: pthread_t, ra: usize) -> c_int {
 unsafe extern "C-unwind" fn exit(v: *mut c_void, _ra: usize) -> ! {
     let real = REAL_EXIT.get();
     if crate::output::recording() {
-        if let Some(t) = thread_state::current() {
-            thread_exit(t);
-        }
+        thread_exit();
     }
     // SAFETY: the real pthread_exit; it unwinds through this frame, which holds nothing that
     // needs dropping.

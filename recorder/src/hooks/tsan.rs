@@ -36,7 +36,9 @@ pub struct Runtime {
     func_entry: extern "C" fn(usize),
     func_exit: extern "C" fn(),
     atomic_begin: extern "C" fn(usize) -> usize,
-    atomic_end: extern "C" fn(usize, usize, usize, usize),
+    /// # Safety
+    /// `token` is 0 or what `atomic_begin` returned on this thread, handed back once.
+    atomic_end: unsafe extern "C" fn(usize, usize, usize, usize),
     fence: extern "C" fn(c_int, usize),
     annotate: extern "C" fn(c_int, usize, usize, usize) -> usize,
 }
@@ -102,9 +104,12 @@ extern "C" fn atomic_begin(addr: usize) -> usize {
 }
 
 /// `info`: size << 8 | op << 4 | order, as the stub encodes it.
-extern "C" fn atomic_end(token: usize, addr: usize, info: usize, pc: usize) {
-    // SAFETY: a non-zero token is the stripe `atomic_begin` returned (the stub hands it back
-    // unchanged), a `&'static Stripe` of the static table.
+///
+/// # Safety
+/// `token` is a non-zero value `atomic_begin` returned on this thread, handed back once.
+unsafe extern "C" fn atomic_end(token: usize, addr: usize, info: usize, pc: usize) {
+    // SAFETY: the caller's contract: the token is the stripe `atomic_begin` returned, a
+    // `&'static Stripe` of the static table.
     let stripe: &'static stripes::Stripe = unsafe { &*(token as *const stripes::Stripe) };
     let Some(t) = thread_state::current() else {
         // atomic_begin found a state: it cannot have gone, but the lock must not stay taken.
@@ -184,21 +189,21 @@ extern "C" fn annotate(what: c_int, addr: usize, arg: usize, pc: usize) -> usize
         // The custom lock's own code (its atomics and plain accesses) runs between each pre_
         // and post_ call: as ThreadSanitizer does, none of it is recorded; the lock events
         // stand for it. A divert is user code called from inside it (a callback): recorded.
-        MUTEX_PRE_SIGNAL => ignore_all(t, true),
-        MUTEX_POST_SIGNAL | MUTEX_POST_UNLOCK => ignore_all(t, false),
-        MUTEX_PRE_DIVERT => ignore_all(t, false),
-        MUTEX_POST_DIVERT => ignore_all(t, true),
+        MUTEX_PRE_SIGNAL => ignore_all(&t, true),
+        MUTEX_POST_SIGNAL | MUTEX_POST_UNLOCK => ignore_all(&t, false),
+        MUTEX_PRE_DIVERT => ignore_all(&t, false),
+        MUTEX_POST_DIVERT => ignore_all(&t, true),
         _ => {
             // The lock's own code is ignored from its pre_ call to its post_ call: the post_
             // call itself is the lock's and is recorded.
             if what == MUTEX_POST_LOCK {
-                ignore_all(t, false);
+                ignore_all(&t, false);
             }
             if t.ignore_sync.get() == 0 {
-                annotate_sync(t, what, addr, arg, pc);
+                annotate_sync(&t, what, addr, arg, pc);
             }
             if what == MUTEX_PRE_LOCK || what == MUTEX_PRE_UNLOCK {
-                ignore_all(t, true);
+                ignore_all(&t, true);
             }
         }
     }

@@ -1,0 +1,187 @@
+//! How each thread's recording ended: the blocking call it was inside when the trace was
+//! completed (a lock request, join, condition, barrier, semaphore or once wait without its
+//! outcome), whether it exited, and the end states the trace's thread-end records give
+//! (FORMAT.md §7.12). `observed.rs` reads them to report what really hung.
+//!
+//! Calls nest only through signal handlers (a handler that runs while its thread waits), so
+//! each thread keeps a short stack of calls without an outcome; the innermost is the call the
+//! end state refers to. A hostile trace can open calls without end: the stack keeps the
+//! innermost [`MAX_NESTED`].
+
+use std::collections::HashMap;
+
+use foresight_trace::event::{ObjectId, SiteId};
+use foresight_trace::reader::Tables;
+use foresight_trace::tables::{EndReason, RecordingStopped, ThreadEndState};
+
+use super::{Mode, ThreadModel};
+use crate::stream::{Op, StreamEvent};
+
+/// Blocking calls kept open per thread (a signal handler inside a wait inside a handler…).
+const MAX_NESTED: usize = 16;
+
+/// What a blocking call waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Blocking {
+    Lock {
+        lock: ObjectId,
+        mode: Mode,
+    },
+    /// `child` is the dense index of the joined thread, when the trace knows it.
+    Join {
+        child: Option<u32>,
+    },
+    Condition {
+        cond: ObjectId,
+        mutex: ObjectId,
+    },
+    Barrier {
+        barrier: ObjectId,
+    },
+    Semaphore {
+        sem: ObjectId,
+    },
+    Once {
+        once: ObjectId,
+    },
+}
+
+/// A blocking call without an outcome in the trace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PendingCall {
+    /// Position of the request or wait in its thread.
+    pub pos: u32,
+    pub site: SiteId,
+    pub what: Blocking,
+}
+
+/// How the run's threads ended, as far as the trace says.
+#[derive(Clone, Debug, Default)]
+pub struct RunEnd {
+    /// Per thread: its end state, for a thread that had not exited in a trace completed by a
+    /// recorder of format 1.4 or later (none for an older trace or one cut short).
+    pub states: Vec<Option<ThreadEndState>>,
+    /// Per thread: the innermost blocking call without an outcome at the end of its events.
+    pub pending: Vec<Option<PendingCall>>,
+    /// Per thread: it has a `thread-exit`.
+    pub exited: Vec<bool>,
+    /// The thread running each once routine that had not ended, by once object.
+    pub once_runners: HashMap<ObjectId, u32>,
+    /// How the process ended (the trailer's reason), when the trace was completed.
+    pub reason: Option<EndReason>,
+    /// Recording stopped before the process ended, and why.
+    pub stopped: Option<RecordingStopped>,
+}
+
+pub(super) struct PendingCalls {
+    open: Vec<Vec<PendingCall>>,
+    exited: Vec<bool>,
+    once_runners: HashMap<ObjectId, u32>,
+}
+
+impl PendingCalls {
+    pub fn new(threads: usize) -> Self {
+        PendingCalls {
+            open: vec![Vec::new(); threads],
+            exited: vec![false; threads],
+            once_runners: HashMap::new(),
+        }
+    }
+
+    #[inline]
+    pub fn handle(&mut self, ev: &StreamEvent) {
+        let t = ev.thread as usize;
+        let begin = |site, what| PendingCall {
+            pos: ev.pos,
+            site,
+            what,
+        };
+        match ev.op {
+            Op::LockRequest { lock, mode, site } => {
+                self.open(t, begin(site, Blocking::Lock { lock, mode }))
+            }
+            Op::LockAcquired { lock, .. } | Op::LockFailed { lock } => self.close(
+                t,
+                |w| matches!(w, Blocking::Lock { lock: l, .. } if l == lock),
+            ),
+            Op::JoinRequest { child, site } => self.open(t, begin(site, Blocking::Join { child })),
+            Op::Join { child, .. } => self.close(
+                t,
+                |w| matches!(w, Blocking::Join { child: c } if c == child),
+            ),
+            Op::CondWaitBegin { cond, mutex, site } => {
+                self.open(t, begin(site, Blocking::Condition { cond, mutex }))
+            }
+            Op::CondWaitEnd { cond, .. } => self.close(
+                t,
+                |w| matches!(w, Blocking::Condition { cond: c, .. } if c == cond),
+            ),
+            Op::BarrierArrive { barrier, site, .. } => {
+                self.open(t, begin(site, Blocking::Barrier { barrier }))
+            }
+            Op::BarrierDepart { barrier, .. } => self.close(
+                t,
+                |w| matches!(w, Blocking::Barrier { barrier: b } if b == barrier),
+            ),
+            Op::SemWaitBegin { sem, site } => {
+                self.open(t, begin(site, Blocking::Semaphore { sem }))
+            }
+            Op::SemWaitEnd { sem, .. } => self.close(
+                t,
+                |w| matches!(w, Blocking::Semaphore { sem: s } if s == sem),
+            ),
+            Op::OnceBegin { once, site } => self.open(t, begin(site, Blocking::Once { once })),
+            Op::OnceRun { once } => {
+                self.close(t, |w| matches!(w, Blocking::Once { once: o } if o == once));
+                self.once_runners.insert(once, t as u32);
+            }
+            Op::OnceSkip { once } => {
+                self.close(t, |w| matches!(w, Blocking::Once { once: o } if o == once))
+            }
+            Op::OnceEnd { once } => {
+                self.once_runners.remove(&once);
+            }
+            Op::ThreadExit => {
+                self.exited[t] = true;
+                self.open[t].clear();
+            }
+            _ => {}
+        }
+    }
+
+    fn open(&mut self, t: usize, call: PendingCall) {
+        let open = &mut self.open[t];
+        if open.len() == MAX_NESTED {
+            open.remove(0);
+        }
+        open.push(call);
+    }
+
+    /// The outcome of the innermost open call that `is` matches: it and the calls opened
+    /// after it (which a well-formed trace has closed already) are done.
+    fn close(&mut self, t: usize, is: impl Fn(Blocking) -> bool) {
+        let open = &mut self.open[t];
+        if let Some(i) = open.iter().rposition(|c| is(c.what)) {
+            open.truncate(i);
+        }
+    }
+
+    pub fn finish(
+        self,
+        tables: &Tables,
+        threads: &[ThreadModel],
+        reason: Option<EndReason>,
+    ) -> RunEnd {
+        RunEnd {
+            states: threads
+                .iter()
+                .map(|t| tables.thread_ends.get(&t.id).copied())
+                .collect(),
+            pending: self.open.iter().map(|o| o.last().copied()).collect(),
+            exited: self.exited,
+            once_runners: self.once_runners,
+            reason,
+            stopped: tables.recording_stopped,
+        }
+    }
+}

@@ -1,0 +1,572 @@
+//! What really hung: the threads a trace says were blocked when it ended (their end states,
+//! FORMAT.md §7.12, and the blocking call each was inside, `model/pending.rs`), as findings of
+//! verdict `observed` — not a prediction, what the run did.
+//!
+//! A wait-for graph over threads: a thread blocked in a lock request waits for each thread
+//! holding that lock in a conflicting mode (itself, for a non-recursive lock it holds: a
+//! self-deadlock), or, for a read request that no holder blocks, for the threads queued to
+//! write-lock it; a thread blocked in a join waits for the joined thread; one blocked in a
+//! `pthread_once` waits for the thread running the routine. Condition, barrier and semaphore
+//! waits wait for no thread the trace can name. Each weakly connected part of the graph that
+//! holds a blocked thread is one finding:
+//! - `observed-deadlock` when blocked threads wait for each other in a cycle (rules
+//!   `blocked-self-lock`, `blocked-lock-cycle`, `blocked-wait-cycle` when a join or once is
+//!   in it): none of them could ever have returned;
+//! - `observed-stall` otherwise: threads blocked in joins, barriers, conditions or semaphores,
+//!   and those waiting for them or for a thread that was running or had exited holding the
+//!   lock. Reported only when the run was stopped (a signal, the hang timeout, recording
+//!   stopped): threads idle in a wait when a program exits are its normal end.
+//!
+//! Only threads in the `Blocked` state take part: one in a call with a timeout would have
+//! returned by itself; it is listed when a blocked thread waits for it. A thread whose end
+//! state is not known (a trace cut short, or older than format 1.4) is never blocked here.
+//!
+//! Cost: linear in the threads, the locks held at the end and the edges, with at most
+//! [`MAX_WAITS_FOR`] edges per thread (a lock read-held by thousands of threads).
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+use foresight_trace::event::ObjectId;
+
+use foresight_trace::tables::{EndReason, ObjectKind, StopCause, ThreadEndState};
+
+use crate::describe::{held_lock, location, mode_name, site};
+use crate::model::{Blocking, Mode, PendingCall, Run};
+use crate::report::{
+    BlockedThread, Detail, Finding, FindingLocation, Kind, ObservedReport, Verdict,
+};
+
+/// Threads a blocked thread is said to wait for, at most.
+const MAX_WAITS_FOR: usize = 64;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Via {
+    /// Holds the requested lock: its acquisition.
+    Holds(u32),
+    /// Queued to write-lock the read-requested lock.
+    Queued,
+    Join,
+    Once,
+}
+
+struct Graph<'r> {
+    run: &'r Run,
+    /// Per thread: (thread it waits for, why).
+    out: Vec<Vec<(u32, Via)>>,
+    /// Per thread: the locks it held at the end (acquisition indices, outermost first).
+    held: Vec<Vec<u32>>,
+    /// Lock object → dense lock index.
+    lock_index: HashMap<ObjectId, u32>,
+}
+
+impl<'r> Graph<'r> {
+    fn blocked(&self, t: u32) -> Option<&'r PendingCall> {
+        let end = &self.run.end;
+        match end.states.get(t as usize).copied().flatten() {
+            Some(ThreadEndState::Blocked) => end.pending.get(t as usize)?.as_ref(),
+            _ => None,
+        }
+    }
+}
+
+/// The observed deadlocks and stalls of one run.
+pub fn observed_findings(run: &Run) -> Vec<Finding> {
+    let n = run.threads.len();
+    if !run.end.states.contains(&Some(ThreadEndState::Blocked)) {
+        return Vec::new();
+    }
+    let lock_index: HashMap<_, u32> = run
+        .locks
+        .iter()
+        .enumerate()
+        .map(|(i, l)| (l.object, i as u32))
+        .collect();
+    let mut held = vec![Vec::new(); n];
+    let mut holders: HashMap<u32, Vec<u32>> = HashMap::new();
+    for (i, a) in run.acquisitions.iter().enumerate() {
+        if a.release.is_none() && a.acquired != u32::MAX {
+            held[a.thread as usize].push(i as u32);
+            holders.entry(a.lock).or_default().push(i as u32);
+        }
+    }
+    let mut g = Graph {
+        run,
+        out: vec![Vec::new(); n],
+        held,
+        lock_index,
+    };
+    // The threads blocked in a write request, per lock.
+    let mut writers: HashMap<_, Vec<u32>> = HashMap::new();
+    for t in 0..n as u32 {
+        if let Some(Blocking::Lock {
+            lock,
+            mode: Mode::Write,
+        }) = g.blocked(t).map(|c| c.what)
+        {
+            writers.entry(lock).or_default().push(t);
+        }
+    }
+    for t in 0..n as u32 {
+        let Some(call) = g.blocked(t) else { continue };
+        let mut edges = Vec::new();
+        match call.what {
+            Blocking::Lock { lock, mode } => {
+                let Some(&l) = g.lock_index.get(&lock) else {
+                    continue;
+                };
+                let recursive = run.locks[l as usize].kind == ObjectKind::RecursiveMutex;
+                for &a in holders.get(&l).into_iter().flatten() {
+                    if edges.len() == MAX_WAITS_FOR {
+                        break;
+                    }
+                    let h = &run.acquisitions[a as usize];
+                    // A recursive mutex its own holder locks again does not block.
+                    if h.mode.conflicts(mode) && !(h.thread == t && recursive) {
+                        edges.push((h.thread, Via::Holds(a)));
+                    }
+                }
+                if edges.is_empty() && mode == Mode::Read {
+                    // Readers held off by a queued writer (a writer-preferring rwlock).
+                    for &w in writers.get(&lock).into_iter().flatten() {
+                        if w != t && edges.len() < MAX_WAITS_FOR {
+                            edges.push((w, Via::Queued));
+                        }
+                    }
+                }
+            }
+            Blocking::Join { child: Some(c) } if (c as usize) < n => edges.push((c, Via::Join)),
+            Blocking::Once { once } => {
+                if let Some(&r) = run.end.once_runners.get(&once) {
+                    if r != t {
+                        edges.push((r, Via::Once));
+                    }
+                }
+            }
+            _ => {}
+        }
+        g.out[t as usize] = edges;
+    }
+
+    let components = components(&g);
+    let stopped = run_was_stopped(run);
+    let mut findings = Vec::new();
+    for members in components {
+        if !members.iter().any(|&t| g.blocked(t).is_some()) {
+            continue;
+        }
+        let cycle = find_cycle(&g, &members);
+        if cycle.is_none() && !stopped {
+            continue;
+        }
+        findings.push(finding(&g, &members, cycle));
+    }
+    findings
+}
+
+/// Whether the process was stopped from outside (a signal, the hang timeout) or recording
+/// stopped, rather than ending by itself.
+fn run_was_stopped(run: &Run) -> bool {
+    run.end.stopped.is_some() || matches!(run.end.reason, Some(EndReason::Signal { .. }))
+}
+
+/// The weakly connected parts of the graph that have an edge or a blocked thread, each sorted.
+fn components(g: &Graph) -> Vec<Vec<u32>> {
+    let n = g.out.len();
+    let mut parent: Vec<u32> = (0..n as u32).collect();
+    fn root(p: &mut [u32], mut x: u32) -> u32 {
+        while p[x as usize] != x {
+            p[x as usize] = p[p[x as usize] as usize];
+            x = p[x as usize];
+        }
+        x
+    }
+    let mut involved = vec![false; n];
+    for t in 0..n as u32 {
+        if g.blocked(t).is_some() {
+            involved[t as usize] = true;
+        }
+        for &(u, _) in &g.out[t as usize] {
+            involved[u as usize] = true;
+            let (a, b) = (root(&mut parent, t), root(&mut parent, u));
+            if a != b {
+                parent[a.max(b) as usize] = a.min(b);
+            }
+        }
+    }
+    let mut parts: Vec<Vec<u32>> = Vec::new();
+    let mut index: HashMap<u32, usize> = HashMap::new();
+    for t in 0..n as u32 {
+        if !involved[t as usize] {
+            continue;
+        }
+        let r = root(&mut parent, t);
+        let i = *index.entry(r).or_insert_with(|| {
+            parts.push(Vec::new());
+            parts.len() - 1
+        });
+        parts[i].push(t);
+    }
+    parts
+}
+
+/// A cycle of blocked threads in `members`, in wait-for order: a self-wait if there is one,
+/// else the first cycle a depth-first search meets.
+fn find_cycle(g: &Graph, members: &[u32]) -> Option<Vec<u32>> {
+    let edges = |t: u32| {
+        let blocked = g.blocked(t).is_some();
+        g.out[t as usize]
+            .iter()
+            .map(|&(u, _)| u)
+            .filter(move |&u| blocked && g.blocked(u).is_some())
+    };
+    if let Some(&t) = members.iter().find(|&&t| edges(t).any(|u| u == t)) {
+        return Some(vec![t]);
+    }
+    // 0: unseen, 1: on the search path, 2: done.
+    let mut colour: HashMap<u32, u8> = HashMap::new();
+    for &start in members {
+        if colour.contains_key(&start) {
+            continue;
+        }
+        let mut path: Vec<u32> = vec![start];
+        let mut iters = vec![edges(start)];
+        colour.insert(start, 1);
+        while let Some(it) = iters.last_mut() {
+            match it.next() {
+                Some(u) => match colour.get(&u).copied().unwrap_or(0) {
+                    0 => {
+                        colour.insert(u, 1);
+                        path.push(u);
+                        iters.push(edges(u));
+                    }
+                    1 => {
+                        let from = path.iter().position(|&p| p == u).expect("on the path");
+                        return Some(path[from..].to_vec());
+                    }
+                    _ => {}
+                },
+                None => {
+                    iters.pop();
+                    if let Some(t) = path.pop() {
+                        colour.insert(t, 2);
+                    }
+                }
+            }
+        }
+    }
+    None
+}
+
+fn finding(g: &Graph, members: &[u32], cycle: Option<Vec<u32>>) -> Finding {
+    let run = g.run;
+    // The cycle first, then the other blocked threads, then the holders that were not blocked.
+    let cycle_threads = cycle.clone().unwrap_or_default();
+    let in_cycle: HashSet<u32> = cycle_threads.iter().copied().collect();
+    let mut order: Vec<u32> = cycle_threads.clone();
+    order.extend(
+        members
+            .iter()
+            .filter(|t| !in_cycle.contains(t) && g.blocked(**t).is_some()),
+    );
+    order.extend(members.iter().filter(|t| g.blocked(**t).is_none()));
+
+    // The acquisitions some member waits for: those are the holdings the finding is about.
+    let waited: BTreeSet<u32> = members
+        .iter()
+        .flat_map(|&t| g.out[t as usize].iter())
+        .filter_map(|&(_, via)| match via {
+            Via::Holds(a) => Some(a),
+            _ => None,
+        })
+        .collect();
+
+    let mut threads = Vec::new();
+    let mut locations: Vec<FindingLocation> = Vec::new();
+    for &t in &order {
+        let state = match run.end.states.get(t as usize).copied().flatten() {
+            Some(ThreadEndState::Blocked) => "blocked",
+            Some(ThreadEndState::BlockedWithTimeout) => "blocked-with-timeout",
+            Some(ThreadEndState::Running) => "running",
+            None if run.end.exited.get(t as usize) == Some(&true) => "exited",
+            None => "running",
+        };
+        for &a in &g.held[t as usize] {
+            if waited.contains(&a) {
+                let acq = &run.acquisitions[a as usize];
+                locations.push(location(run, acq.site, t, "holds"));
+            }
+        }
+        let call = g.blocked(t);
+        if let Some(c) = call {
+            locations.push(location(run, c.site, t, role(c.what)));
+        }
+        threads.push(BlockedThread {
+            thread: run.thread_label(t),
+            state,
+            waits: call.map(|c| waits_name(c.what)),
+            object: call.map(|c| object_name(g, c.what)),
+            site: call.map(|c| site(run, c.site)),
+            position: call.map(|c| c.pos),
+            held: g.held[t as usize]
+                .iter()
+                .map(|&a| held_lock(run, &run.acquisitions[a as usize]))
+                .collect(),
+            waits_for: g.out[t as usize]
+                .iter()
+                .map(|&(u, _)| u)
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .map(|u| run.thread_label(u))
+                .collect(),
+        });
+    }
+
+    let ended = ended_text(run);
+    let labels = |ts: &[u32]| -> Vec<String> { ts.iter().map(|&t| run.thread_label(t)).collect() };
+    let (kind, rule, message, reason, lock_classes) = match &cycle {
+        Some(c) => {
+            let requested: Vec<String> = c
+                .iter()
+                .filter_map(|&t| match g.blocked(t)?.what {
+                    Blocking::Lock { lock, .. } => {
+                        let l = g.lock_index.get(&lock)?;
+                        Some(run.locks[*l as usize].class.clone())
+                    }
+                    _ => None,
+                })
+                .collect();
+            let all_locks = requested.len() == c.len();
+            let (rule, message) = if c.len() == 1 {
+                let t = c[0];
+                let lock = object_name(g, g.blocked(t).expect("in a cycle").what);
+                (
+                    "blocked-self-lock",
+                    format!(
+                        "observed self-deadlock: {} requests {lock}, which it holds",
+                        run.thread_label(t)
+                    ),
+                )
+            } else {
+                (
+                    if all_locks {
+                        "blocked-lock-cycle"
+                    } else {
+                        "blocked-wait-cycle"
+                    },
+                    format!(
+                        "observed deadlock: {} wait for each other",
+                        labels(c).join(" and ")
+                    ),
+                )
+            };
+            let reason = if c.len() == 1 {
+                format!(
+                    "{ended}; {} was blocked requesting a lock it held itself, which only it \
+                     could release: this deadlock happened in the recorded run",
+                    run.thread_label(c[0])
+                )
+            } else {
+                format!(
+                    "{ended}; each thread of the cycle was blocked in the call shown, waiting \
+                     for the next ({}), so none of them could return: this deadlock happened \
+                     in the recorded run",
+                    crate::describe::cycle_text(&labels(c))
+                )
+            };
+            (Kind::ObservedDeadlock, rule, message, reason, requested)
+        }
+        None => {
+            let blocked: Vec<u32> = order
+                .iter()
+                .copied()
+                .filter(|&t| g.blocked(t).is_some())
+                .collect();
+            let message = format!(
+                "observed stall: {} blocked when the trace ended ({})",
+                labels(&blocked).join(", "),
+                blocked
+                    .iter()
+                    .map(|&t| waits_name(g.blocked(t).expect("blocked").what))
+                    .collect::<BTreeSet<_>>()
+                    .into_iter()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            let reason = format!(
+                "{ended}; these threads were blocked in the calls shown, in no cycle: each \
+                 waits for a wake-up (signal, post, arrival) the trace does not show coming, \
+                 for a thread that was not blocked, or for one of the others"
+            );
+            (
+                Kind::ObservedStall,
+                "blocked-wait",
+                message,
+                reason,
+                Vec::new(),
+            )
+        }
+    };
+    Finding {
+        id: 0,
+        kind,
+        verdict: Verdict::Observed,
+        rule,
+        message,
+        reason,
+        traces: vec![run.source.clone()],
+        witness: None,
+        occurrences: 1,
+        locations,
+        detail: Detail::Observed(Box::new(ObservedReport {
+            trace: run.source.clone(),
+            ended,
+            cycle: labels(&cycle_threads),
+            lock_classes,
+            threads,
+        })),
+    }
+}
+
+/// The call's role in a finding's locations.
+fn role(w: Blocking) -> &'static str {
+    match w {
+        Blocking::Lock { .. } => "requests",
+        Blocking::Join { .. } => "joins",
+        Blocking::Barrier { .. } => "arrives",
+        Blocking::Condition { .. } | Blocking::Semaphore { .. } | Blocking::Once { .. } => "waits",
+    }
+}
+
+fn waits_name(w: Blocking) -> &'static str {
+    match w {
+        Blocking::Lock {
+            mode: Mode::Read, ..
+        } => "read-lock",
+        Blocking::Lock { .. } => "lock",
+        Blocking::Join { .. } => "join",
+        Blocking::Condition { .. } => "condition",
+        Blocking::Barrier { .. } => "barrier",
+        Blocking::Semaphore { .. } => "semaphore",
+        Blocking::Once { .. } => "once",
+    }
+}
+
+fn object_name(g: &Graph, w: Blocking) -> String {
+    let run = g.run;
+    let object = |o| {
+        g.lock_index
+            .get(&o)
+            .map(|&l| run.locks[l as usize].name.clone())
+            .or_else(|| run.object_names.get(&o).cloned())
+            .unwrap_or_else(|| format!("object#{o}"))
+    };
+    match w {
+        Blocking::Lock { lock, mode } => {
+            let name = object(lock);
+            match mode {
+                Mode::Read => format!("{name} ({})", mode_name(mode)),
+                Mode::Write => name,
+            }
+        }
+        Blocking::Join { child: Some(c) } if (c as usize) < run.threads.len() => {
+            run.thread_label(c)
+        }
+        Blocking::Join { .. } => "a thread the trace does not know".to_string(),
+        Blocking::Condition { cond, .. } => object(cond),
+        Blocking::Barrier { barrier } => object(barrier),
+        Blocking::Semaphore { sem } => object(sem),
+        Blocking::Once { once } => object(once),
+    }
+}
+
+/// How the trace ended, for the reason.
+fn ended_text(run: &Run) -> String {
+    if let Some(s) = run.end.stopped {
+        return match s.cause {
+            StopCause::HangTimeout { ms } => format!(
+                "no thread recorded an event for {} and `foresight record --hang-timeout` \
+                 stopped the run",
+                duration(ms)
+            ),
+            StopCause::WriteFailed { errno } => format!(
+                "recording stopped early (a write to the trace failed, errno {errno}): the \
+                 threads' states are those at that moment"
+            ),
+            StopCause::FileSizeLimit { limit } => format!(
+                "recording stopped early (the file size limit, {limit} bytes): the threads' \
+                 states are those at that moment"
+            ),
+        };
+    }
+    match run.end.reason {
+        Some(EndReason::Signal { signal }) => {
+            format!("the process was ended by {}", signal_name(signal))
+        }
+        Some(EndReason::Exit { status }) | Some(EndReason::ImmediateExit { status }) => {
+            format!("the process exited with status {status} while threads were blocked")
+        }
+        Some(EndReason::Synthetic) | None => "the trace ended".to_string(),
+    }
+}
+
+fn duration(ms: u64) -> String {
+    if ms % 1000 == 0 {
+        format!("{} s", ms / 1000)
+    } else {
+        format!("{ms} ms")
+    }
+}
+
+fn signal_name(signal: i32) -> String {
+    let name = match signal {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        6 => "SIGABRT",
+        9 => "SIGKILL",
+        15 => "SIGTERM",
+        _ => return format!("signal {signal}"),
+    };
+    format!("{name} (signal {signal})")
+}
+
+/// Drops the predicted and potential findings that an observed deadlock of the same trace
+/// already reports: a lock cycle whose every request, or a wait whose wait and other
+/// request, were the blocked calls of the observed one. What happened is said once, as
+/// having happened.
+pub fn drop_superseded(findings: &mut Vec<Finding>) {
+    let mut blocked: BTreeSet<(String, String, u32)> = BTreeSet::new();
+    for f in findings.iter() {
+        if let (Kind::ObservedDeadlock, Some(o)) = (f.kind, f.observed()) {
+            for t in &o.threads {
+                if let (Some(p), "blocked") = (t.position, t.state) {
+                    blocked.insert((o.trace.clone(), t.thread.clone(), p));
+                }
+            }
+        }
+    }
+    if blocked.is_empty() {
+        return;
+    }
+    let is_blocked = |trace: &str, thread: &str, pos: u32| {
+        blocked.contains(&(trace.to_string(), thread.to_string(), pos))
+    };
+    findings.retain(|f| {
+        if f.verdict == Verdict::Observed {
+            return true;
+        }
+        match &f.detail {
+            Detail::LockCycle { edges, .. } => {
+                edges.is_empty()
+                    || edges
+                        .iter()
+                        .any(|e| !is_blocked(&e.trace, &e.thread, e.request_position))
+            }
+            Detail::WaitDeadlock { wait, .. } => {
+                !(is_blocked(&wait.trace, &wait.thread, wait.position)
+                    && is_blocked(&wait.trace, &wait.other_thread, wait.other_position))
+            }
+            _ => true,
+        }
+    });
+}

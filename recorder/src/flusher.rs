@@ -1,0 +1,224 @@
+//! The flusher: a thread of the runtime's own that writes the buffers their threads would not
+//! write soon, so that a process killed with SIGKILL (or stopped by the hang timeout) loses
+//! little.
+//!
+//! A thread writes its buffer when the 64 KiB chunk is full; a thread that waits, or records
+//! slowly, would keep its last events in memory, and those are the events that tell where a
+//! program hung. Every period (`FORESIGHT_FLUSH_MS`, 100 ms by default) the flusher looks at
+//! each thread's buffer (a foreign flush: `thread_state::quiesce`) and writes it when the
+//! thread recorded nothing since the last look, or when its oldest unwritten event is older
+//! than `MAX_AGE`. At most lost on SIGKILL: the events of the last `MAX_AGE` + one period of
+//! each thread still recording then, and the last period of a thread that went idle
+//! (`recorder/bench/kill_loss.sh` measures it).
+//!
+//! The thread is started when the program creates its first thread (a program that never
+//! does keeps a process of one thread, which some programs require, `unshare` for one; its
+//! only thread writes its buffer itself before each blocking call instead), or at start-up
+//! with `foresight record --hang-timeout`, whose stop request it watches for: the file
+//! `FORESIGHT_STOP_FILE`, which `foresight record` creates when no process of the run recorded
+//! an event for the timeout. Then the trace is completed, every thread with its end state, and
+//! the process is killed (SIGKILL: a program that hangs would hang in its own SIGTERM handler).
+//! The thread blocks every signal, is named `foresight-rt`, and records nothing itself. It
+//! must not keep the process alive: a process whose `main` left through `pthread_exit` ends
+//! when its last thread does. So the program's last thread, as it exits, stops the flusher
+//! and waits until it is gone (`program_thread_exiting`), and the C library then ends the
+//! process as usual; if two last threads race past that check, the flusher finds itself
+//! alone and ends the process (`exit(0)`, what the C library would have done).
+
+use std::ffi::CString;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+
+use foresight_trace::tables::{EndReason, StopCause};
+
+use crate::config::Config;
+use crate::spin::SpinLock;
+use crate::{output, runtime, signals, thread_state};
+
+/// A thread whose oldest unwritten event is this old is written whether it is idle or not.
+pub const MAX_AGE_NS: u64 = 1_000_000_000;
+
+const NOT_STARTED: u8 = 0;
+const RUNNING: u8 = 1;
+const OFF: u8 = 2;
+
+static MODE: AtomicU8 = AtomicU8::new(NOT_STARTED);
+/// The flusher's `pthread_t` while it runs (0: none), for the program's last thread to join.
+static THREAD: AtomicUsize = AtomicUsize::new(0);
+/// Set to end the flusher; a futex word it sleeps on between rounds.
+static QUIT: AtomicU32 = AtomicU32::new(0);
+static PERIOD_MS: AtomicU64 = AtomicU64::new(100);
+static HANG_MS: AtomicU64 = AtomicU64::new(0);
+static STOP_FILE: SpinLock<Option<CString>> = SpinLock::new(None);
+
+/// Start-up, and a fork child (whose flusher did not survive the fork): the period and the
+/// stop file; with a stop file the flusher starts now.
+pub fn configure(cfg: &Config) {
+    PERIOD_MS.store(cfg.flush_ms, Ordering::Relaxed);
+    THREAD.store(0, Ordering::Relaxed);
+    QUIT.store(0, Ordering::Relaxed);
+    HANG_MS.store(cfg.hang_timeout_ms, Ordering::Relaxed);
+    let stop = cfg.stop_file.clone().and_then(|p| CString::new(p).ok());
+    let watch = stop.is_some();
+    *STOP_FILE.lock() = stop;
+    MODE.store(
+        if cfg.flush_ms == 0 { OFF } else { NOT_STARTED },
+        Ordering::Release,
+    );
+    if watch {
+        start();
+    }
+}
+
+/// Whether no flusher runs and none will: the calling thread writes its own buffer before it
+/// blocks (`ThreadState::begin_wait`).
+#[inline(always)]
+pub fn absent() -> bool {
+    MODE.load(Ordering::Relaxed) == NOT_STARTED
+}
+
+/// The program creates a thread: the flusher starts if it has not.
+#[inline]
+pub fn thread_created() {
+    if MODE.load(Ordering::Relaxed) == NOT_STARTED {
+        start();
+    }
+}
+
+#[cold]
+fn start() {
+    if MODE
+        .compare_exchange(NOT_STARTED, RUNNING, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return;
+    }
+    match crate::hooks::thread::spawn_unrecorded(run) {
+        Some(t) => THREAD.store(t, Ordering::Release),
+        None => MODE.store(OFF, Ordering::Release),
+    }
+}
+
+/// The number of threads the process has (`/proc/self/stat`), if it can be read.
+fn threads_in_process() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // `pid (comm) state …`: num_threads is the 18th field after the command.
+    stat.rsplit(')')
+        .next()?
+        .split_whitespace()
+        .nth(17)?
+        .parse()
+        .ok()
+}
+
+/// A thread of the program is exiting and no other is registered: if the flusher is the only
+/// other thread, it ends now and this thread waits for it, so that this one is the last and
+/// the C library ends the process as it would have.
+pub fn program_thread_exiting() {
+    let t = THREAD.load(Ordering::Acquire);
+    if t == 0 || MODE.load(Ordering::Acquire) != RUNNING || threads_in_process() != Some(2) {
+        return;
+    }
+    if THREAD
+        .compare_exchange(t, 0, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return;
+    }
+    QUIT.store(1, Ordering::Release);
+    wake();
+    crate::hooks::thread::join_unrecorded(t);
+    MODE.store(NOT_STARTED, Ordering::Release);
+    QUIT.store(0, Ordering::Release);
+}
+
+fn wake() {
+    // SAFETY: FUTEX_WAKE on a static word wakes its waiters; no memory is touched.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            QUIT.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            1,
+        )
+    };
+}
+
+extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
+    // Hooks on this thread pass through: it is not the program's.
+    thread_state::mark_dead();
+    signals::block_all();
+    // SAFETY: PR_SET_NAME with a NUL-terminated name of at most 16 bytes.
+    unsafe { libc::prctl(libc::PR_SET_NAME, c"foresight-rt".as_ptr()) };
+    let me = crate::runtime::pid();
+    loop {
+        let ms = PERIOD_MS.load(Ordering::Relaxed).max(1);
+        if sleep_unless_quit(ms) || crate::runtime::pid() != me {
+            // Asked to end; or a fork child inherited this thread's memory, not the thread.
+            return std::ptr::null_mut();
+        }
+        match output::state() {
+            output::STATE_DONE => return std::ptr::null_mut(),
+            output::STATE_RECORDING => {}
+            _ => continue,
+        }
+        if stop_requested() {
+            stop();
+        }
+        runtime::flush_stale(output::now_ns(), MAX_AGE_NS);
+        if thread_state::no_live_threads() && threads_in_process() == Some(1) {
+            // The program's threads are all gone (two of them raced past
+            // `program_thread_exiting`): the process would have ended with the last one.
+            // SAFETY: exit is what the C library calls when a process's last thread ends.
+            unsafe { libc::exit(0) };
+        }
+    }
+}
+
+/// Sleeps `ms` milliseconds, or until `program_thread_exiting` asks the flusher to end:
+/// whether it did.
+fn sleep_unless_quit(ms: u64) -> bool {
+    let ts = libc::timespec {
+        tv_sec: (ms / 1000) as libc::time_t,
+        tv_nsec: ((ms % 1000) * 1_000_000) as libc::c_long,
+    };
+    // SAFETY: FUTEX_WAIT on a static word with a valid relative timeout; it returns at the
+    // timeout, on a wake, or at once if the word is no longer 0.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            QUIT.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            0,
+            &ts as *const libc::timespec,
+        )
+    };
+    QUIT.load(Ordering::Acquire) != 0
+}
+
+fn stop_requested() -> bool {
+    let stop = STOP_FILE.lock();
+    let Some(path) = stop.as_ref() else {
+        return false;
+    };
+    // SAFETY: a NUL-terminated path.
+    unsafe { libc::access(path.as_ptr(), libc::F_OK) == 0 }
+}
+
+/// `foresight record` saw no event for the hang timeout: complete the trace with every
+/// thread's end state, then end the process.
+fn stop() -> ! {
+    output::note_stop(StopCause::HangTimeout {
+        ms: HANG_MS.load(Ordering::Relaxed),
+    });
+    runtime::finish(
+        EndReason::Signal {
+            signal: libc::SIGKILL,
+        },
+        None,
+        false,
+    );
+    // SAFETY: kill with our own pid and SIGKILL ends the process.
+    unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+    // SAFETY: as above; not reached.
+    unsafe { libc::_exit(128 + libc::SIGKILL) }
+}
