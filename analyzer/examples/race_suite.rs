@@ -19,11 +19,16 @@
 //! trace) are left out of the counts of every tool: a dynamic tool cannot see them.
 //! Programs that do not build or have no race annotation are counted apart.
 //!
+//! Each tool runs each program `RACE_SUITE_RUNS` times (default 3) and what any run reports
+//! counts: many of these programs do not join their threads, so a thread may not run at all
+//! before the program exits, more or less often under each tool.
+//!
 //! Environment: `FORESIGHT` (default: `foresight` next to this example's directory), `CC`
-//! (default `gcc`), `RACE_SUITE_TIMEOUT` (seconds, default 10), `RACE_SUITE_KEEP` (keep the
-//! work directory).
+//! (default `gcc`), `RACE_SUITE_TIMEOUT` (seconds, default 10), `RACE_SUITE_RUNS`,
+//! `RACE_SUITE_KEEP` (keep the work directory).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -105,6 +110,10 @@ fn main() {
         std::process::exit(2);
     }
     let cc = std::env::var("CC").unwrap_or_else(|_| "gcc".to_string());
+    let runs: usize = std::env::var("RACE_SUITE_RUNS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3);
     let bound = Duration::from_secs(
         std::env::var("RACE_SUITE_TIMEOUT")
             .ok()
@@ -175,49 +184,54 @@ fn main() {
             continue;
         };
 
+        // Each tool gets the same number of runs, and what any of them reports counts: a
+        // program that does not join its threads may exit before one runs.
         let mut reported: BTreeMap<Tool, Option<BTreeSet<u32>>> = BTreeMap::new();
-        let trace = dir.join("run.trace");
-        let mut record = Command::new(&foresight);
-        record
-            .arg("record")
-            .arg("-o")
-            .arg(&trace)
-            .arg("--")
-            .arg(&instrumented);
-        let executed = run_bounded(record, bound).and_then(|_| {
-            let dump = Command::new(&foresight)
-                .arg("dump")
+        let mut executed: Option<BTreeSet<u32>> = None;
+        let union = |acc: &mut Option<BTreeSet<u32>>, more: Option<BTreeSet<u32>>| {
+            if let Some(m) = more {
+                acc.get_or_insert_with(BTreeSet::new).extend(m);
+            }
+        };
+        for run in 0..runs {
+            let trace = dir.join(format!("run{run}.trace"));
+            let mut record = Command::new(&foresight);
+            record
+                .arg("record")
+                .arg("-o")
                 .arg(&trace)
-                .output()
-                .ok()?;
-            Some(lines_named(
-                &String::from_utf8_lossy(&dump.stdout),
-                litmus.file_name(),
-            ))
-        });
-        reported.insert(
-            Tool::Foresight,
-            executed
+                .arg("--")
+                .arg(&instrumented);
+            let ran = run_bounded(record, bound).and_then(|_| {
+                let dump = Command::new(&foresight)
+                    .arg("dump")
+                    .arg(&trace)
+                    .output()
+                    .ok()?;
+                Some(lines_named(
+                    &String::from_utf8_lossy(&dump.stdout),
+                    litmus.file_name(),
+                ))
+            });
+            let found = ran
                 .as_ref()
-                .and_then(|_| foresight_lines(&foresight, &trace, litmus.file_name())),
-        );
-        let mut t = Command::new(&tsan);
-        t.env(
-            "TSAN_OPTIONS",
-            "halt_on_error=0 exitcode=0 report_signal_unsafe=0 history_size=7",
-        );
-        reported.insert(
-            Tool::ThreadSanitizer,
-            run_bounded(t, bound)
-                .map(|o| report_lines(&String::from_utf8_lossy(&o.stderr), litmus.file_name())),
-        );
-        let mut h = Command::new("valgrind");
-        h.args(["--tool=helgrind", "--error-limit=no"]).arg(&plain);
-        reported.insert(
-            Tool::Helgrind,
-            run_bounded(h, bound * 6)
-                .map(|o| report_lines(&String::from_utf8_lossy(&o.stderr), litmus.file_name())),
-        );
+                .and_then(|_| foresight_lines(&foresight, &trace, litmus.file_name()));
+            union(&mut executed, ran);
+            union(reported.entry(Tool::Foresight).or_default(), found);
+            let mut t = Command::new(&tsan);
+            t.env(
+                "TSAN_OPTIONS",
+                "halt_on_error=0 exitcode=0 report_signal_unsafe=0 history_size=7",
+            );
+            let found = run_bounded(t, bound)
+                .map(|o| report_lines(&String::from_utf8_lossy(&o.stderr), litmus.file_name()));
+            union(reported.entry(Tool::ThreadSanitizer).or_default(), found);
+            let mut h = Command::new("valgrind");
+            h.args(["--tool=helgrind", "--error-limit=no"]).arg(&plain);
+            let found = run_bounded(h, bound * 6)
+                .map(|o| report_lines(&String::from_utf8_lossy(&o.stderr), litmus.file_name()));
+            union(reported.entry(Tool::Helgrind).or_default(), found);
+        }
 
         // Only lines some run executed count: what no run reaches, no dynamic tool can see.
         let executed = executed.unwrap_or_default();
@@ -342,10 +356,13 @@ fn sources(args: &[PathBuf]) -> Vec<PathBuf> {
 
 /// Runs `cmd` with its output captured; kills it after `bound`. `None` if it could not start.
 fn run_bounded(mut cmd: Command, bound: Duration) -> Option<Output> {
+    // A process group of its own, so that the bound kills what it started too (a recorded
+    // program outlives a killed `foresight record`, and would hold the pipes open).
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        .process_group(0)
         .spawn()
         .ok()?;
     let start = Instant::now();
@@ -367,7 +384,11 @@ fn run_bounded(mut cmd: Command, bound: Duration) -> Option<Output> {
             break s;
         }
         if start.elapsed() > bound {
-            let _ = child.kill();
+            // SAFETY: kill(2) with a negated pid signals the process group the child leads;
+            // it touches no memory of ours.
+            unsafe {
+                libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL);
+            }
             break child.wait().ok()?;
         }
         std::thread::sleep(Duration::from_millis(10));

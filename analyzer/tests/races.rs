@@ -1,0 +1,493 @@
+//! Data-race detection and prediction, behaviour by behaviour, on traces written with the
+//! builder: what orders two accesses, what does not, and what the findings say.
+
+use std::collections::BTreeSet;
+
+use foresight_analyzer::analysis::{analyze, Options};
+use foresight_analyzer::model::build_run;
+use foresight_analyzer::report::{Finding, Report};
+use foresight_trace::builder::TraceBuilder;
+use foresight_trace::event::{AtomicOp, EventKind, LockMode, MemoryOrder, ObjectId, ThreadId};
+use foresight_trace::tables::ObjectKind;
+use foresight_trace::Trace;
+
+const X: u64 = 0x1000;
+
+/// A builder whose sites are lines of `t.c`.
+struct T {
+    b: TraceBuilder,
+    main: ThreadId,
+}
+
+impl T {
+    fn new() -> Self {
+        let mut b = TraceBuilder::new("test");
+        let main = b.main_thread();
+        T { b, main }
+    }
+    fn spawn(&mut self, name: &str) -> ThreadId {
+        let s = self.b.site("main", "t.c", 1);
+        self.b.spawn(self.main, s, name)
+    }
+    fn join(&mut self, child: ThreadId) {
+        let s = self.b.site("main", "t.c", 2);
+        self.b.join(self.main, child, s);
+    }
+    fn write(&mut self, t: ThreadId, addr: u64, size: u32, line: u32) {
+        let s = self.b.site("f", "t.c", line);
+        self.b.write(t, addr, size, s);
+    }
+    fn read(&mut self, t: ThreadId, addr: u64, size: u32, line: u32) {
+        let s = self.b.site("f", "t.c", line);
+        self.b.read(t, addr, size, s);
+    }
+    fn lock(&mut self, t: ThreadId, l: ObjectId) {
+        let s = self.b.site("f", "t.c", 90);
+        self.b.lock(t, l, s);
+    }
+    fn read_lock(&mut self, t: ThreadId, l: ObjectId) {
+        let s = self.b.site("f", "t.c", 91);
+        self.b.lock_mode(t, l, LockMode::Shared, s);
+    }
+    fn unlock(&mut self, t: ThreadId, l: ObjectId) {
+        let s = self.b.site("f", "t.c", 99);
+        self.b.unlock(t, l, s);
+    }
+    fn atomic(&mut self, t: ThreadId, op: AtomicOp, order: MemoryOrder, line: u32) {
+        let site = self.b.site("f", "t.c", line);
+        self.b.event(
+            t,
+            EventKind::Atomic {
+                op,
+                addr: 0x2000,
+                size: 4,
+                order,
+                site,
+            },
+        );
+    }
+    fn fence(&mut self, t: ThreadId, order: MemoryOrder) {
+        let site = self.b.site("f", "t.c", 80);
+        self.b.event(t, EventKind::Fence { order, site });
+    }
+    fn ev(&mut self, t: ThreadId, kind: EventKind) {
+        self.b.event(t, kind);
+    }
+}
+
+fn report_with(t: T, opts: &Options) -> Report {
+    let trace = Trace::from_bytes("t.trace", t.b.finish()).expect("trace reads");
+    let run = build_run(&trace, &mut |_| {});
+    analyze(&[run], &[], opts)
+}
+
+fn report(t: T) -> Report {
+    report_with(t, &Options::default())
+}
+
+fn races(r: &Report) -> Vec<&Finding> {
+    r.findings.iter().filter(|f| f.kind == "race").collect()
+}
+
+/// The lines each race finding names, as sorted pairs, with its rule.
+fn race_lines(r: &Report) -> BTreeSet<(u32, u32, &'static str)> {
+    races(r)
+        .iter()
+        .map(|f| {
+            let mut l: Vec<u32> = f.locations.iter().filter_map(|l| l.line).collect();
+            l.sort_unstable();
+            (l[0], l[1], f.rule)
+        })
+        .collect()
+}
+
+#[test]
+fn unordered_writes_race_by_happens_before() {
+    let mut t = T::new();
+    let (a, b) = (t.spawn("a"), t.spawn("b"));
+    t.write(a, X, 4, 10);
+    t.write(b, X, 4, 20);
+    let r = report(t);
+    assert_eq!(race_lines(&r), [(10, 20, "happens-before")].into());
+    let f = races(&r)[0];
+    assert_eq!(f.verdict.as_str(), "predicted");
+    assert!(f.witness.is_none(), "the run itself has the race");
+    let race = f.race().expect("race details");
+    assert_eq!(race.accesses[0].kind, "write");
+    assert_eq!(race.accesses[0].size, 4);
+    assert!(race.accesses[1].locks_held.is_empty());
+}
+
+#[test]
+fn reads_do_not_race_with_reads() {
+    let mut t = T::new();
+    let (a, b) = (t.spawn("a"), t.spawn("b"));
+    t.read(a, X, 4, 10);
+    t.read(b, X, 4, 20);
+    assert!(races(&report(t)).is_empty());
+}
+
+#[test]
+fn neighbouring_bytes_do_not_race_but_overlapping_ones_do() {
+    let mut t = T::new();
+    let (a, b) = (t.spawn("a"), t.spawn("b"));
+    t.write(a, X, 1, 10);
+    t.write(b, X + 1, 1, 20);
+    t.write(b, X + 2, 4, 30); // overlaps nothing of a's
+    t.read(b, X, 2, 40); // overlaps a's byte
+    assert_eq!(race_lines(&report(t)), [(10, 40, "happens-before")].into());
+}
+
+#[test]
+fn creation_and_join_order_the_parent_and_the_child() {
+    let mut t = T::new();
+    let main = t.main;
+    t.write(main, X, 4, 10);
+    let a = t.spawn("a");
+    t.write(a, X, 4, 20);
+    t.join(a);
+    t.read(main, X, 4, 30);
+    assert!(races(&report(t)).is_empty());
+}
+
+#[test]
+fn a_common_lock_orders_what_it_guards_and_what_follows_it() {
+    let mut t = T::new();
+    let (a, b) = (t.spawn("a"), t.spawn("b"));
+    let (m, n) = (t.b.mutex("m"), t.b.mutex("n"));
+    t.lock(a, m);
+    t.write(a, X, 4, 10);
+    t.unlock(a, m);
+    t.lock(b, m);
+    t.write(b, X, 4, 20);
+    t.unlock(b, m);
+    t.lock(b, n);
+    t.write(b, X, 4, 30);
+    t.unlock(b, n);
+    // Lines 10 and 20 hold m both. Line 30 holds only n, but b reaches it after its own m
+    // section, which must follow a's (the two write x): no schedule runs 10 and 30 together.
+    assert!(races(&report(t)).is_empty());
+}
+
+#[test]
+fn what_only_a_lock_hand_off_orders_is_predicted_with_a_witness() {
+    // a: x = 1; lock m; unlock m.   b: lock m; unlock m; x = 2.
+    let mut t = T::new();
+    let (a, b) = (t.spawn("a"), t.spawn("b"));
+    let m = t.b.mutex("m");
+    t.write(a, X, 4, 10);
+    t.lock(a, m);
+    t.write(a, 0x3000, 4, 11);
+    t.unlock(a, m);
+    t.lock(b, m);
+    t.write(b, 0x3008, 4, 21);
+    t.unlock(b, m);
+    t.write(b, X, 4, 20);
+    let r = report(t);
+    assert_eq!(race_lines(&r), [(10, 20, "sync-preserving")].into());
+    let w = races(&r)[0].witness.as_ref().expect("a witness reordering");
+    let text = w.schedule.join("\n");
+    assert!(
+        text.find("locks m").expect("b's section") < text.find("t.c:10").expect("a's write"),
+        "b's critical section runs first:\n{text}"
+    );
+    assert_eq!(r.summary.race_candidates, 1);
+}
+
+#[test]
+fn a_read_that_saw_the_other_section_keeps_the_order() {
+    // a: x = 1; lock m; flag = 1; unlock m.   b: lock m; read flag; unlock m; x = 2.
+    let mut t = T::new();
+    let (a, b) = (t.spawn("a"), t.spawn("b"));
+    let m = t.b.mutex("m");
+    t.write(a, X, 4, 10);
+    t.lock(a, m);
+    t.write(a, 0x3000, 4, 11);
+    t.unlock(a, m);
+    t.lock(b, m);
+    t.read(b, 0x3000, 4, 21);
+    t.unlock(b, m);
+    t.write(b, X, 4, 20);
+    assert!(races(&report(t)).is_empty());
+}
+
+#[test]
+fn the_race_budget_bounds_prediction_and_says_so() {
+    let mut t = T::new();
+    let (a, b) = (t.spawn("a"), t.spawn("b"));
+    let m = t.b.mutex("m");
+    t.write(a, X, 4, 10);
+    t.lock(a, m);
+    t.unlock(a, m);
+    t.lock(b, m);
+    t.unlock(b, m);
+    t.write(b, X, 4, 20);
+    let opts = Options {
+        race_candidate_budget: 0,
+        ..Options::default()
+    };
+    let r = report_with(t, &opts);
+    assert!(races(&r).is_empty());
+    assert!(r.summary.race_budget_exhausted);
+}
+
+#[test]
+fn rwlock_readers_are_not_ordered_with_each_other() {
+    let mut t = T::new();
+    let (a, b) = (t.spawn("a"), t.spawn("b"));
+    let rw = t.b.object(ObjectKind::RwLock, "rw");
+    t.read_lock(a, rw);
+    t.write(a, X, 4, 10);
+    t.unlock(a, rw);
+    t.read_lock(b, rw);
+    t.write(b, X, 4, 20);
+    t.unlock(b, rw);
+    assert_eq!(race_lines(&report(t)), [(10, 20, "happens-before")].into());
+}
+
+#[test]
+fn atomics_never_race_with_atomics_but_do_with_plain_accesses() {
+    let mut t = T::new();
+    let (a, b) = (t.spawn("a"), t.spawn("b"));
+    t.atomic(a, AtomicOp::Rmw, MemoryOrder::Relaxed, 10);
+    t.atomic(b, AtomicOp::Rmw, MemoryOrder::Relaxed, 20);
+    let s = t.b.site("f", "t.c", 30);
+    t.b.write(b, 0x2000, 4, s);
+    let lines = race_lines(&report(t));
+    assert_eq!(lines, [(10, 30, "happens-before")].into());
+}
+
+fn message_passing(store: MemoryOrder, load: MemoryOrder, fences: bool) -> Report {
+    let mut t = T::new();
+    let (a, b) = (t.spawn("a"), t.spawn("b"));
+    t.write(a, X, 4, 10);
+    if fences {
+        t.fence(a, MemoryOrder::Release);
+    }
+    t.atomic(a, AtomicOp::Store, store, 11);
+    t.atomic(b, AtomicOp::Load, load, 21);
+    if fences {
+        t.fence(b, MemoryOrder::Acquire);
+    }
+    t.read(b, X, 4, 20);
+    report(t)
+}
+
+#[test]
+fn release_acquire_orders_and_relaxed_does_not() {
+    use MemoryOrder::*;
+    assert!(races(&message_passing(Release, Acquire, false)).is_empty());
+    assert!(races(&message_passing(SeqCst, SeqCst, false)).is_empty());
+    assert_eq!(
+        race_lines(&message_passing(Relaxed, Relaxed, false)),
+        [(10, 20, "happens-before")].into()
+    );
+    assert_eq!(
+        race_lines(&message_passing(Release, Relaxed, false)),
+        [(10, 20, "happens-before")].into()
+    );
+}
+
+#[test]
+fn fences_make_relaxed_atomics_synchronise() {
+    use MemoryOrder::*;
+    assert!(races(&message_passing(Relaxed, Relaxed, true)).is_empty());
+}
+
+#[test]
+fn memory_freed_and_allocated_again_is_a_new_object() {
+    let mut t = T::new();
+    let (a, b) = (t.spawn("a"), t.spawn("b"));
+    let s = t.b.site("f", "t.c", 5);
+    t.ev(
+        a,
+        EventKind::Alloc {
+            addr: X,
+            size: 64,
+            site: s,
+        },
+    );
+    t.write(a, X + 8, 4, 10);
+    t.ev(a, EventKind::Free { addr: X, site: s });
+    t.ev(
+        b,
+        EventKind::Alloc {
+            addr: X,
+            size: 64,
+            site: s,
+        },
+    );
+    t.write(b, X + 8, 4, 20);
+    assert!(races(&report(t)).is_empty());
+}
+
+#[test]
+fn a_heap_race_names_its_block() {
+    let mut t = T::new();
+    let main = t.main;
+    let s = t.b.site("main", "t.c", 5);
+    t.ev(
+        main,
+        EventKind::Alloc {
+            addr: X,
+            size: 64,
+            site: s,
+        },
+    );
+    let (a, b) = (t.spawn("a"), t.spawn("b"));
+    t.write(a, X + 12, 4, 10);
+    t.write(b, X + 12, 4, 20);
+    let r = report(t);
+    let race = races(&r)[0].race().expect("details");
+    let block = race.block.as_ref().expect("the heap block");
+    assert_eq!((block.size, block.offset), (64, 12));
+    assert!(races(&r)[0]
+        .message
+        .contains("offset 12 of a 64-byte heap block"));
+}
+
+#[test]
+fn a_static_variable_is_named_down_to_its_element() {
+    let mut t = T::new();
+    let counters = t.b.array_variable("counters", "t.c", 3, 4, 8);
+    let (a, b) = (t.spawn("a"), t.spawn("b"));
+    t.write(a, counters + 12, 4, 10);
+    t.write(b, counters + 12, 4, 20);
+    let r = report(t);
+    let v = races(&r)[0]
+        .race()
+        .unwrap()
+        .variable
+        .as_ref()
+        .expect("named");
+    assert_eq!(v.name, "counters[3]");
+    assert_eq!(v.line, Some(3));
+}
+
+#[test]
+fn barrier_generations_order_arrivals_before_departures() {
+    let mut t = T::new();
+    let (a, b) = (t.spawn("a"), t.spawn("b"));
+    let bar = t.b.object(ObjectKind::Barrier, "bar");
+    let s = t.b.site("f", "t.c", 50);
+    let arrive = EventKind::BarrierWaitBegin {
+        barrier: bar,
+        site: s,
+    };
+    let depart = |serial| EventKind::BarrierWaitEnd {
+        barrier: bar,
+        generation: 0,
+        serial,
+    };
+    t.write(a, X, 4, 10); // before the barrier: ordered with b's read after it
+    t.write(a, X + 8, 4, 11); // and this races with b's write before it
+    t.write(b, X + 8, 4, 21);
+    t.ev(a, arrive);
+    t.ev(b, arrive);
+    t.ev(a, depart(true));
+    t.ev(b, depart(false));
+    t.read(b, X, 4, 20);
+    assert_eq!(race_lines(&report(t)), [(11, 21, "happens-before")].into());
+}
+
+#[test]
+fn once_orders_the_initialiser_before_every_call_that_skipped_it() {
+    let mut t = T::new();
+    let (a, b, c) = (t.spawn("a"), t.spawn("b"), t.spawn("c"));
+    let once = t.b.object(ObjectKind::Once, "once");
+    let s = t.b.site("f", "t.c", 60);
+    t.ev(a, EventKind::OnceBegin { once, site: s });
+    t.ev(a, EventKind::OnceRun { once });
+    t.write(a, X, 4, 10);
+    t.ev(a, EventKind::OnceEnd { once });
+    t.ev(b, EventKind::OnceBegin { once, site: s });
+    t.ev(b, EventKind::OnceSkip { once });
+    t.read(b, X, 4, 20); // ordered: b called pthread_once
+    t.read(c, X, 4, 30); // c never called it
+    assert_eq!(race_lines(&report(t)), [(10, 30, "happens-before")].into());
+}
+
+#[test]
+fn a_thread_created_and_joined_inside_a_critical_section_is_inside_it() {
+    // creation lockset: main holds m across helper's whole life; locker takes m.
+    let mut t = T::new();
+    let main = t.main;
+    let m = t.b.mutex("m");
+    let locker = t.spawn("locker");
+    t.lock(locker, m);
+    t.write(locker, X, 4, 10);
+    t.unlock(locker, m);
+    t.lock(main, m);
+    let helper = t.spawn("helper");
+    t.write(helper, X, 4, 20);
+    t.join(helper);
+    t.unlock(main, m);
+    assert!(races(&report(t)).is_empty());
+}
+
+#[test]
+fn json_carries_the_race_and_its_accesses() {
+    let mut t = T::new();
+    let (a, b) = (t.spawn("a"), t.spawn("b"));
+    t.write(a, X, 8, 10);
+    t.read(b, X, 8, 20);
+    let r = report(t);
+    let mut out = Vec::new();
+    foresight_analyzer::report::json::write(&mut out, &r).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    let f = &v["findings"][0];
+    assert_eq!(f["kind"], "race");
+    assert_eq!(f["rule"], "happens-before");
+    assert_eq!(f["race"]["accesses"][0]["kind"], "write");
+    assert_eq!(f["race"]["accesses"][1]["kind"], "read");
+    assert_eq!(f["locations"].as_array().unwrap().len(), 2);
+    assert!(f["cycle"].as_array().unwrap().is_empty());
+    assert_eq!(v["summary"]["races"], 1);
+}
+
+/// Runs the `foresight` binary in `dir`.
+fn foresight(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_foresight"))
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("run foresight")
+}
+
+#[test]
+fn check_gates_races_as_it_gates_deadlocks() {
+    let dir = std::env::temp_dir().join(format!("foresight-races-check-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let racy = |line: u32| {
+        let mut t = T::new();
+        let (a, b) = (t.spawn("a"), t.spawn("b"));
+        t.write(a, X, 4, 10);
+        t.write(b, X, 4, line);
+        t.b.finish()
+    };
+    std::fs::write(dir.join("one.trace"), racy(20)).unwrap();
+    let o = foresight(&dir, &["check", "one.trace"]);
+    assert_eq!(o.status.code(), Some(1), "a new race fails the gate");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("race |  | writes f@t.c:10, writes f@t.c:20"),
+        "{out}"
+    );
+    let o = foresight(&dir, &["check", "--update-baseline", "one.trace"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert_eq!(
+        foresight(&dir, &["check", "one.trace"]).status.code(),
+        Some(0)
+    );
+    // The same race at another line is a new finding.
+    std::fs::write(dir.join("two.trace"), racy(30)).unwrap();
+    assert_eq!(
+        foresight(&dir, &["check", "two.trace"]).status.code(),
+        Some(1)
+    );
+    let o = foresight(&dir, &["check", "--format", "sarif", "two.trace"]);
+    let sarif: serde_json::Value = serde_json::from_slice(&o.stdout).expect("SARIF is JSON");
+    assert_eq!(sarif["runs"][0]["results"][0]["ruleId"], "race");
+    let _ = std::fs::remove_dir_all(&dir);
+}
