@@ -231,12 +231,7 @@ impl<W: Write> Importer<W> {
 
     /// The id of thread `name`, writing its record when it is new (`parent`: the thread that
     /// forks it, when the fork is where it is first named).
-    pub fn thread(
-        &mut self,
-        name: &[u8],
-        parent: Option<u32>,
-        line: u64,
-    ) -> Result<u32, Failure> {
+    pub fn thread(&mut self, name: &[u8], parent: Option<u32>, line: u64) -> Result<u32, Failure> {
         let id = match self.threads.intern(name) {
             Ok(Interned::Known(id)) => return Ok(id),
             Ok(Interned::New(id)) => id,
@@ -834,7 +829,9 @@ mod tests {
             split_location("bank.Account.run(Account.java:67)"),
             Some((Some("bank.Account.run"), "Account.java", 67))
         );
-        for other in ["345", "a.c:0", "a.c:07", ":3", "f(:3)", "a.c:", "(a.c:3)", "x:1a"] {
+        for other in [
+            "345", "a.c:0", "a.c:07", ":3", "f(:3)", "a.c:", "(a.c:3)", "x:1a",
+        ] {
             assert_eq!(split_location(other), None, "{other}");
         }
     }

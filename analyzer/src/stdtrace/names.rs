@@ -20,14 +20,6 @@ pub enum Interned {
     New(u32),
 }
 
-impl Interned {
-    pub fn id(&self) -> u32 {
-        match *self {
-            Interned::Known(id) | Interned::New(id) => id,
-        }
-    }
-}
-
 impl Names {
     pub fn new() -> Self {
         Self {
@@ -38,10 +30,6 @@ impl Names {
 
     pub fn len(&self) -> usize {
         self.names.len()
-    }
-
-    pub fn get(&self, name: &[u8]) -> Option<u32> {
-        self.ids.get(name).copied()
     }
 
     /// The id of `name`, new if it was never seen; `Err` when it is not UTF-8 (the byte
@@ -157,7 +145,7 @@ mod tests {
         assert!(matches!(n.intern(b"a\0"), Ok(Interned::New(2))));
         assert!(matches!(n.intern(b"a"), Ok(Interned::New(3))));
         assert_eq!(n.name(1), "T1");
-        assert_eq!(n.get(b"a"), Some(3));
+        assert!(matches!(n.intern(b"a"), Ok(Interned::Known(3))));
         assert_eq!(n.intern(b"x\xffy").err(), Some(NameError::NotUtf8(1)));
         assert_eq!(n.len(), 4);
     }

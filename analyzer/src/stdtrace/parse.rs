@@ -150,7 +150,10 @@ fn parse_op(field: &[u8], column: usize) -> Result<(Op, &[u8]), ParseError> {
             if field.last() != Some(&b')') || field.len() < at + 2 {
                 return Err(error(
                     column + field.len(),
-                    format!("`{}(` is not closed by a `)` ending the field", op.keyword()),
+                    format!(
+                        "`{}(` is not closed by a `)` ending the field",
+                        op.keyword()
+                    ),
                 ));
             }
             let target = &field[at + 1..field.len() - 1];
