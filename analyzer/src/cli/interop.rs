@@ -45,6 +45,9 @@ pub struct ExportArgs {
     /// Write lock requests as `req` lines (deadlock tools read them; RAPID does not).
     #[arg(long)]
     requests: bool,
+    /// Write locations as numbers (the site's id), as RAPID's reader needs.
+    #[arg(long)]
+    numeric_locations: bool,
 }
 
 pub fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
@@ -101,6 +104,7 @@ pub fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
     };
     let opts = ExportOptions {
         requests: args.requests,
+        numeric_locations: args.numeric_locations,
     };
     let summary = if args.output.as_os_str() == "-" {
         stdtrace::export(&stream, markers.as_mut(), std::io::stdout().lock(), opts)

@@ -29,6 +29,9 @@ pub struct ExportOptions {
     /// recorded request, or a `req` line of an imported trace), and for a request never
     /// granted. RAPID does not read `req`; deadlock tools do.
     pub requests: bool,
+    /// Write every location as a number, as RAPID's reader needs: the site's id, unless every
+    /// location of the trace is a number already (an imported trace's), which is kept.
+    pub numeric_locations: bool,
 }
 
 /// What an export wrote and left out.
@@ -60,6 +63,8 @@ struct Namer<'a> {
     sites: HashMap<SiteId, String>,
     used_variable_names: HashSet<String>,
     renamed: u64,
+    /// Locations written as site ids.
+    site_ids: bool,
 }
 
 /// Whether `name` can be an STD target as RAPID reads it: no `|`, no white space, no
@@ -72,7 +77,7 @@ fn clean_target(name: &str) -> bool {
 }
 
 impl<'a> Namer<'a> {
-    fn new(stream: &'a TraceStream) -> Self {
+    fn new(stream: &'a TraceStream, numeric_locations: bool) -> Self {
         let tables = stream.tables();
         let mut renamed = 0;
         // Threads and locks are named up front, so that a name two of them share goes to
@@ -148,7 +153,22 @@ impl<'a> Namer<'a> {
             sites: HashMap::new(),
             used_variable_names: HashSet::new(),
             renamed,
+            site_ids: false,
         }
+        .numbering_sites(numeric_locations)
+    }
+
+    fn numbering_sites(mut self, numeric: bool) -> Self {
+        if numeric {
+            let ids: Vec<SiteId> = self.stream.tables().sites.keys().copied().collect();
+            let all_numbers = ids.into_iter().all(|id| {
+                let text = self.site(id);
+                !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit())
+            });
+            self.site_ids = !all_numbers;
+            self.sites.clear();
+        }
+        self
     }
 
     fn thread(&mut self, id: ThreadId) -> &str {
@@ -182,6 +202,9 @@ impl<'a> Namer<'a> {
     }
 
     fn site(&mut self, id: SiteId) -> &str {
+        if self.site_ids {
+            return self.sites.entry(id).or_insert_with(|| id.to_string());
+        }
         if !self.sites.contains_key(&id) {
             let tables = self.stream.tables();
             let text = match tables.site_location(id) {
@@ -301,7 +324,7 @@ pub fn export(
     opts: ExportOptions,
 ) -> io::Result<ExportSummary> {
     let mut summary = ExportSummary::default();
-    let mut namer = Namer::new(stream);
+    let mut namer = Namer::new(stream, opts.numeric_locations);
     let mut o = Out {
         w: io::BufWriter::with_capacity(1 << 16, out),
         summary: &mut summary,

@@ -743,15 +743,38 @@ pub fn split_location(text: &str) -> Option<(Option<&str>, &str, u32)> {
 
 /// Reads STD lines from `input` and imports them: one pass, a buffer of at most a line's
 /// length beyond the read size. Blank lines are skipped (they still count in line numbers).
-pub fn import_from<R: Read, W: Write>(
+pub fn import_from<R: Read, W: Write>(input: R, importer: &mut Importer<W>) -> Result<(), Failure> {
+    for_each_line(input, |n, line| match parse::parse(line) {
+        Ok(l) => importer.line(n, &l),
+        Err(e) => Err(ImportError {
+            line: n,
+            column: Some(e.column),
+            message: e.message,
+        }
+        .into()),
+    })?;
+    Ok(())
+}
+
+/// Calls `f` with each line of `input` that is not blank, and its number (from 1), without its
+/// line end (`\n` or `\r\n`); returns the number of lines. One pass, a buffer of at most a
+/// line's length beyond the read size.
+pub fn for_each_line<R: Read>(
     mut input: R,
-    importer: &mut Importer<W>,
-) -> Result<(), Failure> {
+    mut f: impl FnMut(u64, &[u8]) -> Result<(), Failure>,
+) -> Result<u64, Failure> {
     const READ: usize = 1 << 20;
     let mut buf = vec![0u8; READ];
     let mut start = 0usize; // first byte of the current line
     let mut end = 0usize; // bytes held
     let mut n = 0u64;
+    let mut one = |n: u64, line: &[u8]| {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() || line.iter().all(u8::is_ascii_whitespace) {
+            return Ok(());
+        }
+        f(n, line)
+    };
     loop {
         // Move the partial line to the front, and make room for a read.
         if start > 0 {
@@ -784,34 +807,17 @@ pub fn import_from<R: Read, W: Write>(
         for nl in memchr::memchr_iter(b'\n', &buf[scan_from..end]) {
             let at = scan_from + nl;
             n += 1;
-            one_line(importer, n, &buf[from..at])?;
+            one(n, &buf[from..at])?;
             from = at + 1;
         }
         start = from;
         if eof {
             if start < end {
                 n += 1;
-                one_line(importer, n, &buf[start..end])?;
+                one(n, &buf[start..end])?;
             }
-            return Ok(());
+            return Ok(n);
         }
-    }
-}
-
-#[inline]
-fn one_line<W: Write>(importer: &mut Importer<W>, n: u64, line: &[u8]) -> Result<(), Failure> {
-    let line = line.strip_suffix(b"\r").unwrap_or(line);
-    if line.is_empty() || line.iter().all(u8::is_ascii_whitespace) {
-        return Ok(());
-    }
-    match parse::parse(line) {
-        Ok(l) => importer.line(n, &l),
-        Err(e) => Err(ImportError {
-            line: n,
-            column: Some(e.column),
-            message: e.message,
-        }
-        .into()),
     }
 }
 

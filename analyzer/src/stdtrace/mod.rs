@@ -5,6 +5,7 @@
 //! in either format.
 
 pub mod export;
+pub mod hb;
 pub mod import;
 mod names;
 pub mod parse;

@@ -11,6 +11,27 @@ use std::hash::{BuildHasher, Hasher};
 pub struct Names {
     ids: HashMap<Box<[u8]>, u32, NameHasherBuilder>,
     names: Vec<Box<str>>,
+    /// Names of up to 7 bytes seen lately, packed with their length into one word, by a hash
+    /// of that word: most STD names are short (`T1`, `L3`, `V12`, `120`), and one compare of
+    /// a word costs less than hashing the bytes and comparing them in the table.
+    recent: Box<[(u64, u32)]>,
+    key: u64,
+}
+
+const RECENT: usize = 1 << 10;
+
+/// `name` packed with its length (the top byte), when it is shorter than 8 bytes.
+#[inline]
+fn pack(name: &[u8]) -> Option<u64> {
+    if name.len() >= 8 {
+        return None;
+    }
+    // Byte by byte: a copy of a length known only at run time costs a call.
+    let mut w = (name.len() as u64) << 56;
+    for (i, &b) in name.iter().enumerate() {
+        w |= (b as u64) << (8 * i);
+    }
+    Some(w)
 }
 
 /// What [`Names::intern`] found.
@@ -22,9 +43,14 @@ pub enum Interned {
 
 impl Names {
     pub fn new() -> Self {
+        let ids = HashMap::with_hasher(NameHasherBuilder::new());
+        let key = ids.hasher().key;
         Self {
-            ids: HashMap::with_hasher(NameHasherBuilder::new()),
+            ids,
             names: Vec::new(),
+            // The empty name is never interned through the cache (its packed word is 0).
+            recent: vec![(0, 0); RECENT].into_boxed_slice(),
+            key,
         }
     }
 
@@ -34,14 +60,33 @@ impl Names {
 
     /// The id of `name`, new if it was never seen; `Err` when it is not UTF-8 (the byte
     /// offset of the first bad byte) or when 2^32 names are already known.
+    #[inline]
     pub fn intern(&mut self, name: &[u8]) -> Result<Interned, NameError> {
-        if let Some(&id) = self.ids.get(name) {
+        let packed = pack(name).filter(|&p| p != 0);
+        let slot = packed.map(|p| {
+            let h = (p ^ self.key).wrapping_mul(MUL);
+            (h >> 54) as usize
+        });
+        if let (Some(p), Some(slot)) = (packed, slot) {
+            let (k, id) = self.recent[slot];
+            if k == p {
+                return Ok(Interned::Known(id));
+            }
+        }
+        let found = self.ids.get(name).copied();
+        if let Some(id) = found {
+            if let (Some(p), Some(slot)) = (packed, slot) {
+                self.recent[slot] = (p, id);
+            }
             return Ok(Interned::Known(id));
         }
         let text = std::str::from_utf8(name).map_err(|e| NameError::NotUtf8(e.valid_up_to()))?;
         let id = u32::try_from(self.names.len()).map_err(|_| NameError::TooMany)?;
         self.ids.insert(name.into(), id);
         self.names.push(text.into());
+        if let (Some(p), Some(slot)) = (packed, slot) {
+            self.recent[slot] = (p, id);
+        }
         Ok(Interned::New(id))
     }
 

@@ -41,6 +41,7 @@ impl Op {
         !matches!(self, Op::Begin | Op::End)
     }
 
+    #[inline]
     fn from_keyword(word: &[u8]) -> Option<Op> {
         Some(match word {
             b"acq" => Op::Acquire,
@@ -84,10 +85,93 @@ fn error(column: usize, message: impl Into<String>) -> ParseError {
     }
 }
 
+/// The first `byte` in `s`: a plain loop, as the fields of a line are a few bytes long and
+/// a vectorised search costs more to set up than it saves on them.
+#[inline]
+fn find(byte: u8, s: &[u8]) -> Option<usize> {
+    s.iter().position(|&b| b == byte)
+}
+
+/// The high bit of each byte of `w` that equals `byte`, and of no other (the exact form of the
+/// zero-byte test: no false hits next to a true one).
+#[inline]
+fn bytes_equal(w: u64, byte: u8) -> u64 {
+    const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    let x = w ^ (0x0101_0101_0101_0101 * byte as u64);
+    !(((x & LOW7) + LOW7) | x | LOW7)
+}
+
 /// Parses one line (without its line end).
 #[inline]
 pub fn parse(line: &[u8]) -> Result<Line<'_>, ParseError> {
-    let Some(bar1) = memchr::memchr(b'|', line) else {
+    // One scan for the two `|` and the `(` of the operation, eight bytes at a time; anything
+    // unusual is left to the careful parse, which says what is wrong.
+    let mut bars = [0usize; 2];
+    let mut found = 0;
+    let mut open = usize::MAX;
+    let mut chunks = line.chunks_exact(8);
+    let mut base = 0;
+    for c in &mut chunks {
+        let w = u64::from_le_bytes(c.try_into().expect("eight bytes"));
+        let mut hits = bytes_equal(w, b'|') | bytes_equal(w, b'(');
+        while hits != 0 {
+            let i = base + (hits.trailing_zeros() / 8) as usize;
+            hits &= hits - 1;
+            if line[i] == b'|' {
+                if found == 2 {
+                    return parse_checked(line);
+                }
+                bars[found] = i;
+                found += 1;
+            } else if found == 1 && open == usize::MAX {
+                open = i;
+            }
+        }
+        base += 8;
+    }
+    for (i, &b) in chunks.remainder().iter().enumerate() {
+        let i = base + i;
+        if b == b'|' {
+            if found == 2 {
+                return parse_checked(line);
+            }
+            bars[found] = i;
+            found += 1;
+        } else if b == b'(' && found == 1 && open == usize::MAX {
+            open = i;
+        }
+    }
+    if found != 2 || bars[0] == 0 {
+        return parse_checked(line);
+    }
+    let [bar1, bar2] = bars;
+    let word = &line[bar1 + 1..open.min(bar2)];
+    let Some(op) = Op::from_keyword(word) else {
+        return parse_checked(line);
+    };
+    let target = if op.has_target() {
+        if open > bar2 || open + 2 >= bar2 || line[bar2 - 1] != b')' {
+            return parse_checked(line);
+        }
+        &line[open + 1..bar2 - 1]
+    } else {
+        if open < bar2 {
+            return parse_checked(line);
+        }
+        &line[..0]
+    };
+    Ok(Line {
+        thread: &line[..bar1],
+        op,
+        target,
+        location: &line[bar2 + 1..],
+    })
+}
+
+/// The same, field by field, with an error that says what is wrong and where.
+#[cold]
+fn parse_checked(line: &[u8]) -> Result<Line<'_>, ParseError> {
+    let Some(bar1) = find(b'|', line) else {
         return Err(error(
             line.len() + 1,
             format!("no `|` after the thread: {SHAPE}"),
@@ -98,7 +182,7 @@ pub fn parse(line: &[u8]) -> Result<Line<'_>, ParseError> {
         return Err(error(1, format!("the thread is empty: {SHAPE}")));
     }
     let rest = &line[bar1 + 1..];
-    let Some(bar2) = memchr::memchr(b'|', rest) else {
+    let Some(bar2) = find(b'|', rest) else {
         return Err(error(
             line.len() + 1,
             format!("no `|` before the location: {SHAPE}"),
@@ -107,7 +191,7 @@ pub fn parse(line: &[u8]) -> Result<Line<'_>, ParseError> {
     let op_field = &rest[..bar2];
     let op_column = bar1 + 2;
     let location = &rest[bar2 + 1..];
-    if let Some(extra) = memchr::memchr(b'|', location) {
+    if let Some(extra) = find(b'|', location) {
         return Err(error(
             bar1 + bar2 + 3 + extra,
             format!("a fourth field: {SHAPE}"),
@@ -123,7 +207,7 @@ pub fn parse(line: &[u8]) -> Result<Line<'_>, ParseError> {
 }
 
 fn parse_op(field: &[u8], column: usize) -> Result<(Op, &[u8]), ParseError> {
-    let open = memchr::memchr(b'(', field);
+    let open = find(b'(', field);
     let word = &field[..open.unwrap_or(field.len())];
     let Some(op) = Op::from_keyword(word) else {
         let shown = String::from_utf8_lossy(word);
@@ -242,6 +326,36 @@ mod tests {
                 e.column,
                 e.message
             );
+        }
+    }
+
+    #[test]
+    fn the_fast_scan_agrees_with_the_careful_parse() {
+        let lines: &[&[u8]] = &[
+            b"T0|acq(L34)|120",
+            b"a-long-thread-name|w(some.variable[12])|File.java:1234",
+            b"T|acq(f()::m)|1",
+            b"T|begin|12345678",
+            b"T1|r(x)|",
+            b"T1|r(x)|a|b",
+            b"T1|r(x|a",
+            b"T1|r()|1",
+            b"T1|rr(x)|1",
+            b"|r(x)|1",
+            b"T1|end(x)|1",
+            b"T1|w(x)y)|1",
+            b"12345678|w(12345678)|12345678",
+        ];
+        for &l in lines {
+            assert_eq!(parse(l), parse_checked(l), "{}", String::from_utf8_lossy(l));
+        }
+        for b in 0..=255u8 {
+            let w = u64::from_le_bytes([b, b'|', b'(', 0x80, 0xfc, b'|' ^ 0x80, b'|' + 1, 0]);
+            let want: u64 = (0..8)
+                .filter(|&i| w.to_le_bytes()[i] == b'|')
+                .map(|i| 0x80 << (8 * i))
+                .sum();
+            assert_eq!(bytes_equal(w, b'|'), want, "{b}");
         }
     }
 

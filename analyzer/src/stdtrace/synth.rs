@@ -12,8 +12,8 @@
 //! - a deadlock: `a: acq(p) acq(q) rel(q) rel(p)` then `b: acq(q) acq(p) rel(p) rel(q)`, two
 //!   locks of its own.
 //!
-//! Every pattern uses variables, locks and locations of its own, so each is exactly one finding;
-//! the background has none. The same lines are written as STD text or, through the
+//! Locations are numbers (RAPID's STD reader needs them to be). Every pattern uses variables,
+//! locks and locations of its own, so each is exactly one finding; the background has none. The same lines are written as STD text or, through the
 //! [`Importer`], as a foresight trace (the same events the import of the text gives).
 
 use std::io::{self, Write};
@@ -184,7 +184,7 @@ impl Rng {
     }
     #[inline]
     fn below(&mut self, n: u32) -> u32 {
-        ((self.next() >> 32) * n as u64 >> 32) as u32
+        (((self.next() >> 32) * n as u64) >> 32) as u32
     }
 }
 
@@ -235,21 +235,10 @@ pub fn generate(spec: &SynthSpec, sink: &mut impl Sink) -> Result<SynthTruth, Fa
     let site_local = 2 * l + 2 * v;
     let site_fork = site_local + 1;
     let site_join = site_local + 2;
-    for i in 0..l {
-        sink.location(&format!("Worker.java:{}", 100 + i))?;
+    // Locations are numbers, as RAPID reads them: site id + 1.
+    for id in 0..=site_join {
+        sink.location(&(id + 1).to_string())?;
     }
-    for i in 0..l {
-        sink.location(&format!("Worker.java:{}", 100 + l + i))?;
-    }
-    for i in 0..v {
-        sink.location(&format!("Data.java:{}", 100 + i))?;
-    }
-    for i in 0..v {
-        sink.location(&format!("Data.java:{}", 100 + v + i))?;
-    }
-    sink.location("Local.java:10")?;
-    sink.location("Main.java:10")?;
-    sink.location("Main.java:20")?;
     let mut next_site = site_join + 1;
     let mut next_lock = l;
     let mut next_var = v + workers;
@@ -302,8 +291,7 @@ pub fn generate(spec: &SynthSpec, sink: &mut impl Sink) -> Result<SynthTruth, Fa
             let s0 = next_site;
             next_site += 4;
             for i in 0..4 {
-                out.sink
-                    .location(&format!("Planted{k}.java:{}", 10 * (i + 1)))?;
+                out.sink.location(&(s0 + i + 1).to_string())?;
             }
             match kind {
                 "race" | "predictable-race" => {
