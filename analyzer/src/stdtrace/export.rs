@@ -239,6 +239,8 @@ struct ThreadWalk {
     last_key: Option<u64>,
     /// The site of the join request waiting for its end.
     join_site: Option<SiteId>,
+    /// The site of the condition wait in progress: the mutex is taken again there.
+    wait_site: Option<SiteId>,
     /// Locks held, innermost last, and whether in a shared mode (left out, with its release).
     held: Vec<(ObjectId, bool)>,
 }
@@ -294,6 +296,7 @@ impl<'m> MarkerQueue<'m> {
         &mut self,
         o: &mut Out<'_, W>,
         namer: &mut Namer<'_>,
+        walks: &mut HashMap<ThreadId, ThreadWalk>,
         upto: Option<(u64, ThreadId, u64)>,
     ) -> io::Result<()> {
         while let Some((&k, &m)) = self.next.iter().next() {
@@ -308,6 +311,8 @@ impl<'m> MarkerQueue<'m> {
             };
             let site = namer.site(m.site).to_string();
             o.line(namer.thread(t), op, "", &site)?;
+            // A request with the key of a marker before it has no place of its own.
+            walks.entry(t).or_default().last_key = Some(m.key);
             if let Some(x) = self.markers.as_deref_mut().and_then(|ms| ms.take(t)) {
                 self.next.insert((x.key, t, x.position), x);
             }
@@ -336,7 +341,12 @@ pub fn export(
         let t = e.thread;
         let key = e.event.key;
         if !queue.next.is_empty() {
-            queue.write_before(&mut o, &mut namer, Some((key, t, e.index as u64)))?;
+            queue.write_before(
+                &mut o,
+                &mut namer,
+                &mut walks,
+                Some((key, t, e.index as u64)),
+            )?;
         }
         let walk = walks.entry(t).or_default();
         let previous_key = walk.last_key.replace(key);
@@ -428,13 +438,18 @@ pub fn export(
                     .entry("cond-wait (the hand-off)")
                     .or_default() += 1;
                 let lock = namer.lock(mutex).to_string();
-                let site = namer.site(site).to_string();
                 walk.request_site = None;
+                walk.wait_site = Some(site);
+                let site = namer.site(site).to_string();
                 o.line(namer.thread(t), Op::Release, &lock, &site)?;
             }
             EventKind::CondWaitEnd { mutex, .. } => {
                 let lock = namer.lock(mutex).to_string();
-                o.line(namer.thread(t), Op::Acquire, &lock, "")?;
+                let site = match walk.wait_site.take() {
+                    Some(s) => namer.site(s).to_string(),
+                    None => String::new(),
+                };
+                o.line(namer.thread(t), Op::Acquire, &lock, &site)?;
             }
             EventKind::Read { addr, size, site } | EventKind::Write { addr, size, site } => {
                 let op = if matches!(e.event.kind, EventKind::Read { .. }) {
@@ -451,7 +466,7 @@ pub fn export(
             }
         }
     }
-    queue.write_before(&mut o, &mut namer, None)?;
+    queue.write_before(&mut o, &mut namer, &mut walks, None)?;
     // A request never granted: the thread was blocked when the trace ended.
     if !opts.requests {
         let blocked = walks.values().filter(|w| w.request_site.is_some()).count();
