@@ -439,11 +439,6 @@ impl<W: Write> Importer<W> {
                 ));
             }
         }
-        if let Some(f) = state.forked_at {
-            if !state.started && f >= n {
-                unreachable!("a fork line comes before the line it forks");
-            }
-        }
         self.start(t, n)?;
         match op {
             Op::Acquire => {
