@@ -72,6 +72,7 @@ fn synthetic_trace() -> Trace {
                     EventKind::BarrierWaitBegin {
                         barrier,
                         site: arrive,
+                        generation: None,
                     },
                 );
             }

@@ -124,6 +124,14 @@ pub fn analyze(runs: &[Run], warnings: &[Vec<String>], opts: &Options) -> Report
                             r.threads.len()
                         ));
                     }
+                    if r.races.orphan_accesses > 0 {
+                        w.push(format!(
+                            "{} memory accesses of threads whose creation is not in the trace \
+                             (the process ended while they were being created) were left out \
+                             of the race analysis",
+                            r.races.orphan_accesses
+                        ));
+                    }
                     if r.races.evicted > 0 {
                         w.push(format!(
                             "{} shadow entries were dropped from full granules: some pairs of \

@@ -23,11 +23,19 @@
 
 use std::cell::OnceCell;
 use std::collections::HashMap;
+use std::sync::mpsc::{channel, sync_channel};
 
 use foresight_trace::event::{AtomicOp, EventKind, LockMode, MemoryOrder, WaitOutcome};
-use foresight_trace::{ObjectId, SiteId, StringId, ThreadId, Trace};
+use foresight_trace::stream::MergedStream;
+use foresight_trace::tables::ObjectKind;
+use foresight_trace::{ObjectId, SiteId, StringId, ThreadId, Trace, TraceStream};
 
 use crate::model::Mode;
+
+/// Events per batch handed to a pass on another thread ([`Stream::drive_runs_split`]).
+pub const SPLIT_BATCH: usize = 2 << 10;
+/// Batches queued for that pass at most.
+pub const SPLIT_IN_FLIGHT: usize = 8;
 
 /// One event as a pass sees it.
 #[derive(Clone, Copy, Debug)]
@@ -268,6 +276,39 @@ impl<A: Pass, B: Pass> Pass for (A, B) {
     }
 }
 
+/// Where a walk's events come from: any iterator of (thread id, position in the thread, wire
+/// event) in merged order, or a file's merged stream read by runs ([`Runs`]).
+pub trait EventSource {
+    /// Feeds every event to `pass`; returns the events read.
+    fn feed<P: Pass>(self, stream: &Stream<'_>, pass: &mut P, progress: &mut dyn FnMut(u64))
+        -> u64;
+}
+
+impl<I: IntoIterator<Item = (ThreadId, usize, EventKind)>> EventSource for I {
+    fn feed<P: Pass>(
+        self,
+        stream: &Stream<'_>,
+        pass: &mut P,
+        progress: &mut dyn FnMut(u64),
+    ) -> u64 {
+        stream.drive(self, pass, progress)
+    }
+}
+
+/// A file's merged stream, read a run of one thread at a time ([`Stream::drive_runs`]).
+pub struct Runs<'m, 'a>(pub &'m mut MergedStream<'a>);
+
+impl EventSource for Runs<'_, '_> {
+    fn feed<P: Pass>(
+        self,
+        stream: &Stream<'_>,
+        pass: &mut P,
+        progress: &mut dyn FnMut(u64),
+    ) -> u64 {
+        stream.drive_runs(self.0, pass, progress)
+    }
+}
+
 /// What the driver knows before the events: the threads (their dense order) and where the
 /// generation of a barrier arrival comes from.
 pub struct Stream<'t> {
@@ -313,6 +354,25 @@ impl<'t> Stream<'t> {
             threads: ThreadIndex::new(thread_ids),
             lookahead: Lookahead::Scanned(lookahead),
         }
+    }
+
+    /// A stream over a trace read from its file (`TraceStream`), threads in the file's order.
+    /// A trace with barriers is first scanned per thread for the generation each arrival
+    /// belongs to.
+    pub fn of_stream(stream: &TraceStream) -> Self {
+        let ids: Vec<ThreadId> = stream.threads().collect();
+        let mut generations = BarrierGenerations::default();
+        if stream
+            .tables()
+            .objects
+            .values()
+            .any(|o| o.kind == ObjectKind::Barrier)
+        {
+            for (i, &id) in ids.iter().enumerate() {
+                generations.scan_thread(i as u32, stream.thread_events(id).map(|e| e.kind));
+            }
+        }
+        Self::new(ids, generations)
     }
 
     /// The generation of the arrival at `barrier`, event `pos` of `thread`.
@@ -377,6 +437,123 @@ impl<'t> Stream<'t> {
             seq += 1;
         }
         seq
+    }
+
+    /// Feeds a file's merged order to `pass`, a run of one thread's events at a time
+    /// (`MergedStream::next_run`): the thread is looked up once per run, and the events of a
+    /// run are handed on without the merge looking at the other threads in between. The same
+    /// events, positions and `seq` as [`Stream::drive`] over the same stream one event at a
+    /// time. Returns the events read.
+    pub fn drive_runs<P: Pass>(
+        &self,
+        merged: &mut MergedStream<'_>,
+        pass: &mut P,
+        progress: &mut dyn FnMut(u64),
+    ) -> u64 {
+        let mut seq = 0u64;
+        let mut next_progress = 0u64;
+        while let Some(run) = merged.next_run() {
+            if seq >= next_progress {
+                progress(seq);
+                next_progress = (seq | 0xf_ffff) + 1;
+            }
+            if let Some(t) = self.threads.get(run.thread) {
+                let thread = t as u32;
+                let first = run.first_index as u32;
+                for (i, ev) in run.events.iter().enumerate() {
+                    let pos = first + i as u32;
+                    pass.handle(&StreamEvent {
+                        thread,
+                        pos,
+                        seq: seq + i as u64,
+                        op: self.convert(thread, pos, ev.kind),
+                    });
+                }
+            }
+            seq += run.events.len() as u64;
+        }
+        seq
+    }
+
+    /// [`Stream::drive_runs`] with a second pass on a thread of its own: `here` sees every
+    /// event on the calling thread, which also reads and merges the trace, and `there` sees
+    /// the same events in the same order on a worker, handed over in batches of
+    /// [`SPLIT_BATCH`] (at most [`SPLIT_IN_FLIGHT`] queued, buffers reused: the hand-off's
+    /// memory is bounded by the batch size, not by the trace). Each pass is exactly what it
+    /// would be in one walk; the two only run at once. Returns the events read and `there`'s
+    /// output.
+    pub fn drive_runs_split<A: Pass, B>(
+        &self,
+        merged: &mut MergedStream<'_>,
+        here: &mut A,
+        there: B,
+        progress: &mut dyn FnMut(u64),
+    ) -> (u64, B::Output)
+    where
+        B: Pass + Send,
+        B::Output: Send,
+    {
+        let (to_worker, batches) = sync_channel::<Vec<StreamEvent>>(SPLIT_IN_FLIGHT);
+        let (give_back, spare) = channel::<Vec<StreamEvent>>();
+        std::thread::scope(|scope| {
+            let worker = scope.spawn(move || {
+                let mut there = there;
+                while let Ok(mut batch) = batches.recv() {
+                    for ev in &batch {
+                        there.handle(ev);
+                    }
+                    batch.clear();
+                    // The walk may be over already: a buffer nobody takes back is dropped.
+                    let _ = give_back.send(batch);
+                }
+                there.finish()
+            });
+            let mut seq = 0u64;
+            let mut next_progress = 0u64;
+            let mut batch: Vec<StreamEvent> = Vec::with_capacity(SPLIT_BATCH);
+            let mut worker_gone = false;
+            while let Some(run) = merged.next_run() {
+                if seq >= next_progress {
+                    progress(seq);
+                    next_progress = (seq | 0xf_ffff) + 1;
+                }
+                if let Some(t) = self.threads.get(run.thread) {
+                    let thread = t as u32;
+                    let first = run.first_index as u32;
+                    for (i, ev) in run.events.iter().enumerate() {
+                        let pos = first + i as u32;
+                        let ev = StreamEvent {
+                            thread,
+                            pos,
+                            seq: seq + i as u64,
+                            op: self.convert(thread, pos, ev.kind),
+                        };
+                        here.handle(&ev);
+                        batch.push(ev);
+                        if batch.len() == SPLIT_BATCH && !worker_gone {
+                            let next = spare
+                                .try_recv()
+                                .unwrap_or_else(|_| Vec::with_capacity(SPLIT_BATCH));
+                            // Only a worker that panicked hangs up: its panic is raised below.
+                            worker_gone =
+                                to_worker.send(std::mem::replace(&mut batch, next)).is_err();
+                        }
+                    }
+                }
+                seq += run.events.len() as u64;
+                if worker_gone {
+                    batch.clear();
+                }
+            }
+            if !batch.is_empty() && !worker_gone {
+                let _ = to_worker.send(batch);
+            }
+            drop(to_worker);
+            match worker.join() {
+                Ok(out) => (seq, out),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        })
     }
 
     /// The wire event in the analyzer's terms.
@@ -459,10 +636,15 @@ impl<'t> Stream<'t> {
                 count,
                 site,
             },
-            EventKind::BarrierWaitBegin { barrier, site } => Op::BarrierArrive {
+            EventKind::BarrierWaitBegin {
                 barrier,
                 site,
-                generation: self.arrival_generation(thread, pos, barrier),
+                generation,
+            } => Op::BarrierArrive {
+                barrier,
+                site,
+                // The recorder says (1.3); older traces: the thread's next departure.
+                generation: generation.or_else(|| self.arrival_generation(thread, pos, barrier)),
             },
             EventKind::BarrierWaitEnd {
                 barrier,
@@ -647,7 +829,11 @@ mod tests {
 
     #[test]
     fn an_arrival_takes_the_generation_of_the_threads_next_departure() {
-        let arrive = |barrier| EventKind::BarrierWaitBegin { barrier, site: 0 };
+        let arrive = |barrier| EventKind::BarrierWaitBegin {
+            barrier,
+            site: 0,
+            generation: None,
+        };
         let depart = |barrier, generation| EventKind::BarrierWaitEnd {
             barrier,
             generation,
@@ -694,7 +880,11 @@ mod tests {
             b.object(ObjectKind::Barrier, "b1"),
             b.object(ObjectKind::Barrier, "b2"),
         );
-        let arrive = |barrier| EventKind::BarrierWaitBegin { barrier, site: s };
+        let arrive = |barrier| EventKind::BarrierWaitBegin {
+            barrier,
+            site: s,
+            generation: None,
+        };
         let depart = |barrier, generation| EventKind::BarrierWaitEnd {
             barrier,
             generation,
@@ -729,6 +919,75 @@ mod tests {
             }
         }
         assert_eq!(found, [Some(0), Some(1), None, Some(5), None]);
+    }
+
+    /// Collects (thread, position, seq, op) of what it is fed.
+    struct Ops(Vec<(u32, u32, u64, Op)>);
+    impl Pass for Ops {
+        type Output = Vec<(u32, u32, u64, Op)>;
+        fn handle(&mut self, ev: &StreamEvent) {
+            self.0.push((ev.thread, ev.pos, ev.seq, ev.op));
+        }
+        fn finish(self) -> Self::Output {
+            self.0
+        }
+    }
+
+    #[test]
+    fn a_file_read_by_runs_feeds_what_the_decoded_merged_order_feeds() {
+        use foresight_trace::builder::TraceBuilder;
+        let mut b = TraceBuilder::new("t");
+        let main = b.main_thread();
+        let s = b.site("f", "t.c", 1);
+        let m = b.mutex("m");
+        let workers: Vec<_> = (0..3).map(|i| b.spawn(main, s, &format!("w{i}"))).collect();
+        for round in 0..4000u64 {
+            for (i, &w) in workers.iter().enumerate() {
+                // Runs of accesses at one key, and lock hand-offs that end them.
+                for k in 0..(round % 5) {
+                    b.read(w, 0x1000 * i as u64 + 8 * k, 8, s);
+                }
+                if round % 3 == i as u64 {
+                    b.lock(w, m, s);
+                    b.write(w, 0x9000, 8, s);
+                    b.unlock(w, m, s);
+                }
+            }
+        }
+        for &w in &workers {
+            b.join(main, w, s);
+        }
+        let bytes = b.finish();
+        let trace = Trace::from_bytes("t.trace", bytes.clone()).expect("trace reads");
+        let mut want = Ops(Vec::new());
+        let n = Stream::of_trace(&trace).drive(
+            trace.merged().map(|m| (m.thread, m.index, m.event.kind)),
+            &mut want,
+            &mut |_| {},
+        );
+        let file = TraceStream::from_bytes("t.trace", bytes).expect("trace streams");
+        let mut merged = file.merged().with_ordering_check();
+        let mut got = Ops(Vec::new());
+        let read = Stream::of_stream(&file).drive_runs(&mut merged, &mut got, &mut |_| {});
+        assert_eq!(read, n);
+        assert_eq!(got.0, want.0);
+        assert!(merged.problems().is_empty(), "{:?}", merged.problems());
+        // Split over two threads: each pass sees the same, in batches across the hand-off.
+        assert!(
+            want.0.len() > SPLIT_BATCH,
+            "the test needs more than one batch"
+        );
+        let mut merged = file.merged().with_ordering_check();
+        let mut here = Ops(Vec::new());
+        let (read, there) = Stream::of_stream(&file).drive_runs_split(
+            &mut merged,
+            &mut here,
+            Ops(Vec::new()),
+            &mut |_| {},
+        );
+        assert_eq!(read, n);
+        assert_eq!(here.0, want.0);
+        assert_eq!(there, want.0);
     }
 
     #[test]

@@ -274,7 +274,14 @@ fn barrier_events(t: &mut T, barrier: ObjectId, order: &[(ThreadId, bool)], gene
     let site = t.at(30);
     for &(th, arrive) in order {
         if arrive {
-            t.ev(th, EventKind::BarrierWaitBegin { barrier, site });
+            t.ev(
+                th,
+                EventKind::BarrierWaitBegin {
+                    barrier,
+                    site,
+                    generation: None,
+                },
+            );
         } else {
             t.ev(
                 th,

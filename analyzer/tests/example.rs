@@ -55,6 +55,7 @@ pub fn example_trace() -> Vec<u8> {
             EventKind::BarrierWaitBegin {
                 barrier: start,
                 site: s_wait,
+                generation: None,
             },
         );
     }

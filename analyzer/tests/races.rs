@@ -373,6 +373,7 @@ fn barrier_generations_order_arrivals_before_departures() {
     let arrive = EventKind::BarrierWaitBegin {
         barrier: bar,
         site: s,
+        generation: None,
     };
     let depart = |serial| EventKind::BarrierWaitEnd {
         barrier: bar,
@@ -388,6 +389,67 @@ fn barrier_generations_order_arrivals_before_departures() {
     t.ev(b, depart(false));
     t.read(b, X, 4, 20);
     assert_eq!(race_lines(&report(t)), [(11, 21, "happens-before")].into());
+}
+
+#[test]
+fn an_arrival_that_never_departs_is_in_the_generation_the_recorder_gave_it() {
+    // The process ended while `a` was still inside the wait: its arrival says its generation.
+    let build = |generation: Option<u64>| {
+        let mut t = T::new();
+        let (a, b) = (t.spawn("a"), t.spawn("b"));
+        let bar = t.b.object(ObjectKind::Barrier, "bar");
+        let s = t.b.site("f", "t.c", 50);
+        let arrive = EventKind::BarrierWaitBegin {
+            barrier: bar,
+            site: s,
+            generation,
+        };
+        t.write(a, X, 4, 10);
+        t.ev(a, arrive);
+        t.ev(
+            b,
+            EventKind::BarrierWaitBegin {
+                barrier: bar,
+                site: s,
+                generation: Some(0),
+            },
+        );
+        t.ev(
+            b,
+            EventKind::BarrierWaitEnd {
+                barrier: bar,
+                generation: 0,
+                serial: true,
+            },
+        );
+        t.write(b, X, 4, 20);
+        report(t)
+    };
+    assert!(races(&build(Some(0))).is_empty());
+    // An older trace cannot tell: the arrival orders nothing, and the pair is reported.
+    assert_eq!(
+        race_lines(&build(None)),
+        [(10, 20, "happens-before")].into()
+    );
+}
+
+#[test]
+fn a_thread_whose_creation_was_lost_is_left_out_with_a_warning() {
+    // Without its creation, nothing of the creator's would be ordered before the thread: the
+    // creator's initialisation of `X` would look like a race with every access of the child.
+    let mut t = T::new();
+    t.write(t.main, X, 4, 10);
+    let child = t.b.spawn_unrecorded(t.main, "late");
+    t.read(child, X, 4, 20);
+    let r = report(t);
+    assert!(races(&r).is_empty());
+    let warnings = &r.traces[0].warnings;
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("1 memory accesses of threads whose creation is not in the trace")),
+        "{warnings:?}"
+    );
 }
 
 #[test]

@@ -256,6 +256,14 @@ impl TraceBuilder {
         child
     }
 
+    /// A thread that started but whose creation event the trace lacks, as when the process
+    /// ended while `parent` was still inside `pthread_create`.
+    pub fn spawn_unrecorded(&mut self, parent: ThreadId, name: &str) -> ThreadId {
+        let child = self.thread_record(Some(parent), name);
+        self.event(child, EventKind::ThreadStart);
+        child
+    }
+
     /// `parent` joins `child`; the child exits first if it has not.
     pub fn join(&mut self, parent: ThreadId, child: ThreadId, site: SiteId) {
         self.exit(child);

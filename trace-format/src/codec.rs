@@ -77,6 +77,8 @@ pub mod tag {
     pub const LOCK_RANK: u8 = 0x5a;
     pub const HAPPENS_BEFORE: u8 = 0x5b;
     pub const HAPPENS_AFTER: u8 = 0x5c;
+    /// Extension (version 1.3): the generation of the barrier arrival just before it.
+    pub const ARRIVAL_GENERATION: u8 = 0x60;
 }
 
 /// The delta state of one chunk, shared by its encoder and decoder.
@@ -306,10 +308,24 @@ pub fn encode(out: &mut Vec<u8>, st: &mut DeltaState, ev: &Event) -> Result<(), 
             v(out, count as u64);
             v(out, site as u64);
         }
-        BarrierWaitBegin { barrier, site } => {
+        BarrierWaitBegin {
+            barrier,
+            site,
+            generation,
+        } => {
             put(out, BARRIER_ARRIVE);
             v(out, barrier as u64);
             v(out, site as u64);
+            if let Some(g) = generation {
+                // An extension event right after, at the same key: readers that do not know
+                // it skip it and still have the arrival.
+                let mut body = Vec::with_capacity(12);
+                varint::put(&mut body, barrier as u64);
+                varint::put(&mut body, g);
+                out.push(ARRIVAL_GENERATION);
+                varint::put(out, body.len() as u64);
+                out.extend_from_slice(&body);
+            }
         }
         BarrierWaitEnd {
             barrier,
@@ -817,10 +833,15 @@ impl<'a> Decoder<'a> {
                 count: self.u32()?,
                 site: self.sync_site()?,
             },
-            BARRIER_ARRIVE => BarrierWaitBegin {
-                barrier: self.object_id()?,
-                site: self.sync_site()?,
-            },
+            BARRIER_ARRIVE => {
+                let barrier = self.object_id()?;
+                let site = self.sync_site()?;
+                BarrierWaitBegin {
+                    barrier,
+                    site,
+                    generation: self.arrival_generation(barrier)?,
+                }
+            }
             BARRIER_DEPART => BarrierWaitEnd {
                 barrier: self.object_id()?,
                 generation: self.u64()?,
@@ -960,6 +981,41 @@ impl<'a> Decoder<'a> {
     /// Skips an extension event (tag in `EXTENSION_TAGS`) at the cursor, if there is one.
     /// Returns whether it skipped.
     #[inline(never)]
+    /// After a barrier arrival: the generation extension that follows it, if there is one
+    /// (it is consumed; one naming another barrier is left for the loop to skip).
+    fn arrival_generation(
+        &mut self,
+        barrier: crate::ObjectId,
+    ) -> Result<Option<u64>, DecodeProblem> {
+        if self.buf.get(self.pos) != Some(&tag::ARRIVAL_GENERATION) {
+            return Ok(None);
+        }
+        let start = self.pos;
+        self.pos += 1;
+        let parsed = (|| {
+            let len = self.u64().ok()?;
+            let end = (self.pos as u64).checked_add(len)?;
+            if end > self.buf.len() as u64 {
+                return None;
+            }
+            let of = self.u32().ok()?;
+            let generation = self.u64().ok()?;
+            // Later minor versions may append fields: skipped with the rest of the body.
+            (self.pos as u64 <= end && of == barrier).then_some((end as usize, generation))
+        })();
+        match parsed {
+            Some((end, generation)) => {
+                self.pos = end;
+                Ok(Some(generation))
+            }
+            None => {
+                // Not ours, or malformed: the loop skips (or reports) it as any extension.
+                self.pos = start;
+                Ok(None)
+            }
+        }
+    }
+
     pub fn skip_extension(&mut self) -> Result<bool, DecodeError> {
         let start = self.pos;
         let Some(&raw) = self.buf.get(self.pos) else {

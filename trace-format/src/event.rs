@@ -186,10 +186,13 @@ pub enum EventKind {
         count: u32,
         site: SiteId,
     },
-    /// Arrival at the barrier.
+    /// Arrival at the barrier. `generation`, when the recorder says (version 1.3, an extension
+    /// after the arrival, §6.6), is the generation the arrival belongs to: known even when the
+    /// thread never returns from the wait (the process ended first).
     BarrierWaitBegin {
         barrier: ObjectId,
         site: SiteId,
+        generation: Option<u64>,
     },
     /// Departure from generation `generation`; `serial` for the one thread that got
     /// `PTHREAD_BARRIER_SERIAL_THREAD`.

@@ -111,6 +111,21 @@ impl<'t> Checker<'t> {
         self.tables.describe_object(o)
     }
 
+    /// Whether [`Checker::observe`] does nothing with an event of the same thread as the one
+    /// before it: memory events (it only notes the thread's first event).
+    #[inline]
+    pub fn ignores_past_thread_switch(kind: &EventKind) -> bool {
+        matches!(
+            kind,
+            EventKind::Read { .. }
+                | EventKind::Write { .. }
+                | EventKind::Atomic { .. }
+                | EventKind::Fence { .. }
+                | EventKind::Alloc { .. }
+                | EventKind::Free { .. }
+        )
+    }
+
     /// Takes the next event of the merged order: `thread`'s event, from the chunk at byte
     /// `offset`. `unfinished(t)` says whether thread `t` still has events after this one (a
     /// join of a thread that has is reported).

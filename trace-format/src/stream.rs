@@ -689,6 +689,24 @@ pub struct MergedStream<'a> {
     /// event comes before it.
     bound: (u64, ThreadId),
     ordering: Option<Box<Checker<'a>>>,
+    /// The last run handed out ([`MergedStream::next_run`]) is done with: its thread must be
+    /// stepped (refilled, and the lead handed on) before anything else is read.
+    run_given: bool,
+    /// A thread's join of itself that ended the last run: checked for ordering once the
+    /// thread has been stepped, when it is known whether the thread has events after it.
+    deferred_check: Option<StreamEvent>,
+}
+
+/// Events of one thread that come next in the merged order, in program order: what
+/// [`MergedStream::next_run`] gives.
+#[derive(Clone, Copy, Debug)]
+pub struct EventRun<'a> {
+    pub thread: ThreadId,
+    /// Position in the thread of the first event.
+    pub first_index: usize,
+    pub events: &'a [Event],
+    /// Byte offset of the header of the chunk that holds the events.
+    pub chunk_offset: u64,
 }
 
 const NONE: usize = usize::MAX;
@@ -710,9 +728,96 @@ impl<'a> MergedStream<'a> {
             current,
             bound: (0, 0),
             ordering: None,
+            run_given: false,
+            deferred_check: None,
         };
         m.bound = m.heap_bound();
         m
+    }
+
+    /// The next events of the merged order that come from one thread: as many as come before
+    /// any other thread's next event, up to the end of the thread's decoded batch. The same
+    /// events, in the same order, as [`Iterator::next`] gives one at a time (the two may be
+    /// mixed), without a comparison with the other threads per event: a thread's plain memory
+    /// accesses share its key, so in an instrumented trace runs are long.
+    pub fn next_run(&mut self) -> Option<EventRun<'_>> {
+        self.settle();
+        let c = self.current;
+        let cur = self.cursors.get_mut(c)?;
+        let rest = &cur.batch[cur.at..];
+        // Keys never decrease within a thread, so the events that come before the bound are a
+        // prefix; the head always does.
+        let (bound_key, bound_thread) = self.bound;
+        let thread = cur.thread;
+        let before = |e: &Event| e.key < bound_key || (e.key == bound_key && thread < bound_thread);
+        let n = if rest.last().is_some_and(before) {
+            rest.len()
+        } else {
+            rest.partition_point(before).max(1)
+        };
+        let start = cur.at;
+        let first_index = cur.index;
+        cur.at += n;
+        cur.index += n;
+        self.run_given = true;
+        let chunk_offset = cur.batch_offset;
+        if self.ordering.is_some() {
+            self.check_run(c, start, n);
+        }
+        let cur = &self.cursors[c];
+        Some(EventRun {
+            thread,
+            first_index,
+            events: &cur.batch[start..start + n],
+            chunk_offset,
+        })
+    }
+
+    /// Steps the thread of the run last given, now that its events are no longer borrowed.
+    #[inline]
+    fn settle(&mut self) {
+        if self.run_given {
+            self.run_given = false;
+            // Nothing has moved the lead since the run was given.
+            self.step(self.current);
+            if let Some(e) = self.deferred_check.take() {
+                self.check_ordering(&e);
+            }
+        }
+    }
+
+    /// The ordering check of a run's events. The checker looks at a plain access only when the
+    /// thread changes (at the run's first event); a join whose thread is its own asks whether
+    /// the thread has events after it, which for the last event of a run is known only once
+    /// the thread has been stepped.
+    #[cold]
+    fn check_run(&mut self, c: usize, start: usize, n: usize) {
+        let Some(mut check) = self.ordering.take() else {
+            return;
+        };
+        let cur = &self.cursors[c];
+        let (thread, offset) = (cur.thread, cur.batch_offset);
+        let mut deferred = None;
+        for (i, ev) in cur.batch[start..start + n].iter().enumerate() {
+            if i > 0 && Checker::ignores_past_thread_switch(&ev.kind) {
+                continue;
+            }
+            if i + 1 == n
+                && matches!(ev.kind, crate::event::EventKind::JoinEnd { child, .. } if child == thread)
+            {
+                deferred = Some(StreamEvent {
+                    thread,
+                    index: cur.index - n + i,
+                    event: *ev,
+                    chunk_offset: offset,
+                });
+                continue;
+            }
+            // Every other event of the run is followed by more of the thread's events.
+            check.observe(thread, ev, offset, |t| t == thread || self.unfinished(t));
+        }
+        self.deferred_check = deferred;
+        self.ordering = Some(check);
     }
 
     fn heap_bound(&self) -> (u64, ThreadId) {
@@ -823,6 +928,9 @@ impl Iterator for MergedStream<'_> {
 
     #[inline]
     fn next(&mut self) -> Option<StreamEvent> {
+        if self.run_given {
+            self.settle();
+        }
         let c = self.current;
         let cur = self.cursors.get_mut(c)?;
         let out = StreamEvent {

@@ -84,7 +84,13 @@ fn kind() -> impl Strategy<Value = EventKind> {
             count,
             site
         }),
-        (id(), id()).prop_map(|(barrier, site)| BarrierWaitBegin { barrier, site }),
+        (id(), id(), proptest::option::of(any::<u64>())).prop_map(|(barrier, site, generation)| {
+            BarrierWaitBegin {
+                barrier,
+                site,
+                generation,
+            }
+        }),
         (id(), any::<u64>(), any::<bool>()).prop_map(|(barrier, generation, serial)| {
             BarrierWaitEnd {
                 barrier,
@@ -432,6 +438,90 @@ fn streamed_merged(
     (events, it.problems())
 }
 
+/// The merged order with the ordering check, one event at a time: the events and, once
+/// exhausted, the problems.
+fn checked_merged(
+    stream: &foresight_trace::stream::TraceStream,
+) -> (
+    Vec<foresight_trace::stream::StreamEvent>,
+    Vec<foresight_trace::Problem>,
+) {
+    let mut it = stream.merged().with_ordering_check();
+    let events: Vec<_> = it.by_ref().collect();
+    (events, it.problems())
+}
+
+/// The same, read a run at a time (`next_run`), mixed with single events when `mix` says so.
+fn run_merged(
+    stream: &foresight_trace::stream::TraceStream,
+    mix: bool,
+) -> (
+    Vec<foresight_trace::stream::StreamEvent>,
+    Vec<foresight_trace::Problem>,
+) {
+    let mut it = stream.merged().with_ordering_check();
+    let mut events = Vec::new();
+    for turn in 1.. {
+        if mix && turn % 3 == 0 {
+            match it.next() {
+                Some(e) => events.push(e),
+                None => break,
+            }
+            continue;
+        }
+        let Some(run) = it.next_run() else { break };
+        assert!(!run.events.is_empty(), "a run has events");
+        for (i, e) in run.events.iter().enumerate() {
+            events.push(foresight_trace::stream::StreamEvent {
+                thread: run.thread,
+                index: run.first_index + i,
+                event: *e,
+                chunk_offset: run.chunk_offset,
+            });
+        }
+    }
+    assert!(
+        it.next_run().is_none() && it.next().is_none(),
+        "exhausted stays exhausted"
+    );
+    (events, it.problems())
+}
+
+/// A thread that joins itself is reported when it has events after the join, and not when the
+/// join is its last event; a run that ends with such a join knows which only once the thread
+/// has been read further.
+#[test]
+fn runs_report_a_self_join_as_single_events_do() {
+    let ev = |key, kind| Event { key, kind };
+    let join_self = EventKind::JoinEnd {
+        child: 0,
+        joined: true,
+    };
+    let read = |addr| EventKind::Read {
+        addr,
+        size: 4,
+        site: 0,
+    };
+    for more_after in [false, true] {
+        let mut t0 = vec![ev(5, join_self)];
+        if more_after {
+            t0.push(ev(10, read(0x10)));
+        }
+        let t1 = vec![ev(7, read(0x20))];
+        let bytes = encode(&[t0, t1], 1 << 16, true);
+        let stream = foresight_trace::stream::TraceStream::from_bytes("self", bytes).unwrap();
+        let checked = checked_merged(&stream);
+        let reported = checked
+            .1
+            .iter()
+            .any(|p| p.to_string().contains("joins thread 0 before it finished"));
+        assert_eq!(reported, more_after, "{:?}", checked.1);
+        for mix in [false, true] {
+            assert_eq!(run_merged(&stream, mix), checked);
+        }
+    }
+}
+
 /// The decoding reader's merged order, in the streaming reader's terms.
 fn decoded_merged(trace: &Trace) -> Vec<foresight_trace::stream::StreamEvent> {
     let owned: Vec<_> = trace.merged_owned().collect();
@@ -504,6 +594,12 @@ proptest! {
         prop_assert_eq!(&outcome.threads, &summaries);
         prop_assert_eq!(stream.chunk_count(), trace.chunk_count);
         prop_assert_eq!(stream.table_chunk_count(), trace.table_chunk_count);
+        // Runs give the same events and the same problems, ordering breaks included.
+        let checked = checked_merged(&stream);
+        prop_assert_eq!(&checked.0, &want);
+        for mix in [false, true] {
+            prop_assert_eq!(&run_merged(&stream, mix), &checked);
+        }
         prop_assert_eq!(stream.file_len(), trace.file_len);
         let file = TempTrace::new(&bytes);
         let stream = foresight_trace::stream::TraceStream::open(&file.0).unwrap();
@@ -580,6 +676,9 @@ proptest! {
                     }
                 }
                 let _ = it.problems();
+                let checked = checked_merged(&stream);
+                prop_assert_eq!(&run_merged(&stream, true), &checked);
+                prop_assert_eq!(&run_merged(&stream, false), &checked);
             }
         }
     }

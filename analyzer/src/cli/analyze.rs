@@ -6,7 +6,6 @@ use std::process::ExitCode;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use foresight_trace::tables::ObjectKind;
 use foresight_trace::Problem;
 use foresight_trace::{ThreadId, TraceStream};
 
@@ -14,7 +13,7 @@ use crate::analysis::{analyze, Options};
 use crate::model::{drive_run, ModelPass, Run, ThreadModel};
 use crate::report::{self, Report};
 use crate::sites::Wrappers;
-use crate::stream::{BarrierGenerations, Stream};
+use crate::stream::{Runs, Stream};
 use crate::suppressions::Suppressions;
 
 use super::output::{ignore_broken_pipe, open_stream, warn_problems};
@@ -278,16 +277,7 @@ fn stream_run(
 ) -> (Run, Vec<Problem>) {
     let tables = stream.tables();
     let ids: Vec<ThreadId> = stream.threads().collect();
-    let mut generations = BarrierGenerations::default();
-    if tables
-        .objects
-        .values()
-        .any(|o| o.kind == ObjectKind::Barrier)
-    {
-        for (i, &id) in ids.iter().enumerate() {
-            generations.scan_thread(i as u32, stream.thread_events(id).map(|e| e.kind));
-        }
-    }
+    let walk = Stream::of_stream(stream);
     let threads = ids
         .iter()
         .map(|&id| ThreadModel {
@@ -304,7 +294,6 @@ fn stream_run(
             .clone()
             .for_recorded_depth(stream.header().stack_depth),
     );
-    let walk = Stream::new(ids.iter().copied(), generations);
     // The trailer says how many events to expect when the recording ended cleanly.
     let expected = stream.trailer().map(|t| t.events);
     let bar = tty.then(|| {
@@ -323,16 +312,14 @@ fn stream_run(
         b
     });
     let mut merged = stream.merged().with_ordering_check();
-    let mut run = drive_run(
-        &walk,
-        model,
-        merged.by_ref().map(|e| (e.thread, e.index, e.event.kind)),
-        &mut |done| {
-            if let Some(b) = &bar {
-                b.set_position(done);
-            }
-        },
-    );
+    let mut progress = |done| {
+        if let Some(b) = &bar {
+            b.set_position(done);
+        }
+    };
+    // One thread: the race pass beside the walk on a second one (`drive_run_split`) costs
+    // more than it hides on a two-core machine that other work shares (race_speed.sh).
+    let mut run = drive_run(&walk, model, Runs(&mut merged), &mut progress);
     if let Some(b) = bar {
         b.finish_and_clear();
     }

@@ -29,7 +29,7 @@ use foresight_trace::Trace;
 use crate::hb::{EdgeKinds, HappensBefore, HbPass};
 use crate::races::{RaceOutput, RacePass};
 use crate::sites::Wrappers;
-use crate::stream::{Op, Pass, Stream, StreamEvent};
+use crate::stream::{EventSource, Op, Pass, Stream, StreamEvent};
 
 mod annotations;
 mod heap;
@@ -327,19 +327,30 @@ pub fn build_run_with(trace: &Trace, wrappers: &Wrappers, progress: &mut dyn FnM
 pub fn drive_run(
     stream: &Stream<'_>,
     model: ModelPass<'_>,
-    events: impl IntoIterator<
-        Item = (
-            foresight_trace::ThreadId,
-            usize,
-            foresight_trace::event::EventKind,
-        ),
-    >,
+    events: impl EventSource,
     progress: &mut dyn FnMut(u64),
 ) -> Run {
     let races = RacePass::new(model.threads.len(), Some(model.tables));
     let mut passes = (model, races);
-    let read = stream.drive(events, &mut passes, progress);
+    let read = events.feed(stream, &mut passes, progress);
     let (mut run, races) = passes.finish();
+    run.events = read;
+    run.races = races;
+    run
+}
+
+/// [`drive_run`] over a file's merged stream with the race pass on a second thread
+/// ([`Stream::drive_runs_split`]): the same run, the model and the race pass each as in one
+/// walk, in the time of the slower of the two.
+pub fn drive_run_split(
+    stream: &Stream<'_>,
+    mut model: ModelPass<'_>,
+    merged: &mut foresight_trace::stream::MergedStream<'_>,
+    progress: &mut dyn FnMut(u64),
+) -> Run {
+    let races = RacePass::new(model.threads.len(), Some(model.tables));
+    let (read, races) = stream.drive_runs_split(merged, &mut model, races, progress);
+    let mut run = model.finish();
     run.events = read;
     run.races = races;
     run

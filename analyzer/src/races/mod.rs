@@ -27,26 +27,26 @@
 //! §7.8). The candidate pairs checked with the closure are bounded ([`MAX_INSTANCES`] per pair
 //! of sites, and the analysis's candidate budget); the report says when the budget ran out.
 
+mod granules;
 pub mod locksets;
 pub mod shadow;
-
-use std::collections::{BTreeMap, HashMap};
+mod shard;
 
 use foresight_trace::reader::Tables;
 use foresight_trace::SiteId;
 
 use crate::closure::{closure_before, Budget, PatternEvent};
 use crate::describe;
-use crate::hb::{EdgeKinds, HbPass};
-use crate::model::{Mode, Run};
+use crate::model::Run;
 use crate::report::{
     AccessReport, BlockReport, Detail, Finding, FindingLocation, Kind, RaceReport, VariableReport,
     Verdict,
 };
 use crate::stream::{Op, Pass, StreamEvent};
 
-use locksets::{Held, Locksets};
-use shadow::{AccessKind, Shadow, ShadowAccess, Verdict as Conflict};
+use locksets::Locksets;
+use shadow::{AccessKind, ShadowAccess};
+use shard::{Found, Shard};
 
 /// Instances of one pair of sites kept for the predictor.
 pub const MAX_INSTANCES: usize = 4;
@@ -88,21 +88,22 @@ pub struct SitePair {
     pub first: Pair,
     /// Instances found (pairs of dynamic accesses).
     pub count: u64,
+    /// Where the first instance was found.
+    found: Found,
 }
 
 /// The pairs of one pair of sites that happens-before orders only through locks.
 #[derive(Clone, Debug)]
 pub struct Candidates {
+    /// The first [`MAX_INSTANCES`] instances found.
     pub instances: Vec<Pair>,
     pub count: u64,
+    /// Where each instance was found.
+    found: Vec<Found>,
 }
 
 /// Sites of a pair, the smaller first: one finding per pair of lines.
 type PairKey = (SiteId, SiteId);
-
-fn pair_key(a: &ShadowAccess, b: &ShadowAccess) -> PairKey {
-    (a.site.min(b.site), a.site.max(b.site))
-}
 
 /// The happens-before race pass: reads the merged stream once, in memory proportional to the
 /// threads, the synchronisation objects, the live shared granules and the pairs of sites found
@@ -110,20 +111,14 @@ fn pair_key(a: &ShadowAccess, b: &ShadowAccess) -> PairKey {
 pub struct RacePass<'t> {
     /// The trace's tables, to name the variables of the pairs found.
     tables: Option<&'t Tables>,
-    /// C11 happens-before (locks in), and the synchronisation no reordering may change (locks
-    /// out): a pair ordered by the first but not the second is a candidate for prediction.
-    with_locks: HbPass,
-    without_locks: HbPass,
-    shadow: Shadow,
-    locksets: Locksets,
-    /// Per thread: the locks held, with recursion depth, and their lockset id.
-    held: Vec<Vec<(Held, u32)>>,
-    lockset: Vec<u32>,
-    heap: BTreeMap<u64, Block>,
-    races: HashMap<PairKey, SitePair>,
-    candidates: HashMap<PairKey, Candidates>,
+    shard: Shard,
     accesses: u64,
-    peak_granules: usize,
+    /// The trace has more threads than the shadow memory tells apart: nothing is concluded.
+    too_many_threads: bool,
+    /// Per thread: its creation is in the trace (the first thread needs none).
+    created: Vec<bool>,
+    /// Accesses of threads whose creation the trace lacks, left out.
+    orphan_accesses: u64,
 }
 
 /// What the race pass hands on.
@@ -140,6 +135,8 @@ pub struct RaceOutput {
     pub evicted: u64,
     /// The most granules tracked at once.
     pub peak_granules: usize,
+    /// Accesses of threads whose creation the trace does not hold, which are left out.
+    pub orphan_accesses: u64,
     /// False when the clocks outgrew their budget: nothing was concluded.
     pub complete: bool,
 }
@@ -149,137 +146,30 @@ impl<'t> RacePass<'t> {
     pub fn new(threads: usize, tables: Option<&'t Tables>) -> Self {
         RacePass {
             tables,
-            with_locks: HbPass::streaming(threads, EdgeKinds::SYNC | EdgeKinds::LOCK),
-            without_locks: HbPass::streaming(threads, EdgeKinds::SYNC),
-            shadow: Shadow::new(),
-            locksets: Locksets::new(),
-            held: vec![Vec::new(); threads],
-            lockset: vec![Locksets::EMPTY; threads],
-            heap: BTreeMap::new(),
-            races: HashMap::new(),
-            candidates: HashMap::new(),
+            shard: Shard::new(threads),
             accesses: 0,
-            peak_granules: 0,
+            too_many_threads: threads > shadow::MAX_THREADS,
+            created: (0..threads).map(|t| t == 0).collect(),
+            orphan_accesses: 0,
         }
     }
 
-    fn acquire(&mut self, t: usize, lock: u32, mode: Mode) {
-        let held = &mut self.held[t];
-        if let Some(h) = held.iter_mut().find(|h| h.0.lock == lock) {
-            h.1 += 1;
-            return;
-        }
-        held.push((
-            Held {
-                lock,
-                shared: mode == Mode::Read,
-            },
-            1,
-        ));
-        self.relock(t);
-    }
-
-    fn release(&mut self, t: usize, lock: u32) {
-        let held = &mut self.held[t];
-        if let Some(i) = held.iter().rposition(|h| h.0.lock == lock) {
-            held[i].1 -= 1;
-            if held[i].1 == 0 {
-                held.remove(i);
-                self.relock(t);
-            }
-        }
-    }
-
-    fn relock(&mut self, t: usize) {
-        let set: Vec<Held> = self.held[t].iter().map(|h| h.0).collect();
-        self.lockset[t] = self.locksets.intern(&set);
-    }
-
-    fn block_of(&self, addr: u64) -> Option<Block> {
-        let (_, b) = self.heap.range(..=addr).next_back()?;
-        (addr - b.addr < b.size.max(1)).then_some(*b)
-    }
-
-    fn pair(&self, earlier: ShadowAccess, later: ShadowAccess) -> Pair {
-        [self.describe(earlier), self.describe(later)]
-    }
-
-    fn describe(&self, access: ShadowAccess) -> RaceAccess {
-        let variable = self.tables.and_then(|t| {
-            let s = t.data_symbol(access.addr, u64::from(access.size))?;
-            Some(Variable {
-                name: s.name,
-                file: s.file.map(str::to_string),
-                line: s.line,
-            })
-        });
-        RaceAccess {
-            access,
-            block: self.block_of(access.addr),
-            variable,
-        }
-    }
-
+    #[inline]
     fn access(&mut self, ev: &StreamEvent, addr: u64, size: u32, site: SiteId, kind: AccessKind) {
         self.accesses += 1;
-        let t = ev.thread;
-        let access = ShadowAccess {
-            thread: t,
-            pos: ev.pos,
-            site,
-            lockset: self.lockset[t as usize],
-            kind,
-            addr,
-            size,
-        };
-        // Only other threads' entries are read: the clocks as they stand will do.
-        let with_locks = self.with_locks.knows(t);
-        let without_locks = self.without_locks.knows(t);
-        let locksets = &self.locksets;
-        let mut found: Vec<(ShadowAccess, Conflict)> = Vec::new();
-        self.shadow.access(
-            access,
-            |earlier| {
-                if with_locks.get(earlier.thread as usize) <= earlier.pos {
-                    Some(Conflict::Unordered)
-                } else if without_locks.get(earlier.thread as usize) > earlier.pos
-                    || locksets.exclude(earlier.lockset, access.lockset)
-                {
-                    None
-                } else {
-                    Some(Conflict::Candidate)
-                }
-            },
-            |earlier, verdict| found.push((*earlier, verdict)),
-            |earlier| with_locks.get(earlier.thread as usize) > earlier.pos,
-        );
-        self.peak_granules = self.peak_granules.max(self.shadow.granules());
-        for (earlier, verdict) in found {
-            let key = pair_key(&earlier, &access);
-            // Only a pair's first instances are described: the rest are counted.
-            match verdict {
-                Conflict::Unordered => {
-                    if let Some(r) = self.races.get_mut(&key) {
-                        r.count += 1;
-                        continue;
-                    }
-                    let first = self.pair(earlier, access);
-                    self.races.insert(key, SitePair { first, count: 1 });
-                }
-                Conflict::Candidate => {
-                    let keep = self
-                        .candidates
-                        .get(&key)
-                        .is_none_or(|c| c.instances.len() < MAX_INSTANCES);
-                    let pair = keep.then(|| self.pair(earlier, access));
-                    let c = self.candidates.entry(key).or_insert(Candidates {
-                        instances: Vec::new(),
-                        count: 0,
-                    });
-                    c.count += 1;
-                    c.instances.extend(pair);
-                }
-            }
+        // A thread whose creation the trace lacks (its creator's events were lost when the
+        // process ended) has no known predecessors: everything would look unordered with it.
+        if !self
+            .created
+            .get(ev.thread as usize)
+            .copied()
+            .unwrap_or(false)
+        {
+            self.orphan_accesses += 1;
+            return;
+        }
+        if !self.too_many_threads {
+            self.shard.access(ev, addr, size, site, kind, |_| true);
         }
     }
 }
@@ -287,81 +177,111 @@ impl<'t> RacePass<'t> {
 impl Pass for RacePass<'_> {
     type Output = RaceOutput;
 
+    #[inline]
     fn handle(&mut self, ev: &StreamEvent) {
-        self.with_locks.handle(ev);
-        self.without_locks.handle(ev);
-        let t = ev.thread as usize;
         match ev.op {
+            // Plain accesses order nothing: the clocks and locksets need not see them.
             Op::Read { addr, size, site } => self.access(ev, addr, size, site, AccessKind::Read),
             Op::Write { addr, size, site } => self.access(ev, addr, size, site, AccessKind::Write),
             Op::Atomic(a) => {
-                let kind = if a.stores {
-                    AccessKind::AtomicWrite
-                } else {
-                    AccessKind::AtomicRead
-                };
-                self.access(ev, a.addr, a.size, a.site, kind);
+                self.shard.sync(ev);
+                self.access(ev, a.addr, a.size, a.site, shard::atomic_kind(a.stores));
             }
-            Op::LockAcquired { lock, mode }
-            | Op::LockTry {
-                lock,
-                mode,
-                acquired: true,
-                ..
-            } => self.acquire(t, lock, mode),
-            Op::CondWaitEnd { mutex, .. } => self.acquire(t, mutex, Mode::Write),
-            Op::LockRelease { lock, .. } => self.release(t, lock),
-            Op::CondWaitBegin { mutex, .. } => self.release(t, mutex),
-            Op::Alloc { addr, size, site } => {
-                // A new object: whatever the address held before is forgotten.
-                self.shadow.forget(addr, size);
-                self.heap.insert(
-                    addr,
-                    Block {
-                        addr,
-                        size,
-                        site,
-                        thread: ev.thread,
-                    },
-                );
-            }
-            Op::Free { addr, .. } => {
-                if let Some(b) = self.heap.remove(&addr) {
-                    self.shadow.forget(b.addr, b.size);
+            Op::Create { child: Some(c), .. } => {
+                if let Some(created) = self.created.get_mut(c as usize) {
+                    *created = true;
                 }
+                self.shard.sync(ev);
             }
-            _ => {}
+            _ => self.shard.sync(ev),
         }
     }
 
     fn finish(self) -> RaceOutput {
-        let complete = self.with_locks.complete() && self.without_locks.complete();
-        let mut races: Vec<SitePair> = self.races.into_values().collect();
-        races.sort_by_key(|r| (r.first[0].access.thread, r.first[0].access.pos));
-        let mut candidates: Vec<Candidates> = self
+        let shard = self.shard;
+        let complete = shard.complete() && !self.too_many_threads;
+        RaceOutput::new(
+            self.tables,
+            shard.findings,
+            shard.locksets,
+            Totals {
+                accesses: self.accesses,
+                evicted: shard.shadow.evicted,
+                peak_granules: shard.shadow.peak_granules(),
+                orphan_accesses: self.orphan_accesses,
+                complete,
+            },
+        )
+    }
+}
+
+/// The counts of a pass, whatever its shares.
+struct Totals {
+    accesses: u64,
+    evicted: u64,
+    peak_granules: usize,
+    orphan_accesses: u64,
+    complete: bool,
+}
+
+impl RaceOutput {
+    /// The pairs found, in a fixed order (by the first instance's earlier access, then its
+    /// later one: two pairs of sites never share both), the variables named.
+    fn new(
+        tables: Option<&Tables>,
+        findings: shard::Findings,
+        locksets: Locksets,
+        totals: Totals,
+    ) -> Self {
+        let order = |p: &Pair| {
+            let (a, b) = (&p[0].access, &p[1].access);
+            (a.thread, a.pos, b.thread, b.pos)
+        };
+        let mut races: Vec<SitePair> = findings.races.into_values().collect();
+        races.sort_by_key(|r| order(&r.first));
+        let mut candidates: Vec<Candidates> = findings
             .candidates
             .into_iter()
             .filter(|(k, _)| !races.iter().any(|r| pair_key_of(&r.first) == *k))
             .map(|(_, c)| c)
             .collect();
-        candidates.sort_by_key(|c| {
-            let a = &c.instances[0][0].access;
-            (a.thread, a.pos)
-        });
+        candidates.sort_by_key(|c| order(&c.instances[0]));
+        let name = |pair: &mut Pair| {
+            for a in pair.iter_mut() {
+                a.variable = variable(tables, &a.access);
+            }
+        };
+        for r in &mut races {
+            name(&mut r.first);
+        }
+        for c in &mut candidates {
+            c.instances.iter_mut().for_each(name);
+        }
         RaceOutput {
             races,
             candidates,
-            locksets: self.locksets,
-            accesses: self.accesses,
-            evicted: self.shadow.evicted,
-            peak_granules: self.peak_granules,
-            complete,
+            locksets,
+            accesses: totals.accesses,
+            evicted: totals.evicted,
+            peak_granules: totals.peak_granules,
+            orphan_accesses: totals.orphan_accesses,
+            complete: totals.complete,
         }
     }
 }
 
+/// The static variable (and element) an access touched, when the tables name it.
+fn variable(tables: Option<&Tables>, access: &ShadowAccess) -> Option<Variable> {
+    let s = tables?.data_symbol(access.addr, u64::from(access.size))?;
+    Some(Variable {
+        name: s.name,
+        file: s.file.map(str::to_string),
+        line: s.line,
+    })
+}
+
 fn pair_key_of(p: &Pair) -> PairKey {
-    pair_key(&p[0].access, &p[1].access)
+    shard::pair_key(&p[0].access, &p[1].access)
 }
 
 /// What the race findings of one run cost, for the summary.

@@ -11,35 +11,59 @@
 //!
 //! Bytes are tracked within a granule by a mask, so that two threads writing neighbouring bytes
 //! of one word (two `char` fields of a struct) do not race.
+//!
+//! **Layout.** An entry is 24 bytes: thread, kind and byte mask packed in one word, position,
+//! site, lockset, and the access's start and size for reports (the start as its low 32 bits:
+//! with the granule they give the whole address, [`Entry::start`]). A granule's first
+//! [`INLINE`] entries live in its cell, in the table's own slot (`granules.rs`), without an
+//! allocation of their own; a granule that needs more moves them to a vector. A cell also
+//! summarises its entries ([`Cell`]), so that most accesses look at none of them for
+//! conflicts. Per granule tracked: a 136-byte cell and an 8-byte key in a table at most three
+//! quarters full (up to twice that just after it grew), plus 24 bytes per entry beyond
+//! [`INLINE`].
 
-use crate::addr_map::AddrMap;
+use super::granules::GranuleTable;
 
 /// How many entries a granule keeps.
 pub const CELL_CAPACITY: usize = 16;
 
+/// Entries a granule keeps in place, before it needs a vector of its own: two threads reading
+/// both halves of a word from one site each, or one thread reading and writing both halves.
+pub const INLINE: usize = 4;
+
+/// Threads the shadow can tell apart: the thread index takes the low 22 bits of an entry's
+/// first word.
+pub const MAX_THREADS: usize = 1 << 22;
+
+const THREAD_BITS: u32 = (1 << 22) - 1;
+const KIND_SHIFT: u32 = 22;
+const MASK_SHIFT: u32 = 24;
+
 /// What an access did to memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum AccessKind {
-    Read,
-    Write,
-    AtomicRead,
+    Read = 0,
+    Write = 1,
+    AtomicRead = 2,
     /// An atomic store or read-modify-write.
-    AtomicWrite,
+    AtomicWrite = 3,
 }
 
 impl AccessKind {
     pub fn is_write(self) -> bool {
-        matches!(self, AccessKind::Write | AccessKind::AtomicWrite)
+        self as u8 & 1 != 0
     }
 
     pub fn is_atomic(self) -> bool {
-        matches!(self, AccessKind::AtomicRead | AccessKind::AtomicWrite)
+        self as u8 & 2 != 0
     }
 
     /// Two accesses to one byte conflict when one of them writes and they are not both atomic
     /// (atomics never race with atomics).
+    #[inline]
     pub fn conflicts(self, other: AccessKind) -> bool {
-        (self.is_write() || other.is_write()) && !(self.is_atomic() && other.is_atomic())
+        let (a, b) = (self as u8, other as u8);
+        (a | b) & 1 != 0 && (a & b) & 2 == 0
     }
 
     pub fn as_str(self) -> &'static str {
@@ -48,6 +72,15 @@ impl AccessKind {
             AccessKind::Write => "write",
             AccessKind::AtomicRead => "atomic read",
             AccessKind::AtomicWrite => "atomic write",
+        }
+    }
+
+    fn from_bits(bits: u32) -> AccessKind {
+        match bits & 3 {
+            0 => AccessKind::Read,
+            1 => AccessKind::Write,
+            2 => AccessKind::AtomicRead,
+            _ => AccessKind::AtomicWrite,
         }
     }
 }
@@ -68,16 +101,229 @@ pub struct ShadowAccess {
     pub size: u32,
 }
 
-#[derive(Clone, Copy, Debug)]
+/// One access in one granule.
+#[derive(Clone, Copy, Debug, Default)]
 struct Entry {
-    access: ShadowAccess,
-    mask: u8,
+    /// Thread (low 22 bits), kind (2 bits), byte mask within the granule (high 8 bits).
+    tkm: u32,
+    pos: u32,
+    site: u32,
+    lockset: u32,
+    /// The low 32 bits of the access's first byte, and its size.
+    start_low: u32,
+    size: u32,
 }
 
-/// The entries of one granule, oldest first.
+impl Entry {
+    fn new(a: &ShadowAccess, mask: u8) -> Self {
+        Entry {
+            tkm: a.thread | (a.kind as u32) << KIND_SHIFT | (mask as u32) << MASK_SHIFT,
+            pos: a.pos,
+            site: a.site,
+            lockset: a.lockset,
+            start_low: a.addr as u32,
+            size: a.size,
+        }
+    }
+
+    /// Becomes a later access of the same thread, site and kind.
+    #[inline]
+    fn update(&mut self, a: &ShadowAccess, mask: u8) {
+        self.tkm = a.thread | (a.kind as u32) << KIND_SHIFT | (mask as u32) << MASK_SHIFT;
+        self.pos = a.pos;
+        self.lockset = a.lockset;
+        self.start_low = a.addr as u32;
+        self.size = a.size;
+    }
+
+    #[inline]
+    fn thread(&self) -> u32 {
+        self.tkm & THREAD_BITS
+    }
+
+    #[inline]
+    fn kind(&self) -> AccessKind {
+        AccessKind::from_bits(self.tkm >> KIND_SHIFT)
+    }
+
+    #[inline]
+    fn mask(&self) -> u8 {
+        (self.tkm >> MASK_SHIFT) as u8
+    }
+
+    /// The access's first byte. The entry's first byte in `granule` is at most `size - 1`
+    /// bytes after it, less than 2^32: the low 32 bits of the difference are the difference.
+    fn start(&self, granule: u64) -> u64 {
+        let first_here = granule * 8 + u64::from(self.mask().trailing_zeros());
+        first_here - u64::from((first_here as u32).wrapping_sub(self.start_low))
+    }
+
+    fn access(&self, granule: u64) -> ShadowAccess {
+        ShadowAccess {
+            thread: self.thread(),
+            pos: self.pos,
+            site: self.site,
+            lockset: self.lockset,
+            kind: self.kind(),
+            addr: self.start(granule),
+            size: self.size,
+        }
+    }
+}
+
+/// The entries of one granule, oldest first, and a summary of them that lets an access skip
+/// the conflict checks when no other thread's entry can conflict with it.
 #[derive(Clone, Debug, Default)]
 struct Cell {
-    entries: Vec<Entry>,
+    entries: Entries,
+    /// Per thread (its index modulo 64): a bit when the cell holds an entry of the thread, in
+    /// `threads`, and a writing one (plain or atomic), in `writers`. Threads 64 apart share a
+    /// bit, which can only make a check look needed.
+    threads: u64,
+    writers: u64,
+    /// Per thread below 64: a bit when every other thread's writing entry here is ordered
+    /// before the thread by both orders ([`Shadow::access`]'s `settled`). Those orders only
+    /// grow, so the bit holds until another thread's writing entry is added or changed: until
+    /// then a read of the thread can race with nothing here, nor be a candidate, and skips the
+    /// conflict checks.
+    read_clean: u64,
+    /// Whether two entries of one thread, kind and site ever held bytes one inside the
+    /// other's here. Until then, an entry with exactly the newcomer's thread, kind, site and
+    /// bytes is the only one it supersedes.
+    nested: bool,
+}
+
+#[derive(Clone, Debug)]
+enum Entries {
+    Inline(u8, [Entry; INLINE]),
+    Spilled(Vec<Entry>),
+}
+
+impl Default for Entries {
+    fn default() -> Self {
+        Entries::Inline(0, [Entry::default(); INLINE])
+    }
+}
+
+#[inline]
+fn thread_bit(thread: u32) -> u64 {
+    1u64 << (thread & 63)
+}
+
+impl Cell {
+    #[inline]
+    fn entries(&self) -> &[Entry] {
+        match &self.entries {
+            Entries::Inline(n, e) => &e[..*n as usize],
+            Entries::Spilled(v) => v,
+        }
+    }
+
+    #[inline]
+    fn entries_mut(&mut self) -> &mut [Entry] {
+        match &mut self.entries {
+            Entries::Inline(n, e) => &mut e[..*n as usize],
+            Entries::Spilled(v) => v,
+        }
+    }
+
+    /// Whether an access of `thread` (writing or not) may conflict with another thread's
+    /// entry here.
+    #[inline]
+    fn others_may_conflict(&self, thread: u32, writes: bool) -> bool {
+        let others = if writes { self.threads } else { self.writers };
+        others & !thread_bit(thread) != 0
+    }
+
+    fn note(&mut self, e: &Entry) {
+        let bit = thread_bit(e.thread());
+        self.threads |= bit;
+        if e.kind().is_write() {
+            self.writers |= bit;
+            self.wrote(e.thread());
+        }
+    }
+
+    /// A writing entry of `thread` was added or changed: no other thread's read is clean.
+    #[inline]
+    fn wrote(&mut self, thread: u32) {
+        self.read_clean &= if thread < 64 { thread_bit(thread) } else { 0 };
+    }
+
+    /// Whether a read of `thread` here can skip the conflict checks.
+    #[inline]
+    fn read_is_clean(&self, thread: u32) -> bool {
+        thread < 64 && self.read_clean & thread_bit(thread) != 0
+    }
+
+    /// The summary again, after entries went.
+    fn resummarise(&mut self) {
+        // Fewer entries keep `read_clean` true.
+        let mut threads = 0;
+        let mut writers = 0;
+        for e in self.entries() {
+            let bit = thread_bit(e.thread());
+            threads |= bit;
+            if e.kind().is_write() {
+                writers |= bit;
+            }
+        }
+        self.threads = threads;
+        self.writers = writers;
+    }
+
+    fn push(&mut self, e: Entry) {
+        self.note(&e);
+        const KEY_BITS: u32 = THREAD_BITS | 3 << KIND_SHIFT;
+        let mask = e.mask();
+        self.nested |= self.entries().iter().any(|o| {
+            (o.tkm ^ e.tkm) & KEY_BITS == 0 && o.site == e.site && o.mask() & mask == mask
+        });
+        match &mut self.entries {
+            Entries::Inline(n, slots) if (*n as usize) < INLINE => {
+                slots[*n as usize] = e;
+                *n += 1;
+            }
+            Entries::Inline(_, slots) => {
+                let mut v = Vec::with_capacity(CELL_CAPACITY);
+                v.extend_from_slice(slots);
+                v.push(e);
+                self.entries = Entries::Spilled(v);
+            }
+            Entries::Spilled(v) => v.push(e),
+        }
+    }
+
+    /// Removes entry `i`, keeping the others in order.
+    fn remove(&mut self, i: usize) {
+        match &mut self.entries {
+            Entries::Inline(n, slots) => {
+                slots.copy_within(i + 1..*n as usize, i);
+                *n -= 1;
+            }
+            Entries::Spilled(v) => {
+                v.remove(i);
+            }
+        }
+        self.resummarise();
+    }
+
+    fn retain(&mut self, keep: impl Fn(&Entry) -> bool) {
+        match &mut self.entries {
+            Entries::Inline(n, slots) => {
+                let mut kept = 0;
+                for i in 0..*n as usize {
+                    if keep(&slots[i]) {
+                        slots[kept] = slots[i];
+                        kept += 1;
+                    }
+                }
+                *n = kept as u8;
+            }
+            Entries::Spilled(v) => v.retain(keep),
+        }
+        self.resummarise();
+    }
 }
 
 /// What the shadow says of a conflicting pair, judged by the caller's orders.
@@ -90,12 +336,29 @@ pub enum Verdict {
     Candidate,
 }
 
-/// The shadow memory of one run.
+/// Where a conflict was found: the granule, and the earlier access's entry in it. With the
+/// later access's place in the merged order this is the order in which one pass over the
+/// whole address space finds pairs (granules in address order, entries oldest first), which
+/// shards of the address space reproduce when their findings are merged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FoundAt {
+    pub granule: u64,
+    pub entry: u32,
+}
+
+/// The shadow memory of one run (or of one shard's granules).
 #[derive(Debug, Default)]
 pub struct Shadow {
-    cells: AddrMap<Cell>,
+    cells: GranuleTable<Cell>,
     /// Entries dropped because a granule was full.
     pub evicted: u64,
+}
+
+/// The 8-byte granules an access touches, and its byte mask in each.
+#[inline]
+pub fn granule_span(addr: u64, size: u32) -> (u64, u64) {
+    let end = addr.saturating_add(u64::from(size.max(1)));
+    (addr >> 3, (end - 1) >> 3)
 }
 
 impl Shadow {
@@ -108,27 +371,77 @@ impl Shadow {
         self.cells.len()
     }
 
-    /// Checks `access` against what the granules it covers hold, then records it.
+    /// The most granules tracked at once.
+    pub fn peak_granules(&self) -> usize {
+        self.cells.peak()
+    }
+
+    /// Checks `access` against what the granules it covers hold, then records it; only the
+    /// granules `owns` says are this shadow's are looked at (all of them but for a shard).
     ///
-    /// `judge(earlier)` decides, for a conflicting earlier access of another thread, whether it
-    /// is unordered with `access`, a candidate for prediction, or ordered (`None`);
-    /// `report(earlier, verdict)` is called once per earlier access that is not ordered, however
-    /// many granules the two share.
+    /// `judge(thread, pos, lockset)` decides, for a conflicting earlier access of another
+    /// thread, whether it is unordered with `access`, a candidate for prediction, or ordered
+    /// (`None`); `report(earlier, verdict, at)` is called once per earlier access that is not
+    /// ordered, at the first granule that shows it, however many granules the two share;
+    /// `settled(thread, pos)` says whether an entry is ordered before `access` by every order
+    /// `judge` consults (then it is neither unordered nor a candidate, for this access and any
+    /// later one of its thread); `dominated(thread, pos)` says whether an entry is ordered
+    /// before `access` (it is evicted
+    /// first from a full granule).
+    #[inline]
     pub fn access(
         &mut self,
-        access: ShadowAccess,
-        mut judge: impl FnMut(&ShadowAccess) -> Option<Verdict>,
-        mut report: impl FnMut(&ShadowAccess, Verdict),
-        mut dominated: impl FnMut(&ShadowAccess) -> bool,
+        access: &ShadowAccess,
+        owns: impl Fn(u64) -> bool,
+        mut judge: impl FnMut(u32, u32, u32) -> Option<Verdict>,
+        mut report: impl FnMut(ShadowAccess, Verdict, FoundAt),
+        mut dominated: impl FnMut(u32, u32) -> bool,
+        mut settled: impl FnMut(u32, u32) -> bool,
     ) {
-        let size = u64::from(access.size.max(1));
-        let end = access.addr.saturating_add(size);
-        let mut granule = access.addr >> 3;
-        let last = (end - 1) >> 3;
-        // The earlier accesses already reported for this access (one access may span granules).
+        let (first, last) = granule_span(access.addr, access.size);
+        if first == last {
+            // The usual access: within one granule.
+            if owns(first) {
+                // `lo + size <= 8`: the access ends in this granule.
+                let lo = (access.addr & 7) as u32;
+                let mask = ((0xffu32 >> (8 - access.size.max(1))) << lo) as u8;
+                self.visit(
+                    first,
+                    mask,
+                    access,
+                    None,
+                    &mut judge,
+                    &mut report,
+                    &mut dominated,
+                    &mut settled,
+                );
+            }
+            return;
+        }
+        self.access_spanning(access, first, last, owns, judge, report, dominated, settled);
+    }
+
+    /// An access over several granules: each earlier access it meets is reported once.
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn access_spanning(
+        &mut self,
+        access: &ShadowAccess,
+        first: u64,
+        last: u64,
+        owns: impl Fn(u64) -> bool,
+        mut judge: impl FnMut(u32, u32, u32) -> Option<Verdict>,
+        mut report: impl FnMut(ShadowAccess, Verdict, FoundAt),
+        mut dominated: impl FnMut(u32, u32) -> bool,
+        mut settled: impl FnMut(u32, u32) -> bool,
+    ) {
+        let end = access.addr.saturating_add(u64::from(access.size.max(1)));
         let mut reported: Vec<(u32, u32)> = Vec::new();
-        loop {
-            let lo = if granule == access.addr >> 3 {
+        for granule in first..=last {
+            if !owns(granule) {
+                continue;
+            }
+            let lo = if granule == first {
                 (access.addr & 7) as u32
             } else {
                 0
@@ -139,63 +452,138 @@ impl Shadow {
                 7
             };
             let mask = (((1u32 << (hi + 1)) - 1) & !((1u32 << lo) - 1)) as u8;
-            let cell = self.cells.entry(granule).or_default();
-            // Entries of this thread, site and kind that the newcomer covers: superseded.
-            let mut superseded = 0usize;
-            let mut last_superseded = 0usize;
-            for (i, e) in cell.entries.iter().enumerate() {
-                let earlier = &e.access;
-                if earlier.thread == access.thread {
-                    if earlier.site == access.site
-                        && earlier.kind == access.kind
-                        && e.mask & !mask == 0
+            self.visit(
+                granule,
+                mask,
+                access,
+                Some(&mut reported),
+                &mut judge,
+                &mut report,
+                &mut dominated,
+                &mut settled,
+            );
+        }
+    }
+
+    /// One granule of an access: its conflicts with other threads' entries, then its own entry
+    /// (superseding those of its thread, site and kind that it covers). `reported` lists the
+    /// earlier accesses already reported for a spanning access.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn visit(
+        &mut self,
+        granule: u64,
+        mask: u8,
+        access: &ShadowAccess,
+        mut reported: Option<&mut Vec<(u32, u32)>>,
+        judge: &mut impl FnMut(u32, u32, u32) -> Option<Verdict>,
+        report: &mut impl FnMut(ShadowAccess, Verdict, FoundAt),
+        dominated: &mut impl FnMut(u32, u32) -> bool,
+        settled: &mut impl FnMut(u32, u32) -> bool,
+    ) {
+        let t = access.thread;
+        let same = t | (access.kind as u32) << KIND_SHIFT;
+        let site = access.site;
+        let cell = self.cells.cell(granule);
+        // Entries of this thread, site and kind that the newcomer covers: superseded.
+        let mut superseded = 0usize;
+        let mut last_superseded = 0usize;
+        // An entry is superseded when it has the newcomer's thread, kind and site, and no
+        // byte outside the newcomer's.
+        let outside = u32::from(!mask) << MASK_SHIFT;
+        const KEY_BITS: u32 = THREAD_BITS | 3 << KIND_SHIFT;
+        let reads = !access.kind.is_write();
+        if !cell.others_may_conflict(t, !reads) || reads && cell.read_is_clean(t) {
+            // The usual case: only the supersession to find, most often an entry of the same
+            // line and bytes, which is then the only one superseded (when none is nested).
+            let entries = cell.entries();
+            let exact = same | u32::from(mask) << MASK_SHIFT;
+            let found = if cell.nested {
+                None
+            } else {
+                entries
+                    .iter()
+                    .position(|e| e.tkm == exact && e.site == site)
+            };
+            if let Some(i) = found {
+                superseded = 1;
+                last_superseded = i;
+            } else {
+                for (i, e) in entries.iter().enumerate() {
+                    if (e.tkm ^ same) & KEY_BITS == 0 && e.site == site && e.tkm & outside == 0 {
+                        superseded += 1;
+                        last_superseded = i;
+                    }
+                }
+            }
+        } else {
+            // Whether every other thread's writing entry is settled before this read.
+            let mut clean = reads && t < 64;
+            for (i, e) in cell.entries().iter().enumerate() {
+                let tkm = e.tkm;
+                let bytes = (tkm >> MASK_SHIFT) as u8;
+                if tkm & THREAD_BITS != t && clean && e.kind().is_write() {
+                    clean = settled(e.thread(), e.pos);
+                }
+                if tkm & THREAD_BITS == t {
+                    if tkm & (THREAD_BITS | 3 << KIND_SHIFT) == same
+                        && e.site == site
+                        && bytes & !mask == 0
                     {
                         superseded += 1;
                         last_superseded = i;
                     }
-                    continue;
-                }
-                if e.mask & mask == 0
-                    || !earlier.kind.conflicts(access.kind)
-                    || reported.contains(&(earlier.thread, earlier.pos))
-                {
-                    continue;
-                }
-                if let Some(v) = judge(earlier) {
-                    reported.push((earlier.thread, earlier.pos));
-                    report(earlier, v);
-                }
-            }
-            let entry = Entry { access, mask };
-            match superseded {
-                // The usual case of a loop: the same line again, updated in place.
-                1 => cell.entries[last_superseded] = entry,
-                0 => {
-                    if cell.entries.len() >= CELL_CAPACITY {
-                        let victim = cell
-                            .entries
-                            .iter()
-                            .position(|e| dominated(&e.access))
-                            .unwrap_or(0);
-                        cell.entries.remove(victim);
-                        self.evicted += 1;
+                } else if bytes & mask != 0 && e.kind().conflicts(access.kind) {
+                    let id = (e.thread(), e.pos);
+                    if reported.as_ref().is_some_and(|r| r.contains(&id)) {
+                        continue;
                     }
-                    cell.entries.push(entry);
-                }
-                _ => {
-                    cell.entries.retain(|e| {
-                        !(e.access.thread == access.thread
-                            && e.access.site == access.site
-                            && e.access.kind == access.kind
-                            && e.mask & !mask == 0)
-                    });
-                    cell.entries.push(entry);
+                    if let Some(v) = judge(e.thread(), e.pos, e.lockset) {
+                        if let Some(r) = reported.as_mut() {
+                            r.push(id);
+                        }
+                        let at = FoundAt {
+                            granule,
+                            entry: i as u32,
+                        };
+                        report(e.access(granule), v, at);
+                    }
                 }
             }
-            if granule == last {
-                break;
+            if clean {
+                cell.read_clean |= thread_bit(t);
             }
-            granule += 1;
+        }
+        match superseded {
+            // The usual case of a loop: the same line again, updated in place (field by
+            // field: a whole entry assembled first and copied in costs a stall on every
+            // access, as its wide loads wait for the narrow stores).
+            1 => {
+                cell.entries_mut()[last_superseded].update(access, mask);
+                if !reads {
+                    cell.wrote(t);
+                }
+            }
+            0 => {
+                if cell.entries().len() >= CELL_CAPACITY {
+                    let victim = cell
+                        .entries()
+                        .iter()
+                        .position(|e| dominated(e.thread(), e.pos))
+                        .unwrap_or(0);
+                    cell.remove(victim);
+                    self.evicted += 1;
+                }
+                cell.push(Entry::new(access, mask));
+            }
+            _ => {
+                cell.retain(|e| {
+                    !(e.tkm & (THREAD_BITS | 3 << KIND_SHIFT) == same
+                        && e.site == access.site
+                        && e.mask() & !mask == 0)
+                });
+                cell.push(Entry::new(access, mask));
+            }
         }
     }
 
@@ -209,11 +597,11 @@ impl Shadow {
         let span = last - first + 1;
         if span > self.cells.len() as u64 {
             // Cheaper to look at what is tracked than at every granule of a large block.
-            self.cells.retain(|g, _| *g < first || *g > last);
+            self.cells.retain(|g| g < first || g > last);
             return;
         }
         for g in first..=last {
-            self.cells.remove(&g);
+            self.cells.remove(g);
         }
     }
 }
@@ -244,12 +632,22 @@ mod tests {
     /// Runs `access` with every conflicting earlier access judged unordered; returns the
     /// (thread, pos) of those reported.
     fn check(shadow: &mut Shadow, a: ShadowAccess) -> Vec<(u32, u32)> {
+        reports(shadow, a)
+            .into_iter()
+            .map(|e| (e.thread, e.pos))
+            .collect()
+    }
+
+    /// The earlier accesses reported, whole.
+    fn reports(shadow: &mut Shadow, a: ShadowAccess) -> Vec<ShadowAccess> {
         let mut seen = Vec::new();
         shadow.access(
-            a,
-            |_| Some(Verdict::Unordered),
-            |e, _| seen.push((e.thread, e.pos)),
-            |_| false,
+            &a,
+            |_| true,
+            |_, _, _| Some(Verdict::Unordered),
+            |e, _, _| seen.push(e),
+            |_, _| false,
+            |_, _| false,
         );
         seen
     }
@@ -264,6 +662,9 @@ mod tests {
         assert!(AtomicWrite.conflicts(Read));
         assert!(Write.conflicts(AtomicRead));
         assert!(!AtomicRead.conflicts(Read));
+        assert!(Write.conflicts(Write));
+        assert!(AtomicWrite.conflicts(Write));
+        assert!(!AtomicWrite.conflicts(AtomicWrite));
     }
 
     #[test]
@@ -284,6 +685,28 @@ mod tests {
         check(&mut s, acc(2, 1, 10, AccessKind::Write, 0x100c, 1));
         let seen = check(&mut s, acc(1, 5, 11, AccessKind::Read, 0x1004, 12));
         assert_eq!(seen, vec![(0, 1), (2, 1)]);
+    }
+
+    #[test]
+    fn a_reported_access_is_whole_wherever_it_was_found() {
+        // Found in a granule after its first one, the earlier access still has its start and
+        // size.
+        let mut s = Shadow::new();
+        let odd = acc(0, 2, 12, AccessKind::Write, 0x2005, 7);
+        check(&mut s, odd);
+        assert_eq!(
+            reports(&mut s, acc(1, 2, 13, AccessKind::Read, 0x2008, 1)),
+            vec![odd]
+        );
+        // Also when the access is longer than the lower 32 bits of an address can say, seen
+        // from its last granule.
+        let big = acc(0, 1, 10, AccessKind::Write, 0x7fff_ffff_fff3, u32::MAX);
+        let (first, last) = granule_span(big.addr, big.size);
+        for g in [first, first + 1, last - 1, last] {
+            let lo = if g == first { big.addr & 7 } else { 0 };
+            let entry = Entry::new(&big, 0xffu8 << lo);
+            assert_eq!(entry.access(g), big, "granule {g:#x}");
+        }
     }
 
     #[test]
@@ -312,15 +735,108 @@ mod tests {
         }
         // Site 5's entry is the one the newcomer says is ordered before it.
         s.access(
-            acc(1, 0, 99, AccessKind::Read, 0x3000, 1),
-            |_| None,
-            |_, _| {},
-            |e| e.site == 5,
+            &acc(1, 0, 99, AccessKind::Read, 0x3000, 1),
+            |_| true,
+            |_, _, _| None,
+            |_, _, _| {},
+            |_, pos| pos == 5,
+            |_, _| false,
         );
         assert_eq!(s.evicted, 1);
         let seen = check(&mut s, acc(2, 0, 100, AccessKind::Write, 0x3000, 1));
         assert!(!seen.contains(&(0, 5)));
         assert!(seen.contains(&(0, 0)));
+        // Oldest first, the newcomer last.
+        let order: Vec<u32> = seen.iter().map(|&(_, p)| p).collect();
+        let mut want: Vec<u32> = (0..CELL_CAPACITY as u32).filter(|&p| p != 5).collect();
+        want.push(0);
+        assert_eq!(order, want);
+    }
+
+    #[test]
+    fn entries_superseded_at_once_leave_the_others_in_order() {
+        // Two entries of one site (each half of a word), then the whole word from that site:
+        // both go, the other site's entry stays first.
+        let mut s = Shadow::new();
+        check(&mut s, acc(0, 1, 10, AccessKind::Write, 0x5000, 4));
+        check(&mut s, acc(0, 2, 11, AccessKind::Write, 0x5000, 8));
+        check(&mut s, acc(0, 3, 10, AccessKind::Write, 0x5004, 4));
+        check(&mut s, acc(0, 4, 10, AccessKind::Write, 0x5000, 8));
+        let seen = check(&mut s, acc(1, 1, 12, AccessKind::Read, 0x5000, 8));
+        assert_eq!(seen, vec![(0, 2), (0, 4)]);
+    }
+
+    #[test]
+    fn a_shard_looks_only_at_its_granules() {
+        let mut s = Shadow::new();
+        let odd = |g: u64| g % 2 == 1;
+        let mut seen = Vec::new();
+        for a in [
+            acc(0, 1, 10, AccessKind::Write, 0x1000, 16),
+            acc(1, 1, 11, AccessKind::Read, 0x1000, 16),
+        ] {
+            s.access(
+                &a,
+                odd,
+                |_, _, _| Some(Verdict::Unordered),
+                |e, _, at| seen.push((e.thread, at.granule)),
+                |_, _| false,
+                |_, _| false,
+            );
+        }
+        assert_eq!(seen, vec![(0, 0x201)]);
+        assert_eq!(s.granules(), 1);
+    }
+
+    #[test]
+    fn a_read_that_skips_settled_writes_still_sees_a_new_one() {
+        // Thread 0's write is settled before thread 1 (ordered by every order): thread 1's
+        // reads skip the checks, until thread 2 writes.
+        let mut s = Shadow::new();
+        let run = |s: &mut Shadow, a: ShadowAccess| {
+            let mut seen = Vec::new();
+            s.access(
+                &a,
+                |_| true,
+                |t, _, _| (t != 0).then_some(Verdict::Unordered),
+                |e, _, _| seen.push((e.thread, e.pos)),
+                |_, _| false,
+                |t, _| t == 0,
+            );
+            seen
+        };
+        assert!(run(&mut s, acc(0, 1, 10, AccessKind::Write, 0x6000, 4)).is_empty());
+        assert!(run(&mut s, acc(1, 1, 11, AccessKind::Read, 0x6000, 4)).is_empty());
+        assert!(run(&mut s, acc(1, 2, 11, AccessKind::Read, 0x6000, 4)).is_empty());
+        assert!(run(&mut s, acc(2, 1, 12, AccessKind::Write, 0x6004, 4)).is_empty());
+        assert!(run(&mut s, acc(1, 3, 11, AccessKind::Read, 0x6000, 4)).is_empty());
+        assert_eq!(
+            run(&mut s, acc(1, 4, 13, AccessKind::Read, 0x6000, 8)),
+            vec![(2, 1)]
+        );
+        // A new write of thread 2 to the bytes thread 1 read before: seen by its next read.
+        assert_eq!(
+            run(&mut s, acc(2, 2, 12, AccessKind::Write, 0x6000, 4)),
+            vec![(1, 3), (1, 4)]
+        );
+        assert_eq!(
+            run(&mut s, acc(1, 5, 11, AccessKind::Read, 0x6000, 4)),
+            vec![(2, 2)]
+        );
+    }
+
+    #[test]
+    fn an_entry_of_the_same_bytes_is_not_the_only_one_superseded_when_entries_nest() {
+        // The whole word, then its first half, from one line: the half nests in the word.
+        // The whole word again supersedes both.
+        let mut s = Shadow::new();
+        check(&mut s, acc(0, 1, 10, AccessKind::Write, 0x7000, 8));
+        check(&mut s, acc(0, 2, 10, AccessKind::Write, 0x7000, 4));
+        check(&mut s, acc(0, 3, 10, AccessKind::Write, 0x7000, 8));
+        assert_eq!(
+            check(&mut s, acc(1, 1, 12, AccessKind::Read, 0x7000, 8)),
+            vec![(0, 3)]
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! `pthread_barrier_*`. The generation of an arrival is its index among all arrivals at the
 //! barrier divided by the count: every thread of generation g arrives before any leaves it, so
-//! arrivals are numbered generation by generation.
+//! arrivals are numbered generation by generation. The arrival records it (FORMAT.md §6.6's
+//! arrival-generation extension), and so does the departure.
 
 use std::sync::atomic::Ordering;
 
@@ -68,6 +69,9 @@ unsafe extern "C-unwind" fn wait(b: B, ra: usize) -> c_int {
                 EventKind::BarrierWaitBegin {
                     barrier: s.id(),
                     site,
+                    // Known now, and recorded now: the thread may never return from the
+                    // wait (the process can end first), yet it belongs to this generation.
+                    generation: Some(generation),
                 },
                 Key::Release(&s.clock),
             );
