@@ -424,7 +424,14 @@ fn export_counts_what_std_cannot_express() {
     b.unlock(main, m, site);
     b.lock_mode(child, rw, foresight_trace::LockMode::Shared, site);
     b.unlock(child, rw, site);
-    b.event(child, EventKind::BarrierWaitBegin { barrier: bar, site });
+    b.event(
+        child,
+        EventKind::BarrierWaitBegin {
+            barrier: bar,
+            site,
+            generation: None,
+        },
+    );
     b.write(child, 0x9000, 4, site);
     b.exit(child);
     b.join(main, child, site);

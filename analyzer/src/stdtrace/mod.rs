@@ -38,9 +38,19 @@ pub fn import_to_path(input: &Path, output: &Path) -> Result<ImportSummary, Fail
 }
 
 /// Whether the file at `path` is STD text rather than a foresight trace (by its first bytes).
+/// Only a regular file is looked at: a FIFO would block the read, and whatever else the path
+/// is, the trace reader says so.
 pub fn is_std_file(path: &Path) -> std::io::Result<bool> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Ok(false);
+    }
     let mut head = Vec::with_capacity(4096);
-    File::open(path)?.take(4096).read_to_end(&mut head)?;
+    file.take(4096).read_to_end(&mut head)?;
     if head.starts_with(&foresight_trace::frame::FILE_MAGIC) {
         return Ok(false);
     }
