@@ -30,6 +30,7 @@ pub mod races;
 pub mod ranks;
 pub mod report;
 pub mod sites;
+pub mod stdtrace;
 pub mod stream;
 pub mod suppressions;
 pub mod vector_clock;

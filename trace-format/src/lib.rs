@@ -7,6 +7,7 @@
 //! - [`reader`]: parallel decoding into per-thread streams and a merged stream, in memory.
 //! - [`stream`]: the merged stream read from the file with positioned reads, in memory bounded
 //!   by the number of threads, not by the trace's length.
+//! - [`region`]: region markers (STD's `begin`/`end`), extension events the readers skip.
 //! - [`builder`]: a small API to write traces in tests without the recorder.
 
 pub mod builder;
@@ -17,6 +18,7 @@ pub mod event;
 pub mod frame;
 pub mod ordering;
 pub mod reader;
+pub mod region;
 mod scan;
 mod source;
 pub mod stream;

@@ -470,10 +470,37 @@ impl ChunkWriter {
         Ok(())
     }
 
+    /// Appends an extension event (FORMAT.md §6.6): `tag` (in `0x60..=0x7F`), a key delta when
+    /// `key` differs from the last key, the body's length and the body. It is not counted in
+    /// the chunk's event count and leaves the memory delta state alone, as readers that skip it
+    /// expect. For tools ([`crate::region`]), not the recorder's hot path: it may grow the
+    /// buffer.
+    pub fn push_extension(&mut self, tag: u8, key: u64, body: &[u8]) -> Result<(), EncodeError> {
+        debug_assert!(crate::codec::EXTENSION_TAGS.contains(&tag));
+        if key < self.state.key {
+            return Err(EncodeError::KeyWentBackwards {
+                key,
+                previous: self.state.key,
+            });
+        }
+        if key != self.state.key {
+            self.buf.push(tag | crate::codec::KEY_FLAG);
+            crate::varint::put(&mut self.buf, key - self.state.key);
+            self.state.key = key;
+        } else {
+            self.buf.push(tag);
+        }
+        crate::varint::put(&mut self.buf, body.len() as u64);
+        self.buf.extend_from_slice(body);
+        Ok(())
+    }
+
     /// Frames the current chunk, hands its bytes to `sink` and starts the next chunk. Does
     /// nothing (and does not call `sink`) when the chunk is empty.
     pub fn flush_into<R>(&mut self, end_ns: u64, sink: impl FnOnce(&[u8]) -> R) -> Option<R> {
-        if self.count == 0 {
+        // Empty: no events and no extension events (a chunk of extension events alone is
+        // flushed too, so that none is lost).
+        if self.buf.len() == EVENTS_START {
             return None;
         }
         let prefix = EventsPrefix {

@@ -10,6 +10,7 @@ mod config;
 mod demo;
 mod dump;
 mod graph;
+mod interop;
 mod output;
 mod record;
 mod stats;
@@ -47,6 +48,12 @@ enum Command {
     Graph(graph::Args),
     /// Compiler and linker flags for a program whose memory accesses are recorded too.
     Config(config::Args),
+    /// Convert a text trace (RAPID's STD) into a foresight trace.
+    Import(interop::ImportArgs),
+    /// Convert a trace into a text trace (RAPID's STD), saying what the text cannot express.
+    Export(interop::ExportArgs),
+    /// Write a synthetic trace with planted races and deadlocks, and their ground truth.
+    Synth(interop::SynthArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -67,6 +74,9 @@ pub fn main() -> ExitCode {
         Command::Check(args) => check::run(args),
         Command::Graph(args) => graph::run(args),
         Command::Config(args) => config::run(args),
+        Command::Import(args) => interop::import(args),
+        Command::Export(args) => interop::export(args),
+        Command::Synth(args) => interop::synth(args),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,839 @@
+//! STD text → foresight trace, in one streaming pass.
+//!
+//! Every name is interned the first time a line uses it, and its table records (a thread, a
+//! lock as a static object named after it, a variable as an eight-byte static datum, a
+//! location as a symbolised site) are written before the first chunk that can refer to it.
+//! Events go into one chunk writer per thread. Memory is the interning tables, a chunk per
+//! thread and a state per thread and lock: nothing grows with the number of lines.
+//!
+//! The line order is the causal order: line *n*'s event gets key 2*n*, the events the import
+//! adds (a thread's start before its first line, a joined thread's exit before the join) key
+//! 2*n* − 1, so that the merged order is the line order (FORMAT.md §3.3). The lines must make
+//! sense as an execution, which is checked as they come, with the line of each mistake: a lock
+//! is held by one thread at a time (re-entrantly, as RAPID's locks, Java's monitors, are), a
+//! thread is forked before it runs, runs only until it is joined, and waits after a `req`
+//! until its `acq`.
+
+use std::io::{self, Read, Write};
+
+use foresight_trace::region::{push_region, RegionKind};
+use foresight_trace::tables::{
+    ClassKey, DataVariable, EndReason, Frame, FrameSymbol, Header, ModuleInfo, ObjectInfo,
+    ObjectKind, Ordering, SiteInfo, SourceLocation, StringEntry, TableRecord, ThreadInfo, Trailer,
+};
+use foresight_trace::{ChunkWriter, Event, EventKind, LockMode, TraceWriter};
+
+use super::names::{Interned, NameError, Names};
+use super::parse::{self, Line, Op};
+
+/// The module every imported site, lock and variable lives in: its load address and size.
+pub const MODULE_BASE: u64 = 0x1000_0000_0000;
+const MODULE_SIZE: u64 = 1 << 44;
+/// Where in the module each kind of name is placed (eight bytes each).
+const VARIABLES_AT: u64 = 0x1000;
+const SITES_AT: u64 = 1 << 40;
+const LOCKS_AT: u64 = 1 << 41;
+
+/// The run-time address of variable `v` of an imported trace.
+pub fn variable_address(v: u32) -> u64 {
+    MODULE_BASE + VARIABLES_AT + 8 * v as u64
+}
+
+fn site_frame(s: u32) -> Frame {
+    Frame {
+        module: 0,
+        offset: SITES_AT + 8 * s as u64,
+    }
+}
+
+fn lock_frame(l: u32) -> Frame {
+    Frame {
+        module: 0,
+        offset: LOCKS_AT + 8 * l as u64,
+    }
+}
+
+/// Bytes of events per chunk.
+const CHUNK_BYTES: usize = 64 << 10;
+/// The longest line read.
+const MAX_LINE: usize = 1 << 20;
+
+/// A line that cannot be imported: where and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImportError {
+    pub line: u64,
+    pub column: Option<usize>,
+    pub message: String,
+}
+
+impl std::fmt::Display for ImportError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.column {
+            Some(c) => write!(f, "line {}, column {}: {}", self.line, c, self.message),
+            None => write!(f, "line {}: {}", self.line, self.message),
+        }
+    }
+}
+
+impl std::error::Error for ImportError {}
+
+/// Why an import stopped.
+#[derive(Debug)]
+pub enum Failure {
+    /// The input is not an STD trace that makes sense.
+    Input(ImportError),
+    /// Reading the input or writing the trace failed.
+    Io(io::Error),
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Input(e) => e.fmt(f),
+            Failure::Io(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for Failure {}
+
+impl From<io::Error> for Failure {
+    fn from(e: io::Error) -> Self {
+        Failure::Io(e)
+    }
+}
+
+impl From<ImportError> for Failure {
+    fn from(e: ImportError) -> Self {
+        Failure::Input(e)
+    }
+}
+
+/// What an import read and wrote.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ImportSummary {
+    /// Lines read (blank ones included) and lines that were events, by operation.
+    pub lines: u64,
+    pub by_op: Vec<(Op, u64)>,
+    pub threads: usize,
+    pub locks: usize,
+    pub variables: usize,
+    pub locations: usize,
+    /// Events written to the trace (the added thread starts, exits and lock requests too).
+    pub events: u64,
+    /// `acq` lines after a `req` of another location: the acquisition keeps the request's
+    /// site (a foresight acquisition has the site of its request).
+    pub acquire_sites_merged: u64,
+}
+
+const NO_THREAD: u32 = u32::MAX;
+
+struct ThreadState {
+    w: ChunkWriter,
+    started: bool,
+    /// The line that forked it.
+    forked_at: Option<u64>,
+    /// The line that joined it: it has exited.
+    joined_at: Option<u64>,
+    /// The line it first ran at.
+    first_line: u64,
+    /// A `req` not yet granted: the lock and its line.
+    pending: Option<(u32, u64)>,
+    /// The site of that request.
+    pending_site: u32,
+}
+
+#[derive(Clone, Copy)]
+struct LockState {
+    holder: u32,
+    depth: u32,
+    since: u64,
+}
+
+/// Writes a foresight trace from STD events given one at a time, by line.
+pub struct Importer<W: Write> {
+    out: TraceWriter<W>,
+    threads: Names,
+    locks: Names,
+    variables: Names,
+    locations: Names,
+    thread_state: Vec<ThreadState>,
+    lock_state: Vec<LockState>,
+    next_string: u32,
+    by_op: [u64; 9],
+    last_line: u64,
+    events: u64,
+    acquire_sites_merged: u64,
+    /// The thread of the last line, by name: consecutive lines are often one thread's.
+    last_thread: (Vec<u8>, u32),
+}
+
+impl<W: Write> Importer<W> {
+    /// An importer writing to `out`; `source` names the input (the module's path).
+    pub fn new(out: W, source: &str) -> io::Result<Self> {
+        let header = Header {
+            producer: format!(
+                "foresight {} (import of RAPID STD)",
+                env!("CARGO_PKG_VERSION")
+            ),
+            pid: 0,
+            parent_pid: 0,
+            command: vec![
+                "foresight".into(),
+                "import".into(),
+                "--from".into(),
+                "std".into(),
+                source.into(),
+            ],
+            start_unix_ns: 0,
+            ordering: Ordering::GlobalSequence,
+            pointer_width: 8,
+            stack_depth: 1,
+        };
+        let mut out = TraceWriter::new(out, &header)?;
+        out.table(&TableRecord::String(StringEntry {
+            id: 0,
+            text: source.into(),
+        }))?;
+        out.table(&TableRecord::Module(ModuleInfo {
+            id: 0,
+            path: 0,
+            build_id: Vec::new(),
+            base: MODULE_BASE,
+            size: MODULE_SIZE,
+        }))?;
+        Ok(Self {
+            out,
+            threads: Names::new(),
+            locks: Names::new(),
+            variables: Names::new(),
+            locations: Names::new(),
+            thread_state: Vec::new(),
+            lock_state: Vec::new(),
+            next_string: 1,
+            by_op: [0; 9],
+            last_line: 0,
+            events: 0,
+            acquire_sites_merged: 0,
+            last_thread: (Vec::new(), NO_THREAD),
+        })
+    }
+
+    fn string(&mut self, text: &str) -> io::Result<u32> {
+        let id = self.next_string;
+        self.next_string += 1;
+        self.out.table(&TableRecord::String(StringEntry {
+            id,
+            text: text.into(),
+        }))?;
+        Ok(id)
+    }
+
+    /// The id of thread `name`, writing its record when it is new (`parent`: the thread that
+    /// forks it, when the fork is where it is first named).
+    pub fn thread(&mut self, name: &[u8], parent: Option<u32>, line: u64) -> Result<u32, Failure> {
+        let id = match self.threads.intern(name) {
+            Ok(Interned::Known(id)) => return Ok(id),
+            Ok(Interned::New(id)) => id,
+            Err(e) => return Err(name_error(e, line, "thread").into()),
+        };
+        let text = self.threads.name(id).to_string();
+        let s = self.string(&text)?;
+        self.out.table(&TableRecord::Thread(ThreadInfo {
+            id,
+            os_tid: id,
+            parent,
+            name: Some(s),
+        }))?;
+        self.thread_state.push(ThreadState {
+            w: ChunkWriter::new(id, CHUNK_BYTES),
+            started: false,
+            forked_at: None,
+            joined_at: None,
+            first_line: 0,
+            pending: None,
+            pending_site: 0,
+        });
+        Ok(id)
+    }
+
+    /// The id of lock `name`: a re-entrant mutex whose class is a static variable of that name.
+    pub fn lock(&mut self, name: &[u8], line: u64) -> Result<u32, Failure> {
+        let id = match self.locks.intern(name) {
+            Ok(Interned::Known(id)) => return Ok(id),
+            Ok(Interned::New(id)) => id,
+            Err(e) => return Err(name_error(e, line, "lock").into()),
+        };
+        let text = self.locks.name(id).to_string();
+        let s = self.string(&text)?;
+        let frame = lock_frame(id);
+        self.out.table(&TableRecord::Symbol(FrameSymbol {
+            frame,
+            locations: vec![SourceLocation {
+                function: Some(s),
+                file: None,
+                line: 0,
+                column: 0,
+            }],
+        }))?;
+        self.out.table(&TableRecord::Object(ObjectInfo {
+            id,
+            kind: ObjectKind::RecursiveMutex,
+            address: MODULE_BASE + frame.offset,
+            generation: 0,
+            class: ClassKey::Static(frame),
+        }))?;
+        self.lock_state.push(LockState {
+            holder: NO_THREAD,
+            depth: 0,
+            since: 0,
+        });
+        Ok(id)
+    }
+
+    /// The id of variable `name`: eight bytes of static data of that name.
+    pub fn variable(&mut self, name: &[u8], line: u64) -> Result<u32, Failure> {
+        let id = match self.variables.intern(name) {
+            Ok(Interned::Known(id)) => return Ok(id),
+            Ok(Interned::New(id)) => id,
+            Err(e) => return Err(name_error(e, line, "variable").into()),
+        };
+        if variable_address(id) + 8 > MODULE_BASE + SITES_AT {
+            return Err(ImportError {
+                line,
+                column: None,
+                message: "more variables than an imported trace has room for".into(),
+            }
+            .into());
+        }
+        let text = self.variables.name(id).to_string();
+        let s = self.string(&text)?;
+        self.out.table(&TableRecord::DataVariable(DataVariable {
+            module: 0,
+            offset: VARIABLES_AT + 8 * id as u64,
+            size: 8,
+            name: s,
+            file: None,
+            line: 0,
+            ty: None,
+        }))?;
+        Ok(id)
+    }
+
+    /// The site of location `text`: symbolised with a file and line when it reads as
+    /// `FILE:LINE` or `FUNCTION(FILE:LINE)`, else named by the text itself.
+    pub fn location(&mut self, text: &[u8], line: u64) -> Result<u32, Failure> {
+        let id = match self.locations.intern(text) {
+            Ok(Interned::Known(id)) => return Ok(id),
+            Ok(Interned::New(id)) => id,
+            Err(e) => return Err(name_error(e, line, "location").into()),
+        };
+        let text = self.locations.name(id).to_string();
+        let loc = match split_location(&text) {
+            Some((function, file, n)) => SourceLocation {
+                function: match function {
+                    Some(f) => Some(self.string(f)?),
+                    None => None,
+                },
+                file: Some(self.string(file)?),
+                line: n,
+                column: 0,
+            },
+            None => SourceLocation {
+                function: Some(self.string(&text)?),
+                file: None,
+                line: 0,
+                column: 0,
+            },
+        };
+        let frame = site_frame(id);
+        self.out.table(&TableRecord::Symbol(FrameSymbol {
+            frame,
+            locations: vec![loc],
+        }))?;
+        self.out.table(&TableRecord::Site(SiteInfo {
+            id,
+            frames: vec![frame],
+        }))?;
+        Ok(id)
+    }
+
+    /// Imports one parsed line.
+    pub fn line(&mut self, n: u64, l: &Line<'_>) -> Result<(), Failure> {
+        let t = if self.last_thread.0 == l.thread {
+            self.last_thread.1
+        } else {
+            let t = self.thread(l.thread, None, n)?;
+            self.last_thread.0.clear();
+            self.last_thread.0.extend_from_slice(l.thread);
+            self.last_thread.1 = t;
+            t
+        };
+        let target = match l.op {
+            Op::Acquire | Op::Release | Op::Request => self.lock(l.target, n)?,
+            Op::Read | Op::Write => self.variable(l.target, n)?,
+            Op::Fork => self.thread(l.target, Some(t), n)?,
+            Op::Join => self.thread(l.target, None, n)?,
+            Op::Begin | Op::End => 0,
+        };
+        let site = self.location(l.location, n)?;
+        self.event(n, t, l.op, target, site)
+    }
+
+    fn fail(&self, line: u64, message: String) -> Failure {
+        Failure::Input(ImportError {
+            line,
+            column: None,
+            message,
+        })
+    }
+
+    fn push(&mut self, t: u32, key: u64, kind: EventKind) -> Result<(), Failure> {
+        let w = &mut self.thread_state[t as usize].w;
+        w.push(&Event { key, kind })
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        self.events += 1;
+        Ok(())
+    }
+
+    /// Writes thread `t`'s start, before line `n`, if it has not started.
+    fn start(&mut self, t: u32, n: u64) -> Result<(), Failure> {
+        let s = &mut self.thread_state[t as usize];
+        if !s.started {
+            s.started = true;
+            s.first_line = n;
+            self.push(t, 2 * n - 1, EventKind::ThreadStart)?;
+        }
+        Ok(())
+    }
+
+    /// Imports one event: line `n`, thread `t`, and the ids of its target (a lock, a variable
+    /// or a thread, by operation) and location.
+    pub fn event(&mut self, n: u64, t: u32, op: Op, target: u32, site: u32) -> Result<(), Failure> {
+        if n <= self.last_line {
+            return Err(self.fail(n, "lines must be given in increasing order".into()));
+        }
+        self.last_line = n;
+        self.by_op[op as usize] += 1;
+        let key = 2 * n;
+        let state = &self.thread_state[t as usize];
+        if let Some(j) = state.joined_at {
+            return Err(self.fail(
+                n,
+                format!(
+                    "{} runs after it was joined (line {j})",
+                    self.threads.name(t)
+                ),
+            ));
+        }
+        if let Some((l, at)) = state.pending {
+            if !(op == Op::Acquire && target == l) {
+                return Err(self.fail(
+                    n,
+                    format!(
+                        "{} is waiting for {} (its `req` at line {at}) and does something else \
+                         before its `acq`",
+                        self.threads.name(t),
+                        self.locks.name(l)
+                    ),
+                ));
+            }
+        }
+        self.start(t, n)?;
+        match op {
+            Op::Acquire => {
+                let held = self.lock_state[target as usize];
+                if held.holder != NO_THREAD && held.holder != t {
+                    return Err(self.fail(
+                        n,
+                        format!(
+                            "{} acquires {}, which {} holds (since line {})",
+                            self.threads.name(t),
+                            self.locks.name(target),
+                            self.threads.name(held.holder),
+                            held.since
+                        ),
+                    ));
+                }
+                let s = &mut self.thread_state[t as usize];
+                if s.pending.take().is_some() {
+                    if s.pending_site != site {
+                        self.acquire_sites_merged += 1;
+                    }
+                } else {
+                    let previous = s.w.last_key();
+                    self.push(
+                        t,
+                        previous,
+                        EventKind::LockRequest {
+                            lock: target,
+                            mode: LockMode::Exclusive,
+                            site,
+                        },
+                    )?;
+                }
+                self.push(
+                    t,
+                    key,
+                    EventKind::LockAcquired {
+                        lock: target,
+                        mode: LockMode::Exclusive,
+                    },
+                )?;
+                let l = &mut self.lock_state[target as usize];
+                if l.holder == t {
+                    l.depth += 1;
+                } else {
+                    *l = LockState {
+                        holder: t,
+                        depth: 1,
+                        since: n,
+                    };
+                }
+            }
+            Op::Request => {
+                let s = &mut self.thread_state[t as usize];
+                s.pending = Some((target, n));
+                s.pending_site = site;
+                self.push(
+                    t,
+                    key,
+                    EventKind::LockRequest {
+                        lock: target,
+                        mode: LockMode::Exclusive,
+                        site,
+                    },
+                )?;
+            }
+            Op::Release => {
+                let held = self.lock_state[target as usize];
+                if held.holder != t {
+                    let who = if held.holder == NO_THREAD {
+                        "no thread holds it".to_string()
+                    } else {
+                        format!(
+                            "{} holds it (since line {})",
+                            self.threads.name(held.holder),
+                            held.since
+                        )
+                    };
+                    return Err(self.fail(
+                        n,
+                        format!(
+                            "{} releases {}, which it does not hold: {who}",
+                            self.threads.name(t),
+                            self.locks.name(target)
+                        ),
+                    ));
+                }
+                self.push(t, key, EventKind::LockRelease { lock: target, site })?;
+                let l = &mut self.lock_state[target as usize];
+                l.depth -= 1;
+                if l.depth == 0 {
+                    l.holder = NO_THREAD;
+                }
+            }
+            Op::Read | Op::Write => {
+                let addr = variable_address(target);
+                let kind = if op == Op::Read {
+                    EventKind::Read {
+                        addr,
+                        size: 8,
+                        site,
+                    }
+                } else {
+                    EventKind::Write {
+                        addr,
+                        size: 8,
+                        site,
+                    }
+                };
+                self.push(t, key, kind)?;
+            }
+            Op::Fork => {
+                let c = target;
+                let child = &self.thread_state[c as usize];
+                let name = |s: &Self| s.threads.name(c).to_string();
+                if c == t {
+                    return Err(self.fail(n, format!("{} forks itself", name(self))));
+                }
+                if let Some(f) = child.forked_at {
+                    return Err(self.fail(
+                        n,
+                        format!("{} is forked a second time (first at line {f})", name(self)),
+                    ));
+                }
+                if child.started {
+                    let first = child.first_line;
+                    return Err(self.fail(
+                        n,
+                        format!(
+                            "{} is forked after it ran (its first line is {first})",
+                            name(self)
+                        ),
+                    ));
+                }
+                self.thread_state[c as usize].forked_at = Some(n);
+                self.push(t, key, EventKind::ThreadCreate { child: c, site })?;
+            }
+            Op::Join => {
+                let c = target;
+                let child = &self.thread_state[c as usize];
+                let name = |s: &Self| s.threads.name(c).to_string();
+                if c == t {
+                    return Err(self.fail(n, format!("{} joins itself", name(self))));
+                }
+                if let Some(j) = child.joined_at {
+                    return Err(self.fail(
+                        n,
+                        format!("{} is joined a second time (first at line {j})", name(self)),
+                    ));
+                }
+                if let Some((l, at)) = child.pending {
+                    return Err(self.fail(
+                        n,
+                        format!(
+                            "{} is joined while it waits for {} (its `req` at line {at})",
+                            name(self),
+                            self.locks.name(l)
+                        ),
+                    ));
+                }
+                self.start(c, n)?;
+                self.push(c, key - 1, EventKind::ThreadExit)?;
+                self.thread_state[c as usize].joined_at = Some(n);
+                // It has no more events: write them out and free its buffer.
+                self.flush_thread(c)?;
+                self.thread_state[c as usize].w = ChunkWriter::new(c, 64);
+                let previous = self.thread_state[t as usize].w.last_key();
+                self.push(t, previous, EventKind::JoinRequest { child: c, site })?;
+                self.push(
+                    t,
+                    key,
+                    EventKind::JoinEnd {
+                        child: c,
+                        joined: true,
+                    },
+                )?;
+            }
+            Op::Begin | Op::End => {
+                let kind = if op == Op::Begin {
+                    RegionKind::Begin
+                } else {
+                    RegionKind::End
+                };
+                push_region(&mut self.thread_state[t as usize].w, kind, key, site)
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            }
+        }
+        if self.thread_state[t as usize].w.is_full() {
+            self.flush_thread(t)?;
+        }
+        Ok(())
+    }
+
+    fn flush_thread(&mut self, t: u32) -> io::Result<()> {
+        // Records before the chunks that use them (FORMAT.md §4.3).
+        self.out.flush_tables()?;
+        self.out.write_chunk(&mut self.thread_state[t as usize].w)
+    }
+
+    /// Ends every thread that ran and was not joined (a thread still waiting for a lock does
+    /// not end: it is blocked), writes the trailer and returns the output and the summary.
+    pub fn finish(mut self) -> io::Result<(W, ImportSummary)> {
+        let key = 2 * (self.last_line + 1) - 1;
+        for t in 0..self.thread_state.len() {
+            let s = &self.thread_state[t];
+            if s.started && s.joined_at.is_none() && s.pending.is_none() {
+                let w = &mut self.thread_state[t].w;
+                w.push(&Event {
+                    key,
+                    kind: EventKind::ThreadExit,
+                })
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+                self.events += 1;
+            }
+            self.flush_thread(t as u32)?;
+        }
+        let summary = ImportSummary {
+            lines: self.last_line,
+            by_op: ALL_OPS
+                .iter()
+                .map(|&op| (op, self.by_op[op as usize]))
+                .filter(|&(_, n)| n > 0)
+                .collect(),
+            threads: self.threads.len(),
+            locks: self.locks.len(),
+            variables: self.variables.len(),
+            locations: self.locations.len(),
+            events: self.events,
+            acquire_sites_merged: self.acquire_sites_merged,
+        };
+        let out = self.out.finish(Trailer {
+            end_unix_ns: 0,
+            reason: EndReason::Synthetic,
+            event_chunks: 0,
+            events: 0,
+            events_lost: 0,
+        })?;
+        Ok((out, summary))
+    }
+}
+
+const ALL_OPS: [Op; 9] = [
+    Op::Acquire,
+    Op::Release,
+    Op::Read,
+    Op::Write,
+    Op::Fork,
+    Op::Join,
+    Op::Begin,
+    Op::End,
+    Op::Request,
+];
+
+fn name_error(e: NameError, line: u64, what: &str) -> ImportError {
+    match e {
+        NameError::NotUtf8(at) => ImportError {
+            line,
+            column: None,
+            message: format!("the {what} name is not UTF-8 (byte {} of it)", at + 1),
+        },
+        NameError::TooMany => ImportError {
+            line,
+            column: None,
+            message: format!("more than 2^32 {what} names"),
+        },
+    }
+}
+
+/// `FILE:LINE` → (None, FILE, LINE); `FUNCTION(FILE:LINE)` → (Some(FUNCTION), FILE, LINE).
+/// Only the forms that print back to the same text: a line number without a leading zero, above
+/// 0, and a non-empty file.
+pub fn split_location(text: &str) -> Option<(Option<&str>, &str, u32)> {
+    let (function, inner) = match text.strip_suffix(')') {
+        Some(t) => {
+            let open = t.rfind('(')?;
+            let function = &t[..open];
+            if function.is_empty() {
+                return None;
+            }
+            (Some(function), &t[open + 1..])
+        }
+        None => (None, text),
+    };
+    let colon = inner.rfind(':')?;
+    let (file, digits) = (&inner[..colon], &inner[colon + 1..]);
+    if file.is_empty()
+        || file.contains(['(', ')'])
+        || digits.is_empty()
+        || digits.starts_with('0')
+        || !digits.bytes().all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    let line: u32 = digits.parse().ok()?;
+    Some((function, file, line))
+}
+
+/// Reads STD lines from `input` and imports them: one pass, a buffer of at most a line's
+/// length beyond the read size. Blank lines are skipped (they still count in line numbers).
+pub fn import_from<R: Read, W: Write>(input: R, importer: &mut Importer<W>) -> Result<(), Failure> {
+    for_each_line(input, |n, line| match parse::parse(line) {
+        Ok(l) => importer.line(n, &l),
+        Err(e) => Err(ImportError {
+            line: n,
+            column: Some(e.column),
+            message: e.message,
+        }
+        .into()),
+    })?;
+    Ok(())
+}
+
+/// Calls `f` with each line of `input` that is not blank, and its number (from 1), without its
+/// line end (`\n` or `\r\n`); returns the number of lines. One pass, a buffer of at most a
+/// line's length beyond the read size.
+pub fn for_each_line<R: Read>(
+    mut input: R,
+    mut f: impl FnMut(u64, &[u8]) -> Result<(), Failure>,
+) -> Result<u64, Failure> {
+    const READ: usize = 1 << 20;
+    let mut buf = vec![0u8; READ];
+    let mut start = 0usize; // first byte of the current line
+    let mut end = 0usize; // bytes held
+    let mut n = 0u64;
+    let mut one = |n: u64, line: &[u8]| {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() || line.iter().all(u8::is_ascii_whitespace) {
+            return Ok(());
+        }
+        f(n, line)
+    };
+    loop {
+        // Move the partial line to the front, and make room for a read.
+        if start > 0 {
+            buf.copy_within(start..end, 0);
+            end -= start;
+            start = 0;
+        }
+        if buf.len() - end < READ / 2 {
+            if end >= MAX_LINE {
+                return Err(ImportError {
+                    line: n + 1,
+                    column: None,
+                    message: format!("the line is longer than {MAX_LINE} bytes"),
+                }
+                .into());
+            }
+            buf.resize(end + READ, 0);
+        }
+        let got = loop {
+            match input.read(&mut buf[end..]) {
+                Ok(k) => break k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e.into()),
+            }
+        };
+        let eof = got == 0;
+        let scan_from = end;
+        end += got;
+        let mut from = start;
+        for nl in memchr::memchr_iter(b'\n', &buf[scan_from..end]) {
+            let at = scan_from + nl;
+            n += 1;
+            one(n, &buf[from..at])?;
+            from = at + 1;
+        }
+        start = from;
+        if eof {
+            if start < end {
+                n += 1;
+                one(n, &buf[start..end])?;
+            }
+            return Ok(n);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locations_that_name_a_file_and_line() {
+        assert_eq!(
+            split_location("Account.java:67"),
+            Some((None, "Account.java", 67))
+        );
+        assert_eq!(
+            split_location("bank.Account.run(Account.java:67)"),
+            Some((Some("bank.Account.run"), "Account.java", 67))
+        );
+        for other in [
+            "345", "a.c:0", "a.c:07", ":3", "f(:3)", "a.c:", "(a.c:3)", "x:1a",
+        ] {
+            assert_eq!(split_location(other), None, "{other}");
+        }
+    }
+}

@@ -1,0 +1,197 @@
+//! Interning the names of an STD trace (threads, locks, variables, locations): each distinct
+//! name gets a dense id the first time it is seen. A lookup per field of every line, so the
+//! hash reads eight bytes at a time instead of SipHash's byte stream; the names come from an
+//! untrusted file, so it is keyed by a random value drawn per table, and a file cannot be
+//! crafted to make every name collide.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher};
+
+/// Dense ids for byte strings, and the strings back by id.
+pub struct Names {
+    ids: HashMap<Box<[u8]>, u32, NameHasherBuilder>,
+    names: Vec<Box<str>>,
+    /// Names of up to 7 bytes seen lately, packed with their length into one word, by a hash
+    /// of that word: most STD names are short (`T1`, `L3`, `V12`, `120`), and one compare of
+    /// a word costs less than hashing the bytes and comparing them in the table.
+    recent: Box<[(u64, u32)]>,
+    key: u64,
+}
+
+const RECENT: usize = 1 << 10;
+
+/// `name` packed with its length (the top byte), when it is shorter than 8 bytes.
+#[inline]
+fn pack(name: &[u8]) -> Option<u64> {
+    if name.len() >= 8 {
+        return None;
+    }
+    // Byte by byte: a copy of a length known only at run time costs a call.
+    let mut w = (name.len() as u64) << 56;
+    for (i, &b) in name.iter().enumerate() {
+        w |= (b as u64) << (8 * i);
+    }
+    Some(w)
+}
+
+/// What [`Names::intern`] found.
+pub enum Interned {
+    Known(u32),
+    /// A name seen for the first time, now given this id.
+    New(u32),
+}
+
+impl Names {
+    pub fn new() -> Self {
+        let ids = HashMap::with_hasher(NameHasherBuilder::new());
+        let key = ids.hasher().key;
+        Self {
+            ids,
+            names: Vec::new(),
+            // The empty name is never interned through the cache (its packed word is 0).
+            recent: vec![(0, 0); RECENT].into_boxed_slice(),
+            key,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    /// The id of `name`, new if it was never seen; `Err` when it is not UTF-8 (the byte
+    /// offset of the first bad byte) or when 2^32 names are already known.
+    #[inline]
+    pub fn intern(&mut self, name: &[u8]) -> Result<Interned, NameError> {
+        let packed = pack(name).filter(|&p| p != 0);
+        let slot = packed.map(|p| {
+            let h = (p ^ self.key).wrapping_mul(MUL);
+            (h >> 54) as usize
+        });
+        if let (Some(p), Some(slot)) = (packed, slot) {
+            let (k, id) = self.recent[slot];
+            if k == p {
+                return Ok(Interned::Known(id));
+            }
+        }
+        let found = self.ids.get(name).copied();
+        if let Some(id) = found {
+            if let (Some(p), Some(slot)) = (packed, slot) {
+                self.recent[slot] = (p, id);
+            }
+            return Ok(Interned::Known(id));
+        }
+        let text = std::str::from_utf8(name).map_err(|e| NameError::NotUtf8(e.valid_up_to()))?;
+        let id = u32::try_from(self.names.len()).map_err(|_| NameError::TooMany)?;
+        self.ids.insert(name.into(), id);
+        self.names.push(text.into());
+        if let (Some(p), Some(slot)) = (packed, slot) {
+            self.recent[slot] = (p, id);
+        }
+        Ok(Interned::New(id))
+    }
+
+    pub fn name(&self, id: u32) -> &str {
+        &self.names[id as usize]
+    }
+}
+
+impl Default for Names {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NameError {
+    NotUtf8(usize),
+    TooMany,
+}
+
+/// A keyed hash of byte strings, eight bytes at a time.
+#[derive(Clone, Copy, Debug)]
+pub struct NameHasherBuilder {
+    key: u64,
+}
+
+impl NameHasherBuilder {
+    pub fn new() -> Self {
+        let key = std::collections::hash_map::RandomState::new().hash_one(0x57d_u64) | 1;
+        Self { key }
+    }
+}
+
+impl Default for NameHasherBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl BuildHasher for NameHasherBuilder {
+    type Hasher = NameHasher;
+    fn build_hasher(&self) -> NameHasher {
+        NameHasher { state: self.key }
+    }
+}
+
+pub struct NameHasher {
+    state: u64,
+}
+
+const MUL: u64 = 0x9e37_79b9_7f4a_7c15;
+
+impl NameHasher {
+    #[inline]
+    fn mix(&mut self, word: u64) {
+        // One multiply per word, with the high half folded back so that every input bit
+        // reaches the low bits the table indexes with.
+        let m = ((self.state ^ word) as u128).wrapping_mul(MUL as u128);
+        self.state = (m as u64) ^ ((m >> 64) as u64);
+    }
+}
+
+impl Hasher for NameHasher {
+    #[inline]
+    fn finish(&self) -> u64 {
+        let h = self.state.wrapping_mul(MUL);
+        h ^ (h >> 29)
+    }
+
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.mix(u64::from_le_bytes(c.try_into().expect("eight bytes")));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut last = [0u8; 8];
+            last[..rest.len()].copy_from_slice(rest);
+            // The length goes in too: "a" and "a\0" differ.
+            self.mix(u64::from_le_bytes(last) ^ ((rest.len() as u64) << 59));
+        }
+    }
+
+    #[inline]
+    fn write_usize(&mut self, n: usize) {
+        self.mix(n as u64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_dense_and_stable() {
+        let mut n = Names::new();
+        assert!(matches!(n.intern(b"T0"), Ok(Interned::New(0))));
+        assert!(matches!(n.intern(b"T1"), Ok(Interned::New(1))));
+        assert!(matches!(n.intern(b"T0"), Ok(Interned::Known(0))));
+        assert!(matches!(n.intern(b"a\0"), Ok(Interned::New(2))));
+        assert!(matches!(n.intern(b"a"), Ok(Interned::New(3))));
+        assert_eq!(n.name(1), "T1");
+        assert!(matches!(n.intern(b"a"), Ok(Interned::Known(3))));
+        assert_eq!(n.intern(b"x\xffy").err(), Some(NameError::NotUtf8(1)));
+        assert_eq!(n.len(), 4);
+    }
+}
