@@ -181,12 +181,7 @@ pub(crate) fn lock_cycle_findings(
         opts.cycle_budget,
         |component, cycle| {
             let k = cycle.len();
-            edges.clear();
-            edges.extend((0..k).map(|i| {
-                graph
-                    .edge(cycle[i], cycle[(i + 1) % k])
-                    .expect("cycle edges exist")
-            }));
+            graph.cycle_edges(cycle, &mut edges);
             modes.clear();
             modes.extend(edges.iter().map(|e| e.modes));
             if !modes_can_block(&modes) {

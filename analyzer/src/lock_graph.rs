@@ -95,23 +95,7 @@ impl LockOrderGraph {
                 let held = &run.acquisitions[h as usize];
                 let from = class_of(self, held);
                 let to = class_of(self, acq);
-                let e = *self.edge_index.entry((from, to)).or_insert_with(|| {
-                    self.edges.push(ClassEdge {
-                        from,
-                        to,
-                        count: 0,
-                        modes: 0,
-                        witnesses: Vec::new(),
-                        runs: Vec::new(),
-                    });
-                    self.edges.len() - 1
-                });
-                let edge = &mut self.edges[e];
-                edge.count += 1;
-                edge.modes |= mode_bit(held.mode, acq.mode);
-                if edge.runs.last() != Some(&run_index) {
-                    edge.runs.push(run_index);
-                }
+                let edge = self.count_edge(from, to, 1, mode_bit(held.mode, acq.mode), run_index);
                 if edge.witnesses.len() < WITNESSES_PER_EDGE {
                     let new = EdgeWitness {
                         run: run_index,
@@ -136,9 +120,33 @@ impl LockOrderGraph {
         }
     }
 
+    /// The edges of a class cycle (`cycle[i]` → `cycle[i + 1]`, the last back to the first)
+    /// into `edges`, which is reused: a dense graph has hundreds of thousands of cycles.
+    pub fn cycle_edges<'g>(&'g self, cycle: &[usize], edges: &mut Vec<&'g ClassEdge>) {
+        let k = cycle.len();
+        edges.clear();
+        edges.extend((0..k).map(|i| {
+            self.edge(cycle[i], cycle[(i + 1) % k])
+                .expect("cycle edges exist")
+        }));
+    }
+
     /// Adds `count` occurrences of the class edge `from` → `to` seen with `modes` in trace
     /// `trace`, without witnesses (merging per-trace graphs: `merge.rs`).
     pub fn add_class_edge(&mut self, from: usize, to: usize, count: u64, modes: u8, trace: usize) {
+        self.count_edge(from, to, count, modes, trace);
+    }
+
+    /// The class edge `from` → `to`, made if new, with `count` more occurrences in `modes`
+    /// seen in run `run`.
+    fn count_edge(
+        &mut self,
+        from: usize,
+        to: usize,
+        count: u64,
+        modes: u8,
+        run: usize,
+    ) -> &mut ClassEdge {
         let e = *self.edge_index.entry((from, to)).or_insert_with(|| {
             self.edges.push(ClassEdge {
                 from,
@@ -153,9 +161,10 @@ impl LockOrderGraph {
         let edge = &mut self.edges[e];
         edge.count += count;
         edge.modes |= modes;
-        if edge.runs.last() != Some(&trace) {
-            edge.runs.push(trace);
+        if edge.runs.last() != Some(&run) {
+            edge.runs.push(run);
         }
+        edge
     }
 
     /// The node of an acquisition's class (with its subclass), when the graph has it.

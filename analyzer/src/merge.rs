@@ -236,12 +236,7 @@ impl Merger {
             opts.cycle_budget,
             |c, cycle| {
                 let k = cycle.len();
-                edges.clear();
-                edges.extend((0..k).map(|i| {
-                    graph
-                        .edge(cycle[i], cycle[(i + 1) % k])
-                        .expect("cycle edges exist")
-                }));
+                graph.cycle_edges(cycle, &mut edges);
                 let modes: Vec<u8> = edges.iter().map(|e| e.modes).collect();
                 if !modes_can_block(&modes) {
                     return Flow::Continue;

@@ -450,6 +450,18 @@ impl<'t> Stream<'t> {
         pass: &mut P,
         progress: &mut dyn FnMut(u64),
     ) -> u64 {
+        self.for_each_in_runs(merged, progress, |ev| pass.handle(&ev))
+    }
+
+    /// The walk under [`Stream::drive_runs`] and [`Stream::drive_runs_split`]: each event of
+    /// the merged order, converted, handed to `f`, a run of one thread at a time.
+    #[inline]
+    fn for_each_in_runs(
+        &self,
+        merged: &mut MergedStream<'_>,
+        progress: &mut dyn FnMut(u64),
+        mut f: impl FnMut(StreamEvent),
+    ) -> u64 {
         let mut seq = 0u64;
         let mut next_progress = 0u64;
         while let Some(run) = merged.next_run() {
@@ -462,7 +474,7 @@ impl<'t> Stream<'t> {
                 let first = run.first_index as u32;
                 for (i, ev) in run.events.iter().enumerate() {
                     let pos = first + i as u32;
-                    pass.handle(&StreamEvent {
+                    f(StreamEvent {
                         thread,
                         pos,
                         seq: seq + i as u64,
@@ -508,43 +520,22 @@ impl<'t> Stream<'t> {
                 }
                 there.finish()
             });
-            let mut seq = 0u64;
-            let mut next_progress = 0u64;
             let mut batch: Vec<StreamEvent> = Vec::with_capacity(SPLIT_BATCH);
             let mut worker_gone = false;
-            while let Some(run) = merged.next_run() {
-                if seq >= next_progress {
-                    progress(seq);
-                    next_progress = (seq | 0xf_ffff) + 1;
-                }
-                if let Some(t) = self.threads.get(run.thread) {
-                    let thread = t as u32;
-                    let first = run.first_index as u32;
-                    for (i, ev) in run.events.iter().enumerate() {
-                        let pos = first + i as u32;
-                        let ev = StreamEvent {
-                            thread,
-                            pos,
-                            seq: seq + i as u64,
-                            op: self.convert(thread, pos, ev.kind),
-                        };
-                        here.handle(&ev);
-                        batch.push(ev);
-                        if batch.len() == SPLIT_BATCH && !worker_gone {
-                            let next = spare
-                                .try_recv()
-                                .unwrap_or_else(|_| Vec::with_capacity(SPLIT_BATCH));
-                            // Only a worker that panicked hangs up: its panic is raised below.
-                            worker_gone =
-                                to_worker.send(std::mem::replace(&mut batch, next)).is_err();
-                        }
-                    }
-                }
-                seq += run.events.len() as u64;
+            let seq = self.for_each_in_runs(merged, progress, |ev| {
+                here.handle(&ev);
                 if worker_gone {
-                    batch.clear();
+                    return;
                 }
-            }
+                batch.push(ev);
+                if batch.len() == SPLIT_BATCH {
+                    let next = spare
+                        .try_recv()
+                        .unwrap_or_else(|_| Vec::with_capacity(SPLIT_BATCH));
+                    // Only a worker that panicked hangs up: its panic is raised below.
+                    worker_gone = to_worker.send(std::mem::replace(&mut batch, next)).is_err();
+                }
+            });
             if !batch.is_empty() && !worker_gone {
                 let _ = to_worker.send(batch);
             }
