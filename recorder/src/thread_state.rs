@@ -255,11 +255,12 @@ pub struct ThreadState {
 }
 
 /// `ThreadState::naming`: nobody yet, the creator is writing the entry, the creator wrote it,
-/// the thread itself came first.
+/// the thread itself came first and is writing it, the thread wrote it.
 const NAMING_OPEN: u8 = 0;
 const NAMING_CREATOR: u8 = 1;
 const NAMING_CREATOR_DONE: u8 = 2;
 const NAMING_THREAD: u8 = 3;
+const NAMING_THREAD_DONE: u8 = 4;
 
 impl Drop for ThreadState {
     fn drop(&mut self) {
@@ -1594,40 +1595,60 @@ pub fn pt_name(pt: usize, tid: ThreadId) {
 /// very entry now (then it waits for the creator's two stores).
 pub fn pt_started(pt: usize, t: &ThreadState) {
     let mut spins = 0u32;
-    while let Err(NAMING_CREATOR) = t.naming.compare_exchange(
-        NAMING_OPEN,
-        NAMING_THREAD,
-        Ordering::AcqRel,
-        Ordering::Acquire,
-    ) {
-        spins += 1;
-        if spins < 64 {
-            std::hint::spin_loop();
-        } else {
-            // SAFETY: sched_yield has no preconditions.
-            unsafe { libc::sched_yield() };
+    loop {
+        match t.naming.compare_exchange(
+            NAMING_OPEN,
+            NAMING_THREAD,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => {
+                pt_name(pt, t.tid());
+                t.naming.store(NAMING_THREAD_DONE, Ordering::Release);
+                return;
+            }
+            Err(NAMING_CREATOR) => back_off(&mut spins),
+            // The creator named it already.
+            Err(_) => return,
         }
     }
-    pt_name(pt, t.tid());
+}
+
+/// One round of waiting for another thread's two stores into the map.
+fn back_off(spins: &mut u32) {
+    *spins += 1;
+    if *spins < 64 {
+        std::hint::spin_loop();
+    } else {
+        // SAFETY: sched_yield has no preconditions.
+        unsafe { libc::sched_yield() };
+    }
 }
 
 /// The creator, after `pthread_create` returned: names `pt` for a join that comes before the
 /// child started (an entry left by an earlier thread with the same `pthread_t` is replaced).
 /// Not once the child has named itself: it may have exited since (its exit key must stay), or
 /// even have left its `pthread_t` to a newer thread.
+/// When the child came first, waits until its entry is written: the creator's next call may
+/// be a join of it, which must find it.
 pub fn pt_created(pt: usize, child: &ThreadState) {
-    if child
-        .naming
-        .compare_exchange(
-            NAMING_OPEN,
-            NAMING_CREATOR,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        )
-        .is_ok()
-    {
-        pt_name(pt, child.tid());
-        child.naming.store(NAMING_CREATOR_DONE, Ordering::Release);
+    match child.naming.compare_exchange(
+        NAMING_OPEN,
+        NAMING_CREATOR,
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    ) {
+        Ok(_) => {
+            pt_name(pt, child.tid());
+            child.naming.store(NAMING_CREATOR_DONE, Ordering::Release);
+        }
+        Err(NAMING_THREAD) => {
+            let mut spins = 0u32;
+            while child.naming.load(Ordering::Acquire) == NAMING_THREAD {
+                back_off(&mut spins);
+            }
+        }
+        Err(_) => {}
     }
 }
 
