@@ -76,13 +76,38 @@ fn clean_target(name: &str) -> bool {
             .any(|c| c == '|' || c == '(' || c == ')' || c.is_whitespace())
 }
 
+/// Each id's own name where it is a clean STD target that no other id has; else `prefix`
+/// and the id, counted in `renamed`.
+fn unique_names<K: std::hash::Hash + Eq + std::fmt::Display>(
+    names: Vec<(K, Option<String>)>,
+    prefix: char,
+    renamed: &mut u64,
+) -> HashMap<K, String> {
+    let mut counts: HashMap<String, u32> = HashMap::new();
+    for n in names.iter().filter_map(|(_, n)| n.as_ref()) {
+        *counts.entry(n.clone()).or_default() += 1;
+    }
+    names
+        .into_iter()
+        .map(|(id, n)| {
+            let name = match n {
+                Some(n) if clean_target(&n) && counts[&n] == 1 => n,
+                _ => {
+                    *renamed += 1;
+                    format!("{prefix}{id}")
+                }
+            };
+            (id, name)
+        })
+        .collect()
+}
+
 impl<'a> Namer<'a> {
     fn new(stream: &'a TraceStream, numeric_locations: bool) -> Self {
         let tables = stream.tables();
         let mut renamed = 0;
         // Threads and locks are named up front, so that a name two of them share goes to
         // neither.
-        let mut counts: HashMap<String, u32> = HashMap::new();
         let thread_names: Vec<(ThreadId, Option<String>)> = stream
             .threads()
             .chain(tables.threads.keys().copied())
@@ -90,25 +115,7 @@ impl<'a> Namer<'a> {
             .into_iter()
             .map(|id| (id, tables.thread_name(id).map(str::to_string)))
             .collect();
-        for (_, n) in &thread_names {
-            if let Some(n) = n {
-                *counts.entry(n.clone()).or_default() += 1;
-            }
-        }
-        let threads = thread_names
-            .into_iter()
-            .map(|(id, n)| {
-                let name = match n {
-                    Some(n) if clean_target(&n) && counts[&n] == 1 => n,
-                    _ => {
-                        renamed += 1;
-                        format!("T{id}")
-                    }
-                };
-                (id, name)
-            })
-            .collect();
-        let mut counts: HashMap<String, u32> = HashMap::new();
+        let threads = unique_names(thread_names, 'T', &mut renamed);
         let lock_names: Vec<(ObjectId, Option<String>)> = tables
             .objects
             .iter()
@@ -127,24 +134,7 @@ impl<'a> Namer<'a> {
                 (id, n)
             })
             .collect();
-        for (_, n) in &lock_names {
-            if let Some(n) = n {
-                *counts.entry(n.clone()).or_default() += 1;
-            }
-        }
-        let locks = lock_names
-            .into_iter()
-            .map(|(id, n)| {
-                let name = match n {
-                    Some(n) if clean_target(&n) && counts[&n] == 1 => n,
-                    _ => {
-                        renamed += 1;
-                        format!("L{id}")
-                    }
-                };
-                (id, name)
-            })
-            .collect();
+        let locks = unique_names(lock_names, 'L', &mut renamed);
         Self {
             stream,
             threads,
