@@ -5,6 +5,11 @@
 //! constructor, before ours ran) or recursively (a hook called from inside `dlsym`'s own
 //! bootstrap). `try_get` reports the recursive case as `None`, so the hook can fall through
 //! instead of recursing forever.
+//!
+//! Every symbol is also resolved when the library is loaded (an `.init_array` entry per
+//! `real!`): a signal handler that interrupts a thread inside `dlsym` would otherwise find its
+//! own hooks' symbols "being resolved", and an unlock that falls through without the real
+//! call leaves the program's mutex locked for good.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -62,6 +67,11 @@ impl RealFn {
         self.resolve()
     }
 
+    /// Resolves the symbol now, if it is not yet (see the module's comment).
+    pub fn resolve_at_load(&self) {
+        let _ = self.try_get();
+    }
+
     #[cold]
     fn resolve(&self) -> Option<usize> {
         if RESOLVING.with(|r| r.replace(true)) {
@@ -99,13 +109,32 @@ macro_rules! real {
     ($vis:vis $name:ident : $ty:ty = $sym:literal) => {
         // SAFETY: the type written in the declaration is the C prototype of the symbol.
         $vis static $name: $crate::real::Typed<$ty> = unsafe { $crate::real::Typed::new($sym, b"") };
+        $crate::real::resolve_at_load!($name);
     };
     ($vis:vis $name:ident : $ty:ty = $sym:literal @ $ver:literal) => {
         // SAFETY: the type written in the declaration is the C prototype of the symbol.
         $vis static $name: $crate::real::Typed<$ty> = unsafe { $crate::real::Typed::new($sym, $ver) };
+        $crate::real::resolve_at_load!($name);
+    };
+}
+
+/// An `.init_array` entry that resolves the static `$name` (a `RealFn` or `Typed`) when the
+/// library is loaded, before the program's own constructors and threads.
+macro_rules! resolve_at_load {
+    ($name:ident) => {
+        const _: () = {
+            extern "C" fn resolve() {
+                $name.resolve_at_load();
+            }
+            #[cfg(not(test))]
+            #[used]
+            #[link_section = ".init_array"]
+            static RESOLVE: extern "C" fn() = resolve;
+        };
     };
 }
 pub(crate) use real;
+pub(crate) use resolve_at_load;
 
 /// A `RealFn` with the function-pointer type of the real function.
 pub struct Typed<F> {
@@ -125,6 +154,11 @@ impl<F: Copy> Typed<F> {
             raw: RealFn::versioned(name, version),
             _ty: std::marker::PhantomData,
         }
+    }
+
+    /// Resolves the symbol now, if it is not yet (see the module's comment).
+    pub fn resolve_at_load(&self) {
+        self.raw.resolve_at_load();
     }
 
     /// The typed function pointer, or `None` during `dlsym`'s own bootstrap.

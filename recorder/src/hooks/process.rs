@@ -152,6 +152,7 @@ unsafe extern "C-unwind" fn execvp_hook(file: *const c_char, argv: Argv, ra: usi
 macro_rules! variadic_exec {
     ($export:ident, $slot:ident, $name:literal) => {
         static $slot: RealFn = RealFn::new($name);
+        $crate::real::resolve_at_load!($slot);
 
         /// Interposed `exec` variant (variadic).
         ///

@@ -134,6 +134,10 @@ pub fn thread_exit() {
 }
 
 unsafe extern "C-unwind" fn trampoline(arg: *mut c_void) -> *mut c_void {
+    // Until the state is current, a signal handler's hooks on this thread pass through: they
+    // would otherwise adopt the thread a second time, under a new id that would then name
+    // its `pthread_t` (and the joiner would wait for a thread that never ends).
+    thread_state::mark_dead();
     let p = arg as *mut ThreadState;
     // SAFETY: `arg` is the state allocated by `create` for this thread.
     let (start, user_arg, after) = unsafe {
