@@ -3,8 +3,10 @@
 //!
 //! Resolution is lazy and may happen very early (a hook called from another library's
 //! constructor, before ours ran) or recursively (a hook called from inside `dlsym`'s own
-//! bootstrap). `try_get` reports the recursive case as `None`, so the hook can fall through
-//! instead of recursing forever.
+//! bootstrap). `try_get` reports the recursive case — the same symbol again — as `None`, so
+//! the hook can fall through instead of recursing forever. Another symbol is resolved even
+//! inside `dlsym`: a failed lookup allocates its error message, and the allocation hook may
+//! need `pthread_once` (through the unwinder) before the lookup has returned.
 //!
 //! Every symbol is also resolved when the library is loaded (an `.init_array` entry per
 //! `real!`): a signal handler that interrupts a thread inside `dlsym` would otherwise find its
@@ -14,9 +16,12 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+/// How many resolutions may nest on one thread (each a different symbol).
+const NESTED: usize = 4;
+
 thread_local! {
-    /// Set while this thread is inside `dlsym`/`dlvsym` for a `RealFn`.
-    static RESOLVING: Cell<bool> = const { Cell::new(false) };
+    /// The symbols this thread is inside `dlsym`/`dlvsym` for, innermost last (0: free).
+    static RESOLVING: Cell<[usize; NESTED]> = const { Cell::new([0; NESTED]) };
 }
 
 /// One lazily resolved symbol; resolving twice concurrently is harmless (same answer).
@@ -74,9 +79,15 @@ impl RealFn {
 
     #[cold]
     fn resolve(&self) -> Option<usize> {
-        if RESOLVING.with(|r| r.replace(true)) {
+        let me = self as *const Self as usize;
+        let outer = RESOLVING.with(|r| r.get());
+        if outer.contains(&me) {
             return None;
         }
+        let free = outer.iter().position(|&s| s == 0)?;
+        let mut inner = outer;
+        inner[free] = me;
+        RESOLVING.with(|r| r.set(inner));
         let mut a = 0usize;
         if self.version.len() > 1 {
             // SAFETY: both strings are NUL-terminated statics; RTLD_NEXT asks for the
@@ -93,7 +104,7 @@ impl RealFn {
             // SAFETY: as above.
             a = unsafe { libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr().cast()) } as usize;
         }
-        RESOLVING.with(|r| r.set(false));
+        RESOLVING.with(|r| r.set(outer));
         if a == 0 {
             return None;
         }
@@ -122,11 +133,11 @@ macro_rules! real {
 /// library is loaded, before the program's own constructors and threads.
 macro_rules! resolve_at_load {
     ($name:ident) => {
+        #[cfg(not(test))]
         const _: () = {
             extern "C" fn resolve() {
                 $name.resolve_at_load();
             }
-            #[cfg(not(test))]
             #[used]
             #[link_section = ".init_array"]
             static RESOLVE: extern "C" fn() = resolve;
