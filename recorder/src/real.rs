@@ -130,7 +130,10 @@ macro_rules! real {
 }
 
 /// An `.init_array` entry that resolves the static `$name` (a `RealFn` or `Typed`) when the
-/// library is loaded, before the program's own constructors and threads.
+/// library is loaded, before the program's own constructors and threads. A numbered section
+/// runs before the plain `.init_array` of `runtime::init`: nothing is recorded yet, so what
+/// the dynamic loader does for a lookup (a failed one allocates its message) is not taken
+/// for the program's.
 macro_rules! resolve_at_load {
     ($name:ident) => {
         #[cfg(not(test))]
@@ -139,7 +142,7 @@ macro_rules! resolve_at_load {
                 $name.resolve_at_load();
             }
             #[used]
-            #[link_section = ".init_array"]
+            #[link_section = ".init_array.00100"]
             static RESOLVE: extern "C" fn() = resolve;
         };
     };
