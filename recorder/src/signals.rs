@@ -475,9 +475,24 @@ fn die(sig: c_int, info: *mut siginfo_t) {
 /// Blocks every signal on the calling thread (the runtime's own threads: no process signal is
 /// ever delivered to them).
 pub fn block_all() {
+    let _ = block_all_saving();
+}
+
+/// Blocks every signal on the calling thread and returns the mask it had (`None` if it could
+/// not be changed). Signals the C library keeps for itself stay unblocked (glibc drops them
+/// from the set).
+pub fn block_all_saving() -> Option<libc::sigset_t> {
     let set = full_set();
+    let mut old = empty_set();
+    // SAFETY: pthread_sigmask with a valid set and a valid out-pointer.
+    (unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &set, &mut old) } == 0).then_some(old)
+}
+
+/// Sets the calling thread's signal mask to `mask` (one `block_all_saving` returned, or the
+/// mask a thread was to start with).
+pub fn set_mask(mask: &libc::sigset_t) {
     // SAFETY: pthread_sigmask with a valid set.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut()) };
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, mask, std::ptr::null_mut()) };
 }
 
 #[cfg(test)]

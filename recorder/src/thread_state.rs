@@ -215,6 +215,9 @@ pub struct ThreadState {
     /// The start routine and argument, for the `pthread_create` trampoline.
     pub start: Cell<usize>,
     pub arg: Cell<usize>,
+    /// The signal mask the thread starts its routine with: a child starts with every signal
+    /// blocked and sets this once its state is current (`None`: leave the mask as it is).
+    pub start_mask: Cell<Option<libc::sigset_t>>,
     /// `pthread_once` in progress on this thread: (once object slot, user routine, ran).
     pub once: Cell<(usize, usize, bool)>,
     /// The create key, for the child's `thread-start` (set by the creator).
@@ -348,6 +351,7 @@ impl ThreadState {
             errno: Cell::new(std::ptr::null_mut()),
             start: Cell::new(0),
             arg: Cell::new(0),
+            start_mask: Cell::new(None),
             once: Cell::new((0, 0, false)),
             start_after: Cell::new(0),
             site_cache: [const { Cell::new((0, 0)) }; CACHE],

@@ -28,6 +28,8 @@ real!(REAL_TRYJOIN: unsafe extern "C-unwind" fn(pthread_t, *mut *mut c_void) -> 
 real!(REAL_TIMEDJOIN: unsafe extern "C-unwind" fn(pthread_t, *mut *mut c_void, *const timespec) -> c_int = b"pthread_timedjoin_np\0");
 real!(REAL_DETACH: unsafe extern "C-unwind" fn(pthread_t) -> c_int = b"pthread_detach\0");
 real!(REAL_EXIT: unsafe extern "C-unwind" fn(*mut c_void) -> ! = b"pthread_exit\0");
+// glibc 2.32 and later; `try_get` is `None` where it does not exist.
+real!(REAL_ATTR_GETSIGMASK: unsafe extern "C" fn(*const pthread_attr_t, *mut libc::sigset_t) -> c_int = b"pthread_attr_getsigmask_np\0");
 
 entry!(pthread_create, 4, create);
 entry!(pthread_join, 2, join);
@@ -145,6 +147,10 @@ unsafe extern "C-unwind" fn trampoline(arg: *mut c_void) -> *mut c_void {
         (t.start.get(), t.arg.get(), t.clock_hint())
     };
     start_on_current(p, after);
+    // SAFETY: the state is this thread's own and current.
+    if let Some(mask) = unsafe { &*p }.start_mask.take() {
+        crate::signals::set_mask(&mask);
+    }
     // SAFETY: `start` is the user's start routine passed to pthread_create.
     let f: Start = unsafe { std::mem::transmute::<usize, Start>(start) };
     // SAFETY: calling the user's start routine with its argument, as pthread_create would.
@@ -184,6 +190,18 @@ unsafe extern "C-unwind" fn create(
         // SAFETY: as above.
         return unsafe { real(out, attr, start, arg) };
     };
+    // The C library gives the new thread its signal mask just before it calls the start
+    // routine. A signal delivered there, before the trampoline has made the child's state
+    // current, would run a handler whose hooks adopt the thread a second time, under an id
+    // that then names its `pthread_t`. So the child starts with every signal blocked and
+    // takes its own mask in the trampoline, as ThreadSanitizer's interceptor does; the creator
+    // keeps them blocked until its create event is written (a handler's events would
+    // otherwise come before it at later keys). A pending signal is delivered right after.
+    let creator_mask = crate::signals::block_all_saving();
+    // SAFETY: the child's state is not shared before the real create.
+    unsafe { &*child }
+        .start_mask
+        .set(start_mask(attr).or(creator_mask));
     // Inside a session: what the C library does on this thread for the create (allocations)
     // is not recorded. The create event is written afterwards at the key taken before; an
     // event recorded in between would raise this thread's key above it, and the child's
@@ -198,6 +216,9 @@ unsafe extern "C-unwind" fn create(
     if r != 0 {
         // SAFETY: the thread was not created: nobody else has the state.
         drop(unsafe { Box::from_raw(child) });
+        if let Some(mask) = creator_mask {
+            crate::signals::set_mask(&mask);
+        }
         return r;
     }
     {
@@ -210,7 +231,23 @@ unsafe extern "C-unwind" fn create(
     }
     // SAFETY: the creator's share, given up once; `child` is not used after this.
     unsafe { thread_state::release(child) };
+    if let Some(mask) = creator_mask {
+        crate::signals::set_mask(&mask);
+    }
     r
+}
+
+/// The signal mask `attr` gives the thread it creates (`pthread_attr_setsigmask_np`), if any.
+fn start_mask(attr: *const pthread_attr_t) -> Option<libc::sigset_t> {
+    if attr.is_null() {
+        return None;
+    }
+    let get = REAL_ATTR_GETSIGMASK.try_get()?;
+    // SAFETY: an all-zero sigset_t is the empty set, filled in by the call.
+    let mut mask: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `attr` is the caller's initialised attribute object; `mask` is ours. It returns
+    // 0 when the attribute holds a mask, PTHREAD_ATTR_NO_SIGMASK_NP (-1) when it does not.
+    (unsafe { get(attr, &mut mask) } == 0).then_some(mask)
 }
 
 /// Starts a thread of the runtime's own, with the real `pthread_create` (nothing of it is
