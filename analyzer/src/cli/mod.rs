@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod analyze;
+mod cache;
 mod check;
 mod config;
 mod demo;
@@ -13,6 +14,7 @@ mod graph;
 mod interop;
 mod output;
 mod record;
+mod runtime;
 mod stats;
 
 /// Exit code for bad input or usage.

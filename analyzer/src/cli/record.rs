@@ -21,14 +21,17 @@ use foresight_trace::tables::{StopCause, ThreadEndState};
 use foresight_trace::{Trace, TraceFile};
 use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGQUIT, SIGTERM};
 
-/// The runtime's file name (the `cdylib` of `foresight-recorder`).
-const RUNTIME_NAME: &str = "libforesight_rt.so";
+use super::runtime::{check_target, find_runtime, ld_preload};
 
 #[derive(clap::Args)]
 #[command(override_usage = "foresight record [OPTIONS] [--] <CMD> [ARGS]...")]
 #[command(after_help = "\
-The runtime libforesight_rt.so is looked up next to the foresight executable (and in its \
-parent directory, ../lib/foresight and ../lib), or taken from FORESIGHT_RUNTIME=/path/to/lib.so.
+The runtime libforesight_rt.so travels inside the foresight executable: at first use it is \
+written into a private cache directory, $FORESIGHT_CACHE_DIR (else $XDG_CACHE_HOME/foresight, \
+else ~/.cache/foresight) as runtime-<hash>/libforesight_rt.so, and used from there while its \
+bytes are the ones inside. FORESIGHT_RUNTIME=/path/to/libforesight_rt.so takes another one. A \
+cache that cannot be written or is on a file system mounted noexec is an error (exit 2) that \
+says so; so is a statically linked or musl-linked command, which LD_PRELOAD cannot reach.
 
 Forked children and programs the command executes are recorded too (unless --no-follow), each \
 into PATH.<pid> or PATH.<pid>.<n>. An existing PATH and its PATH.<pid>[.<n>] siblings are \
@@ -97,6 +100,7 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let runtime = find_runtime()?;
     let program = &args.command[0];
+    check_target(program)?;
     let shown = args
         .output
         .clone()
@@ -201,89 +205,6 @@ fn absolute(p: &Path) -> anyhow::Result<PathBuf> {
     }
     let cwd = std::env::current_dir().context("cannot read the working directory")?;
     Ok(cwd.join(p))
-}
-
-/// The runtime: `FORESIGHT_RUNTIME`, or next to this executable.
-fn find_runtime() -> anyhow::Result<PathBuf> {
-    if let Some(v) = std::env::var_os("FORESIGHT_RUNTIME").filter(|v| !v.is_empty()) {
-        let p = PathBuf::from(&v);
-        if !p.is_file() {
-            bail!(
-                "FORESIGHT_RUNTIME={}: no such file; it must name the foresight runtime {RUNTIME_NAME}",
-                p.display()
-            );
-        }
-        // Absolute: LD_PRELOAD is resolved again by every process of the run, wherever it is.
-        let p = p
-            .canonicalize()
-            .with_context(|| format!("FORESIGHT_RUNTIME={}", p.display()))?;
-        check_runtime(&p).with_context(|| format!("FORESIGHT_RUNTIME={}", p.display()))?;
-        return Ok(p);
-    }
-    let exe = std::env::current_exe().context("cannot locate the foresight executable")?;
-    let dir = exe.parent().unwrap_or(Path::new("/"));
-    let mut candidates = vec![dir.join(RUNTIME_NAME)];
-    if let Some(up) = dir.parent() {
-        // target/debug/deps/… (tests) and an installed bin/ next to lib/.
-        candidates.push(up.join(RUNTIME_NAME));
-        candidates.push(up.join("lib/foresight").join(RUNTIME_NAME));
-        candidates.push(up.join("lib").join(RUNTIME_NAME));
-    }
-    if let Some(found) = candidates.iter().find(|c| c.is_file()) {
-        let found = found
-            .canonicalize()
-            .with_context(|| format!("{}", found.display()))?;
-        check_runtime(&found).with_context(|| format!("{}", found.display()))?;
-        return Ok(found);
-    }
-    let looked: Vec<String> = candidates.iter().map(|c| c.display().to_string()).collect();
-    Err(anyhow!(
-        "cannot find the foresight runtime {RUNTIME_NAME}; looked in: {}. Build it with \
-         `cargo build -p foresight-recorder`, or set FORESIGHT_RUNTIME=/path/to/{RUNTIME_NAME}",
-        looked.join(", ")
-    ))
-}
-
-/// The library is the foresight runtime: a shared object that defines the runtime's table and
-/// interposes `pthread_mutex_lock`. Anything else would let the command run unrecorded (or not
-/// at all, when the loader cannot preload it).
-fn check_runtime(path: &Path) -> anyhow::Result<()> {
-    use object::{Object, ObjectSymbol};
-    let data = std::fs::read(path).context("cannot read it")?;
-    let obj = object::File::parse(&*data)
-        .map_err(|_| anyhow!("it is not a shared library ({RUNTIME_NAME} expected)"))?;
-    let defines = |name: &str| {
-        obj.dynamic_symbols()
-            .any(|s| s.is_definition() && s.name() == Ok(name))
-    };
-    if obj.kind() != object::ObjectKind::Dynamic
-        || !defines("__foresight_tsan_runtime_v1")
-        || !defines("pthread_mutex_lock")
-    {
-        bail!("it is not the foresight runtime {RUNTIME_NAME}");
-    }
-    Ok(())
-}
-
-/// The runtime first, then whatever the caller preloads already.
-fn ld_preload(runtime: &Path) -> anyhow::Result<OsString> {
-    let bytes = runtime.as_os_str().as_encoded_bytes();
-    if bytes
-        .iter()
-        .any(|b| matches!(b, b':' | b' ' | b'\t' | b'\n'))
-    {
-        bail!(
-            "the runtime's path {} contains a space or a colon, which LD_PRELOAD cannot express; \
-             move it, or point FORESIGHT_RUNTIME at a copy elsewhere",
-            runtime.display()
-        );
-    }
-    let mut v = runtime.as_os_str().to_os_string();
-    if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|e| !e.is_empty()) {
-        v.push(":");
-        v.push(existing);
-    }
-    Ok(v)
 }
 
 /// The suffix of a sibling trace's file name, `.<pid>` or `.<pid>.<n>`, if `name` is one.
