@@ -281,7 +281,7 @@ fn prepare_trace(shown: &Path, path: &Path, root: bool, reaped: u32, args: &Args
             Prepared::Written(Written {
                 shown: shown.to_path_buf(),
                 size: std::fs::metadata(path).map(|m| m.len()).unwrap_or(len),
-                events: t.event_count() as u64,
+                events: t.event_count(),
                 threads: t.threads.len().max(t.tables.threads.len()),
                 cut: t.trailer.is_none(),
                 command: t.header.command.join(" "),

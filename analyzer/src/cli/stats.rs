@@ -110,10 +110,14 @@ fn write_overview(
         let h = stream.header();
         writeln!(
             out,
-            "  {:<width$}  {:>10} events  {:>4} threads  pid {:<7} {}",
+            "  {:<width$}  {:>10} events  {:>12}  pid {:<7} {}",
             input.name,
             counts.events,
-            counts.threads.len().max(stream.tables().threads.len()),
+            counted(
+                counts.threads.len().max(stream.tables().threads.len()),
+                "thread",
+                "threads"
+            ),
             h.pid,
             h.command.join(" ")
         )?;
