@@ -189,7 +189,8 @@ impl Pack {
             .with_context(|| format!("{}: cannot read it", at()))?;
         let decoder = zstd::stream::Decoder::new(&packed[..])
             .map_err(|e| anyhow!("{}: cannot decompress it: {e}", at()))?;
-        let mut bytes = Vec::with_capacity(t.size.min(1 << 30) as usize);
+        // Grown as it decompresses: a manifest cannot make us reserve more than 64 MiB.
+        let mut bytes = Vec::with_capacity(t.size.min(64 << 20) as usize);
         decoder
             .take(t.size + 1)
             .read_to_end(&mut bytes)
@@ -295,36 +296,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         level: args.level,
         traces,
     };
-    // The offsets depend on the manifest's length, which depends on the offsets' digits: lay
-    // out until it is stable (twice at most in practice).
-    let mut json = Vec::new();
-    for _ in 0..8 {
-        json = serde_json::to_vec_pretty(&manifest)?;
-        let mut at = PREFIX_LEN + json.len() as u64;
-        let mut moved = false;
-        for (t, b) in manifest.traces.iter_mut().zip(&blobs) {
-            moved |= t.offset != at;
-            t.offset = at;
-            at += b.len() as u64;
-        }
-        if !moved {
-            break;
-        }
-    }
     let tmp = work.0.join("pack");
     {
         let mut f = std::io::BufWriter::new(
             std::fs::File::create(&tmp)
                 .with_context(|| format!("cannot write {}", tmp.display()))?,
         );
-        f.write_all(&PACK_MAGIC)?;
-        f.write_all(&PACK_VERSION.to_le_bytes())?;
-        f.write_all(&(json.len() as u32).to_le_bytes())?;
-        f.write_all(&Sha256::digest(&json))?;
-        f.write_all(&json)?;
-        for b in &blobs {
-            f.write_all(b)?;
-        }
+        write_pack(&mut f, &mut manifest, &blobs)?;
         f.into_inner()
             .map_err(|e| e.into_error())?
             .sync_all()
@@ -344,6 +322,39 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         ratio(raw_total, packed_total)
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// Lays the pack out: the prefix, the manifest (its traces' offsets filled in), the frames.
+fn write_pack(
+    out: &mut impl Write,
+    manifest: &mut Manifest,
+    blobs: &[Vec<u8>],
+) -> anyhow::Result<()> {
+    // The offsets depend on the manifest's length, which depends on the offsets' digits: lay
+    // out until it is stable (twice at most in practice).
+    let mut json = Vec::new();
+    for _ in 0..8 {
+        json = serde_json::to_vec_pretty(&*manifest)?;
+        let mut at = PREFIX_LEN + json.len() as u64;
+        let mut moved = false;
+        for (t, b) in manifest.traces.iter_mut().zip(blobs) {
+            moved |= t.offset != at;
+            t.offset = at;
+            at += b.len() as u64;
+        }
+        if !moved {
+            break;
+        }
+    }
+    out.write_all(&PACK_MAGIC)?;
+    out.write_all(&PACK_VERSION.to_le_bytes())?;
+    out.write_all(&(json.len() as u32).to_le_bytes())?;
+    out.write_all(&Sha256::digest(&json))?;
+    out.write_all(&json)?;
+    for b in blobs {
+        out.write_all(b)?;
+    }
+    Ok(())
 }
 
 /// `6.0× smaller`, as `stats` and `pack` say it.
@@ -399,6 +410,79 @@ impl Drop for TempDir {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn small_pack() -> Vec<u8> {
+        let members: [(&str, Vec<u8>); 2] = [
+            ("a.trace", b"first trace bytes, first trace bytes".to_vec()),
+            ("a.trace.12", (0..3000u32).map(|i| (i % 13) as u8).collect()),
+        ];
+        let mut traces = Vec::new();
+        let mut blobs = Vec::new();
+        for (name, bytes) in &members {
+            let packed = compress(bytes, 19).unwrap();
+            traces.push(PackedTrace {
+                name: name.to_string(),
+                pid: 1,
+                parent_pid: 0,
+                command: vec!["x".into()],
+                events: Some(3),
+                threads: 1,
+                size: bytes.len() as u64,
+                sha256: hex(&Sha256::digest(bytes)),
+                offset: 0,
+                packed_size: packed.len() as u64,
+            });
+            blobs.push(packed);
+        }
+        let mut manifest = Manifest {
+            format: PACK_VERSION,
+            producer: "test".into(),
+            created_unix: 0,
+            level: 19,
+            traces,
+        };
+        let mut out = Vec::new();
+        write_pack(&mut out, &mut manifest, &blobs).unwrap();
+        out
+    }
+
+    fn read_all(path: &Path) -> anyhow::Result<Vec<Vec<u8>>> {
+        let pack = Pack::open(path)?;
+        (0..pack.manifest.traces.len())
+            .map(|i| pack.read_member(i))
+            .collect()
+    }
+
+    #[test]
+    fn every_damaged_byte_of_a_pack_is_an_error_or_harmless_never_a_panic() {
+        let dir = std::env::temp_dir().join(format!("foresight-pack-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let good = small_pack();
+        let path = dir.join("p.fspk");
+        std::fs::write(&path, &good).unwrap();
+        let members = read_all(&path).unwrap();
+        assert_eq!(members[1].len(), 3000);
+        let mut caught = 0;
+        for at in 0..good.len() {
+            let mut bad = good.clone();
+            bad[at] ^= 0x41;
+            std::fs::write(&path, &bad).unwrap();
+            match read_all(&path) {
+                Err(e) => {
+                    caught += 1;
+                    assert!(e.to_string().contains("p.fspk"), "{e}");
+                }
+                // A byte JSON does not care about (white space that stays white space).
+                Ok(read) => assert_eq!(read, members, "byte {at} changed a trace unnoticed"),
+            }
+        }
+        assert!(caught > good.len() * 9 / 10, "{caught} of {}", good.len());
+        for len in 0..good.len() {
+            std::fs::write(&path, &good[..len]).unwrap();
+            assert!(read_all(&path).is_err(), "cut at {len}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn hex_is_lowercase_and_padded() {
