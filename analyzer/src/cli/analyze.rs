@@ -17,7 +17,8 @@ use crate::sites::Wrappers;
 use crate::stream::{Runs, Stream};
 use crate::suppressions::Suppressions;
 
-use super::output::{ignore_broken_pipe, open_stream, warn_problems};
+use super::output::{ignore_broken_pipe, warn_problems};
+use super::run_files::{expand, Input};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -94,6 +95,10 @@ pub struct AnalysisArgs {
     /// `foresight-suppressions.toml` in the working directory, when it exists.
     #[arg(long, value_name = "FILE")]
     suppressions: Option<PathBuf>,
+    /// Read only the traces named: by default a run's trace `PATH` brings the rest of its run
+    /// with it (`PATH.<pid>[.<n>]`, the processes it forked and the programs it executed).
+    #[arg(long)]
+    root_only: bool,
     #[command(flatten)]
     sites: SiteArgs,
 }
@@ -207,6 +212,7 @@ pub fn analyze_traces(traces: &[PathBuf], args: &AnalysisArgs) -> anyhow::Result
     // A broken suppressions file is bad input: say so before the (long) analysis.
     let suppressions = Suppressions::discover(args.suppressions.as_deref())?;
     let wrappers = args.sites.wrappers(suppressions.as_ref());
+    let traces = &expand(traces, args.root_only)?;
     let tty = std::io::stderr().is_terminal();
     let opts = Options {
         max_cycle_length: args.max_cycle_length as usize,
@@ -261,7 +267,7 @@ pub fn analyze_traces(traces: &[PathBuf], args: &AnalysisArgs) -> anyhow::Result
 /// model dropped once analysed), then merged (`merge.rs`): memory is the workers' models and
 /// the per-trace reports, not every model at once. The progress bar counts traces.
 fn analyze_many(
-    traces: &[PathBuf],
+    traces: &[Input],
     wrappers: &Wrappers,
     opts: &Options,
     tty: bool,
@@ -283,8 +289,8 @@ fn analyze_many(
     for chunk in traces.chunks(batch) {
         let parts: Vec<anyhow::Result<TraceAnalysis>> = chunk
             .par_iter()
-            .map(|path| {
-                let (run, warnings) = load_run(path, wrappers, false)?;
+            .map(|input| {
+                let (run, warnings) = load_run(input, wrappers, false)?;
                 let part = analyze_trace(&run, warnings, opts);
                 if let Some(b) = &bar {
                     b.inc(1);
@@ -305,25 +311,25 @@ fn analyze_many(
 /// Reads and converts every trace (an unreadable one is an error naming it); returns the runs
 /// and each trace's reader problems.
 pub fn load_runs(
-    traces: &[PathBuf],
+    traces: &[Input],
     wrappers: &Wrappers,
 ) -> anyhow::Result<(Vec<Run>, Vec<Vec<String>>)> {
     let tty = std::io::stderr().is_terminal();
     let mut runs = Vec::new();
     let mut warnings = Vec::new();
-    for path in traces {
-        let (run, problems) = load_run(path, wrappers, tty)?;
+    for input in traces {
+        let (run, problems) = load_run(input, wrappers, tty)?;
         runs.push(run);
         warnings.push(problems);
     }
     Ok((runs, warnings))
 }
 
-fn load_run(path: &Path, wrappers: &Wrappers, tty: bool) -> anyhow::Result<(Run, Vec<String>)> {
-    let stream = open_stream(path)?;
-    let run = stream_run(&stream, path, wrappers, tty);
+fn load_run(input: &Input, wrappers: &Wrappers, tty: bool) -> anyhow::Result<(Run, Vec<String>)> {
+    let stream = input.open_stream()?;
+    let run = stream_run(&stream, &input.name, wrappers, tty);
     let problems: Vec<String> = run.1.iter().map(|p| p.to_string()).collect();
-    warn_problems(path, &run.1);
+    warn_problems(Path::new(&input.name), &run.1);
     Ok((run.0, problems))
 }
 
@@ -332,7 +338,7 @@ fn load_run(path: &Path, wrappers: &Wrappers, tty: bool) -> anyhow::Result<(Run,
 /// arrival belongs to (`stream.rs`).
 fn stream_run(
     stream: &TraceStream,
-    path: &Path,
+    name: &str,
     wrappers: &Wrappers,
     tty: bool,
 ) -> (Run, Vec<Problem>) {
@@ -350,7 +356,7 @@ fn stream_run(
             len: 0,
         })
         .collect();
-    let model = ModelPass::new(tables, path.display().to_string(), threads, 0)
+    let model = ModelPass::new(tables, name.to_string(), threads, 0)
         .with_wrappers(
             wrappers
                 .clone()
@@ -371,7 +377,7 @@ fn stream_run(
                     .expect("valid template"),
             ),
         };
-        b.set_message(format!("reading {}", path.display()));
+        b.set_message(format!("reading {name}"));
         b
     });
     let mut merged = stream.merged().with_ordering_check();

@@ -27,6 +27,7 @@ use std::process::{Command, ExitCode};
 
 use anyhow::{anyhow, bail, Context};
 
+use super::cache::{cache_root, create_private_dir, fnv1a};
 use super::EXIT_BAD_INPUT;
 
 /// The stub every instrumented program links.
@@ -51,8 +52,9 @@ recorded, on any machine, with or without foresight. Add -g for file and line nu
 
 The compiler is --cc, else $CC, else cc; gcc and clang are told apart by asking the compiler \
 itself. Verified with gcc 12 and clang 14 (Debian's `clang` package), C and C++. The stub is \
-compiled for that compiler on first use into $XDG_CACHE_HOME/foresight (else \
-~/.cache/foresight, else a private directory under the temporary directory).")]
+compiled for that compiler on first use into $FORESIGHT_CACHE_DIR (else \
+$XDG_CACHE_HOME/foresight, else ~/.cache/foresight, else a private directory under the \
+temporary directory).")]
 pub struct Args {
     /// Print the flags for compiling (-fsanitize=thread and what goes with it).
     #[arg(long)]
@@ -187,68 +189,6 @@ fn flags(family: Family, dir: &Path, cflags: bool, libs: bool) -> Vec<String> {
     out
 }
 
-/// FNV-1a, 64 bits: names the cache entry (not a security boundary: the directory is the
-/// user's own).
-fn fnv1a(parts: &[&[u8]]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for p in parts {
-        for &b in p.iter().chain(&[0xff]) {
-            h ^= b as u64;
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    }
-    h
-}
-
-/// The user's cache directory for foresight, created private if missing.
-fn cache_root() -> anyhow::Result<PathBuf> {
-    let home_cache = std::env::var_os("XDG_CACHE_HOME")
-        .filter(|v| Path::new(v).is_absolute())
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME")
-                .filter(|v| Path::new(v).is_absolute())
-                .map(|h| PathBuf::from(h).join(".cache"))
-        });
-    let root = match home_cache {
-        Some(c) => c.join("foresight"),
-        None => {
-            // SAFETY: getuid has no preconditions.
-            let uid = unsafe { libc::getuid() };
-            std::env::temp_dir().join(format!("foresight-{uid}"))
-        }
-    };
-    create_private_dir(&root)?;
-    Ok(root)
-}
-
-/// Creates `dir` (mode 0700) if it is missing, and refuses one that another user owns or
-/// others can write: the archive in it is linked into programs.
-fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-    if let Err(e) = std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-    {
-        bail!("cannot create the cache directory {}: {e}", dir.display());
-    }
-    let meta = std::fs::metadata(dir)
-        .with_context(|| format!("cannot read the cache directory {}", dir.display()))?;
-    // SAFETY: getuid has no preconditions.
-    let uid = unsafe { libc::getuid() };
-    if meta.uid() != uid || meta.mode() & 0o022 != 0 {
-        bail!(
-            "the cache directory {} is not private (owned by uid {}, mode {:o}); set \
-             XDG_CACHE_HOME to a directory of your own",
-            dir.display(),
-            meta.uid(),
-            meta.mode() & 0o7777
-        );
-    }
-    Ok(())
-}
-
 /// The directory holding the stub's `libtsan.a` for this compiler, built if missing.
 fn stub_dir(cc: &[String], identity: &str) -> anyhow::Result<PathBuf> {
     let root = cache_root()?;
@@ -263,7 +203,7 @@ fn stub_dir(cc: &[String], identity: &str) -> anyhow::Result<PathBuf> {
     if dir.to_str().is_none_or(|s| s.contains(char::is_whitespace)) {
         bail!(
             "the cache directory {} contains a space (or is not UTF-8), which compiler flags \
-             cannot carry; set XDG_CACHE_HOME to another directory",
+             cannot carry; set FORESIGHT_CACHE_DIR to another directory",
             dir.display()
         );
     }

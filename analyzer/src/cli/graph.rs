@@ -37,7 +37,8 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // Lock classes are named at the user's frame: the wrappers of the configuration file too.
     let config = Suppressions::discover(None)?;
-    let (runs, _) = load_runs(&args.traces, &args.sites.wrappers(config.as_ref()))?;
+    let inputs = super::run_files::expand(&args.traces, false)?;
+    let (runs, _) = load_runs(&inputs, &args.sites.wrappers(config.as_ref()))?;
     let mut graph = LockOrderGraph::default();
     for (i, run) in runs.iter().enumerate() {
         graph.add_run(i, run);

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod analyze;
+mod cache;
 mod check;
 mod config;
 mod demo;
@@ -12,7 +13,10 @@ mod dump;
 mod graph;
 mod interop;
 mod output;
+mod pack;
 mod record;
+mod run_files;
+mod runtime;
 mod stats;
 
 /// Exit code for bad input or usage.
@@ -42,6 +46,9 @@ enum Command {
     Stats(stats::Args),
     /// Run a command under the recorder and write its trace (symbolised when it ends).
     Record(record::Args),
+    /// Put the traces of a run into one file for a bug report: symbolised, compressed, with a
+    /// manifest and checksums; `analyze`, `check`, `stats` and `graph` read it directly.
+    Pack(pack::Args),
     /// CI gate: exit 1 when a lock-order finding is not in the baseline file.
     Check(check::Args),
     /// Draw the class-level lock-order graph (DOT, or SVG through graphviz).
@@ -71,6 +78,7 @@ pub fn main() -> ExitCode {
         Command::Dump(args) => dump::run(args),
         Command::Stats(args) => stats::run(args),
         Command::Record(args) => record::run(args),
+        Command::Pack(args) => pack::run(args),
         Command::Check(args) => check::run(args),
         Command::Graph(args) => graph::run(args),
         Command::Config(args) => config::run(args),

@@ -19,16 +19,22 @@ use foresight_symbols::{symbolize_in_place, SymbolizeOptions};
 use foresight_trace::frame::FILE_MAGIC;
 use foresight_trace::tables::{StopCause, ThreadEndState};
 use foresight_trace::{Trace, TraceFile};
+
+use crate::report::counted;
 use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGQUIT, SIGTERM};
 
-/// The runtime's file name (the `cdylib` of `foresight-recorder`).
-const RUNTIME_NAME: &str = "libforesight_rt.so";
+use super::run_files::siblings;
+use super::runtime::{check_target, find_runtime, ld_preload};
 
 #[derive(clap::Args)]
 #[command(override_usage = "foresight record [OPTIONS] [--] <CMD> [ARGS]...")]
 #[command(after_help = "\
-The runtime libforesight_rt.so is looked up next to the foresight executable (and in its \
-parent directory, ../lib/foresight and ../lib), or taken from FORESIGHT_RUNTIME=/path/to/lib.so.
+The runtime libforesight_rt.so travels inside the foresight executable: at first use it is \
+written into a private cache directory, $FORESIGHT_CACHE_DIR (else $XDG_CACHE_HOME/foresight, \
+else ~/.cache/foresight) as runtime-<hash>/libforesight_rt.so, and used from there while its \
+bytes are the ones inside. FORESIGHT_RUNTIME=/path/to/libforesight_rt.so takes another one. A \
+cache that cannot be written or is on a file system mounted noexec is an error (exit 2) that \
+says so; so is a statically linked or musl-linked command, which LD_PRELOAD cannot reach.
 
 Forked children and programs the command executes are recorded too (unless --no-follow), each \
 into PATH.<pid> or PATH.<pid>.<n>. An existing PATH and its PATH.<pid>[.<n>] siblings are \
@@ -97,6 +103,7 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let runtime = find_runtime()?;
     let program = &args.command[0];
+    check_target(program)?;
     let shown = args
         .output
         .clone()
@@ -168,12 +175,175 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
         return Ok(ExitCode::from(code));
     }
+    let mut written = Vec::new();
+    let mut silent = 0usize;
     for (suffix, path) in &traces {
         let mut name = shown.clone().into_os_string();
         name.push(suffix);
-        report_trace(Path::new(&name), path, child_pid, &args);
+        match prepare_trace(Path::new(&name), path, suffix.is_empty(), child_pid, &args) {
+            Prepared::Silent => silent += 1,
+            Prepared::Written(w) => written.push(w),
+            Prepared::Unreadable => {}
+        }
     }
+    report_run(&shown, written, silent);
     Ok(ExitCode::from(code))
+}
+
+/// What became of one trace of the run.
+enum Prepared {
+    /// A process that recorded no thread but its first and no synchronisation (a shell, `env`,
+    /// `readlink` on the way to the program): its trace was removed.
+    Silent,
+    Written(Written),
+    /// Empty or unreadable (a warning said so).
+    Unreadable,
+}
+
+/// A trace to list in the summary.
+struct Written {
+    shown: PathBuf,
+    size: u64,
+    events: u64,
+    threads: usize,
+    cut: bool,
+    command: String,
+    /// Said after its line: a recording stopped early, threads that had not exited.
+    notes: Vec<String>,
+}
+
+/// A child's trace that holds nothing an analysis can use: one thread at most, no
+/// synchronisation object (lock, condition, barrier, once, semaphore), complete (a trailer),
+/// recording not stopped early, and no thread that was waiting when it ended.
+fn is_silent(f: &TraceFile) -> bool {
+    let t = f.tables();
+    f.trailer().is_some()
+        && f.problems().is_empty()
+        && t.threads.len() <= 1
+        && t.objects.is_empty()
+        && t.recording_stopped.is_none()
+        && t.thread_ends.is_empty()
+}
+
+/// Symbolises one trace and gathers its summary line; removes a child's trace that recorded
+/// nothing of use (the root's stays: it names the run).
+fn prepare_trace(shown: &Path, path: &Path, root: bool, reaped: u32, args: &Args) -> Prepared {
+    let warn = |what: &dyn std::fmt::Display| {
+        eprintln!("foresight: warning: {}: {what}", shown.display());
+    };
+    let len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    if len == 0 {
+        if root {
+            warn(&"empty: the process ended before the runtime wrote anything");
+        } else {
+            // A child that died before its header: nothing in it, nothing lost.
+            let _ = std::fs::remove_file(path);
+            return Prepared::Silent;
+        }
+        return Prepared::Unreadable;
+    }
+    // The reader's map is dropped before the file is symbolised (appended to).
+    let running = match TraceFile::open(path) {
+        Ok(f) => {
+            if !root && is_silent(&f) && std::fs::remove_file(path).is_ok() {
+                return Prepared::Silent;
+            }
+            f.trailer().is_none() && still_running(f.header().pid, reaped)
+        }
+        Err(e) => {
+            eprintln!("foresight: warning: {e}");
+            return Prepared::Unreadable;
+        }
+    };
+    if running {
+        warn(&"its process is still running; not symbolised (run `foresight record` again once it ended, or symbolise later)");
+    } else if !args.no_symbolize {
+        match symbolize_in_place(path, &SymbolizeOptions::default()) {
+            Ok(s) => {
+                for w in s.warnings() {
+                    warn(&w);
+                }
+            }
+            Err(e) => warn(&format_args!("not symbolised: {e}")),
+        }
+    }
+    match Trace::open(path) {
+        Ok(t) => {
+            let mut notes = Vec::new();
+            if let Some(stop) = t.tables.recording_stopped {
+                notes.push(format!(
+                    "foresight: warning: {}: {}",
+                    shown.display(),
+                    stop_cause(stop.cause)
+                ));
+            }
+            notes.extend(waiting_threads(&t).into_iter().map(|l| format!("  {l}")));
+            Prepared::Written(Written {
+                shown: shown.to_path_buf(),
+                size: std::fs::metadata(path).map(|m| m.len()).unwrap_or(len),
+                events: t.event_count(),
+                threads: t.threads.len().max(t.tables.threads.len()),
+                cut: t.trailer.is_none(),
+                command: t.header.command.join(" "),
+                notes,
+            })
+        }
+        Err(e) => {
+            eprintln!("foresight: warning: {e}");
+            Prepared::Unreadable
+        }
+    }
+}
+
+/// The summary: one line per trace left, busiest first (the root first among equals), and
+/// how many silent processes left no trace.
+fn report_run(shown: &Path, mut written: Vec<Written>, silent: usize) {
+    // Stable: the root (first) stays ahead of children with as many events.
+    written.sort_by_key(|w| std::cmp::Reverse(w.events));
+    let line = |w: &Written| {
+        let threads = w.threads;
+        format!(
+            "{} ({}, {} events, {} thread{}{})",
+            w.shown.display(),
+            human_size(w.size),
+            w.events,
+            threads,
+            if threads == 1 { "" } else { "s" },
+            if w.cut { ", cut short" } else { "" }
+        )
+    };
+    let removed = if silent == 0 {
+        String::new()
+    } else {
+        format!(
+            "; {} that recorded no thread and no synchronisation left no trace",
+            counted(silent, "process", "processes")
+        )
+    };
+    match written.as_slice() {
+        [] => {}
+        [one] => {
+            eprintln!("foresight: trace written to {}{removed}", line(one));
+            for n in &one.notes {
+                eprintln!("{n}");
+            }
+        }
+        many => {
+            eprintln!(
+                "foresight: run written to {}: {} recorded events, busiest first{removed}; \
+                 `foresight analyze {}` reads them all",
+                shown.display(),
+                counted(many.len(), "process", "processes"),
+                shown.display()
+            );
+            for w in many {
+                eprintln!("foresight: trace written to {}  {}", line(w), w.command);
+                for n in &w.notes {
+                    eprintln!("{n}");
+                }
+            }
+        }
+    }
 }
 
 /// `foresight-<basename>.trace`, with characters that are awkward in a file name replaced.
@@ -201,126 +371,6 @@ fn absolute(p: &Path) -> anyhow::Result<PathBuf> {
     }
     let cwd = std::env::current_dir().context("cannot read the working directory")?;
     Ok(cwd.join(p))
-}
-
-/// The runtime: `FORESIGHT_RUNTIME`, or next to this executable.
-fn find_runtime() -> anyhow::Result<PathBuf> {
-    if let Some(v) = std::env::var_os("FORESIGHT_RUNTIME").filter(|v| !v.is_empty()) {
-        let p = PathBuf::from(&v);
-        if !p.is_file() {
-            bail!(
-                "FORESIGHT_RUNTIME={}: no such file; it must name the foresight runtime {RUNTIME_NAME}",
-                p.display()
-            );
-        }
-        // Absolute: LD_PRELOAD is resolved again by every process of the run, wherever it is.
-        let p = p
-            .canonicalize()
-            .with_context(|| format!("FORESIGHT_RUNTIME={}", p.display()))?;
-        check_runtime(&p).with_context(|| format!("FORESIGHT_RUNTIME={}", p.display()))?;
-        return Ok(p);
-    }
-    let exe = std::env::current_exe().context("cannot locate the foresight executable")?;
-    let dir = exe.parent().unwrap_or(Path::new("/"));
-    let mut candidates = vec![dir.join(RUNTIME_NAME)];
-    if let Some(up) = dir.parent() {
-        // target/debug/deps/… (tests) and an installed bin/ next to lib/.
-        candidates.push(up.join(RUNTIME_NAME));
-        candidates.push(up.join("lib/foresight").join(RUNTIME_NAME));
-        candidates.push(up.join("lib").join(RUNTIME_NAME));
-    }
-    if let Some(found) = candidates.iter().find(|c| c.is_file()) {
-        let found = found
-            .canonicalize()
-            .with_context(|| format!("{}", found.display()))?;
-        check_runtime(&found).with_context(|| format!("{}", found.display()))?;
-        return Ok(found);
-    }
-    let looked: Vec<String> = candidates.iter().map(|c| c.display().to_string()).collect();
-    Err(anyhow!(
-        "cannot find the foresight runtime {RUNTIME_NAME}; looked in: {}. Build it with \
-         `cargo build -p foresight-recorder`, or set FORESIGHT_RUNTIME=/path/to/{RUNTIME_NAME}",
-        looked.join(", ")
-    ))
-}
-
-/// The library is the foresight runtime: a shared object that defines the runtime's table and
-/// interposes `pthread_mutex_lock`. Anything else would let the command run unrecorded (or not
-/// at all, when the loader cannot preload it).
-fn check_runtime(path: &Path) -> anyhow::Result<()> {
-    use object::{Object, ObjectSymbol};
-    let data = std::fs::read(path).context("cannot read it")?;
-    let obj = object::File::parse(&*data)
-        .map_err(|_| anyhow!("it is not a shared library ({RUNTIME_NAME} expected)"))?;
-    let defines = |name: &str| {
-        obj.dynamic_symbols()
-            .any(|s| s.is_definition() && s.name() == Ok(name))
-    };
-    if obj.kind() != object::ObjectKind::Dynamic
-        || !defines("__foresight_tsan_runtime_v1")
-        || !defines("pthread_mutex_lock")
-    {
-        bail!("it is not the foresight runtime {RUNTIME_NAME}");
-    }
-    Ok(())
-}
-
-/// The runtime first, then whatever the caller preloads already.
-fn ld_preload(runtime: &Path) -> anyhow::Result<OsString> {
-    let bytes = runtime.as_os_str().as_encoded_bytes();
-    if bytes
-        .iter()
-        .any(|b| matches!(b, b':' | b' ' | b'\t' | b'\n'))
-    {
-        bail!(
-            "the runtime's path {} contains a space or a colon, which LD_PRELOAD cannot express; \
-             move it, or point FORESIGHT_RUNTIME at a copy elsewhere",
-            runtime.display()
-        );
-    }
-    let mut v = runtime.as_os_str().to_os_string();
-    if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|e| !e.is_empty()) {
-        v.push(":");
-        v.push(existing);
-    }
-    Ok(v)
-}
-
-/// The suffix of a sibling trace's file name, `.<pid>` or `.<pid>.<n>`, if `name` is one.
-fn sibling_suffix<'a>(base: &str, name: &'a str) -> Option<&'a str> {
-    let suffix = name.strip_prefix(base)?;
-    let rest = suffix.strip_prefix('.')?;
-    let mut parts = rest.split('.');
-    let pid = parts.next()?;
-    let n = parts.next();
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    (digits(pid) && n.is_none_or(digits) && parts.next().is_none()).then_some(suffix)
-}
-
-fn siblings(output: &Path) -> Vec<(String, PathBuf)> {
-    let (Some(dir), Some(base)) = (output.parent(), output.file_name()) else {
-        return Vec::new();
-    };
-    let base = base.to_string_lossy();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut found: Vec<(String, PathBuf)> = entries
-        .filter_map(Result::ok)
-        .filter_map(|e| {
-            let name = e.file_name().into_string().ok()?;
-            let suffix = sibling_suffix(&base, &name)?.to_string();
-            Some((suffix, e.path()))
-        })
-        .collect();
-    // By pid, then by exec count, numerically.
-    found.sort_by_key(|(s, _)| {
-        s.split('.')
-            .filter(|p| !p.is_empty())
-            .map(|p| p.parse::<u64>().unwrap_or(u64::MAX))
-            .collect::<Vec<_>>()
-    });
-    found
 }
 
 /// What a file at an output path holds.
@@ -614,63 +664,6 @@ fn still_running(pid: u32, reaped: u32) -> bool {
     !matches!(state, Some("Z") | Some("X") | None)
 }
 
-/// Symbolises one trace and prints its summary line.
-fn report_trace(shown: &Path, path: &Path, reaped: u32, args: &Args) {
-    let warn = |what: &dyn std::fmt::Display| {
-        eprintln!("foresight: warning: {}: {what}", shown.display());
-    };
-    let len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-    if len == 0 {
-        warn(&"empty: the process ended before the runtime wrote anything");
-        return;
-    }
-    // The reader's map is dropped before the file is symbolised (appended to).
-    let running = match TraceFile::open(path) {
-        Ok(f) => f.trailer().is_none() && still_running(f.header().pid, reaped),
-        Err(e) => {
-            eprintln!("foresight: warning: {e}");
-            return;
-        }
-    };
-    if running {
-        warn(&"its process is still running; not symbolised (run `foresight record` again once it ended, or symbolise later)");
-    } else if !args.no_symbolize {
-        match symbolize_in_place(path, &SymbolizeOptions::default()) {
-            Ok(s) => {
-                for w in s.warnings() {
-                    warn(&w);
-                }
-            }
-            Err(e) => warn(&format_args!("not symbolised: {e}")),
-        }
-    }
-    match Trace::open(path) {
-        Ok(t) => {
-            let threads = t.threads.len().max(t.tables.threads.len());
-            let cut = if t.trailer.is_none() {
-                ", cut short"
-            } else {
-                ""
-            };
-            eprintln!(
-                "foresight: trace written to {} ({}, {} events, {} thread{}{cut})",
-                shown.display(),
-                human_size(std::fs::metadata(path).map(|m| m.len()).unwrap_or(len)),
-                t.event_count(),
-                threads,
-                if threads == 1 { "" } else { "s" },
-            );
-            if let Some(stop) = t.tables.recording_stopped {
-                warn(&stop_cause(stop.cause));
-            }
-            for line in waiting_threads(&t) {
-                eprintln!("  {line}");
-            }
-        }
-        Err(e) => eprintln!("foresight: warning: {e}"),
-    }
-}
-
 /// What a recording-stopped record says, for the user.
 fn stop_cause(cause: StopCause) -> String {
     match cause {
@@ -747,22 +740,6 @@ fn human_size(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sibling_names() {
-        assert_eq!(sibling_suffix("a.trace", "a.trace.123"), Some(".123"));
-        assert_eq!(sibling_suffix("a.trace", "a.trace.123.4"), Some(".123.4"));
-        for not in [
-            "a.trace",
-            "a.trace.",
-            "a.trace.x",
-            "a.trace.1.2.3",
-            "a.trace.1.",
-            "b.trace.1",
-        ] {
-            assert_eq!(sibling_suffix("a.trace", not), None, "{not}");
-        }
-    }
 
     #[test]
     fn default_names() {

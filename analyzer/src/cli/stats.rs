@@ -12,26 +12,117 @@ use foresight_trace::tables::{EndReason, Ordering};
 use foresight_trace::{Problem, TraceStream};
 
 use super::dump::thread_label;
-use super::output::{ignore_broken_pipe, open_stream};
+use super::output::ignore_broken_pipe;
+use super::run_files::{expand, Input};
 use crate::report::counted;
 
 #[derive(clap::Args)]
+#[command(after_help = "\
+A run's trace PATH brings the rest of the run (PATH.<pid>[.<n>]) with it, and a pack stands for \
+its traces: each trace gets its own statistics, after an overview of the run (busiest first), \
+and a packed trace says how much smaller it is in the pack.")]
 pub struct Args {
-    /// The trace file.
-    trace: PathBuf,
+    /// The trace files, runs or packs.
+    #[arg(required = true)]
+    traces: Vec<PathBuf>,
+    /// Read only the traces named, not the rest of their run.
+    #[arg(long)]
+    root_only: bool,
     /// How many locks and sites to list (the busiest first).
     #[arg(long, default_value_t = 10, value_name = "N")]
     top: usize,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let stream = open_stream(&args.trace)?;
-    let counts = count(&stream);
+    let inputs = expand(&args.traces, args.root_only)?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    ignore_broken_pipe(
-        write_stats(&mut out, &stream, &counts, args.top).and_then(|_| out.flush()),
-    )?;
+    let mut packs_shown = HashSet::new();
+    for p in &args.traces {
+        if super::run_files::starts_with(p, &super::pack::PACK_MAGIC) && packs_shown.insert(p) {
+            ignore_broken_pipe(write_pack(&mut out, p))?;
+        }
+    }
+    let mut all = Vec::new();
+    for input in &inputs {
+        let stream = input.open_stream()?;
+        let counts = count(&stream);
+        all.push((input, stream, counts));
+    }
+    if all.len() > 1 {
+        ignore_broken_pipe(write_overview(&mut out, &all))?;
+    }
+    for (i, (input, stream, counts)) in all.iter().enumerate() {
+        if i > 0 {
+            ignore_broken_pipe(writeln!(out))?;
+        }
+        ignore_broken_pipe(write_stats(&mut out, stream, counts, args.top))?;
+        if let Some((packed, size)) = input.packed_sizes() {
+            ignore_broken_pipe(writeln!(
+                out,
+                "packed     {packed} bytes in the pack for {size} ({})",
+                super::pack::ratio(size, packed)
+            ))?;
+        }
+    }
+    ignore_broken_pipe(out.flush())?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// A pack's manifest in a few lines: its traces, their sizes and the compression ratio.
+fn write_pack(out: &mut impl Write, path: &std::path::Path) -> std::io::Result<()> {
+    let pack = match super::pack::Pack::open(path) {
+        Ok(p) => p,
+        // `expand` opened it already; it cannot fail now but for a race with a writer.
+        Err(e) => return writeln!(out, "pack       {}: {e:#}", path.display()),
+    };
+    let m = &pack.manifest;
+    let raw: u64 = m.traces.iter().map(|t| t.size).sum();
+    let packed: u64 = m.traces.iter().map(|t| t.packed_size).sum();
+    writeln!(
+        out,
+        "pack       {}: {} ({}), {} bytes for {raw} bytes of traces ({}, zstd level {})",
+        path.display(),
+        counted(m.traces.len(), "trace", "traces"),
+        m.producer,
+        pack.file_len,
+        super::pack::ratio(raw, pack.file_len),
+        m.level
+    )?;
+    writeln!(
+        out,
+        "           traces alone: {packed} bytes ({})",
+        super::pack::ratio(raw, packed)
+    )?;
+    writeln!(out)
+}
+
+/// The run's traces, busiest first: which process, how many events and threads.
+fn write_overview(
+    out: &mut impl Write,
+    all: &[(&Input, TraceStream, Counts)],
+) -> std::io::Result<()> {
+    let mut order: Vec<usize> = (0..all.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(all[i].2.events));
+    writeln!(out, "run        {} traces, busiest first:", all.len())?;
+    let width = all.iter().map(|a| a.0.name.len()).max().unwrap_or(0);
+    for i in order {
+        let (input, stream, counts) = &all[i];
+        let h = stream.header();
+        writeln!(
+            out,
+            "  {:<width$}  {:>10} events  {:>12}  pid {:<7} {}",
+            input.name,
+            counts.events,
+            counted(
+                counts.threads.len().max(stream.tables().threads.len()),
+                "thread",
+                "threads"
+            ),
+            h.pid,
+            h.command.join(" ")
+        )?;
+    }
+    writeln!(out)
 }
 
 /// What one streaming pass over the events counts.

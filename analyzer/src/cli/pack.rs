@@ -1,0 +1,501 @@
+//! `foresight pack TRACE… -o FILE`: the traces of a run in one file for a bug report:
+//! symbolised, each compressed with zstd at a high level, with a JSON manifest and SHA-256
+//! checksums. `analyze`, `check`, `stats` and `graph` read a pack directly (`run_files.rs`).
+//!
+//! Layout (all integers little-endian):
+//!
+//! | offset | size | what |
+//! |---|---|---|
+//! | 0 | 8 | magic `FSIGHTPK` |
+//! | 8 | 4 | pack format version (1) |
+//! | 12 | 4 | manifest length M (at most 16 MiB) |
+//! | 16 | 32 | SHA-256 of the manifest |
+//! | 48 | M | the manifest, JSON ([`Manifest`]) |
+//! | … | … | each trace as one zstd frame, at its `offset` (from the start of the pack), `packed_size` bytes |
+//!
+//! A reader checks the manifest's checksum, that every trace lies inside the file after the
+//! manifest, and each trace's size and SHA-256 once decompressed (decompression stops at the
+//! declared size). Any failure is an error that names the pack, the trace and the offset.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{anyhow, bail, Context};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use foresight_symbols::{symbolize_in_place, SymbolizeOptions};
+use foresight_trace::TraceFile;
+
+use super::run_files::{expand, Source};
+
+pub const PACK_MAGIC: [u8; 8] = *b"FSIGHTPK";
+pub const PACK_VERSION: u32 = 1;
+const PREFIX_LEN: u64 = 48;
+const MAX_MANIFEST: u32 = 16 << 20;
+/// No trace of a pack is believed to be larger than this once decompressed.
+const MAX_TRACE: u64 = 1 << 40;
+
+#[derive(clap::Args)]
+#[command(after_help = "\
+Each TRACE stands for its run: PATH.<pid> and PATH.<pid>.<n> beside it (the processes the \
+command forked and the programs it executed) go into the pack too. Every trace is symbolised \
+first (on a copy: the given files are not changed), so the pack reads without the binaries, \
+then compressed with zstd. `foresight analyze FILE`, `check`, `stats` and `graph` read the \
+pack as they read the traces; findings name each trace by its name in the pack.")]
+pub struct Args {
+    /// The traces (or runs) to pack.
+    #[arg(required = true)]
+    traces: Vec<PathBuf>,
+    /// The pack to write.
+    #[arg(short, long, value_name = "FILE")]
+    output: PathBuf,
+    /// zstd compression level (1 to 22; higher is smaller and slower).
+    #[arg(long, default_value_t = 19, value_parser = clap::value_parser!(i32).range(1..=22))]
+    level: i32,
+    /// Pack the traces as they are, without symbolising them.
+    #[arg(long)]
+    no_symbolize: bool,
+}
+
+/// What a pack holds, as its manifest says.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Manifest {
+    pub format: u32,
+    /// `foresight <version>`.
+    pub producer: String,
+    pub created_unix: u64,
+    /// The zstd level the traces were compressed at.
+    pub level: i32,
+    pub traces: Vec<PackedTrace>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PackedTrace {
+    /// The trace's name (its file name when packed), unique in the pack.
+    pub name: String,
+    pub pid: u32,
+    pub parent_pid: u32,
+    pub command: Vec<String>,
+    /// Events, as the trailer counts them (`null` for a trace cut short).
+    pub events: Option<u64>,
+    pub threads: u64,
+    /// The trace's size.
+    pub size: u64,
+    /// SHA-256 of the trace, hexadecimal.
+    pub sha256: String,
+    /// Where its zstd frame starts in the pack, and its length.
+    pub offset: u64,
+    pub packed_size: u64,
+}
+
+/// An opened pack: its manifest checked; traces are read on demand.
+pub struct Pack {
+    pub path: PathBuf,
+    pub manifest: Manifest,
+    pub file_len: u64,
+    file: std::fs::File,
+}
+
+impl Pack {
+    pub fn open(path: &Path) -> anyhow::Result<Pack> {
+        use std::os::unix::fs::FileExt;
+        let shown = path.display();
+        let file = std::fs::File::open(path).with_context(|| format!("cannot open {shown}"))?;
+        let file_len = file.metadata()?.len();
+        let mut prefix = [0u8; PREFIX_LEN as usize];
+        if file_len < PREFIX_LEN {
+            bail!(
+                "{shown}: not a foresight pack: {file_len} bytes, shorter than the {PREFIX_LEN}-byte \
+                 prefix (offset {file_len})"
+            );
+        }
+        file.read_exact_at(&mut prefix, 0)
+            .with_context(|| format!("{shown}: cannot read the pack's prefix at offset 0"))?;
+        if prefix[..8] != PACK_MAGIC {
+            bail!("{shown}: not a foresight pack (no FSIGHTPK at offset 0)");
+        }
+        let version = u32::from_le_bytes(prefix[8..12].try_into().expect("4 bytes"));
+        if version != PACK_VERSION {
+            bail!(
+                "{shown}: pack format version {version} at offset 8; this foresight reads version \
+                 {PACK_VERSION} (a newer foresight wrote it?)"
+            );
+        }
+        let len = u32::from_le_bytes(prefix[12..16].try_into().expect("4 bytes"));
+        if len > MAX_MANIFEST || PREFIX_LEN + len as u64 > file_len {
+            bail!(
+                "{shown}: manifest length {len} at offset 12 is impossible (the pack has \
+                 {file_len} bytes)"
+            );
+        }
+        let mut manifest = vec![0u8; len as usize];
+        file.read_exact_at(&mut manifest, PREFIX_LEN)
+            .with_context(|| format!("{shown}: cannot read the manifest at offset {PREFIX_LEN}"))?;
+        if Sha256::digest(&manifest)[..] != prefix[16..48] {
+            bail!(
+                "{shown}: the manifest (offset {PREFIX_LEN}, {len} bytes) does not match its \
+                 checksum at offset 16: the pack is damaged"
+            );
+        }
+        let manifest: Manifest = serde_json::from_slice(&manifest).map_err(|e| {
+            anyhow!("{shown}: the manifest at offset {PREFIX_LEN} is not valid: {e}")
+        })?;
+        let data_start = PREFIX_LEN + len as u64;
+        let mut names = std::collections::HashSet::new();
+        for t in &manifest.traces {
+            let end = t.offset.checked_add(t.packed_size);
+            if t.offset < data_start || end.is_none_or(|e| e > file_len) {
+                bail!(
+                    "{shown}: trace {} is said to lie at offset {} ({} bytes), outside the \
+                     pack's data ({data_start}..{file_len}): the pack is damaged or cut short",
+                    t.name,
+                    t.offset,
+                    t.packed_size
+                );
+            }
+            if t.size > MAX_TRACE {
+                bail!(
+                    "{shown}: trace {} claims an impossible size {}",
+                    t.name,
+                    t.size
+                );
+            }
+            if t.name.is_empty() || !names.insert(t.name.as_str()) {
+                bail!(
+                    "{shown}: the manifest names trace {:?} twice or not at all",
+                    t.name
+                );
+            }
+        }
+        Ok(Pack {
+            path: path.to_path_buf(),
+            manifest,
+            file_len,
+            file,
+        })
+    }
+
+    /// The trace `i`, decompressed and checked.
+    pub fn read_member(&self, i: usize) -> anyhow::Result<Vec<u8>> {
+        use std::os::unix::fs::FileExt;
+        let t = &self.manifest.traces[i];
+        let shown = self.path.display();
+        let at = || format!("{shown}: trace {} at offset {}", t.name, t.offset);
+        let mut packed = vec![0u8; t.packed_size as usize];
+        self.file
+            .read_exact_at(&mut packed, t.offset)
+            .with_context(|| format!("{}: cannot read it", at()))?;
+        let decoder = zstd::stream::Decoder::new(&packed[..])
+            .map_err(|e| anyhow!("{}: cannot decompress it: {e}", at()))?;
+        // Grown as it decompresses: a manifest cannot make us reserve more than 64 MiB.
+        let mut bytes = Vec::with_capacity(t.size.min(64 << 20) as usize);
+        decoder
+            .take(t.size + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| anyhow!("{}: corrupt compressed data: {e}", at()))?;
+        if bytes.len() as u64 != t.size {
+            bail!(
+                "{}: decompresses to {} bytes, not the {} the manifest says",
+                at(),
+                bytes.len(),
+                t.size
+            );
+        }
+        if hex(&Sha256::digest(&bytes)) != t.sha256 {
+            bail!("{}: its SHA-256 does not match the manifest's", at());
+        }
+        Ok(bytes)
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let inputs = expand(&args.traces, false)?;
+    let out_dir = match args.output.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    if let Ok(meta) = std::fs::symlink_metadata(&args.output) {
+        if !meta.is_file()
+            || !(meta.len() == 0 || super::run_files::starts_with(&args.output, &PACK_MAGIC))
+        {
+            bail!(
+                "{} exists and is not a foresight pack; not overwriting it",
+                args.output.display()
+            );
+        }
+    }
+    let work = TempDir::new(&out_dir)?;
+    let mut traces = Vec::new();
+    let mut blobs: Vec<Vec<u8>> = Vec::new();
+    let mut raw_total = 0u64;
+    let mut names = std::collections::HashSet::new();
+    for (i, input) in inputs.iter().enumerate() {
+        let bytes = match &input.source {
+            Source::Packed { pack, member } => pack.read_member(*member)?,
+            Source::File(p) => {
+                let copy = work.0.join(format!("trace-{i}"));
+                std::fs::copy(p, &copy).with_context(|| format!("cannot copy {}", p.display()))?;
+                if !args.no_symbolize {
+                    match symbolize_in_place(&copy, &SymbolizeOptions::default()) {
+                        Ok(s) => {
+                            for w in s.warnings() {
+                                eprintln!("foresight: warning: {}: {w}", input.name);
+                            }
+                        }
+                        Err(e) => {
+                            eprintln!("foresight: warning: {}: not symbolised: {e}", input.name)
+                        }
+                    }
+                }
+                std::fs::read(&copy).with_context(|| format!("cannot read {}", copy.display()))?
+            }
+        };
+        let file =
+            TraceFile::from_bytes(input.name.clone(), bytes.clone()).map_err(|e| anyhow!("{e}"))?;
+        let h = file.header();
+        let name = Path::new(&input.name)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| input.name.clone());
+        let mut unique = name.clone();
+        let mut n = 2;
+        while !names.insert(unique.clone()) {
+            unique = format!("{name}~{n}");
+            n += 1;
+        }
+        let packed = compress(&bytes, args.level)
+            .with_context(|| format!("cannot compress {}", input.name))?;
+        raw_total += bytes.len() as u64;
+        traces.push(PackedTrace {
+            name: unique,
+            pid: h.pid,
+            parent_pid: h.parent_pid,
+            command: h.command.clone(),
+            events: file.trailer().map(|t| t.events),
+            threads: file.tables().threads.len() as u64,
+            size: bytes.len() as u64,
+            sha256: hex(&Sha256::digest(&bytes)),
+            offset: 0,
+            packed_size: packed.len() as u64,
+        });
+        blobs.push(packed);
+    }
+    let mut manifest = Manifest {
+        format: PACK_VERSION,
+        producer: format!("foresight {}", env!("CARGO_PKG_VERSION")),
+        created_unix: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+        level: args.level,
+        traces,
+    };
+    let tmp = work.0.join("pack");
+    {
+        let mut f = std::io::BufWriter::new(
+            std::fs::File::create(&tmp)
+                .with_context(|| format!("cannot write {}", tmp.display()))?,
+        );
+        write_pack(&mut f, &mut manifest, &blobs)?;
+        f.into_inner()
+            .map_err(|e| e.into_error())?
+            .sync_all()
+            .with_context(|| format!("cannot write {}", tmp.display()))?;
+    }
+    std::fs::rename(&tmp, &args.output)
+        .with_context(|| format!("cannot write {}", args.output.display()))?;
+    let packed_total = std::fs::metadata(&args.output)
+        .map(|m| m.len())
+        .unwrap_or(0);
+    eprintln!(
+        "foresight: packed {} into {} ({} bytes from {}, {})",
+        crate::report::counted(manifest.traces.len(), "trace", "traces"),
+        args.output.display(),
+        packed_total,
+        raw_total,
+        ratio(raw_total, packed_total)
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Lays the pack out: the prefix, the manifest (its traces' offsets filled in), the frames.
+fn write_pack(
+    out: &mut impl Write,
+    manifest: &mut Manifest,
+    blobs: &[Vec<u8>],
+) -> anyhow::Result<()> {
+    // The offsets depend on the manifest's length, which depends on the offsets' digits: lay
+    // out until it is stable (twice at most in practice).
+    let mut json = Vec::new();
+    for _ in 0..8 {
+        json = serde_json::to_vec_pretty(&*manifest)?;
+        let mut at = PREFIX_LEN + json.len() as u64;
+        let mut moved = false;
+        for (t, b) in manifest.traces.iter_mut().zip(blobs) {
+            moved |= t.offset != at;
+            t.offset = at;
+            at += b.len() as u64;
+        }
+        if !moved {
+            break;
+        }
+    }
+    out.write_all(&PACK_MAGIC)?;
+    out.write_all(&PACK_VERSION.to_le_bytes())?;
+    out.write_all(&(json.len() as u32).to_le_bytes())?;
+    out.write_all(&Sha256::digest(&json))?;
+    out.write_all(&json)?;
+    for b in blobs {
+        out.write_all(b)?;
+    }
+    Ok(())
+}
+
+/// `6.0× smaller`, as `stats` and `pack` say it.
+pub fn ratio(raw: u64, packed: u64) -> String {
+    if packed == 0 {
+        return "empty".into();
+    }
+    format!("{:.1}× smaller", raw as f64 / packed as f64)
+}
+
+/// One zstd frame of `bytes` at `level`, on every core; the content size is in the frame.
+fn compress(bytes: &[u8], level: i32) -> std::io::Result<Vec<u8>> {
+    let mut enc = zstd::stream::Encoder::new(Vec::new(), level)?;
+    let workers = std::thread::available_parallelism()
+        .map(|n| n.get() as u32)
+        .unwrap_or(1);
+    if workers > 1 && bytes.len() > 1 << 20 {
+        enc.multithread(workers)?;
+    }
+    enc.include_contentsize(true)?;
+    enc.include_checksum(true)?;
+    enc.set_pledged_src_size(Some(bytes.len() as u64))?;
+    enc.write_all(bytes)?;
+    enc.finish()
+}
+
+/// A private working directory beside the output (so the final rename stays on one file
+/// system), removed with everything in it.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(beside: &Path) -> anyhow::Result<TempDir> {
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let d = beside.join(format!(".foresight-pack-{}-{n}", std::process::id()));
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&d)
+            .with_context(|| {
+                format!("cannot create a working directory in {}", beside.display())
+            })?;
+        Ok(TempDir(d))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small_pack() -> Vec<u8> {
+        let members: [(&str, Vec<u8>); 2] = [
+            ("a.trace", b"first trace bytes, first trace bytes".to_vec()),
+            ("a.trace.12", (0..3000u32).map(|i| (i % 13) as u8).collect()),
+        ];
+        let mut traces = Vec::new();
+        let mut blobs = Vec::new();
+        for (name, bytes) in &members {
+            let packed = compress(bytes, 19).unwrap();
+            traces.push(PackedTrace {
+                name: name.to_string(),
+                pid: 1,
+                parent_pid: 0,
+                command: vec!["x".into()],
+                events: Some(3),
+                threads: 1,
+                size: bytes.len() as u64,
+                sha256: hex(&Sha256::digest(bytes)),
+                offset: 0,
+                packed_size: packed.len() as u64,
+            });
+            blobs.push(packed);
+        }
+        let mut manifest = Manifest {
+            format: PACK_VERSION,
+            producer: "test".into(),
+            created_unix: 0,
+            level: 19,
+            traces,
+        };
+        let mut out = Vec::new();
+        write_pack(&mut out, &mut manifest, &blobs).unwrap();
+        out
+    }
+
+    fn read_all(path: &Path) -> anyhow::Result<Vec<Vec<u8>>> {
+        let pack = Pack::open(path)?;
+        (0..pack.manifest.traces.len())
+            .map(|i| pack.read_member(i))
+            .collect()
+    }
+
+    #[test]
+    fn every_damaged_byte_of_a_pack_is_an_error_or_harmless_never_a_panic() {
+        let dir = std::env::temp_dir().join(format!("foresight-pack-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let good = small_pack();
+        let path = dir.join("p.fspk");
+        std::fs::write(&path, &good).unwrap();
+        let members = read_all(&path).unwrap();
+        assert_eq!(members[1].len(), 3000);
+        let mut caught = 0;
+        for at in 0..good.len() {
+            let mut bad = good.clone();
+            bad[at] ^= 0x41;
+            std::fs::write(&path, &bad).unwrap();
+            match read_all(&path) {
+                Err(e) => {
+                    caught += 1;
+                    assert!(e.to_string().contains("p.fspk"), "{e}");
+                }
+                // A byte JSON does not care about (white space that stays white space).
+                Ok(read) => assert_eq!(read, members, "byte {at} changed a trace unnoticed"),
+            }
+        }
+        assert!(caught > good.len() * 9 / 10, "{caught} of {}", good.len());
+        for len in 0..good.len() {
+            std::fs::write(&path, &good[..len]).unwrap();
+            assert!(read_all(&path).is_err(), "cut at {len}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn hex_is_lowercase_and_padded() {
+        assert_eq!(hex(&[0, 0xab, 0x0f]), "00ab0f");
+    }
+
+    #[test]
+    fn a_frame_decompresses_to_what_was_compressed() {
+        let data: Vec<u8> = (0..100_000u32)
+            .flat_map(|i| (i % 7).to_le_bytes())
+            .collect();
+        let c = compress(&data, 19).unwrap();
+        assert!(c.len() * 50 < data.len());
+        assert_eq!(zstd::decode_all(&c[..]).unwrap(), data);
+    }
+}

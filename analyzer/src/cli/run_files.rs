@@ -1,0 +1,215 @@
+//! A run is one artifact: the traces one `foresight record` wrote (`PATH`, and `PATH.<pid>` and
+//! `PATH.<pid>.<n>` for the processes it forked and the programs it executed), or a pack of
+//! them (`pack.rs`). Commands that read traces are given the run's path and read every trace
+//! of it, each process with its own happens-before.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use foresight_trace::frame::FILE_MAGIC;
+use foresight_trace::TraceStream;
+
+use super::output::open_stream;
+use super::pack::{Pack, PACK_MAGIC};
+
+/// One trace to read: a file, or a member of a pack.
+pub struct Input {
+    /// What reports call it: the path as given (a sibling: the given path and its suffix), or
+    /// the member's name in its pack.
+    pub name: String,
+    pub source: Source,
+}
+
+pub enum Source {
+    File(PathBuf),
+    Packed {
+        pack: std::sync::Arc<Pack>,
+        member: usize,
+    },
+}
+
+impl Input {
+    fn file(name: String, path: PathBuf) -> Self {
+        Self {
+            name,
+            source: Source::File(path),
+        }
+    }
+
+    /// Opens the trace for one streaming pass (a packed one is decompressed into memory and
+    /// checked against its checksum first).
+    pub fn open_stream(&self) -> anyhow::Result<TraceStream> {
+        match &self.source {
+            Source::File(p) => open_stream(p),
+            Source::Packed { pack, member } => {
+                let bytes = pack.read_member(*member)?;
+                Ok(TraceStream::from_bytes(self.name.clone(), bytes)?)
+            }
+        }
+    }
+
+    /// The size the trace takes in its pack, and its own size, when it is packed.
+    pub fn packed_sizes(&self) -> Option<(u64, u64)> {
+        match &self.source {
+            Source::File(_) => None,
+            Source::Packed { pack, member } => {
+                let m = &pack.manifest.traces[*member];
+                Some((m.packed_size, m.size))
+            }
+        }
+    }
+}
+
+/// The suffix of a sibling trace's file name, `.<pid>` or `.<pid>.<n>`, if `name` is one.
+pub fn sibling_suffix<'a>(base: &str, name: &'a str) -> Option<&'a str> {
+    let suffix = name.strip_prefix(base)?;
+    let rest = suffix.strip_prefix('.')?;
+    let mut parts = rest.split('.');
+    let pid = parts.next()?;
+    let n = parts.next();
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    (digits(pid) && n.is_none_or(digits) && parts.next().is_none()).then_some(suffix)
+}
+
+/// The files next to `output` named like its siblings: (suffix, path), by pid, then by exec
+/// count, numerically.
+pub fn siblings(output: &Path) -> Vec<(String, PathBuf)> {
+    let (Some(dir), Some(base)) = (output.parent(), output.file_name()) else {
+        return Vec::new();
+    };
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    let base = base.to_string_lossy();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut found: Vec<(String, PathBuf)> = entries
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let suffix = sibling_suffix(&base, &name)?.to_string();
+            Some((suffix, output.with_file_name(name)))
+        })
+        .collect();
+    found.sort_by_key(|(s, _)| {
+        s.split('.')
+            .filter(|p| !p.is_empty())
+            .map(|p| p.parse::<u64>().unwrap_or(u64::MAX))
+            .collect::<Vec<_>>()
+    });
+    found
+}
+
+/// The file is a regular file that starts with `magic` (a FIFO or a device is not opened: the
+/// reader names it).
+pub fn starts_with(p: &Path, magic: &[u8]) -> bool {
+    use std::os::unix::fs::OpenOptionsExt;
+    if !std::fs::metadata(p).is_ok_and(|m| m.is_file()) {
+        return false;
+    }
+    let mut buf = vec![0u8; magic.len()];
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(p)
+        .and_then(|mut f| f.read_exact(&mut buf))
+        .is_ok()
+        && buf == magic
+}
+
+/// `name` is itself `<base>.<pid>[.<n>]` of a trace `<base>` beside it: a member of a run,
+/// not the run's root.
+fn is_a_sibling(p: &Path) -> bool {
+    let Some(name) = p.file_name().and_then(|n| n.to_str()) else {
+        return false;
+    };
+    let mut cut = name;
+    for _ in 0..2 {
+        let Some((head, tail)) = cut.rsplit_once('.') else {
+            return false;
+        };
+        if tail.is_empty() || !tail.bytes().all(|b| b.is_ascii_digit()) {
+            return false;
+        }
+        let base = p.with_file_name(head);
+        if starts_with(&base, &FILE_MAGIC) {
+            return true;
+        }
+        cut = head;
+    }
+    false
+}
+
+/// The traces the command line names: a pack stands for its traces; a run's root trace
+/// (`PATH`) for itself and its `PATH.<pid>[.<n>]` siblings that are traces, unless
+/// `root_only`. Each trace once, in the order given (a run's siblings after its root).
+/// Tells on stderr when a run adds traces.
+pub fn expand(paths: &[PathBuf], root_only: bool) -> anyhow::Result<Vec<Input>> {
+    let mut out: Vec<Input> = Vec::new();
+    let mut seen: std::collections::HashSet<PathBuf> = std::collections::HashSet::new();
+    let mut once = |p: &Path| seen.insert(p.canonicalize().unwrap_or_else(|_| p.to_path_buf()));
+    for path in paths {
+        if starts_with(path, &PACK_MAGIC) {
+            let pack = std::sync::Arc::new(Pack::open(path)?);
+            for (i, m) in pack.manifest.traces.iter().enumerate() {
+                out.push(Input {
+                    name: m.name.clone(),
+                    source: Source::Packed {
+                        pack: std::sync::Arc::clone(&pack),
+                        member: i,
+                    },
+                });
+            }
+            continue;
+        }
+        if !once(path) {
+            continue;
+        }
+        let shown = path.display().to_string();
+        out.push(Input::file(shown.clone(), path.clone()));
+        if root_only || !starts_with(path, &FILE_MAGIC) || is_a_sibling(path) {
+            continue;
+        }
+        let mut added = Vec::new();
+        for (suffix, p) in siblings(path) {
+            if starts_with(&p, &FILE_MAGIC) && once(&p) {
+                added.push(Input::file(format!("{shown}{suffix}"), p));
+            }
+        }
+        if !added.is_empty() {
+            eprintln!(
+                "foresight: {shown}: the run's {} traces are read together, each process on \
+                 its own ({} of its children and the programs it executed; --root-only reads \
+                 {shown} alone)",
+                added.len() + 1,
+                added.len()
+            );
+        }
+        out.extend(added);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sibling_names() {
+        assert_eq!(sibling_suffix("a.trace", "a.trace.123"), Some(".123"));
+        assert_eq!(sibling_suffix("a.trace", "a.trace.123.4"), Some(".123.4"));
+        for not in [
+            "a.trace",
+            "a.trace.",
+            "a.trace.x",
+            "a.trace.1.2.3",
+            "a.trace.1.",
+            "b.trace.1",
+        ] {
+            assert_eq!(sibling_suffix("a.trace", not), None, "{not}");
+        }
+    }
+}

@@ -1,0 +1,313 @@
+//! One file to install: the `foresight` binary carries the runtime and puts it in place, in a
+//! private cache, at first use. What `cargo install` gives records on its own, a copy of the
+//! binary alone in an empty directory too; a cache that cannot hold the runtime (read-only,
+//! `noexec`) and a program LD_PRELOAD cannot reach (static) are refused with the way out.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use foresight_fixtures::harness::{self, Tmpfs};
+use foresight_trace::Trace;
+
+const THREADED: &str = r#"
+#include <pthread.h>
+#include <stdio.h>
+static pthread_mutex_t a = PTHREAD_MUTEX_INITIALIZER, b = PTHREAD_MUTEX_INITIALIZER;
+static void *worker(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&b); pthread_mutex_lock(&a);
+    pthread_mutex_unlock(&a); pthread_mutex_unlock(&b);
+    return 0;
+}
+int main(void) {
+    pthread_t t;
+    pthread_create(&t, 0, worker, 0);
+    pthread_join(t, 0);
+    pthread_mutex_lock(&a); pthread_mutex_lock(&b);
+    pthread_mutex_unlock(&b); pthread_mutex_unlock(&a);
+    puts("done");
+    return 0;
+}
+"#;
+
+/// `<target>/<profile>` of this test binary.
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let mut dir = exe.parent().unwrap().to_path_buf();
+    if dir.file_name().is_some_and(|n| n == "deps") {
+        dir.pop();
+    }
+    dir
+}
+
+fn threaded_program(dir: &Path, extra: &[&str]) -> PathBuf {
+    let src = dir.join("threaded.c");
+    std::fs::write(&src, THREADED).unwrap();
+    let exe = dir.join(if extra.is_empty() {
+        "threaded"
+    } else {
+        "threaded-static"
+    });
+    let out = Command::new("cc")
+        .args(["-g", "-O0", "-pthread"])
+        .args(extra)
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .expect("run cc");
+    assert!(
+        out.status.success(),
+        "cc failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}
+
+/// `bin` with a clean environment as far as foresight cares: no runtime, no cache chosen.
+fn foresight(bin: &Path, dir: &Path) -> Command {
+    let mut c = Command::new(bin);
+    c.current_dir(dir);
+    for v in [
+        "FORESIGHT_RUNTIME",
+        "FORESIGHT_CACHE_DIR",
+        "FORESIGHT_OUTPUT",
+        "LD_PRELOAD",
+        "XDG_CACHE_HOME",
+    ] {
+        c.env_remove(v);
+    }
+    c
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The one `runtime-<hash>/libforesight_rt.so` under `cache`.
+fn cached_runtime(cache: &Path) -> PathBuf {
+    let dirs: Vec<PathBuf> = std::fs::read_dir(cache)
+        .unwrap_or_else(|e| panic!("{}: {e}", cache.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("runtime-")
+        })
+        .collect();
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    dirs[0].join("libforesight_rt.so")
+}
+
+fn assert_recorded(dir: &Path, o: &Output, trace: &str) {
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "done\n");
+    let t = Trace::open(dir.join(trace)).unwrap();
+    assert!(t.ended_cleanly());
+    assert_eq!(t.tables.threads.len(), 2, "both threads recorded");
+}
+
+#[test]
+fn cargo_install_gives_a_foresight_that_records_on_its_own() {
+    let dir = harness::fresh_dir("install");
+    let root = dir.join("root");
+    let target = profile_dir().parent().unwrap().to_path_buf();
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    // The test's own build, installed (no rebuild: the same profile and target directory);
+    // `scripts/install-check.sh` does the release install a user does.
+    let mut install = Command::new(cargo);
+    install
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap())
+        .args([
+            "install",
+            "--locked",
+            "--offline",
+            "--path",
+            "analyzer",
+            "--root",
+        ])
+        .arg(&root)
+        .arg("--target-dir")
+        .arg(&target);
+    if profile_dir().file_name().is_some_and(|n| n != "release") {
+        install.arg("--debug");
+    }
+    let out = install.output().unwrap();
+    assert!(out.status.success(), "cargo install: {}", stderr(&out));
+    let bin = root.join("bin/foresight");
+    let lib: Vec<_> = std::fs::read_dir(root.join("bin"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(lib, vec![std::ffi::OsString::from("foresight")], "one file");
+
+    let prog = threaded_program(&dir, &[]);
+    let cache = dir.join("xdg");
+    let o = foresight(&bin, &dir)
+        .env("XDG_CACHE_HOME", &cache)
+        .args(["record", "-o", "t.trace", "--"])
+        .arg(&prog)
+        .output()
+        .unwrap();
+    assert_recorded(&dir, &o, "t.trace");
+    let rt = cached_runtime(&cache.join("foresight"));
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(rt.parent().unwrap())
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o700, "the cache is private");
+
+    // A damaged cached copy is replaced, not loaded.
+    std::fs::write(&rt, b"not the runtime").unwrap();
+    let o = foresight(&bin, &dir)
+        .env("XDG_CACHE_HOME", &cache)
+        .args(["record", "-o", "t2.trace", "--"])
+        .arg(&prog)
+        .output()
+        .unwrap();
+    assert_recorded(&dir, &o, "t2.trace");
+    assert!(std::fs::read(&rt).unwrap().starts_with(b"\x7fELF"));
+}
+
+#[test]
+fn a_copy_of_the_binary_alone_records_with_the_cache_in_home() {
+    let dir = harness::fresh_dir("copy");
+    let alone = dir.join("bin");
+    std::fs::create_dir_all(&alone).unwrap();
+    let bin = alone.join("foresight");
+    std::fs::copy(env!("CARGO_BIN_EXE_foresight"), &bin).unwrap();
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let prog = threaded_program(&dir, &[]);
+    let o = foresight(&bin, &dir)
+        .env("HOME", &home)
+        .args(["record", "-o", "t.trace", "--"])
+        .arg(&prog)
+        .output()
+        .unwrap();
+    assert_recorded(&dir, &o, "t.trace");
+    cached_runtime(&home.join(".cache/foresight"));
+
+    // FORESIGHT_CACHE_DIR comes first.
+    let chosen = dir.join("chosen");
+    let o = foresight(&bin, &dir)
+        .env("HOME", &home)
+        .env("FORESIGHT_CACHE_DIR", &chosen)
+        .args(["record", "-o", "t2.trace", "--"])
+        .arg(&prog)
+        .output()
+        .unwrap();
+    assert_recorded(&dir, &o, "t2.trace");
+    cached_runtime(&chosen);
+}
+
+#[test]
+fn a_noexec_cache_is_refused_with_the_way_out() {
+    let Some(fs) = Tmpfs::mount_with_flags("noexec-cache", "16m", libc::MS_NOEXEC) else {
+        return;
+    };
+    let dir = harness::fresh_dir("noexec");
+    let prog = threaded_program(&dir, &[]);
+    let o = foresight(Path::new(env!("CARGO_BIN_EXE_foresight")), &dir)
+        .env("FORESIGHT_CACHE_DIR", fs.path().join("cache"))
+        .args(["record", "-o", "t.trace", "--"])
+        .arg(&prog)
+        .output()
+        .unwrap();
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(o.stdout.is_empty(), "the program did not run");
+    assert!(
+        e.contains("is on a file system mounted noexec")
+            && e.contains("FORESIGHT_CACHE_DIR")
+            && e.contains("FORESIGHT_RUNTIME"),
+        "{e}"
+    );
+    assert!(!dir.join("t.trace").exists());
+}
+
+#[test]
+fn a_read_only_cache_is_refused_with_the_way_out() {
+    let Some(fs) = Tmpfs::mount("ro-cache", "64k", true) else {
+        return;
+    };
+    let dir = harness::fresh_dir("rocache");
+    let prog = threaded_program(&dir, &[]);
+    let o = foresight(Path::new(env!("CARGO_BIN_EXE_foresight")), &dir)
+        .env("FORESIGHT_CACHE_DIR", fs.path().join("foresight"))
+        .args(["record", "-o", "t.trace", "--"])
+        .arg(&prog)
+        .output()
+        .unwrap();
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(o.stdout.is_empty(), "the program did not run");
+    assert!(
+        e.contains("cannot create the cache directory")
+            && e.contains("FORESIGHT_CACHE_DIR")
+            && e.contains("FORESIGHT_RUNTIME"),
+        "{e}"
+    );
+    // The way out works: another cache directory.
+    let o = foresight(Path::new(env!("CARGO_BIN_EXE_foresight")), &dir)
+        .env("FORESIGHT_CACHE_DIR", dir.join("cache"))
+        .args(["record", "-o", "t.trace", "--"])
+        .arg(&prog)
+        .output()
+        .unwrap();
+    assert_recorded(&dir, &o, "t.trace");
+}
+
+#[test]
+fn a_static_program_is_refused_before_it_runs() {
+    let dir = harness::fresh_dir("static");
+    let src = dir.join("probe.c");
+    std::fs::write(&src, "int main(void) { return 0; }\n").unwrap();
+    let probe = Command::new("cc")
+        .args(["-static", "-o"])
+        .arg(dir.join("probe"))
+        .arg(&src)
+        .output()
+        .unwrap();
+    if !probe.status.success() {
+        let why = "cc -static does not link here (no static C library)";
+        assert!(!harness::tools_required(), "{why}");
+        eprintln!("SKIPPED: {why}");
+        return;
+    }
+    let prog = threaded_program(&dir, &["-static"]);
+    let o = foresight(Path::new(env!("CARGO_BIN_EXE_foresight")), &dir)
+        .env("FORESIGHT_CACHE_DIR", dir.join("cache"))
+        .args(["record", "-o", "t.trace", "--"])
+        .arg(&prog)
+        .output()
+        .unwrap();
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(o.stdout.is_empty(), "the program did not run");
+    assert!(e.contains("statically linked"), "{e}");
+}
+
+#[test]
+fn config_flags_do_not_name_the_runtime_or_its_cache() {
+    let dir = harness::fresh_dir("configflags");
+    let o = foresight(Path::new(env!("CARGO_BIN_EXE_foresight")), &dir)
+        .env("FORESIGHT_CACHE_DIR", dir.join("cache"))
+        .args(["config", "--cflags", "--libs"])
+        .output()
+        .unwrap();
+    if o.status.code() != Some(0) {
+        // No C compiler: the instrumented tests say so.
+        assert!(!harness::tools_required(), "{}", stderr(&o));
+        return;
+    }
+    let flags = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        !flags.contains("libforesight_rt")
+            && !flags.contains("runtime-")
+            && !flags.contains("rpath"),
+        "an instrumented program links the stub only: {flags}"
+    );
+}
