@@ -199,9 +199,19 @@ fn a_pack_holds_the_run_and_is_read_directly() {
         .output()
         .unwrap();
     let json = stdout(&o);
+    assert!(!json.contains(".foresight-pack"), "{json}");
+    // Traces are named as in the pack (the run's names), never by where they were unpacked.
+    let report: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let names: Vec<&str> = report["traces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.len(), 2, "{json}");
     assert!(
-        !json.contains(".foresight-pack") && !json.contains("/tmp/"),
-        "{json}"
+        names.iter().all(|n| n.starts_with("run.trace") && !n.contains('/')),
+        "{names:?}"
     );
 
     let o = foresight(&dir)
