@@ -234,9 +234,43 @@ fn a_recorded_inversion_split_by_the_window_is_reported_as_potential() {
         .filter_map(|l| l["line"].as_u64())
         .collect();
     // a then b early (before the window), b then a late (in it).
-    for line in [15, 16, 35, 36] {
+    for line in [27, 28, 36, 37] {
         assert!(lines.contains(&line), "line {line} in {lines:?}");
     }
+}
+
+#[test]
+fn a_thread_blocked_since_before_the_window_keeps_its_last_events() {
+    let exe = flight_fixture("stuck_while_busy");
+    let dir = fresh_dir("flight-stuck");
+    let o = record(&dir, &["-o", "t.trace", "--keep-last", "256K"], &exe, &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "busy done\n");
+    let err = stderr(&o);
+    assert!(err.contains("T1: blocked in lock-request b"), "{err}");
+    assert!(err.contains("T2: blocked in lock-request a"), "{err}");
+    let t = Trace::open(dir.join("t.trace")).unwrap();
+    assert!(t.problems.is_empty(), "{:?}", t.problems);
+    assert!(
+        t.tables
+            .window
+            .get(&3)
+            .is_some_and(|w| w.events_dropped > 0),
+        "the busy thread's events overflowed the window: {:?}",
+        t.tables.window
+    );
+    let o = foresight(&dir)
+        .args(["analyze", "--format", "json", "t.trace"])
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let findings = json["findings"].as_array().unwrap();
+    assert!(
+        findings
+            .iter()
+            .any(|f| f["verdict"] == "observed" && f["kind"] == "observed-deadlock"),
+        "{findings:#?}"
+    );
 }
 
 #[test]

@@ -8,9 +8,15 @@
 //!
 //! - the ring: framed event chunks, exactly as they would have been written, each after an
 //!   8-byte header (its length), oldest first; a chunk that does not fit before the end of the
-//!   ring leaves a wrap mark and goes to the start. A new chunk evicts the oldest ones until it
-//!   fits. Chunks of one thread enter the ring in sequence order (its buffer's lock is held
+//!   ring leaves the rest unused and goes to the start. A new chunk evicts the oldest ones until
+//!   it fits. Chunks of one thread enter the ring in sequence order (its buffer's lock is held
 //!   around the push), so they leave it in that order too.
+//! - the pinned ring (an eighth of the bound), the same kind of ring for the last chunk of a
+//!   thread that went quiet: a chunk evicted from the ring while it is its thread's only one
+//!   there moves to it, so that a thread blocked since long before the window (a deadlock
+//!   while others run on) keeps its last events — the request it waits in. A pinned chunk
+//!   leaves when its thread pushes a new one (it is then summarised, and marked dead where it
+//!   lies) or when the pinned ring needs its room.
 //! - per thread (ids below `MAX_THREADS`): the window's first sequence number, the events
 //!   dropped before it, and the locks the thread held at the end of its last dropped chunk
 //!   (each with the site that acquired it).
@@ -41,9 +47,8 @@ const MAX_THREADS: usize = 16 << 10;
 const HELD: usize = 15;
 /// Slots of the edge summary (a power of two); edges past three quarters of it are counted only.
 const EDGE_SLOTS: usize = 1 << 15;
-/// A ring record's header: the chunk's length (`WRAP`: the next record is at offset 0).
+/// A ring record's header: the chunk's length, and `DEAD`.
 const REC_HEADER: usize = 8;
-const WRAP: u64 = u64::MAX;
 /// Marks a held lock acquired before the window (the site's top bit; site ids stay below it).
 const BEFORE_WINDOW: u32 = 1 << 31;
 
@@ -54,9 +59,12 @@ struct ThreadSlot {
     events_dropped: u64,
     dropped_until_ns: u64,
     depth: u32,
-    _pad: u32,
+    /// Chunks of the thread in the ring.
+    in_ring: u32,
     /// (lock, site that acquired it | `BEFORE_WINDOW`).
     held: [(u32, u32); HELD],
+    /// Its pinned chunk's offset in the pinned ring, plus one (0: none).
+    pinned: u64,
 }
 
 #[repr(C)]
@@ -70,19 +78,128 @@ struct EdgeSlot {
     _pad: u32,
 }
 
-struct Ring {
+/// Marks a record of the pinned ring whose chunk was summarised (its thread went on).
+const DEAD: u64 = 1 << 63;
+
+/// A ring of records (header: the chunk's length, `DEAD`; then the chunk, padded to 8).
+#[derive(Clone, Copy)]
+struct Fifo {
     base: *mut u8,
     cap: usize,
-    threads: *mut ThreadSlot,
-    edges: *mut EdgeSlot,
     /// Oldest record, next free byte, where the data before a wrap ends.
     head: usize,
     tail: usize,
     wrap_at: usize,
     wrapped: bool,
     records: usize,
-    /// Chunk bytes (without record headers) in the ring.
+    /// Bytes of live chunks (without headers).
     live_bytes: u64,
+}
+
+impl Fifo {
+    const EMPTY: Fifo = Fifo {
+        base: std::ptr::null_mut(),
+        cap: 0,
+        head: 0,
+        tail: 0,
+        wrap_at: 0,
+        wrapped: false,
+        records: 0,
+        live_bytes: 0,
+    };
+
+    fn clear(&mut self) {
+        *self = Fifo {
+            base: self.base,
+            cap: self.cap,
+            ..Fifo::EMPTY
+        };
+    }
+
+    /// Where a record of `rec` bytes goes now; `None`: the oldest must go first.
+    fn room(&mut self, rec: usize) -> Option<usize> {
+        if self.records == 0 {
+            self.head = 0;
+            self.tail = 0;
+            self.wrapped = false;
+        }
+        if !self.wrapped {
+            if self.tail + rec <= self.cap {
+                return Some(self.tail);
+            }
+            // The rest of the ring stays unused until the head passes it.
+            self.wrap_at = self.tail;
+            self.tail = 0;
+            self.wrapped = true;
+        }
+        (self.tail + rec <= self.head).then_some(self.tail)
+    }
+
+    fn header(&self, at: usize) -> u64 {
+        // SAFETY: `at` is a record's offset, 8-aligned inside the ring (callers).
+        unsafe { self.base.add(at).cast::<u64>().read() }
+    }
+
+    /// The chunk of the record at `at`, `len` bytes. Valid until the ring is written again.
+    fn chunk<'a>(&self, at: usize, len: usize) -> &'a [u8] {
+        // SAFETY: a record written by `commit`: `len` bytes after its header, inside the
+        // ring, which lives as long as the process; callers read it before the next write.
+        unsafe { std::slice::from_raw_parts(self.base.add(at + REC_HEADER), len) }
+    }
+
+    /// Writes `chunk` at `at` (from `room`).
+    fn commit(&mut self, at: usize, chunk: &[u8]) {
+        // SAFETY: `[at, at + record)` is free space inside the ring (`room`), 8-aligned.
+        unsafe {
+            self.base.add(at).cast::<u64>().write(chunk.len() as u64);
+            std::ptr::copy_nonoverlapping(
+                chunk.as_ptr(),
+                self.base.add(at + REC_HEADER),
+                chunk.len(),
+            );
+        }
+        self.tail = at + REC_HEADER + align8(chunk.len());
+        self.records += 1;
+        self.live_bytes += chunk.len() as u64;
+    }
+
+    fn kill(&mut self, at: usize) {
+        let h = self.header(at);
+        if h & DEAD == 0 {
+            // SAFETY: as in `header`.
+            unsafe { self.base.add(at).cast::<u64>().write(h | DEAD) };
+            self.live_bytes -= h;
+        }
+    }
+
+    /// Takes the oldest record off: its offset, its length, and whether it is live.
+    fn pop(&mut self) -> (usize, usize, bool) {
+        if self.wrapped && self.head >= self.wrap_at {
+            self.head = 0;
+            self.wrapped = false;
+        }
+        let at = self.head;
+        let h = self.header(at);
+        let len = (h & !DEAD) as usize;
+        let live = h & DEAD == 0;
+        self.head = at + REC_HEADER + align8(len);
+        self.records -= 1;
+        if live {
+            self.live_bytes -= len as u64;
+        }
+        if self.wrapped && self.head >= self.wrap_at {
+            self.head = 0;
+            self.wrapped = false;
+        }
+        (at, len, live)
+    }
+}
+
+struct Ring {
+    main: Fifo,
+    pinned: Fifo,
+    threads: *mut ThreadSlot,
+    edges: *mut EdgeSlot,
     keep_last: u64,
     threads_seen: usize,
     edge_count: usize,
@@ -97,16 +214,10 @@ static ACTIVE: AtomicBool = AtomicBool::new(false);
 static PUSHED: AtomicU64 = AtomicU64::new(0);
 static PUSHED_SEEN: AtomicU64 = AtomicU64::new(0);
 static RING: SpinLock<Ring> = SpinLock::new(Ring {
-    base: std::ptr::null_mut(),
-    cap: 0,
+    main: Fifo::EMPTY,
+    pinned: Fifo::EMPTY,
     threads: std::ptr::null_mut(),
     edges: std::ptr::null_mut(),
-    head: 0,
-    tail: 0,
-    wrap_at: 0,
-    wrapped: false,
-    records: 0,
-    live_bytes: 0,
     keep_last: 0,
     threads_seen: 0,
     edge_count: 0,
@@ -128,6 +239,7 @@ fn align8(n: usize) -> usize {
 pub fn configure(keep_last: u64) -> bool {
     // Page-aligned, so that the tables after it can be given back with `madvise`.
     let cap = ((keep_last as usize).max(64 << 10) + 4095) & !4095;
+    let pinned_cap = (cap / 8 + 4095) & !4095;
     let threads_len = MAX_THREADS * std::mem::size_of::<ThreadSlot>();
     let edges_len = EDGE_SLOTS * std::mem::size_of::<EdgeSlot>();
     let len = cap + threads_len + edges_len;
@@ -147,11 +259,19 @@ pub fn configure(keep_last: u64) -> bool {
     }
     let base = p.cast::<u8>();
     let mut r = RING.lock();
-    r.base = base;
-    r.cap = cap;
-    // SAFETY: both offsets are inside the mapping; `cap` is a multiple of 8 and the slots'
-    // alignment is 8, so both tables are aligned.
+    r.main = Fifo {
+        base,
+        cap: cap - pinned_cap,
+        ..Fifo::EMPTY
+    };
+    // SAFETY: every offset below is inside the mapping; `cap` and `pinned_cap` are whole
+    // pages, so the rings and both tables are aligned.
     unsafe {
+        r.pinned = Fifo {
+            base: base.add(cap - pinned_cap),
+            cap: pinned_cap,
+            ..Fifo::EMPTY
+        };
         r.threads = base.add(cap).cast();
         r.edges = base.add(cap + threads_len).cast();
     }
@@ -160,33 +280,33 @@ pub fn configure(keep_last: u64) -> bool {
     true
 }
 
-/// Empties the ring and its summaries (a fork child's fresh trace).
+/// Empties the rings and their summaries (a fork child's fresh trace).
 fn clear(r: &mut Ring) {
-    r.head = 0;
-    r.tail = 0;
-    r.wrap_at = 0;
-    r.wrapped = false;
-    r.records = 0;
-    r.live_bytes = 0;
+    r.main.clear();
+    r.pinned.clear();
     r.threads_seen = 0;
     r.edge_count = 0;
     r.edges_overflow = 0;
-    if r.base.is_null() {
+    if r.threads.is_null() {
         return;
     }
     let threads_len = MAX_THREADS * std::mem::size_of::<ThreadSlot>();
     let edges_len = EDGE_SLOTS * std::mem::size_of::<EdgeSlot>();
     let (start, len) = (r.threads.cast::<u8>(), threads_len + edges_len);
     // SAFETY: the two tables are the page-aligned end of our private anonymous mapping (`cap`
-    // and the thread table are whole pages), all-zero is their empty state, and only the
-    // holder of the ring's lock (`r`) touches them.
+    // is whole pages), all-zero is their empty state, and only the holder of the ring's lock
+    // (`r`) touches them.
     unsafe {
         output::zero_static(start, len, || std::ptr::write_bytes(start, 0, len));
     }
 }
 
-/// Takes a framed event chunk holding `events` events; false if it could not (the ring's lock
-/// was not had within `attempts`, or the chunk is larger than the ring: then it is lost).
+fn record_len(chunk_len: usize) -> usize {
+    REC_HEADER + align8(chunk_len)
+}
+
+/// Takes a framed event chunk; false if it could not (the ring's lock was not had within
+/// `attempts`, or the chunk is larger than the ring: then it is lost).
 pub fn push(chunk: &[u8], attempts: Option<u32>) -> bool {
     let guard = match attempts {
         Some(a) => RING.try_lock_for(a),
@@ -195,53 +315,37 @@ pub fn push(chunk: &[u8], attempts: Option<u32>) -> bool {
     let Some(mut r) = guard else {
         return false;
     };
-    let rec = REC_HEADER + align8(chunk.len());
-    if rec + REC_HEADER > r.cap || chunk.len() < CHUNK_HEADER_LEN + EVENTS_PREFIX_LEN {
-        summarise(&mut r, chunk);
+    let r = &mut *r;
+    let Some(p) = chunk
+        .get(CHUNK_HEADER_LEN..)
+        .and_then(EventsPrefix::read_from)
+    else {
+        return false;
+    };
+    let rec = record_len(chunk.len());
+    // Its thread goes on: a pinned chunk of it is no longer its last.
+    unpin(r, p.thread);
+    if rec > r.main.cap {
+        summarise(r, chunk);
         return false;
     }
-    loop {
-        if r.records == 0 {
-            r.head = 0;
-            r.tail = 0;
-            r.wrapped = false;
+    let at = loop {
+        if let Some(at) = r.main.room(rec) {
+            break at;
         }
-        if !r.wrapped {
-            if r.tail + rec <= r.cap {
-                break;
-            }
-            // Wrap: the rest of the ring is left unused until the head passes it.
-            let at = r.tail;
-            if at + REC_HEADER <= r.cap {
-                // SAFETY: 8 bytes inside the ring, 8-aligned.
-                unsafe { r.base.add(at).cast::<u64>().write(WRAP) };
-            }
-            r.wrap_at = at;
-            r.tail = 0;
-            r.wrapped = true;
+        let (at, len, live) = r.main.pop();
+        if live {
+            evicted(r, at, len, true);
         }
-        if r.tail + rec <= r.head {
-            break;
-        }
-        evict_oldest(&mut r);
-    }
-    let at = r.tail;
-    // SAFETY: `[at, at + rec)` is free space inside the ring (the loop above), 8-aligned.
-    unsafe {
-        r.base.add(at).cast::<u64>().write(chunk.len() as u64);
-        std::ptr::copy_nonoverlapping(chunk.as_ptr(), r.base.add(at + REC_HEADER), chunk.len());
-    }
-    r.tail = at + rec;
-    r.records += 1;
+    };
+    r.main.commit(at, chunk);
     PUSHED.fetch_add(1, Ordering::Relaxed);
-    r.live_bytes += chunk.len() as u64;
-    if let Some(p) = EventsPrefix::read_from(&chunk[CHUNK_HEADER_LEN..]) {
-        if let Some(t) = slot(&mut r, p.thread) {
-            if t.seen == 0 {
-                t.seen = 1;
-                t.first_sequence = p.sequence;
-            }
+    if let Some(t) = slot(r, p.thread) {
+        if t.seen == 0 {
+            t.seen = 1;
+            t.first_sequence = p.sequence;
         }
+        t.in_ring += 1;
     }
     true
 }
@@ -257,29 +361,71 @@ fn slot(r: &mut Ring, thread: u32) -> Option<&mut ThreadSlot> {
     Some(unsafe { &mut *r.threads.add(thread as usize) })
 }
 
-/// The oldest record: its offset and length (after following a wrap mark).
-fn oldest(r: &mut Ring) -> (usize, usize) {
-    if r.wrapped && r.head >= r.wrap_at {
-        r.head = 0;
-        r.wrapped = false;
+/// A chunk taken off the ring (at `at`, `len` bytes): pinned if it was its thread's only one
+/// there (and `may_pin`), else summarised.
+fn evicted(r: &mut Ring, at: usize, len: usize, may_pin: bool) {
+    let chunk = r.main.chunk(at, len);
+    let Some(p) = EventsPrefix::read_from(&chunk[CHUNK_HEADER_LEN..]) else {
+        return;
+    };
+    let last = match slot(r, p.thread) {
+        Some(t) => {
+            t.in_ring = t.in_ring.saturating_sub(1);
+            t.in_ring == 0
+        }
+        None => false,
+    };
+    if may_pin && last && record_len(len) <= r.pinned.cap / 2 {
+        pin(r, p.thread, chunk);
+    } else {
+        summarise(r, chunk);
     }
-    // SAFETY: the head is a record header inside the ring.
-    let len = unsafe { r.base.add(r.head).cast::<u64>().read() };
-    (r.head, len as usize)
 }
 
-fn evict_oldest(r: &mut Ring) {
-    let (at, len) = oldest(r);
-    // SAFETY: a record written by `push`: `len` bytes after its header, inside the ring.
-    let chunk = unsafe { std::slice::from_raw_parts(r.base.add(at + REC_HEADER), len) };
-    summarise(r, chunk);
-    r.head = at + REC_HEADER + align8(len);
-    r.records -= 1;
-    r.live_bytes -= len as u64;
-    if r.wrapped && r.head >= r.wrap_at {
-        r.head = 0;
-        r.wrapped = false;
+/// Moves a thread's last chunk to the pinned ring (the chunk is still in the main ring's
+/// memory, which nothing writes meanwhile).
+fn pin(r: &mut Ring, thread: u32, chunk: &[u8]) {
+    let rec = record_len(chunk.len());
+    let at = loop {
+        if let Some(at) = r.pinned.room(rec) {
+            break at;
+        }
+        let (at, len, live) = r.pinned.pop();
+        if live {
+            drop_pinned(r, at, len);
+        }
+    };
+    r.pinned.commit(at, chunk);
+    if let Some(t) = slot(r, thread) {
+        t.pinned = at as u64 + 1;
     }
+}
+
+/// A live pinned chunk leaves the window for good: summarised, its thread's mark cleared.
+fn drop_pinned(r: &mut Ring, at: usize, len: usize) {
+    let chunk = r.pinned.chunk(at, len);
+    if let Some(p) = EventsPrefix::read_from(&chunk[CHUNK_HEADER_LEN..]) {
+        if let Some(t) = slot(r, p.thread) {
+            t.pinned = 0;
+        }
+    }
+    summarise(r, chunk);
+}
+
+/// The thread's pinned chunk, if any, is summarised and marked dead where it lies.
+fn unpin(r: &mut Ring, thread: u32) {
+    let Some(t) = slot(r, thread) else {
+        return;
+    };
+    if t.pinned == 0 {
+        return;
+    }
+    let at = (t.pinned - 1) as usize;
+    t.pinned = 0;
+    let len = (r.pinned.header(at) & !DEAD) as usize;
+    let chunk = r.pinned.chunk(at, len);
+    summarise(r, chunk);
+    r.pinned.kill(at);
 }
 
 /// A chunk leaves the window: its thread's dropped counts, and its lock-order edges.
@@ -421,6 +567,7 @@ pub fn dump(attempts: Option<u32>, end_room: u64) {
     let Some(mut r) = guard else {
         return;
     };
+    let r = &mut *r;
     output::flush_tables(attempts);
     // What the records after the chunks take, at most.
     let records_room = r.threads_seen as u64 * 40 + (r.edge_count as u64 + 64) * 40;
@@ -428,26 +575,42 @@ pub fn dump(attempts: Option<u32>, end_room: u64) {
         .keep_last
         .saturating_sub(output::file_len())
         .saturating_sub(end_room + records_room + (4 << 10));
-    while r.records > 0 && r.live_bytes > room {
-        evict_oldest(&mut r);
-    }
-    // The kept chunks: written, and replayed for the edges that cross into the window.
-    while r.records > 0 {
-        let (at, len) = oldest(&mut r);
-        // SAFETY: a record written by `push`, inside the ring.
-        let chunk = unsafe { std::slice::from_raw_parts(r.base.add(at + REC_HEADER), len) };
-        if let Some(p) = EventsPrefix::read_from(&chunk[CHUNK_HEADER_LEN..]) {
-            output::write_window_chunk(chunk, p.event_count);
-            let body = &chunk[CHUNK_HEADER_LEN + EVENTS_PREFIX_LEN..];
-            replay(&mut r, p.thread, body, p.base_key, true);
+    // Trimmed to the bound: the oldest chunks go first, then pinned ones.
+    while r.main.live_bytes + r.pinned.live_bytes > room {
+        if r.main.records > 0 {
+            let (at, len, live) = r.main.pop();
+            if live {
+                evicted(r, at, len, false);
+            }
+        } else if r.pinned.records > 0 {
+            let (at, len, live) = r.pinned.pop();
+            if live {
+                drop_pinned(r, at, len);
+            }
+        } else {
+            break;
         }
-        r.head = at + REC_HEADER + align8(len);
-        r.records -= 1;
-        r.live_bytes -= len as u64;
     }
-    r.head = 0;
-    r.tail = 0;
-    r.wrapped = false;
+    // The kept chunks, pinned ones first (each older than any other of its thread): written,
+    // and replayed for the edges that cross into the window.
+    for main in [false, true] {
+        loop {
+            let fifo = if main { &mut r.main } else { &mut r.pinned };
+            if fifo.records == 0 {
+                break;
+            }
+            let (at, len, live) = fifo.pop();
+            if !live {
+                continue;
+            }
+            let chunk = fifo.chunk(at, len);
+            if let Some(p) = EventsPrefix::read_from(&chunk[CHUNK_HEADER_LEN..]) {
+                output::write_window_chunk(chunk, p.event_count);
+                let body = &chunk[CHUNK_HEADER_LEN + EVENTS_PREFIX_LEN..];
+                replay(r, p.thread, body, p.base_key, true);
+            }
+        }
+    }
     let mut buf = [0u8; 2048];
     let Some(mut out) = TableChunkBuf::new(&mut buf) else {
         return;
@@ -491,7 +654,7 @@ pub fn dump(attempts: Option<u32>, end_room: u64) {
         output::write_chunk(out.framed());
     }
     // Written once: a later dump (a failed `exec`, then the exit) starts from nothing.
-    clear(&mut r);
+    clear(r);
 }
 
 /// The flusher's round: a window that took chunks since the last round touches the trace's
