@@ -11,7 +11,7 @@
 //!   ring leaves the rest unused and goes to the start. A new chunk evicts the oldest ones until
 //!   it fits. Chunks of one thread enter the ring in sequence order (its buffer's lock is held
 //!   around the push), so they leave it in that order too.
-//! - the pinned ring (an eighth of the bound), the same kind of ring for the last chunk of a
+//! - the pinned ring (an eighth of the bound, on top of it in memory), the same kind of ring for the last chunk of a
 //!   thread that went quiet: a chunk evicted from the ring while it is its thread's only one
 //!   there moves to it, so that a thread blocked since long before the window (a deadlock
 //!   while others run on) keeps its last events — the request it waits in. A pinned chunk
@@ -242,7 +242,7 @@ pub fn configure(keep_last: u64) -> bool {
     let pinned_cap = (cap / 8 + 4095) & !4095;
     let threads_len = MAX_THREADS * std::mem::size_of::<ThreadSlot>();
     let edges_len = EDGE_SLOTS * std::mem::size_of::<EdgeSlot>();
-    let len = cap + threads_len + edges_len;
+    let len = cap + pinned_cap + threads_len + edges_len;
     // SAFETY: a fresh private anonymous mapping; nothing else refers to it.
     let p = unsafe {
         libc::mmap(
@@ -259,21 +259,23 @@ pub fn configure(keep_last: u64) -> bool {
     }
     let base = p.cast::<u8>();
     let mut r = RING.lock();
+    // The ring takes the whole bound and the pinned ring comes on top (memory: 9/8 of the
+    // bound): pinned chunks are few in most runs, and `dump` trims both to the bound.
     r.main = Fifo {
         base,
-        cap: cap - pinned_cap,
+        cap,
         ..Fifo::EMPTY
     };
     // SAFETY: every offset below is inside the mapping; `cap` and `pinned_cap` are whole
     // pages, so the rings and both tables are aligned.
     unsafe {
         r.pinned = Fifo {
-            base: base.add(cap - pinned_cap),
+            base: base.add(cap),
             cap: pinned_cap,
             ..Fifo::EMPTY
         };
-        r.threads = base.add(cap).cast();
-        r.edges = base.add(cap + threads_len).cast();
+        r.threads = base.add(cap + pinned_cap).cast();
+        r.edges = base.add(cap + pinned_cap + threads_len).cast();
     }
     r.keep_last = keep_last;
     ACTIVE.store(true, Ordering::Release);
@@ -293,8 +295,8 @@ fn clear(r: &mut Ring) {
     let threads_len = MAX_THREADS * std::mem::size_of::<ThreadSlot>();
     let edges_len = EDGE_SLOTS * std::mem::size_of::<EdgeSlot>();
     let (start, len) = (r.threads.cast::<u8>(), threads_len + edges_len);
-    // SAFETY: the two tables are the page-aligned end of our private anonymous mapping (`cap`
-    // is whole pages), all-zero is their empty state, and only the holder of the ring's lock
+    // SAFETY: the two tables are the page-aligned end of our private anonymous mapping (both
+    // rings are whole pages), all-zero is their empty state, and only the holder of the ring's lock
     // (`r`) touches them.
     unsafe {
         output::zero_static(start, len, || std::ptr::write_bytes(start, 0, len));
