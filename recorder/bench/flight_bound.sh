@@ -38,9 +38,10 @@ bytes() {
 }
 bound=$(bytes "$SIZE")
 size() { stat -c %s "$1"; }
-# events in a trace, and the events its window dropped (from `foresight stats`)
-events() { "$fs" stats "$1" | awk '$1 == "events" {print $2; exit}'; }
-dropped() { "$fs" stats "$1" | sed -n 's/.*: \([0-9]*\) earlier events\{0,1\} of.*/\1/p' | head -1; }
+# events in a trace, and the events its window dropped (from `foresight stats`; read to the
+# end, so that `stats` never writes into a closed pipe, which `pipefail` would count)
+events() { "$fs" stats "$1" | awk '$1 == "events" && !n {print $2; n = 1}'; }
+dropped() { "$fs" stats "$1" | awk '/^window/ && !n {for (i = 1; i < NF; i++) if ($(i + 1) == "earlier") {print $i; n = 1}}'; }
 
 printf "%-5s %-10s %12s %12s %12s %8s %8s %12s %12s\n" \
   secs mode pairs full_MB file_bytes of_bound symb_of events dropped
