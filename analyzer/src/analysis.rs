@@ -125,6 +125,12 @@ pub fn analyze(runs: &[Run], warnings: &[Vec<String>], opts: &Options) -> Report
                 locks: r.locks.len(),
                 critical_sections: r.acquisitions.len(),
                 accesses: r.races.accesses,
+                window: r.window.map(|w| crate::report::WindowSummary {
+                    keep_last: w.keep_last,
+                    events_dropped: w.events_dropped,
+                    threads_dropped: w.threads_dropped,
+                    earlier_edges: r.earlier.len(),
+                }),
                 warnings: {
                     let mut w = warnings.get(i).cloned().unwrap_or_default();
                     if !r.hb.complete {

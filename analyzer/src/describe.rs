@@ -76,7 +76,67 @@ pub(crate) fn edge_report(
         held_position: h.acquired,
         request_position: r.request,
         edge_count: graph.edge(from, to).map_or(0, |e| e.count),
+        earlier: false,
     }
+}
+
+/// An edge the flight recorder saw before its window (`Run::earlier[index]`), described as
+/// far as its summary goes: both locks, both sites, one thread.
+pub(crate) fn earlier_edge_report(run: &Run, graph: &LockOrderGraph, index: u32) -> EdgeReport {
+    let e = &run.earlier[index as usize];
+    let (h, r) = (&run.locks[e.held as usize], &run.locks[e.lock as usize]);
+    let held = HeldLock {
+        lock: h.name.clone(),
+        class: h.class.clone(),
+        mode: mode_name(Mode::Write),
+        site: site(run, e.held_site),
+    };
+    let from = graph.class_index(&h.class);
+    let to = graph.class_index(&r.class);
+    EdgeReport {
+        from_class: h.class.clone(),
+        to_class: r.class.clone(),
+        trace: run.source.clone(),
+        thread: earlier_thread_label(run, e.thread),
+        held: held.clone(),
+        lock: r.name.clone(),
+        mode: mode_name(Mode::Write),
+        site: site(run, e.site),
+        held_set: vec![held],
+        held_position: 0,
+        request_position: 0,
+        edge_count: from
+            .zip(to)
+            .and_then(|(f, t)| graph.edge(f, t))
+            .map_or(e.count, |e| e.count),
+        earlier: true,
+    }
+}
+
+/// A thread by its trace id, which may have no events in the window.
+fn earlier_thread_label(run: &Run, id: foresight_trace::event::ThreadId) -> String {
+    match run.threads.iter().position(|t| t.id == id) {
+        Some(t) => run.thread_label(t as u32),
+        None => format!("thread {id}"),
+    }
+}
+
+/// The locations of an earlier edge: where the held lock was taken, where the other was
+/// requested.
+pub(crate) fn earlier_edge_locations(run: &Run, index: u32) -> [FindingLocation; 2] {
+    let e = &run.earlier[index as usize];
+    let loc = |s, role| {
+        let l = run.location(s);
+        FindingLocation {
+            file: l.file,
+            line: (l.line > 0).then_some(l.line),
+            function: l.function,
+            thread: earlier_thread_label(run, e.thread),
+            role,
+            trace: run.source.clone(),
+        }
+    };
+    [loc(e.held_site, "holds"), loc(e.site, "requests")]
 }
 
 /// The witness: each thread's prefix in the closure, the locks it holds there, what each

@@ -14,7 +14,9 @@ use crate::cycles::{for_each_cycle, strongly_connected_components, Flow};
 use crate::deadlock::{
     check_lock_cycle, rejection_text, search_abstract_pattern, LockCycleCandidate, Rejection,
 };
-use crate::describe::{cycle_text, edge_report, location, witness};
+use crate::describe::{
+    cycle_text, earlier_edge_locations, earlier_edge_report, edge_report, location, witness,
+};
 use crate::lock_graph::{modes_can_block, ClassEdge, InstanceGraph, LockOrderGraph};
 use crate::model::{Mode, Run};
 use crate::report::{
@@ -720,23 +722,37 @@ fn potential_finding(
             runs_with_all.push(ri);
         }
     }
+    let mut earlier_only = None;
     for e in &class_edges {
-        let w = e.witnesses[0];
-        let run = &runs[w.run];
-        edges.push(edge_report(run, graph, w.held, w.acquisition));
-        let (h, r) = (
-            &run.acquisitions[w.held as usize],
-            &run.acquisitions[w.acquisition as usize],
-        );
-        locations.push(location(run, h.site, h.thread, "holds"));
-        locations.push(location(run, r.site, r.thread, "requests"));
+        if let Some(w) = e.witnesses.first() {
+            let run = &runs[w.run];
+            edges.push(edge_report(run, graph, w.held, w.acquisition));
+            let (h, r) = (
+                &run.acquisitions[w.held as usize],
+                &run.acquisitions[w.acquisition as usize],
+            );
+            locations.push(location(run, h.site, h.thread, "holds"));
+            locations.push(location(run, r.site, r.thread, "requests"));
+        } else if let Some(&(ri, i)) = e.earlier.first() {
+            let run = &runs[ri];
+            edges.push(earlier_edge_report(run, graph, i));
+            locations.extend(earlier_edge_locations(run, i));
+            earlier_only.get_or_insert((e.from, e.to));
+        }
         for &ri in &e.runs {
             traces.insert(runs[ri].source.clone());
         }
     }
     let names: Vec<String> = cycle.iter().map(|&c| graph.classes[c].clone()).collect();
     let self_loop = k == 1;
-    let reason = if runs_with_all.iter().any(|&i| !runs[i].hb.complete) {
+    let reason = if let Some((from, to)) = earlier_only {
+        format!(
+            "not predicted: the edge {} → {} was seen before the flight recorder's window \
+             (the trace keeps only a summary of it), so no reordering of the recorded events \
+             can be checked; the code still takes these locks in an inconsistent order",
+            graph.classes[from], graph.classes[to]
+        )
+    } else if runs_with_all.iter().any(|&i| !runs[i].hb.complete) {
         "not predicted: the trace is too large for the vector clocks' memory budget, so only \
          the class-level order was checked"
             .to_string()

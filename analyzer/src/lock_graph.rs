@@ -41,6 +41,10 @@ pub struct ClassEdge {
     pub witnesses: Vec<EdgeWitness>,
     /// The runs this edge was seen in.
     pub runs: Vec<usize>,
+    /// Seen before a flight recorder's window (FORMAT.md §7.15): (run, index in its
+    /// `Run::earlier`), at most `WITNESSES_PER_EDGE`. An edge with no `witnesses` was seen only
+    /// there: no reordering of the window can use it.
+    pub earlier: Vec<(usize, u32)>,
 }
 
 #[derive(Debug, Default)]
@@ -87,6 +91,7 @@ impl LockOrderGraph {
                 .entry((a.lock, a.subclass))
                 .or_insert_with(|| graph.class_id(&run.acquisition_class(a)))
         };
+        self.add_earlier(run_index, run);
         for (i, acq) in run.acquisitions.iter().enumerate() {
             if acq.how == AcquireHow::Try {
                 continue;
@@ -116,6 +121,20 @@ impl LockOrderGraph {
                         edge.witnesses.push(new);
                     }
                 }
+            }
+        }
+    }
+
+    /// Adds the edges a flight recorder saw before the window of run `run_index` (evidence
+    /// `earlier`: they count in the class graph, but never in an instance cycle).
+    fn add_earlier(&mut self, run_index: usize, run: &Run) {
+        for (i, e) in run.earlier.iter().enumerate() {
+            let from = self.class_id(&run.locks[e.held as usize].class);
+            let to = self.class_id(&run.locks[e.lock as usize].class);
+            let bit = mode_bit(Mode::Write, Mode::Write);
+            let edge = self.count_edge(from, to, e.count, bit, run_index);
+            if edge.earlier.len() < WITNESSES_PER_EDGE {
+                edge.earlier.push((run_index, i as u32));
             }
         }
     }
@@ -155,6 +174,7 @@ impl LockOrderGraph {
                 modes: 0,
                 witnesses: Vec::new(),
                 runs: Vec::new(),
+                earlier: Vec::new(),
             });
             self.edges.len() - 1
         });

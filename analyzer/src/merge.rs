@@ -18,7 +18,9 @@ use std::collections::{BTreeSet, HashMap};
 use crate::analysis::{analyze, Options};
 use crate::baseline::finding_key;
 use crate::cycles::{for_each_cycle, strongly_connected_components, Flow};
-use crate::describe::{cycle_text, edge_report, location};
+use crate::describe::{
+    cycle_text, earlier_edge_locations, earlier_edge_report, edge_report, location,
+};
 use crate::lock_cycles::{component_summary, ComponentCounts};
 use crate::lock_graph::{modes_can_block, ClassEdge, LockOrderGraph};
 use crate::model::Run;
@@ -55,23 +57,35 @@ pub fn analyze_trace(run: &Run, warnings: Vec<String>, opts: &Options) -> TraceA
     let edges = graph
         .edges
         .iter()
-        .map(|e| {
-            let w = e.witnesses[0];
-            let (h, r) = (
-                &run.acquisitions[w.held as usize],
-                &run.acquisitions[w.acquisition as usize],
-            );
-            EdgeWitness {
+        .filter_map(|e| {
+            let (report, locations) = match (e.witnesses.first(), e.earlier.first()) {
+                (Some(w), _) => {
+                    let (h, r) = (
+                        &run.acquisitions[w.held as usize],
+                        &run.acquisitions[w.acquisition as usize],
+                    );
+                    (
+                        edge_report(run, &graph, w.held, w.acquisition),
+                        [
+                            location(run, h.site, h.thread, "holds"),
+                            location(run, r.site, r.thread, "requests"),
+                        ],
+                    )
+                }
+                (None, Some(&(_, i))) => (
+                    earlier_edge_report(run, &graph, i),
+                    earlier_edge_locations(run, i),
+                ),
+                (None, None) => return None,
+            };
+            Some(EdgeWitness {
                 from: graph.classes[e.from].clone(),
                 to: graph.classes[e.to].clone(),
                 count: e.count,
                 modes: e.modes,
-                report: edge_report(run, &graph, w.held, w.acquisition),
-                locations: [
-                    location(run, h.site, h.thread, "holds"),
-                    location(run, r.site, r.thread, "requests"),
-                ],
-            }
+                report,
+                locations,
+            })
         })
         .collect();
     TraceAnalysis { report, edges }
@@ -438,10 +452,16 @@ fn cross_trace_finding(
             cycle_text(&names),
             k
         ),
-        reason: "not predicted: the edges of the cycle come from different traces, so no \
-                 single execution can be reordered into it; the code still takes these locks \
-                 in an inconsistent order"
-            .to_string(),
+        reason: if edges.iter().any(|e| e.earlier) {
+            "not predicted: the edges of the cycle come from different traces, some seen \
+             before the flight recorder's window, so no single execution can be reordered \
+             into it; the code still takes these locks in an inconsistent order"
+        } else {
+            "not predicted: the edges of the cycle come from different traces, so no single \
+             execution can be reordered into it; the code still takes these locks in an \
+             inconsistent order"
+        }
+        .to_string(),
         traces: in_traces
             .into_iter()
             .filter_map(|t| traces.get(t).map(|s| s.path.clone()))

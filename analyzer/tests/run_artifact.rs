@@ -210,7 +210,9 @@ fn a_pack_holds_the_run_and_is_read_directly() {
         .collect();
     assert_eq!(names.len(), 2, "{json}");
     assert!(
-        names.iter().all(|n| n.starts_with("run.trace") && !n.contains('/')),
+        names
+            .iter()
+            .all(|n| n.starts_with("run.trace") && !n.contains('/')),
         "{names:?}"
     );
 

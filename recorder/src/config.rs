@@ -15,6 +15,12 @@
 //!   completed with every thread's end state and the process ends with SIGKILL.
 //! - `FORESIGHT_WRAPPERS=GLOB\nGLOB…`: the program's own lock wrappers, one glob a line
 //!   (`wrappers.rs`): calls made inside them are recorded with their callers.
+//! - `FORESIGHT_MAX_SIZE=BYTES` (`foresight record --max-size`): recording stops before the
+//!   trace would grow past it (as under a file size limit: cause `FileSizeLimit`); the program
+//!   runs on.
+//! - `FORESIGHT_KEEP_LAST=BYTES` (`foresight record --keep-last`): flight recorder: only the
+//!   most recent events are kept (`flight.rs`) and written when the trace is completed; the
+//!   file stays within the bound.
 //! - `FORESIGHT_ORDERING=global`: one process-wide counter (`Ordering::GlobalSequence`)
 //!   instead of the default Lamport clocks per object (`Ordering::Logical`, also selected by
 //!   `logical`). The counter is a cache line every core writes on every synchronising event:
@@ -44,6 +50,10 @@ pub struct Config {
     pub hang_timeout_ms: u64,
     /// `FORESIGHT_WRAPPERS`, as given.
     pub wrappers: Option<Vec<u8>>,
+    /// `FORESIGHT_MAX_SIZE`, bytes (0: none).
+    pub max_size: u64,
+    /// `FORESIGHT_KEEP_LAST`, bytes (0: not a flight recorder).
+    pub keep_last: u64,
 }
 
 fn var(name: &CStr) -> Option<Vec<u8>> {
@@ -84,6 +94,8 @@ impl Config {
             stop_file: var(c"FORESIGHT_STOP_FILE").filter(|v| !v.is_empty()),
             hang_timeout_ms: number(c"FORESIGHT_HANG_TIMEOUT_MS").unwrap_or(0),
             wrappers,
+            max_size: number(c"FORESIGHT_MAX_SIZE").unwrap_or(0),
+            keep_last: number(c"FORESIGHT_KEEP_LAST").unwrap_or(0),
         }
     }
 }

@@ -165,6 +165,7 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
             stop();
         }
         runtime::flush_stale(output::now_ns(), MAX_AGE_NS);
+        crate::flight::touch_on_progress();
         if thread_state::no_live_threads() && threads_in_process() == Some(1) {
             // The program's threads are all gone (two of them raced past
             // `program_thread_exiting`): the process would have ended with the last one.

@@ -18,6 +18,8 @@
 //!   where the return address is in locking machinery); loaded modules and build-ids.
 //! - `wrappers.rs`: which code addresses are locking machinery (runtime libraries, the
 //!   standard library's lock functions, the program's wrappers), from ELF symbol tables.
+//! - `flight.rs`: flight-recorder mode (`--keep-last`): the ring of recent chunks, the
+//!   summary of lock-order edges before it, the window written at the end.
 //! - `output.rs`: the trace file (pwrite at reserved offsets), table records, trailer.
 //! - `alloc.rs`: the mmap-backed global allocator (never the program's malloc).
 //! - `config.rs`, `spin.rs`, `real.rs`: the env contract, a spinlock, real-symbol lookup.
@@ -25,6 +27,7 @@
 pub mod accesses;
 pub mod alloc;
 pub mod config;
+pub mod flight;
 pub mod flusher;
 pub mod hooks;
 pub mod modules;

@@ -202,14 +202,33 @@ fn write_reserved(bytes: &[u8]) -> bool {
 }
 
 /// Room kept under the file size limit for the end of the trace (end states, trailer).
-const TAIL_ROOM: u64 = 64 << 10;
+pub const TAIL_ROOM: u64 = 64 << 10;
+
+/// `--max-size` (`FORESIGHT_MAX_SIZE`): the trace stops growing at this many bytes (0: no
+/// bound), as under a file size limit.
+static MAX_SIZE: AtomicU64 = AtomicU64::new(0);
+
+pub fn set_max_size(bytes: u64) {
+    MAX_SIZE.store(bytes, Ordering::Relaxed);
+}
+
+/// The bytes reserved in the file so far.
+pub fn file_len() -> u64 {
+    FILE_LEN.load(Ordering::Acquire)
+}
 
 /// The bytes at the next free offset; a write that fails, or would pass the file size limit,
 /// stops recording (`stop_at`).
 fn reserve_and_write(fd: i32, bytes: &[u8]) -> bool {
     let len = bytes.len() as u64;
     let off = FILE_LEN.fetch_add(len, Ordering::AcqRel);
-    if let Some(limit) = file_size_limit() {
+    let max = MAX_SIZE.load(Ordering::Relaxed);
+    let limit = match (file_size_limit(), max) {
+        (l, 0) => l,
+        (Some(l), m) => Some(l.min(m)),
+        (None, m) => Some(m),
+    };
+    if let Some(limit) = limit {
         if off.saturating_add(len).saturating_add(TAIL_ROOM) > limit {
             stop_at(off, StopCause::FileSizeLimit { limit });
             return false;
@@ -354,6 +373,23 @@ pub fn write_event_chunk(chunk: &[u8], events: u32, attempts: Option<u32>) {
             flush_tables_locked(w);
         }
     }
+    if crate::flight::active() {
+        // Flight recorder: the chunk goes to the ring; counted when the window is written.
+        if !crate::flight::push(chunk, attempts) {
+            EVENTS_LOST.fetch_add(events as u64, Ordering::Relaxed);
+        }
+        return;
+    }
+    if write_reserved(chunk) {
+        EVENT_CHUNKS.fetch_add(1, Ordering::Relaxed);
+        EVENTS.fetch_add(events as u64, Ordering::Relaxed);
+    } else {
+        EVENTS_LOST.fetch_add(events as u64, Ordering::Relaxed);
+    }
+}
+
+/// A chunk of the flight recorder's window (`flight::dump`), counted like any event chunk.
+pub fn write_window_chunk(chunk: &[u8], events: u32) {
     if write_reserved(chunk) {
         EVENT_CHUNKS.fetch_add(1, Ordering::Relaxed);
         EVENTS.fetch_add(events as u64, Ordering::Relaxed);
@@ -506,6 +542,15 @@ pub fn truncate_to_end() {
     }
 }
 
+/// Sets the trace's modification time to now (the flight recorder's sign of life).
+pub fn touch() {
+    let fd = FD.load(Ordering::Acquire);
+    if fd >= 0 {
+        // SAFETY: a null `times` means "now"; plain syscall on our fd.
+        unsafe { libc::futimens(fd, std::ptr::null()) };
+    }
+}
+
 pub fn close() {
     let fd = FD.swap(-1, Ordering::AcqRel);
     if fd >= 0 {
@@ -522,6 +567,7 @@ pub fn forget_parent_file() {
 }
 
 pub fn lock_for_fork() {
+    crate::flight::lock_for_fork();
     TABLES.raw_lock();
     PAUSED_WRITES.raw_lock();
 }
@@ -533,6 +579,7 @@ pub unsafe fn unlock_after_fork() {
     unsafe {
         PAUSED_WRITES.force_unlock();
         TABLES.force_unlock();
+        crate::flight::unlock_after_fork();
     }
 }
 

@@ -139,6 +139,12 @@ pub extern "C" fn init() {
     // SAFETY: getppid has no preconditions.
     let ppid = unsafe { libc::getppid() } as u32;
     output::start(fd, &header(&cfg, pid, ppid));
+    output::set_max_size(cfg.max_size);
+    if cfg.keep_last > 0 && !crate::flight::configure(cfg.keep_last) {
+        output::complain("cannot map the flight recorder's window (--keep-last)");
+        output::set_state(STATE_DONE);
+        return;
+    }
     crate::flusher::configure(&cfg);
     *CONFIG.lock() = Some(cfg);
     thread::init_exit_key();
@@ -162,6 +168,10 @@ extern "C" fn at_exit() {
         true,
     );
 }
+
+/// What the end of a trace after the flight recorder's window takes at most (end states,
+/// stop cause, trailer), kept out of the window's bound.
+const END_ROOM: u64 = 16 << 10;
 
 /// Completes the trace (once). `attempts` bounds every lock wait (signal handlers).
 /// `caller_exits`: the calling thread ends the process (`exit`, `_exit`) and gets a
@@ -216,6 +226,9 @@ pub fn finish(reason: EndReason, attempts: Option<u32>, caller_exits: bool) {
         });
         quiesced.keep();
     }
+    // The flight recorder's window, now that every buffer is in it (before the end states
+    // that may name its threads' last requests).
+    crate::flight::dump(attempts, END_ROOM);
     output::flush_tables(attempts);
     if let Some(chunk) = ends.as_mut() {
         if let Some(stop) = output::stopped() {
@@ -263,6 +276,8 @@ pub fn before_exec(ra: usize) {
         // (`output::write_reserved`).
         quiesced.end();
     }
+    // The old image's window goes to its file before the image is replaced.
+    crate::flight::dump(None, END_ROOM);
     output::flush_tables(None);
     output::write_provisional_trailer();
 }
@@ -360,6 +375,7 @@ extern "C" fn fork_child() {
     wrappers::reset();
     thread_state::pt_reset();
     output::forget_parent_file();
+    crate::flight::reset_in_child();
     let Some(cfg) = CONFIG.lock().clone() else {
         output::set_state(STATE_DONE);
         return;

@@ -321,6 +321,11 @@ impl TraceBuilder {
         list.push(Event { key, kind });
     }
 
+    /// Adds a table record as it is (a flight recorder's window and summary edges, for tests).
+    pub fn table_record(&mut self, r: TableRecord) {
+        self.records.push(r);
+    }
+
     /// Request then acquire, exclusively.
     pub fn lock(&mut self, t: ThreadId, lock: ObjectId, site: SiteId) {
         self.lock_mode(t, lock, LockMode::Exclusive, site);

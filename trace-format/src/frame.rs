@@ -5,7 +5,7 @@
 pub const FILE_MAGIC: [u8; 8] = *b"\x7fFSTRACE";
 /// The format version this crate writes.
 pub const VERSION_MAJOR: u16 = 1;
-pub const VERSION_MINOR: u16 = 5;
+pub const VERSION_MINOR: u16 = 6;
 /// Magic, major, minor, header length, header checksum.
 pub const FILE_PREFIX_LEN: usize = 8 + 2 + 2 + 4 + 4;
 /// A header larger than this is refused before it is read.

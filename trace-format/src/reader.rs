@@ -19,8 +19,9 @@ use crate::frame::{ChunkKind, EventsPrefix, EVENTS_PREFIX_LEN};
 use crate::scan::{payload_read_problem, scan};
 use crate::source::Source;
 use crate::tables::{
-    AccessCounts, DataType, DataVariable, Frame, FrameSymbol, Header, ModuleInfo, ObjectInfo,
-    RecordingStopped, SiteInfo, SourceLocation, ThreadEndState, ThreadInfo, Trailer,
+    AccessCounts, DataType, DataVariable, EarlierLockOrder, Frame, FrameSymbol, Header, ModuleInfo,
+    ObjectInfo, RecordingStopped, RecordingWindow, SiteInfo, SourceLocation, ThreadEndState,
+    ThreadInfo, Trailer,
 };
 
 /// Where one chunk is in the file.
@@ -59,9 +60,25 @@ pub struct Tables {
     pub thread_ends: BTreeMap<ThreadId, ThreadEndState>,
     /// Recording stopped before the process ended (FORMAT.md §7.13).
     pub recording_stopped: Option<RecordingStopped>,
+    /// The trace is a window of the run (flight recorder, FORMAT.md §7.14): per thread, what
+    /// was kept and dropped. Empty: the trace holds the whole run.
+    pub window: BTreeMap<ThreadId, RecordingWindow>,
+    /// Lock-order edges seen before the window (FORMAT.md §7.15), in file order.
+    pub earlier_lock_order: Vec<EarlierLockOrder>,
 }
 
 impl Tables {
+    /// The sequence number of a thread's first chunk: 0, or in a window (FORMAT.md §7.14)
+    /// the first one kept (the dropped ones before it are not missing).
+    pub fn first_sequence(&self, thread: ThreadId) -> u32 {
+        self.window.get(&thread).map_or(0, |w| w.first_sequence)
+    }
+
+    /// Whether the trace is a window of its run (`foresight record --keep-last`).
+    pub fn is_window(&self) -> bool {
+        !self.window.is_empty()
+    }
+
     pub fn string(&self, id: StringId) -> Option<&str> {
         self.strings.get(&id).map(String::as_str)
     }
@@ -383,7 +400,7 @@ impl TraceFile {
                 Err(problem) => problems.push(problem),
             }
         }
-        let groups = group_by_thread(good, &mut problems);
+        let groups = group_by_thread(good, &self.tables, &mut problems);
         (groups, problems)
     }
 
@@ -626,6 +643,7 @@ struct ThreadChunks {
 /// Orders good chunks per thread by sequence number, dropping duplicates and reporting gaps.
 fn group_by_thread(
     mut chunks: Vec<PlannedChunk>,
+    tables: &Tables,
     problems: &mut Vec<Problem>,
 ) -> Vec<ThreadChunks> {
     chunks.retain(|c| c.prefix.event_count > 0 || c.body_len > 0);
@@ -640,7 +658,7 @@ fn group_by_thread(
                 thread: c.prefix.thread,
                 chunks: Vec::new(),
             });
-            expected_seq = 0;
+            expected_seq = tables.first_sequence(c.prefix.thread);
             first_event = 0;
         }
         let t = threads.last_mut().expect("pushed above");

@@ -20,8 +20,9 @@ use crate::frame::{
 use crate::reader::{ChunkRef, Tables};
 use crate::source::{ReadFailure, Source};
 use crate::tables::{
-    AccessCounts, DataType, DataVariable, FrameSymbol, Header, ModuleInfo, ObjectInfo,
-    RecordingStopped, SiteInfo, StringEntry, ThreadEnd, ThreadInfo, Trailer,
+    AccessCounts, DataType, DataVariable, EarlierLockOrder, FrameSymbol, Header, ModuleInfo,
+    ObjectInfo, RecordingStopped, RecordingWindow, SiteInfo, StringEntry, ThreadEnd, ThreadInfo,
+    Trailer,
 };
 use crate::varint;
 
@@ -491,6 +492,17 @@ fn read_table_records(payload: &[u8], base: u64, tables: &mut Tables, problems: 
             // One per trace; a second one (a forged file) is ignored.
             11 => decode_record::<RecordingStopped>(body).map(|r| {
                 tables.recording_stopped.get_or_insert(r);
+            }),
+            12 => decode_record::<RecordingWindow>(body).map(|r| {
+                insert_first!(
+                    tables.window,
+                    r.thread,
+                    r,
+                    dup("recording window", r.thread as u64)
+                )
+            }),
+            13 => decode_record::<EarlierLockOrder>(body).map(|r| {
+                tables.earlier_lock_order.push(r);
             }),
             // Unknown tags come from a newer minor version: skip them.
             _ => Ok(()),

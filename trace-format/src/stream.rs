@@ -261,7 +261,7 @@ impl TraceStream {
         let mut cursors: Vec<Cursor<'_>> = self
             .threads
             .iter()
-            .map(|t| Cursor::new(t.thread, &t.chunks))
+            .map(|t| Cursor::new(t.thread, &t.chunks, self.tables.first_sequence(t.thread)))
             .collect();
         for c in cursors.iter_mut() {
             if !c.refill(&mut ctx) {
@@ -288,7 +288,7 @@ impl TraceStream {
                 references: 0,
                 shrunk_to: None,
             },
-            cursor: Cursor::new(thread, chunks),
+            cursor: Cursor::new(thread, chunks, self.tables.first_sequence(thread)),
             started: false,
         }
     }
@@ -408,7 +408,7 @@ struct Cursor<'a> {
 }
 
 impl<'a> Cursor<'a> {
-    fn new(thread: ThreadId, chunks: &'a [ChunkLoc]) -> Self {
+    fn new(thread: ThreadId, chunks: &'a [ChunkLoc], first_sequence: u32) -> Self {
         Cursor {
             thread,
             chunks,
@@ -419,7 +419,7 @@ impl<'a> Cursor<'a> {
             at: 0,
             batch_offset: 0,
             index: 0,
-            expected_sequence: 0,
+            expected_sequence: first_sequence,
             last_key: 0,
             summary: ThreadSummary {
                 thread,

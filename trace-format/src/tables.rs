@@ -279,6 +279,38 @@ pub enum StopCause {
     HangTimeout { ms: u64 },
 }
 
+/// The trace holds a window of the run, per thread (version 1.6; FORMAT.md §7.14): what the
+/// flight recorder (`foresight record --keep-last`) kept of one thread and what it dropped.
+/// A trace with at least one such record is a window; a thread without one lost nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordingWindow {
+    pub thread: ThreadId,
+    /// The sequence number of the thread's first chunk in the window (its chunks before it
+    /// were dropped, not lost): a reader expects the thread's chunks from here.
+    pub first_sequence: u32,
+    /// Events of the thread recorded and dropped before the window.
+    pub events_dropped: u64,
+    /// Wall-clock end of the last dropped chunk, nanoseconds since the Unix epoch (0: none
+    /// dropped): the thread's window starts after it.
+    pub dropped_until_ns: u64,
+    /// The bound the window was kept within (`--keep-last`), bytes.
+    pub keep_last: u64,
+}
+
+/// A lock-order edge seen in events dropped before the window (version 1.6; FORMAT.md §7.15):
+/// a thread holding `held` requested `requested`, `count` times before the window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EarlierLockOrder {
+    pub held: ObjectId,
+    pub requested: ObjectId,
+    pub count: u64,
+    /// One thread that took the pair, the site where it acquired `held` and where it
+    /// requested `requested` (its first time).
+    pub thread: ThreadId,
+    pub held_site: SiteId,
+    pub site: SiteId,
+}
+
 /// A record of a table chunk. Records are framed by a tag and a length in the chunk, so that a
 /// reader skips the tags it does not know (a later minor version may add some).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -294,6 +326,8 @@ pub enum TableRecord {
     DataType(DataType),
     ThreadEnd(ThreadEnd),
     RecordingStopped(RecordingStopped),
+    RecordingWindow(RecordingWindow),
+    EarlierLockOrder(EarlierLockOrder),
 }
 
 impl TableRecord {
@@ -310,6 +344,8 @@ impl TableRecord {
             Self::DataType(_) => 9,
             Self::ThreadEnd(_) => 10,
             Self::RecordingStopped(_) => 11,
+            Self::RecordingWindow(_) => 12,
+            Self::EarlierLockOrder(_) => 13,
         }
     }
 }

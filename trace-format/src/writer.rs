@@ -590,6 +590,8 @@ impl TableWriter {
             TableRecord::DataType(r) => serialize(r, scratch),
             TableRecord::ThreadEnd(r) => serialize(r, scratch),
             TableRecord::RecordingStopped(r) => serialize(r, scratch),
+            TableRecord::RecordingWindow(r) => serialize(r, scratch),
+            TableRecord::EarlierLockOrder(r) => serialize(r, scratch),
         };
         self.buf.push(record.tag());
         crate::varint::put(&mut self.buf, scratch.len() as u64);
@@ -691,6 +693,8 @@ fn record_into(record: &TableRecord, out: &mut [u8]) -> Option<usize> {
         TableRecord::DataType(r) => postcard::to_slice(r, body),
         TableRecord::ThreadEnd(r) => postcard::to_slice(r, body),
         TableRecord::RecordingStopped(r) => postcard::to_slice(r, body),
+        TableRecord::RecordingWindow(r) => postcard::to_slice(r, body),
+        TableRecord::EarlierLockOrder(r) => postcard::to_slice(r, body),
     }
     .ok()?
     .len();

@@ -90,6 +90,18 @@ pub struct Args {
     /// file's `wrappers = [...]` in the working directory adds more.
     #[arg(long = "wrapper", value_name = "GLOB")]
     wrappers: Vec<String>,
+    /// Stop recording when the trace reaches SIZE (bytes, or with a suffix K, M, G: powers of
+    /// 1024): the program runs on unrecorded and the trace says recording stopped, as when the
+    /// disk is full. Each process of the run has its own bound.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, conflicts_with = "keep_last")]
+    max_size: Option<u64>,
+    /// Flight recorder: keep only the most recent events, within SIZE (as --max-size), and
+    /// write them when the process ends (exit, a signal, a crash, --hang-timeout) or execs.
+    /// Lock-order edges seen before the window are kept as a summary, so that a cycle with one
+    /// side before the window is still reported (as potential). A process killed with SIGKILL
+    /// writes no window.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    keep_last: Option<u64>,
     /// The command to record and its arguments (after `--`).
     #[arg(
         required = true,
@@ -128,6 +140,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         cmd.env_remove("FORESIGHT_ALLOCATIONS");
     }
+    match args.max_size {
+        Some(n) => cmd.env("FORESIGHT_MAX_SIZE", n.to_string()),
+        None => cmd.env_remove("FORESIGHT_MAX_SIZE"),
+    };
+    match args.keep_last {
+        Some(n) => cmd.env("FORESIGHT_KEEP_LAST", n.to_string()),
+        None => cmd.env_remove("FORESIGHT_KEEP_LAST"),
+    };
     let config = crate::suppressions::Suppressions::discover(None)?;
     let mut wrappers = crate::sites::Wrappers::new(args.wrappers.iter().cloned());
     if let Some(c) = &config {
@@ -274,8 +294,11 @@ fn prepare_trace(shown: &Path, path: &Path, root: bool, reaped: u32, args: &Args
                 notes.push(format!(
                     "foresight: warning: {}: {}",
                     shown.display(),
-                    stop_cause(stop.cause)
+                    stop_cause(stop.cause, args.max_size)
                 ));
+            }
+            if let Some(w) = window_summary(&t.tables) {
+                notes.push(format!("  {w}"));
             }
             notes.extend(waiting_threads(&t).into_iter().map(|l| format!("  {l}")));
             Prepared::Written(Written {
@@ -344,6 +367,33 @@ fn report_run(shown: &Path, mut written: Vec<Written>, silent: usize) {
             }
         }
     }
+}
+
+/// The smallest bound `--max-size`/`--keep-last` accept: room for the tables and the window.
+const MIN_BOUND: u64 = 256 << 10;
+
+/// `SIZE`: bytes, or a number with `K`, `M`, `G` (powers of 1024, `KiB`/`KB` alike).
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(digits);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a size (bytes, or a number with K, M or G)"))?;
+    let shift = match unit.trim().to_ascii_uppercase().as_str() {
+        "" | "B" => 0,
+        "K" | "KB" | "KIB" => 10,
+        "M" | "MB" | "MIB" => 20,
+        "G" | "GB" | "GIB" => 30,
+        _ => return Err(format!("`{s}`: unknown unit (K, M or G)")),
+    };
+    let bytes = n
+        .checked_mul(1 << shift)
+        .ok_or_else(|| format!("`{s}` is too large"))?;
+    if bytes < MIN_BOUND {
+        return Err(format!("`{s}` is too small: at least 256K"));
+    }
+    Ok(bytes)
 }
 
 /// `foresight-<basename>.trace`, with characters that are awkward in a file name replaced.
@@ -463,13 +513,19 @@ impl HangWatch {
         }
     }
 
-    /// The sizes of the run's traces, to compare between looks.
-    fn sizes(&self) -> Vec<(PathBuf, u64)> {
+    /// The sizes and modification times of the run's traces, to compare between looks (a
+    /// flight recorder's trace does not grow while it records: its runtime touches the file
+    /// instead).
+    fn sizes(&self) -> Vec<(PathBuf, u64, Option<std::time::SystemTime>)> {
         let mut paths = vec![self.output.clone()];
         paths.extend(siblings(&self.output).into_iter().map(|(_, p)| p));
         paths
             .into_iter()
-            .filter_map(|p| std::fs::metadata(&p).ok().map(|m| (p, m.len())))
+            .filter_map(|p| {
+                std::fs::metadata(&p)
+                    .ok()
+                    .map(|m| (p, m.len(), m.modified().ok()))
+            })
             .collect()
     }
 
@@ -664,17 +720,42 @@ fn still_running(pid: u32, reaped: u32) -> bool {
     !matches!(state, Some("Z") | Some("X") | None)
 }
 
+/// What a flight recorder's trace holds: one line, `None` for a whole recording.
+pub(crate) fn window_summary(tables: &foresight_trace::reader::Tables) -> Option<String> {
+    let first = tables.window.values().next()?;
+    let dropped: u64 = tables.window.values().map(|w| w.events_dropped).sum();
+    let threads = tables
+        .window
+        .values()
+        .filter(|w| w.events_dropped > 0)
+        .count();
+    let edges = tables.earlier_lock_order.len();
+    Some(format!(
+        "flight recorder window (--keep-last {}): {dropped} earlier event{} of {threads} \
+         thread{} dropped; {edges} lock-order edge{} seen before the window kept as a summary",
+        human_size(first.keep_last),
+        if dropped == 1 { "" } else { "s" },
+        if threads == 1 { "" } else { "s" },
+        if edges == 1 { "" } else { "s" },
+    ))
+}
+
 /// What a recording-stopped record says, for the user.
-fn stop_cause(cause: StopCause) -> String {
+pub(crate) fn stop_cause(cause: StopCause, max_size: Option<u64>) -> String {
     match cause {
         StopCause::WriteFailed { errno } => format!(
             "recording stopped early, the program ran on: writing the trace failed ({}); the \
              trace holds what was written before",
             std::io::Error::from_raw_os_error(errno)
         ),
+        StopCause::FileSizeLimit { limit } if max_size == Some(limit) => format!(
+            "recording stopped early, the program ran on: the trace reached its size limit \
+             (--max-size, {}); it holds what was written before",
+            human_size(limit)
+        ),
         StopCause::FileSizeLimit { limit } => format!(
             "recording stopped early, the program ran on: the trace reached the file size limit \
-             ({limit} bytes, `ulimit -f`); it holds what was written before"
+             ({limit} bytes: `ulimit -f`, or --max-size); it holds what was written before"
         ),
         StopCause::HangTimeout { ms } => format!(
             "the run was stopped after {} s without an event; where each thread was:",

@@ -246,6 +246,16 @@ fn write_stats(
             "ended      with a trailer, but chunks are damaged or missing"
         )?,
     }
+    if let Some(stop) = stream.tables().recording_stopped {
+        writeln!(
+            out,
+            "stopped    {}",
+            super::record::stop_cause(stop.cause, None)
+        )?;
+    }
+    if let Some(w) = super::record::window_summary(stream.tables()) {
+        writeln!(out, "window     {w}")?;
+    }
     if let Some(d) = duration_ns(stream, &counts.threads) {
         writeln!(out, "duration   {:.3} s", d as f64 / 1e9)?;
     }

@@ -323,6 +323,17 @@ impl<'t> LockSections<'t> {
     /// ended (a program that hung, stopped with a signal). It is a request that can be a
     /// pattern event, never a critical section: its acquire position is past every frontier,
     /// its `seq` past every event (`events`).
+    /// The dense index of a lock object named only by the flight recorder's summary of
+    /// edges before its window (FORMAT.md §7.15), added if the window never took it.
+    pub fn summary_lock(
+        &mut self,
+        object: ObjectId,
+        annotations: &Annotations,
+        heap: &HeapBlocks,
+    ) -> u32 {
+        self.lock_of(object, annotations, heap)
+    }
+
     pub fn finish(mut self, annotations: &Annotations, heap: &HeapBlocks, events: u64) -> Self {
         for t in 0..self.pending.len() {
             if let Some((lock, request)) = self.pending[t] {

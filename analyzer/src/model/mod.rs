@@ -249,6 +249,47 @@ pub struct Run {
     pub races: RaceOutput,
     /// How the threads' recording ended: blocking calls still open, end states.
     pub end: RunEnd,
+    /// The lock-order edges the flight recorder saw before its window (FORMAT.md §7.15).
+    pub earlier: Vec<EarlierEdge>,
+    /// The trace is a flight recorder's window of its run.
+    pub window: Option<WindowInfo>,
+}
+
+/// A lock-order edge seen before the flight recorder's window: a thread holding `held`
+/// requested `lock` (both dense lock indices), `count` times.
+#[derive(Clone, Debug)]
+pub struct EarlierEdge {
+    pub held: u32,
+    pub lock: u32,
+    pub count: u64,
+    /// The trace's id of one thread that took it (it may have no events in the window).
+    pub thread: foresight_trace::event::ThreadId,
+    pub held_site: SiteId,
+    pub site: SiteId,
+}
+
+/// What a flight recorder's window left out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WindowInfo {
+    pub keep_last: u64,
+    pub events_dropped: u64,
+    /// Threads with events dropped.
+    pub threads_dropped: usize,
+}
+
+impl WindowInfo {
+    pub fn of(tables: &Tables) -> Option<Self> {
+        let first = tables.window.values().next()?;
+        Some(WindowInfo {
+            keep_last: first.keep_last,
+            events_dropped: tables.window.values().map(|w| w.events_dropped).sum(),
+            threads_dropped: tables
+                .window
+                .values()
+                .filter(|w| w.events_dropped > 0)
+                .count(),
+        })
+    }
 }
 
 impl Run {
@@ -461,9 +502,26 @@ impl Pass for ModelPass<'_> {
         self.pending.handle(ev);
     }
 
-    fn finish(self) -> Run {
+    fn finish(mut self) -> Run {
         let tables = self.tables;
         let sites = convert_sites(tables, &self.wrappers);
+        let earlier: Vec<EarlierEdge> = tables
+            .earlier_lock_order
+            .iter()
+            .map(|e| EarlierEdge {
+                held: self
+                    .locks
+                    .summary_lock(e.held, &self.annotations, &self.heap),
+                lock: self
+                    .locks
+                    .summary_lock(e.requested, &self.annotations, &self.heap),
+                count: e.count,
+                thread: e.thread,
+                held_site: e.held_site,
+                site: e.site,
+            })
+            .filter(|e| e.held != e.lock)
+            .collect();
         let mut locks = self
             .locks
             .finish(&self.annotations, &self.heap, self.events);
@@ -509,6 +567,8 @@ impl Pass for ModelPass<'_> {
             events: self.events,
             races: RaceOutput::default(),
             end,
+            earlier,
+            window: WindowInfo::of(tables),
         }
     }
 }

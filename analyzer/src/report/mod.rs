@@ -49,6 +49,22 @@ pub struct TraceSummary {
     pub accesses: u64,
     /// Problems the reader found (a damaged or cut-short trace is analysed as far as it reads).
     pub warnings: Vec<String>,
+    /// The trace is a flight recorder's window of its run (`record --keep-last`): what it
+    /// dropped. `null` for a whole recording.
+    pub window: Option<WindowSummary>,
+}
+
+/// What a flight recorder's window left out of its trace.
+#[derive(Clone, Debug, Serialize)]
+pub struct WindowSummary {
+    /// The bound the window was kept within, bytes.
+    pub keep_last: u64,
+    /// Events recorded before the window and dropped.
+    pub events_dropped: u64,
+    /// Threads that lost events to it.
+    pub threads_dropped: usize,
+    /// Lock-order edges seen before the window, kept as a summary.
+    pub earlier_edges: usize,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -416,6 +432,9 @@ pub struct EdgeReport {
     pub request_position: u32,
     /// How many times the class edge was seen in all traces.
     pub edge_count: u64,
+    /// The edge was seen only before a flight recorder's window (its summary, FORMAT.md
+    /// §7.15): no event positions, the held set is the held lock alone.
+    pub earlier: bool,
 }
 
 /// A wait that holds locks hostage.

@@ -40,6 +40,17 @@ pub fn write_with(out: &mut impl Write, report: &Report, style: Style) -> std::i
             )?;
         }
         writeln!(out)?;
+        if let Some(w) = &t.window {
+            writeln!(
+                out,
+                "  a flight recorder's window (--keep-last {} bytes): {} before it dropped, from \
+                 {}; {} seen before it kept as a summary",
+                w.keep_last,
+                counted(w.events_dropped, "event", "events"),
+                counted(w.threads_dropped, "thread", "threads"),
+                counted(w.earlier_edges, "lock-order edge", "lock-order edges"),
+            )?;
+        }
         for w in &t.warnings {
             writeln!(out, "  warning: {w}")?;
         }
@@ -435,6 +446,25 @@ fn race_rules(races: &[&Finding]) -> String {
 }
 
 fn edge(out: &mut impl Write, i: usize, e: &EdgeReport, style: Style) -> std::io::Result<()> {
+    if e.earlier {
+        writeln!(
+            out,
+            "  edge {i}: {} → {} ({} in {}, seen {} times before the flight recorder's window)",
+            e.from_class, e.to_class, e.thread, e.trace, e.edge_count
+        )?;
+        writeln!(
+            out,
+            "    holds {} ({}), acquired at {}",
+            e.held.lock, e.held.mode, e.held.site.location
+        )?;
+        stack(out, &e.held.site, "      ", style)?;
+        writeln!(
+            out,
+            "    requests {} ({}) at {}",
+            e.lock, e.mode, e.site.location
+        )?;
+        return stack(out, &e.site, "      ", style);
+    }
     writeln!(
         out,
         "  edge {i}: {} → {} ({} in {}, seen {} times)",

@@ -1,0 +1,382 @@
+//! Bounded recording: a flight recorder's window (FORMAT.md §7.14–§7.15) on builder traces —
+//! summary edges from before the window join the lock-order graph as evidence `earlier` and
+//! close cycles only as potential — and with the real runtime: `record --keep-last` (an
+//! inversion whose first half is before the window, a crash, a hang) and `record --max-size`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use foresight_analyzer::analysis::{analyze, Options};
+use foresight_analyzer::model::build_run;
+use foresight_analyzer::report::{Report, Verdict};
+use foresight_fixtures::harness::{compile_hostile, compile_source, fresh_dir, runtime};
+use foresight_trace::builder::TraceBuilder;
+use foresight_trace::tables::{
+    EarlierLockOrder, EndReason, RecordingWindow, StopCause, TableRecord, ThreadEndState,
+};
+use foresight_trace::Trace;
+
+fn report_of(bytes: Vec<u8>) -> Report {
+    let trace = Trace::from_bytes("w.trace", bytes).expect("trace reads");
+    assert!(trace.problems.is_empty(), "{:?}", trace.problems);
+    let run = build_run(&trace, &mut |_| {});
+    analyze(&[run], &[], &Options::default())
+}
+
+fn show(r: &Report) -> String {
+    let mut v = Vec::new();
+    foresight_analyzer::report::text::write(&mut v, r).unwrap();
+    String::from_utf8(v).unwrap()
+}
+
+fn window(thread: u32, dropped: u64) -> TableRecord {
+    TableRecord::RecordingWindow(RecordingWindow {
+        thread,
+        first_sequence: 0,
+        events_dropped: dropped,
+        dropped_until_ns: 0,
+        keep_last: 8 << 20,
+    })
+}
+
+/// Thread `one` takes B then A in the window; the summary says a thread took A then B before
+/// it (with `summary`), at lines 10 and 11.
+fn inversion(summary: bool) -> Vec<u8> {
+    let mut b = TraceBuilder::new("flight");
+    let main = b.main_thread();
+    let a = b.mutex("A");
+    let bb = b.mutex("B");
+    let s = b.site("f", "t.c", 1);
+    let one = b.spawn(main, s, "one");
+    let (s20, s21, s99) = (
+        b.site("late", "t.c", 20),
+        b.site("late", "t.c", 21),
+        b.site("late", "t.c", 99),
+    );
+    b.lock(one, bb, s20);
+    b.lock(one, a, s21);
+    b.unlock(one, a, s99);
+    b.unlock(one, bb, s99);
+    let (s10, s11) = (b.site("early", "t.c", 10), b.site("early", "t.c", 11));
+    b.table_record(window(main, 5));
+    b.table_record(window(one, 0));
+    if summary {
+        b.table_record(TableRecord::EarlierLockOrder(EarlierLockOrder {
+            held: a,
+            requested: bb,
+            count: 3,
+            thread: 7,
+            held_site: s10,
+            site: s11,
+        }));
+    }
+    b.finish()
+}
+
+#[test]
+fn an_inversion_whose_first_half_is_before_the_window_is_potential() {
+    let r = report_of(inversion(true));
+    let text = show(&r);
+    assert_eq!(r.summary.predicted, 0, "{text}");
+    let p: Vec<_> = r
+        .findings
+        .iter()
+        .filter(|f| f.verdict == Verdict::Potential && f.rule == "lock-order")
+        .collect();
+    assert_eq!(p.len(), 1, "{text}");
+    assert!(
+        p[0].reason
+            .contains("seen before the flight recorder's window"),
+        "{}",
+        p[0].reason
+    );
+    let lines: Vec<u32> = p[0].locations.iter().filter_map(|l| l.line).collect();
+    for line in [10, 11, 20, 21] {
+        assert!(lines.contains(&line), "line {line} in {lines:?}");
+    }
+    assert!(
+        text.contains("seen 3 times before the flight recorder's window"),
+        "{text}"
+    );
+    assert!(text.contains("a flight recorder's window"), "{text}");
+    let w = r.traces[0].window.as_ref().expect("the trace is a window");
+    assert_eq!(
+        (w.events_dropped, w.threads_dropped, w.earlier_edges),
+        (5, 1, 1)
+    );
+    let json = serde_json::to_value(&r).unwrap();
+    assert_eq!(json["traces"][0]["window"]["earlier_edges"], 1);
+    let edges = json["findings"][0]["edges"].as_array().unwrap();
+    assert!(edges.iter().any(|e| e["earlier"] == true), "{edges:?}");
+}
+
+#[test]
+fn without_the_summary_there_is_no_cycle_and_a_whole_trace_has_no_window() {
+    let r = report_of(inversion(false));
+    assert!(r.findings.is_empty(), "{}", show(&r));
+    assert!(r.traces[0].window.is_some());
+    let mut b = TraceBuilder::new("whole");
+    let main = b.main_thread();
+    let a = b.mutex("A");
+    let s = b.site("f", "t.c", 1);
+    b.lock(main, a, s);
+    b.unlock(main, a, s);
+    let r = report_of(b.finish());
+    assert!(r.traces[0].window.is_none());
+    assert!(!show(&r).contains("flight recorder"));
+}
+
+#[test]
+fn summary_edges_alone_close_a_cycle_as_potential() {
+    let mut b = TraceBuilder::new("flight");
+    let main = b.main_thread();
+    let a = b.mutex("A");
+    let bb = b.mutex("B");
+    let s = b.site("f", "t.c", 1);
+    b.lock(main, a, s);
+    b.unlock(main, a, s);
+    b.table_record(window(main, 100));
+    for (held, requested) in [(a, bb), (bb, a)] {
+        b.table_record(TableRecord::EarlierLockOrder(EarlierLockOrder {
+            held,
+            requested,
+            count: 1,
+            thread: 9,
+            held_site: s,
+            site: s,
+        }));
+    }
+    let r = report_of(b.finish());
+    assert_eq!(r.summary.potential, 1, "{}", show(&r));
+    assert_eq!(r.summary.predicted, 0);
+}
+
+// --- recorded ---------------------------------------------------------------------------------
+
+fn foresight(dir: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_foresight"));
+    c.current_dir(dir).env("FORESIGHT_RUNTIME", runtime());
+    for v in [
+        "FORESIGHT_OUTPUT",
+        "FORESIGHT_STACK_DEPTH",
+        "FORESIGHT_NO_FOLLOW",
+        "FORESIGHT_STOP_FILE",
+        "FORESIGHT_HANG_TIMEOUT_MS",
+        "FORESIGHT_MAX_SIZE",
+        "FORESIGHT_KEEP_LAST",
+        "LD_PRELOAD",
+    ] {
+        c.env_remove(v);
+    }
+    c
+}
+
+fn record(dir: &Path, args: &[&str], program: &Path, program_args: &[&str]) -> Output {
+    foresight(dir)
+        .arg("record")
+        .args(args)
+        .arg("--")
+        .arg(program)
+        .args(program_args)
+        .output()
+        .unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn flight_fixture(name: &str) -> PathBuf {
+    compile_source(
+        &Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../fixtures/flight")
+            .join(format!("{name}.c")),
+    )
+}
+
+#[test]
+fn a_recorded_inversion_split_by_the_window_is_reported_as_potential() {
+    let exe = flight_fixture("early_inversion");
+    let dir = fresh_dir("flight-inversion");
+    let o = record(&dir, &["-o", "t.trace", "--keep-last", "256K"], &exe, &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "done\n");
+    assert!(
+        stderr(&o).contains("flight recorder window"),
+        "{}",
+        stderr(&o)
+    );
+    let path = dir.join("t.trace");
+    let t = Trace::open(&path).unwrap();
+    assert!(t.problems.is_empty(), "{:?}", t.problems);
+    assert!(t.tables.is_window());
+    assert!(t.tables.window.values().any(|w| w.events_dropped > 0));
+    assert!(!t.tables.earlier_lock_order.is_empty());
+    let o = foresight(&dir)
+        .args(["analyze", "--format", "json", "t.trace"])
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let findings = json["findings"].as_array().unwrap();
+    let potential: Vec<_> = findings
+        .iter()
+        .filter(|f| f["verdict"] == "potential" && f["kind"] == "potential-deadlock")
+        .collect();
+    assert_eq!(potential.len(), 1, "{findings:#?}");
+    assert!(potential[0]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("seen before the flight recorder's window"));
+    let lines: Vec<u64> = potential[0]["locations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|l| l["line"].as_u64())
+        .collect();
+    // a then b early (before the window), b then a late (in it).
+    for line in [27, 28, 36, 37] {
+        assert!(lines.contains(&line), "line {line} in {lines:?}");
+    }
+}
+
+#[test]
+fn a_thread_blocked_since_before_the_window_keeps_its_last_events() {
+    let exe = flight_fixture("stuck_while_busy");
+    let dir = fresh_dir("flight-stuck");
+    let o = record(&dir, &["-o", "t.trace", "--keep-last", "256K"], &exe, &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "busy done\n");
+    let err = stderr(&o);
+    assert!(err.contains("T1: blocked in lock-request b"), "{err}");
+    assert!(err.contains("T2: blocked in lock-request a"), "{err}");
+    let t = Trace::open(dir.join("t.trace")).unwrap();
+    assert!(t.problems.is_empty(), "{:?}", t.problems);
+    assert!(
+        t.tables
+            .window
+            .get(&3)
+            .is_some_and(|w| w.events_dropped > 0),
+        "the busy thread's events overflowed the window: {:?}",
+        t.tables.window
+    );
+    let o = foresight(&dir)
+        .args(["analyze", "--format", "json", "t.trace"])
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let findings = json["findings"].as_array().unwrap();
+    assert!(
+        findings
+            .iter()
+            .any(|f| f["verdict"] == "observed" && f["kind"] == "observed-deadlock"),
+        "{findings:#?}"
+    );
+}
+
+#[test]
+fn a_window_stays_within_its_bound_and_is_written_on_a_crash() {
+    let exe = compile_hostile("lock_pairs");
+    let dir = fresh_dir("flight-bound");
+    let bound = 256u64 << 10;
+    let o = record(
+        &dir,
+        &["-o", "t.trace", "--keep-last", "256K", "--no-symbolize"],
+        &exe,
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "400000 pairs\n");
+    let len = std::fs::metadata(dir.join("t.trace")).unwrap().len();
+    assert!(len <= bound, "{len} > {bound}");
+    let t = Trace::open(dir.join("t.trace")).unwrap();
+    assert!(t.problems.is_empty(), "{:?}", t.problems);
+    assert!(t.event_count() > 10_000, "the window holds events");
+
+    let exe = compile_hostile("crash");
+    let dir = fresh_dir("flight-crash");
+    let o = record(
+        &dir,
+        &["-o", "t.trace", "--keep-last", "1M"],
+        &exe,
+        &["segv"],
+    );
+    assert_eq!(o.status.code(), Some(128 + 11), "{}", stderr(&o));
+    let t = Trace::open(dir.join("t.trace")).unwrap();
+    assert!(t.problems.is_empty(), "{:?}", t.problems);
+    assert_eq!(
+        t.trailer.as_ref().unwrap().reason,
+        EndReason::Signal { signal: 11 }
+    );
+    assert!(t.tables.is_window());
+    assert!(t.thread(1).is_some_and(|e| !e.events.is_empty()));
+}
+
+#[test]
+fn a_hang_in_flight_recorder_mode_is_stopped_and_its_window_written() {
+    let exe = compile_hostile("abba_deadlock");
+    let dir = fresh_dir("flight-hang");
+    let o = record(
+        &dir,
+        &["-o", "t.trace", "--keep-last", "1M", "--hang-timeout", "1"],
+        &exe,
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(128 + 9), "{}", stderr(&o));
+    let t = Trace::open(dir.join("t.trace")).unwrap();
+    assert!(t.problems.is_empty(), "{:?}", t.problems);
+    assert!(t.tables.is_window());
+    assert_eq!(
+        t.tables.recording_stopped.map(|s| s.cause),
+        Some(StopCause::HangTimeout { ms: 1000 })
+    );
+    assert_eq!(t.tables.thread_ends.get(&1), Some(&ThreadEndState::Blocked));
+}
+
+#[test]
+fn max_size_stops_recording_and_the_program_runs_on() {
+    let exe = compile_hostile("lock_pairs");
+    let dir = fresh_dir("max-size");
+    let o = record(
+        &dir,
+        &["-o", "t.trace", "--max-size", "256K", "--no-symbolize"],
+        &exe,
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "400000 pairs\n");
+    assert!(stderr(&o).contains("--max-size"), "{}", stderr(&o));
+    let len = std::fs::metadata(dir.join("t.trace")).unwrap().len();
+    assert!(len <= 256 << 10, "{len}");
+    let t = Trace::open(dir.join("t.trace")).unwrap();
+    assert!(t.trailer.is_some());
+    assert_eq!(
+        t.tables.recording_stopped.map(|s| s.cause),
+        Some(StopCause::FileSizeLimit { limit: 256 << 10 })
+    );
+    assert!(!t.tables.is_window());
+}
+
+#[test]
+fn sizes_are_checked() {
+    let dir = fresh_dir("flight-args");
+    for bad in ["12", "8X", "-1", "1K"] {
+        let o = foresight(&dir)
+            .args(["record", "--keep-last", bad, "--", "true"])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{bad}: {}", stderr(&o));
+    }
+    let o = foresight(&dir)
+        .args([
+            "record",
+            "--keep-last",
+            "1M",
+            "--max-size",
+            "1M",
+            "--",
+            "true",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
