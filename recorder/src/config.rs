@@ -15,6 +15,9 @@
 //!   completed with every thread's end state and the process ends with SIGKILL.
 //! - `FORESIGHT_WRAPPERS=GLOB\nGLOB…`: the program's own lock wrappers, one glob a line
 //!   (`wrappers.rs`): calls made inside them are recorded with their callers.
+//! - `FORESIGHT_COMPRESS=auto|always|never` (`foresight record --compress`): how event chunks
+//!   are compressed when they are written (FORMAT.md §5.3–§5.4); default `auto`. `never`
+//!   writes a 1.x trace, as before compression existed.
 //! - `FORESIGHT_ORDERING=global`: one process-wide counter (`Ordering::GlobalSequence`)
 //!   instead of the default Lamport clocks per object (`Ordering::Logical`, also selected by
 //!   `logical`). The counter is a cache line every core writes on every synchronising event:
@@ -23,6 +26,8 @@
 //!   synchronising event to have its own key.
 
 use std::ffi::CStr;
+
+use foresight_trace::CompressMode;
 
 pub const MAX_STACK_DEPTH: usize = 32;
 
@@ -44,6 +49,8 @@ pub struct Config {
     pub hang_timeout_ms: u64,
     /// `FORESIGHT_WRAPPERS`, as given.
     pub wrappers: Option<Vec<u8>>,
+    /// `FORESIGHT_COMPRESS`; an unknown value is `auto`, the default.
+    pub compress: CompressMode,
 }
 
 fn var(name: &CStr) -> Option<Vec<u8>> {
@@ -74,6 +81,9 @@ impl Config {
             var(name).and_then(|v| std::str::from_utf8(&v).ok()?.trim().parse::<u64>().ok())
         };
         let wrappers = var(c"FORESIGHT_WRAPPERS").filter(|v| !v.is_empty());
+        let compress = var(c"FORESIGHT_COMPRESS")
+            .and_then(|v| CompressMode::parse(std::str::from_utf8(&v).ok()?.trim()))
+            .unwrap_or_default();
         Self {
             output,
             stack_depth,
@@ -84,6 +94,7 @@ impl Config {
             stop_file: var(c"FORESIGHT_STOP_FILE").filter(|v| !v.is_empty()),
             hang_timeout_ms: number(c"FORESIGHT_HANG_TIMEOUT_MS").unwrap_or(0),
             wrappers,
+            compress,
         }
     }
 }

@@ -138,7 +138,7 @@ pub extern "C" fn init() {
     };
     // SAFETY: getppid has no preconditions.
     let ppid = unsafe { libc::getppid() } as u32;
-    output::start(fd, &header(&cfg, pid, ppid));
+    output::start(fd, &header(&cfg, pid, ppid), cfg.compress);
     crate::flusher::configure(&cfg);
     *CONFIG.lock() = Some(cfg);
     thread::init_exit_key();
@@ -378,7 +378,7 @@ extern "C" fn fork_child() {
             return;
         }
     };
-    output::start(fd, &header(&cfg, pid, parent));
+    output::start(fd, &header(&cfg, pid, parent), cfg.compress);
     thread_state::enable_fast_path();
     // The flusher is not among the child's threads: it starts again when the child creates
     // one (or now, to watch for a stop request).
