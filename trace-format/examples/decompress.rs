@@ -44,8 +44,8 @@ fn main() {
     );
     for path in &args {
         let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{path}: {e}"));
-        let file = TraceFile::from_bytes(path.as_str(), bytes.clone())
-            .unwrap_or_else(|e| panic!("{e}"));
+        let file =
+            TraceFile::from_bytes(path.as_str(), bytes.clone()).unwrap_or_else(|e| panic!("{e}"));
         let compressed: Vec<_> = file
             .chunks()
             .iter()
@@ -76,7 +76,11 @@ fn main() {
                 std::hint::black_box(decompress_events(p, &mut out).expect("a good block"));
             }
             let s = t.elapsed().as_secs_f64();
-            decompress.push(if compressed.is_empty() { 0.0 } else { n / s / 1e6 });
+            decompress.push(if compressed.is_empty() {
+                0.0
+            } else {
+                n / s / 1e6
+            });
         }
         let name = std::path::Path::new(path)
             .file_name()

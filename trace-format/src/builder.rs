@@ -377,7 +377,8 @@ impl TraceBuilder {
         fn io<T>(e: std::io::Error) -> T {
             panic!("writing to a Vec cannot fail: {e}")
         }
-        let mut w = TraceWriter::with_compression(Vec::new(), &self.header(), self.compress).unwrap_or_else(io);
+        let mut w = TraceWriter::with_compression(Vec::new(), &self.header(), self.compress)
+            .unwrap_or_else(io);
         for r in &self.records {
             w.table(r).unwrap_or_else(io);
         }

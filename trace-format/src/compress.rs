@@ -7,8 +7,8 @@
 //! called). The reader side ([`decompress_events`]) checks the declared length before it
 //! allocates, and turns every failure into a [`CompressProblem`] instead of a panic.
 
-use lz4_flex::block::{compress_into_with_table, decompress_into, get_maximum_output_size};
 use lz4_flex::block::CompressTable;
+use lz4_flex::block::{compress_into_with_table, decompress_into, get_maximum_output_size};
 
 use crate::frame::{
     write_chunk_header_coded, ChunkKind, CHUNK_HEADER_LEN, CODEC_LZ4, EVENTS_PREFIX_LEN,
@@ -113,7 +113,8 @@ impl Compressor {
         let (head, rest) = self.out.split_at_mut(CHUNK_HEADER_LEN);
         rest[..EVENTS_PREFIX_LEN]
             .copy_from_slice(&chunk[CHUNK_HEADER_LEN..CHUNK_HEADER_LEN + EVENTS_PREFIX_LEN]);
-        rest[EVENTS_PREFIX_LEN..LZ4_BLOCK_START].copy_from_slice(&(body.len() as u32).to_le_bytes());
+        rest[EVENTS_PREFIX_LEN..LZ4_BLOCK_START]
+            .copy_from_slice(&(body.len() as u32).to_le_bytes());
         let payload = &rest[..LZ4_BLOCK_START + n];
         write_chunk_header_coded(head, ChunkKind::Events, CODEC_LZ4, payload);
         Some(&self.out[..start + n])

@@ -128,12 +128,7 @@ pub(crate) fn scan(
     // A later minor version may append fields: ignore what follows the fields we know.
     let header: Header = postcard::take_from_bytes(body)
         .map(|(h, _rest)| h)
-        .map_err(|e| {
-            bad(
-                prefix_len as u64,
-                &format!("cannot decode the header: {e}"),
-            )
-        })?;
+        .map_err(|e| bad(prefix_len as u64, &format!("cannot decode the header: {e}")))?;
 
     let mut problems = Vec::new();
     let mut chunks = Vec::new();

@@ -9,8 +9,8 @@ use crate::codec::{self, DeltaState, EncodeError, MAX_EVENT_LEN};
 use crate::compress::{CompressMode, Compressor};
 use crate::event::{Event, LockMode, ObjectId, SiteId, ThreadId};
 use crate::frame::{
-    write_chunk_header, ChunkKind, EventsPrefix, CHUNK_HEADER_LEN, EVENTS_PREFIX_LEN, FILE_MAGIC,
-    FEATURE_COMPRESSED_CHUNKS, MAX_PAYLOAD_LEN, VERSION_MAJOR, VERSION_MAJOR_FEATURES,
+    write_chunk_header, ChunkKind, EventsPrefix, CHUNK_HEADER_LEN, EVENTS_PREFIX_LEN,
+    FEATURE_COMPRESSED_CHUNKS, FILE_MAGIC, MAX_PAYLOAD_LEN, VERSION_MAJOR, VERSION_MAJOR_FEATURES,
     VERSION_MINOR,
 };
 use crate::tables::{Header, TableRecord, Trailer};

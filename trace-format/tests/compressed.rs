@@ -64,7 +64,11 @@ fn reseal(bytes: &mut [u8], at: usize) {
 fn compressed_trace_reads_as_the_plain_one() {
     let plain = lock_heavy(CompressMode::Never);
     let packed = lock_heavy(CompressMode::Always);
-    assert_eq!(u16::from_le_bytes([plain[8], plain[9]]), 1, "plain stays 1.x");
+    assert_eq!(
+        u16::from_le_bytes([plain[8], plain[9]]),
+        1,
+        "plain stays 1.x"
+    );
     assert_eq!(u16::from_le_bytes([packed[8], packed[9]]), 2);
     assert!(
         packed.len() * 4 < plain.len(),
@@ -106,7 +110,10 @@ fn auto_compresses_a_lock_heavy_trace() {
     let chunks: usize = c.threads.iter().map(|t| t.chunks.len()).sum();
     let compressed: u32 = c.threads.iter().map(|t| t.compressed_chunks).sum();
     // Every worker chunk shrinks more than 4x; the main thread's few events do not.
-    assert!(compressed as usize >= chunks - 1, "{compressed} of {chunks}");
+    assert!(
+        compressed as usize >= chunks - 1,
+        "{compressed} of {chunks}"
+    );
 }
 
 /// A compressed chunk whose LZ4 block is damaged (its checksum made to match) costs that chunk
@@ -150,7 +157,10 @@ fn a_damaged_compressed_chunk_costs_only_that_chunk() {
             .collect();
         // The last damage may also decode (LZ4 literals are not checked), into wrong events
         // that the decoder rejects; either way the problem names this chunk.
-        let at_chunk = t.problems.iter().any(|p| p.offset == at as u64 && p.is_damage());
+        let at_chunk = t
+            .problems
+            .iter()
+            .any(|p| p.offset == at as u64 && p.is_damage());
         assert!(at_chunk, "damage {damage}: {:?}", t.problems);
         if damage < 3 {
             assert_eq!(bad.len(), 1, "damage {damage}: {:?}", t.problems);
