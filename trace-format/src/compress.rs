@@ -26,7 +26,9 @@ pub enum CompressMode {
     /// Never: the trace is written as 1.x, as before compression existed.
     Never,
     /// Compress; store a chunk plain when that does not pay, and after a chunk that shrank less
-    /// than [`AUTO_MIN_RATIO`]× write the next [`AUTO_BACKOFF_CHUNKS`] plain without trying.
+    /// than [`AUTO_MIN_RATIO`]× write the next chunks plain without trying: one after a first
+    /// such chunk, then twice as many after each further one in a row, at most
+    /// [`AUTO_BACKOFF_CHUNKS`]; a chunk that shrinks enough starts over.
     #[default]
     Auto,
     /// Compress every chunk; store it compressed whenever that is smaller.
@@ -55,7 +57,7 @@ impl CompressMode {
 
 /// `auto` keeps compressing while chunks shrink at least this much.
 pub const AUTO_MIN_RATIO: usize = 4;
-/// After a chunk that shrank less, `auto` writes this many chunks plain before it probes again.
+/// The most chunks `auto` writes plain, after chunks that shrank less, before it probes again.
 pub const AUTO_BACKOFF_CHUNKS: u32 = 16;
 
 /// One thread's compressor: a reusable LZ4 hash table and an output buffer for the largest
@@ -66,6 +68,8 @@ pub struct Compressor {
     out: Vec<u8>,
     /// Chunks `auto` still writes plain before it tries again.
     skip: u32,
+    /// How many it writes plain after the next chunk that shrinks too little.
+    backoff: u32,
 }
 
 impl Compressor {
@@ -80,6 +84,7 @@ impl Compressor {
             table: CompressTable::large(),
             out: vec![0; cap],
             skip: 0,
+            backoff: 1,
         })
     }
 
@@ -104,8 +109,13 @@ impl Compressor {
             return None;
         }
         let n = compress_into_with_table(body, &mut self.out[start..], &mut self.table).ok()?;
-        if self.mode == CompressMode::Auto && n * AUTO_MIN_RATIO > body.len() {
-            self.skip = AUTO_BACKOFF_CHUNKS;
+        if self.mode == CompressMode::Auto {
+            if n * AUTO_MIN_RATIO > body.len() {
+                self.skip = self.backoff;
+                self.backoff = (self.backoff * 2).min(AUTO_BACKOFF_CHUNKS);
+            } else {
+                self.backoff = 1;
+            }
         }
         if n + DECODED_LEN_BYTES >= body.len() {
             return None;
@@ -190,6 +200,85 @@ pub fn decompress_events<'o>(
     Ok(&out[..d])
 }
 
+/// The same trace with every chunk stored as written: a 2.x trace rewritten as the 1.x trace
+/// of the same events (FORMAT.md §2.1: the lowest major that can express it), for a tool that
+/// recompresses whole files with a stronger codec (a pack), which gains more on plain chunks
+/// than on LZ4 blocks. A 1.x trace is returned as it is. Only a trace that reads cleanly
+/// chunk by chunk is rewritten: any damage (a chunk header, a checksum, a block, an unknown
+/// codec) is an error naming its offset, and the caller keeps the original bytes.
+pub fn to_plain(bytes: &[u8]) -> Result<std::borrow::Cow<'_, [u8]>, String> {
+    use crate::frame::{
+        read_chunk_header, write_chunk_header, CODEC_STORED, FILE_MAGIC, FILE_PREFIX_LEN,
+        FILE_PREFIX_LEN_V2, KNOWN_FEATURES, VERSION_MAJOR, VERSION_MAJOR_FEATURES, VERSION_MINOR,
+    };
+    if bytes.len() < FILE_PREFIX_LEN || bytes[..8] != FILE_MAGIC {
+        return Err("not a foresight trace".into());
+    }
+    let major = u16::from_le_bytes([bytes[8], bytes[9]]);
+    if major == VERSION_MAJOR {
+        return Ok(std::borrow::Cow::Borrowed(bytes));
+    }
+    if major != VERSION_MAJOR_FEATURES || bytes.len() < FILE_PREFIX_LEN_V2 {
+        return Err(format!(
+            "byte 8: format major {major} is not one this rewrite reads"
+        ));
+    }
+    let hlen = u32::from_le_bytes(bytes[12..16].try_into().expect("four bytes")) as usize;
+    let features = u64::from_le_bytes(bytes[20..28].try_into().expect("eight bytes"));
+    let hend = FILE_PREFIX_LEN_V2 + hlen;
+    if features & !KNOWN_FEATURES != 0 || hend > bytes.len() {
+        return Err("byte 12: the file header is not one this rewrite reads".into());
+    }
+    let stored_crc = u32::from_le_bytes(bytes[16..20].try_into().expect("four bytes"));
+    if crc32fast::hash(&bytes[20..hend]) != stored_crc {
+        return Err("byte 16: header checksum mismatch".into());
+    }
+    let header = &bytes[FILE_PREFIX_LEN_V2..hend];
+    let mut out = Vec::with_capacity(bytes.len() * 4);
+    out.extend_from_slice(&FILE_MAGIC);
+    out.extend_from_slice(&VERSION_MAJOR.to_le_bytes());
+    out.extend_from_slice(&VERSION_MINOR.to_le_bytes());
+    out.extend_from_slice(&(hlen as u32).to_le_bytes());
+    out.extend_from_slice(&crc32fast::hash(header).to_le_bytes());
+    out.extend_from_slice(header);
+    let mut pos = hend;
+    let mut plain = Vec::new();
+    while pos < bytes.len() {
+        let h = read_chunk_header(&bytes[pos..])
+            .map_err(|why| format!("byte {pos}: not a whole chunk header ({why:?})"))?;
+        let start = pos + CHUNK_HEADER_LEN;
+        let end = start + h.payload_len as usize;
+        if end > bytes.len() {
+            return Err(format!("byte {pos}: the file ends inside this chunk"));
+        }
+        let payload = &bytes[start..end];
+        if crc32fast::hash(payload) != h.payload_crc {
+            return Err(format!("byte {pos}: chunk checksum mismatch"));
+        }
+        match h.flags {
+            CODEC_STORED => {
+                // A 1.x reader ignores byte 5: written as 0 all the same.
+                let at = out.len();
+                out.extend_from_slice(&bytes[pos..end]);
+                write_chunk_header(&mut out[at..at + CHUNK_HEADER_LEN], h.kind, payload);
+            }
+            CODEC_LZ4 if h.kind == ChunkKind::Events => {
+                let body = decompress_events(payload, &mut plain)
+                    .map_err(|why| format!("byte {pos}: {why}"))?;
+                let at = out.len();
+                out.resize(at + CHUNK_HEADER_LEN, 0);
+                out.extend_from_slice(&payload[..EVENTS_PREFIX_LEN]);
+                out.extend_from_slice(body);
+                let (head, rest) = out[at..].split_at_mut(CHUNK_HEADER_LEN);
+                write_chunk_header(head, ChunkKind::Events, rest);
+            }
+            codec => return Err(format!("byte {pos}: unknown codec {codec}")),
+        }
+        pos = end;
+    }
+    Ok(std::borrow::Cow::Owned(out))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,12 +329,21 @@ mod tests {
             })
             .collect();
         let mut c = Compressor::new(CompressMode::Auto, body.len()).unwrap();
-        assert!(c.compress_chunk(&chunk(&body)).is_none());
-        // Backing off: even a repetitive chunk is written plain for a while.
         let easy = vec![5u8; 4000];
-        for _ in 0..AUTO_BACKOFF_CHUNKS {
-            assert!(c.compress_chunk(&chunk(&easy)).is_none());
+        // Backing off: after the k-th incompressible chunk in a row, the next 2^(k-1) chunks
+        // (at most 16) are written plain, even repetitive ones.
+        let mut tries = 0;
+        for skip in [1, 2, 4, 8, 16, 16] {
+            assert!(c.compress_chunk(&chunk(&body)).is_none());
+            tries += 1;
+            for _ in 0..skip {
+                assert!(c.compress_chunk(&chunk(&easy)).is_none(), "try {tries}");
+            }
         }
+        assert!(c.compress_chunk(&chunk(&easy)).is_some());
+        // A chunk that shrank enough starts over: one plain chunk after the next failure.
+        assert!(c.compress_chunk(&chunk(&body)).is_none());
+        assert!(c.compress_chunk(&chunk(&easy)).is_none());
         assert!(c.compress_chunk(&chunk(&easy)).is_some());
     }
 

@@ -235,3 +235,19 @@ fn flags_in_a_1x_file_are_not_a_codec() {
     let t = Trace::from_bytes("flags", bytes).unwrap();
     assert!(t.ended_cleanly(), "{:?}", t.problems);
 }
+
+/// A 2.7 trace rewritten plain is the 1.7 trace of the same events, byte for byte what the
+/// writer gives uncompressed; a damaged one is refused with the offset.
+#[test]
+fn a_compressed_trace_rewritten_plain_is_the_uncompressed_trace() {
+    use foresight_trace::compress::to_plain;
+    let plain = lock_heavy(CompressMode::Never);
+    let packed = lock_heavy(CompressMode::Always);
+    assert_eq!(to_plain(&packed).unwrap().as_ref(), &plain[..]);
+    assert_eq!(to_plain(&plain).unwrap().as_ref(), &plain[..]);
+    let mut bad = packed.clone();
+    let at = chunks(&bad)[1].0;
+    bad[at + 30] ^= 1;
+    let e = to_plain(&bad).unwrap_err();
+    assert!(e.contains(&format!("byte {at}")), "{e}");
+}

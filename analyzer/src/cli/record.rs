@@ -86,7 +86,7 @@ pub struct Args {
     #[arg(long = "wrapper", value_name = "GLOB")]
     wrappers: Vec<String>,
     /// Compress the trace's event chunks as they are written (LZ4): `auto` compresses, and
-    /// writes plain for a while after a chunk that shrank less than 4x (a workload that does
+    /// writes plain for a while after chunks that shrank less than 4x (a workload that does
     /// not compress costs little); `always` compresses every chunk; `never` writes an
     /// uncompressed trace (format 1.x, which older foresight releases read).
     #[arg(long, value_name = "WHEN", default_value = "auto",
