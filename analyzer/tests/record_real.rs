@@ -283,8 +283,10 @@ fn a_full_disk_ends_the_recording_not_the_program() {
     };
     let exe = compile_hostile("lock_pairs");
     let trace: PathBuf = fs.path().join("t.trace");
+    // Uncompressed: the trace must outgrow the 256 KiB disk, and compressed, this run's lock
+    // pairs take a few KiB.
     let o = foresight(fs.path())
-        .args(["record", "-o"])
+        .args(["record", "--compress", "never", "-o"])
         .arg(&trace)
         .arg("--")
         .arg(&exe)
@@ -311,7 +313,10 @@ fn a_file_size_limit_ends_the_recording_not_the_program() {
     let exe = compile_hostile("lock_pairs");
     let dir = fresh_dir("record-fsize");
     let mut cmd = foresight(&dir);
-    cmd.args(["record", "-o", "t.trace", "--"]).arg(&exe);
+    // Uncompressed: the trace must outgrow the 256 KiB limit, and compressed, this run's lock
+    // pairs take a few KiB.
+    cmd.args(["record", "--compress", "never", "-o", "t.trace", "--"])
+        .arg(&exe);
     // SAFETY: setrlimit is async-signal-safe; the closure runs in the child before exec.
     unsafe {
         cmd.pre_exec(|| {

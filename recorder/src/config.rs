@@ -21,6 +21,9 @@
 //! - `FORESIGHT_KEEP_LAST=BYTES` (`foresight record --keep-last`): flight recorder: only the
 //!   most recent events are kept (`flight.rs`) and written when the trace is completed; the
 //!   file stays within the bound.
+//! - `FORESIGHT_COMPRESS=auto|always|never` (`foresight record --compress`): how event chunks
+//!   are compressed when they are written (FORMAT.md §5.3–§5.4); default `auto`. `never`
+//!   writes a 1.x trace, as before compression existed.
 //! - `FORESIGHT_ORDERING=global`: one process-wide counter (`Ordering::GlobalSequence`)
 //!   instead of the default Lamport clocks per object (`Ordering::Logical`, also selected by
 //!   `logical`). The counter is a cache line every core writes on every synchronising event:
@@ -29,6 +32,8 @@
 //!   synchronising event to have its own key.
 
 use std::ffi::CStr;
+
+use foresight_trace::CompressMode;
 
 pub const MAX_STACK_DEPTH: usize = 32;
 
@@ -54,6 +59,8 @@ pub struct Config {
     pub max_size: u64,
     /// `FORESIGHT_KEEP_LAST`, bytes (0: not a flight recorder).
     pub keep_last: u64,
+    /// `FORESIGHT_COMPRESS`; an unknown value is `auto`, the default.
+    pub compress: CompressMode,
 }
 
 fn var(name: &CStr) -> Option<Vec<u8>> {
@@ -84,6 +91,9 @@ impl Config {
             var(name).and_then(|v| std::str::from_utf8(&v).ok()?.trim().parse::<u64>().ok())
         };
         let wrappers = var(c"FORESIGHT_WRAPPERS").filter(|v| !v.is_empty());
+        let compress = var(c"FORESIGHT_COMPRESS")
+            .and_then(|v| CompressMode::parse(std::str::from_utf8(&v).ok()?.trim()))
+            .unwrap_or_default();
         Self {
             output,
             stack_depth,
@@ -96,6 +106,7 @@ impl Config {
             wrappers,
             max_size: number(c"FORESIGHT_MAX_SIZE").unwrap_or(0),
             keep_last: number(c"FORESIGHT_KEEP_LAST").unwrap_or(0),
+            compress,
         }
     }
 }

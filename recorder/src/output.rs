@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, O
 use foresight_trace::tables::{
     EndReason, Header, RecordingStopped, StopCause, TableRecord, Trailer,
 };
-use foresight_trace::writer::{file_prefix, trailer_chunk_into};
-use foresight_trace::TableWriter;
+use foresight_trace::writer::{features_for, file_prefix_with, trailer_chunk_into};
+use foresight_trace::{CompressMode, TableWriter};
 
 use crate::spin::SpinLock;
 
@@ -150,9 +150,32 @@ pub fn open_trace(base: &[u8], pid: u32, skip_plain: bool) -> Result<(i32, Vec<u
     ))
 }
 
-/// Starts a trace on `fd`: writes the file prefix and resets the counters.
-pub fn start(fd: i32, header: &Header) {
-    let prefix = file_prefix(header);
+/// How event chunks are compressed (`FORESIGHT_COMPRESS`): 0 never, 1 auto, 2 always. Set
+/// before the file prefix is written and never changed while recording, so that every chunk
+/// writer made afterwards (`compress_mode`) agrees with the prefix (a 1.x prefix for never).
+static COMPRESS: AtomicU8 = AtomicU8::new(0);
+
+/// The compression every new chunk writer of this process uses.
+pub fn compress_mode() -> CompressMode {
+    match COMPRESS.load(Ordering::Acquire) {
+        1 => CompressMode::Auto,
+        2 => CompressMode::Always,
+        _ => CompressMode::Never,
+    }
+}
+
+/// Starts a trace on `fd`: writes the file prefix (a 2.x prefix when chunks may be compressed,
+/// FORMAT.md §2.1) and resets the counters.
+pub fn start(fd: i32, header: &Header, compress: CompressMode) {
+    COMPRESS.store(
+        match compress {
+            CompressMode::Never => 0,
+            CompressMode::Auto => 1,
+            CompressMode::Always => 2,
+        },
+        Ordering::Release,
+    );
+    let prefix = file_prefix_with(header, features_for(compress));
     FD.store(fd, Ordering::Release);
     FILE_LEN.store(0, Ordering::Release);
     EVENT_CHUNKS.store(0, Ordering::Relaxed);

@@ -16,6 +16,7 @@ use foresight_trace::tables::{
     EndReason, Header, Ordering as KeyOrdering, TableRecord, ThreadEnd, ThreadInfo,
 };
 use foresight_trace::writer::TableChunkBuf;
+use foresight_trace::CompressMode;
 
 use crate::config::{self, Config};
 use crate::hooks::thread;
@@ -138,7 +139,14 @@ pub extern "C" fn init() {
     };
     // SAFETY: getppid has no preconditions.
     let ppid = unsafe { libc::getppid() } as u32;
-    output::start(fd, &header(&cfg, pid, ppid));
+    // The flight recorder decodes the chunks it drops (for the lock-order summary) and keeps
+    // a bounded window: its chunks are written plain.
+    let compress = if cfg.keep_last > 0 {
+        CompressMode::Never
+    } else {
+        cfg.compress
+    };
+    output::start(fd, &header(&cfg, pid, ppid), compress);
     output::set_max_size(cfg.max_size);
     if cfg.keep_last > 0 && !crate::flight::configure(cfg.keep_last) {
         output::complain("cannot map the flight recorder's window (--keep-last)");
@@ -394,7 +402,7 @@ extern "C" fn fork_child() {
             return;
         }
     };
-    output::start(fd, &header(&cfg, pid, parent));
+    output::start(fd, &header(&cfg, pid, parent), cfg.compress);
     thread_state::enable_fast_path();
     // The flusher is not among the child's threads: it starts again when the child creates
     // one (or now, to watch for a stop request).

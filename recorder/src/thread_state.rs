@@ -346,7 +346,7 @@ impl ThreadState {
             closed: AtomicBool::new(false),
             waiting: AtomicU8::new(0),
             clock: UnsafeCell::new(clock),
-            writer: UnsafeCell::new(ChunkWriter::new(tid, CHUNK_BYTES)),
+            writer: UnsafeCell::new(new_writer(tid)),
             os_tid: Cell::new(0),
             errno: Cell::new(std::ptr::null_mut()),
             start: Cell::new(0),
@@ -949,7 +949,7 @@ impl ThreadState {
         self.tid.store(tid, Ordering::Relaxed);
         self.parent.set(None);
         // SAFETY: the caller's contract: no other reference to the writer exists.
-        unsafe { *self.writer.get() = ChunkWriter::new(tid, CHUNK_BYTES) };
+        unsafe { *self.writer.get() = new_writer(tid) };
         self.buf_lock.store(false, Ordering::Relaxed);
         self.pushing.store(false, Ordering::Relaxed);
         self.closed.store(false, Ordering::Relaxed);
@@ -1303,6 +1303,13 @@ impl ThreadState {
             }));
         }
     }
+}
+
+/// A thread's chunk writer, compressing as the trace's prefix says (`output::compress_mode`):
+/// its buffers, the compressor's included, are allocated here, once per thread, so that a
+/// flush allocates nothing.
+fn new_writer(tid: ThreadId) -> ChunkWriter {
+    ChunkWriter::with_compression(tid, CHUNK_BYTES, output::compress_mode())
 }
 
 /// Writes the writer's chunk (if it holds events); `attempts` bounds the wait for the table

@@ -342,7 +342,9 @@ fn file_header_end(path: &Path) -> Result<u64, SymbolizeError> {
         .and_then(|mut f| f.read_exact(&mut prefix))
         .map_err(|e| io("cannot read the file prefix", e))?;
     let h = u32::from_le_bytes([prefix[12], prefix[13], prefix[14], prefix[15]]);
-    Ok(prefix.len() as u64 + h as u64)
+    // A 2.x prefix is longer: the required-features word follows (FORMAT.md §3.1).
+    let major = u16::from_le_bytes([prefix[8], prefix[9]]);
+    Ok(foresight_trace::frame::prefix_len(major) as u64 + h as u64)
 }
 
 /// Symbolises the trace at `path` in place. See the crate documentation.

@@ -44,6 +44,7 @@ pub struct TraceBuilder {
     next_data: u64,
     next_type: u32,
     chunk_bytes: usize,
+    compress: crate::compress::CompressMode,
     sites: HashMap<(String, String, u32), SiteId>,
 }
 
@@ -62,6 +63,7 @@ impl TraceBuilder {
             next_data: DATA_START,
             next_type: 0,
             chunk_bytes: 64 << 10,
+            compress: crate::compress::CompressMode::Never,
             sites: HashMap::new(),
         };
         let path = b.string(name);
@@ -73,6 +75,12 @@ impl TraceBuilder {
             size: MODULE_SIZE,
         }));
         b
+    }
+
+    /// Compress the event chunks as `mode` says (a 2.x trace unless `Never`, the default).
+    pub fn compress(&mut self, mode: crate::compress::CompressMode) -> &mut Self {
+        self.compress = mode;
+        self
     }
 
     /// Chunks of about this many bytes (small values make multi-chunk traces for tests).
@@ -374,7 +382,8 @@ impl TraceBuilder {
         fn io<T>(e: std::io::Error) -> T {
             panic!("writing to a Vec cannot fail: {e}")
         }
-        let mut w = TraceWriter::new(Vec::new(), &self.header()).unwrap_or_else(io);
+        let mut w = TraceWriter::with_compression(Vec::new(), &self.header(), self.compress)
+            .unwrap_or_else(io);
         for r in &self.records {
             w.table(r).unwrap_or_else(io);
         }

@@ -24,6 +24,17 @@ pub enum TraceError {
         major: u16,
         minor: u16,
     },
+    #[error(
+        "{path}: trace format version {major}.{minor} requires features this reader does not \
+         know ({}); upgrade foresight to read it",
+        crate::frame::feature_names(*unknown)
+    )]
+    UnsupportedFeatures {
+        path: PathBuf,
+        major: u16,
+        minor: u16,
+        unknown: u64,
+    },
     #[error("{path}: byte {offset}: the file header is damaged: {why}")]
     BadHeader {
         path: PathBuf,
@@ -89,6 +100,8 @@ pub enum ProblemKind {
     DataAfterTrailer,
     #[error("the trailer counts {declared} events but the file holds {found}")]
     TrailerCountMismatch { declared: u64, found: u64 },
+    #[error("compressed event chunk: {0}; the chunk was skipped")]
+    BadCompressedChunk(crate::compress::CompressProblem),
     #[error("unknown chunk kind {kind}: skipped")]
     UnknownChunkKind { kind: u8 },
     #[error("{0}")]
@@ -99,15 +112,15 @@ pub enum ProblemKind {
 
 /// What to tell the user about a major version this reader does not read.
 fn version_advice(major: u16, minor: u16) -> String {
-    let ours = crate::frame::VERSION_MAJOR;
+    let ours = crate::frame::VERSION_MAJOR_FEATURES;
     if major > ours {
         format!(
-            "trace format version {major}.{minor} is newer than this reader ({ours}.x); \
+            "trace format version {major}.{minor} is newer than this reader (1.x and {ours}.x); \
              upgrade foresight to read it"
         )
     } else {
         format!(
-            "trace format version {major}.{minor} is older than this reader ({ours}.x) and \
+            "trace format version {major}.{minor} is older than this reader (1.x and {ours}.x) and \
              no longer supported; read it with the foresight release that wrote it"
         )
     }

@@ -3,11 +3,49 @@
 
 /// The first eight bytes of every trace.
 pub const FILE_MAGIC: [u8; 8] = *b"\x7fFSTRACE";
-/// The format version this crate writes.
+/// The major version of a trace that uses no required feature (FORMAT.md §2.1): what this
+/// crate writes unless it may compress.
 pub const VERSION_MAJOR: u16 = 1;
-pub const VERSION_MINOR: u16 = 6;
-/// Magic, major, minor, header length, header checksum.
+/// The major version of a trace that uses required features (its prefix lists them).
+pub const VERSION_MAJOR_FEATURES: u16 = 2;
+/// The minor version this crate writes, in the one minor sequence shared by all majors.
+pub const VERSION_MINOR: u16 = 7;
+/// Magic, major, minor, header length, header checksum: a 1.x file prefix.
 pub const FILE_PREFIX_LEN: usize = 8 + 2 + 2 + 4 + 4;
+/// A 2.x file prefix: the 1.x fields, then the required-features word.
+pub const FILE_PREFIX_LEN_V2: usize = FILE_PREFIX_LEN + 8;
+/// Required feature bit 0 (2.7): event chunks may be compressed (FORMAT.md §5.3).
+pub const FEATURE_COMPRESSED_CHUNKS: u64 = 1;
+/// Every required feature this reader knows.
+pub const KNOWN_FEATURES: u64 = FEATURE_COMPRESSED_CHUNKS;
+
+/// Where the header starts in a file of this major version.
+pub fn prefix_len(major: u16) -> usize {
+    if major >= VERSION_MAJOR_FEATURES {
+        FILE_PREFIX_LEN_V2
+    } else {
+        FILE_PREFIX_LEN
+    }
+}
+
+/// The required features' names, for an error that names them.
+pub fn feature_names(bits: u64) -> String {
+    let mut names = Vec::new();
+    for bit in 0..64 {
+        if bits & (1 << bit) != 0 {
+            names.push(match bit {
+                0 => "bit 0 (compressed chunks)".to_string(),
+                b => format!("bit {b}"),
+            });
+        }
+    }
+    names.join(", ")
+}
+
+/// A chunk's codec (byte 5 of its header in a 2.x file, FORMAT.md §5.3): stored as is.
+pub const CODEC_STORED: u8 = 0;
+/// An LZ4 block after the events prefix and the decoded length.
+pub const CODEC_LZ4: u8 = 1;
 /// A header larger than this is refused before it is read.
 pub const MAX_HEADER_LEN: u32 = 1 << 20;
 
@@ -94,9 +132,14 @@ impl EventsPrefix {
 
 /// Writes the chunk header for `payload` into `header` (`CHUNK_HEADER_LEN` bytes).
 pub fn write_chunk_header(header: &mut [u8], kind: ChunkKind, payload: &[u8]) {
+    write_chunk_header_coded(header, kind, CODEC_STORED, payload)
+}
+
+/// The same with a codec (FORMAT.md §4.1; only in a 2.x file with compressed chunks).
+pub fn write_chunk_header_coded(header: &mut [u8], kind: ChunkKind, codec: u8, payload: &[u8]) {
     header[0..4].copy_from_slice(&CHUNK_MAGIC);
     header[4] = kind.to_byte();
-    header[5] = 0;
+    header[5] = codec;
     header[6..8].copy_from_slice(&0u16.to_le_bytes());
     header[8..12].copy_from_slice(&(payload.len() as u32).to_le_bytes());
     header[12..16].copy_from_slice(&crc32fast::hash(payload).to_le_bytes());

@@ -12,6 +12,7 @@
 
 pub mod builder;
 pub mod codec;
+pub mod compress;
 pub mod data;
 pub mod error;
 pub mod event;
@@ -26,6 +27,7 @@ pub mod tables;
 pub mod varint;
 pub mod writer;
 
+pub use compress::CompressMode;
 pub use data::DataSymbol;
 pub use error::{Problem, ProblemKind, TraceError};
 pub use event::{Event, EventKind, LockMode, ObjectId, SiteId, StringId, ThreadId};

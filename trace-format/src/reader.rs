@@ -13,9 +13,10 @@ use std::path::{Path, PathBuf};
 use rayon::prelude::*;
 
 use crate::codec::{Decoder, EXTENSION_TAGS, KEY_FLAG};
+use crate::compress::{decoded_len, decompress_events};
 use crate::error::{Problem, ProblemKind, TraceError};
 use crate::event::{Event, ObjectId, SiteId, StringId, ThreadId};
-use crate::frame::{ChunkKind, EventsPrefix, EVENTS_PREFIX_LEN};
+use crate::frame::{ChunkKind, EventsPrefix, CODEC_LZ4, EVENTS_PREFIX_LEN};
 use crate::scan::{payload_read_problem, scan};
 use crate::source::Source;
 use crate::tables::{
@@ -34,6 +35,8 @@ pub struct ChunkRef {
     pub payload_offset: u64,
     pub payload_len: u32,
     pub payload_crc: u32,
+    /// How the payload is stored (FORMAT.md §5.3): `CODEC_STORED` in every 1.x file.
+    pub codec: u8,
 }
 
 /// The side tables of a trace.
@@ -163,8 +166,14 @@ pub struct ThreadEvents {
     pub thread: ThreadId,
     pub events: Vec<Event>,
     pub chunks: Vec<ChunkSpan>,
-    /// Encoded bytes of this thread's events (payloads of its chunks).
+    /// Encoded bytes of this thread's events (payloads of its chunks after their prefixes,
+    /// decompressed).
     pub encoded_bytes: u64,
+    /// The same bytes as stored in the file: smaller than `encoded_bytes` when chunks were
+    /// compressed (FORMAT.md §5.3).
+    pub stored_bytes: u64,
+    /// How many of its chunks were compressed.
+    pub compressed_chunks: u32,
 }
 
 impl ThreadEvents {
@@ -272,11 +281,21 @@ impl TraceFile {
             .bytes_at(c.payload_offset, c.payload_len as usize, buf)
             .map_err(|f| payload_read_problem(c.offset, c.payload_len as usize, f))?;
         let prefix = check_events_payload(c.offset, c.payload_crc, payload)?;
-        let body_len = payload.len() - EVENTS_PREFIX_LEN;
+        let compressed = c.codec == CODEC_LZ4;
+        let body_len = if compressed {
+            // The decoded length, checked against what the compressed bytes can hold.
+            decoded_len(payload).map_err(|why| Problem {
+                offset: c.offset,
+                kind: ProblemKind::BadCompressedChunk(why),
+            })?
+        } else {
+            payload.len() - EVENTS_PREFIX_LEN
+        };
         Ok(PlannedChunk {
             offset: c.offset,
             body_offset: c.payload_offset + EVENTS_PREFIX_LEN as u64,
             body_len,
+            compressed: compressed.then_some((c.payload_offset, c.payload_len)),
             prefix,
             // Every event takes at least one byte, so the declared count cannot make us reserve
             // more than the chunk's size warrants.
@@ -291,7 +310,7 @@ impl TraceFile {
         c: &PlannedChunk,
         slots: &mut [MaybeUninit<Event>],
         refs: &ReferenceCheck,
-        buf: &mut Vec<u8>,
+        buf: &mut ChunkBufs,
     ) -> ChunkOutcome {
         let mut free = slots.iter_mut();
         self.decode_chunk_with(c, refs, buf, |ev| {
@@ -306,7 +325,7 @@ impl TraceFile {
         &self,
         c: &PlannedChunk,
         refs: &ReferenceCheck,
-        buf: &mut Vec<u8>,
+        buf: &mut ChunkBufs,
         mut store: impl FnMut(Event) -> bool,
     ) -> ChunkOutcome {
         let mut out = ChunkOutcome {
@@ -314,10 +333,29 @@ impl TraceFile {
             last_key: c.prefix.base_key,
             problems: Vec::new(),
         };
-        let body = match self.source.bytes_at(c.body_offset, c.body_len, buf) {
-            Ok(body) => body,
+        let body = match c.compressed {
+            None => self
+                .source
+                .bytes_at(c.body_offset, c.body_len, &mut buf.raw)
+                .map(Ok),
+            Some((at, len)) => self
+                .source
+                .bytes_at(at, len as usize, &mut buf.raw)
+                .map(|payload| decompress_events(payload, &mut buf.plain)),
+        };
+        let body = match body {
+            Ok(Ok(body)) => body,
+            Ok(Err(why)) => {
+                // A compressed chunk whose block is damaged costs that chunk alone.
+                out.problems.push(Problem {
+                    offset: c.offset,
+                    kind: ProblemKind::BadCompressedChunk(why),
+                });
+                return out;
+            }
             Err(failure) => {
-                let problem = payload_read_problem(c.offset, c.body_len, failure);
+                let len = c.compressed.map_or(c.body_len, |(_, l)| l as usize);
+                let problem = payload_read_problem(c.offset, len, failure);
                 out.problems.push(problem);
                 return out;
             }
@@ -349,7 +387,12 @@ impl TraceFile {
         }
         if let Err(e) = result {
             out.problems.push(Problem {
-                offset: c.body_offset + e.offset as u64,
+                // In a compressed chunk, the event's offset is in the decompressed bytes: the
+                // chunk's offset is the one in the file.
+                offset: match c.compressed {
+                    None => c.body_offset + e.offset as u64,
+                    Some(_) => c.offset,
+                },
                 kind: ProblemKind::BadEvent {
                     index: found.min(u32::MAX as u64) as u32,
                     what: e.what,
@@ -429,7 +472,7 @@ impl TraceFile {
         let refs = ReferenceCheck::new(&self.tables);
         let outcomes: Vec<ChunkOutcome> = work
             .into_par_iter()
-            .map_init(Vec::new, |buf, (c, slots)| {
+            .map_init(ChunkBufs::default, |buf, (c, slots)| {
                 self.decode_chunk_into(c, slots, &refs, buf)
             })
             .collect();
@@ -442,6 +485,8 @@ impl TraceFile {
                 events: Vec::new(),
                 chunks: Vec::with_capacity(g.chunks.len()),
                 encoded_bytes: 0,
+                stored_bytes: 0,
+                compressed_chunks: 0,
             };
             let mut filled = 0usize; // slots [0, filled) hold events, in program order
             let mut window = 0usize; // start of the current chunk's window
@@ -475,6 +520,10 @@ impl TraceFile {
                     end_ns: c.prefix.end_ns,
                 });
                 t.encoded_bytes += c.body_len as u64;
+                t.stored_bytes += c.compressed.map_or(c.body_len as u64, |(_, len)| {
+                    (len as usize).saturating_sub(EVENTS_PREFIX_LEN) as u64
+                });
+                t.compressed_chunks += c.compressed.is_some() as u32;
                 filled += o.written;
                 window += c.capacity;
             }
@@ -502,8 +551,8 @@ impl TraceFile {
         let found: Vec<Vec<Problem>> = chunks
             .into_par_iter()
             .map_init(
-                || (Vec::new(), Vec::new()),
-                |(events, bytes): &mut (Vec<Event>, Vec<u8>), c| {
+                || (Vec::new(), ChunkBufs::default()),
+                |(events, bytes): &mut (Vec<Event>, ChunkBufs), c| {
                     events.clear();
                     events.reserve(c.capacity);
                     let outcome = self.decode_chunk_with(c, &refs, bytes, |ev| {
@@ -618,10 +667,20 @@ pub struct ChunkEvents<'a> {
 }
 
 /// An event chunk with a good checksum and prefix, and its place in its thread.
+/// A decoding worker's buffers: the bytes read from a file, and a compressed chunk's events.
+#[derive(Default)]
+pub(crate) struct ChunkBufs {
+    raw: Vec<u8>,
+    plain: Vec<u8>,
+}
+
 struct PlannedChunk {
     offset: u64,
     body_offset: u64,
+    /// Bytes of encoded events (decompressed, for a compressed chunk).
     body_len: usize,
+    /// A compressed chunk's payload (offset, length), which is read and decompressed whole.
+    compressed: Option<(u64, u32)>,
     prefix: EventsPrefix,
     /// Slots reserved for its events.
     capacity: usize,

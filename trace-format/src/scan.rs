@@ -15,7 +15,8 @@ use crate::error::{Problem, ProblemKind, TraceError};
 use crate::event::ThreadId;
 use crate::frame::{
     read_chunk_header, ChunkHeaderProblem, ChunkKind, EventsPrefix, CHUNK_HEADER_LEN, CHUNK_MAGIC,
-    EVENTS_PREFIX_LEN, FILE_MAGIC, FILE_PREFIX_LEN, MAX_HEADER_LEN, VERSION_MAJOR,
+    EVENTS_PREFIX_LEN, FILE_MAGIC, FILE_PREFIX_LEN, KNOWN_FEATURES, MAX_HEADER_LEN, VERSION_MAJOR,
+    VERSION_MAJOR_FEATURES,
 };
 use crate::reader::{ChunkRef, Tables};
 use crate::source::{ReadFailure, Source};
@@ -78,7 +79,7 @@ pub(crate) fn scan(
     }
     let major = u16::from_le_bytes([prefix[8], prefix[9]]);
     let minor = u16::from_le_bytes([prefix[10], prefix[11]]);
-    if major != VERSION_MAJOR {
+    if major != VERSION_MAJOR && major != VERSION_MAJOR_FEATURES {
         return Err(TraceError::UnsupportedVersion {
             path: path.to_path_buf(),
             major,
@@ -87,34 +88,48 @@ pub(crate) fn scan(
     }
     let hlen = u32::from_le_bytes(prefix[12..16].try_into().unwrap());
     let hcrc = u32::from_le_bytes(prefix[16..20].try_into().unwrap());
+    // A 2.x prefix goes on with the required features, which the header checksum covers.
+    let prefix_len = crate::frame::prefix_len(major);
     if hlen > MAX_HEADER_LEN {
         return Err(bad(
             12,
             &format!("header length {hlen} is larger than allowed"),
         ));
     }
-    let hend = (FILE_PREFIX_LEN + hlen as usize) as u64;
-    let body = source
-        .bytes_upto(FILE_PREFIX_LEN as u64, hlen as usize, &mut buf)
+    let hend = (prefix_len + hlen as usize) as u64;
+    let checked = source
+        .bytes_upto(
+            FILE_PREFIX_LEN as u64,
+            prefix_len - FILE_PREFIX_LEN + hlen as usize,
+            &mut buf,
+        )
         .map_err(io)?;
-    if body.len() < hlen as usize {
+    if checked.len() < prefix_len - FILE_PREFIX_LEN + hlen as usize {
         return Err(bad(
-            FILE_PREFIX_LEN as u64 + body.len() as u64,
+            FILE_PREFIX_LEN as u64 + checked.len() as u64,
             "the file ends inside the header",
         ));
     }
-    if crc32fast::hash(body) != hcrc {
+    if crc32fast::hash(checked) != hcrc {
         return Err(bad(16, "header checksum mismatch"));
+    }
+    let (features, body) = checked.split_at(prefix_len - FILE_PREFIX_LEN);
+    let features = match features.try_into() {
+        Ok(f) => u64::from_le_bytes(f),
+        Err(_) => 0,
+    };
+    if features & !KNOWN_FEATURES != 0 {
+        return Err(TraceError::UnsupportedFeatures {
+            path: path.to_path_buf(),
+            major,
+            minor,
+            unknown: features & !KNOWN_FEATURES,
+        });
     }
     // A later minor version may append fields: ignore what follows the fields we know.
     let header: Header = postcard::take_from_bytes(body)
         .map(|(h, _rest)| h)
-        .map_err(|e| {
-            bad(
-                FILE_PREFIX_LEN as u64,
-                &format!("cannot decode the header: {e}"),
-            )
-        })?;
+        .map_err(|e| bad(prefix_len as u64, &format!("cannot decode the header: {e}")))?;
 
     let mut problems = Vec::new();
     let mut chunks = Vec::new();
@@ -122,6 +137,7 @@ pub(crate) fn scan(
     let file_len = locate_chunks(
         source,
         hend,
+        major >= VERSION_MAJOR_FEATURES,
         want_prefixes,
         &mut chunks,
         &mut prefixes,
@@ -147,6 +163,7 @@ pub(crate) fn scan(
 fn locate_chunks(
     source: &Source,
     start: u64,
+    coded: bool,
     want_prefixes: bool,
     chunks: &mut Vec<ChunkRef>,
     prefixes: &mut Vec<Option<(ThreadId, u32)>>,
@@ -184,12 +201,29 @@ fn locate_chunks(
                     });
                     break;
                 }
+                let codec = if coded { h.flags } else { 0 };
+                let known = codec == crate::frame::CODEC_STORED
+                    || (codec == crate::frame::CODEC_LZ4 && h.kind == ChunkKind::Events);
+                if !known {
+                    // Only event chunks are compressed, with a codec this reader knows: the
+                    // chunk cannot be read, the ones after it can.
+                    problems.push(Problem {
+                        offset: pos,
+                        kind: ProblemKind::BadCompressedChunk(
+                            crate::compress::CompressProblem::UnknownCodec(codec),
+                        ),
+                    });
+                    pos = chunk_end;
+                    continue;
+                }
                 chunks.push(ChunkRef {
                     offset: pos,
                     kind: h.kind,
                     payload_offset,
                     payload_len: h.payload_len,
                     payload_crc: h.payload_crc,
+                    // Byte 5 is a codec only in a 2.x file; a 1.x reader ignored it.
+                    codec,
                 });
                 if want_prefixes {
                     prefixes.push(match h.kind {

@@ -36,9 +36,10 @@ use std::collections::{BTreeMap, BinaryHeap};
 use std::path::{Path, PathBuf};
 
 use crate::codec::{Decoder, DecoderState};
+use crate::compress::{decoded_len, decompress_events};
 use crate::error::{Problem, ProblemKind, TraceError};
 use crate::event::{Event, ThreadId};
-use crate::frame::{ChunkKind, EVENTS_PREFIX_LEN};
+use crate::frame::{ChunkKind, CODEC_LZ4, EVENTS_PREFIX_LEN};
 use crate::ordering::Checker;
 use crate::reader::{
     check_events_payload, keep_first_shrink, limit_reference_reports, ReferenceCheck, Tables,
@@ -87,6 +88,8 @@ struct ChunkLoc {
     payload_len: u32,
     payload_crc: u32,
     sequence: u32,
+    /// How the payload is stored (FORMAT.md §5.3).
+    codec: u8,
 }
 
 impl ChunkLoc {
@@ -113,8 +116,12 @@ pub struct ThreadSummary {
     pub thread: ThreadId,
     /// Events given so far (all of them once the stream is exhausted).
     pub events: u64,
-    /// Encoded bytes of the thread's chunks used so far.
+    /// Encoded bytes of the thread's chunks used so far (decompressed).
     pub encoded_bytes: u64,
+    /// The same bytes as stored in the file (FORMAT.md §5.3).
+    pub stored_bytes: u64,
+    /// How many of those chunks were compressed.
+    pub compressed_chunks: u32,
     /// Wall-clock times of the first and of the last of those chunks (0 when unknown).
     pub start_ns: u64,
     pub end_ns: u64,
@@ -148,6 +155,7 @@ impl TraceStream {
                     payload_len: c.payload_len,
                     payload_crc: c.payload_crc,
                     sequence: *sequence,
+                    codec: c.codec,
                 }),
                 // Shorter than an events prefix: its checksum or its prefix is reported now.
                 None => {
@@ -369,6 +377,8 @@ struct Chunk {
     /// The events body: offset in the file and length.
     body_offset: u64,
     body_len: usize,
+    /// The body is the cursor's decompressed `plain` bytes (FORMAT.md §5.3).
+    compressed: bool,
     thread: ThreadId,
     base_key: u64,
     declared: u32,
@@ -391,6 +401,8 @@ struct Cursor<'a> {
     next_chunk: usize,
     /// The current chunk's payload when it is read from a file.
     payload: Vec<u8>,
+    /// The current chunk's events when it is compressed, decompressed.
+    plain: Vec<u8>,
     chunk: Option<Chunk>,
     batch: Vec<Event>,
     at: usize,
@@ -414,6 +426,7 @@ impl<'a> Cursor<'a> {
             chunks,
             next_chunk: 0,
             payload: Vec::new(),
+            plain: Vec::new(),
             chunk: None,
             batch: Vec::with_capacity(BATCH),
             at: 0,
@@ -435,6 +448,7 @@ impl<'a> Cursor<'a> {
     fn finish(&mut self) {
         self.finished = true;
         self.payload = Vec::new();
+        self.plain = Vec::new();
         self.batch = Vec::new();
         self.at = 0;
     }
@@ -475,11 +489,36 @@ impl<'a> Cursor<'a> {
         while let Some(loc) = self.chunks.get(self.next_chunk) {
             self.next_chunk += 1;
             let len = loc.payload_len as usize;
+            let compressed = loc.codec == CODEC_LZ4;
+            // A block that does not decompress costs its chunk, which still takes its place
+            // in the thread's sequence (as in the decoding reader, which finds it later).
+            let mut broken = None;
             let prefix = match ctx
                 .source
                 .bytes_at(loc.payload_offset(), len, &mut self.payload)
             {
                 Ok(payload) => match check_events_payload(loc.offset, loc.payload_crc, payload) {
+                    Ok(prefix) if compressed => {
+                        // A decoded length out of bounds: the chunk is not planned at all.
+                        if let Err(why) = decoded_len(payload) {
+                            ctx.problems.push(Problem {
+                                offset: loc.offset,
+                                kind: ProblemKind::BadCompressedChunk(why),
+                            });
+                            continue;
+                        }
+                        match decompress_events(payload, &mut self.plain) {
+                            Ok(body) => {
+                                let n = body.len();
+                                self.plain.truncate(n);
+                            }
+                            Err(why) => {
+                                self.plain.clear();
+                                broken = Some((why, decoded_len(payload).unwrap_or(0)));
+                            }
+                        }
+                        prefix
+                    }
                     Ok(prefix) => prefix,
                     Err(problem) => {
                         ctx.problems.push(problem);
@@ -503,7 +542,13 @@ impl<'a> Cursor<'a> {
                 });
                 continue;
             }
-            let body_len = len - EVENTS_PREFIX_LEN;
+            let body_len = if let Some((_, declared)) = &broken {
+                *declared
+            } else if compressed {
+                self.plain.len()
+            } else {
+                len - EVENTS_PREFIX_LEN
+            };
             if prefix.event_count == 0 && body_len == 0 {
                 continue; // an empty chunk takes no part in the sequence
             }
@@ -544,6 +589,8 @@ impl<'a> Cursor<'a> {
             }
             self.summary.end_ns = prefix.end_ns;
             self.summary.encoded_bytes += body_len as u64;
+            self.summary.stored_bytes += (len - EVENTS_PREFIX_LEN) as u64;
+            self.summary.compressed_chunks += compressed as u32;
             let keys_backwards = (prefix.base_key < self.last_key).then_some(Problem {
                 offset: loc.offset,
                 kind: ProblemKind::KeysBackwards {
@@ -552,10 +599,19 @@ impl<'a> Cursor<'a> {
                     next: prefix.base_key,
                 },
             });
+            if let Some((why, _)) = broken {
+                ctx.problems.push(Problem {
+                    offset: loc.offset,
+                    kind: ProblemKind::BadCompressedChunk(why),
+                });
+                ctx.problems.extend(keys_backwards);
+                continue;
+            }
             self.chunk = Some(Chunk {
                 offset: loc.offset,
                 body_offset: loc.payload_offset() + EVENTS_PREFIX_LEN as u64,
                 body_len,
+                compressed,
                 thread: self.thread,
                 base_key: prefix.base_key,
                 declared: prefix.event_count,
@@ -574,7 +630,10 @@ impl<'a> Cursor<'a> {
 
     /// The current chunk's event bytes (its payload was read and checked by
     /// `load_next_chunk`).
-    fn body<'s>(source: &'s Source, payload: &'s [u8], c: &Chunk) -> &'s [u8] {
+    fn body<'s>(source: &'s Source, payload: &'s [u8], plain: &'s [u8], c: &Chunk) -> &'s [u8] {
+        if c.compressed {
+            return &plain[..c.body_len];
+        }
         match source {
             Source::Memory(b) => &b[c.body_offset as usize..c.body_offset as usize + c.body_len],
             Source::File { .. } => &payload[EVENTS_PREFIX_LEN..EVENTS_PREFIX_LEN + c.body_len],
@@ -587,7 +646,7 @@ impl<'a> Cursor<'a> {
         let Some(c) = self.chunk.as_mut() else {
             return;
         };
-        let body = Self::body(ctx.source, &self.payload, c);
+        let body = Self::body(ctx.source, &self.payload, &self.plain, c);
         let mut dec = Decoder::resume(body, c.state);
         self.batch_offset = c.offset;
         let room = (c.capacity - c.written).min(BATCH);
@@ -617,7 +676,7 @@ impl<'a> Cursor<'a> {
             Ok(()) if !dec.is_at_end() => {}
             _ => {
                 let c = self.chunk.take().expect("a chunk is being decoded");
-                Self::end_chunk(ctx, &self.payload, c, result.err());
+                Self::end_chunk(ctx, &self.payload, &self.plain, c, result.err());
             }
         }
     }
@@ -628,10 +687,11 @@ impl<'a> Cursor<'a> {
     fn end_chunk(
         ctx: &mut Ctx<'_>,
         payload: &[u8],
+        plain: &[u8],
         c: Chunk,
         error: Option<crate::codec::DecodeError>,
     ) {
-        let body = Self::body(ctx.source, payload, &c);
+        let body = Self::body(ctx.source, payload, plain, &c);
         let dec = Decoder::resume(body, c.state);
         // The decoder noted the largest ids; only a chunk naming an id the tables may lack is
         // looked at event by event, in a second pass.
@@ -653,7 +713,12 @@ impl<'a> Cursor<'a> {
         }
         match error {
             Some(e) => ctx.problems.push(Problem {
-                offset: c.body_offset + e.offset as u64,
+                // A compressed chunk's event offsets are in its decompressed bytes.
+                offset: if c.compressed {
+                    c.offset
+                } else {
+                    c.body_offset + e.offset as u64
+                },
                 kind: ProblemKind::BadEvent {
                     index: c.found.min(u32::MAX as u64) as u32,
                     what: e.what,

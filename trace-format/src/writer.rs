@@ -6,10 +6,12 @@ use std::io::{self, Write};
 use serde::Serialize;
 
 use crate::codec::{self, DeltaState, EncodeError, MAX_EVENT_LEN};
+use crate::compress::{CompressMode, Compressor};
 use crate::event::{Event, LockMode, ObjectId, SiteId, ThreadId};
 use crate::frame::{
-    write_chunk_header, ChunkKind, EventsPrefix, CHUNK_HEADER_LEN, EVENTS_PREFIX_LEN, FILE_MAGIC,
-    MAX_PAYLOAD_LEN, VERSION_MAJOR, VERSION_MINOR,
+    write_chunk_header, ChunkKind, EventsPrefix, CHUNK_HEADER_LEN, EVENTS_PREFIX_LEN,
+    FEATURE_COMPRESSED_CHUNKS, FILE_MAGIC, MAX_PAYLOAD_LEN, VERSION_MAJOR, VERSION_MAJOR_FEATURES,
+    VERSION_MINOR,
 };
 use crate::tables::{Header, TableRecord, Trailer};
 
@@ -35,6 +37,8 @@ pub struct ChunkWriter {
     /// `MAX_EVENT_LEN` bytes of spare capacity (`new` reserves them beyond the threshold).
     room_until: usize,
     state: DeltaState,
+    /// Compresses each chunk as it is flushed (FORMAT.md §5.3); `None`: chunks are stored.
+    compressor: Option<Compressor>,
 }
 
 /// An object id and a site id encoded once, as the two varints that follow the tag and key
@@ -90,6 +94,13 @@ impl PackedFields {
 impl ChunkWriter {
     /// A writer whose chunks hold about `chunk_bytes` bytes of events.
     pub fn new(thread: ThreadId, chunk_bytes: usize) -> Self {
+        Self::with_compression(thread, chunk_bytes, CompressMode::Never)
+    }
+
+    /// A writer that compresses its chunks as `mode` says, for a 2.x trace with compressed
+    /// chunks (`file_prefix_with`): everything compression needs is allocated here, so that a
+    /// flush allocates nothing.
+    pub fn with_compression(thread: ThreadId, chunk_bytes: usize, mode: CompressMode) -> Self {
         let chunk_bytes = chunk_bytes.clamp(64, MAX_PAYLOAD_LEN as usize / 2);
         let mut buf = Vec::with_capacity(EVENTS_START + chunk_bytes + MAX_EVENT_LEN);
         buf.resize(EVENTS_START, 0);
@@ -103,7 +114,15 @@ impl ChunkWriter {
             start_ns: 0,
             room_until: 0,
             state: DeltaState::starting_at(0),
+            compressor: Compressor::new(mode, chunk_bytes + MAX_EVENT_LEN),
         }
+    }
+
+    /// How this writer compresses its chunks.
+    pub fn compress_mode(&self) -> CompressMode {
+        self.compressor
+            .as_ref()
+            .map_or(CompressMode::Never, Compressor::mode)
     }
 
     pub fn thread(&self) -> ThreadId {
@@ -512,9 +531,18 @@ impl ChunkWriter {
             end_ns,
         };
         prefix.write_to(&mut self.buf[CHUNK_HEADER_LEN..EVENTS_START]);
-        let (header, payload) = self.buf.split_at_mut(CHUNK_HEADER_LEN);
-        write_chunk_header(header, ChunkKind::Events, payload);
-        let r = sink(&self.buf);
+        let compressed = match &mut self.compressor {
+            Some(c) => c.compress_chunk(&self.buf),
+            None => None,
+        };
+        let r = match compressed {
+            Some(bytes) => sink(bytes),
+            None => {
+                let (header, payload) = self.buf.split_at_mut(CHUNK_HEADER_LEN);
+                write_chunk_header(header, ChunkKind::Events, payload);
+                sink(&self.buf)
+            }
+        };
         self.sequence = self.sequence.wrapping_add(1);
         self.base_key = self.state.key;
         self.state = DeltaState::starting_at(self.base_key);
@@ -726,18 +754,45 @@ fn serialize<T: Serialize>(value: &T, out: Vec<u8>) -> Vec<u8> {
 /// with its last kept argument saying how many were dropped, rather than writing a trace no
 /// reader opens.
 pub fn file_prefix(header: &Header) -> Vec<u8> {
+    file_prefix_with(header, 0)
+}
+
+/// The bytes that start a trace whose writer may use the required `features` (FORMAT.md §2.1,
+/// §3.1): a 1.x prefix when there are none, else a 2.x prefix that lists them.
+pub fn file_prefix_with(header: &Header, features: u64) -> Vec<u8> {
     let mut body = serialize(header, Vec::new());
     if body.len() > crate::frame::MAX_HEADER_LEN as usize {
         body = serialize(&header_that_fits(header), Vec::new());
     }
-    let mut out = Vec::with_capacity(crate::frame::FILE_PREFIX_LEN + body.len());
+    let mut out = Vec::with_capacity(crate::frame::FILE_PREFIX_LEN_V2 + body.len());
     out.extend_from_slice(&FILE_MAGIC);
-    out.extend_from_slice(&VERSION_MAJOR.to_le_bytes());
+    let major = if features == 0 {
+        VERSION_MAJOR
+    } else {
+        VERSION_MAJOR_FEATURES
+    };
+    out.extend_from_slice(&major.to_le_bytes());
     out.extend_from_slice(&VERSION_MINOR.to_le_bytes());
     out.extend_from_slice(&(body.len() as u32).to_le_bytes());
-    out.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+    if features == 0 {
+        out.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+    } else {
+        let mut h = crc32fast::Hasher::new();
+        h.update(&features.to_le_bytes());
+        h.update(&body);
+        out.extend_from_slice(&h.finalize().to_le_bytes());
+        out.extend_from_slice(&features.to_le_bytes());
+    }
     out.extend_from_slice(&body);
     out
+}
+
+/// The required features a trace written with `mode` declares.
+pub fn features_for(mode: CompressMode) -> u64 {
+    match mode {
+        CompressMode::Never => 0,
+        CompressMode::Auto | CompressMode::Always => FEATURE_COMPRESSED_CHUNKS,
+    }
 }
 
 /// `header` with its command cut to fit the reader's header limit (with room to spare).
@@ -799,17 +854,30 @@ pub struct TraceWriter<W: Write> {
     tables: TableWriter,
     event_chunks: u64,
     events: u64,
+    compress: CompressMode,
 }
 
 impl<W: Write> TraceWriter<W> {
-    pub fn new(mut out: W, header: &Header) -> io::Result<Self> {
-        out.write_all(&file_prefix(header))?;
+    /// A writer of a 1.x trace: chunks stored as they are.
+    pub fn new(out: W, header: &Header) -> io::Result<Self> {
+        Self::with_compression(out, header, CompressMode::Never)
+    }
+
+    /// A writer whose `thread_events` compress as `mode` says (a 2.x trace unless `Never`).
+    pub fn with_compression(mut out: W, header: &Header, mode: CompressMode) -> io::Result<Self> {
+        out.write_all(&file_prefix_with(header, features_for(mode)))?;
         Ok(Self {
             out,
             tables: TableWriter::new(),
             event_chunks: 0,
             events: 0,
+            compress: mode,
         })
+    }
+
+    /// A chunk writer for this trace (compressing as the trace allows).
+    pub fn chunk_writer(&self, thread: ThreadId, chunk_bytes: usize) -> ChunkWriter {
+        ChunkWriter::with_compression(thread, chunk_bytes, self.compress)
     }
 
     pub fn table(&mut self, record: &TableRecord) -> io::Result<()> {
@@ -835,7 +903,7 @@ impl<W: Write> TraceWriter<W> {
         chunk_bytes: usize,
     ) -> io::Result<()> {
         self.flush_tables()?;
-        let mut w = ChunkWriter::new(thread, chunk_bytes);
+        let mut w = self.chunk_writer(thread, chunk_bytes);
         for ev in events {
             if w.is_full() {
                 self.write_chunk(&mut w)?;

@@ -3,7 +3,7 @@
 
 use foresight_trace::event::{AtomicOp, Event, EventKind, LockMode, MemoryOrder, WaitOutcome};
 use foresight_trace::tables::{EndReason, Header, Ordering, Trailer};
-use foresight_trace::{Trace, TraceWriter};
+use foresight_trace::{CompressMode, Trace, TraceWriter};
 use proptest::prelude::*;
 
 fn mode() -> impl Strategy<Value = LockMode> {
@@ -161,8 +161,26 @@ fn header() -> Header {
     }
 }
 
+fn compress_mode() -> impl Strategy<Value = CompressMode> {
+    prop_oneof![
+        Just(CompressMode::Never),
+        Just(CompressMode::Auto),
+        Just(CompressMode::Always)
+    ]
+}
+
 fn encode(threads: &[Vec<Event>], chunk_bytes: usize, trailer: bool) -> Vec<u8> {
-    let mut w = TraceWriter::new(Vec::new(), &header()).unwrap();
+    encode_with(threads, chunk_bytes, trailer, CompressMode::Never)
+}
+
+/// The same, compressing event chunks as `mode` says (a 2.x trace unless `Never`).
+fn encode_with(
+    threads: &[Vec<Event>],
+    chunk_bytes: usize,
+    trailer: bool,
+    mode: CompressMode,
+) -> Vec<u8> {
+    let mut w = TraceWriter::with_compression(Vec::new(), &header(), mode).unwrap();
     for (t, evs) in threads.iter().enumerate() {
         w.thread_events(t as u32, evs, chunk_bytes).unwrap();
     }
@@ -216,13 +234,16 @@ proptest! {
     fn any_event_sequence_round_trips_bit_exactly(
         threads in prop::collection::vec(thread_events(), 1..4),
         chunk_bytes in prop_oneof![Just(64usize), Just(300), Just(1 << 16)],
+        mode in compress_mode(),
     ) {
-        let bytes = encode(&threads, chunk_bytes, true);
+        let bytes = encode_with(&threads, chunk_bytes, true, mode);
         let trace = Trace::from_bytes("prop", bytes.clone()).unwrap();
         prop_assert!(trace.ended_cleanly(), "problems: {:?}", trace.problems);
         prop_assert_eq!(&decoded_events(&trace, threads.len()), &threads);
         prop_assert_eq!(&trace.header, &header());
-        let again = encode(&decoded_events(&trace, threads.len()), chunk_bytes, true);
+        let major = if mode == CompressMode::Never { 1 } else { 2 };
+        prop_assert_eq!(trace.version.0, major);
+        let again = encode_with(&decoded_events(&trace, threads.len()), chunk_bytes, true, mode);
         prop_assert_eq!(&again, &bytes);
         // The streaming path sees the same events, chunk by chunk.
         prop_assert_eq!(&streamed_events(&bytes, threads.len()), &threads);
@@ -231,9 +252,10 @@ proptest! {
     #[test]
     fn truncation_yields_a_prefix_of_every_thread(
         threads in prop::collection::vec(thread_events(), 1..3),
+        mode in compress_mode(),
         cut in any::<prop::sample::Index>(),
     ) {
-        let bytes = encode(&threads, 200, true);
+        let bytes = encode_with(&threads, 200, true, mode);
         let at = cut.index(bytes.len()); // always < len
         match Trace::from_bytes("cut", bytes[..at].to_vec()) {
             Err(_) => {} // cut inside the file header: a clear error is the right answer
@@ -255,9 +277,10 @@ proptest! {
     #[test]
     fn corruption_never_panics_and_never_invents_events(
         threads in prop::collection::vec(thread_events(), 1..3),
+        mode in compress_mode(),
         flips in prop::collection::vec((any::<prop::sample::Index>(), 1u8..=255), 1..8),
     ) {
-        let mut bytes = encode(&threads, 200, true);
+        let mut bytes = encode_with(&threads, 200, true, mode);
         for (i, x) in &flips {
             let at = i.index(bytes.len());
             bytes[at] ^= x;
@@ -569,8 +592,9 @@ proptest! {
         threads in prop::collection::vec(thread_events(), 0..5),
         chunk_bytes in prop_oneof![Just(64usize), Just(300), Just(1 << 16)],
         trailer in any::<bool>(),
+        mode in compress_mode(),
     ) {
-        let bytes = encode(&threads, chunk_bytes, trailer);
+        let bytes = encode_with(&threads, chunk_bytes, trailer, mode);
         let trace = Trace::from_bytes("prop", bytes.clone()).unwrap();
         let want = decoded_merged(&trace);
         let stream = foresight_trace::stream::TraceStream::from_bytes("prop", bytes.clone()).unwrap();
@@ -587,6 +611,8 @@ proptest! {
                 thread: t.thread,
                 events: t.events.len() as u64,
                 encoded_bytes: t.encoded_bytes,
+                stored_bytes: t.stored_bytes,
+                compressed_chunks: t.compressed_chunks,
                 start_ns: t.chunks.first().map_or(0, |c| c.start_ns),
                 end_ns: t.chunks.last().map_or(0, |c| c.end_ns),
             })
@@ -620,9 +646,10 @@ proptest! {
     #[test]
     fn streaming_a_truncated_trace_yields_a_prefix_and_says_it_was_cut_short(
         threads in prop::collection::vec(thread_events(), 1..4),
+        mode in compress_mode(),
         cut in any::<prop::sample::Index>(),
     ) {
-        let bytes = encode(&threads, 200, true);
+        let bytes = encode_with(&threads, 200, true, mode);
         let at = cut.index(bytes.len());
         let cut_bytes = bytes[..at].to_vec();
         let decoded = Trace::from_bytes("cut", cut_bytes.clone());
@@ -653,9 +680,10 @@ proptest! {
     #[test]
     fn streaming_a_corrupted_trace_never_panics_and_never_invents_events(
         threads in prop::collection::vec(thread_events(), 1..3),
+        mode in compress_mode(),
         flips in prop::collection::vec((any::<prop::sample::Index>(), 1u8..=255), 1..8),
     ) {
-        let mut bytes = encode(&threads, 200, true);
+        let mut bytes = encode_with(&threads, 200, true, mode);
         for (i, x) in &flips {
             let at = i.index(bytes.len());
             bytes[at] ^= x;

@@ -256,6 +256,20 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 std::fs::read(&copy).with_context(|| format!("cannot read {}", copy.display()))?
             }
         };
+        // zstd gains far more on plain chunks than on LZ4 blocks: a compressed trace is packed
+        // as its plain (1.x) trace, unless it is damaged (then as it is, damage and all).
+        let plain = match foresight_trace::compress::to_plain(&bytes) {
+            Ok(std::borrow::Cow::Owned(plain)) => Some(plain),
+            Ok(std::borrow::Cow::Borrowed(_)) => None,
+            Err(e) => {
+                eprintln!(
+                    "foresight: warning: {}: packed as recorded, compressed chunks and all: {e}",
+                    input.name
+                );
+                None
+            }
+        };
+        let bytes = plain.unwrap_or(bytes);
         let file =
             TraceFile::from_bytes(input.name.clone(), bytes.clone()).map_err(|e| anyhow!("{e}"))?;
         let h = file.header();

@@ -2,7 +2,8 @@
 //! symbolise every trace the run produced, and exit with the command's status.
 //!
 //! The contract with the runtime is a handful of environment variables (`FORESIGHT_OUTPUT`,
-//! `FORESIGHT_STACK_DEPTH`, `FORESIGHT_NO_FOLLOW`, `FORESIGHT_ALLOCATIONS`, `LD_PRELOAD`). The root process writes
+//! `FORESIGHT_STACK_DEPTH`, `FORESIGHT_NO_FOLLOW`, `FORESIGHT_ALLOCATIONS`, `FORESIGHT_COMPRESS`,
+//! `LD_PRELOAD`). The root process writes
 //! exactly `PATH` (the runtime opens it with `O_CREAT|O_EXCL`), so `record` clears `PATH` and its
 //! stale `PATH.<pid>[.<n>]` siblings first; forked children and exec'd images that find `PATH`
 //! taken write those siblings.
@@ -102,6 +103,14 @@ pub struct Args {
     /// writes no window.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     keep_last: Option<u64>,
+    /// Compress the trace's event chunks as they are written (LZ4): `auto` compresses, and
+    /// writes plain for a while after chunks that shrank less than 4x (a workload that does
+    /// not compress costs little); `always` compresses every chunk; `never` writes an
+    /// uncompressed trace (format 1.x, which older foresight releases read). A flight
+    /// recorder (--keep-last) writes its window uncompressed.
+    #[arg(long, value_name = "WHEN", default_value = "auto",
+          value_parser = ["auto", "always", "never"])]
+    compress: String,
     /// The command to record and its arguments (after `--`).
     #[arg(
         required = true,
@@ -128,6 +137,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         // Absolute, because processes of the run may change directory before they open it.
         .env("FORESIGHT_OUTPUT", &output)
         .env("FORESIGHT_STACK_DEPTH", args.stack_depth.to_string())
+        .env("FORESIGHT_COMPRESS", &args.compress)
         .env("LD_PRELOAD", ld_preload(&runtime)?);
     // A value inherited from the caller's environment must not change what was asked for.
     if args.no_follow {

@@ -273,6 +273,7 @@ fn write_stats(
             0.0
         }
     )?;
+    write_compression(out, stream, &counts.threads)?;
     writeln!(out)?;
 
     writeln!(out, "events     {events}")?;
@@ -497,4 +498,40 @@ fn duration_ns(stream: &TraceStream, threads: &[ThreadSummary]) -> Option<u64> {
         .filter(|&e| e > 0)
         .or_else(|| threads.iter().map(|t| t.end_ns).max())?;
     end.checked_sub(start)
+}
+
+/// How the event chunks are stored: on disk against decoded (FORMAT.md §5.3). A 1.x trace
+/// cannot hold compressed chunks and says nothing.
+fn write_compression(
+    out: &mut impl Write,
+    stream: &TraceStream,
+    threads: &[ThreadSummary],
+) -> std::io::Result<()> {
+    let (major, _) = stream.version();
+    if major < foresight_trace::frame::VERSION_MAJOR_FEATURES {
+        return Ok(());
+    }
+    let decoded: u64 = threads.iter().map(|t| t.encoded_bytes).sum();
+    let stored: u64 = threads.iter().map(|t| t.stored_bytes).sum();
+    let compressed: u64 = threads.iter().map(|t| t.compressed_chunks as u64).sum();
+    let chunks = stream
+        .chunk_count()
+        .saturating_sub(stream.table_chunk_count() + stream.trailer().is_some() as usize);
+    let events: u64 = threads.iter().map(|t| t.events).sum();
+    writeln!(
+        out,
+        "compressed {compressed} of {} (LZ4); events take {stored} bytes on disk for {decoded} \
+         decoded, ratio {:.1}x, {:.3} bytes/event on disk",
+        counted(chunks, "event chunk", "event chunks"),
+        if stored > 0 {
+            decoded as f64 / stored as f64
+        } else {
+            1.0
+        },
+        if events > 0 {
+            stored as f64 / events as f64
+        } else {
+            0.0
+        }
+    )
 }

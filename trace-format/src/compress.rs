@@ -1,0 +1,374 @@
+//! Compressed event chunks (FORMAT.md §5.3): an LZ4 block of the encoded events after the
+//! uncompressed events prefix and the decoded length.
+//!
+//! The writer side ([`Compressor`]) allocates everything it needs when it is made, with the
+//! thread's chunk buffer, so that compressing a chunk at flush allocates nothing (the recorder
+//! flushes from its hooks and its flusher thread, where the program's `malloc` must not be
+//! called). The reader side ([`decompress_events`]) checks the declared length before it
+//! allocates, and turns every failure into a [`CompressProblem`] instead of a panic.
+
+use lz4_flex::block::CompressTable;
+use lz4_flex::block::{compress_into_with_table, decompress_into, get_maximum_output_size};
+
+use crate::frame::{
+    write_chunk_header_coded, ChunkKind, CHUNK_HEADER_LEN, CODEC_LZ4, EVENTS_PREFIX_LEN,
+    MAX_PAYLOAD_LEN,
+};
+
+/// What the decoded length takes in a compressed payload, after the events prefix.
+pub const DECODED_LEN_BYTES: usize = 4;
+/// Where the LZ4 block starts in a compressed payload.
+pub const LZ4_BLOCK_START: usize = EVENTS_PREFIX_LEN + DECODED_LEN_BYTES;
+
+/// When a chunk is compressed (`foresight record --compress`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CompressMode {
+    /// Never: the trace is written as 1.x, as before compression existed.
+    Never,
+    /// Compress; store a chunk plain when that does not pay, and after a chunk that shrank less
+    /// than [`AUTO_MIN_RATIO`]× write the next chunks plain without trying: one after a first
+    /// such chunk, then twice as many after each further one in a row, at most
+    /// [`AUTO_BACKOFF_CHUNKS`]; a chunk that shrinks enough starts over.
+    #[default]
+    Auto,
+    /// Compress every chunk; store it compressed whenever that is smaller.
+    Always,
+}
+
+impl CompressMode {
+    /// `never`, `auto` or `always` (the option's and `FORESIGHT_COMPRESS`'s values).
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "never" | "0" | "off" => Some(Self::Never),
+            "auto" => Some(Self::Auto),
+            "always" | "1" | "on" => Some(Self::Always),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Never => "never",
+            Self::Auto => "auto",
+            Self::Always => "always",
+        }
+    }
+}
+
+/// `auto` keeps compressing while chunks shrink at least this much.
+pub const AUTO_MIN_RATIO: usize = 4;
+/// The most chunks `auto` writes plain, after chunks that shrank less, before it probes again.
+pub const AUTO_BACKOFF_CHUNKS: u32 = 16;
+
+/// One thread's compressor: a reusable LZ4 hash table and an output buffer for the largest
+/// chunk the thread's writer makes.
+pub struct Compressor {
+    mode: CompressMode,
+    table: CompressTable,
+    out: Vec<u8>,
+    /// Chunks `auto` still writes plain before it tries again.
+    skip: u32,
+    /// How many it writes plain after the next chunk that shrinks too little.
+    backoff: u32,
+}
+
+impl Compressor {
+    /// A compressor for chunks of at most `max_body` bytes of events; `None` for `Never`.
+    pub fn new(mode: CompressMode, max_body: usize) -> Option<Self> {
+        if mode == CompressMode::Never {
+            return None;
+        }
+        let cap = CHUNK_HEADER_LEN + LZ4_BLOCK_START + get_maximum_output_size(max_body);
+        Some(Self {
+            mode,
+            table: CompressTable::large(),
+            out: vec![0; cap],
+            skip: 0,
+            backoff: 1,
+        })
+    }
+
+    pub fn mode(&self) -> CompressMode {
+        self.mode
+    }
+
+    /// `chunk` is a framed plain event chunk (chunk header, events prefix, events; the prefix
+    /// written, the header not needed). Returns the framed compressed chunk to write instead,
+    /// or `None` to write `chunk` as it is. Allocates nothing.
+    pub fn compress_chunk(&mut self, chunk: &[u8]) -> Option<&[u8]> {
+        if chunk.len() < CHUNK_HEADER_LEN + EVENTS_PREFIX_LEN {
+            return None;
+        }
+        if self.skip > 0 {
+            self.skip -= 1;
+            return None;
+        }
+        let body = &chunk[CHUNK_HEADER_LEN + EVENTS_PREFIX_LEN..];
+        let start = CHUNK_HEADER_LEN + LZ4_BLOCK_START;
+        if body.is_empty() || self.out.len() < start + get_maximum_output_size(body.len()) {
+            return None;
+        }
+        let n = compress_into_with_table(body, &mut self.out[start..], &mut self.table).ok()?;
+        if self.mode == CompressMode::Auto {
+            if n * AUTO_MIN_RATIO > body.len() {
+                self.skip = self.backoff;
+                self.backoff = (self.backoff * 2).min(AUTO_BACKOFF_CHUNKS);
+            } else {
+                self.backoff = 1;
+            }
+        }
+        if n + DECODED_LEN_BYTES >= body.len() {
+            return None;
+        }
+        let (head, rest) = self.out.split_at_mut(CHUNK_HEADER_LEN);
+        rest[..EVENTS_PREFIX_LEN]
+            .copy_from_slice(&chunk[CHUNK_HEADER_LEN..CHUNK_HEADER_LEN + EVENTS_PREFIX_LEN]);
+        rest[EVENTS_PREFIX_LEN..LZ4_BLOCK_START]
+            .copy_from_slice(&(body.len() as u32).to_le_bytes());
+        let payload = &rest[..LZ4_BLOCK_START + n];
+        write_chunk_header_coded(head, ChunkKind::Events, CODEC_LZ4, payload);
+        Some(&self.out[..start + n])
+    }
+}
+
+/// Why a compressed chunk's events cannot be had.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CompressProblem {
+    #[error("the compressed payload is too short ({0} bytes) to hold its decoded length")]
+    TooShort(usize),
+    #[error(
+        "decoded length {declared} is impossible for {stored} compressed bytes (at most {max})"
+    )]
+    BadLength {
+        declared: u32,
+        stored: usize,
+        max: u64,
+    },
+    #[error("the LZ4 block is damaged: {0}")]
+    Damaged(String),
+    #[error("the LZ4 block decompresses to {found} bytes, not the {declared} it declares")]
+    WrongLength { declared: u32, found: usize },
+    #[error("unknown codec {0}")]
+    UnknownCodec(u8),
+}
+
+/// The largest decoded length a compressed block of `stored` bytes may declare.
+pub fn max_decoded_len(stored: usize) -> u64 {
+    (stored as u64 * 255 + 16).min(MAX_PAYLOAD_LEN as u64)
+}
+
+/// The decoded length a compressed events payload declares, checked against its bounds.
+pub fn decoded_len(payload: &[u8]) -> Result<usize, CompressProblem> {
+    if payload.len() < LZ4_BLOCK_START {
+        return Err(CompressProblem::TooShort(payload.len()));
+    }
+    let declared = u32::from_le_bytes(
+        payload[EVENTS_PREFIX_LEN..LZ4_BLOCK_START]
+            .try_into()
+            .expect("four bytes"),
+    );
+    let stored = payload.len() - LZ4_BLOCK_START;
+    let max = max_decoded_len(stored);
+    if declared as u64 > max {
+        return Err(CompressProblem::BadLength {
+            declared,
+            stored,
+            max,
+        });
+    }
+    Ok(declared as usize)
+}
+
+/// Decompresses the events of a compressed events payload (prefix included, checksum
+/// already checked) into `out`, which is reused: the returned slice is the events.
+pub fn decompress_events<'o>(
+    payload: &[u8],
+    out: &'o mut Vec<u8>,
+) -> Result<&'o [u8], CompressProblem> {
+    let d = decoded_len(payload)?;
+    if out.len() < d {
+        out.resize(d, 0);
+    }
+    let n = decompress_into(&payload[LZ4_BLOCK_START..], &mut out[..d])
+        .map_err(|e| CompressProblem::Damaged(e.to_string()))?;
+    if n != d {
+        return Err(CompressProblem::WrongLength {
+            declared: d as u32,
+            found: n,
+        });
+    }
+    Ok(&out[..d])
+}
+
+/// The same trace with every chunk stored as written: a 2.x trace rewritten as the 1.x trace
+/// of the same events (FORMAT.md §2.1: the lowest major that can express it), for a tool that
+/// recompresses whole files with a stronger codec (a pack), which gains more on plain chunks
+/// than on LZ4 blocks. A 1.x trace is returned as it is. Only a trace that reads cleanly
+/// chunk by chunk is rewritten: any damage (a chunk header, a checksum, a block, an unknown
+/// codec) is an error naming its offset, and the caller keeps the original bytes.
+pub fn to_plain(bytes: &[u8]) -> Result<std::borrow::Cow<'_, [u8]>, String> {
+    use crate::frame::{
+        read_chunk_header, write_chunk_header, CODEC_STORED, FILE_MAGIC, FILE_PREFIX_LEN,
+        FILE_PREFIX_LEN_V2, KNOWN_FEATURES, VERSION_MAJOR, VERSION_MAJOR_FEATURES, VERSION_MINOR,
+    };
+    if bytes.len() < FILE_PREFIX_LEN || bytes[..8] != FILE_MAGIC {
+        return Err("not a foresight trace".into());
+    }
+    let major = u16::from_le_bytes([bytes[8], bytes[9]]);
+    if major == VERSION_MAJOR {
+        return Ok(std::borrow::Cow::Borrowed(bytes));
+    }
+    if major != VERSION_MAJOR_FEATURES || bytes.len() < FILE_PREFIX_LEN_V2 {
+        return Err(format!(
+            "byte 8: format major {major} is not one this rewrite reads"
+        ));
+    }
+    let hlen = u32::from_le_bytes(bytes[12..16].try_into().expect("four bytes")) as usize;
+    let features = u64::from_le_bytes(bytes[20..28].try_into().expect("eight bytes"));
+    let hend = FILE_PREFIX_LEN_V2 + hlen;
+    if features & !KNOWN_FEATURES != 0 || hend > bytes.len() {
+        return Err("byte 12: the file header is not one this rewrite reads".into());
+    }
+    let stored_crc = u32::from_le_bytes(bytes[16..20].try_into().expect("four bytes"));
+    if crc32fast::hash(&bytes[20..hend]) != stored_crc {
+        return Err("byte 16: header checksum mismatch".into());
+    }
+    let header = &bytes[FILE_PREFIX_LEN_V2..hend];
+    let mut out = Vec::with_capacity(bytes.len() * 4);
+    out.extend_from_slice(&FILE_MAGIC);
+    out.extend_from_slice(&VERSION_MAJOR.to_le_bytes());
+    out.extend_from_slice(&VERSION_MINOR.to_le_bytes());
+    out.extend_from_slice(&(hlen as u32).to_le_bytes());
+    out.extend_from_slice(&crc32fast::hash(header).to_le_bytes());
+    out.extend_from_slice(header);
+    let mut pos = hend;
+    let mut plain = Vec::new();
+    while pos < bytes.len() {
+        let h = read_chunk_header(&bytes[pos..])
+            .map_err(|why| format!("byte {pos}: not a whole chunk header ({why:?})"))?;
+        let start = pos + CHUNK_HEADER_LEN;
+        let end = start + h.payload_len as usize;
+        if end > bytes.len() {
+            return Err(format!("byte {pos}: the file ends inside this chunk"));
+        }
+        let payload = &bytes[start..end];
+        if crc32fast::hash(payload) != h.payload_crc {
+            return Err(format!("byte {pos}: chunk checksum mismatch"));
+        }
+        match h.flags {
+            CODEC_STORED => {
+                // A 1.x reader ignores byte 5: written as 0 all the same.
+                let at = out.len();
+                out.extend_from_slice(&bytes[pos..end]);
+                write_chunk_header(&mut out[at..at + CHUNK_HEADER_LEN], h.kind, payload);
+            }
+            CODEC_LZ4 if h.kind == ChunkKind::Events => {
+                let body = decompress_events(payload, &mut plain)
+                    .map_err(|why| format!("byte {pos}: {why}"))?;
+                let at = out.len();
+                out.resize(at + CHUNK_HEADER_LEN, 0);
+                out.extend_from_slice(&payload[..EVENTS_PREFIX_LEN]);
+                out.extend_from_slice(body);
+                let (head, rest) = out[at..].split_at_mut(CHUNK_HEADER_LEN);
+                write_chunk_header(head, ChunkKind::Events, rest);
+            }
+            codec => return Err(format!("byte {pos}: unknown codec {codec}")),
+        }
+        pos = end;
+    }
+    Ok(std::borrow::Cow::Owned(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::{read_chunk_header, EventsPrefix};
+
+    fn chunk(body: &[u8]) -> Vec<u8> {
+        let mut c = vec![0u8; CHUNK_HEADER_LEN + EVENTS_PREFIX_LEN];
+        EventsPrefix {
+            thread: 3,
+            sequence: 1,
+            base_key: 9,
+            event_count: 7,
+            start_ns: 1,
+            end_ns: 2,
+        }
+        .write_to(&mut c[CHUNK_HEADER_LEN..]);
+        c.extend_from_slice(body);
+        c
+    }
+
+    #[test]
+    fn repetitive_chunk_round_trips() {
+        let body: Vec<u8> = (0..4000).map(|i| (i % 7) as u8).collect();
+        let mut c = Compressor::new(CompressMode::Always, body.len()).unwrap();
+        let plain = chunk(&body);
+        let framed = c.compress_chunk(&plain).expect("compresses").to_vec();
+        let h = read_chunk_header(&framed).unwrap();
+        assert_eq!(h.flags, CODEC_LZ4);
+        let payload = &framed[CHUNK_HEADER_LEN..];
+        assert_eq!(h.payload_len as usize, payload.len());
+        assert_eq!(
+            &payload[..EVENTS_PREFIX_LEN],
+            &plain[CHUNK_HEADER_LEN..CHUNK_HEADER_LEN + EVENTS_PREFIX_LEN]
+        );
+        let mut out = Vec::new();
+        assert_eq!(decompress_events(payload, &mut out).unwrap(), &body[..]);
+    }
+
+    #[test]
+    fn incompressible_chunk_stays_plain_and_auto_backs_off() {
+        let mut x = 0x1234_5678u32;
+        let body: Vec<u8> = (0..4000)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                x as u8
+            })
+            .collect();
+        let mut c = Compressor::new(CompressMode::Auto, body.len()).unwrap();
+        let easy = vec![5u8; 4000];
+        // Backing off: after the k-th incompressible chunk in a row, the next 2^(k-1) chunks
+        // (at most 16) are written plain, even repetitive ones.
+        let mut tries = 0;
+        for skip in [1, 2, 4, 8, 16, 16] {
+            assert!(c.compress_chunk(&chunk(&body)).is_none());
+            tries += 1;
+            for _ in 0..skip {
+                assert!(c.compress_chunk(&chunk(&easy)).is_none(), "try {tries}");
+            }
+        }
+        assert!(c.compress_chunk(&chunk(&easy)).is_some());
+        // A chunk that shrank enough starts over: one plain chunk after the next failure.
+        assert!(c.compress_chunk(&chunk(&body)).is_none());
+        assert!(c.compress_chunk(&chunk(&easy)).is_none());
+        assert!(c.compress_chunk(&chunk(&easy)).is_some());
+    }
+
+    #[test]
+    fn bad_lengths_and_blocks_are_problems() {
+        let body = vec![1u8; 3000];
+        let mut c = Compressor::new(CompressMode::Always, body.len()).unwrap();
+        let framed = c.compress_chunk(&chunk(&body)).unwrap().to_vec();
+        let payload = &framed[CHUNK_HEADER_LEN..];
+        let mut out = Vec::new();
+        let mut p = payload.to_vec();
+        p[EVENTS_PREFIX_LEN..LZ4_BLOCK_START].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(
+            decompress_events(&p, &mut out),
+            Err(CompressProblem::BadLength { .. })
+        ));
+        let mut p = payload.to_vec();
+        p[EVENTS_PREFIX_LEN..LZ4_BLOCK_START].copy_from_slice(&2999u32.to_le_bytes());
+        assert!(decompress_events(&p, &mut out).is_err());
+        let mut p = payload.to_vec();
+        p.truncate(p.len() - 1);
+        assert!(decompress_events(&p, &mut out).is_err());
+        assert!(matches!(
+            decompress_events(&payload[..10], &mut out),
+            Err(CompressProblem::TooShort(10))
+        ));
+    }
+}
