@@ -9,26 +9,8 @@ use std::process::{Command, Output};
 use foresight_fixtures::harness::{self, Tmpfs};
 use foresight_trace::Trace;
 
-const THREADED: &str = r#"
-#include <pthread.h>
-#include <stdio.h>
-static pthread_mutex_t a = PTHREAD_MUTEX_INITIALIZER, b = PTHREAD_MUTEX_INITIALIZER;
-static void *worker(void *arg) {
-    (void)arg;
-    pthread_mutex_lock(&b); pthread_mutex_lock(&a);
-    pthread_mutex_unlock(&a); pthread_mutex_unlock(&b);
-    return 0;
-}
-int main(void) {
-    pthread_t t;
-    pthread_create(&t, 0, worker, 0);
-    pthread_join(t, 0);
-    pthread_mutex_lock(&a); pthread_mutex_lock(&b);
-    pthread_mutex_unlock(&b); pthread_mutex_unlock(&a);
-    puts("done");
-    return 0;
-}
-"#;
+/// Two threads, two locks in opposite orders.
+const THREADED: &str = include_str!("inversion.c");
 
 /// `<target>/<profile>` of this test binary.
 fn profile_dir() -> PathBuf {
