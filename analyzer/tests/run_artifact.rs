@@ -207,6 +207,35 @@ fn a_pack_holds_the_run_and_is_read_directly() {
     assert!(s.starts_with("pack       bug.fspk: 2 traces"), "{s}");
     assert!(s.contains("× smaller") && s.contains("packed     "), "{s}");
 
+    // `dump` prints one trace of a pack: the one --member names, the same as the file's.
+    let o = foresight(&dir).args(["dump", "bug.fspk"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "two traces: which one?");
+    assert!(
+        stderr(&o).contains("name one with --member (run.trace, run.trace."),
+        "{}",
+        stderr(&o)
+    );
+    let o = foresight(&dir)
+        .args(["dump", "--member", "run.trace", "bug.fspk"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let from_file = foresight(&dir)
+        .args(["dump", "run.trace"])
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&o), stdout(&from_file));
+    let o = foresight(&dir)
+        .args(["dump", "--member", "nope", "bug.fspk"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("no trace named `nope`"),
+        "{}",
+        stderr(&o)
+    );
+
     // Damage: a byte of the last trace's compressed data, the manifest, a cut-off tail.
     let bytes = std::fs::read(dir.join("bug.fspk")).unwrap();
     let manifest_len = u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;

@@ -1,18 +1,25 @@
 //! `foresight dump`: every event, one line each, in the merged causal order.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use foresight_trace::event::{EventKind, MemoryOrder};
 use foresight_trace::reader::Tables;
+use foresight_trace::TraceStream;
 
 use super::output::{ignore_broken_pipe, open_stream, warn_problems};
+use super::pack::{Pack, PACK_MAGIC};
+use super::run_files::starts_with;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The trace file.
+    /// The trace file, or a pack (`foresight pack`): its one trace, or the one `--member` names.
     trace: PathBuf,
+    /// In a pack of several traces, the trace to print, by its name in the pack (`foresight
+    /// stats PACK` lists them).
+    #[arg(long, value_name = "NAME")]
+    member: Option<String>,
     /// Only the events of this thread (by foresight's thread number, as `dump` prints it).
     #[arg(long, value_name = "N")]
     thread: Option<u32>,
@@ -25,7 +32,16 @@ pub struct Args {
 /// threads. With `--limit`, reading stops there too, and the problems reported are those of
 /// what was read.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let stream = open_stream(&args.trace)?;
+    let stream = if starts_with(&args.trace, &PACK_MAGIC) {
+        open_member(&args.trace, args.member.as_deref())?
+    } else if args.member.is_some() {
+        anyhow::bail!(
+            "{}: --member picks a trace of a pack, and this is not one",
+            args.trace.display()
+        );
+    } else {
+        open_stream(&args.trace)?
+    };
     let tables = stream.tables();
     let mut merged = stream.merged().with_ordering_check();
     let stdout = std::io::stdout();
@@ -65,6 +81,35 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     ignore_broken_pipe(result)?;
     warn_problems(stream.path(), &merged.problems());
     Ok(ExitCode::SUCCESS)
+}
+
+/// The trace of the pack at `path` that `member` names, or its only one.
+fn open_member(path: &Path, member: Option<&str>) -> anyhow::Result<TraceStream> {
+    let pack = Pack::open(path)?;
+    let names: Vec<&str> = pack
+        .manifest
+        .traces
+        .iter()
+        .map(|t| t.name.as_str())
+        .collect();
+    let i = match (member, names.as_slice()) {
+        (Some(m), _) => names.iter().position(|&n| n == m).ok_or_else(|| {
+            anyhow::anyhow!(
+                "{}: no trace named `{m}` in this pack (it holds {})",
+                path.display(),
+                names.join(", ")
+            )
+        })?,
+        (None, [_]) => 0,
+        (None, _) => anyhow::bail!(
+            "{}: the pack holds {} traces; name one with --member ({})",
+            path.display(),
+            names.len(),
+            names.join(", ")
+        ),
+    };
+    let bytes = pack.read_member(i)?;
+    Ok(TraceStream::from_bytes(names[i].to_string(), bytes)?)
 }
 
 pub(crate) fn thread_label(tables: &Tables, t: u32) -> String {
