@@ -9,7 +9,7 @@ use std::process::{Command, Output};
 use foresight_analyzer::analysis::{analyze, Options};
 use foresight_analyzer::model::build_run;
 use foresight_analyzer::report::{Report, Verdict};
-use foresight_fixtures::harness::{compile_hostile, compile_source, fresh_dir, runtime};
+use foresight_fixtures::harness::{self, compile_hostile, compile_source, fresh_dir};
 use foresight_trace::builder::TraceBuilder;
 use foresight_trace::tables::{
     EarlierLockOrder, EndReason, RecordingWindow, StopCause, TableRecord, ThreadEndState,
@@ -154,21 +154,7 @@ fn summary_edges_alone_close_a_cycle_as_potential() {
 // --- recorded ---------------------------------------------------------------------------------
 
 fn foresight(dir: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_foresight"));
-    c.current_dir(dir).env("FORESIGHT_RUNTIME", runtime());
-    for v in [
-        "FORESIGHT_OUTPUT",
-        "FORESIGHT_STACK_DEPTH",
-        "FORESIGHT_NO_FOLLOW",
-        "FORESIGHT_STOP_FILE",
-        "FORESIGHT_HANG_TIMEOUT_MS",
-        "FORESIGHT_MAX_SIZE",
-        "FORESIGHT_KEEP_LAST",
-        "LD_PRELOAD",
-    ] {
-        c.env_remove(v);
-    }
-    c
+    harness::foresight_in(Path::new(env!("CARGO_BIN_EXE_foresight")), dir)
 }
 
 fn record(dir: &Path, args: &[&str], program: &Path, program_args: &[&str]) -> Output {

@@ -8,26 +8,14 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use foresight_fixtures::harness::{
-    compile_hostile, fresh_dir, runtime, tools_required, wait_until_stuck, Tmpfs,
+    self, compile_hostile, fresh_dir, runtime, tools_required, wait_until_stuck, Tmpfs,
 };
 use foresight_trace::event::EventKind;
 use foresight_trace::tables::{EndReason, StopCause, ThreadEndState};
 use foresight_trace::Trace;
 
 fn foresight(dir: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_foresight"));
-    c.current_dir(dir).env("FORESIGHT_RUNTIME", runtime());
-    for v in [
-        "FORESIGHT_OUTPUT",
-        "FORESIGHT_STACK_DEPTH",
-        "FORESIGHT_NO_FOLLOW",
-        "FORESIGHT_STOP_FILE",
-        "FORESIGHT_HANG_TIMEOUT_MS",
-        "LD_PRELOAD",
-    ] {
-        c.env_remove(v);
-    }
-    c
+    harness::foresight_in(Path::new(env!("CARGO_BIN_EXE_foresight")), dir)
 }
 
 fn stderr(o: &Output) -> String {

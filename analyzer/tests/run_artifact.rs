@@ -13,12 +13,7 @@ use foresight_fixtures::harness;
 const INVERSION: &str = include_str!("inversion.c");
 
 fn foresight(dir: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_foresight"));
-    c.current_dir(dir)
-        .env("FORESIGHT_RUNTIME", harness::runtime())
-        .env_remove("LD_PRELOAD")
-        .env_remove("FORESIGHT_OUTPUT");
-    c
+    harness::foresight_in(Path::new(env!("CARGO_BIN_EXE_foresight")), dir)
 }
 
 fn stderr(o: &Output) -> String {
