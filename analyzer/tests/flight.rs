@@ -36,6 +36,7 @@ fn window(thread: u32, dropped: u64) -> TableRecord {
         events_dropped: dropped,
         dropped_until_ns: 0,
         keep_last: 8 << 20,
+        snapshot_signal: 0,
     })
 }
 
@@ -164,6 +165,7 @@ fn foresight(dir: &Path) -> Command {
         "FORESIGHT_HANG_TIMEOUT_MS",
         "FORESIGHT_MAX_SIZE",
         "FORESIGHT_KEEP_LAST",
+        "FORESIGHT_DUMP_ON",
         "LD_PRELOAD",
     ] {
         c.env_remove(v);
@@ -388,4 +390,163 @@ fn sizes_are_checked() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
+/// Waits for a file the recorded program writes (a snapshot takes its name once complete).
+fn wait_for(path: &Path, child: &mut std::process::Child) {
+    for _ in 0..6000 {
+        if path.exists() {
+            return;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!(
+                "the run ended ({status}) before {} appeared",
+                path.display()
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let _ = child.kill();
+    panic!("{} did not appear", path.display());
+}
+
+#[test]
+fn dump_on_writes_snapshots_of_a_running_process() {
+    use std::io::{BufRead, BufReader, Read};
+    let exe = flight_fixture("dump_on_deadlock");
+    let dir = fresh_dir("flight-dump-on");
+    let mut child = foresight(&dir)
+        .args([
+            "record",
+            "-o",
+            "t.trace",
+            "--keep-last",
+            "256K",
+            "--dump-on",
+            "USR2",
+            "--",
+        ])
+        .arg(&exe)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let pid: i32 = line
+        .strip_prefix("stuck ")
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{line:?}"));
+    let kill = |sig| {
+        // SAFETY: kill with a pid and a signal number has no memory-safety preconditions.
+        assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+    };
+    // The first to the program, the second to `record`, which passes it on.
+    kill(libc::SIGUSR2);
+    wait_for(&dir.join("t.trace.snapshot-1"), &mut child);
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGUSR2) }, 0);
+    wait_for(&dir.join("t.trace.snapshot-2"), &mut child);
+    kill(libc::SIGTERM);
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    let status = child.wait().unwrap();
+    // The dumps changed nothing the program did: its output, its own SIGTERM handler.
+    assert_eq!(rest, "bye\n", "{err}");
+    assert_eq!(status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("snapshot written to t.trace.snapshot-1"),
+        "{err}"
+    );
+    assert!(
+        err.contains("snapshot written to t.trace.snapshot-2"),
+        "{err}"
+    );
+    assert!(!dir.join("t.trace.snapshot-3").exists());
+
+    for n in 1..=2 {
+        let path = dir.join(format!("t.trace.snapshot-{n}"));
+        let t = Trace::open(&path).unwrap();
+        assert!(t.problems.is_empty(), "{:?}", t.problems);
+        assert!(t.trailer.is_none(), "a snapshot has no trailer");
+        assert!(t.tables.is_window());
+        assert_eq!(t.tables.snapshot_signal(), Some(libc::SIGUSR2 as u32));
+        let blocked = t
+            .tables
+            .thread_ends
+            .values()
+            .filter(|&&s| s == ThreadEndState::Blocked)
+            .count();
+        assert_eq!(blocked, 2, "{:?}", t.tables.thread_ends);
+    }
+    // The run's trace is the run's only process: snapshots are not siblings.
+    let o = foresight(&dir)
+        .args(["analyze", "--format", "json", "t.trace"])
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(json["traces"].as_array().unwrap().len(), 1, "{json:#}");
+    // A snapshot is analysed by naming it: the deadlock it saw, at the program's lines.
+    let o = foresight(&dir)
+        .args(["analyze", "--format", "json", "t.trace.snapshot-1"])
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        json["traces"][0]["window"]["snapshot_signal"],
+        libc::SIGUSR2,
+        "{json:#}"
+    );
+    let findings = json["findings"].as_array().unwrap();
+    let observed: Vec<_> = findings
+        .iter()
+        .filter(|f| f["verdict"] == "observed" && f["kind"] == "observed-deadlock")
+        .collect();
+    assert_eq!(observed.len(), 1, "{findings:#?}");
+    let lines: Vec<u64> = observed[0]["locations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|l| l["line"].as_u64())
+        .collect();
+    // The two second requests, where the threads wait.
+    for line in [27, 36] {
+        assert!(lines.contains(&line), "line {line} in {lines:?}");
+    }
+    let o = foresight(&dir)
+        .args(["stats", "t.trace.snapshot-2"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("snapshot taken on SIGUSR2"), "{text}");
+    assert!(!text.contains("CUT SHORT"), "{text}");
+}
+
+#[test]
+fn dump_on_is_checked() {
+    let dir = fresh_dir("flight-dump-on-args");
+    for args in [
+        &["--dump-on", "USR2"][..],
+        &["--keep-last", "1M", "--dump-on", "KILL"],
+        &["--keep-last", "1M", "--dump-on", "9"],
+        &["--keep-last", "1M", "--dump-on", "SIGSEGV"],
+        &["--keep-last", "1M", "--dump-on", "STOP"],
+        &["--keep-last", "1M", "--dump-on", "NOPE"],
+    ] {
+        let o = foresight(&dir)
+            .arg("record")
+            .args(args)
+            .args(["--", "true"])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+    }
 }

@@ -87,6 +87,7 @@ fn window() -> TableRecord {
         events_dropped: 1,
         dropped_until_ns: 5,
         keep_last: 1 << 20,
+        snapshot_signal: 0,
     })
 }
 
