@@ -152,6 +152,76 @@ fn summary_edges_alone_close_a_cycle_as_potential() {
     assert_eq!(r.summary.predicted, 0);
 }
 
+/// A worker waits on a condition nobody signals and main joins it; the trace ends without a
+/// trailer, both threads blocked, as a snapshot taken on `signal` (0: a trace cut short).
+fn stall_snapshot(signal: u32) -> Vec<u8> {
+    use foresight_trace::event::EventKind;
+    use foresight_trace::tables::{ObjectKind, ThreadEnd};
+    let mut b = TraceBuilder::new("snapshot");
+    let main = b.main_thread();
+    let (m, c) = (b.mutex("m"), b.object(ObjectKind::Condition, "c"));
+    let s = b.site("f", "t.c", 1);
+    let w = b.spawn(main, s, "worker");
+    let s10 = b.site("work", "t.c", 10);
+    b.lock(w, m, s10);
+    let site = b.site("work", "t.c", 11);
+    b.event(
+        w,
+        EventKind::CondWaitBegin {
+            cond: c,
+            mutex: m,
+            site,
+        },
+    );
+    let site = b.site("main", "t.c", 30);
+    b.event(main, EventKind::JoinRequest { child: w, site });
+    for t in [main, w] {
+        b.table_record(TableRecord::ThreadEnd(ThreadEnd {
+            thread: t,
+            state: ThreadEndState::Blocked,
+        }));
+        b.table_record(TableRecord::RecordingWindow(RecordingWindow {
+            thread: t,
+            first_sequence: 0,
+            events_dropped: 0,
+            dropped_until_ns: 0,
+            keep_last: 1 << 20,
+            snapshot_signal: signal,
+        }));
+    }
+    b.finish_without_trailer()
+}
+
+#[test]
+fn a_snapshot_reports_threads_stuck_waiting_as_an_observed_stall() {
+    let r = report_of(stall_snapshot(12));
+    let stalls: Vec<_> = r
+        .findings
+        .iter()
+        .filter(|f| f.verdict == Verdict::Observed)
+        .collect();
+    assert_eq!(stalls.len(), 1, "{}", show(&r));
+    let text = show(&r);
+    assert!(
+        text.contains("a snapshot was taken on SIGUSR2 (signal 12) while the process ran"),
+        "{text}"
+    );
+    // The same trace cut short (no snapshot): the end states alone do not make a stall, since
+    // nothing says the run was stopped.
+    let t = Trace::from_bytes("w.trace", stall_snapshot(0)).expect("trace reads");
+    assert!(t
+        .problems
+        .iter()
+        .any(|p| matches!(p.kind, foresight_trace::ProblemKind::NoTrailer)));
+    let run = build_run(&t, &mut |_| {});
+    let r = analyze(&[run], &[], &Options::default());
+    assert!(
+        r.findings.iter().all(|f| f.verdict != Verdict::Observed),
+        "{}",
+        show(&r)
+    );
+}
+
 // --- recorded ---------------------------------------------------------------------------------
 
 fn foresight(dir: &Path) -> Command {
