@@ -130,6 +130,7 @@ pub fn analyze(runs: &[Run], warnings: &[Vec<String>], opts: &Options) -> Report
                     events_dropped: w.events_dropped,
                     threads_dropped: w.threads_dropped,
                     earlier_edges: r.earlier.len(),
+                    snapshot_signal: w.snapshot_signal,
                 }),
                 warnings: {
                     let mut w = warnings.get(i).cloned().unwrap_or_default();

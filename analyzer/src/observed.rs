@@ -166,7 +166,10 @@ pub fn observed_findings(run: &Run) -> Vec<Finding> {
 /// Whether the process was stopped from outside (a signal, the hang timeout) or recording
 /// stopped, rather than ending by itself.
 fn run_was_stopped(run: &Run) -> bool {
-    run.end.stopped.is_some() || matches!(run.end.reason, Some(EndReason::Signal { .. }))
+    // A snapshot the user asked for is a look at a stopped run too.
+    run.end.stopped.is_some()
+        || run.end.snapshot.is_some()
+        || matches!(run.end.reason, Some(EndReason::Signal { .. }))
 }
 
 /// The weakly connected parts of the graph that have an edge or a blocked thread, each sorted.
@@ -481,6 +484,12 @@ fn object_name(g: &Graph, w: Blocking) -> String {
 
 /// How the trace ended, for the reason.
 fn ended_text(run: &Run) -> String {
+    if let Some(sig) = run.end.snapshot {
+        return format!(
+            "a snapshot was taken on {} while the process ran (`foresight record --dump-on`)",
+            signal_name(sig as i32)
+        );
+    }
     if let Some(s) = run.end.stopped {
         return match s.cause {
             StopCause::HangTimeout { ms } => format!(
@@ -517,13 +526,15 @@ fn duration(ms: u64) -> String {
     }
 }
 
-fn signal_name(signal: i32) -> String {
+pub(crate) fn signal_name(signal: i32) -> String {
     let name = match signal {
         1 => "SIGHUP",
         2 => "SIGINT",
         3 => "SIGQUIT",
         6 => "SIGABRT",
         9 => "SIGKILL",
+        10 => "SIGUSR1",
+        12 => "SIGUSR2",
         15 => "SIGTERM",
         _ => return format!("signal {signal}"),
     };

@@ -36,6 +36,7 @@ fn window(thread: u32, dropped: u64) -> TableRecord {
         events_dropped: dropped,
         dropped_until_ns: 0,
         keep_last: 8 << 20,
+        snapshot_signal: 0,
     })
 }
 
@@ -149,6 +150,76 @@ fn summary_edges_alone_close_a_cycle_as_potential() {
     let r = report_of(b.finish());
     assert_eq!(r.summary.potential, 1, "{}", show(&r));
     assert_eq!(r.summary.predicted, 0);
+}
+
+/// A worker waits on a condition nobody signals and main joins it; the trace ends without a
+/// trailer, both threads blocked, as a snapshot taken on `signal` (0: a trace cut short).
+fn stall_snapshot(signal: u32) -> Vec<u8> {
+    use foresight_trace::event::EventKind;
+    use foresight_trace::tables::{ObjectKind, ThreadEnd};
+    let mut b = TraceBuilder::new("snapshot");
+    let main = b.main_thread();
+    let (m, c) = (b.mutex("m"), b.object(ObjectKind::Condition, "c"));
+    let s = b.site("f", "t.c", 1);
+    let w = b.spawn(main, s, "worker");
+    let s10 = b.site("work", "t.c", 10);
+    b.lock(w, m, s10);
+    let site = b.site("work", "t.c", 11);
+    b.event(
+        w,
+        EventKind::CondWaitBegin {
+            cond: c,
+            mutex: m,
+            site,
+        },
+    );
+    let site = b.site("main", "t.c", 30);
+    b.event(main, EventKind::JoinRequest { child: w, site });
+    for t in [main, w] {
+        b.table_record(TableRecord::ThreadEnd(ThreadEnd {
+            thread: t,
+            state: ThreadEndState::Blocked,
+        }));
+        b.table_record(TableRecord::RecordingWindow(RecordingWindow {
+            thread: t,
+            first_sequence: 0,
+            events_dropped: 0,
+            dropped_until_ns: 0,
+            keep_last: 1 << 20,
+            snapshot_signal: signal,
+        }));
+    }
+    b.finish_without_trailer()
+}
+
+#[test]
+fn a_snapshot_reports_threads_stuck_waiting_as_an_observed_stall() {
+    let r = report_of(stall_snapshot(12));
+    let stalls: Vec<_> = r
+        .findings
+        .iter()
+        .filter(|f| f.verdict == Verdict::Observed)
+        .collect();
+    assert_eq!(stalls.len(), 1, "{}", show(&r));
+    let text = show(&r);
+    assert!(
+        text.contains("a snapshot was taken on SIGUSR2 (signal 12) while the process ran"),
+        "{text}"
+    );
+    // The same trace cut short (no snapshot): the end states alone do not make a stall, since
+    // nothing says the run was stopped.
+    let t = Trace::from_bytes("w.trace", stall_snapshot(0)).expect("trace reads");
+    assert!(t
+        .problems
+        .iter()
+        .any(|p| matches!(p.kind, foresight_trace::ProblemKind::NoTrailer)));
+    let run = build_run(&t, &mut |_| {});
+    let r = analyze(&[run], &[], &Options::default());
+    assert!(
+        r.findings.iter().all(|f| f.verdict != Verdict::Observed),
+        "{}",
+        show(&r)
+    );
 }
 
 // --- recorded ---------------------------------------------------------------------------------
@@ -374,4 +445,170 @@ fn sizes_are_checked() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
+/// Waits for a file the recorded program writes (a snapshot takes its name once complete).
+fn wait_for(path: &Path, child: &mut std::process::Child) {
+    for _ in 0..6000 {
+        if path.exists() {
+            return;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!(
+                "the run ended ({status}) before {} appeared",
+                path.display()
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let _ = child.kill();
+    panic!("{} did not appear", path.display());
+}
+
+#[test]
+fn dump_on_writes_snapshots_of_a_running_process() {
+    use std::io::{BufRead, BufReader, Read};
+    let exe = flight_fixture("dump_on_deadlock");
+    let dir = fresh_dir("flight-dump-on");
+    let mut child = foresight(&dir)
+        .args([
+            "record",
+            "-o",
+            "t.trace",
+            "--keep-last",
+            "256K",
+            "--dump-on",
+            "USR2",
+            "--",
+        ])
+        .arg(&exe)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let pid: i32 = line
+        .strip_prefix("stuck ")
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{line:?}"));
+    let kill = |sig| {
+        // SAFETY: kill with a pid and a signal number has no memory-safety preconditions.
+        assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+    };
+    // The first to the program, the second to `record`, which passes it on.
+    kill(libc::SIGUSR2);
+    wait_for(&dir.join("t.trace.snapshot-1"), &mut child);
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGUSR2) }, 0);
+    wait_for(&dir.join("t.trace.snapshot-2"), &mut child);
+    kill(libc::SIGTERM);
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    let status = child.wait().unwrap();
+    // The dumps changed nothing the program did: its output, its own SIGTERM handler.
+    assert_eq!(rest, "bye\n", "{err}");
+    assert_eq!(status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("snapshot written to t.trace.snapshot-1"),
+        "{err}"
+    );
+    assert!(
+        err.contains("snapshot written to t.trace.snapshot-2"),
+        "{err}"
+    );
+    assert!(!dir.join("t.trace.snapshot-3").exists());
+
+    for n in 1..=2 {
+        let path = dir.join(format!("t.trace.snapshot-{n}"));
+        let t = Trace::open(&path).unwrap();
+        assert!(t.problems.is_empty(), "{:?}", t.problems);
+        assert!(t.trailer.is_none(), "a snapshot has no trailer");
+        assert!(t.tables.is_window());
+        assert_eq!(t.tables.snapshot_signal(), Some(libc::SIGUSR2 as u32));
+        let blocked = t
+            .tables
+            .thread_ends
+            .values()
+            .filter(|&&s| s == ThreadEndState::Blocked)
+            .count();
+        assert_eq!(blocked, 2, "{:?}", t.tables.thread_ends);
+        // The busy thread overflowed the window before the first snapshot: what the two
+        // blocked threads wait in was kept all the same.
+        assert!(
+            t.tables.window.values().any(|w| w.events_dropped > 0),
+            "{:?}",
+            t.tables.window
+        );
+    }
+    // The run's trace is the run's only process: snapshots are not siblings.
+    let o = foresight(&dir)
+        .args(["analyze", "--format", "json", "t.trace"])
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(json["traces"].as_array().unwrap().len(), 1, "{json:#}");
+    // A snapshot is analysed by naming it: the deadlock it saw, at the program's lines.
+    let o = foresight(&dir)
+        .args(["analyze", "--format", "json", "t.trace.snapshot-1"])
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        json["traces"][0]["window"]["snapshot_signal"],
+        libc::SIGUSR2,
+        "{json:#}"
+    );
+    let findings = json["findings"].as_array().unwrap();
+    let observed: Vec<_> = findings
+        .iter()
+        .filter(|f| f["verdict"] == "observed" && f["kind"] == "observed-deadlock")
+        .collect();
+    assert_eq!(observed.len(), 1, "{findings:#?}");
+    let lines: Vec<u64> = observed[0]["locations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|l| l["line"].as_u64())
+        .collect();
+    // The two second requests, where the threads wait.
+    for line in [29, 38] {
+        assert!(lines.contains(&line), "line {line} in {lines:?}");
+    }
+    let o = foresight(&dir)
+        .args(["stats", "t.trace.snapshot-2"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("snapshot taken on SIGUSR2"), "{text}");
+    assert!(!text.contains("CUT SHORT"), "{text}");
+}
+
+#[test]
+fn dump_on_is_checked() {
+    let dir = fresh_dir("flight-dump-on-args");
+    for args in [
+        &["--dump-on", "USR2"][..],
+        &["--keep-last", "1M", "--dump-on", "KILL"],
+        &["--keep-last", "1M", "--dump-on", "9"],
+        &["--keep-last", "1M", "--dump-on", "SIGSEGV"],
+        &["--keep-last", "1M", "--dump-on", "STOP"],
+        &["--keep-last", "1M", "--dump-on", "NOPE"],
+    ] {
+        let o = foresight(&dir)
+            .arg("record")
+            .args(args)
+            .args(["--", "true"])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+    }
 }

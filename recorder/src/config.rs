@@ -21,6 +21,10 @@
 //! - `FORESIGHT_KEEP_LAST=BYTES` (`foresight record --keep-last`): flight recorder: only the
 //!   most recent events are kept (`flight.rs`) and written when the trace is completed; the
 //!   file stays within the bound.
+//! - `FORESIGHT_DUMP_ON=N` (`foresight record --dump-on`, with `FORESIGHT_KEEP_LAST` only):
+//!   signal N (one of the signals the runtime manages, not a crash signal) writes the flight
+//!   recorder's window as a snapshot, `PATH.snapshot-<n>`, and the program runs on; the
+//!   runtime takes the signal over (the program's own disposition for it is kept but not run).
 //! - `FORESIGHT_COMPRESS=auto|always|never` (`foresight record --compress`): how event chunks
 //!   are compressed when they are written (FORMAT.md §5.3–§5.4); default `auto`. `never`
 //!   writes a 1.x trace, as before compression existed.
@@ -61,6 +65,8 @@ pub struct Config {
     pub keep_last: u64,
     /// `FORESIGHT_COMPRESS`; an unknown value is `auto`, the default.
     pub compress: CompressMode,
+    /// `FORESIGHT_DUMP_ON`, a signal number (0: none).
+    pub dump_on: i32,
 }
 
 fn var(name: &CStr) -> Option<Vec<u8>> {
@@ -107,6 +113,7 @@ impl Config {
             max_size: number(c"FORESIGHT_MAX_SIZE").unwrap_or(0),
             keep_last: number(c"FORESIGHT_KEEP_LAST").unwrap_or(0),
             compress,
+            dump_on: number(c"FORESIGHT_DUMP_ON").map_or(0, |n| n.min(64) as i32),
         }
     }
 }

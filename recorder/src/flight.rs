@@ -53,6 +53,7 @@ const REC_HEADER: usize = 8;
 const BEFORE_WINDOW: u32 = 1 << 31;
 
 #[repr(C)]
+#[derive(Clone, Copy)]
 struct ThreadSlot {
     seen: u32,
     first_sequence: u32,
@@ -452,26 +453,41 @@ fn summarise(r: &mut Ring, chunk: &[u8]) {
 /// Walks a chunk's events over the thread's held locks; with `in_window`, only edges from a
 /// lock acquired before the window are summarised, and nothing is marked before the window.
 fn replay(r: &mut Ring, thread: u32, body: &[u8], base_key: u64, in_window: bool) {
+    let Some(t) = slot(r, thread) else { return };
+    // A copy: the summary is written meanwhile (replay touches only `held` and `depth`).
+    let mut t = *t;
+    replay_slot(&mut t, body, base_key, in_window, &mut |h, l, hs, s| {
+        add_edge(r, h, l, thread, hs, s)
+    });
+    if let Some(slot) = slot(r, thread) {
+        *slot = t;
+    }
+}
+
+/// `replay` on one thread's slot; each edge goes to `edge(held, requested, held_site, site)`.
+fn replay_slot(
+    t: &mut ThreadSlot,
+    body: &[u8],
+    base_key: u64,
+    in_window: bool,
+    edge: &mut dyn FnMut(u32, u32, u32, u32),
+) {
     let mut d = Decoder::new(body, base_key);
     while let Ok(Some(ev)) = d.next_event() {
         match ev.kind {
             EventKind::LockRequest { lock, site, .. } => {
-                let Some(t) = slot(r, thread) else { return };
                 let depth = t.depth as usize;
-                let held = t.held;
-                for &(h, hsite) in &held[..depth] {
+                for &(h, hsite) in &t.held[..depth.min(HELD)] {
                     if h != lock && (!in_window || hsite & BEFORE_WINDOW != 0) {
-                        add_edge(r, h, lock, thread, hsite & !BEFORE_WINDOW, site);
+                        edge(h, lock, hsite & !BEFORE_WINDOW, site);
                     }
                 }
                 // The request's site, until the acquisition.
-                let t = slot(r, thread).expect("checked above");
                 if depth < HELD {
                     t.held[depth] = (u32::MAX, site);
                 }
             }
             EventKind::LockAcquired { lock, .. } => {
-                let Some(t) = slot(r, thread) else { return };
                 let depth = t.depth as usize;
                 if depth < HELD {
                     let site = if t.held[depth].0 == u32::MAX {
@@ -489,10 +505,9 @@ fn replay(r: &mut Ring, thread: u32, body: &[u8], base_key: u64, in_window: bool
                 site,
                 acquired: true,
                 ..
-            } => push_held(r, thread, lock, site, in_window),
-            EventKind::CondWaitEnd { mutex, .. } => push_held(r, thread, mutex, 0, in_window),
+            } => push_held(t, lock, site, in_window),
+            EventKind::CondWaitEnd { mutex, .. } => push_held(t, mutex, 0, in_window),
             EventKind::LockRelease { lock, .. } | EventKind::CondWaitBegin { mutex: lock, .. } => {
-                let Some(t) = slot(r, thread) else { return };
                 let depth = (t.depth as usize).min(HELD);
                 if let Some(i) = t.held[..depth].iter().rposition(|&(h, _)| h == lock) {
                     t.held.copy_within(i + 1..depth, i);
@@ -501,18 +516,13 @@ fn replay(r: &mut Ring, thread: u32, body: &[u8], base_key: u64, in_window: bool
                     t.depth -= 1;
                 }
             }
-            EventKind::ThreadExit => {
-                if let Some(t) = slot(r, thread) {
-                    t.depth = 0;
-                }
-            }
+            EventKind::ThreadExit => t.depth = 0,
             _ => {}
         }
     }
 }
 
-fn push_held(r: &mut Ring, thread: u32, lock: u32, site: u32, in_window: bool) {
-    let Some(t) = slot(r, thread) else { return };
+fn push_held(t: &mut ThreadSlot, lock: u32, site: u32, in_window: bool) {
     let depth = t.depth as usize;
     if depth < HELD {
         let mark = if in_window { 0 } else { BEFORE_WINDOW };
@@ -634,6 +644,7 @@ pub fn dump(attempts: Option<u32>, end_room: u64) {
                 events_dropped: t.events_dropped,
                 dropped_until_ns: t.dropped_until_ns,
                 keep_last: r.keep_last,
+                snapshot_signal: 0,
             }));
         }
     }
@@ -657,6 +668,153 @@ pub fn dump(attempts: Option<u32>, end_room: u64) {
     }
     // Written once: a later dump (a failed `exec`, then the exit) starts from nothing.
     clear(r);
+}
+
+/// Whether the summary holds the pair.
+fn has_edge(r: &Ring, held: u32, requested: u32) -> bool {
+    let key = ((held as u64) << 32 | requested as u64).wrapping_add(1);
+    let mut i = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 49) as usize & (EDGE_SLOTS - 1);
+    loop {
+        // SAFETY: `i` is below EDGE_SLOTS; the table is ours under the lock `r` proves held.
+        let e = unsafe { &*r.edges.add(i) };
+        if e.key == key {
+            return true;
+        }
+        if e.key == 0 {
+            return false;
+        }
+        i = (i + 1) & (EDGE_SLOTS - 1);
+    }
+}
+
+/// Writes the window as it is now to a snapshot file (`fd`, from offset `at`), leaving the
+/// ring, its summary and the threads' held locks as they were (`--dump-on`): the live chunks,
+/// pinned ones first, then one `RecordingWindow` per thread with `snapshot_signal`, the
+/// summary, and the edges from a lock held before the window to one requested in it (found on
+/// copies of the threads' held locks). Everything is written under the ring's lock, so the
+/// chunks do not move meanwhile. `write(bytes, at)`: false if it failed. The offset after it,
+/// or `None` (the lock not had within `attempts`, a failed write).
+pub fn snapshot(
+    attempts: Option<u32>,
+    signal: u32,
+    mut at: u64,
+    write: &dyn Fn(&[u8], u64) -> bool,
+) -> Option<u64> {
+    if !active() {
+        return None;
+    }
+    let guard = match attempts {
+        Some(a) => RING.try_lock_for(a),
+        None => Some(RING.lock()),
+    };
+    let mut guard = guard?;
+    let r = &mut *guard;
+    // The chunks: each thread's are in order within each ring, and its pinned chunk is older
+    // than any of its chunks in the main ring. Walked on copies of the rings' cursors.
+    for mut fifo in [r.pinned, r.main] {
+        while fifo.records > 0 {
+            let (off, len, live) = fifo.pop();
+            if !live {
+                continue;
+            }
+            let chunk = fifo.chunk(off, len);
+            if !write(chunk, at) {
+                return None;
+            }
+            at += chunk.len() as u64;
+        }
+    }
+    let mut buf = [0u8; 2048];
+    let mut out = TableChunkBuf::new(&mut buf)?;
+    let mut ok = true;
+    let mut put = |rec: TableRecord| {
+        if !out.push(&rec) {
+            let framed = out.framed();
+            ok &= write(framed, at);
+            at += framed.len() as u64;
+            out.clear();
+            out.push(&rec);
+        }
+    };
+    for id in 0..r.threads_seen {
+        // SAFETY: below threads_seen ≤ MAX_THREADS; under the lock.
+        let t = unsafe { &*r.threads.add(id) };
+        if t.seen != 0 {
+            put(TableRecord::RecordingWindow(RecordingWindow {
+                thread: id as u32,
+                first_sequence: t.first_sequence,
+                events_dropped: t.events_dropped,
+                dropped_until_ns: t.dropped_until_ns,
+                keep_last: r.keep_last,
+                snapshot_signal: signal,
+            }));
+        }
+    }
+    for i in 0..EDGE_SLOTS {
+        // SAFETY: below EDGE_SLOTS; under the lock.
+        let e = unsafe { &*r.edges.add(i) };
+        if e.key != 0 {
+            let key = e.key.wrapping_sub(1);
+            put(TableRecord::EarlierLockOrder(EarlierLockOrder {
+                held: (key >> 32) as u32,
+                requested: key as u32,
+                count: e.count,
+                thread: e.thread,
+                held_site: e.held_site,
+                site: e.site,
+            }));
+        }
+    }
+    // Edges that cross into the window: only a thread holding a lock from before it has any.
+    for id in 0..r.threads_seen {
+        // SAFETY: below threads_seen ≤ MAX_THREADS; under the lock.
+        let mut t = unsafe { *r.threads.add(id) };
+        let depth = (t.depth as usize).min(HELD);
+        if t.seen == 0 || !t.held[..depth].iter().any(|h| h.1 & BEFORE_WINDOW != 0) {
+            continue;
+        }
+        // The last few pairs written for the thread, so that a loop does not repeat one.
+        let mut recent = [0u64; 32];
+        let mut n = 0usize;
+        for mut fifo in [r.pinned, r.main] {
+            while fifo.records > 0 {
+                let (off, len, live) = fifo.pop();
+                let chunk = fifo.chunk(off, len);
+                let Some(p) = chunk
+                    .get(CHUNK_HEADER_LEN..)
+                    .and_then(EventsPrefix::read_from)
+                else {
+                    continue;
+                };
+                if !live || p.thread as usize != id {
+                    continue;
+                }
+                let body = &chunk[CHUNK_HEADER_LEN + EVENTS_PREFIX_LEN..];
+                replay_slot(&mut t, body, p.base_key, true, &mut |h, l, hs, s| {
+                    let key = (h as u64) << 32 | l as u64;
+                    if recent.contains(&(key + 1)) || has_edge(r, h, l) {
+                        return;
+                    }
+                    recent[n % recent.len()] = key + 1;
+                    n += 1;
+                    put(TableRecord::EarlierLockOrder(EarlierLockOrder {
+                        held: h,
+                        requested: l,
+                        count: 1,
+                        thread: id as u32,
+                        held_site: hs,
+                        site: s,
+                    }));
+                });
+            }
+        }
+    }
+    if !out.is_empty() {
+        let framed = out.framed();
+        ok &= write(framed, at);
+        at += framed.len() as u64;
+    }
+    ok.then_some(at)
 }
 
 /// The flusher's round: a window that took chunks since the last round touches the trace's

@@ -49,6 +49,16 @@ static QUIT: AtomicU32 = AtomicU32::new(0);
 static PERIOD_MS: AtomicU64 = AtomicU64::new(100);
 static HANG_MS: AtomicU64 = AtomicU64::new(0);
 static STOP_FILE: SpinLock<Option<CString>> = SpinLock::new(None);
+/// A `--dump-on` snapshot the signal handler could not write (it interrupted the runtime):
+/// the signal number, written on the flusher's next round.
+static SNAPSHOT_PENDING: AtomicU32 = AtomicU32::new(0);
+
+/// Asks the flusher for a snapshot now (from a signal handler: an atomic store and a futex
+/// wake). Without a flusher (a program of one thread) it is not written.
+pub fn defer_snapshot(signal: i32) {
+    SNAPSHOT_PENDING.store(signal as u32, Ordering::Release);
+    wake();
+}
 
 /// Start-up, and a fork child (whose flusher did not survive the fork): the period and the
 /// stop file; with a stop file the flusher starts now.
@@ -165,6 +175,10 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
             stop();
         }
         runtime::flush_stale(output::now_ns(), MAX_AGE_NS);
+        let pending = SNAPSHOT_PENDING.swap(0, Ordering::AcqRel);
+        if pending != 0 {
+            runtime::snapshot(pending as i32, None);
+        }
         crate::flight::touch_on_progress();
         if thread_state::no_live_threads() && threads_in_process() == Some(1) {
             // The program's threads are all gone (two of them raced past

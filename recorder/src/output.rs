@@ -565,6 +565,186 @@ pub fn truncate_to_end() {
     }
 }
 
+/// The process's trace path (`open_trace`'s choice), for `--dump-on` snapshots, which are
+/// named after it and copy its first bytes: a fixed buffer, read in signal handlers.
+struct TracePath {
+    len: usize,
+    bytes: [u8; 4096],
+}
+
+static TRACE_PATH: SpinLock<TracePath> = SpinLock::new(TracePath {
+    len: 0,
+    bytes: [0; 4096],
+});
+/// Snapshots written by this process (the next one is `PATH.snapshot-<N + 1>`).
+static SNAPSHOTS: AtomicU32 = AtomicU32::new(0);
+
+/// Remembers the trace's path (start-up, and a fork child's new trace); a path too long for
+/// the buffer leaves none (then no snapshot can be written).
+pub fn set_trace_path(path: &[u8]) {
+    let mut p = TRACE_PATH.lock();
+    if path.len() < p.bytes.len() {
+        p.bytes[..path.len()].copy_from_slice(path);
+        p.len = path.len();
+    } else {
+        p.len = 0;
+    }
+    SNAPSHOTS.store(0, Ordering::Relaxed);
+}
+
+/// Appends the decimal digits of `n` to `buf` at `at`: the end, or `None` if it is full.
+fn put_decimal(buf: &mut [u8], mut at: usize, n: u32) -> Option<usize> {
+    let mut digits = [0u8; 10];
+    let mut k = 0;
+    let mut v = n;
+    loop {
+        digits[k] = b'0' + (v % 10) as u8;
+        k += 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    for &d in digits[..k].iter().rev() {
+        *buf.get_mut(at)? = d;
+        at += 1;
+    }
+    Some(at)
+}
+
+/// A `--dump-on` snapshot's file names: where it is written, and the name it takes when it
+/// is complete (`publish_snapshot`), both NUL-terminated.
+pub struct SnapshotName {
+    partial: [u8; 4200],
+    done: [u8; 4200],
+}
+
+impl SnapshotName {
+    pub const EMPTY: SnapshotName = SnapshotName {
+        partial: [0; 4200],
+        done: [0; 4200],
+    };
+}
+
+/// A `--dump-on` snapshot of the trace (`runtime::snapshot`): opens `PATH.snapshot-<N>.partial`
+/// for the next N whose `PATH.snapshot-<N>` does not exist, copies the trace's bytes so far
+/// into it under the table buffer's lock (the file prefix and every table chunk: in
+/// flight-recorder mode the trace holds nothing else until the window is written), and returns
+/// the new file's descriptor and its length. No allocation; every lock wait bounded by
+/// `attempts`.
+pub fn open_snapshot(attempts: Option<u32>, name: &mut SnapshotName) -> Option<(i32, u64)> {
+    let base_len = {
+        let p = match attempts {
+            Some(a) => TRACE_PATH.try_lock_for(a)?,
+            None => TRACE_PATH.lock(),
+        };
+        if p.len == 0 {
+            return None;
+        }
+        name.done[..p.len].copy_from_slice(&p.bytes[..p.len]);
+        p.len
+    };
+    name.done[base_len] = 0;
+    // SAFETY: `done` is NUL-terminated at `base_len`.
+    let src = unsafe { libc::open(name.done.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if src < 0 {
+        return None;
+    }
+    let suffix = b".snapshot-";
+    let mut dst = -1;
+    for _ in 0..10_000 {
+        let n = SNAPSHOTS.fetch_add(1, Ordering::Relaxed) + 1;
+        let at = base_len + suffix.len();
+        name.done[base_len..at].copy_from_slice(suffix);
+        let Some(end) = put_decimal(&mut name.done, at, n) else {
+            break;
+        };
+        let partial = b".partial";
+        if end + partial.len() >= name.partial.len() {
+            break;
+        }
+        name.done[end] = 0;
+        name.partial[..end].copy_from_slice(&name.done[..end]);
+        name.partial[end..end + partial.len()].copy_from_slice(partial);
+        name.partial[end + partial.len()] = 0;
+        // SAFETY: NUL-terminated path.
+        if unsafe { libc::access(name.done.as_ptr().cast(), libc::F_OK) } == 0 {
+            continue;
+        }
+        // SAFETY: `partial` is NUL-terminated; the mode argument is required with O_CREAT.
+        dst = unsafe {
+            libc::open(
+                name.partial.as_ptr().cast(),
+                libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC,
+                0o644 as libc::c_uint,
+            )
+        };
+        break;
+    }
+    let copied = if dst >= 0 {
+        copy_trace_into(src, dst, attempts)
+    } else {
+        None
+    };
+    // SAFETY: our descriptors, closed once.
+    unsafe {
+        libc::close(src);
+        if copied.is_none() && dst >= 0 {
+            libc::close(dst);
+            libc::unlink(name.partial.as_ptr().cast());
+        }
+    }
+    Some((dst, copied?))
+}
+
+/// The snapshot is complete: it takes its name (so that a reader never finds it half
+/// written). `ok`: false removes it instead.
+pub fn publish_snapshot(name: &SnapshotName, ok: bool) {
+    // SAFETY: both names NUL-terminated (`open_snapshot`).
+    unsafe {
+        if ok {
+            libc::rename(name.partial.as_ptr().cast(), name.done.as_ptr().cast());
+        } else {
+            libc::unlink(name.partial.as_ptr().cast());
+        }
+    }
+}
+
+/// The trace's bytes so far, from `src` (the trace opened for reading) to `dst`, after the
+/// table buffer is drained; under its lock, so that no table chunk is half written meanwhile.
+fn copy_trace_into(src: i32, dst: i32, attempts: Option<u32>) -> Option<u64> {
+    let mut guard = match attempts {
+        Some(a) => TABLES.try_lock_for(a)?,
+        None => TABLES.lock(),
+    };
+    if let Some(w) = guard.as_mut() {
+        flush_tables_locked(w);
+    }
+    let len = file_len();
+    let mut buf = [0u8; 4096];
+    let mut off = 0u64;
+    while off < len {
+        let want = (len - off).min(buf.len() as u64) as usize;
+        // SAFETY: reads into a buffer we own, at most its length.
+        let n = unsafe { libc::pread(src, buf.as_mut_ptr().cast(), want, off as i64) };
+        if n <= 0 {
+            // SAFETY: __errno_location is always valid.
+            if n < 0 && unsafe { *libc::__errno_location() } == libc::EINTR {
+                continue;
+            }
+            return None;
+        }
+        pwrite_all(dst, &buf[..n as usize], off).ok()?;
+        off += n as u64;
+    }
+    Some(len)
+}
+
+/// Writes `bytes` at `off` of `fd` (a snapshot file); false on failure.
+pub fn write_at(fd: i32, bytes: &[u8], off: u64) -> bool {
+    pwrite_all(fd, bytes, off).is_ok()
+}
+
 /// Sets the trace's modification time to now (the flight recorder's sign of life).
 pub fn touch() {
     let fd = FD.load(Ordering::Acquire);

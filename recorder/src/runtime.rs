@@ -130,7 +130,10 @@ pub extern "C" fn init() {
     PID.store(pid, Ordering::Relaxed);
     let path = trace_path(&cfg, pid);
     let fd = match output::open_trace(&path, pid, false) {
-        Ok((fd, _)) => fd,
+        Ok((fd, opened)) => {
+            output::set_trace_path(&opened);
+            fd
+        }
         Err(e) => {
             output::complain(&e);
             output::set_state(STATE_DONE);
@@ -154,6 +157,9 @@ pub extern "C" fn init() {
         return;
     }
     crate::flusher::configure(&cfg);
+    if cfg.keep_last > 0 {
+        crate::signals::set_dump_on(cfg.dump_on);
+    }
     *CONFIG.lock() = Some(cfg);
     thread::init_exit_key();
     thread_state::enable_fast_path();
@@ -258,6 +264,77 @@ pub fn finish(reason: EndReason, attempts: Option<u32>, caller_exits: bool) {
     // The descriptor stays open (it is close-on-exec): closing it here could let the program
     // reuse its number while a late writer still holds it.
 }
+
+/// `--dump-on`: the flight recorder's window as it is now, written to a snapshot file of its
+/// own (`PATH.snapshot-<N>`, FORMAT.md §7.14) while the process and its trace go on. Run from
+/// the signal handler (`attempts` bounds every lock wait, as for `finish`): every thread's
+/// buffer goes to the window and its state is noted, then the trace's prefix and table
+/// chunks, the thread-end records, and the window (`flight::snapshot`) go to the new file. No
+/// trailer: the process did not end. Nothing is allocated.
+pub fn snapshot(signal: i32, attempts: Option<u32>) {
+    if !own_process() || output::state() != STATE_RECORDING || !crate::flight::active() {
+        return;
+    }
+    // As the runtime: what libraries do for it here is not the program's.
+    let me = thread_state::current().filter(|t| t.enter());
+    write_snapshot(signal, attempts);
+    if let Some(t) = me {
+        t.leave();
+    }
+}
+
+fn write_snapshot(signal: i32, attempts: Option<u32>) {
+    // The threads' states, in a stack buffer until the file's first bytes are in place.
+    let mut ends_buf = [0u8; 2048];
+    let Some(mut ends) = TableChunkBuf::new(&mut ends_buf) else {
+        return;
+    };
+    // More threads than the buffer holds: their states go after the first ones (`extra`).
+    let mut extra_buf = [0u8; 2048];
+    let Some(mut extra) = TableChunkBuf::new(&mut extra_buf) else {
+        return;
+    };
+    if let Some(quiesced) = thread_state::quiesce(attempts) {
+        thread_state::for_each_live(attempts, |t| {
+            let Some((thread, state)) = t.snapshot_state(attempts) else {
+                return;
+            };
+            let r = TableRecord::ThreadEnd(ThreadEnd { thread, state });
+            // Past both buffers (some 800 threads), a thread's state is left out.
+            if !ends.push(&r) {
+                extra.push(&r);
+            }
+        });
+        output::flush_tables(attempts);
+        quiesced.end();
+    }
+    // The names are large for a signal handler's stack (which may be an alternate one):
+    // one static buffer, the snapshot's lock held (one snapshot at a time).
+    let Some(mut name) = (match attempts {
+        Some(a) => SNAPSHOT_NAME.try_lock_for(a),
+        None => Some(SNAPSHOT_NAME.lock()),
+    }) else {
+        return;
+    };
+    let Some((fd, mut at)) = output::open_snapshot(attempts, &mut name) else {
+        return;
+    };
+    let write = |bytes: &[u8], off: u64| output::write_at(fd, bytes, off);
+    for chunk in [&mut ends, &mut extra] {
+        if !chunk.is_empty() {
+            let framed = chunk.framed();
+            if write(framed, at) {
+                at += framed.len() as u64;
+            }
+        }
+    }
+    let done = crate::flight::snapshot(attempts, signal as u32, at, &write);
+    // SAFETY: the snapshot's descriptor, ours, closed once.
+    unsafe { libc::close(fd) };
+    output::publish_snapshot(&name, done.is_some());
+}
+
+static SNAPSHOT_NAME: SpinLock<output::SnapshotName> = SpinLock::new(output::SnapshotName::EMPTY);
 
 /// Before an `exec`: the `exec` event, every buffer, and a provisional trailer, so that the
 /// old image's events reach its file. Recording pauses; `after_failed_exec` resumes it.
@@ -395,7 +472,10 @@ extern "C" fn fork_child() {
         None => output::open_trace(&trace_path(&cfg, pid), pid, false),
     };
     let fd = match opened {
-        Ok((fd, _)) => fd,
+        Ok((fd, path)) => {
+            output::set_trace_path(&path);
+            fd
+        }
         Err(e) => {
             output::complain(&e);
             output::set_state(STATE_DONE);

@@ -76,6 +76,22 @@ fn is_crash(sig: c_int) -> bool {
     )
 }
 
+/// The signal that writes a snapshot of the flight recorder's window (`--dump-on`; 0: none).
+/// Set at start-up, before `init`: the runtime takes the signal over.
+static DUMP_ON: AtomicI32 = AtomicI32::new(0);
+
+/// `FORESIGHT_DUMP_ON`: a managed signal other than a crash signal (others are refused, as
+/// `foresight record` refuses them).
+pub fn set_dump_on(sig: c_int) {
+    if MANAGED.contains(&sig) && !is_crash(sig) && sig != libc::SIGXFSZ {
+        DUMP_ON.store(sig, Ordering::Release);
+    }
+}
+
+fn is_dump_on(sig: c_int) -> bool {
+    sig != 0 && DUMP_ON.load(Ordering::Acquire) == sig
+}
+
 /// How long the handler waits for a lock the code it interrupted may hold (yields).
 const ATTEMPTS: u32 = 200;
 
@@ -235,7 +251,13 @@ fn real_sigaction(
 fn install(sig: c_int, d: &Disposition) -> c_int {
     // SAFETY: an all-zero sigaction is a valid value to fill in.
     let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
-    if d.handler == libc::SIG_IGN {
+    if is_dump_on(sig) {
+        // The runtime's, whatever the program asks (the program's view keeps what it set):
+        // every other signal blocked while the snapshot is written, interrupted calls restarted.
+        sa.sa_sigaction = on_signal as *const () as usize;
+        sa.sa_mask = full_set();
+        sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+    } else if d.handler == libc::SIG_IGN {
         sa.sa_sigaction = libc::SIG_IGN;
         sa.sa_mask = empty_set();
         sa.sa_flags = d.flags & !(libc::SA_SIGINFO | libc::SA_RESETHAND | SA_RESTORER);
@@ -268,7 +290,7 @@ pub fn init() {
             mask: old.sa_mask,
         });
         e.managed.store(1, Ordering::Release);
-        if old.sa_sigaction != libc::SIG_IGN {
+        if old.sa_sigaction != libc::SIG_IGN || is_dump_on(sig) {
             install(
                 sig,
                 &Disposition {
@@ -400,6 +422,18 @@ extern "C" fn on_signal(sig: c_int, info: *mut siginfo_t, uctx: *mut libc::c_voi
     }
     // SAFETY: __errno_location is always valid; the program's errno survives the handler.
     let saved_errno = unsafe { *libc::__errno_location() };
+    if is_dump_on(sig) {
+        // Consumed: the window goes to a snapshot and the program runs on. A thread
+        // interrupted inside the runtime may hold its locks: the flusher writes it then.
+        if interrupted_runtime() {
+            crate::flusher::defer_snapshot(sig);
+        } else {
+            runtime::snapshot(sig, Some(ATTEMPTS));
+        }
+        // SAFETY: as above.
+        unsafe { *libc::__errno_location() = saved_errno };
+        return;
+    }
     let Some(e) = entry(sig) else {
         return;
     };

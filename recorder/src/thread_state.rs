@@ -932,6 +932,25 @@ impl ThreadState {
         })
     }
 
+    /// What the thread is doing now, for a `--dump-on` snapshot: its buffer is written (to the
+    /// flight recorder's window) and its state read under the buffer's lock, as `close_at_end`
+    /// does, but the thread goes on recording. `None` for a closed thread or without the lock
+    /// in time.
+    pub fn snapshot_state(&self, attempts: Option<u32>) -> Option<(ThreadId, ThreadEndState)> {
+        if self.closed.load(Ordering::Acquire) || !self.acquire_foreign(attempts) {
+            return None;
+        }
+        let state = match self.waiting.load(Ordering::Relaxed) {
+            0 => ThreadEndState::Running,
+            w if w == Wait::Timed as u8 => ThreadEndState::BlockedWithTimeout,
+            _ => ThreadEndState::Blocked,
+        };
+        // SAFETY: guarded by buf_lock with the owner off its fast path.
+        flush_writer(unsafe { &mut *self.writer.get() }, attempts);
+        self.unlock_buf();
+        Some((self.tid(), state))
+    }
+
     pub fn close(&self) {
         self.closed.store(true, Ordering::Release);
     }

@@ -82,6 +82,16 @@ impl Tables {
         !self.window.is_empty()
     }
 
+    /// The signal on which this window was written as a snapshot while the process ran on
+    /// (`foresight record --dump-on`, FORMAT.md §7.14): such a trace has no trailer, and is not
+    /// cut short.
+    pub fn snapshot_signal(&self) -> Option<u32> {
+        self.window
+            .values()
+            .map(|w| w.snapshot_signal)
+            .find(|&s| s != 0)
+    }
+
     pub fn string(&self, id: StringId) -> Option<&str> {
         self.strings.get(&id).map(String::as_str)
     }

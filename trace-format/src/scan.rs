@@ -422,7 +422,8 @@ fn read_tables_and_trailer(
             }
         }
     }
-    if trailer.is_none() {
+    // A snapshot (FORMAT.md §7.14) has no trailer by design: the process went on.
+    if trailer.is_none() && tables.snapshot_signal().is_none() {
         problems.push(Problem {
             offset: file_len,
             kind: ProblemKind::NoTrailer,
@@ -527,7 +528,7 @@ fn read_table_records(payload: &[u8], base: u64, tables: &mut Tables, problems: 
             11 => decode_record::<RecordingStopped>(body).map(|r| {
                 tables.recording_stopped.get_or_insert(r);
             }),
-            12 => decode_record::<RecordingWindow>(body).map(|r| {
+            12 => decode_window(body).map(|r| {
                 insert_first!(
                     tables.window,
                     r.thread,
@@ -550,8 +551,90 @@ fn read_table_records(payload: &[u8], base: u64, tables: &mut Tables, problems: 
     }
 }
 
+/// A recording window (tag 12): the five fields of version 1.6, then `snapshot_signal`
+/// (version 1.8) when the record has it — postcard has no defaults for missing trailing
+/// fields, so a 1.6/1.7 record, which ends after `keep_last`, reads as not a snapshot.
+pub fn decode_window(body: &[u8]) -> Result<RecordingWindow, String> {
+    #[derive(serde::Deserialize)]
+    struct Since16 {
+        thread: u32,
+        first_sequence: u32,
+        events_dropped: u64,
+        dropped_until_ns: u64,
+        keep_last: u64,
+    }
+    let (w, rest) = postcard::take_from_bytes::<Since16>(body).map_err(|e| e.to_string())?;
+    let snapshot_signal = if rest.is_empty() {
+        0
+    } else {
+        postcard::take_from_bytes::<u32>(rest)
+            .map(|(s, _later)| s)
+            .map_err(|e| e.to_string())?
+    };
+    Ok(RecordingWindow {
+        thread: w.thread,
+        first_sequence: w.first_sequence,
+        events_dropped: w.events_dropped,
+        dropped_until_ns: w.dropped_until_ns,
+        keep_last: w.keep_last,
+        snapshot_signal,
+    })
+}
+
 fn decode_record<T: DeserializeOwned>(body: &[u8]) -> Result<T, String> {
     postcard::take_from_bytes::<T>(body)
         .map(|(v, _rest)| v)
         .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod window_tests {
+    use super::*;
+
+    /// A 1.6/1.7 writer's recording window: the record without `snapshot_signal`.
+    #[derive(serde::Serialize)]
+    struct Since16 {
+        thread: u32,
+        first_sequence: u32,
+        events_dropped: u64,
+        dropped_until_ns: u64,
+        keep_last: u64,
+    }
+
+    #[test]
+    fn a_window_without_the_snapshot_field_reads_as_not_a_snapshot() {
+        let old = postcard::to_allocvec(&Since16 {
+            thread: 3,
+            first_sequence: 9,
+            events_dropped: 1000,
+            dropped_until_ns: 77,
+            keep_last: 1 << 20,
+        })
+        .unwrap();
+        let w = decode_window(&old).unwrap();
+        assert_eq!(
+            w,
+            RecordingWindow {
+                thread: 3,
+                first_sequence: 9,
+                events_dropped: 1000,
+                dropped_until_ns: 77,
+                keep_last: 1 << 20,
+                snapshot_signal: 0,
+            }
+        );
+        // A 1.8 record round-trips, and bytes a later minor version appends are ignored.
+        let new = RecordingWindow {
+            snapshot_signal: 12,
+            ..w
+        };
+        let mut bytes = postcard::to_allocvec(&new).unwrap();
+        assert_eq!(decode_window(&bytes).unwrap(), new);
+        bytes.extend_from_slice(&[5, 0xff, 0x01]);
+        assert_eq!(decode_window(&bytes).unwrap(), new);
+        // A damaged field is reported, not read as 0.
+        let mut bad = old.clone();
+        bad.push(0xff);
+        assert!(decode_window(&bad).is_err());
+    }
 }

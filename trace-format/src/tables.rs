@@ -295,6 +295,10 @@ pub struct RecordingWindow {
     pub dropped_until_ns: u64,
     /// The bound the window was kept within (`--keep-last`), bytes.
     pub keep_last: u64,
+    /// Version 1.8 (appended, skippable): the signal on which the window was written as a
+    /// snapshot while the process ran on (`foresight record --dump-on`); 0: not a snapshot.
+    /// A 1.6 or 1.7 record, which ends before it, reads as 0 (`scan::decode_window`).
+    pub snapshot_signal: u32,
 }
 
 /// A lock-order edge seen in events dropped before the window (version 1.6; FORMAT.md §7.15):

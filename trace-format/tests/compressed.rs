@@ -79,7 +79,7 @@ fn compressed_trace_reads_as_the_plain_one() {
     let p = Trace::from_bytes("plain", plain).unwrap();
     let c = Trace::from_bytes("packed", packed.clone()).unwrap();
     assert!(c.ended_cleanly(), "{:?}", c.problems);
-    assert_eq!(c.version, (2, 7));
+    assert_eq!(c.version, (2, foresight_trace::frame::VERSION_MINOR));
     assert_eq!(p.threads.len(), c.threads.len());
     for (a, b) in p.threads.iter().zip(&c.threads) {
         assert_eq!(a.events, b.events);
@@ -189,7 +189,7 @@ fn unknown_required_feature_is_refused_by_name() {
     match Trace::from_bytes("future", bytes.clone()) {
         Err(e @ TraceError::UnsupportedFeatures { unknown: 32, .. }) => {
             let msg = e.to_string();
-            assert!(msg.contains("bit 5") && msg.contains("2.7"), "{msg}");
+            assert!(msg.contains("bit 5") && msg.contains("2.8"), "{msg}");
         }
         Err(other) => panic!("{other}"),
         Ok(_) => panic!("a file with an unknown required feature was read"),
@@ -204,7 +204,7 @@ fn unknown_major_is_refused_by_version() {
     let Err(e) = Trace::from_bytes("v3", bytes) else {
         panic!("a 3.x file was read");
     };
-    assert!(e.to_string().contains("3.7"), "{e}");
+    assert!(e.to_string().contains("3.8"), "{e}");
 }
 
 #[test]

@@ -25,6 +25,11 @@ fn header() -> Header {
 
 /// One thread whose first chunk is dropped (as the flight recorder drops it), then `records`.
 fn file(records: &[TableRecord]) -> Vec<u8> {
+    file_ending(records, true)
+}
+
+/// `file`, with a trailer or without one (a snapshot, or a trace cut short).
+fn file_ending(records: &[TableRecord], trailer: bool) -> Vec<u8> {
     let mut w = TraceWriter::new(Vec::new(), &header()).unwrap();
     w.table(&TableRecord::Thread(ThreadInfo {
         id: 0,
@@ -70,6 +75,9 @@ fn file(records: &[TableRecord]) -> Vec<u8> {
     for r in records {
         w.table(r).unwrap();
     }
+    if !trailer {
+        return w.abandon().unwrap();
+    }
     w.finish(Trailer {
         end_unix_ns: 2,
         reason: EndReason::Exit { status: 0 },
@@ -87,6 +95,7 @@ fn window() -> TableRecord {
         events_dropped: 1,
         dropped_until_ns: 5,
         keep_last: 1 << 20,
+        snapshot_signal: 0,
     })
 }
 
@@ -139,5 +148,41 @@ fn without_the_window_record_the_dropped_chunk_is_missing() {
         )),
         "{:?}",
         t.problems
+    );
+}
+
+/// Version 1.8: a window written as a snapshot (`snapshot_signal`), which has no trailer by
+/// design: both readers read the field, and neither reports the trace as cut short; the same
+/// file without the field is cut short.
+#[test]
+fn a_snapshot_has_no_trailer_and_is_not_cut_short() {
+    let snap = TableRecord::RecordingWindow(RecordingWindow {
+        thread: 0,
+        first_sequence: 1,
+        events_dropped: 1,
+        dropped_until_ns: 5,
+        keep_last: 1 << 20,
+        snapshot_signal: 12,
+    });
+    let bytes = file_ending(&[snap, earlier()], false);
+    let t = Trace::from_bytes("snap", bytes.clone()).unwrap();
+    assert!(t.problems.is_empty(), "{:?}", t.problems);
+    assert!(t.trailer.is_none());
+    assert_eq!(t.tables.snapshot_signal(), Some(12));
+    let s = TraceStream::from_bytes("snap", bytes).unwrap();
+    assert_eq!(s.tables().snapshot_signal(), Some(12));
+    let mut merged = s.merged();
+    assert_eq!(merged.by_ref().count(), 1);
+    let problems = merged.problems();
+    assert!(problems.is_empty(), "{problems:?}");
+
+    let cut = Trace::from_bytes("cut", file_ending(&[window(), earlier()], false)).unwrap();
+    assert_eq!(cut.tables.snapshot_signal(), None);
+    assert!(
+        cut.problems
+            .iter()
+            .any(|p| matches!(p.kind, ProblemKind::NoTrailer)),
+        "{:?}",
+        cut.problems
     );
 }

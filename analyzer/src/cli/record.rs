@@ -24,7 +24,7 @@ use foresight_trace::{Trace, TraceFile};
 use crate::report::counted;
 use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGQUIT, SIGTERM};
 
-use super::run_files::siblings;
+use super::run_files::{siblings, snapshots};
 use super::runtime::{check_target, find_runtime, ld_preload};
 
 #[derive(clap::Args)]
@@ -43,8 +43,8 @@ removed first (only if they are foresight traces or empty). After the run every 
 symbolised (function, file, line) so it can be analysed without the binaries.
 
 Ctrl-C reaches the command (it is in the same process group); foresight waits for it, and the \
-trace is completed as the command ends. SIGINT, SIGQUIT, SIGTERM and SIGHUP sent to foresight by \
-another process are passed on to the command. If foresight is killed, the command is killed \
+trace is completed as the command ends. SIGINT, SIGQUIT, SIGTERM and SIGHUP (and the signal of \
+--dump-on) sent to foresight by another process are passed on to the command. If foresight is killed, the command is killed \
 with it.
 
 With --hang-timeout SECS, a run in which no process records an event for SECS seconds is \
@@ -103,6 +103,16 @@ pub struct Args {
     /// writes no window.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     keep_last: Option<u64>,
+    /// With --keep-last: when SIGNAL arrives (a name or a number: USR2, SIGUSR2, 12), each
+    /// process writes its window as it is now to a snapshot, `PATH.snapshot-N` (N from 1),
+    /// and runs on; its trace goes on too. For a server in staging: `kill -USR2 PID` when it
+    /// looks stuck. The runtime takes the signal over: a handler the program installs for it
+    /// is not run, and the signal no longer ends the process. A call the signal interrupts
+    /// returns early if it would for any handler (`sleep`, `nanosleep`). One of HUP, INT,
+    /// QUIT, USR1, USR2, PIPE, ALRM, TERM, XCPU, VTALRM, PROF. Snapshots are analysed by
+    /// naming them (`foresight analyze PATH.snapshot-1`), not as processes of the run.
+    #[arg(long, value_name = "SIGNAL", value_parser = parse_signal, requires = "keep_last")]
+    dump_on: Option<i32>,
     /// Compress the trace's event chunks as they are written (LZ4): `auto` compresses, and
     /// writes plain for a while after chunks that shrank less than 4x (a workload that does
     /// not compress costs little); `always` compresses every chunk; `never` writes an
@@ -158,6 +168,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Some(n) => cmd.env("FORESIGHT_KEEP_LAST", n.to_string()),
         None => cmd.env_remove("FORESIGHT_KEEP_LAST"),
     };
+    match args.dump_on {
+        Some(sig) => cmd.env("FORESIGHT_DUMP_ON", sig.to_string()),
+        None => cmd.env_remove("FORESIGHT_DUMP_ON"),
+    };
     let config = crate::suppressions::Suppressions::discover(None)?;
     let mut wrappers = crate::sites::Wrappers::new(args.wrappers.iter().cloned());
     if let Some(c) = &config {
@@ -182,7 +196,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .env_remove("FORESIGHT_HANG_TIMEOUT_MS");
     }
 
-    let (child_pid, status) = run_and_wait(cmd, program, hang.as_ref())?;
+    let (child_pid, status) = run_and_wait(cmd, program, hang.as_ref(), args.dump_on)?;
     // Symbolising appends to the traces: past a file size limit (`ulimit -f`) the write must
     // fail with EFBIG (a warning) instead of killing foresight with SIGXFSZ. Only now: the
     // command, already gone, must not have inherited an ignored SIGXFSZ.
@@ -217,6 +231,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     }
     report_run(&shown, written, silent);
+    if args.dump_on.is_some() {
+        report_snapshots(&output, &shown, &args);
+    }
     Ok(ExitCode::from(code))
 }
 
@@ -379,6 +396,125 @@ fn report_run(shown: &Path, mut written: Vec<Written>, silent: usize) {
     }
 }
 
+/// `--dump-on`: the snapshots the run's processes wrote, symbolised, one line each with the
+/// threads that were waiting when it was taken.
+fn report_snapshots(output: &Path, shown: &Path, args: &Args) {
+    let snaps = snapshots(output);
+    if snaps.is_empty() {
+        eprintln!(
+            "foresight: no snapshot was written (--dump-on {}: the signal did not arrive)",
+            signal_label(args.dump_on.unwrap_or(0))
+        );
+        return;
+    }
+    for path in snaps {
+        let name = path
+            .file_name()
+            .map(|n| n.to_os_string())
+            .unwrap_or_default();
+        let shown = shown.with_file_name(name);
+        if !args.no_symbolize {
+            if let Err(e) = symbolize_in_place(&path, &SymbolizeOptions::default()) {
+                eprintln!(
+                    "foresight: warning: {}: not symbolised: {e}",
+                    shown.display()
+                );
+            }
+        }
+        match Trace::open(&path) {
+            Ok(t) => {
+                let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+                eprintln!(
+                    "foresight: snapshot written to {} ({}, {} events, {} thread{}; taken on {} \
+                     while the process ran)",
+                    shown.display(),
+                    human_size(size),
+                    t.event_count(),
+                    t.threads.len(),
+                    if t.threads.len() == 1 { "" } else { "s" },
+                    signal_label(t.tables.snapshot_signal().unwrap_or(0) as i32)
+                );
+                for l in waiting_threads(&t) {
+                    eprintln!("  {l}");
+                }
+            }
+            Err(e) => eprintln!("foresight: warning: {e}"),
+        }
+    }
+}
+
+/// The signals `--dump-on` accepts: those the runtime keeps a handler for, less the crash
+/// signals (the window is written on a crash already) and SIGXFSZ (the runtime's own writes).
+const DUMP_SIGNALS: [(&str, i32); 11] = [
+    ("HUP", libc::SIGHUP),
+    ("INT", libc::SIGINT),
+    ("QUIT", libc::SIGQUIT),
+    ("USR1", libc::SIGUSR1),
+    ("USR2", libc::SIGUSR2),
+    ("PIPE", libc::SIGPIPE),
+    ("ALRM", libc::SIGALRM),
+    ("TERM", libc::SIGTERM),
+    ("XCPU", libc::SIGXCPU),
+    ("VTALRM", libc::SIGVTALRM),
+    ("PROF", libc::SIGPROF),
+];
+
+fn signal_label(sig: i32) -> String {
+    DUMP_SIGNALS
+        .iter()
+        .find(|(_, n)| *n == sig)
+        .map_or_else(|| format!("signal {sig}"), |(name, _)| format!("SIG{name}"))
+}
+
+/// `--dump-on SIGNAL`: a name (`USR2`, `SIGUSR2`, any case) or a number, one of
+/// `DUMP_SIGNALS`.
+fn parse_signal(s: &str) -> Result<i32, String> {
+    let t = s.trim().to_ascii_uppercase();
+    let name = t.strip_prefix("SIG").unwrap_or(&t);
+    let number = match name.parse::<i32>() {
+        Ok(n) => Some(n),
+        Err(_) => DUMP_SIGNALS
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|&(_, n)| n)
+            .or(match name {
+                "KILL" => Some(libc::SIGKILL),
+                "STOP" => Some(libc::SIGSTOP),
+                "SEGV" => Some(libc::SIGSEGV),
+                "BUS" => Some(libc::SIGBUS),
+                "ILL" => Some(libc::SIGILL),
+                "FPE" => Some(libc::SIGFPE),
+                "ABRT" => Some(libc::SIGABRT),
+                "TRAP" => Some(libc::SIGTRAP),
+                "SYS" => Some(libc::SIGSYS),
+                "XFSZ" => Some(libc::SIGXFSZ),
+                _ => None,
+            }),
+    };
+    let Some(n) = number else {
+        return Err(format!("`{s}` is not a signal name or number"));
+    };
+    if DUMP_SIGNALS.iter().any(|&(_, d)| d == n) {
+        return Ok(n);
+    }
+    let why = match n {
+        libc::SIGKILL | libc::SIGSTOP => "no program can catch it",
+        libc::SIGSEGV
+        | libc::SIGBUS
+        | libc::SIGILL
+        | libc::SIGFPE
+        | libc::SIGABRT
+        | libc::SIGTRAP
+        | libc::SIGSYS => "a crash signal (the window is written on a crash already)",
+        libc::SIGXFSZ => "the runtime needs it for its own writes",
+        _ => "not a signal the runtime keeps a handler for",
+    };
+    Err(format!(
+        "`{s}` (signal {n}): {why}; one of HUP, INT, QUIT, USR1, USR2, PIPE, ALRM, TERM, XCPU, \
+         VTALRM, PROF"
+    ))
+}
+
 /// The smallest bound `--max-size`/`--keep-last` accept: room for the tables and the window.
 const MIN_BOUND: u64 = 256 << 10;
 
@@ -481,6 +617,13 @@ fn prepare_output(output: &Path) -> anyhow::Result<Vec<PathBuf>> {
         ),
     }
     let mut kept = Vec::new();
+    // A previous run's snapshots (this run numbers its own from 1).
+    for p in snapshots(output) {
+        if let Existing::Ours = existing(&p) {
+            std::fs::remove_file(&p)
+                .with_context(|| format!("cannot remove the previous snapshot {}", p.display()))?;
+        }
+    }
     for (_, p) in siblings(output) {
         match existing(&p) {
             Existing::Ours => std::fs::remove_file(&p)
@@ -564,6 +707,7 @@ fn run_and_wait(
     mut cmd: Command,
     program: &OsStr,
     hang: Option<&HangWatch>,
+    dump_on: Option<i32>,
 ) -> anyhow::Result<(u32, ExitStatus)> {
     use signal_hook::iterator::exfiltrator::WithOrigin;
     use signal_hook::low_level::siginfo::Cause;
@@ -574,10 +718,11 @@ fn run_and_wait(
     // Registered before the command starts, so that its SIGCHLD cannot be missed. These are
     // handlers, not SIG_IGN: an ignored disposition would be inherited across exec, and the
     // command would ignore Ctrl-C too.
-    let mut signals = signal_hook::iterator::SignalsInfo::<WithOrigin>::new([
-        SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD,
-    ])
-    .context("cannot install signal handlers")?;
+    // `--dump-on`'s signal sent to `record` is passed on too (a snapshot of the command).
+    let mut watched = vec![SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD];
+    watched.extend(dump_on.filter(|s| !watched.contains(s)));
+    let mut signals = signal_hook::iterator::SignalsInfo::<WithOrigin>::new(watched)
+        .context("cannot install signal handlers")?;
     // Once the command has ended, the termination signals act as usual again (they end the
     // symbolisation).
     let done = Arc::new(AtomicBool::new(false));

@@ -103,6 +103,43 @@ pub fn siblings(output: &Path) -> Vec<(String, PathBuf)> {
     found
 }
 
+/// Whether `name` is a `--dump-on` snapshot of the run `base`: `base.snapshot-<n>`, or the
+/// same after a sibling's suffix (`base.<pid>[.<n>].snapshot-<n>`). Snapshots are not
+/// processes of the run (`siblings` leaves them out): they are analysed by naming them.
+pub fn is_snapshot_of(base: &str, name: &str) -> bool {
+    let Some((head, n)) = name.rsplit_once(".snapshot-") else {
+        return false;
+    };
+    !n.is_empty()
+        && n.bytes().all(|b| b.is_ascii_digit())
+        && (head == base || sibling_suffix(base, head).is_some())
+}
+
+/// The snapshots next to `output` (`is_snapshot_of`), sorted by name.
+pub fn snapshots(output: &Path) -> Vec<PathBuf> {
+    let (Some(dir), Some(base)) = (output.parent(), output.file_name()) else {
+        return Vec::new();
+    };
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    let base = base.to_string_lossy();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut found: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            is_snapshot_of(&base, &name).then(|| output.with_file_name(name))
+        })
+        .collect();
+    found.sort();
+    found
+}
+
 /// The file is a regular file that starts with `magic` (a FIFO or a device is not opened: the
 /// reader names it).
 pub fn starts_with(p: &Path, magic: &[u8]) -> bool {
@@ -210,6 +247,28 @@ mod tests {
             "b.trace.1",
         ] {
             assert_eq!(sibling_suffix("a.trace", not), None, "{not}");
+        }
+    }
+
+    #[test]
+    fn snapshots_are_not_processes_of_the_run() {
+        for snap in [
+            "a.trace.snapshot-1",
+            "a.trace.123.snapshot-2",
+            "a.trace.123.4.snapshot-10",
+        ] {
+            assert_eq!(sibling_suffix("a.trace", snap), None, "{snap}");
+            assert!(is_snapshot_of("a.trace", snap), "{snap}");
+        }
+        for not in [
+            "a.trace",
+            "a.trace.123",
+            "a.trace.snapshot-",
+            "a.trace.snapshot-x",
+            "b.trace.snapshot-1",
+            "a.trace.x.snapshot-1",
+        ] {
+            assert!(!is_snapshot_of("a.trace", not), "{not}");
         }
     }
 }

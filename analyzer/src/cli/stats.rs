@@ -232,6 +232,13 @@ fn write_stats(
                 )?;
             }
         }
+        (None, _) if stream.tables().snapshot_signal().is_some() => writeln!(
+            out,
+            "ended      not: a snapshot taken on {} while the process ran (record --dump-on); \
+             {} read",
+            crate::observed::signal_name(stream.tables().snapshot_signal().unwrap_or(0) as i32),
+            counted(stream.chunk_count(), "chunk was", "chunks were")
+        )?,
         (None, _) => writeln!(
             out,
             "ended      CUT SHORT: no trailer; {} read",

@@ -275,6 +275,8 @@ pub struct WindowInfo {
     pub events_dropped: u64,
     /// Threads with events dropped.
     pub threads_dropped: usize,
+    /// The window is a snapshot taken on this signal while the process ran (`--dump-on`).
+    pub snapshot_signal: Option<u32>,
 }
 
 impl WindowInfo {
@@ -288,6 +290,7 @@ impl WindowInfo {
                 .values()
                 .filter(|w| w.events_dropped > 0)
                 .count(),
+            snapshot_signal: tables.snapshot_signal(),
         })
     }
 }

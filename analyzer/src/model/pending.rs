@@ -71,6 +71,9 @@ pub struct RunEnd {
     pub reason: Option<EndReason>,
     /// Recording stopped before the process ended, and why.
     pub stopped: Option<RecordingStopped>,
+    /// The trace is a snapshot taken on this signal while the process ran on (`record
+    /// --dump-on`): its end states are those of that moment.
+    pub snapshot: Option<u32>,
 }
 
 pub(super) struct PendingCalls {
@@ -182,6 +185,7 @@ impl PendingCalls {
             once_runners: self.once_runners,
             reason,
             stopped: tables.recording_stopped,
+            snapshot: tables.snapshot_signal(),
         }
     }
 }

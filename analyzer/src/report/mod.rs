@@ -65,6 +65,9 @@ pub struct WindowSummary {
     pub threads_dropped: usize,
     /// Lock-order edges seen before the window, kept as a summary.
     pub earlier_edges: usize,
+    /// The window is a snapshot taken on this signal while the process ran on (`record
+    /// --dump-on`); `None`: written when the process ended.
+    pub snapshot_signal: Option<u32>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]

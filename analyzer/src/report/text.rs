@@ -50,6 +50,14 @@ pub fn write_with(out: &mut impl Write, report: &Report, style: Style) -> std::i
                 counted(w.threads_dropped, "thread", "threads"),
                 counted(w.earlier_edges, "lock-order edge", "lock-order edges"),
             )?;
+            if let Some(sig) = w.snapshot_signal {
+                writeln!(
+                    out,
+                    "  a snapshot taken on {} while the process ran (record --dump-on): no \
+                     trailer, the process went on",
+                    crate::observed::signal_name(sig as i32)
+                )?;
+            }
         }
         for w in &t.warnings {
             writeln!(out, "  warning: {w}")?;
