@@ -634,6 +634,18 @@ pub fn dump(attempts: Option<u32>, end_room: u64) {
             out.push(&rec);
         }
     };
+    summary_records(r, 0, &mut put);
+    if !out.is_empty() {
+        output::write_chunk(out.framed());
+    }
+    // Written once: a later dump (a failed `exec`, then the exit) starts from nothing.
+    clear(r);
+}
+
+/// What the window says of itself and of what it dropped: one `RecordingWindow` per thread
+/// seen (naming `signal` for a snapshot, else 0) and the summary's `EarlierLockOrder` edges.
+/// The ring's lock is held (`r`).
+fn summary_records(r: &Ring, signal: u32, put: &mut impl FnMut(TableRecord)) {
     for id in 0..r.threads_seen {
         // SAFETY: below threads_seen ≤ MAX_THREADS; under the lock.
         let t = unsafe { &*r.threads.add(id) };
@@ -644,7 +656,7 @@ pub fn dump(attempts: Option<u32>, end_room: u64) {
                 events_dropped: t.events_dropped,
                 dropped_until_ns: t.dropped_until_ns,
                 keep_last: r.keep_last,
-                snapshot_signal: 0,
+                snapshot_signal: signal,
             }));
         }
     }
@@ -663,11 +675,6 @@ pub fn dump(attempts: Option<u32>, end_room: u64) {
             }));
         }
     }
-    if !out.is_empty() {
-        output::write_chunk(out.framed());
-    }
-    // Written once: a later dump (a failed `exec`, then the exit) starts from nothing.
-    clear(r);
 }
 
 /// Whether the summary holds the pair.
@@ -736,35 +743,7 @@ pub fn snapshot(
             out.push(&rec);
         }
     };
-    for id in 0..r.threads_seen {
-        // SAFETY: below threads_seen ≤ MAX_THREADS; under the lock.
-        let t = unsafe { &*r.threads.add(id) };
-        if t.seen != 0 {
-            put(TableRecord::RecordingWindow(RecordingWindow {
-                thread: id as u32,
-                first_sequence: t.first_sequence,
-                events_dropped: t.events_dropped,
-                dropped_until_ns: t.dropped_until_ns,
-                keep_last: r.keep_last,
-                snapshot_signal: signal,
-            }));
-        }
-    }
-    for i in 0..EDGE_SLOTS {
-        // SAFETY: below EDGE_SLOTS; under the lock.
-        let e = unsafe { &*r.edges.add(i) };
-        if e.key != 0 {
-            let key = e.key.wrapping_sub(1);
-            put(TableRecord::EarlierLockOrder(EarlierLockOrder {
-                held: (key >> 32) as u32,
-                requested: key as u32,
-                count: e.count,
-                thread: e.thread,
-                held_site: e.held_site,
-                site: e.site,
-            }));
-        }
-    }
+    summary_records(r, signal, &mut put);
     // Edges that cross into the window: only a thread holding a lock from before it has any.
     for id in 0..r.threads_seen {
         // SAFETY: below threads_seen ≤ MAX_THREADS; under the lock.

@@ -74,26 +74,10 @@ pub fn sibling_suffix<'a>(base: &str, name: &'a str) -> Option<&'a str> {
 /// The files next to `output` named like its siblings: (suffix, path), by pid, then by exec
 /// count, numerically.
 pub fn siblings(output: &Path) -> Vec<(String, PathBuf)> {
-    let (Some(dir), Some(base)) = (output.parent(), output.file_name()) else {
-        return Vec::new();
-    };
-    let dir = if dir.as_os_str().is_empty() {
-        Path::new(".")
-    } else {
-        dir
-    };
-    let base = base.to_string_lossy();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut found: Vec<(String, PathBuf)> = entries
-        .filter_map(Result::ok)
-        .filter_map(|e| {
-            let name = e.file_name().into_string().ok()?;
-            let suffix = sibling_suffix(&base, &name)?.to_string();
-            Some((suffix, output.with_file_name(name)))
-        })
-        .collect();
+    let mut found: Vec<(String, PathBuf)> = names_beside(output, |base, name| {
+        let suffix = sibling_suffix(base, name)?.to_string();
+        Some((suffix, output.with_file_name(name)))
+    });
     found.sort_by_key(|(s, _)| {
         s.split('.')
             .filter(|p| !p.is_empty())
@@ -117,6 +101,16 @@ pub fn is_snapshot_of(base: &str, name: &str) -> bool {
 
 /// The snapshots next to `output` (`is_snapshot_of`), sorted by name.
 pub fn snapshots(output: &Path) -> Vec<PathBuf> {
+    let mut found = names_beside(output, |base, name| {
+        is_snapshot_of(base, name).then(|| output.with_file_name(name))
+    });
+    found.sort();
+    found
+}
+
+/// What `pick(base, name)` makes of each file in `output`'s directory (`base`: `output`'s own
+/// name), in directory order; nothing when the directory cannot be read.
+fn names_beside<T>(output: &Path, mut pick: impl FnMut(&str, &str) -> Option<T>) -> Vec<T> {
     let (Some(dir), Some(base)) = (output.parent(), output.file_name()) else {
         return Vec::new();
     };
@@ -129,15 +123,10 @@ pub fn snapshots(output: &Path) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
-    let mut found: Vec<PathBuf> = entries
+    entries
         .filter_map(Result::ok)
-        .filter_map(|e| {
-            let name = e.file_name().into_string().ok()?;
-            is_snapshot_of(&base, &name).then(|| output.with_file_name(name))
-        })
-        .collect();
-    found.sort();
-    found
+        .filter_map(|e| pick(&base, &e.file_name().into_string().ok()?))
+        .collect()
 }
 
 /// The file is a regular file that starts with `magic` (a FIFO or a device is not opened: the
