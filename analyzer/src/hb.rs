@@ -14,7 +14,7 @@
 //! condition wait) every earlier sender is joined in. That over-approximates the order, which
 //! only ever removes predictions: it keeps them sound.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 
 use crate::addr_map::AddrMap;
 use crate::model::Mode;
@@ -213,17 +213,23 @@ impl HbBuilder {
         if self.overflowed {
             return;
         }
-        let clock = self.own(thread).clone();
+        self.own(thread);
         if self.snapshots {
-            self.charge(clock.entries().len());
+            self.charge(self.current[thread].entries().len());
+            if self.overflowed {
+                return;
+            }
         }
+        // Joined from the thread's own clock in place: a send per lock release must not
+        // allocate.
+        let clock = &self.current[thread];
         let grown = match self.channels.entry(channel) {
             std::collections::hash_map::Entry::Occupied(mut e) => {
                 let before = e.get().entries().len();
-                e.get_mut().join(&clock);
+                e.get_mut().join(clock);
                 e.get().entries().len() - before
             }
-            std::collections::hash_map::Entry::Vacant(e) => e.insert(clock).entries().len(),
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(clock.clone()).entries().len(),
         };
         if !self.snapshots {
             // Only what the channels hold: a send into a known channel costs nothing new.
@@ -286,8 +292,15 @@ impl HbBuilder {
         if self.overflowed || child == thread || child >= self.current.len() {
             return;
         }
-        let sent = self.own(child).clone();
-        if self.current[thread].join(&sent) {
+        self.own(child);
+        let (mine, sent) = if thread < child {
+            let (a, b) = self.current.split_at_mut(child);
+            (&mut a[thread], &b[0])
+        } else {
+            let (a, b) = self.current.split_at_mut(thread);
+            (&mut b[0], &a[child])
+        };
+        if mine.join(sent) {
             self.record(thread, pos);
         }
     }

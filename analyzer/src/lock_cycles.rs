@@ -6,7 +6,8 @@
 //! are potential findings, with the most informative rejection as the reason (one thread, gate
 //! lock, happens-before, lock order, different traces, same-class nesting).
 
-use std::collections::{BTreeSet, BinaryHeap, HashMap};
+use foldhash::{HashMap, HashMapExt};
+use std::collections::{BTreeSet, BinaryHeap};
 
 use crate::analysis::Options;
 use crate::closure::{Budget, Closure, NotPredicted, PatternEvent};

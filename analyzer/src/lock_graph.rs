@@ -9,7 +9,7 @@
 //! Beside the class graph, [`InstanceGraph`] is the same relation over the lock *objects* of one
 //! trace: deadlock prediction needs concrete locks of one execution.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 
 use crate::model::{AcquireHow, Acquisition, IndexMap, Mode, Run};
 

@@ -13,7 +13,8 @@
 //! and one-trace CLI runs still use): budgets are per trace, and a potential cycle whose edges
 //! are all in one trace lists that trace (and every other trace that has it whole).
 
-use std::collections::{BTreeSet, HashMap};
+use foldhash::{HashMap, HashMapExt};
+use std::collections::BTreeSet;
 
 use crate::analysis::{analyze, Options};
 use crate::baseline::finding_key;

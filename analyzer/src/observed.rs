@@ -24,7 +24,8 @@
 //! Cost: linear in the threads, the locks held at the end and the edges, with at most
 //! [`MAX_WAITS_FOR`] edges per thread (a lock read-held by thousands of threads).
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use foldhash::{HashMap, HashMapExt, HashSet};
+use std::collections::BTreeSet;
 
 use foresight_trace::event::ObjectId;
 

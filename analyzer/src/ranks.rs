@@ -5,7 +5,7 @@
 //! top of the thread's held stack); this module turns the violations into findings, one per
 //! pair of sites and classes over all traces.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 
 use crate::describe::{edge_report, location};
 use crate::lock_graph::LockOrderGraph;

@@ -21,8 +21,8 @@
 //! position), `seq` counts every event of the stream (also those of threads the trace does not
 //! list, which are skipped), and positions are those of the thread's own event list.
 
+use foldhash::{HashMap, HashMapExt};
 use std::cell::OnceCell;
-use std::collections::HashMap;
 use std::sync::mpsc::{channel, sync_channel};
 
 use foresight_trace::event::{AtomicOp, EventKind, LockMode, MemoryOrder, WaitOutcome};

@@ -20,7 +20,7 @@
 //! deadlock. glibc's default rwlocks prefer readers (the second read succeeds), and the trace
 //! does not say which kind the program uses, so this is never reported as predicted.
 
-use std::collections::HashSet;
+use foldhash::{HashSet, HashSetExt};
 
 use foresight_trace::SiteId;
 

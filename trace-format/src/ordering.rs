@@ -8,7 +8,7 @@
 //! [`Trace`] ([`check`]). Its state is per thread and per synchronisation object, never per
 //! event.
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 
 use crate::error::{Problem, ProblemKind};
 use crate::event::{Event, EventKind, LockMode, ObjectId, ThreadId};
@@ -98,13 +98,6 @@ impl<'t> Checker<'t> {
                 kind: ProblemKind::Ordering(msg),
             });
         }
-    }
-
-    fn recursive(&self, lock: ObjectId) -> bool {
-        self.tables
-            .objects
-            .get(&lock)
-            .is_some_and(|o| matches!(o.kind, ObjectKind::RecursiveMutex))
     }
 
     fn name(&self, o: ObjectId) -> String {
@@ -285,12 +278,19 @@ impl<'t> Checker<'t> {
     }
 
     fn acquire(&mut self, t: ThreadId, at: u64, lock: ObjectId, mode: LockMode) {
-        let recursive = self.recursive(lock);
+        // Looked up only for a re-entry: the object table is not consulted per acquisition.
+        let tables = self.tables;
+        let recursive = || {
+            tables
+                .objects
+                .get(&lock)
+                .is_some_and(|o| matches!(o.kind, ObjectKind::RecursiveMutex))
+        };
         let st = self.locks.entry(lock).or_default();
         // Who holds the lock in a conflicting mode, and how.
         let conflict = match mode {
             LockMode::Exclusive => match st.exclusive.as_mut() {
-                Some((holder, depth)) if *holder == t && recursive => {
+                Some((holder, depth)) if *holder == t && recursive() => {
                     *depth += 1;
                     None
                 }

@@ -818,7 +818,15 @@ impl<'a> MergedStream<'a> {
         let n = if rest.last().is_some_and(before) {
             rest.len()
         } else {
-            rest.partition_point(before).max(1)
+            // Galloping from the head: a lock-heavy trace's runs are a few events long, and
+            // a search of the whole batch per run cost more than the events it found.
+            let mut hi = 1;
+            while hi < rest.len() && before(&rest[hi]) {
+                hi *= 2;
+            }
+            // rest[..=hi / 2] come before; rest[hi] (if any) does not.
+            let lo = hi / 2 + 1;
+            lo + rest[lo..hi.min(rest.len())].partition_point(before)
         };
         let start = cur.at;
         let first_index = cur.index;

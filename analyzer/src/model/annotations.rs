@@ -3,7 +3,7 @@
 //! table as they come (an annotation of a lock not yet seen waits for its first use); class
 //! names are applied when the run is finished.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 
 use foresight_trace::event::ObjectId;
 use foresight_trace::reader::Tables;

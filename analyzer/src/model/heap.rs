@@ -7,7 +7,7 @@
 //! table before the walk, so an allocation costs one binary search in them, a free one lookup
 //! among the blocks found, and the memory is a function of the locks, not of the heap.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 
 use foresight_trace::event::SiteId;
 use foresight_trace::reader::Tables;

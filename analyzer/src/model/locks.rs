@@ -11,7 +11,7 @@
 //! out-of-order release recomputes the entries above it); trylocks and unranked locks are not
 //! checked.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 
 use foresight_trace::event::{ObjectId, SiteId};
 use foresight_trace::reader::Tables;

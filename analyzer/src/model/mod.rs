@@ -21,7 +21,7 @@
 //! [`drive_run`] runs the race pass (`races/`) beside the model in the same walk, and keeps
 //! what it found in [`Run::races`].
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 
 use foresight_trace::event::{ObjectId, SiteId};
 use foresight_trace::reader::Tables;
@@ -350,7 +350,8 @@ impl std::hash::Hasher for IndexHasher {
     }
 }
 
-pub type IndexMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<IndexHasher>>;
+pub type IndexMap<K, V> =
+    std::collections::HashMap<K, V, std::hash::BuildHasherDefault<IndexHasher>>;
 
 /// Converts a decoded trace. `progress` is called now and then with the events done.
 pub fn build_run(trace: &Trace, progress: &mut dyn FnMut(u64)) -> Run {

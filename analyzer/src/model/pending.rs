@@ -8,7 +8,7 @@
 //! end state refers to. A hostile trace can open calls without end: the stack keeps the
 //! innermost [`MAX_NESTED`].
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 
 use foresight_trace::event::{ObjectId, SiteId};
 use foresight_trace::reader::Tables;

@@ -2,7 +2,7 @@
 //! barrier arrivals (by generation); and the semaphore counts the wait analysis needs — the
 //! successful waits and the initial values, inferred when the trace did not record them.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 
 use foresight_trace::event::{ObjectId, SiteId};
 

@@ -196,7 +196,7 @@ impl<V: Default> GranuleTable<V> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
+    use foldhash::{HashMap, HashMapExt};
 
     #[test]
     fn behaves_as_a_map_through_inserts_and_removals() {

@@ -2,7 +2,7 @@
 //! Two accesses that hold one lock in modes that exclude each other (not both read) can never
 //! meet in any schedule, and no reordering is asked about them.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 
 /// A lock held in a mode: `shared` for the read side of a rwlock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

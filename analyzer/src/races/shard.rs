@@ -4,7 +4,8 @@
 //! each with the place it was found ([`Found`]), so that shares merge into what one pass over
 //! everything finds.
 
-use std::collections::{BTreeMap, HashMap};
+use foldhash::HashMap;
+use std::collections::BTreeMap;
 
 use foresight_trace::SiteId;
 
@@ -101,9 +102,10 @@ pub struct Shard {
     without_locks: HbPass,
     pub shadow: Shadow,
     pub locksets: Locksets,
-    /// Per thread: the locks held, with recursion depth, and their lockset id.
+    /// Per thread: the locks held, with recursion depth, and their lockset id (`None` while
+    /// stale: interned at the thread's next access, so lock-only stretches intern nothing).
     held: Vec<Vec<(Held, u32)>>,
-    lockset: Vec<u32>,
+    lockset: Vec<Option<u32>>,
     heap: BTreeMap<u64, Block>,
     pub findings: Findings,
     /// Conflicts of the access being handled.
@@ -118,7 +120,7 @@ impl Shard {
             shadow: Shadow::new(),
             locksets: Locksets::new(),
             held: vec![Vec::new(); threads],
-            lockset: vec![Locksets::EMPTY; threads],
+            lockset: vec![Some(Locksets::EMPTY); threads],
             heap: BTreeMap::new(),
             findings: Findings::default(),
             found: Vec::new(),
@@ -197,8 +199,20 @@ impl Shard {
     }
 
     fn relock(&mut self, t: usize) {
-        let set: Vec<Held> = self.held[t].iter().map(|h| h.0).collect();
-        self.lockset[t] = self.locksets.intern(&set);
+        self.lockset[t] = None;
+    }
+
+    /// The id of the locks thread `t` holds now.
+    fn lockset_of(&mut self, t: usize) -> u32 {
+        match self.lockset[t] {
+            Some(id) => id,
+            None => {
+                let set: Vec<Held> = self.held[t].iter().map(|h| h.0).collect();
+                let id = self.locksets.intern(&set);
+                self.lockset[t] = Some(id);
+                id
+            }
+        }
     }
 
     /// A read, write or atomic access of `thread` at `pos` (merged order `seq`): checked against
@@ -216,11 +230,12 @@ impl Shard {
         owns: impl Fn(u64) -> bool,
     ) {
         let t = ev.thread;
+        let lockset = self.lockset_of(t as usize);
         let access = ShadowAccess {
             thread: t,
             pos: ev.pos,
             site,
-            lockset: self.lockset[t as usize],
+            lockset,
             kind,
             addr,
             size,

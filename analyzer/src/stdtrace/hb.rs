@@ -16,7 +16,7 @@
 //! Memory: the clocks (threads × threads, locks × threads) and a state per variable, nothing per
 //! line.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::io::{self, Read};
 
 use super::import::{Failure, ImportError};
