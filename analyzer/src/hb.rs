@@ -97,6 +97,9 @@ pub struct HbBuilder {
     /// Events of each thread seen so far.
     seen: Vec<u32>,
     channels: HashMap<Channel, VectorClock>,
+    /// The lock channels by object id (`2 * lock`, `+ 1` for its readers; ids below
+    /// [`DIRECT_LOCKS`]): the most frequent sends and receives, looked up without hashing.
+    lock_channels: Vec<Option<VectorClock>>,
     receives: Vec<Vec<(u32, VectorClock)>>,
     /// Whether receives are stored (the clocks of the whole trace, which the closure walks) or
     /// only the current clocks are kept (a streaming pass reads them as it goes).
@@ -120,6 +123,7 @@ impl HbBuilder {
             current: vec![VectorClock::default(); threads],
             seen: vec![0; threads],
             channels: HashMap::new(),
+            lock_channels: Vec::new(),
             receives: vec![Vec::new(); threads],
             snapshots: true,
             last_write: AddrMap::default(),
@@ -223,14 +227,7 @@ impl HbBuilder {
         // Joined from the thread's own clock in place: a send per lock release must not
         // allocate.
         let clock = &self.current[thread];
-        let grown = match self.channels.entry(channel) {
-            std::collections::hash_map::Entry::Occupied(mut e) => {
-                let before = e.get().entries().len();
-                e.get_mut().join(clock);
-                e.get().entries().len() - before
-            }
-            std::collections::hash_map::Entry::Vacant(e) => e.insert(clock.clone()).entries().len(),
-        };
+        let grown = publish(&mut self.channels, &mut self.lock_channels, channel, clock);
         if !self.snapshots {
             // Only what the channels hold: a send into a known channel costs nothing new.
             self.charge(grown);
@@ -245,14 +242,7 @@ impl HbBuilder {
         if self.snapshots {
             self.charge(clock.entries().len());
         }
-        let grown = match self.channels.entry(channel) {
-            std::collections::hash_map::Entry::Occupied(mut e) => {
-                let before = e.get().entries().len();
-                e.get_mut().join(clock);
-                e.get().entries().len() - before
-            }
-            std::collections::hash_map::Entry::Vacant(e) => e.insert(clock.clone()).entries().len(),
-        };
+        let grown = publish(&mut self.channels, &mut self.lock_channels, channel, clock);
         if !self.snapshots {
             self.charge(grown);
         }
@@ -260,7 +250,10 @@ impl HbBuilder {
 
     /// What was published on `channel` so far.
     pub fn published(&self, channel: &Channel) -> Option<&VectorClock> {
-        self.channels.get(channel)
+        match lock_slot(channel) {
+            Some(i) => self.lock_channels.get(i).and_then(Option::as_ref),
+            None => self.channels.get(channel),
+        }
     }
 
     /// Joins `clock` into the thread's clock (an acquire fence takes what the relaxed loads
@@ -279,7 +272,11 @@ impl HbBuilder {
         if self.overflowed {
             return;
         }
-        let Some(sent) = self.channels.get(channel) else {
+        let sent = match lock_slot(channel) {
+            Some(i) => self.lock_channels.get(i).and_then(Option::as_ref),
+            None => self.channels.get(channel),
+        };
+        let Some(sent) = sent else {
             return;
         };
         if self.current[thread].join(sent) {
@@ -313,6 +310,7 @@ impl HbBuilder {
             self.overflowed = true;
             self.receives = vec![Vec::new(); self.receives.len()];
             self.channels = HashMap::new();
+            self.lock_channels = Vec::new();
             self.current = vec![VectorClock::default(); self.current.len()];
             self.last_write = AddrMap::default();
         }
@@ -336,6 +334,58 @@ impl HbBuilder {
             receives: self.receives,
             complete: !self.overflowed,
         }
+    }
+}
+
+/// Locks whose channels live in `HbBuilder::lock_channels`. The recorder numbers objects from
+/// 1 up, so the ids of real traces are small; an id of a hostile trace may be any `u32`, and
+/// those above the bound go to the map (the table's worst case: 24 bytes a slot, 3 MiB).
+const DIRECT_LOCKS: u32 = 1 << 16;
+
+/// The slot of a lock channel in `HbBuilder::lock_channels`.
+#[inline]
+fn lock_slot(channel: &Channel) -> Option<usize> {
+    match *channel {
+        Channel::Lock(l) if l < DIRECT_LOCKS => Some(2 * l as usize),
+        Channel::LockReaders(l) if l < DIRECT_LOCKS => Some(2 * l as usize + 1),
+        _ => None,
+    }
+}
+
+/// Joins `clock` into what `channel` holds; returns the entries it grew by.
+fn publish(
+    channels: &mut HashMap<Channel, VectorClock>,
+    lock_channels: &mut Vec<Option<VectorClock>>,
+    channel: Channel,
+    clock: &VectorClock,
+) -> usize {
+    let slot = match lock_slot(&channel) {
+        Some(i) => {
+            if i >= lock_channels.len() {
+                lock_channels.resize(i + 1, None);
+            }
+            &mut lock_channels[i]
+        }
+        None => {
+            return match channels.entry(channel) {
+                std::collections::hash_map::Entry::Occupied(mut e) => {
+                    let before = e.get().entries().len();
+                    e.get_mut().join(clock);
+                    e.get().entries().len() - before
+                }
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(clock.clone()).entries().len()
+                }
+            };
+        }
+    };
+    match slot {
+        Some(held) => {
+            let before = held.entries().len();
+            held.join(clock);
+            held.entries().len() - before
+        }
+        None => slot.insert(clock.clone()).entries().len(),
     }
 }
 
@@ -719,6 +769,26 @@ mod tests {
     }
 
     const RACES: EdgeKinds = EdgeKinds::SYNC.union(EdgeKinds::LOCK);
+
+    #[test]
+    fn lock_channels_order_alike_above_and_below_the_direct_table() {
+        // Ids below DIRECT_LOCKS live in a table, the rest (any u32 of a hostile trace) in the
+        // map: the same order either way, and no table sized by a huge id.
+        for lock in [0, 1, DIRECT_LOCKS - 1, DIRECT_LOCKS, u32::MAX] {
+            let mut b = HbBuilder::new(2);
+            b.step(0, 0);
+            b.send(0, Channel::Lock(lock));
+            b.step(1, 0);
+            b.receive(1, 0, &Channel::Lock(lock));
+            b.step(1, 1);
+            b.receive(1, 1, &Channel::LockReaders(lock));
+            assert!(b.published(&Channel::Lock(lock)).is_some());
+            assert!(b.published(&Channel::LockReaders(lock)).is_none());
+            assert!(b.lock_channels.len() <= 2 * DIRECT_LOCKS as usize);
+            let hb = b.finish();
+            assert!(hb.happens_before(0, 0, 1, 0), "lock {lock}");
+        }
+    }
 
     #[test]
     fn lock_edges_order_critical_sections_only_when_asked() {
