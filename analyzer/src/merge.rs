@@ -118,6 +118,12 @@ pub struct Merger {
     by_key: HashMap<String, usize>,
     /// Predicted deadlocks beyond a trace's listing, per component by its first class.
     unlisted_predicted: Vec<(String, u64, bool)>,
+    /// Per part folded in (a trace, or a segment of one): the index of its trace in `traces`.
+    /// The merged graph's edges name parts, so that a cycle whose edges are in different
+    /// segments of one trace is not taken as whole in one.
+    part_trace: Vec<usize>,
+    /// Parts of the trace being folded in, while it is cut into segments.
+    segments_of_last: usize,
 }
 
 impl Merger {
@@ -135,12 +141,47 @@ impl Merger {
             findings: Vec::new(),
             by_key: HashMap::new(),
             unlisted_predicted: Vec::new(),
+            part_trace: Vec::new(),
+            segments_of_last: 0,
         }
     }
 
     /// Folds in the next trace's analysis.
     pub fn add(&mut self, part: TraceAnalysis) {
-        let ti = self.traces.len();
+        self.add_part(part, false);
+    }
+
+    /// Folds in the next segment of the trace whose first segment was the last one added
+    /// (`model::drive_segments`): its findings fold into that trace's as another trace's
+    /// would (same finding: occurrences add), its counts add to that trace's summary line,
+    /// and a lock cycle whose edges are in different segments is potential, as one whose
+    /// edges are in different traces.
+    pub fn add_segment(&mut self, part: TraceAnalysis) {
+        self.add_part(part, true);
+    }
+
+    /// Sets how many events a segment has (`--segment-events`), for the summary.
+    pub fn set_segment_events(&mut self, n: u64) {
+        self.summary.segment_events = n;
+    }
+
+    fn add_part(&mut self, part: TraceAnalysis, segment: bool) {
+        let ti = self.part_trace.len();
+        let continues = segment && !self.traces.is_empty();
+        self.part_trace.push(if continues {
+            self.traces.len() - 1
+        } else {
+            self.traces.len()
+        });
+        if continues {
+            if self.segments_of_last == 1 {
+                self.summary.segments += 1;
+            }
+            self.segments_of_last += 1;
+            self.summary.segments += 1;
+        } else {
+            self.segments_of_last = 1;
+        }
         for e in part.edges {
             let (from, to) = (self.graph.class_id(&e.from), self.graph.class_id(&e.to));
             self.graph.add_class_edge(from, to, e.count, e.modes, ti);
@@ -149,7 +190,14 @@ impl Merger {
                 .or_insert((e.report, e.locations));
         }
         let r = part.report;
-        self.traces.extend(r.traces);
+        if continues {
+            let last = self.traces.last_mut().expect("a trace to continue");
+            for t in r.traces {
+                fold_trace_summary(last, t);
+            }
+        } else {
+            self.traces.extend(r.traces);
+        }
         for h in r.hints {
             if !self.hints.contains(&h) {
                 self.hints.push(h);
@@ -205,6 +253,7 @@ impl Merger {
             hints,
             mut findings,
             unlisted_predicted,
+            part_trace,
             ..
         } = self;
         let opts = &opts;
@@ -290,7 +339,13 @@ impl Merger {
         summary.cycle_search_truncated |= search.truncated;
         for list in &cross {
             for (_, _, cycle) in list {
-                findings.push(cross_trace_finding(&graph, &witnesses, &traces, cycle));
+                findings.push(cross_trace_finding(
+                    &graph,
+                    &witnesses,
+                    &traces,
+                    &part_trace,
+                    cycle,
+                ));
             }
         }
 
@@ -425,6 +480,7 @@ fn cross_trace_finding(
     graph: &LockOrderGraph,
     witnesses: &HashMap<(usize, usize), (EdgeReport, [FindingLocation; 2])>,
     traces: &[crate::report::TraceSummary],
+    part_trace: &[usize],
     cycle: &[usize],
 ) -> Finding {
     let k = cycle.len();
@@ -438,7 +494,11 @@ fn cross_trace_finding(
         edges.push(report.clone());
         locations.extend(locs.iter().cloned());
         let e = graph.edge(a, b).expect("cycle edges exist");
-        in_traces.extend(e.runs.iter().copied());
+        in_traces.extend(
+            e.runs
+                .iter()
+                .map(|&p| part_trace.get(p).copied().unwrap_or(p)),
+        );
         occurrences = occurrences.min(e.count);
     }
     let names: Vec<String> = cycle.iter().map(|&c| graph.classes[c].clone()).collect();
@@ -452,7 +512,12 @@ fn cross_trace_finding(
             cycle_text(&names),
             k
         ),
-        reason: if edges.iter().any(|e| e.earlier) {
+        reason: if in_traces.len() == 1 && !edges.iter().any(|e| e.earlier) {
+            "not predicted: the edges of the cycle are in different segments of the trace, \
+             analysed one at a time (--segment-events), and a prediction reorders events \
+             within one segment only; the code still takes these locks in an inconsistent \
+             order"
+        } else if edges.iter().any(|e| e.earlier) {
             "not predicted: the edges of the cycle come from different traces, some seen \
              before the flight recorder's window, so no single execution can be reordered \
              into it; the code still takes these locks in an inconsistent order"
@@ -474,6 +539,111 @@ fn cross_trace_finding(
             edges,
         },
     }
+}
+
+/// Adds a segment's summary line to its trace's: counts add up, warnings are listed once.
+fn fold_trace_summary(into: &mut crate::report::TraceSummary, s: crate::report::TraceSummary) {
+    into.events += s.events;
+    into.critical_sections += s.critical_sections;
+    into.accesses += s.accesses;
+    into.threads = into.threads.max(s.threads);
+    into.locks = into.locks.max(s.locks);
+    for w in s.warnings {
+        if !into.warnings.contains(&w) {
+            into.warnings.push(w);
+        }
+    }
+    match (&mut into.window, s.window) {
+        (Some(a), Some(b)) => a.earlier_edges += b.earlier_edges,
+        (None, b) => into.window = b,
+        _ => {}
+    }
+}
+
+/// One trace analysed in segments as the walk hands them out (`model::drive_segments`):
+/// each segment's run is analysed alone ([`analyze_trace`]) and dropped, its findings kept
+/// to be folded ([`Merger::add_segment`]). A trace that was not cut is analysed exactly as
+/// before ([`analyze`] of its one run).
+pub struct SegmentFold<'o> {
+    opts: &'o Options,
+    segment_events: u64,
+    parts: Vec<TraceAnalysis>,
+}
+
+impl<'o> SegmentFold<'o> {
+    pub fn new(opts: &'o Options, segment_events: u64) -> Self {
+        SegmentFold {
+            opts,
+            segment_events,
+            parts: Vec::new(),
+        }
+    }
+
+    /// A segment that is not the last: analysed now, its model dropped.
+    pub fn segment(&mut self, run: Run) {
+        self.parts.push(analyze_trace(&run, Vec::new(), self.opts));
+    }
+
+    /// Whether the walk was cut.
+    pub fn cut(&self) -> bool {
+        !self.parts.is_empty()
+    }
+
+    /// The trace's parts for a [`Merger`], the last segment (or the whole trace) included.
+    pub fn into_parts(mut self, last: Run, warnings: Vec<String>) -> Vec<TraceAnalysis> {
+        self.parts.push(analyze_trace(&last, warnings, self.opts));
+        self.parts
+    }
+
+    /// The trace's report.
+    pub fn finish(self, last: Run, warnings: Vec<String>) -> Report {
+        if !self.cut() {
+            return analyze(std::slice::from_ref(&last), &[warnings], self.opts);
+        }
+        let (opts, n) = (self.opts, self.segment_events);
+        let mut m = Merger::new(opts);
+        m.set_segment_events(n);
+        m.add_trace(self.into_parts(last, warnings));
+        m.finish()
+    }
+}
+
+impl Merger {
+    /// Folds in a trace given as its parts: the whole trace, or its segments in order.
+    pub fn add_trace(&mut self, parts: Vec<TraceAnalysis>) {
+        for (i, p) in parts.into_iter().enumerate() {
+            self.add_part(p, i > 0);
+        }
+    }
+}
+
+/// Analyses a decoded trace in segments of `segment_events` events (0: whole), as `foresight
+/// analyze --segment-events` does with a file's stream.
+pub fn analyze_in_segments(
+    trace: &foresight_trace::Trace,
+    wrappers: &crate::sites::Wrappers,
+    opts: &Options,
+    segment_events: u64,
+) -> Report {
+    use crate::model::{drive_segments, ModelPass};
+    let stream = crate::stream::Stream::of_trace(trace);
+    let model = ModelPass::for_trace(trace)
+        .with_wrappers(
+            wrappers
+                .clone()
+                .for_recorded_depth(trace.header.stack_depth),
+        )
+        .with_end_reason(trace.trailer.as_ref().map(|t| t.reason));
+    let mut fold = SegmentFold::new(opts, segment_events);
+    let last = drive_segments(
+        &stream,
+        model,
+        trace.merged().map(|m| (m.thread, m.index, m.event.kind)),
+        &mut |_| {},
+        segment_events,
+        &mut |run| fold.segment(run),
+    );
+    fold.finish(last, Vec::new())
 }
 
 /// Merges per-trace analyses given in the order of the traces.

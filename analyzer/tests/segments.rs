@@ -1,0 +1,391 @@
+//! A trace analysed in segments (`--segment-events`): what a segment predicts, what a cut
+//! must not make it predict, and what it can only call potential. Builder traces, whose
+//! merged order is the order of the builder's calls, so each test knows where its cuts fall.
+
+use foresight_analyzer::analysis::{analyze, Options};
+use foresight_analyzer::merge::analyze_in_segments;
+use foresight_analyzer::model::build_run;
+use foresight_analyzer::report::{Finding, Report, Verdict};
+use foresight_analyzer::sites::Wrappers;
+use foresight_trace::builder::TraceBuilder;
+use foresight_trace::event::{EventKind, ObjectId, SiteId, ThreadId};
+use foresight_trace::Trace;
+
+struct T {
+    b: TraceBuilder,
+    main: ThreadId,
+}
+
+impl T {
+    fn new() -> Self {
+        let mut b = TraceBuilder::new("test");
+        let main = b.main_thread();
+        T { b, main }
+    }
+    fn at(&mut self, line: u32) -> SiteId {
+        self.b.site("f", "t.c", line)
+    }
+    fn spawn(&mut self, name: &str) -> ThreadId {
+        let s = self.at(1);
+        self.b.spawn(self.main, s, name)
+    }
+    fn lock(&mut self, t: ThreadId, l: ObjectId, line: u32) {
+        let s = self.at(line);
+        self.b.lock(t, l, s);
+    }
+    fn unlock(&mut self, t: ThreadId, l: ObjectId) {
+        let s = self.at(99);
+        self.b.unlock(t, l, s);
+    }
+    /// `t` takes `first` then `second` and releases both.
+    fn nest(&mut self, t: ThreadId, first: ObjectId, second: ObjectId, line: u32) {
+        self.lock(t, first, line);
+        self.lock(t, second, line + 1);
+        self.unlock(t, second);
+        self.unlock(t, first);
+    }
+    /// `n` critical sections of `t` on a lock of its own: events that order nothing.
+    fn filler(&mut self, t: ThreadId, own: ObjectId, n: usize) {
+        for _ in 0..n {
+            self.lock(t, own, 50);
+            self.unlock(t, own);
+        }
+    }
+    fn trace(self) -> Trace {
+        Trace::from_bytes("t.trace", self.b.finish()).expect("trace reads")
+    }
+}
+
+/// The merged index of the first event of `thread` that `pick` matches: where a cut can be
+/// put. (The builder's call order is not the merged order: a request, a read or a write takes
+/// its thread's previous ordering key, so it sorts right after that thread's previous event.)
+fn at(trace: &Trace, thread: ThreadId, pick: impl Fn(&EventKind) -> bool) -> u64 {
+    trace
+        .merged()
+        .position(|m| m.thread == thread && pick(&m.event.kind))
+        .expect("the event is in the trace") as u64
+}
+
+fn acquired(lock: ObjectId) -> impl Fn(&EventKind) -> bool {
+    move |k| matches!(k, EventKind::LockAcquired { lock: l, .. } if *l == lock)
+}
+
+fn requested(lock: ObjectId) -> impl Fn(&EventKind) -> bool {
+    move |k| matches!(k, EventKind::LockRequest { lock: l, .. } if *l == lock)
+}
+
+fn released(lock: ObjectId) -> impl Fn(&EventKind) -> bool {
+    move |k| matches!(k, EventKind::LockRelease { lock: l, .. } if *l == lock)
+}
+
+fn written(k: &EventKind) -> bool {
+    matches!(k, EventKind::Write { addr, .. } if *addr == X)
+}
+
+fn whole(trace: &Trace) -> Report {
+    analyze(&[build_run(trace, &mut |_| {})], &[], &Options::default())
+}
+
+fn segmented(trace: &Trace, n: u64) -> Report {
+    analyze_in_segments(trace, &Wrappers::default(), &Options::default(), n)
+}
+
+fn deadlocks(r: &Report, verdict: Verdict) -> Vec<Finding> {
+    r.findings
+        .iter()
+        .filter(|f| f.verdict == verdict && f.cycle().len() >= 2)
+        .cloned()
+        .collect()
+}
+
+fn show(r: &Report) -> String {
+    let mut v = Vec::new();
+    foresight_analyzer::report::text::write(&mut v, r).unwrap();
+    String::from_utf8(v).unwrap()
+}
+
+fn json(r: &Report) -> String {
+    let mut v = Vec::new();
+    foresight_analyzer::report::json::write(&mut v, r).unwrap();
+    String::from_utf8(v).unwrap()
+}
+
+/// Threads spawned, a filler of `pad` sections, an inversion between two threads, another
+/// filler; returns the trace and the merged index of the inversion's first acquisition and
+/// of its last event.
+fn inversion_after(pad: usize) -> (Trace, u64, u64) {
+    let mut t = T::new();
+    let a = t.b.mutex("A");
+    let b = t.b.mutex("B");
+    let own = t.b.mutex("own");
+    let t1 = t.spawn("one");
+    let t2 = t.spawn("two");
+    t.filler(t.main, own, pad);
+    t.nest(t1, a, b, 10);
+    t.nest(t2, b, a, 20);
+    t.filler(t.main, own, pad);
+    let trace = t.trace();
+    let first = at(&trace, t1, acquired(a));
+    let last = at(&trace, t2, released(a));
+    // The pattern's requests (one's of B, two's of A) come after the first acquisition.
+    assert!(at(&trace, t1, requested(b)) > first && at(&trace, t2, requested(a)) > first);
+    (trace, first, last)
+}
+
+#[test]
+fn an_inversion_inside_one_segment_is_predicted() {
+    let (trace, first, last) = inversion_after(40);
+    assert!(whole(&trace).summary.segments <= 1);
+    assert_eq!(deadlocks(&whole(&trace), Verdict::Predicted).len(), 1);
+    // The second segment starts at the inversion's first event and holds all of it.
+    let n = first;
+    assert!(last < 2 * n, "the inversion fits in segment 1");
+    let r = segmented(&trace, n);
+    assert!(r.summary.segments >= 3, "{}", show(&r));
+    let d = deadlocks(&r, Verdict::Predicted);
+    assert_eq!(d.len(), 1, "{}", show(&r));
+    assert!(d[0].witness.is_some());
+    // Segments of one trace are one trace: one summary line, its counts added up.
+    assert_eq!(r.traces.len(), 1);
+    assert_eq!(r.traces[0].events, whole(&trace).traces[0].events);
+    assert_eq!(
+        r.traces[0].critical_sections,
+        whole(&trace).traces[0].critical_sections
+    );
+    assert!(r.traces[0].warnings.is_empty(), "{:?}", r.traces[0].warnings);
+    assert!(
+        show(&r).contains("segments of"),
+        "the report says predictions stay within a segment: {}",
+        show(&r)
+    );
+}
+
+#[test]
+fn a_section_open_across_the_cut_still_orders_the_segment() {
+    // One takes G, then (after the cut) nests A then B and only then releases G; two takes G
+    // afterwards and then nests B then A, holding nothing else. Two can reach its request of
+    // A only after one released G, which is after one's whole A→B: no deadlock. A segment
+    // that forgot one's open section on G would reorder two's G section before it and
+    // predict one.
+    let mut t = T::new();
+    let a = t.b.mutex("A");
+    let b = t.b.mutex("B");
+    let g = t.b.mutex("G");
+    let own = t.b.mutex("own");
+    let t1 = t.spawn("one");
+    let t2 = t.spawn("two");
+    t.lock(t1, g, 5);
+    t.filler(t.main, own, 10);
+    t.nest(t1, a, b, 10);
+    t.unlock(t1, g);
+    t.lock(t2, g, 30);
+    t.unlock(t2, g);
+    t.nest(t2, b, a, 20);
+    t.filler(t.main, own, 10);
+    let trace = t.trace();
+    let cut = at(&trace, t1, acquired(a));
+    assert!(at(&trace, t1, acquired(g)) < cut, "one holds G across the cut");
+    assert!(
+        at(&trace, t2, released(a)) < 2 * cut,
+        "the pattern fits in segment 1"
+    );
+    let w = whole(&trace);
+    assert!(deadlocks(&w, Verdict::Predicted).is_empty(), "{}", show(&w));
+    let r = segmented(&trace, cut);
+    assert!(r.summary.segments >= 2, "{}", show(&r));
+    assert!(
+        deadlocks(&r, Verdict::Predicted).is_empty(),
+        "the open section on G was dropped at the cut: {}",
+        show(&r)
+    );
+    // The inversion is still there at class level, and G's release in segment 1 found its
+    // acquisition (no warning, the critical sections counted once).
+    assert_eq!(deadlocks(&r, Verdict::Potential).len(), 1, "{}", show(&r));
+    assert!(r.traces[0].warnings.is_empty(), "{:?}", r.traces[0].warnings);
+    assert_eq!(
+        r.traces[0].critical_sections,
+        w.traces[0].critical_sections
+    );
+}
+
+#[test]
+fn a_section_open_across_the_cut_keeps_its_lock_held_for_a_gate() {
+    // Both threads hold G around their nesting: a gate lock. One took G before the cut.
+    let mut t = T::new();
+    let a = t.b.mutex("A");
+    let b = t.b.mutex("B");
+    let g = t.b.mutex("G");
+    let own = t.b.mutex("own");
+    let t1 = t.spawn("one");
+    let t2 = t.spawn("two");
+    t.lock(t1, g, 5);
+    t.filler(t.main, own, 10);
+    t.nest(t1, a, b, 10);
+    t.unlock(t1, g);
+    t.lock(t2, g, 30);
+    t.nest(t2, b, a, 20);
+    t.unlock(t2, g);
+    t.filler(t.main, own, 10);
+    let trace = t.trace();
+    let cut = at(&trace, t1, acquired(a));
+    assert!(at(&trace, t1, acquired(g)) < cut, "one holds G across the cut");
+    assert!(at(&trace, t2, released(g)) < 2 * cut);
+    let r = segmented(&trace, cut);
+    assert!(r.summary.segments >= 2);
+    assert!(deadlocks(&r, Verdict::Predicted).is_empty(), "{}", show(&r));
+    let p = deadlocks(&r, Verdict::Potential);
+    assert_eq!(p.len(), 1, "{}", show(&r));
+    assert!(p[0].reason.contains("gate lock"), "{}", p[0].reason);
+}
+
+#[test]
+fn an_inversion_split_across_two_segments_is_potential() {
+    let mut t = T::new();
+    let a = t.b.mutex("A");
+    let b = t.b.mutex("B");
+    let own = t.b.mutex("own");
+    let t1 = t.spawn("one");
+    let t2 = t.spawn("two");
+    t.nest(t1, a, b, 10);
+    t.filler(t.main, own, 20);
+    t.nest(t2, b, a, 20);
+    t.filler(t.main, own, 20);
+    let trace = t.trace();
+    let cut = at(&trace, t2, acquired(b));
+    assert!(at(&trace, t1, released(a)) < cut, "one's nesting before the cut");
+    let w = whole(&trace);
+    assert_eq!(
+        deadlocks(&w, Verdict::Predicted).len(),
+        1,
+        "whole, it is predicted: {}",
+        show(&w)
+    );
+    let r = segmented(&trace, cut);
+    assert!(
+        deadlocks(&r, Verdict::Predicted).is_empty(),
+        "a prediction across the cut: {}",
+        show(&r)
+    );
+    let p = deadlocks(&r, Verdict::Potential);
+    assert_eq!(p.len(), 1, "{}", show(&r));
+    assert!(p[0].reason.contains("segments"), "{}", p[0].reason);
+    assert_eq!(p[0].traces, vec!["t.trace".to_string()]);
+    assert_eq!(r.traces.len(), 1);
+}
+
+#[test]
+fn segments_larger_than_the_trace_give_the_whole_trace_report() {
+    for pad in [0, 5, 40] {
+        let (trace, ..) = inversion_after(pad);
+        let events = whole(&trace).traces[0].events;
+        for n in [0, events, events + 1, 1 << 30] {
+            assert_eq!(
+                json(&segmented(&trace, n)),
+                json(&whole(&trace)),
+                "pad {pad}, segments of {n}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_cut_at_every_event_predicts_nothing_and_misses_no_class_cycle() {
+    // The extreme: one event a segment. Nothing can be reordered, so nothing is predicted;
+    // the class-level cycle is still found, across segments.
+    let (trace, ..) = inversion_after(3);
+    let r = segmented(&trace, 1);
+    assert!(deadlocks(&r, Verdict::Predicted).is_empty(), "{}", show(&r));
+    assert_eq!(deadlocks(&r, Verdict::Potential).len(), 1, "{}", show(&r));
+    assert_eq!(r.traces[0].events, whole(&trace).traces[0].events);
+    assert_eq!(
+        r.traces[0].critical_sections,
+        whole(&trace).traces[0].critical_sections
+    );
+}
+
+fn races(r: &Report) -> Vec<Finding> {
+    r.findings
+        .iter()
+        .filter(|f| f.kind == foresight_analyzer::report::Kind::Race)
+        .cloned()
+        .collect()
+}
+
+const X: u64 = 0x1000;
+
+/// `a`: x = 1 inside or outside a section on m; `b`: a section on m, then x = 2 — only the
+/// lock hand-off orders the writes. With `a_holds_across`, `a` took m before the cut and
+/// writes x inside that section.
+fn hand_off(a_holds_across: bool) -> (Trace, u64, ThreadId, ThreadId) {
+    let mut t = T::new();
+    let (a, b) = (t.spawn("a"), t.spawn("b"));
+    let m = t.b.mutex("m");
+    let own = t.b.mutex("own");
+    let line_site = |t: &mut T, line| t.b.site("f", "t.c", line);
+    if a_holds_across {
+        t.lock(a, m, 5);
+    }
+    t.filler(t.main, own, 10);
+    // An access takes its thread's last ordering key: a's section on a lock of its own puts
+    // the write after main's filler in the merged order.
+    let own_a = t.b.mutex("own_a");
+    t.filler(a, own_a, 1);
+    let s = line_site(&mut t, 10);
+    t.b.write(a, X, 4, s);
+    if !a_holds_across {
+        t.lock(a, m, 5);
+    }
+    t.unlock(a, m);
+    t.lock(b, m, 6);
+    t.unlock(b, m);
+    let s = line_site(&mut t, 20);
+    t.b.write(b, X, 4, s);
+    t.filler(t.main, own, 10);
+    let trace = t.trace();
+    let cut = at(&trace, a, acquired(own_a));
+    if a_holds_across {
+        assert!(at(&trace, a, acquired(m)) < cut, "a holds m across the cut");
+    }
+    assert!(at(&trace, b, written) < 2 * cut);
+    (trace, cut, a, b)
+}
+
+#[test]
+fn a_race_inside_one_segment_is_predicted() {
+    let (trace, cut, ..) = hand_off(false);
+    let w = whole(&trace);
+    assert_eq!(races(&w).len(), 1, "{}", show(&w));
+    let r = segmented(&trace, cut);
+    assert!(r.summary.segments >= 2);
+    let found = races(&r);
+    assert_eq!(found.len(), 1, "{}", show(&r));
+    assert_eq!(found[0].rule, "sync-preserving");
+}
+
+#[test]
+fn a_section_open_across_the_cut_orders_a_race_candidate() {
+    // a's write is inside its section on m, taken before the cut: b's section, and so b's
+    // write, can only come after a's release. Whole, no race; a segment that forgot a's open
+    // section would predict one.
+    let (trace, cut, ..) = hand_off(true);
+    let w = whole(&trace);
+    assert!(races(&w).is_empty(), "{}", show(&w));
+    let r = segmented(&trace, cut);
+    assert!(r.summary.segments >= 2);
+    assert!(races(&r).is_empty(), "{}", show(&r));
+}
+
+#[test]
+fn a_race_whose_first_access_is_before_the_cut_is_not_predicted() {
+    let (trace, _, a, b) = hand_off(false);
+    // The first segment ends with a's write, b's write is in the second: the pair straddles
+    // the cut and no reordering of the second segment alone can run the write next to b's.
+    let n = at(&trace, a, written) + 1;
+    assert!(at(&trace, b, written) >= n && at(&trace, b, written) < 2 * n);
+    let w = whole(&trace);
+    assert_eq!(races(&w).len(), 1, "{}", show(&w));
+    let r = segmented(&trace, n);
+    assert!(r.summary.segments >= 2);
+    assert!(races(&r).is_empty(), "{}", show(&r));
+}
+
