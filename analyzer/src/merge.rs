@@ -12,6 +12,12 @@
 //! Differences from analysing every model together (`analysis::analyze`, which the library
 //! and one-trace CLI runs still use): budgets are per trace, and a potential cycle whose edges
 //! are all in one trace lists that trace (and every other trace that has it whole).
+//!
+//! The segments of one long trace (`--segment-events`, `model::drive_segments`) are folded the
+//! same way ([`SegmentFold`], [`Merger::add_segment`]), each segment a part of its own in the
+//! merged graph, but reported as the one trace they are: one summary line whose counts add
+//! up, findings that name the trace once, and a cycle whose edges are in different segments
+//! potential with a reason that says so. Budgets are per segment.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -199,7 +205,9 @@ impl Merger {
             self.traces.extend(r.traces);
         }
         for h in r.hints {
-            if !self.hints.contains(&h) {
+            // A segment's hint differs from another segment's only by its counts.
+            let same = |a: &str, b: &str| a == b || (continues && hint_shape(a) == hint_shape(b));
+            if !self.hints.iter().any(|k| same(k, &h)) {
                 self.hints.push(h);
             }
         }
@@ -257,6 +265,10 @@ impl Merger {
             ..
         } = self;
         let opts = &opts;
+        if summary.segments == 0 {
+            // No trace was cut: each was analysed whole.
+            summary.segment_events = 0;
+        }
         summary.lock_classes = graph.classes.len();
         summary.lock_order_edges = graph.edges.len();
 
@@ -541,6 +553,12 @@ fn cross_trace_finding(
     }
 }
 
+/// A hint without its numbers (`(n of total)`): what two segments' hints about one wrapper
+/// share.
+fn hint_shape(h: &str) -> String {
+    h.chars().filter(|c| !c.is_ascii_digit()).collect()
+}
+
 /// Adds a segment's summary line to its trace's: counts add up, warnings are listed once.
 fn fold_trace_summary(into: &mut crate::report::TraceSummary, s: crate::report::TraceSummary) {
     into.events += s.events;
@@ -568,29 +586,55 @@ pub struct SegmentFold<'o> {
     opts: &'o Options,
     segment_events: u64,
     parts: Vec<TraceAnalysis>,
+    /// For a trace reported alone ([`SegmentFold::finish`]): the segments folded as they come,
+    /// so that what is kept is the distinct findings, not a report per segment.
+    merger: Option<Merger>,
 }
 
 impl<'o> SegmentFold<'o> {
+    /// Keeps each segment's analysis, for [`SegmentFold::into_parts`].
     pub fn new(opts: &'o Options, segment_events: u64) -> Self {
         SegmentFold {
             opts,
             segment_events,
             parts: Vec::new(),
+            merger: None,
+        }
+    }
+
+    /// Folds each segment's analysis in as it comes, for [`SegmentFold::finish`].
+    pub fn folding(opts: &'o Options, segment_events: u64) -> Self {
+        let mut merger = Merger::new(opts);
+        merger.set_segment_events(segment_events);
+        SegmentFold {
+            merger: Some(merger),
+            ..Self::new(opts, segment_events)
         }
     }
 
     /// A segment that is not the last: analysed now, its model dropped.
     pub fn segment(&mut self, run: Run) {
-        self.parts.push(analyze_trace(&run, Vec::new(), self.opts));
+        let part = analyze_trace(&run, Vec::new(), self.opts);
+        drop(run);
+        match &mut self.merger {
+            Some(m) if m.part_trace.is_empty() => m.add(part),
+            Some(m) => m.add_segment(part),
+            None => self.parts.push(part),
+        }
     }
 
     /// Whether the walk was cut.
     pub fn cut(&self) -> bool {
         !self.parts.is_empty()
+            || self
+                .merger
+                .as_ref()
+                .is_some_and(|m| !m.part_trace.is_empty())
     }
 
     /// The trace's parts for a [`Merger`], the last segment (or the whole trace) included.
     pub fn into_parts(mut self, last: Run, warnings: Vec<String>) -> Vec<TraceAnalysis> {
+        debug_assert!(self.merger.is_none(), "into_parts of a folding SegmentFold");
         self.parts.push(analyze_trace(&last, warnings, self.opts));
         self.parts
     }
@@ -600,10 +644,20 @@ impl<'o> SegmentFold<'o> {
         if !self.cut() {
             return analyze(std::slice::from_ref(&last), &[warnings], self.opts);
         }
-        let (opts, n) = (self.opts, self.segment_events);
-        let mut m = Merger::new(opts);
-        m.set_segment_events(n);
-        m.add_trace(self.into_parts(last, warnings));
+        let part = analyze_trace(&last, warnings, self.opts);
+        drop(last);
+        let mut m = match self.merger {
+            Some(m) => m,
+            None => {
+                let mut m = Merger::new(self.opts);
+                m.set_segment_events(self.segment_events);
+                for (i, p) in self.parts.into_iter().enumerate() {
+                    m.add_part(p, i > 0);
+                }
+                m
+            }
+        };
+        m.add_segment(part);
         m.finish()
     }
 }
@@ -634,7 +688,7 @@ pub fn analyze_in_segments(
                 .for_recorded_depth(trace.header.stack_depth),
         )
         .with_end_reason(trace.trailer.as_ref().map(|t| t.reason));
-    let mut fold = SegmentFold::new(opts, segment_events);
+    let mut fold = SegmentFold::folding(opts, segment_events);
     let last = drive_segments(
         &stream,
         model,

@@ -152,7 +152,11 @@ fn an_inversion_inside_one_segment_is_predicted() {
         r.traces[0].critical_sections,
         whole(&trace).traces[0].critical_sections
     );
-    assert!(r.traces[0].warnings.is_empty(), "{:?}", r.traces[0].warnings);
+    assert!(
+        r.traces[0].warnings.is_empty(),
+        "{:?}",
+        r.traces[0].warnings
+    );
     assert!(
         show(&r).contains("segments of"),
         "the report says predictions stay within a segment: {}",
@@ -184,7 +188,10 @@ fn a_section_open_across_the_cut_still_orders_the_segment() {
     t.filler(t.main, own, 10);
     let trace = t.trace();
     let cut = at(&trace, t1, acquired(a));
-    assert!(at(&trace, t1, acquired(g)) < cut, "one holds G across the cut");
+    assert!(
+        at(&trace, t1, acquired(g)) < cut,
+        "one holds G across the cut"
+    );
     assert!(
         at(&trace, t2, released(a)) < 2 * cut,
         "the pattern fits in segment 1"
@@ -201,11 +208,12 @@ fn a_section_open_across_the_cut_still_orders_the_segment() {
     // The inversion is still there at class level, and G's release in segment 1 found its
     // acquisition (no warning, the critical sections counted once).
     assert_eq!(deadlocks(&r, Verdict::Potential).len(), 1, "{}", show(&r));
-    assert!(r.traces[0].warnings.is_empty(), "{:?}", r.traces[0].warnings);
-    assert_eq!(
-        r.traces[0].critical_sections,
-        w.traces[0].critical_sections
+    assert!(
+        r.traces[0].warnings.is_empty(),
+        "{:?}",
+        r.traces[0].warnings
     );
+    assert_eq!(r.traces[0].critical_sections, w.traces[0].critical_sections);
 }
 
 #[test]
@@ -228,7 +236,10 @@ fn a_section_open_across_the_cut_keeps_its_lock_held_for_a_gate() {
     t.filler(t.main, own, 10);
     let trace = t.trace();
     let cut = at(&trace, t1, acquired(a));
-    assert!(at(&trace, t1, acquired(g)) < cut, "one holds G across the cut");
+    assert!(
+        at(&trace, t1, acquired(g)) < cut,
+        "one holds G across the cut"
+    );
     assert!(at(&trace, t2, released(g)) < 2 * cut);
     let r = segmented(&trace, cut);
     assert!(r.summary.segments >= 2);
@@ -252,7 +263,10 @@ fn an_inversion_split_across_two_segments_is_potential() {
     t.filler(t.main, own, 20);
     let trace = t.trace();
     let cut = at(&trace, t2, acquired(b));
-    assert!(at(&trace, t1, released(a)) < cut, "one's nesting before the cut");
+    assert!(
+        at(&trace, t1, released(a)) < cut,
+        "one's nesting before the cut"
+    );
     let w = whole(&trace);
     assert_eq!(
         deadlocks(&w, Verdict::Predicted).len(),
@@ -388,4 +402,3 @@ fn a_race_whose_first_access_is_before_the_cut_is_not_predicted() {
     assert!(r.summary.segments >= 2);
     assert!(races(&r).is_empty(), "{}", show(&r));
 }
-

@@ -234,7 +234,7 @@ pub fn analyze_traces(traces: &[PathBuf], args: &AnalysisArgs) -> anyhow::Result
     let mut report = if traces.len() > 1 {
         analyze_many(traces, &wrappers, &opts, segment_events, tty)?
     } else {
-        let mut fold = SegmentFold::new(&opts, segment_events);
+        let mut fold = SegmentFold::folding(&opts, segment_events);
         let mut on_segment = |run: Run| fold.segment(run);
         let mut runs = Vec::new();
         let mut warnings = Vec::new();
@@ -311,10 +311,9 @@ fn analyze_many(
             .par_iter()
             .map(|input| {
                 let mut fold = SegmentFold::new(opts, segment_events);
-                let (run, warnings) =
-                    load_run(input, wrappers, false, segment_events, &mut |r| {
-                        fold.segment(r)
-                    })?;
+                let (run, warnings) = load_run(input, wrappers, false, segment_events, &mut |r| {
+                    fold.segment(r)
+                })?;
                 let parts = fold.into_parts(run, warnings);
                 if let Some(b) = &bar {
                     b.inc(1);

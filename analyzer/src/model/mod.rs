@@ -20,6 +20,13 @@
 //!
 //! [`drive_run`] runs the race pass (`races/`) beside the model in the same walk, and keeps
 //! what it found in [`Run::races`].
+//!
+//! [`drive_segments`] cuts the walk into segments of a bounded number of events: at each cut
+//! the passes hand over what they kept for prediction (critical sections, stored clocks, waits,
+//! senders, race candidates) as the segment's own [`Run`], which is analysed and dropped, and
+//! keep only what crosses the cut (current clocks, lock table, held stacks — the sections
+//! open at the cut become the next segment's first acquisitions —, pending calls, annotations,
+//! semaphore counts, shadow memory). A segment's [`Run::start`] is where its closures start.
 
 use std::collections::HashMap;
 use std::sync::Arc;
