@@ -671,6 +671,21 @@ impl Merger {
     }
 }
 
+/// Whether a trace of `events` events (unknown: `None`) will be cut into segments and has
+/// conditions, so that its monitor locks must be known before the walk (`model/monitors.rs`).
+pub fn will_be_cut(
+    tables: &foresight_trace::reader::Tables,
+    events: Option<u64>,
+    segment_events: u64,
+) -> bool {
+    segment_events > 0
+        && events.is_none_or(|n| n > segment_events)
+        && tables
+            .objects
+            .values()
+            .any(|o| o.kind == foresight_trace::tables::ObjectKind::Condition)
+}
+
 /// Analyses a decoded trace in segments of `segment_events` events (0: whole), as `foresight
 /// analyze --segment-events` does with a file's stream.
 pub fn analyze_in_segments(
@@ -679,9 +694,16 @@ pub fn analyze_in_segments(
     opts: &Options,
     segment_events: u64,
 ) -> Report {
-    use crate::model::{drive_segments, ModelPass};
+    use crate::model::{drive_segments, ModelPass, MonitorScan};
     let stream = crate::stream::Stream::of_trace(trace);
+    let mut monitors = MonitorScan::default();
+    if will_be_cut(&trace.tables, Some(trace.event_count()), segment_events) {
+        for t in &trace.threads {
+            monitors.scan_thread(t.events.iter().map(|e| &e.kind));
+        }
+    }
     let model = ModelPass::for_trace(trace)
+        .with_monitors(monitors)
         .with_wrappers(
             wrappers
                 .clone()

@@ -402,3 +402,55 @@ fn a_race_whose_first_access_is_before_the_cut_is_not_predicted() {
     assert!(r.summary.segments >= 2);
     assert!(races(&r).is_empty(), "{}", show(&r));
 }
+
+#[test]
+fn a_lock_that_becomes_a_monitor_later_is_one_in_earlier_segments() {
+    // The child takes L, then marks itself done under m; main waits until it sees that under m
+    // and then joins it holding L. Whole, m is a monitor (main signals a condition holding it,
+    // at the end): main's section on m comes after the child's, so the join cannot come
+    // before the child's request of L. The segment of the join is cut before the signal: it
+    // must know m is a monitor all the same, or it would predict a join deadlock.
+    let mut t = T::new();
+    let l = t.b.mutex("L");
+    let m = t.b.mutex("m");
+    let own = t.b.mutex("own");
+    let c =
+        t.b.object(foresight_trace::tables::ObjectKind::Condition, "c");
+    let child = t.spawn("child");
+    let main = t.main;
+    t.lock(child, l, 10);
+    t.unlock(child, l);
+    t.lock(child, m, 11);
+    t.unlock(child, m);
+    t.b.exit(child);
+    t.lock(main, m, 20);
+    t.unlock(main, m);
+    t.lock(main, l, 21);
+    let s = t.at(22);
+    t.b.join(main, child, s);
+    t.unlock(main, l);
+    t.filler(main, own, 10);
+    t.lock(main, m, 30);
+    let s = t.at(31);
+    t.b.event(main, EventKind::CondSignal { cond: c, site: s });
+    t.unlock(main, m);
+    let trace = t.trace();
+    let w = whole(&trace);
+    let joins = |r: &Report| {
+        r.findings
+            .iter()
+            .filter(|f| f.rule == "join-while-holding" && f.verdict == Verdict::Predicted)
+            .count()
+    };
+    assert_eq!(joins(&w), 0, "{}", show(&w));
+    assert!(
+        w.findings.iter().any(|f| f.rule == "join-while-holding"),
+        "the join is a (potential) finding: {}",
+        show(&w)
+    );
+    let cut = at(&trace, main, acquired(own));
+    assert!(at(&trace, main, |k| matches!(k, EventKind::CondSignal { .. })) >= cut);
+    let r = segmented(&trace, cut);
+    assert!(r.summary.segments >= 2, "{}", show(&r));
+    assert_eq!(joins(&r), 0, "{}", show(&r));
+}

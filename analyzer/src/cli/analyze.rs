@@ -11,7 +11,9 @@ use foresight_trace::{ThreadId, TraceStream};
 
 use crate::analysis::{analyze, Options};
 use crate::merge::{Merger, SegmentFold, TraceAnalysis};
-use crate::model::{drive_segments, ModelPass, Run, ThreadModel, DEFAULT_SEGMENT_EVENTS};
+use crate::model::{
+    drive_segments, ModelPass, MonitorScan, Run, ThreadModel, DEFAULT_SEGMENT_EVENTS,
+};
 use crate::report::{self, Report};
 use crate::sites::Wrappers;
 use crate::stream::{Runs, Stream};
@@ -396,15 +398,22 @@ fn stream_run(
             len: 0,
         })
         .collect();
+    // The trailer says how many events to expect when the recording ended cleanly.
+    let expected = stream.trailer().map(|t| t.events);
+    let mut monitors = MonitorScan::default();
+    if crate::merge::will_be_cut(tables, expected, segment_events) {
+        for &id in &ids {
+            monitors.scan_thread(stream.thread_events(id).map(|e| e.kind));
+        }
+    }
     let model = ModelPass::new(tables, name.to_string(), threads, 0)
+        .with_monitors(monitors)
         .with_wrappers(
             wrappers
                 .clone()
                 .for_recorded_depth(stream.header().stack_depth),
         )
         .with_end_reason(stream.trailer().map(|t| t.reason));
-    // The trailer says how many events to expect when the recording ended cleanly.
-    let expected = stream.trailer().map(|t| t.events);
     let bar = tty.then(|| {
         let b = match expected {
             Some(n) => ProgressBar::new(n).with_style(

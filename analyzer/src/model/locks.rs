@@ -91,6 +91,8 @@ pub(super) struct LockSections<'t> {
     cond_site: Vec<SiteId>,
     /// The first acquisitions of this segment, open at its start (`cut`).
     pub carried: u32,
+    /// Locks known to be monitors before the walk (`monitors.rs`).
+    pub known_monitors: std::collections::HashSet<ObjectId>,
 }
 
 /// What one segment's walk made of the locks ([`LockSections::cut`]).
@@ -123,6 +125,7 @@ impl<'t> LockSections<'t> {
             requested_mode: vec![Mode::Write; threads],
             cond_site: vec![0; threads],
             carried: 0,
+            known_monitors: Default::default(),
         }
     }
 
@@ -231,7 +234,7 @@ impl<'t> LockSections<'t> {
             kind,
             rank: annotations.rank(object),
             subclass: annotations.subclass(object),
-            monitor: false,
+            monitor: self.known_monitors.contains(&object),
             block: info.and_then(|o| heap.block_of(o.address)),
         });
         self.lock_threads.push(Vec::new());

@@ -44,6 +44,7 @@ use crate::stream::{EventSource, Op, Pass, Stream, StreamEvent};
 mod annotations;
 mod heap;
 mod locks;
+mod monitors;
 mod pending;
 mod senders;
 mod waits;
@@ -51,6 +52,7 @@ mod waits;
 use annotations::Annotations;
 use heap::HeapBlocks;
 use locks::{LockSections, SegmentLocks};
+pub use monitors::MonitorScan;
 use pending::PendingCalls;
 pub use pending::{Blocking, PendingCall, RunEnd};
 use senders::Senders;
@@ -566,6 +568,13 @@ impl<'t> ModelPass<'t> {
             sites: None,
             object_names: None,
         }
+    }
+
+    /// The trace's monitor locks, scanned before a walk that is cut into segments
+    /// ([`MonitorScan`]): each is a monitor from its first section on.
+    pub fn with_monitors(mut self, monitors: MonitorScan) -> Self {
+        self.locks.known_monitors = monitors.monitors;
+        self
     }
 
     /// How the process ended, from the trace's trailer (none for a trace cut short).
