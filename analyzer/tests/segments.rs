@@ -454,3 +454,67 @@ fn a_lock_that_becomes_a_monitor_later_is_one_in_earlier_segments() {
     assert!(r.summary.segments >= 2, "{}", show(&r));
     assert_eq!(joins(&r), 0, "{}", show(&r));
 }
+
+#[test]
+fn a_condition_wait_a_later_segment_could_still_end_is_not_predicted() {
+    // The waiter holds L while it waits on c; the signaller takes L before it signals. Whole,
+    // a third thread signals c later as well, so the wait can still end: not predicted. The
+    // segment of the wait is cut before that signal, and must not take it as the only one.
+    let mut t = T::new();
+    let l = t.b.mutex("L");
+    let m = t.b.mutex("M");
+    let own = t.b.mutex("own");
+    let c =
+        t.b.object(foresight_trace::tables::ObjectKind::Condition, "ready");
+    let t1 = t.spawn("waiter");
+    let t2 = t.spawn("signaller");
+    let t3 = t.spawn("late");
+    t.lock(t2, l, 10);
+    t.unlock(t2, l);
+    t.lock(t1, l, 20);
+    t.lock(t1, m, 21);
+    let site = t.at(22);
+    t.b.event(
+        t1,
+        EventKind::CondWaitBegin {
+            cond: c,
+            mutex: m,
+            site,
+        },
+    );
+    t.lock(t2, m, 11);
+    let site = t.at(12);
+    t.b.event(t2, EventKind::CondSignal { cond: c, site });
+    t.unlock(t2, m);
+    t.b.event(
+        t1,
+        EventKind::CondWaitEnd {
+            cond: c,
+            mutex: m,
+            outcome: foresight_trace::event::WaitOutcome::Woken,
+        },
+    );
+    t.unlock(t1, m);
+    t.unlock(t1, l);
+    t.filler(t.main, own, 10);
+    t.lock(t3, m, 30);
+    let site = t.at(31);
+    t.b.event(t3, EventKind::CondSignal { cond: c, site });
+    t.unlock(t3, m);
+    let main = t.main;
+    let trace = t.trace();
+    let waits = |r: &Report| {
+        r.findings
+            .iter()
+            .filter(|f| f.rule == "cond-wait-while-holding")
+            .map(|f| f.verdict)
+            .collect::<Vec<_>>()
+    };
+    let w = whole(&trace);
+    assert_eq!(waits(&w), [Verdict::Potential], "{}", show(&w));
+    let cut = at(&trace, main, acquired(own));
+    assert!(at(&trace, t1, released(l)) < cut);
+    let r = segmented(&trace, cut);
+    assert!(r.summary.segments >= 2);
+    assert_eq!(waits(&r), [Verdict::Potential], "{}", show(&r));
+}
