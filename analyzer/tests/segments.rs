@@ -518,3 +518,79 @@ fn a_condition_wait_a_later_segment_could_still_end_is_not_predicted() {
     assert!(r.summary.segments >= 2);
     assert_eq!(waits(&r), [Verdict::Potential], "{}", show(&r));
 }
+
+#[test]
+fn the_cli_reads_a_trace_in_segments() {
+    let mut t = T::new();
+    let a = t.b.mutex("A");
+    let b = t.b.mutex("B");
+    let own = t.b.mutex("own");
+    let t1 = t.spawn("one");
+    let t2 = t.spawn("two");
+    t.nest(t1, a, b, 10);
+    t.filler(t.main, own, 20);
+    t.nest(t2, b, a, 20);
+    t.filler(t.main, own, 20);
+    let bytes = t.b.finish();
+    let trace = Trace::from_bytes("t.trace", bytes.clone()).unwrap();
+    let cut = at(&trace, t2, acquired(b));
+    let dir = std::env::temp_dir().join(format!("foresight-segments-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("split.trace");
+    std::fs::write(&path, &bytes).unwrap();
+    let run = |args: &[&str]| {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_foresight"))
+            .args(args)
+            .arg(&path)
+            .output()
+            .expect("run foresight");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let n = cut.to_string();
+    let json: serde_json::Value = serde_json::from_str(&run(&[
+        "analyze",
+        "--format",
+        "json",
+        "--segment-events",
+        &n,
+    ]))
+    .unwrap();
+    assert!(json["summary"]["segments"].as_u64().unwrap() >= 2, "{json}");
+    assert_eq!(json["summary"]["segment_events"], cut);
+    assert_eq!(json["summary"]["predicted"], 0, "{json}");
+    assert_eq!(json["summary"]["potential"], 1, "{json}");
+    assert_eq!(json["traces"].as_array().unwrap().len(), 1);
+    assert_eq!(json["traces"][0]["events"], trace.event_count());
+    let text = run(&["analyze", "--segment-events", &n]);
+    assert!(text.contains("segments of"), "{text}");
+    let whole: serde_json::Value = serde_json::from_str(&run(&[
+        "analyze",
+        "--format",
+        "json",
+        "--segment-events",
+        "0",
+    ]))
+    .unwrap();
+    assert_eq!(whole["summary"]["predicted"], 1, "{whole}");
+    assert_eq!(whole["summary"]["segments"], 0);
+    // The default segment is far longer than this trace: the whole trace's report.
+    assert_eq!(
+        run(&["analyze", "--format", "json"]),
+        run(&["analyze", "--format", "json", "--segment-events", "0"])
+    );
+    // `check` takes the option too: the cycle is a finding either way.
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_foresight"))
+        .args(["check", "--segment-events", &n])
+        .arg(&path)
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
