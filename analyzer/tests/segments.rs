@@ -594,3 +594,75 @@ fn the_cli_reads_a_trace_in_segments() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn a_deadlock_the_run_ended_in_is_observed_after_many_cuts() {
+    use foresight_trace::event::LockMode;
+    use foresight_trace::tables::{EndReason, ThreadEndState};
+    // Two threads take a lock each and request the other's early on; a third thread goes on
+    // locking for many segments; the run is ended by a signal with both blocked. The locks
+    // held and the requests cross every cut.
+    let mut t = T::new();
+    let (a, b) = (t.b.mutex("a"), t.b.mutex("b"));
+    let own = t.b.mutex("own");
+    let t1 = t.spawn("ab");
+    let t2 = t.spawn("ba");
+    let busy = t.spawn("busy");
+    t.lock(t1, a, 10);
+    t.lock(t2, b, 20);
+    let s = t.at(11);
+    t.b.event(
+        t1,
+        EventKind::LockRequest {
+            lock: b,
+            mode: LockMode::Exclusive,
+            site: s,
+        },
+    );
+    let s = t.at(21);
+    t.b.event(
+        t2,
+        EventKind::LockRequest {
+            lock: a,
+            mode: LockMode::Exclusive,
+            site: s,
+        },
+    );
+    t.filler(busy, own, 40);
+    let main = t.main;
+    let blocked = ThreadEndState::Blocked;
+    let bytes = t.b.finish_ended(
+        EndReason::Signal { signal: 15 },
+        &[
+            (main, ThreadEndState::Running),
+            (t1, blocked),
+            (t2, blocked),
+        ],
+        None,
+    );
+    let trace = Trace::from_bytes("t.trace", bytes).unwrap();
+    let observed = |r: &Report| {
+        r.findings
+            .iter()
+            .filter(|f| f.verdict == Verdict::Observed)
+            .map(|f| {
+                let mut lines: Vec<(String, u32)> = f
+                    .locations
+                    .iter()
+                    .map(|l| (l.role.to_string(), l.line.unwrap_or(0)))
+                    .collect();
+                lines.sort();
+                (f.rule, lines)
+            })
+            .collect::<Vec<_>>()
+    };
+    let w = whole(&trace);
+    assert_eq!(observed(&w).len(), 1, "{}", show(&w));
+    for n in [5, 13, 30] {
+        let r = segmented(&trace, n);
+        assert!(r.summary.segments >= 3, "{}", show(&r));
+        assert_eq!(observed(&r), observed(&w), "segments of {n}: {}", show(&r));
+        assert!(deadlocks(&r, Verdict::Predicted).is_empty(), "{}", show(&r));
+        assert_eq!(r.traces[0].critical_sections, w.traces[0].critical_sections);
+    }
+}
