@@ -579,6 +579,34 @@ fn the_cli_reads_a_trace_in_segments() {
         run(&["analyze", "--format", "json"]),
         run(&["analyze", "--format", "json", "--segment-events", "0"])
     );
+    // Two traces, each cut: two summary lines, each with its own events; the one cycle is
+    // potential and names both.
+    let other = dir.join("again.trace");
+    std::fs::write(&other, &bytes).unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_foresight"))
+        .args([
+            "analyze",
+            "--format",
+            "json",
+            "--root-only",
+            "--segment-events",
+            &n,
+        ])
+        .arg(&path)
+        .arg(&other)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let both: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(both["traces"].as_array().unwrap().len(), 2, "{both}");
+    assert_eq!(both["traces"][1]["events"], trace.event_count());
+    assert_eq!(both["summary"]["predicted"], 0, "{both}");
+    assert_eq!(both["summary"]["potential"], 1, "{both}");
+    assert_eq!(
+        both["findings"][0]["traces"].as_array().unwrap().len(),
+        2,
+        "{both}"
+    );
     // `check` takes the option too: the cycle is a finding either way.
     let o = std::process::Command::new(env!("CARGO_BIN_EXE_foresight"))
         .args(["check", "--segment-events", &n])
