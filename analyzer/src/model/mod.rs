@@ -650,18 +650,18 @@ impl Pass for ModelPass<'_> {
             read_recursions: locks.read_recursions,
             rank_violations: locks.rank_violations,
         };
-        let mut parts = RunParts {
+        let parts = RunParts {
             locks: locks.locks,
             segment,
             carried,
             hb: self.hb.finish(),
             waits: self.waits.finish(),
             senders: self.senders.finish(),
-            end: RunEnd::default(),
+            // Only the last segment (or the whole trace) has the trace's end.
+            end: self
+                .pending
+                .finish(self.tables, &self.threads, self.end_reason),
         };
-        parts.end = self
-            .pending
-            .finish(self.tables, &self.threads, self.end_reason);
         let mut run = Self::assemble(
             self.tables,
             &self.wrappers,
