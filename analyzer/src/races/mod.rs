@@ -32,8 +32,6 @@ pub mod locksets;
 pub mod shadow;
 mod shard;
 
-use std::collections::HashMap;
-
 use foresight_trace::reader::Tables;
 use foresight_trace::SiteId;
 
@@ -168,7 +166,7 @@ impl<'t> RacePass<'t> {
         let mut candidates = std::mem::take(&mut self.shard.findings.candidates);
         candidates.retain(|k, _| !self.shard.findings.races.contains_key(k));
         let findings = shard::Findings {
-            races: HashMap::new(),
+            races: Default::default(),
             candidates,
         };
         let accesses = self.accesses - self.accesses_reported;
