@@ -123,7 +123,7 @@ pub fn analyze(runs: &[Run], warnings: &[Vec<String>], opts: &Options) -> Report
                 events: r.events,
                 threads: r.threads.len(),
                 locks: r.locks.len(),
-                critical_sections: r.acquisitions.len(),
+                critical_sections: r.acquisitions.len() - r.carried as usize,
                 accesses: r.races.accesses,
                 window: r.window.map(|w| crate::report::WindowSummary {
                     keep_last: w.keep_last,

@@ -73,8 +73,12 @@ pub enum Reach {
     HappensBefore,
     /// The lock rule on `lock`: its critical sections cannot be reordered that way.
     LockOrder { lock: u32 },
-    /// A lock needed in the reordering is never released in the trace.
+    /// A lock needed in the reordering is never released in the trace (or in the segment
+    /// analysed).
     NeverReleased { lock: u32 },
+    /// The pattern event is before the start of the segment analysed (`Run::start`): the
+    /// reordering of a segment keeps everything before it as it ran.
+    BeforeSegment,
 }
 
 /// The closure, as a per-thread prefix length.
@@ -131,7 +135,9 @@ impl<'r> ClosureState<'r> {
         let n = run.threads.len();
         ClosureState {
             run,
-            frontier: vec![0; n],
+            // A segment's closures start with the trace before it (`Run::start`): that prefix
+            // is an execution as it ran, and only the segment's events are reordered.
+            frontier: (0..n as u32).map(|t| run.start_of(t)).collect(),
             limit: vec![u32::MAX; n],
             receive_cursor: vec![0; n],
             acquisition_cursor: vec![0; n],
@@ -189,6 +195,12 @@ impl<'r> ClosureState<'r> {
     /// first). It replaces the thread's previous pattern event, which must be earlier.
     pub fn exclude(&mut self, e: PatternEvent) -> Result<(), NotPredicted> {
         let t = e.thread as usize;
+        if self.run.start_of(e.thread) > e.pos {
+            return Err(NotPredicted::Reached {
+                thread: e.thread,
+                by: Reach::BeforeSegment,
+            });
+        }
         if self.frontier[t] > e.pos {
             return Err(NotPredicted::Reached {
                 thread: e.thread,

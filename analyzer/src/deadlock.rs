@@ -151,6 +151,15 @@ pub fn check_lock_cycle(run: &Run, c: &LockCycleCandidate) -> Result<Closure, Re
             }
         }
     }
+    for &r in &c.requests {
+        let a = acq(r);
+        if a.request < run.start_of(a.thread) {
+            return Err(Rejection::Closure(NotPredicted::Reached {
+                thread: a.thread,
+                by: Reach::BeforeSegment,
+            }));
+        }
+    }
     for i in 0..k {
         for j in i + 1..k {
             for &hi in run.held(acq(c.requests[i])) {
@@ -243,8 +252,18 @@ pub(crate) fn rejection_text(run: Option<&Run>, r: &Rejection) -> String {
                 thread(*t)
             ),
             Reach::NeverReleased { lock: l } => format!(
-                "{} is never released in the trace, so the reordering cannot pass it",
-                lock(*l)
+                "{} is never released in the trace{}, so the reordering cannot pass it",
+                lock(*l),
+                if run.is_some_and(|r| r.segmented()) {
+                    " segment analysed"
+                } else {
+                    ""
+                }
+            ),
+            Reach::BeforeSegment => format!(
+                "{}'s request is in an earlier segment of the trace than the others \
+                 (--segment-events): a prediction reorders events within one segment only",
+                thread(*t)
             ),
         },
     }

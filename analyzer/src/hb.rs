@@ -335,6 +335,24 @@ impl HbBuilder {
             complete: !self.overflowed,
         }
     }
+
+    /// Ends a segment of the walk (`model::drive_segments`): hands over the clocks stored so
+    /// far and starts storing afresh, keeping the current clocks, the channels and the last
+    /// writers. A later segment's closures start with every event before it inside, so a clock
+    /// stored before it — whose entries are all prefixes of that part of the trace — is never
+    /// needed again (a reads-from of an earlier write joins what the writer knew without it:
+    /// only entries below the segment's start, which every closure of it already has). The
+    /// budget applies per segment; once overflowed, the clocks stay abandoned.
+    pub fn cut(&mut self) -> HappensBefore {
+        let receives = self.receives.iter_mut().map(std::mem::take).collect();
+        if !self.overflowed {
+            self.stored = 0;
+        }
+        HappensBefore {
+            receives,
+            complete: !self.overflowed,
+        }
+    }
 }
 
 /// Locks whose channels live in `HbBuilder::lock_channels`. The recorder numbers objects from
@@ -521,6 +539,11 @@ impl HbPass {
     #[inline]
     pub fn knows(&self, thread: u32) -> &VectorClock {
         &self.builder.current[thread as usize]
+    }
+
+    /// The clocks stored since the last cut ([`HbBuilder::cut`]); the walk goes on.
+    pub fn cut(&mut self) -> HappensBefore {
+        self.builder.cut()
     }
 
     /// False once the clocks outgrew their budget: nothing may then be concluded from them.

@@ -12,6 +12,12 @@
 //! Differences from analysing every model together (`analysis::analyze`, which the library
 //! and one-trace CLI runs still use): budgets are per trace, and a potential cycle whose edges
 //! are all in one trace lists that trace (and every other trace that has it whole).
+//!
+//! The segments of one long trace (`--segment-events`, `model::drive_segments`) are folded the
+//! same way ([`SegmentFold`], [`Merger::add_segment`]), each segment a part of its own in the
+//! merged graph, but reported as the one trace they are: one summary line whose counts add
+//! up, findings that name the trace once, and a cycle whose edges are in different segments
+//! potential with a reason that says so. Budgets are per segment.
 
 use foldhash::{HashMap, HashMapExt};
 use std::collections::BTreeSet;
@@ -119,6 +125,12 @@ pub struct Merger {
     by_key: HashMap<String, usize>,
     /// Predicted deadlocks beyond a trace's listing, per component by its first class.
     unlisted_predicted: Vec<(String, u64, bool)>,
+    /// Per part folded in (a trace, or a segment of one): the index of its trace in `traces`.
+    /// The merged graph's edges name parts, so that a cycle whose edges are in different
+    /// segments of one trace is not taken as whole in one.
+    part_trace: Vec<usize>,
+    /// Parts of the trace being folded in, while it is cut into segments.
+    segments_of_last: usize,
 }
 
 impl Merger {
@@ -136,12 +148,47 @@ impl Merger {
             findings: Vec::new(),
             by_key: HashMap::new(),
             unlisted_predicted: Vec::new(),
+            part_trace: Vec::new(),
+            segments_of_last: 0,
         }
     }
 
     /// Folds in the next trace's analysis.
     pub fn add(&mut self, part: TraceAnalysis) {
-        let ti = self.traces.len();
+        self.add_part(part, false);
+    }
+
+    /// Folds in the next segment of the trace whose first segment was the last one added
+    /// (`model::drive_segments`): its findings fold into that trace's as another trace's
+    /// would (same finding: occurrences add), its counts add to that trace's summary line,
+    /// and a lock cycle whose edges are in different segments is potential, as one whose
+    /// edges are in different traces.
+    pub fn add_segment(&mut self, part: TraceAnalysis) {
+        self.add_part(part, true);
+    }
+
+    /// Sets how many events a segment has (`--segment-events`), for the summary.
+    pub fn set_segment_events(&mut self, n: u64) {
+        self.summary.segment_events = n;
+    }
+
+    fn add_part(&mut self, part: TraceAnalysis, segment: bool) {
+        let ti = self.part_trace.len();
+        let continues = segment && !self.traces.is_empty();
+        self.part_trace.push(if continues {
+            self.traces.len() - 1
+        } else {
+            self.traces.len()
+        });
+        if continues {
+            if self.segments_of_last == 1 {
+                self.summary.segments += 1;
+            }
+            self.segments_of_last += 1;
+            self.summary.segments += 1;
+        } else {
+            self.segments_of_last = 1;
+        }
         for e in part.edges {
             let (from, to) = (self.graph.class_id(&e.from), self.graph.class_id(&e.to));
             self.graph.add_class_edge(from, to, e.count, e.modes, ti);
@@ -150,9 +197,18 @@ impl Merger {
                 .or_insert((e.report, e.locations));
         }
         let r = part.report;
-        self.traces.extend(r.traces);
+        if continues {
+            let last = self.traces.last_mut().expect("a trace to continue");
+            for t in r.traces {
+                fold_trace_summary(last, t);
+            }
+        } else {
+            self.traces.extend(r.traces);
+        }
         for h in r.hints {
-            if !self.hints.contains(&h) {
+            // A segment's hint differs from another segment's only by its counts.
+            let same = |a: &str, b: &str| a == b || (continues && hint_shape(a) == hint_shape(b));
+            if !self.hints.iter().any(|k| same(k, &h)) {
                 self.hints.push(h);
             }
         }
@@ -206,9 +262,14 @@ impl Merger {
             hints,
             mut findings,
             unlisted_predicted,
+            part_trace,
             ..
         } = self;
         let opts = &opts;
+        if summary.segments == 0 {
+            // No trace was cut: each was analysed whole.
+            summary.segment_events = 0;
+        }
         summary.lock_classes = graph.classes.len();
         summary.lock_order_edges = graph.edges.len();
 
@@ -291,7 +352,13 @@ impl Merger {
         summary.cycle_search_truncated |= search.truncated;
         for list in &cross {
             for (_, _, cycle) in list {
-                findings.push(cross_trace_finding(&graph, &witnesses, &traces, cycle));
+                findings.push(cross_trace_finding(
+                    &graph,
+                    &witnesses,
+                    &traces,
+                    &part_trace,
+                    cycle,
+                ));
             }
         }
 
@@ -426,6 +493,7 @@ fn cross_trace_finding(
     graph: &LockOrderGraph,
     witnesses: &HashMap<(usize, usize), (EdgeReport, [FindingLocation; 2])>,
     traces: &[crate::report::TraceSummary],
+    part_trace: &[usize],
     cycle: &[usize],
 ) -> Finding {
     let k = cycle.len();
@@ -439,7 +507,11 @@ fn cross_trace_finding(
         edges.push(report.clone());
         locations.extend(locs.iter().cloned());
         let e = graph.edge(a, b).expect("cycle edges exist");
-        in_traces.extend(e.runs.iter().copied());
+        in_traces.extend(
+            e.runs
+                .iter()
+                .map(|&p| part_trace.get(p).copied().unwrap_or(p)),
+        );
         occurrences = occurrences.min(e.count);
     }
     let names: Vec<String> = cycle.iter().map(|&c| graph.classes[c].clone()).collect();
@@ -453,7 +525,12 @@ fn cross_trace_finding(
             cycle_text(&names),
             k
         ),
-        reason: if edges.iter().any(|e| e.earlier) {
+        reason: if in_traces.len() == 1 && !edges.iter().any(|e| e.earlier) {
+            "not predicted: the edges of the cycle are in different segments of the trace, \
+             analysed one at a time (--segment-events), and a prediction reorders events \
+             within one segment only; the code still takes these locks in an inconsistent \
+             order"
+        } else if edges.iter().any(|e| e.earlier) {
             "not predicted: the edges of the cycle come from different traces, some seen \
              before the flight recorder's window, so no single execution can be reordered \
              into it; the code still takes these locks in an inconsistent order"
@@ -475,6 +552,175 @@ fn cross_trace_finding(
             edges,
         },
     }
+}
+
+/// A hint without its numbers (`(n of total)`): what two segments' hints about one wrapper
+/// share.
+fn hint_shape(h: &str) -> String {
+    h.chars().filter(|c| !c.is_ascii_digit()).collect()
+}
+
+/// Adds a segment's summary line to its trace's: counts add up, warnings are listed once.
+fn fold_trace_summary(into: &mut crate::report::TraceSummary, s: crate::report::TraceSummary) {
+    into.events += s.events;
+    into.critical_sections += s.critical_sections;
+    into.accesses += s.accesses;
+    into.threads = into.threads.max(s.threads);
+    into.locks = into.locks.max(s.locks);
+    for w in s.warnings {
+        if !into.warnings.contains(&w) {
+            into.warnings.push(w);
+        }
+    }
+    match (&mut into.window, s.window) {
+        (Some(a), Some(b)) => a.earlier_edges += b.earlier_edges,
+        (None, b) => into.window = b,
+        _ => {}
+    }
+}
+
+/// One trace analysed in segments as the walk hands them out (`model::drive_segments`):
+/// each segment's run is analysed alone ([`analyze_trace`]) and dropped, its findings kept
+/// to be folded ([`Merger::add_segment`]). A trace that was not cut is analysed exactly as
+/// before ([`analyze`] of its one run).
+pub struct SegmentFold<'o> {
+    opts: &'o Options,
+    segment_events: u64,
+    parts: Vec<TraceAnalysis>,
+    /// For a trace reported alone ([`SegmentFold::finish`]): the segments folded as they come,
+    /// so that what is kept is the distinct findings, not a report per segment.
+    merger: Option<Merger>,
+}
+
+impl<'o> SegmentFold<'o> {
+    /// Keeps each segment's analysis, for [`SegmentFold::into_parts`].
+    pub fn new(opts: &'o Options, segment_events: u64) -> Self {
+        SegmentFold {
+            opts,
+            segment_events,
+            parts: Vec::new(),
+            merger: None,
+        }
+    }
+
+    /// Folds each segment's analysis in as it comes, for [`SegmentFold::finish`].
+    pub fn folding(opts: &'o Options, segment_events: u64) -> Self {
+        let mut merger = Merger::new(opts);
+        merger.set_segment_events(segment_events);
+        SegmentFold {
+            merger: Some(merger),
+            ..Self::new(opts, segment_events)
+        }
+    }
+
+    /// A segment that is not the last: analysed now, its model dropped.
+    pub fn segment(&mut self, run: Run) {
+        let part = analyze_trace(&run, Vec::new(), self.opts);
+        drop(run);
+        match &mut self.merger {
+            Some(m) if m.part_trace.is_empty() => m.add(part),
+            Some(m) => m.add_segment(part),
+            None => self.parts.push(part),
+        }
+    }
+
+    /// Whether the walk was cut.
+    pub fn cut(&self) -> bool {
+        !self.parts.is_empty()
+            || self
+                .merger
+                .as_ref()
+                .is_some_and(|m| !m.part_trace.is_empty())
+    }
+
+    /// The trace's parts for a [`Merger`], the last segment (or the whole trace) included.
+    pub fn into_parts(mut self, last: Run, warnings: Vec<String>) -> Vec<TraceAnalysis> {
+        debug_assert!(self.merger.is_none(), "into_parts of a folding SegmentFold");
+        self.parts.push(analyze_trace(&last, warnings, self.opts));
+        self.parts
+    }
+
+    /// The trace's report.
+    pub fn finish(self, last: Run, warnings: Vec<String>) -> Report {
+        if !self.cut() {
+            return analyze(std::slice::from_ref(&last), &[warnings], self.opts);
+        }
+        let part = analyze_trace(&last, warnings, self.opts);
+        drop(last);
+        let mut m = match self.merger {
+            Some(m) => m,
+            None => {
+                let mut m = Merger::new(self.opts);
+                m.set_segment_events(self.segment_events);
+                for (i, p) in self.parts.into_iter().enumerate() {
+                    m.add_part(p, i > 0);
+                }
+                m
+            }
+        };
+        m.add_segment(part);
+        m.finish()
+    }
+}
+
+impl Merger {
+    /// Folds in a trace given as its parts: the whole trace, or its segments in order.
+    pub fn add_trace(&mut self, parts: Vec<TraceAnalysis>) {
+        for (i, p) in parts.into_iter().enumerate() {
+            self.add_part(p, i > 0);
+        }
+    }
+}
+
+/// Whether a trace of `events` events (unknown: `None`) will be cut into segments and has
+/// conditions, so that its monitor locks must be known before the walk (`model/monitors.rs`).
+pub fn will_be_cut(
+    tables: &foresight_trace::reader::Tables,
+    events: Option<u64>,
+    segment_events: u64,
+) -> bool {
+    segment_events > 0
+        && events.is_none_or(|n| n > segment_events)
+        && tables
+            .objects
+            .values()
+            .any(|o| o.kind == foresight_trace::tables::ObjectKind::Condition)
+}
+
+/// Analyses a decoded trace in segments of `segment_events` events (0: whole), as `foresight
+/// analyze --segment-events` does with a file's stream.
+pub fn analyze_in_segments(
+    trace: &foresight_trace::Trace,
+    wrappers: &crate::sites::Wrappers,
+    opts: &Options,
+    segment_events: u64,
+) -> Report {
+    use crate::model::{drive_segments, ModelPass, MonitorScan};
+    let stream = crate::stream::Stream::of_trace(trace);
+    let mut monitors = MonitorScan::default();
+    if will_be_cut(&trace.tables, Some(trace.event_count()), segment_events) {
+        for t in &trace.threads {
+            monitors.scan_thread(t.events.iter().map(|e| &e.kind));
+        }
+    }
+    let model = ModelPass::for_trace(trace)
+        .with_monitors(monitors)
+        .with_wrappers(
+            wrappers
+                .clone()
+                .for_recorded_depth(trace.header.stack_depth),
+        )
+        .with_end_reason(trace.trailer.as_ref().map(|t| t.reason));
+    let mut fold = SegmentFold::folding(opts, segment_events);
+    let last = drive_segments(
+        &stream,
+        model,
+        trace.merged().map(|m| (m.thread, m.index, m.event.kind)),
+        &mut |_| {},
+        segment_events,
+        &mut |run| fold.segment(run),
+    );
+    fold.finish(last, Vec::new())
 }
 
 /// Merges per-trace analyses given in the order of the traces.

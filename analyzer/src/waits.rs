@@ -189,6 +189,9 @@ fn check(run: &Run, wait: &Wait, c: &WaitCandidate) -> Result<Closure, Rejection
             .any(|p| outside(p) && p.thread != wait.thread && p.thread != r.thread)
     };
     let still_wakeable = match &wait.kind {
+        // A segment with more after it does not know the signals and posts to come: a third
+        // thread may still end the wait there.
+        WaitKind::Condition { .. } | WaitKind::Semaphore { .. } if run.segments_follow => true,
         WaitKind::Condition { cond, .. } => third_party(run.signals.get(cond)),
         WaitKind::Semaphore { sem } => {
             let inside = |v: Option<&Vec<SyncPoint>>| {

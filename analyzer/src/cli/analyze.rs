@@ -10,8 +10,10 @@ use foresight_trace::Problem;
 use foresight_trace::{ThreadId, TraceStream};
 
 use crate::analysis::{analyze, Options};
-use crate::merge::{analyze_trace, Merger, TraceAnalysis};
-use crate::model::{drive_run, ModelPass, Run, ThreadModel};
+use crate::merge::{Merger, SegmentFold, TraceAnalysis};
+use crate::model::{
+    drive_segments, ModelPass, MonitorScan, Run, ThreadModel, DEFAULT_SEGMENT_EVENTS,
+};
 use crate::report::{self, Report};
 use crate::sites::Wrappers;
 use crate::stream::{Runs, Stream};
@@ -99,6 +101,11 @@ pub struct AnalysisArgs {
     /// with it (`PATH.<pid>[.<n>]`, the processes it forked and the programs it executed).
     #[arg(long)]
     root_only: bool,
+    /// Analyse each trace in segments of N events, one segment's model in memory at a time
+    /// (0: each trace whole, in memory that grows with it). Predictions reorder events within
+    /// one segment; a lock cycle whose edges are in different segments is potential.
+    #[arg(long, default_value_t = DEFAULT_SEGMENT_EVENTS, value_name = "N")]
+    segment_events: u64,
     #[command(flatten)]
     sites: SiteArgs,
 }
@@ -225,17 +232,30 @@ pub fn analyze_traces(traces: &[PathBuf], args: &AnalysisArgs) -> anyhow::Result
         },
         ..Options::default()
     };
+    let segment_events = args.segment_events;
     let mut report = if traces.len() > 1 {
-        analyze_many(traces, &wrappers, &opts, tty)?
+        analyze_many(traces, &wrappers, &opts, segment_events, tty)?
     } else {
-        let (runs, warnings) = load_runs(traces, &wrappers)?;
+        let mut fold = SegmentFold::folding(&opts, segment_events);
+        let mut on_segment = |run: Run| fold.segment(run);
+        let mut runs = Vec::new();
+        let mut warnings = Vec::new();
+        for input in traces {
+            let (run, problems) = load_run(input, &wrappers, tty, segment_events, &mut on_segment)?;
+            runs.push(run);
+            warnings.push(problems);
+        }
         let spinner = tty.then(|| {
             let s = ProgressBar::new_spinner();
             s.set_message("predicting deadlocks");
             s.enable_steady_tick(std::time::Duration::from_millis(120));
             s
         });
-        let report = analyze(&runs, &warnings, &opts);
+        let report = match (runs.pop(), warnings.pop()) {
+            (Some(run), Some(w)) if runs.is_empty() => fold.finish(run, w),
+            // No trace (an empty run directory): an empty report.
+            _ => analyze(&[], &[], &opts),
+        };
         if let Some(s) = spinner {
             s.finish_and_clear();
         }
@@ -270,6 +290,7 @@ fn analyze_many(
     traces: &[Input],
     wrappers: &Wrappers,
     opts: &Options,
+    segment_events: u64,
     tty: bool,
 ) -> anyhow::Result<Report> {
     use rayon::prelude::*;
@@ -286,20 +307,24 @@ fn analyze_many(
     // it is done: only a batch of per-trace reports is held besides the merge.
     let batch = 4 * rayon::current_num_threads().max(1);
     let mut merger = Merger::new(opts);
+    merger.set_segment_events(segment_events);
     for chunk in traces.chunks(batch) {
-        let parts: Vec<anyhow::Result<TraceAnalysis>> = chunk
+        let parts: Vec<anyhow::Result<Vec<TraceAnalysis>>> = chunk
             .par_iter()
             .map(|input| {
-                let (run, warnings) = load_run(input, wrappers, false)?;
-                let part = analyze_trace(&run, warnings, opts);
+                let mut fold = SegmentFold::new(opts, segment_events);
+                let (run, warnings) = load_run(input, wrappers, false, segment_events, &mut |r| {
+                    fold.segment(r)
+                })?;
+                let parts = fold.into_parts(run, warnings);
                 if let Some(b) = &bar {
                     b.inc(1);
                 }
-                Ok(part)
+                Ok(parts)
             })
             .collect();
-        for part in parts {
-            merger.add(part?);
+        for parts in parts {
+            merger.add_trace(parts?);
         }
     }
     if let Some(b) = bar {
@@ -318,16 +343,31 @@ pub fn load_runs(
     let mut runs = Vec::new();
     let mut warnings = Vec::new();
     for input in traces {
-        let (run, problems) = load_run(input, wrappers, tty)?;
+        let (run, problems) = load_run(input, wrappers, tty, 0, &mut |_| {})?;
         runs.push(run);
         warnings.push(problems);
     }
     Ok((runs, warnings))
 }
 
-fn load_run(input: &Input, wrappers: &Wrappers, tty: bool) -> anyhow::Result<(Run, Vec<String>)> {
+/// Reads one trace into its model, in segments of `segment_events` (0: whole): every segment
+/// but the last goes to `on_segment` as it is cut; the last is returned.
+fn load_run(
+    input: &Input,
+    wrappers: &Wrappers,
+    tty: bool,
+    segment_events: u64,
+    on_segment: &mut dyn FnMut(Run),
+) -> anyhow::Result<(Run, Vec<String>)> {
     let stream = input.open_stream()?;
-    let run = stream_run(&stream, &input.name, wrappers, tty);
+    let run = stream_run(
+        &stream,
+        &input.name,
+        wrappers,
+        tty,
+        segment_events,
+        on_segment,
+    );
     let problems: Vec<String> = run.1.iter().map(|p| p.to_string()).collect();
     warn_problems(Path::new(&input.name), &run.1);
     Ok((run.0, problems))
@@ -341,6 +381,8 @@ fn stream_run(
     name: &str,
     wrappers: &Wrappers,
     tty: bool,
+    segment_events: u64,
+    on_segment: &mut dyn FnMut(Run),
 ) -> (Run, Vec<Problem>) {
     let tables = stream.tables();
     let ids: Vec<ThreadId> = stream.threads().collect();
@@ -356,15 +398,22 @@ fn stream_run(
             len: 0,
         })
         .collect();
+    // The trailer says how many events to expect when the recording ended cleanly.
+    let expected = stream.trailer().map(|t| t.events);
+    let mut monitors = MonitorScan::default();
+    if crate::merge::will_be_cut(tables, expected, segment_events) {
+        for &id in &ids {
+            monitors.scan_thread(stream.thread_events(id).map(|e| e.kind));
+        }
+    }
     let model = ModelPass::new(tables, name.to_string(), threads, 0)
+        .with_monitors(monitors)
         .with_wrappers(
             wrappers
                 .clone()
                 .for_recorded_depth(stream.header().stack_depth),
         )
         .with_end_reason(stream.trailer().map(|t| t.reason));
-    // The trailer says how many events to expect when the recording ended cleanly.
-    let expected = stream.trailer().map(|t| t.events);
     let bar = tty.then(|| {
         let b = match expected {
             Some(n) => ProgressBar::new(n).with_style(
@@ -388,7 +437,14 @@ fn stream_run(
     };
     // One thread: the race pass beside the walk on a second one (`drive_run_split`) costs
     // more than it hides on a two-core machine that other work shares (race_speed.sh).
-    let mut run = drive_run(&walk, model, Runs(&mut merged), &mut progress);
+    let mut run = drive_segments(
+        &walk,
+        model,
+        Runs(&mut merged),
+        &mut progress,
+        segment_events,
+        on_segment,
+    );
     if let Some(b) = bar {
         b.finish_and_clear();
     }

@@ -89,6 +89,21 @@ pub(super) struct LockSections<'t> {
     requested_mode: Vec<Mode>,
     /// Per thread: the site of its last condition wait (the re-acquisition's site).
     cond_site: Vec<SiteId>,
+    /// The first acquisitions of this segment, open at its start (`cut`).
+    pub carried: u32,
+    /// Locks known to be monitors before the walk (`monitors.rs`).
+    pub known_monitors: foldhash::HashSet<ObjectId>,
+}
+
+/// What one segment's walk made of the locks ([`LockSections::cut`]).
+pub(super) struct SegmentLocks {
+    pub lock_threads: Vec<Vec<u32>>,
+    pub acquisitions: Vec<Acquisition>,
+    pub held_pool: Vec<u32>,
+    pub thread_acquisitions: Vec<Vec<u32>>,
+    pub by_thread_lock: IndexMap<(u32, u32), Vec<u32>>,
+    pub read_recursions: Vec<ReadRecursion>,
+    pub rank_violations: Vec<RankViolation>,
 }
 
 impl<'t> LockSections<'t> {
@@ -109,6 +124,8 @@ impl<'t> LockSections<'t> {
             pending_site: vec![0; threads],
             requested_mode: vec![Mode::Write; threads],
             cond_site: vec![0; threads],
+            carried: 0,
+            known_monitors: Default::default(),
         }
     }
 
@@ -217,7 +234,7 @@ impl<'t> LockSections<'t> {
             kind,
             rank: annotations.rank(object),
             subclass: annotations.subclass(object),
-            monitor: false,
+            monitor: self.known_monitors.contains(&object),
             block: info.and_then(|o| heap.block_of(o.address)),
         });
         self.lock_threads.push(Vec::new());
@@ -332,6 +349,54 @@ impl<'t> LockSections<'t> {
         heap: &HeapBlocks,
     ) -> u32 {
         self.lock_of(object, annotations, heap)
+    }
+
+    /// Ends a segment of the walk (`model::drive_segments`): hands over the segment's critical
+    /// sections, waits' held sets, read recursions and rank violations, and starts the next
+    /// segment with the sections still open — the locks held at the cut — as its first
+    /// acquisitions (`carried`, renumbered from 0 in their order, with an empty held set: their
+    /// lock-order edges were counted in the segment of their request). Their acquire is before
+    /// every closure's start, so the lock rule keeps another thread's later section on the
+    /// lock after their release; a release without its acquire in the segment finds them. The
+    /// lock table, held stacks and pending requests go on.
+    pub fn cut(&mut self) -> SegmentLocks {
+        let threads = self.held.len();
+        let mut open: Vec<u32> = self.held.iter().flatten().map(|h| h.acq).collect();
+        open.sort_unstable();
+        let segment = SegmentLocks {
+            lock_threads: std::mem::replace(
+                &mut self.lock_threads,
+                vec![Vec::new(); self.locks.len()],
+            ),
+            acquisitions: std::mem::take(&mut self.acquisitions),
+            held_pool: std::mem::take(&mut self.held_pool),
+            thread_acquisitions: std::mem::replace(
+                &mut self.thread_acquisitions,
+                vec![Vec::new(); threads],
+            ),
+            by_thread_lock: std::mem::take(&mut self.by_thread_lock),
+            read_recursions: std::mem::take(&mut self.read_recursions),
+            rank_violations: std::mem::take(&mut self.rank_violations),
+        };
+        for &old in &open {
+            let mut a = segment.acquisitions[old as usize].clone();
+            a.held = 0..0;
+            let index = self.acquisitions.len() as u32;
+            self.thread_acquisitions[a.thread as usize].push(index);
+            let list = self.by_thread_lock.entry((a.thread, a.lock)).or_default();
+            if list.is_empty() {
+                self.lock_threads[a.lock as usize].push(a.thread);
+            }
+            list.push(index);
+            self.acquisitions.push(a);
+        }
+        let renumber = |old: u32| open.binary_search(&old).expect("an open section") as u32;
+        for h in self.held.iter_mut().flatten() {
+            h.acq = renumber(h.acq);
+            h.max_rank = h.max_rank.map(|(r, a)| (r, renumber(a)));
+        }
+        self.carried = open.len() as u32;
+        segment
     }
 
     pub fn finish(mut self, annotations: &Annotations, heap: &HeapBlocks, events: u64) -> Self {

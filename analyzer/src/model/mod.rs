@@ -20,6 +20,15 @@
 //!
 //! [`drive_run`] runs the race pass (`races/`) beside the model in the same walk, and keeps
 //! what it found in [`Run::races`].
+//!
+//! [`drive_segments`] cuts the walk into segments of a bounded number of events: at each cut
+//! the passes hand over what they kept for prediction (critical sections, stored clocks, waits,
+//! senders, race candidates) as the segment's own [`Run`], which is analysed and dropped, and
+//! keep only what crosses the cut (current clocks, lock table, held stacks — the sections
+//! open at the cut become the next segment's first acquisitions —, pending calls, annotations,
+//! semaphore counts, shadow memory). A segment's [`Run::start`] is where its closures start.
+
+use std::sync::Arc;
 
 use foldhash::HashMap;
 
@@ -36,13 +45,15 @@ use crate::stream::{EventSource, Op, Pass, Stream, StreamEvent};
 mod annotations;
 mod heap;
 mod locks;
+mod monitors;
 mod pending;
 mod senders;
 mod waits;
 
 use annotations::Annotations;
 use heap::HeapBlocks;
-use locks::LockSections;
+use locks::{LockSections, SegmentLocks};
+pub use monitors::MonitorScan;
 use pending::PendingCalls;
 pub use pending::{Blocking, PendingCall, RunEnd};
 use senders::Senders;
@@ -241,10 +252,24 @@ pub struct Run {
     /// Acquisitions against the declared ranks, in trace order.
     pub rank_violations: Vec<RankViolation>,
     pub hb: HappensBefore,
-    pub sites: HashMap<SiteId, Location>,
+    /// Shared by the segments of one trace: named once.
+    pub sites: Arc<HashMap<SiteId, Location>>,
     /// Names of the objects that are not locks (barriers, conditions, semaphores), for reports.
-    pub object_names: HashMap<ObjectId, String>,
+    pub object_names: Arc<HashMap<ObjectId, String>>,
+    /// Events of the run: of its segment, when the walk was cut into segments.
     pub events: u64,
+    /// Per thread, its position where this run's segment of the trace starts (empty: the
+    /// whole trace, every thread from 0). Every closure starts there: the trace up to the
+    /// segment is an execution as it ran, and only the segment's events are reordered
+    /// (`closure.rs`, `drive_segments`).
+    pub start: Vec<u32>,
+    /// The first `carried` acquisitions were open when the segment started (their request and
+    /// acquire are in an earlier segment, their lock-order edges counted there).
+    pub carried: u32,
+    /// Which segment of its trace this run is (0, 1, …).
+    pub segment: usize,
+    /// More segments of the trace follow this one.
+    pub segments_follow: bool,
     /// What the happens-before race pass found (`races/`), read in the same walk.
     pub races: RaceOutput,
     /// How the threads' recording ended: blocking calls still open, end states.
@@ -321,6 +346,17 @@ impl Run {
         }
     }
 
+    /// The run is one segment of its trace, not the whole trace.
+    pub fn segmented(&self) -> bool {
+        self.segment > 0 || !self.start.is_empty() || self.segments_follow
+    }
+
+    /// Where the segment starts in thread `t` (0 for a whole trace).
+    #[inline]
+    pub fn start_of(&self, t: u32) -> u32 {
+        self.start.get(t as usize).copied().unwrap_or(0)
+    }
+
     pub fn thread_label(&self, t: u32) -> String {
         let th = &self.threads[t as usize];
         format!("thread {} \"{}\"", th.id, th.name)
@@ -384,13 +420,84 @@ pub fn drive_run(
     events: impl EventSource,
     progress: &mut dyn FnMut(u64),
 ) -> Run {
+    drive_segments(stream, model, events, progress, 0, &mut |_| {})
+}
+
+/// The default of `--segment-events`: the events whose model one segment holds (about 23
+/// bytes an event on a lock-heavy trace: some 100 MB).
+pub const DEFAULT_SEGMENT_EVENTS: u64 = 4 << 20;
+
+/// [`drive_run`] in segments of `segment_events` events (0: one segment, the whole trace):
+/// each time that many events were read, the model of those events is handed to
+/// `on_segment` as a [`Run`] of its own, which the caller analyses like a whole trace and
+/// drops, and the walk goes on with what crosses the cut — current clocks, the lock table,
+/// the locks held (their sections become the next segment's first acquisitions), pending
+/// calls, annotations, semaphore counts, the race pass's shadow memory. Returns the last
+/// segment's run, which holds the end of the trace (observed deadlocks) and the race pass's
+/// happens-before races. Memory: one segment's model, not the trace's.
+///
+/// Sound: a segment's closures start with the whole trace before it inside (`Run::start`),
+/// so a reordering never moves an event across the cut; a finding that would need that is
+/// only potential (its edges are in two segments) or missed.
+pub fn drive_segments(
+    stream: &Stream<'_>,
+    model: ModelPass<'_>,
+    events: impl EventSource,
+    progress: &mut dyn FnMut(u64),
+    segment_events: u64,
+    on_segment: &mut dyn FnMut(Run),
+) -> Run {
     let races = RacePass::new(model.threads.len(), Some(model.tables));
-    let mut passes = (model, races);
+    let mut passes = Segmented {
+        model,
+        races,
+        every: segment_events,
+        in_segment: 0,
+        handed_out: 0,
+        on_segment,
+    };
     let read = events.feed(stream, &mut passes, progress);
-    let (mut run, races) = passes.finish();
-    run.events = read;
+    // What the walk read and no segment before this one counted (events of threads the trace
+    // does not list are read but handed to no pass).
+    let handed_out = passes.handed_out;
+    let (mut run, races) = (passes.model, passes.races).finish();
+    run.events = read.saturating_sub(handed_out);
     run.races = races;
     run
+}
+
+/// The model and the race pass, cut every `every` events.
+struct Segmented<'t, 'f> {
+    model: ModelPass<'t>,
+    races: RacePass<'t>,
+    every: u64,
+    in_segment: u64,
+    /// Events of the segments handed out.
+    handed_out: u64,
+    on_segment: &'f mut dyn FnMut(Run),
+}
+
+impl Pass for Segmented<'_, '_> {
+    type Output = ();
+
+    #[inline]
+    fn handle(&mut self, ev: &StreamEvent) {
+        // Cut before the first event of the next segment, so that a trace of exactly `every`
+        // events is one segment.
+        if self.in_segment == self.every && self.every > 0 {
+            let mut run = self.model.cut();
+            run.events = self.in_segment;
+            run.races = self.races.cut();
+            self.handed_out += self.in_segment;
+            self.in_segment = 0;
+            (self.on_segment)(run);
+        }
+        self.model.handle(ev);
+        self.races.handle(ev);
+        self.in_segment += 1;
+    }
+
+    fn finish(self) {}
 }
 
 /// [`drive_run`] over a file's merged stream with the race pass on a second thread
@@ -427,6 +534,15 @@ pub struct ModelPass<'t> {
     pending: PendingCalls,
     wrappers: Wrappers,
     end_reason: Option<EndReason>,
+    /// Per thread, events seen so far: where the next segment starts.
+    seen: Vec<u32>,
+    /// Where the current segment starts (empty before the first cut).
+    start: Vec<u32>,
+    /// Segments handed out so far.
+    segments: usize,
+    /// Named once, shared by every segment's run.
+    sites: Option<Arc<HashMap<SiteId, Location>>>,
+    object_names: Option<Arc<HashMap<ObjectId, String>>>,
 }
 
 impl<'t> ModelPass<'t> {
@@ -448,7 +564,19 @@ impl<'t> ModelPass<'t> {
             pending: PendingCalls::new(n),
             wrappers: Wrappers::default(),
             end_reason: None,
+            seen: vec![0; n],
+            start: Vec::new(),
+            segments: 0,
+            sites: None,
+            object_names: None,
         }
+    }
+
+    /// The trace's monitor locks, scanned before a walk that is cut into segments
+    /// ([`MonitorScan`]): each is a monitor from its first section on.
+    pub fn with_monitors(mut self, monitors: MonitorScan) -> Self {
+        self.locks.known_monitors = monitors.monitors;
+        self
     }
 
     /// How the process ended, from the trace's trailer (none for a trace cut short).
@@ -493,6 +621,9 @@ impl Pass for ModelPass<'_> {
 
     #[inline]
     fn handle(&mut self, ev: &StreamEvent) {
+        if let Some(s) = self.seen.get_mut(ev.thread as usize) {
+            *s = ev.pos + 1;
+        }
         self.hb.handle(ev);
         self.heap.handle(ev);
         // Reads and writes matter to the model only through the clocks' reads-from.
@@ -507,9 +638,102 @@ impl Pass for ModelPass<'_> {
     }
 
     fn finish(mut self) -> Run {
-        let tables = self.tables;
-        let sites = convert_sites(tables, &self.wrappers);
-        let earlier: Vec<EarlierEdge> = tables
+        let earlier = self.earlier_edges();
+        let locks = self
+            .locks
+            .finish(&self.annotations, &self.heap, self.events);
+        let carried = locks.carried;
+        let segment = SegmentLocks {
+            lock_threads: locks.lock_threads,
+            acquisitions: locks.acquisitions,
+            held_pool: locks.held_pool,
+            thread_acquisitions: locks.thread_acquisitions,
+            by_thread_lock: locks.by_thread_lock,
+            read_recursions: locks.read_recursions,
+            rank_violations: locks.rank_violations,
+        };
+        let parts = RunParts {
+            locks: locks.locks,
+            segment,
+            carried,
+            hb: self.hb.finish(),
+            waits: self.waits.finish(),
+            senders: self.senders.finish(),
+            // Only the last segment (or the whole trace) has the trace's end.
+            end: self
+                .pending
+                .finish(self.tables, &self.threads, self.end_reason),
+        };
+        let mut run = Self::assemble(
+            self.tables,
+            &self.wrappers,
+            &self.source,
+            &self.threads,
+            &mut self.sites,
+            &mut self.object_names,
+            &self.annotations,
+            std::mem::take(&mut self.start),
+            self.segments,
+            parts,
+        );
+        run.earlier = earlier;
+        run
+    }
+}
+
+/// What one segment's walk made, before it is a [`Run`].
+struct RunParts {
+    locks: Vec<LockModel>,
+    segment: SegmentLocks,
+    carried: u32,
+    hb: HappensBefore,
+    waits: Vec<Wait>,
+    senders: Senders,
+    end: RunEnd,
+}
+
+impl<'t> ModelPass<'t> {
+    /// Ends a segment of the walk (`drive_segments`): the run of the events since the last
+    /// cut; what crosses the cut stays in the pass.
+    fn cut(&mut self) -> Run {
+        let earlier = self.earlier_edges();
+        let carried_here = self.locks.carried;
+        let segment = self.locks.cut();
+        let parts = RunParts {
+            locks: self.locks.locks.clone(),
+            segment,
+            carried: carried_here,
+            hb: self.hb.cut(),
+            waits: self.waits.cut(),
+            senders: self.senders.cut(),
+            end: RunEnd::default(),
+        };
+        let start = std::mem::replace(&mut self.start, self.seen.clone());
+        let mut run = Self::assemble(
+            self.tables,
+            &self.wrappers,
+            &self.source,
+            &self.threads,
+            &mut self.sites,
+            &mut self.object_names,
+            &self.annotations,
+            start,
+            self.segments,
+            parts,
+        );
+        run.earlier = earlier;
+        run.segments_follow = true;
+        self.segments += 1;
+        run
+    }
+
+    /// The lock-order edges the flight recorder saw before its window: in the first
+    /// segment's run only, so that they are counted once.
+    fn earlier_edges(&mut self) -> Vec<EarlierEdge> {
+        if self.segments > 0 {
+            return Vec::new();
+        }
+        self.tables
             .earlier_lock_order
             .iter()
             .map(|e| EarlierEdge {
@@ -525,54 +749,86 @@ impl Pass for ModelPass<'_> {
                 site: e.site,
             })
             .filter(|e| e.held != e.lock)
-            .collect();
-        let mut locks = self
-            .locks
-            .finish(&self.annotations, &self.heap, self.events);
-        for lock in &mut locks.locks {
+            .collect()
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn assemble(
+        tables: &Tables,
+        wrappers: &Wrappers,
+        source: &str,
+        threads: &[ThreadModel],
+        sites_cache: &mut Option<Arc<HashMap<SiteId, Location>>>,
+        names_cache: &mut Option<Arc<HashMap<ObjectId, String>>>,
+        annotations: &Annotations,
+        start: Vec<u32>,
+        segment_index: usize,
+        parts: RunParts,
+    ) -> Run {
+        let sites = sites_cache
+            .get_or_insert_with(|| Arc::new(convert_sites(tables, wrappers)))
+            .clone();
+        let object_names = names_cache
+            .get_or_insert_with(|| {
+                Arc::new(
+                    tables
+                        .objects
+                        .values()
+                        .filter(|o| !o.kind.is_lock())
+                        .map(|o| (o.id, tables.describe_object(o.id)))
+                        .collect(),
+                )
+            })
+            .clone();
+        let RunParts {
+            mut locks,
+            segment,
+            carried,
+            hb,
+            waits,
+            senders,
+            end,
+        } = parts;
+        for lock in &mut locks {
             // The subclass is per acquisition (`Run::acquisition_class`), not part of the lock's.
-            lock.class = self
-                .annotations
+            lock.class = annotations
                 .class_name(lock.object)
                 .map(str::to_string)
-                .unwrap_or_else(|| class_name(tables, &sites, lock, &self.source));
+                .unwrap_or_else(|| class_name(tables, &sites, lock, source));
         }
-        let contended_locks = (0..locks.locks.len() as u32)
-            .filter(|&l| locks.lock_threads[l as usize].len() >= 2)
+        let contended_locks = (0..segment.lock_threads.len() as u32)
+            .filter(|&l| segment.lock_threads[l as usize].len() >= 2)
             .collect();
-        let senders = self.senders.finish();
-        let end = self.pending.finish(tables, &self.threads, self.end_reason);
         Run {
-            source: self.source,
-            threads: self.threads,
-            locks: locks.locks,
-            acquisitions: locks.acquisitions,
-            held_pool: locks.held_pool,
-            thread_acquisitions: locks.thread_acquisitions,
-            by_thread_lock: locks.by_thread_lock,
-            lock_threads: locks.lock_threads,
+            source: source.to_string(),
+            threads: threads.to_vec(),
+            locks,
+            acquisitions: segment.acquisitions,
+            held_pool: segment.held_pool,
+            thread_acquisitions: segment.thread_acquisitions,
+            by_thread_lock: segment.by_thread_lock,
+            lock_threads: segment.lock_threads,
             contended_locks,
-            waits: self.waits.finish(),
+            waits,
             signals: senders.signals,
             posts: senders.posts,
             sem_takes: senders.sem_takes,
             sem_initial: senders.sem_initial,
             arrivals: senders.arrivals,
-            read_recursions: locks.read_recursions,
-            rank_violations: locks.rank_violations,
-            hb: self.hb.finish(),
+            read_recursions: segment.read_recursions,
+            rank_violations: segment.rank_violations,
+            hb,
             sites,
-            object_names: tables
-                .objects
-                .values()
-                .filter(|o| !o.kind.is_lock())
-                .map(|o| (o.id, tables.describe_object(o.id)))
-                .collect(),
-            events: self.events,
+            object_names,
+            events: 0,
             races: RaceOutput::default(),
             end,
-            earlier,
+            earlier: Vec::new(),
             window: WindowInfo::of(tables),
+            start,
+            carried,
+            segment: segment_index,
+            segments_follow: false,
         }
     }
 }

@@ -18,6 +18,18 @@ pub(super) struct Senders {
     pub arrivals: HashMap<(ObjectId, u64), Vec<SyncPoint>>,
     /// Per thread: the site of its last semaphore wait (the take's site).
     wait_site: Vec<SiteId>,
+    /// Per semaphore: posts minus successful waits so far, the lowest that balance has been,
+    /// and the balance at the start of the current segment (`cut`).
+    balance: HashMap<ObjectId, SemBalance>,
+    /// The walk has been cut into segments.
+    segmented: bool,
+}
+
+#[derive(Clone, Copy, Default)]
+struct SemBalance {
+    now: i64,
+    lowest: i64,
+    at_start: i64,
 }
 
 impl Senders {
@@ -29,6 +41,8 @@ impl Senders {
             sem_initial: HashMap::new(),
             arrivals: HashMap::new(),
             wait_site: vec![0; threads],
+            balance: HashMap::new(),
+            segmented: false,
         }
     }
 
@@ -59,6 +73,7 @@ impl Senders {
             }
             Op::SemPost { sem, site } => {
                 self.posts.entry(sem).or_default().push(point(site));
+                self.count(sem, 1);
             }
             Op::SemWaitBegin { site, .. } => self.wait_site[ev.thread as usize] = site,
             Op::SemWaitEnd {
@@ -67,6 +82,7 @@ impl Senders {
             } => {
                 let site = self.wait_site[ev.thread as usize];
                 self.sem_takes.entry(sem).or_default().push(point(site));
+                self.count(sem, -1);
             }
             Op::SemTry {
                 sem,
@@ -74,34 +90,73 @@ impl Senders {
                 acquired: true,
             } => {
                 self.sem_takes.entry(sem).or_default().push(point(site));
+                self.count(sem, -1);
             }
             _ => {}
         }
     }
 
+    fn count(&mut self, sem: ObjectId, d: i64) {
+        let b = self.balance.entry(sem).or_default();
+        b.now += d;
+        b.lowest = b.lowest.min(b.now);
+    }
+
+    /// The count each semaphore starts the segment with: its initial value (recorded, or, at
+    /// the end of the walk, the least the whole trace needs) plus the posts and minus the
+    /// waits before the segment. Before the end, a semaphore whose initial value the trace
+    /// does not record has no known count yet (a later wait may need more): it is taken as
+    /// never empty, so no wait on it is predicted from that segment.
+    fn segment_initial(&self, last: bool) -> HashMap<ObjectId, u32> {
+        let mut initial: HashMap<ObjectId, u32> = HashMap::new();
+        for sem in self.balance.keys().chain(self.sem_initial.keys()) {
+            let b = self.balance.get(sem).copied().unwrap_or_default();
+            let start = match (self.sem_initial.get(sem), last) {
+                (Some(&v), _) => i64::from(v) + b.at_start,
+                (None, true) => -b.lowest + b.at_start,
+                (None, false) => i64::from(u32::MAX),
+            };
+            initial.insert(*sem, start.clamp(0, i64::from(u32::MAX)) as u32);
+        }
+        initial
+    }
+
+    /// Ends a segment of the walk: its senders, and each semaphore's count at its start.
+    /// Senders before a segment are inside every closure of it, so only the segment's are
+    /// kept.
+    pub fn cut(&mut self) -> Self {
+        let sem_initial = self.segment_initial(false);
+        for b in self.balance.values_mut() {
+            b.at_start = b.now;
+        }
+        self.segmented = true;
+        Senders {
+            signals: std::mem::take(&mut self.signals),
+            posts: std::mem::take(&mut self.posts),
+            sem_takes: std::mem::take(&mut self.sem_takes),
+            sem_initial,
+            arrivals: std::mem::take(&mut self.arrivals),
+            wait_site: Vec::new(),
+            balance: HashMap::new(),
+            segmented: true,
+        }
+    }
+
     /// Ends the walk. A semaphore whose init was not recorded started with at least as many
     /// tokens as the trace took before posting them: assuming fewer would let a prediction
-    /// block a wait that cannot block.
+    /// block a wait that cannot block. After segments, the count at the last one's start.
     pub fn finish(mut self) -> Self {
-        for (sem, takes) in &self.sem_takes {
+        if self.segmented {
+            self.sem_initial = self.segment_initial(true);
+            return self;
+        }
+        for sem in self.sem_takes.keys() {
             if self.sem_initial.contains_key(sem) {
                 continue;
             }
-            let mut ops: Vec<(u64, i64)> = takes.iter().map(|p| (p.seq, -1)).collect();
-            ops.extend(
-                self.posts
-                    .get(sem)
-                    .into_iter()
-                    .flatten()
-                    .map(|p| (p.seq, 1)),
-            );
-            ops.sort_unstable();
-            let (mut balance, mut lowest) = (0i64, 0i64);
-            for (_, d) in ops {
-                balance += d;
-                lowest = lowest.min(balance);
-            }
-            self.sem_initial.insert(*sem, (-lowest) as u32);
+            let lowest = self.balance.get(sem).map_or(0, |b| b.lowest);
+            self.sem_initial
+                .insert(*sem, (-lowest).clamp(0, i64::from(u32::MAX)) as u32);
         }
         self
     }

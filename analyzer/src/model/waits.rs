@@ -33,9 +33,12 @@ impl HeldWaits {
                 self.entered[t as usize] = self.waits.len();
                 self.enter(locks, t, pos, WaitKind::Condition { cond, mutex }, site);
             }
-            Op::CondWaitEnd {
-                timed_out: true, ..
-            } => self.mark_timed_out(t),
+            Op::CondWaitEnd { timed_out, .. } => {
+                if timed_out {
+                    self.mark_timed_out(t);
+                }
+                self.entered[t as usize] = usize::MAX;
+            }
             Op::BarrierArrive {
                 barrier,
                 site,
@@ -54,9 +57,12 @@ impl HeldWaits {
                 self.entered[t as usize] = self.waits.len();
                 self.enter(locks, t, pos, WaitKind::Semaphore { sem }, site);
             }
-            Op::SemWaitEnd {
-                acquired: false, ..
-            } => self.mark_timed_out(t),
+            Op::SemWaitEnd { acquired, .. } => {
+                if !acquired {
+                    self.mark_timed_out(t);
+                }
+                self.entered[t as usize] = usize::MAX;
+            }
             _ => {}
         }
     }
@@ -90,6 +96,31 @@ impl HeldWaits {
                 w.timed_out = true;
             }
         }
+    }
+
+    /// Ends a segment of the walk: its waits, less the condition and semaphore waits still
+    /// going on at the cut (whether they time out is in the next segment: left out, so that
+    /// no prediction rests on a wait that may be a timed one).
+    pub fn cut(&mut self) -> Vec<Wait> {
+        let waits_now = &self.waits;
+        let open: Vec<usize> = self
+            .entered
+            .iter_mut()
+            .enumerate()
+            .map(|(t, e)| (t, std::mem::replace(e, usize::MAX)))
+            .filter(|&(t, e)| waits_now.get(e).is_some_and(|w| w.thread as usize == t))
+            .map(|(_, e)| e)
+            .collect();
+        let waits = std::mem::take(&mut self.waits);
+        if open.is_empty() {
+            return waits;
+        }
+        waits
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| !open.contains(i))
+            .map(|(_, w)| w)
+            .collect()
     }
 
     pub fn finish(self) -> Vec<Wait> {

@@ -11,7 +11,7 @@ pub struct Held {
     pub shared: bool,
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Locksets {
     sets: Vec<Vec<Held>>,
     ids: HashMap<Vec<Held>, u32>,

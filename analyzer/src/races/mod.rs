@@ -119,6 +119,8 @@ pub struct RacePass<'t> {
     created: Vec<bool>,
     /// Accesses of threads whose creation the trace lacks, left out.
     orphan_accesses: u64,
+    /// Accesses counted in the outputs of earlier segments (`cut`).
+    accesses_reported: u64,
 }
 
 /// What the race pass hands on.
@@ -151,7 +153,36 @@ impl<'t> RacePass<'t> {
             too_many_threads: threads > shadow::MAX_THREADS,
             created: (0..threads).map(|t| t == 0).collect(),
             orphan_accesses: 0,
+            accesses_reported: 0,
         }
+    }
+
+    /// Ends a segment of the walk (`model::drive_segments`): the candidates found since the
+    /// last cut whose pair of sites is not already a happens-before race, for the segment's
+    /// closure to decide; the happens-before races are counted on to the end of the walk. The
+    /// shadow memory, clocks and locksets go on. A candidate whose earlier access is in an
+    /// earlier segment is not predicted there (every closure of the segment holds it).
+    pub fn cut(&mut self) -> RaceOutput {
+        let mut candidates = std::mem::take(&mut self.shard.findings.candidates);
+        candidates.retain(|k, _| !self.shard.findings.races.contains_key(k));
+        let findings = shard::Findings {
+            races: Default::default(),
+            candidates,
+        };
+        let accesses = self.accesses - self.accesses_reported;
+        self.accesses_reported = self.accesses;
+        RaceOutput::new(
+            self.tables,
+            findings,
+            self.shard.locksets.clone(),
+            Totals {
+                accesses,
+                evicted: 0,
+                peak_granules: self.shard.shadow.peak_granules(),
+                orphan_accesses: 0,
+                complete: self.shard.complete() && !self.too_many_threads,
+            },
+        )
     }
 
     #[inline]
@@ -205,7 +236,7 @@ impl Pass for RacePass<'_> {
             shard.findings,
             shard.locksets,
             Totals {
-                accesses: self.accesses,
+                accesses: self.accesses - self.accesses_reported,
                 evicted: shard.shadow.evicted,
                 peak_granules: shard.shadow.peak_granules(),
                 orphan_accesses: self.orphan_accesses,

@@ -104,6 +104,10 @@ pub struct Summary {
     /// Race candidates checked with the closure, and whether the budget ran out first.
     pub race_candidates_checked: u64,
     pub race_budget_exhausted: bool,
+    /// Segments the traces were analysed in (`--segment-events`; 0: each trace whole), and
+    /// the events of a segment. Predictions reorder events within one segment.
+    pub segments: usize,
+    pub segment_events: u64,
 }
 
 /// A strongly connected component of the lock-order graph with cycles: every lock cycle lies

@@ -72,6 +72,14 @@ pub fn write_with(out: &mut impl Write, report: &Report, style: Style) -> std::i
         counted(s.class_cycles, "cycle", "cycles"),
         s.max_cycle_length
     )?;
+    if s.segments > 1 {
+        writeln!(
+            out,
+            "note: analysed in {} segments of {} events; predictions reorder events within a \
+             segment (--segment-events; a cycle across segments is potential)",
+            s.segments, s.segment_events
+        )?;
+    }
     if s.cycle_search_truncated {
         writeln!(
             out,
