@@ -9,7 +9,11 @@
 # figures are medians of REPS runs (RAPID_REPS for RAPID, whose SyncPreserving takes minutes),
 # the configurations taking turns. Seconds are CPU seconds (user + system) of the process,
 # which a machine shared with other work inflates less than wall time; the wall-clock median
-# is printed too. Ratios are of medians measured in this run.
+# is printed too. Ratios are of medians measured in this run. CPU seconds come from GNU time,
+# in hundredths: at the default length our happens-before pass takes about 0.09 s, so its
+# ratio to RAPID is good to about 10%; `--events 10000000` gives a sharper one (and shows
+# RAPID's per-event cost without its start-up: its JVM start and JIT warm-up come to about
+# 2 CPU seconds here).
 #
 # Usage: scripts/bench.sh [--rapid RAPID.jar] [--events N] [--no-record]
 #   --rapid JAR   RAPID's jar (built from its sources with javac); its dependencies are
@@ -64,7 +68,7 @@ row() {
   local cpu wall rss
   cpu=$(col "$3" 1); wall=$(col "$3" 2); rss=$(col "$3" 3)
   rows+=("$(printf "%-38s %12s %9.3f %9.3f %12s %9.1f  %s" "$1" "$2" "$cpu" "$wall" \
-    "$(awk -v e="$2" -v s="$cpu" 'BEGIN { if (e ~ /^[0-9]+$/ && s > 0) printf "%.2fM", e / s / 1e6; else print "-" }')" \
+    "$(awk -v e="$2" -v s="$cpu" 'BEGIN { if (e ~ /^[0-9]+$/ && s > 0) printf "%.3gM", e / s / 1e6; else print "-" }')" \
     "$(echo "$rss / 1024" | bc -l)" "$4")")
 }
 

@@ -396,6 +396,48 @@ fn hb_races_on_text_agree_with_analyze_on_a_racy_trace() {
 }
 
 #[test]
+fn hb_races_count_racy_events_as_rapid_does_and_keep_racy_reads() {
+    // (trace, racy events, location pairs). The first: a read survives a later write, and a
+    // second write in the same epoch is checked against it again (RAPID's HBEpoch counts 2).
+    // The second: B's read races with A's write; C's write is ordered after A's (lock m) but
+    // not after B's read. HBEpoch drops a read that races and counts 1; the race of B's read
+    // with C's write is real, and counted.
+    let cases = [
+        (
+            "main|fork(A)|9\nmain|fork(B)|9\nB|r(x)|1\nA|w(x)|2\nA|w(x)|3\n",
+            2,
+            2,
+        ),
+        (
+            "main|fork(A)|9\nmain|fork(B)|9\nmain|fork(C)|9\nA|w(x)|1\nB|r(x)|2\n\
+             A|acq(m)|3\nA|rel(m)|3\nC|acq(m)|4\nC|rel(m)|4\nC|w(x)|5\n",
+            2,
+            2,
+        ),
+    ];
+    let d = Dir::new("rapid-counts");
+    for (i, (text, events, pairs)) in cases.into_iter().enumerate() {
+        let path = d.path(&format!("t{i}.std"));
+        std::fs::write(&path, text).unwrap();
+        let out = ok(&[
+            "analyze",
+            "--only",
+            "hb-races",
+            "--format",
+            "json",
+            s(&path),
+        ]);
+        let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(r["traces"][0]["racy_events"], events, "case {i}");
+        assert_eq!(
+            r["traces"][0]["races"].as_array().unwrap().len(),
+            pairs,
+            "case {i}"
+        );
+    }
+}
+
+#[test]
 fn export_counts_what_std_cannot_express() {
     let mut b = TraceBuilder::new("export");
     let main = b.main_thread();
