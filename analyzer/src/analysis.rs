@@ -91,6 +91,7 @@ pub fn analyze(runs: &[Run], warnings: &[Vec<String>], opts: &Options) -> Report
     for run in runs {
         let (races, stats) = crate::races::race_findings(run, &run.races, &mut race_budget);
         summary.race_candidates += stats.candidate_pairs;
+        summary.race_pairs_capped += stats.capped;
         findings.extend(races);
     }
     summary.race_candidates_checked = race_budget.checked;

@@ -508,3 +508,67 @@ fn export_counts_what_std_cannot_express() {
         );
     }
 }
+
+/// Pairs of threads run one after another (forked, then joined), each writing `x` at line 1
+/// and line 2 on either side of a hand-off of `m`. In a `blocked` pair the second thread
+/// reads, inside its section, what the first wrote inside its own after line 1: every
+/// reordering keeps that writer first, so line 1's write too, and the instance is not a race.
+/// In the other pairs nothing the second thread does needs the first: a sync-preserving race.
+fn handoff_pairs(kinds: &[bool]) -> String {
+    let mut text = String::new();
+    for (i, &blocked) in kinds.iter().enumerate() {
+        let (a, b) = (format!("A{i}"), format!("B{i}"));
+        text += &format!("main|fork({a})|9\nmain|fork({b})|9\n{a}|w(x)|1\n{a}|acq(m)|3\n");
+        if blocked {
+            text += &format!("{a}|w(y)|4\n");
+        }
+        text += &format!("{a}|rel(m)|3\n{b}|acq(m)|5\n");
+        if blocked {
+            text += &format!("{b}|r(y)|6\n");
+        }
+        text += &format!("{b}|rel(m)|5\n{b}|w(x)|2\nmain|join({a})|9\nmain|join({b})|9\n");
+    }
+    text
+}
+
+#[test]
+fn a_race_only_a_late_instance_shows_is_predicted_and_an_unchecked_one_is_said() {
+    let d = Dir::new("late-instance");
+    // (pairs, races predicted, pairs of lines left with instances unchecked)
+    let late: Vec<bool> = (0..20).map(|_| true).chain([false]).collect();
+    let middle: Vec<bool> = (0..10)
+        .map(|_| true)
+        .chain([false])
+        .chain((0..20).map(|_| true))
+        .collect();
+    let all_blocked: Vec<bool> = (0..30).map(|_| true).collect();
+    for (name, kinds, races, capped) in [
+        ("late", late, 1, 0),
+        ("middle", middle, 0, 1),
+        ("blocked", all_blocked, 0, 1),
+    ] {
+        let path = d.path(&format!("{name}.std"));
+        std::fs::write(&path, handoff_pairs(&kinds)).unwrap();
+        let out = ok(&["analyze", "--format", "json", s(&path)]);
+        let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let found: Vec<&serde_json::Value> = r["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["kind"] == "race")
+            .collect();
+        assert_eq!(found.len(), races, "{name}: {found:?}");
+        for f in &found {
+            assert_eq!(f["verdict"], "predicted", "{name}");
+            assert_eq!(f["rule"], "sync-preserving", "{name}");
+        }
+        assert_eq!(r["summary"]["race_pairs_capped"], capped, "{name}");
+        let text = ok(&["analyze", s(&path)]);
+        let text = String::from_utf8_lossy(&text.stdout);
+        assert_eq!(
+            text.contains("more candidate instances than the predictor checks"),
+            capped > 0,
+            "{name}: {text}"
+        );
+    }
+}

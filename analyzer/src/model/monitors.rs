@@ -8,8 +8,8 @@
 //! generations: the mutex of every condition wait and the innermost lock held at every signal
 //! or broadcast.
 
-use std::borrow::Borrow;
 use foldhash::HashSet;
+use std::borrow::Borrow;
 
 use foresight_trace::event::{EventKind, ObjectId};
 

@@ -24,8 +24,9 @@
 //! What neither rule reports: pairs a reordering could only expose by reversing two critical
 //! sections on one lock (sync-preserving prediction keeps their order), and pairs of accesses
 //! the recorder dropped as repeats within an epoch (their first instance is kept, FORMAT.md
-//! §7.8). The candidate pairs checked with the closure are bounded ([`MAX_INSTANCES`] per pair
-//! of sites, and the analysis's candidate budget); the report says when the budget ran out.
+//! §7.8). The candidate pairs checked with the closure are bounded (per pair of sites the first
+//! [`FIRST_INSTANCES`] and the latest [`LATEST_INSTANCES`] instances, and the analysis's
+//! candidate budget); the report says when either left a pair undecided.
 
 mod granules;
 pub mod locksets;
@@ -48,8 +49,11 @@ use locksets::Locksets;
 use shadow::{AccessKind, ShadowAccess};
 use shard::{Found, Shard};
 
-/// Instances of one pair of sites kept for the predictor.
-pub const MAX_INSTANCES: usize = 4;
+/// Instances of one pair of sites kept for the predictor: the first found, and the latest
+/// (an early instance may be ordered by what a read read, where a later one of the same two
+/// lines is not: a variable that one line always writes and another always reads).
+pub const FIRST_INSTANCES: usize = 8;
+pub const LATEST_INSTANCES: usize = 8;
 
 /// A live heap block (from the recorder's allocation events).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -95,11 +99,28 @@ pub struct SitePair {
 /// The pairs of one pair of sites that happens-before orders only through locks.
 #[derive(Clone, Debug)]
 pub struct Candidates {
-    /// The first [`MAX_INSTANCES`] instances found.
+    /// The first [`FIRST_INSTANCES`] instances found.
     pub instances: Vec<Pair>,
     pub count: u64,
     /// Where each instance was found.
     found: Vec<Found>,
+    /// The latest [`LATEST_INSTANCES`] instances found (some may also be among the first),
+    /// and where.
+    latest: Vec<Pair>,
+    latest_found: Vec<Found>,
+}
+
+impl Candidates {
+    /// The instances kept, each once: the first ones, then the latest that are not among them.
+    pub fn kept(&self) -> impl Iterator<Item = &Pair> {
+        self.instances.iter().chain(
+            self.latest
+                .iter()
+                .zip(&self.latest_found)
+                .filter(|(_, f)| !self.found.contains(f))
+                .map(|(p, _)| p),
+        )
+    }
 }
 
 /// Sites of a pair, the smaller first: one finding per pair of lines.
@@ -287,6 +308,7 @@ impl RaceOutput {
         }
         for c in &mut candidates {
             c.instances.iter_mut().for_each(name);
+            c.latest.iter_mut().for_each(name);
         }
         RaceOutput {
             races,
@@ -324,6 +346,9 @@ pub struct RaceStats {
     /// the budget.
     pub candidate_pairs: usize,
     pub undecided: usize,
+    /// Pairs of sites none of whose kept instances was confirmed while more were found than
+    /// kept: a race there that only an unkept instance shows is missed.
+    pub capped: usize,
 }
 
 /// The race findings of one run: every happens-before race, then the candidates the
@@ -375,7 +400,10 @@ pub(crate) fn race_findings(
         }
         stats.candidate_pairs += 1;
         let mut decided = false;
-        for pair in &c.instances {
+        let mut checked = 0u64;
+        let mut confirmed = false;
+        for pair in c.kept() {
+            checked += 1;
             if !budget.take() {
                 break;
             }
@@ -424,6 +452,7 @@ pub(crate) fn race_findings(
                     ));
                     predicted_lines.push(key.clone());
                     decided = true;
+                    confirmed = true;
                     break;
                 }
                 Err(_) => decided = true,
@@ -431,6 +460,8 @@ pub(crate) fn race_findings(
         }
         if !decided {
             stats.undecided += 1;
+        } else if !confirmed && c.count > checked {
+            stats.capped += 1;
         }
     }
     (findings, stats)

@@ -15,7 +15,9 @@ use crate::stream::{Op, Pass, StreamEvent};
 
 use super::locksets::{Held, Locksets};
 use super::shadow::{AccessKind, FoundAt, Shadow, ShadowAccess, Verdict as Conflict};
-use super::{Block, Candidates, Pair, PairKey, RaceAccess, SitePair, MAX_INSTANCES};
+use super::{
+    Block, Candidates, Pair, PairKey, RaceAccess, SitePair, FIRST_INSTANCES, LATEST_INSTANCES,
+};
 
 /// Where a pair was found: the later access's place in the merged order, then the granule and
 /// the entry. One pass over the whole address space finds pairs in this order.
@@ -72,6 +74,8 @@ impl Findings {
                     instances: Vec::new(),
                     count: 0,
                     found: Vec::new(),
+                    latest: Vec::new(),
+                    latest_found: Vec::new(),
                 });
                 c.count += 1;
                 c.keep(found, describe);
@@ -81,16 +85,32 @@ impl Findings {
 }
 
 impl Candidates {
-    /// Keeps the instance if it is among the first [`MAX_INSTANCES`] found.
+    /// Keeps the instance if it is among the first [`FIRST_INSTANCES`] or the latest
+    /// [`LATEST_INSTANCES`] found (shares merge into what one pass keeps: both are orders by
+    /// where an instance was found).
     fn keep(&mut self, found: Found, describe: impl FnOnce() -> Pair) {
-        let at = self.found.partition_point(|f| *f < found);
-        if at >= MAX_INSTANCES {
+        let first_at = self.found.partition_point(|f| *f < found);
+        let in_first = first_at < FIRST_INSTANCES;
+        let latest_at = self.latest_found.partition_point(|f| *f < found);
+        let in_latest = self.latest_found.len() < LATEST_INSTANCES || latest_at > 0;
+        if !in_first && !in_latest {
             return;
         }
-        self.found.insert(at, found);
-        self.instances.insert(at, describe());
-        self.found.truncate(MAX_INSTANCES);
-        self.instances.truncate(MAX_INSTANCES);
+        let pair = describe();
+        if in_latest {
+            self.latest_found.insert(latest_at, found);
+            self.latest.insert(latest_at, pair.clone());
+            if self.latest.len() > LATEST_INSTANCES {
+                self.latest_found.remove(0);
+                self.latest.remove(0);
+            }
+        }
+        if in_first {
+            self.found.insert(first_at, found);
+            self.instances.insert(first_at, pair);
+            self.found.truncate(FIRST_INSTANCES);
+            self.instances.truncate(FIRST_INSTANCES);
+        }
     }
 }
 

@@ -104,6 +104,9 @@ pub struct Summary {
     /// Race candidates checked with the closure, and whether the budget ran out first.
     pub race_candidates_checked: u64,
     pub race_budget_exhausted: bool,
+    /// Pairs of sites with more candidate instances than were kept, none of those kept
+    /// confirmed: a race only an unkept instance shows is missed.
+    pub race_pairs_capped: usize,
     /// Segments the traces were analysed in (`--segment-events`; 0: each trace whole), and
     /// the events of a segment. Predictions reorder events within one segment.
     pub segments: usize,

@@ -98,6 +98,15 @@ pub fn write_with(out: &mut impl Write, report: &Report, style: Style) -> std::i
     for h in &report.hints {
         writeln!(out, "hint: {h}")?;
     }
+    if s.race_pairs_capped > 0 {
+        writeln!(
+            out,
+            "note: {} pairs of lines had more candidate instances than the predictor checks \
+             (the first 8 and the latest 8 of each) and none of those checked was confirmed; \
+             a race only another instance shows may be missing",
+            s.race_pairs_capped
+        )?;
+    }
     if s.race_budget_exhausted {
         writeln!(
             out,
