@@ -105,7 +105,7 @@ pub const AUTO_BACKOFF_CHUNKS: u32 = 16;
 
 /// The zstd level the recorder compresses at unless told otherwise (`FORESIGHT_ZSTD_LEVEL`):
 /// ARCHITECTURE.md, "Compression: the codec", for the measurements behind it.
-pub const DEFAULT_ZSTD_LEVEL: i32 = 1;
+pub const DEFAULT_ZSTD_LEVEL: i32 = 3;
 
 static ZSTD_LEVEL: AtomicI32 = AtomicI32::new(DEFAULT_ZSTD_LEVEL);
 
@@ -148,7 +148,7 @@ impl Compressor {
     pub fn new(mode: CompressMode, max_body: usize) -> Option<Self> {
         let engine = match mode.codec()? {
             CODEC_LZ4 => Engine::Lz4(Box::new(CompressTable::large())),
-            _ => Engine::Zstd(StaticCCtx::new(zstd_level())?),
+            _ => Engine::Zstd(StaticCCtx::new(zstd_level(), max_body)?),
         };
         let cap = CHUNK_HEADER_LEN + BLOCK_START + bound(max_body);
         Some(Self {

@@ -32,14 +32,29 @@ pub struct StaticCCtx {
 unsafe impl Send for StaticCCtx {}
 
 impl StaticCCtx {
-    /// A context for `level` (zstd's levels, clamped to those it has); `None` if its memory
-    /// cannot be had.
-    pub fn new(level: i32) -> Option<Self> {
+    /// A context for `level` (zstd's levels, clamped to those it has) and inputs of at most
+    /// `max_src` bytes; `None` if its memory cannot be had.
+    pub fn new(level: i32, max_src: usize) -> Option<Self> {
         let level = level.clamp(zstd_safe::min_c_level(), zstd_safe::max_c_level());
-        // SAFETY: a pure function of its argument. It is the largest workspace a one-shot
-        // compression at this level needs, whatever the input's size.
-        let size = unsafe { sys::ZSTD_estimateCCtxSize(level) };
-        if size == 0 {
+        // The workspace one-shot compressions of up to `max_src` bytes need (zstd's advice for
+        // inputs of a known bound, tighter than `ZSTD_estimateCCtxSize`, which assumes any
+        // size): zstd picks its parameters from the input's size in tiers (up to 16 KiB,
+        // 128 KiB, 256 KiB, larger), so the largest over the tiers up to `max_src`.
+        let size = [16 << 10, 128 << 10, 256 << 10, max_src]
+            .into_iter()
+            .map(|s: usize| s.min(max_src))
+            .map(|s| {
+                // SAFETY: pure functions of their arguments (no pointers).
+                unsafe {
+                    sys::ZSTD_estimateCCtxSize_usingCParams(sys::ZSTD_getCParams(
+                        level, s as u64, 0,
+                    ))
+                }
+            })
+            .max()
+            .unwrap_or(0);
+        // SAFETY: a pure function of its argument.
+        if size == 0 || unsafe { sys::ZSTD_isError(size) } != 0 {
             return None;
         }
         let mut workspace: Vec<u64> = Vec::new();
@@ -90,12 +105,15 @@ mod tests {
     fn compresses_into_its_workspace_and_round_trips() {
         let src: Vec<u8> = (0..100_000u32).map(|i| (i % 251 ^ i / 977) as u8).collect();
         for level in [-1, 1, 2, 3, 6] {
-            let mut c = StaticCCtx::new(level).expect("a context");
+            let mut c = StaticCCtx::new(level, src.len()).expect("a context");
             let mut dst = vec![0; zstd_safe::compress_bound(src.len())];
-            for _ in 0..3 {
-                let n = c.compress(&mut dst, &src).expect("compresses");
-                let back = zstd_safe::decompress(&mut vec![0u8; src.len()][..], &dst[..n]);
-                assert_eq!(back, Ok(src.len()), "level {level}");
+            // Inputs of every size tier up to the one it was made for, in turn.
+            for len in [100_000, 1000, 20_000, 0, 100_000] {
+                let n = c.compress(&mut dst, &src[..len]).expect("compresses");
+                let mut back = vec![0u8; len + 1];
+                let got = zstd_safe::decompress(&mut back[..], &dst[..n]);
+                assert_eq!(got, Ok(len), "level {level}");
+                assert_eq!(&back[..len], &src[..len]);
             }
             // Too small an output is an error, not an overflow.
             assert_eq!(c.compress(&mut dst[..8], &src), None);
