@@ -103,7 +103,9 @@ mod tests {
 
     #[test]
     fn compresses_into_its_workspace_and_round_trips() {
-        let src: Vec<u8> = (0..100_000u32).map(|i| (i % 251 ^ i / 977) as u8).collect();
+        let src: Vec<u8> = (0..100_000u32)
+            .map(|i| ((i % 251) ^ (i / 977)) as u8)
+            .collect();
         for level in [-1, 1, 2, 3, 6] {
             let mut c = StaticCCtx::new(level, src.len()).expect("a context");
             let mut dst = vec![0; zstd_safe::compress_bound(src.len())];
