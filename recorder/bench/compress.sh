@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Trace compression (FORMAT.md §5.3): bytes per event on disk and recording time for
-# `foresight record --compress never|auto|always`, then decompression and decoding speed.
+# `foresight record --compress never|lz4|auto|always` (and zstd levels and chunk sizes
+# besides the default), then decompression and decoding speed.
 #
 # Workloads (bench/*.c):
 #   sqlite  SQLite driven by 4 threads (sqlite_threads.c, each thread inserting into and
@@ -9,15 +10,19 @@
 #           run as root, else this workload is skipped.
 #   random  the random-order lock benchmark (random_locks.c: 4 threads, two of 64 locks picked
 #           at random per step, at one of 8 sites): the hard case for compression.
-# For each workload the three modes take turns, REPS times; each figure is the median of its
+# Variants (env VARIANTS, default "never lz4 auto always"): a `--compress` value, optionally
+# followed by @LEVEL (FORESIGHT_ZSTD_LEVEL) and @CHUNK_BYTES (FORESIGHT_CHUNK_BYTES), e.g.
+# "always@3" or "always@1@131072"; the defaults are the recorder's own.
+# For each workload the variants take turns, REPS times; each figure is the median of its
 # REPS runs. B/event is the trace file's size (unsymbolised: `--no-symbolize`, so that the time
 # is the recording's) over its events; "time" is the wall time of `foresight record`, and
 # "vs never" the ratio of the medians. Then `examples/decompress.rs` reads the last run's
-# traces on one core: LZ4 decompression alone, and decompression plus decoding through the
+# traces on one core: decompression alone, and decompression plus decoding through the
 # reader (`TraceFile::for_each_chunk`), in millions of events per second.
 #
 # Usage: recorder/bench/compress.sh [SQLITE_ROWS] [RANDOM_N] (defaults 60000 and 250000 per
-# thread); env REPS (5), CARGO_TARGET_DIR (default <workspace>/target).
+# thread); env REPS (5), VARIANTS, CARGO_TARGET_DIR (default <workspace>/target). The runtime
+# is the one just built (FORESIGHT_RUNTIME), not one cached by an earlier `foresight`.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -33,6 +38,7 @@ trap 'rm -rf "$work"' EXIT
 (cd "$root" && cargo build --release -p foresight-trace --example decompress \
   --target-dir "$target" >&2)
 fs="$target/release/foresight"
+export FORESIGHT_RUNTIME="$target/release/libforesight_rt.so"
 
 workloads=()
 if [ ! -e /usr/include/sqlite3.h ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
@@ -58,15 +64,17 @@ median() {
   sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'
 }
 
-modes=(never auto always)
+read -r -a modes <<<"${VARIANTS:-never lz4 auto always}"
 for w in "${workloads[@]}"; do
   for ((r = 0; r < REPS; r++)); do
     for m in "${modes[@]}"; do
       t="$work/$w.$m.trace"
       rm -f "$t"*
+      IFS=@ read -r mode level chunk <<<"$m"
       # shellcheck disable=SC2046
       s=$(date +%s.%N)
-      "$fs" record --no-symbolize --compress "$m" -o "$t" -- "$work/$w" $(args_of "$w") \
+      env ${level:+FORESIGHT_ZSTD_LEVEL=$level} ${chunk:+FORESIGHT_CHUNK_BYTES=$chunk} \
+        "$fs" record --no-symbolize --compress "$mode" -o "$t" -- "$work/$w" $(args_of "$w") \
         >/dev/null 2>&1
       e=$(date +%s.%N)
       events=$("$fs" stats "$t" | awk '$1 == "events" {print $2; exit}')
@@ -78,12 +86,12 @@ for w in "${workloads[@]}"; do
   done
 done
 
-printf "%-8s %-7s %12s %10s %10s %9s\n" workload mode events B/event time "vs never"
+printf "%-8s %-16s %12s %10s %10s %9s\n" workload mode events B/event time "vs never"
 for w in "${workloads[@]}"; do
   never=$(median <"$work/$w.never.time")
   for m in "${modes[@]}"; do
     tm=$(median <"$work/$w.$m.time")
-    printf "%-8s %-7s %12s %10.3f %9.3fs %9.2f\n" "$w" "$m" \
+    printf "%-8s %-16s %12s %10.3f %9.3fs %9.2f\n" "$w" "$m" \
       "$(median <"$work/$w.$m.events")" "$(median <"$work/$w.$m.bpe")" "$tm" \
       "$(echo "$tm / $never" | bc -l)"
   done

@@ -25,9 +25,16 @@
 //!   signal N (one of the signals the runtime manages, not a crash signal) writes the flight
 //!   recorder's window as a snapshot, `PATH.snapshot-<n>`, and the program runs on; the
 //!   runtime takes the signal over (the program's own disposition for it is kept but not run).
-//! - `FORESIGHT_COMPRESS=auto|always|never` (`foresight record --compress`): how event chunks
-//!   are compressed when they are written (FORMAT.md §5.3–§5.4); default `auto`. `never`
+//! - `FORESIGHT_COMPRESS=auto|always|lz4|never` (`foresight record --compress`): how event
+//!   chunks are compressed when they are written (FORMAT.md §5.3–§5.4); default `auto` (zstd,
+//!   backing off where it gains less than 2×). `always` compresses every chunk with zstd;
+//!   `lz4` uses LZ4 as `auto` does zstd (a 2.7 trace, for readers without zstd); `never`
 //!   writes a 1.x trace, as before compression existed.
+//! - `FORESIGHT_ZSTD_LEVEL=N`: the zstd level of `auto` and `always` (default
+//!   `foresight_trace::compress::DEFAULT_ZSTD_LEVEL`); a benchmark's knob
+//!   (`bench/compress.sh`), not an option of `foresight record`.
+//! - `FORESIGHT_CHUNK_BYTES=N`: the events per chunk, in bytes (default 64 KiB, 4 KiB to
+//!   4 MiB); a benchmark's knob as well.
 //! - `FORESIGHT_ORDERING=global`: one process-wide counter (`Ordering::GlobalSequence`)
 //!   instead of the default Lamport clocks per object (`Ordering::Logical`, also selected by
 //!   `logical`). The counter is a cache line every core writes on every synchronising event:
@@ -65,6 +72,10 @@ pub struct Config {
     pub keep_last: u64,
     /// `FORESIGHT_COMPRESS`; an unknown value is `auto`, the default.
     pub compress: CompressMode,
+    /// `FORESIGHT_ZSTD_LEVEL`.
+    pub zstd_level: Option<i32>,
+    /// `FORESIGHT_CHUNK_BYTES`.
+    pub chunk_bytes: Option<u64>,
     /// `FORESIGHT_DUMP_ON`, a signal number (0: none).
     pub dump_on: i32,
 }
@@ -113,6 +124,9 @@ impl Config {
             max_size: number(c"FORESIGHT_MAX_SIZE").unwrap_or(0),
             keep_last: number(c"FORESIGHT_KEEP_LAST").unwrap_or(0),
             compress,
+            chunk_bytes: number(c"FORESIGHT_CHUNK_BYTES"),
+            zstd_level: var(c"FORESIGHT_ZSTD_LEVEL")
+                .and_then(|v| std::str::from_utf8(&v).ok()?.trim().parse::<i32>().ok()),
             dump_on: number(c"FORESIGHT_DUMP_ON").map_or(0, |n| n.min(64) as i32),
         }
     }

@@ -150,7 +150,7 @@ pub fn open_trace(base: &[u8], pid: u32, skip_plain: bool) -> Result<(i32, Vec<u
     ))
 }
 
-/// How event chunks are compressed (`FORESIGHT_COMPRESS`): 0 never, 1 auto, 2 always. Set
+/// How event chunks are compressed (`FORESIGHT_COMPRESS`): 0 never, 1 auto, 2 always, 3 lz4. Set
 /// before the file prefix is written and never changed while recording, so that every chunk
 /// writer made afterwards (`compress_mode`) agrees with the prefix (a 1.x prefix for never).
 static COMPRESS: AtomicU8 = AtomicU8::new(0);
@@ -160,6 +160,7 @@ pub fn compress_mode() -> CompressMode {
     match COMPRESS.load(Ordering::Acquire) {
         1 => CompressMode::Auto,
         2 => CompressMode::Always,
+        3 => CompressMode::Lz4,
         _ => CompressMode::Never,
     }
 }
@@ -172,6 +173,7 @@ pub fn start(fd: i32, header: &Header, compress: CompressMode) {
             CompressMode::Never => 0,
             CompressMode::Auto => 1,
             CompressMode::Always => 2,
+            CompressMode::Lz4 => 3,
         },
         Ordering::Release,
     );

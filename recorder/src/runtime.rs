@@ -149,6 +149,13 @@ pub extern "C" fn init() {
     } else {
         cfg.compress
     };
+    if let Some(bytes) = cfg.chunk_bytes {
+        thread_state::set_chunk_bytes(bytes as usize);
+    }
+    if let Some(level) = cfg.zstd_level {
+        // Before any chunk writer is made (a forked child inherits it).
+        foresight_trace::compress::set_zstd_level(level);
+    }
     output::start(fd, &header(&cfg, pid, ppid), compress);
     output::set_max_size(cfg.max_size);
     if cfg.keep_last > 0 && !crate::flight::configure(cfg.keep_last) {

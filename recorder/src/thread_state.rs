@@ -24,8 +24,21 @@ use crate::spin::SpinLock;
 use crate::stripes::{self, Stripe};
 use crate::{output, sites};
 
-/// About 64 KiB of events per chunk.
+/// About 64 KiB of events per chunk, stored plain or compressed with LZ4.
 pub const CHUNK_BYTES: usize = 64 << 10;
+/// About 256 KiB of events per chunk compressed with zstd (`--compress auto|always`): zstd
+/// gains more on larger inputs, and a chunk is compressed on its own (ARCHITECTURE.md,
+/// "Compression: the codec").
+pub const ZSTD_CHUNK_BYTES: usize = 256 << 10;
+
+/// The chunk size a benchmark asked for (`FORESIGHT_CHUNK_BYTES`, set before the first
+/// writer is made); 0: by the compression mode.
+static CHUNK_SIZE: AtomicUsize = AtomicUsize::new(0);
+
+/// Sets the chunk size of new writers (4 KiB to 4 MiB).
+pub fn set_chunk_bytes(bytes: usize) {
+    CHUNK_SIZE.store(bytes.clamp(4 << 10, 4 << 20), Ordering::Relaxed);
+}
 
 /// The thread-local pointer: null (not seen yet), `DEAD` (exited or being set up: record
 /// nothing), or a live `ThreadState`.
@@ -1328,7 +1341,13 @@ impl ThreadState {
 /// its buffers, the compressor's included, are allocated here, once per thread, so that a
 /// flush allocates nothing.
 fn new_writer(tid: ThreadId) -> ChunkWriter {
-    ChunkWriter::with_compression(tid, CHUNK_BYTES, output::compress_mode())
+    let mode = output::compress_mode();
+    let bytes = match CHUNK_SIZE.load(Ordering::Relaxed) {
+        0 if mode.codec() == Some(foresight_trace::frame::CODEC_ZSTD) => ZSTD_CHUNK_BYTES,
+        0 => CHUNK_BYTES,
+        n => n,
+    };
+    ChunkWriter::with_compression(tid, bytes, mode)
 }
 
 /// Writes the writer's chunk (if it holds events); `attempts` bounds the wait for the table

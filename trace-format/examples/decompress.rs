@@ -6,7 +6,7 @@
 //! ```
 //!
 //! For each trace, the median of N runs (default 7) of: every event chunk decompressed alone
-//! (`decompress`, LZ4 into a reused buffer), and decompressed and decoded into a reused event
+//! (`decompress`, LZ4 or zstd into a reused buffer), and decompressed and decoded into a reused event
 //! buffer (`decompress+decode`, `TraceFile::for_each_chunk` on a one-thread pool: the reader's
 //! own path, checksums and reference checks included). A trace with no compressed chunk shows
 //! decoding alone. Figures are millions of decoded events per second of one core.
@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use foresight_trace::compress::decompress_events;
-use foresight_trace::frame::{ChunkKind, CODEC_LZ4};
+use foresight_trace::frame::{ChunkKind, CODEC_STORED};
 use foresight_trace::TraceFile;
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -49,10 +49,10 @@ fn main() {
         let compressed: Vec<_> = file
             .chunks()
             .iter()
-            .filter(|c| c.kind == ChunkKind::Events && c.codec == CODEC_LZ4)
+            .filter(|c| c.kind == ChunkKind::Events && c.codec != CODEC_STORED)
             .map(|c| {
                 let at = c.payload_offset as usize;
-                &bytes[at..at + c.payload_len as usize]
+                (c.codec, &bytes[at..at + c.payload_len as usize])
             })
             .collect();
         let events = AtomicU64::new(0);
@@ -72,8 +72,8 @@ fn main() {
             let n = events.load(Ordering::Relaxed) as f64;
             both.push(n / s / 1e6);
             let t = Instant::now();
-            for p in &compressed {
-                std::hint::black_box(decompress_events(p, &mut out).expect("a good block"));
+            for &(codec, p) in &compressed {
+                std::hint::black_box(decompress_events(codec, p, &mut out).expect("a good block"));
             }
             let s = t.elapsed().as_secs_f64();
             decompress.push(if compressed.is_empty() {

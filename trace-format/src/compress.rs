@@ -1,47 +1,58 @@
-//! Compressed event chunks (FORMAT.md §5.3): an LZ4 block of the encoded events after the
-//! uncompressed events prefix and the decoded length.
+//! Compressed event chunks (FORMAT.md §5.3): an LZ4 block (codec 1) or a zstd frame (codec 2)
+//! of the encoded events after the uncompressed events prefix and the decoded length.
 //!
 //! The writer side ([`Compressor`]) allocates everything it needs when it is made, with the
 //! thread's chunk buffer, so that compressing a chunk at flush allocates nothing (the recorder
 //! flushes from its hooks and its flusher thread, where the program's `malloc` must not be
-//! called). The reader side ([`decompress_events`]) checks the declared length before it
-//! allocates, and turns every failure into a [`CompressProblem`] instead of a panic.
+//! called; zstd works in a static context, `zstd_cctx.rs`). The reader side
+//! ([`decompress_events`]) checks the declared length before it allocates, and turns every
+//! failure into a [`CompressProblem`] instead of a panic.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicI32, Ordering};
 
 use lz4_flex::block::CompressTable;
 use lz4_flex::block::{compress_into_with_table, decompress_into, get_maximum_output_size};
 
 use crate::frame::{
-    write_chunk_header_coded, ChunkKind, CHUNK_HEADER_LEN, CODEC_LZ4, EVENTS_PREFIX_LEN,
-    MAX_PAYLOAD_LEN,
+    codec_name, write_chunk_header_coded, ChunkKind, CHUNK_HEADER_LEN, CODEC_LZ4, CODEC_ZSTD,
+    EVENTS_PREFIX_LEN, FEATURE_COMPRESSED_CHUNKS, FEATURE_ZSTD_CHUNKS, MAX_PAYLOAD_LEN,
 };
+use crate::zstd_cctx::StaticCCtx;
 
 /// What the decoded length takes in a compressed payload, after the events prefix.
 pub const DECODED_LEN_BYTES: usize = 4;
-/// Where the LZ4 block starts in a compressed payload.
-pub const LZ4_BLOCK_START: usize = EVENTS_PREFIX_LEN + DECODED_LEN_BYTES;
+/// Where the compressed block (LZ4 block or zstd frame) starts in a compressed payload.
+pub const BLOCK_START: usize = EVENTS_PREFIX_LEN + DECODED_LEN_BYTES;
+/// The same, by its name from when LZ4 was the only codec.
+pub const LZ4_BLOCK_START: usize = BLOCK_START;
 
-/// When a chunk is compressed (`foresight record --compress`).
+/// When and how a chunk is compressed (`foresight record --compress`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum CompressMode {
     /// Never: the trace is written as 1.x, as before compression existed.
     Never,
-    /// Compress; store a chunk plain when that does not pay, and after a chunk that shrank less
-    /// than [`AUTO_MIN_RATIO`]× write the next chunks plain without trying: one after a first
-    /// such chunk, then twice as many after each further one in a row, at most
+    /// zstd; store a chunk plain when that does not pay, and after a chunk that shrank less
+    /// than [`CompressMode::min_ratio`]× write the next chunks plain without trying: one after
+    /// a first such chunk, then twice as many after each further one in a row, at most
     /// [`AUTO_BACKOFF_CHUNKS`]; a chunk that shrinks enough starts over.
     #[default]
     Auto,
-    /// Compress every chunk; store it compressed whenever that is smaller.
+    /// zstd on every chunk; store it compressed whenever that is smaller.
     Always,
+    /// LZ4 as `Auto` does it: the cheapest compression, and a trace that 2.7 and 2.8 readers
+    /// read (no zstd feature).
+    Lz4,
 }
 
 impl CompressMode {
-    /// `never`, `auto` or `always` (the option's and `FORESIGHT_COMPRESS`'s values).
+    /// `never`, `auto`, `always` or `lz4` (the option's and `FORESIGHT_COMPRESS`'s values).
     pub fn parse(s: &str) -> Option<Self> {
         match s {
             "never" | "0" | "off" => Some(Self::Never),
             "auto" => Some(Self::Auto),
-            "always" | "1" | "on" => Some(Self::Always),
+            "always" | "1" | "on" | "zstd" => Some(Self::Always),
+            "lz4" => Some(Self::Lz4),
             _ => None,
         }
     }
@@ -51,20 +62,74 @@ impl CompressMode {
             Self::Never => "never",
             Self::Auto => "auto",
             Self::Always => "always",
+            Self::Lz4 => "lz4",
+        }
+    }
+
+    /// The codec of the chunks this mode compresses; `None` for `Never`.
+    pub fn codec(self) -> Option<u8> {
+        match self {
+            Self::Never => None,
+            Self::Auto | Self::Always => Some(CODEC_ZSTD),
+            Self::Lz4 => Some(CODEC_LZ4),
+        }
+    }
+
+    /// The required features a trace written in this mode declares (FORMAT.md §2.1).
+    pub fn features(self) -> u64 {
+        match self {
+            Self::Never => 0,
+            Self::Lz4 => FEATURE_COMPRESSED_CHUNKS,
+            Self::Auto | Self::Always => FEATURE_COMPRESSED_CHUNKS | FEATURE_ZSTD_CHUNKS,
+        }
+    }
+
+    /// The least a chunk must shrink (compressed × this ≤ plain) for the modes that back off
+    /// to keep compressing: LZ4 is cheap but gains little on hard traces; zstd gains more
+    /// and its chunks are worth keeping at a smaller ratio.
+    pub fn min_ratio(self) -> Option<usize> {
+        match self {
+            Self::Auto => Some(AUTO_MIN_RATIO_ZSTD),
+            Self::Lz4 => Some(AUTO_MIN_RATIO),
+            Self::Never | Self::Always => None,
         }
     }
 }
 
-/// `auto` keeps compressing while chunks shrink at least this much.
+/// `lz4` keeps compressing while chunks shrink at least this much.
 pub const AUTO_MIN_RATIO: usize = 4;
+/// `auto` (zstd) keeps compressing while chunks shrink at least this much.
+pub const AUTO_MIN_RATIO_ZSTD: usize = 2;
 /// The most chunks `auto` writes plain, after chunks that shrank less, before it probes again.
 pub const AUTO_BACKOFF_CHUNKS: u32 = 16;
 
-/// One thread's compressor: a reusable LZ4 hash table and an output buffer for the largest
-/// chunk the thread's writer makes.
+/// The zstd level the recorder compresses at unless told otherwise (`FORESIGHT_ZSTD_LEVEL`):
+/// ARCHITECTURE.md, "Compression: the codec", for the measurements behind it.
+pub const DEFAULT_ZSTD_LEVEL: i32 = 1;
+
+static ZSTD_LEVEL: AtomicI32 = AtomicI32::new(DEFAULT_ZSTD_LEVEL);
+
+/// Sets the zstd level of the compressors made from now on in this process (a benchmark's
+/// knob: `FORESIGHT_ZSTD_LEVEL`); zstd's levels, clamped to those it has, 0 being its default.
+pub fn set_zstd_level(level: i32) {
+    ZSTD_LEVEL.store(level, Ordering::Relaxed);
+}
+
+/// The zstd level new compressors use.
+pub fn zstd_level() -> i32 {
+    ZSTD_LEVEL.load(Ordering::Relaxed)
+}
+
+enum Engine {
+    Lz4(Box<CompressTable>),
+    Zstd(StaticCCtx),
+}
+
+/// One thread's compressor: a reusable LZ4 hash table or a static zstd context, and an output
+/// buffer for the largest chunk the thread's writer makes.
 pub struct Compressor {
     mode: CompressMode,
-    table: CompressTable,
+    engine: Engine,
     out: Vec<u8>,
     /// Chunks `auto` still writes plain before it tries again.
     skip: u32,
@@ -72,16 +137,23 @@ pub struct Compressor {
     backoff: u32,
 }
 
+/// The most bytes the compressed form of `len` bytes may take, in either codec.
+fn bound(len: usize) -> usize {
+    get_maximum_output_size(len).max(zstd_safe::compress_bound(len))
+}
+
 impl Compressor {
-    /// A compressor for chunks of at most `max_body` bytes of events; `None` for `Never`.
+    /// A compressor for chunks of at most `max_body` bytes of events; `None` for `Never`, or
+    /// when a zstd context cannot be had (the chunks are then written plain).
     pub fn new(mode: CompressMode, max_body: usize) -> Option<Self> {
-        if mode == CompressMode::Never {
-            return None;
-        }
-        let cap = CHUNK_HEADER_LEN + LZ4_BLOCK_START + get_maximum_output_size(max_body);
+        let engine = match mode.codec()? {
+            CODEC_LZ4 => Engine::Lz4(Box::new(CompressTable::large())),
+            _ => Engine::Zstd(StaticCCtx::new(zstd_level(), max_body)?),
+        };
+        let cap = CHUNK_HEADER_LEN + BLOCK_START + bound(max_body);
         Some(Self {
             mode,
-            table: CompressTable::large(),
+            engine,
             out: vec![0; cap],
             skip: 0,
             backoff: 1,
@@ -90,6 +162,14 @@ impl Compressor {
 
     pub fn mode(&self) -> CompressMode {
         self.mode
+    }
+
+    /// The codec of the chunks this compressor makes.
+    pub fn codec(&self) -> u8 {
+        match self.engine {
+            Engine::Lz4(_) => CODEC_LZ4,
+            Engine::Zstd(_) => CODEC_ZSTD,
+        }
     }
 
     /// `chunk` is a framed plain event chunk (chunk header, events prefix, events; the prefix
@@ -104,13 +184,19 @@ impl Compressor {
             return None;
         }
         let body = &chunk[CHUNK_HEADER_LEN + EVENTS_PREFIX_LEN..];
-        let start = CHUNK_HEADER_LEN + LZ4_BLOCK_START;
-        if body.is_empty() || self.out.len() < start + get_maximum_output_size(body.len()) {
+        let start = CHUNK_HEADER_LEN + BLOCK_START;
+        if body.is_empty() || self.out.len() < start + bound(body.len()) {
             return None;
         }
-        let n = compress_into_with_table(body, &mut self.out[start..], &mut self.table).ok()?;
-        if self.mode == CompressMode::Auto {
-            if n * AUTO_MIN_RATIO > body.len() {
+        let codec = self.codec();
+        let n = match &mut self.engine {
+            Engine::Lz4(table) => {
+                compress_into_with_table(body, &mut self.out[start..], table).ok()?
+            }
+            Engine::Zstd(cctx) => cctx.compress(&mut self.out[start..], body)?,
+        };
+        if let Some(ratio) = self.mode.min_ratio() {
+            if n * ratio > body.len() {
                 self.skip = self.backoff;
                 self.backoff = (self.backoff * 2).min(AUTO_BACKOFF_CHUNKS);
             } else {
@@ -123,10 +209,9 @@ impl Compressor {
         let (head, rest) = self.out.split_at_mut(CHUNK_HEADER_LEN);
         rest[..EVENTS_PREFIX_LEN]
             .copy_from_slice(&chunk[CHUNK_HEADER_LEN..CHUNK_HEADER_LEN + EVENTS_PREFIX_LEN]);
-        rest[EVENTS_PREFIX_LEN..LZ4_BLOCK_START]
-            .copy_from_slice(&(body.len() as u32).to_le_bytes());
-        let payload = &rest[..LZ4_BLOCK_START + n];
-        write_chunk_header_coded(head, ChunkKind::Events, CODEC_LZ4, payload);
+        rest[EVENTS_PREFIX_LEN..BLOCK_START].copy_from_slice(&(body.len() as u32).to_le_bytes());
+        let payload = &rest[..BLOCK_START + n];
+        write_chunk_header_coded(head, ChunkKind::Events, codec, payload);
         Some(&self.out[..start + n])
     }
 }
@@ -144,31 +229,41 @@ pub enum CompressProblem {
         stored: usize,
         max: u64,
     },
-    #[error("the LZ4 block is damaged: {0}")]
-    Damaged(String),
-    #[error("the LZ4 block decompresses to {found} bytes, not the {declared} it declares")]
-    WrongLength { declared: u32, found: usize },
+    #[error("the {} block is damaged: {why}", codec_name(*codec))]
+    Damaged { codec: u8, why: String },
+    #[error(
+        "the {} block decompresses to {found} bytes, not the {declared} it declares",
+        codec_name(*codec)
+    )]
+    WrongLength {
+        codec: u8,
+        declared: u32,
+        found: usize,
+    },
     #[error("unknown codec {0}")]
     UnknownCodec(u8),
 }
 
-/// The largest decoded length a compressed block of `stored` bytes may declare.
-pub fn max_decoded_len(stored: usize) -> u64 {
-    (stored as u64 * 255 + 16).min(MAX_PAYLOAD_LEN as u64)
+/// The largest decoded length a compressed block of `stored` bytes may declare: an LZ4 block
+/// expands at most 255×; a zstd frame at most 32 768× (each block of at most 128 KiB takes
+/// at least a 3-byte header and one byte, FORMAT.md §5.3).
+pub fn max_decoded_len(codec: u8, stored: usize) -> u64 {
+    let factor = if codec == CODEC_ZSTD { 32_768 } else { 255 };
+    (stored as u64 * factor + 16).min(MAX_PAYLOAD_LEN as u64)
 }
 
 /// The decoded length a compressed events payload declares, checked against its bounds.
-pub fn decoded_len(payload: &[u8]) -> Result<usize, CompressProblem> {
-    if payload.len() < LZ4_BLOCK_START {
+pub fn decoded_len(codec: u8, payload: &[u8]) -> Result<usize, CompressProblem> {
+    if payload.len() < BLOCK_START {
         return Err(CompressProblem::TooShort(payload.len()));
     }
     let declared = u32::from_le_bytes(
-        payload[EVENTS_PREFIX_LEN..LZ4_BLOCK_START]
+        payload[EVENTS_PREFIX_LEN..BLOCK_START]
             .try_into()
             .expect("four bytes"),
     );
-    let stored = payload.len() - LZ4_BLOCK_START;
-    let max = max_decoded_len(stored);
+    let stored = payload.len() - BLOCK_START;
+    let max = max_decoded_len(codec, stored);
     if declared as u64 > max {
         return Err(CompressProblem::BadLength {
             declared,
@@ -179,20 +274,62 @@ pub fn decoded_len(payload: &[u8]) -> Result<usize, CompressProblem> {
     Ok(declared as usize)
 }
 
+thread_local! {
+    /// A reading thread's zstd decompression context, made at its first zstd chunk.
+    static DCTX: RefCell<Option<zstd_safe::DCtx<'static>>> = const { RefCell::new(None) };
+}
+
+/// Decompresses one zstd frame, which must take all of `src`, into exactly `dst`.
+fn zstd_into(src: &[u8], dst: &mut [u8]) -> Result<usize, CompressProblem> {
+    let damaged = |why: String| CompressProblem::Damaged {
+        codec: CODEC_ZSTD,
+        why,
+    };
+    match zstd_safe::find_frame_compressed_size(src) {
+        Ok(n) if n == src.len() => {}
+        Ok(n) => {
+            return Err(damaged(format!(
+                "the frame takes {n} of its {} bytes",
+                src.len()
+            )))
+        }
+        Err(code) => return Err(damaged(zstd_safe::get_error_name(code).to_string())),
+    }
+    DCTX.with(|d| {
+        let mut d = d.borrow_mut();
+        let dctx = d.get_or_insert_with(zstd_safe::DCtx::create);
+        dctx.decompress(dst, src)
+            .map_err(|code| damaged(zstd_safe::get_error_name(code).to_string()))
+    })
+}
+
 /// Decompresses the events of a compressed events payload (prefix included, checksum
-/// already checked) into `out`, which is reused: the returned slice is the events.
+/// already checked) of codec `codec` into `out`, which is reused: the returned slice is the
+/// events.
 pub fn decompress_events<'o>(
+    codec: u8,
     payload: &[u8],
     out: &'o mut Vec<u8>,
 ) -> Result<&'o [u8], CompressProblem> {
-    let d = decoded_len(payload)?;
+    if codec != CODEC_LZ4 && codec != CODEC_ZSTD {
+        return Err(CompressProblem::UnknownCodec(codec));
+    }
+    let d = decoded_len(codec, payload)?;
     if out.len() < d {
         out.resize(d, 0);
     }
-    let n = decompress_into(&payload[LZ4_BLOCK_START..], &mut out[..d])
-        .map_err(|e| CompressProblem::Damaged(e.to_string()))?;
+    let src = &payload[BLOCK_START..];
+    let n = if codec == CODEC_LZ4 {
+        decompress_into(src, &mut out[..d]).map_err(|e| CompressProblem::Damaged {
+            codec,
+            why: e.to_string(),
+        })?
+    } else {
+        zstd_into(src, &mut out[..d])?
+    };
     if n != d {
         return Err(CompressProblem::WrongLength {
+            codec,
             declared: d as u32,
             found: n,
         });
@@ -262,8 +399,8 @@ pub fn to_plain(bytes: &[u8]) -> Result<std::borrow::Cow<'_, [u8]>, String> {
                 out.extend_from_slice(&bytes[pos..end]);
                 write_chunk_header(&mut out[at..at + CHUNK_HEADER_LEN], h.kind, payload);
             }
-            CODEC_LZ4 if h.kind == ChunkKind::Events => {
-                let body = decompress_events(payload, &mut plain)
+            CODEC_LZ4 | CODEC_ZSTD if h.kind == ChunkKind::Events => {
+                let body = decompress_events(h.flags, payload, &mut plain)
                     .map_err(|why| format!("byte {pos}: {why}"))?;
                 let at = out.len();
                 out.resize(at + CHUNK_HEADER_LEN, 0);
@@ -302,19 +439,31 @@ mod tests {
     #[test]
     fn repetitive_chunk_round_trips() {
         let body: Vec<u8> = (0..4000).map(|i| (i % 7) as u8).collect();
-        let mut c = Compressor::new(CompressMode::Always, body.len()).unwrap();
-        let plain = chunk(&body);
-        let framed = c.compress_chunk(&plain).expect("compresses").to_vec();
-        let h = read_chunk_header(&framed).unwrap();
-        assert_eq!(h.flags, CODEC_LZ4);
-        let payload = &framed[CHUNK_HEADER_LEN..];
-        assert_eq!(h.payload_len as usize, payload.len());
-        assert_eq!(
-            &payload[..EVENTS_PREFIX_LEN],
-            &plain[CHUNK_HEADER_LEN..CHUNK_HEADER_LEN + EVENTS_PREFIX_LEN]
-        );
-        let mut out = Vec::new();
-        assert_eq!(decompress_events(payload, &mut out).unwrap(), &body[..]);
+        for (mode, codec) in [
+            (CompressMode::Always, CODEC_ZSTD),
+            (CompressMode::Auto, CODEC_ZSTD),
+            (CompressMode::Lz4, CODEC_LZ4),
+        ] {
+            let mut c = Compressor::new(mode, body.len()).unwrap();
+            let plain = chunk(&body);
+            let framed = c.compress_chunk(&plain).expect("compresses").to_vec();
+            let h = read_chunk_header(&framed).unwrap();
+            assert_eq!(h.flags, codec);
+            let payload = &framed[CHUNK_HEADER_LEN..];
+            assert_eq!(h.payload_len as usize, payload.len());
+            assert_eq!(
+                &payload[..EVENTS_PREFIX_LEN],
+                &plain[CHUNK_HEADER_LEN..CHUNK_HEADER_LEN + EVENTS_PREFIX_LEN]
+            );
+            let mut out = Vec::new();
+            assert_eq!(
+                decompress_events(codec, payload, &mut out).unwrap(),
+                &body[..]
+            );
+            // The other codec does not read it.
+            let other = CODEC_LZ4 + CODEC_ZSTD - codec;
+            assert!(decompress_events(other, payload, &mut out).is_err());
+        }
     }
 
     #[test]
@@ -328,47 +477,62 @@ mod tests {
                 x as u8
             })
             .collect();
-        let mut c = Compressor::new(CompressMode::Auto, body.len()).unwrap();
-        let easy = vec![5u8; 4000];
-        // Backing off: after the k-th incompressible chunk in a row, the next 2^(k-1) chunks
-        // (at most 16) are written plain, even repetitive ones.
-        let mut tries = 0;
-        for skip in [1, 2, 4, 8, 16, 16] {
-            assert!(c.compress_chunk(&chunk(&body)).is_none());
-            tries += 1;
-            for _ in 0..skip {
-                assert!(c.compress_chunk(&chunk(&easy)).is_none(), "try {tries}");
+        for mode in [CompressMode::Auto, CompressMode::Lz4] {
+            let mut c = Compressor::new(mode, body.len()).unwrap();
+            let easy = vec![5u8; 4000];
+            // Backing off: after the k-th incompressible chunk in a row, the next 2^(k-1)
+            // chunks (at most 16) are written plain, even repetitive ones.
+            let mut tries = 0;
+            for skip in [1, 2, 4, 8, 16, 16] {
+                assert!(c.compress_chunk(&chunk(&body)).is_none());
+                tries += 1;
+                for _ in 0..skip {
+                    assert!(c.compress_chunk(&chunk(&easy)).is_none(), "try {tries}");
+                }
             }
+            assert!(c.compress_chunk(&chunk(&easy)).is_some());
+            // A chunk that shrank enough starts over: one plain chunk after the next failure.
+            assert!(c.compress_chunk(&chunk(&body)).is_none());
+            assert!(c.compress_chunk(&chunk(&easy)).is_none());
+            assert!(c.compress_chunk(&chunk(&easy)).is_some());
         }
-        assert!(c.compress_chunk(&chunk(&easy)).is_some());
-        // A chunk that shrank enough starts over: one plain chunk after the next failure.
+        // `always` never backs off.
+        let mut c = Compressor::new(CompressMode::Always, body.len()).unwrap();
         assert!(c.compress_chunk(&chunk(&body)).is_none());
-        assert!(c.compress_chunk(&chunk(&easy)).is_none());
-        assert!(c.compress_chunk(&chunk(&easy)).is_some());
+        assert!(c.compress_chunk(&chunk(&vec![5u8; 4000])).is_some());
     }
 
     #[test]
     fn bad_lengths_and_blocks_are_problems() {
-        let body = vec![1u8; 3000];
-        let mut c = Compressor::new(CompressMode::Always, body.len()).unwrap();
-        let framed = c.compress_chunk(&chunk(&body)).unwrap().to_vec();
-        let payload = &framed[CHUNK_HEADER_LEN..];
-        let mut out = Vec::new();
-        let mut p = payload.to_vec();
-        p[EVENTS_PREFIX_LEN..LZ4_BLOCK_START].copy_from_slice(&u32::MAX.to_le_bytes());
-        assert!(matches!(
-            decompress_events(&p, &mut out),
-            Err(CompressProblem::BadLength { .. })
-        ));
-        let mut p = payload.to_vec();
-        p[EVENTS_PREFIX_LEN..LZ4_BLOCK_START].copy_from_slice(&2999u32.to_le_bytes());
-        assert!(decompress_events(&p, &mut out).is_err());
-        let mut p = payload.to_vec();
-        p.truncate(p.len() - 1);
-        assert!(decompress_events(&p, &mut out).is_err());
-        assert!(matches!(
-            decompress_events(&payload[..10], &mut out),
-            Err(CompressProblem::TooShort(10))
-        ));
+        let body: Vec<u8> = (0..3000).map(|i| (i % 13 + i / 300) as u8).collect();
+        for mode in [CompressMode::Always, CompressMode::Lz4] {
+            let mut c = Compressor::new(mode, body.len()).unwrap();
+            let codec = c.codec();
+            let framed = c.compress_chunk(&chunk(&body)).unwrap().to_vec();
+            let payload = &framed[CHUNK_HEADER_LEN..];
+            let mut out = Vec::new();
+            let mut p = payload.to_vec();
+            p[EVENTS_PREFIX_LEN..BLOCK_START].copy_from_slice(&u32::MAX.to_le_bytes());
+            assert!(matches!(
+                decompress_events(codec, &p, &mut out),
+                Err(CompressProblem::BadLength { .. })
+            ));
+            let mut p = payload.to_vec();
+            p[EVENTS_PREFIX_LEN..BLOCK_START].copy_from_slice(&2999u32.to_le_bytes());
+            assert!(decompress_events(codec, &p, &mut out).is_err());
+            let mut p = payload.to_vec();
+            p[EVENTS_PREFIX_LEN..BLOCK_START].copy_from_slice(&3001u32.to_le_bytes());
+            assert!(decompress_events(codec, &p, &mut out).is_err());
+            let mut p = payload.to_vec();
+            p.truncate(p.len() - 1);
+            assert!(decompress_events(codec, &p, &mut out).is_err());
+            let mut p = payload.to_vec();
+            p.push(0);
+            assert!(decompress_events(codec, &p, &mut out).is_err());
+            assert!(matches!(
+                decompress_events(codec, &payload[..10], &mut out),
+                Err(CompressProblem::TooShort(10))
+            ));
+        }
     }
 }

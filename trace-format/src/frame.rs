@@ -9,15 +9,18 @@ pub const VERSION_MAJOR: u16 = 1;
 /// The major version of a trace that uses required features (its prefix lists them).
 pub const VERSION_MAJOR_FEATURES: u16 = 2;
 /// The minor version this crate writes, in the one minor sequence shared by all majors.
-pub const VERSION_MINOR: u16 = 8;
+pub const VERSION_MINOR: u16 = 9;
 /// Magic, major, minor, header length, header checksum: a 1.x file prefix.
 pub const FILE_PREFIX_LEN: usize = 8 + 2 + 2 + 4 + 4;
 /// A 2.x file prefix: the 1.x fields, then the required-features word.
 pub const FILE_PREFIX_LEN_V2: usize = FILE_PREFIX_LEN + 8;
 /// Required feature bit 0 (2.7): event chunks may be compressed (FORMAT.md §5.3).
 pub const FEATURE_COMPRESSED_CHUNKS: u64 = 1;
+/// Required feature bit 1 (2.9): event chunks may be compressed with zstd (codec 2,
+/// FORMAT.md §5.3); always set together with bit 0.
+pub const FEATURE_ZSTD_CHUNKS: u64 = 2;
 /// Every required feature this reader knows.
-pub const KNOWN_FEATURES: u64 = FEATURE_COMPRESSED_CHUNKS;
+pub const KNOWN_FEATURES: u64 = FEATURE_COMPRESSED_CHUNKS | FEATURE_ZSTD_CHUNKS;
 
 /// Where the header starts in a file of this major version.
 pub fn prefix_len(major: u16) -> usize {
@@ -35,6 +38,7 @@ pub fn feature_names(bits: u64) -> String {
         if bits & (1 << bit) != 0 {
             names.push(match bit {
                 0 => "bit 0 (compressed chunks)".to_string(),
+                1 => "bit 1 (zstd-compressed chunks)".to_string(),
                 b => format!("bit {b}"),
             });
         }
@@ -46,6 +50,18 @@ pub fn feature_names(bits: u64) -> String {
 pub const CODEC_STORED: u8 = 0;
 /// An LZ4 block after the events prefix and the decoded length.
 pub const CODEC_LZ4: u8 = 1;
+/// One zstd frame after the events prefix and the decoded length (2.9, feature bit 1).
+pub const CODEC_ZSTD: u8 = 2;
+
+/// The codec's name, for `stats` and for problems.
+pub fn codec_name(codec: u8) -> &'static str {
+    match codec {
+        CODEC_STORED => "stored",
+        CODEC_LZ4 => "LZ4",
+        CODEC_ZSTD => "zstd",
+        _ => "unknown",
+    }
+}
 /// A header larger than this is refused before it is read.
 pub const MAX_HEADER_LEN: u32 = 1 << 20;
 

@@ -26,6 +26,7 @@ pub mod stream;
 pub mod tables;
 pub mod varint;
 pub mod writer;
+mod zstd_cctx;
 
 pub use compress::CompressMode;
 pub use data::DataSymbol;

@@ -16,7 +16,7 @@ use crate::codec::{Decoder, EXTENSION_TAGS, KEY_FLAG};
 use crate::compress::{decoded_len, decompress_events};
 use crate::error::{Problem, ProblemKind, TraceError};
 use crate::event::{Event, ObjectId, SiteId, StringId, ThreadId};
-use crate::frame::{ChunkKind, EventsPrefix, CODEC_LZ4, EVENTS_PREFIX_LEN};
+use crate::frame::{ChunkKind, EventsPrefix, CODEC_STORED, CODEC_ZSTD, EVENTS_PREFIX_LEN};
 use crate::scan::{payload_read_problem, scan};
 use crate::source::Source;
 use crate::tables::{
@@ -184,6 +184,8 @@ pub struct ThreadEvents {
     pub stored_bytes: u64,
     /// How many of its chunks were compressed.
     pub compressed_chunks: u32,
+    /// How many of those were compressed with zstd (the others with LZ4).
+    pub zstd_chunks: u32,
 }
 
 impl ThreadEvents {
@@ -291,10 +293,10 @@ impl TraceFile {
             .bytes_at(c.payload_offset, c.payload_len as usize, buf)
             .map_err(|f| payload_read_problem(c.offset, c.payload_len as usize, f))?;
         let prefix = check_events_payload(c.offset, c.payload_crc, payload)?;
-        let compressed = c.codec == CODEC_LZ4;
+        let compressed = c.codec != CODEC_STORED;
         let body_len = if compressed {
             // The decoded length, checked against what the compressed bytes can hold.
-            decoded_len(payload).map_err(|why| Problem {
+            decoded_len(c.codec, payload).map_err(|why| Problem {
                 offset: c.offset,
                 kind: ProblemKind::BadCompressedChunk(why),
             })?
@@ -305,7 +307,7 @@ impl TraceFile {
             offset: c.offset,
             body_offset: c.payload_offset + EVENTS_PREFIX_LEN as u64,
             body_len,
-            compressed: compressed.then_some((c.payload_offset, c.payload_len)),
+            compressed: compressed.then_some((c.payload_offset, c.payload_len, c.codec)),
             prefix,
             // Every event takes at least one byte, so the declared count cannot make us reserve
             // more than the chunk's size warrants.
@@ -348,10 +350,10 @@ impl TraceFile {
                 .source
                 .bytes_at(c.body_offset, c.body_len, &mut buf.raw)
                 .map(Ok),
-            Some((at, len)) => self
+            Some((at, len, codec)) => self
                 .source
                 .bytes_at(at, len as usize, &mut buf.raw)
-                .map(|payload| decompress_events(payload, &mut buf.plain)),
+                .map(|payload| decompress_events(codec, payload, &mut buf.plain)),
         };
         let body = match body {
             Ok(Ok(body)) => body,
@@ -364,7 +366,7 @@ impl TraceFile {
                 return out;
             }
             Err(failure) => {
-                let len = c.compressed.map_or(c.body_len, |(_, l)| l as usize);
+                let len = c.compressed.map_or(c.body_len, |(_, l, _)| l as usize);
                 let problem = payload_read_problem(c.offset, len, failure);
                 out.problems.push(problem);
                 return out;
@@ -497,6 +499,7 @@ impl TraceFile {
                 encoded_bytes: 0,
                 stored_bytes: 0,
                 compressed_chunks: 0,
+                zstd_chunks: 0,
             };
             let mut filled = 0usize; // slots [0, filled) hold events, in program order
             let mut window = 0usize; // start of the current chunk's window
@@ -530,10 +533,11 @@ impl TraceFile {
                     end_ns: c.prefix.end_ns,
                 });
                 t.encoded_bytes += c.body_len as u64;
-                t.stored_bytes += c.compressed.map_or(c.body_len as u64, |(_, len)| {
+                t.stored_bytes += c.compressed.map_or(c.body_len as u64, |(_, len, _)| {
                     (len as usize).saturating_sub(EVENTS_PREFIX_LEN) as u64
                 });
                 t.compressed_chunks += c.compressed.is_some() as u32;
+                t.zstd_chunks += matches!(c.compressed, Some((_, _, CODEC_ZSTD))) as u32;
                 filled += o.written;
                 window += c.capacity;
             }
@@ -689,8 +693,9 @@ struct PlannedChunk {
     body_offset: u64,
     /// Bytes of encoded events (decompressed, for a compressed chunk).
     body_len: usize,
-    /// A compressed chunk's payload (offset, length), which is read and decompressed whole.
-    compressed: Option<(u64, u32)>,
+    /// A compressed chunk's payload (offset, length) and codec, which is read and
+    /// decompressed whole.
+    compressed: Option<(u64, u32, u8)>,
     prefix: EventsPrefix,
     /// Slots reserved for its events.
     capacity: usize,

@@ -203,7 +203,8 @@ fn locate_chunks(
                 }
                 let codec = if coded { h.flags } else { 0 };
                 let known = codec == crate::frame::CODEC_STORED
-                    || (codec == crate::frame::CODEC_LZ4 && h.kind == ChunkKind::Events);
+                    || ((codec == crate::frame::CODEC_LZ4 || codec == crate::frame::CODEC_ZSTD)
+                        && h.kind == ChunkKind::Events);
                 if !known {
                     // Only event chunks are compressed, with a codec this reader knows: the
                     // chunk cannot be read, the ones after it can.

@@ -39,7 +39,7 @@ use crate::codec::{Decoder, DecoderState};
 use crate::compress::{decoded_len, decompress_events};
 use crate::error::{Problem, ProblemKind, TraceError};
 use crate::event::{Event, ThreadId};
-use crate::frame::{ChunkKind, CODEC_LZ4, EVENTS_PREFIX_LEN};
+use crate::frame::{ChunkKind, CODEC_STORED, CODEC_ZSTD, EVENTS_PREFIX_LEN};
 use crate::ordering::Checker;
 use crate::reader::{
     check_events_payload, keep_first_shrink, limit_reference_reports, ReferenceCheck, Tables,
@@ -122,6 +122,8 @@ pub struct ThreadSummary {
     pub stored_bytes: u64,
     /// How many of those chunks were compressed.
     pub compressed_chunks: u32,
+    /// How many of those were compressed with zstd (the others with LZ4).
+    pub zstd_chunks: u32,
     /// Wall-clock times of the first and of the last of those chunks (0 when unknown).
     pub start_ns: u64,
     pub end_ns: u64,
@@ -489,7 +491,7 @@ impl<'a> Cursor<'a> {
         while let Some(loc) = self.chunks.get(self.next_chunk) {
             self.next_chunk += 1;
             let len = loc.payload_len as usize;
-            let compressed = loc.codec == CODEC_LZ4;
+            let compressed = loc.codec != CODEC_STORED;
             // A block that does not decompress costs its chunk, which still takes its place
             // in the thread's sequence (as in the decoding reader, which finds it later).
             let mut broken = None;
@@ -500,21 +502,21 @@ impl<'a> Cursor<'a> {
                 Ok(payload) => match check_events_payload(loc.offset, loc.payload_crc, payload) {
                     Ok(prefix) if compressed => {
                         // A decoded length out of bounds: the chunk is not planned at all.
-                        if let Err(why) = decoded_len(payload) {
+                        if let Err(why) = decoded_len(loc.codec, payload) {
                             ctx.problems.push(Problem {
                                 offset: loc.offset,
                                 kind: ProblemKind::BadCompressedChunk(why),
                             });
                             continue;
                         }
-                        match decompress_events(payload, &mut self.plain) {
+                        match decompress_events(loc.codec, payload, &mut self.plain) {
                             Ok(body) => {
                                 let n = body.len();
                                 self.plain.truncate(n);
                             }
                             Err(why) => {
                                 self.plain.clear();
-                                broken = Some((why, decoded_len(payload).unwrap_or(0)));
+                                broken = Some((why, decoded_len(loc.codec, payload).unwrap_or(0)));
                             }
                         }
                         prefix
@@ -591,6 +593,7 @@ impl<'a> Cursor<'a> {
             self.summary.encoded_bytes += body_len as u64;
             self.summary.stored_bytes += (len - EVENTS_PREFIX_LEN) as u64;
             self.summary.compressed_chunks += compressed as u32;
+            self.summary.zstd_chunks += (loc.codec == CODEC_ZSTD) as u32;
             let keys_backwards = (prefix.base_key < self.last_key).then_some(Problem {
                 offset: loc.offset,
                 kind: ProblemKind::KeysBackwards {

@@ -9,9 +9,8 @@ use crate::codec::{self, DeltaState, EncodeError, MAX_EVENT_LEN};
 use crate::compress::{CompressMode, Compressor};
 use crate::event::{Event, LockMode, ObjectId, SiteId, ThreadId};
 use crate::frame::{
-    write_chunk_header, ChunkKind, EventsPrefix, CHUNK_HEADER_LEN, EVENTS_PREFIX_LEN,
-    FEATURE_COMPRESSED_CHUNKS, FILE_MAGIC, MAX_PAYLOAD_LEN, VERSION_MAJOR, VERSION_MAJOR_FEATURES,
-    VERSION_MINOR,
+    write_chunk_header, ChunkKind, EventsPrefix, CHUNK_HEADER_LEN, EVENTS_PREFIX_LEN, FILE_MAGIC,
+    MAX_PAYLOAD_LEN, VERSION_MAJOR, VERSION_MAJOR_FEATURES, VERSION_MINOR,
 };
 use crate::tables::{Header, TableRecord, Trailer};
 
@@ -789,10 +788,7 @@ pub fn file_prefix_with(header: &Header, features: u64) -> Vec<u8> {
 
 /// The required features a trace written with `mode` declares.
 pub fn features_for(mode: CompressMode) -> u64 {
-    match mode {
-        CompressMode::Never => 0,
-        CompressMode::Auto | CompressMode::Always => FEATURE_COMPRESSED_CHUNKS,
-    }
+    mode.features()
 }
 
 /// `header` with its command cut to fit the reader's header limit (with room to spare).

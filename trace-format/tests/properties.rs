@@ -165,7 +165,8 @@ fn compress_mode() -> impl Strategy<Value = CompressMode> {
     prop_oneof![
         Just(CompressMode::Never),
         Just(CompressMode::Auto),
-        Just(CompressMode::Always)
+        Just(CompressMode::Always),
+        Just(CompressMode::Lz4)
     ]
 }
 
@@ -613,6 +614,7 @@ proptest! {
                 encoded_bytes: t.encoded_bytes,
                 stored_bytes: t.stored_bytes,
                 compressed_chunks: t.compressed_chunks,
+                zstd_chunks: t.zstd_chunks,
                 start_ns: t.chunks.first().map_or(0, |c| c.start_ns),
                 end_ns: t.chunks.last().map_or(0, |c| c.end_ns),
             })

@@ -256,7 +256,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 std::fs::read(&copy).with_context(|| format!("cannot read {}", copy.display()))?
             }
         };
-        // zstd gains far more on plain chunks than on LZ4 blocks: a compressed trace is packed
+        // A whole-file zstd -19 gains far more on plain chunks than on compressed chunks (LZ4
+        // blocks or zstd frames made one by one): a compressed trace is packed
         // as its plain (1.x) trace, unless it is damaged (then as it is, damage and all).
         let plain = match foresight_trace::compress::to_plain(&bytes) {
             Ok(std::borrow::Cow::Owned(plain)) => Some(plain),

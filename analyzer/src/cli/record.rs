@@ -113,13 +113,15 @@ pub struct Args {
     /// naming them (`foresight analyze PATH.snapshot-1`), not as processes of the run.
     #[arg(long, value_name = "SIGNAL", value_parser = parse_signal, requires = "keep_last")]
     dump_on: Option<i32>,
-    /// Compress the trace's event chunks as they are written (LZ4): `auto` compresses, and
-    /// writes plain for a while after chunks that shrank less than 4x (a workload that does
-    /// not compress costs little); `always` compresses every chunk; `never` writes an
-    /// uncompressed trace (format 1.x, which older foresight releases read). A flight
-    /// recorder (--keep-last) writes its window uncompressed.
+    /// Compress the trace's event chunks as they are written: `auto` compresses with zstd,
+    /// and writes plain for a while after chunks that shrank less than 2x (a workload that
+    /// does not compress costs little); `always` compresses every chunk with zstd; `lz4`
+    /// compresses with LZ4 as `auto` does (cheaper, larger, read by foresight releases
+    /// without zstd, format 2.7); `never` writes an uncompressed trace (format 1.x, which
+    /// older foresight releases read). A flight recorder (--keep-last) writes its window
+    /// uncompressed.
     #[arg(long, value_name = "WHEN", default_value = "auto",
-          value_parser = ["auto", "always", "never"])]
+          value_parser = ["auto", "always", "lz4", "never"])]
     compress: String,
     /// The command to record and its arguments (after `--`).
     #[arg(

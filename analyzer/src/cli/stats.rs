@@ -521,13 +521,20 @@ fn write_compression(
     let decoded: u64 = threads.iter().map(|t| t.encoded_bytes).sum();
     let stored: u64 = threads.iter().map(|t| t.stored_bytes).sum();
     let compressed: u64 = threads.iter().map(|t| t.compressed_chunks as u64).sum();
+    let zstd: u64 = threads.iter().map(|t| t.zstd_chunks as u64).sum();
+    let codecs = match (zstd, compressed - zstd) {
+        (0, 0) => "no codec used".to_string(),
+        (_, 0) => "zstd".to_string(),
+        (0, _) => "LZ4".to_string(),
+        (z, l) => format!("{z} zstd, {l} LZ4"),
+    };
     let chunks = stream
         .chunk_count()
         .saturating_sub(stream.table_chunk_count() + stream.trailer().is_some() as usize);
     let events: u64 = threads.iter().map(|t| t.events).sum();
     writeln!(
         out,
-        "compressed {compressed} of {} (LZ4); events take {stored} bytes on disk for {decoded} \
+        "compressed {compressed} of {} ({codecs}); events take {stored} bytes on disk for {decoded} \
          decoded, ratio {:.1}x, {:.3} bytes/event on disk",
         counted(chunks, "event chunk", "event chunks"),
         if stored > 0 {

@@ -1,0 +1,124 @@
+//! The one module that calls zstd's C API directly: a compression context that lives in a
+//! workspace allocated once, when a chunk writer is made, so that compressing a chunk never
+//! allocates (zstd's `ZSTD_initStaticCCtx`, FORMAT.md §5.4).
+//!
+//! A context made by `ZSTD_createCCtx` calls the C `malloc`, which in a recorded program is
+//! the program's own (the recorder must never call it from its hooks). A static context
+//! instead takes its whole memory from the caller, here a `Vec` allocated through Rust's global
+//! allocator: in the recorder, its own `mmap`-backed allocator (`recorder/src/alloc.rs`, which
+//! maps a block this large directly); in tools, the system allocator. zstd never allocates for
+//! a static context: where it would need more memory (a level whose tables do not fit) it
+//! returns an error instead (`ZSTD_resetCCtx_internal`: "static cctx : no resize"), and the
+//! chunk is then written plain.
+
+use std::ptr::NonNull;
+
+use zstd_safe::zstd_sys as sys;
+
+/// A zstd compression context in a workspace of its own, for one compression level.
+pub struct StaticCCtx {
+    /// The context's memory; never read from Rust, so it is left uninitialised (zstd does not
+    /// read what it has not written, whatever a static workspace holds). `u64` for the 8-byte
+    /// alignment `ZSTD_initStaticCCtx` requires.
+    /// Owned here so that it lives as long as the context; never used otherwise.
+    _workspace: Vec<u64>,
+    /// The context, at the start of `workspace`.
+    cctx: NonNull<sys::ZSTD_CCtx>,
+    level: i32,
+}
+
+// SAFETY: the context is plain memory inside `workspace`, owned by this value alone, with no
+// thread affinity (zstd contexts may be used from any thread, one at a time: `&mut self`).
+unsafe impl Send for StaticCCtx {}
+
+impl StaticCCtx {
+    /// A context for `level` (zstd's levels, clamped to those it has) and inputs of at most
+    /// `max_src` bytes; `None` if its memory cannot be had.
+    pub fn new(level: i32, max_src: usize) -> Option<Self> {
+        let level = level.clamp(zstd_safe::min_c_level(), zstd_safe::max_c_level());
+        // The workspace one-shot compressions of up to `max_src` bytes need (zstd's advice for
+        // inputs of a known bound, tighter than `ZSTD_estimateCCtxSize`, which assumes any
+        // size): zstd picks its parameters from the input's size in tiers (up to 16 KiB,
+        // 128 KiB, 256 KiB, larger), so the largest over the tiers up to `max_src`.
+        let size = [16 << 10, 128 << 10, 256 << 10, max_src]
+            .into_iter()
+            .map(|s: usize| s.min(max_src))
+            .map(|s| {
+                // SAFETY: pure functions of their arguments (no pointers).
+                unsafe {
+                    sys::ZSTD_estimateCCtxSize_usingCParams(sys::ZSTD_getCParams(
+                        level, s as u64, 0,
+                    ))
+                }
+            })
+            .max()
+            .unwrap_or(0);
+        // SAFETY: a pure function of its argument.
+        if size == 0 || unsafe { sys::ZSTD_isError(size) } != 0 {
+            return None;
+        }
+        let mut workspace: Vec<u64> = Vec::new();
+        workspace.try_reserve_exact(size.div_ceil(8)).ok()?;
+        let bytes = workspace.capacity() * 8;
+        // SAFETY: the pointer is 8-byte aligned and `bytes` bytes behind it are allocated and
+        // owned by `workspace`, which outlives the context (both are fields of this value, and
+        // the heap block does not move when the value does). Nothing else touches them.
+        let cctx = unsafe { sys::ZSTD_initStaticCCtx(workspace.as_mut_ptr().cast(), bytes) };
+        let cctx = NonNull::new(cctx)?;
+        Some(Self {
+            _workspace: workspace,
+            cctx,
+            level,
+        })
+    }
+
+    /// Compresses `src` as one zstd frame (content size in its header, no checksum) into
+    /// `dst`; the frame's length, or `None` if it did not fit or zstd refused.
+    pub fn compress(&mut self, dst: &mut [u8], src: &[u8]) -> Option<usize> {
+        // SAFETY: `cctx` is a live context in `self._workspace` (see `new`), used by nobody else
+        // (`&mut self`); `dst` and `src` are valid for their lengths and do not overlap (one is
+        // borrowed mutably). `ZSTD_compressCCtx` writes at most `dst.len()` bytes and reports
+        // a full `dst` as an error; on a static context it allocates nothing.
+        let n = unsafe {
+            sys::ZSTD_compressCCtx(
+                self.cctx.as_ptr(),
+                dst.as_mut_ptr().cast(),
+                dst.len(),
+                src.as_ptr().cast(),
+                src.len(),
+                self.level,
+            )
+        };
+        // SAFETY: a pure function of its argument.
+        if unsafe { sys::ZSTD_isError(n) } != 0 {
+            return None;
+        }
+        Some(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compresses_into_its_workspace_and_round_trips() {
+        let src: Vec<u8> = (0..100_000u32)
+            .map(|i| ((i % 251) ^ (i / 977)) as u8)
+            .collect();
+        for level in [-1, 1, 2, 3, 6] {
+            let mut c = StaticCCtx::new(level, src.len()).expect("a context");
+            let mut dst = vec![0; zstd_safe::compress_bound(src.len())];
+            // Inputs of every size tier up to the one it was made for, in turn.
+            for len in [100_000, 1000, 20_000, 0, 100_000] {
+                let n = c.compress(&mut dst, &src[..len]).expect("compresses");
+                let mut back = vec![0u8; len + 1];
+                let got = zstd_safe::decompress(&mut back[..], &dst[..n]);
+                assert_eq!(got, Ok(len), "level {level}");
+                assert_eq!(&back[..len], &src[..len]);
+            }
+            // Too small an output is an error, not an overflow.
+            assert_eq!(c.compress(&mut dst[..8], &src), None);
+        }
+    }
+}
