@@ -223,16 +223,20 @@ impl Shard {
     }
 
     /// The id of the locks thread `t` holds now.
+    #[inline]
     fn lockset_of(&mut self, t: usize) -> u32 {
         match self.lockset[t] {
             Some(id) => id,
-            None => {
-                let set: Vec<Held> = self.held[t].iter().map(|h| h.0).collect();
-                let id = self.locksets.intern(&set);
-                self.lockset[t] = Some(id);
-                id
-            }
+            None => self.intern_lockset(t),
         }
+    }
+
+    #[cold]
+    fn intern_lockset(&mut self, t: usize) -> u32 {
+        let set: Vec<Held> = self.held[t].iter().map(|h| h.0).collect();
+        let id = self.locksets.intern(&set);
+        self.lockset[t] = Some(id);
+        id
     }
 
     /// A read, write or atomic access of `thread` at `pos` (merged order `seq`): checked against
