@@ -26,7 +26,7 @@ use foldhash::{HashMap, HashMapExt};
 use std::io::{self, Read};
 
 use super::import::{Failure, ImportError};
-use super::names::{Interned, NameError, Names};
+use super::names::{self, Interned, NameError, Names};
 use super::parse::{self, Op};
 
 /// A race found: the pair of locations, in trace order.
@@ -111,8 +111,9 @@ struct Engine {
     racy_events: u64,
     racy_sites: Vec<bool>,
     events: u64,
-    /// The thread of the last line, by name: consecutive lines are often one thread's.
-    last_thread: (Vec<u8>, u32),
+    /// The thread of the last line, by its packed name ((0, 0): none, or a name too long to
+    /// pack): consecutive lines are often one thread's.
+    last_thread: ((u64, u64), u32),
 }
 
 #[inline]
@@ -156,7 +157,7 @@ impl Engine {
             racy_events: 0,
             racy_sites: Vec::new(),
             events: 0,
-            last_thread: (Vec::new(), u32::MAX),
+            last_thread: ((0, 0), u32::MAX),
         }
     }
 
@@ -188,14 +189,14 @@ impl Engine {
     #[inline]
     fn line(&mut self, n: u64, l: &parse::Line<'_>) -> Result<(), Failure> {
         self.events += 1;
-        let t = if self.last_thread.0 == l.thread {
-            self.last_thread.1
-        } else {
-            let t = self.thread(l.thread, n)?;
-            self.last_thread.0.clear();
-            self.last_thread.0.extend_from_slice(l.thread);
-            self.last_thread.1 = t;
-            t
+        let packed = names::pack(l.thread);
+        let t = match packed {
+            Some(p) if p == self.last_thread.0 => self.last_thread.1,
+            _ => {
+                let t = self.thread(l.thread, n)?;
+                self.last_thread = (packed.unwrap_or((0, 0)), t);
+                t
+            }
         };
         match l.op {
             Op::Acquire => {
@@ -376,16 +377,7 @@ impl Engine {
 /// Reads the STD text from `input` and finds its happens-before races.
 pub fn hb_races<R: Read>(input: R) -> Result<HbRaces, Failure> {
     let mut engine = Engine::new();
-    let lines = super::import::for_each_line(input, |n, line| {
-        let l = parse::parse(line).map_err(|e| {
-            Failure::Input(ImportError {
-                line: n,
-                column: Some(e.column),
-                message: e.message,
-            })
-        })?;
-        engine.line(n, &l)
-    })?;
+    let lines = super::import::for_each_parsed_line(input, |n, l| engine.line(n, l))?;
     Ok(engine.finish(lines))
 }
 

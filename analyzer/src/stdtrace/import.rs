@@ -816,9 +816,278 @@ pub fn for_each_line<R: Read>(
     }
 }
 
+/// Calls `f` with each line of `input` that is not blank, parsed, and its number (from 1); a
+/// line that is not STD is an error naming its line and column. The same lines as
+/// [`for_each_line`] and [`parse::parse`] give, found faster: one scan of the buffer, eight
+/// bytes at a time, finds each line's end, its two `|` and the `(` of its operation together;
+/// a line whose shape is anything but the usual is handed to [`parse::parse`] whole.
+pub fn for_each_parsed_line<R: Read>(
+    mut input: R,
+    mut f: impl FnMut(u64, &Line<'_>) -> Result<(), Failure>,
+) -> Result<u64, Failure> {
+    const READ: usize = 1 << 20;
+    let mut buf = vec![0u8; READ];
+    let mut start = 0usize; // first byte of the current line
+    let mut end = 0usize; // bytes held
+    let mut n = 0u64;
+    // The careful way, for a line the scan did not make sense of (blank, malformed, `\r\n`
+    // with nothing after the second `|`, more than two `|`).
+    let slow = |f: &mut dyn FnMut(u64, &Line<'_>) -> Result<(), Failure>,
+                n: u64,
+                line: &[u8]|
+     -> Result<(), Failure> {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() || line.iter().all(u8::is_ascii_whitespace) {
+            return Ok(());
+        }
+        match parse::parse(line) {
+            Ok(l) => f(n, &l),
+            Err(e) => Err(ImportError {
+                line: n,
+                column: Some(e.column),
+                message: e.message,
+            }
+            .into()),
+        }
+    };
+    loop {
+        // Move the partial line to the front, and make room for a read.
+        if start > 0 {
+            buf.copy_within(start..end, 0);
+            end -= start;
+            start = 0;
+        }
+        if buf.len() - end < READ / 2 {
+            if end >= MAX_LINE {
+                return Err(ImportError {
+                    line: n + 1,
+                    column: None,
+                    message: format!("the line is longer than {MAX_LINE} bytes"),
+                }
+                .into());
+            }
+            buf.resize(end + READ, 0);
+        }
+        let got = loop {
+            match input.read(&mut buf[end..]) {
+                Ok(k) => break k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e.into()),
+            }
+        };
+        let eof = got == 0;
+        end += got;
+        let data = &buf[..end];
+        // The current line: where it starts, its first two `|` and how many it has. The partial
+        // line left by the last read is scanned again from its start.
+        let mut from = start;
+        let mut bars = [0usize; 3];
+        let mut found = 0usize;
+        // What a `\n` or `|` at `at` does (a macro, to be sure it is inlined).
+        macro_rules! hit {
+            ($at:expr, $newline:expr) => {{
+                let at = $at;
+                if $newline {
+                    n += 1;
+                    match fast_line(data, from, at, [bars[0], bars[1]], found) {
+                        Some(l) => f(n, &l)?,
+                        None => slow(&mut f, n, &data[from..at])?,
+                    }
+                    from = at + 1;
+                    found = 0;
+                } else {
+                    bars[found.min(2)] = at;
+                    found += 1;
+                }
+            }};
+        }
+        let mut i = start;
+        let mut words = data[start..].chunks_exact(8);
+        for c in &mut words {
+            let w = u64::from_le_bytes(c.try_into().expect("eight bytes"));
+            let newlines = parse::bytes_equal(w, b'\n');
+            let mut hits = newlines | parse::bytes_equal(w, b'|');
+            while hits != 0 {
+                let low = hits & hits.wrapping_neg();
+                let at = i + (low.trailing_zeros() / 8) as usize;
+                hits ^= low;
+                hit!(at, newlines & low != 0);
+            }
+            i += 8;
+        }
+        for at in i..end {
+            match data[at] {
+                b'\n' => hit!(at, true),
+                b'|' => hit!(at, false),
+                _ => {}
+            }
+        }
+        start = from;
+        if eof {
+            if start < end {
+                n += 1;
+                slow(&mut f, n, &buf[start..end])?;
+            }
+            return Ok(n);
+        }
+    }
+}
+
+/// The line `data[from..at]` from the positions of the `|` the scan found, when it has the
+/// usual shape (what [`parse::parse`] would return for it); `None` for anything else. The
+/// operation's `(` is looked for where a keyword would end: a word [`Op::from_keyword`]
+/// accepts holds no `(`, so when one is followed by `(`, that is the first `(` of the field.
+#[inline(always)]
+fn fast_line(
+    data: &[u8],
+    from: usize,
+    at: usize,
+    [bar1, bar2]: [usize; 2],
+    found: usize,
+) -> Option<Line<'_>> {
+    if found != 2 || bar1 == from {
+        return None;
+    }
+    let field = &data[bar1 + 1..bar2];
+    let open = if field.get(1) == Some(&b'(') {
+        1
+    } else if field.get(3) == Some(&b'(') {
+        3
+    } else if field.get(4) == Some(&b'(') {
+        4
+    } else {
+        field.len()
+    };
+    let op = Op::from_keyword(&field[..open])?;
+    let target = if op.has_target() {
+        if field.len() < open + 3 || field[field.len() - 1] != b')' {
+            return None;
+        }
+        &field[open + 1..field.len() - 1]
+    } else {
+        if open != field.len() {
+            return None;
+        }
+        &field[..0]
+    };
+    let location = &data[bar2 + 1..at];
+    Some(Line {
+        thread: &data[from..bar1],
+        op,
+        target,
+        location: location.strip_suffix(b"\r").unwrap_or(location),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A reader that hands out a few bytes at a time, so that lines are cut between reads.
+    struct Trickle<'a>(&'a [u8], usize);
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            self.1 = self.1 % 7 + 1;
+            let k = self.1.min(buf.len()).min(self.0.len());
+            buf[..k].copy_from_slice(&self.0[..k]);
+            self.0 = &self.0[k..];
+            Ok(k)
+        }
+    }
+
+    type Got = (
+        Vec<(u64, String)>,
+        Result<u64, (u64, Option<usize>, String)>,
+    );
+
+    fn collect(r: Result<u64, Failure>, lines: Vec<(u64, String)>) -> Got {
+        let r = r.map_err(|e| match e {
+            Failure::Input(e) => (e.line, e.column, e.message),
+            other => panic!("{other:?}"),
+        });
+        (lines, r)
+    }
+
+    fn show(l: &Line<'_>) -> String {
+        format!(
+            "{:?} {:?} {:?} {:?}",
+            String::from_utf8_lossy(l.thread),
+            l.op,
+            String::from_utf8_lossy(l.target),
+            String::from_utf8_lossy(l.location)
+        )
+    }
+
+    fn parsed_lines(text: &[u8], trickle: bool) -> Got {
+        let mut got = Vec::new();
+        let f = |n: u64, l: &Line<'_>| {
+            got.push((n, show(l)));
+            Ok(())
+        };
+        let r = if trickle {
+            for_each_parsed_line(Trickle(text, 0), f)
+        } else {
+            for_each_parsed_line(text, f)
+        };
+        collect(r, got)
+    }
+
+    fn careful_lines(text: &[u8]) -> Got {
+        let mut got = Vec::new();
+        let r = for_each_line(text, |n, line| match parse::parse(line) {
+            Ok(l) => {
+                got.push((n, show(&l)));
+                Ok(())
+            }
+            Err(e) => Err(ImportError {
+                line: n,
+                column: Some(e.column),
+                message: e.message,
+            }
+            .into()),
+        });
+        collect(r, got)
+    }
+
+    #[test]
+    fn the_one_scan_reads_lines_as_the_careful_parse_does() {
+        let good = "T0|acq(L34)|120\nmain|fork(T1)|1\r\nT1|r(local.T1)|161\n\n  \n\
+                    T1|w(x)|\nT1|begin|7\nT1|end|(\nT1|acq(f()::m)|1\nT1|req(a(b))|c(d)\n\
+                    a-long-thread-name|w(some.variable[12])|File.java:1234\nT1|join(T2)|\
+                    x\nT1|rel(L34)|a(b\nT2|r(v)|1\r\n\r\nT2|w(v)|last";
+        let bad = [
+            "T0 acq(l) 1",
+            "|acq(l)|1",
+            "T0|acq(l)",
+            "T0|acq(l)|1|2",
+            "T0|lock(l)|1",
+            "T0||1",
+            "T0|acq|1",
+            "T0|acq(l|1",
+            "T0|acq()|1",
+            "T0|begin(x)|1",
+            "T0|end|",
+            "T0|r(|1",
+            "T0|(x)|1",
+            "T0|fork(T1))|1",
+            "T0|acq(x)\r|1",
+            "T0|rr(x)|1",
+            "T0|begin|1\r",
+        ];
+        let mut texts: Vec<String> = vec![good.to_string(), format!("{good}\n")];
+        for b in bad {
+            texts.push(format!("{good}\n{b}\nT9|w(y)|2\n"));
+            texts.push(b.to_string());
+        }
+        for text in &texts {
+            let want = careful_lines(text.as_bytes());
+            for trickle in [false, true] {
+                assert_eq!(parsed_lines(text.as_bytes(), trickle), want, "{text:?}");
+            }
+        }
+        assert_eq!(careful_lines(good.as_bytes()).0.len(), 13);
+    }
 
     #[test]
     fn locations_that_name_a_file_and_line() {

@@ -11,27 +11,36 @@ use std::hash::{BuildHasher, Hasher};
 pub struct Names {
     ids: HashMap<Box<[u8]>, u32, NameHasherBuilder>,
     names: Vec<Box<str>>,
-    /// Names of up to 7 bytes seen lately, packed with their length into one word, by a hash
-    /// of that word: most STD names are short (`T1`, `L3`, `V12`, `120`), and one compare of
-    /// a word costs less than hashing the bytes and comparing them in the table.
-    recent: Box<[(u64, u32)]>,
+    /// Names of 1 to 15 bytes seen lately, packed with their length into two words, by a hash
+    /// of those: most STD names are short (`T1`, `L3`, `V12`, `120`, `local.T1`), and two
+    /// compares of a word cost less than hashing the bytes and comparing them in the table.
+    recent: Box<[(u64, u64, u32)]>,
     key: u64,
 }
 
 const RECENT: usize = 1 << 10;
 
-/// `name` packed with its length (the top byte), when it is shorter than 8 bytes.
-#[inline]
-fn pack(name: &[u8]) -> Option<u64> {
-    if name.len() >= 8 {
-        return None;
-    }
-    // Byte by byte: a copy of a length known only at run time costs a call.
-    let mut w = (name.len() as u64) << 56;
-    for (i, &b) in name.iter().enumerate() {
-        w |= (b as u64) << (8 * i);
-    }
-    Some(w)
+/// `name` packed with its length (the top byte of the second word) when it has 1 to 15 bytes:
+/// two names have the same words exactly when they are the same. A few loads that may overlap
+/// (the length tells how), no copy of a length known only at run time (that costs a call).
+#[inline(always)]
+pub(super) fn pack(name: &[u8]) -> Option<(u64, u64)> {
+    let len = name.len();
+    let word = |at: usize| u64::from_le_bytes(name[at..at + 8].try_into().expect("eight bytes"));
+    let half =
+        |at: usize| u32::from_le_bytes(name[at..at + 4].try_into().expect("four bytes")) as u64;
+    let (lo, tail) = match len {
+        0 => return None,
+        1..=3 => (
+            name[0] as u64 | (name[len / 2] as u64) << 8 | (name[len - 1] as u64) << 16,
+            0,
+        ),
+        4..=7 => (half(0) | half(len - 4) << 32, 0),
+        // The bytes after the first eight, from the last eight (whose top byte is the last).
+        8..=15 => (word(0), (word(len - 8) >> 8) >> (8 * (15 - len))),
+        _ => return None,
+    };
+    Some((lo, tail | (len as u64) << 56))
 }
 
 /// What [`Names::intern`] found.
@@ -48,8 +57,8 @@ impl Names {
         Self {
             ids,
             names: Vec::new(),
-            // The empty name is never interned through the cache (its packed word is 0).
-            recent: vec![(0, 0); RECENT].into_boxed_slice(),
+            // No packed name has a second word of 0 (its length is at least 1).
+            recent: vec![(0, 0, 0); RECENT].into_boxed_slice(),
             key,
         }
     }
@@ -60,23 +69,33 @@ impl Names {
 
     /// The id of `name`, new if it was never seen; `Err` when it is not UTF-8 (the byte
     /// offset of the first bad byte) or when 2^32 names are already known.
-    #[inline]
+    #[inline(always)]
     pub fn intern(&mut self, name: &[u8]) -> Result<Interned, NameError> {
-        let packed = pack(name).filter(|&p| p != 0);
-        let slot = packed.map(|p| {
-            let h = (p ^ self.key).wrapping_mul(MUL);
+        let packed = pack(name);
+        let slot = packed.map(|(lo, hi)| {
+            let h = (lo ^ hi.rotate_left(29) ^ self.key).wrapping_mul(MUL);
             (h >> 54) as usize
         });
-        if let (Some(p), Some(slot)) = (packed, slot) {
-            let (k, id) = self.recent[slot];
-            if k == p {
+        if let (Some((lo, hi)), Some(slot)) = (packed, slot) {
+            let (a, b, id) = self.recent[slot];
+            if (a, b) == (lo, hi) {
                 return Ok(Interned::Known(id));
             }
         }
+        self.intern_slow(name, packed, slot)
+    }
+
+    #[inline(never)]
+    fn intern_slow(
+        &mut self,
+        name: &[u8],
+        packed: Option<(u64, u64)>,
+        slot: Option<usize>,
+    ) -> Result<Interned, NameError> {
         let found = self.ids.get(name).copied();
         if let Some(id) = found {
-            if let (Some(p), Some(slot)) = (packed, slot) {
-                self.recent[slot] = (p, id);
+            if let (Some((lo, hi)), Some(slot)) = (packed, slot) {
+                self.recent[slot] = (lo, hi, id);
             }
             return Ok(Interned::Known(id));
         }
@@ -84,8 +103,8 @@ impl Names {
         let id = u32::try_from(self.names.len()).map_err(|_| NameError::TooMany)?;
         self.ids.insert(name.into(), id);
         self.names.push(text.into());
-        if let (Some(p), Some(slot)) = (packed, slot) {
-            self.recent[slot] = (p, id);
+        if let (Some((lo, hi)), Some(slot)) = (packed, slot) {
+            self.recent[slot] = (lo, hi, id);
         }
         Ok(Interned::New(id))
     }
@@ -193,5 +212,61 @@ mod tests {
         assert!(matches!(n.intern(b"a"), Ok(Interned::Known(3))));
         assert_eq!(n.intern(b"x\xffy").err(), Some(NameError::NotUtf8(1)));
         assert_eq!(n.len(), 4);
+    }
+
+    #[test]
+    fn packed_names_are_distinct() {
+        // Every name of 0 to 16 bytes over a small alphabet, up to length 4, and longer names
+        // that differ in one byte: equal words exactly when equal names.
+        let mut names: Vec<Vec<u8>> = vec![Vec::new()];
+        let mut level = vec![Vec::new()];
+        for _ in 0..4 {
+            level = level
+                .iter()
+                .flat_map(|n: &Vec<u8>| {
+                    [b'a', b'b', 0].map(|c| {
+                        let mut m = n.clone();
+                        m.push(c);
+                        m
+                    })
+                })
+                .collect();
+            names.extend(level.iter().cloned());
+        }
+        for len in 5..=17 {
+            for at in 0..len {
+                for c in [b'x', b'y', 0] {
+                    let mut m = vec![b'a'; len];
+                    m[at] = c;
+                    names.push(m);
+                }
+            }
+        }
+        names.sort();
+        names.dedup();
+        let mut seen = std::collections::HashMap::new();
+        for name in &names {
+            match pack(name) {
+                None => assert!(name.is_empty() || name.len() >= 16, "{name:?}"),
+                Some(p) => {
+                    assert_ne!(p.1, 0);
+                    if let Some(other) = seen.insert(p, name.clone()) {
+                        panic!("{name:?} and {other:?} pack the same");
+                    }
+                }
+            }
+        }
+        // And the cache gives each its own id.
+        let mut n = Names::new();
+        let ids: Vec<u32> = names
+            .iter()
+            .map(|name| match n.intern(name).unwrap() {
+                Interned::New(id) | Interned::Known(id) => id,
+            })
+            .collect();
+        for (name, &id) in names.iter().zip(&ids) {
+            assert!(matches!(n.intern(name), Ok(Interned::Known(i)) if i == id));
+            assert_eq!(n.name(id).as_bytes(), &name[..]);
+        }
     }
 }

@@ -41,18 +41,20 @@ impl Op {
         !matches!(self, Op::Begin | Op::End)
     }
 
-    #[inline]
-    fn from_keyword(word: &[u8]) -> Option<Op> {
-        Some(match word {
-            b"acq" => Op::Acquire,
-            b"rel" => Op::Release,
-            b"r" => Op::Read,
-            b"w" => Op::Write,
-            b"fork" => Op::Fork,
-            b"join" => Op::Join,
-            b"begin" => Op::Begin,
-            b"end" => Op::End,
-            b"req" => Op::Request,
+    /// The operation a word names. By length and bytes (slice patterns), without a call to
+    /// compare memory: this runs on every line.
+    #[inline(always)]
+    pub(super) fn from_keyword(word: &[u8]) -> Option<Op> {
+        Some(match *word {
+            [b'r'] => Op::Read,
+            [b'w'] => Op::Write,
+            [b'a', b'c', b'q'] => Op::Acquire,
+            [b'r', b'e', b'l'] => Op::Release,
+            [b'r', b'e', b'q'] => Op::Request,
+            [b'e', b'n', b'd'] => Op::End,
+            [b'f', b'o', b'r', b'k'] => Op::Fork,
+            [b'j', b'o', b'i', b'n'] => Op::Join,
+            [b'b', b'e', b'g', b'i', b'n'] => Op::Begin,
             _ => return None,
         })
     }
@@ -95,7 +97,7 @@ fn find(byte: u8, s: &[u8]) -> Option<usize> {
 /// The high bit of each byte of `w` that equals `byte`, and of no other (the exact form of the
 /// zero-byte test: no false hits next to a true one).
 #[inline]
-fn bytes_equal(w: u64, byte: u8) -> u64 {
+pub(super) fn bytes_equal(w: u64, byte: u8) -> u64 {
     const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
     let x = w ^ (0x0101_0101_0101_0101 * byte as u64);
     !(((x & LOW7) + LOW7) | x | LOW7)
