@@ -751,6 +751,44 @@ pub fn import_from<R: Read, W: Write>(input: R, importer: &mut Importer<W>) -> R
     Ok(())
 }
 
+/// Bytes read from STD input at a time.
+const READ: usize = 1 << 20;
+
+/// Moves the partial line `buf[start..end]` to the front, makes room, and reads more after it:
+/// the bytes read (0 at the end of the input). `lines` is the number of lines before the
+/// partial one, for the error of a line longer than [`MAX_LINE`].
+fn read_more(
+    input: &mut impl Read,
+    buf: &mut Vec<u8>,
+    start: &mut usize,
+    end: &mut usize,
+    lines: u64,
+) -> Result<usize, Failure> {
+    if *start > 0 {
+        buf.copy_within(*start..*end, 0);
+        *end -= *start;
+        *start = 0;
+    }
+    if buf.len() - *end < READ / 2 {
+        if *end >= MAX_LINE {
+            return Err(ImportError {
+                line: lines + 1,
+                column: None,
+                message: format!("the line is longer than {MAX_LINE} bytes"),
+            }
+            .into());
+        }
+        buf.resize(*end + READ, 0);
+    }
+    loop {
+        match input.read(&mut buf[*end..]) {
+            Ok(k) => return Ok(k),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
 /// Calls `f` with each line of `input` that is not blank, and its number (from 1), without its
 /// line end (`\n` or `\r\n`); returns the number of lines. One pass, a buffer of at most a
 /// line's length beyond the read size.
@@ -758,7 +796,6 @@ pub fn for_each_line<R: Read>(
     mut input: R,
     mut f: impl FnMut(u64, &[u8]) -> Result<(), Failure>,
 ) -> Result<u64, Failure> {
-    const READ: usize = 1 << 20;
     let mut buf = vec![0u8; READ];
     let mut start = 0usize; // first byte of the current line
     let mut end = 0usize; // bytes held
@@ -771,30 +808,7 @@ pub fn for_each_line<R: Read>(
         f(n, line)
     };
     loop {
-        // Move the partial line to the front, and make room for a read.
-        if start > 0 {
-            buf.copy_within(start..end, 0);
-            end -= start;
-            start = 0;
-        }
-        if buf.len() - end < READ / 2 {
-            if end >= MAX_LINE {
-                return Err(ImportError {
-                    line: n + 1,
-                    column: None,
-                    message: format!("the line is longer than {MAX_LINE} bytes"),
-                }
-                .into());
-            }
-            buf.resize(end + READ, 0);
-        }
-        let got = loop {
-            match input.read(&mut buf[end..]) {
-                Ok(k) => break k,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e.into()),
-            }
-        };
+        let got = read_more(&mut input, &mut buf, &mut start, &mut end, n)?;
         let eof = got == 0;
         let scan_from = end;
         end += got;
@@ -825,7 +839,6 @@ pub fn for_each_parsed_line<R: Read>(
     mut input: R,
     mut f: impl FnMut(u64, &Line<'_>) -> Result<(), Failure>,
 ) -> Result<u64, Failure> {
-    const READ: usize = 1 << 20;
     let mut buf = vec![0u8; READ];
     let mut start = 0usize; // first byte of the current line
     let mut end = 0usize; // bytes held
@@ -851,30 +864,7 @@ pub fn for_each_parsed_line<R: Read>(
         }
     };
     loop {
-        // Move the partial line to the front, and make room for a read.
-        if start > 0 {
-            buf.copy_within(start..end, 0);
-            end -= start;
-            start = 0;
-        }
-        if buf.len() - end < READ / 2 {
-            if end >= MAX_LINE {
-                return Err(ImportError {
-                    line: n + 1,
-                    column: None,
-                    message: format!("the line is longer than {MAX_LINE} bytes"),
-                }
-                .into());
-            }
-            buf.resize(end + READ, 0);
-        }
-        let got = loop {
-            match input.read(&mut buf[end..]) {
-                Ok(k) => break k,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e.into()),
-            }
-        };
+        let got = read_more(&mut input, &mut buf, &mut start, &mut end, n)?;
         let eof = got == 0;
         end += got;
         let data = &buf[..end];
