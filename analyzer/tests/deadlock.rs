@@ -1,58 +1,18 @@
 //! Deadlock prediction, behaviour by behaviour, on traces written with the builder.
 
+mod common;
+
+use common::T;
 use foresight_analyzer::analysis::{analyze, Options};
 use foresight_analyzer::model::build_run;
 use foresight_analyzer::report::{Finding, Report, Verdict};
 use foresight_trace::builder::TraceBuilder;
-use foresight_trace::event::{EventKind, LockMode, ObjectId, SiteId, ThreadId};
+use foresight_trace::event::{EventKind, LockMode, ObjectId, ThreadId};
 use foresight_trace::tables::{ClassKey, ObjectKind};
 use foresight_trace::Trace;
 
-/// A builder and a site per line number, for short tests.
-struct T {
-    b: TraceBuilder,
-    main: ThreadId,
-}
-
 impl T {
-    fn new() -> Self {
-        let mut b = TraceBuilder::new("test");
-        let main = b.main_thread();
-        T { b, main }
-    }
-    fn at(&mut self, line: u32) -> SiteId {
-        self.b.site("f", "t.c", line)
-    }
-    fn spawn(&mut self, name: &str) -> ThreadId {
-        let s = self.at(1);
-        self.b.spawn(self.main, s, name)
-    }
-    fn lock(&mut self, t: ThreadId, l: ObjectId, line: u32) {
-        let s = self.at(line);
-        self.b.lock(t, l, s);
-    }
-    fn read_lock(&mut self, t: ThreadId, l: ObjectId, line: u32) {
-        let s = self.at(line);
-        self.b.lock_mode(t, l, LockMode::Shared, s);
-    }
-    fn unlock(&mut self, t: ThreadId, l: ObjectId) {
-        let s = self.at(99);
-        self.b.unlock(t, l, s);
-    }
     /// `t` takes `first` then `second` and releases both.
-    fn nest(&mut self, t: ThreadId, first: ObjectId, second: ObjectId, line: u32) {
-        self.lock(t, first, line);
-        self.lock(t, second, line + 1);
-        self.unlock(t, second);
-        self.unlock(t, first);
-    }
-    fn join(&mut self, child: ThreadId) {
-        let s = self.at(2);
-        self.b.join(self.main, child, s);
-    }
-    fn ev(&mut self, t: ThreadId, kind: EventKind) {
-        self.b.event(t, kind);
-    }
     fn bytes(self) -> Vec<u8> {
         self.b.finish()
     }

@@ -3,46 +3,23 @@
 //! with verdict `observed`, and what they were reported as before (a prediction) is not said
 //! again.
 
+mod common;
+
+use common::T;
 use foresight_analyzer::analysis::{analyze, Options};
 use foresight_analyzer::model::build_run;
 use foresight_analyzer::report::{Finding, Kind, Report, Verdict};
-use foresight_trace::builder::TraceBuilder;
-use foresight_trace::event::{EventKind, LockMode, ObjectId, SiteId, ThreadId};
+use foresight_trace::event::{EventKind, LockMode, ObjectId, ThreadId};
 use foresight_trace::tables::{EndReason, ObjectKind, RecordingStopped, StopCause, ThreadEndState};
 use foresight_trace::Trace;
 
 const BLOCKED: ThreadEndState = ThreadEndState::Blocked;
 const SIGTERM: EndReason = EndReason::Signal { signal: 15 };
 
-struct T {
-    b: TraceBuilder,
-    main: ThreadId,
-}
-
 impl T {
-    fn new() -> Self {
-        let mut b = TraceBuilder::new("test");
-        let main = b.main_thread();
-        T { b, main }
-    }
-    fn at(&mut self, line: u32) -> SiteId {
-        self.b.site("f", "t.c", line)
-    }
-    fn spawn(&mut self, name: &str) -> ThreadId {
-        let s = self.at(1);
-        self.b.spawn(self.main, s, name)
-    }
-    fn lock(&mut self, t: ThreadId, l: ObjectId, line: u32) {
-        let s = self.at(line);
-        self.b.lock(t, l, s);
-    }
     fn request(&mut self, t: ThreadId, lock: ObjectId, mode: LockMode, line: u32) {
         let site = self.at(line);
         self.b.event(t, EventKind::LockRequest { lock, mode, site });
-    }
-    fn read_lock(&mut self, t: ThreadId, l: ObjectId, line: u32) {
-        let s = self.at(line);
-        self.b.lock_mode(t, l, LockMode::Shared, s);
     }
     fn join_request(&mut self, t: ThreadId, child: ThreadId, line: u32) {
         let site = self.at(line);

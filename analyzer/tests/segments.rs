@@ -2,48 +2,19 @@
 //! must not make it predict, and what it can only call potential. Builder traces, whose
 //! merged order is the order of the builder's calls, so each test knows where its cuts fall.
 
+mod common;
+
+use common::T;
 use foresight_analyzer::analysis::{analyze, Options};
 use foresight_analyzer::merge::analyze_in_segments;
 use foresight_analyzer::model::build_run;
 use foresight_analyzer::report::{Finding, Report, Verdict};
 use foresight_analyzer::sites::Wrappers;
-use foresight_trace::builder::TraceBuilder;
-use foresight_trace::event::{EventKind, ObjectId, SiteId, ThreadId};
+use foresight_trace::event::{EventKind, ObjectId, ThreadId};
 use foresight_trace::Trace;
 
-struct T {
-    b: TraceBuilder,
-    main: ThreadId,
-}
-
 impl T {
-    fn new() -> Self {
-        let mut b = TraceBuilder::new("test");
-        let main = b.main_thread();
-        T { b, main }
-    }
-    fn at(&mut self, line: u32) -> SiteId {
-        self.b.site("f", "t.c", line)
-    }
-    fn spawn(&mut self, name: &str) -> ThreadId {
-        let s = self.at(1);
-        self.b.spawn(self.main, s, name)
-    }
-    fn lock(&mut self, t: ThreadId, l: ObjectId, line: u32) {
-        let s = self.at(line);
-        self.b.lock(t, l, s);
-    }
-    fn unlock(&mut self, t: ThreadId, l: ObjectId) {
-        let s = self.at(99);
-        self.b.unlock(t, l, s);
-    }
     /// `t` takes `first` then `second` and releases both.
-    fn nest(&mut self, t: ThreadId, first: ObjectId, second: ObjectId, line: u32) {
-        self.lock(t, first, line);
-        self.lock(t, second, line + 1);
-        self.unlock(t, second);
-        self.unlock(t, first);
-    }
     /// `n` critical sections of `t` on a lock of its own: events that order nothing.
     fn filler(&mut self, t: ThreadId, own: ObjectId, n: usize) {
         for _ in 0..n {
