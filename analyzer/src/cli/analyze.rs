@@ -333,26 +333,9 @@ fn analyze_many(
     Ok(merger.finish())
 }
 
-/// Reads and converts every trace (an unreadable one is an error naming it); returns the runs
-/// and each trace's reader problems.
-pub fn load_runs(
-    traces: &[Input],
-    wrappers: &Wrappers,
-) -> anyhow::Result<(Vec<Run>, Vec<Vec<String>>)> {
-    let tty = std::io::stderr().is_terminal();
-    let mut runs = Vec::new();
-    let mut warnings = Vec::new();
-    for input in traces {
-        let (run, problems) = load_run(input, wrappers, tty, 0, &mut |_| {})?;
-        runs.push(run);
-        warnings.push(problems);
-    }
-    Ok((runs, warnings))
-}
-
 /// Reads one trace into its model, in segments of `segment_events` (0: whole): every segment
 /// but the last goes to `on_segment` as it is cut; the last is returned.
-fn load_run(
+pub fn load_run(
     input: &Input,
     wrappers: &Wrappers,
     tty: bool,
