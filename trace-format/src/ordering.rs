@@ -170,7 +170,8 @@ impl<'t> Checker<'t> {
     }
 
     /// Whether [`Checker::observe`] does nothing with an event of the same thread as the one
-    /// before it: memory events (it only notes the thread's first event).
+    /// before it (it only notes the thread's first event): memory events, lock requests and
+    /// every other kind that changes no state the check keeps.
     #[inline]
     pub fn ignores_past_thread_switch(kind: &EventKind) -> bool {
         matches!(
@@ -181,6 +182,17 @@ impl<'t> Checker<'t> {
                 | EventKind::Fence { .. }
                 | EventKind::Alloc { .. }
                 | EventKind::Free { .. }
+                | EventKind::LockRequest { .. }
+                | EventKind::LockFailed { .. }
+                | EventKind::ThreadStart
+                | EventKind::ThreadExit
+                | EventKind::JoinRequest { .. }
+                | EventKind::ThreadDetach { .. }
+                | EventKind::ObjectInit { .. }
+                | EventKind::CondSignal { .. }
+                | EventKind::CondBroadcast { .. }
+                | EventKind::OnceBegin { .. }
+                | EventKind::SemWaitBegin { .. }
         )
     }
 
