@@ -324,7 +324,15 @@ impl<'t> LockSections<'t> {
         };
         held[i].depth -= 1;
         if held[i].depth == 0 {
-            let h = held.remove(i);
+            // Releases are mostly in reverse order of acquisition: the top goes.
+            let h = if i + 1 == held.len() {
+                held.pop()
+            } else {
+                Some(held.remove(i))
+            };
+            let Some(h) = h else {
+                return;
+            };
             self.acquisitions[h.acq as usize].release = Some(pos);
             // Out-of-order release: the entries above it recompute their maximum (LIFO
             // releases, the common case, recompute nothing).
