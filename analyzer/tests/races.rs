@@ -669,8 +669,12 @@ fn a_race_pass_that_joins_at_the_first_access_finds_what_one_there_from_the_star
         );
         let report = |runs: &[foresight_analyzer::model::Run]| {
             let last = runs.last().expect("a run");
-            serde_json::to_string(&analyze(std::slice::from_ref(last), &[], &Options::default()))
-                .expect("report serialises")
+            serde_json::to_string(&analyze(
+                std::slice::from_ref(last),
+                &[],
+                &Options::default(),
+            ))
+            .expect("report serialises")
         };
         assert_eq!(report(&joined), report(&live));
     }
@@ -709,6 +713,9 @@ fn a_replay_that_reads_less_than_the_walk_concludes_no_race() {
     assert!(!out.complete);
     assert!(out.races.is_empty() && out.candidates.is_empty());
     // The whole replay finds them.
-    let out = &streamed(bytes, 0, Some(usize::MAX)).pop().expect("a run").races;
+    let out = &streamed(bytes, 0, Some(usize::MAX))
+        .pop()
+        .expect("a run")
+        .races;
     assert!(out.complete && !out.races.is_empty());
 }

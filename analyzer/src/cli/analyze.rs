@@ -441,11 +441,7 @@ fn stream_run(
     // race pass joins the walk at the trace's first memory access, fed what came before it
     // from a second read of the file: a trace without accesses never pays for it.
     let replay = || -> Box<dyn Iterator<Item = (ThreadId, usize, EventKind)> + '_> {
-        Box::new(
-            stream
-                .merged()
-                .map(|e| (e.thread, e.index, e.event.kind)),
-        )
+        Box::new(stream.merged().map(|e| (e.thread, e.index, e.event.kind)))
     };
     let mut run = drive_segments_replaying(
         &walk,
