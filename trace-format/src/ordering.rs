@@ -199,6 +199,10 @@ impl<'t> Checker<'t> {
     /// Takes the next event of the merged order: `thread`'s event, from the chunk at byte
     /// `offset`. `unfinished(t)` says whether thread `t` still has events after this one (a
     /// join of a thread that has is reported).
+    ///
+    /// Lock acquisitions and releases, most of what it looks at in a lock-heavy trace, are
+    /// checked here; every other kind in [`Checker::observe_other`].
+    #[inline]
     pub fn observe(
         &mut self,
         thread: ThreadId,
@@ -207,14 +211,56 @@ impl<'t> Checker<'t> {
         unfinished: impl Fn(ThreadId) -> bool,
     ) {
         let t = thread;
-        let at = offset;
         // Most events are memory accesses of the thread seen last: one comparison for them.
         if self.last_thread != Some(t) {
-            self.last_thread = Some(t);
-            if self.started.insert(t) && !self.seen_create.contains(&t) {
-                self.started_uncreated.insert(t, at);
+            self.switch_to(t, offset);
+        }
+        match event.kind {
+            EventKind::LockAcquired { lock, mode } => self.acquire(t, offset, lock, mode),
+            EventKind::LockRelease { lock, .. } => self.release(t, lock),
+            _ => self.observe_other(t, event, offset, unfinished),
+        }
+    }
+
+    /// The first event of a run of `thread`'s events.
+    fn switch_to(&mut self, t: ThreadId, at: u64) {
+        self.last_thread = Some(t);
+        if self.started.insert(t) && !self.seen_create.contains(&t) {
+            self.started_uncreated.insert(t, at);
+        }
+    }
+
+    /// A lock release: the releasing holder's depth goes down (a release by a thread that
+    /// does not hold the lock changes nothing).
+    #[inline]
+    fn release(&mut self, t: ThreadId, lock: ObjectId) {
+        if let Some(st) = self.locks.get_mut(lock) {
+            match st.exclusive {
+                Some((h, d)) if h == t => {
+                    st.exclusive = if d > 1 { Some((h, d - 1)) } else { None };
+                }
+                _ => {
+                    if let Some(c) = st.shared.get_mut(&t) {
+                        *c -= 1;
+                        if *c == 0 {
+                            st.shared.remove(&t);
+                        }
+                    }
+                }
             }
         }
+    }
+
+    /// [`Checker::observe`] of every kind but a lock acquisition or release, once the thread
+    /// switch is noted.
+    #[inline(never)]
+    fn observe_other(
+        &mut self,
+        t: ThreadId,
+        event: &Event,
+        at: u64,
+        unfinished: impl Fn(ThreadId) -> bool,
+    ) {
         match event.kind {
             EventKind::ThreadCreate { child, .. } => {
                 self.seen_create.insert(child);
@@ -241,23 +287,7 @@ impl<'t> Checker<'t> {
                 acquired: true,
                 ..
             } => self.acquire(t, at, lock, mode),
-            EventKind::LockRelease { lock, .. } => {
-                if let Some(st) = self.locks.get_mut(lock) {
-                    match st.exclusive {
-                        Some((h, d)) if h == t => {
-                            st.exclusive = if d > 1 { Some((h, d - 1)) } else { None };
-                        }
-                        _ => {
-                            if let Some(c) = st.shared.get_mut(&t) {
-                                *c -= 1;
-                                if *c == 0 {
-                                    st.shared.remove(&t);
-                                }
-                            }
-                        }
-                    }
-                }
-            }
+            EventKind::LockRelease { lock, .. } => self.release(t, lock),
             EventKind::CondWaitBegin { mutex, .. } => {
                 if let Some(st) = self.locks.get_mut(mutex) {
                     if st.exclusive.is_some_and(|(h, _)| h == t) {
