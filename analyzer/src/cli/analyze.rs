@@ -6,13 +6,14 @@ use std::process::ExitCode;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
+use foresight_trace::event::EventKind;
 use foresight_trace::Problem;
 use foresight_trace::{ThreadId, TraceStream};
 
 use crate::analysis::{analyze, Options};
 use crate::merge::{Merger, SegmentFold, TraceAnalysis};
 use crate::model::{
-    drive_segments, ModelPass, MonitorScan, Run, ThreadModel, DEFAULT_SEGMENT_EVENTS,
+    drive_segments_replaying, ModelPass, MonitorScan, Run, ThreadModel, DEFAULT_SEGMENT_EVENTS,
 };
 use crate::report::{self, Report};
 use crate::sites::Wrappers;
@@ -419,14 +420,20 @@ fn stream_run(
         }
     };
     // One thread: the race pass beside the walk on a second one (`drive_run_split`) costs
-    // more than it hides on a two-core machine that other work shares (race_speed.sh).
-    let mut run = drive_segments(
+    // more than it hides on a two-core machine that other work shares (race_speed.sh). The
+    // race pass joins the walk at the trace's first memory access, fed what came before it
+    // from a second read of the file: a trace without accesses never pays for it.
+    let replay = || -> Box<dyn Iterator<Item = (ThreadId, usize, EventKind)> + '_> {
+        Box::new(stream.merged().map(|e| (e.thread, e.index, e.event.kind)))
+    };
+    let mut run = drive_segments_replaying(
         &walk,
         model,
         Runs(&mut merged),
         &mut progress,
         segment_events,
         on_segment,
+        Some(&replay),
     );
     if let Some(b) = bar {
         b.finish_and_clear();
