@@ -836,7 +836,7 @@ impl<'a> Decoder<'a> {
     /// single bounds check covers the event) and `out` has room for two more (a lock-immediate
     /// gives two). Leaves anything else, untouched, to the general decoder: bad bytes are
     /// never decided here.
-    #[inline(always)]
+    #[inline(never)]
     fn fast_run<S: EventSlot>(&mut self, out: &mut [S], done: &mut Batch) {
         use tag::*;
         use EventKind::*;
@@ -910,10 +910,21 @@ impl<'a> Decoder<'a> {
                     (next, LockAcquired { lock: a, mode }, len)
                 }
                 0x40..=0x44 | 0x48..=0x4c | ALLOC | FREE => {
-                    let Some((next, kind, len)) = self.memory_event(raw, key, rest) else {
-                        break;
+                    // Written where it is decoded, so that the lock events' path above does
+                    // not carry a memory event's fields.
+                    let slot = &mut out[i];
+                    let (next, len) = match t {
+                        ALLOC => self.memory_event::<S, ALLOC>(raw, key, rest, slot),
+                        FREE => self.memory_event::<S, FREE>(raw, key, rest, slot),
+                        _ => self.memory_event::<S, READ_1>(raw, key, rest, slot),
                     };
-                    (next, kind, len)
+                    if len == 0 {
+                        break;
+                    }
+                    key = next;
+                    rest = &rest[len..];
+                    i += 1;
+                    continue;
                 }
                 _ => break,
             };
@@ -932,14 +943,24 @@ impl<'a> Decoder<'a> {
         }
     }
 
-    /// A memory event of the fast loop (a read or write of 1 to 16 bytes, an allocation, a
-    /// free) at the start of `rest`, whose numbers take at most eight bytes each and are minimal, with at
-    /// least `MEMORY_WINDOW` bytes left: its key, kind and length, and the delta state moves
-    /// on. Otherwise `None` and nothing changes.
+    /// A memory event of the fast loop at the start of `rest`: an allocation (`KIND` is
+    /// `tag::ALLOC`), a free (`tag::FREE`), or a read or write of 1 to 16 bytes (`tag::READ_1`),
+    /// whose numbers take at most eight bytes each and are minimal, with at least
+    /// `MEMORY_WINDOW` bytes left: written to `slot`, the delta state moves on, and its key and
+    /// length are returned. Otherwise length 0, and nothing changes.
+    #[cold]
     #[inline(never)]
-    fn memory_event(&mut self, raw: u8, key: u64, rest: &[u8]) -> Option<(u64, EventKind, usize)> {
+    fn memory_event<S: EventSlot, const KIND: u8>(
+        &mut self,
+        raw: u8,
+        key: u64,
+        rest: &[u8],
+        slot: &mut S,
+    ) -> (u64, usize) {
         use tag::*;
-        let bytes = rest.get(..MEMORY_WINDOW)?;
+        let Some(bytes) = rest.get(..MEMORY_WINDOW) else {
+            return (key, 0);
+        };
         let mut at = 1;
         let mut number = || {
             let word = u64::from_le_bytes(bytes[at..at + 8].try_into().expect("eight bytes"));
@@ -947,31 +968,37 @@ impl<'a> Decoder<'a> {
             at += len;
             Some(v)
         };
-        let key = if raw & KEY_FLAG != 0 {
-            let delta = number()?;
-            if delta == 0 {
-                return None;
-            }
-            key.checked_add(delta)?
-        } else {
-            key
+        let fields = (|| {
+            let key = if raw & KEY_FLAG != 0 {
+                let delta = number()?;
+                if delta == 0 {
+                    return None;
+                }
+                key.checked_add(delta)?
+            } else {
+                key
+            };
+            let alloc_size = if KIND == ALLOC { number()? } else { 0 };
+            let da = unzigzag(number()?);
+            let ds = unzigzag(number()?);
+            let site = u32::try_from((self.st.mem_site as i64).checked_add(ds)?).ok()?;
+            Some((key, alloc_size, da, site))
+        })();
+        let Some((key, alloc_size, da, site)) = fields else {
+            return (key, 0);
         };
-        let t = raw & !KEY_FLAG;
-        let alloc_size = if t == ALLOC { number()? } else { 0 };
-        let da = unzigzag(number()?);
-        let ds = unzigzag(number()?);
         let addr = self.st.addr.wrapping_add(da as u64);
-        let site = u32::try_from((self.st.mem_site as i64).checked_add(ds)?).ok()?;
         self.st.addr = addr;
         self.st.mem_site = site;
-        let kind = match t {
+        let t = raw & !KEY_FLAG;
+        let kind = match KIND {
             ALLOC => EventKind::Alloc {
                 addr,
                 size: alloc_size,
                 site,
             },
             FREE => EventKind::Free { addr, site },
-            WRITE_1.. => EventKind::Write {
+            _ if t >= WRITE_1 => EventKind::Write {
                 addr,
                 size: 1 << (t - WRITE_1),
                 site,
@@ -982,7 +1009,8 @@ impl<'a> Decoder<'a> {
                 site,
             },
         };
-        Some((key, kind, at))
+        slot.set(Event { key, kind });
+        (key, at)
     }
 
     #[inline(always)]
