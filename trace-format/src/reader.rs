@@ -559,7 +559,9 @@ impl TraceFile {
     /// `visit` in a buffer that is reused for the next chunk. Chunks are visited in parallel and
     /// in no particular order; within a chunk, events are in program order. This is the fast
     /// path for one-pass work (counting, summaries) over traces larger than memory wants to
-    /// hold: nothing is allocated per event. Returns the problems found, sorted by offset.
+    /// hold: nothing is allocated per event. A chunk holding more events than it declares hands
+    /// over the declared number, as [`TraceFile::decode`] keeps (the count mismatch is a
+    /// problem). Returns the problems found, sorted by offset.
     pub fn for_each_chunk(&self, visit: impl Fn(ChunkEvents<'_>) + Sync) -> Vec<Problem> {
         let (groups, mut problems) = self.plan_threads(|_| true);
         let refs = ReferenceCheck::new(&self.tables);
