@@ -23,6 +23,8 @@
 //! line.
 
 use foldhash::{HashMap, HashMapExt};
+
+const MUL: u64 = 0x9e37_79b9_7f4a_7c15;
 use std::io::{self, Read};
 
 use super::import::{Failure, ImportError, Packable};
@@ -104,6 +106,19 @@ impl Default for Variable {
     }
 }
 
+/// A line remembered: its key ([`super::import::line_key`]: never all 0) and what it
+/// resolved to (`target`: the lock or the variable).
+#[derive(Clone, Copy)]
+struct Memo {
+    key: [u64; 3],
+    thread: u32,
+    target: u32,
+    op: Op,
+    loc: Loc,
+}
+
+const MEMO: usize = 1 << 12;
+
 struct Engine {
     threads: Names,
     locks: Names,
@@ -119,6 +134,14 @@ struct Engine {
     racy_events: u64,
     racy_sites: Vec<bool>,
     events: u64,
+    /// Lines seen lately (acquires, releases and accesses of up to 23 bytes), by their bytes:
+    /// what they resolved to (a few hundred distinct lines often make most of a trace: a
+    /// thread doing the same accesses at the same locations in a loop), so that a line met
+    /// again costs a hash and a compare of three words instead of its parse and three names
+    /// looked up. Direct-mapped: a line another pushed out is resolved again.
+    memo: Box<[Memo]>,
+    /// The slot and key of the current line, when it is to be remembered.
+    pending: Option<(usize, [u64; 3])>,
     /// The thread of the last line, by its packed name ((0, 0): none, or a name too long to
     /// pack): consecutive lines are often one thread's.
     last_thread: ((u64, u64), u32),
@@ -166,6 +189,18 @@ impl Engine {
             racy_sites: Vec::new(),
             events: 0,
             last_thread: ((0, 0), u32::MAX),
+            memo: vec![
+                Memo {
+                    key: [0; 3],
+                    thread: 0,
+                    target: 0,
+                    op: Op::Begin,
+                    loc: NO_LOC,
+                };
+                MEMO
+            ]
+            .into_boxed_slice(),
+            pending: None,
         }
     }
 
@@ -260,18 +295,10 @@ impl Engine {
             t
         };
         match l.op {
-            Op::Acquire => {
+            Op::Acquire | Op::Release => {
                 let lock = self.lock(l.target, target, n)?;
-                let (clocks, locks) = (&mut self.clocks, &self.lock_clocks);
-                join_into(&mut clocks[t as usize], &locks[lock as usize]);
-            }
-            Op::Release => {
-                let lock = self.lock(l.target, target, n)?;
-                let c = &mut self.clocks[t as usize];
-                let held = &mut self.lock_clocks[lock as usize];
-                held.clear();
-                held.extend_from_slice(c);
-                c[t as usize] += 1;
+                self.remember(t, l.op, lock, NO_LOC);
+                self.lock_op(t, l.op == Op::Acquire, lock);
             }
             Op::Fork => {
                 let u = self.thread(l.target, target, n)?;
@@ -300,6 +327,7 @@ impl Engine {
                     Err(e) => return Err(name_failure(e, n, "variable")),
                 };
                 let site = self.loc(l.location, names.pack(2, l.location), n)?;
+                self.remember(t, l.op, x, site);
                 if l.op == Op::Write {
                     self.write(t, x, site, n)?;
                 } else {
@@ -307,6 +335,50 @@ impl Engine {
                 }
             }
             Op::Request | Op::Begin | Op::End => {}
+        }
+        Ok(())
+    }
+
+    /// An acquire (`acquire`) or release of `lock` by `t`.
+    #[inline(always)]
+    fn lock_op(&mut self, t: u32, acquire: bool, lock: u32) {
+        if acquire {
+            let (clocks, locks) = (&mut self.clocks, &self.lock_clocks);
+            join_into(&mut clocks[t as usize], &locks[lock as usize]);
+        } else {
+            let c = &mut self.clocks[t as usize];
+            let held = &mut self.lock_clocks[lock as usize];
+            held.clear();
+            held.extend_from_slice(c);
+            c[t as usize] += 1;
+        }
+    }
+
+    /// What the line whose key [`ParsedLines::seen`] was given last resolved to, for the next
+    /// line with the same bytes.
+    #[inline(always)]
+    fn remember(&mut self, t: u32, op: Op, target: u32, loc: Loc) {
+        if let Some((slot, key)) = self.pending.take() {
+            self.memo[slot] = Memo {
+                key,
+                thread: t,
+                target,
+                op,
+                loc,
+            };
+        }
+    }
+
+    /// Line `n`, with the bytes of one seen before: the thread, operation, target and
+    /// location it resolved to then.
+    #[inline(always)]
+    fn replay(&mut self, n: u64, m: Memo) -> Result<(), Failure> {
+        self.events += 1;
+        match m.op {
+            Op::Acquire => self.lock_op(m.thread, true, m.target),
+            Op::Release => self.lock_op(m.thread, false, m.target),
+            Op::Write => self.write(m.thread, m.target, m.loc, n)?,
+            _ => self.read(m.thread, m.target, m.loc, n)?,
         }
         Ok(())
     }
@@ -500,6 +572,23 @@ impl Engine {
 }
 
 impl super::import::ParsedLines for Engine {
+    #[inline(always)]
+    fn seen(&mut self, n: u64, key: Option<[u64; 3]>) -> Result<bool, Failure> {
+        let Some(key) = key else {
+            self.pending = None;
+            return Ok(false);
+        };
+        let h = (key[0] ^ key[1].rotate_left(21) ^ key[2].rotate_left(42)).wrapping_mul(MUL);
+        let slot = (h >> (64 - MEMO.trailing_zeros())) as usize;
+        let m = self.memo[slot];
+        if m.key == key {
+            self.replay(n, m)?;
+            return Ok(true);
+        }
+        self.pending = Some((slot, key));
+        Ok(false)
+    }
+
     #[inline(always)]
     fn line(&mut self, n: u64, l: &parse::Line<'_>, names: Packable<'_>) -> Result<(), Failure> {
         Engine::line(self, n, l, names)

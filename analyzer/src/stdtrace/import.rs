@@ -755,8 +755,8 @@ pub fn import_from<R: Read, W: Write>(input: R, importer: &mut Importer<W>) -> R
 const READ: usize = 1 << 20;
 
 /// Bytes left unread at the end of the buffer, so that a name can be read 16 bytes at a time
-/// from wherever it starts ([`names::pack_at`]).
-const SLACK: usize = 16;
+/// from wherever it starts ([`names::pack_at`]), and a line 24 bytes at a time ([`line_key`]).
+const SLACK: usize = 32;
 
 /// Moves the partial line `buf[start..end]` to the front, makes room, and reads more after it:
 /// the bytes read (0 at the end of the input). `lines` is the number of lines before the
@@ -837,6 +837,14 @@ pub fn for_each_line<R: Read>(
 
 /// What [`for_each_parsed_line`] hands each line to.
 pub(super) trait ParsedLines {
+    /// Before line `n` is parsed: its bytes as [`line_key`] packs them, when it has 1 to 23
+    /// bytes (the same key, the same bytes); `true` when the sink has dealt with the line (one
+    /// it has seen before), and it is not parsed.
+    #[inline(always)]
+    fn seen(&mut self, _n: u64, _key: Option<[u64; 3]>) -> Result<bool, Failure> {
+        Ok(false)
+    }
+
     /// Line `n` (from 1), parsed, and where its names are, to pack them.
     fn line(&mut self, n: u64, l: &Line<'_>, names: Packable<'_>) -> Result<(), Failure>;
 }
@@ -947,6 +955,10 @@ pub(super) fn for_each_parsed_line<R: Read, S: ParsedLines>(
                 let at = i + newlines.trailing_zeros() as usize;
                 newlines &= newlines - 1;
                 n += 1;
+                if sink.seen(n, line_key(whole, from, at))? {
+                    from = at + 1;
+                    continue;
+                }
                 let line = if from + 64 >= i && at - from <= 64 {
                     // The `|` from the line's start on: bit 0 for `from`.
                     let mine = (window >> (from + 64 - i)) as u64;
@@ -967,12 +979,51 @@ pub(super) fn for_each_parsed_line<R: Read, S: ParsedLines>(
         if eof {
             if start < end {
                 n += 1;
+                sink.seen(n, None)?;
                 slow(sink, n, &buf[start..end])?;
             }
             return Ok(n);
         }
     }
 }
+
+/// The line `buf[from..at]` packed in three words when it has 1 to 23 bytes: its bytes in
+/// order, zeros after them, the length in the top byte; `buf` holds 24 bytes from `from`.
+#[inline(always)]
+pub(super) fn line_key(buf: &[u8], from: usize, at: usize) -> Option<[u64; 3]> {
+    let len = at - from;
+    if len == 0 || len > 23 {
+        return None;
+    }
+    let bytes: &[u8; 24] = buf[from..from + 24].try_into().expect("24 bytes");
+    let word = |k: usize| u64::from_le_bytes(bytes[8 * k..8 * k + 8].try_into().expect("8"));
+    let keep = &LINE_MASKS[len];
+    Some([
+        word(0) & keep[0],
+        word(1) & keep[1],
+        (word(2) & keep[2]) | (len as u64) << 56,
+    ])
+}
+
+/// By length: the bits of each of three words that hold a line's bytes.
+const LINE_MASKS: [[u64; 3]; 24] = {
+    let mut t = [[0; 3]; 24];
+    let mut len: usize = 0;
+    while len < 24 {
+        let mut k = 0;
+        while k < 3 {
+            let bytes = len.saturating_sub(8 * k);
+            t[len][k] = if bytes >= 8 {
+                u64::MAX
+            } else {
+                (1 << (8 * bytes)) - 1
+            };
+            k += 1;
+        }
+        len += 1;
+    }
+    t
+};
 
 /// The line `buf[from..at]` (at most 64 bytes), whose `|` are the bits of `bars` (bit 0 for
 /// `from`; more bits after the line's end), when it has
@@ -1086,6 +1137,36 @@ const KEYWORDS: [Keyword; 32] = {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn line_keys_are_equal_exactly_for_equal_lines() {
+        let lines: &[&[u8]] = &[
+            b"T",
+            b"T\0",
+            b"T1|w(x)|1",
+            b"T1|w(x)|2",
+            b"T1|w(x)|1\r",
+            b"T1|r(x)|1",
+            b"T12|acq(L3)|1234567",
+            b"T12|acq(L3)|12345678",
+            b"T12|acq(L3)|123456789ab",
+            b"T12|acq(L3)|123456789ac",
+            b"",
+            b"T12|acq(L3)|123456789abc",
+        ];
+        let mut seen = std::collections::HashMap::new();
+        for &line in lines {
+            // Other bytes after the line, as in the reader's buffer.
+            let mut buf = line.to_vec();
+            buf.extend_from_slice(&[b'|'; 24]);
+            let key = line_key(&buf, 0, line.len());
+            assert_eq!(key.is_some(), (1..=23).contains(&line.len()), "{line:?}");
+            if let Some(key) = key {
+                assert_ne!(key[2], 0);
+                assert_eq!(seen.insert(key, line), None, "{line:?}");
+            }
+        }
+    }
 
     /// A reader that hands out a few bytes at a time, so that lines are cut between reads.
     struct Trickle<'a>(&'a [u8], usize);
