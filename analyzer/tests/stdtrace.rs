@@ -335,64 +335,75 @@ fn analyze_finds_what_synth_planted_and_nothing_else() {
 
 #[test]
 fn hb_races_on_text_agree_with_analyze_on_a_racy_trace() {
-    // Unprotected accesses everywhere: many races of every kind, read-shared states included.
+    // Unprotected accesses everywhere: many races of every kind, read-shared states included;
+    // with three threads, and with more than fit in the narrowest vector clocks (eight
+    // entries), forked after others have run.
     let d = Dir::new("racy");
-    let text = d.path("r.std");
-    let mut lines = vec![
-        "main|fork(A)|1".to_string(),
-        "main|fork(B)|1".into(),
-        "main|fork(C)|1".into(),
-    ];
-    let mut x = 12345u64;
-    for i in 0..3000 {
-        x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        let t = ["A", "B", "C"][(x >> 60) as usize % 3];
-        let var = (x >> 40) % 5;
-        let op = if (x >> 33) % 3 == 0 { "w" } else { "r" };
-        if (x >> 20) % 7 == 0 {
-            lines.push(format!("{t}|acq(m)|{}", 100));
-            lines.push(format!("{t}|{op}(v{var})|{}", 200 + var));
-            lines.push(format!("{t}|rel(m)|{}", 101));
-        } else {
-            lines.push(format!("{t}|{op}(v{var})|{}", 300 + 10 * var + (i % 3)));
+    let many: Vec<String> = (0..11).map(|k| format!("T{k}")).collect();
+    let few = vec!["A".to_string(), "B".into(), "C".into()];
+    for (case, threads) in [few, many].into_iter().enumerate() {
+        let text = d.path(&format!("r{case}.std"));
+        let mut lines: Vec<String> = threads[..3]
+            .iter()
+            .map(|t| format!("main|fork({t})|1"))
+            .collect();
+        let mut x = 12345u64;
+        let mut forked = 3;
+        for i in 0..3000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            if forked < threads.len() && i % 200 == 199 {
+                lines.push(format!("main|fork({})|1", threads[forked]));
+                forked += 1;
+            }
+            let t = &threads[(x >> 56) as usize % forked];
+            let var = (x >> 40) % 5;
+            let op = if (x >> 33) % 3 == 0 { "w" } else { "r" };
+            if (x >> 20) % 7 == 0 {
+                lines.push(format!("{t}|acq(m)|{}", 100));
+                lines.push(format!("{t}|{op}(v{var})|{}", 200 + var));
+                lines.push(format!("{t}|rel(m)|{}", 101));
+            } else {
+                lines.push(format!("{t}|{op}(v{var})|{}", 300 + 10 * var + (i % 3)));
+            }
         }
+        for t in &threads[..forked] {
+            lines.push(format!("main|join({t})|2"));
+        }
+        std::fs::write(&text, lines.join("\n")).unwrap();
+        let out = ok(&[
+            "analyze",
+            "--only",
+            "hb-races",
+            "--format",
+            "json",
+            s(&text),
+        ]);
+        let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(r["traces"][0]["threads"], forked + 1, "case {case}");
+        let mut text_vars: Vec<String> = r["traces"][0]["races"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["variable"].as_str().unwrap().to_string())
+            .collect();
+        text_vars.sort();
+        text_vars.dedup();
+        assert!(text_vars.len() >= 4, "case {case}: {text_vars:?}");
+        let out = ok(&["analyze", "--format", "json", s(&text)]);
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let mut vars: Vec<String> = report["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["kind"] == "race" && f["rule"] == "happens-before")
+            .map(|f| f["race"]["variable"]["name"].as_str().unwrap().to_string())
+            .collect();
+        vars.sort();
+        vars.dedup();
+        assert_eq!(vars, text_vars, "case {case}");
     }
-    for t in ["A", "B", "C"] {
-        lines.push(format!("main|join({t})|2"));
-    }
-    std::fs::write(&text, lines.join("\n")).unwrap();
-    let out = ok(&[
-        "analyze",
-        "--only",
-        "hb-races",
-        "--format",
-        "json",
-        s(&text),
-    ]);
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let mut text_vars: Vec<String> = r["traces"][0]["races"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x["variable"].as_str().unwrap().to_string())
-        .collect();
-    text_vars.sort();
-    text_vars.dedup();
-    assert!(text_vars.len() >= 4, "{text_vars:?}");
-    let out = ok(&["analyze", "--format", "json", s(&text)]);
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let mut vars: Vec<String> = report["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|f| f["kind"] == "race" && f["rule"] == "happens-before")
-        .map(|f| f["race"]["variable"]["name"].as_str().unwrap().to_string())
-        .collect();
-    vars.sort();
-    vars.dedup();
-    assert_eq!(vars, text_vars);
 }
 
 #[test]

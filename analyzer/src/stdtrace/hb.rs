@@ -73,8 +73,10 @@ struct Epoch {
     clock: u32,
 }
 
+/// No access: thread 0 at clock 0, which every clock covers (a thread's own entry starts at 1,
+/// so no access has clock 0).
 const NONE: Epoch = Epoch {
-    thread: u32::MAX,
+    thread: 0,
     clock: 0,
 };
 
@@ -132,9 +134,8 @@ struct Engine {
     locks: Names,
     variables: Names,
     locations: Names,
-    /// Clock of each thread, one entry per thread (ids grow as threads appear).
-    clocks: Vec<Vec<u32>>,
-    lock_clocks: Vec<Vec<u32>>,
+    /// The vector clocks of the threads and of the locks.
+    clocks: Clocks,
     vars: Vec<Variable>,
     /// (earlier location, later location) → index in `races`.
     pairs: HashMap<(u32, u32), usize>,
@@ -158,17 +159,112 @@ struct Engine {
     last_thread: ((u64, u64), u32),
 }
 
-#[inline]
+/// Whether `clock` (a thread's, as wide as [`Clocks`] makes it) orders `e` before it. [`NONE`]
+/// is covered by every clock (no entry is below 0), and so is an epoch of the clock's own
+/// thread (its entry only grows): neither needs a test of its own.
+#[inline(always)]
 fn covered(e: Epoch, clock: &[u32]) -> bool {
-    e.thread == u32::MAX || clock.get(e.thread as usize).copied().unwrap_or(0) >= e.clock
+    clock[e.thread as usize] >= e.clock
 }
 
-fn join_into(into: &mut Vec<u32>, from: &[u32]) {
-    if into.len() < from.len() {
-        into.resize(from.len(), 0);
+/// Vector clocks, of the threads and of the locks, in two tables of `width` entries per clock
+/// (a power of two, at least [`Clocks::WIDTH`] and the number of threads; the entries of
+/// threads not seen yet are 0), so that an acquire is a maximum of fixed-size blocks and a
+/// release their copy: no length to compare, nothing to allocate, no pointer to follow.
+struct Clocks {
+    width: usize,
+    threads: Vec<u32>,
+    locks: Vec<u32>,
+}
+
+impl Clocks {
+    const WIDTH: usize = 8;
+
+    fn new() -> Self {
+        Clocks {
+            width: Self::WIDTH,
+            threads: Vec::new(),
+            locks: Vec::new(),
+        }
     }
-    for (a, &b) in into.iter_mut().zip(from) {
-        *a = (*a).max(b);
+
+    /// Room for thread `t` (the next id), whose clock starts at 1 in its own entry, so that its
+    /// first epoch is not covered by a clock that never heard of it.
+    fn add_thread(&mut self, t: u32) {
+        let t = t as usize;
+        if t >= self.width {
+            let width = (t + 1).next_power_of_two();
+            for table in [&mut self.threads, &mut self.locks] {
+                let mut wide = vec![0; table.len() / self.width * width];
+                for (to, from) in wide
+                    .chunks_exact_mut(width)
+                    .zip(table.chunks_exact(self.width))
+                {
+                    to[..self.width].copy_from_slice(from);
+                }
+                *table = wide;
+            }
+            self.width = width;
+        }
+        self.threads.resize((t + 1) * self.width, 0);
+        self.threads[t * self.width + t] = 1;
+    }
+
+    fn add_lock(&mut self) {
+        self.locks.resize(self.locks.len() + self.width, 0);
+    }
+
+    #[inline(always)]
+    fn thread(&self, t: u32) -> &[u32] {
+        &self.threads[t as usize * self.width..][..self.width]
+    }
+
+    /// `t`'s clock joined with lock `l`'s.
+    #[inline(always)]
+    fn acquire(&mut self, t: u32, l: u32) {
+        let w = self.width;
+        let from = &self.locks[l as usize * w..][..w];
+        let into = &mut self.threads[t as usize * w..][..w];
+        join(into, from);
+    }
+
+    /// `t`'s clock published on lock `l`, then `t`'s entry stepped.
+    #[inline(always)]
+    fn release(&mut self, t: u32, l: u32) {
+        let w = self.width;
+        let from = &self.threads[t as usize * w..][..w];
+        let into = &mut self.locks[l as usize * w..][..w];
+        let (into, _) = into.as_chunks_mut::<{ Self::WIDTH }>();
+        let (from, _) = from.as_chunks::<{ Self::WIDTH }>();
+        for (a, b) in into.iter_mut().zip(from) {
+            *a = *b;
+        }
+        self.threads[t as usize * w + t as usize] += 1;
+    }
+
+    /// `u`'s clock joined with `t`'s, then `t`'s entry stepped: a fork of `u` by `t`, or (the
+    /// other way round) a join of `t` by `u`.
+    fn hand_over(&mut self, t: u32, u: u32) {
+        let w = self.width;
+        let (t, u) = (t as usize, u as usize);
+        if t != u {
+            let from = self.threads[t * w..][..w].to_vec();
+            join(&mut self.threads[u * w..][..w], &from);
+        }
+        self.threads[t * w + t] += 1;
+    }
+}
+
+/// `into` joined with `from`, both of a width that is a multiple of [`Clocks::WIDTH`], a
+/// block at a time (which the compiler turns into vector maxima).
+#[inline(always)]
+fn join(into: &mut [u32], from: &[u32]) {
+    let (into, _) = into.as_chunks_mut::<{ Clocks::WIDTH }>();
+    let (from, _) = from.as_chunks::<{ Clocks::WIDTH }>();
+    for (a, b) in into.iter_mut().zip(from) {
+        for k in 0..Clocks::WIDTH {
+            a[k] = a[k].max(b[k]);
+        }
     }
 }
 
@@ -191,8 +287,7 @@ impl Engine {
             locks: Names::new(),
             variables: Names::new(),
             locations: Names::new(),
-            clocks: Vec::new(),
-            lock_clocks: Vec::new(),
+            clocks: Clocks::new(),
             vars: Vec::new(),
             pairs: HashMap::new(),
             races: Vec::new(),
@@ -223,11 +318,7 @@ impl Engine {
         {
             Ok(Interned::Known(id)) => Ok(id),
             Ok(Interned::New(id)) => {
-                let mut c = vec![0; id as usize + 1];
-                // A thread's own entry starts at 1, so that its first epoch is not covered by
-                // a clock that never heard of it.
-                c[id as usize] = 1;
-                self.clocks.push(c);
+                self.clocks.add_thread(id);
                 Ok(id)
             }
             Err(e) => Err(name_failure(e, line, "thread")),
@@ -313,17 +404,11 @@ impl Engine {
             }
             Op::Fork => {
                 let u = self.thread(l.target, target, n)?;
-                let parent = std::mem::take(&mut self.clocks[t as usize]);
-                join_into(&mut self.clocks[u as usize], &parent);
-                self.clocks[t as usize] = parent;
-                self.clocks[t as usize][t as usize] += 1;
+                self.clocks.hand_over(t, u);
             }
             Op::Join => {
                 let u = self.thread(l.target, target, n)?;
-                let child = std::mem::take(&mut self.clocks[u as usize]);
-                join_into(&mut self.clocks[t as usize], &child);
-                self.clocks[u as usize] = child;
-                self.clocks[u as usize][u as usize] += 1;
+                self.clocks.hand_over(u, t);
             }
             Op::Read | Op::Write => {
                 let x = match self
@@ -354,14 +439,9 @@ impl Engine {
     #[inline(always)]
     fn lock_op(&mut self, t: u32, acquire: bool, lock: u32) {
         if acquire {
-            let (clocks, locks) = (&mut self.clocks, &self.lock_clocks);
-            join_into(&mut clocks[t as usize], &locks[lock as usize]);
+            self.clocks.acquire(t, lock);
         } else {
-            let c = &mut self.clocks[t as usize];
-            let held = &mut self.lock_clocks[lock as usize];
-            held.clear();
-            held.extend_from_slice(c);
-            c[t as usize] += 1;
+            self.clocks.release(t, lock);
         }
     }
 
@@ -404,7 +484,7 @@ impl Engine {
         {
             Ok(Interned::Known(id)) => Ok(id),
             Ok(Interned::New(id)) => {
-                self.lock_clocks.push(Vec::new());
+                self.clocks.add_lock();
                 Ok(id)
             }
             Err(e) => Err(name_failure(e, line, "lock")),
@@ -415,14 +495,15 @@ impl Engine {
     /// collecting races; otherwise that.
     #[inline(always)]
     fn write(&mut self, t: u32, x: u32, site: Loc, n: u64) -> Result<(), Failure> {
-        let c = &self.clocks[t as usize];
+        let c = self.clocks.thread(t);
         let v = &mut self.vars[x as usize];
-        let racy = (v.write.thread != t && !covered(v.write, c))
+        let racy = (!covered(v.write, c))
             || match &v.reads {
-                Reads::One(r, _, _) => r.thread != t && !covered(*r, c),
-                Reads::Many(rs) => rs.iter().enumerate().any(|(u, &(clock, _, _))| {
-                    u as u32 != t && clock > c.get(u).copied().unwrap_or(0)
-                }),
+                Reads::One(r, _, _) => !covered(*r, c),
+                Reads::Many(rs) => rs
+                    .iter()
+                    .enumerate()
+                    .any(|(u, &(clock, _, _))| u as u32 != t && clock > c[u]),
             };
         if racy {
             return self.access(t, x, site, n, true);
@@ -445,9 +526,9 @@ impl Engine {
     /// A read: the same.
     #[inline(always)]
     fn read(&mut self, t: u32, x: u32, site: Loc, n: u64) -> Result<(), Failure> {
-        let c = &self.clocks[t as usize];
+        let c = self.clocks.thread(t);
         let v = &mut self.vars[x as usize];
-        if v.write.thread != t && !covered(v.write, c) {
+        if !covered(v.write, c) {
             return self.access(t, x, site, n, false);
         }
         let now = Epoch {
@@ -457,7 +538,7 @@ impl Engine {
         match &mut v.reads {
             Reads::One(r, s, line) => {
                 if *r == now {
-                } else if r.thread == u32::MAX || r.thread == t || covered(*r, c) {
+                } else if covered(*r, c) {
                     *r = now;
                     *s = site;
                     *line = n;
@@ -474,7 +555,7 @@ impl Engine {
     /// Any access, collecting its races.
     #[inline(never)]
     fn access(&mut self, t: u32, x: u32, site: Loc, n: u64, write: bool) -> Result<(), Failure> {
-        let c = &self.clocks[t as usize];
+        let c = self.clocks.thread(t);
         let now = Epoch {
             thread: t,
             clock: c[t as usize],
@@ -485,18 +566,18 @@ impl Engine {
         if write {
             // No fast path for a write in the epoch of the last write: a read of another
             // thread since then may race with it (RAPID's HBEpoch counts that write too).
-            if v.write.thread != t && !covered(v.write, c) {
+            if !covered(v.write, c) {
                 racy = Some(((v.write_site, v.write_line), "write-write"));
             }
             match &v.reads {
                 Reads::One(r, s, line) => {
-                    if r.thread != t && !covered(*r, c) {
+                    if !covered(*r, c) {
                         more.push(((*s, *line), "read-write"));
                     }
                 }
                 Reads::Many(rs) => {
                     for (u, &(clock, s, line)) in rs.iter().enumerate() {
-                        if u as u32 != t && clock > c.get(u).copied().unwrap_or(0) {
+                        if u as u32 != t && clock > c[u] {
                             more.push(((s, line), "read-write"));
                         }
                     }
@@ -516,7 +597,7 @@ impl Engine {
                 }
             }
         } else {
-            if v.write.thread != t && !covered(v.write, c) {
+            if !covered(v.write, c) {
                 racy = Some(((v.write_site, v.write_line), "write-read"));
             }
             // A read in the epoch of the last read of the same thread: nothing to record (its
@@ -526,16 +607,16 @@ impl Engine {
                     return Ok(());
                 }
             }
-            let c = &self.clocks[t as usize];
+            let c = self.clocks.thread(t);
             let v = &mut self.vars[x as usize];
             match &mut v.reads {
                 Reads::One(r, s, line) => {
-                    if r.thread == u32::MAX || r.thread == t || covered(*r, c) {
+                    if covered(*r, c) {
                         *r = now;
                         *s = site;
                         *line = n;
                     } else {
-                        let mut rs = vec![(0, NO_LOC, 0); self.clocks.len().max(t as usize + 1)];
+                        let mut rs = vec![(0, NO_LOC, 0); self.threads.len()];
                         rs[r.thread as usize] = (r.clock, *s, *line);
                         rs[t as usize] = (now.clock, site, n);
                         v.reads = Reads::Many(rs);
