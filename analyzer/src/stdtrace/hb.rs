@@ -75,6 +75,14 @@ struct Epoch {
 
 /// No access: thread 0 at clock 0, which every clock covers (a thread's own entry starts at 1,
 /// so no access has clock 0).
+impl Epoch {
+    /// Both fields in a word, to compare them with one test where `==` makes two.
+    #[inline(always)]
+    fn bits(self) -> u64 {
+        u64::from(self.thread) << 32 | u64::from(self.clock)
+    }
+}
+
 const NONE: Epoch = Epoch {
     thread: 0,
     clock: 0,
@@ -424,11 +432,7 @@ impl Engine {
                 };
                 let site = self.loc(l.location, names.pack(2, l.location), n)?;
                 self.remember(t, l.op, x, site);
-                if l.op == Op::Write {
-                    self.write(t, x, site, n)?;
-                } else {
-                    self.read(t, x, site, n)?;
-                }
+                self.touch(t, x, site, n, l.op == Op::Write)?;
             }
             Op::Request | Op::Begin | Op::End => {}
         }
@@ -470,8 +474,7 @@ impl Engine {
         match m.op {
             Op::Acquire => self.lock_op(m.thread, true, m.target),
             Op::Release => self.lock_op(m.thread, false, m.target),
-            Op::Write => self.write(m.thread, m.target, m.loc, n)?,
-            _ => self.read(m.thread, m.target, m.loc, n)?,
+            _ => self.touch(m.thread, m.target, m.loc, n, m.op == Op::Write)?,
         }
         Ok(())
     }
@@ -489,6 +492,45 @@ impl Engine {
             }
             Err(e) => Err(name_failure(e, line, "lock")),
         }
+    }
+
+    /// A read or a write (`write`). With a single last read (the usual state), both kinds are
+    /// the same code: an access that races with neither the last write nor the last read (the
+    /// tests a read makes too, as the last read's epoch is either its own or one it must order)
+    /// becomes the last of its kind, unless it is in the same epoch as that one. So the replay
+    /// of a remembered line makes no branch on whether it reads or writes, which depends on
+    /// the line and is hard to predict.
+    #[inline(always)]
+    fn touch(&mut self, t: u32, x: u32, site: Loc, n: u64, write: bool) -> Result<(), Failure> {
+        let c = self.clocks.thread(t);
+        let v = &mut self.vars[x as usize];
+        let Reads::One(r, r_site, r_line) = &mut v.reads else {
+            return if write {
+                self.write(t, x, site, n)
+            } else {
+                self.read(t, x, site, n)
+            };
+        };
+        if !(covered(v.write, c) & covered(*r, c)) {
+            return self.access(t, x, site, n, write);
+        }
+        let now = Epoch {
+            thread: t,
+            clock: c[t as usize],
+        };
+        let (last, last_site, last_line) = if write {
+            (&mut v.write, &mut v.write_site, &mut v.write_line)
+        } else {
+            (r, r_site, r_line)
+        };
+        // In the same epoch as the last, the access keeps its site and line (the first of the
+        // epoch, as the other paths keep them), by selects: whether it is depends on the
+        // trace, not on the line.
+        let same = last.bits() == now.bits();
+        *last = now;
+        *last_site = if same { *last_site } else { site };
+        *last_line = if same { *last_line } else { n };
+        Ok(())
     }
 
     /// A write: when it races with nothing, the update [`Engine::access`] would make, without
