@@ -449,6 +449,46 @@ fn hb_races_count_racy_events_as_rapid_does_and_keep_racy_reads() {
 }
 
 #[test]
+fn hb_races_keep_what_clocks_hold_when_threads_outgrow_them() {
+    // Seven threads write `x` in turn under lock `m` (all ordered); then two more are forked,
+    // more threads than the narrowest clocks hold (eight entries), and write `x` under `m`
+    // too, then `y` without it: the only race. Clocks widened without what they held would
+    // make the later writes of `x` race with the earlier ones.
+    let mut lines: Vec<String> = Vec::new();
+    for k in 0..7 {
+        lines.push(format!("main|fork(T{k})|1"));
+        lines.push(format!("T{k}|acq(m)|2"));
+        lines.push(format!("T{k}|w(x)|3"));
+        lines.push(format!("T{k}|rel(m)|4"));
+    }
+    for k in 7..9 {
+        lines.push(format!("main|fork(T{k})|1"));
+        lines.push(format!("T{k}|acq(m)|2"));
+        lines.push(format!("T{k}|w(x)|3"));
+        lines.push(format!("T{k}|rel(m)|4"));
+        lines.push(format!("T{k}|w(y)|{}", 10 + k));
+    }
+    let d = Dir::new("wide-clocks");
+    let path = d.path("w.std");
+    std::fs::write(&path, lines.join("\n")).unwrap();
+    let out = ok(&[
+        "analyze",
+        "--only",
+        "hb-races",
+        "--format",
+        "json",
+        s(&path),
+    ]);
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let t = &r["traces"][0];
+    assert_eq!(t["threads"], 10);
+    assert_eq!(t["racy_events"], 1, "{t}");
+    let races = t["races"].as_array().unwrap();
+    assert_eq!(races.len(), 1, "{t}");
+    assert_eq!(races[0]["variable"], "y");
+}
+
+#[test]
 fn export_counts_what_std_cannot_express() {
     let mut b = TraceBuilder::new("export");
     let main = b.main_thread();
