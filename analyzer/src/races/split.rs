@@ -34,10 +34,11 @@ use super::{RaceOutput, Totals};
 /// Granule hash buckets the address space is shared out by.
 pub const SHARES: u32 = 64;
 
-/// The front's share when the front does nothing but read (`race_bench races FILE 2`): about
-/// what balances the two threads on an access-heavy trace, where reading and converting an
-/// event costs about as much as the race pass's work on it.
-pub const DEFAULT_FRONT_SHARE: u32 = 6;
+/// The front's share when the front does nothing but read (`race_bench races FILE 2`): on the
+/// recorded access-heavy trace, reading, decoding and converting an event costs the front
+/// about what the race pass costs the back, so the back takes everything (a faster decoder
+/// would make a share here worth it: `race_bench races FILE 2 SHARE` measures).
+pub const DEFAULT_FRONT_SHARE: u32 = 0;
 
 /// Words per batch handed to the back.
 pub const BATCH: usize = 4 << 10;
@@ -152,7 +153,7 @@ impl Pass for NoPass {
 fn split<A: Pass>(
     stream: &Stream<'_>,
     merged: &mut MergedStream<'_>,
-    mut here: Option<&mut A>,
+    here: Option<&mut A>,
     threads: usize,
     tables: Option<&Tables>,
     front_share: u32,
@@ -192,20 +193,16 @@ fn split<A: Pass>(
             to_back: Some(to_back),
             spare,
         };
-        let read = stream.for_each_run(merged, progress, |thread, pos, seq, events| {
-            if let Some(here) = here.as_deref_mut() {
-                for (i, e) in events.iter().enumerate() {
-                    let pos = pos + i as u32;
-                    here.handle(&StreamEvent {
-                        thread,
-                        pos,
-                        seq: seq + i as u64,
-                        op: stream.convert(thread, pos, e.kind),
-                    });
-                }
-            }
-            front.run(stream, thread, pos, seq, events);
-        });
+        let read = match here {
+            // The pass beside needs every event converted: the front takes them so.
+            Some(here) => stream.for_each_in_runs(merged, progress, |ev| {
+                here.handle(&ev);
+                front.event(&ev);
+            }),
+            None => stream.for_each_run(merged, progress, |thread, pos, seq, events| {
+                front.run(stream, thread, pos, seq, events)
+            }),
+        };
         front.send();
         front.to_back = None;
         let back = match back.join() {
@@ -257,22 +254,50 @@ impl Front {
                 }
             };
             accesses += 1;
-            if !created {
-                self.orphan_accesses += 1;
-                continue;
-            }
-            if self.too_many_threads {
-                continue;
-            }
-            let (first, last) = granule_span(addr, size);
-            if first == last && !front_owns(self.share, first) {
-                // The usual access: in one granule, the back's.
-                self.record((thread, pos, seq), addr, size, site, kind);
-            } else {
-                self.plain((thread, pos, seq), addr, size, site, kind);
-            }
+            self.access(created, (thread, pos, seq), addr, size, site, kind);
         }
         self.accesses += accesses;
+    }
+
+    /// One event, converted (when a pass beside the front needs them so).
+    #[inline]
+    fn event(&mut self, ev: &StreamEvent) {
+        let (addr, size, site, kind) = match ev.op {
+            Op::Read { addr, size, site } => (addr, size, site, AccessKind::Read),
+            Op::Write { addr, size, site } => (addr, size, site, AccessKind::Write),
+            _ => return self.other(ev),
+        };
+        self.accesses += 1;
+        let created = self.created(ev.thread);
+        self.access(created, (ev.thread, ev.pos, ev.seq), addr, size, site, kind);
+    }
+
+    /// A plain access (counted by the caller) of a thread whose creation the trace holds, or
+    /// not.
+    #[inline(always)]
+    fn access(
+        &mut self,
+        created: bool,
+        at: (u32, u32, u64),
+        addr: u64,
+        size: u32,
+        site: u32,
+        kind: AccessKind,
+    ) {
+        if !created {
+            self.orphan_accesses += 1;
+            return;
+        }
+        if self.too_many_threads {
+            return;
+        }
+        let (first, last) = granule_span(addr, size);
+        if first == last && !front_owns(self.share, first) {
+            // The usual access: in one granule, the back's.
+            self.record(at, addr, size, site, kind);
+        } else {
+            self.plain(at, addr, size, site, kind);
+        }
     }
 
     /// Whether the trace holds a thread's creation: a thread whose creation it lacks (its
