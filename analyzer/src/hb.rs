@@ -284,6 +284,52 @@ impl HbBuilder {
         }
     }
 
+    /// A lock acquisition: joins what the lock's write releases published, and for a write
+    /// acquisition also its read releases. The same as [`HbBuilder::receive`] on
+    /// `Channel::Lock(lock)` and then `Channel::LockReaders(lock)`, with the lock's table slot
+    /// found once.
+    #[inline]
+    pub fn receive_lock(&mut self, thread: usize, pos: u32, lock: u32, write: bool) {
+        if self.overflowed {
+            return;
+        }
+        if lock >= DIRECT_LOCKS {
+            self.receive(thread, pos, &Channel::Lock(lock));
+            if write {
+                self.receive(thread, pos, &Channel::LockReaders(lock));
+            }
+            return;
+        }
+        let i = 2 * lock as usize;
+        let grew = match self.lock_channels.get(i) {
+            Some(Some(sent)) => self.current[thread].join(sent),
+            _ => false,
+        };
+        if grew {
+            self.record(thread, pos);
+        }
+        if write {
+            let grew = match self.lock_channels.get(i + 1) {
+                Some(Some(sent)) => self.current[thread].join(sent),
+                _ => false,
+            };
+            if grew {
+                self.record(thread, pos);
+            }
+        }
+    }
+
+    /// A lock release: publishes the thread's clock on the lock's channel for `mode`'s
+    /// releases ([`HbBuilder::send`] on `Channel::Lock` or `Channel::LockReaders`).
+    #[inline]
+    pub fn send_lock(&mut self, thread: usize, lock: u32, mode: Mode) {
+        let channel = match mode {
+            Mode::Write => Channel::Lock(lock),
+            Mode::Read => Channel::LockReaders(lock),
+        };
+        self.send(thread, channel);
+    }
+
     /// Joins the whole clock of `child` (a join returned).
     pub fn receive_thread(&mut self, thread: usize, pos: u32, child: usize) {
         if self.overflowed || child == thread || child >= self.current.len() {
@@ -541,6 +587,13 @@ impl HbPass {
         &self.builder.current[thread as usize]
     }
 
+    /// With lock edges: the locks `thread` holds (object, mode, recursion depth), outermost
+    /// first.
+    #[inline]
+    pub fn held(&self, thread: usize) -> &[(u32, Mode, u32)] {
+        self.held.get(thread).map_or(&[], Vec::as_slice)
+    }
+
     /// The clocks stored since the last cut ([`HbBuilder::cut`]); the walk goes on.
     pub fn cut(&mut self) -> HappensBefore {
         self.builder.cut()
@@ -560,10 +613,7 @@ impl HbPass {
             return;
         }
         held.push((lock, mode, 1));
-        self.builder.receive(t, pos, &Channel::Lock(lock));
-        if mode == Mode::Write {
-            self.builder.receive(t, pos, &Channel::LockReaders(lock));
-        }
+        self.builder.receive_lock(t, pos, lock, mode == Mode::Write);
     }
 
     /// Lock edges: the outermost release publishes the thread's clock (a release of a lock the
@@ -576,21 +626,27 @@ impl HbPass {
                 if held[i].2 > 0 {
                     return;
                 }
-                held.remove(i).1
+                // Releases are mostly in reverse order of acquisition: the top goes.
+                if i + 1 == held.len() {
+                    held.pop().map_or(Mode::Write, |h| h.1)
+                } else {
+                    held.remove(i).1
+                }
             }
             None => Mode::Write,
         };
-        let channel = match mode {
-            Mode::Write => Channel::Lock(lock),
-            Mode::Read => Channel::LockReaders(lock),
-        };
-        self.builder.send(t, channel);
+        self.builder.send_lock(t, lock, mode);
     }
 }
 
 impl Pass for HbPass {
     type Output = HappensBefore;
 
+    /// The two kinds of event that make most of a trace are settled here, inline: plain
+    /// accesses and allocations (skipped unless reads-from is asked for) and lock operations
+    /// past a thread's first event (a step, and with lock edges the acquisition or release
+    /// itself). Everything else goes to [`HbPass::handle_sync`], which is what this did for
+    /// every event before, and gives the same clocks for these.
     #[inline]
     fn handle(&mut self, ev: &StreamEvent) {
         let (t, pos) = (ev.thread as usize, ev.pos);
@@ -600,6 +656,54 @@ impl Pass for HbPass {
         if !self.edges.contains(EdgeKinds::READS_FROM) && ev.op.is_plain_memory() {
             return;
         }
+        // A thread's first event also receives its creation (`handle_sync`).
+        if pos != 0 {
+            let locks = self.edges.contains(EdgeKinds::LOCK);
+            match ev.op {
+                Op::LockRequest { .. } | Op::LockFailed { .. } => {
+                    self.builder.step(t, pos);
+                    return;
+                }
+                Op::LockAcquired { lock, mode }
+                | Op::LockTry {
+                    lock,
+                    mode,
+                    acquired: true,
+                    ..
+                } => {
+                    self.builder.step(t, pos);
+                    if locks {
+                        self.acquire(t, pos, lock, mode);
+                    }
+                    return;
+                }
+                Op::LockTry { .. } => {
+                    self.builder.step(t, pos);
+                    return;
+                }
+                Op::LockRelease { lock, .. } => {
+                    self.builder.step(t, pos);
+                    if locks {
+                        self.release(t, lock);
+                    }
+                    return;
+                }
+                _ => {}
+            }
+        }
+        self.handle_sync(ev);
+    }
+
+    fn finish(self) -> HappensBefore {
+        self.builder.finish()
+    }
+}
+
+impl HbPass {
+    /// Every event but those [`Pass::handle`] settles inline.
+    #[inline(never)]
+    fn handle_sync(&mut self, ev: &StreamEvent) {
+        let (t, pos) = (ev.thread as usize, ev.pos);
         let create_join = self.edges.contains(EdgeKinds::CREATE_JOIN);
         let b = &mut self.builder;
         b.step(t, pos);
@@ -720,10 +824,6 @@ impl Pass for HbPass {
             }
             _ => {}
         }
-    }
-
-    fn finish(self) -> HappensBefore {
-        self.builder.finish()
     }
 }
 

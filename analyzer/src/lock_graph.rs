@@ -92,6 +92,8 @@ impl LockOrderGraph {
                 .or_insert_with(|| graph.class_id(&run.acquisition_class(a)))
         };
         self.add_earlier(run_index, run);
+        // The edge counted last: a loop's acquisitions count the same edge over and over.
+        let mut last: Option<((usize, usize), usize)> = None;
         for (i, acq) in run.acquisitions.iter().enumerate() {
             if acq.how == AcquireHow::Try {
                 continue;
@@ -100,7 +102,15 @@ impl LockOrderGraph {
                 let held = &run.acquisitions[h as usize];
                 let from = class_of(self, held);
                 let to = class_of(self, acq);
-                let edge = self.count_edge(from, to, 1, mode_bit(held.mode, acq.mode), run_index);
+                let e = match last {
+                    Some((key, e)) if key == (from, to) => e,
+                    _ => {
+                        let e = self.edge_id(from, to);
+                        last = Some(((from, to), e));
+                        e
+                    }
+                };
+                let edge = self.count_at(e, 1, mode_bit(held.mode, acq.mode), run_index);
                 if edge.witnesses.len() < WITNESSES_PER_EDGE {
                     let new = EdgeWitness {
                         run: run_index,
@@ -166,7 +176,13 @@ impl LockOrderGraph {
         modes: u8,
         run: usize,
     ) -> &mut ClassEdge {
-        let e = *self.edge_index.entry((from, to)).or_insert_with(|| {
+        let e = self.edge_id(from, to);
+        self.count_at(e, count, modes, run)
+    }
+
+    /// The index of the edge `from` → `to`, added (uncounted) if new.
+    fn edge_id(&mut self, from: usize, to: usize) -> usize {
+        *self.edge_index.entry((from, to)).or_insert_with(|| {
             self.edges.push(ClassEdge {
                 from,
                 to,
@@ -177,7 +193,12 @@ impl LockOrderGraph {
                 earlier: Vec::new(),
             });
             self.edges.len() - 1
-        });
+        })
+    }
+
+    /// Counts `count` more of edge `e` (its index), seen in run `run` with the mode pair
+    /// `modes`.
+    fn count_at(&mut self, e: usize, count: u64, modes: u8, run: usize) -> &mut ClassEdge {
         let edge = &mut self.edges[e];
         edge.count += count;
         edge.modes |= modes;

@@ -516,6 +516,18 @@ fn cross_trace_finding(
         occurrences = occurrences.min(e.count);
     }
     let names: Vec<String> = cycle.iter().map(|&c| graph.classes[c].clone()).collect();
+    // One trace holds every edge, in different segments of it: the cut, not the traces,
+    // is what keeps the cycle from being predicted (other traces may hold edges too).
+    let in_one_trace = in_traces.iter().any(|&t| {
+        (0..k).all(|i| {
+            let e = graph
+                .edge(cycle[i], cycle[(i + 1) % k])
+                .expect("cycle edges exist");
+            e.runs
+                .iter()
+                .any(|&p| part_trace.get(p).copied().unwrap_or(p) == t)
+        })
+    });
     Finding {
         id: 0,
         kind: Kind::PotentialDeadlock,
@@ -526,7 +538,7 @@ fn cross_trace_finding(
             cycle_text(&names),
             k
         ),
-        reason: if in_traces.len() == 1 && !edges.iter().any(|e| e.earlier) {
+        reason: if in_one_trace && !edges.iter().any(|e| e.earlier) {
             "not predicted: the edges of the cycle are in different segments of the trace, \
              analysed one at a time (--segment-events), and a prediction reorders events \
              within one segment only; the code still takes these locks in an inconsistent \

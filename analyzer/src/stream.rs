@@ -245,6 +245,12 @@ pub enum Op {
 }
 
 impl Op {
+    /// A memory access: a plain read or write, or an atomic (what a race is made of).
+    #[inline]
+    pub fn is_access(&self) -> bool {
+        matches!(self, Op::Read { .. } | Op::Write { .. } | Op::Atomic(_))
+    }
+
     /// A plain read or write, or an allocation or free: memory that synchronises nothing.
     #[inline]
     pub fn is_plain_memory(&self) -> bool {

@@ -32,12 +32,11 @@ impl VectorClock {
         if other.0.len() > self.0.len() {
             self.0.resize(other.0.len(), 0);
         }
+        // Branch-free, so that the compiler does several entries at a time.
         let mut grew = false;
-        for (mine, theirs) in self.0.iter_mut().zip(&other.0) {
-            if *theirs > *mine {
-                *mine = *theirs;
-                grew = true;
-            }
+        for (mine, &theirs) in self.0.iter_mut().zip(&other.0) {
+            grew |= theirs > *mine;
+            *mine = (*mine).max(theirs);
         }
         grew
     }

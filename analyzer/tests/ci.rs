@@ -649,6 +649,11 @@ fn graph_draws_the_class_graph_with_cycle_edges_highlighted() {
     );
     assert!(edge("n1", "n0").contains("style=bold"), "{dot}");
     assert!(!edge("n0", "n2").contains("red"), "{dot}");
+    // Read in segments down to one event each, the graph is the same.
+    for n in ["0", "1", "3"] {
+        let o = foresight(&dir, &["graph", "--segment-events", n, "g.trace"]);
+        assert_eq!(stdout(&o), dot, "--segment-events {n}");
+    }
     let o = foresight(&dir, &["graph", "--scc-only", "g.trace"]);
     let scc = stdout(&o);
     assert!(!scc.contains("label=\"C\""), "{scc}");

@@ -553,3 +553,169 @@ fn check_gates_races_as_it_gates_deadlocks() {
     assert_eq!(sarif["runs"][0]["results"][0]["ruleId"], "race");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A trace read from its file as `foresight analyze` reads it, the race pass in the walk from
+/// the first event (`replay: None`) or joining it at the first memory access, fed the events
+/// before it again from a second read of the file (at most `replay_limit` of them). Returns
+/// the run of each segment (`segment_events`, 0: one), the last one last.
+fn streamed(
+    bytes: Vec<u8>,
+    segment_events: u64,
+    replay: Option<usize>,
+) -> Vec<foresight_analyzer::model::Run> {
+    use foresight_analyzer::model::{drive_segments_replaying, ModelPass, ThreadModel};
+    use foresight_analyzer::stream::{Runs, Stream};
+    use foresight_trace::TraceStream;
+    let stream = TraceStream::from_bytes("t.trace", bytes).expect("trace streams");
+    let walk = Stream::of_stream(&stream);
+    let threads = stream
+        .threads()
+        .map(|id| ThreadModel {
+            id,
+            name: format!("thread-{id}"),
+            len: 0,
+        })
+        .collect();
+    let model = ModelPass::new(stream.tables(), "t.trace".into(), threads, 0);
+    let mut merged = stream.merged();
+    let stream = &stream;
+    let limit = replay.unwrap_or(0);
+    let again = move || -> Box<dyn Iterator<Item = (ThreadId, usize, EventKind)> + '_> {
+        Box::new(
+            stream
+                .merged()
+                .map(|e| (e.thread, e.index, e.event.kind))
+                .take(limit),
+        )
+    };
+    let mut runs = Vec::new();
+    let last = drive_segments_replaying(
+        &walk,
+        model,
+        Runs(&mut merged),
+        &mut |_| {},
+        segment_events,
+        &mut |r| runs.push(r),
+        replay.map(|_| &again as _),
+    );
+    runs.push(last);
+    runs
+}
+
+/// What the race pass handed on for each segment, comparable across walks.
+fn race_outputs(runs: &[foresight_analyzer::model::Run]) -> Vec<String> {
+    runs.iter()
+        .map(|r| {
+            let o = &r.races;
+            format!(
+                "{:?} {:?} accesses {} orphans {} evicted {} complete {}",
+                o.races, o.candidates, o.accesses, o.orphan_accesses, o.evicted, o.complete
+            )
+        })
+        .collect()
+}
+
+/// Threads created, a heap block allocated and a lock taken long before the first memory
+/// access, then a happens-before race in the block and a race only a lock hand-off orders.
+fn late_accesses(accesses: bool) -> Vec<u8> {
+    let mut t = T::new();
+    let main = t.main;
+    let s = t.b.site("main", "t.c", 5);
+    t.ev(
+        main,
+        EventKind::Alloc {
+            addr: X,
+            size: 64,
+            site: s,
+        },
+    );
+    let (a, b) = (t.spawn("a"), t.spawn("b"));
+    let (m, own) = (t.b.mutex("m"), t.b.mutex("own"));
+    for _ in 0..50 {
+        for th in [main, a, b] {
+            t.lock(th, own);
+            t.unlock(th, own);
+        }
+    }
+    t.lock(a, m);
+    if accesses {
+        t.write(a, X + 12, 4, 10); // under m, which a took before any access
+        t.write(a, 0x3000, 4, 11);
+    }
+    t.unlock(a, m);
+    t.lock(b, m);
+    if accesses {
+        t.write(b, 0x3008, 4, 21);
+    }
+    t.unlock(b, m);
+    if accesses {
+        t.write(b, 0x3000, 4, 20);
+        t.write(b, X + 12, 4, 22);
+        t.write(main, X + 12, 4, 30);
+    }
+    t.b.finish()
+}
+
+#[test]
+fn a_race_pass_that_joins_at_the_first_access_finds_what_one_there_from_the_start_finds() {
+    let bytes = late_accesses(true);
+    for segment_events in [0, 7, 40, 1000] {
+        let live = streamed(bytes.clone(), segment_events, None);
+        let joined = streamed(bytes.clone(), segment_events, Some(usize::MAX));
+        assert_eq!(
+            race_outputs(&joined),
+            race_outputs(&live),
+            "segments of {segment_events}"
+        );
+        let report = |runs: &[foresight_analyzer::model::Run]| {
+            let last = runs.last().expect("a run");
+            serde_json::to_string(&analyze(
+                std::slice::from_ref(last),
+                &[],
+                &Options::default(),
+            ))
+            .expect("report serialises")
+        };
+        assert_eq!(report(&joined), report(&live));
+    }
+    // What it finds needs what came before the first access: the threads' creation (else
+    // their accesses are left out) and the heap block (named).
+    let runs = streamed(bytes, 0, Some(usize::MAX));
+    let r = analyze(&runs, &[], &Options::default());
+    assert_eq!(r.traces[0].warnings, Vec::<String>::new());
+    assert_eq!(
+        race_lines(&r),
+        [(10, 30, "happens-before"), (22, 30, "happens-before")].into()
+    );
+    let block = races(&r)
+        .iter()
+        .find_map(|f| f.race().and_then(|d| d.block.clone()))
+        .expect("a race in the heap block");
+    assert_eq!((block.size, block.offset), (64, 12));
+}
+
+#[test]
+fn a_trace_without_accesses_hands_on_what_a_race_pass_would() {
+    let bytes = late_accesses(false);
+    for segment_events in [0, 7] {
+        assert_eq!(
+            race_outputs(&streamed(bytes.clone(), segment_events, Some(usize::MAX))),
+            race_outputs(&streamed(bytes.clone(), segment_events, None)),
+        );
+    }
+}
+
+#[test]
+fn a_replay_that_reads_less_than_the_walk_concludes_no_race() {
+    let bytes = late_accesses(true);
+    let runs = streamed(bytes.clone(), 0, Some(20));
+    let out = &runs.last().expect("a run").races;
+    assert!(!out.complete);
+    assert!(out.races.is_empty() && out.candidates.is_empty());
+    // The whole replay finds them.
+    let out = &streamed(bytes, 0, Some(usize::MAX))
+        .pop()
+        .expect("a run")
+        .races;
+    assert!(out.complete && !out.races.is_empty());
+}

@@ -578,6 +578,10 @@ fn the_cli_reads_a_trace_in_segments() {
         2,
         "{both}"
     );
+    // Each trace holds the whole cycle, cut: the reason is the cut, not the traces.
+    let reason = both["findings"][0]["reason"].as_str().unwrap();
+    assert!(reason.contains("segments"), "{reason}");
+    assert!(!reason.contains("different traces"), "{reason}");
     // `check` takes the option too: the cycle is a finding either way.
     let o = std::process::Command::new(env!("CARGO_BIN_EXE_foresight"))
         .args(["check", "--segment-events", &n])

@@ -2,7 +2,7 @@
 //! compress.sh` runs it on the traces it records):
 //!
 //! ```text
-//! cargo run --release -p foresight-trace --example decompress -- [--reps N] TRACE...
+//! cargo run --release -p foresight-trace --example decompress -- [--reps N] [--decode-only] TRACE...
 //! ```
 //!
 //! For each trace, the median of N runs (default 7) of: every event chunk decompressed alone
@@ -10,6 +10,9 @@
 //! buffer (`decompress+decode`, `TraceFile::for_each_chunk` on a one-thread pool: the reader's
 //! own path, checksums and reference checks included). A trace with no compressed chunk shows
 //! decoding alone. Figures are millions of decoded events per second of one core.
+//! `--decode-only` skips the decompression-alone runs, so that the process's CPU time (as
+//! `time` reports it) is the reader's path alone: on a shared machine, the user time of runs
+//! with different N is steadier than the wall time this prints.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -26,12 +29,22 @@ fn median(mut v: Vec<f64>) -> f64 {
 fn main() {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     let mut reps = 7usize;
-    if args.first().map(String::as_str) == Some("--reps") && args.len() > 1 {
-        reps = args[1].parse().expect("--reps N");
-        args.drain(..2);
+    let mut alone = true;
+    loop {
+        match args.first().map(String::as_str) {
+            Some("--reps") if args.len() > 1 => {
+                reps = args[1].parse().expect("--reps N");
+                args.drain(..2);
+            }
+            Some("--decode-only") => {
+                alone = false;
+                args.remove(0);
+            }
+            _ => break,
+        }
     }
     if args.is_empty() {
-        eprintln!("usage: decompress [--reps N] TRACE...");
+        eprintln!("usage: decompress [--reps N] [--decode-only] TRACE...");
         std::process::exit(2);
     }
     let pool = rayon::ThreadPoolBuilder::new()
@@ -72,11 +85,11 @@ fn main() {
             let n = events.load(Ordering::Relaxed) as f64;
             both.push(n / s / 1e6);
             let t = Instant::now();
-            for &(codec, p) in &compressed {
+            for &(codec, p) in compressed.iter().filter(|_| alone) {
                 std::hint::black_box(decompress_events(codec, p, &mut out).expect("a good block"));
             }
             let s = t.elapsed().as_secs_f64();
-            decompress.push(if compressed.is_empty() {
+            decompress.push(if compressed.is_empty() || !alone {
                 0.0
             } else {
                 n / s / 1e6

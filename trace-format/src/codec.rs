@@ -473,6 +473,91 @@ pub fn encode(out: &mut Vec<u8>, st: &mut DeltaState, ev: &Event) -> Result<(), 
     Ok(())
 }
 
+/// Bytes the fast loop of [`Decoder::decode_to`] wants left in the chunk before it decodes an
+/// event there: one bounds check then covers every byte the event can take on that path.
+const FAST_WINDOW: usize = 16;
+/// The same for a memory event: a tag and four numbers of up to eight bytes.
+const MEMORY_WINDOW: usize = 1 + 4 * 8;
+
+/// A place [`Decoder::decode_to`] writes an event into: an event (a reused buffer) or an
+/// uninitialised slot (the decoding reader's window of a thread's vector).
+pub trait EventSlot {
+    fn set(&mut self, ev: Event);
+}
+
+impl EventSlot for Event {
+    #[inline(always)]
+    fn set(&mut self, ev: Event) {
+        *self = ev;
+    }
+}
+
+impl EventSlot for std::mem::MaybeUninit<Event> {
+    #[inline(always)]
+    fn set(&mut self, ev: Event) {
+        self.write(ev);
+    }
+}
+
+/// An event to fill buffers with before [`Decoder::decode_to`] writes over them.
+pub const PLACEHOLDER: Event = Event {
+    key: 0,
+    kind: EventKind::ThreadStart,
+};
+
+/// What one call of [`Decoder::decode_to`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Batch {
+    /// Events written, to the first slots.
+    pub events: usize,
+    /// The key of the last event written, if any.
+    pub last_key: Option<u64>,
+    /// The event that did not decode; decoding stopped there.
+    pub error: Option<DecodeError>,
+}
+
+/// The key (after the delta, when `FLAG`: bit 7 of the tag) and `N` fields (one or two) of the
+/// event whose bytes start `word` (little-endian), when the delta and each field take one
+/// byte, the delta is not zero and the key does not overflow; then also the event's length.
+/// Otherwise `None`, and the general decoder takes the event (and reports it if it is bad).
+#[inline(always)]
+fn one_byte_fields<const FLAG: bool, const N: u32>(
+    word: u64,
+    key: u64,
+) -> Option<(u64, u32, u32, usize)> {
+    let numbers = FLAG as u32 + N;
+    // Bit 7 of each of the numbers' bytes (bytes 1..=numbers): all clear, or one is longer.
+    let continuation = 0x8080_8080_8080_8000u64 & ((1u64 << (8 * (numbers + 1))) - 1);
+    if word & continuation != 0 {
+        return None;
+    }
+    let (key, fields) = if FLAG {
+        let delta = (word >> 8) & 0xff;
+        if delta == 0 {
+            return None;
+        }
+        (key.checked_add(delta)?, word >> 16)
+    } else {
+        (key, word >> 8)
+    };
+    Some((
+        key,
+        (fields & 0xff) as u32,
+        ((fields >> 8) & 0xff) as u32,
+        1 + numbers as usize,
+    ))
+}
+
+/// The mode of the lock tags that come in pairs, exclusive at the even tag.
+#[inline(always)]
+fn mode_of(t: u8) -> LockMode {
+    if t & 1 == 0 {
+        LockMode::Exclusive
+    } else {
+        LockMode::Shared
+    }
+}
+
 /// A cursor over the event bytes of one chunk.
 pub struct Decoder<'a> {
     buf: &'a [u8],
@@ -688,6 +773,244 @@ impl<'a> Decoder<'a> {
             }
         }
         Ok(())
+    }
+
+    /// Decodes events into `out`, from its first slot, skipping extension events; stops when
+    /// `out` is full, at the end of the bytes, or at the first event that does not decode
+    /// (the error, at that event's offset). The same events, state and errors as
+    /// [`Decoder::for_each`] with a sink that stops after `out.len()` events, but faster: lock
+    /// events whose numbers take one byte each (almost all of them) are decoded in a tight
+    /// loop that reads the bytes a word at a time (`fast_run`); every other event goes through
+    /// the general decoder.
+    #[inline]
+    pub fn decode_to<S: EventSlot>(&mut self, out: &mut [S]) -> Batch {
+        let mut done = Batch {
+            events: 0,
+            last_key: None,
+            error: None,
+        };
+        loop {
+            if done.events < out.len() {
+                if let Some(ev) = self.pending.take() {
+                    out[done.events].set(ev);
+                    done.events += 1;
+                    done.last_key = Some(ev.key);
+                }
+            }
+            self.fast_run(out, &mut done);
+            if done.events >= out.len() {
+                return done;
+            }
+            // One event the fast loop left: another kind, a long number, the chunk's last
+            // bytes, or an error.
+            let Some(&raw) = self.buf.get(self.pos) else {
+                return done;
+            };
+            if EXTENSION_TAGS.contains(&(raw & !KEY_FLAG)) {
+                if let Err(e) = self.skip_extension() {
+                    done.error = Some(e);
+                    return done;
+                }
+                continue;
+            }
+            let start = self.pos;
+            match self.decode_one() {
+                Ok(ev) => {
+                    out[done.events].set(ev);
+                    done.events += 1;
+                    done.last_key = Some(ev.key);
+                }
+                Err(what) => {
+                    done.error = Some(DecodeError {
+                        offset: start,
+                        what,
+                    });
+                    return done;
+                }
+            }
+        }
+    }
+
+    /// The fast loop of [`Decoder::decode_to`]: decodes events while each is a lock event whose
+    /// key delta and fields take one byte each, at least `FAST_WINDOW` bytes remain (so a
+    /// single bounds check covers the event) and `out` has room for two more (a lock-immediate
+    /// gives two). Leaves anything else, untouched, to the general decoder: bad bytes are
+    /// never decided here.
+    #[inline(never)]
+    fn fast_run<S: EventSlot>(&mut self, out: &mut [S], done: &mut Batch) {
+        use tag::*;
+        use EventKind::*;
+        let buf = self.buf;
+        // The bytes from the cursor on: a slice whose length is checked once per event.
+        let mut rest = buf.get(self.pos..).unwrap_or_default();
+        let mut key = self.st.key;
+        // One more than the largest id seen here (ids on this path are below 128).
+        let mut objects = 0u32;
+        let mut sites = 0u32;
+        let mut i = done.events;
+        let start = i;
+        while i + 2 <= out.len() && rest.len() >= FAST_WINDOW {
+            let word = u64::from_le_bytes(rest[..8].try_into().expect("eight bytes"));
+            let raw = word as u8;
+            let t = raw & !KEY_FLAG;
+            macro_rules! fields {
+                ($n:literal) => {
+                    match if raw & KEY_FLAG != 0 {
+                        one_byte_fields::<true, $n>(word, key)
+                    } else {
+                        one_byte_fields::<false, $n>(word, key)
+                    } {
+                        Some(f) => f,
+                        None => break,
+                    }
+                };
+            }
+            let (next, kind, len) = match t {
+                LOCK_REQUEST | LOCK_REQUEST_SHARED => {
+                    let (next, a, b, len) = fields!(2);
+                    objects = objects.max(a + 1);
+                    sites = sites.max(b + 1);
+                    let kind = LockRequest {
+                        lock: a,
+                        mode: mode_of(t),
+                        site: b,
+                    };
+                    (next, kind, len)
+                }
+                LOCK_ACQUIRED | LOCK_ACQUIRED_SHARED => {
+                    let (next, a, _, len) = fields!(1);
+                    objects = objects.max(a + 1);
+                    let kind = LockAcquired {
+                        lock: a,
+                        mode: mode_of(t),
+                    };
+                    (next, kind, len)
+                }
+                LOCK_RELEASE => {
+                    let (next, a, b, len) = fields!(2);
+                    objects = objects.max(a + 1);
+                    sites = sites.max(b + 1);
+                    (next, LockRelease { lock: a, site: b }, len)
+                }
+                LOCK_IMMEDIATE | LOCK_IMMEDIATE_SHARED => {
+                    let (next, a, b, len) = fields!(2);
+                    objects = objects.max(a + 1);
+                    sites = sites.max(b + 1);
+                    let mode = mode_of(t);
+                    // The request at the previous key, then the acquisition at the event's.
+                    out[i].set(Event {
+                        key,
+                        kind: LockRequest {
+                            lock: a,
+                            mode,
+                            site: b,
+                        },
+                    });
+                    i += 1;
+                    (next, LockAcquired { lock: a, mode }, len)
+                }
+                0x40..=0x44 | 0x48..=0x4c | ALLOC | FREE => {
+                    // Written where it is decoded, so that the lock events' path above does
+                    // not carry a memory event's fields.
+                    let slot = &mut out[i];
+                    let (next, len) = match t {
+                        ALLOC => self.memory_event::<S, ALLOC>(raw, key, rest, slot),
+                        FREE => self.memory_event::<S, FREE>(raw, key, rest, slot),
+                        _ => self.memory_event::<S, READ_1>(raw, key, rest, slot),
+                    };
+                    if len == 0 {
+                        break;
+                    }
+                    key = next;
+                    rest = &rest[len..];
+                    i += 1;
+                    continue;
+                }
+                _ => break,
+            };
+            key = next;
+            rest = &rest[len..];
+            out[i].set(Event { key, kind });
+            i += 1;
+        }
+        if i > start {
+            self.pos = buf.len() - rest.len();
+            self.st.key = key;
+            self.objects_below = self.objects_below.max(objects as u64);
+            self.sites_below = self.sites_below.max(sites as u64);
+            done.events = i;
+            done.last_key = Some(key);
+        }
+    }
+
+    /// A memory event of the fast loop at the start of `rest`: an allocation (`KIND` is
+    /// `tag::ALLOC`), a free (`tag::FREE`), or a read or write of 1 to 16 bytes (`tag::READ_1`),
+    /// whose numbers take at most eight bytes each and are minimal, with at least
+    /// `MEMORY_WINDOW` bytes left: written to `slot`, the delta state moves on, and its key and
+    /// length are returned. Otherwise length 0, and nothing changes.
+    #[cold]
+    #[inline(never)]
+    fn memory_event<S: EventSlot, const KIND: u8>(
+        &mut self,
+        raw: u8,
+        key: u64,
+        rest: &[u8],
+        slot: &mut S,
+    ) -> (u64, usize) {
+        use tag::*;
+        let Some(bytes) = rest.get(..MEMORY_WINDOW) else {
+            return (key, 0);
+        };
+        let mut at = 1;
+        let mut number = || {
+            let word = u64::from_le_bytes(bytes[at..at + 8].try_into().expect("eight bytes"));
+            let (v, len) = varint::from_word(word)?;
+            at += len;
+            Some(v)
+        };
+        let fields = (|| {
+            let key = if raw & KEY_FLAG != 0 {
+                let delta = number()?;
+                if delta == 0 {
+                    return None;
+                }
+                key.checked_add(delta)?
+            } else {
+                key
+            };
+            let alloc_size = if KIND == ALLOC { number()? } else { 0 };
+            let da = unzigzag(number()?);
+            let ds = unzigzag(number()?);
+            let site = u32::try_from((self.st.mem_site as i64).checked_add(ds)?).ok()?;
+            Some((key, alloc_size, da, site))
+        })();
+        let Some((key, alloc_size, da, site)) = fields else {
+            return (key, 0);
+        };
+        let addr = self.st.addr.wrapping_add(da as u64);
+        self.st.addr = addr;
+        self.st.mem_site = site;
+        let t = raw & !KEY_FLAG;
+        let kind = match KIND {
+            ALLOC => EventKind::Alloc {
+                addr,
+                size: alloc_size,
+                site,
+            },
+            FREE => EventKind::Free { addr, site },
+            _ if t >= WRITE_1 => EventKind::Write {
+                addr,
+                size: 1 << (t - WRITE_1),
+                site,
+            },
+            _ => EventKind::Read {
+                addr,
+                size: 1 << (t - READ_1),
+                site,
+            },
+        };
+        slot.set(Event { key, kind });
+        (key, at)
     }
 
     #[inline(always)]
@@ -1050,5 +1373,204 @@ impl<'a> Decoder<'a> {
         }
         self.pos = end as usize;
         Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// What `for_each` gives when its sink stops after `max` events: the reference.
+    fn reference(bytes: &[u8], base: u64, max: usize) -> (Vec<Event>, Option<DecodeError>, u64) {
+        let mut dec = Decoder::new(bytes, base);
+        let mut events = Vec::new();
+        let error = if max == 0 {
+            None
+        } else {
+            dec.for_each(|ev| {
+                events.push(ev);
+                events.len() < max
+            })
+            .err()
+        };
+        (events, error, fingerprint(&dec))
+    }
+
+    /// Everything a decoder carries to its next call.
+    fn fingerprint(dec: &Decoder<'_>) -> u64 {
+        let s = dec.state();
+        let text = format!("{s:?} {} {}", dec.objects_below(), dec.sites_below());
+        text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+        })
+    }
+
+    /// Decodes all of `bytes` with `decode_to` in batches of the given sizes (cycled), and also
+    /// checks each batch against the reference from the same state.
+    fn batched(bytes: &[u8], base: u64, sizes: &[usize]) -> (Vec<Event>, Option<DecodeError>) {
+        let mut state = DecoderState::starting_at(base);
+        let mut all = Vec::new();
+        for &size in sizes.iter().cycle().take(10_000) {
+            let mut dec = Decoder::resume(bytes, state);
+            let mut out = vec![PLACEHOLDER; size];
+            let batch = dec.decode_to(&mut out[..]);
+            // The same batch through the general decoder, from the same state.
+            let mut again = Decoder::resume(bytes, state);
+            let mut want = Vec::new();
+            let want_error = if size == 0 {
+                None
+            } else {
+                again
+                    .for_each(|ev| {
+                        want.push(ev);
+                        want.len() < size
+                    })
+                    .err()
+            };
+            assert_eq!(&out[..batch.events], &want[..]);
+            assert_eq!(batch.error, want_error);
+            assert_eq!(batch.last_key, want.last().map(|e| e.key));
+            assert_eq!(fingerprint(&dec), fingerprint(&again));
+            all.extend_from_slice(&out[..batch.events]);
+            state = dec.state();
+            if batch.error.is_some() || dec.is_at_end() {
+                return (all, batch.error);
+            }
+        }
+        panic!("no progress");
+    }
+
+    /// Event bytes the fast loop sees: lock events with small and large ids and key deltas,
+    /// lock-immediates, memory events with near and far addresses, other kinds, extension
+    /// events, and damage.
+    fn chunk_bytes() -> impl Strategy<Value = Vec<u8>> {
+        let piece = prop_oneof![
+            8 => (
+                prop_oneof![
+                    3 => proptest::sample::select(vec![0x10u8, 0x11, 0x12, 0x13, 0x19, 0x1c, 0x1d]),
+                    1 => 0u8..0x1e,
+                ],
+                any::<bool>(),
+                prop_oneof![3 => 0u64..128, 1 => 0u64..300],
+                prop_oneof![3 => 0u32..128, 1 => 0u32..300],
+                prop_oneof![3 => 0u32..128, 1 => 0u32..300],
+            )
+                .prop_map(
+                |(t, flag, delta, a, b)| {
+                    let mut v = vec![if flag { t | KEY_FLAG } else { t }];
+                    if flag {
+                        varint::put(&mut v, delta);
+                    }
+                    varint::put(&mut v, a as u64);
+                    varint::put(&mut v, b as u64);
+                    v
+                }
+            ),
+            6 => (
+                prop_oneof![0x40u8..0x46, 0x48u8..0x4e, Just(tag::ALLOC), Just(tag::FREE)],
+                any::<bool>(),
+                0u64..300,
+                prop_oneof![0u64..300, any::<u64>()],
+                prop_oneof![0u64..300, any::<u64>()],
+                prop_oneof![0u64..300, any::<u64>()],
+            )
+                .prop_map(|(t, flag, delta, x, y, z)| {
+                    let mut v = vec![if flag { t | KEY_FLAG } else { t }];
+                    if flag {
+                        varint::put(&mut v, delta);
+                    }
+                    for n in [x, y, z] {
+                        varint::put(&mut v, n);
+                    }
+                    v
+                }),
+            1 => (0x60u8..0x80, 0usize..4).prop_map(|(t, n)| {
+                let mut v = vec![t, n as u8];
+                v.extend(std::iter::repeat_n(7u8, n));
+                v
+            }),
+            1 => proptest::collection::vec(any::<u8>(), 1..4),
+            1 => Just(vec![tag::LOCK_REQUEST | KEY_FLAG, 0x80, 0x00, 1, 1]),
+            1 => Just(vec![0xff; 11]),
+        ];
+        proptest::collection::vec(piece, 0..80).prop_map(|p| p.concat())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+        #[test]
+        fn decode_to_gives_what_the_general_decoder_gives(
+            bytes in chunk_bytes(),
+            base in prop_oneof![0u64..1000, Just(u64::MAX - 200), Just(u64::MAX - 3), Just(u64::MAX)],
+            sizes in proptest::collection::vec(0usize..40, 1..6),
+        ) {
+            let (want, want_error, _) = reference(&bytes, base, usize::MAX);
+            let sizes: Vec<usize> = if sizes.iter().all(|&s| s == 0) { vec![1] } else { sizes };
+            let (got, got_error) = batched(&bytes, base, &sizes);
+            prop_assert_eq!(got, want);
+            prop_assert_eq!(got_error, want_error);
+        }
+    }
+
+    #[test]
+    fn the_fast_loop_reads_every_lock_and_memory_event_it_is_given() {
+        // Encoded events of the fast kinds, many of them, round-trip through `decode_to`.
+        let mut st = DeltaState::starting_at(5);
+        let mut bytes = Vec::new();
+        let mut events = Vec::new();
+        let mut key = 5;
+        for i in 0..5000u32 {
+            key += (i % 3 == 0) as u64 * (1 + (i as u64 % 200));
+            let kind = match i % 7 {
+                0 => EventKind::LockRequest {
+                    lock: i % 150,
+                    mode: if i % 2 == 0 {
+                        LockMode::Exclusive
+                    } else {
+                        LockMode::Shared
+                    },
+                    site: i % 130,
+                },
+                1 => EventKind::LockAcquired {
+                    lock: i % 150,
+                    mode: LockMode::Shared,
+                },
+                2 => EventKind::LockRelease {
+                    lock: i % 90,
+                    site: i % 300,
+                },
+                3 => EventKind::Read {
+                    addr: 0x7f00_0000_0000 + (i as u64 * 0x9e37) % 0x10_0000,
+                    size: 8,
+                    site: 1000 + i % 5,
+                },
+                4 => EventKind::Alloc {
+                    addr: 0x5500_0000 + i as u64 * 64,
+                    size: i as u64 * 3,
+                    site: 7,
+                },
+                5 => EventKind::Free {
+                    addr: 0x5500_0000 + i as u64 * 32,
+                    site: 9,
+                },
+                _ => EventKind::Write {
+                    addr: i as u64,
+                    size: 16,
+                    site: 4,
+                },
+            };
+            let ev = Event { key, kind };
+            encode(&mut bytes, &mut st, &ev).unwrap();
+            events.push(ev);
+        }
+        let mut dec = Decoder::new(&bytes, 5);
+        let mut out = vec![PLACEHOLDER; events.len() + 3];
+        let batch = dec.decode_to(&mut out[..]);
+        assert_eq!(batch.error, None);
+        assert_eq!(&out[..batch.events], &events[..]);
+        assert!(dec.is_at_end());
+        assert_eq!(dec.objects_below(), 150);
+        assert_eq!(dec.sites_below(), 300);
     }
 }

@@ -33,6 +33,71 @@ struct BarrierState {
     departing: Option<u64>,
 }
 
+/// Ids below this are kept in tables indexed by id ([`LockTable`], [`Started`]); the recorder
+/// numbers threads and objects from 0, so a real trace's ids are small, and a hostile trace's
+/// huge ones go to maps instead of making a huge table.
+const DIRECT_IDS: u32 = 1 << 16;
+
+/// The state of every lock that was acquired, by object id: a lock never acquired (or
+/// destroyed since) reads as the default state, which is what the checker assumes of it.
+#[derive(Default)]
+struct LockTable {
+    small: Vec<LockState>,
+    large: HashMap<ObjectId, LockState>,
+}
+
+impl LockTable {
+    #[inline]
+    fn get_mut(&mut self, lock: ObjectId) -> Option<&mut LockState> {
+        if lock < DIRECT_IDS {
+            self.small.get_mut(lock as usize)
+        } else {
+            self.large.get_mut(&lock)
+        }
+    }
+
+    #[inline]
+    fn entry(&mut self, lock: ObjectId) -> &mut LockState {
+        if lock < DIRECT_IDS {
+            let i = lock as usize;
+            if i >= self.small.len() {
+                self.small.resize_with(i + 1, LockState::default);
+            }
+            &mut self.small[i]
+        } else {
+            self.large.entry(lock).or_default()
+        }
+    }
+
+    fn remove(&mut self, lock: ObjectId) {
+        if let Some(st) = self.get_mut(lock) {
+            *st = LockState::default();
+        }
+        self.large.remove(&lock);
+    }
+}
+
+/// The threads that have had an event, by thread id.
+#[derive(Default)]
+struct Started {
+    small: Vec<bool>,
+    large: HashSet<ThreadId>,
+}
+
+impl Started {
+    /// Notes `thread`; returns whether it is new.
+    fn insert(&mut self, thread: ThreadId) -> bool {
+        if thread >= DIRECT_IDS {
+            return self.large.insert(thread);
+        }
+        let i = thread as usize;
+        if i >= self.small.len() {
+            self.small.resize(i + 1, false);
+        }
+        !std::mem::replace(&mut self.small[i], true)
+    }
+}
+
 /// Returns one problem per break of the invariant (at most `MAX_LISTED`, then a summary).
 pub fn check(trace: &Trace) -> Vec<Problem> {
     let mut remaining: HashMap<ThreadId, usize> = trace
@@ -59,11 +124,11 @@ pub struct Checker<'t> {
     listed: Vec<Problem>,
     total: usize,
     seen_create: HashSet<ThreadId>,
-    started: HashSet<ThreadId>,
+    started: Started,
     /// Threads that started before any `thread-create` named them, with the offset of their
     /// first event: reported if a creation of them comes later.
     started_uncreated: HashMap<ThreadId, u64>,
-    locks: HashMap<ObjectId, LockState>,
+    locks: LockTable,
     barriers: HashMap<ObjectId, BarrierState>,
     once_ran: HashSet<ObjectId>,
     once_done: HashSet<ObjectId>,
@@ -79,9 +144,9 @@ impl<'t> Checker<'t> {
             listed: Vec::new(),
             total: 0,
             seen_create: HashSet::new(),
-            started: HashSet::new(),
+            started: Started::default(),
             started_uncreated: HashMap::new(),
-            locks: HashMap::new(),
+            locks: LockTable::default(),
             barriers: HashMap::new(),
             once_ran: HashSet::new(),
             once_done: HashSet::new(),
@@ -105,7 +170,8 @@ impl<'t> Checker<'t> {
     }
 
     /// Whether [`Checker::observe`] does nothing with an event of the same thread as the one
-    /// before it: memory events (it only notes the thread's first event).
+    /// before it (it only notes the thread's first event): memory events, lock requests and
+    /// every other kind that changes no state the check keeps.
     #[inline]
     pub fn ignores_past_thread_switch(kind: &EventKind) -> bool {
         matches!(
@@ -116,12 +182,27 @@ impl<'t> Checker<'t> {
                 | EventKind::Fence { .. }
                 | EventKind::Alloc { .. }
                 | EventKind::Free { .. }
+                | EventKind::LockRequest { .. }
+                | EventKind::LockFailed { .. }
+                | EventKind::ThreadStart
+                | EventKind::ThreadExit
+                | EventKind::JoinRequest { .. }
+                | EventKind::ThreadDetach { .. }
+                | EventKind::ObjectInit { .. }
+                | EventKind::CondSignal { .. }
+                | EventKind::CondBroadcast { .. }
+                | EventKind::OnceBegin { .. }
+                | EventKind::SemWaitBegin { .. }
         )
     }
 
     /// Takes the next event of the merged order: `thread`'s event, from the chunk at byte
     /// `offset`. `unfinished(t)` says whether thread `t` still has events after this one (a
     /// join of a thread that has is reported).
+    ///
+    /// Lock acquisitions and releases, most of what it looks at in a lock-heavy trace, are
+    /// checked here; every other kind in [`Checker::observe_other`].
+    #[inline]
     pub fn observe(
         &mut self,
         thread: ThreadId,
@@ -130,14 +211,56 @@ impl<'t> Checker<'t> {
         unfinished: impl Fn(ThreadId) -> bool,
     ) {
         let t = thread;
-        let at = offset;
         // Most events are memory accesses of the thread seen last: one comparison for them.
         if self.last_thread != Some(t) {
-            self.last_thread = Some(t);
-            if self.started.insert(t) && !self.seen_create.contains(&t) {
-                self.started_uncreated.insert(t, at);
+            self.switch_to(t, offset);
+        }
+        match event.kind {
+            EventKind::LockAcquired { lock, mode } => self.acquire(t, offset, lock, mode),
+            EventKind::LockRelease { lock, .. } => self.release(t, lock),
+            _ => self.observe_other(t, event, offset, unfinished),
+        }
+    }
+
+    /// The first event of a run of `thread`'s events.
+    fn switch_to(&mut self, t: ThreadId, at: u64) {
+        self.last_thread = Some(t);
+        if self.started.insert(t) && !self.seen_create.contains(&t) {
+            self.started_uncreated.insert(t, at);
+        }
+    }
+
+    /// A lock release: the releasing holder's depth goes down (a release by a thread that
+    /// does not hold the lock changes nothing).
+    #[inline]
+    fn release(&mut self, t: ThreadId, lock: ObjectId) {
+        if let Some(st) = self.locks.get_mut(lock) {
+            match st.exclusive {
+                Some((h, d)) if h == t => {
+                    st.exclusive = if d > 1 { Some((h, d - 1)) } else { None };
+                }
+                _ => {
+                    if let Some(c) = st.shared.get_mut(&t) {
+                        *c -= 1;
+                        if *c == 0 {
+                            st.shared.remove(&t);
+                        }
+                    }
+                }
             }
         }
+    }
+
+    /// [`Checker::observe`] of every kind but a lock acquisition or release, once the thread
+    /// switch is noted.
+    #[inline(never)]
+    fn observe_other(
+        &mut self,
+        t: ThreadId,
+        event: &Event,
+        at: u64,
+        unfinished: impl Fn(ThreadId) -> bool,
+    ) {
         match event.kind {
             EventKind::ThreadCreate { child, .. } => {
                 self.seen_create.insert(child);
@@ -164,25 +287,9 @@ impl<'t> Checker<'t> {
                 acquired: true,
                 ..
             } => self.acquire(t, at, lock, mode),
-            EventKind::LockRelease { lock, .. } => {
-                if let Some(st) = self.locks.get_mut(&lock) {
-                    match st.exclusive {
-                        Some((h, d)) if h == t => {
-                            st.exclusive = if d > 1 { Some((h, d - 1)) } else { None };
-                        }
-                        _ => {
-                            if let Some(c) = st.shared.get_mut(&t) {
-                                *c -= 1;
-                                if *c == 0 {
-                                    st.shared.remove(&t);
-                                }
-                            }
-                        }
-                    }
-                }
-            }
+            EventKind::LockRelease { lock, .. } => self.release(t, lock),
             EventKind::CondWaitBegin { mutex, .. } => {
-                if let Some(st) = self.locks.get_mut(&mutex) {
+                if let Some(st) = self.locks.get_mut(mutex) {
                     if st.exclusive.is_some_and(|(h, _)| h == t) {
                         st.exclusive = None;
                     }
@@ -191,7 +298,7 @@ impl<'t> Checker<'t> {
             }
             EventKind::CondWaitEnd { mutex, .. } => self.acquire(t, at, mutex, LockMode::Exclusive),
             EventKind::ObjectDestroy { object, .. } => {
-                self.locks.remove(&object);
+                self.locks.remove(object);
             }
             EventKind::BarrierInit { barrier, count, .. } => {
                 self.barriers.insert(
@@ -286,7 +393,7 @@ impl<'t> Checker<'t> {
                 .get(&lock)
                 .is_some_and(|o| matches!(o.kind, ObjectKind::RecursiveMutex))
         };
-        let st = self.locks.entry(lock).or_default();
+        let st = self.locks.entry(lock);
         // Who holds the lock in a conflicting mode, and how.
         let conflict = match mode {
             LockMode::Exclusive => match st.exclusive.as_mut() {

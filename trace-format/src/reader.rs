@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 
-use crate::codec::{Decoder, EXTENSION_TAGS, KEY_FLAG};
+use crate::codec::{Decoder, EventSlot, EXTENSION_TAGS, KEY_FLAG, PLACEHOLDER};
 use crate::compress::{decoded_len, decompress_events};
 use crate::error::{Problem, ProblemKind, TraceError};
 use crate::event::{Event, ObjectId, SiteId, StringId, ThreadId};
@@ -324,21 +324,18 @@ impl TraceFile {
         refs: &ReferenceCheck,
         buf: &mut ChunkBufs,
     ) -> ChunkOutcome {
-        let mut free = slots.iter_mut();
-        self.decode_chunk_with(c, refs, buf, |ev| {
-            free.next().map(|slot| slot.write(ev)).is_some()
-        })
+        self.decode_chunk_with(c, refs, buf, slots)
     }
 
-    /// Decodes one planned chunk, handing each event to `store`, which says whether it kept it
-    /// (a chunk holding more events than it declared has no room for the rest).
+    /// Decodes one planned chunk into the first slots of `store` (a chunk holding more events
+    /// than there are slots has no room for the rest: they are counted).
     #[inline]
     fn decode_chunk_with(
         &self,
         c: &PlannedChunk,
         refs: &ReferenceCheck,
         buf: &mut ChunkBufs,
-        mut store: impl FnMut(Event) -> bool,
+        store: &mut [impl EventSlot],
     ) -> ChunkOutcome {
         let mut out = ChunkOutcome {
             written: 0,
@@ -372,16 +369,21 @@ impl TraceFile {
                 return out;
             }
         };
-        let mut found = 0u64;
         let mut dec = Decoder::new(body, c.prefix.base_key);
-        let result = dec.for_each(|ev| {
-            if store(ev) {
-                out.written += 1;
-                out.last_key = ev.key;
-            }
-            found += 1;
-            true
-        });
+        let kept = dec.decode_to(store);
+        out.written = kept.events;
+        if let Some(key) = kept.last_key {
+            out.last_key = key;
+        }
+        let mut found = kept.events as u64;
+        let result = match kept.error {
+            Some(e) => Err(e),
+            // No room for the rest: counted, not kept.
+            None => dec.for_each(|_| {
+                found += 1;
+                true
+            }),
+        };
         // The decoder noted the largest ids; only a chunk naming an id the tables may lack is
         // looked at event by event, in a second pass.
         if !refs.covers(dec.objects_below(), dec.sites_below()) {
@@ -557,7 +559,9 @@ impl TraceFile {
     /// `visit` in a buffer that is reused for the next chunk. Chunks are visited in parallel and
     /// in no particular order; within a chunk, events are in program order. This is the fast
     /// path for one-pass work (counting, summaries) over traces larger than memory wants to
-    /// hold: nothing is allocated per event. Returns the problems found, sorted by offset.
+    /// hold: nothing is allocated per event. A chunk holding more events than it declares hands
+    /// over the declared number, as [`TraceFile::decode`] keeps (the count mismatch is a
+    /// problem). Returns the problems found, sorted by offset.
     pub fn for_each_chunk(&self, visit: impl Fn(ChunkEvents<'_>) + Sync) -> Vec<Problem> {
         let (groups, mut problems) = self.plan_threads(|_| true);
         let refs = ReferenceCheck::new(&self.tables);
@@ -567,17 +571,17 @@ impl TraceFile {
             .map_init(
                 || (Vec::new(), ChunkBufs::default()),
                 |(events, bytes): &mut (Vec<Event>, ChunkBufs), c| {
-                    events.clear();
-                    events.reserve(c.capacity);
-                    let outcome = self.decode_chunk_with(c, &refs, bytes, |ev| {
-                        events.push(ev);
-                        true
-                    });
+                    // The buffer only grows: the decoder writes over the slots it needs.
+                    if events.len() < c.capacity {
+                        events.resize(c.capacity, PLACEHOLDER);
+                    }
+                    let outcome =
+                        self.decode_chunk_with(c, &refs, bytes, &mut events[..c.capacity]);
                     visit(ChunkEvents {
                         thread: c.prefix.thread,
                         sequence: c.prefix.sequence,
                         offset: c.offset,
-                        events,
+                        events: &events[..outcome.written],
                     });
                     outcome.problems
                 },

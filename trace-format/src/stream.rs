@@ -35,7 +35,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::path::{Path, PathBuf};
 
-use crate::codec::{Decoder, DecoderState};
+use crate::codec::{Decoder, DecoderState, PLACEHOLDER};
 use crate::compress::{decoded_len, decompress_events};
 use crate::error::{Problem, ProblemKind, TraceError};
 use crate::event::{Event, ThreadId};
@@ -471,15 +471,16 @@ impl<'a> Cursor<'a> {
     /// Decodes the next batch, moving to the next good chunk as needed; false at the end.
     #[inline(never)]
     fn refill(&mut self, ctx: &mut Ctx<'_>) -> bool {
-        self.batch.clear();
         self.at = 0;
         loop {
             if self.chunk.is_some() {
+                // The batch becomes the events decoded (its slots are reused, not cleared).
                 self.decode_batch(ctx);
                 if !self.batch.is_empty() {
                     return true;
                 }
             } else if !self.load_next_chunk(ctx) {
+                self.batch.clear();
                 self.summary.events = self.index as u64;
                 return false;
             }
@@ -643,8 +644,8 @@ impl<'a> Cursor<'a> {
         }
     }
 
-    /// Decodes up to `BATCH` events of the current chunk into `batch`; ends the chunk when its
-    /// bytes are done or an event does not decode.
+    /// Decodes up to `BATCH` events of the current chunk into `batch`, which then holds just
+    /// those; ends the chunk when its bytes are done or an event does not decode.
     fn decode_batch(&mut self, ctx: &mut Ctx<'_>) {
         let Some(c) = self.chunk.as_mut() else {
             return;
@@ -655,17 +656,19 @@ impl<'a> Cursor<'a> {
         let room = (c.capacity - c.written).min(BATCH);
         let batch = &mut self.batch;
         let result = if room > 0 {
-            let r = dec.for_each(|ev| {
-                batch.push(ev);
-                batch.len() < room
-            });
-            c.found += batch.len() as u64;
-            c.written += batch.len();
-            if let Some(last) = batch.last() {
-                self.last_key = last.key;
+            // The decoder writes over the batch's slots: only slots it never had are filled
+            // first (the batch is cut to the events decoded, and is mostly full).
+            batch.resize(room, PLACEHOLDER);
+            let kept = dec.decode_to(&mut batch[..]);
+            batch.truncate(kept.events);
+            c.found += kept.events as u64;
+            c.written += kept.events;
+            if let Some(key) = kept.last_key {
+                self.last_key = key;
             }
-            r
+            kept.error.map_or(Ok(()), Err)
         } else {
+            batch.clear();
             // No room left: what the chunk holds beyond its declared count is counted, not
             // kept.
             let found = &mut c.found;

@@ -60,6 +60,28 @@ pub fn get(buf: &[u8], pos: &mut usize) -> Result<u64, VarintError> {
     get_bytewise(buf, pos)
 }
 
+/// The number at the start of `word` (eight bytes, little-endian) and its length, when it ends
+/// within them and is minimal; `None` otherwise (longer, or not minimal: [`get`] tells which).
+#[inline(always)]
+pub fn from_word(word: u64) -> Option<(u64, usize)> {
+    if word & 0x80 == 0 {
+        return Some((word & 0x7f, 1));
+    }
+    let ends = !word & 0x8080_8080_8080_8080;
+    if ends == 0 {
+        return None;
+    }
+    // The lowest set bit of `ends` is bit 7 of the last byte: the bits up to it are the
+    // number's (bit 7 of the last byte is clear).
+    let end = ends.trailing_zeros();
+    let bits = word & (ends ^ (ends - 1));
+    // A non-minimal encoding ends with a zero group.
+    if bits >> (end - 7) == 0 {
+        return None;
+    }
+    Some((gather_groups(bits), (end as usize + 1) / 8))
+}
+
 /// The 7-bit groups of up to eight varint bytes (little-endian in `word`, continuation bits
 /// ignored) as one number: pairs of groups, then pairs of pairs, then the two halves.
 #[inline]
@@ -165,6 +187,35 @@ mod tests {
                 assert_eq!(get(&long, &mut 0), Err(VarintError::Truncated));
             }
         }
+    }
+
+    #[test]
+    fn from_word_reads_what_get_reads_or_declines() {
+        let mut x: u64 = 0x1319_8a2e_0370_7344;
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // Every length: clear the continuation bit of one byte (or none).
+            let word = match x % 9 {
+                8 => x | 0x8080_8080_8080_8080,
+                n => (x | 0x8080_8080_8080_8080) & !(0x80 << (8 * n)),
+            };
+            let mut bytes = word.to_le_bytes().to_vec();
+            bytes.extend_from_slice(&[0; 8]);
+            let mut pos = 0;
+            let got = get(&bytes, &mut pos);
+            match from_word(word) {
+                Some((v, len)) => assert_eq!((got, pos), (Ok(v), len), "{word:#x}"),
+                // Declined: longer than eight bytes, or not minimal.
+                None => assert!(x % 9 == 8 || got == Err(VarintError::Overflow), "{word:#x}"),
+            }
+        }
+        assert_eq!(from_word(0x7f), Some((0x7f, 1)));
+        assert_eq!(from_word(0x01_80), Some((0x80, 2)));
+        assert_eq!(from_word(0x00_80), None);
+        assert_eq!(from_word(0x00_80_80), None);
+        assert_eq!(from_word(u64::MAX), None);
     }
 
     #[test]

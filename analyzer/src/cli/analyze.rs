@@ -6,13 +6,14 @@ use std::process::ExitCode;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
+use foresight_trace::event::EventKind;
 use foresight_trace::Problem;
 use foresight_trace::{ThreadId, TraceStream};
 
 use crate::analysis::{analyze, Options};
 use crate::merge::{Merger, SegmentFold, TraceAnalysis};
 use crate::model::{
-    drive_segments, ModelPass, MonitorScan, Run, ThreadModel, DEFAULT_SEGMENT_EVENTS,
+    drive_segments_replaying, ModelPass, MonitorScan, Run, ThreadModel, DEFAULT_SEGMENT_EVENTS,
 };
 use crate::report::{self, Report};
 use crate::sites::Wrappers;
@@ -333,26 +334,9 @@ fn analyze_many(
     Ok(merger.finish())
 }
 
-/// Reads and converts every trace (an unreadable one is an error naming it); returns the runs
-/// and each trace's reader problems.
-pub fn load_runs(
-    traces: &[Input],
-    wrappers: &Wrappers,
-) -> anyhow::Result<(Vec<Run>, Vec<Vec<String>>)> {
-    let tty = std::io::stderr().is_terminal();
-    let mut runs = Vec::new();
-    let mut warnings = Vec::new();
-    for input in traces {
-        let (run, problems) = load_run(input, wrappers, tty, 0, &mut |_| {})?;
-        runs.push(run);
-        warnings.push(problems);
-    }
-    Ok((runs, warnings))
-}
-
 /// Reads one trace into its model, in segments of `segment_events` (0: whole): every segment
 /// but the last goes to `on_segment` as it is cut; the last is returned.
-fn load_run(
+pub fn load_run(
     input: &Input,
     wrappers: &Wrappers,
     tty: bool,
@@ -436,14 +420,20 @@ fn stream_run(
         }
     };
     // One thread: the race pass beside the walk on a second one (`drive_run_split`) costs
-    // more than it hides on a two-core machine that other work shares (race_speed.sh).
-    let mut run = drive_segments(
+    // more than it hides on a two-core machine that other work shares (race_speed.sh). The
+    // race pass joins the walk at the trace's first memory access, fed what came before it
+    // from a second read of the file: a trace without accesses never pays for it.
+    let replay = || -> Box<dyn Iterator<Item = (ThreadId, usize, EventKind)> + '_> {
+        Box::new(stream.merged().map(|e| (e.thread, e.index, e.event.kind)))
+    };
+    let mut run = drive_segments_replaying(
         &walk,
         model,
         Runs(&mut merged),
         &mut progress,
         segment_events,
         on_segment,
+        Some(&replay),
     );
     if let Some(b) = bar {
         b.finish_and_clear();

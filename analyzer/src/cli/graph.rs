@@ -1,16 +1,18 @@
 //! `foresight graph`: the class-level lock-order graph of the traces, as DOT or (through
 //! graphviz's `dot`) SVG.
 
-use std::io::Write;
+use std::collections::HashMap;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
 
 use anyhow::{bail, Context};
 
 use crate::lock_graph::LockOrderGraph;
+use crate::model::{Run, DEFAULT_SEGMENT_EVENTS};
 use crate::report::dot::write_dot;
 
-use super::analyze::{load_runs, SiteArgs};
+use super::analyze::{load_run, SiteArgs};
 use super::output::ignore_broken_pipe;
 use crate::suppressions::Suppressions;
 
@@ -30,6 +32,10 @@ pub struct Args {
     /// Only the lock classes on some cycle (strongly connected components).
     #[arg(long)]
     scc_only: bool,
+    /// Read each trace in segments of N events, one segment's model in memory at a time
+    /// (0: each trace whole). The graph is the same either way.
+    #[arg(long, default_value_t = DEFAULT_SEGMENT_EVENTS, value_name = "N")]
+    segment_events: u64,
     #[command(flatten)]
     sites: SiteArgs,
 }
@@ -38,12 +44,30 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // Lock classes are named at the user's frame: the wrappers of the configuration file too.
     let config = Suppressions::discover(None)?;
     let inputs = super::run_files::expand(&args.traces, false)?;
-    let (runs, _) = load_runs(&inputs, &args.sites.wrappers(config.as_ref()))?;
+    let wrappers = args.sites.wrappers(config.as_ref());
+    let tty = std::io::stderr().is_terminal();
+    // Each trace, or segment of one, is folded into the graph and dropped: only the graph and
+    // the site text of each edge's first witness are kept.
     let mut graph = LockOrderGraph::default();
-    for (i, run) in runs.iter().enumerate() {
-        graph.add_run(i, run);
+    let mut first_sites = HashMap::new();
+    let mut part = 0;
+    let mut add = |run: Run| {
+        graph.add_run(part, &run);
+        for e in &graph.edges {
+            if let Some(w) = e.witnesses.first().filter(|w| w.run == part) {
+                first_sites.entry((e.from, e.to)).or_insert_with(|| {
+                    run.location(run.acquisitions[w.acquisition as usize].site)
+                        .text
+                });
+            }
+        }
+        part += 1;
+    };
+    for input in &inputs {
+        let (last, _) = load_run(input, &wrappers, tty, args.segment_events, &mut add)?;
+        add(last);
     }
-    let dot = write_dot(&graph, &runs, args.scc_only);
+    let dot = write_dot(&graph, &first_sites, args.scc_only);
     let bytes = match args.format {
         Format::Dot => dot.into_bytes(),
         Format::Svg => to_svg(&dot)?,

@@ -79,7 +79,9 @@ pub(super) struct LockSections<'t> {
     /// Backing store of every `held` range (also the waits').
     pub held_pool: Vec<u32>,
     pub thread_acquisitions: Vec<Vec<u32>>,
+    /// Filled from `pairs` when the walk (or a segment) ends.
     pub by_thread_lock: IndexMap<(u32, u32), Vec<u32>>,
+    pairs: PairLists,
     pub read_recursions: Vec<ReadRecursion>,
     pub rank_violations: Vec<RankViolation>,
     held: Vec<Vec<HeldEntry>>,
@@ -117,6 +119,7 @@ impl<'t> LockSections<'t> {
             held_pool: Vec::new(),
             thread_acquisitions: vec![Vec::new(); threads],
             by_thread_lock: IndexMap::default(),
+            pairs: PairLists::default(),
             read_recursions: Vec::new(),
             rank_violations: Vec::new(),
             held: (0..threads).map(|_| Vec::new()).collect(),
@@ -303,11 +306,9 @@ impl<'t> LockSections<'t> {
             subclass: self.locks[lock as usize].subclass,
         });
         self.thread_acquisitions[thread as usize].push(index);
-        let list = self.by_thread_lock.entry((thread, lock)).or_default();
-        if list.is_empty() {
+        if self.pairs.push(thread, lock, index) {
             self.lock_threads[lock as usize].push(thread);
         }
-        list.push(index);
         self.held[thread as usize].push(HeldEntry {
             lock,
             acq: index,
@@ -323,7 +324,15 @@ impl<'t> LockSections<'t> {
         };
         held[i].depth -= 1;
         if held[i].depth == 0 {
-            let h = held.remove(i);
+            // Releases are mostly in reverse order of acquisition: the top goes.
+            let h = if i + 1 == held.len() {
+                held.pop()
+            } else {
+                Some(held.remove(i))
+            };
+            let Some(h) = h else {
+                return;
+            };
             self.acquisitions[h.acq as usize].release = Some(pos);
             // Out-of-order release: the entries above it recompute their maximum (LIFO
             // releases, the common case, recompute nothing).
@@ -374,7 +383,7 @@ impl<'t> LockSections<'t> {
                 &mut self.thread_acquisitions,
                 vec![Vec::new(); threads],
             ),
-            by_thread_lock: std::mem::take(&mut self.by_thread_lock),
+            by_thread_lock: self.pairs.take(),
             read_recursions: std::mem::take(&mut self.read_recursions),
             rank_violations: std::mem::take(&mut self.rank_violations),
         };
@@ -383,11 +392,9 @@ impl<'t> LockSections<'t> {
             a.held = 0..0;
             let index = self.acquisitions.len() as u32;
             self.thread_acquisitions[a.thread as usize].push(index);
-            let list = self.by_thread_lock.entry((a.thread, a.lock)).or_default();
-            if list.is_empty() {
+            if self.pairs.push(a.thread, a.lock, index) {
                 self.lock_threads[a.lock as usize].push(a.thread);
             }
-            list.push(index);
             self.acquisitions.push(a);
         }
         let renumber = |old: u32| open.binary_search(&old).expect("an open section") as u32;
@@ -416,7 +423,63 @@ impl<'t> LockSections<'t> {
                 );
             }
         }
+        self.by_thread_lock = self.pairs.take();
         self
+    }
+}
+
+/// Per (thread, lock): the thread's acquisitions of the lock, in order — what the run's
+/// `by_thread_lock` holds, kept so that a thread taking a lock it took last finds its list
+/// without hashing (the lock-heavy walk's most frequent case).
+#[derive(Default)]
+struct PairLists {
+    index: IndexMap<(u32, u32), u32>,
+    lists: Vec<Vec<u32>>,
+    /// Per lock (dense index): the thread that acquired it last, and that pair's list.
+    last: Vec<(u32, u32)>,
+}
+
+impl PairLists {
+    /// Adds acquisition `acq` to the list of (`thread`, `lock`); returns whether the list is
+    /// new (the thread's first acquisition of the lock).
+    #[inline]
+    fn push(&mut self, thread: u32, lock: u32, acq: u32) -> bool {
+        if let Some(&(t, list)) = self.last.get(lock as usize) {
+            if t == thread {
+                self.lists[list as usize].push(acq);
+                return false;
+            }
+        }
+        self.push_looked_up(thread, lock, acq)
+    }
+
+    fn push_looked_up(&mut self, thread: u32, lock: u32, acq: u32) -> bool {
+        let next = self.lists.len() as u32;
+        let (list, new) = match self.index.entry((thread, lock)) {
+            std::collections::hash_map::Entry::Occupied(e) => (*e.get(), false),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(next);
+                self.lists.push(Vec::new());
+                (next, true)
+            }
+        };
+        self.lists[list as usize].push(acq);
+        let l = lock as usize;
+        if self.last.len() <= l {
+            self.last.resize(l + 1, (u32::MAX, 0));
+        }
+        self.last[l] = (thread, list);
+        new
+    }
+
+    /// The lists so far, by (thread, lock); starts afresh.
+    fn take(&mut self) -> IndexMap<(u32, u32), Vec<u32>> {
+        let mut lists = std::mem::take(&mut self.lists);
+        self.last.clear();
+        std::mem::take(&mut self.index)
+            .into_iter()
+            .map(|(k, i)| (k, std::mem::take(&mut lists[i as usize])))
+            .collect()
     }
 }
 

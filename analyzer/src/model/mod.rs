@@ -32,7 +32,7 @@ use std::sync::Arc;
 
 use foldhash::HashMap;
 
-use foresight_trace::event::{ObjectId, SiteId};
+use foresight_trace::event::{EventKind, ObjectId, SiteId, ThreadId};
 use foresight_trace::reader::Tables;
 use foresight_trace::tables::{ClassKey, EndReason, ObjectKind};
 use foresight_trace::Trace;
@@ -447,10 +447,49 @@ pub fn drive_segments(
     segment_events: u64,
     on_segment: &mut dyn FnMut(Run),
 ) -> Run {
-    let races = RacePass::new(model.threads.len(), Some(model.tables));
+    drive_segments_replaying(
+        stream,
+        model,
+        events,
+        progress,
+        segment_events,
+        on_segment,
+        None,
+    )
+}
+
+/// The events of the walk again from the start, in the same merged order (thread id,
+/// position in the thread, event): a second read of the same file.
+pub type Replay<'r> = &'r dyn Fn() -> Box<dyn Iterator<Item = (ThreadId, usize, EventKind)> + 'r>;
+
+/// [`drive_segments`], with the race pass left out of the walk until the trace's first memory
+/// access (a plain read or write, or an atomic) when `replay` can read the events again: a
+/// trace with none — a program not built for race detection, a lock-heavy trace — never
+/// pays for the race pass's clocks and locksets. At the first access, a race pass is made
+/// and fed the events before it again (`replay`, the first `seq` of them), so it holds what
+/// it would have held had it seen them as they went by, and it goes on from there: the same
+/// findings. Before the first access the race pass finds nothing, and every segment's race
+/// output is what it would have been: no pairs, no accesses. (A replay that reads fewer events
+/// than the walk did — the file shrank — marks the race pass incomplete: no race is reported
+/// from the trace.)
+pub fn drive_segments_replaying(
+    stream: &Stream<'_>,
+    model: ModelPass<'_>,
+    events: impl EventSource,
+    progress: &mut dyn FnMut(u64),
+    segment_events: u64,
+    on_segment: &mut dyn FnMut(Run),
+    replay: Option<Replay<'_>>,
+) -> Run {
+    let races = match replay {
+        Some(_) => None,
+        None => Some(RacePass::new(model.threads.len(), Some(model.tables))),
+    };
     let mut passes = Segmented {
+        stream,
         model,
         races,
+        replay,
         every: segment_events,
         in_segment: 0,
         handed_out: 0,
@@ -460,16 +499,23 @@ pub fn drive_segments(
     // What the walk read and no segment before this one counted (events of threads the trace
     // does not list are read but handed to no pass).
     let handed_out = passes.handed_out;
-    let (mut run, races) = (passes.model, passes.races).finish();
+    let races = match passes.races {
+        Some(r) => r.finish(),
+        None => RaceOutput::without_accesses(),
+    };
+    let mut run = passes.model.finish();
     run.events = read.saturating_sub(handed_out);
     run.races = races;
     run
 }
 
 /// The model and the race pass, cut every `every` events.
-struct Segmented<'t, 'f> {
+struct Segmented<'t, 'f, 's, 'r> {
+    stream: &'s Stream<'s>,
     model: ModelPass<'t>,
-    races: RacePass<'t>,
+    /// `None` until the first memory access when the walk can be replayed.
+    races: Option<RacePass<'t>>,
+    replay: Option<Replay<'r>>,
     every: u64,
     in_segment: u64,
     /// Events of the segments handed out.
@@ -477,7 +523,27 @@ struct Segmented<'t, 'f> {
     on_segment: &'f mut dyn FnMut(Run),
 }
 
-impl Pass for Segmented<'_, '_> {
+impl Segmented<'_, '_, '_, '_> {
+    /// The first memory access, event `seq` of the walk: a race pass fed the events before it
+    /// again.
+    #[cold]
+    #[inline(never)]
+    fn start_races(&mut self, seq: u64) {
+        let mut races = RacePass::new(self.model.threads.len(), Some(self.model.tables));
+        if let Some(replay) = self.replay {
+            let before = usize::try_from(seq).unwrap_or(usize::MAX);
+            let read = self
+                .stream
+                .drive(replay().take(before), &mut races, &mut |_| {});
+            if read != seq {
+                races.abandon();
+            }
+        }
+        self.races = Some(races);
+    }
+}
+
+impl Pass for Segmented<'_, '_, '_, '_> {
     type Output = ();
 
     #[inline]
@@ -487,13 +553,25 @@ impl Pass for Segmented<'_, '_> {
         if self.in_segment == self.every && self.every > 0 {
             let mut run = self.model.cut();
             run.events = self.in_segment;
-            run.races = self.races.cut();
+            run.races = match &mut self.races {
+                Some(r) => r.cut(),
+                None => RaceOutput::without_accesses(),
+            };
             self.handed_out += self.in_segment;
             self.in_segment = 0;
             (self.on_segment)(run);
         }
         self.model.handle(ev);
-        self.races.handle(ev);
+        match &mut self.races {
+            Some(r) => r.handle(ev),
+            None if ev.op.is_access() => {
+                self.start_races(ev.seq);
+                if let Some(r) = &mut self.races {
+                    r.handle(ev);
+                }
+            }
+            None => {}
+        }
         self.in_segment += 1;
     }
 

@@ -136,7 +136,8 @@ pub struct RacePass<'t> {
     tables: Option<&'t Tables>,
     shard: Shard,
     accesses: u64,
-    /// The trace has more threads than the shadow memory tells apart: nothing is concluded.
+    /// The trace has more threads than the shadow memory tells apart, or the events the pass
+    /// was fed again were not those of the walk ([`RacePass::abandon`]): nothing is concluded.
     too_many_threads: bool,
     /// Per thread: its creation is in the trace (the first thread needs none).
     created: Vec<bool>,
@@ -206,6 +207,11 @@ impl<'t> RacePass<'t> {
                 complete: self.shard.complete() && !self.too_many_threads,
             },
         )
+    }
+
+    /// Concludes nothing from this trace: its input was not what the walk read.
+    pub fn abandon(&mut self) {
+        self.too_many_threads = true;
     }
 
     #[inline]
@@ -282,6 +288,17 @@ struct Totals {
 }
 
 impl RaceOutput {
+    /// What a race pass hands on over events without a memory access (a segment before the
+    /// trace's first one, `model::drive_segments_replaying`): no pairs, no accesses, the empty
+    /// lockset only.
+    pub fn without_accesses() -> Self {
+        RaceOutput {
+            locksets: Locksets::new(),
+            complete: true,
+            ..RaceOutput::default()
+        }
+    }
+
     /// The pairs found, in a fixed order (by the first instance's earlier access, then its
     /// later one: two pairs of sites never share both), the variables named.
     fn new(

@@ -176,9 +176,9 @@ pub struct Shard {
     without_locks: HbPass,
     pub shadow: Shadow,
     pub locksets: Locksets,
-    /// Per thread: the locks held, with recursion depth, and their lockset id (`None` while
-    /// stale: interned at the thread's next access, so lock-only stretches intern nothing).
-    held: Vec<Vec<(Held, u32)>>,
+    /// Per thread: the lockset id of the locks it holds (`None` while stale: interned at the
+    /// thread's next access, so lock-only stretches intern nothing). The locks held are those
+    /// `with_locks` keeps to know which channel a release publishes on.
     lockset: Vec<Option<u32>>,
     heap: BTreeMap<u64, Block>,
     pub findings: Findings,
@@ -200,7 +200,6 @@ impl Shard {
             without_locks: HbPass::streaming(threads, EdgeKinds::SYNC),
             shadow: Shadow::new(),
             locksets: Locksets::new(),
-            held: vec![Vec::new(); threads],
             lockset: vec![Some(Locksets::EMPTY); threads],
             heap: BTreeMap::new(),
             findings: Findings::default(),
@@ -230,16 +229,13 @@ impl Shard {
         self.without_locks.handle(ev);
         let t = ev.thread as usize;
         match ev.op {
-            Op::LockAcquired { lock, mode }
-            | Op::LockTry {
-                lock,
-                mode,
-                acquired: true,
-                ..
-            } => self.acquire(t, lock, mode),
-            Op::CondWaitEnd { mutex, .. } => self.acquire(t, mutex, Mode::Write),
-            Op::LockRelease { lock, .. } => self.release(t, lock),
-            Op::CondWaitBegin { mutex, .. } => self.release(t, mutex),
+            // The held set may have changed (a re-entry changes nothing, and interns to the
+            // same id at the next access).
+            Op::LockAcquired { .. }
+            | Op::LockTry { acquired: true, .. }
+            | Op::CondWaitEnd { .. }
+            | Op::LockRelease { .. }
+            | Op::CondWaitBegin { .. } => self.relock(t),
             Op::Alloc { addr, size, site } => {
                 // A new object: whatever the address held before is forgotten.
                 self.shadow.forget(addr, size);
@@ -262,33 +258,9 @@ impl Shard {
         }
     }
 
-    fn acquire(&mut self, t: usize, lock: u32, mode: Mode) {
-        let held = &mut self.held[t];
-        if let Some(h) = held.iter_mut().find(|h| h.0.lock == lock) {
-            h.1 += 1;
-            return;
-        }
-        held.push((
-            Held {
-                lock,
-                shared: mode == Mode::Read,
-            },
-            1,
-        ));
-        self.relock(t);
-    }
-
-    fn release(&mut self, t: usize, lock: u32) {
-        let held = &mut self.held[t];
-        if let Some(i) = held.iter().rposition(|h| h.0.lock == lock) {
-            held[i].1 -= 1;
-            if held[i].1 == 0 {
-                held.remove(i);
-                self.relock(t);
-            }
-        }
-    }
-
+    /// The locks thread `t` holds may have changed: its lockset id is stale (interned at its
+    /// next access, or now in a share of a split pass, whose ids must be every share's).
+    #[inline]
     fn relock(&mut self, t: usize) {
         self.lockset[t] = None;
         if self.eager_locksets {
@@ -307,7 +279,15 @@ impl Shard {
 
     #[cold]
     fn intern_lockset(&mut self, t: usize) -> u32 {
-        let set: Vec<Held> = self.held[t].iter().map(|h| h.0).collect();
+        let set: Vec<Held> = self
+            .with_locks
+            .held(t)
+            .iter()
+            .map(|&(lock, mode, _)| Held {
+                lock,
+                shared: mode == Mode::Read,
+            })
+            .collect();
         let id = self.locksets.intern(&set);
         self.lockset[t] = Some(id);
         id

@@ -7,9 +7,14 @@ use std::fmt::Write;
 
 use crate::cycles::strongly_connected_components;
 use crate::lock_graph::LockOrderGraph;
-use crate::model::Run;
+use std::collections::HashMap;
 
-pub fn write_dot(graph: &LockOrderGraph, runs: &[Run], scc_only: bool) -> String {
+/// `first_sites`: per edge (from, to), the site text of its first witness.
+pub fn write_dot(
+    graph: &LockOrderGraph,
+    first_sites: &HashMap<(usize, usize), String>,
+    scc_only: bool,
+) -> String {
     let adjacency = graph.adjacency();
     let scc = strongly_connected_components(&adjacency);
     let mut size = vec![0usize; graph.classes.len()];
@@ -53,11 +58,7 @@ pub fn write_dot(graph: &LockOrderGraph, runs: &[Run], scc_only: bool) -> String
         .collect();
     edges.sort_by_key(|e| (id[e.from], id[e.to]));
     for e in edges {
-        let first = e.witnesses.first().map(|w| {
-            let run = &runs[w.run];
-            run.location(run.acquisitions[w.acquisition as usize].site)
-                .text
-        });
+        let first = first_sites.get(&(e.from, e.to));
         let label = match first {
             Some(site) => format!("{}× first: {site}", e.count),
             None => format!("{}×", e.count),

@@ -23,7 +23,7 @@ use foresight_trace::tables::{
 };
 use foresight_trace::{ChunkWriter, Event, EventKind, LockMode, TraceWriter};
 
-use super::names::{Interned, NameError, Names};
+use super::names::{self, Interned, NameError, Names};
 use super::parse::{self, Line, Op};
 
 /// The module every imported site, lock and variable lives in: its load address and size.
@@ -754,6 +754,10 @@ pub fn import_from<R: Read, W: Write>(input: R, importer: &mut Importer<W>) -> R
 /// Bytes read from STD input at a time.
 const READ: usize = 1 << 20;
 
+/// Bytes left unread at the end of the buffer, so that a name can be read 16 bytes at a time
+/// from wherever it starts ([`names::pack_at`]), and a line 24 bytes at a time ([`line_key`]).
+const SLACK: usize = 32;
+
 /// Moves the partial line `buf[start..end]` to the front, makes room, and reads more after it:
 /// the bytes read (0 at the end of the input). `lines` is the number of lines before the
 /// partial one, for the error of a line longer than [`MAX_LINE`].
@@ -781,7 +785,8 @@ fn read_more(
         buf.resize(*end + READ, 0);
     }
     loop {
-        match input.read(&mut buf[*end..]) {
+        let room = buf.len() - SLACK;
+        match input.read(&mut buf[*end..room]) {
             Ok(k) => return Ok(k),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e.into()),
@@ -830,14 +835,68 @@ pub fn for_each_line<R: Read>(
     }
 }
 
-/// Calls `f` with each line of `input` that is not blank, parsed, and its number (from 1); a
+/// What [`for_each_parsed_line`] hands each line to.
+pub(super) trait ParsedLines {
+    /// Before line `n` is parsed: its bytes as [`line_key`] packs them, when it has 1 to 23
+    /// bytes (the same key, the same bytes); `true` when the sink has dealt with the line (one
+    /// it has seen before), and it is not parsed.
+    #[inline(always)]
+    fn seen(&mut self, _n: u64, _key: Option<[u64; 3]>) -> Result<bool, Failure> {
+        Ok(false)
+    }
+
+    /// Line `n` (from 1), parsed, and where its names are, to pack them.
+    fn line(&mut self, n: u64, l: &Line<'_>, names: Packable<'_>) -> Result<(), Failure>;
+}
+
+/// Where the thread, target and location of a line are in the reader's buffer, to pack them
+/// as [`names::pack`] does without a branch on their length ([`names::pack_at`]); or, for a
+/// line the careful parse read, nothing (they are packed from the slices then).
+#[derive(Clone, Copy)]
+pub(super) struct Packable<'a> {
+    /// Empty, or the buffer with at least 16 bytes after each name.
+    buf: &'a [u8],
+    starts: [usize; 3],
+}
+
+impl Packable<'_> {
+    /// Field `k` (0 thread, 1 target, 2 location), which is `name`, packed; (0, 0) for a name
+    /// `pack` does not pack (empty, or longer than 15 bytes).
+    #[inline(always)]
+    pub(super) fn pack(&self, k: usize, name: &[u8]) -> (u64, u64) {
+        if self.buf.is_empty() {
+            names::pack(name).unwrap_or((0, 0))
+        } else {
+            names::pack_at(self.buf, self.starts[k], name.len())
+        }
+    }
+}
+
+/// A function as [`ParsedLines`], for the tests.
+#[cfg(test)]
+struct Each<F>(F);
+
+#[cfg(test)]
+impl<F: FnMut(u64, &Line<'_>) -> Result<(), Failure>> ParsedLines for Each<F> {
+    fn line(&mut self, n: u64, l: &Line<'_>, names: Packable<'_>) -> Result<(), Failure> {
+        for (k, name) in [l.thread, l.target, l.location].into_iter().enumerate() {
+            let want = super::names::pack(name).unwrap_or((0, 0));
+            assert_eq!(names.pack(k, name), want, "line {n}, field {k}");
+        }
+        (self.0)(n, l)
+    }
+}
+
+/// Hands `sink` each line of `input` that is not blank, parsed, and its number (from 1); a
 /// line that is not STD is an error naming its line and column. The same lines as
-/// [`for_each_line`] and [`parse::parse`] give, found faster: one scan of the buffer, eight
-/// bytes at a time, finds each line's end, its two `|` and the `(` of its operation together;
-/// a line whose shape is anything but the usual is handed to [`parse::parse`] whole.
-pub fn for_each_parsed_line<R: Read>(
+/// [`for_each_line`] and [`parse::parse`] give, found faster: one scan of the buffer, 64
+/// bytes at a time, finds each line's end and its two `|` together; a line whose shape is
+/// anything but the usual is handed to [`parse::parse`] whole. The names can be packed from
+/// the buffer where they are (16 bytes from where each starts: the buffer keeps [`SLACK`]
+/// bytes after what it holds).
+pub(super) fn for_each_parsed_line<R: Read, S: ParsedLines>(
     mut input: R,
-    mut f: impl FnMut(u64, &Line<'_>) -> Result<(), Failure>,
+    sink: &mut S,
 ) -> Result<u64, Failure> {
     let mut buf = vec![0u8; READ];
     let mut start = 0usize; // first byte of the current line
@@ -845,16 +904,21 @@ pub fn for_each_parsed_line<R: Read>(
     let mut n = 0u64;
     // The careful way, for a line the scan did not make sense of (blank, malformed, `\r\n`
     // with nothing after the second `|`, more than two `|`).
-    let slow = |f: &mut dyn FnMut(u64, &Line<'_>) -> Result<(), Failure>,
-                n: u64,
-                line: &[u8]|
-     -> Result<(), Failure> {
+    #[cold]
+    fn slow<S: ParsedLines>(sink: &mut S, n: u64, line: &[u8]) -> Result<(), Failure> {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         if line.is_empty() || line.iter().all(u8::is_ascii_whitespace) {
             return Ok(());
         }
         match parse::parse(line) {
-            Ok(l) => f(n, &l),
+            Ok(l) => sink.line(
+                n,
+                &l,
+                Packable {
+                    buf: &[],
+                    starts: [0; 3],
+                },
+            ),
             Err(e) => Err(ImportError {
                 line: n,
                 column: Some(e.column),
@@ -862,116 +926,247 @@ pub fn for_each_parsed_line<R: Read>(
             }
             .into()),
         }
-    };
+    }
     loop {
         let got = read_more(&mut input, &mut buf, &mut start, &mut end, n)?;
         let eof = got == 0;
         end += got;
-        let data = &buf[..end];
-        // The current line: where it starts, its first two `|` and how many it has. The partial
-        // line left by the last read is scanned again from its start.
+        let whole: &[u8] = &buf;
+        let data = &whole[..end];
+        // The lines ending in this buffer, 64 bytes at a time: a line for each `\n`, its `|`
+        // from the masks of this block and the one before (a line that starts before that one
+        // is read the slower way). One branch per line, none per `|`. The partial line left by
+        // the last read is scanned again from its start.
         let mut from = start;
-        let mut bars = [0usize; 3];
-        let mut found = 0usize;
-        // What a `\n` or `|` at `at` does (a macro, to be sure it is inlined).
-        macro_rules! hit {
-            ($at:expr, $newline:expr) => {{
-                let at = $at;
-                if $newline {
-                    n += 1;
-                    match fast_line(data, from, at, [bars[0], bars[1]], found) {
-                        Some(l) => f(n, &l)?,
-                        None => slow(&mut f, n, &data[from..at])?,
-                    }
-                    from = at + 1;
-                    found = 0;
-                } else {
-                    bars[found.min(2)] = at;
-                    found += 1;
-                }
-            }};
-        }
         let mut i = start;
-        let mut words = data[start..].chunks_exact(8);
-        for c in &mut words {
-            let w = u64::from_le_bytes(c.try_into().expect("eight bytes"));
-            let newlines = parse::bytes_equal(w, b'\n');
-            let mut hits = newlines | parse::bytes_equal(w, b'|');
-            while hits != 0 {
-                let low = hits & hits.wrapping_neg();
-                let at = i + (low.trailing_zeros() / 8) as usize;
-                hits ^= low;
-                hit!(at, newlines & low != 0);
+        let mut before = 0u64; // the `|` of the 64 bytes before `i`
+        while i < end {
+            let (newlines, bars) = match data.get(i..i + 64) {
+                Some(block) => parse::newlines_and_bars(block.try_into().expect("64 bytes")),
+                None => {
+                    let mut last = [0u8; 64];
+                    last[..end - i].copy_from_slice(&data[i..]);
+                    parse::newlines_and_bars(&last)
+                }
+            };
+            let window = before as u128 | (bars as u128) << 64;
+            let mut newlines = newlines;
+            while newlines != 0 {
+                let at = i + newlines.trailing_zeros() as usize;
+                newlines &= newlines - 1;
+                n += 1;
+                if sink.seen(n, line_key(whole, from, at))? {
+                    from = at + 1;
+                    continue;
+                }
+                let line = if from + 64 >= i && at - from <= 64 {
+                    // The `|` from the line's start on: bit 0 for `from`.
+                    let mine = (window >> (from + 64 - i)) as u64;
+                    fast_line(whole, from, at, mine)
+                } else {
+                    None
+                };
+                match line {
+                    Some((l, starts)) => sink.line(n, &l, Packable { buf: whole, starts })?,
+                    None => slow(sink, n, &data[from..at])?,
+                }
+                from = at + 1;
             }
-            i += 8;
-        }
-        for at in i..end {
-            match data[at] {
-                b'\n' => hit!(at, true),
-                b'|' => hit!(at, false),
-                _ => {}
-            }
+            before = bars;
+            i += 64;
         }
         start = from;
         if eof {
             if start < end {
                 n += 1;
-                slow(&mut f, n, &buf[start..end])?;
+                sink.seen(n, None)?;
+                slow(sink, n, &buf[start..end])?;
             }
             return Ok(n);
         }
     }
 }
 
-/// The line `data[from..at]` from the positions of the `|` the scan found, when it has the
-/// usual shape (what [`parse::parse`] would return for it); `None` for anything else. The
-/// operation's `(` is looked for where a keyword would end: a word [`Op::from_keyword`]
-/// accepts holds no `(`, so when one is followed by `(`, that is the first `(` of the field.
+/// The line `buf[from..at]` packed in three words when it has 1 to 23 bytes: its bytes in
+/// order, zeros after them, the length in the top byte; `buf` holds 24 bytes from `from`.
 #[inline(always)]
-fn fast_line(
-    data: &[u8],
-    from: usize,
-    at: usize,
-    [bar1, bar2]: [usize; 2],
-    found: usize,
-) -> Option<Line<'_>> {
-    if found != 2 || bar1 == from {
+pub(super) fn line_key(buf: &[u8], from: usize, at: usize) -> Option<[u64; 3]> {
+    let len = at - from;
+    if len == 0 || len > 23 {
         return None;
     }
-    let field = &data[bar1 + 1..bar2];
-    let open = if field.get(1) == Some(&b'(') {
-        1
-    } else if field.get(3) == Some(&b'(') {
-        3
-    } else if field.get(4) == Some(&b'(') {
-        4
-    } else {
-        field.len()
-    };
-    let op = Op::from_keyword(&field[..open])?;
-    let target = if op.has_target() {
-        if field.len() < open + 3 || field[field.len() - 1] != b')' {
-            return None;
-        }
-        &field[open + 1..field.len() - 1]
-    } else {
-        if open != field.len() {
-            return None;
-        }
-        &field[..0]
-    };
-    let location = &data[bar2 + 1..at];
-    Some(Line {
-        thread: &data[from..bar1],
-        op,
-        target,
-        location: location.strip_suffix(b"\r").unwrap_or(location),
-    })
+    let bytes: &[u8; 24] = buf[from..from + 24].try_into().expect("24 bytes");
+    let word = |k: usize| u64::from_le_bytes(bytes[8 * k..8 * k + 8].try_into().expect("8"));
+    let keep = &LINE_MASKS[len];
+    Some([
+        word(0) & keep[0],
+        word(1) & keep[1],
+        (word(2) & keep[2]) | (len as u64) << 56,
+    ])
 }
+
+/// By length: the bits of each of three words that hold a line's bytes.
+const LINE_MASKS: [[u64; 3]; 24] = {
+    let mut t = [[0; 3]; 24];
+    let mut len: usize = 0;
+    while len < 24 {
+        let mut k = 0;
+        while k < 3 {
+            let bytes = len.saturating_sub(8 * k);
+            t[len][k] = if bytes >= 8 {
+                u64::MAX
+            } else {
+                (1 << (8 * bytes)) - 1
+            };
+            k += 1;
+        }
+        len += 1;
+    }
+    t
+};
+
+/// The line `buf[from..at]` (at most 64 bytes), whose `|` are the bits of `bars` (bit 0 for
+/// `from`; more bits after the line's end), when it has
+/// the usual shape (what [`parse::parse`] would return for it), and where its names start;
+/// `None` for anything else. `buf` holds at least 16 bytes after `at`. The operation is
+/// recognised by its first two bytes (a table by their xor), then checked whole: one
+/// branch on what it is, where comparing the words would take several.
+#[inline(always)]
+fn fast_line(buf: &[u8], from: usize, at: usize, bars: u64) -> Option<(Line<'_>, [usize; 3])> {
+    // The first three `|`: two in the line, not at its start, and no third (64 for none).
+    let second = bars & bars.wrapping_sub(1);
+    let third = second & second.wrapping_sub(1);
+    let (first, second, third) = (
+        bars.trailing_zeros() as usize,
+        second.trailing_zeros() as usize,
+        third.trailing_zeros() as usize,
+    );
+    if first == 0 || second >= at - from || third < at - from {
+        return None;
+    }
+    let (bar1, bar2) = (from + first, from + second);
+    let word = u64::from_le_bytes(buf[bar1 + 1..bar1 + 9].try_into().expect("eight bytes"));
+    let field_len = bar2 - bar1 - 1;
+    let kind = &KEYWORDS[((word ^ word >> 8) & 31) as usize];
+    let (op, open) = match kind.op {
+        Some(op) if word & kind.mask == kind.word => (op, kind.open),
+        // `req`, which shares `re` with `rel`, and anything unusual: by the slices.
+        _ => {
+            let field = &buf[bar1 + 1..bar2];
+            let open = field.iter().position(|&b| b == b'(').unwrap_or(field.len());
+            (Op::from_keyword(&field[..open])?, open)
+        }
+    };
+    let (target, target_at) = if op.has_target() {
+        // `OP(` then at least a byte, and `)` ending the field.
+        if field_len < open + 3 || buf[bar2 - 1] != b')' {
+            return None;
+        }
+        (&buf[bar1 + open + 2..bar2 - 1], bar1 + open + 2)
+    } else {
+        if open != field_len {
+            return None;
+        }
+        (&buf[..0], bar2)
+    };
+    let location = &buf[bar2 + 1..at];
+    let location = location.strip_suffix(b"\r").unwrap_or(location);
+    Some((
+        Line {
+            thread: &buf[from..bar1],
+            op,
+            target,
+            location,
+        },
+        [from, target_at, bar2 + 1],
+    ))
+}
+
+/// An operation as the field starts: its keyword and `(` (or, without a target, the `|`
+/// after it), as the low bytes of a word and the mask of those bytes.
+struct Keyword {
+    op: Option<Op>,
+    word: u64,
+    mask: u64,
+    /// Where the keyword ends in the field.
+    open: usize,
+}
+
+/// By the xor of the first two bytes of the field, low five bits: distinct for `r(`, `w(`,
+/// `ac`, `re`, `fo`, `jo`, `be` and `en` (`req` is checked the slow way).
+const KEYWORDS: [Keyword; 32] = {
+    const NONE: Keyword = Keyword {
+        op: None,
+        word: 0,
+        mask: 0,
+        open: 0,
+    };
+    let mut t = [NONE; 32];
+    let ops = [
+        (Op::Read, b"r(" as &[u8]),
+        (Op::Write, b"w("),
+        (Op::Acquire, b"acq("),
+        (Op::Release, b"rel("),
+        (Op::Fork, b"fork("),
+        (Op::Join, b"join("),
+        (Op::Begin, b"begin|"),
+        (Op::End, b"end|"),
+    ];
+    let mut k = 0;
+    while k < ops.len() {
+        let (op, text) = ops[k];
+        let mut word = 0u64;
+        let mut i = 0;
+        while i < text.len() {
+            word |= (text[i] as u64) << (8 * i);
+            i += 1;
+        }
+        let slot = ((text[0] ^ text[1]) & 31) as usize;
+        assert!(t[slot].op.is_none(), "two keywords in one slot");
+        t[slot] = Keyword {
+            op: Some(op),
+            word,
+            mask: u64::MAX >> (64 - 8 * text.len()),
+            open: text.len() - 1,
+        };
+        k += 1;
+    }
+    t
+};
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn line_keys_are_equal_exactly_for_equal_lines() {
+        let lines: &[&[u8]] = &[
+            b"T",
+            b"T\0",
+            b"T1|w(x)|1",
+            b"T1|w(x)|2",
+            b"T1|w(x)|1\r",
+            b"T1|r(x)|1",
+            b"T12|acq(L3)|1234567",
+            b"T12|acq(L3)|12345678",
+            b"T12|acq(L3)|123456789ab",
+            b"T12|acq(L3)|123456789ac",
+            b"",
+            b"T12|acq(L3)|123456789abc",
+        ];
+        let mut seen = std::collections::HashMap::new();
+        for &line in lines {
+            // Other bytes after the line, as in the reader's buffer.
+            let mut buf = line.to_vec();
+            buf.extend_from_slice(&[b'|'; 24]);
+            let key = line_key(&buf, 0, line.len());
+            assert_eq!(key.is_some(), (1..=23).contains(&line.len()), "{line:?}");
+            if let Some(key) = key {
+                assert_ne!(key[2], 0);
+                assert_eq!(seen.insert(key, line), None, "{line:?}");
+            }
+        }
+    }
 
     /// A reader that hands out a few bytes at a time, so that lines are cut between reads.
     struct Trickle<'a>(&'a [u8], usize);
@@ -1011,14 +1206,14 @@ mod tests {
 
     fn parsed_lines(text: &[u8], trickle: bool) -> Got {
         let mut got = Vec::new();
-        let f = |n: u64, l: &Line<'_>| {
+        let mut each = Each(|n: u64, l: &Line<'_>| {
             got.push((n, show(l)));
             Ok(())
-        };
+        });
         let r = if trickle {
-            for_each_parsed_line(Trickle(text, 0), f)
+            for_each_parsed_line(Trickle(text, 0), &mut each)
         } else {
-            for_each_parsed_line(text, f)
+            for_each_parsed_line(text, &mut each)
         };
         collect(r, got)
     }

@@ -20,9 +20,11 @@ pub struct Names {
 
 const RECENT: usize = 1 << 10;
 
-/// `name` packed with its length (the top byte of the second word) when it has 1 to 15 bytes:
-/// two names have the same words exactly when they are the same. A few loads that may overlap
-/// (the length tells how), no copy of a length known only at run time (that costs a call).
+/// `name` packed with its length when it has 1 to 15 bytes: its bytes in order, little-endian,
+/// in two words padded with zeros, the length in the top byte of the second: two names have
+/// the same words exactly when they are the same, and the second word is never 0. A few loads
+/// that may overlap (the length tells how), no copy of a length known only at run time (that
+/// costs a call); [`pack_at`] gives the same from a buffer with room after the name.
 #[inline(always)]
 pub(super) fn pack(name: &[u8]) -> Option<(u64, u64)> {
     let len = name.len();
@@ -31,16 +33,64 @@ pub(super) fn pack(name: &[u8]) -> Option<(u64, u64)> {
         |at: usize| u32::from_le_bytes(name[at..at + 4].try_into().expect("four bytes")) as u64;
     let (lo, tail) = match len {
         0 => return None,
+        // Overlapping bytes are ORed with themselves.
         1..=3 => (
-            name[0] as u64 | (name[len / 2] as u64) << 8 | (name[len - 1] as u64) << 16,
+            name[0] as u64
+                | (name[len / 2] as u64) << (8 * (len / 2))
+                | (name[len - 1] as u64) << (8 * (len - 1)),
             0,
         ),
-        4..=7 => (half(0) | half(len - 4) << 32, 0),
+        4..=7 => (half(0) | half(len - 4) << (8 * (len - 4)), 0),
         // The bytes after the first eight, from the last eight (whose top byte is the last).
         8..=15 => (word(0), (word(len - 8) >> 8) >> (8 * (15 - len))),
         _ => return None,
     };
     Some((lo, tail | (len as u64) << 56))
+}
+
+/// [`pack`] of `data[at..at + len]`, reading 16 bytes from `at` (which `data` must hold) and
+/// keeping those of the name: two loads and two masks from a table by length, no branch on
+/// the length but one for a long name. `(0, 0)` when `len` is 0 or above 15.
+#[inline(always)]
+pub(super) fn pack_at(data: &[u8], at: usize, len: usize) -> (u64, u64) {
+    if len > 15 {
+        return (0, 0);
+    }
+    let bytes: &[u8; 16] = data[at..at + 16].try_into().expect("sixteen bytes");
+    let lo = u64::from_le_bytes(bytes[..8].try_into().expect("eight bytes"));
+    let hi = u64::from_le_bytes(bytes[8..].try_into().expect("eight bytes"));
+    let (keep_lo, keep_hi, top) = PACK_MASKS[len];
+    (lo & keep_lo, (hi & keep_hi) | top)
+}
+
+/// By length: the bits of the first word and of the second that are the name's, and the
+/// length in the top byte (all 0 for length 0, so that it packs to (0, 0)).
+const PACK_MASKS: [(u64, u64, u64); 16] = {
+    let mut t = [(0, 0, 0); 16];
+    let mut len = 1;
+    while len < 16 {
+        let lo = if len >= 8 {
+            u64::MAX
+        } else {
+            (1 << (8 * len)) - 1
+        };
+        let hi = if len <= 8 {
+            0
+        } else {
+            (1 << (8 * (len - 8))) - 1
+        };
+        t[len] = (lo, hi, (len as u64) << 56);
+        len += 1;
+    }
+    t
+};
+
+/// The name [`pack`] packed, back: its bytes (the first `len`) and `len`.
+pub(super) fn unpack((lo, hi): (u64, u64)) -> ([u8; 15], usize) {
+    let mut name = [0u8; 15];
+    name[..8].copy_from_slice(&lo.to_le_bytes());
+    name[8..].copy_from_slice(&hi.to_le_bytes()[..7]);
+    (name, ((hi >> 56) as usize).min(15))
 }
 
 /// What [`Names::intern`] found.
@@ -71,7 +121,16 @@ impl Names {
     /// offset of the first bad byte) or when 2^32 names are already known.
     #[inline(always)]
     pub fn intern(&mut self, name: &[u8]) -> Result<Interned, NameError> {
-        let packed = pack(name);
+        self.intern_packed(name, pack(name))
+    }
+
+    /// The same, with `name` already packed ([`pack`]).
+    #[inline(always)]
+    pub fn intern_packed(
+        &mut self,
+        name: &[u8],
+        packed: Option<(u64, u64)>,
+    ) -> Result<Interned, NameError> {
         let slot = packed.map(|(lo, hi)| {
             let h = (lo ^ hi.rotate_left(29) ^ self.key).wrapping_mul(MUL);
             (h >> 54) as usize
@@ -250,6 +309,11 @@ mod tests {
                 None => assert!(name.is_empty() || name.len() >= 16, "{name:?}"),
                 Some(p) => {
                     assert_ne!(p.1, 0);
+                    let mut padded = name.clone();
+                    padded.resize(name.len() + 16, 0xa5);
+                    assert_eq!(pack_at(&padded, 0, name.len()), p, "pack_at");
+                    let (bytes, len) = unpack(p);
+                    assert_eq!(&bytes[..len], &name[..], "unpacked");
                     if let Some(other) = seen.insert(p, name.clone()) {
                         panic!("{name:?} and {other:?} pack the same");
                     }
