@@ -34,11 +34,13 @@ use super::{RaceOutput, Totals};
 /// Granule hash buckets the address space is shared out by.
 pub const SHARES: u32 = 64;
 
-/// The front's share when the front does nothing but read (`race_bench races FILE 2`): on the
-/// recorded access-heavy trace, reading, decoding and converting an event costs the front
-/// about what the race pass costs the back, so the back takes everything (a faster decoder
-/// would make a share here worth it: `race_bench races FILE 2 SHARE` measures).
-pub const DEFAULT_FRONT_SHARE: u32 = 0;
+/// The front's share unless told (`race_bench races FILE 2 SHARE` measures others): on the
+/// recorded access-heavy trace (`bench/race_speed.sh`) the front spends about 136
+/// instructions an event reading and decoding, and the back about 210 on each access it
+/// checks, so the two threads' instructions balance when the front checks the granules of 7
+/// buckets of 64 (2.36 and 2.38 * 10^9 by callgrind on the 10^7-event recording; 1.98 and
+/// 2.62 at 0, 2.41 and 2.33 at 8).
+pub const DEFAULT_FRONT_SHARE: u32 = 7;
 
 /// Words per batch handed to the back.
 pub const BATCH: usize = 4 << 10;
@@ -78,6 +80,34 @@ fn word(addr: u64, size: u32, site: u32, write: bool) -> Option<u64> {
 #[inline]
 fn front_owns(share: u32, g: u64) -> bool {
     ((g.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58) as u32) < share
+}
+
+/// The word of a usual access of the back's share: a plain read or write in one granule the
+/// front does not own, that one word holds.
+#[inline(always)]
+fn fast_word(share: u32, kind: &EventKind) -> Option<u64> {
+    let (addr, size, site, write) = match *kind {
+        EventKind::Read { addr, size, site } => (addr, size, site, false),
+        EventKind::Write { addr, size, site } => (addr, size, site, true),
+        _ => return None,
+    };
+    let w = word(addr, size, site, write)?;
+    // `word` holds only sizes of 1 to 8 bytes and addresses below 2^47: no overflow.
+    let in_one = (addr & 7) + u64::from(size) <= 8;
+    (in_one && !front_owns(share, addr >> 3)).then_some(w)
+}
+
+/// A plain read or write in one granule the front owns (`share` buckets): its address,
+/// size, site and kind.
+#[inline(always)]
+fn front_one(share: u32, kind: &EventKind) -> Option<(u64, u32, u32, AccessKind)> {
+    let (addr, size, site, kind) = match *kind {
+        EventKind::Read { addr, size, site } => (addr, size, site, AccessKind::Read),
+        EventKind::Write { addr, size, site } => (addr, size, site, AccessKind::Write),
+        _ => return None,
+    };
+    let (first, last) = granule_span(addr, size);
+    (first == last && front_owns(share, first)).then_some((addr, size, site, kind))
 }
 
 /// What a mark stands for.
@@ -231,32 +261,87 @@ struct Front {
 
 impl Front {
     /// A run of one thread's events: `pos` and `seq` are the first's.
+    ///
+    /// Stretches of usual accesses of the back's share ([`fast_word`]) of a thread whose
+    /// creation the trace holds go into the batch in a loop of their own that keeps everything
+    /// in registers, and a plain access in one granule of the front's share goes straight to
+    /// its shard; any other event goes the long way. The front reads, decodes and hands over
+    /// every event: what it spends on each bounds what two threads gain.
     #[inline]
     fn run(&mut self, stream: &Stream<'_>, thread: u32, pos: u32, seq: u64, events: &[Event]) {
-        let mut created = self.created(thread);
-        let mut accesses = 0u64;
-        for (i, e) in events.iter().enumerate() {
-            let (pos, seq) = (pos.wrapping_add(i as u32), seq.wrapping_add(i as u64));
-            let (addr, size, site, kind) = match e.kind {
-                EventKind::Read { addr, size, site } => (addr, size, site, AccessKind::Read),
-                EventKind::Write { addr, size, site } => (addr, size, site, AccessKind::Write),
-                kind => {
-                    let op = stream.convert(thread, pos, kind);
-                    self.other(&StreamEvent {
+        let share = self.share;
+        let owns = move |g| front_owns(share, g);
+        let mut usual = self.created(thread) && !self.too_many_threads;
+        let mut i = 0usize;
+        while i < events.len() {
+            let at = (
+                thread,
+                pos.wrapping_add(i as u32),
+                seq.wrapping_add(i as u64),
+            );
+            let e = &events[i];
+            if usual {
+                if let Some(w) = fast_word(share, &e.kind) {
+                    if at != self.next {
+                        self.moved(at);
+                    }
+                    let words = &mut self.batch.words;
+                    words.push(w);
+                    let room = BATCH.saturating_sub(words.len());
+                    let end = events.len().min(i + 1 + room);
+                    let before = words.len();
+                    words.extend(
+                        events[i + 1..end]
+                            .iter()
+                            .map_while(|e| fast_word(share, &e.kind)),
+                    );
+                    let n = 1 + words.len() - before;
+                    i += n;
+                    self.accesses += n as u64;
+                    self.next = (
                         thread,
-                        pos,
-                        seq,
-                        op,
-                    });
-                    // A thread's creation may come in its own run (a hostile trace).
-                    created = self.created(thread);
+                        pos.wrapping_add(i as u32),
+                        seq.wrapping_add(i as u64),
+                    );
+                    if self.batch.words.len() >= BATCH {
+                        self.send();
+                    }
                     continue;
                 }
-            };
-            accesses += 1;
-            self.access(created, (thread, pos, seq), addr, size, site, kind);
+                if let Some((addr, size, site, kind)) = front_one(share, &e.kind) {
+                    self.accesses += 1;
+                    self.shard.access(at, addr, size, site, kind, owns);
+                    i += 1;
+                    continue;
+                }
+            }
+            self.one(stream, at, e);
+            // A thread's creation may come in its own run (a hostile trace).
+            usual = self.created(thread) && !self.too_many_threads;
+            i += 1;
         }
-        self.accesses += accesses;
+    }
+
+    /// An event of a run that is not a usual access where the back expects it.
+    #[inline(never)]
+    fn one(&mut self, stream: &Stream<'_>, at: (u32, u32, u64), e: &Event) {
+        let (addr, size, site, kind) = match e.kind {
+            EventKind::Read { addr, size, site } => (addr, size, site, AccessKind::Read),
+            EventKind::Write { addr, size, site } => (addr, size, site, AccessKind::Write),
+            kind => {
+                let (thread, pos, seq) = at;
+                let op = stream.convert(thread, pos, kind);
+                return self.other(&StreamEvent {
+                    thread,
+                    pos,
+                    seq,
+                    op,
+                });
+            }
+        };
+        self.accesses += 1;
+        let created = self.created(at.0);
+        self.access(created, at, addr, size, site, kind);
     }
 
     /// One event, converted (when a pass beside the front needs them so).
@@ -274,7 +359,7 @@ impl Front {
 
     /// A plain access (counted by the caller) of a thread whose creation the trace holds, or
     /// not.
-    #[inline(always)]
+    #[inline]
     fn access(
         &mut self,
         created: bool,
