@@ -36,11 +36,11 @@ pub const SHARES: u32 = 64;
 
 /// The front's share unless told (`race_bench races FILE 2 SHARE` measures others): on the
 /// recorded access-heavy trace (`bench/race_speed.sh`) the front spends about 136
-/// instructions an event reading and decoding, and the back about 210 on each access it
-/// checks, so the two threads' instructions balance when the front checks the granules of 7
-/// buckets of 64 (2.36 and 2.38 * 10^9 by callgrind on the 10^7-event recording; 1.98 and
-/// 2.62 at 0, 2.41 and 2.33 at 8).
-pub const DEFAULT_FRONT_SHARE: u32 = 7;
+/// instructions an event reading and decoding, and the back about 200 on each access it
+/// checks, so the two threads' instructions balance when the front checks the granules of 6
+/// buckets of 64 (2.27 and 2.32 * 10^9 by callgrind on the 10^7-event recording; 2.34 and
+/// 2.28 at 7, the front only reading at 0).
+pub const DEFAULT_FRONT_SHARE: u32 = 6;
 
 /// Words per batch handed to the back.
 pub const BATCH: usize = 4 << 10;
