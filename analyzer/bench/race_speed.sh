@@ -4,7 +4,8 @@
 #   stream      the merged stream read from the file and converted, nothing else: the floor
 #               under every pass, measured in the same run as the passes it is compared with
 #   races       the happens-before race pass alone (shadow memory, clocks, locksets), on one
-#               thread, then on two (races/2: the walk on one, the race pass on the other)
+#               thread, then on two (races/2: the walk on one, the race pass on the other,
+#               races::drive_split)
 #   analyze     what `foresight analyze` does: one walk with the deadlock model (clocks with
 #               reads-from, critical sections) and the race pass, then every analysis, the
 #               sync-preserving race prediction included; on one thread, then on two
@@ -18,7 +19,9 @@
 # and a synthetic trace a tenth as long, whose peak memory shows what grows with the trace.
 # Prints events per second of wall time and of CPU time (all the process's threads: on a
 # machine other work shares, the CPU figure says what the pass costs, the wall figure also
-# what else ran), peak RSS (VmHWM) and the ratio of wall throughputs: pass / stream floor.
+# what else ran), peak RSS (VmHWM) and the ratio of wall throughputs: pass / stream floor;
+# on two threads also the CPU time of each and the speedup two free cores would give (all
+# CPU time over the busiest thread's).
 #
 # Usage: analyzer/bench/race_speed.sh; env EVENTS (100000000), ROUNDS (3000000: the recorded
 # program's rounds, 1.035 * 10^8 events), BENCH_DIR (default <target>/race-bench: the traces,
@@ -75,6 +78,9 @@ for t in "${traces[@]}"; do
       races) found="race pairs $(field race_pairs "$out"), candidate pairs $(field candidate_pairs "$out")" ;;
       analyze) found="$(field races "$out") races ($(field candidates_checked "$out") candidates checked; walk $(field walk_secs "$out") s, analyses $(field analysis_secs "$out") s)" ;;
     esac
+    if [ "$jobs" != 1 ]; then
+      found="$found; CPU s main $(field main_cpu_secs "$out"), other $(field other_cpu_secs "$out"), bound $(field speedup_bound "$out")x"
+    fi
     printf '%-34s %-10s %12s %8s %10s %7s MB %8.2fx  %s\n' "$(basename "$t")" "$run" \
       "$(field events "$out")" "$meps" "$(field cpu_meps "$out")" "$(( $(field rss_kb "$out") / 1024 ))" \
       "$(awk -v a="$meps" -v b="$floor" 'BEGIN { print a / b }')" "$found"

@@ -4,18 +4,22 @@
 //! ```text
 //! race_bench synth FILE EVENTS [WORKERS]   write an access-heavy synthetic trace
 //! race_bench stream FILE                   the merged stream, converted: the floor of any pass
-//! race_bench races FILE [JOBS]             the happens-before race pass alone
+//! race_bench races FILE [JOBS [SHARE]]     the happens-before race pass alone
 //! race_bench analyze FILE [JOBS]           what `foresight analyze` does: the walk (deadlock
 //!                                          model and race pass), then every analysis,
 //!                                          sync-preserving race prediction included
 //! ```
 //!
-//! `JOBS` 2 runs the race pass on a thread of its own beside the walk (and the model:
-//! `drive_run_split`); 1 (the default), all on one, as `foresight analyze` does.
+//! `JOBS` 2 runs the race pass on two threads: `races` splits it by address share
+//! (`races::drive_split`: this thread reads and runs `SHARE` of 64 buckets of granules, 6
+//! unless told, the other thread the rest), `analyze` runs the walk and the model here and
+//! the whole race pass on the other thread (`drive_run_split`); 1 (the default), all on one, as
+//! `foresight analyze` does.
 //!
 //! Each prints one line of `key=value` fields: events, seconds, millions of events per second
-//! of wall time and of CPU time (all threads), the peak resident set size of the process
-//! (Linux `VmHWM`) and what was found.
+//! of wall time and of CPU time (all threads), the CPU time of the main thread and of the
+//! others, the speedup two free cores would give (all CPU time over the busiest thread's),
+//! the peak resident set size of the process (Linux `VmHWM`) and what was found.
 //!
 //! The synthetic program: `WORKERS` threads (4 unless told), each with a private heap block,
 //! reading a table the main thread filled before creating them, touching its stack; every 16th
@@ -31,7 +35,7 @@ use std::time::Instant;
 
 use foresight_analyzer::analysis::{analyze, Options};
 use foresight_analyzer::model::{drive_run, drive_run_split, ModelPass, ThreadModel};
-use foresight_analyzer::races::RacePass;
+use foresight_analyzer::races::{drive_split, RacePass, DEFAULT_FRONT_SHARE};
 use foresight_analyzer::stream::{Op, Pass, Runs, Stream, StreamEvent};
 use foresight_trace::event::{Event, EventKind, LockMode};
 use foresight_trace::tables::{
@@ -41,7 +45,7 @@ use foresight_trace::tables::{
 use foresight_trace::{ChunkWriter, TableRecord, TraceStream, TraceWriter};
 
 const USAGE: &str = "usage: race_bench synth FILE EVENTS [WORKERS] | stream FILE | \
-                     races FILE [JOBS] | analyze FILE [JOBS]";
+                     races FILE [JOBS [SHARE]] | analyze FILE [JOBS]";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -74,16 +78,18 @@ fn main() {
         }),
         "races" => {
             let jobs = number(2, 1);
+            let share = number(3, u64::from(DEFAULT_FRONT_SHARE)) as u32;
             measure("races", path, |stream| {
                 let walk = Stream::of_stream(stream);
-                let pass = RacePass::new(stream.threads().count(), Some(stream.tables()));
+                let threads = stream.threads().count();
                 let mut merged = stream.merged();
                 let (events, out) = if jobs >= 2 {
-                    // The walk on this thread, the race pass on the other.
-                    let mut nothing = Floor(0);
-                    walk.drive_runs_split(&mut merged, &mut nothing, pass, &mut |_| {})
+                    // The walk and one share of the race pass on this thread, the other share
+                    // on a second one.
+                    let tables = Some(stream.tables());
+                    drive_split(&walk, &mut merged, threads, tables, share, &mut |_| {})
                 } else {
-                    let mut pass = pass;
+                    let mut pass = RacePass::new(threads, Some(stream.tables()));
                     let events = walk.drive_runs(&mut merged, &mut pass, &mut |_| {});
                     (events, pass.finish())
                 };
@@ -164,21 +170,30 @@ fn measure(mode: &str, path: &str, work: impl FnOnce(&TraceStream) -> (u64, Stri
     });
     let (events, found) = work(&stream);
     let secs = start.elapsed().as_secs_f64();
-    let cpu = cpu_secs();
+    let cpu = cpu_secs("/proc/self/stat");
+    // This thread's own time; the rest is the helper threads' (joined by now, their time
+    // counted in the process's).
+    let main = cpu_secs("/proc/thread-self/stat");
+    let busiest = main.max(cpu - main);
     println!(
         "{mode} events={events} secs={secs:.2} meps={:.2} cpu_secs={cpu:.2} cpu_meps={:.2} \
-         rss_kb={} {found}",
+         main_cpu_secs={main:.2} other_cpu_secs={:.2} speedup_bound={:.2} rss_kb={} {found}",
         events as f64 / secs / 1e6,
         events as f64 / cpu / 1e6,
+        cpu - main,
+        cpu / busiest,
         peak_rss_kb().unwrap_or(0)
     );
 }
 
-/// The CPU time the process used so far, all its threads, user and system, from
-/// `/proc/self/stat` (in clock ticks of 1/100 s on Linux). On a machine other work shares,
-/// events per CPU second say what the pass costs where wall time says what else ran.
-fn cpu_secs() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+/// The CPU time used so far, user and system, from `/proc/self/stat` (the process: all its
+/// threads, those that ended included) or `/proc/thread-self/stat` (the calling thread), in
+/// clock ticks of 1/100 s on Linux. On a machine other work shares, events per CPU second say
+/// what the pass costs where wall time says what else ran; and the CPU time of the busiest
+/// thread bounds the wall time two free cores would take (`speedup_bound`: all threads' CPU
+/// time over the busiest's).
+fn cpu_secs(file: &str) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(file) else {
         return f64::NAN;
     };
     // Fields after the command name (which may hold spaces) and its closing parenthesis.

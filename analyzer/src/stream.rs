@@ -462,11 +462,35 @@ impl<'t> Stream<'t> {
     /// The walk under [`Stream::drive_runs`] and [`Stream::drive_runs_split`]: each event of
     /// the merged order, converted, handed to `f`, a run of one thread at a time.
     #[inline]
-    fn for_each_in_runs(
+    pub(crate) fn for_each_in_runs(
         &self,
         merged: &mut MergedStream<'_>,
         progress: &mut dyn FnMut(u64),
         mut f: impl FnMut(StreamEvent),
+    ) -> u64 {
+        self.for_each_run(merged, progress, |thread, first, seq, events| {
+            for (i, ev) in events.iter().enumerate() {
+                let pos = first + i as u32;
+                f(StreamEvent {
+                    thread,
+                    pos,
+                    seq: seq + i as u64,
+                    op: self.convert(thread, pos, ev.kind),
+                });
+            }
+        })
+    }
+
+    /// The runs of the merged order, unconverted: `f(thread, pos, seq, events)` with the dense
+    /// thread, the position and `seq` of the run's first event (the others follow one by one:
+    /// convert them with [`Stream::convert`]). Runs of threads the trace does not list are
+    /// skipped (and counted in `seq`). Returns the events read.
+    #[inline]
+    pub(crate) fn for_each_run(
+        &self,
+        merged: &mut MergedStream<'_>,
+        progress: &mut dyn FnMut(u64),
+        mut f: impl FnMut(u32, u32, u64, &[foresight_trace::event::Event]),
     ) -> u64 {
         let mut seq = 0u64;
         let mut next_progress = 0u64;
@@ -476,17 +500,7 @@ impl<'t> Stream<'t> {
                 next_progress = (seq | 0xf_ffff) + 1;
             }
             if let Some(t) = self.threads.get(run.thread) {
-                let thread = t as u32;
-                let first = run.first_index as u32;
-                for (i, ev) in run.events.iter().enumerate() {
-                    let pos = first + i as u32;
-                    f(StreamEvent {
-                        thread,
-                        pos,
-                        seq: seq + i as u64,
-                        op: self.convert(thread, pos, ev.kind),
-                    });
-                }
+                f(t as u32, run.first_index as u32, seq, run.events);
             }
             seq += run.events.len() as u64;
         }
@@ -553,9 +567,11 @@ impl<'t> Stream<'t> {
         })
     }
 
-    /// The wire event in the analyzer's terms.
-    #[inline]
-    fn convert(&self, thread: u32, pos: u32, kind: EventKind) -> Op {
+    /// The wire event in the analyzer's terms. Always inlined: the walk converts every event
+    /// here, and a call per event (its `Op` returned through memory) cost the one-thread race
+    /// pass about a tenth of its time once the split race pass became a second caller.
+    #[inline(always)]
+    pub(crate) fn convert(&self, thread: u32, pos: u32, kind: EventKind) -> Op {
         let dense = |id: ThreadId| self.dense(id);
         match kind {
             EventKind::ThreadStart => Op::ThreadStart,

@@ -50,6 +50,11 @@ impl Locksets {
         id
     }
 
+    /// Locksets interned (the empty one included).
+    pub fn count(&self) -> usize {
+        self.sets.len()
+    }
+
     pub fn get(&self, id: u32) -> &[Held] {
         self.sets.get(id as usize).map_or(&[], Vec::as_slice)
     }

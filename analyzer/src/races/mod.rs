@@ -32,6 +32,7 @@ mod granules;
 pub mod locksets;
 pub mod shadow;
 mod shard;
+mod split;
 
 use foresight_trace::reader::Tables;
 use foresight_trace::SiteId;
@@ -48,6 +49,7 @@ use crate::stream::{Op, Pass, StreamEvent};
 use locksets::Locksets;
 use shadow::{AccessKind, ShadowAccess};
 use shard::{Found, Shard};
+pub use split::{drive_split, drive_split_beside, DEFAULT_FRONT_SHARE, SHARES};
 
 /// Instances of one pair of sites kept for the predictor: the first found, and the latest
 /// (an early instance may be ordered by what a read read, where a later one of the same two
@@ -227,7 +229,10 @@ impl<'t> RacePass<'t> {
             return;
         }
         if !self.too_many_threads {
-            self.shard.access(ev, addr, size, site, kind, |_| true);
+            self.shard
+                .access((ev.thread, ev.pos, ev.seq), addr, size, site, kind, |_| {
+                    true
+                });
         }
     }
 }

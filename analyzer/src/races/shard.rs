@@ -84,32 +84,86 @@ impl Findings {
     }
 }
 
+impl Findings {
+    /// Adds what another share found: the result is what one pass over both shares finds
+    /// (counts add up; the first instance of a pair, and the first and latest kept instances
+    /// of a candidate, are the least and greatest by where they were found, whichever share
+    /// found them). No pair is in both shares' findings.
+    pub fn merge(&mut self, other: Findings) {
+        for (key, r) in other.races {
+            match self.races.get_mut(&key) {
+                Some(mine) => {
+                    mine.count += r.count;
+                    if r.found < mine.found {
+                        mine.first = r.first;
+                        mine.found = r.found;
+                    }
+                }
+                None => {
+                    self.races.insert(key, r);
+                }
+            }
+        }
+        for (key, c) in other.candidates {
+            match self.candidates.get_mut(&key) {
+                Some(mine) => {
+                    mine.count += c.count;
+                    for (found, pair) in c.found.into_iter().zip(c.instances) {
+                        mine.keep_first(found, pair);
+                    }
+                    for (found, pair) in c.latest_found.into_iter().zip(c.latest) {
+                        mine.keep_latest(found, pair);
+                    }
+                }
+                None => {
+                    self.candidates.insert(key, c);
+                }
+            }
+        }
+    }
+}
+
 impl Candidates {
     /// Keeps the instance if it is among the first [`FIRST_INSTANCES`] or the latest
     /// [`LATEST_INSTANCES`] found (shares merge into what one pass keeps: both are orders by
-    /// where an instance was found).
+    /// where an instance was found, whatever order the instances come in).
     fn keep(&mut self, found: Found, describe: impl FnOnce() -> Pair) {
-        let first_at = self.found.partition_point(|f| *f < found);
-        let in_first = first_at < FIRST_INSTANCES;
-        let latest_at = self.latest_found.partition_point(|f| *f < found);
-        let in_latest = self.latest_found.len() < LATEST_INSTANCES || latest_at > 0;
+        let in_first = self.found.partition_point(|f| *f < found) < FIRST_INSTANCES;
+        let in_latest = self.latest_found.len() < LATEST_INSTANCES
+            || self.latest_found.partition_point(|f| *f < found) > 0;
         if !in_first && !in_latest {
             return;
         }
         let pair = describe();
         if in_latest {
-            self.latest_found.insert(latest_at, found);
-            self.latest.insert(latest_at, pair.clone());
+            self.keep_latest(found, pair.clone());
+        }
+        if in_first {
+            self.keep_first(found, pair);
+        }
+    }
+
+    /// Keeps the instance if it is among the first [`FIRST_INSTANCES`] found.
+    fn keep_first(&mut self, found: Found, pair: Pair) {
+        let at = self.found.partition_point(|f| *f < found);
+        if at < FIRST_INSTANCES {
+            self.found.insert(at, found);
+            self.instances.insert(at, pair);
+            self.found.truncate(FIRST_INSTANCES);
+            self.instances.truncate(FIRST_INSTANCES);
+        }
+    }
+
+    /// Keeps the instance if it is among the latest [`LATEST_INSTANCES`] found.
+    fn keep_latest(&mut self, found: Found, pair: Pair) {
+        let at = self.latest_found.partition_point(|f| *f < found);
+        if self.latest_found.len() < LATEST_INSTANCES || at > 0 {
+            self.latest_found.insert(at, found);
+            self.latest.insert(at, pair);
             if self.latest.len() > LATEST_INSTANCES {
                 self.latest_found.remove(0);
                 self.latest.remove(0);
             }
-        }
-        if in_first {
-            self.found.insert(first_at, found);
-            self.instances.insert(first_at, pair);
-            self.found.truncate(FIRST_INSTANCES);
-            self.instances.truncate(FIRST_INSTANCES);
         }
     }
 }
@@ -130,7 +184,14 @@ pub struct Shard {
     pub findings: Findings,
     /// Conflicts of the access being handled.
     found: Vec<(ShadowAccess, Conflict, FoundAt)>,
+    /// Locksets are interned as soon as they change, not at the thread's next access: two
+    /// shares that see the same synchronisation then give every lockset the same id,
+    /// whichever accesses each sees.
+    eager_locksets: bool,
 }
+
+/// A conflict an access found in one share: the earlier access, the verdict, where.
+pub type ShareConflict = (ShadowAccess, Conflict, FoundAt);
 
 impl Shard {
     pub fn new(threads: usize) -> Self {
@@ -143,6 +204,16 @@ impl Shard {
             heap: BTreeMap::new(),
             findings: Findings::default(),
             found: Vec::new(),
+            eager_locksets: false,
+        }
+    }
+
+    /// A share of a pass split over threads: its locksets get the ids every other share's
+    /// get (interned as they change).
+    pub fn shared(threads: usize) -> Self {
+        Shard {
+            eager_locksets: true,
+            ..Shard::new(threads)
         }
     }
 
@@ -164,7 +235,7 @@ impl Shard {
             | Op::LockTry { acquired: true, .. }
             | Op::CondWaitEnd { .. }
             | Op::LockRelease { .. }
-            | Op::CondWaitBegin { .. } => self.lockset[t] = None,
+            | Op::CondWaitBegin { .. } => self.relock(t),
             Op::Alloc { addr, size, site } => {
                 // A new object: whatever the address held before is forgotten.
                 self.shadow.forget(addr, size);
@@ -184,6 +255,16 @@ impl Shard {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// The locks thread `t` holds may have changed: its lockset id is stale (interned at its
+    /// next access, or now in a share of a split pass, whose ids must be every share's).
+    #[inline]
+    fn relock(&mut self, t: usize) {
+        self.lockset[t] = None;
+        if self.eager_locksets {
+            self.intern_lockset(t);
         }
     }
 
@@ -219,18 +300,83 @@ impl Shard {
     #[inline]
     pub fn access(
         &mut self,
-        ev: &StreamEvent,
+        (thread, pos, seq): (u32, u32, u64),
         addr: u64,
         size: u32,
         site: SiteId,
         kind: AccessKind,
         owns: impl Fn(u64) -> bool,
     ) {
-        let t = ev.thread;
+        let access = self.check(thread, pos, addr, size, site, kind, owns);
+        if !self.found.is_empty() {
+            self.count_found(seq, &access);
+        }
+    }
+
+    /// [`Shard::access`] for an access whose granules are in several shares: the conflicts
+    /// it found in this share are handed back (in `found`) instead of being counted, for the
+    /// share that counts the access to merge with its own ([`Shard::access_merging`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn access_found(
+        &mut self,
+        (thread, pos): (u32, u32),
+        addr: u64,
+        size: u32,
+        site: SiteId,
+        kind: AccessKind,
+        owns: impl Fn(u64) -> bool,
+        found: &mut Vec<ShareConflict>,
+    ) {
+        self.check(thread, pos, addr, size, site, kind, owns);
+        found.append(&mut self.found);
+    }
+
+    /// [`Shard::access`] for an access whose granules are in several shares, with the
+    /// conflicts the other shares found (`others`, [`Shard::access_found`]): an earlier
+    /// access found in several shares is counted once, where one pass finds it (its first
+    /// granule that shows it).
+    #[allow(clippy::too_many_arguments)]
+    pub fn access_merging(
+        &mut self,
+        (thread, pos, seq): (u32, u32, u64),
+        addr: u64,
+        size: u32,
+        site: SiteId,
+        kind: AccessKind,
+        owns: impl Fn(u64) -> bool,
+        others: &[ShareConflict],
+    ) {
+        let access = self.check(thread, pos, addr, size, site, kind, owns);
+        for &(earlier, verdict, at) in others {
+            let same = |e: &ShadowAccess| e.thread == earlier.thread && e.pos == earlier.pos;
+            match self.found.iter_mut().find(|(e, _, _)| same(e)) {
+                Some(mine) => mine.2 = mine.2.min(at),
+                None => self.found.push((earlier, verdict, at)),
+            }
+        }
+        if !self.found.is_empty() {
+            self.count_found(seq, &access);
+        }
+    }
+
+    /// Checks an access against this share's granules and records it there; its conflicts
+    /// are left in `self.found`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn check(
+        &mut self,
+        t: u32,
+        pos: u32,
+        addr: u64,
+        size: u32,
+        site: SiteId,
+        kind: AccessKind,
+        owns: impl Fn(u64) -> bool,
+    ) -> ShadowAccess {
         let lockset = self.lockset_of(t as usize);
         let access = ShadowAccess {
             thread: t,
-            pos: ev.pos,
+            pos,
             site,
             lockset,
             kind,
@@ -260,9 +406,7 @@ impl Shard {
             |thread, pos| with_locks(thread) > pos,
             |thread, pos| with_locks(thread) > pos && without_locks(thread) > pos,
         );
-        if !self.found.is_empty() {
-            self.count_found(ev.seq, &access);
-        }
+        access
     }
 
     /// Counts the pairs the access just handled found.

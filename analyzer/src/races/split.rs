@@ -1,0 +1,671 @@
+//! The happens-before race pass on two threads, split by address share: the thread that reads,
+//! merges and converts the trace (the *front*) also runs the shard of its share of the
+//! granules, and hands the other share's accesses — 16 bytes each, their thread, position and
+//! `seq` said once per run — and every other event to a second thread (the *back*), which runs
+//! the other shard. Each shard sees every synchronisation event in merged order (its own
+//! clocks, locksets and heap blocks: they are the same in both) and the accesses that touch
+//! its granules; what they find merges into exactly what one pass finds
+//! (`shard::Findings::merge`).
+//!
+//! Shares: a granule is the front's when its hash falls in the first `front_share` of
+//! [`SHARES`] buckets (0: the back runs the whole race pass, the front only reads — for a front
+//! that has other work, the deadlock model). An access whose granules are in both shares (it
+//! spans granules) is checked by the front in its granules first; the conflicts it found
+//! there travel with the access, and the back merges them with its own before counting, an
+//! earlier access found in both counted once where one pass finds it (its first granule).
+//! Locksets are interned as they change in both shards, so their ids agree.
+//!
+//! The hand-off is bounded: batches of [`BATCH`] records, at most [`IN_FLIGHT`] queued,
+//! buffers given back and reused.
+
+use std::sync::mpsc::{channel, sync_channel};
+
+use foresight_trace::reader::Tables;
+use foresight_trace::stream::MergedStream;
+
+use foresight_trace::event::{Event, EventKind};
+
+use crate::stream::{Op, Pass, Stream, StreamEvent};
+
+use super::shadow::{self, granule_span, AccessKind};
+use super::shard::{atomic_kind, Shard, ShareConflict};
+use super::{RaceOutput, Totals};
+
+/// Granule hash buckets the address space is shared out by.
+pub const SHARES: u32 = 64;
+
+/// The front's share unless told (`race_bench races FILE 2 SHARE` measures others): on the
+/// recorded access-heavy trace (`bench/race_speed.sh`) the front spends about 136
+/// instructions an event reading and decoding, and the back about 200 on each access it
+/// checks, so the two threads' instructions balance when the front checks the granules of 6
+/// buckets of 64 (2.27 and 2.32 * 10^9 by callgrind on the 10^7-event recording; 2.34 and
+/// 2.28 at 7, the front only reading at 0).
+pub const DEFAULT_FRONT_SHARE: u32 = 6;
+
+/// Words per batch handed to the back.
+pub const BATCH: usize = 4 << 10;
+/// Events other than compact accesses per batch at most.
+const SIDE_BATCH: usize = 512;
+/// Batches queued for the back at most.
+pub const IN_FLIGHT: usize = 8;
+
+/// A word of the batch: a plain access of the back's share in one word — site (bits 50..64),
+/// address (3..50), size (1..3, as log2: 1 to 8 bytes), write (0) — or, by its top bits, one
+/// of these. An access is at the position and `seq` after the last event handed over of its
+/// thread's run (a side item says when that is not so).
+const TAG_SHIFT: u32 = 50;
+/// The next `count` (the low bits) events of the run are not the back's.
+const SKIP: u64 = 0x3ffd;
+/// An access that one word cannot hold: write (bit 0), then its address, then its site
+/// (low 32 bits) and size (high 32 bits) in the next two words.
+const WIDE: u64 = 0x3ffe;
+/// The next item of the batch's side list.
+const MARK: u64 = 0x3fff;
+const ADDR_BITS: u32 = TAG_SHIFT - 3;
+
+/// The word of an access, if one holds it.
+#[inline]
+fn word(addr: u64, size: u32, site: u32, write: bool) -> Option<u64> {
+    let fits =
+        u64::from(site) < SKIP && addr >> ADDR_BITS == 0 && size.is_power_of_two() && size <= 8;
+    fits.then(|| {
+        u64::from(site) << TAG_SHIFT
+            | addr << 3
+            | u64::from(size.trailing_zeros()) << 1
+            | u64::from(write)
+    })
+}
+
+/// Whether the front owns granule `g` when its share is `share` buckets.
+#[inline]
+fn front_owns(share: u32, g: u64) -> bool {
+    ((g.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58) as u32) < share
+}
+
+/// The word of a usual access of the back's share: a plain read or write in one granule the
+/// front does not own, that one word holds.
+#[inline(always)]
+fn fast_word(share: u32, kind: &EventKind) -> Option<u64> {
+    let (addr, size, site, write) = match *kind {
+        EventKind::Read { addr, size, site } => (addr, size, site, false),
+        EventKind::Write { addr, size, site } => (addr, size, site, true),
+        _ => return None,
+    };
+    let w = word(addr, size, site, write)?;
+    // `word` holds only sizes of 1 to 8 bytes and addresses below 2^47: no overflow.
+    let in_one = (addr & 7) + u64::from(size) <= 8;
+    (in_one && !front_owns(share, addr >> 3)).then_some(w)
+}
+
+/// A plain read or write in one granule the front owns (`share` buckets): its address,
+/// size, site and kind.
+#[inline(always)]
+fn front_one(share: u32, kind: &EventKind) -> Option<(u64, u32, u32, AccessKind)> {
+    let (addr, size, site, kind) = match *kind {
+        EventKind::Read { addr, size, site } => (addr, size, site, AccessKind::Read),
+        EventKind::Write { addr, size, site } => (addr, size, site, AccessKind::Write),
+        _ => return None,
+    };
+    let (first, last) = granule_span(addr, size);
+    (first == last && front_owns(share, first)).then_some((addr, size, site, kind))
+}
+
+/// What a mark stands for.
+enum Side {
+    /// The accesses that follow are of `thread`, from `pos` and `seq` on.
+    Run { thread: u32, pos: u32, seq: u64 },
+    /// Any other event, whole (synchronisation, atomics, accesses a record cannot hold).
+    Event(StreamEvent),
+    /// An access in both shares, with what the front found in its granules.
+    Straddle(StreamEvent, Vec<ShareConflict>),
+}
+
+#[derive(Default)]
+struct Batch {
+    words: Vec<u64>,
+    side: Vec<Side>,
+}
+
+impl Batch {
+    fn with_capacity() -> Self {
+        Batch {
+            words: Vec::with_capacity(BATCH + 3),
+            side: Vec::with_capacity(SIDE_BATCH),
+        }
+    }
+}
+
+/// Feeds a file's merged stream to the race pass split over this thread and a second one
+/// (`front_share` of [`SHARES`] buckets of granules here); returns the events read and the
+/// race pass's output — the same as [`super::RacePass`]'s over one walk, but for its
+/// `peak_granules`, the sum of the two shares' peaks.
+pub fn drive_split(
+    stream: &Stream<'_>,
+    merged: &mut MergedStream<'_>,
+    threads: usize,
+    tables: Option<&Tables>,
+    front_share: u32,
+    progress: &mut dyn FnMut(u64),
+) -> (u64, RaceOutput) {
+    split::<NoPass>(stream, merged, None, threads, tables, front_share, progress)
+}
+
+/// [`drive_split`] with `here` fed every event on this thread too (the deadlock model).
+pub fn drive_split_beside<A: Pass>(
+    stream: &Stream<'_>,
+    merged: &mut MergedStream<'_>,
+    here: &mut A,
+    threads: usize,
+    tables: Option<&Tables>,
+    front_share: u32,
+    progress: &mut dyn FnMut(u64),
+) -> (u64, RaceOutput) {
+    split(
+        stream,
+        merged,
+        Some(here),
+        threads,
+        tables,
+        front_share,
+        progress,
+    )
+}
+
+/// No pass beside the front.
+struct NoPass;
+
+impl Pass for NoPass {
+    type Output = ();
+    fn handle(&mut self, _: &StreamEvent) {}
+    fn finish(self) {}
+}
+
+fn split<A: Pass>(
+    stream: &Stream<'_>,
+    merged: &mut MergedStream<'_>,
+    here: Option<&mut A>,
+    threads: usize,
+    tables: Option<&Tables>,
+    front_share: u32,
+    progress: &mut dyn FnMut(u64),
+) -> (u64, RaceOutput) {
+    let share = front_share.min(SHARES);
+    let too_many_threads = threads > shadow::MAX_THREADS;
+    let (to_back, batches) = sync_channel::<Batch>(IN_FLIGHT);
+    let (give_back, spare) = channel::<Batch>();
+    std::thread::scope(|scope| {
+        let back = scope.spawn(move || {
+            let mut back = Back {
+                shard: Shard::shared(threads),
+                share,
+                created: (0..threads).map(|t| t == 0).collect(),
+                too_many_threads,
+                next: (0, 0, 0),
+            };
+            while let Ok(mut batch) = batches.recv() {
+                back.batch(&batch);
+                batch.words.clear();
+                batch.side.clear();
+                // The walk may be over already: a buffer nobody takes back is dropped.
+                let _ = give_back.send(batch);
+            }
+            back.shard
+        });
+        let mut front = Front {
+            shard: Shard::shared(threads),
+            share,
+            created: (0..threads).map(|t| t == 0).collect(),
+            too_many_threads,
+            accesses: 0,
+            orphan_accesses: 0,
+            next: (u32::MAX, 0, 0),
+            batch: Batch::with_capacity(),
+            to_back: Some(to_back),
+            spare,
+        };
+        let read = match here {
+            // The pass beside needs every event converted: the front takes them so.
+            Some(here) => stream.for_each_in_runs(merged, progress, |ev| {
+                here.handle(&ev);
+                front.event(&ev);
+            }),
+            None => stream.for_each_run(merged, progress, |thread, pos, seq, events| {
+                front.run(stream, thread, pos, seq, events)
+            }),
+        };
+        front.send();
+        front.to_back = None;
+        let back = match back.join() {
+            Ok(shard) => shard,
+            Err(panic) => std::panic::resume_unwind(panic),
+        };
+        (read, front.finish(back, tables))
+    })
+}
+
+/// The front's half: its shard, the counts, the batch being filled.
+struct Front {
+    shard: Shard,
+    share: u32,
+    created: Vec<bool>,
+    too_many_threads: bool,
+    accesses: u64,
+    orphan_accesses: u64,
+    /// Where the back expects the next access: thread, position, seq.
+    next: (u32, u32, u64),
+    batch: Batch,
+    /// `None` once the back hung up (it panicked: raised when it is joined).
+    to_back: Option<std::sync::mpsc::SyncSender<Batch>>,
+    spare: std::sync::mpsc::Receiver<Batch>,
+}
+
+impl Front {
+    /// A run of one thread's events: `pos` and `seq` are the first's.
+    ///
+    /// Stretches of usual accesses of the back's share ([`fast_word`]) of a thread whose
+    /// creation the trace holds go into the batch in a loop of their own that keeps everything
+    /// in registers, and a plain access in one granule of the front's share goes straight to
+    /// its shard; any other event goes the long way. The front reads, decodes and hands over
+    /// every event: what it spends on each bounds what two threads gain.
+    #[inline]
+    fn run(&mut self, stream: &Stream<'_>, thread: u32, pos: u32, seq: u64, events: &[Event]) {
+        let share = self.share;
+        let owns = move |g| front_owns(share, g);
+        let mut usual = self.created(thread) && !self.too_many_threads;
+        let mut i = 0usize;
+        while i < events.len() {
+            let at = (
+                thread,
+                pos.wrapping_add(i as u32),
+                seq.wrapping_add(i as u64),
+            );
+            let e = &events[i];
+            if usual {
+                if let Some(w) = fast_word(share, &e.kind) {
+                    if at != self.next {
+                        self.moved(at);
+                    }
+                    let words = &mut self.batch.words;
+                    words.push(w);
+                    let room = BATCH.saturating_sub(words.len());
+                    let end = events.len().min(i + 1 + room);
+                    let before = words.len();
+                    words.extend(
+                        events[i + 1..end]
+                            .iter()
+                            .map_while(|e| fast_word(share, &e.kind)),
+                    );
+                    let n = 1 + words.len() - before;
+                    i += n;
+                    self.accesses += n as u64;
+                    self.next = (
+                        thread,
+                        pos.wrapping_add(i as u32),
+                        seq.wrapping_add(i as u64),
+                    );
+                    if self.batch.words.len() >= BATCH {
+                        self.send();
+                    }
+                    continue;
+                }
+                if let Some((addr, size, site, kind)) = front_one(share, &e.kind) {
+                    self.accesses += 1;
+                    self.shard.access(at, addr, size, site, kind, owns);
+                    i += 1;
+                    continue;
+                }
+            }
+            self.one(stream, at, e);
+            // A thread's creation may come in its own run (a hostile trace).
+            usual = self.created(thread) && !self.too_many_threads;
+            i += 1;
+        }
+    }
+
+    /// An event of a run that is not a usual access where the back expects it.
+    #[inline(never)]
+    fn one(&mut self, stream: &Stream<'_>, at: (u32, u32, u64), e: &Event) {
+        let (addr, size, site, kind) = match e.kind {
+            EventKind::Read { addr, size, site } => (addr, size, site, AccessKind::Read),
+            EventKind::Write { addr, size, site } => (addr, size, site, AccessKind::Write),
+            kind => {
+                let (thread, pos, seq) = at;
+                let op = stream.convert(thread, pos, kind);
+                return self.other(&StreamEvent {
+                    thread,
+                    pos,
+                    seq,
+                    op,
+                });
+            }
+        };
+        self.accesses += 1;
+        let created = self.created(at.0);
+        self.access(created, at, addr, size, site, kind);
+    }
+
+    /// One event, converted (when a pass beside the front needs them so).
+    #[inline]
+    fn event(&mut self, ev: &StreamEvent) {
+        let (addr, size, site, kind) = match ev.op {
+            Op::Read { addr, size, site } => (addr, size, site, AccessKind::Read),
+            Op::Write { addr, size, site } => (addr, size, site, AccessKind::Write),
+            _ => return self.other(ev),
+        };
+        self.accesses += 1;
+        let created = self.created(ev.thread);
+        self.access(created, (ev.thread, ev.pos, ev.seq), addr, size, site, kind);
+    }
+
+    /// A plain access (counted by the caller) of a thread whose creation the trace holds, or
+    /// not.
+    #[inline]
+    fn access(
+        &mut self,
+        created: bool,
+        at: (u32, u32, u64),
+        addr: u64,
+        size: u32,
+        site: u32,
+        kind: AccessKind,
+    ) {
+        if !created {
+            self.orphan_accesses += 1;
+            return;
+        }
+        if self.too_many_threads {
+            return;
+        }
+        let (first, last) = granule_span(addr, size);
+        if first == last && !front_owns(self.share, first) {
+            // The usual access: in one granule, the back's.
+            self.record(at, addr, size, site, kind);
+        } else {
+            self.plain(at, addr, size, site, kind);
+        }
+    }
+
+    /// Whether the trace holds a thread's creation: a thread whose creation it lacks (its
+    /// creator's events were lost when the process ended) has no known predecessors, and
+    /// everything would look unordered with it. Its accesses are left out and counted, as
+    /// [`super::RacePass`] does.
+    #[inline]
+    fn created(&self, thread: u32) -> bool {
+        self.created.get(thread as usize).copied().unwrap_or(false)
+    }
+
+    /// Which shares an access's granules are in: (front's, back's).
+    #[inline]
+    fn shares(&self, addr: u64, size: u32) -> (bool, bool) {
+        let (first, last) = granule_span(addr, size);
+        if first == last {
+            let here = front_owns(self.share, first);
+            return (here, !here);
+        }
+        if last - first >= u64::from(SHARES) {
+            return (self.share > 0, self.share < SHARES);
+        }
+        let here = (first..=last)
+            .filter(|&g| front_owns(self.share, g))
+            .count() as u64;
+        (here > 0, here <= last - first)
+    }
+
+    /// A plain access that is not in one granule of the back's share.
+    #[cold]
+    fn plain(&mut self, at: (u32, u32, u64), addr: u64, size: u32, site: u32, kind: AccessKind) {
+        let share = self.share;
+        let owns = move |g| front_owns(share, g);
+        match self.shares(addr, size) {
+            (true, false) => self.shard.access(at, addr, size, site, kind, owns),
+            (false, _) => self.record(at, addr, size, site, kind),
+            (true, true) => {
+                let mut found = Vec::new();
+                let (thread, pos, seq) = at;
+                self.shard
+                    .access_found((thread, pos), addr, size, site, kind, owns, &mut found);
+                let op = if kind.is_write() {
+                    Op::Write { addr, size, site }
+                } else {
+                    Op::Read { addr, size, site }
+                };
+                let ev = StreamEvent {
+                    thread,
+                    pos,
+                    seq,
+                    op,
+                };
+                self.side(Side::Straddle(ev, found));
+            }
+        }
+    }
+
+    /// Every event but a plain access: the front's shard takes it, and the back.
+    #[cold]
+    fn other(&mut self, ev: &StreamEvent) {
+        let share = self.share;
+        let owns = move |g| front_owns(share, g);
+        match ev.op {
+            Op::Atomic(a) => {
+                self.shard.sync(ev);
+                self.accesses += 1;
+                let created = self.created(ev.thread);
+                if !created {
+                    self.orphan_accesses += 1;
+                }
+                if !created || self.too_many_threads {
+                    // The back takes the synchronisation and leaves the access out too.
+                    self.side(Side::Event(*ev));
+                    return;
+                }
+                let kind = atomic_kind(a.stores);
+                match self.shares(a.addr, a.size) {
+                    (true, true) => {
+                        let mut found = Vec::new();
+                        let at = (ev.thread, ev.pos);
+                        self.shard
+                            .access_found(at, a.addr, a.size, a.site, kind, owns, &mut found);
+                        self.side(Side::Straddle(*ev, found));
+                        return;
+                    }
+                    (true, false) => {
+                        let at = (ev.thread, ev.pos, ev.seq);
+                        self.shard.access(at, a.addr, a.size, a.site, kind, owns);
+                    }
+                    (false, _) => {}
+                }
+            }
+            Op::Create { child: Some(c), .. } => {
+                if let Some(created) = self.created.get_mut(c as usize) {
+                    *created = true;
+                }
+                self.shard.sync(ev);
+            }
+            _ => self.shard.sync(ev),
+        }
+        self.side(Side::Event(*ev));
+    }
+
+    /// A plain access of the back's share, as one word (or three).
+    #[inline]
+    fn record(&mut self, at: (u32, u32, u64), addr: u64, size: u32, site: u32, kind: AccessKind) {
+        if at != self.next {
+            self.moved(at);
+        }
+        self.next = (at.0, at.1.wrapping_add(1), at.2.wrapping_add(1));
+        let write = kind.is_write();
+        match word(addr, size, site, write) {
+            Some(w) => self.batch.words.push(w),
+            None => {
+                let wide = [
+                    WIDE << TAG_SHIFT | u64::from(write),
+                    addr,
+                    u64::from(size) << 32 | u64::from(site),
+                ];
+                self.batch.words.extend_from_slice(&wide);
+            }
+        }
+        if self.batch.words.len() >= BATCH {
+            self.send();
+        }
+    }
+
+    /// The next access is not where the back expects it: a skip within the run, or a run.
+    #[cold]
+    fn moved(&mut self, (thread, pos, seq): (u32, u32, u64)) {
+        let skip = pos.wrapping_sub(self.next.1);
+        if thread == self.next.0 && seq.wrapping_sub(self.next.2) == u64::from(skip) {
+            self.batch.words.push(SKIP << TAG_SHIFT | u64::from(skip));
+        } else {
+            self.side(Side::Run { thread, pos, seq });
+        }
+    }
+
+    #[cold]
+    fn side(&mut self, side: Side) {
+        if let Side::Event(ev) | Side::Straddle(ev, _) = &side {
+            // The run goes on after it.
+            self.next = (ev.thread, ev.pos.wrapping_add(1), ev.seq.wrapping_add(1));
+        }
+        self.batch.words.push(MARK << TAG_SHIFT);
+        self.batch.side.push(side);
+        if self.batch.words.len() >= BATCH || self.batch.side.len() >= SIDE_BATCH {
+            self.send();
+        }
+    }
+
+    #[cold]
+    fn send(&mut self) {
+        if self.batch.words.is_empty() {
+            return;
+        }
+        let next = self
+            .spare
+            .try_recv()
+            .unwrap_or_else(|_| Batch::with_capacity());
+        let batch = std::mem::replace(&mut self.batch, next);
+        if let Some(to_back) = &self.to_back {
+            // Only a back that panicked hangs up: its panic is raised when it is joined.
+            if to_back.send(batch).is_err() {
+                self.to_back = None;
+            }
+        }
+    }
+
+    /// Both shares' findings in one output.
+    fn finish(self, back: Shard, tables: Option<&Tables>) -> RaceOutput {
+        let mut front = self.shard;
+        debug_assert_eq!(
+            front.locksets.count(),
+            back.locksets.count(),
+            "both shares intern the same locksets"
+        );
+        let complete = front.complete() && back.complete() && !self.too_many_threads;
+        let totals = Totals {
+            accesses: self.accesses,
+            evicted: front.shadow.evicted + back.shadow.evicted,
+            peak_granules: front.shadow.peak_granules() + back.shadow.peak_granules(),
+            orphan_accesses: self.orphan_accesses,
+            complete,
+        };
+        front.findings.merge(back.findings);
+        RaceOutput::new(tables, front.findings, front.locksets, totals)
+    }
+}
+
+/// The back's half: its shard, and where the next access is.
+struct Back {
+    shard: Shard,
+    share: u32,
+    created: Vec<bool>,
+    too_many_threads: bool,
+    next: (u32, u32, u64),
+}
+
+impl Back {
+    fn batch(&mut self, batch: &Batch) {
+        let share = self.share;
+        let owns = move |g| !front_owns(share, g);
+        let mut side = batch.side.iter();
+        let mut words = batch.words.iter();
+        while let Some(&w) = words.next() {
+            let tag = w >> TAG_SHIFT;
+            let (thread, pos, seq) = self.next;
+            if tag < SKIP {
+                let addr = (w >> 3) & ((1 << ADDR_BITS) - 1);
+                let size = 1 << ((w >> 1) & 3);
+                let kind = if w & 1 != 0 {
+                    AccessKind::Write
+                } else {
+                    AccessKind::Read
+                };
+                self.next = (thread, pos.wrapping_add(1), seq.wrapping_add(1));
+                self.shard
+                    .access((thread, pos, seq), addr, size, tag as u32, kind, owns);
+                continue;
+            }
+            match tag {
+                SKIP => {
+                    let n = w & ((1 << TAG_SHIFT) - 1);
+                    self.next = (thread, pos.wrapping_add(n as u32), seq.wrapping_add(n));
+                }
+                WIDE => {
+                    let (Some(&addr), Some(&more)) = (words.next(), words.next()) else {
+                        break;
+                    };
+                    let kind = if w & 1 != 0 {
+                        AccessKind::Write
+                    } else {
+                        AccessKind::Read
+                    };
+                    let (site, size) = (more as u32, (more >> 32) as u32);
+                    self.next = (thread, pos.wrapping_add(1), seq.wrapping_add(1));
+                    self.shard
+                        .access((thread, pos, seq), addr, size, site, kind, owns);
+                }
+                _ => match side.next() {
+                    Some(Side::Run { thread, pos, seq }) => self.next = (*thread, *pos, *seq),
+                    Some(Side::Event(ev)) => self.event(ev, &[]),
+                    Some(Side::Straddle(ev, found)) => self.event(ev, found),
+                    None => {}
+                },
+            }
+        }
+    }
+
+    /// An event handed over whole; `found`: what the front found of it in its granules.
+    fn event(&mut self, ev: &StreamEvent, found: &[ShareConflict]) {
+        self.next = (ev.thread, ev.pos.wrapping_add(1), ev.seq.wrapping_add(1));
+        let share = self.share;
+        let owns = move |g| !front_owns(share, g);
+        let (addr, size, site, kind) = match ev.op {
+            Op::Read { addr, size, site } => (addr, size, site, AccessKind::Read),
+            Op::Write { addr, size, site } => (addr, size, site, AccessKind::Write),
+            Op::Atomic(a) => {
+                self.shard.sync(ev);
+                (a.addr, a.size, a.site, atomic_kind(a.stores))
+            }
+            Op::Create { child: Some(c), .. } => {
+                if let Some(created) = self.created.get_mut(c as usize) {
+                    *created = true;
+                }
+                self.shard.sync(ev);
+                return;
+            }
+            _ => {
+                self.shard.sync(ev);
+                return;
+            }
+        };
+        let created = self
+            .created
+            .get(ev.thread as usize)
+            .copied()
+            .unwrap_or(false);
+        if created && !self.too_many_threads {
+            let at = (ev.thread, ev.pos, ev.seq);
+            self.shard
+                .access_merging(at, addr, size, site, kind, owns, found);
+        }
+    }
+}
