@@ -292,6 +292,9 @@ impl<'t> LockSections<'t> {
             }
         }
         let h = self.push_held(thread);
+        if self.acquisitions.len() == self.acquisitions.capacity() {
+            self.make_room();
+        }
         self.acquisitions.push(Acquisition {
             thread,
             lock,
@@ -404,6 +407,22 @@ impl<'t> LockSections<'t> {
         }
         self.carried = open.len() as u32;
         segment
+    }
+
+    /// Room for one more acquisition: the storage of a dropped segment's table when there is
+    /// one large enough ([`super::spare`]), taken only now, when the segment before this one
+    /// has been analysed and dropped, so that only one such table is alive at a time.
+    #[cold]
+    #[inline(never)]
+    fn make_room(&mut self) {
+        let mut spare = super::spare::take();
+        if spare.capacity() > self.acquisitions.len() {
+            spare.append(&mut self.acquisitions);
+            self.acquisitions = spare;
+        } else {
+            super::spare::give(spare);
+            self.acquisitions.reserve(1);
+        }
     }
 
     pub fn finish(mut self, annotations: &Annotations, heap: &HeapBlocks, events: u64) -> Self {

@@ -48,6 +48,7 @@ mod locks;
 mod monitors;
 mod pending;
 mod senders;
+mod spare;
 mod waits;
 
 use annotations::Annotations;
@@ -317,6 +318,12 @@ impl WindowInfo {
                 .count(),
             snapshot_signal: tables.snapshot_signal(),
         })
+    }
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        spare::give(std::mem::take(&mut self.acquisitions));
     }
 }
 
