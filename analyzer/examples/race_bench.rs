@@ -34,7 +34,7 @@ use std::io::BufWriter;
 use std::time::Instant;
 
 use foresight_analyzer::analysis::{analyze, Options};
-use foresight_analyzer::model::{drive_run, drive_run_split, ModelPass, ThreadModel};
+use foresight_analyzer::model::{drive_run, drive_run_split, ModelPass};
 use foresight_analyzer::races::{drive_split, RacePass, DEFAULT_FRONT_SHARE};
 use foresight_analyzer::stream::{Op, Pass, Runs, Stream, StreamEvent};
 use foresight_trace::event::{Event, EventKind, LockMode};
@@ -112,16 +112,7 @@ fn main() {
             let jobs = number(2, 1);
             measure("analyze", path, |stream| {
                 let walk_start = Instant::now();
-                let tables = stream.tables();
-                let threads = stream
-                    .threads()
-                    .map(|id| ThreadModel {
-                        id,
-                        name: format!("thread-{id}"),
-                        len: 0,
-                    })
-                    .collect();
-                let model = ModelPass::new(tables, path.to_string(), threads, 0);
+                let model = ModelPass::of_stream(stream, path);
                 let walk = Stream::of_stream(stream);
                 let mut merged = stream.merged();
                 let run = if jobs >= 2 {

@@ -563,20 +563,12 @@ fn streamed(
     segment_events: u64,
     replay: Option<usize>,
 ) -> Vec<foresight_analyzer::model::Run> {
-    use foresight_analyzer::model::{drive_segments_replaying, ModelPass, ThreadModel};
+    use foresight_analyzer::model::{drive_segments_replaying, ModelPass};
     use foresight_analyzer::stream::{Runs, Stream};
     use foresight_trace::TraceStream;
     let stream = TraceStream::from_bytes("t.trace", bytes).expect("trace streams");
     let walk = Stream::of_stream(&stream);
-    let threads = stream
-        .threads()
-        .map(|id| ThreadModel {
-            id,
-            name: format!("thread-{id}"),
-            len: 0,
-        })
-        .collect();
-    let model = ModelPass::new(stream.tables(), "t.trace".into(), threads, 0);
+    let model = ModelPass::of_stream(&stream, "t.trace");
     let mut merged = stream.merged();
     let stream = &stream;
     let limit = replay.unwrap_or(0);

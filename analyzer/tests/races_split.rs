@@ -4,7 +4,7 @@
 //! (and so both shares), accesses a compact record cannot hold, and a thread whose creation is
 //! missing.
 
-use foresight_analyzer::model::{drive_run, drive_run_split, ModelPass, ThreadModel};
+use foresight_analyzer::model::{drive_run, drive_run_split, ModelPass};
 use foresight_analyzer::races::{drive_split, RaceOutput, RacePass, SHARES};
 use foresight_analyzer::stream::{Pass, Runs, Stream};
 use foresight_trace::builder::TraceBuilder;
@@ -318,17 +318,7 @@ fn a_split_pass_crosses_many_batches_of_plain_accesses() {
 fn the_model_beside_a_split_race_pass_reads_the_same_run() {
     let bytes = program(0x5151_5151, 3000, false);
     let file = TraceStream::from_bytes("split.trace", bytes).expect("trace streams");
-    let model = || {
-        let threads = file
-            .threads()
-            .map(|id| ThreadModel {
-                id,
-                name: format!("thread-{id}"),
-                len: 0,
-            })
-            .collect();
-        ModelPass::new(file.tables(), "split.trace".to_string(), threads, 0)
-    };
+    let model = || ModelPass::of_stream(&file, "split.trace");
     let walk = Stream::of_stream(&file);
     let mut merged = file.merged();
     let one = drive_run(&walk, model(), Runs(&mut merged), &mut |_| {});

@@ -658,6 +658,20 @@ impl<'t> ModelPass<'t> {
         }
     }
 
+    /// A model of a streamed trace whose threads are named by their ids (`thread-N`), for
+    /// tests and benchmarks that do not read the threads' names from the tables.
+    pub fn of_stream(stream: &'t foresight_trace::TraceStream, source: &str) -> Self {
+        let threads = stream
+            .threads()
+            .map(|id| ThreadModel {
+                id,
+                name: format!("thread-{id}"),
+                len: 0,
+            })
+            .collect();
+        Self::new(stream.tables(), source.to_string(), threads, 0)
+    }
+
     /// The trace's monitor locks, scanned before a walk that is cut into segments
     /// ([`MonitorScan`]): each is a monitor from its first section on.
     pub fn with_monitors(mut self, monitors: MonitorScan) -> Self {
