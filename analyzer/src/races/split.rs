@@ -38,8 +38,8 @@ pub const SHARES: u32 = 64;
 /// recorded access-heavy trace (`bench/race_speed.sh`) the front spends about 136
 /// instructions an event reading and decoding, and the back about 200 on each access it
 /// checks, so the two threads' instructions balance when the front checks the granules of 6
-/// buckets of 64 (2.27 and 2.32 * 10^9 by callgrind on the 10^7-event recording; 2.34 and
-/// 2.28 at 7, the front only reading at 0).
+/// buckets of 64 (2.24 and 2.27 * 10^9 by callgrind on the 10^7-event recording; 2.34 and
+/// 2.28 at 7 before the fixed-size word buffer, the front only reading at 0).
 pub const DEFAULT_FRONT_SHARE: u32 = 6;
 
 /// Words per batch handed to the back.
@@ -120,18 +120,76 @@ enum Side {
     Straddle(StreamEvent, Vec<ShareConflict>),
 }
 
-#[derive(Default)]
 struct Batch {
-    words: Vec<u64>,
+    words: Words,
     side: Vec<Side>,
 }
 
 impl Batch {
     fn with_capacity() -> Self {
         Batch {
-            words: Vec::with_capacity(BATCH + 3),
+            words: Words::new(),
             side: Vec::with_capacity(SIDE_BATCH),
         }
+    }
+}
+
+/// The words of a batch: a buffer of fixed size, so that the front's loop over a stretch of
+/// usual accesses writes them with neither a capacity check nor a bounds check per word (a
+/// `Vec` extended from an iterator that may stop early cost about 40 instructions a word).
+struct Words {
+    buf: Box<[u64]>,
+    len: usize,
+}
+
+impl Words {
+    /// Room for [`BATCH`] words and one more access of three.
+    const CAPACITY: usize = BATCH + 3;
+
+    fn new() -> Self {
+        Words {
+            buf: vec![0; Self::CAPACITY].into_boxed_slice(),
+            len: 0,
+        }
+    }
+
+    #[inline]
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    #[inline]
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Callers send the batch once it holds [`BATCH`] words, so there is always room for
+    /// the three words of one more access.
+    #[inline]
+    fn push(&mut self, w: u64) {
+        self.buf[self.len] = w;
+        self.len += 1;
+    }
+
+    #[inline]
+    fn extend_from_slice(&mut self, ws: &[u64]) {
+        self.buf[self.len..self.len + ws.len()].copy_from_slice(ws);
+        self.len += ws.len();
+    }
+
+    /// The free words at the end, at most `n`.
+    #[inline]
+    fn room(&mut self, n: usize) -> &mut [u64] {
+        let end = BATCH.max(self.len).min(self.len + n);
+        &mut self.buf[self.len..end]
+    }
+
+    fn clear(&mut self) {
+        self.len = 0;
+    }
+
+    fn as_slice(&self) -> &[u64] {
+        &self.buf[..self.len]
     }
 }
 
@@ -287,15 +345,18 @@ impl Front {
                     }
                     let words = &mut self.batch.words;
                     words.push(w);
-                    let room = BATCH.saturating_sub(words.len());
-                    let end = events.len().min(i + 1 + room);
-                    let before = words.len();
-                    words.extend(
-                        events[i + 1..end]
-                            .iter()
-                            .map_while(|e| fast_word(share, &e.kind)),
-                    );
-                    let n = 1 + words.len() - before;
+                    let rest = &events[i + 1..];
+                    let room = words.room(rest.len());
+                    let mut taken = 0;
+                    for (slot, e) in room.iter_mut().zip(rest) {
+                        let Some(w) = fast_word(share, &e.kind) else {
+                            break;
+                        };
+                        *slot = w;
+                        taken += 1;
+                    }
+                    words.len += taken;
+                    let n = 1 + taken;
                     i += n;
                     self.accesses += n as u64;
                     self.next = (
@@ -587,10 +648,11 @@ impl Back {
         let share = self.share;
         let owns = move |g| !front_owns(share, g);
         let mut side = batch.side.iter();
-        let mut words = batch.words.iter();
+        let mut words = batch.words.as_slice().iter();
+        // Where the next access is, in registers for the batch's loop.
+        let (mut thread, mut pos, mut seq) = self.next;
         while let Some(&w) = words.next() {
             let tag = w >> TAG_SHIFT;
-            let (thread, pos, seq) = self.next;
             if tag < SKIP {
                 let addr = (w >> 3) & ((1 << ADDR_BITS) - 1);
                 let size = 1 << ((w >> 1) & 3);
@@ -599,15 +661,17 @@ impl Back {
                 } else {
                     AccessKind::Read
                 };
-                self.next = (thread, pos.wrapping_add(1), seq.wrapping_add(1));
                 self.shard
                     .access((thread, pos, seq), addr, size, tag as u32, kind, owns);
+                pos = pos.wrapping_add(1);
+                seq = seq.wrapping_add(1);
                 continue;
             }
             match tag {
                 SKIP => {
                     let n = w & ((1 << TAG_SHIFT) - 1);
-                    self.next = (thread, pos.wrapping_add(n as u32), seq.wrapping_add(n));
+                    pos = pos.wrapping_add(n as u32);
+                    seq = seq.wrapping_add(n);
                 }
                 WIDE => {
                     let (Some(&addr), Some(&more)) = (words.next(), words.next()) else {
@@ -619,18 +683,23 @@ impl Back {
                         AccessKind::Read
                     };
                     let (site, size) = (more as u32, (more >> 32) as u32);
-                    self.next = (thread, pos.wrapping_add(1), seq.wrapping_add(1));
                     self.shard
                         .access((thread, pos, seq), addr, size, site, kind, owns);
+                    pos = pos.wrapping_add(1);
+                    seq = seq.wrapping_add(1);
                 }
-                _ => match side.next() {
-                    Some(Side::Run { thread, pos, seq }) => self.next = (*thread, *pos, *seq),
-                    Some(Side::Event(ev)) => self.event(ev, &[]),
-                    Some(Side::Straddle(ev, found)) => self.event(ev, found),
-                    None => {}
-                },
+                _ => {
+                    match side.next() {
+                        Some(Side::Run { thread, pos, seq }) => self.next = (*thread, *pos, *seq),
+                        Some(Side::Event(ev)) => self.event(ev, &[]),
+                        Some(Side::Straddle(ev, found)) => self.event(ev, found),
+                        None => continue,
+                    }
+                    (thread, pos, seq) = self.next;
+                }
             }
         }
+        self.next = (thread, pos, seq);
     }
 
     /// An event handed over whole; `found`: what the front found of it in its granules.
