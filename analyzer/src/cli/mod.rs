@@ -64,6 +64,7 @@ enum Command {
 }
 
 pub fn main() -> ExitCode {
+    keep_freed_memory();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -91,6 +92,31 @@ pub fn main() -> ExitCode {
         Err(e) => {
             eprintln!("foresight: error: {e:#}");
             ExitCode::from(EXIT_BAD_INPUT)
+        }
+    }
+}
+
+/// Asks the C allocator to keep what the analysis frees for its next allocations, rather than
+/// hand it back to the kernel. A trace read in segments builds and drops the same tables once
+/// per segment (4·2^20 events); with the allocator's defaults each segment's tables (those
+/// under 32 MiB: the largest has its own reuse, `model/spare.rs`) were returned when freed and
+/// faulted in again page by page in the next segment. On the 10^8-event lock trace that was
+/// 144,000 minor page faults and 0.58 s of system time against 5.1 s of user time; with the
+/// memory kept, 28,000 and 0.18 s, the peak RSS 118 MB instead of 110, the output the same
+/// (`/usr/bin/time -f "%U %S %M %R" foresight analyze FILE`). The peak is what the analysis
+/// needs at once either way: kept memory is reused, not added to. Only the analyzer's own
+/// process is tuned; a program it records starts with the allocator's defaults.
+fn keep_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // The largest mmap threshold glibc accepts (DEFAULT_MMAP_THRESHOLD_MAX on 64 bits).
+        const MMAP_THRESHOLD: libc::c_int = 32 << 20;
+        // SAFETY: `mallopt` only sets allocator parameters; it is called before this process
+        // starts a thread, and a refused value leaves the default in place (its result is
+        // ignored: this is tuning, and nothing depends on it).
+        unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD);
+            libc::mallopt(libc::M_TRIM_THRESHOLD, libc::c_int::MAX);
         }
     }
 }
