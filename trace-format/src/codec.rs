@@ -575,6 +575,76 @@ fn mode_of(t: u8) -> LockMode {
     }
 }
 
+/// The lock event of tag byte `RAW` (a request, acquisition, release or lock-immediate, with
+/// a key delta when bit 7 is set) whose bytes start `word`, when its numbers take one byte
+/// each ([`one_byte_fields`]): written to `out[0]` (and `out[1]` for a lock-immediate, which
+/// gives two events), the ids noted in `objects` and `sites` (one more than the
+/// largest). Returns the new key, the event's length and the events written; `None` (and
+/// nothing written) otherwise.
+#[inline(always)]
+fn lock_event<S: EventSlot, const RAW: u8>(
+    word: u64,
+    key: u64,
+    out: &mut [S; 2],
+    objects: &mut u32,
+    sites: &mut u32,
+) -> Option<(u64, usize, usize)> {
+    use tag::*;
+    use EventKind::*;
+    const { assert!(matches!(RAW & !KEY_FLAG, 0x10..=0x13 | 0x19 | 0x1c | 0x1d)) };
+    let flag = RAW & KEY_FLAG != 0;
+    let t = RAW & !KEY_FLAG;
+    let fields = if matches!(t, LOCK_ACQUIRED | LOCK_ACQUIRED_SHARED) {
+        if flag {
+            one_byte_fields::<true, 1>(word, key)
+        } else {
+            one_byte_fields::<false, 1>(word, key)
+        }
+    } else if flag {
+        one_byte_fields::<true, 2>(word, key)
+    } else {
+        one_byte_fields::<false, 2>(word, key)
+    };
+    let (next, a, b, len) = fields?;
+    *objects = (*objects).max(a + 1);
+    let mode = mode_of(t);
+    let kind = match t {
+        LOCK_ACQUIRED | LOCK_ACQUIRED_SHARED => LockAcquired { lock: a, mode },
+        LOCK_REQUEST | LOCK_REQUEST_SHARED => {
+            *sites = (*sites).max(b + 1);
+            LockRequest {
+                lock: a,
+                mode,
+                site: b,
+            }
+        }
+        LOCK_RELEASE => {
+            *sites = (*sites).max(b + 1);
+            LockRelease { lock: a, site: b }
+        }
+        _ => {
+            *sites = (*sites).max(b + 1);
+            // A lock-immediate: the request at the previous key, then the acquisition at the
+            // event's.
+            out[0].set(Event {
+                key,
+                kind: LockRequest {
+                    lock: a,
+                    mode,
+                    site: b,
+                },
+            });
+            out[1].set(Event {
+                key: next,
+                kind: LockAcquired { lock: a, mode },
+            });
+            return Some((next, len, 2));
+        }
+    };
+    out[0].set(Event { key: next, kind });
+    Some((next, len, 1))
+}
+
 /// A cursor over the event bytes of one chunk.
 pub struct Decoder<'a> {
     buf: &'a [u8],
@@ -857,7 +927,6 @@ impl<'a> Decoder<'a> {
     #[inline(never)]
     fn fast_run<S: EventSlot>(&mut self, out: &mut [S], done: &mut Batch) {
         use tag::*;
-        use EventKind::*;
         let buf = self.buf;
         // The bytes from the cursor on: a slice whose length is checked once per event.
         let mut rest = buf.get(self.pos..).unwrap_or_default();
@@ -871,62 +940,41 @@ impl<'a> Decoder<'a> {
             let word = u64::from_le_bytes(rest[..8].try_into().expect("eight bytes"));
             let raw = word as u8;
             let t = raw & !KEY_FLAG;
-            macro_rules! fields {
-                ($n:literal) => {
-                    match if raw & KEY_FLAG != 0 {
-                        one_byte_fields::<true, $n>(word, key)
+            // The lock events, one arm per tag byte (with and without a key delta), so that
+            // each is straight-line code with its kind and mode as constants.
+            macro_rules! lock {
+                ($t:expr) => {{
+                    let pair: &mut [S; 2] = (&mut out[i..i + 2]).try_into().expect("two slots");
+                    let step = if raw & KEY_FLAG != 0 {
+                        lock_event::<S, { $t | KEY_FLAG }>(
+                            word,
+                            key,
+                            pair,
+                            &mut objects,
+                            &mut sites,
+                        )
                     } else {
-                        one_byte_fields::<false, $n>(word, key)
-                    } {
-                        Some(f) => f,
+                        lock_event::<S, { $t }>(word, key, pair, &mut objects, &mut sites)
+                    };
+                    match step {
+                        Some((next, len, events)) => {
+                            key = next;
+                            rest = &rest[len..];
+                            i += events;
+                            continue;
+                        }
                         None => break,
                     }
-                };
+                }};
             }
-            let (next, kind, len) = match t {
-                LOCK_REQUEST | LOCK_REQUEST_SHARED => {
-                    let (next, a, b, len) = fields!(2);
-                    objects = objects.max(a + 1);
-                    sites = sites.max(b + 1);
-                    let kind = LockRequest {
-                        lock: a,
-                        mode: mode_of(t),
-                        site: b,
-                    };
-                    (next, kind, len)
-                }
-                LOCK_ACQUIRED | LOCK_ACQUIRED_SHARED => {
-                    let (next, a, _, len) = fields!(1);
-                    objects = objects.max(a + 1);
-                    let kind = LockAcquired {
-                        lock: a,
-                        mode: mode_of(t),
-                    };
-                    (next, kind, len)
-                }
-                LOCK_RELEASE => {
-                    let (next, a, b, len) = fields!(2);
-                    objects = objects.max(a + 1);
-                    sites = sites.max(b + 1);
-                    (next, LockRelease { lock: a, site: b }, len)
-                }
-                LOCK_IMMEDIATE | LOCK_IMMEDIATE_SHARED => {
-                    let (next, a, b, len) = fields!(2);
-                    objects = objects.max(a + 1);
-                    sites = sites.max(b + 1);
-                    let mode = mode_of(t);
-                    // The request at the previous key, then the acquisition at the event's.
-                    out[i].set(Event {
-                        key,
-                        kind: LockRequest {
-                            lock: a,
-                            mode,
-                            site: b,
-                        },
-                    });
-                    i += 1;
-                    (next, LockAcquired { lock: a, mode }, len)
-                }
+            match t {
+                LOCK_REQUEST => lock!(LOCK_REQUEST),
+                LOCK_REQUEST_SHARED => lock!(LOCK_REQUEST_SHARED),
+                LOCK_ACQUIRED => lock!(LOCK_ACQUIRED),
+                LOCK_ACQUIRED_SHARED => lock!(LOCK_ACQUIRED_SHARED),
+                LOCK_RELEASE => lock!(LOCK_RELEASE),
+                LOCK_IMMEDIATE => lock!(LOCK_IMMEDIATE),
+                LOCK_IMMEDIATE_SHARED => lock!(LOCK_IMMEDIATE_SHARED),
                 0x40..=0x44 | 0x48..=0x4c if raw & KEY_FLAG == 0 => {
                     // Plain accesses, what instrumented code records most, come in runs: a
                     // loop of their own, whose state (the memory deltas) stays in registers.
@@ -935,7 +983,6 @@ impl<'a> Decoder<'a> {
                         break;
                     }
                     rest = &rest[len..];
-                    continue;
                 }
                 0x40..=0x44 | 0x48..=0x4c | ALLOC | FREE => {
                     // An access with a key delta, an allocation or a free. Written where it
@@ -953,14 +1000,9 @@ impl<'a> Decoder<'a> {
                     key = next;
                     rest = &rest[len..];
                     i += 1;
-                    continue;
                 }
                 _ => break,
-            };
-            key = next;
-            rest = &rest[len..];
-            out[i].set(Event { key, kind });
-            i += 1;
+            }
         }
         if i > start {
             self.pos = buf.len() - rest.len();
