@@ -476,6 +476,9 @@ pub fn encode(out: &mut Vec<u8>, st: &mut DeltaState, ev: &Event) -> Result<(), 
 /// Bytes the fast loop of [`Decoder::decode_to`] wants left in the chunk before it decodes an
 /// event there: one bounds check then covers every byte the event can take on that path.
 const FAST_WINDOW: usize = 16;
+/// The same for a plain access (`Decoder::access_run`): a tag and two numbers of up to eight
+/// bytes.
+const ACCESS_WINDOW: usize = 1 + 2 * 8;
 /// The same for a memory event: a tag and four numbers of up to eight bytes.
 const MEMORY_WINDOW: usize = 1 + 4 * 8;
 
@@ -548,6 +551,20 @@ fn one_byte_fields<const FLAG: bool, const N: u32>(
     ))
 }
 
+/// For each tag byte, the size of a plain access (a read or write of 1, 2, 4, 8 or 16 bytes
+/// without a key delta: tags `0x40`–`0x44`, `0x48`–`0x4c`), 0 for any other: one load tells
+/// `Decoder::access_run` both whether the event is its and the size.
+static PLAIN_ACCESS_SIZE: [u32; 256] = {
+    let mut sizes = [0; 256];
+    let mut class = 0;
+    while class < 5 {
+        sizes[(tag::READ_1 + class) as usize] = 1 << class;
+        sizes[(tag::WRITE_1 + class) as usize] = 1 << class;
+        class += 1;
+    }
+    sizes
+};
+
 /// The mode of the lock tags that come in pairs, exclusive at the even tag.
 #[inline(always)]
 fn mode_of(t: u8) -> LockMode {
@@ -556,6 +573,76 @@ fn mode_of(t: u8) -> LockMode {
     } else {
         LockMode::Shared
     }
+}
+
+/// The lock event of tag byte `RAW` (a request, acquisition, release or lock-immediate, with
+/// a key delta when bit 7 is set) whose bytes start `word`, when its numbers take one byte
+/// each ([`one_byte_fields`]): written to `out[0]` (and `out[1]` for a lock-immediate, which
+/// gives two events), the ids noted in `objects` and `sites` (one more than the
+/// largest). Returns the new key, the event's length and the events written; `None` (and
+/// nothing written) otherwise.
+#[inline(always)]
+fn lock_event<S: EventSlot, const RAW: u8>(
+    word: u64,
+    key: u64,
+    out: &mut [S; 2],
+    objects: &mut u32,
+    sites: &mut u32,
+) -> Option<(u64, usize, usize)> {
+    use tag::*;
+    use EventKind::*;
+    const { assert!(matches!(RAW & !KEY_FLAG, 0x10..=0x13 | 0x19 | 0x1c | 0x1d)) };
+    let flag = RAW & KEY_FLAG != 0;
+    let t = RAW & !KEY_FLAG;
+    let fields = if matches!(t, LOCK_ACQUIRED | LOCK_ACQUIRED_SHARED) {
+        if flag {
+            one_byte_fields::<true, 1>(word, key)
+        } else {
+            one_byte_fields::<false, 1>(word, key)
+        }
+    } else if flag {
+        one_byte_fields::<true, 2>(word, key)
+    } else {
+        one_byte_fields::<false, 2>(word, key)
+    };
+    let (next, a, b, len) = fields?;
+    *objects = (*objects).max(a + 1);
+    let mode = mode_of(t);
+    let kind = match t {
+        LOCK_ACQUIRED | LOCK_ACQUIRED_SHARED => LockAcquired { lock: a, mode },
+        LOCK_REQUEST | LOCK_REQUEST_SHARED => {
+            *sites = (*sites).max(b + 1);
+            LockRequest {
+                lock: a,
+                mode,
+                site: b,
+            }
+        }
+        LOCK_RELEASE => {
+            *sites = (*sites).max(b + 1);
+            LockRelease { lock: a, site: b }
+        }
+        _ => {
+            *sites = (*sites).max(b + 1);
+            // A lock-immediate: the request at the previous key, then the acquisition at the
+            // event's.
+            out[0].set(Event {
+                key,
+                kind: LockRequest {
+                    lock: a,
+                    mode,
+                    site: b,
+                },
+            });
+            out[1].set(Event {
+                key: next,
+                kind: LockAcquired { lock: a, mode },
+            });
+            return Some((next, len, 2));
+        }
+    };
+    out[0].set(Event { key: next, kind });
+    Some((next, len, 1))
 }
 
 /// A cursor over the event bytes of one chunk.
@@ -834,12 +921,12 @@ impl<'a> Decoder<'a> {
     /// The fast loop of [`Decoder::decode_to`]: decodes events while each is a lock event whose
     /// key delta and fields take one byte each, at least `FAST_WINDOW` bytes remain (so a
     /// single bounds check covers the event) and `out` has room for two more (a lock-immediate
-    /// gives two). Leaves anything else, untouched, to the general decoder: bad bytes are
+    /// gives two). Runs of plain accesses go to `access_run`, other memory events to
+    /// `memory_event`. Leaves anything else, untouched, to the general decoder: bad bytes are
     /// never decided here.
     #[inline(never)]
     fn fast_run<S: EventSlot>(&mut self, out: &mut [S], done: &mut Batch) {
         use tag::*;
-        use EventKind::*;
         let buf = self.buf;
         // The bytes from the cursor on: a slice whose length is checked once per event.
         let mut rest = buf.get(self.pos..).unwrap_or_default();
@@ -853,65 +940,54 @@ impl<'a> Decoder<'a> {
             let word = u64::from_le_bytes(rest[..8].try_into().expect("eight bytes"));
             let raw = word as u8;
             let t = raw & !KEY_FLAG;
-            macro_rules! fields {
-                ($n:literal) => {
-                    match if raw & KEY_FLAG != 0 {
-                        one_byte_fields::<true, $n>(word, key)
+            // The lock events, one arm per tag byte (with and without a key delta), so that
+            // each is straight-line code with its kind and mode as constants.
+            macro_rules! lock {
+                ($t:expr) => {{
+                    let pair: &mut [S; 2] = (&mut out[i..i + 2]).try_into().expect("two slots");
+                    let step = if raw & KEY_FLAG != 0 {
+                        lock_event::<S, { $t | KEY_FLAG }>(
+                            word,
+                            key,
+                            pair,
+                            &mut objects,
+                            &mut sites,
+                        )
                     } else {
-                        one_byte_fields::<false, $n>(word, key)
-                    } {
-                        Some(f) => f,
+                        lock_event::<S, { $t }>(word, key, pair, &mut objects, &mut sites)
+                    };
+                    match step {
+                        Some((next, len, events)) => {
+                            key = next;
+                            rest = &rest[len..];
+                            i += events;
+                            continue;
+                        }
                         None => break,
                     }
-                };
+                }};
             }
-            let (next, kind, len) = match t {
-                LOCK_REQUEST | LOCK_REQUEST_SHARED => {
-                    let (next, a, b, len) = fields!(2);
-                    objects = objects.max(a + 1);
-                    sites = sites.max(b + 1);
-                    let kind = LockRequest {
-                        lock: a,
-                        mode: mode_of(t),
-                        site: b,
-                    };
-                    (next, kind, len)
-                }
-                LOCK_ACQUIRED | LOCK_ACQUIRED_SHARED => {
-                    let (next, a, _, len) = fields!(1);
-                    objects = objects.max(a + 1);
-                    let kind = LockAcquired {
-                        lock: a,
-                        mode: mode_of(t),
-                    };
-                    (next, kind, len)
-                }
-                LOCK_RELEASE => {
-                    let (next, a, b, len) = fields!(2);
-                    objects = objects.max(a + 1);
-                    sites = sites.max(b + 1);
-                    (next, LockRelease { lock: a, site: b }, len)
-                }
-                LOCK_IMMEDIATE | LOCK_IMMEDIATE_SHARED => {
-                    let (next, a, b, len) = fields!(2);
-                    objects = objects.max(a + 1);
-                    sites = sites.max(b + 1);
-                    let mode = mode_of(t);
-                    // The request at the previous key, then the acquisition at the event's.
-                    out[i].set(Event {
-                        key,
-                        kind: LockRequest {
-                            lock: a,
-                            mode,
-                            site: b,
-                        },
-                    });
-                    i += 1;
-                    (next, LockAcquired { lock: a, mode }, len)
+            match t {
+                LOCK_REQUEST => lock!(LOCK_REQUEST),
+                LOCK_REQUEST_SHARED => lock!(LOCK_REQUEST_SHARED),
+                LOCK_ACQUIRED => lock!(LOCK_ACQUIRED),
+                LOCK_ACQUIRED_SHARED => lock!(LOCK_ACQUIRED_SHARED),
+                LOCK_RELEASE => lock!(LOCK_RELEASE),
+                LOCK_IMMEDIATE => lock!(LOCK_IMMEDIATE),
+                LOCK_IMMEDIATE_SHARED => lock!(LOCK_IMMEDIATE_SHARED),
+                0x40..=0x44 | 0x48..=0x4c if raw & KEY_FLAG == 0 => {
+                    // Plain accesses, what instrumented code records most, come in runs: a
+                    // loop of their own, whose state (the memory deltas) stays in registers.
+                    let len = self.access_run(rest, key, out, &mut i);
+                    if len == 0 {
+                        break;
+                    }
+                    rest = &rest[len..];
                 }
                 0x40..=0x44 | 0x48..=0x4c | ALLOC | FREE => {
-                    // Written where it is decoded, so that the lock events' path above does
-                    // not carry a memory event's fields.
+                    // An access with a key delta, an allocation or a free. Written where it
+                    // is decoded, so that the lock events' path above does not carry a
+                    // memory event's fields.
                     let slot = &mut out[i];
                     let (next, len) = match t {
                         ALLOC => self.memory_event::<S, ALLOC>(raw, key, rest, slot),
@@ -924,14 +1000,9 @@ impl<'a> Decoder<'a> {
                     key = next;
                     rest = &rest[len..];
                     i += 1;
-                    continue;
                 }
                 _ => break,
-            };
-            key = next;
-            rest = &rest[len..];
-            out[i].set(Event { key, kind });
-            i += 1;
+            }
         }
         if i > start {
             self.pos = buf.len() - rest.len();
@@ -941,6 +1012,80 @@ impl<'a> Decoder<'a> {
             done.events = i;
             done.last_key = Some(key);
         }
+    }
+
+    /// The plain accesses at the start of `rest` (reads and writes of 1 to 16 bytes without a
+    /// key delta, so all at `key`) whose address and site deltas take at most eight bytes
+    /// each, while `ACCESS_WINDOW` bytes remain: written to `out` from slot `*i` on (which
+    /// moves on), the delta state moved on. Returns the bytes read; 0 when the first event is
+    /// not one of them, and then nothing changes.
+    #[inline(never)]
+    fn access_run<S: EventSlot>(
+        &mut self,
+        rest: &[u8],
+        key: u64,
+        out: &mut [S],
+        i: &mut usize,
+    ) -> usize {
+        use EventKind::*;
+        let mut addr = self.st.addr;
+        let mut mem_site = self.st.mem_site;
+        let mut cursor = rest;
+        let mut n = *i;
+        while n < out.len() {
+            let Some(window) = cursor.first_chunk::<ACCESS_WINDOW>() else {
+                break;
+            };
+            let raw = window[0];
+            let size = PLAIN_ACCESS_SIZE[raw as usize];
+            if size == 0 {
+                break;
+            }
+            let word = u64::from_le_bytes(window[1..9].try_into().expect("eight bytes"));
+            let (da, ds, len) = if word & 0x8080 == 0 {
+                // Both deltas one byte: an access near the one before, at a site near its.
+                (word & 0x7f, (word >> 8) & 0x7f, 3)
+            } else {
+                // The address delta takes up to eight bytes (a jump between the heap, the
+                // stack and static data), so the site delta's bytes are in the window.
+                let (da, da_len) = match varint::from_word(word) {
+                    Some(n) => n,
+                    None => break,
+                };
+                let at = 1 + da_len;
+                let (ds, ds_len) = match window[at] {
+                    b if b < 0x80 => (b as u64, 1),
+                    _ => {
+                        let word =
+                            u64::from_le_bytes(window[at..at + 8].try_into().expect("eight bytes"));
+                        match varint::from_word(word) {
+                            Some(n) => n,
+                            None => break,
+                        }
+                    }
+                };
+                (da, ds, at + ds_len)
+            };
+            // `ds` has at most 56 bits, so adding it to a 32-bit site cannot wrap: the sum is
+            // the general decoder's checked one, and it must fit a u32.
+            let Ok(site) = u32::try_from((mem_site as i64).wrapping_add(unzigzag(ds))) else {
+                break;
+            };
+            addr = addr.wrapping_add(unzigzag(da) as u64);
+            mem_site = site;
+            let kind = if raw >= tag::WRITE_1 {
+                Write { addr, size, site }
+            } else {
+                Read { addr, size, site }
+            };
+            out[n].set(Event { key, kind });
+            n += 1;
+            cursor = &cursor[len..];
+        }
+        self.st.addr = addr;
+        self.st.mem_site = mem_site;
+        *i = n;
+        rest.len() - cursor.len()
     }
 
     /// A memory event of the fast loop at the start of `rest`: an allocation (`KIND` is
@@ -1485,6 +1630,31 @@ mod tests {
                     }
                     v
                 }),
+            // Runs of plain accesses (`access_run`): address deltas of one to ten bytes, site
+            // deltas that leave the u32 range or take five bytes, and some not minimal.
+            4 => proptest::collection::vec(
+                (
+                    prop_oneof![0x40u8..0x45, 0x48u8..0x4d],
+                    prop_oneof![3 => 0u64..128, 2 => (any::<u64>(), 0u32..64).prop_map(|(v, s)| v >> s)],
+                    prop_oneof![3 => 0u64..128, 1 => 0u64..(1 << 34)],
+                    0u8..16,
+                ),
+                1..12,
+            )
+            .prop_map(|accesses| {
+                let mut v = Vec::new();
+                for (t, da, ds, odd) in accesses {
+                    v.push(t);
+                    varint::put(&mut v, da);
+                    if odd == 0 {
+                        // The last group repeated as a zero: not minimal.
+                        *v.last_mut().unwrap() |= 0x80;
+                        v.push(0);
+                    }
+                    varint::put(&mut v, ds);
+                }
+                v
+            }),
             1 => (0x60u8..0x80, 0usize..4).prop_map(|(t, n)| {
                 let mut v = vec![t, n as u8];
                 v.extend(std::iter::repeat_n(7u8, n));
@@ -1550,9 +1720,15 @@ mod tests {
                     size: i as u64 * 3,
                     site: 7,
                 },
-                5 => EventKind::Free {
+                5 if i % 2 == 0 => EventKind::Free {
                     addr: 0x5500_0000 + i as u64 * 32,
                     site: 9,
+                },
+                5 => EventKind::Read {
+                    // Far from the access before, at a site far from its.
+                    addr: u64::MAX - i as u64,
+                    size: 1 << (i % 5),
+                    site: if i % 4 == 1 { u32::MAX } else { 0 },
                 },
                 _ => EventKind::Write {
                     addr: i as u64,

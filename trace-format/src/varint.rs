@@ -219,6 +219,24 @@ mod tests {
     }
 
     #[test]
+    fn gather_groups_joins_the_groups_of_every_byte() {
+        let mut x: u64 = 0x0bad_cafe_dead_beef;
+        for i in 0..100_000u32 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // Every group value in every byte, over the runs, and all-ones and zeros.
+            let word = match i {
+                0 => u64::MAX,
+                1 => 0,
+                _ => x,
+            };
+            let want = (0..8).fold(0u64, |v, b| v | ((word >> (8 * b)) & 0x7f) << (7 * b));
+            assert_eq!(gather_groups(word), want, "{word:#x}");
+        }
+    }
+
+    #[test]
     fn zigzag_is_an_involution() {
         for v in [0i64, 1, -1, 63, -64, i64::MAX, i64::MIN] {
             assert_eq!(unzigzag(zigzag(v)), v);
