@@ -327,9 +327,38 @@ pub fn wrapper_hints(runs: &[Run]) -> Vec<String> {
     let mut lines: BTreeMap<(String, String), Line> = BTreeMap::new();
     let mut unrecorded: BTreeMap<String, u64> = BTreeMap::new();
     for (ri, run) in runs.iter().enumerate() {
+        total += run.acquisitions.len() as u64;
+        // Acquisitions per (lock, site) first: a site is named once, not once per acquisition
+        // (a long trace takes the same few locks at the same few sites millions of times). A
+        // lock is taken at few sites: they are searched in a short list, past which a map.
+        #[derive(Clone, Default)]
+        struct Sites {
+            few: Vec<(SiteId, u64)>,
+            many: foldhash::HashMap<SiteId, u64>,
+        }
+        const FEW: usize = 16;
+        let mut taken: Vec<Sites> = vec![Sites::default(); run.locks.len()];
         for a in &run.acquisitions {
-            total += 1;
-            let Some(loc) = run.sites.get(&a.site) else {
+            let Some(sites) = taken.get_mut(a.lock as usize) else {
+                continue;
+            };
+            if let Some(e) = sites.few.iter_mut().find(|e| e.0 == a.site) {
+                e.1 += 1;
+            } else if sites.few.len() < FEW {
+                sites.few.push((a.site, 1));
+            } else {
+                *sites.many.entry(a.site).or_default() += 1;
+            }
+        }
+        let taken = taken.into_iter().enumerate().flat_map(|(lock, s)| {
+            let lock = lock as u32;
+            s.few
+                .into_iter()
+                .chain(s.many)
+                .map(move |(site, n)| ((site, lock), n))
+        });
+        for ((site, lock), n) in taken {
+            let Some(loc) = run.sites.get(&site) else {
                 continue;
             };
             let Some(function) = &loc.function else {
@@ -337,7 +366,7 @@ pub fn wrapper_hints(runs: &[Run]) -> Vec<String> {
             };
             let function = without_parameters(function).to_string();
             if loc.machinery_only {
-                *unrecorded.entry(function).or_default() += 1;
+                *unrecorded.entry(function).or_default() += n;
                 continue;
             }
             let at = match &loc.file {
@@ -345,8 +374,8 @@ pub fn wrapper_hints(runs: &[Run]) -> Vec<String> {
                 None => loc.text.clone(),
             };
             let e = lines.entry((function, at)).or_default();
-            e.acquisitions += 1;
-            e.locks.insert((ri, a.lock));
+            e.acquisitions += n;
+            e.locks.insert((ri, lock));
         }
     }
     let mut hints = Vec::new();
