@@ -141,20 +141,10 @@ impl<'t> LockSections<'t> {
     pub fn handle(&mut self, ev: &StreamEvent, annotations: &Annotations, heap: &HeapBlocks) {
         let (t, pos, seq) = (ev.thread, ev.pos, ev.seq);
         match ev.op {
-            Op::LockRequest { lock, mode, site } => {
-                self.pending[t as usize] = Some((lock, pos));
-                self.pending_site[t as usize] = site;
-                self.requested_mode[t as usize] = mode;
-            }
+            Op::LockRequest { lock, mode, site } => self.lock_request(t, lock, mode, site, pos),
             Op::LockFailed { .. } => self.pending[t as usize] = None,
             Op::LockAcquired { lock, mode } => {
-                let site = self.pending_site[t as usize];
-                let request = match self.pending[t as usize].take() {
-                    Some((l, p)) if l == lock => p,
-                    _ => pos,
-                };
-                let l = self.lock_of(lock, annotations, heap);
-                self.acquire(t, l, mode, AcquireHow::Blocking, request, pos, seq, site);
+                self.lock_acquired(t, lock, mode, pos, seq, annotations, heap)
             }
             Op::LockTry {
                 lock,
@@ -165,11 +155,7 @@ impl<'t> LockSections<'t> {
                 let l = self.lock_of(lock, annotations, heap);
                 self.acquire(t, l, mode, AcquireHow::Try, pos, pos, seq, site);
             }
-            Op::LockRelease { lock, .. } => {
-                if let Some(l) = self.index(lock) {
-                    self.release(t, l, pos);
-                }
-            }
+            Op::LockRelease { lock, .. } => self.lock_released(t, lock, pos),
             Op::CondWaitBegin { mutex, site, .. } => {
                 self.cond_site[t as usize] = site;
                 if let Some(l) = self.index(mutex) {
@@ -197,6 +183,44 @@ impl<'t> LockSections<'t> {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// A lock request: what [`LockSections::handle`] does with one.
+    #[inline(always)]
+    pub fn lock_request(&mut self, t: u32, lock: ObjectId, mode: Mode, site: SiteId, pos: u32) {
+        self.pending[t as usize] = Some((lock, pos));
+        self.pending_site[t as usize] = site;
+        self.requested_mode[t as usize] = mode;
+    }
+
+    /// A lock acquired: what [`LockSections::handle`] does with one.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub fn lock_acquired(
+        &mut self,
+        t: u32,
+        lock: ObjectId,
+        mode: Mode,
+        pos: u32,
+        seq: u64,
+        annotations: &Annotations,
+        heap: &HeapBlocks,
+    ) {
+        let site = self.pending_site[t as usize];
+        let request = match self.pending[t as usize].take() {
+            Some((l, p)) if l == lock => p,
+            _ => pos,
+        };
+        let l = self.lock_of(lock, annotations, heap);
+        self.acquire(t, l, mode, AcquireHow::Blocking, request, pos, seq, site);
+    }
+
+    /// A lock released: what [`LockSections::handle`] does with one.
+    #[inline(always)]
+    pub fn lock_released(&mut self, t: u32, lock: ObjectId, pos: u32) {
+        if let Some(l) = self.index(lock) {
+            self.release(t, l, pos);
         }
     }
 
