@@ -737,7 +737,8 @@ impl<'t> Stream<'t> {
     }
 }
 
-fn mode_of(m: LockMode) -> Mode {
+#[inline(always)]
+pub(crate) fn mode_of(m: LockMode) -> Mode {
     match m {
         LockMode::Exclusive => Mode::Write,
         LockMode::Shared => Mode::Read,

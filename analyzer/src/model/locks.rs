@@ -247,10 +247,18 @@ impl<'t> LockSections<'t> {
     }
 
     /// The dense index of a lock object, adding it on first sight.
+    #[inline(always)]
     fn lock_of(&mut self, object: ObjectId, annotations: &Annotations, heap: &HeapBlocks) -> u32 {
-        if let Some(l) = self.index(object) {
-            return l;
+        match self.index(object) {
+            Some(l) => l,
+            None => self.add_lock(object, annotations, heap),
         }
+    }
+
+    /// A lock object seen for the first time: its dense index.
+    #[cold]
+    #[inline(never)]
+    fn add_lock(&mut self, object: ObjectId, annotations: &Annotations, heap: &HeapBlocks) -> u32 {
         let id = self.locks.len() as u32;
         let info = self.tables.objects.get(&object);
         let kind = info.map_or(ObjectKind::Mutex, |o| o.kind);
@@ -485,7 +493,7 @@ struct PairLists {
 impl PairLists {
     /// Adds acquisition `acq` to the list of (`thread`, `lock`); returns whether the list is
     /// new (the thread's first acquisition of the lock).
-    #[inline]
+    #[inline(always)]
     fn push(&mut self, thread: u32, lock: u32, acq: u32) -> bool {
         if let Some(&(t, list)) = self.last.get(lock as usize) {
             if t == thread {
@@ -496,6 +504,7 @@ impl PairLists {
         self.push_looked_up(thread, lock, acq)
     }
 
+    #[inline(never)]
     fn push_looked_up(&mut self, thread: u32, lock: u32, acq: u32) -> bool {
         let next = self.lists.len() as u32;
         let (list, new) = match self.index.entry((thread, lock)) {

@@ -40,7 +40,7 @@ use foresight_trace::Trace;
 use crate::hb::{EdgeKinds, HappensBefore, HbPass};
 use crate::races::{RaceOutput, RacePass};
 use crate::sites::Wrappers;
-use crate::stream::{EventSource, Op, Pass, Stream, StreamEvent};
+use crate::stream::{mode_of, EventSource, Op, Pass, Stream, StreamEvent};
 
 mod annotations;
 mod heap;
@@ -590,13 +590,39 @@ impl Pass for Segmented<'_, '_, '_, '_> {
             }
             for (i, ev) in events[done..done + n].iter().enumerate() {
                 let pos = first + (done + i) as u32;
+                let seq = seq + (done + i) as u64;
+                // Lock operations (past the thread's first event) go to the model unconverted
+                // while there is no race pass (they are no memory access, which would start
+                // it): what `handle_one` would do with them, without making an `Op` to match
+                // again.
+                if pos != 0 && self.races.is_none() {
+                    let model = &mut self.model;
+                    match ev.kind {
+                        EventKind::LockRequest { lock, mode, site } => {
+                            model.lock_request(thread, pos, lock, mode_of(mode), site);
+                            continue;
+                        }
+                        EventKind::LockAcquired { lock, mode } => {
+                            model.lock_acquired(thread, pos, seq, lock, mode_of(mode));
+                            continue;
+                        }
+                        EventKind::LockRelease { lock, .. } => {
+                            model.lock_released(thread, pos, lock);
+                            continue;
+                        }
+                        _ => {}
+                    }
+                }
                 self.handle_one(&StreamEvent {
                     thread,
                     pos,
-                    seq: seq + (done + i) as u64,
+                    seq,
                     op: stream.convert(thread, pos, ev.kind),
                 });
             }
+            // The events above updated the clocks and sections; where the thread's next
+            // segment would start is set once.
+            self.model.seen_up_to(thread, first + (done + n) as u32);
             self.in_segment += n as u64;
             done += n;
         }
@@ -781,28 +807,51 @@ impl ModelPass<'_> {
         if pos != 0 {
             match ev.op {
                 Op::LockRequest { lock, mode, site } => {
-                    self.hb.lock_wait(t, pos);
-                    self.locks.lock_request(ev.thread, lock, mode, site, pos);
-                    self.pending.lock_request(t, pos, site, lock, mode);
-                    return;
+                    return self.lock_request(ev.thread, pos, lock, mode, site)
                 }
                 Op::LockAcquired { lock, mode } => {
-                    self.hb.lock_acquired(t, pos, lock, mode);
-                    let (annotations, heap) = (&self.annotations, &self.heap);
-                    self.locks
-                        .lock_acquired(ev.thread, lock, mode, pos, ev.seq, annotations, heap);
-                    self.pending.lock_outcome(t, lock);
-                    return;
+                    return self.lock_acquired(ev.thread, pos, ev.seq, lock, mode)
                 }
-                Op::LockRelease { lock, .. } => {
-                    self.hb.lock_released(t, pos, lock);
-                    self.locks.lock_released(ev.thread, lock, pos);
-                    return;
-                }
+                Op::LockRelease { lock, .. } => return self.lock_released(ev.thread, pos, lock),
                 _ => {}
             }
         }
         self.handle_other(ev);
+    }
+
+    /// A lock request past its thread's first event, but for `seen`: what
+    /// [`ModelPass::handle_event`] does with one.
+    #[inline(always)]
+    fn lock_request(&mut self, t: u32, pos: u32, lock: ObjectId, mode: Mode, site: SiteId) {
+        self.hb.lock_wait(t as usize, pos);
+        self.locks.lock_request(t, lock, mode, site, pos);
+        self.pending.lock_request(t as usize, pos, site, lock, mode);
+    }
+
+    /// A lock acquired past its thread's first event, but for `seen`.
+    #[inline(always)]
+    fn lock_acquired(&mut self, t: u32, pos: u32, seq: u64, lock: ObjectId, mode: Mode) {
+        self.hb.lock_acquired(t as usize, pos, lock, mode);
+        let (annotations, heap) = (&self.annotations, &self.heap);
+        self.locks
+            .lock_acquired(t, lock, mode, pos, seq, annotations, heap);
+        self.pending.lock_outcome(t as usize, lock);
+    }
+
+    /// A lock released past its thread's first event, but for `seen`.
+    #[inline(always)]
+    fn lock_released(&mut self, t: u32, pos: u32, lock: ObjectId) {
+        self.hb.lock_released(t as usize, pos, lock);
+        self.locks.lock_released(t, lock, pos);
+    }
+
+    /// Thread `t` has been seen up to position `next` (excluded): where the next segment
+    /// starts in it.
+    #[inline(always)]
+    fn seen_up_to(&mut self, t: u32, next: u32) {
+        if let Some(s) = self.seen.get_mut(t as usize) {
+            *s = next;
+        }
     }
 
     /// Every event but the lock operations [`ModelPass::handle_event`] settles: each visitor
