@@ -218,6 +218,8 @@ impl<'t> Checker<'t> {
         match event.kind {
             EventKind::LockAcquired { lock, mode } => self.acquire(t, offset, lock, mode),
             EventKind::LockRelease { lock, .. } => self.release(t, lock),
+            // A request changes nothing (a run's first event is often one).
+            EventKind::LockRequest { .. } => {}
             _ => self.observe_other(t, event, offset, unfinished),
         }
     }

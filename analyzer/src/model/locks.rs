@@ -278,6 +278,7 @@ impl<'t> LockSections<'t> {
     }
 
     #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
     fn acquire(
         &mut self,
         thread: u32,
@@ -352,6 +353,7 @@ impl<'t> LockSections<'t> {
         });
     }
 
+    #[inline(always)]
     fn release(&mut self, thread: u32, lock: u32, pos: u32) {
         let held = &mut self.held[thread as usize];
         let Some(i) = held.iter().rposition(|h| h.lock == lock) else {
