@@ -59,6 +59,28 @@ impl LockIndex {
     }
 }
 
+/// A thread's lock request waiting for its outcome, and its last condition wait's site.
+#[derive(Clone, Copy)]
+struct Request {
+    /// The request, (object, position), until its outcome.
+    pending: Option<(ObjectId, u32)>,
+    site: SiteId,
+    mode: Mode,
+    /// The site of the thread's last condition wait (the re-acquisition's site).
+    cond_site: SiteId,
+}
+
+impl Default for Request {
+    fn default() -> Self {
+        Request {
+            pending: None,
+            site: 0,
+            mode: Mode::Write,
+            cond_site: 0,
+        }
+    }
+}
+
 struct HeldEntry {
     lock: u32,
     acq: u32,
@@ -85,12 +107,9 @@ pub(super) struct LockSections<'t> {
     pub read_recursions: Vec<ReadRecursion>,
     pub rank_violations: Vec<RankViolation>,
     held: Vec<Vec<HeldEntry>>,
-    /// Per thread: the lock request waiting for its outcome, (object, position).
-    pending: Vec<Option<(ObjectId, u32)>>,
-    pending_site: Vec<SiteId>,
-    requested_mode: Vec<Mode>,
-    /// Per thread: the site of its last condition wait (the re-acquisition's site).
-    cond_site: Vec<SiteId>,
+    /// Per thread: its lock request waiting for an outcome, and the site of its last
+    /// condition wait (one slot per thread: one bounds check per lock event).
+    requests: Vec<Request>,
     /// The first acquisitions of this segment, open at its start (`cut`).
     pub carried: u32,
     /// Locks known to be monitors before the walk (`monitors.rs`).
@@ -123,10 +142,7 @@ impl<'t> LockSections<'t> {
             read_recursions: Vec::new(),
             rank_violations: Vec::new(),
             held: (0..threads).map(|_| Vec::new()).collect(),
-            pending: vec![None; threads],
-            pending_site: vec![0; threads],
-            requested_mode: vec![Mode::Write; threads],
-            cond_site: vec![0; threads],
+            requests: vec![Request::default(); threads],
             carried: 0,
             known_monitors: Default::default(),
         }
@@ -142,7 +158,7 @@ impl<'t> LockSections<'t> {
         let (t, pos, seq) = (ev.thread, ev.pos, ev.seq);
         match ev.op {
             Op::LockRequest { lock, mode, site } => self.lock_request(t, lock, mode, site, pos),
-            Op::LockFailed { .. } => self.pending[t as usize] = None,
+            Op::LockFailed { .. } => self.requests[t as usize].pending = None,
             Op::LockAcquired { lock, mode } => {
                 self.lock_acquired(t, lock, mode, pos, seq, annotations, heap)
             }
@@ -157,7 +173,7 @@ impl<'t> LockSections<'t> {
             }
             Op::LockRelease { lock, .. } => self.lock_released(t, lock, pos),
             Op::CondWaitBegin { mutex, site, .. } => {
-                self.cond_site[t as usize] = site;
+                self.requests[t as usize].cond_site = site;
                 if let Some(l) = self.index(mutex) {
                     self.locks[l as usize].monitor = true;
                     self.release(t, l, pos);
@@ -165,7 +181,7 @@ impl<'t> LockSections<'t> {
             }
             Op::CondWaitEnd { mutex, .. } => {
                 let l = self.lock_of(mutex, annotations, heap);
-                let site = self.cond_site[t as usize];
+                let site = self.requests[t as usize].cond_site;
                 self.acquire(
                     t,
                     l,
@@ -189,9 +205,10 @@ impl<'t> LockSections<'t> {
     /// A lock request: what [`LockSections::handle`] does with one.
     #[inline(always)]
     pub fn lock_request(&mut self, t: u32, lock: ObjectId, mode: Mode, site: SiteId, pos: u32) {
-        self.pending[t as usize] = Some((lock, pos));
-        self.pending_site[t as usize] = site;
-        self.requested_mode[t as usize] = mode;
+        let r = &mut self.requests[t as usize];
+        r.pending = Some((lock, pos));
+        r.site = site;
+        r.mode = mode;
     }
 
     /// A lock acquired: what [`LockSections::handle`] does with one.
@@ -207,8 +224,9 @@ impl<'t> LockSections<'t> {
         annotations: &Annotations,
         heap: &HeapBlocks,
     ) {
-        let site = self.pending_site[t as usize];
-        let request = match self.pending[t as usize].take() {
+        let r = &mut self.requests[t as usize];
+        let site = r.site;
+        let request = match r.pending.take() {
             Some((l, p)) if l == lock => p,
             _ => pos,
         };
@@ -324,7 +342,16 @@ impl<'t> LockSections<'t> {
                 });
             }
         }
-        let h = self.push_held(thread);
+        // The held set at the request, then this section on the stack: one borrow of it.
+        let start = self.held_pool.len() as u32;
+        self.held_pool.extend(held.iter().map(|h| h.acq));
+        let h = start..self.held_pool.len() as u32;
+        held.push(HeldEntry {
+            lock,
+            acq: index,
+            depth: 1,
+            max_rank: higher_rank(below, rank.map(|r| (r, index))),
+        });
         if self.acquisitions.len() == self.acquisitions.capacity() {
             self.make_room();
         }
@@ -345,12 +372,6 @@ impl<'t> LockSections<'t> {
         if self.pairs.push(thread, lock, index) {
             self.lock_threads[lock as usize].push(thread);
         }
-        self.held[thread as usize].push(HeldEntry {
-            lock,
-            acq: index,
-            depth: 1,
-            max_rank: higher_rank(below, rank.map(|r| (r, index))),
-        });
     }
 
     #[inline(always)]
@@ -460,10 +481,10 @@ impl<'t> LockSections<'t> {
     }
 
     pub fn finish(mut self, annotations: &Annotations, heap: &HeapBlocks, events: u64) -> Self {
-        for t in 0..self.pending.len() {
-            if let Some((lock, request)) = self.pending[t] {
+        for t in 0..self.requests.len() {
+            if let Some((lock, request)) = self.requests[t].pending {
                 let l = self.lock_of(lock, annotations, heap);
-                let (mode, site) = (self.requested_mode[t], self.pending_site[t]);
+                let (mode, site) = (self.requests[t].mode, self.requests[t].site);
                 self.acquire(
                     t as u32,
                     l,
