@@ -58,6 +58,16 @@ impl Default for Options {
 
 /// Analyses the runs (one per trace) together. `warnings[i]` are the reader's problems of run i.
 pub fn analyze(runs: &[Run], warnings: &[Vec<String>], opts: &Options) -> Report {
+    analyze_with_graph(runs, warnings, opts).0
+}
+
+/// [`analyze`], also giving the lock-order graph it was made from (the runs' edges, each run
+/// by its index), for a caller that needs the graph too: it is built once, not again.
+pub fn analyze_with_graph(
+    runs: &[Run],
+    warnings: &[Vec<String>],
+    opts: &Options,
+) -> (Report, LockOrderGraph) {
     let mut graph = LockOrderGraph::default();
     for (i, run) in runs.iter().enumerate() {
         graph.add_run(i, run);
@@ -174,5 +184,5 @@ pub fn analyze(runs: &[Run], warnings: &[Vec<String>], opts: &Options) -> Report
         findings,
     };
     report.recount();
-    report
+    (report, graph)
 }

@@ -604,6 +604,36 @@ impl HbPass {
         self.builder.complete()
     }
 
+    /// A lock request, failed lock or failed trylock past the thread's first event: what
+    /// [`Pass::handle`] does with one (a step), for a caller that has matched the event
+    /// already (the model's own dispatch).
+    #[inline(always)]
+    pub(crate) fn lock_wait(&mut self, t: usize, pos: u32) {
+        debug_assert!(pos != 0, "a thread's first event goes through `handle`");
+        self.builder.step(t, pos);
+    }
+
+    /// A lock acquired (or a trylock that took it) past the thread's first event, as
+    /// [`Pass::handle`] settles it.
+    #[inline(always)]
+    pub(crate) fn lock_acquired(&mut self, t: usize, pos: u32, lock: u32, mode: Mode) {
+        debug_assert!(pos != 0, "a thread's first event goes through `handle`");
+        self.builder.step(t, pos);
+        if self.edges.contains(EdgeKinds::LOCK) {
+            self.acquire(t, pos, lock, mode);
+        }
+    }
+
+    /// A lock released past the thread's first event, as [`Pass::handle`] settles it.
+    #[inline(always)]
+    pub(crate) fn lock_released(&mut self, t: usize, pos: u32, lock: u32) {
+        debug_assert!(pos != 0, "a thread's first event goes through `handle`");
+        self.builder.step(t, pos);
+        if self.edges.contains(EdgeKinds::LOCK) {
+            self.release(t, lock);
+        }
+    }
+
     /// Lock edges: an acquisition joins the releases it must follow (a re-entry of a held lock
     /// joins nothing new).
     fn acquire(&mut self, t: usize, pos: u32, lock: u32, mode: Mode) {
@@ -658,34 +688,25 @@ impl Pass for HbPass {
         }
         // A thread's first event also receives its creation (`handle_sync`).
         if pos != 0 {
-            let locks = self.edges.contains(EdgeKinds::LOCK);
             match ev.op {
-                Op::LockRequest { .. } | Op::LockFailed { .. } => {
-                    self.builder.step(t, pos);
-                    return;
-                }
-                Op::LockAcquired { lock, mode }
-                | Op::LockTry {
-                    lock,
-                    mode,
-                    acquired: true,
-                    ..
-                } => {
-                    self.builder.step(t, pos);
-                    if locks {
-                        self.acquire(t, pos, lock, mode);
+                Op::LockRequest { .. } | Op::LockFailed { .. } | Op::LockTry { .. } => {
+                    match ev.op {
+                        Op::LockTry {
+                            lock,
+                            mode,
+                            acquired: true,
+                            ..
+                        } => self.lock_acquired(t, pos, lock, mode),
+                        _ => self.lock_wait(t, pos),
                     }
                     return;
                 }
-                Op::LockTry { .. } => {
-                    self.builder.step(t, pos);
+                Op::LockAcquired { lock, mode } => {
+                    self.lock_acquired(t, pos, lock, mode);
                     return;
                 }
                 Op::LockRelease { lock, .. } => {
-                    self.builder.step(t, pos);
-                    if locks {
-                        self.release(t, lock);
-                    }
+                    self.lock_released(t, pos, lock);
                     return;
                 }
                 _ => {}

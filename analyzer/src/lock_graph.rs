@@ -83,14 +83,21 @@ impl LockOrderGraph {
         let classes: Vec<usize> = run.locks.iter().map(|l| self.class_id(&l.class)).collect();
         // Subclassed acquisitions: (lock, subclass) → class, so that names are made once.
         let mut subclassed: HashMap<(u32, u32), usize> = HashMap::new();
-        let mut class_of = |graph: &mut Self, a: &Acquisition| {
+        // Inlined for the common case, a lock's own class; a subclass is looked up aside.
+        #[inline(always)]
+        fn class_of(
+            graph: &mut LockOrderGraph,
+            classes: &[usize],
+            subclassed: &mut HashMap<(u32, u32), usize>,
+            run: &Run,
+            a: &Acquisition,
+        ) -> usize {
             if a.subclass == 0 {
-                return classes[a.lock as usize];
+                classes[a.lock as usize]
+            } else {
+                graph.subclass_id(subclassed, run, a)
             }
-            *subclassed
-                .entry((a.lock, a.subclass))
-                .or_insert_with(|| graph.class_id(&run.acquisition_class(a)))
-        };
+        }
         self.add_earlier(run_index, run);
         // The edge counted last: a loop's acquisitions count the same edge over and over.
         let mut last: Option<((usize, usize), usize)> = None;
@@ -100,8 +107,8 @@ impl LockOrderGraph {
             }
             for &h in run.held(acq) {
                 let held = &run.acquisitions[h as usize];
-                let from = class_of(self, held);
-                let to = class_of(self, acq);
+                let from = class_of(self, &classes, &mut subclassed, run, held);
+                let to = class_of(self, &classes, &mut subclassed, run, acq);
                 let e = match last {
                     Some((key, e)) if key == (from, to) => e,
                     _ => {
@@ -133,6 +140,20 @@ impl LockOrderGraph {
                 }
             }
         }
+    }
+
+    /// The class of a subclassed acquisition, made on first sight.
+    #[cold]
+    #[inline(never)]
+    fn subclass_id(
+        &mut self,
+        subclassed: &mut HashMap<(u32, u32), usize>,
+        run: &Run,
+        a: &Acquisition,
+    ) -> usize {
+        *subclassed
+            .entry((a.lock, a.subclass))
+            .or_insert_with(|| self.class_id(&run.acquisition_class(a)))
     }
 
     /// Adds the edges a flight recorder saw before the window of run `run_index` (evidence
@@ -278,19 +299,39 @@ pub struct InstanceGraph {
 
 impl InstanceGraph {
     pub fn build(run: &Run) -> Self {
-        let mut edges: HashMap<(u32, u32), Vec<(u32, u32)>> = HashMap::new();
+        // Each edge's list by index; per requested lock, the held lock of the edge it was last
+        // requested under and that edge's list: a loop that takes its locks in one order finds
+        // its list without hashing.
+        let mut index: HashMap<(u32, u32), u32> = HashMap::new();
+        let mut lists: Vec<Vec<(u32, u32)>> = Vec::new();
+        let mut last: Vec<(u32, u32)> = vec![(u32::MAX, 0); run.locks.len()];
         for (i, acq) in run.acquisitions.iter().enumerate() {
             if acq.how == AcquireHow::Try {
                 continue;
             }
             for &h in run.held(acq) {
-                let held = &run.acquisitions[h as usize];
-                edges
-                    .entry((held.lock, acq.lock))
-                    .or_default()
-                    .push((h, i as u32));
+                let held = run.acquisitions[h as usize].lock;
+                let list = match last.get(acq.lock as usize) {
+                    Some(&(l, list)) if l == held => list,
+                    _ => {
+                        let next = lists.len() as u32;
+                        let list = *index.entry((held, acq.lock)).or_insert(next);
+                        if list == next {
+                            lists.push(Vec::new());
+                        }
+                        if let Some(slot) = last.get_mut(acq.lock as usize) {
+                            *slot = (held, list);
+                        }
+                        list
+                    }
+                };
+                lists[list as usize].push((h, i as u32));
             }
         }
+        let edges: HashMap<(u32, u32), Vec<(u32, u32)>> = index
+            .into_iter()
+            .map(|(k, list)| (k, std::mem::take(&mut lists[list as usize])))
+            .collect();
         let mut adjacency = vec![Vec::new(); run.locks.len()];
         let mut keys: Vec<(u32, u32)> = edges.keys().copied().collect();
         keys.sort_unstable();

@@ -22,7 +22,7 @@
 use foldhash::{HashMap, HashMapExt};
 use std::collections::BTreeSet;
 
-use crate::analysis::{analyze, Options};
+use crate::analysis::{analyze, analyze_with_graph, Options};
 use crate::baseline::finding_key;
 use crate::cycles::{for_each_cycle, strongly_connected_components, Flow};
 use crate::describe::{
@@ -58,9 +58,8 @@ struct EdgeWitness {
 /// Analyses one trace alone and keeps, per class edge of it, one described witness (for the
 /// cycles that only several traces together close).
 pub fn analyze_trace(run: &Run, warnings: Vec<String>, opts: &Options) -> TraceAnalysis {
-    let report = analyze(std::slice::from_ref(run), &[warnings], opts);
-    let mut graph = LockOrderGraph::default();
-    graph.add_run(0, run);
+    // The report's graph is this run's alone: the edges to describe.
+    let (report, graph) = analyze_with_graph(std::slice::from_ref(run), &[warnings], opts);
     let edges = graph
         .edges
         .iter()

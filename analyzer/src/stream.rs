@@ -267,6 +267,31 @@ pub trait Pass {
     type Output;
     fn handle(&mut self, ev: &StreamEvent);
     fn finish(self) -> Self::Output;
+
+    /// A run of one thread's consecutive events of a file's merged order
+    /// ([`Stream::drive_runs`]): `events[i]` is at position `first + i` of dense thread
+    /// `thread` and at `seq + i` in the merged order. Each converted and handed to
+    /// [`Pass::handle`], unless the pass does better with the whole run (one call per run,
+    /// not per event: the segmented model).
+    #[inline]
+    fn handle_run(
+        &mut self,
+        stream: &Stream<'_>,
+        thread: u32,
+        first: u32,
+        seq: u64,
+        events: &[foresight_trace::event::Event],
+    ) {
+        for (i, ev) in events.iter().enumerate() {
+            let pos = first + i as u32;
+            self.handle(&StreamEvent {
+                thread,
+                pos,
+                seq: seq + i as u64,
+                op: stream.convert(thread, pos, ev.kind),
+            });
+        }
+    }
 }
 
 /// Two passes side by side in one walk (nest tuples for more).
@@ -456,7 +481,9 @@ impl<'t> Stream<'t> {
         pass: &mut P,
         progress: &mut dyn FnMut(u64),
     ) -> u64 {
-        self.for_each_in_runs(merged, progress, |ev| pass.handle(&ev))
+        self.for_each_run(merged, progress, |thread, first, seq, events| {
+            pass.handle_run(self, thread, first, seq, events)
+        })
     }
 
     /// The walk under [`Stream::drive_runs`] and [`Stream::drive_runs_split`]: each event of
@@ -710,7 +737,8 @@ impl<'t> Stream<'t> {
     }
 }
 
-fn mode_of(m: LockMode) -> Mode {
+#[inline(always)]
+pub(crate) fn mode_of(m: LockMode) -> Mode {
     match m {
         LockMode::Exclusive => Mode::Write,
         LockMode::Shared => Mode::Read,

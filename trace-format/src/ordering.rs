@@ -218,13 +218,20 @@ impl<'t> Checker<'t> {
         match event.kind {
             EventKind::LockAcquired { lock, mode } => self.acquire(t, offset, lock, mode),
             EventKind::LockRelease { lock, .. } => self.release(t, lock),
+            // A request changes nothing (a run's first event is often one).
+            EventKind::LockRequest { .. } => {}
             _ => self.observe_other(t, event, offset, unfinished),
         }
     }
 
     /// The first event of a run of `thread`'s events.
+    #[inline]
     fn switch_to(&mut self, t: ThreadId, at: u64) {
         self.last_thread = Some(t);
+        // A thread seen before (all but a thread's first run) changes nothing.
+        if self.started.small.get(t as usize) == Some(&true) {
+            return;
+        }
         if self.started.insert(t) && !self.seen_create.contains(&t) {
             self.started_uncreated.insert(t, at);
         }
@@ -384,7 +391,24 @@ impl<'t> Checker<'t> {
         }
     }
 
+    /// A lock acquisition. An exclusive one of a lock in the table that nobody holds (most
+    /// acquisitions) is settled inline; everything else in [`Checker::acquire_checked`].
+    #[inline]
     fn acquire(&mut self, t: ThreadId, at: u64, lock: ObjectId, mode: LockMode) {
+        if mode == LockMode::Exclusive {
+            // The table holds ids below `DIRECT_IDS` only: larger ones are never found here.
+            if let Some(st) = self.locks.small.get_mut(lock as usize) {
+                if st.exclusive.is_none() && st.shared.is_empty() {
+                    st.exclusive = Some((t, 1));
+                    return;
+                }
+            }
+        }
+        self.acquire_checked(t, at, lock, mode);
+    }
+
+    #[inline(never)]
+    fn acquire_checked(&mut self, t: ThreadId, at: u64, lock: ObjectId, mode: LockMode) {
         // Looked up only for a re-entry: the object table is not consulted per acquisition.
         let tables = self.tables;
         let recursive = || {

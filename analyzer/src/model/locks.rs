@@ -59,6 +59,28 @@ impl LockIndex {
     }
 }
 
+/// A thread's lock request waiting for its outcome, and its last condition wait's site.
+#[derive(Clone, Copy)]
+struct Request {
+    /// The request, (object, position), until its outcome.
+    pending: Option<(ObjectId, u32)>,
+    site: SiteId,
+    mode: Mode,
+    /// The site of the thread's last condition wait (the re-acquisition's site).
+    cond_site: SiteId,
+}
+
+impl Default for Request {
+    fn default() -> Self {
+        Request {
+            pending: None,
+            site: 0,
+            mode: Mode::Write,
+            cond_site: 0,
+        }
+    }
+}
+
 struct HeldEntry {
     lock: u32,
     acq: u32,
@@ -85,12 +107,9 @@ pub(super) struct LockSections<'t> {
     pub read_recursions: Vec<ReadRecursion>,
     pub rank_violations: Vec<RankViolation>,
     held: Vec<Vec<HeldEntry>>,
-    /// Per thread: the lock request waiting for its outcome, (object, position).
-    pending: Vec<Option<(ObjectId, u32)>>,
-    pending_site: Vec<SiteId>,
-    requested_mode: Vec<Mode>,
-    /// Per thread: the site of its last condition wait (the re-acquisition's site).
-    cond_site: Vec<SiteId>,
+    /// Per thread: its lock request waiting for an outcome, and the site of its last
+    /// condition wait (one slot per thread: one bounds check per lock event).
+    requests: Vec<Request>,
     /// The first acquisitions of this segment, open at its start (`cut`).
     pub carried: u32,
     /// Locks known to be monitors before the walk (`monitors.rs`).
@@ -123,10 +142,7 @@ impl<'t> LockSections<'t> {
             read_recursions: Vec::new(),
             rank_violations: Vec::new(),
             held: (0..threads).map(|_| Vec::new()).collect(),
-            pending: vec![None; threads],
-            pending_site: vec![0; threads],
-            requested_mode: vec![Mode::Write; threads],
-            cond_site: vec![0; threads],
+            requests: vec![Request::default(); threads],
             carried: 0,
             known_monitors: Default::default(),
         }
@@ -141,20 +157,10 @@ impl<'t> LockSections<'t> {
     pub fn handle(&mut self, ev: &StreamEvent, annotations: &Annotations, heap: &HeapBlocks) {
         let (t, pos, seq) = (ev.thread, ev.pos, ev.seq);
         match ev.op {
-            Op::LockRequest { lock, mode, site } => {
-                self.pending[t as usize] = Some((lock, pos));
-                self.pending_site[t as usize] = site;
-                self.requested_mode[t as usize] = mode;
-            }
-            Op::LockFailed { .. } => self.pending[t as usize] = None,
+            Op::LockRequest { lock, mode, site } => self.lock_request(t, lock, mode, site, pos),
+            Op::LockFailed { .. } => self.requests[t as usize].pending = None,
             Op::LockAcquired { lock, mode } => {
-                let site = self.pending_site[t as usize];
-                let request = match self.pending[t as usize].take() {
-                    Some((l, p)) if l == lock => p,
-                    _ => pos,
-                };
-                let l = self.lock_of(lock, annotations, heap);
-                self.acquire(t, l, mode, AcquireHow::Blocking, request, pos, seq, site);
+                self.lock_acquired(t, lock, mode, pos, seq, annotations, heap)
             }
             Op::LockTry {
                 lock,
@@ -165,13 +171,9 @@ impl<'t> LockSections<'t> {
                 let l = self.lock_of(lock, annotations, heap);
                 self.acquire(t, l, mode, AcquireHow::Try, pos, pos, seq, site);
             }
-            Op::LockRelease { lock, .. } => {
-                if let Some(l) = self.index(lock) {
-                    self.release(t, l, pos);
-                }
-            }
+            Op::LockRelease { lock, .. } => self.lock_released(t, lock, pos),
             Op::CondWaitBegin { mutex, site, .. } => {
-                self.cond_site[t as usize] = site;
+                self.requests[t as usize].cond_site = site;
                 if let Some(l) = self.index(mutex) {
                     self.locks[l as usize].monitor = true;
                     self.release(t, l, pos);
@@ -179,7 +181,7 @@ impl<'t> LockSections<'t> {
             }
             Op::CondWaitEnd { mutex, .. } => {
                 let l = self.lock_of(mutex, annotations, heap);
-                let site = self.cond_site[t as usize];
+                let site = self.requests[t as usize].cond_site;
                 self.acquire(
                     t,
                     l,
@@ -197,6 +199,46 @@ impl<'t> LockSections<'t> {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// A lock request: what [`LockSections::handle`] does with one.
+    #[inline(always)]
+    pub fn lock_request(&mut self, t: u32, lock: ObjectId, mode: Mode, site: SiteId, pos: u32) {
+        let r = &mut self.requests[t as usize];
+        r.pending = Some((lock, pos));
+        r.site = site;
+        r.mode = mode;
+    }
+
+    /// A lock acquired: what [`LockSections::handle`] does with one.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub fn lock_acquired(
+        &mut self,
+        t: u32,
+        lock: ObjectId,
+        mode: Mode,
+        pos: u32,
+        seq: u64,
+        annotations: &Annotations,
+        heap: &HeapBlocks,
+    ) {
+        let r = &mut self.requests[t as usize];
+        let site = r.site;
+        let request = match r.pending.take() {
+            Some((l, p)) if l == lock => p,
+            _ => pos,
+        };
+        let l = self.lock_of(lock, annotations, heap);
+        self.acquire(t, l, mode, AcquireHow::Blocking, request, pos, seq, site);
+    }
+
+    /// A lock released: what [`LockSections::handle`] does with one.
+    #[inline(always)]
+    pub fn lock_released(&mut self, t: u32, lock: ObjectId, pos: u32) {
+        if let Some(l) = self.index(lock) {
+            self.release(t, l, pos);
         }
     }
 
@@ -223,10 +265,18 @@ impl<'t> LockSections<'t> {
     }
 
     /// The dense index of a lock object, adding it on first sight.
+    #[inline(always)]
     fn lock_of(&mut self, object: ObjectId, annotations: &Annotations, heap: &HeapBlocks) -> u32 {
-        if let Some(l) = self.index(object) {
-            return l;
+        match self.index(object) {
+            Some(l) => l,
+            None => self.add_lock(object, annotations, heap),
         }
+    }
+
+    /// A lock object seen for the first time: its dense index.
+    #[cold]
+    #[inline(never)]
+    fn add_lock(&mut self, object: ObjectId, annotations: &Annotations, heap: &HeapBlocks) -> u32 {
         let id = self.locks.len() as u32;
         let info = self.tables.objects.get(&object);
         let kind = info.map_or(ObjectKind::Mutex, |o| o.kind);
@@ -246,6 +296,7 @@ impl<'t> LockSections<'t> {
     }
 
     #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
     fn acquire(
         &mut self,
         thread: u32,
@@ -291,7 +342,16 @@ impl<'t> LockSections<'t> {
                 });
             }
         }
-        let h = self.push_held(thread);
+        // The held set at the request, then this section on the stack: one borrow of it.
+        let start = self.held_pool.len() as u32;
+        self.held_pool.extend(held.iter().map(|h| h.acq));
+        let h = start..self.held_pool.len() as u32;
+        held.push(HeldEntry {
+            lock,
+            acq: index,
+            depth: 1,
+            max_rank: higher_rank(below, rank.map(|r| (r, index))),
+        });
         if self.acquisitions.len() == self.acquisitions.capacity() {
             self.make_room();
         }
@@ -312,14 +372,9 @@ impl<'t> LockSections<'t> {
         if self.pairs.push(thread, lock, index) {
             self.lock_threads[lock as usize].push(thread);
         }
-        self.held[thread as usize].push(HeldEntry {
-            lock,
-            acq: index,
-            depth: 1,
-            max_rank: higher_rank(below, rank.map(|r| (r, index))),
-        });
     }
 
+    #[inline(always)]
     fn release(&mut self, thread: u32, lock: u32, pos: u32) {
         let held = &mut self.held[thread as usize];
         let Some(i) = held.iter().rposition(|h| h.lock == lock) else {
@@ -426,10 +481,10 @@ impl<'t> LockSections<'t> {
     }
 
     pub fn finish(mut self, annotations: &Annotations, heap: &HeapBlocks, events: u64) -> Self {
-        for t in 0..self.pending.len() {
-            if let Some((lock, request)) = self.pending[t] {
+        for t in 0..self.requests.len() {
+            if let Some((lock, request)) = self.requests[t].pending {
                 let l = self.lock_of(lock, annotations, heap);
-                let (mode, site) = (self.requested_mode[t], self.pending_site[t]);
+                let (mode, site) = (self.requests[t].mode, self.requests[t].site);
                 self.acquire(
                     t as u32,
                     l,
@@ -461,7 +516,7 @@ struct PairLists {
 impl PairLists {
     /// Adds acquisition `acq` to the list of (`thread`, `lock`); returns whether the list is
     /// new (the thread's first acquisition of the lock).
-    #[inline]
+    #[inline(always)]
     fn push(&mut self, thread: u32, lock: u32, acq: u32) -> bool {
         if let Some(&(t, list)) = self.last.get(lock as usize) {
             if t == thread {
@@ -472,6 +527,7 @@ impl PairLists {
         self.push_looked_up(thread, lock, acq)
     }
 
+    #[inline(never)]
     fn push_looked_up(&mut self, thread: u32, lock: u32, acq: u32) -> bool {
         let next = self.lists.len() as u32;
         let (list, new) = match self.index.entry((thread, lock)) {

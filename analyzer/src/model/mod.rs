@@ -40,7 +40,7 @@ use foresight_trace::Trace;
 use crate::hb::{EdgeKinds, HappensBefore, HbPass};
 use crate::races::{RaceOutput, RacePass};
 use crate::sites::Wrappers;
-use crate::stream::{EventSource, Op, Pass, Stream, StreamEvent};
+use crate::stream::{mode_of, EventSource, Op, Pass, Stream, StreamEvent};
 
 mod annotations;
 mod heap;
@@ -558,16 +558,81 @@ impl Pass for Segmented<'_, '_, '_, '_> {
         // Cut before the first event of the next segment, so that a trace of exactly `every`
         // events is one segment.
         if self.in_segment == self.every && self.every > 0 {
-            let mut run = self.model.cut();
-            run.events = self.in_segment;
-            run.races = match &mut self.races {
-                Some(r) => r.cut(),
-                None => RaceOutput::without_accesses(),
-            };
-            self.handed_out += self.in_segment;
-            self.in_segment = 0;
-            (self.on_segment)(run);
+            self.cut();
         }
+        self.handle_one(ev);
+        self.in_segment += 1;
+    }
+
+    fn finish(self) {}
+
+    /// The run's events, a segment's share at a time: the cut is looked for once per run
+    /// (and once per cut), not once per event, and the events go to the passes without a
+    /// call each.
+    #[inline]
+    fn handle_run(
+        &mut self,
+        stream: &Stream<'_>,
+        thread: u32,
+        first: u32,
+        seq: u64,
+        events: &[foresight_trace::event::Event],
+    ) {
+        let mut done = 0;
+        while done < events.len() {
+            // As in `handle`: the cut comes before the first event of the next segment.
+            let mut n = events.len() - done;
+            if self.every > 0 {
+                if self.in_segment == self.every {
+                    self.cut();
+                }
+                n = n.min(usize::try_from(self.every - self.in_segment).unwrap_or(usize::MAX));
+            }
+            for (i, ev) in events[done..done + n].iter().enumerate() {
+                let pos = first + (done + i) as u32;
+                let seq = seq + (done + i) as u64;
+                // Lock operations (past the thread's first event) go to the model unconverted
+                // while there is no race pass (they are no memory access, which would start
+                // it): what `handle_one` would do with them, without making an `Op` to match
+                // again.
+                if pos != 0 && self.races.is_none() {
+                    let model = &mut self.model;
+                    match ev.kind {
+                        EventKind::LockRequest { lock, mode, site } => {
+                            model.lock_request(thread, pos, lock, mode_of(mode), site);
+                            continue;
+                        }
+                        EventKind::LockAcquired { lock, mode } => {
+                            model.lock_acquired(thread, pos, seq, lock, mode_of(mode));
+                            continue;
+                        }
+                        EventKind::LockRelease { lock, .. } => {
+                            model.lock_released(thread, pos, lock);
+                            continue;
+                        }
+                        _ => {}
+                    }
+                }
+                self.handle_one(&StreamEvent {
+                    thread,
+                    pos,
+                    seq,
+                    op: stream.convert(thread, pos, ev.kind),
+                });
+            }
+            // The events above updated the clocks and sections; where the thread's next
+            // segment would start is set once.
+            self.model.seen_up_to(thread, first + (done + n) as u32);
+            self.in_segment += n as u64;
+            done += n;
+        }
+    }
+}
+
+impl Segmented<'_, '_, '_, '_> {
+    /// One event to the model and (once there is one) the race pass.
+    #[inline(always)]
+    fn handle_one(&mut self, ev: &StreamEvent) {
         self.model.handle(ev);
         match &mut self.races {
             Some(r) => r.handle(ev),
@@ -579,10 +644,22 @@ impl Pass for Segmented<'_, '_, '_, '_> {
             }
             None => {}
         }
-        self.in_segment += 1;
     }
 
-    fn finish(self) {}
+    /// Ends the segment: its run to `on_segment`.
+    #[cold]
+    #[inline(never)]
+    fn cut(&mut self) {
+        let mut run = self.model.cut();
+        run.events = self.in_segment;
+        run.races = match &mut self.races {
+            Some(r) => r.cut(),
+            None => RaceOutput::without_accesses(),
+        };
+        self.handed_out += self.in_segment;
+        self.in_segment = 0;
+        (self.on_segment)(run);
+    }
 }
 
 /// [`drive_run`] over a file's merged stream with the race pass on a second thread
@@ -716,14 +793,71 @@ impl<'t> ModelPass<'t> {
     }
 }
 
-impl Pass for ModelPass<'_> {
-    type Output = Run;
-
-    #[inline]
-    fn handle(&mut self, ev: &StreamEvent) {
-        if let Some(s) = self.seen.get_mut(ev.thread as usize) {
-            *s = ev.pos + 1;
+impl ModelPass<'_> {
+    /// One event to the visitors.
+    #[inline(always)]
+    fn handle_event(&mut self, ev: &StreamEvent) {
+        let (t, pos) = (ev.thread as usize, ev.pos);
+        if let Some(s) = self.seen.get_mut(t) {
+            *s = pos + 1;
         }
+        // The lock operations that make most of a lock-heavy trace go, past a thread's first
+        // event, straight to the three visitors that read them (the clocks' step, the lock
+        // sections, the pending calls: the others ignore them), in the visitors' order.
+        if pos != 0 {
+            match ev.op {
+                Op::LockRequest { lock, mode, site } => {
+                    return self.lock_request(ev.thread, pos, lock, mode, site)
+                }
+                Op::LockAcquired { lock, mode } => {
+                    return self.lock_acquired(ev.thread, pos, ev.seq, lock, mode)
+                }
+                Op::LockRelease { lock, .. } => return self.lock_released(ev.thread, pos, lock),
+                _ => {}
+            }
+        }
+        self.handle_other(ev);
+    }
+
+    /// A lock request past its thread's first event, but for `seen`: what
+    /// [`ModelPass::handle_event`] does with one.
+    #[inline(always)]
+    fn lock_request(&mut self, t: u32, pos: u32, lock: ObjectId, mode: Mode, site: SiteId) {
+        self.hb.lock_wait(t as usize, pos);
+        self.locks.lock_request(t, lock, mode, site, pos);
+        self.pending.lock_request(t as usize, pos, site, lock, mode);
+    }
+
+    /// A lock acquired past its thread's first event, but for `seen`.
+    #[inline(always)]
+    fn lock_acquired(&mut self, t: u32, pos: u32, seq: u64, lock: ObjectId, mode: Mode) {
+        self.hb.lock_acquired(t as usize, pos, lock, mode);
+        let (annotations, heap) = (&self.annotations, &self.heap);
+        self.locks
+            .lock_acquired(t, lock, mode, pos, seq, annotations, heap);
+        self.pending.lock_outcome(t as usize, lock);
+    }
+
+    /// A lock released past its thread's first event, but for `seen`.
+    #[inline(always)]
+    fn lock_released(&mut self, t: u32, pos: u32, lock: ObjectId) {
+        self.hb.lock_released(t as usize, pos, lock);
+        self.locks.lock_released(t, lock, pos);
+    }
+
+    /// Thread `t` has been seen up to position `next` (excluded): where the next segment
+    /// starts in it.
+    #[inline(always)]
+    fn seen_up_to(&mut self, t: u32, next: u32) {
+        if let Some(s) = self.seen.get_mut(t as usize) {
+            *s = next;
+        }
+    }
+
+    /// Every event but the lock operations [`ModelPass::handle_event`] settles: each visitor
+    /// in turn.
+    #[inline(never)]
+    fn handle_other(&mut self, ev: &StreamEvent) {
         self.hb.handle(ev);
         self.heap.handle(ev);
         // Reads and writes matter to the model only through the clocks' reads-from.
@@ -735,6 +869,15 @@ impl Pass for ModelPass<'_> {
         self.waits.handle(ev, &mut self.locks);
         self.senders.handle(ev);
         self.pending.handle(ev);
+    }
+}
+
+impl Pass for ModelPass<'_> {
+    type Output = Run;
+
+    #[inline(always)]
+    fn handle(&mut self, ev: &StreamEvent) {
+        self.handle_event(ev)
     }
 
     fn finish(mut self) -> Run {

@@ -100,13 +100,8 @@ impl PendingCalls {
             what,
         };
         match ev.op {
-            Op::LockRequest { lock, mode, site } => {
-                self.open(t, begin(site, Blocking::Lock { lock, mode }))
-            }
-            Op::LockAcquired { lock, .. } | Op::LockFailed { lock } => self.close(
-                t,
-                |w| matches!(w, Blocking::Lock { lock: l, .. } if l == lock),
-            ),
+            Op::LockRequest { lock, mode, site } => self.lock_request(t, ev.pos, site, lock, mode),
+            Op::LockAcquired { lock, .. } | Op::LockFailed { lock } => self.lock_outcome(t, lock),
             Op::JoinRequest { child, site } => self.open(t, begin(site, Blocking::Join { child })),
             Op::Join { child, .. } => self.close(
                 t,
@@ -152,6 +147,29 @@ impl PendingCalls {
         }
     }
 
+    /// A lock request: what [`PendingCalls::handle`] does with one.
+    #[inline(always)]
+    pub fn lock_request(&mut self, t: usize, pos: u32, site: SiteId, lock: ObjectId, mode: Mode) {
+        self.open(
+            t,
+            PendingCall {
+                pos,
+                site,
+                what: Blocking::Lock { lock, mode },
+            },
+        )
+    }
+
+    /// A lock acquired or failed: what [`PendingCalls::handle`] does with one.
+    #[inline(always)]
+    pub fn lock_outcome(&mut self, t: usize, lock: ObjectId) {
+        self.close(
+            t,
+            |w| matches!(w, Blocking::Lock { lock: l, .. } if l == lock),
+        )
+    }
+
+    #[inline]
     fn open(&mut self, t: usize, call: PendingCall) {
         let open = &mut self.open[t];
         if open.len() == MAX_NESTED {
@@ -162,6 +180,7 @@ impl PendingCalls {
 
     /// The outcome of the innermost open call that `is` matches: it and the calls opened
     /// after it (which a well-formed trace has closed already) are done.
+    #[inline]
     fn close(&mut self, t: usize, is: impl Fn(Blocking) -> bool) {
         let open = &mut self.open[t];
         if let Some(i) = open.iter().rposition(|c| is(c.what)) {
