@@ -11,7 +11,7 @@
 //! ```
 //!
 //! `JOBS` 2 runs the race pass on two threads: `races` splits it by address share
-//! (`races::drive_split`: this thread reads and runs `SHARE` of 64 buckets of granules, 6
+//! (`races::drive_split`: this thread reads and runs `SHARE` of 64 buckets of granules, 15
 //! unless told, the other thread the rest), `analyze` runs the walk and the model here and
 //! the whole race pass on the other thread (`drive_run_split`); 1 (the default), all on one, as
 //! `foresight analyze` does.

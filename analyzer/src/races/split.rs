@@ -35,12 +35,13 @@ use super::{RaceOutput, Totals};
 pub const SHARES: u32 = 64;
 
 /// The front's share unless told (`race_bench races FILE 2 SHARE` measures others): on the
-/// recorded access-heavy trace (`bench/race_speed.sh`) the front spends about 136
-/// instructions an event reading and decoding, and the back about 200 on each access it
-/// checks, so the two threads' instructions balance when the front checks the granules of 6
-/// buckets of 64 (2.24 and 2.27 * 10^9 by callgrind on the 10^7-event recording; 2.34 and
-/// 2.28 at 7 before the fixed-size word buffer, the front only reading at 0).
-pub const DEFAULT_FRONT_SHARE: u32 = 6;
+/// recorded access-heavy trace (`bench/race_speed.sh`) the front spends about 75
+/// instructions an event reading and decoding and 45 handing it over, and the back about 200
+/// on each access it checks. Instructions balance near 11 buckets of 64 (1.88 and 2.10 *
+/// 10^9 by callgrind on the 10^7-event recording; 1.62 and 2.27 at 6), but the back's checks
+/// run at fewer instructions a cycle than the front's decoding, and CPU time balances at 15
+/// (1.53 and 1.55 s on the 10^8-event recording, medians of five; 1.35 and 1.82 at 6).
+pub const DEFAULT_FRONT_SHARE: u32 = 15;
 
 /// Words per batch handed to the back.
 pub const BATCH: usize = 4 << 10;
