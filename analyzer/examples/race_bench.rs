@@ -11,8 +11,9 @@
 //! ```
 //!
 //! `JOBS` 2 runs the race pass on two threads: `races` splits it by address share
-//! (`races::drive_split`: this thread reads and runs `SHARE` of 64 buckets of granules, 15
-//! unless told, the other thread the rest), `analyze` runs the walk and the model here and
+//! (`races::drive_split`: this thread reads and runs `SHARE` of 64 buckets of granules
+//! throughout, the other thread the rest; without `SHARE`, 15 to start with, moved toward
+//! whichever share keeps both threads busy, the final one printed), `analyze` runs the walk and the model here and
 //! the whole race pass on the other thread (`drive_run_split`); 1 (the default), all on one, as
 //! `foresight analyze` does.
 //!
@@ -35,7 +36,7 @@ use std::time::Instant;
 
 use foresight_analyzer::analysis::{analyze, Options};
 use foresight_analyzer::model::{drive_run, drive_run_split, ModelPass};
-use foresight_analyzer::races::{drive_split, RacePass, DEFAULT_FRONT_SHARE};
+use foresight_analyzer::races::{drive_split, Balance, RacePass, DEFAULT_FRONT_SHARE};
 use foresight_analyzer::stream::{Op, Pass, Runs, Stream, StreamEvent};
 use foresight_trace::event::{Event, EventKind, LockMode};
 use foresight_trace::tables::{
@@ -78,27 +79,39 @@ fn main() {
         }),
         "races" => {
             let jobs = number(2, 1);
-            let share = number(3, u64::from(DEFAULT_FRONT_SHARE)) as u32;
+            // A share given is kept throughout; without one the split starts at the default
+            // and moves it toward balance.
+            let balance = args
+                .get(3)
+                .map_or(Balance::Adaptive(DEFAULT_FRONT_SHARE), |a| {
+                    Balance::Fixed(a.parse().unwrap_or_else(|_| usage()))
+                });
             measure("races", path, |stream| {
                 let walk = Stream::of_stream(stream);
                 let threads = stream.threads().count();
                 let mut merged = stream.merged();
-                let (events, out) = if jobs >= 2 {
+                let (events, out, balance) = if jobs >= 2 {
                     // The walk and one share of the race pass on this thread, the other share
                     // on a second one.
                     let tables = Some(stream.tables());
-                    drive_split(&walk, &mut merged, threads, tables, share, &mut |_| {})
+                    let (events, out, b) =
+                        drive_split(&walk, &mut merged, threads, tables, balance, &mut |_| {});
+                    (events, out, Some(b))
                 } else {
                     let mut pass = RacePass::new(threads, Some(stream.tables()));
                     let events = walk.drive_runs(&mut merged, &mut pass, &mut |_| {});
-                    (events, pass.finish())
+                    (events, pass.finish(), None)
                 };
                 let candidates: u64 = out.candidates.iter().map(|c| c.count).sum();
                 (
                     events,
                     format!(
-                        "accesses={} race_pairs={} candidate_pairs={} candidate_instances={} \
+                        "{}accesses={} race_pairs={} candidate_pairs={} candidate_instances={} \
                          peak_granules={}",
+                        balance.map_or(String::new(), |b| format!(
+                            "front_share={} share_moves={} ",
+                            b.share, b.moves
+                        )),
                         out.accesses,
                         out.races.len(),
                         out.candidates.len(),

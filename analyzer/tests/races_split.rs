@@ -5,7 +5,7 @@
 //! missing.
 
 use foresight_analyzer::model::{drive_run, drive_run_split, ModelPass};
-use foresight_analyzer::races::{drive_split, RaceOutput, RacePass, SHARES};
+use foresight_analyzer::races::{drive_split, Balance, RaceOutput, RacePass, SplitBalance, SHARES};
 use foresight_analyzer::stream::{Pass, Runs, Stream};
 use foresight_trace::builder::TraceBuilder;
 use foresight_trace::event::{AtomicOp, EventKind, LockMode, MemoryOrder};
@@ -235,6 +235,12 @@ fn one_pass(file: &TraceStream) -> RaceOutput {
 }
 
 fn split(file: &TraceStream, share: u32) -> (u64, RaceOutput) {
+    let (read, out, end) = split_balanced(file, Balance::Fixed(share));
+    assert_eq!(end.moves, 0, "a fixed share does not move");
+    (read, out)
+}
+
+fn split_balanced(file: &TraceStream, balance: Balance) -> (u64, RaceOutput, SplitBalance) {
     let mut merged = file.merged();
     let threads = file.threads().count();
     let walk = Stream::of_stream(file);
@@ -243,7 +249,7 @@ fn split(file: &TraceStream, share: u32) -> (u64, RaceOutput) {
         &mut merged,
         threads,
         Some(file.tables()),
-        share,
+        balance,
         &mut |_| {},
     )
 }
@@ -280,6 +286,30 @@ fn a_split_pass_finds_what_one_pass_finds_whatever_the_share() {
                 "seed {seed:#x}, front share {share}"
             );
         }
+        // Granules moving between the threads while the pass runs, both ways, from the
+        // first batches on.
+        for balance in [
+            Balance::Alternate { start: 1, every: 1 },
+            Balance::Alternate {
+                start: 32,
+                every: 1,
+            },
+            Balance::Alternate {
+                start: 40,
+                every: 3,
+            },
+            Balance::Adaptive(15),
+        ] {
+            let (read, got, end) = split_balanced(&file, balance);
+            assert_eq!(read, file.merged().count() as u64);
+            assert_eq!(normalised(&got), want_text, "seed {seed:#x}, {balance:?}");
+            if let Balance::Alternate { .. } = balance {
+                assert!(
+                    end.moves > 0,
+                    "seed {seed:#x}, {balance:?}: no bucket moved"
+                );
+            }
+        }
     }
 }
 
@@ -311,6 +341,17 @@ fn a_split_pass_crosses_many_batches_of_plain_accesses() {
             want,
             "front share {share}"
         );
+    }
+    for balance in [
+        Balance::Alternate { start: 5, every: 1 },
+        Balance::Alternate {
+            start: 40,
+            every: 2,
+        },
+    ] {
+        let (_, got, end) = split_balanced(&file, balance);
+        assert_eq!(normalised(&got), want, "{balance:?}");
+        assert!(end.moves > 4, "{balance:?}: {} moves", end.moves);
     }
 }
 

@@ -49,7 +49,9 @@ use crate::stream::{Op, Pass, StreamEvent};
 use locksets::Locksets;
 use shadow::{AccessKind, ShadowAccess};
 use shard::{Found, Shard};
-pub use split::{drive_split, drive_split_beside, DEFAULT_FRONT_SHARE, SHARES};
+pub use split::{
+    drive_split, drive_split_beside, Balance, SplitBalance, DEFAULT_FRONT_SHARE, REVIEW, SHARES,
+};
 
 /// Instances of one pair of sites kept for the predictor: the first found, and the latest
 /// (an early instance may be ordered by what a read read, where a later one of the same two

@@ -361,9 +361,41 @@ pub fn granule_span(addr: u64, size: u32) -> (u64, u64) {
     (addr >> 3, (end - 1) >> 3)
 }
 
+/// Granules taken out of one shadow, with what they hold, to go into another
+/// ([`Shadow::take_cells`], [`Shadow::put_cells`]): a split pass moving granules from one
+/// share to the other.
+#[derive(Debug, Default)]
+pub struct Cells(Vec<(u64, Cell)>);
+
+impl Cells {
+    /// Granules held.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
 impl Shadow {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Takes out the granules `take` says yes to. What a cell holds depends only on the
+    /// accesses to its granule and on the clocks, which every share keeps the same, so a
+    /// cell taken here and put into another share's shadow goes on there as it would have
+    /// here.
+    pub fn take_cells(&mut self, take: impl Fn(u64) -> bool) -> Cells {
+        Cells(self.cells.take_where(take))
+    }
+
+    /// Puts in granules another shadow took out; this shadow held none of them.
+    pub fn put_cells(&mut self, cells: Cells) {
+        for (g, cell) in cells.0 {
+            *self.cells.cell(g) = cell;
+        }
     }
 
     /// Granules tracked now (the live shared footprint).

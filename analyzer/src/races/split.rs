@@ -15,10 +15,23 @@
 //! earlier access found in both counted once where one pass finds it (its first granule).
 //! Locksets are interned as they change in both shards, so their ids agree.
 //!
+//! The share can move while the pass runs ([`Balance::Adaptive`]): what an access costs to
+//! check depends on the trace, so a share that keeps both threads busy on one trace leaves one
+//! waiting on another. Every [`REVIEW`] batches the front compares how often it waited for
+//! room in the queue with how often the back found it empty, and moves one bucket toward the
+//! thread that waited more. A move happens between runs, marked at the end of a batch: the
+//! granules of a bucket the front gives up travel with the mark; for a bucket it takes, the
+//! back sends their granules once it has handled the batch, and the front waits for them.
+//! A granule's cell depends only on its accesses and on the clocks, which both shards keep
+//! the same, so it goes on in the other shard as it would have in its own.
+//!
 //! The hand-off is bounded: batches of [`BATCH`] records, at most [`IN_FLIGHT`] queued,
 //! buffers given back and reused.
 
-use std::sync::mpsc::{channel, sync_channel};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{
+    channel, sync_channel, Receiver, Sender, SyncSender, TryRecvError, TrySendError,
+};
 
 use foresight_trace::reader::Tables;
 use foresight_trace::stream::MergedStream;
@@ -27,7 +40,7 @@ use foresight_trace::event::{Event, EventKind};
 
 use crate::stream::{Op, Pass, Stream, StreamEvent};
 
-use super::shadow::{self, granule_span, AccessKind};
+use super::shadow::{self, granule_span, AccessKind, Cells};
 use super::shard::{atomic_kind, Shard, ShareConflict};
 use super::{RaceOutput, Totals};
 
@@ -124,6 +137,8 @@ enum Side {
 struct Batch {
     words: Words,
     side: Vec<Side>,
+    /// After this batch the front's share is another: see [`Rebalance`].
+    rebalance: Option<Rebalance>,
 }
 
 impl Batch {
@@ -131,9 +146,44 @@ impl Batch {
         Batch {
             words: Words::new(),
             side: Vec::with_capacity(SIDE_BATCH),
+            rebalance: None,
         }
     }
 }
+
+/// The front's share changes at the end of a batch, to `share` buckets. When the front gives
+/// buckets up, their granules travel here; when it takes buckets, the back sends it theirs
+/// once it has handled the batch, and the front waits for them before it reads on.
+struct Rebalance {
+    share: u32,
+    cells: Option<Cells>,
+}
+
+/// How the granules are shared out between the two threads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Balance {
+    /// The front checks this many of the [`SHARES`] buckets throughout.
+    Fixed(u32),
+    /// The front starts with this many buckets and takes one more, or gives one up, whenever
+    /// over [`REVIEW`] batches it waited for the back more often than the back waited for it,
+    /// or the other way round: what an access costs to check depends on the trace, and so
+    /// does the share that keeps both threads busy.
+    Adaptive(u32),
+    /// For tests: the share moves by one bucket every `every` batches, up then down.
+    Alternate { start: u32, every: u32 },
+}
+
+/// Where the balance ended: the front's share, and how many times a bucket moved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SplitBalance {
+    pub share: u32,
+    pub moves: u32,
+}
+
+/// Batches between two looks at the balance (about 10^6 accesses).
+pub const REVIEW: u32 = 256;
+/// Waits of one thread more than of the other, over a review, that move a bucket.
+const WAITS_MARGIN: u64 = 4;
 
 /// The words of a batch: a buffer of fixed size, so that the front's loop over a stretch of
 /// usual accesses writes them with neither a capacity check nor a bounds check per word (a
@@ -195,21 +245,22 @@ impl Words {
 }
 
 /// Feeds a file's merged stream to the race pass split over this thread and a second one
-/// (`front_share` of [`SHARES`] buckets of granules here); returns the events read and the
-/// race pass's output — the same as [`super::RacePass`]'s over one walk, but for its
-/// `peak_granules`, the sum of the two shares' peaks.
+/// (the granules of the buckets `balance` says here); returns the events read and the race
+/// pass's output — the same as [`super::RacePass`]'s over one walk, but for its
+/// `peak_granules`, the sum of the two shares' peaks — and where the balance ended.
 pub fn drive_split(
     stream: &Stream<'_>,
     merged: &mut MergedStream<'_>,
     threads: usize,
     tables: Option<&Tables>,
-    front_share: u32,
+    balance: Balance,
     progress: &mut dyn FnMut(u64),
-) -> (u64, RaceOutput) {
-    split::<NoPass>(stream, merged, None, threads, tables, front_share, progress)
+) -> (u64, RaceOutput, SplitBalance) {
+    split::<NoPass>(stream, merged, None, threads, tables, balance, progress)
 }
 
-/// [`drive_split`] with `here` fed every event on this thread too (the deadlock model).
+/// [`drive_split`] with `here` fed every event on this thread too (the deadlock model), the
+/// front's share fixed.
 pub fn drive_split_beside<A: Pass>(
     stream: &Stream<'_>,
     merged: &mut MergedStream<'_>,
@@ -219,15 +270,16 @@ pub fn drive_split_beside<A: Pass>(
     front_share: u32,
     progress: &mut dyn FnMut(u64),
 ) -> (u64, RaceOutput) {
-    split(
+    let (read, out, _) = split(
         stream,
         merged,
         Some(here),
         threads,
         tables,
-        front_share,
+        Balance::Fixed(front_share),
         progress,
-    )
+    );
+    (read, out)
 }
 
 /// No pass beside the front.
@@ -239,20 +291,27 @@ impl Pass for NoPass {
     fn finish(self) {}
 }
 
+#[allow(clippy::too_many_arguments)]
 fn split<A: Pass>(
     stream: &Stream<'_>,
     merged: &mut MergedStream<'_>,
     here: Option<&mut A>,
     threads: usize,
     tables: Option<&Tables>,
-    front_share: u32,
+    balance: Balance,
     progress: &mut dyn FnMut(u64),
-) -> (u64, RaceOutput) {
-    let share = front_share.min(SHARES);
+) -> (u64, RaceOutput, SplitBalance) {
+    let share = match balance {
+        Balance::Fixed(s) | Balance::Adaptive(s) | Balance::Alternate { start: s, .. } => s,
+    }
+    .min(SHARES);
     let too_many_threads = threads > shadow::MAX_THREADS;
     let (to_back, batches) = sync_channel::<Batch>(IN_FLIGHT);
     let (give_back, spare) = channel::<Batch>();
+    let (cells_to_front, cells) = channel::<Cells>();
+    let back_waits = AtomicU64::new(0);
     std::thread::scope(|scope| {
+        let back_waits = &back_waits;
         let back = scope.spawn(move || {
             let mut back = Back {
                 shard: Shard::shared(threads),
@@ -261,8 +320,22 @@ fn split<A: Pass>(
                 too_many_threads,
                 next: (0, 0, 0),
             };
-            while let Ok(mut batch) = batches.recv() {
+            loop {
+                let mut batch = match batches.try_recv() {
+                    Ok(batch) => batch,
+                    Err(TryRecvError::Empty) => {
+                        back_waits.fetch_add(1, Ordering::Relaxed);
+                        match batches.recv() {
+                            Ok(batch) => batch,
+                            Err(_) => break,
+                        }
+                    }
+                    Err(TryRecvError::Disconnected) => break,
+                };
                 back.batch(&batch);
+                if let Some(r) = batch.rebalance.take() {
+                    back.rebalance(r, &cells_to_front);
+                }
                 batch.words.clear();
                 batch.side.clear();
                 // The walk may be over already: a buffer nobody takes back is dropped.
@@ -281,6 +354,14 @@ fn split<A: Pass>(
             batch: Batch::with_capacity(),
             to_back: Some(to_back),
             spare,
+            balance,
+            cells,
+            back_waits,
+            sent: 0,
+            waits: (0, 0),
+            front_waits: 0,
+            review_due: false,
+            moves: 0,
         };
         let read = match here {
             // The pass beside needs every event converted: the front takes them so.
@@ -298,12 +379,16 @@ fn split<A: Pass>(
             Ok(shard) => shard,
             Err(panic) => std::panic::resume_unwind(panic),
         };
-        (read, front.finish(back, tables))
+        let balance = SplitBalance {
+            share: front.share,
+            moves: front.moves,
+        };
+        (read, front.finish(back, tables), balance)
     })
 }
 
 /// The front's half: its shard, the counts, the batch being filled.
-struct Front {
+struct Front<'a> {
     shard: Shard,
     share: u32,
     created: Vec<bool>,
@@ -314,11 +399,25 @@ struct Front {
     next: (u32, u32, u64),
     batch: Batch,
     /// `None` once the back hung up (it panicked: raised when it is joined).
-    to_back: Option<std::sync::mpsc::SyncSender<Batch>>,
-    spare: std::sync::mpsc::Receiver<Batch>,
+    to_back: Option<SyncSender<Batch>>,
+    spare: Receiver<Batch>,
+    balance: Balance,
+    /// The granules of buckets the front takes, from the back.
+    cells: Receiver<Cells>,
+    /// How often the back found no batch waiting.
+    back_waits: &'a AtomicU64,
+    /// Batches sent.
+    sent: u32,
+    /// Waits of the front (for room in the queue) and of the back, at the last review.
+    waits: (u64, u64),
+    front_waits: u64,
+    /// A review of the balance is due at the next run.
+    review_due: bool,
+    /// Times a bucket moved.
+    moves: u32,
 }
 
-impl Front {
+impl Front<'_> {
     /// A run of one thread's events: `pos` and `seq` are the first's.
     ///
     /// Stretches of usual accesses of the back's share ([`fast_word`]) of a thread whose
@@ -328,6 +427,10 @@ impl Front {
     /// every event: what it spends on each bounds what two threads gain.
     #[inline]
     fn run(&mut self, stream: &Stream<'_>, thread: u32, pos: u32, seq: u64, events: &[Event]) {
+        if self.review_due {
+            self.review();
+        }
+        // The share moves only here, between runs: every word of a run is made with one.
         let share = self.share;
         let owns = move |g| front_owns(share, g);
         let mut usual = self.created(thread) && !self.too_many_threads;
@@ -598,7 +701,7 @@ impl Front {
 
     #[cold]
     fn send(&mut self) {
-        if self.batch.words.is_empty() {
+        if self.batch.words.is_empty() && self.batch.rebalance.is_none() {
             return;
         }
         let next = self
@@ -607,10 +710,80 @@ impl Front {
             .unwrap_or_else(|_| Batch::with_capacity());
         let batch = std::mem::replace(&mut self.batch, next);
         if let Some(to_back) = &self.to_back {
+            let sent = match to_back.try_send(batch) {
+                Ok(()) => true,
+                Err(TrySendError::Full(batch)) => {
+                    self.front_waits += 1;
+                    to_back.send(batch).is_ok()
+                }
+                Err(TrySendError::Disconnected(_)) => false,
+            };
             // Only a back that panicked hangs up: its panic is raised when it is joined.
-            if to_back.send(batch).is_err() {
+            if !sent {
                 self.to_back = None;
             }
+        }
+        self.sent = self.sent.wrapping_add(1);
+        let every = match self.balance {
+            Balance::Fixed(_) => return,
+            Balance::Adaptive(_) => REVIEW,
+            Balance::Alternate { every, .. } => every.max(1),
+        };
+        if self.sent % every == 0 {
+            self.review_due = true;
+        }
+    }
+
+    /// Moves a bucket to the thread that waited less, if one did by the margin.
+    #[cold]
+    fn review(&mut self) {
+        self.review_due = false;
+        let waits = (self.front_waits, self.back_waits.load(Ordering::Relaxed));
+        let (front, back) = (waits.0 - self.waits.0, waits.1 - self.waits.1);
+        self.waits = waits;
+        let share = match self.balance {
+            Balance::Fixed(_) => return,
+            // The front waited for room: the back is behind, and takes fewer buckets.
+            Balance::Adaptive(_) if front > back + WAITS_MARGIN => self.share + 1,
+            Balance::Adaptive(_) if back > front + WAITS_MARGIN => self.share.saturating_sub(1),
+            Balance::Adaptive(_) => return,
+            Balance::Alternate { .. } => {
+                if (self.sent / self.balance_every()) % 2 == 1 {
+                    self.share + 1
+                } else {
+                    self.share.saturating_sub(1)
+                }
+            }
+        }
+        .min(SHARES);
+        if share == self.share {
+            return;
+        }
+        let old = self.share;
+        self.moves += 1;
+        let cells = (share < old).then(|| {
+            // The buckets given up, `share..old`, with what their granules hold.
+            self.shard
+                .shadow
+                .take_cells(|g| !front_owns(share, g) && front_owns(old, g))
+        });
+        let taking = cells.is_none();
+        self.batch.rebalance = Some(Rebalance { share, cells });
+        self.send();
+        self.share = share;
+        if taking && self.to_back.is_some() {
+            match self.cells.recv() {
+                Ok(cells) => self.shard.shadow.put_cells(cells),
+                // The back panicked: its panic is raised when it is joined.
+                Err(_) => self.to_back = None,
+            }
+        }
+    }
+
+    fn balance_every(&self) -> u32 {
+        match self.balance {
+            Balance::Alternate { every, .. } => every.max(1),
+            _ => REVIEW,
         }
     }
 
@@ -701,6 +874,26 @@ impl Back {
             }
         }
         self.next = (thread, pos, seq);
+    }
+
+    /// The front's share changes after the batch just handled: granules given up come in,
+    /// granules taken go out to the front.
+    #[cold]
+    fn rebalance(&mut self, r: Rebalance, to_front: &Sender<Cells>) {
+        let old = self.share;
+        let new = r.share;
+        self.share = new;
+        match r.cells {
+            Some(cells) => self.shard.shadow.put_cells(cells),
+            None => {
+                let cells = self
+                    .shard
+                    .shadow
+                    .take_cells(|g| front_owns(new, g) && !front_owns(old, g));
+                // The front may be gone only if it panicked.
+                let _ = to_front.send(cells);
+            }
+        }
     }
 
     /// An event handed over whole; `found`: what the front found of it in its granules.
