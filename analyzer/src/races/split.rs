@@ -173,6 +173,17 @@ pub enum Balance {
     Alternate { start: u32, every: u32 },
 }
 
+impl Balance {
+    /// Batches between two reviews, if the share ever moves.
+    fn review_every(self) -> Option<u32> {
+        match self {
+            Balance::Fixed(_) => None,
+            Balance::Adaptive(_) => Some(REVIEW),
+            Balance::Alternate { every, .. } => Some(every.max(1)),
+        }
+    }
+}
+
 /// Where the balance ended: the front's share, and how many times a bucket moved.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SplitBalance {
@@ -724,13 +735,8 @@ impl Front<'_> {
             }
         }
         self.sent = self.sent.wrapping_add(1);
-        let every = match self.balance {
-            Balance::Fixed(_) => return,
-            Balance::Adaptive(_) => REVIEW,
-            Balance::Alternate { every, .. } => every.max(1),
-        };
-        if self.sent % every == 0 {
-            self.review_due = true;
+        if let Some(every) = self.balance.review_every() {
+            self.review_due |= self.sent % every == 0;
         }
     }
 
@@ -747,8 +753,8 @@ impl Front<'_> {
             Balance::Adaptive(_) if front > back + WAITS_MARGIN => self.share + 1,
             Balance::Adaptive(_) if back > front + WAITS_MARGIN => self.share.saturating_sub(1),
             Balance::Adaptive(_) => return,
-            Balance::Alternate { .. } => {
-                if (self.sent / self.balance_every()) % 2 == 1 {
+            Balance::Alternate { every, .. } => {
+                if (self.sent / every.max(1)) % 2 == 1 {
                     self.share + 1
                 } else {
                     self.share.saturating_sub(1)
@@ -777,13 +783,6 @@ impl Front<'_> {
                 // The back panicked: its panic is raised when it is joined.
                 Err(_) => self.to_back = None,
             }
-        }
-    }
-
-    fn balance_every(&self) -> u32 {
-        match self.balance {
-            Balance::Alternate { every, .. } => every.max(1),
-            _ => REVIEW,
         }
     }
 
