@@ -51,6 +51,12 @@ fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
+/// `foresight analyze --only hb-races --format json FILE`, parsed.
+fn hb_races_json(file: &Path) -> serde_json::Value {
+    let out = ok(&["analyze", "--only", "hb-races", "--format", "json", s(file)]);
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 /// Every operation STD has, names of every form, a re-entrant lock, nested and unmatched
 /// regions, a request that waits while another thread runs, a thread blocked at the end on
 /// a request, a thread never joined, and a blank line.
@@ -309,15 +315,7 @@ fn analyze_finds_what_synth_planted_and_nothing_else() {
     assert_eq!(got, want);
 
     // The happens-before pass on the text finds the happens-before ones, at the planted lines.
-    let out = ok(&[
-        "analyze",
-        "--only",
-        "hb-races",
-        "--format",
-        "json",
-        s(&text),
-    ]);
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let r = hb_races_json(&text);
     let races = r["traces"][0]["races"].as_array().unwrap();
     let mut vars: Vec<&str> = races
         .iter()
@@ -372,15 +370,7 @@ fn hb_races_on_text_agree_with_analyze_on_a_racy_trace() {
             lines.push(format!("main|join({t})|2"));
         }
         std::fs::write(&text, lines.join("\n")).unwrap();
-        let out = ok(&[
-            "analyze",
-            "--only",
-            "hb-races",
-            "--format",
-            "json",
-            s(&text),
-        ]);
-        let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let r = hb_races_json(&text);
         assert_eq!(r["traces"][0]["threads"], forked + 1, "case {case}");
         let mut text_vars: Vec<String> = r["traces"][0]["races"]
             .as_array()
@@ -430,15 +420,7 @@ fn hb_races_count_racy_events_as_rapid_does_and_keep_racy_reads() {
     for (i, (text, events, pairs)) in cases.into_iter().enumerate() {
         let path = d.path(&format!("t{i}.std"));
         std::fs::write(&path, text).unwrap();
-        let out = ok(&[
-            "analyze",
-            "--only",
-            "hb-races",
-            "--format",
-            "json",
-            s(&path),
-        ]);
-        let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let r = hb_races_json(&path);
         assert_eq!(r["traces"][0]["racy_events"], events, "case {i}");
         assert_eq!(
             r["traces"][0]["races"].as_array().unwrap().len(),
@@ -471,15 +453,7 @@ fn hb_races_keep_what_clocks_hold_when_threads_outgrow_them() {
     let d = Dir::new("wide-clocks");
     let path = d.path("w.std");
     std::fs::write(&path, lines.join("\n")).unwrap();
-    let out = ok(&[
-        "analyze",
-        "--only",
-        "hb-races",
-        "--format",
-        "json",
-        s(&path),
-    ]);
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let r = hb_races_json(&path);
     let t = &r["traces"][0];
     assert_eq!(t["threads"], 10);
     assert_eq!(t["racy_events"], 1, "{t}");
