@@ -7,7 +7,10 @@
 #   sqlite  SQLite driven by 4 threads (sqlite_threads.c, each thread inserting into and
 #           querying its own in-memory database on the serialized library): lock-heavy and
 #           repetitive. Needs Debian's libsqlite3-dev: installed with apt-get when missing and
-#           run as root, else this workload is skipped.
+#           run as root, else this workload is skipped. Its traces are of two kinds: when
+#           the threads mostly take turns (one free core) zstd shrinks them ~500x; when they run
+#           in parallel, some acquisitions wait and the key deltas vary, ~40x (ARCHITECTURE.md,
+#           "Folded acquisitions"). The median of REPS runs says which kind was more common.
 #   random  the random-order lock benchmark (random_locks.c: 4 threads, two of 64 locks picked
 #           at random per step, at one of 8 sites): the hard case for compression.
 # Variants (env VARIANTS, default "never lz4 auto always"): a `--compress` value, optionally
