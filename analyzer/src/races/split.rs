@@ -82,13 +82,12 @@ const ADDR_BITS: u32 = TAG_SHIFT - 3;
 /// them: the usual access passes them all.
 #[inline(always)]
 fn word(addr: u64, size: u32, site: u32, write: bool) -> Option<u64> {
-    // Sizes 1, 2, 4 and 8 are bits 1, 2, 4 and 8 of 0x116; the shift is taken modulo 16,
-    // and only counts once `size <= 8` holds too.
+    // Sizes 1, 2, 4 and 8 are bits 1, 2, 4 and 8 of 0x116 (the shift is taken modulo 32:
+    // a larger size fails the granule's test anyway).
     let fits = (u64::from(site) < SKIP)
         & (addr >> ADDR_BITS == 0)
-        & (size <= 8)
-        & ((0x116u32 >> (size & 15)) & 1 != 0)
-        & ((addr & 7) + u64::from(size & 15) <= 8);
+        & ((addr & 7) + u64::from(size) <= 8)
+        & ((0x116u32 >> (size & 31)) & 1 != 0);
     fits.then(|| {
         u64::from(site) << TAG_SHIFT
             | addr << 3
@@ -120,11 +119,11 @@ fn front_owns(share: u32, g: u64) -> bool {
 /// word holds.
 #[inline(always)]
 fn usual_word(kind: &EventKind) -> Option<u64> {
-    match *kind {
-        EventKind::Read { addr, size, site } => word(addr, size, site, false),
-        EventKind::Write { addr, size, site } => word(addr, size, site, true),
-        _ => None,
-    }
+    let (EventKind::Read { addr, size, site } | EventKind::Write { addr, size, site }) = *kind
+    else {
+        return None;
+    };
+    word(addr, size, site, matches!(kind, EventKind::Write { .. }))
 }
 
 /// The granule of an access's word, and the access's bytes there.
