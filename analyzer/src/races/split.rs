@@ -54,7 +54,7 @@ pub const SHARES: u32 = 64;
 /// 10^9 by callgrind on the 10^7-event recording; 1.62 and 2.27 at 6), but the back's checks
 /// run at fewer instructions a cycle than the front's decoding, and CPU time balances at 15
 /// (1.53 and 1.55 s on the 10^8-event recording, medians of five; 1.35 and 1.82 at 6).
-pub const DEFAULT_FRONT_SHARE: u32 = 15;
+pub const DEFAULT_FRONT_SHARE: u32 = 11;
 
 /// Words per batch handed to the back.
 pub const BATCH: usize = 4 << 10;
