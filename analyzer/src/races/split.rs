@@ -1,8 +1,8 @@
 //! The happens-before race pass on two threads, split by address share: the thread that reads,
 //! merges and converts the trace (the *front*) also runs the shard of its share of the
-//! granules, and hands the other share's accesses — 16 bytes each, their thread, position and
-//! `seq` said once per run — and every other event to a second thread (the *back*), which runs
-//! the other shard. Each shard sees every synchronisation event in merged order (its own
+//! granules, and hands the other share's accesses — one 64-bit word each, their thread,
+//! position and `seq` said once per run — and every other event to a second thread (the
+//! *back*), which runs the other shard. Each shard sees every synchronisation event in merged order (its own
 //! clocks, locksets and heap blocks: they are the same in both) and the accesses that touch
 //! its granules; what they find merges into exactly what one pass finds
 //! (`shard::Findings::merge`).
@@ -26,7 +26,15 @@
 //! the same, so it goes on in the other shard as it would have in its own.
 //!
 //! The hand-off is bounded: batches of [`BATCH`] records, at most [`IN_FLIGHT`] queued,
-//! buffers given back and reused.
+//! buffers given back and reused. It is what two threads spend beyond one: the front packs
+//! a stretch of plain accesses of both shares in one loop over the decoded events (a word
+//! apiece, its own accesses checked on the way and a skip word left for the back), the back
+//! unpacks a word and checks it in its one granule with the check compiled into its loop
+//! ([`Shard::access_one`]). On the 10^7-event recording the two threads take 1.67 and 1.64 *
+//! 10^9 instructions at 11 buckets against 3.44 for one thread (callgrind,
+//! `race_bench races FILE 2 11`; 1.92 and 2.14 when the front's loop took the back's
+//! accesses alone and the back called the check for each); the front spends about 44
+//! instructions an event handing it over, 36 in its loop for an access the back gets.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{
@@ -48,12 +56,13 @@ use super::{RaceOutput, Totals};
 pub const SHARES: u32 = 64;
 
 /// The front's share unless told (`race_bench races FILE 2 SHARE` measures others): on the
-/// recorded access-heavy trace (`bench/race_speed.sh`) the front spends about 75
-/// instructions an event reading and decoding and 45 handing it over, and the back about 200
-/// on each access it checks. Instructions balance near 11 buckets of 64 (1.88 and 2.10 *
-/// 10^9 by callgrind on the 10^7-event recording; 1.62 and 2.27 at 6), but the back's checks
-/// run at fewer instructions a cycle than the front's decoding, and CPU time balances at 15
-/// (1.53 and 1.55 s on the 10^8-event recording, medians of five; 1.35 and 1.82 at 6).
+/// recorded access-heavy trace (`bench/race_speed.sh`) the front spends about 77
+/// instructions an event reading and decoding and 44 handing it over, and the back about 190
+/// on each access it checks. Instructions balance near 11 buckets of 64 (1.67 and 1.64 *
+/// 10^9 by callgrind on the 10^7-event recording, against 3.44 for one thread), and so does
+/// CPU time (1.30 and 1.33 s on the 10^8-event recording, medians of three; 1.27 and 1.37 at
+/// 9, 1.43 and 1.33 at 13). On the synthetic trace the back's accesses cost more (1.59 and
+/// 1.73 * 10^9 at 8 buckets): the adaptive share finds that.
 pub const DEFAULT_FRONT_SHARE: u32 = 11;
 
 /// Words per batch handed to the back.
@@ -63,9 +72,9 @@ const SIDE_BATCH: usize = 512;
 /// Batches queued for the back at most.
 pub const IN_FLIGHT: usize = 8;
 
-/// A word of the batch: a plain access of the back's share in one word — site (bits 50..64),
-/// address (3..50), size (1..3, as log2: 1 to 8 bytes), write (0) — or, by its top bits, one
-/// of these. An access is at the position and `seq` after the last event handed over of its
+/// A word of the batch: a plain access of the back's share in one granule — site (bits
+/// 50..64), address (3..50), size (1..3, as log2: 1 to 8 bytes), write (0) — or, by its top
+/// bits, one of these. An access is at the position and `seq` after the last event handed over of its
 /// thread's run (a side item says when that is not so).
 const TAG_SHIFT: u32 = 50;
 /// The next `count` (the low bits) events of the run are not the back's.
