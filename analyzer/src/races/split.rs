@@ -2,9 +2,9 @@
 //! merges and converts the trace (the *front*) also runs the shard of its share of the
 //! granules, and hands the other share's accesses — one 64-bit word each, their thread,
 //! position and `seq` said once per run — and every other event to a second thread (the
-//! *back*), which runs the other shard. Each shard sees every synchronisation event in merged order (its own
-//! clocks, locksets and heap blocks: they are the same in both) and the accesses that touch
-//! its granules; what they find merges into exactly what one pass finds
+//! *back*), which runs the other shard. Each shard sees every synchronisation event in merged
+//! order (its own clocks, locksets and heap blocks: they are the same in both) and the
+//! accesses that touch its granules; what they find merges into exactly what one pass finds
 //! (`shard::Findings::merge`).
 //!
 //! Shares: a granule is the front's when its hash falls in the first `front_share` of
@@ -74,8 +74,8 @@ pub const IN_FLIGHT: usize = 8;
 
 /// A word of the batch: a plain access of the back's share in one granule — site (bits
 /// 50..64), address (3..50), size (1..3, as log2: 1 to 8 bytes), write (0) — or, by its top
-/// bits, one of these. An access is at the position and `seq` after the last event handed over of its
-/// thread's run (a side item says when that is not so).
+/// bits, one of these. An access is at the position and `seq` after the last event handed
+/// over of its thread's run (a side item says when that is not so).
 const TAG_SHIFT: u32 = 50;
 /// The next `count` (the low bits) events of the run are not the back's.
 const SKIP: u64 = 0x3ffd;
@@ -135,7 +135,7 @@ fn usual_word(kind: &EventKind) -> Option<u64> {
     word(addr, size, site, matches!(kind, EventKind::Write { .. }))
 }
 
-/// The granule of an access's word, and the access's bytes there.
+/// The granule of an access's word.
 #[inline(always)]
 fn word_granule(w: u64) -> u64 {
     (w >> 6) & ((1 << (ADDR_BITS - 3)) - 1)
