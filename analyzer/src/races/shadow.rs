@@ -453,6 +453,32 @@ impl Shadow {
         self.access_spanning(access, first, last, owns, judge, report, dominated, settled);
     }
 
+    /// [`Shadow::access`] for an access known to lie in one granule of this shadow's,
+    /// `granule`, its bytes there `mask`.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn access_in(
+        &mut self,
+        granule: u64,
+        mask: u8,
+        access: &ShadowAccess,
+        mut judge: impl FnMut(u32, u32, u32) -> Option<Verdict>,
+        mut report: impl FnMut(ShadowAccess, Verdict, FoundAt),
+        mut dominated: impl FnMut(u32, u32) -> bool,
+        mut settled: impl FnMut(u32, u32) -> bool,
+    ) {
+        self.visit(
+            granule,
+            mask,
+            access,
+            None,
+            &mut judge,
+            &mut report,
+            &mut dominated,
+            &mut settled,
+        );
+    }
+
     /// An access over several granules: each earlier access it meets is reported once.
     #[inline(never)]
     #[allow(clippy::too_many_arguments)]

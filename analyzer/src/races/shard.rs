@@ -313,6 +313,28 @@ impl Shard {
         }
     }
 
+    /// [`Shard::access`] for an access known to lie in one granule of this share, `granule`,
+    /// its bytes there `mask`: compiled into the caller's loop, where the split pass's back
+    /// checks the accesses of a batch (a call per access cost it some 20 instructions).
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub fn access_one(
+        &mut self,
+        (thread, pos, seq): (u32, u32, u64),
+        granule: u64,
+        mask: u8,
+        addr: u64,
+        size: u32,
+        site: SiteId,
+        kind: AccessKind,
+    ) {
+        let one = Some((granule, mask));
+        let access = self.check_at(thread, pos, addr, size, site, kind, |_| true, one);
+        if !self.found.is_empty() {
+            self.count_found(seq, &access);
+        }
+    }
+
     /// [`Shard::access`] for an access whose granules are in several shares: the conflicts
     /// it found in this share are handed back (in `found`) instead of being counted, for the
     /// share that counts the access to merge with its own ([`Shard::access_merging`]).
@@ -406,6 +428,68 @@ impl Shard {
             |thread, pos| with_locks(thread) > pos,
             |thread, pos| with_locks(thread) > pos && without_locks(thread) > pos,
         );
+        access
+    }
+
+    /// [`Shard::check`], or with `one` (a granule of this share and the access's bytes
+    /// there, `owns` then not asked) for an access known to lie in that granule: how the split
+    /// pass's loops call it. The lines are `check`'s with the closures bound first and both
+    /// of the shadow's entry points in a match: so the back's loop, with this compiled in,
+    /// keeps the access in registers (`check`'s lines there cost it 13 instructions an access
+    /// more, and these lines as `check` cost the one-thread pass 4 more).
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn check_at(
+        &mut self,
+        t: u32,
+        pos: u32,
+        addr: u64,
+        size: u32,
+        site: SiteId,
+        kind: AccessKind,
+        owns: impl Fn(u64) -> bool,
+        one: Option<(u64, u8)>,
+    ) -> ShadowAccess {
+        let lockset = self.lockset_of(t as usize);
+        let access = ShadowAccess {
+            thread: t,
+            pos,
+            site,
+            lockset,
+            kind,
+            addr,
+            size,
+        };
+        // Only other threads' entries are read: the clocks as they stand will do. Most
+        // accesses look at none of them.
+        let (with_locks, without_locks) = (&self.with_locks, &self.without_locks);
+        let with_locks = move |u: u32| with_locks.knows(t).get(u as usize);
+        let without_locks = move |u: u32| without_locks.knows(t).get(u as usize);
+        let locksets = &self.locksets;
+        let found = &mut self.found;
+        let judge = |thread: u32, pos: u32, lockset: u32| {
+            if with_locks(thread) <= pos {
+                Some(Conflict::Unordered)
+            } else if without_locks(thread) > pos || locksets.exclude(lockset, access.lockset) {
+                None
+            } else {
+                Some(Conflict::Candidate)
+            }
+        };
+        let report = |earlier: ShadowAccess, verdict: Conflict, at: FoundAt| {
+            found.push((earlier, verdict, at))
+        };
+        let dominated = |thread: u32, pos: u32| with_locks(thread) > pos;
+        let settled =
+            |thread: u32, pos: u32| with_locks(thread) > pos && without_locks(thread) > pos;
+        match one {
+            Some((granule, mask)) => self
+                .shadow
+                .access_in(granule, mask, &access, judge, report, dominated, settled),
+            None => self
+                .shadow
+                .access(&access, owns, judge, report, dominated, settled),
+        }
         access
     }
 

@@ -1,10 +1,10 @@
 //! The happens-before race pass on two threads, split by address share: the thread that reads,
 //! merges and converts the trace (the *front*) also runs the shard of its share of the
-//! granules, and hands the other share's accesses — 16 bytes each, their thread, position and
-//! `seq` said once per run — and every other event to a second thread (the *back*), which runs
-//! the other shard. Each shard sees every synchronisation event in merged order (its own
-//! clocks, locksets and heap blocks: they are the same in both) and the accesses that touch
-//! its granules; what they find merges into exactly what one pass finds
+//! granules, and hands the other share's accesses — one 64-bit word each, their thread,
+//! position and `seq` said once per run — and every other event to a second thread (the
+//! *back*), which runs the other shard. Each shard sees every synchronisation event in merged
+//! order (its own clocks, locksets and heap blocks: they are the same in both) and the
+//! accesses that touch its granules; what they find merges into exactly what one pass finds
 //! (`shard::Findings::merge`).
 //!
 //! Shares: a granule is the front's when its hash falls in the first `front_share` of
@@ -26,7 +26,15 @@
 //! the same, so it goes on in the other shard as it would have in its own.
 //!
 //! The hand-off is bounded: batches of [`BATCH`] records, at most [`IN_FLIGHT`] queued,
-//! buffers given back and reused.
+//! buffers given back and reused. It is what two threads spend beyond one: the front packs
+//! a stretch of plain accesses of both shares in one loop over the decoded events (a word
+//! apiece, its own accesses checked on the way and a skip word left for the back), the back
+//! unpacks a word and checks it in its one granule with the check compiled into its loop
+//! ([`Shard::access_one`]). On the 10^7-event recording the two threads take 1.67 and 1.64 *
+//! 10^9 instructions at 11 buckets against 3.44 for one thread (callgrind,
+//! `race_bench races FILE 2 11`; 1.92 and 2.14 when the front's loop took the back's
+//! accesses alone and the back called the check for each); the front spends about 44
+//! instructions an event handing it over, 36 in its loop for an access the back gets.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{
@@ -48,13 +56,14 @@ use super::{RaceOutput, Totals};
 pub const SHARES: u32 = 64;
 
 /// The front's share unless told (`race_bench races FILE 2 SHARE` measures others): on the
-/// recorded access-heavy trace (`bench/race_speed.sh`) the front spends about 75
-/// instructions an event reading and decoding and 45 handing it over, and the back about 200
-/// on each access it checks. Instructions balance near 11 buckets of 64 (1.88 and 2.10 *
-/// 10^9 by callgrind on the 10^7-event recording; 1.62 and 2.27 at 6), but the back's checks
-/// run at fewer instructions a cycle than the front's decoding, and CPU time balances at 15
-/// (1.53 and 1.55 s on the 10^8-event recording, medians of five; 1.35 and 1.82 at 6).
-pub const DEFAULT_FRONT_SHARE: u32 = 15;
+/// recorded access-heavy trace (`bench/race_speed.sh`) the front spends about 77
+/// instructions an event reading and decoding and 44 handing it over, and the back about 190
+/// on each access it checks. Instructions balance near 11 buckets of 64 (1.67 and 1.64 *
+/// 10^9 by callgrind on the 10^7-event recording, against 3.44 for one thread), and so does
+/// CPU time (1.30 and 1.33 s on the 10^8-event recording, medians of three; 1.27 and 1.37 at
+/// 9, 1.43 and 1.33 at 13). On the synthetic trace the back's accesses cost more (1.59 and
+/// 1.73 * 10^9 at 8 buckets): the adaptive share finds that.
+pub const DEFAULT_FRONT_SHARE: u32 = 11;
 
 /// Words per batch handed to the back.
 pub const BATCH: usize = 4 << 10;
@@ -63,10 +72,10 @@ const SIDE_BATCH: usize = 512;
 /// Batches queued for the back at most.
 pub const IN_FLIGHT: usize = 8;
 
-/// A word of the batch: a plain access of the back's share in one word — site (bits 50..64),
-/// address (3..50), size (1..3, as log2: 1 to 8 bytes), write (0) — or, by its top bits, one
-/// of these. An access is at the position and `seq` after the last event handed over of its
-/// thread's run (a side item says when that is not so).
+/// A word of the batch: a plain access of the back's share in one granule — site (bits
+/// 50..64), address (3..50), size (1..3, as log2: 1 to 8 bytes), write (0) — or, by its top
+/// bits, one of these. An access is at the position and `seq` after the last event handed
+/// over of its thread's run (a side item says when that is not so).
 const TAG_SHIFT: u32 = 50;
 /// The next `count` (the low bits) events of the run are not the back's.
 const SKIP: u64 = 0x3ffd;
@@ -77,17 +86,36 @@ const WIDE: u64 = 0x3ffe;
 const MARK: u64 = 0x3fff;
 const ADDR_BITS: u32 = TAG_SHIFT - 3;
 
-/// The word of an access, if one holds it.
-#[inline]
+/// The word of an access, if one holds it: an access of 1, 2, 4 or 8 bytes in one granule,
+/// below 2^47, its site below [`SKIP`]. The tests are combined without branching between
+/// them: the usual access passes them all.
+#[inline(always)]
 fn word(addr: u64, size: u32, site: u32, write: bool) -> Option<u64> {
-    let fits =
-        u64::from(site) < SKIP && addr >> ADDR_BITS == 0 && size.is_power_of_two() && size <= 8;
+    // Sizes 1, 2, 4 and 8 are bits 1, 2, 4 and 8 of 0x116 (the shift is taken modulo 32:
+    // a larger size fails the granule's test anyway).
+    let fits = (u64::from(site) < SKIP)
+        & (addr >> ADDR_BITS == 0)
+        & ((addr & 7) + u64::from(size) <= 8)
+        & ((0x116u32 >> (size & 31)) & 1 != 0);
     fits.then(|| {
         u64::from(site) << TAG_SHIFT
             | addr << 3
-            | u64::from(size.trailing_zeros()) << 1
+            | u64::from((size | 8).trailing_zeros()) << 1
             | u64::from(write)
     })
+}
+
+/// An access's address, size, site and kind from its word.
+#[inline(always)]
+fn unpack(w: u64) -> (u64, u32, u32, AccessKind) {
+    let addr = (w >> 3) & ((1 << ADDR_BITS) - 1);
+    let size = 1 << ((w >> 1) & 3);
+    let kind = if w & 1 != 0 {
+        AccessKind::Write
+    } else {
+        AccessKind::Read
+    };
+    (addr, size, (w >> TAG_SHIFT) as u32, kind)
 }
 
 /// Whether the front owns granule `g` when its share is `share` buckets.
@@ -96,32 +124,36 @@ fn front_owns(share: u32, g: u64) -> bool {
     ((g.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58) as u32) < share
 }
 
-/// The word of a usual access of the back's share: a plain read or write in one granule the
-/// front does not own, that one word holds.
+/// The word of a usual access, whichever share it is in: a plain read or write that one
+/// word holds.
 #[inline(always)]
-fn fast_word(share: u32, kind: &EventKind) -> Option<u64> {
-    let (addr, size, site, write) = match *kind {
-        EventKind::Read { addr, size, site } => (addr, size, site, false),
-        EventKind::Write { addr, size, site } => (addr, size, site, true),
-        _ => return None,
+fn usual_word(kind: &EventKind) -> Option<u64> {
+    let (EventKind::Read { addr, size, site } | EventKind::Write { addr, size, site }) = *kind
+    else {
+        return None;
     };
-    let w = word(addr, size, site, write)?;
-    // `word` holds only sizes of 1 to 8 bytes and addresses below 2^47: no overflow.
-    let in_one = (addr & 7) + u64::from(size) <= 8;
-    (in_one && !front_owns(share, addr >> 3)).then_some(w)
+    word(addr, size, site, matches!(kind, EventKind::Write { .. }))
 }
 
-/// A plain read or write in one granule the front owns (`share` buckets): its address,
-/// size, site and kind.
+/// The granule of an access's word.
 #[inline(always)]
-fn front_one(share: u32, kind: &EventKind) -> Option<(u64, u32, u32, AccessKind)> {
-    let (addr, size, site, kind) = match *kind {
-        EventKind::Read { addr, size, site } => (addr, size, site, AccessKind::Read),
-        EventKind::Write { addr, size, site } => (addr, size, site, AccessKind::Write),
-        _ => return None,
-    };
-    let (first, last) = granule_span(addr, size);
-    (first == last && front_owns(share, first)).then_some((addr, size, site, kind))
+fn word_granule(w: u64) -> u64 {
+    (w >> 6) & ((1 << (ADDR_BITS - 3)) - 1)
+}
+
+/// The bytes within its granule of the access a word holds (of `size` bytes, from `addr`).
+#[inline(always)]
+fn word_mask(addr: u64, size: u32) -> u8 {
+    (((1u32 << size) - 1) << (addr & 7)) as u8
+}
+
+/// A usual access of the front's share, from its word: checked in the front's shard. Kept
+/// out of the front's loop, which then keeps its state in registers.
+#[inline(never)]
+fn front_access(shard: &mut Shard, at: (u32, u32, u64), w: u64) {
+    let (addr, size, site, kind) = unpack(w);
+    let mask = word_mask(addr, size);
+    shard.access_one(at, word_granule(w), mask, addr, size, site, kind);
 }
 
 /// What a mark stands for.
@@ -431,11 +463,10 @@ struct Front<'a> {
 impl Front<'_> {
     /// A run of one thread's events: `pos` and `seq` are the first's.
     ///
-    /// Stretches of usual accesses of the back's share ([`fast_word`]) of a thread whose
-    /// creation the trace holds go into the batch in a loop of their own that keeps everything
-    /// in registers, and a plain access in one granule of the front's share goes straight to
-    /// its shard; any other event goes the long way. The front reads, decodes and hands over
-    /// every event: what it spends on each bounds what two threads gain.
+    /// Stretches of usual accesses ([`usual_word`]) of a thread whose creation the trace
+    /// holds go through a loop of their own ([`Front::stretch`]); any other event goes the
+    /// long way. The front reads, decodes and hands over every event: what it spends on each
+    /// bounds what two threads gain.
     #[inline]
     fn run(&mut self, stream: &Stream<'_>, thread: u32, pos: u32, seq: u64, events: &[Event]) {
         if self.review_due {
@@ -443,7 +474,6 @@ impl Front<'_> {
         }
         // The share moves only here, between runs: every word of a run is made with one.
         let share = self.share;
-        let owns = move |g| front_owns(share, g);
         let mut usual = self.created(thread) && !self.too_many_threads;
         let mut i = 0usize;
         while i < events.len() {
@@ -452,50 +482,78 @@ impl Front<'_> {
                 pos.wrapping_add(i as u32),
                 seq.wrapping_add(i as u64),
             );
-            let e = &events[i];
             if usual {
-                if let Some(w) = fast_word(share, &e.kind) {
-                    if at != self.next {
-                        self.moved(at);
-                    }
-                    let words = &mut self.batch.words;
-                    words.push(w);
-                    let rest = &events[i + 1..];
-                    let room = words.room(rest.len());
-                    let mut taken = 0;
-                    for (slot, e) in room.iter_mut().zip(rest) {
-                        let Some(w) = fast_word(share, &e.kind) else {
-                            break;
-                        };
-                        *slot = w;
-                        taken += 1;
-                    }
-                    words.len += taken;
-                    let n = 1 + taken;
+                let n = self.stretch(share, at, &events[i..]);
+                if n > 0 {
                     i += n;
-                    self.accesses += n as u64;
-                    self.next = (
-                        thread,
-                        pos.wrapping_add(i as u32),
-                        seq.wrapping_add(i as u64),
-                    );
-                    if self.batch.words.len() >= BATCH {
-                        self.send();
-                    }
-                    continue;
-                }
-                if let Some((addr, size, site, kind)) = front_one(share, &e.kind) {
-                    self.accesses += 1;
-                    self.shard.access(at, addr, size, site, kind, owns);
-                    i += 1;
                     continue;
                 }
             }
-            self.one(stream, at, e);
+            self.one(stream, at, &events[i]);
             // A thread's creation may come in its own run (a hostile trace).
             usual = self.created(thread) && !self.too_many_threads;
             i += 1;
         }
+    }
+
+    /// The usual accesses at the start of `events` (the first at `at`), as many as the batch
+    /// has room for: one word each into the batch, the back's word or, for an access in the
+    /// front's share, checked here, a skip of one. Returns how many were taken.
+    ///
+    /// One loop for both shares, one hash and one comparison apart: a loop over the back's
+    /// accesses alone, left at each of the front's, cost the front some 45 instructions an
+    /// access handed over, its way in and out again and the skips' bookkeeping at every one
+    /// of the front's accesses.
+    #[inline(always)]
+    fn stretch(&mut self, share: u32, at: (u32, u32, u64), events: &[Event]) -> usize {
+        let Some(first) = events.first().and_then(|e| usual_word(&e.kind)) else {
+            return 0;
+        };
+        if at != self.next {
+            self.moved(at);
+        }
+        let Front {
+            shard,
+            batch,
+            accesses,
+            ..
+        } = self;
+        let words = &mut batch.words;
+        let room = words.room(events.len());
+        let mut taken = 0usize;
+        let mut w = first;
+        let (thread, pos, seq) = at;
+        for (slot, e) in room.iter_mut().zip(events) {
+            if taken > 0 {
+                match usual_word(&e.kind) {
+                    Some(next) => w = next,
+                    None => break,
+                }
+            }
+            *slot = if front_owns(share, word_granule(w)) {
+                let at = (
+                    thread,
+                    pos.wrapping_add(taken as u32),
+                    seq.wrapping_add(taken as u64),
+                );
+                front_access(shard, at, w);
+                SKIP << TAG_SHIFT | 1
+            } else {
+                w
+            };
+            taken += 1;
+        }
+        words.len += taken;
+        *accesses += taken as u64;
+        self.next = (
+            thread,
+            pos.wrapping_add(taken as u32),
+            seq.wrapping_add(taken as u64),
+        );
+        if self.batch.words.len() >= BATCH {
+            self.send();
+        }
+        taken
     }
 
     /// An event of a run that is not a usual access where the back expects it.
@@ -817,30 +875,25 @@ struct Back {
 }
 
 impl Back {
+    /// The words of a batch. Every access in a word (or a wide one) is in the back's share
+    /// whole: the front hands over an access with a granule of its own as an event.
     fn batch(&mut self, batch: &Batch) {
-        let share = self.share;
-        let owns = move |g| !front_owns(share, g);
+        let all = |_| true;
         let mut side = batch.side.iter();
         let mut words = batch.words.as_slice().iter();
         // Where the next access is, in registers for the batch's loop.
         let (mut thread, mut pos, mut seq) = self.next;
         while let Some(&w) = words.next() {
-            let tag = w >> TAG_SHIFT;
-            if tag < SKIP {
-                let addr = (w >> 3) & ((1 << ADDR_BITS) - 1);
-                let size = 1 << ((w >> 1) & 3);
-                let kind = if w & 1 != 0 {
-                    AccessKind::Write
-                } else {
-                    AccessKind::Read
-                };
+            if w >> TAG_SHIFT < SKIP {
+                let (addr, size, site, kind) = unpack(w);
+                let (granule, mask) = (word_granule(w), word_mask(addr, size));
                 self.shard
-                    .access((thread, pos, seq), addr, size, tag as u32, kind, owns);
+                    .access_one((thread, pos, seq), granule, mask, addr, size, site, kind);
                 pos = pos.wrapping_add(1);
                 seq = seq.wrapping_add(1);
                 continue;
             }
-            match tag {
+            match w >> TAG_SHIFT {
                 SKIP => {
                     let n = w & ((1 << TAG_SHIFT) - 1);
                     pos = pos.wrapping_add(n as u32);
@@ -857,7 +910,7 @@ impl Back {
                     };
                     let (site, size) = (more as u32, (more >> 32) as u32);
                     self.shard
-                        .access((thread, pos, seq), addr, size, site, kind, owns);
+                        .access((thread, pos, seq), addr, size, site, kind, all);
                     pos = pos.wrapping_add(1);
                     seq = seq.wrapping_add(1);
                 }
