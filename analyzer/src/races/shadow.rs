@@ -425,10 +425,10 @@ impl Shadow {
         &mut self,
         access: &ShadowAccess,
         owns: impl Fn(u64) -> bool,
-        mut judge: impl FnMut(u32, u32, u32) -> Option<Verdict>,
-        mut report: impl FnMut(ShadowAccess, Verdict, FoundAt),
-        mut dominated: impl FnMut(u32, u32) -> bool,
-        mut settled: impl FnMut(u32, u32) -> bool,
+        judge: impl FnMut(u32, u32, u32) -> Option<Verdict>,
+        report: impl FnMut(ShadowAccess, Verdict, FoundAt),
+        dominated: impl FnMut(u32, u32) -> bool,
+        settled: impl FnMut(u32, u32) -> bool,
     ) {
         let (first, last) = granule_span(access.addr, access.size);
         if first == last {
@@ -437,16 +437,7 @@ impl Shadow {
                 // `lo + size <= 8`: the access ends in this granule.
                 let lo = (access.addr & 7) as u32;
                 let mask = ((0xffu32 >> (8 - access.size.max(1))) << lo) as u8;
-                self.visit(
-                    first,
-                    mask,
-                    access,
-                    None,
-                    &mut judge,
-                    &mut report,
-                    &mut dominated,
-                    &mut settled,
-                );
+                self.access_in(first, mask, access, judge, report, dominated, settled);
             }
             return;
         }

@@ -381,6 +381,28 @@ impl Shard {
         }
     }
 
+    /// The access as the shadow keeps it: with the lockset its thread holds now.
+    #[inline(always)]
+    fn shadow_access(
+        &mut self,
+        t: u32,
+        pos: u32,
+        addr: u64,
+        size: u32,
+        site: SiteId,
+        kind: AccessKind,
+    ) -> ShadowAccess {
+        ShadowAccess {
+            thread: t,
+            pos,
+            site,
+            lockset: self.lockset_of(t as usize),
+            kind,
+            addr,
+            size,
+        }
+    }
+
     /// Checks an access against this share's granules and records it there; its conflicts
     /// are left in `self.found`.
     #[allow(clippy::too_many_arguments)]
@@ -395,16 +417,7 @@ impl Shard {
         kind: AccessKind,
         owns: impl Fn(u64) -> bool,
     ) -> ShadowAccess {
-        let lockset = self.lockset_of(t as usize);
-        let access = ShadowAccess {
-            thread: t,
-            pos,
-            site,
-            lockset,
-            kind,
-            addr,
-            size,
-        };
+        let access = self.shadow_access(t, pos, addr, size, site, kind);
         // Only other threads' entries are read: the clocks as they stand will do. Most
         // accesses look at none of them.
         let (with_locks, without_locks) = (&self.with_locks, &self.without_locks);
@@ -450,16 +463,7 @@ impl Shard {
         owns: impl Fn(u64) -> bool,
         one: Option<(u64, u8)>,
     ) -> ShadowAccess {
-        let lockset = self.lockset_of(t as usize);
-        let access = ShadowAccess {
-            thread: t,
-            pos,
-            site,
-            lockset,
-            kind,
-            addr,
-            size,
-        };
+        let access = self.shadow_access(t, pos, addr, size, site, kind);
         // Only other threads' entries are read: the clocks as they stand will do. Most
         // accesses look at none of them.
         let (with_locks, without_locks) = (&self.with_locks, &self.without_locks);
