@@ -38,16 +38,20 @@ const MIN_HASH_LOG: u32 = 16;
 // thread affinity (zstd contexts may be used from any thread, one at a time: `&mut self`).
 unsafe impl Send for StaticCCtx {}
 
+/// `Some` when zstd's return `code` is not an error.
+fn succeeded(code: usize) -> Option<()> {
+    // SAFETY: a pure function of its argument.
+    (unsafe { sys::ZSTD_isError(code) } == 0).then_some(())
+}
+
 impl StaticCCtx {
     /// A context for `level` (zstd's levels, clamped to those it has) and inputs of at most
     /// `max_src` bytes; `None` if its memory cannot be had.
     pub fn new(level: i32, max_src: usize) -> Option<Self> {
         let level = level.clamp(zstd_safe::min_c_level(), zstd_safe::max_c_level());
-        // The level's hash table, made `MIN_HASH_LOG` bits wide if it is narrower (0: as the
-        // level has it).
+        // The level's hash table is made `MIN_HASH_LOG` bits wide if it is narrower.
         // SAFETY: a pure function of its arguments (no pointers).
-        let own = unsafe { sys::ZSTD_getCParams(level, 256 << 10, 0) }.hashLog;
-        let hash_log = if own < MIN_HASH_LOG { MIN_HASH_LOG } else { 0 };
+        let widen = unsafe { sys::ZSTD_getCParams(level, 256 << 10, 0) }.hashLog < MIN_HASH_LOG;
         // The workspace one-shot compressions of up to `max_src` bytes need (zstd's advice for
         // inputs of a known bound, tighter than `ZSTD_estimateCCtxSize`, which assumes any
         // size): zstd picks its parameters from the input's size in tiers (up to 16 KiB,
@@ -60,16 +64,18 @@ impl StaticCCtx {
                 // SAFETY: pure functions of their arguments (no pointers).
                 unsafe {
                     let mut params = sys::ZSTD_getCParams(level, s as u64, 0);
-                    params.hashLog = params.hashLog.max(hash_log);
+                    if widen {
+                        params.hashLog = params.hashLog.max(MIN_HASH_LOG);
+                    }
                     sys::ZSTD_estimateCCtxSize_usingCParams(params)
                 }
             })
             .max()
             .unwrap_or(0);
-        // SAFETY: a pure function of its argument.
-        if size == 0 || unsafe { sys::ZSTD_isError(size) } != 0 {
+        if size == 0 {
             return None;
         }
+        succeeded(size)?;
         let mut workspace: Vec<u64> = Vec::new();
         workspace.try_reserve_exact(size.div_ceil(8)).ok()?;
         let bytes = workspace.capacity() * 8;
@@ -83,29 +89,19 @@ impl StaticCCtx {
         // (no content size in the frame, for one): reset to zstd's defaults first. Neither
         // allocates.
         // SAFETY: `cctx` is the live context just made in `workspace`.
-        let r = unsafe {
+        succeeded(unsafe {
             sys::ZSTD_CCtx_reset(
                 cctx.as_ptr(),
                 sys::ZSTD_ResetDirective::ZSTD_reset_parameters,
             )
-        };
-        // SAFETY: a pure function of its argument.
-        if unsafe { sys::ZSTD_isError(r) } != 0 {
-            return None;
-        }
-        for (param, value) in [
+        })?;
+        let params = [
             (sys::ZSTD_cParameter::ZSTD_c_compressionLevel, level),
-            (sys::ZSTD_cParameter::ZSTD_c_hashLog, hash_log as i32),
-        ] {
-            if value == 0 && param == sys::ZSTD_cParameter::ZSTD_c_hashLog {
-                continue;
-            }
+            (sys::ZSTD_cParameter::ZSTD_c_hashLog, MIN_HASH_LOG as i32),
+        ];
+        for &(param, value) in &params[..1 + usize::from(widen)] {
             // SAFETY: `cctx` is the live context just made in `workspace`.
-            let r = unsafe { sys::ZSTD_CCtx_setParameter(cctx.as_ptr(), param, value) };
-            // SAFETY: a pure function of its argument.
-            if unsafe { sys::ZSTD_isError(r) } != 0 {
-                return None;
-            }
+            succeeded(unsafe { sys::ZSTD_CCtx_setParameter(cctx.as_ptr(), param, value) })?;
         }
         Some(Self {
             _workspace: workspace,
@@ -130,11 +126,7 @@ impl StaticCCtx {
                 src.len(),
             )
         };
-        // SAFETY: a pure function of its argument.
-        if unsafe { sys::ZSTD_isError(n) } != 0 {
-            return None;
-        }
-        Some(n)
+        succeeded(n).map(|()| n)
     }
 }
 
@@ -182,8 +174,7 @@ mod tests {
                     &mut got,
                 )
             };
-            // SAFETY: a pure function of its argument.
-            assert_eq!(unsafe { sys::ZSTD_isError(r) }, 0);
+            assert_eq!(succeeded(r), Some(()));
             assert_eq!(got, want, "level {level}");
         }
     }
