@@ -112,9 +112,9 @@ impl RegionMarkers {
             if c.kind != ChunkKind::Events {
                 continue;
             }
-            if let Some((thread, sequence)) = prefix {
+            if let Some(prefix) = prefix {
                 threads
-                    .entry(*thread)
+                    .entry(prefix.thread)
                     .or_insert_with(|| ThreadMarkers {
                         chunks: Vec::new(),
                         next_chunk: 0,
@@ -123,7 +123,7 @@ impl RegionMarkers {
                     })
                     .chunks
                     .push(ChunkAt {
-                        sequence: *sequence,
+                        sequence: prefix.sequence,
                         offset: c.offset,
                         payload_offset: c.payload_offset,
                         payload_len: c.payload_len,

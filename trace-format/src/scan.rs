@@ -12,7 +12,6 @@ use std::path::Path;
 use serde::de::DeserializeOwned;
 
 use crate::error::{Problem, ProblemKind, TraceError};
-use crate::event::ThreadId;
 use crate::frame::{
     read_chunk_header, ChunkHeaderProblem, ChunkKind, EventsPrefix, CHUNK_HEADER_LEN, CHUNK_MAGIC,
     EVENTS_PREFIX_LEN, FILE_MAGIC, FILE_PREFIX_LEN, KNOWN_FEATURES, MAX_HEADER_LEN, VERSION_MAJOR,
@@ -35,10 +34,10 @@ pub(crate) struct Scanned {
     pub header_len: u64,
     /// Every chunk with a good header, in file order.
     pub chunks: Vec<ChunkRef>,
-    /// For each chunk of `chunks`, the thread and sequence number its events prefix gives
-    /// (not yet checked against the payload checksum), when asked for and the chunk is an
-    /// events chunk long enough to have a prefix; empty when not asked for.
-    pub prefixes: Vec<Option<(ThreadId, u32)>>,
+    /// For each chunk of `chunks`, the events prefix it gives (not yet checked against the
+    /// payload checksum), when asked for and the chunk is an events chunk long enough to have
+    /// a prefix; empty when not asked for.
+    pub prefixes: Vec<Option<EventsPrefix>>,
     pub tables: Tables,
     pub trailer: Option<Trailer>,
     pub problems: Vec<Problem>,
@@ -166,7 +165,7 @@ fn locate_chunks(
     coded: bool,
     want_prefixes: bool,
     chunks: &mut Vec<ChunkRef>,
-    prefixes: &mut Vec<Option<(ThreadId, u32)>>,
+    prefixes: &mut Vec<Option<EventsPrefix>>,
     problems: &mut Vec<Problem>,
 ) -> u64 {
     let mut end = source.len();
@@ -230,7 +229,6 @@ fn locate_chunks(
                     prefixes.push(match h.kind {
                         ChunkKind::Events if h.payload_len as usize >= EVENTS_PREFIX_LEN => {
                             EventsPrefix::read_from(&head[CHUNK_HEADER_LEN..])
-                                .map(|p| (p.thread, p.sequence))
                         }
                         _ => None,
                     });

@@ -88,6 +88,9 @@ struct ChunkLoc {
     payload_len: u32,
     payload_crc: u32,
     sequence: u32,
+    /// The events its prefix declares (not yet checked against the checksum): what
+    /// [`TraceStream::declared_events`] adds up without decoding.
+    declared_events: u32,
     /// How the payload is stored (FORMAT.md §5.3).
     codec: u8,
 }
@@ -152,11 +155,12 @@ impl TraceStream {
                 continue;
             }
             match prefix {
-                Some((thread, sequence)) => by_thread.entry(*thread).or_default().push(ChunkLoc {
+                Some(prefix) => by_thread.entry(prefix.thread).or_default().push(ChunkLoc {
                     offset: c.offset,
                     payload_len: c.payload_len,
                     payload_crc: c.payload_crc,
-                    sequence: *sequence,
+                    sequence: prefix.sequence,
+                    declared_events: prefix.event_count,
                     codec: c.codec,
                 }),
                 // Shorter than an events prefix: its checksum or its prefix is reported now.
@@ -281,12 +285,38 @@ impl TraceStream {
         MergedStream::new(self, ctx, cursors)
     }
 
+    /// The events the chunks' prefixes declare, in all: what a summary of the trace says
+    /// without decoding a chunk (time and memory follow the chunk index, not the events). The prefixes are not checked against their
+    /// chunks' checksums here; a damaged chunk still counts what it declared.
+    pub fn declared_events(&self) -> u64 {
+        self.threads
+            .iter()
+            .flat_map(|t| &t.chunks)
+            .fold(0u64, |n, c| n.saturating_add(u64::from(c.declared_events)))
+    }
+
     /// The events of one thread, in program order, read as the merged pass reads them.
     pub fn thread_events(&self, thread: ThreadId) -> ThreadStream<'_> {
-        let chunks = self
+        self.thread_tail(thread, usize::MAX)
+    }
+
+    /// The events of a thread's last `chunks` event chunks, in program order: what a thread
+    /// was doing when the trace ends, read in time and memory bounded by the chunks' size.
+    /// Positions ([`StreamEvent::index`]-style) count the events the skipped chunks declare.
+    pub fn thread_tail(&self, thread: ThreadId, chunks: usize) -> ThreadStream<'_> {
+        let all = self
             .threads
             .binary_search_by_key(&thread, |t| t.thread)
             .map_or(&[][..], |i| &self.threads[i].chunks[..]);
+        let (skipped, kept) = all.split_at(all.len().saturating_sub(chunks));
+        let mut cursor = Cursor::new(thread, kept, self.tables.first_sequence(thread));
+        if let Some(first) = kept.first().filter(|_| !skipped.is_empty()) {
+            cursor.expected_sequence = first.sequence;
+            cursor.index = skipped
+                .iter()
+                .map(|c| c.declared_events as usize)
+                .fold(0usize, usize::saturating_add);
+        }
         ThreadStream {
             stream: self,
             ctx: Ctx {
@@ -298,7 +328,7 @@ impl TraceStream {
                 references: 0,
                 shrunk_to: None,
             },
-            cursor: Cursor::new(thread, chunks, self.tables.first_sequence(thread)),
+            cursor,
             started: false,
         }
     }

@@ -251,6 +251,31 @@ proptest! {
     }
 
     #[test]
+    fn declared_counts_and_thread_tails_agree_with_decoding(
+        threads in prop::collection::vec(thread_events(), 1..4),
+        chunk_bytes in prop_oneof![Just(64usize), Just(300), Just(1 << 16)],
+        mode in compress_mode(),
+        tail in 1usize..4,
+    ) {
+        // What `foresight record` says of a trace without decoding it: the events the chunk
+        // prefixes declare, and a thread's last chunks, which must be the end of its events.
+        let bytes = encode_with(&threads, chunk_bytes, true, mode);
+        let stream = foresight_trace::stream::TraceStream::from_bytes("tail", bytes).unwrap();
+        let all: usize = threads.iter().map(Vec::len).sum();
+        prop_assert_eq!(stream.declared_events(), all as u64);
+        for (t, events) in threads.iter().enumerate() {
+            let last: Vec<Event> = stream.thread_tail(t as u32, tail).collect();
+            prop_assert!(last.len() <= events.len());
+            prop_assert_eq!(&last[..], &events[events.len() - last.len()..]);
+            if !events.is_empty() {
+                prop_assert!(!last.is_empty());
+            }
+            let whole: Vec<Event> = stream.thread_tail(t as u32, usize::MAX).collect();
+            prop_assert_eq!(&whole, events);
+        }
+    }
+
+    #[test]
     fn truncation_yields_a_prefix_of_every_thread(
         threads in prop::collection::vec(thread_events(), 1..3),
         mode in compress_mode(),

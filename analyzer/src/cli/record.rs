@@ -19,7 +19,7 @@ use anyhow::{anyhow, bail, Context};
 use foresight_symbols::{symbolize_in_place, SymbolizeOptions};
 use foresight_trace::frame::FILE_MAGIC;
 use foresight_trace::tables::{StopCause, ThreadEndState};
-use foresight_trace::{Trace, TraceFile};
+use foresight_trace::{TraceFile, TraceStream};
 
 use crate::report::counted;
 use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGQUIT, SIGTERM};
@@ -316,27 +316,30 @@ fn prepare_trace(shown: &Path, path: &Path, root: bool, reaped: u32, args: &Args
             Err(e) => warn(&format_args!("not symbolised: {e}")),
         }
     }
-    match Trace::open(path) {
+    // The summary reads the tables and the chunk index only: counts come from the chunks'
+    // prefixes and a waiting thread's last chunk is the only one decoded, so that the time
+    // and memory `record` takes after the program exits do not grow with its events.
+    match TraceStream::open(path) {
         Ok(t) => {
             let mut notes = Vec::new();
-            if let Some(stop) = t.tables.recording_stopped {
+            if let Some(stop) = t.tables().recording_stopped {
                 notes.push(format!(
                     "foresight: warning: {}: {}",
                     shown.display(),
                     stop_cause(stop.cause, args.max_size)
                 ));
             }
-            if let Some(w) = window_summary(&t.tables) {
+            if let Some(w) = window_summary(t.tables()) {
                 notes.push(format!("  {w}"));
             }
             notes.extend(waiting_threads(&t).into_iter().map(|l| format!("  {l}")));
             Prepared::Written(Written {
                 shown: shown.to_path_buf(),
                 size: std::fs::metadata(path).map(|m| m.len()).unwrap_or(len),
-                events: t.event_count(),
-                threads: t.threads.len().max(t.tables.threads.len()),
-                cut: t.trailer.is_none(),
-                command: t.header.command.join(" "),
+                events: t.declared_events(),
+                threads: t.threads().count().max(t.tables().threads.len()),
+                cut: t.trailer().is_none(),
+                command: t.header().command.join(" "),
                 notes,
             })
         }
@@ -423,18 +426,19 @@ fn report_snapshots(output: &Path, shown: &Path, args: &Args) {
                 );
             }
         }
-        match Trace::open(&path) {
+        match TraceStream::open(&path) {
             Ok(t) => {
                 let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+                let threads = t.threads().count();
                 eprintln!(
                     "foresight: snapshot written to {} ({}, {} events, {} thread{}; taken on {} \
                      while the process ran)",
                     shown.display(),
                     human_size(size),
-                    t.event_count(),
-                    t.threads.len(),
-                    if t.threads.len() == 1 { "" } else { "s" },
-                    signal_label(t.tables.snapshot_signal().unwrap_or(0) as i32)
+                    t.declared_events(),
+                    threads,
+                    if threads == 1 { "" } else { "s" },
+                    signal_label(t.tables().snapshot_signal().unwrap_or(0) as i32)
                 );
                 for l in waiting_threads(&t) {
                     eprintln!("  {l}");
@@ -921,12 +925,16 @@ pub(crate) fn stop_cause(cause: StopCause, max_size: Option<u64>) -> String {
     }
 }
 
+/// How many of a blocked thread's last chunks are read to find the wait it was in: the wait
+/// is its last event, so the last chunk holds it unless the chunk was lost.
+const WAIT_CHUNKS: [usize; 2] = [1, 4];
+
 /// One line per thread that had not exited when the trace ended: what it waited in, where.
-fn waiting_threads(t: &Trace) -> Vec<String> {
+fn waiting_threads(t: &TraceStream) -> Vec<String> {
+    let tables = t.tables();
     let mut lines = Vec::new();
-    for (&thread, state) in &t.tables.thread_ends {
-        let name = t
-            .tables
+    for (&thread, state) in &tables.thread_ends {
+        let name = tables
             .thread_name(thread)
             .map_or(format!("T{thread}"), |n| format!("T{thread} {n}"));
         let how = match state {
@@ -937,20 +945,22 @@ fn waiting_threads(t: &Trace) -> Vec<String> {
             ThreadEndState::Blocked => "blocked",
             ThreadEndState::BlockedWithTimeout => "blocked (with a timeout)",
         };
-        let last = t
-            .thread(thread)
-            .and_then(|e| e.events.iter().rev().find(|e| e.kind.site().is_some()));
+        let last = WAIT_CHUNKS.iter().find_map(|&chunks| {
+            t.thread_tail(thread, chunks)
+                .filter(|e| e.kind.site().is_some())
+                .last()
+        });
         let what = match last {
             Some(e) => {
                 let object = e
                     .kind
                     .object()
-                    .map(|o| format!(" {}", t.tables.describe_object(o)))
+                    .map(|o| format!(" {}", tables.describe_object(o)))
                     .unwrap_or_default();
                 let site = e
                     .kind
                     .site()
-                    .map(|s| format!(" at {}", t.tables.describe_site(s)))
+                    .map(|s| format!(" at {}", tables.describe_site(s)))
                     .unwrap_or_default();
                 format!(" in {}{object}{site}", e.kind.name())
             }
