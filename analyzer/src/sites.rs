@@ -26,6 +26,7 @@
 
 use foresight_trace::event::SiteId;
 use foresight_trace::reader::Tables;
+use foresight_trace::runtime_library::is_runtime_library;
 use foresight_trace::tables::{Frame, SourceLocation};
 
 use crate::model::{Location, Run};
@@ -136,26 +137,6 @@ pub(crate) fn glob_match(pattern: &str, text: &str) -> bool {
     p[pi..].iter().all(|&c| c == '*')
 }
 
-/// The C and C++ runtime libraries (and foresight's runtime, whose thread trampoline is in
-/// every thread's stack), by file name: nothing in them is the program's code.
-fn is_runtime_module(path: &str) -> bool {
-    const PREFIXES: &[&str] = &[
-        "libc.so",
-        "libc-",
-        "libpthread.so",
-        "libpthread-",
-        "libstdc++.so",
-        "libc++.so",
-        "libc++abi.so",
-        "libgcc_s.so",
-        "ld-linux",
-        "ld64.so",
-        "libforesight_rt",
-    ];
-    let name = path.rsplit('/').next().unwrap_or(path);
-    PREFIXES.iter().any(|p| name.starts_with(p))
-}
-
 /// Code from the system's headers: the C++ standard library's templates and inline
 /// functions, glibc's inline wrappers.
 fn is_system_header(file: &str) -> bool {
@@ -207,7 +188,7 @@ fn is_machinery(
     loc: Option<&SourceLocation>,
     wrappers: &Wrappers,
 ) -> bool {
-    if module.is_some_and(is_runtime_module) {
+    if module.is_some_and(is_runtime_library) {
         return true;
     }
     let Some(loc) = loc else {
@@ -530,16 +511,7 @@ mod tests {
     }
 
     #[test]
-    fn runtime_modules_and_system_headers_are_machinery() {
-        assert!(is_runtime_module("/lib/x86_64-linux-gnu/libc.so.6"));
-        assert!(is_runtime_module(
-            "/usr/lib/x86_64-linux-gnu/libstdc++.so.6"
-        ));
-        assert!(is_runtime_module("/opt/foresight/libforesight_rt.so"));
-        assert!(!is_runtime_module(
-            "/usr/lib/x86_64-linux-gnu/libsqlite3.so.0"
-        ));
-        assert!(!is_runtime_module("/home/u/libcrypto.so"));
+    fn system_headers_and_standard_functions_are_machinery() {
         assert!(is_system_header(
             "/usr/include/x86_64-linux-gnu/c++/12/bits/gthr-default.h"
         ));

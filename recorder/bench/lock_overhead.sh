@@ -8,7 +8,9 @@
 #   recorder) | interposer-trylock (the same, trylock first) | interposer-raw-record (16 raw
 #   bytes and a Lamport key per call into a buffer it discards: the least a recorder that
 #   orders events can do; see interposer.c) | recorder (Lamport clocks, the default) | recorder
-#   FORESIGHT_ORDERING=global | valgrind --tool=helgrind | valgrind --tool=drd
+#   FORESIGHT_ORDERING=global | `foresight record` end to end (the runtime it carries, or
+#   RT_SO; the summary and symbolisation after the program exits included; its ratio to the
+#   raw-record floor is printed as "vs floor") | valgrind --tool=helgrind | valgrind --tool=drd
 # Then the wrapped layout (private locks through lock wrappers of the program's own): plain |
 # recorder (the wrappers' line is the site) | recorder with FORESIGHT_WRAPPERS='lk_*' (every
 # call unwound to the wrapper's caller: the cost of naming the callers of a wrapper).
@@ -30,7 +32,9 @@ target="${CARGO_TARGET_DIR:-$root/target}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
-(cd "$root" && cargo build --release -p foresight-recorder --lib --target-dir "$target" >&2)
+(cd "$root" && cargo build --release -p foresight-recorder --lib -p foresight-analyzer \
+  --target-dir "$target" >&2)
+foresight="$target/release/foresight"
 # RT_SO: another runtime to measure (one built from another commit, to compare in one session).
 so="${RT_SO:-$target/release/libforesight_rt.so}"
 cc -O2 -g -pthread -o "$work/lock_overhead" "$here/lock_overhead.c"
@@ -59,7 +63,7 @@ for layout in shared private; do
   # The native configurations take turns, so that a drift of the machine's speed affects them
   # alike; each figure is the median of its REPS runs.
   : >"$work/plain"; : >"$work/int"; : >"$work/inttry"; : >"$work/intraw"; : >"$work/rec"
-  : >"$work/glob"
+  : >"$work/glob"; : >"$work/e2e"
   for _ in $(seq "$REPS"); do
     wall "${exe[@]}" >>"$work/plain"
     wall env LD_PRELOAD="$work/interposer.so" "${exe[@]}" >>"$work/int"
@@ -69,6 +73,8 @@ for layout in shared private; do
     rm -f "$work"/t-*
     wall env LD_PRELOAD="$so" FORESIGHT_ORDERING=global FORESIGHT_OUTPUT="$work/g-$layout" "${exe[@]}" >>"$work/glob"
     rm -f "$work"/g-*
+    wall env ${RT_SO:+FORESIGHT_RUNTIME="$so"} "$foresight" record -o "$work/e-$layout" -- "${exe[@]}" >>"$work/e2e"
+    rm -f "$work"/e-*
   done
   plain=$(median <"$work/plain")
   int=$(median <"$work/int")
@@ -76,14 +82,16 @@ for layout in shared private; do
   intraw=$(median <"$work/intraw")
   rec=$(median <"$work/rec")
   glob=$(median <"$work/glob")
+  e2e=$(median <"$work/e2e")
   hg=$(for _ in $(seq "$VG_REPS"); do wall valgrind --tool=helgrind -q "${vg[@]}"; done | median)
   drd=$(for _ in $(seq "$VG_REPS"); do wall valgrind --tool=drd -q "${vg[@]}"; done | median)
   hg=$(echo "$hg * $VG_DIV" | bc -l)
   drd=$(echo "$drd * $VG_DIV" | bc -l)
-  for row in "plain:$plain" "interposer:$int" "interposer-trylock:$inttry" "interposer-raw-record:$intraw" "recorder:$rec" "recorder-global:$glob" "helgrind(scaled):$hg" "drd(scaled):$drd"; do
+  for row in "plain:$plain" "interposer:$int" "interposer-trylock:$inttry" "interposer-raw-record:$intraw" "recorder:$rec" "recorder-global:$glob" "foresight-record:$e2e" "helgrind(scaled):$hg" "drd(scaled):$drd"; do
     name=${row%%:*}; t=${row#*:}
     printf "%-8s %-22s %10.3f %7.2fx\n" "$layout" "$name" "$t" "$(echo "$t / $plain" | bc -l)"
   done
+  printf "%-8s %-22s %10s %7.2fx\n" "$layout" "foresight-record" "vs floor" "$(echo "$e2e / $intraw" | bc -l)"
 done
 exe=("$work/lock_overhead" "$N" wrapped)
 : >"$work/plain"; : >"$work/rec"; : >"$work/deep"

@@ -512,3 +512,12 @@ extern "C" fn fork_child() {
     }
     output::set_state(STATE_RECORDING);
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn readers_recognise_the_producer_name() {
+        // The symboliser trusts what this recorder always writes by this name.
+        assert!(super::PRODUCER.starts_with(foresight_trace::tables::RECORDER_PRODUCER));
+    }
+}

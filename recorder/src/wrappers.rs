@@ -28,6 +28,8 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use foresight_trace::runtime_library::is_runtime_library;
+
 use crate::modules;
 use crate::spin::SpinLock;
 
@@ -127,7 +129,7 @@ fn classify_uncancelled(pc: u64) -> bool {
     let Some(m) = modules::module_at(pc) else {
         return false;
     };
-    if is_runtime_module(&m.path) {
+    if is_runtime_library(&m.path) {
         return true;
     }
     let Some(raw) = function_name(&m, pc - m.base) else {
@@ -155,26 +157,6 @@ fn demangled(raw: &str) -> String {
         }
     }
     raw.to_string()
-}
-
-/// The C and C++ runtime libraries and this runtime, by file name (the analyzer's
-/// `sites.rs` has the same list).
-pub fn is_runtime_module(path: &str) -> bool {
-    const PREFIXES: &[&str] = &[
-        "libc.so",
-        "libc-",
-        "libpthread.so",
-        "libpthread-",
-        "libstdc++.so",
-        "libc++.so",
-        "libc++abi.so",
-        "libgcc_s.so",
-        "ld-linux",
-        "ld64.so",
-        "libforesight_rt",
-    ];
-    let name = path.rsplit('/').next().unwrap_or(path);
-    PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
 /// The standard library's lock types, guards, `call_once`, threads and their gthreads layer
@@ -417,13 +399,6 @@ mod tests {
         assert!(glob_match("pthreadMutex*", "pthreadMutexEnter"));
         assert!(glob_match("Db::lo?k", "Db::lock"));
         assert!(!glob_match("Db::lock", "Db::lock2"));
-    }
-
-    #[test]
-    fn runtime_modules() {
-        assert!(is_runtime_module("/lib/x86_64-linux-gnu/libstdc++.so.6"));
-        assert!(is_runtime_module("/lib/x86_64-linux-gnu/libc.so.6"));
-        assert!(!is_runtime_module("/usr/lib/libsqlite3.so.0"));
     }
 
     #[test]

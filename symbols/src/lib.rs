@@ -33,7 +33,7 @@ use foresight_trace::frame::ChunkKind;
 use foresight_trace::reader::TraceFile;
 use foresight_trace::tables::{
     ClassKey, DataMember, DataType, DataVariable, Frame, FrameSymbol, SourceLocation, StringEntry,
-    TableRecord, Trailer, TypeShape,
+    TableRecord, Trailer, TypeShape, RECORDER_PRODUCER,
 };
 use foresight_trace::writer::{trailer_chunk, TableWriter};
 use foresight_trace::{StringId, TraceError};
@@ -354,8 +354,15 @@ pub fn symbolize_in_place(
     path: &Path,
     opts: &SymbolizeOptions,
 ) -> Result<SymbolizeSummary, SymbolizeError> {
-    let mut snap = {
+    let (mut snap, accesses_possible) = {
         let file = TraceFile::open(path)?;
+        // A complete trace of foresight's recorder without an access-counts record holds no
+        // memory access (the recorder writes one for every thread that recorded any, at its
+        // end): the data pass would read every event to find none. A trace cut short may lack
+        // the records, and another writer need not write them.
+        let accesses_possible = file.trailer().is_none()
+            || !file.header().producer.starts_with(RECORDER_PRODUCER)
+            || !file.tables().access_counts.is_empty();
         let mut s = snapshot(&file, file_header_end(path)?);
         s.file_len = std::fs::metadata(path)
             .map_err(|error| SymbolizeError::Io {
@@ -364,7 +371,7 @@ pub fn symbolize_in_place(
                 error,
             })?
             .len();
-        s
+        (s, accesses_possible)
         // `file` (and its open descriptor) is dropped here, before anything is written.
     };
     // A tail longer than one chunk is not an incomplete chunk but garbage that the reader
@@ -382,7 +389,7 @@ pub fn symbolize_in_place(
     };
 
     // The static data the accesses touched, by module (the event pass).
-    let collected = if opts.data {
+    let collected = if opts.data && accesses_possible {
         let started = Instant::now();
         let t = touched::collect(path);
         summary.data_pass_time = started.elapsed();

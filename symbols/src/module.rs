@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use addr2line::gimli;
 use foresight_trace::data::{element_path, PathStop, TypeTable};
+use foresight_trace::runtime_library::is_runtime_library;
 use foresight_trace::tables::{DataMember, DataType, Frame, ModuleInfo, TypeShape};
 use foresight_trace::StringId;
 use object::{
@@ -148,7 +149,15 @@ pub(crate) fn resolve(
             }
         }
     }
-    let sections = load_dwarf_sections(dwarf_obj);
+    // A runtime library's frames are never a report's site (the analyzer looks through them
+    // to the program's caller): its symbol table names them, and its line information, often
+    // a separate compressed debug file larger than the program's, is not read.
+    let line_info = !is_runtime_library(&path.to_string_lossy());
+    let sections = if line_info {
+        load_dwarf_sections(dwarf_obj)
+    } else {
+        None
+    };
     let dwarf = sections
         .as_ref()
         .map(|s| dwarf_view(s, dwarf_obj.is_little_endian()));

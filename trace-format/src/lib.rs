@@ -8,6 +8,7 @@
 //! - [`stream`]: the merged stream read from the file with positioned reads, in memory bounded
 //!   by the number of threads, not by the trace's length.
 //! - [`region`]: region markers (STD's `begin`/`end`), extension events the readers skip.
+//! - [`runtime_library`]: the C and C++ runtime libraries, known by file name.
 //! - [`builder`]: a small API to write traces in tests without the recorder.
 
 pub mod builder;
@@ -20,6 +21,7 @@ pub mod frame;
 pub mod ordering;
 pub mod reader;
 pub mod region;
+pub mod runtime_library;
 mod scan;
 mod source;
 pub mod stream;

@@ -21,6 +21,10 @@ pub enum Ordering {
     Logical,
 }
 
+/// How foresight's recorder names itself in [`Header::producer`] (followed by its version):
+/// readers may rely on what that recorder always writes (FORMAT.md §7.8's access counts).
+pub const RECORDER_PRODUCER: &str = "foresight-recorder";
+
 /// The file header, written once when recording starts.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Header {
