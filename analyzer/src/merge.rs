@@ -687,7 +687,7 @@ impl Merger {
 /// Whether a trace of `events` events (unknown: `None`) will be cut into segments and has
 /// conditions, so that its monitor locks must be known before the walk (`model/monitors.rs`).
 pub fn will_be_cut(
-    tables: &foresight_trace::reader::Tables,
+    tables: &foresight_trace::tables::Tables,
     events: Option<u64>,
     segment_events: u64,
 ) -> bool {

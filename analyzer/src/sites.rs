@@ -25,7 +25,7 @@
 //! [`Location::full_stack`].
 
 use foresight_trace::event::SiteId;
-use foresight_trace::reader::Tables;
+use foresight_trace::tables::Tables;
 use foresight_trace::tables::{Frame, SourceLocation};
 
 use crate::model::{Location, Run};

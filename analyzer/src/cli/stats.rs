@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use foresight_trace::event::{Category, ObjectId};
-use foresight_trace::reader::Tables;
 use foresight_trace::stream::ThreadSummary;
+use foresight_trace::tables::Tables;
 use foresight_trace::tables::{EndReason, Ordering};
 use foresight_trace::{Problem, TraceStream};
 

@@ -33,7 +33,7 @@ use std::sync::Arc;
 use foldhash::HashMap;
 
 use foresight_trace::event::{EventKind, ObjectId, SiteId, ThreadId};
-use foresight_trace::reader::Tables;
+use foresight_trace::tables::Tables;
 use foresight_trace::tables::{ClassKey, EndReason, ObjectKind};
 use foresight_trace::Trace;
 

@@ -34,7 +34,7 @@ pub mod shadow;
 mod shard;
 mod split;
 
-use foresight_trace::reader::Tables;
+use foresight_trace::tables::Tables;
 use foresight_trace::SiteId;
 
 use crate::closure::{closure_before, Budget, PatternEvent};
