@@ -180,7 +180,7 @@ pub fn analyze_with_graph(
             .collect(),
         summary,
         components,
-        hints: crate::sites::wrapper_hints(runs),
+        hints: crate::wrapper_hints::wrapper_hints(runs),
         findings,
     };
     report.recount();

@@ -35,3 +35,4 @@ pub mod stream;
 pub mod suppressions;
 pub mod vector_clock;
 pub mod waits;
+mod wrapper_hints;

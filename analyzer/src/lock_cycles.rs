@@ -19,10 +19,11 @@ use crate::describe::{
     cycle_text, earlier_edge_locations, earlier_edge_report, edge_report, location, witness,
 };
 use crate::lock_graph::{modes_can_block, ClassEdge, InstanceGraph, LockOrderGraph};
-use crate::model::{Mode, Run};
+use crate::model::Run;
 use crate::report::{
     ComponentSummary, Detail, EdgeReport, Finding, Inversion, Kind, Summary, Verdict,
 };
+use crate::stream::Mode;
 
 /// Rejections kept for the reasons of potential findings, at most (a dense graph has more
 /// cycles than are worth a reason each; the shortest are enumerated, and kept, first).

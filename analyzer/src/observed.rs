@@ -32,10 +32,11 @@ use foresight_trace::event::ObjectId;
 use foresight_trace::tables::{EndReason, ObjectKind, StopCause, ThreadEndState};
 
 use crate::describe::{held_lock, location, mode_name, site};
-use crate::model::{Blocking, Mode, PendingCall, Run};
+use crate::model::{Blocking, PendingCall, Run};
 use crate::report::{
     BlockedThread, Detail, Finding, FindingLocation, Kind, ObservedReport, Verdict,
 };
+use crate::stream::Mode;
 
 /// Threads a blocked thread is said to wait for, at most.
 const MAX_WAITS_FOR: usize = 64;

@@ -7,7 +7,7 @@
 
 use serde::Serialize;
 
-use crate::model::Location;
+use crate::sites::Location;
 
 pub mod dot;
 pub mod json;
