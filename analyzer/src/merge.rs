@@ -23,7 +23,6 @@ use foldhash::{HashMap, HashMapExt};
 use std::collections::BTreeSet;
 
 use crate::analysis::{analyze, analyze_with_graph, Options};
-use crate::baseline::finding_key;
 use crate::cycles::{for_each_cycle, strongly_connected_components, Flow};
 use crate::describe::{
     cycle_text, earlier_edge_locations, earlier_edge_report, edge_report, location,
@@ -32,8 +31,8 @@ use crate::lock_cycles::{component_summary, ComponentCounts};
 use crate::lock_graph::{modes_can_block, ClassEdge, LockOrderGraph};
 use crate::model::Run;
 use crate::report::{
-    Detail, EdgeReport, Finding, FindingLocation, Kind, Report, Summary, Verdict, REPORT_SCHEMA,
-    REPORT_VERSION,
+    finding_key, Detail, EdgeReport, Finding, FindingLocation, Kind, Report, Summary, Verdict,
+    REPORT_SCHEMA, REPORT_VERSION,
 };
 
 /// A cycle no single trace has whole, to list: (length, most seen first, its classes).

@@ -236,7 +236,7 @@ fn write_stats(
             out,
             "ended      not: a snapshot taken on {} while the process ran (record --dump-on); \
              {} read",
-            crate::observed::signal_name(stream.tables().snapshot_signal().unwrap_or(0) as i32),
+            crate::report::signal_name(stream.tables().snapshot_signal().unwrap_or(0) as i32),
             counted(stream.chunk_count(), "chunk was", "chunks were")
         )?,
         (None, _) => writeln!(
