@@ -9,7 +9,6 @@ use serde::Serialize;
 
 use crate::sites::Location;
 
-pub mod dot;
 pub mod json;
 mod key;
 pub mod sarif;
