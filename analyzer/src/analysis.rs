@@ -99,7 +99,7 @@ pub fn analyze_with_graph(
     crate::observed::drop_superseded(&mut findings);
     let mut race_budget = Budget::new(opts.race_candidate_budget, 0);
     for run in runs {
-        let (races, stats) = crate::races::race_findings(run, &run.races, &mut race_budget);
+        let (races, stats) = crate::race_findings::race_findings(run, &run.races, &mut race_budget);
         summary.race_candidates += stats.candidate_pairs;
         summary.race_pairs_capped += stats.capped;
         findings.extend(races);
