@@ -26,6 +26,7 @@ pub mod lock_graph;
 pub mod merge;
 pub mod model;
 mod observed;
+pub mod options;
 mod race_findings;
 pub mod races;
 pub mod ranks;

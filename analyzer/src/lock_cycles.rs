@@ -9,7 +9,6 @@
 use foldhash::{HashMap, HashMapExt};
 use std::collections::{BTreeSet, BinaryHeap};
 
-use crate::analysis::Options;
 use crate::closure::{Budget, Closure, NotPredicted, PatternEvent};
 use crate::cycles::{for_each_cycle, strongly_connected_components, Flow};
 use crate::deadlock::{
@@ -20,6 +19,7 @@ use crate::describe::{
 };
 use crate::lock_graph::{modes_can_block, ClassEdge, InstanceGraph, LockOrderGraph};
 use crate::model::Run;
+use crate::options::Options;
 use crate::report::{
     ComponentSummary, Detail, EdgeReport, Finding, Inversion, Kind, Summary, Verdict,
 };

@@ -22,7 +22,7 @@
 use foldhash::{HashMap, HashMapExt};
 use std::collections::BTreeSet;
 
-use crate::analysis::{analyze, analyze_with_graph, Options};
+use crate::analysis::{analyze, analyze_with_graph};
 use crate::cycles::{for_each_cycle, strongly_connected_components, Flow};
 use crate::describe::{
     cycle_text, earlier_edge_locations, earlier_edge_report, edge_report, location,
@@ -30,6 +30,7 @@ use crate::describe::{
 use crate::lock_cycles::{component_summary, ComponentCounts};
 use crate::lock_graph::{modes_can_block, ClassEdge, LockOrderGraph};
 use crate::model::Run;
+use crate::options::Options;
 use crate::report::{
     finding_key, Detail, EdgeReport, Finding, FindingLocation, Kind, Report, Summary, Verdict,
     REPORT_SCHEMA, REPORT_VERSION,
