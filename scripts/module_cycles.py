@@ -480,7 +480,7 @@ class AcceptedCycle:
     found: bool = False
 
 
-def read_exceptions(path: Path) -> list[AcceptedCycle]:
+def read_exceptions(path: Path, shown: str) -> list[AcceptedCycle]:
     if not path.exists():
         return []
     exceptions = []
@@ -489,7 +489,7 @@ def read_exceptions(path: Path) -> list[AcceptedCycle]:
         if not text or text.startswith("#"):
             continue
         match = re.fullmatch(r"([^:|]+):([^|]+)\|(.+)", text)
-        where = f"{path}:{number}"
+        where = f"{shown}:{number}"
         if not match or not match.group(3).strip():
             raise SyntaxError(
                 f"{where}: expected `CRATE: MODULE MODULE … | REASON`, found {text!r}"
@@ -531,7 +531,8 @@ def main() -> int:
     workspace = args.workspace.resolve()
 
     try:
-        exceptions = read_exceptions(args.exceptions)
+        shown = relative(args.exceptions.resolve(), workspace)
+        exceptions = read_exceptions(args.exceptions, shown)
         targets = crate_targets(workspace)
         for target in targets:
             Walker(target).walk_file(target.root, [], target.root.parent, True)
