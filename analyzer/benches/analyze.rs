@@ -12,8 +12,9 @@
 //! is the conversion alone: the one pass over the merged stream that every analysis shares.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use foresight_analyzer::analysis::{analyze, Options};
+use foresight_analyzer::analysis::analyze;
 use foresight_analyzer::model::build_run;
+use foresight_analyzer::options::Options;
 use foresight_trace::builder::TraceBuilder;
 use foresight_trace::event::EventKind;
 use foresight_trace::tables::ObjectKind;

@@ -8,8 +8,9 @@
 //! `/usr/bin/time -v foresight analyze dense.trace`.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use foresight_analyzer::analysis::{analyze, Options};
+use foresight_analyzer::analysis::analyze;
 use foresight_analyzer::model::build_run;
+use foresight_analyzer::options::Options;
 use foresight_analyzer::report::{json, text, Report};
 use foresight_trace::Trace;
 

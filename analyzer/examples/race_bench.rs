@@ -34,8 +34,9 @@
 use std::io::BufWriter;
 use std::time::Instant;
 
-use foresight_analyzer::analysis::{analyze, Options};
+use foresight_analyzer::analysis::analyze;
 use foresight_analyzer::model::{drive_run, drive_run_split, ModelPass};
+use foresight_analyzer::options::Options;
 use foresight_analyzer::races::{drive_split, Balance, RacePass, DEFAULT_FRONT_SHARE};
 use foresight_analyzer::stream::{Op, Pass, Runs, Stream, StreamEvent};
 use foresight_trace::event::{Event, EventKind, LockMode};

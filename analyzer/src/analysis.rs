@@ -17,44 +17,8 @@
 use crate::closure::Budget;
 use crate::lock_graph::LockOrderGraph;
 use crate::model::Run;
+use crate::options::Options;
 use crate::report::{Report, Summary, TraceSummary, REPORT_SCHEMA, REPORT_VERSION};
-
-#[derive(Clone, Debug)]
-pub struct Options {
-    /// Longest cycle enumerated (in locks, which is also in threads).
-    pub max_cycle_length: usize,
-    /// Search steps for the cycle enumeration, per graph.
-    pub cycle_budget: u64,
-    /// Instance-level patterns checked with the closure, over the whole analysis.
-    pub candidate_budget: u64,
-    /// Patterns tried per instance-level cycle.
-    pub candidates_per_cycle: u64,
-    /// Work (events entering closures) allowed to the complete search of abstract patterns,
-    /// over the whole analysis.
-    pub closure_steps: u64,
-    /// Race candidates (pairs ordered only through lock hand-offs) checked with the
-    /// sync-preserving closure, over the whole analysis.
-    pub race_candidate_budget: u64,
-    /// Lock cycles listed per strongly connected component of the lock-order graph and per
-    /// verdict (shortest first); the others are counted. Prediction in a component stops once
-    /// this many deadlocks are predicted there. `usize::MAX` (`--all`): every cycle checked
-    /// and listed.
-    pub cycles_listed: usize,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Options {
-            max_cycle_length: 4,
-            cycle_budget: 20_000_000,
-            candidate_budget: 50_000,
-            candidates_per_cycle: 64,
-            closure_steps: 400_000_000,
-            race_candidate_budget: 20_000,
-            cycles_listed: 3,
-        }
-    }
-}
 
 /// Analyses the runs (one per trace) together. `warnings[i]` are the reader's problems of run i.
 pub fn analyze(runs: &[Run], warnings: &[Vec<String>], opts: &Options) -> Report {
@@ -99,7 +63,7 @@ pub fn analyze_with_graph(
     crate::observed::drop_superseded(&mut findings);
     let mut race_budget = Budget::new(opts.race_candidate_budget, 0);
     for run in runs {
-        let (races, stats) = crate::races::race_findings(run, &run.races, &mut race_budget);
+        let (races, stats) = crate::race_findings::race_findings(run, &run.races, &mut race_budget);
         summary.race_candidates += stats.candidate_pairs;
         summary.race_pairs_capped += stats.capped;
         findings.extend(races);
@@ -180,7 +144,7 @@ pub fn analyze_with_graph(
             .collect(),
         summary,
         components,
-        hints: crate::sites::wrapper_hints(runs),
+        hints: crate::wrapper_hints::wrapper_hints(runs),
         findings,
     };
     report.recount();

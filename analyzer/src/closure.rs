@@ -45,7 +45,8 @@
 //! lock-only trace has no data dependencies); reads-from of plain memory is taken from the
 //! merged order, exact for accesses ordered by synchronisation but not for racy ones.
 
-use crate::model::{Acquisition, Mode, Run};
+use crate::model::{Acquisition, Run};
+use crate::stream::Mode;
 
 /// The pattern event of one thread: it must stay outside the closure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

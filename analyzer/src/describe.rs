@@ -4,8 +4,9 @@
 
 use crate::closure::{open_at_frontier, Closure, PatternEvent};
 use crate::lock_graph::LockOrderGraph;
-use crate::model::{Acquisition, Mode, Run};
+use crate::model::{Acquisition, Run};
 use crate::report::{EdgeReport, FindingLocation, HeldLock, SiteReport, Witness, WitnessThread};
+use crate::stream::Mode;
 
 pub(crate) fn mode_name(m: Mode) -> &'static str {
     match m {

@@ -17,8 +17,7 @@
 use foldhash::{HashMap, HashMapExt};
 
 use crate::addr_map::AddrMap;
-use crate::model::Mode;
-use crate::stream::{Op, Pass, StreamEvent};
+use crate::stream::{Mode, Op, Pass, StreamEvent};
 use crate::vector_clock::VectorClock;
 
 /// The clocks of one trace, stored sparsely: a thread's clock changes by a join only at a

@@ -7,10 +7,11 @@
 //! decides which are predicted at instance level with the sync-preserving [`closure`] (patterns
 //! and searches in [`deadlock`]), [`waits`] covers join/barrier/condition/semaphore waits and
 //! rwlocks, [`ranks`] the declared lock ranks, [`races`] the data races (a happens-before pass in
-//! the same walk, and the sync-preserving closure for what only lock hand-offs order),
+//! the same walk; `race_findings` reports them, with the sync-preserving closure for what only
+//! lock hand-offs order),
 //! `observed` the deadlocks and stalls a run was really in when its trace ended — each making
-//! its own findings — [`analysis`] runs them and assembles the [`report`], which renders
-//! them.
+//! its own findings — [`analysis`] runs them within the [`options`]' budgets and assembles the
+//! [`report`], which renders them. ARCHITECTURE.md ("Layers") says which module may use which.
 
 mod addr_map;
 pub mod analysis;
@@ -26,6 +27,8 @@ pub mod lock_graph;
 pub mod merge;
 pub mod model;
 mod observed;
+pub mod options;
+mod race_findings;
 pub mod races;
 pub mod ranks;
 pub mod report;
@@ -35,3 +38,4 @@ pub mod stream;
 pub mod suppressions;
 pub mod vector_clock;
 pub mod waits;
+mod wrapper_hints;

@@ -9,7 +9,6 @@
 use foldhash::{HashMap, HashMapExt};
 use std::collections::{BTreeSet, BinaryHeap};
 
-use crate::analysis::Options;
 use crate::closure::{Budget, Closure, NotPredicted, PatternEvent};
 use crate::cycles::{for_each_cycle, strongly_connected_components, Flow};
 use crate::deadlock::{
@@ -19,10 +18,12 @@ use crate::describe::{
     cycle_text, earlier_edge_locations, earlier_edge_report, edge_report, location, witness,
 };
 use crate::lock_graph::{modes_can_block, ClassEdge, InstanceGraph, LockOrderGraph};
-use crate::model::{Mode, Run};
+use crate::model::Run;
+use crate::options::Options;
 use crate::report::{
     ComponentSummary, Detail, EdgeReport, Finding, Inversion, Kind, Summary, Verdict,
 };
+use crate::stream::Mode;
 
 /// Rejections kept for the reasons of potential findings, at most (a dense graph has more
 /// cycles than are worth a reason each; the shortest are enumerated, and kept, first).

@@ -11,7 +11,8 @@
 
 use foldhash::{HashMap, HashMapExt};
 
-use crate::model::{AcquireHow, Acquisition, IndexMap, Mode, Run};
+use crate::model::{AcquireHow, Acquisition, IndexMap, Run};
+use crate::stream::Mode;
 
 /// At most this many witnesses are kept per class edge (distinct thread and site pairs).
 pub const WITNESSES_PER_EDGE: usize = 8;

@@ -22,8 +22,7 @@
 use foldhash::{HashMap, HashMapExt};
 use std::collections::BTreeSet;
 
-use crate::analysis::{analyze, analyze_with_graph, Options};
-use crate::baseline::finding_key;
+use crate::analysis::{analyze, analyze_with_graph};
 use crate::cycles::{for_each_cycle, strongly_connected_components, Flow};
 use crate::describe::{
     cycle_text, earlier_edge_locations, earlier_edge_report, edge_report, location,
@@ -31,9 +30,10 @@ use crate::describe::{
 use crate::lock_cycles::{component_summary, ComponentCounts};
 use crate::lock_graph::{modes_can_block, ClassEdge, LockOrderGraph};
 use crate::model::Run;
+use crate::options::Options;
 use crate::report::{
-    Detail, EdgeReport, Finding, FindingLocation, Kind, Report, Summary, Verdict, REPORT_SCHEMA,
-    REPORT_VERSION,
+    finding_key, Detail, EdgeReport, Finding, FindingLocation, Kind, Report, Summary, Verdict,
+    REPORT_SCHEMA, REPORT_VERSION,
 };
 
 /// A cycle no single trace has whole, to list: (length, most seen first, its classes).
@@ -687,7 +687,7 @@ impl Merger {
 /// Whether a trace of `events` events (unknown: `None`) will be cut into segments and has
 /// conditions, so that its monitor locks must be known before the walk (`model/monitors.rs`).
 pub fn will_be_cut(
-    tables: &foresight_trace::reader::Tables,
+    tables: &foresight_trace::tables::Tables,
     events: Option<u64>,
     segment_events: u64,
 ) -> bool {

@@ -32,10 +32,11 @@ use foresight_trace::event::ObjectId;
 use foresight_trace::tables::{EndReason, ObjectKind, StopCause, ThreadEndState};
 
 use crate::describe::{held_lock, location, mode_name, site};
-use crate::model::{Blocking, Mode, PendingCall, Run};
+use crate::model::{Blocking, PendingCall, Run};
 use crate::report::{
-    BlockedThread, Detail, Finding, FindingLocation, Kind, ObservedReport, Verdict,
+    signal_name, BlockedThread, Detail, Finding, FindingLocation, Kind, ObservedReport, Verdict,
 };
+use crate::stream::Mode;
 
 /// Threads a blocked thread is said to wait for, at most.
 const MAX_WAITS_FOR: usize = 64;
@@ -525,21 +526,6 @@ fn duration(ms: u64) -> String {
     } else {
         format!("{ms} ms")
     }
-}
-
-pub(crate) fn signal_name(signal: i32) -> String {
-    let name = match signal {
-        1 => "SIGHUP",
-        2 => "SIGINT",
-        3 => "SIGQUIT",
-        6 => "SIGABRT",
-        9 => "SIGKILL",
-        10 => "SIGUSR1",
-        12 => "SIGUSR2",
-        15 => "SIGTERM",
-        _ => return format!("signal {signal}"),
-    };
-    format!("{name} (signal {signal})")
 }
 
 /// Drops the predicted and potential findings that an observed deadlock of the same trace

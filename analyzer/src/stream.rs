@@ -30,8 +30,6 @@ use foresight_trace::stream::MergedStream;
 use foresight_trace::tables::ObjectKind;
 use foresight_trace::{ObjectId, SiteId, StringId, ThreadId, Trace, TraceStream};
 
-use crate::model::Mode;
-
 /// Events per batch handed to a pass on another thread ([`Stream::drive_runs_split`]).
 pub const SPLIT_BATCH: usize = 2 << 10;
 /// Batches queued for that pass at most.
@@ -734,6 +732,20 @@ impl<'t> Stream<'t> {
             EventKind::HappensBefore { tag, site } => Op::HappensBefore { tag, site },
             EventKind::HappensAfter { tag, site } => Op::HappensAfter { tag, site },
         }
+    }
+}
+
+/// Read or write mode of an acquisition (a plain mutex is always `Write`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mode {
+    Write,
+    Read,
+}
+
+impl Mode {
+    /// Whether two holders in these modes exclude each other.
+    pub fn conflicts(self, other: Mode) -> bool {
+        !(self == Mode::Read && other == Mode::Read)
     }
 }
 

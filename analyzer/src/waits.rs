@@ -27,8 +27,9 @@ use foresight_trace::SiteId;
 use crate::closure::{sync_preserving_closure, Budget, Closure, PatternEvent};
 use crate::deadlock::{rejection_text, Rejection};
 use crate::describe::{held_lock, location, site, witness};
-use crate::model::{AcquireHow, Mode, Run, SyncPoint, Wait, WaitKind};
+use crate::model::{AcquireHow, Run, SyncPoint, Wait, WaitKind};
 use crate::report::{Detail, Finding, Kind, Verdict, WaitReport};
+use crate::stream::Mode;
 
 /// Requests of the held lock tried per (wait, other thread).
 const TRIES_PER_THREAD: usize = 4;

@@ -6,8 +6,9 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use foresight_analyzer::analysis::{analyze, Options};
+use foresight_analyzer::analysis::analyze;
 use foresight_analyzer::model::build_run;
+use foresight_analyzer::options::Options;
 use foresight_analyzer::report::{Report, Verdict};
 use foresight_fixtures::harness::{self, compile_hostile, compile_source, fresh_dir};
 use foresight_trace::builder::TraceBuilder;

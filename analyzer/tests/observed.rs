@@ -6,8 +6,9 @@
 mod common;
 
 use common::T;
-use foresight_analyzer::analysis::{analyze, Options};
+use foresight_analyzer::analysis::analyze;
 use foresight_analyzer::model::build_run;
+use foresight_analyzer::options::Options;
 use foresight_analyzer::report::{Finding, Kind, Report, Verdict};
 use foresight_trace::event::{EventKind, LockMode, ObjectId, ThreadId};
 use foresight_trace::tables::{EndReason, ObjectKind, RecordingStopped, StopCause, ThreadEndState};

@@ -3,8 +3,9 @@
 
 use std::collections::BTreeSet;
 
-use foresight_analyzer::analysis::{analyze, Options};
+use foresight_analyzer::analysis::analyze;
 use foresight_analyzer::model::build_run;
+use foresight_analyzer::options::Options;
 use foresight_analyzer::report::{Finding, Report};
 use foresight_trace::builder::TraceBuilder;
 use foresight_trace::event::{AtomicOp, EventKind, LockMode, MemoryOrder, ObjectId, ThreadId};

@@ -2,8 +2,9 @@
 //! written with the builder: inlined standard-library calls and wrapper frames are skipped,
 //! the full stack is kept, heap locks are keyed by the block that holds them.
 
-use foresight_analyzer::analysis::{analyze, Options};
+use foresight_analyzer::analysis::analyze;
 use foresight_analyzer::model::{build_run, build_run_with, Run};
+use foresight_analyzer::options::Options;
 use foresight_analyzer::sites::{user_location, Wrappers};
 use foresight_trace::builder::TraceBuilder;
 use foresight_trace::event::EventKind;

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use foresight_trace::reader::Tables;
+use foresight_trace::tables::Tables;
 use foresight_trace::{EventKind, TraceError, TraceStream};
 
 /// Granules per page: 4 KiB of 8-byte granules.

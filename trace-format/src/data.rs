@@ -20,8 +20,7 @@
 use std::fmt::Write as _;
 
 use crate::event::StringId;
-use crate::reader::Tables;
-use crate::tables::{DataType, DataVariable, ModuleInfo, TypeShape};
+use crate::tables::{DataType, DataVariable, ModuleInfo, Tables, TypeShape};
 
 /// How far a layout walk goes: a hostile trace may describe a type that contains itself.
 pub const MAX_PATH_STEPS: usize = 64;

@@ -199,3 +199,17 @@ pub fn read_chunk_header(b: &[u8]) -> Result<ChunkHeader, ChunkHeaderProblem> {
         payload_crc: u32::from_le_bytes(b[12..16].try_into().unwrap()),
     })
 }
+
+/// Where one chunk is in the file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkRef {
+    /// Offset of the chunk header.
+    pub offset: u64,
+    pub kind: ChunkKind,
+    /// Offset and length of the payload.
+    pub payload_offset: u64,
+    pub payload_len: u32,
+    pub payload_crc: u32,
+    /// How the payload is stored (FORMAT.md §5.3): `CODEC_STORED` in every 1.x file.
+    pub codec: u8,
+}

@@ -12,8 +12,8 @@ use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 
 use crate::error::{Problem, ProblemKind};
 use crate::event::{Event, EventKind, LockMode, ObjectId, ThreadId};
-use crate::reader::{Tables, Trace};
-use crate::tables::ObjectKind;
+use crate::reader::Trace;
+use crate::tables::{ObjectKind, Tables};
 
 /// At most this many ordering problems are listed; the rest are counted.
 const MAX_LISTED: usize = 20;

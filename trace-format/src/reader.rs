@@ -6,7 +6,7 @@
 //! stopping the read. A file whose writer died reads up to its last complete chunk.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 use std::mem::MaybeUninit;
 use std::path::{Path, PathBuf};
 
@@ -15,149 +15,13 @@ use rayon::prelude::*;
 use crate::codec::{Decoder, EventSlot, EXTENSION_TAGS, KEY_FLAG, PLACEHOLDER};
 use crate::compress::{decoded_len, decompress_events};
 use crate::error::{Problem, ProblemKind, TraceError};
-use crate::event::{Event, ObjectId, SiteId, StringId, ThreadId};
-use crate::frame::{ChunkKind, EventsPrefix, CODEC_STORED, CODEC_ZSTD, EVENTS_PREFIX_LEN};
+use crate::event::{Event, ThreadId};
+use crate::frame::{
+    ChunkKind, ChunkRef, EventsPrefix, CODEC_STORED, CODEC_ZSTD, EVENTS_PREFIX_LEN,
+};
 use crate::scan::{payload_read_problem, scan};
 use crate::source::Source;
-use crate::tables::{
-    AccessCounts, DataType, DataVariable, EarlierLockOrder, Frame, FrameSymbol, Header, ModuleInfo,
-    ObjectInfo, RecordingStopped, RecordingWindow, SiteInfo, SourceLocation, ThreadEndState,
-    ThreadInfo, Trailer,
-};
-
-/// Where one chunk is in the file.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ChunkRef {
-    /// Offset of the chunk header.
-    pub offset: u64,
-    pub kind: ChunkKind,
-    /// Offset and length of the payload.
-    pub payload_offset: u64,
-    pub payload_len: u32,
-    pub payload_crc: u32,
-    /// How the payload is stored (FORMAT.md §5.3): `CODEC_STORED` in every 1.x file.
-    pub codec: u8,
-}
-
-/// The side tables of a trace.
-#[derive(Clone, Debug, Default)]
-pub struct Tables {
-    pub strings: HashMap<StringId, String>,
-    pub threads: BTreeMap<ThreadId, ThreadInfo>,
-    pub objects: HashMap<ObjectId, ObjectInfo>,
-    pub sites: HashMap<SiteId, SiteInfo>,
-    pub modules: BTreeMap<u32, ModuleInfo>,
-    pub symbols: HashMap<Frame, FrameSymbol>,
-    /// Memory accesses per thread, executed and recorded (the sum of its `AccessCounts`
-    /// records; FORMAT.md §7.8).
-    pub access_counts: BTreeMap<ThreadId, AccessCounts>,
-    /// Static variables by (module, offset) (FORMAT.md §7.9); [`Tables::data_symbol`] names an
-    /// address with them.
-    pub data_variables: BTreeMap<(u32, u64), DataVariable>,
-    /// The layouts of their types, by type id (FORMAT.md §7.10).
-    pub data_types: HashMap<u32, DataType>,
-    /// The threads that had not exited when the trace was completed, and what each was doing
-    /// (FORMAT.md §7.12): they have no `thread-exit`. Empty in a trace cut short (its threads'
-    /// ends are unknown) and in traces older than version 1.4 (whose recorder wrote a
-    /// `thread-exit` for every thread at the end).
-    pub thread_ends: BTreeMap<ThreadId, ThreadEndState>,
-    /// Recording stopped before the process ended (FORMAT.md §7.13).
-    pub recording_stopped: Option<RecordingStopped>,
-    /// The trace is a window of the run (flight recorder, FORMAT.md §7.14): per thread, what
-    /// was kept and dropped. Empty: the trace holds the whole run.
-    pub window: BTreeMap<ThreadId, RecordingWindow>,
-    /// Lock-order edges seen before the window (FORMAT.md §7.15), in file order.
-    pub earlier_lock_order: Vec<EarlierLockOrder>,
-}
-
-impl Tables {
-    /// The sequence number of a thread's first chunk: 0, or in a window (FORMAT.md §7.14)
-    /// the first one kept (the dropped ones before it are not missing).
-    pub fn first_sequence(&self, thread: ThreadId) -> u32 {
-        self.window.get(&thread).map_or(0, |w| w.first_sequence)
-    }
-
-    /// Whether the trace is a window of its run (`foresight record --keep-last`).
-    pub fn is_window(&self) -> bool {
-        !self.window.is_empty()
-    }
-
-    /// The signal on which this window was written as a snapshot while the process ran on
-    /// (`foresight record --dump-on`, FORMAT.md §7.14): such a trace has no trailer, and is not
-    /// cut short.
-    pub fn snapshot_signal(&self) -> Option<u32> {
-        self.window
-            .values()
-            .map(|w| w.snapshot_signal)
-            .find(|&s| s != 0)
-    }
-
-    pub fn string(&self, id: StringId) -> Option<&str> {
-        self.strings.get(&id).map(String::as_str)
-    }
-
-    /// The innermost source location of a site's first frame, when it was symbolised.
-    pub fn site_location(&self, site: SiteId) -> Option<&SourceLocation> {
-        let frame = self.sites.get(&site)?.frames.first()?;
-        self.symbols.get(frame)?.locations.first()
-    }
-
-    /// `function (file:line)` when symbolised, else `module+0xoffset`, else `site#N`.
-    pub fn describe_site(&self, site: SiteId) -> String {
-        let Some(info) = self.sites.get(&site) else {
-            return format!("site#{site}");
-        };
-        let Some(frame) = info.frames.first() else {
-            return format!("site#{site}");
-        };
-        self.describe_frame(frame)
-    }
-
-    pub fn describe_frame(&self, frame: &Frame) -> String {
-        if let Some(loc) = self.symbols.get(frame).and_then(|s| s.locations.first()) {
-            let func = loc.function.and_then(|f| self.string(f)).unwrap_or("??");
-            return match loc.file.and_then(|f| self.string(f)) {
-                Some(file) if loc.line > 0 => format!("{func} ({}:{})", short_path(file), loc.line),
-                Some(file) => format!("{func} ({})", short_path(file)),
-                None => func.to_string(),
-            };
-        }
-        let module = self
-            .modules
-            .get(&frame.module)
-            .and_then(|m| self.string(m.path))
-            .map(short_path)
-            .unwrap_or("?");
-        format!("{module}+{:#x}", frame.offset)
-    }
-
-    /// A name for an object: its static variable, else its kind and id.
-    pub fn describe_object(&self, id: ObjectId) -> String {
-        let Some(info) = self.objects.get(&id) else {
-            return format!("object#{id}");
-        };
-        if let crate::tables::ClassKey::Static(frame) = &info.class {
-            if let Some(name) = self
-                .symbols
-                .get(frame)
-                .and_then(|s| s.locations.first())
-                .and_then(|l| l.function)
-                .and_then(|f| self.string(f))
-            {
-                return name.to_string();
-            }
-        }
-        format!("{}#{id}", info.kind.name())
-    }
-
-    pub fn thread_name(&self, id: ThreadId) -> Option<&str> {
-        self.threads.get(&id)?.name.and_then(|n| self.string(n))
-    }
-}
-
-fn short_path(p: &str) -> &str {
-    p.rsplit('/').next().unwrap_or(p)
-}
+use crate::tables::{Header, Tables, Trailer};
 
 /// Where the events of one thread came from in the file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -978,18 +842,6 @@ impl Trace {
             }
         }
         Merged { trace: self, heap }
-    }
-
-    /// The merged order as [`crate::stream::TraceStream::merged`] gives it (owned events with
-    /// their chunk's offset), so that a pass written for the stream also runs over a trace in
-    /// memory.
-    pub fn merged_owned(&self) -> impl Iterator<Item = crate::stream::StreamEvent> + '_ {
-        self.merged().map(|m| crate::stream::StreamEvent {
-            thread: m.thread,
-            index: m.index,
-            event: *m.event,
-            chunk_offset: self.thread(m.thread).map_or(0, |t| t.offset_of(m.index)),
-        })
     }
 }
 

@@ -13,16 +13,15 @@ use serde::de::DeserializeOwned;
 
 use crate::error::{Problem, ProblemKind, TraceError};
 use crate::frame::{
-    read_chunk_header, ChunkHeaderProblem, ChunkKind, EventsPrefix, CHUNK_HEADER_LEN, CHUNK_MAGIC,
-    EVENTS_PREFIX_LEN, FILE_MAGIC, FILE_PREFIX_LEN, KNOWN_FEATURES, MAX_HEADER_LEN, VERSION_MAJOR,
-    VERSION_MAJOR_FEATURES,
+    read_chunk_header, ChunkHeaderProblem, ChunkKind, ChunkRef, EventsPrefix, CHUNK_HEADER_LEN,
+    CHUNK_MAGIC, EVENTS_PREFIX_LEN, FILE_MAGIC, FILE_PREFIX_LEN, KNOWN_FEATURES, MAX_HEADER_LEN,
+    VERSION_MAJOR, VERSION_MAJOR_FEATURES,
 };
-use crate::reader::{ChunkRef, Tables};
 use crate::source::{ReadFailure, Source};
 use crate::tables::{
     AccessCounts, DataType, DataVariable, EarlierLockOrder, FrameSymbol, Header, ModuleInfo,
-    ObjectInfo, RecordingStopped, RecordingWindow, SiteInfo, StringEntry, ThreadEnd, ThreadInfo,
-    Trailer,
+    ObjectInfo, RecordingStopped, RecordingWindow, SiteInfo, StringEntry, Tables, ThreadEnd,
+    ThreadInfo, Trailer,
 };
 use crate::varint;
 

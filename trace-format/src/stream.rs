@@ -42,12 +42,12 @@ use crate::event::{Event, ThreadId};
 use crate::frame::{ChunkKind, CODEC_STORED, CODEC_ZSTD, EVENTS_PREFIX_LEN};
 use crate::ordering::Checker;
 use crate::reader::{
-    check_events_payload, keep_first_shrink, limit_reference_reports, ReferenceCheck, Tables,
+    check_events_payload, keep_first_shrink, limit_reference_reports, ReferenceCheck, Trace,
     MAX_REFERENCE_REPORTS,
 };
 use crate::scan::{payload_read_problem, scan};
 use crate::source::{ReadFailure, Source};
-use crate::tables::{Header, Trailer};
+use crate::tables::{Header, Tables, Trailer};
 
 /// How many events a cursor decodes at a time. Decoding in batches keeps the decoder's loop
 /// tight; a batch costs `BATCH * 32` bytes per thread.
@@ -111,6 +111,21 @@ pub struct StreamEvent {
     pub event: Event,
     /// Byte offset of the header of the chunk that holds the event.
     pub chunk_offset: u64,
+}
+
+// The owned merged order of a trace in memory is the stream's vocabulary: it is defined here,
+// beside [`StreamEvent`], so that the reader does not depend on the stream.
+impl Trace {
+    /// The merged order as [`TraceStream::merged`] gives it (owned events with their chunk's
+    /// offset), so that a pass written for the stream also runs over a trace in memory.
+    pub fn merged_owned(&self) -> impl Iterator<Item = StreamEvent> + '_ {
+        self.merged().map(|m| StreamEvent {
+            thread: m.thread,
+            index: m.index,
+            event: *m.event,
+            chunk_offset: self.thread(m.thread).map_or(0, |t| t.offset_of(m.index)),
+        })
+    }
 }
 
 /// What the merged pass learnt of one thread.

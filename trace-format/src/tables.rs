@@ -1,5 +1,8 @@
 //! The file header, the side tables and the trailer. These are encoded with postcard (serde);
-//! `FORMAT.md` gives their field order, which is their wire format.
+//! `FORMAT.md` gives their field order, which is their wire format. [`Tables`] holds what a
+//! reader gathered of them.
+
+use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
@@ -381,4 +384,124 @@ pub struct Trailer {
     pub events: u64,
     /// Events the recorder could not write (for example because the disk was full).
     pub events_lost: u64,
+}
+
+/// The side tables of a trace.
+#[derive(Clone, Debug, Default)]
+pub struct Tables {
+    pub strings: HashMap<StringId, String>,
+    pub threads: BTreeMap<ThreadId, ThreadInfo>,
+    pub objects: HashMap<ObjectId, ObjectInfo>,
+    pub sites: HashMap<SiteId, SiteInfo>,
+    pub modules: BTreeMap<u32, ModuleInfo>,
+    pub symbols: HashMap<Frame, FrameSymbol>,
+    /// Memory accesses per thread, executed and recorded (the sum of its `AccessCounts`
+    /// records; FORMAT.md §7.8).
+    pub access_counts: BTreeMap<ThreadId, AccessCounts>,
+    /// Static variables by (module, offset) (FORMAT.md §7.9); [`Tables::data_symbol`] names an
+    /// address with them.
+    pub data_variables: BTreeMap<(u32, u64), DataVariable>,
+    /// The layouts of their types, by type id (FORMAT.md §7.10).
+    pub data_types: HashMap<u32, DataType>,
+    /// The threads that had not exited when the trace was completed, and what each was doing
+    /// (FORMAT.md §7.12): they have no `thread-exit`. Empty in a trace cut short (its threads'
+    /// ends are unknown) and in traces older than version 1.4 (whose recorder wrote a
+    /// `thread-exit` for every thread at the end).
+    pub thread_ends: BTreeMap<ThreadId, ThreadEndState>,
+    /// Recording stopped before the process ended (FORMAT.md §7.13).
+    pub recording_stopped: Option<RecordingStopped>,
+    /// The trace is a window of the run (flight recorder, FORMAT.md §7.14): per thread, what
+    /// was kept and dropped. Empty: the trace holds the whole run.
+    pub window: BTreeMap<ThreadId, RecordingWindow>,
+    /// Lock-order edges seen before the window (FORMAT.md §7.15), in file order.
+    pub earlier_lock_order: Vec<EarlierLockOrder>,
+}
+
+impl Tables {
+    /// The sequence number of a thread's first chunk: 0, or in a window (FORMAT.md §7.14)
+    /// the first one kept (the dropped ones before it are not missing).
+    pub fn first_sequence(&self, thread: ThreadId) -> u32 {
+        self.window.get(&thread).map_or(0, |w| w.first_sequence)
+    }
+
+    /// Whether the trace is a window of its run (`foresight record --keep-last`).
+    pub fn is_window(&self) -> bool {
+        !self.window.is_empty()
+    }
+
+    /// The signal on which this window was written as a snapshot while the process ran on
+    /// (`foresight record --dump-on`, FORMAT.md §7.14): such a trace has no trailer, and is not
+    /// cut short.
+    pub fn snapshot_signal(&self) -> Option<u32> {
+        self.window
+            .values()
+            .map(|w| w.snapshot_signal)
+            .find(|&s| s != 0)
+    }
+
+    pub fn string(&self, id: StringId) -> Option<&str> {
+        self.strings.get(&id).map(String::as_str)
+    }
+
+    /// The innermost source location of a site's first frame, when it was symbolised.
+    pub fn site_location(&self, site: SiteId) -> Option<&SourceLocation> {
+        let frame = self.sites.get(&site)?.frames.first()?;
+        self.symbols.get(frame)?.locations.first()
+    }
+
+    /// `function (file:line)` when symbolised, else `module+0xoffset`, else `site#N`.
+    pub fn describe_site(&self, site: SiteId) -> String {
+        let Some(info) = self.sites.get(&site) else {
+            return format!("site#{site}");
+        };
+        let Some(frame) = info.frames.first() else {
+            return format!("site#{site}");
+        };
+        self.describe_frame(frame)
+    }
+
+    pub fn describe_frame(&self, frame: &Frame) -> String {
+        if let Some(loc) = self.symbols.get(frame).and_then(|s| s.locations.first()) {
+            let func = loc.function.and_then(|f| self.string(f)).unwrap_or("??");
+            return match loc.file.and_then(|f| self.string(f)) {
+                Some(file) if loc.line > 0 => format!("{func} ({}:{})", short_path(file), loc.line),
+                Some(file) => format!("{func} ({})", short_path(file)),
+                None => func.to_string(),
+            };
+        }
+        let module = self
+            .modules
+            .get(&frame.module)
+            .and_then(|m| self.string(m.path))
+            .map(short_path)
+            .unwrap_or("?");
+        format!("{module}+{:#x}", frame.offset)
+    }
+
+    /// A name for an object: its static variable, else its kind and id.
+    pub fn describe_object(&self, id: ObjectId) -> String {
+        let Some(info) = self.objects.get(&id) else {
+            return format!("object#{id}");
+        };
+        if let ClassKey::Static(frame) = &info.class {
+            if let Some(name) = self
+                .symbols
+                .get(frame)
+                .and_then(|s| s.locations.first())
+                .and_then(|l| l.function)
+                .and_then(|f| self.string(f))
+            {
+                return name.to_string();
+            }
+        }
+        format!("{}#{id}", info.kind.name())
+    }
+
+    pub fn thread_name(&self, id: ThreadId) -> Option<&str> {
+        self.threads.get(&id)?.name.and_then(|n| self.string(n))
+    }
+}
+
+fn short_path(p: &str) -> &str {
+    p.rsplit('/').next().unwrap_or(p)
 }

@@ -10,11 +10,12 @@ use foresight_trace::event::EventKind;
 use foresight_trace::Problem;
 use foresight_trace::{ThreadId, TraceStream};
 
-use crate::analysis::{analyze, Options};
+use crate::analysis::analyze;
 use crate::merge::{Merger, SegmentFold, TraceAnalysis};
 use crate::model::{
     drive_segments_replaying, ModelPass, MonitorScan, Run, ThreadModel, DEFAULT_SEGMENT_EVENTS,
 };
+use crate::options::Options;
 use crate::report::{self, Report};
 use crate::sites::Wrappers;
 use crate::stream::{Runs, Stream};

@@ -10,8 +10,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 
-use crate::baseline::{self, finding_key, DEFAULT_BASELINE};
-use crate::report::{self, Finding, Report};
+use crate::baseline::{self, DEFAULT_BASELINE};
+use crate::report::{self, finding_key, Finding, Report};
 
 use super::analyze::{analyze_traces, AnalysisArgs};
 use super::output::ignore_broken_pipe;

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use foresight_trace::event::{EventKind, MemoryOrder};
-use foresight_trace::reader::Tables;
+use foresight_trace::tables::Tables;
 use foresight_trace::TraceStream;
 
 use super::output::{ignore_broken_pipe, open_stream, warn_problems};

@@ -10,9 +10,9 @@ use anyhow::{bail, Context};
 
 use crate::lock_graph::LockOrderGraph;
 use crate::model::{Run, DEFAULT_SEGMENT_EVENTS};
-use crate::report::dot::write_dot;
 
 use super::analyze::{load_run, SiteArgs};
+use super::dot::write_dot;
 use super::output::ignore_broken_pipe;
 use crate::suppressions::Suppressions;
 

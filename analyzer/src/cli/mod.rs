@@ -9,6 +9,7 @@ mod cache;
 mod check;
 mod config;
 mod demo;
+mod dot;
 mod dump;
 mod graph;
 mod interop;

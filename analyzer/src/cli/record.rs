@@ -882,7 +882,7 @@ fn still_running(pid: u32, reaped: u32) -> bool {
 }
 
 /// What a flight recorder's trace holds: one line, `None` for a whole recording.
-pub(crate) fn window_summary(tables: &foresight_trace::reader::Tables) -> Option<String> {
+pub(crate) fn window_summary(tables: &foresight_trace::tables::Tables) -> Option<String> {
     let first = tables.window.values().next()?;
     let dropped: u64 = tables.window.values().map(|w| w.events_dropped).sum();
     let threads = tables

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use foresight_trace::event::{Category, ObjectId};
-use foresight_trace::reader::Tables;
 use foresight_trace::stream::ThreadSummary;
+use foresight_trace::tables::Tables;
 use foresight_trace::tables::{EndReason, Ordering};
 use foresight_trace::{Problem, TraceStream};
 
@@ -236,7 +236,7 @@ fn write_stats(
             out,
             "ended      not: a snapshot taken on {} while the process ran (record --dump-on); \
              {} read",
-            crate::observed::signal_name(stream.tables().snapshot_signal().unwrap_or(0) as i32),
+            crate::report::signal_name(stream.tables().snapshot_signal().unwrap_or(0) as i32),
             counted(stream.chunk_count(), "chunk was", "chunks were")
         )?,
         (None, _) => writeln!(

@@ -6,7 +6,7 @@
 use foldhash::{HashMap, HashMapExt};
 
 use foresight_trace::event::ObjectId;
-use foresight_trace::reader::Tables;
+use foresight_trace::tables::Tables;
 
 use super::locks::LockSections;
 use crate::stream::{Op, StreamEvent};

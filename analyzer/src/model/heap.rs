@@ -10,8 +10,8 @@
 use foldhash::{HashMap, HashMapExt};
 
 use foresight_trace::event::SiteId;
-use foresight_trace::reader::Tables;
 use foresight_trace::tables::ClassKey;
+use foresight_trace::tables::Tables;
 
 use crate::stream::{Op, StreamEvent};
 

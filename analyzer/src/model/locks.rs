@@ -14,8 +14,8 @@
 use foldhash::HashMap;
 
 use foresight_trace::event::{ObjectId, SiteId};
-use foresight_trace::reader::Tables;
 use foresight_trace::tables::ObjectKind;
+use foresight_trace::tables::Tables;
 
 use super::annotations::Annotations;
 use super::heap::HeapBlocks;

@@ -33,14 +33,14 @@ use std::sync::Arc;
 use foldhash::HashMap;
 
 use foresight_trace::event::{EventKind, ObjectId, SiteId, ThreadId};
-use foresight_trace::reader::Tables;
+use foresight_trace::tables::Tables;
 use foresight_trace::tables::{ClassKey, EndReason, ObjectKind};
 use foresight_trace::Trace;
 
 use crate::hb::{EdgeKinds, HappensBefore, HbPass};
 use crate::races::{RaceOutput, RacePass};
-use crate::sites::Wrappers;
-use crate::stream::{mode_of, EventSource, Op, Pass, Stream, StreamEvent};
+use crate::sites::{Location, Wrappers};
+use crate::stream::{mode_of, EventSource, Mode, Op, Pass, Stream, StreamEvent};
 
 mod annotations;
 mod heap;
@@ -59,39 +59,6 @@ use pending::PendingCalls;
 pub use pending::{Blocking, PendingCall, RunEnd};
 use senders::Senders;
 use waits::HeldWaits;
-
-/// A source location, symbolised when the trace has symbols.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Location {
-    pub function: Option<String>,
-    pub file: Option<String>,
-    pub line: u32,
-    /// `function (file:line)`, or `module+0xoffset` when not symbolised.
-    pub text: String,
-    /// The site's frames as the user reads them, innermost first: the user's location, then
-    /// each recorded caller's (`sites.rs`).
-    pub stack: Vec<String>,
-    /// Every frame and every call inlined in it, innermost first, the locking machinery
-    /// (standard library, wrappers) included.
-    pub full_stack: Vec<String>,
-    /// No recorded frame is outside the locking machinery (a wrapper recorded without its
-    /// callers): the location is the machinery's nearest to the program's code.
-    pub machinery_only: bool,
-}
-
-/// Read or write mode of an acquisition (a plain mutex is always `Write`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Mode {
-    Write,
-    Read,
-}
-
-impl Mode {
-    /// Whether two holders in these modes exclude each other.
-    pub fn conflicts(self, other: Mode) -> bool {
-        !(self == Mode::Read && other == Mode::Read)
-    }
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AcquireHow {

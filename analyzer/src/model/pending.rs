@@ -11,7 +11,7 @@
 use foldhash::{HashMap, HashMapExt};
 
 use foresight_trace::event::{ObjectId, SiteId};
-use foresight_trace::reader::Tables;
+use foresight_trace::tables::Tables;
 use foresight_trace::tables::{EndReason, RecordingStopped, ThreadEndState};
 
 use super::{Mode, ThreadModel};

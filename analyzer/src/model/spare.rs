@@ -54,7 +54,7 @@ mod tests {
             Acquisition {
                 thread: 0,
                 lock: 0,
-                mode: crate::model::Mode::Write,
+                mode: crate::stream::Mode::Write,
                 how: crate::model::AcquireHow::Blocking,
                 request: 0,
                 acquired: 0,

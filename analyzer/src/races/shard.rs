@@ -10,8 +10,7 @@ use std::collections::BTreeMap;
 use foresight_trace::SiteId;
 
 use crate::hb::{EdgeKinds, HbPass};
-use crate::model::Mode;
-use crate::stream::{Op, Pass, StreamEvent};
+use crate::stream::{Mode, Op, Pass, StreamEvent};
 
 use super::locksets::{Held, Locksets};
 use super::shadow::{AccessKind, FoundAt, Shadow, ShadowAccess, Verdict as Conflict};

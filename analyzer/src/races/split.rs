@@ -41,8 +41,8 @@ use std::sync::mpsc::{
     channel, sync_channel, Receiver, Sender, SyncSender, TryRecvError, TrySendError,
 };
 
-use foresight_trace::reader::Tables;
 use foresight_trace::stream::MergedStream;
+use foresight_trace::tables::Tables;
 
 use foresight_trace::event::{Event, EventKind};
 

@@ -7,17 +7,35 @@
 
 use serde::Serialize;
 
-use crate::model::Location;
+use crate::sites::Location;
 
-pub mod dot;
 pub mod json;
+mod key;
 pub mod sarif;
 pub mod text;
+
+pub use key::finding_key;
 
 /// `n` and the noun, singular for one: "1 cycle", "2 cycles", "1 class", "3 classes".
 pub fn counted<N: std::fmt::Display + PartialEq + From<u8>>(n: N, one: &str, many: &str) -> String {
     let noun = if n == N::from(1) { one } else { many };
     format!("{n} {noun}")
+}
+
+/// A signal by name and number, "SIGTERM (signal 15)", or "signal N" for one not named here.
+pub(crate) fn signal_name(signal: i32) -> String {
+    let name = match signal {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        6 => "SIGABRT",
+        9 => "SIGKILL",
+        10 => "SIGUSR1",
+        12 => "SIGUSR2",
+        15 => "SIGTERM",
+        _ => return format!("signal {signal}"),
+    };
+    format!("{name} (signal {signal})")
 }
 
 pub const REPORT_SCHEMA: &str = "foresight-report";

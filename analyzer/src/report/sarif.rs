@@ -3,14 +3,13 @@
 //! is the primary acquisition (the first request of a lock cycle, the wait of a wait finding),
 //! `relatedLocations` every site of the finding (both sides of each edge), and a predicted
 //! finding's witness is a `codeFlow` with one `threadFlow` per thread. `partialFingerprints`
-//! carries the baseline key (`baseline::finding_key`), which is stable across machines.
+//! carries the baseline key ([`finding_key`]), which is stable across machines.
 
 use std::io::Write;
 
 use serde_json::{json, Value};
 
-use super::{Finding, FindingLocation, Kind, Report, Verdict};
-use crate::baseline::finding_key;
+use super::{finding_key, Finding, FindingLocation, Kind, Report, Verdict};
 
 /// A kind's rule: (short description, full description).
 fn rule(kind: Kind) -> (&'static str, &'static str) {

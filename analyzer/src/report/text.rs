@@ -55,7 +55,7 @@ pub fn write_with(out: &mut impl Write, report: &Report, style: Style) -> std::i
                     out,
                     "  a snapshot taken on {} while the process ran (record --dump-on): no \
                      trailer, the process went on",
-                    crate::observed::signal_name(sig as i32)
+                    super::signal_name(sig as i32)
                 )?;
             }
         }

@@ -1,0 +1,39 @@
+//! What the analyses may spend and how much they list: the budgets and limits of `foresight
+//! analyze`, read by every analysis and by the driver that runs them.
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Longest cycle enumerated (in locks, which is also in threads).
+    pub max_cycle_length: usize,
+    /// Search steps for the cycle enumeration, per graph.
+    pub cycle_budget: u64,
+    /// Instance-level patterns checked with the closure, over the whole analysis.
+    pub candidate_budget: u64,
+    /// Patterns tried per instance-level cycle.
+    pub candidates_per_cycle: u64,
+    /// Work (events entering closures) allowed to the complete search of abstract patterns,
+    /// over the whole analysis.
+    pub closure_steps: u64,
+    /// Race candidates (pairs ordered only through lock hand-offs) checked with the
+    /// sync-preserving closure, over the whole analysis.
+    pub race_candidate_budget: u64,
+    /// Lock cycles listed per strongly connected component of the lock-order graph and per
+    /// verdict (shortest first); the others are counted. Prediction in a component stops once
+    /// this many deadlocks are predicted there. `usize::MAX` (`--all`): every cycle checked
+    /// and listed.
+    pub cycles_listed: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            max_cycle_length: 4,
+            cycle_budget: 20_000_000,
+            candidate_budget: 50_000,
+            candidates_per_cycle: 64,
+            closure_steps: 400_000_000,
+            race_candidate_budget: 20_000,
+            cycles_listed: 3,
+        }
+    }
+}

@@ -1,0 +1,291 @@
+//! The race findings of one run, from what its race pass kept (`races/`, in the walk): every
+//! happens-before race, then the candidates the sync-preserving closure confirms, each pair of
+//! lines reported once, with its witness. Read from the run after the walk.
+
+use crate::closure::{closure_before, Budget, PatternEvent};
+use crate::describe;
+use crate::model::Run;
+use crate::races::shadow::AccessKind;
+use crate::races::{Pair, RaceAccess, RaceOutput, SitePair};
+use crate::report::{
+    AccessReport, BlockReport, Detail, Finding, FindingLocation, Kind, RaceReport, VariableReport,
+    Verdict,
+};
+
+/// What the race findings of one run cost, for the summary.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RaceStats {
+    pub happens_before: usize,
+    pub predicted: usize,
+    /// Pairs of sites the predictor was asked about, and those it could not decide within
+    /// the budget.
+    pub candidate_pairs: usize,
+    pub undecided: usize,
+    /// Pairs of sites none of whose kept instances was confirmed while more were found than
+    /// kept: a race there that only an unkept instance shows is missed.
+    pub capped: usize,
+}
+
+/// The race findings of one run: every happens-before race, then the candidates the
+/// sync-preserving closure confirms (each instance costs one candidate check of `budget`).
+pub(crate) fn race_findings(
+    run: &Run,
+    out: &RaceOutput,
+    budget: &mut Budget,
+) -> (Vec<Finding>, RaceStats) {
+    let mut stats = RaceStats::default();
+    let mut findings = Vec::new();
+    if !out.complete {
+        return (findings, stats);
+    }
+    // One finding per pair of lines: a line's read and write are distinct sites (and so are
+    // two instructions of one line), but one thing to fix.
+    let mut by_lines: Vec<(LineKey, SitePair)> = Vec::new();
+    for r in &out.races {
+        let key = line_key(run, &r.first);
+        match by_lines.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, merged)) => merged.count += r.count,
+            None => by_lines.push((key, r.clone())),
+        }
+    }
+    for (_, r) in &by_lines {
+        stats.happens_before += 1;
+        findings.push(finding(
+            run,
+            out,
+            &r.first,
+            r.count,
+            "happens-before",
+            "nothing orders the two accesses in the recorded run: no lock both hold, and no \
+             thread creation or join, barrier, pthread_once, semaphore, condition hand-off or \
+             release/acquire atomic between them. C11 calls this a data race of the run \
+             itself (5.1.2.4); it needed no unlucky timing to happen"
+                .to_string(),
+            None,
+        ));
+    }
+    if !run.hb.complete {
+        return (findings, stats);
+    }
+    let mut predicted_lines: Vec<LineKey> = by_lines.into_iter().map(|(k, _)| k).collect();
+    for c in &out.candidates {
+        let key = line_key(run, &c.instances[0]);
+        if predicted_lines.contains(&key) {
+            continue;
+        }
+        stats.candidate_pairs += 1;
+        let mut decided = false;
+        let mut checked = 0u64;
+        let mut confirmed = false;
+        for pair in c.kept() {
+            checked += 1;
+            if !budget.take() {
+                break;
+            }
+            let events = [
+                PatternEvent {
+                    thread: pair[0].access.thread,
+                    pos: pair[0].access.pos,
+                },
+                PatternEvent {
+                    thread: pair[1].access.thread,
+                    pos: pair[1].access.pos,
+                },
+            ];
+            match closure_before(run, &events) {
+                Ok(closure) => {
+                    let next: Vec<(PatternEvent, String)> = pair
+                        .iter()
+                        .zip(events)
+                        .map(|(a, e)| {
+                            (
+                                e,
+                                format!(
+                                    "{}s {} at {}",
+                                    verb(a.access.kind),
+                                    describe_address(a),
+                                    run.location(a.access.site).text
+                                ),
+                            )
+                        })
+                        .collect();
+                    let witness = describe::witness(run, &closure, &next);
+                    stats.predicted += 1;
+                    findings.push(finding(
+                        run,
+                        out,
+                        pair,
+                        c.count,
+                        "sync-preserving",
+                        "in the recorded run only lock hand-offs order the two accesses, and \
+                         they hold no common lock. The witness keeps every critical section \
+                         in its order, every read's writer and all other synchronisation, \
+                         and then runs both accesses back to back: a schedule that \
+                         happens-before alone (ThreadSanitizer) cannot see"
+                            .to_string(),
+                        Some(witness),
+                    ));
+                    predicted_lines.push(key.clone());
+                    decided = true;
+                    confirmed = true;
+                    break;
+                }
+                Err(_) => decided = true,
+            }
+        }
+        if !decided {
+            stats.undecided += 1;
+        } else if !confirmed && c.count > checked {
+            stats.capped += 1;
+        }
+    }
+    (findings, stats)
+}
+
+/// The two source lines of a pair, in a fixed order (`module+offset` when not symbolised).
+type LineKey = (String, String);
+
+fn line_key(run: &Run, pair: &Pair) -> LineKey {
+    let line = |a: &RaceAccess| {
+        let l = run.location(a.access.site);
+        match (&l.file, l.line) {
+            (Some(f), n) if n > 0 => format!("{f}:{n}"),
+            _ => l.text,
+        }
+    };
+    let (a, b) = (line(&pair[0]), line(&pair[1]));
+    if a <= b {
+        (a, b)
+    } else {
+        (b, a)
+    }
+}
+
+fn verb(kind: AccessKind) -> &'static str {
+    match kind {
+        AccessKind::Read => "read",
+        AccessKind::Write => "write",
+        AccessKind::AtomicRead => "atomically read",
+        AccessKind::AtomicWrite => "atomically write",
+    }
+}
+
+fn describe_address(a: &RaceAccess) -> String {
+    if let Some(v) = &a.variable {
+        return format!("{} ({} bytes)", v.name, a.access.size);
+    }
+    match a.block {
+        Some(b) => format!(
+            "{} bytes at offset {} of a {}-byte heap block",
+            a.access.size,
+            a.access.addr - b.addr,
+            b.size
+        ),
+        None => format!("{} bytes at {:#x}", a.access.size, a.access.addr),
+    }
+}
+
+fn lock_name(run: &Run, object: u32) -> String {
+    run.locks
+        .iter()
+        .find(|l| l.object == object)
+        .map(|l| l.name.clone())
+        .or_else(|| run.object_names.get(&object).cloned())
+        .unwrap_or_else(|| format!("lock#{object}"))
+}
+
+fn access_report(run: &Run, out: &RaceOutput, a: &RaceAccess) -> AccessReport {
+    let s = &a.access;
+    AccessReport {
+        kind: s.kind.as_str(),
+        size: s.size,
+        address: format!("{:#x}", s.addr),
+        thread: run.thread_label(s.thread),
+        position: s.pos,
+        site: describe::site(run, s.site),
+        locks_held: out
+            .locksets
+            .get(s.lockset)
+            .iter()
+            .map(|h| {
+                let name = lock_name(run, h.lock);
+                if h.shared {
+                    format!("{name} (read)")
+                } else {
+                    name
+                }
+            })
+            .collect(),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn finding(
+    run: &Run,
+    out: &RaceOutput,
+    pair: &Pair,
+    count: u64,
+    rule: &'static str,
+    reason: String,
+    witness: Option<crate::report::Witness>,
+) -> Finding {
+    let [a, b] = pair;
+    let block = a.block.or(b.block).map(|blk| BlockReport {
+        size: blk.size,
+        offset: a.access.addr.saturating_sub(blk.addr),
+        allocated_at: describe::site(run, blk.site),
+        thread: run.thread_label(blk.thread),
+    });
+    let variable = a.variable.as_ref().or(b.variable.as_ref());
+    let what = match (variable, &block) {
+        (Some(v), _) => format!("`{}`", v.name),
+        (None, Some(b)) => format!(
+            "offset {} of a {}-byte heap block allocated at {}",
+            b.offset, b.size, b.allocated_at.location
+        ),
+        (None, None) => format!("{:#x}", a.access.addr),
+    };
+    let side = |x: &RaceAccess| {
+        format!(
+            "{} by {} at {}",
+            x.access.kind.as_str(),
+            run.thread_label(x.access.thread),
+            run.location(x.access.site).text
+        )
+    };
+    let message = format!("data race on {what}: {} and {}", side(a), side(b));
+    let role = |x: &RaceAccess| -> &'static str {
+        match x.access.kind {
+            AccessKind::Read => "reads",
+            AccessKind::Write => "writes",
+            AccessKind::AtomicRead => "atomic-reads",
+            AccessKind::AtomicWrite => "atomic-writes",
+        }
+    };
+    let locations: Vec<FindingLocation> = pair
+        .iter()
+        .map(|x| describe::location(run, x.access.site, x.access.thread, role(x)))
+        .collect();
+    Finding {
+        id: 0,
+        kind: Kind::Race,
+        verdict: Verdict::Predicted,
+        rule,
+        message,
+        reason,
+        traces: vec![run.source.clone()],
+        witness,
+        occurrences: count,
+        locations,
+        detail: Detail::Race(Box::new(RaceReport {
+            address: format!("{:#x}", a.access.addr),
+            variable: variable.map(|v| VariableReport {
+                name: v.name.clone(),
+                file: v.file.clone(),
+                line: (v.line > 0).then_some(v.line),
+            }),
+            block,
+            accesses: [access_report(run, out, a), access_report(run, out, b)],
+        })),
+    }
+}
