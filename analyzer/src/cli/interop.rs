@@ -59,7 +59,7 @@ pub fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
                 .iter()
                 .map(|(op, n)| format!("{} {n}", op.keyword()))
                 .collect();
-            eprintln!(
+            say!(
                 "foresight: imported {} lines ({}): {} threads, {} locks, {} variables, {} \
                  locations; {} events written to {}",
                 s.lines,
@@ -72,7 +72,7 @@ pub fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
                 args.output.display()
             );
             if s.acquire_sites_merged > 0 {
-                eprintln!(
+                say!(
                     "foresight: {} `acq` lines had another location than their `req`: the \
                      acquisition keeps the request's",
                     s.acquire_sites_merged
@@ -84,7 +84,7 @@ pub fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
             let _ = std::fs::remove_file(&args.output);
             match e {
                 Failure::Input(e) => {
-                    eprintln!("foresight: error: {}: {e}", args.input.display());
+                    say!("foresight: error: {}: {e}", args.input.display());
                     Ok(ExitCode::from(EXIT_BAD_INPUT))
                 }
                 Failure::Io(e) => anyhow::bail!("{}: {e}", args.input.display()),
@@ -118,10 +118,10 @@ pub fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
         other => other?,
     };
     for p in summary.problems.iter().take(10) {
-        eprintln!("foresight: warning: {}: {p}", args.trace.display());
+        say!("foresight: warning: {}: {p}", args.trace.display());
     }
     let _ = warn_problems;
-    eprintln!("foresight: wrote {} lines", summary.lines);
+    say!("foresight: wrote {} lines", summary.lines);
     let left = summary.left_out_total();
     if left > 0 {
         let kinds: Vec<String> = summary
@@ -129,13 +129,13 @@ pub fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
             .iter()
             .map(|(k, n)| format!("{k} {n}"))
             .collect();
-        eprintln!(
+        say!(
             "foresight: {left} events STD cannot express were left out: {}",
             kinds.join(", ")
         );
     }
     if summary.renamed > 0 {
-        eprintln!(
+        say!(
             "foresight: {} threads, locks or variables had no unique name STD can carry and \
              were named by id",
             summary.renamed
@@ -213,7 +213,7 @@ pub fn synth(args: SynthArgs) -> anyhow::Result<ExitCode> {
         seed: args.seed,
     };
     if let Err(m) = synth::check(&spec) {
-        eprintln!("foresight: error: {m}");
+        say!("foresight: error: {m}");
         return Ok(ExitCode::from(EXIT_BAD_INPUT));
     }
     let file = File::create(&args.output)
@@ -244,7 +244,7 @@ pub fn synth(args: SynthArgs) -> anyhow::Result<ExitCode> {
         writeln!(w)?;
         w.flush()?;
     }
-    eprintln!(
+    say!(
         "foresight: wrote {} events of {} threads to {} ({} planted findings)",
         truth.lines,
         truth.threads,

@@ -245,11 +245,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                     match symbolize_in_place(&copy, &SymbolizeOptions::default()) {
                         Ok(s) => {
                             for w in s.warnings() {
-                                eprintln!("foresight: warning: {}: {w}", input.name);
+                                say!("foresight: warning: {}: {w}", input.name);
                             }
                         }
                         Err(e) => {
-                            eprintln!("foresight: warning: {}: not symbolised: {e}", input.name)
+                            say!("foresight: warning: {}: not symbolised: {e}", input.name)
                         }
                     }
                 }
@@ -263,7 +263,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             Ok(std::borrow::Cow::Owned(plain)) => Some(plain),
             Ok(std::borrow::Cow::Borrowed(_)) => None,
             Err(e) => {
-                eprintln!(
+                say!(
                     "foresight: warning: {}: packed as recorded, compressed chunks and all: {e}",
                     input.name
                 );
@@ -328,7 +328,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let packed_total = std::fs::metadata(&args.output)
         .map(|m| m.len())
         .unwrap_or(0);
-    eprintln!(
+    say!(
         "foresight: packed {} into {} ({} bytes from {}, {})",
         crate::report::counted(manifest.traces.len(), "trace", "traces"),
         args.output.display(),

@@ -26,6 +26,7 @@ use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGQUIT, SIGTERM};
 
 use super::run_files::{siblings, snapshots};
 use super::runtime::{check_target, find_runtime, ld_preload};
+use super::safe_fs::untrusted_file;
 
 #[derive(clap::Args)]
 #[command(override_usage = "foresight record [OPTIONS] [--] <CMD> [ARGS]...")]
@@ -186,9 +187,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         cmd.env("FORESIGHT_WRAPPERS", wrappers.patterns().join("\n"));
     }
 
-    let hang = args.hang_timeout.map(|secs| HangWatch::new(&output, secs));
+    let hang = match args.hang_timeout {
+        Some(secs) => Some(HangWatch::new(&output, secs)?),
+        None => None,
+    };
     if let Some(h) = &hang {
-        h.prepare()?;
         cmd.env("FORESIGHT_STOP_FILE", &h.stop_file).env(
             "FORESIGHT_HANG_TIMEOUT_MS",
             (u64::from(h.secs) * 1000).to_string(),
@@ -204,14 +207,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // command, already gone, must not have inherited an ignored SIGXFSZ.
     // SAFETY: setting a signal's disposition to SIG_IGN has no memory-safety preconditions.
     unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
-    if let Some(h) = &hang {
+    if let Some(h) = hang {
         h.clean_up();
     }
     let code = exit_code(status);
 
     let traces = traces_of_run(&output, &stale_kept);
     if traces.is_empty() {
-        eprintln!(
+        say!(
             "foresight: warning: no trace was written to {}: the runtime {} did not record {} \
              (a statically linked or set-user-ID program ignores LD_PRELOAD, and so does one that \
              clears its environment)",
@@ -278,7 +281,7 @@ fn is_silent(f: &TraceFile) -> bool {
 /// nothing of use (the root's stays: it names the run).
 fn prepare_trace(shown: &Path, path: &Path, root: bool, reaped: u32, args: &Args) -> Prepared {
     let warn = |what: &dyn std::fmt::Display| {
-        eprintln!("foresight: warning: {}: {what}", shown.display());
+        say!("foresight: warning: {}: {what}", shown.display());
     };
     let len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     if len == 0 {
@@ -300,7 +303,7 @@ fn prepare_trace(shown: &Path, path: &Path, root: bool, reaped: u32, args: &Args
             f.trailer().is_none() && still_running(f.header().pid, reaped)
         }
         Err(e) => {
-            eprintln!("foresight: warning: {e}");
+            say!("foresight: warning: {e}");
             return Prepared::Unreadable;
         }
     };
@@ -341,7 +344,7 @@ fn prepare_trace(shown: &Path, path: &Path, root: bool, reaped: u32, args: &Args
             })
         }
         Err(e) => {
-            eprintln!("foresight: warning: {e}");
+            say!("foresight: warning: {e}");
             Prepared::Unreadable
         }
     }
@@ -375,13 +378,13 @@ fn report_run(shown: &Path, mut written: Vec<Written>, silent: usize) {
     match written.as_slice() {
         [] => {}
         [one] => {
-            eprintln!("foresight: trace written to {}{removed}", line(one));
+            say!("foresight: trace written to {}{removed}", line(one));
             for n in &one.notes {
-                eprintln!("{n}");
+                say!("{n}");
             }
         }
         many => {
-            eprintln!(
+            say!(
                 "foresight: run written to {}: {} recorded events, busiest first{removed}; \
                  `foresight analyze {}` reads them all",
                 shown.display(),
@@ -389,9 +392,9 @@ fn report_run(shown: &Path, mut written: Vec<Written>, silent: usize) {
                 shown.display()
             );
             for w in many {
-                eprintln!("foresight: trace written to {}  {}", line(w), w.command);
+                say!("foresight: trace written to {}  {}", line(w), w.command);
                 for n in &w.notes {
-                    eprintln!("{n}");
+                    say!("{n}");
                 }
             }
         }
@@ -403,13 +406,25 @@ fn report_run(shown: &Path, mut written: Vec<Written>, silent: usize) {
 fn report_snapshots(output: &Path, shown: &Path, args: &Args) {
     let snaps = snapshots(output);
     if snaps.is_empty() {
-        eprintln!(
+        say!(
             "foresight: no snapshot was written (--dump-on {}: the signal did not arrive)",
             signal_label(args.dump_on.unwrap_or(0))
         );
         return;
     }
     for path in snaps {
+        // The runtime creates its snapshots new (`O_EXCL|O_NOFOLLOW`): a link or another
+        // user's file by that name was planted, and is neither symbolised nor read.
+        if let Some(why) = std::fs::symlink_metadata(&path)
+            .ok()
+            .and_then(|m| untrusted_file(&m, &[]))
+        {
+            say!(
+                "foresight: warning: {}: not a snapshot of this run, left alone: {why}",
+                path.display()
+            );
+            continue;
+        }
         let name = path
             .file_name()
             .map(|n| n.to_os_string())
@@ -417,7 +432,7 @@ fn report_snapshots(output: &Path, shown: &Path, args: &Args) {
         let shown = shown.with_file_name(name);
         if !args.no_symbolize {
             if let Err(e) = symbolize_in_place(&path, &SymbolizeOptions::default()) {
-                eprintln!(
+                say!(
                     "foresight: warning: {}: not symbolised: {e}",
                     shown.display()
                 );
@@ -426,7 +441,7 @@ fn report_snapshots(output: &Path, shown: &Path, args: &Args) {
         match Trace::open(&path) {
             Ok(t) => {
                 let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-                eprintln!(
+                say!(
                     "foresight: snapshot written to {} ({}, {} events, {} thread{}; taken on {} \
                      while the process ran)",
                     shown.display(),
@@ -437,10 +452,10 @@ fn report_snapshots(output: &Path, shown: &Path, args: &Args) {
                     signal_label(t.tables.snapshot_signal().unwrap_or(0) as i32)
                 );
                 for l in waiting_threads(&t) {
-                    eprintln!("  {l}");
+                    say!("  {l}");
                 }
             }
-            Err(e) => eprintln!("foresight: warning: {e}"),
+            Err(e) => say!("foresight: warning: {e}"),
         }
     }
 }
@@ -642,30 +657,44 @@ fn prepare_output(output: &Path) -> anyhow::Result<Vec<PathBuf>> {
 /// (`recorder/src/flusher.rs`), so a trace that does not grow is a process that records
 /// nothing. Stopping: the stop file appears, each process's runtime sees it, completes its
 /// trace and ends the process.
+///
+/// The stop file is in a new directory of the temporary directory that only the user can
+/// write (`mkdtemp`, then mode 0711: a process of the run that changed its user can still see
+/// the file, no one else can create it, list the directory or plant a link in it): a file
+/// beside the trace could be created by anyone who can write there, and stop the run.
 struct HangWatch {
     secs: u32,
     stop_file: PathBuf,
+    /// Holds `stop_file`; removed with it when the run is over.
+    stop_dir: tempfile::TempDir,
     output: PathBuf,
 }
 
 impl HangWatch {
-    fn new(output: &Path, secs: u32) -> Self {
+    fn new(output: &Path, secs: u32) -> anyhow::Result<Self> {
+        use std::os::unix::fs::PermissionsExt;
+        let parent = absolute(&std::env::temp_dir())?;
+        let stop_dir = super::safe_fs::private_dir_in(&parent, "foresight-stop-")
+            .and_then(|d| {
+                std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o711))?;
+                Ok(d)
+            })
+            .map_err(|e| {
+                anyhow!(
+                    "--hang-timeout: cannot create a private directory in {} for the file that \
+                     stops the run: {e} (set TMPDIR to a directory of your own)",
+                    parent.display()
+                )
+            })?;
         let mut name = std::ffi::OsString::from(".");
         name.push(output.file_name().unwrap_or(OsStr::new("trace")));
         name.push(".foresight-stop");
-        Self {
+        Ok(Self {
             secs,
-            stop_file: output.with_file_name(name),
+            stop_file: stop_dir.path().join(name),
+            stop_dir,
             output: output.to_path_buf(),
-        }
-    }
-
-    fn prepare(&self) -> anyhow::Result<()> {
-        match std::fs::remove_file(&self.stop_file) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(anyhow!("cannot remove {}: {e}", self.stop_file.display())),
-        }
+        })
     }
 
     /// The sizes and modification times of the run's traces, to compare between looks (a
@@ -685,16 +714,19 @@ impl HangWatch {
     }
 
     fn stop(&self) {
-        if let Err(e) = std::fs::write(&self.stop_file, b"") {
-            eprintln!(
+        if let Err(e) = super::safe_fs::create_new(&self.stop_file, 0o644) {
+            say!(
                 "foresight: warning: cannot create {}: {e}",
                 self.stop_file.display()
             );
         }
     }
 
-    fn clean_up(&self) {
-        let _ = std::fs::remove_file(&self.stop_file);
+    fn clean_up(self) {
+        let dir = self.stop_dir.path().to_path_buf();
+        if let Err(e) = self.stop_dir.close() {
+            say!("foresight: warning: cannot remove {}: {e}", dir.display());
+        }
     }
 }
 
@@ -798,7 +830,7 @@ fn run_and_wait(
                         sizes = now;
                         last_growth = Instant::now();
                     } else if last_growth.elapsed() >= Duration::from_secs(h.secs.into()) {
-                        eprintln!(
+                        say!(
                             "foresight: no process of the run recorded an event for {} s: \
                              stopping {shown} (its trace says where each thread waits)",
                             h.secs
@@ -808,7 +840,7 @@ fn run_and_wait(
                     }
                 }
                 Some(at) if at.elapsed() > STOP_GRACE => {
-                    eprintln!(
+                    say!(
                         "foresight: {shown} did not stop within {} s: killing it",
                         STOP_GRACE.as_secs()
                     );
@@ -845,18 +877,35 @@ fn exit_code(status: ExitStatus) -> u8 {
     }
 }
 
-/// `output` and its siblings written by this run: (suffix, path), the root first.
+/// `output` and its siblings written by this run: (suffix, path), the root first. Only the
+/// user's own regular files: they are symbolised (written to), and the run's processes write
+/// new files (`O_EXCL`), so a link or another user's file is one planted beside them (said).
 fn traces_of_run(output: &Path, stale_kept: &[PathBuf]) -> Vec<(String, PathBuf)> {
-    let mut out = Vec::new();
-    if output.is_file() {
-        out.push((String::new(), output.to_path_buf()));
+    let mut candidates = Vec::new();
+    if std::fs::symlink_metadata(output).is_ok() {
+        candidates.push((String::new(), output.to_path_buf()));
     }
-    out.extend(
+    candidates.extend(
         siblings(output)
             .into_iter()
             .filter(|(_, p)| !stale_kept.contains(p)),
     );
-    out
+    candidates
+        .into_iter()
+        .filter(|(_, p)| match std::fs::symlink_metadata(p) {
+            Ok(meta) => match untrusted_file(&meta, &[]) {
+                None => true,
+                Some(why) => {
+                    say!(
+                        "foresight: warning: {}: not a trace of this run, left alone: {why}",
+                        p.display()
+                    );
+                    false
+                }
+            },
+            Err(_) => false,
+        })
+        .collect()
 }
 
 /// True when the process that wrote a trace without a trailer is still running (a child that
