@@ -718,3 +718,109 @@ fn a_cached_tsan_stub_others_could_have_written_is_refused() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(archive.is_file());
 }
+
+// ---- item: a pack's members are bounded by what the pack holds ----
+
+/// A pack of one member, `frame` (a zstd frame) declared as `size` bytes with checksum
+/// `sha256`, laid out as `docs/pack-format.md` says.
+fn pack_with(frame: &[u8], size: u64, sha256: &str) -> Vec<u8> {
+    use sha2::{Digest, Sha256};
+    let manifest = |offset: u64| {
+        serde_json::to_vec(&serde_json::json!({
+            "format": 1,
+            "producer": "hardening test",
+            "created_unix": 0,
+            "level": 1,
+            "traces": [{
+                "name": "bomb.trace",
+                "pid": 1,
+                "parent_pid": 0,
+                "command": ["bomb"],
+                "events": null,
+                "threads": 1,
+                "size": size,
+                "sha256": sha256,
+                "offset": offset,
+                "packed_size": frame.len(),
+            }],
+        }))
+        .unwrap()
+    };
+    // The offset's digits change the manifest's length: lay out until it is stable.
+    let mut offset = 0u64;
+    let mut json = manifest(offset);
+    while 48 + json.len() as u64 != offset {
+        offset = 48 + json.len() as u64;
+        json = manifest(offset);
+    }
+    let mut out = b"FSIGHTPK".to_vec();
+    out.extend(1u32.to_le_bytes());
+    out.extend((json.len() as u32).to_le_bytes());
+    out.extend(Sha256::digest(&json));
+    out.extend(&json);
+    out.extend(frame);
+    out
+}
+
+/// Runs `foresight ARGS` in `dir` and returns its output and its peak resident memory (KiB),
+/// from `wait4` of that very process.
+// Reaped by `wait4`, which std's `Child` does not know of.
+#[allow(clippy::zombie_processes)]
+fn run_measured(dir: &Path, args: &[&str]) -> (Output, i64) {
+    use std::io::Read;
+    let mut child = foresight(dir)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    child.stdout.take().unwrap().read_to_end(&mut out).unwrap();
+    child.stderr.take().unwrap().read_to_end(&mut err).unwrap();
+    let mut status = 0;
+    // SAFETY: rusage is plain data; zeroed is a valid value.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waits for our own child, not reaped yet (std's `Child` is not waited on).
+    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    assert_eq!(pid, child.id() as i32);
+    use std::os::unix::process::ExitStatusExt;
+    let o = Output {
+        status: std::process::ExitStatus::from_raw(status),
+        stdout: out,
+        stderr: err,
+    };
+    (o, usage.ru_maxrss)
+}
+
+#[test]
+fn a_pack_whose_member_expands_without_end_is_refused_in_little_memory() {
+    let dir = fresh_dir("hard-bomb");
+    // 128 MiB of zeros: a few KB compressed.
+    const BOMB: usize = 128 << 20;
+    let mut enc = zstd::stream::Encoder::new(Vec::new(), 1).unwrap();
+    let zeros = vec![0u8; 1 << 20];
+    for _ in 0..BOMB >> 20 {
+        enc.write_all(&zeros).unwrap();
+    }
+    let frame = enc.finish().unwrap();
+    assert!(frame.len() < 1 << 20, "{}", frame.len());
+    for (name, size) in [("big.pack", 1u64 << 39), ("exact.pack", BOMB as u64)] {
+        std::fs::write(dir.join(name), pack_with(&frame, size, &"0".repeat(64))).unwrap();
+        let (o, rss_kib) = run_measured(&dir, &["stats", name]);
+        assert_eq!(o.status.code(), Some(2), "{name}: {}", stderr(&o));
+        let err = stderr(&o);
+        assert!(err.contains(name) && err.contains("bomb.trace"), "{err}");
+        if size == BOMB as u64 {
+            assert!(err.contains("SHA-256 does not match"), "{err}");
+        } else {
+            assert!(err.contains("decompresses to 134217728 bytes"), "{err}");
+        }
+        eprintln!("{name}: peak RSS {rss_kib} KiB");
+        // The member is never held in memory: far below its 128 MiB.
+        assert!(
+            rss_kib < 48 << 10,
+            "{name}: peak RSS {rss_kib} KiB for a {}-byte pack",
+            frame.len()
+        );
+    }
+}

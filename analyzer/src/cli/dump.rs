@@ -115,8 +115,7 @@ fn open_member(path: &Path, member: Option<&str>) -> anyhow::Result<TraceStream>
             names.join(", ")
         ),
     };
-    let bytes = pack.read_member(i)?;
-    Ok(TraceStream::from_bytes(names[i].to_string(), bytes)?)
+    pack.open_member(i)
 }
 
 pub(crate) fn thread_label(tables: &Tables, t: u32) -> String {

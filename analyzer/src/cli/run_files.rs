@@ -38,15 +38,12 @@ impl Input {
         }
     }
 
-    /// Opens the trace for one streaming pass (a packed one is decompressed into memory and
-    /// checked against its checksum first).
+    /// Opens the trace for one streaming pass (a packed one is decompressed into a temporary
+    /// file and checked against its checksum first).
     pub fn open_stream(&self) -> anyhow::Result<TraceStream> {
         match &self.source {
             Source::File(p) => open_stream(p),
-            Source::Packed { pack, member } => {
-                let bytes = pack.read_member(*member)?;
-                Ok(TraceStream::from_bytes(self.name.clone(), bytes)?)
-            }
+            Source::Packed { pack, member } => pack.open_member(*member),
         }
     }
 
