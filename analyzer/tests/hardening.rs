@@ -824,3 +824,55 @@ fn a_pack_whose_member_expands_without_end_is_refused_in_little_memory() {
         );
     }
 }
+
+// ---- messages: why no trace was written ----
+
+#[test]
+fn a_read_only_or_full_directory_is_named_as_the_reason_no_trace_was_written() {
+    use harness::Tmpfs;
+    let exe = compile_hostile("lock_pairs");
+    let Some(ro) = Tmpfs::mount("hard-ro", "64k", true) else {
+        return;
+    };
+    let o = foresight(ro.path())
+        .args(["record", "-o"])
+        .arg(ro.path().join("t.trace"))
+        .arg("--")
+        .arg(&exe)
+        .arg("100")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("Read-only file system"), "{err}");
+    assert!(
+        err.contains(&format!(
+            "no trace was written to {}: its directory {} is on a read-only file system",
+            ro.path().join("t.trace").display(),
+            ro.path().display()
+        )),
+        "{err}"
+    );
+    assert!(!err.contains("statically linked"), "{err}");
+
+    let Some(full) = Tmpfs::mount("hard-full", "64k", false) else {
+        return;
+    };
+    // Fill it.
+    let mut filler = std::fs::File::create(full.path().join("filler")).unwrap();
+    while filler.write_all(&[0u8; 4096]).is_ok() {}
+    drop(filler);
+    let o = foresight(full.path())
+        .args(["record", "-o"])
+        .arg(full.path().join("t.trace"))
+        .arg("--")
+        .arg(&exe)
+        .arg("100")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("file system is full"), "{err}");
+    assert!(!err.contains("statically linked"), "{err}");
+    assert!(!err.contains("the process ended before"), "{err}");
+}

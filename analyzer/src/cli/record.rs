@@ -214,14 +214,21 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 
     let traces = traces_of_run(&output, &stale_kept);
     if traces.is_empty() {
-        say!(
-            "foresight: warning: no trace was written to {}: the runtime {} did not record {} \
-             (a statically linked or set-user-ID program ignores LD_PRELOAD, and so does one that \
-             clears its environment)",
-            shown.display(),
-            runtime.display(),
-            Path::new(program).display()
-        );
+        match output.parent().and_then(directory_trouble) {
+            // The runtime said why it could not record already; this says where.
+            Some(why) => say!(
+                "foresight: warning: no trace was written to {}: its directory {why}",
+                shown.display()
+            ),
+            None => say!(
+                "foresight: warning: no trace was written to {}: the runtime {} did not record \
+                 {} (a statically linked or set-user-ID program ignores LD_PRELOAD, and so does \
+                 one that clears its environment)",
+                shown.display(),
+                runtime.display(),
+                Path::new(program).display()
+            ),
+        }
         return Ok(ExitCode::from(code));
     }
     let mut written = Vec::new();
@@ -286,7 +293,12 @@ fn prepare_trace(shown: &Path, path: &Path, root: bool, reaped: u32, args: &Args
     let len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     if len == 0 {
         if root {
-            warn(&"empty: the process ended before the runtime wrote anything");
+            match path.parent().and_then(directory_trouble) {
+                Some(why) => warn(&format_args!(
+                    "empty: the runtime could not write the trace's header: its directory {why}"
+                )),
+                None => warn(&"empty: the process ended before the runtime wrote anything"),
+            }
         } else {
             // A child that died before its header: nothing in it, nothing lost.
             let _ = std::fs::remove_file(path);
@@ -906,6 +918,33 @@ fn traces_of_run(output: &Path, stale_kept: &[PathBuf]) -> Vec<(String, PathBuf)
             Err(_) => false,
         })
         .collect()
+}
+
+/// Why the runtime could not write in `dir`, if the directory says it: its file system is
+/// read-only or full, or the user may not write it.
+fn directory_trouble(dir: &Path) -> Option<String> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: `statvfs` is plain data; zeroed is a valid value for it.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a NUL-terminated path and `st` a valid, writable statvfs.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } == 0 {
+        if st.f_flag & libc::ST_RDONLY != 0 {
+            return Some(format!("{} is on a read-only file system", dir.display()));
+        }
+        if st.f_bavail == 0 || (st.f_files > 0 && st.f_favail == 0) {
+            return Some(format!("{}'s file system is full", dir.display()));
+        }
+    }
+    // SAFETY: `c` is a NUL-terminated path; access only reads it.
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK) } != 0 {
+        return Some(format!(
+            "{} cannot be written ({})",
+            dir.display(),
+            std::io::Error::last_os_error()
+        ));
+    }
+    None
 }
 
 /// True when the process that wrote a trace without a trailer is still running (a child that
