@@ -876,3 +876,72 @@ fn a_read_only_or_full_directory_is_named_as_the_reason_no_trace_was_written() {
     assert!(!err.contains("statically linked"), "{err}");
     assert!(!err.contains("the process ended before"), "{err}");
 }
+
+// ---- files the user names for output ----
+
+#[test]
+fn outputs_the_user_names_are_not_written_through_a_link_or_over_anothers_file() {
+    let dir = sticky_dir("hard-outputs");
+    let victim = victim(&dir);
+    std::fs::write(
+        dir.join("t.trace"),
+        inversion_trace("one", ["A", "B"], "t.c"),
+    )
+    .unwrap();
+    std::fs::write(dir.join("x.std"), "T0|acq(L1)|10\nT0|rel(L1)|11\n").unwrap();
+    std::os::unix::fs::symlink(&victim, dir.join("planted")).unwrap();
+    let runs: [&[&str]; 5] = [
+        &["import", "--from", "std", "x.std", "-o", "planted"],
+        &["export", "--to", "std", "t.trace", "-o", "planted"],
+        &["synth", "--events", "1000", "--output", "planted"],
+        &[
+            "synth", "--events", "1000", "--output", "s.trace", "--truth", "planted",
+        ],
+        &[
+            "check",
+            "--update-baseline",
+            "--baseline",
+            "planted",
+            "t.trace",
+        ],
+    ];
+    for args in runs {
+        let o = foresight(&dir).args(args).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("planted is a symbolic link"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+        assert_untouched(&victim);
+        assert!(is_link(&dir.join("planted")), "{args:?}");
+    }
+    // A file the user named that exists is rewritten when it is the user's own…
+    std::fs::write(dir.join("mine.trace"), b"old").unwrap();
+    let o = foresight(&dir)
+        .args(["import", "--from", "std", "x.std", "-o", "mine.trace"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(Trace::open(dir.join("mine.trace")).is_ok());
+    // …and not when another user put it there.
+    if is_root() {
+        std::fs::write(dir.join("theirs.trace"), b"theirs").unwrap();
+        chown(&dir.join("theirs.trace"), OTHER_UID);
+        let o = foresight(&dir)
+            .args(["import", "--from", "std", "x.std", "-o", "theirs.trace"])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains(&format!(
+                "theirs.trace exists and belongs to another user (uid {OTHER_UID})"
+            )),
+            "{}",
+            stderr(&o)
+        );
+        assert_eq!(std::fs::read(dir.join("theirs.trace")).unwrap(), b"theirs");
+    } else {
+        eprintln!("SKIPPED: another user's output file (needs root to chown)");
+    }
+}

@@ -66,8 +66,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 
     if args.update_baseline {
         let text = baseline::render(&report.findings);
-        std::fs::write(&path, text)
-            .with_context(|| format!("cannot write the baseline {}", path.display()))?;
+        super::safe_fs::create_output(&path).and_then(|mut f| {
+            std::io::Write::write_all(&mut f, text.as_bytes())
+                .with_context(|| format!("cannot write the baseline {}", path.display()))
+        })?;
         say!(
             "foresight: wrote {} ({} findings)",
             path.display(),

@@ -1,7 +1,6 @@
 //! `foresight import`, `foresight export` and `foresight synth`: RAPID's STD text format in
 //! and out, and synthetic traces with planted findings.
 
-use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -52,7 +51,8 @@ pub struct ExportArgs {
 
 pub fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
     let TextFormat::Std = args.from;
-    match stdtrace::import_to_path(&args.input, &args.output) {
+    let out = super::safe_fs::create_output(&args.output)?;
+    match stdtrace::import_to_file(&args.input, &out) {
         Ok(s) => {
             let ops: Vec<String> = s
                 .by_op
@@ -81,7 +81,11 @@ pub fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
-            let _ = std::fs::remove_file(&args.output);
+            // What was written of it, not a device or a FIFO the user named.
+            drop(out);
+            if std::fs::symlink_metadata(&args.output).is_ok_and(|m| m.is_file()) {
+                let _ = std::fs::remove_file(&args.output);
+            }
             match e {
                 Failure::Input(e) => {
                     say!("foresight: error: {}: {e}", args.input.display());
@@ -109,8 +113,7 @@ pub fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
     let summary = if args.output.as_os_str() == "-" {
         stdtrace::export(&stream, markers.as_mut(), std::io::stdout().lock(), opts)
     } else {
-        let file = File::create(&args.output)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", args.output.display()))?;
+        let file = super::safe_fs::create_output(&args.output)?;
         stdtrace::export(&stream, markers.as_mut(), file, opts)
     };
     let summary = match summary {
@@ -216,8 +219,7 @@ pub fn synth(args: SynthArgs) -> anyhow::Result<ExitCode> {
         say!("foresight: error: {m}");
         return Ok(ExitCode::from(EXIT_BAD_INPUT));
     }
-    let file = File::create(&args.output)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", args.output.display()))?;
+    let file = super::safe_fs::create_output(&args.output)?;
     let out = BufWriter::with_capacity(1 << 20, file);
     let failed = |e: Failure| anyhow::anyhow!("{}: {e}", args.output.display());
     let truth = match args.to {
@@ -237,9 +239,7 @@ pub fn synth(args: SynthArgs) -> anyhow::Result<ExitCode> {
         }
     };
     if let Some(path) = &args.truth {
-        let mut w = BufWriter::new(
-            File::create(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?,
-        );
+        let mut w = BufWriter::new(super::safe_fs::create_output(path)?);
         serde_json::to_writer_pretty(&mut w, &truth)?;
         writeln!(w)?;
         w.flush()?;

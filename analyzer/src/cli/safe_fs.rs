@@ -89,3 +89,53 @@ pub fn kind_name(meta: &Metadata) -> &'static str {
         "a regular file"
     }
 }
+
+/// Opens `path`, a file the user named for output (`import -o`, `export -o`, `synth`'s files,
+/// the baseline), for writing from its start: created if missing; never through a link
+/// (`O_NOFOLLOW`), never blocking on a FIFO no one reads (`O_NONBLOCK` while opening), and
+/// an existing regular file is truncated only if it is the user's own — in a directory such
+/// as `/tmp`, a file of that name may have been put there by someone else.
+pub fn create_output(path: &Path) -> anyhow::Result<File> {
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => anyhow::anyhow!(
+                "{} is a symbolic link; foresight does not write through one (remove it, or \
+                 choose another path)",
+                path.display()
+            ),
+            Some(libc::ENXIO) => {
+                anyhow::anyhow!("{} is a FIFO that no one reads", path.display())
+            }
+            _ => anyhow::anyhow!("cannot write {}: {e}", path.display()),
+        })?;
+    let meta = file
+        .metadata()
+        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+    if meta.is_file() {
+        if meta.uid() != my_uid() {
+            anyhow::bail!(
+                "{} exists and belongs to another user (uid {}); not overwriting it (remove \
+                 it, or choose another path)",
+                path.display(),
+                meta.uid()
+            );
+        }
+        file.set_len(0)
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+    }
+    // Blocking writes from here on (a pipe or a FIFO with a reader waits for it).
+    use std::os::fd::AsRawFd;
+    // SAFETY: fcntl on a descriptor this function owns, with plain integer arguments.
+    unsafe {
+        let flags = libc::fcntl(file.as_raw_fd(), libc::F_GETFL);
+        if flags >= 0 {
+            libc::fcntl(file.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK);
+        }
+    }
+    Ok(file)
+}
