@@ -344,7 +344,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             );
         }
     }
-    let work = TempDir::new(&out_dir)?;
+    // Beside the output, so that the final rename stays on one file system; a fresh private
+    // name, removed with everything in it.
+    let work = super::safe_fs::private_dir_in(&out_dir, ".foresight-pack-")
+        .with_context(|| format!("cannot create a working directory in {}", out_dir.display()))?;
     let mut traces = Vec::new();
     let mut blobs: Vec<Vec<u8>> = Vec::new();
     let mut raw_total = 0u64;
@@ -353,7 +356,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let bytes = match &input.source {
             Source::Packed { pack, member } => pack.read_member(*member)?,
             Source::File(p) => {
-                let copy = work.0.join(format!("trace-{i}"));
+                let copy = work.path().join(format!("trace-{i}"));
                 std::fs::copy(p, &copy).with_context(|| format!("cannot copy {}", p.display()))?;
                 if !args.no_symbolize {
                     match symbolize_in_place(&copy, &SymbolizeOptions::default()) {
@@ -425,7 +428,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         level: args.level,
         traces,
     };
-    let tmp = work.0.join("pack");
+    let tmp = work.path().join("pack");
     {
         let mut f = std::io::BufWriter::new(
             std::fs::File::create(&tmp)
@@ -508,32 +511,6 @@ fn compress(bytes: &[u8], level: i32) -> std::io::Result<Vec<u8>> {
     enc.set_pledged_src_size(Some(bytes.len() as u64))?;
     enc.write_all(bytes)?;
     enc.finish()
-}
-
-/// A private working directory beside the output (so the final rename stays on one file
-/// system), removed with everything in it.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(beside: &Path) -> anyhow::Result<TempDir> {
-        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let d = beside.join(format!(".foresight-pack-{}-{n}", std::process::id()));
-        use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&d)
-            .with_context(|| {
-                format!("cannot create a working directory in {}", beside.display())
-            })?;
-        Ok(TempDir(d))
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 #[cfg(test)]
