@@ -945,3 +945,38 @@ fn outputs_the_user_names_are_not_written_through_a_link_or_over_anothers_file()
         eprintln!("SKIPPED: another user's output file (needs root to chown)");
     }
 }
+
+#[test]
+fn a_cache_directory_that_is_another_users_link_is_refused() {
+    if !is_root() {
+        eprintln!("SKIPPED: another user's link (needs root to lchown)");
+        return;
+    }
+    if !carries_a_runtime() {
+        return;
+    }
+    let dir = sticky_dir("hard-cache-link");
+    // A private directory of the user's, and another user's link to it where the cache goes.
+    let target = dir.join("private");
+    std::fs::create_dir(&target).unwrap();
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let link = dir.join("cache");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    chown(&link, OTHER_UID);
+    let o = record_with_cache(&dir, &link);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!(
+            "is a symbolic link that another user owns (uid {OTHER_UID})"
+        )),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(std::fs::read_dir(&target).unwrap().count(), 0);
+    // The user's own link (a cache on another disk) is followed.
+    std::fs::remove_file(&link).unwrap();
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let o = record_with_cache(&dir, &link);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(std::fs::read_dir(&target).unwrap().count() > 0);
+}
