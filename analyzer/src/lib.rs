@@ -21,6 +21,7 @@ pub mod closure;
 pub mod cycles;
 pub mod deadlock;
 mod describe;
+pub mod escape;
 pub mod hb;
 mod lock_cycles;
 pub mod lock_graph;

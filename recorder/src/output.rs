@@ -673,14 +673,20 @@ pub fn open_snapshot(attempts: Option<u32>, name: &mut SnapshotName) -> Option<(
         if unsafe { libc::access(name.done.as_ptr().cast(), libc::F_OK) } == 0 {
             continue;
         }
+        // A new file only: never through a link planted at the name, never over a file that
+        // is there (someone else's, or a half-written snapshot): that name is skipped.
         // SAFETY: `partial` is NUL-terminated; the mode argument is required with O_CREAT.
         dst = unsafe {
             libc::open(
                 name.partial.as_ptr().cast(),
-                libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC,
+                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
                 0o644 as libc::c_uint,
             )
         };
+        // SAFETY: __errno_location is always valid.
+        if dst < 0 && unsafe { *libc::__errno_location() } == libc::EEXIST {
+            continue;
+        }
         break;
     }
     let copied = if dst >= 0 {

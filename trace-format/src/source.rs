@@ -54,6 +54,16 @@ impl Source {
             .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
             .open(path)
             .map_err(io_error)?;
+        Self::from_file(path, file)
+    }
+
+    /// A file already open for reading (`path`: what errors call it); anything but a regular
+    /// file is refused.
+    pub(crate) fn from_file(path: &Path, file: File) -> Result<Source, TraceError> {
+        let io_error = |error| TraceError::Io {
+            path: path.to_path_buf(),
+            error,
+        };
         // The type of what was opened, not of what the path named a moment before.
         let meta = file.metadata().map_err(io_error)?;
         let kind = meta.file_type();

@@ -155,6 +155,14 @@ impl TraceStream {
         Self::build(path, source)
     }
 
+    /// Streams a trace from a file already open for reading (a temporary file that has no
+    /// name of its own, say), called `name` in errors and problems. Only a regular file.
+    pub fn from_file(name: impl Into<PathBuf>, file: std::fs::File) -> Result<Self, TraceError> {
+        let path = name.into();
+        let source = Source::from_file(&path, file)?;
+        Self::build(path, source)
+    }
+
     /// Streams a trace that is already in memory.
     pub fn from_bytes(name: impl Into<PathBuf>, bytes: Vec<u8>) -> Result<Self, TraceError> {
         Self::build(name.into(), Source::Memory(bytes))

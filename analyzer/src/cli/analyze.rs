@@ -155,7 +155,7 @@ fn hb_races(args: &Args) -> anyhow::Result<ExitCode> {
             Err(crate::stdtrace::Failure::Io(e)) => anyhow::bail!("{}: {e}", path.display()),
         }
     }
-    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let mut out = crate::escape::Escaping::new(std::io::BufWriter::new(std::io::stdout().lock()));
     let written = (|| -> std::io::Result<()> {
         match args.format {
             Format::Json => {
@@ -268,13 +268,13 @@ pub fn analyze_traces(traces: &[PathBuf], args: &AnalysisArgs) -> anyhow::Result
         for (e, &n) in s.entries.iter().zip(&applied.matched) {
             let at = format!("{}:{}", s.path.display(), e.line);
             if n == 0 {
-                eprintln!(
+                say!(
                     "foresight: warning: {at}: the suppression silenced nothing (remove it if \
                      the finding is fixed): {}",
                     e.reason
                 );
             } else {
-                eprintln!(
+                say!(
                     "foresight: {at}: the suppression silenced {n} finding{}: {}",
                     if n == 1 { "" } else { "s" },
                     e.reason

@@ -62,13 +62,25 @@ pub fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
             dir.display()
         );
     }
+    // SAFETY: getuid has no preconditions.
+    let me = unsafe { libc::getuid() };
+    // A link of the user's own (`~/.cache` on another disk) is followed; one that another user
+    // planted (`$TMPDIR/foresight-<uid>` in /tmp) could lead anywhere the user may write.
+    if let Ok(link) = std::fs::symlink_metadata(dir) {
+        if link.file_type().is_symlink() && link.uid() != me {
+            bail!(
+                "the cache directory {} is a symbolic link that another user owns (uid {}); set \
+                 {CACHE_VAR} to a directory of your own",
+                dir.display(),
+                link.uid()
+            );
+        }
+    }
     let meta = match std::fs::metadata(dir) {
         Ok(m) => m,
         Err(e) => bail!("cannot read the cache directory {}: {e}", dir.display()),
     };
-    // SAFETY: getuid has no preconditions.
-    let uid = unsafe { libc::getuid() };
-    if meta.uid() != uid || meta.mode() & 0o022 != 0 {
+    if meta.uid() != me || meta.mode() & 0o022 != 0 {
         bail!(
             "the cache directory {} is not private (owned by uid {}, mode {:o}); set \
              {CACHE_VAR} to a directory of your own",

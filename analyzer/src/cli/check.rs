@@ -56,7 +56,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else if path.exists() || explicit {
         baseline::read(&path)?
     } else {
-        eprintln!(
+        say!(
             "foresight: no baseline ({DEFAULT_BASELINE} not found): every finding is new; \
              create it with `foresight check --update-baseline TRACE…`"
         );
@@ -66,9 +66,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 
     if args.update_baseline {
         let text = baseline::render(&report.findings);
-        std::fs::write(&path, text)
-            .with_context(|| format!("cannot write the baseline {}", path.display()))?;
-        eprintln!(
+        super::safe_fs::create_output(&path).and_then(|mut f| {
+            std::io::Write::write_all(&mut f, text.as_bytes())
+                .with_context(|| format!("cannot write the baseline {}", path.display()))
+        })?;
+        say!(
             "foresight: wrote {} ({} findings)",
             path.display(),
             report.findings.len()
@@ -92,7 +94,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let state = |f: &Finding| if is_new(f) { "new" } else { "unchanged" };
             report::sarif::write(&mut out, &report, Some(&state))
         }
-        Format::Text => write_text(&mut out, &report, &new, gone, &path),
+        Format::Text => write_text(
+            &mut crate::escape::Escaping::new(&mut out),
+            &report,
+            &new,
+            gone,
+            &path,
+        ),
     };
     ignore_broken_pipe(written.and_then(|_| out.flush()))?;
     Ok(if new.is_empty() {

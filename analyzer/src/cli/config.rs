@@ -76,7 +76,7 @@ enum Family {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if !args.cflags && !args.libs {
-        eprintln!("foresight config: nothing to print: give --cflags, --libs or both");
+        say!("foresight config: nothing to print: give --cflags, --libs or both");
         return Ok(ExitCode::from(EXIT_BAD_INPUT));
     }
     let cc = compiler_command(args.cc.as_deref())?;
@@ -207,8 +207,35 @@ fn stub_dir(cc: &[String], identity: &str) -> anyhow::Result<PathBuf> {
             dir.display()
         );
     }
-    if dir.join("libtsan.a").is_file() {
-        return Ok(dir);
+    // The archive is linked into programs: reused only from a directory of the user's that
+    // no one else can write, as a regular file of the user's that no one else can write.
+    // Anything else by that name is refused (the user removes it; foresight builds anew).
+    match std::fs::symlink_metadata(&dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => bail!("cannot look at {}: {e}", dir.display()),
+        Ok(meta) => {
+            let archive = dir.join("libtsan.a");
+            let why = if !meta.is_dir() {
+                Some(format!("it is {}", super::safe_fs::kind_name(&meta)))
+            } else if let Some(why) = super::safe_fs::not_private(&meta) {
+                Some(why)
+            } else {
+                match std::fs::symlink_metadata(&archive) {
+                    Ok(m) => super::safe_fs::untrusted_file(&m, &[])
+                        .or_else(|| super::safe_fs::not_private(&m))
+                        .map(|why| format!("{}: {why}", archive.display())),
+                    Err(_) => Some(format!("{} is missing", archive.display())),
+                }
+            };
+            match why {
+                None => return Ok(dir),
+                Some(why) => bail!(
+                    "the cached stub {} is not foresight's to use: {why}; remove it (foresight \
+                     builds it anew) or set FORESIGHT_CACHE_DIR to a directory of your own",
+                    dir.display()
+                ),
+            }
+        }
     }
     let tmp = root.join(format!("tsan-stub-{key:016x}.tmp.{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);

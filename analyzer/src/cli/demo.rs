@@ -31,29 +31,69 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let (dir, temporary) = match &args.dir {
-        Some(d) => (d.clone(), false),
-        None => (
-            std::env::temp_dir().join(format!("foresight-demo-{}", std::process::id())),
-            true,
-        ),
+    // The default directory is a new private one (`mkdtemp`, mode 0700): a name planted in
+    // the temporary directory beforehand can never be it. A directory the user names is the
+    // user's choice; what the demo writes in it is still never written through a link.
+    let (temporary, dir) = match &args.dir {
+        Some(d) => {
+            std::fs::create_dir_all(d)
+                .with_context(|| format!("cannot create the demo directory {}", d.display()))?;
+            (None, d.clone())
+        }
+        None => {
+            let parent = std::env::temp_dir();
+            let t =
+                super::safe_fs::private_dir_in(&parent, "foresight-demo-").with_context(|| {
+                    format!(
+                        "cannot create a private demo directory in {} (set TMPDIR, or give \
+                         --dir)",
+                        parent.display()
+                    )
+                })?;
+            let path = t.path().to_path_buf();
+            (Some(t), path)
+        }
     };
-    std::fs::create_dir_all(&dir)
-        .with_context(|| format!("cannot create the demo directory {}", dir.display()))?;
     let result = demo_in(&dir, &args);
-    if temporary && !args.keep {
-        let _ = std::fs::remove_dir_all(&dir);
-    } else {
-        eprintln!("foresight demo: files are in {}", dir.display());
+    match temporary {
+        Some(t) if !args.keep => drop(t),
+        Some(t) => {
+            let kept = t.keep();
+            say!("foresight demo: files are in {}", kept.display());
+        }
+        None => say!("foresight demo: files are in {}", dir.display()),
     }
     result
+}
+
+/// Makes room for a file the demo writes (or has a tool write) at `path`: a file of the
+/// user's from an earlier demo is removed; anything else there (a link, a FIFO, a directory,
+/// another user's file) is refused, never written through.
+fn clear_for_writing(path: &Path) -> anyhow::Result<()> {
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => bail!("cannot look at {}: {e}", path.display()),
+    };
+    if let Some(why) = super::safe_fs::untrusted_file(&meta, &[]) {
+        bail!(
+            "{} exists and {why}; the demo does not write through it (remove it, or give \
+             another --dir)",
+            path.display()
+        );
+    }
+    std::fs::remove_file(path).with_context(|| format!("cannot remove {}", path.display()))
 }
 
 fn demo_in(dir: &Path, args: &Args) -> anyhow::Result<ExitCode> {
     let source = dir.join("bank.c");
     let binary = dir.join("bank");
     let trace = dir.join("bank.trace");
-    std::fs::write(&source, BANK_C)
+    for p in [&source, &binary, &trace] {
+        clear_for_writing(p)?;
+    }
+    super::safe_fs::create_new(&source, 0o644)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, BANK_C.as_bytes()))
         .with_context(|| format!("cannot write {}", source.display()))?;
 
     let cc = std::env::var_os("CC").unwrap_or_else(|| OsString::from("cc"));
@@ -124,5 +164,5 @@ fn demo_in(dir: &Path, args: &Args) -> anyhow::Result<ExitCode> {
 
 /// Progress goes to stderr, so that stdout holds only the program's and the report's output.
 fn step(what: &str) {
-    eprintln!("foresight demo: {what}");
+    say!("foresight demo: {what}");
 }

@@ -45,7 +45,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let tables = stream.tables();
     let mut merged = stream.merged().with_ordering_check();
     let stdout = std::io::stdout();
-    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut out = crate::escape::Escaping::new(std::io::BufWriter::new(stdout.lock()));
     let result = (|| -> std::io::Result<()> {
         writeln!(
             out,
@@ -79,7 +79,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         out.flush()
     })();
     ignore_broken_pipe(result)?;
-    warn_problems(stream.path(), &merged.problems());
+    // A packed trace by its member's name; a file by the name given (an STD file is read
+    // through a temporary trace).
+    let shown = if args.member.is_some() || starts_with(&args.trace, &PACK_MAGIC) {
+        stream.path()
+    } else {
+        &args.trace
+    };
+    warn_problems(shown, &merged.problems());
     Ok(ExitCode::SUCCESS)
 }
 
@@ -108,8 +115,7 @@ fn open_member(path: &Path, member: Option<&str>) -> anyhow::Result<TraceStream>
             names.join(", ")
         ),
     };
-    let bytes = pack.read_member(i)?;
-    Ok(TraceStream::from_bytes(names[i].to_string(), bytes)?)
+    pack.open_member(i)
 }
 
 pub(crate) fn thread_label(tables: &Tables, t: u32) -> String {

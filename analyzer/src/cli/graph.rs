@@ -73,7 +73,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Format::Svg => to_svg(&dot)?,
     };
     let mut out = std::io::stdout().lock();
-    ignore_broken_pipe(out.write_all(&bytes).and_then(|_| out.flush()))?;
+    let written = match args.format {
+        // Lock and site names come from traces: their control characters are shown escaped.
+        Format::Dot => crate::escape::Escaping::new(&mut out).write_all(&bytes),
+        Format::Svg => out.write_all(&bytes),
+    };
+    ignore_broken_pipe(written.and_then(|_| out.flush()))?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -1,7 +1,6 @@
 //! `foresight import`, `foresight export` and `foresight synth`: RAPID's STD text format in
 //! and out, and synthetic traces with planted findings.
 
-use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -52,14 +51,15 @@ pub struct ExportArgs {
 
 pub fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
     let TextFormat::Std = args.from;
-    match stdtrace::import_to_path(&args.input, &args.output) {
+    let out = super::safe_fs::create_output(&args.output)?;
+    match stdtrace::import_to_file(&args.input, &out) {
         Ok(s) => {
             let ops: Vec<String> = s
                 .by_op
                 .iter()
                 .map(|(op, n)| format!("{} {n}", op.keyword()))
                 .collect();
-            eprintln!(
+            say!(
                 "foresight: imported {} lines ({}): {} threads, {} locks, {} variables, {} \
                  locations; {} events written to {}",
                 s.lines,
@@ -72,7 +72,7 @@ pub fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
                 args.output.display()
             );
             if s.acquire_sites_merged > 0 {
-                eprintln!(
+                say!(
                     "foresight: {} `acq` lines had another location than their `req`: the \
                      acquisition keeps the request's",
                     s.acquire_sites_merged
@@ -81,10 +81,14 @@ pub fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
-            let _ = std::fs::remove_file(&args.output);
+            // What was written of it, not a device or a FIFO the user named.
+            drop(out);
+            if std::fs::symlink_metadata(&args.output).is_ok_and(|m| m.is_file()) {
+                let _ = std::fs::remove_file(&args.output);
+            }
             match e {
                 Failure::Input(e) => {
-                    eprintln!("foresight: error: {}: {e}", args.input.display());
+                    say!("foresight: error: {}: {e}", args.input.display());
                     Ok(ExitCode::from(EXIT_BAD_INPUT))
                 }
                 Failure::Io(e) => anyhow::bail!("{}: {e}", args.input.display()),
@@ -109,8 +113,7 @@ pub fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
     let summary = if args.output.as_os_str() == "-" {
         stdtrace::export(&stream, markers.as_mut(), std::io::stdout().lock(), opts)
     } else {
-        let file = File::create(&args.output)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", args.output.display()))?;
+        let file = super::safe_fs::create_output(&args.output)?;
         stdtrace::export(&stream, markers.as_mut(), file, opts)
     };
     let summary = match summary {
@@ -118,10 +121,10 @@ pub fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
         other => other?,
     };
     for p in summary.problems.iter().take(10) {
-        eprintln!("foresight: warning: {}: {p}", args.trace.display());
+        say!("foresight: warning: {}: {p}", args.trace.display());
     }
     let _ = warn_problems;
-    eprintln!("foresight: wrote {} lines", summary.lines);
+    say!("foresight: wrote {} lines", summary.lines);
     let left = summary.left_out_total();
     if left > 0 {
         let kinds: Vec<String> = summary
@@ -129,13 +132,13 @@ pub fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
             .iter()
             .map(|(k, n)| format!("{k} {n}"))
             .collect();
-        eprintln!(
+        say!(
             "foresight: {left} events STD cannot express were left out: {}",
             kinds.join(", ")
         );
     }
     if summary.renamed > 0 {
-        eprintln!(
+        say!(
             "foresight: {} threads, locks or variables had no unique name STD can carry and \
              were named by id",
             summary.renamed
@@ -213,11 +216,10 @@ pub fn synth(args: SynthArgs) -> anyhow::Result<ExitCode> {
         seed: args.seed,
     };
     if let Err(m) = synth::check(&spec) {
-        eprintln!("foresight: error: {m}");
+        say!("foresight: error: {m}");
         return Ok(ExitCode::from(EXIT_BAD_INPUT));
     }
-    let file = File::create(&args.output)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", args.output.display()))?;
+    let file = super::safe_fs::create_output(&args.output)?;
     let out = BufWriter::with_capacity(1 << 20, file);
     let failed = |e: Failure| anyhow::anyhow!("{}: {e}", args.output.display());
     let truth = match args.to {
@@ -237,14 +239,12 @@ pub fn synth(args: SynthArgs) -> anyhow::Result<ExitCode> {
         }
     };
     if let Some(path) = &args.truth {
-        let mut w = BufWriter::new(
-            File::create(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?,
-        );
+        let mut w = BufWriter::new(super::safe_fs::create_output(path)?);
         serde_json::to_writer_pretty(&mut w, &truth)?;
         writeln!(w)?;
         w.flush()?;
     }
-    eprintln!(
+    say!(
         "foresight: wrote {} events of {} threads to {} ({} planted findings)",
         truth.lines,
         truth.threads,

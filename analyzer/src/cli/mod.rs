@@ -4,6 +4,15 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// `eprintln!` for every message of the command line: what it says may hold names from a
+/// trace, a pack or the file system, whose control characters are shown escaped
+/// (`crate::escape`).
+macro_rules! say {
+    ($($arg:tt)*) => {
+        eprintln!("{}", $crate::escape::controls_keep_lines(&format!($($arg)*)))
+    };
+}
+
 mod analyze;
 mod cache;
 mod check;
@@ -18,6 +27,7 @@ mod pack;
 mod record;
 mod run_files;
 mod runtime;
+mod safe_fs;
 mod stats;
 
 /// Exit code for bad input or usage.
@@ -91,7 +101,7 @@ pub fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("foresight: error: {e:#}");
+            say!("foresight: error: {e:#}");
             ExitCode::from(EXIT_BAD_INPUT)
         }
     }

@@ -9,9 +9,10 @@ use foresight_trace::{Problem, TraceStream};
 /// the trace's length); an unreadable file is an error (exit code 2) that names it. The pass
 /// checks the ordering invariant when asked to (`MergedStream::with_ordering_check`).
 ///
-/// A file of RAPID STD text is imported first, into a file of the temporary directory that is
-/// unlinked as soon as it is open (the stream reads it through its descriptor), so that every
-/// command that reads a trace reads STD too.
+/// A file of RAPID STD text is imported first, into a new private file of the temporary
+/// directory (`tempfile`: a name no one else chose, created with `O_EXCL`, mode 0600), removed
+/// as soon as the stream has it open (it reads through its descriptor), so that every command
+/// that reads a trace reads STD too.
 pub fn open_stream(path: &Path) -> anyhow::Result<TraceStream> {
     if crate::stdtrace::is_std_file(path).unwrap_or(false) {
         return open_std(path);
@@ -21,13 +22,21 @@ pub fn open_stream(path: &Path) -> anyhow::Result<TraceStream> {
 }
 
 fn open_std(path: &Path) -> anyhow::Result<TraceStream> {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let temp =
-        std::env::temp_dir().join(format!("foresight-import-{}-{n}.trace", std::process::id()));
-    let imported = crate::stdtrace::import_to_path(path, &temp);
-    let opened = imported.map(|_| TraceStream::open(&temp));
-    let _ = std::fs::remove_file(&temp);
+    let temp = tempfile::Builder::new()
+        .prefix("foresight-import-")
+        .suffix(".trace")
+        .tempfile()
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "{}: cannot create a temporary file in {} to import the STD text into: {e} \
+                 (set TMPDIR to a directory of your own)",
+                path.display(),
+                std::env::temp_dir().display()
+            )
+        })?;
+    let imported = crate::stdtrace::import_to_file(path, temp.as_file());
+    let opened = imported.map(|_| TraceStream::open(temp.path()));
+    drop(temp);
     match opened {
         Ok(stream) => Ok(stream?),
         Err(crate::stdtrace::Failure::Input(e)) => {
@@ -43,10 +52,10 @@ fn open_std(path: &Path) -> anyhow::Result<TraceStream> {
 pub fn warn_problems(path: &Path, problems: &[Problem]) {
     const SHOWN: usize = 10;
     for p in problems.iter().take(SHOWN) {
-        eprintln!("foresight: warning: {}: {p}", path.display());
+        say!("foresight: warning: {}: {p}", path.display());
     }
     if problems.len() > SHOWN {
-        eprintln!(
+        say!(
             "foresight: warning: {}: {} more problems (see `foresight stats`)",
             path.display(),
             problems.len() - SHOWN

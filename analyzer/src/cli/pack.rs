@@ -177,36 +177,150 @@ impl Pack {
         })
     }
 
-    /// The trace `i`, decompressed and checked.
+    /// The trace `i`, decompressed and checked, in memory (to pack it again). It is
+    /// decompressed into a temporary file first, so that memory is taken only for a trace
+    /// whose size and checksum are right.
     pub fn read_member(&self, i: usize) -> anyhow::Result<Vec<u8>> {
-        use std::os::unix::fs::FileExt;
+        let mut file = self.unpack_to_temp(i)?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).map_err(|e| {
+            anyhow!(
+                "{}: trace {}: cannot read it back from its temporary file: {e}",
+                self.path.display(),
+                self.manifest.traces[i].name
+            )
+        })?;
+        Ok(bytes)
+    }
+
+    /// The trace `i`, checked, for one streaming pass: decompressed into a temporary file
+    /// (unnamed, private), which the stream reads as it reads any trace file, so that memory
+    /// does not grow with the trace. The stream is named by the member's name.
+    pub fn open_member(&self, i: usize) -> anyhow::Result<foresight_trace::TraceStream> {
+        let file = self.unpack_to_temp(i)?;
+        let name = self.manifest.traces[i].name.clone();
+        foresight_trace::TraceStream::from_file(name, file)
+            .map_err(|e| anyhow!("{}: {e}", self.path.display()))
+    }
+
+    /// Decompresses trace `i` into a new unnamed temporary file, checked; the file is at its
+    /// start.
+    fn unpack_to_temp(&self, i: usize) -> anyhow::Result<std::fs::File> {
+        use std::io::Seek;
+        let t = &self.manifest.traces[i];
+        let temp = tempfile::tempfile().map_err(|e| {
+            anyhow!(
+                "{}: trace {}: cannot create a temporary file in {} to decompress it into: {e} \
+                 (set TMPDIR to a directory with room)",
+                self.path.display(),
+                t.name,
+                std::env::temp_dir().display()
+            )
+        })?;
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, temp);
+        self.unpack(i, &mut out)?;
+        let mut file = out.into_inner().map_err(|e| {
+            anyhow!(
+                "{}: trace {}: cannot write its temporary file: {}",
+                self.path.display(),
+                t.name,
+                e.error()
+            )
+        })?;
+        file.rewind().map_err(|e| {
+            anyhow!(
+                "{}: trace {}: cannot read its temporary file: {e}",
+                self.path.display(),
+                t.name
+            )
+        })?;
+        Ok(file)
+    }
+
+    /// Decompresses trace `i` into `out` as it goes, through its SHA-256: the compressed bytes
+    /// are read from the pack's file, no further than the member's end, and decompression
+    /// stops one byte past the declared size, so that neither a false size nor a frame that
+    /// expands without end costs more than a buffer of memory. The size and the checksum are
+    /// checked at the end; what `out` holds is to be used only then.
+    pub fn unpack(&self, i: usize, out: &mut impl Write) -> anyhow::Result<()> {
         let t = &self.manifest.traces[i];
         let shown = self.path.display();
         let at = || format!("{shown}: trace {} at offset {}", t.name, t.offset);
-        let mut packed = vec![0u8; t.packed_size as usize];
-        self.file
-            .read_exact_at(&mut packed, t.offset)
-            .with_context(|| format!("{}: cannot read it", at()))?;
-        let decoder = zstd::stream::Decoder::new(&packed[..])
-            .map_err(|e| anyhow!("{}: cannot decompress it: {e}", at()))?;
-        // Grown as it decompresses: a manifest cannot make us reserve more than 64 MiB.
-        let mut bytes = Vec::with_capacity(t.size.min(64 << 20) as usize);
-        decoder
-            .take(t.size + 1)
-            .read_to_end(&mut bytes)
-            .map_err(|e| anyhow!("{}: corrupt compressed data: {e}", at()))?;
-        if bytes.len() as u64 != t.size {
+        let packed = Region {
+            file: &self.file,
+            at: t.offset,
+            end: t.offset + t.packed_size,
+        };
+        let decoder = zstd::stream::Decoder::new(packed)
+            .map_err(|e| anyhow!("{}: cannot decompress it: {}", at(), zstd_error(&e)))?;
+        let mut decoder = decoder.take(t.size + 1);
+        let mut hash = Sha256::new();
+        let mut buf = vec![0u8; 1 << 16];
+        let mut total = 0u64;
+        loop {
+            let n = match decoder.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => bail!("{}: {}", at(), zstd_error(&e)),
+            };
+            total += n as u64;
+            hash.update(&buf[..n]);
+            out.write_all(&buf[..n])
+                .map_err(|e| anyhow!("{}: cannot write it out: {e}", at()))?;
+        }
+        if total != t.size {
             bail!(
-                "{}: decompresses to {} bytes, not the {} the manifest says",
+                "{}: decompresses to {}{} bytes, not the {} the manifest says",
                 at(),
-                bytes.len(),
+                if total > t.size { "more than " } else { "" },
+                total.min(t.size),
                 t.size
             );
         }
-        if hex(&Sha256::digest(&bytes)) != t.sha256 {
+        if hex(&hash.finalize()) != t.sha256 {
             bail!("{}: its SHA-256 does not match the manifest's", at());
         }
-        Ok(bytes)
+        Ok(())
+    }
+}
+
+/// What went wrong decompressing, in words: zstd's allocation failures and window limit are
+/// memory, not damage.
+fn zstd_error(e: &std::io::Error) -> String {
+    let text = e.to_string();
+    let lower = text.to_ascii_lowercase();
+    if lower.contains("memory") {
+        format!("not enough memory to decompress it ({text})")
+    } else {
+        format!("corrupt compressed data ({text})")
+    }
+}
+
+/// The bytes of one member in the pack's file, read with positioned reads up to its end.
+struct Region<'a> {
+    file: &'a std::fs::File,
+    at: u64,
+    end: u64,
+}
+
+impl Read for Region<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        let left = self.end.saturating_sub(self.at);
+        let want = (buf.len() as u64).min(left) as usize;
+        if want == 0 {
+            return Ok(0);
+        }
+        let n = self.file.read_at(&mut buf[..want], self.at)?;
+        if n == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!("the pack ends at offset {} (it shrank)", self.at),
+            ));
+        }
+        self.at += n as u64;
+        Ok(n)
     }
 }
 
@@ -230,7 +344,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             );
         }
     }
-    let work = TempDir::new(&out_dir)?;
+    // Beside the output, so that the final rename stays on one file system; a fresh private
+    // name, removed with everything in it.
+    let work = super::safe_fs::private_dir_in(&out_dir, ".foresight-pack-")
+        .with_context(|| format!("cannot create a working directory in {}", out_dir.display()))?;
     let mut traces = Vec::new();
     let mut blobs: Vec<Vec<u8>> = Vec::new();
     let mut raw_total = 0u64;
@@ -239,17 +356,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let bytes = match &input.source {
             Source::Packed { pack, member } => pack.read_member(*member)?,
             Source::File(p) => {
-                let copy = work.0.join(format!("trace-{i}"));
+                let copy = work.path().join(format!("trace-{i}"));
                 std::fs::copy(p, &copy).with_context(|| format!("cannot copy {}", p.display()))?;
                 if !args.no_symbolize {
                     match symbolize_in_place(&copy, &SymbolizeOptions::default()) {
                         Ok(s) => {
                             for w in s.warnings() {
-                                eprintln!("foresight: warning: {}: {w}", input.name);
+                                say!("foresight: warning: {}: {w}", input.name);
                             }
                         }
                         Err(e) => {
-                            eprintln!("foresight: warning: {}: not symbolised: {e}", input.name)
+                            say!("foresight: warning: {}: not symbolised: {e}", input.name)
                         }
                     }
                 }
@@ -263,7 +380,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             Ok(std::borrow::Cow::Owned(plain)) => Some(plain),
             Ok(std::borrow::Cow::Borrowed(_)) => None,
             Err(e) => {
-                eprintln!(
+                say!(
                     "foresight: warning: {}: packed as recorded, compressed chunks and all: {e}",
                     input.name
                 );
@@ -311,7 +428,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         level: args.level,
         traces,
     };
-    let tmp = work.0.join("pack");
+    let tmp = work.path().join("pack");
     {
         let mut f = std::io::BufWriter::new(
             std::fs::File::create(&tmp)
@@ -328,7 +445,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let packed_total = std::fs::metadata(&args.output)
         .map(|m| m.len())
         .unwrap_or(0);
-    eprintln!(
+    say!(
         "foresight: packed {} into {} ({} bytes from {}, {})",
         crate::report::counted(manifest.traces.len(), "trace", "traces"),
         args.output.display(),
@@ -394,32 +511,6 @@ fn compress(bytes: &[u8], level: i32) -> std::io::Result<Vec<u8>> {
     enc.set_pledged_src_size(Some(bytes.len() as u64))?;
     enc.write_all(bytes)?;
     enc.finish()
-}
-
-/// A private working directory beside the output (so the final rename stays on one file
-/// system), removed with everything in it.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(beside: &Path) -> anyhow::Result<TempDir> {
-        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let d = beside.join(format!(".foresight-pack-{}-{n}", std::process::id()));
-        use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&d)
-            .with_context(|| {
-                format!("cannot create a working directory in {}", beside.display())
-            })?;
-        Ok(TempDir(d))
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 #[cfg(test)]

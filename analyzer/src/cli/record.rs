@@ -26,6 +26,7 @@ use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGQUIT, SIGTERM};
 
 use super::run_files::{siblings, snapshots};
 use super::runtime::{check_target, find_runtime, ld_preload};
+use super::safe_fs::untrusted_file;
 
 #[derive(clap::Args)]
 #[command(override_usage = "foresight record [OPTIONS] [--] <CMD> [ARGS]...")]
@@ -186,9 +187,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         cmd.env("FORESIGHT_WRAPPERS", wrappers.patterns().join("\n"));
     }
 
-    let hang = args.hang_timeout.map(|secs| HangWatch::new(&output, secs));
+    let hang = match args.hang_timeout {
+        Some(secs) => Some(HangWatch::new(&output, secs)?),
+        None => None,
+    };
     if let Some(h) = &hang {
-        h.prepare()?;
         cmd.env("FORESIGHT_STOP_FILE", &h.stop_file).env(
             "FORESIGHT_HANG_TIMEOUT_MS",
             (u64::from(h.secs) * 1000).to_string(),
@@ -204,21 +207,28 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // command, already gone, must not have inherited an ignored SIGXFSZ.
     // SAFETY: setting a signal's disposition to SIG_IGN has no memory-safety preconditions.
     unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
-    if let Some(h) = &hang {
+    if let Some(h) = hang {
         h.clean_up();
     }
     let code = exit_code(status);
 
     let traces = traces_of_run(&output, &stale_kept);
     if traces.is_empty() {
-        eprintln!(
-            "foresight: warning: no trace was written to {}: the runtime {} did not record {} \
-             (a statically linked or set-user-ID program ignores LD_PRELOAD, and so does one that \
-             clears its environment)",
-            shown.display(),
-            runtime.display(),
-            Path::new(program).display()
-        );
+        match output.parent().and_then(directory_trouble) {
+            // The runtime said why it could not record already; this says where.
+            Some(why) => say!(
+                "foresight: warning: no trace was written to {}: its directory {why}",
+                shown.display()
+            ),
+            None => say!(
+                "foresight: warning: no trace was written to {}: the runtime {} did not record \
+                 {} (a statically linked or set-user-ID program ignores LD_PRELOAD, and so does \
+                 one that clears its environment)",
+                shown.display(),
+                runtime.display(),
+                Path::new(program).display()
+            ),
+        }
         return Ok(ExitCode::from(code));
     }
     let mut written = Vec::new();
@@ -278,12 +288,17 @@ fn is_silent(f: &TraceFile) -> bool {
 /// nothing of use (the root's stays: it names the run).
 fn prepare_trace(shown: &Path, path: &Path, root: bool, reaped: u32, args: &Args) -> Prepared {
     let warn = |what: &dyn std::fmt::Display| {
-        eprintln!("foresight: warning: {}: {what}", shown.display());
+        say!("foresight: warning: {}: {what}", shown.display());
     };
     let len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     if len == 0 {
         if root {
-            warn(&"empty: the process ended before the runtime wrote anything");
+            match path.parent().and_then(directory_trouble) {
+                Some(why) => warn(&format_args!(
+                    "empty: the runtime could not write the trace's header: its directory {why}"
+                )),
+                None => warn(&"empty: the process ended before the runtime wrote anything"),
+            }
         } else {
             // A child that died before its header: nothing in it, nothing lost.
             let _ = std::fs::remove_file(path);
@@ -300,7 +315,7 @@ fn prepare_trace(shown: &Path, path: &Path, root: bool, reaped: u32, args: &Args
             f.trailer().is_none() && still_running(f.header().pid, reaped)
         }
         Err(e) => {
-            eprintln!("foresight: warning: {e}");
+            say!("foresight: warning: {e}");
             return Prepared::Unreadable;
         }
     };
@@ -344,7 +359,7 @@ fn prepare_trace(shown: &Path, path: &Path, root: bool, reaped: u32, args: &Args
             })
         }
         Err(e) => {
-            eprintln!("foresight: warning: {e}");
+            say!("foresight: warning: {e}");
             Prepared::Unreadable
         }
     }
@@ -378,13 +393,13 @@ fn report_run(shown: &Path, mut written: Vec<Written>, silent: usize) {
     match written.as_slice() {
         [] => {}
         [one] => {
-            eprintln!("foresight: trace written to {}{removed}", line(one));
+            say!("foresight: trace written to {}{removed}", line(one));
             for n in &one.notes {
-                eprintln!("{n}");
+                say!("{n}");
             }
         }
         many => {
-            eprintln!(
+            say!(
                 "foresight: run written to {}: {} recorded events, busiest first{removed}; \
                  `foresight analyze {}` reads them all",
                 shown.display(),
@@ -392,9 +407,9 @@ fn report_run(shown: &Path, mut written: Vec<Written>, silent: usize) {
                 shown.display()
             );
             for w in many {
-                eprintln!("foresight: trace written to {}  {}", line(w), w.command);
+                say!("foresight: trace written to {}  {}", line(w), w.command);
                 for n in &w.notes {
-                    eprintln!("{n}");
+                    say!("{n}");
                 }
             }
         }
@@ -406,13 +421,25 @@ fn report_run(shown: &Path, mut written: Vec<Written>, silent: usize) {
 fn report_snapshots(output: &Path, shown: &Path, args: &Args) {
     let snaps = snapshots(output);
     if snaps.is_empty() {
-        eprintln!(
+        say!(
             "foresight: no snapshot was written (--dump-on {}: the signal did not arrive)",
             signal_label(args.dump_on.unwrap_or(0))
         );
         return;
     }
     for path in snaps {
+        // The runtime creates its snapshots new (`O_EXCL|O_NOFOLLOW`): a link or another
+        // user's file by that name was planted, and is neither symbolised nor read.
+        if let Some(why) = std::fs::symlink_metadata(&path)
+            .ok()
+            .and_then(|m| untrusted_file(&m, &[]))
+        {
+            say!(
+                "foresight: warning: {}: not a snapshot of this run, left alone: {why}",
+                path.display()
+            );
+            continue;
+        }
         let name = path
             .file_name()
             .map(|n| n.to_os_string())
@@ -420,7 +447,7 @@ fn report_snapshots(output: &Path, shown: &Path, args: &Args) {
         let shown = shown.with_file_name(name);
         if !args.no_symbolize {
             if let Err(e) = symbolize_in_place(&path, &SymbolizeOptions::default()) {
-                eprintln!(
+                say!(
                     "foresight: warning: {}: not symbolised: {e}",
                     shown.display()
                 );
@@ -430,7 +457,7 @@ fn report_snapshots(output: &Path, shown: &Path, args: &Args) {
             Ok(t) => {
                 let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
                 let threads = t.threads().count();
-                eprintln!(
+                say!(
                     "foresight: snapshot written to {} ({}, {} events, {} thread{}; taken on {} \
                      while the process ran)",
                     shown.display(),
@@ -441,10 +468,10 @@ fn report_snapshots(output: &Path, shown: &Path, args: &Args) {
                     signal_label(t.tables().snapshot_signal().unwrap_or(0) as i32)
                 );
                 for l in waiting_threads(&t) {
-                    eprintln!("  {l}");
+                    say!("  {l}");
                 }
             }
-            Err(e) => eprintln!("foresight: warning: {e}"),
+            Err(e) => say!("foresight: warning: {e}"),
         }
     }
 }
@@ -646,30 +673,44 @@ fn prepare_output(output: &Path) -> anyhow::Result<Vec<PathBuf>> {
 /// (`recorder/src/flusher.rs`), so a trace that does not grow is a process that records
 /// nothing. Stopping: the stop file appears, each process's runtime sees it, completes its
 /// trace and ends the process.
+///
+/// The stop file is in a new directory of the temporary directory that only the user can
+/// write (`mkdtemp`, then mode 0711: a process of the run that changed its user can still see
+/// the file, no one else can create it, list the directory or plant a link in it): a file
+/// beside the trace could be created by anyone who can write there, and stop the run.
 struct HangWatch {
     secs: u32,
     stop_file: PathBuf,
+    /// Holds `stop_file`; removed with it when the run is over.
+    stop_dir: tempfile::TempDir,
     output: PathBuf,
 }
 
 impl HangWatch {
-    fn new(output: &Path, secs: u32) -> Self {
+    fn new(output: &Path, secs: u32) -> anyhow::Result<Self> {
+        use std::os::unix::fs::PermissionsExt;
+        let parent = absolute(&std::env::temp_dir())?;
+        let stop_dir = super::safe_fs::private_dir_in(&parent, "foresight-stop-")
+            .and_then(|d| {
+                std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o711))?;
+                Ok(d)
+            })
+            .map_err(|e| {
+                anyhow!(
+                    "--hang-timeout: cannot create a private directory in {} for the file that \
+                     stops the run: {e} (set TMPDIR to a directory of your own)",
+                    parent.display()
+                )
+            })?;
         let mut name = std::ffi::OsString::from(".");
         name.push(output.file_name().unwrap_or(OsStr::new("trace")));
         name.push(".foresight-stop");
-        Self {
+        Ok(Self {
             secs,
-            stop_file: output.with_file_name(name),
+            stop_file: stop_dir.path().join(name),
+            stop_dir,
             output: output.to_path_buf(),
-        }
-    }
-
-    fn prepare(&self) -> anyhow::Result<()> {
-        match std::fs::remove_file(&self.stop_file) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(anyhow!("cannot remove {}: {e}", self.stop_file.display())),
-        }
+        })
     }
 
     /// The sizes and modification times of the run's traces, to compare between looks (a
@@ -689,16 +730,19 @@ impl HangWatch {
     }
 
     fn stop(&self) {
-        if let Err(e) = std::fs::write(&self.stop_file, b"") {
-            eprintln!(
+        if let Err(e) = super::safe_fs::create_new(&self.stop_file, 0o644) {
+            say!(
                 "foresight: warning: cannot create {}: {e}",
                 self.stop_file.display()
             );
         }
     }
 
-    fn clean_up(&self) {
-        let _ = std::fs::remove_file(&self.stop_file);
+    fn clean_up(self) {
+        let dir = self.stop_dir.path().to_path_buf();
+        if let Err(e) = self.stop_dir.close() {
+            say!("foresight: warning: cannot remove {}: {e}", dir.display());
+        }
     }
 }
 
@@ -802,7 +846,7 @@ fn run_and_wait(
                         sizes = now;
                         last_growth = Instant::now();
                     } else if last_growth.elapsed() >= Duration::from_secs(h.secs.into()) {
-                        eprintln!(
+                        say!(
                             "foresight: no process of the run recorded an event for {} s: \
                              stopping {shown} (its trace says where each thread waits)",
                             h.secs
@@ -812,7 +856,7 @@ fn run_and_wait(
                     }
                 }
                 Some(at) if at.elapsed() > STOP_GRACE => {
-                    eprintln!(
+                    say!(
                         "foresight: {shown} did not stop within {} s: killing it",
                         STOP_GRACE.as_secs()
                     );
@@ -849,18 +893,62 @@ fn exit_code(status: ExitStatus) -> u8 {
     }
 }
 
-/// `output` and its siblings written by this run: (suffix, path), the root first.
+/// `output` and its siblings written by this run: (suffix, path), the root first. Only the
+/// user's own regular files: they are symbolised (written to), and the run's processes write
+/// new files (`O_EXCL`), so a link or another user's file is one planted beside them (said).
 fn traces_of_run(output: &Path, stale_kept: &[PathBuf]) -> Vec<(String, PathBuf)> {
-    let mut out = Vec::new();
-    if output.is_file() {
-        out.push((String::new(), output.to_path_buf()));
+    let mut candidates = Vec::new();
+    if std::fs::symlink_metadata(output).is_ok() {
+        candidates.push((String::new(), output.to_path_buf()));
     }
-    out.extend(
+    candidates.extend(
         siblings(output)
             .into_iter()
             .filter(|(_, p)| !stale_kept.contains(p)),
     );
-    out
+    candidates
+        .into_iter()
+        .filter(|(_, p)| match std::fs::symlink_metadata(p) {
+            Ok(meta) => match untrusted_file(&meta, &[]) {
+                None => true,
+                Some(why) => {
+                    say!(
+                        "foresight: warning: {}: not a trace of this run, left alone: {why}",
+                        p.display()
+                    );
+                    false
+                }
+            },
+            Err(_) => false,
+        })
+        .collect()
+}
+
+/// Why the runtime could not write in `dir`, if the directory says it: its file system is
+/// read-only or full, or the user may not write it.
+fn directory_trouble(dir: &Path) -> Option<String> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: `statvfs` is plain data; zeroed is a valid value for it.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a NUL-terminated path and `st` a valid, writable statvfs.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } == 0 {
+        if st.f_flag & libc::ST_RDONLY != 0 {
+            return Some(format!("{} is on a read-only file system", dir.display()));
+        }
+        if st.f_bavail == 0 || (st.f_files > 0 && st.f_favail == 0) {
+            return Some(format!("{}'s file system is full", dir.display()));
+        }
+    }
+    // SAFETY: `c` is a NUL-terminated path; access only reads it.
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK) } != 0 {
+        return Some(format!(
+            "{} cannot be written ({})",
+            dir.display(),
+            std::io::Error::last_os_error()
+        ));
+    }
+    None
 }
 
 /// True when the process that wrote a trace without a trailer is still running (a child that

@@ -4,6 +4,7 @@
 //! of it, each process with its own happens-before.
 
 use std::io::Read;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use foresight_trace::frame::FILE_MAGIC;
@@ -11,6 +12,7 @@ use foresight_trace::TraceStream;
 
 use super::output::open_stream;
 use super::pack::{Pack, PACK_MAGIC};
+use super::safe_fs::untrusted_file;
 
 /// One trace to read: a file, or a member of a pack.
 pub struct Input {
@@ -36,15 +38,12 @@ impl Input {
         }
     }
 
-    /// Opens the trace for one streaming pass (a packed one is decompressed into memory and
-    /// checked against its checksum first).
+    /// Opens the trace for one streaming pass (a packed one is decompressed into a temporary
+    /// file and checked against its checksum first).
     pub fn open_stream(&self) -> anyhow::Result<TraceStream> {
         match &self.source {
             Source::File(p) => open_stream(p),
-            Source::Packed { pack, member } => {
-                let bytes = pack.read_member(*member)?;
-                Ok(TraceStream::from_bytes(self.name.clone(), bytes)?)
-            }
+            Source::Packed { pack, member } => pack.open_member(*member),
         }
     }
 
@@ -199,14 +198,31 @@ pub fn expand(paths: &[PathBuf], root_only: bool) -> anyhow::Result<Vec<Input>> 
         if root_only || !starts_with(path, &FILE_MAGIC) || is_a_sibling(path) {
             continue;
         }
+        // Only the user's own files are taken for processes of the run: another user's trace,
+        // or a link planted beside it (to anyone's trace), is not.
+        let root_owner = std::fs::metadata(path).map(|m| m.uid()).ok();
         let mut added = Vec::new();
         for (suffix, p) in siblings(path) {
-            if starts_with(&p, &FILE_MAGIC) && once(&p) {
+            if !starts_with(&p, &FILE_MAGIC) {
+                continue;
+            }
+            let meta = match std::fs::symlink_metadata(&p) {
+                Ok(m) => m,
+                Err(_) => continue,
+            };
+            if let Some(why) = untrusted_file(&meta, root_owner.as_slice()) {
+                say!(
+                    "foresight: warning: {}: left out of the run {shown}: {why}",
+                    p.display()
+                );
+                continue;
+            }
+            if once(&p) {
                 added.push(Input::file(format!("{shown}{suffix}"), p));
             }
         }
         if !added.is_empty() {
-            eprintln!(
+            say!(
                 "foresight: {shown}: the run's {} traces are read together, each process on \
                  its own ({} of its children and the programs it executed; --root-only reads \
                  {shown} alone)",

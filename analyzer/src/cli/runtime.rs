@@ -68,6 +68,16 @@ pub fn find_runtime() -> anyhow::Result<PathBuf> {
 
 /// Writes `bytes` as `<root>/runtime-<hash>/libforesight_rt.so` unless an identical copy is
 /// there, and checks that programs can map it from there.
+///
+/// What is loaded is what was checked: the directory must be the user's and writable by no
+/// one else (else the command is refused: another user could swap the file after the check),
+/// and the copy is read through a descriptor opened without following a link and without
+/// blocking (a FIFO there would block the read forever), and trusted only if it is a regular
+/// file of the user's that others cannot write, with the embedded bytes. Anything else at
+/// that name (a link, a FIFO, another user's file, other bytes) is replaced by a new file,
+/// written beside it and renamed over it. The loader opens the path later (`LD_PRELOAD` is
+/// resolved again by every process of the run): in a directory only the user can write, the
+/// file cannot change in between but by the user's own hand.
 pub fn put_in_place(root: &Path, bytes: &[u8], hash: &str) -> anyhow::Result<PathBuf> {
     let dir = root.join(format!("runtime-{hash}"));
     let path = dir.join(RUNTIME_NAME);
@@ -75,9 +85,20 @@ pub fn put_in_place(root: &Path, bytes: &[u8], hash: &str) -> anyhow::Result<Pat
         "set {CACHE_VAR} to a writable directory of your own on a file system that allows \
          executing (not mounted noexec), or FORESIGHT_RUNTIME to a copy of {RUNTIME_NAME}"
     );
-    let current = std::fs::read(&path).is_ok_and(|b| b == bytes);
-    if !current {
-        create_private_dir(&dir).map_err(|e| anyhow!("{e:#}; {way_out}"))?;
+    if std::fs::symlink_metadata(&dir).is_ok_and(|m| m.file_type().is_symlink()) {
+        bail!(
+            "the cache directory {} is a symbolic link, not a directory of foresight's; {way_out}",
+            dir.display()
+        );
+    }
+    create_private_dir(&dir).map_err(|e| anyhow!("{e:#}; {way_out}"))?;
+    if let Err(why) = cached_copy_is(&path, bytes) {
+        if let Some(why) = why {
+            say!(
+                "foresight: {}: {why}; writing the runtime there anew",
+                path.display()
+            );
+        }
         write_atomically(&dir, &path, bytes).map_err(|e| {
             anyhow!(
                 "cannot put the foresight runtime in place at {}: {e}; {way_out}",
@@ -94,6 +115,48 @@ pub fn put_in_place(root: &Path, bytes: &[u8], hash: &str) -> anyhow::Result<Pat
         );
     }
     Ok(path)
+}
+
+/// `Ok` when `path` is a regular file of the user's, writable by no one else, holding
+/// `bytes`; else why not (`None`: there is no file, or an older runtime: nothing to say).
+fn cached_copy_is(path: &Path, bytes: &[u8]) -> Result<(), Option<String>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(None),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(Some("it is a symbolic link".into()))
+        }
+        Err(e) => return Err(Some(format!("cannot be read ({e})"))),
+    };
+    let meta = file
+        .metadata()
+        .map_err(|e| Some(format!("cannot be read ({e})")))?;
+    if !meta.is_file() {
+        return Err(Some(format!(
+            "it is not a regular file ({})",
+            super::safe_fs::kind_name(&meta)
+        )));
+    }
+    if let Some(why) = super::safe_fs::not_private(&meta) {
+        return Err(Some(why));
+    }
+    if meta.len() != bytes.len() as u64 {
+        return Err(None);
+    }
+    let mut held = Vec::with_capacity(bytes.len());
+    file.take(bytes.len() as u64 + 1)
+        .read_to_end(&mut held)
+        .map_err(|e| Some(format!("cannot be read ({e})")))?;
+    if held != bytes {
+        return Err(None);
+    }
+    Ok(())
 }
 
 fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {

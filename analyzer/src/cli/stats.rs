@@ -35,7 +35,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let inputs = expand(&args.traces, args.root_only)?;
-    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let mut out = crate::escape::Escaping::new(std::io::BufWriter::new(std::io::stdout().lock()));
     let mut packs_shown = HashSet::new();
     for p in &args.traces {
         if super::run_files::starts_with(p, &super::pack::PACK_MAGIC) && packs_shown.insert(p) {
@@ -55,7 +55,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         if i > 0 {
             ignore_broken_pipe(writeln!(out))?;
         }
-        ignore_broken_pipe(write_stats(&mut out, stream, counts, args.top))?;
+        ignore_broken_pipe(write_stats(&mut out, &input.name, stream, counts, args.top))?;
         if let Some((packed, size)) = input.packed_sizes() {
             ignore_broken_pipe(writeln!(
                 out,
@@ -193,6 +193,7 @@ fn count(stream: &TraceStream) -> Counts {
 
 fn write_stats(
     out: &mut impl Write,
+    name: &str,
     stream: &TraceStream,
     counts: &Counts,
     top: usize,
@@ -200,7 +201,8 @@ fn write_stats(
     let h = stream.header();
     let tables = stream.tables();
     let events = counts.events;
-    writeln!(out, "trace      {}", stream.path().display())?;
+    // The name the user gave (an STD file is read through a temporary trace).
+    writeln!(out, "trace      {name}")?;
     let (major, minor) = stream.version();
     writeln!(out, "format     {major}.{minor} ({})", h.producer)?;
     if !h.command.is_empty() {

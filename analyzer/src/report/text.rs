@@ -22,6 +22,9 @@ pub fn write(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
 }
 
 pub fn write_with(out: &mut impl Write, report: &Report, style: Style) -> std::io::Result<()> {
+    // Names come from traces and packs: no control character of theirs reaches the terminal.
+    let mut escaped = crate::escape::Escaping::new(out);
+    let out = &mut escaped;
     for t in &report.traces {
         write!(
             out,

@@ -37,6 +37,15 @@ pub fn import_to_path(input: &Path, output: &Path) -> Result<ImportSummary, Fail
     Ok(summary)
 }
 
+/// Imports the STD file at `input` into `output`, a file open for writing (the temporary
+/// trace `foresight` reads STD through: created private, never by its name).
+pub fn import_to_file(input: &Path, output: &File) -> Result<ImportSummary, Failure> {
+    let out = BufWriter::with_capacity(1 << 20, output);
+    let (out, summary) = import_file(input, out)?;
+    out.into_inner().map_err(|e| e.into_error())?;
+    Ok(summary)
+}
+
 /// Whether the file at `path` is STD text rather than a foresight trace (by its first bytes).
 /// Only a regular file is looked at: a FIFO would block the read, and whatever else the path
 /// is, the trace reader says so.
