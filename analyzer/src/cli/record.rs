@@ -900,6 +900,13 @@ pub(crate) fn window_summary(tables: &foresight_trace::reader::Tables) -> Option
 /// What a recording-stopped record says, for the user.
 pub(crate) fn stop_cause(cause: StopCause, max_size: Option<u64>) -> String {
     match cause {
+        StopCause::WriteFailed { errno } if errno == libc::EBADF || errno == libc::EMFILE => {
+            format!(
+                "recording stopped early, the program ran on: the program took the trace's \
+                 descriptor ({}); the trace holds what was written before",
+                crate::observed::descriptor_taken(errno)
+            )
+        }
         StopCause::WriteFailed { errno } => format!(
             "recording stopped early, the program ran on: writing the trace failed ({}); the \
              trace holds what was written before",

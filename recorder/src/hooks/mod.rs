@@ -22,6 +22,7 @@ pub mod naked;
 pub mod annotate;
 pub mod barrier;
 pub mod cond;
+pub mod fd;
 pub mod heap;
 pub mod memory;
 pub mod mutex;
