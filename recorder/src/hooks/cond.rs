@@ -41,10 +41,14 @@ unsafe fn waiting(c: C, m: M, ra: usize, wait: Wait, call: impl FnOnce() -> c_in
     // SAFETY: the program's mutex argument of the wait, used during this call.
     let pm = unsafe { ProgramMutex::new(m) };
     let ts = rt();
+    // The mutex is read outside the session (`mutex.rs`, probes).
+    let mutex_kind = ts.map(|_| pm.kind());
     let slots = ts.and_then(|t| {
         t.with(|t| {
             let (cs, site) = object(t, c as usize, ra, false, kind)?;
-            let (ms, _) = object(t, m as usize, ra, false, || pm.kind())?;
+            let (ms, _) = object(t, m as usize, ra, false, || {
+                mutex_kind.unwrap_or(ObjectKind::Mutex)
+            })?;
             // Entering the wait releases the mutex: key before the real call.
             t.emit(
                 EventKind::CondWaitBegin {

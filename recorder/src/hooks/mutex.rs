@@ -84,6 +84,13 @@ impl ProgramMutex {
     }
 }
 
+// Probes. The hooks read the program's object (a mutex's kind and owner words) before they
+// enter the runtime's session, on every path where the address may be new to them: a
+// pointer that faults (a null or garbage mutex) then faults outside the runtime, where the
+// signal layer completes the trace before the default action, as for any crash, instead of
+// inside it, where it must leave the thread's buffer alone. The real call would have
+// faulted on the same pointer: the program dies of the same signal.
+
 /// The shared shape of a blocking acquire. First `try_first`, the real non-blocking attempt,
 /// before anything else (it must succeed exactly when the blocking call would take the lock
 /// without waiting and return 0, and have no effect otherwise): if it took the lock, one
@@ -244,10 +251,12 @@ unsafe fn contended_general(
     let Some(t) = rt() else {
         return call();
     };
+    // The program's object is read outside the session (`probe`).
+    let kind = kind_of();
     if !t.enter() {
         return call();
     }
-    let found = object(&t, addr, ra, false, kind_of);
+    let found = object(&t, addr, ra, false, move || kind);
     if let Some((s, site)) = found {
         t.emit(
             EventKind::LockRequest {
@@ -281,10 +290,12 @@ pub(crate) fn attempt(
     let Some(t) = rt() else {
         return call();
     };
+    // The program's object is read outside the session (`probe`).
+    let kind = kind_of();
     if !t.enter() {
         return call();
     }
-    let found = object(&t, addr, ra, false, kind_of);
+    let found = object(&t, addr, ra, false, move || kind);
     let r = call();
     if let Some((s, site)) = found {
         let ev = EventKind::LockTry {
@@ -350,10 +361,12 @@ fn record_release_general(
     owned: impl Fn(ObjectKind, &ThreadState) -> bool + Copy,
 ) {
     if let Some(t) = rt_lane() {
+        // The program's object is read outside the session (`probe`).
+        let kind = kind_of();
+        let owns = owned(kind, &t);
         if t.enter() {
-            if let Some((s, site)) = object(&t, addr, ra, false, kind_of) {
-                let kind = kind_of();
-                if owned(kind, &t) {
+            if let Some((s, site)) = object(&t, addr, ra, false, move || kind) {
+                if owns {
                     let key = if kind == ObjectKind::RwLock {
                         Key::Release(&s.clock)
                     } else {
