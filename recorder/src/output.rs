@@ -434,7 +434,10 @@ static PAUSED_WRITES: SpinLock<bool> = SpinLock::new(false);
 /// puts the provisional trailer back at the new end, so that it ends the file if the exec
 /// succeeds (and is overwritten by the next write if it fails).
 fn write_reserved(bytes: &[u8]) -> bool {
-    if SEALED.load(Ordering::Acquire) || state() == STATE_STOPPED {
+    // After a failed write, the end of the trace goes where the good bytes end
+    // (`write_tail`): a chunk after the failed one would be cut off with it (and counted as
+    // written), whether a thread's last buffer written by `finish` or any other.
+    if SEALED.load(Ordering::Acquire) || state() == STATE_STOPPED || write_stopped() {
         return false;
     }
     let Some(owned) = FdUse::take() else {
@@ -472,25 +475,38 @@ pub fn file_len() -> u64 {
     FILE_LEN.load(Ordering::Acquire)
 }
 
-/// The bytes at the next free offset; a write that fails, or would pass the file size limit,
-/// stops recording (`stop_at`).
-fn reserve_and_write(fd: i32, bytes: &[u8]) -> bool {
-    let len = bytes.len() as u64;
-    let off = FILE_LEN.fetch_add(len, Ordering::AcqRel);
-    let max = MAX_SIZE.load(Ordering::Relaxed);
-    let limit = match (file_size_limit(), max) {
+/// The size the trace may not pass: the file size limit or `--max-size`, the smaller.
+pub fn size_limit() -> Option<u64> {
+    match (file_size_limit(), MAX_SIZE.load(Ordering::Relaxed)) {
         (l, 0) => l,
         (Some(l), m) => Some(l.min(m)),
         (None, m) => Some(m),
-    };
-    if let Some(limit) = limit {
-        if off.saturating_add(len).saturating_add(TAIL_ROOM) > limit {
+    }
+}
+
+/// The room kept under `limit` for the end of the trace: `TAIL_ROOM`, or half of a limit
+/// too small for it (the end of a trace with few threads takes a few hundred bytes).
+fn tail_room(limit: u64) -> u64 {
+    TAIL_ROOM.min(limit / 2)
+}
+
+/// The bytes at the next free offset; a write that fails, or would pass the file size limit,
+/// stops recording (`stop_at`). The file's first bytes (its prefix, the header) need no room
+/// kept after them: under any limit they fit in, the file is a trace.
+fn reserve_and_write(fd: i32, bytes: &[u8]) -> bool {
+    let len = bytes.len() as u64;
+    let off = FILE_LEN.fetch_add(len, Ordering::AcqRel);
+    if let Some(limit) = size_limit() {
+        let room = if off == 0 { 0 } else { tail_room(limit) };
+        if off.saturating_add(len).saturating_add(room) > limit {
             stop_at(off, StopCause::FileSizeLimit { limit });
             return false;
         }
     }
     match pwrite_all(fd, bytes, off) {
-        Ok(()) => true,
+        // A write before this one failed meanwhile: this chunk is past the trace's good
+        // bytes, and cut off with them.
+        Ok(()) => GOOD_END.load(Ordering::Acquire) > off,
         Err(errno) => {
             stop_at(off, StopCause::WriteFailed { errno });
             false
@@ -734,6 +750,11 @@ fn write_tail(bytes: &[u8]) -> bool {
     } else {
         TAIL_AT.load(Ordering::Acquire).max(end)
     };
+    // A part of the end that would pass the limit is left out (the kernel would refuse it
+    // and send SIGXFSZ); a smaller one after it may still fit.
+    if size_limit().is_some_and(|limit| at.saturating_add(bytes.len() as u64) > limit) {
+        return false;
+    }
     let ok = pwrite_all(fd, bytes, at).is_ok();
     if ok {
         TAIL_AT.store(at + bytes.len() as u64, Ordering::Release);
