@@ -19,6 +19,8 @@ mod run_files;
 mod runtime;
 mod stats;
 
+pub use record::note_inherited_signals;
+
 /// Exit code for bad input or usage.
 pub const EXIT_BAD_INPUT: u8 = 2;
 
