@@ -72,6 +72,17 @@ impl ProgramMutex {
         self.word(OWNER_WORD) as u32 == t.os_tid.get()
     }
 
+    /// Whether unlocking the mutex (`pthread_mutex_unlock`, or the unlock that starts a
+    /// condition wait) fails with `EPERM` for thread `t`, without any effect: the C library
+    /// checks the owner of recursive, error-checking, robust, PI and PP mutexes (not of
+    /// normal and adaptive ones). The owner word is the caller's own tid exactly when it
+    /// holds the mutex, so the answer does not race with other threads.
+    pub(crate) fn unlock_fails(self, t: &ThreadState) -> bool {
+        let kind = self.word(KIND_WORD);
+        let checked = matches!(kind & 3, 1 | 2) || kind & KIND_ROBUST_PI_PP != 0;
+        checked && !self.owned_by(t)
+    }
+
     /// Whether a successful `pthread_mutex_trylock` of the mutex is exactly what
     /// `pthread_mutex_lock` would have done without waiting, and a failed one has no effect:
     /// true for the normal, recursive, error-checking and adaptive types (an error-checking
@@ -448,8 +459,8 @@ unsafe extern "C-unwind" fn mutex_unlock(m: M, ra: usize) -> c_int {
         m as usize,
         ra,
         move || pm.kind(),
-        // Recursive and error-checking mutexes report EPERM to a non-owner: no release then.
-        move |k, t| matches!(k, ObjectKind::Mutex) || pm.owned_by(t),
+        // A mutex whose owner is checked reports EPERM to a non-owner: no release then.
+        move |_, t| !pm.unlock_fails(t),
         // SAFETY: the real function with the caller's argument.
         || unsafe { real(m) },
     )
