@@ -34,6 +34,11 @@ entry!(pthread_mutex_destroy, 1, mutex_destroy);
 /// (`PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP`) too.
 const KIND_WORD: usize = 4;
 const OWNER_WORD: usize = 2;
+const LOCK_WORD: usize = 0;
+/// The holder's tid in a robust mutex's lock word (the other bits are waiter flags).
+const FUTEX_TID_MASK: c_int = 0x3fff_ffff;
+/// glibc's robust-mutex kind flag.
+const KIND_ROBUST: c_int = 16;
 
 /// glibc's mutex kind flags that change what `trylock` means: robust (a trylock can take the
 /// lock *and* fail with `EOWNERDEAD`), priority inheritance, priority protection.
@@ -74,13 +79,17 @@ impl ProgramMutex {
 
     /// Whether unlocking the mutex (`pthread_mutex_unlock`, or the unlock that starts a
     /// condition wait) fails with `EPERM` for thread `t`, without any effect: the C library
-    /// checks the owner of recursive, error-checking, robust, PI and PP mutexes (not of
-    /// normal and adaptive ones). The owner word is the caller's own tid exactly when it
-    /// holds the mutex, so the answer does not race with other threads.
+    /// checks the owner of a robust mutex in its lock word (the holder's tid, whatever state
+    /// a dead owner left), and of a recursive or error-checking one in its owner word; not of
+    /// a normal or adaptive one. Either word holds the caller's own tid exactly when it holds
+    /// the mutex, so the answer does not race with other threads.
     pub(crate) fn unlock_fails(self, t: &ThreadState) -> bool {
         let kind = self.word(KIND_WORD);
-        let checked = matches!(kind & 3, 1 | 2) || kind & KIND_ROBUST_PI_PP != 0;
-        checked && !self.owned_by(t)
+        if kind & KIND_ROBUST != 0 {
+            (self.word(LOCK_WORD) & FUTEX_TID_MASK) as u32 != t.os_tid.get()
+        } else {
+            matches!(kind & 3, 1 | 2) && !self.owned_by(t)
+        }
     }
 
     /// Whether a successful `pthread_mutex_trylock` of the mutex is exactly what
@@ -309,13 +318,16 @@ pub(crate) fn attempt(
     let found = object(&t, addr, ra, false, move || kind);
     let r = call();
     if let Some((s, site)) = found {
+        // A robust mutex whose holder died is taken, with EOWNERDEAD (no other primitive
+        // returns it).
+        let taken = acquired(r);
         let ev = EventKind::LockTry {
             lock: s.id(),
             mode,
             site,
-            acquired: r == 0,
+            acquired: taken,
         };
-        let key = if r == 0 {
+        let key = if taken {
             Key::Acquire(&s.clock)
         } else {
             Key::Same
@@ -391,6 +403,12 @@ fn record_release_general(
     }
 }
 
+/// Whether a mutex lock call's result means the caller holds the mutex: 0, or `EOWNERDEAD`
+/// (a robust mutex whose holder died, taken over in an inconsistent state).
+fn acquired(r: c_int) -> bool {
+    r == 0 || r == libc::EOWNERDEAD
+}
+
 unsafe extern "C-unwind" fn mutex_lock(m: M, ra: usize) -> c_int {
     // SAFETY: the program's mutex argument, used during this call.
     let pm = unsafe { ProgramMutex::new(m) };
@@ -405,7 +423,7 @@ unsafe extern "C-unwind" fn mutex_lock(m: M, ra: usize) -> c_int {
             || pm.trylock_first_ok() && REAL_TRYLOCK.try_get().is_some_and(|t| t(m) == 0),
             // None: inside dlsym's bootstrap, single-threaded, nothing to lock against.
             move || REAL_LOCK.try_get().map_or(0, |real| real(m)),
-            |r| r == 0,
+            acquired,
             |r| r,
         )
     }
@@ -427,7 +445,7 @@ unsafe extern "C-unwind" fn mutex_timedlock(m: M, t: *const timespec, ra: usize)
             // then), so the attempt first is exact here too.
             || pm.trylock_first_ok() && REAL_TRYLOCK.try_get().is_some_and(|t| t(m) == 0),
             || real(m, t),
-            |r| r == 0,
+            acquired,
             |r| r,
         )
     }
