@@ -1027,6 +1027,9 @@ pub fn lock_for_fork() {
     crate::flight::lock_for_fork();
     TABLES.raw_lock();
     PAUSED_WRITES.raw_lock();
+    // Last: a move takes no other lock (a fork child must not inherit a move half done: the
+    // old descriptor open, or the move's lock held by a thread it does not have).
+    MOVING.raw_lock();
 }
 
 /// # Safety
@@ -1034,6 +1037,7 @@ pub fn lock_for_fork() {
 pub unsafe fn unlock_after_fork() {
     // SAFETY: forwarded contract.
     unsafe {
+        MOVING.force_unlock();
         PAUSED_WRITES.force_unlock();
         TABLES.force_unlock();
         crate::flight::unlock_after_fork();
