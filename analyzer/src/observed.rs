@@ -499,6 +499,13 @@ fn ended_text(run: &Run) -> String {
                  stopped the run",
                 duration(ms)
             ),
+            StopCause::WriteFailed { errno } if errno == libc::EBADF || errno == libc::EMFILE => {
+                format!(
+                    "recording stopped early (the program took the trace's descriptor: {}): \
+                     the threads' states are those at that moment",
+                    descriptor_taken(errno)
+                )
+            }
             StopCause::WriteFailed { errno } => format!(
                 "recording stopped early (a write to the trace failed, errno {errno}): the \
                  threads' states are those at that moment"
@@ -567,4 +574,14 @@ pub fn drop_superseded(findings: &mut Vec<Finding>) {
             _ => true,
         }
     });
+}
+
+/// How the program took the trace's descriptor, from a `WriteFailed` errno of `EBADF` or
+/// `EMFILE` (FORMAT.md §7.13).
+pub(crate) fn descriptor_taken(errno: i32) -> &'static str {
+    if errno == libc::EMFILE {
+        "it closed or replaced it when no other descriptor was free to move the trace to"
+    } else {
+        "closed or replaced by a raw system call, and the file could not be opened again"
+    }
 }

@@ -114,6 +114,11 @@ fn hash(addr: usize) -> usize {
 /// `kind_of` gives the object's kind when it is new. `None` if the table is full.
 #[inline]
 pub fn get(addr: usize, origin: Origin, kind_of: impl Fn() -> ObjectKind) -> Option<&'static Slot> {
+    if addr == 0 {
+        // A null object (the program's call fails or faults): 0 marks a free slot, nothing
+        // is at that address.
+        return None;
+    }
     let mut i = hash(addr);
     for _ in 0..MAX_PROBES {
         let s = &TABLE.0[i];
@@ -203,6 +208,9 @@ pub fn retire(s: &Slot) {
 
 /// Lookup without creating (`destroy` of an object never seen: nothing to record).
 pub fn find(addr: usize) -> Option<&'static Slot> {
+    if addr == 0 {
+        return None;
+    }
     let mut i = hash(addr);
     for _ in 0..MAX_PROBES {
         let s = &TABLE.0[i];

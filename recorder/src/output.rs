@@ -98,9 +98,9 @@ fn open_excl(path: &[u8]) -> Result<i32, i32> {
         // be given ours.
         // SAFETY: plain fcntl/close on the descriptor we just opened.
         unsafe {
-            let high = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 900);
+            let high = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, HIGH_FD);
             if high >= 0 {
-                libc::close(fd);
+                crate::hooks::fd::real_close(fd);
                 return Ok(high);
             }
         }
@@ -150,6 +150,233 @@ pub fn open_trace(base: &[u8], pid: u32, skip_plain: bool) -> Result<(i32, Vec<u
     ))
 }
 
+// --- the trace's descriptor ------------------------------------------------------------------
+//
+// The runtime's descriptor is invisible to the program: a `close`, `close_range`, `closefrom`,
+// `dup2` or `dup3` of the program's that names it (`hooks/fd.rs`) first moves the trace to
+// another descriptor (`keep_clear_of`), or is split around it, so that the program's call
+// does what it would have done without the runtime (a `close` of the number fails with
+// `EBADF`, a `dup2` onto it succeeds) and the trace never goes to the program's file. A raw
+// system call gets past that: before each write the descriptor is checked to still be the
+// trace's file (`FdUse::take`), and if it is not, the trace is opened again by its path.
+
+/// The lowest descriptor the trace takes when it can: out of the low range that `open` hands
+/// to the program (lowest free number first).
+pub const HIGH_FD: i32 = 900;
+
+/// The trace file's device and inode, to tell it from whatever else its descriptor may hold.
+static FD_DEV: AtomicU64 = AtomicU64::new(0);
+static FD_INO: AtomicU64 = AtomicU64::new(0);
+/// Writes and other uses of `FD` under way: a move closes the old descriptor after them.
+static FD_USERS: AtomicU32 = AtomicU32::new(0);
+/// The program took the descriptor and no other was free to move it to: the trace is opened
+/// again by its path for its end (`FdUse::take`).
+static LOST: AtomicBool = AtomicBool::new(false);
+/// One move at a time.
+static MOVING: SpinLock<()> = SpinLock::new(());
+/// The trace's absolute path (`/proc/self/fd`), NUL-terminated: reopened by it when the
+/// descriptor was taken (a fixed buffer, read where nothing may allocate).
+static OWN_PATH: SpinLock<TracePath> = SpinLock::new(TracePath {
+    len: 0,
+    bytes: [0; 4096],
+});
+
+/// How long a move waits for the writes under way on the old descriptor, and a reopening
+/// for the path's lock (yields; bounded: a signal handler may have interrupted one).
+const FD_WAIT: u32 = 10_000;
+
+/// The device and inode of the file open at `fd`, if it is open.
+fn identity(fd: i32) -> Option<(u64, u64)> {
+    // SAFETY: an all-zero stat is a valid out-value; fstat writes the struct we pass.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
+}
+
+/// Whether `fd` is the trace file.
+fn is_trace_file(fd: i32) -> bool {
+    identity(fd).is_some_and(|(dev, ino)| {
+        dev == FD_DEV.load(Ordering::Acquire) && ino == FD_INO.load(Ordering::Acquire)
+    })
+}
+
+/// Makes `fd` the trace's descriptor and notes what it is (start-up, a fork child's trace).
+fn adopt(fd: i32) {
+    let (dev, ino) = identity(fd).unwrap_or((0, 0));
+    FD_DEV.store(dev, Ordering::Release);
+    FD_INO.store(ino, Ordering::Release);
+    LOST.store(false, Ordering::Release);
+    let link = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok();
+    {
+        let mut p = OWN_PATH.lock();
+        p.len = 0;
+        if let Some(link) = link {
+            let b = std::os::unix::ffi::OsStrExt::as_bytes(link.as_os_str());
+            if b.first() == Some(&b'/') && b.len() < p.bytes.len() {
+                p.bytes[..b.len()].copy_from_slice(b);
+                p.bytes[b.len()] = 0;
+                p.len = b.len();
+            }
+        }
+    }
+    FD.store(fd, Ordering::SeqCst);
+}
+
+/// The trace's descriptor now (-1: none), for the hooks' quick test.
+#[inline]
+pub fn trace_fd() -> i32 {
+    FD.load(Ordering::Acquire)
+}
+
+/// The trace's descriptor for one use, checked to hold the trace file; a move waits for the
+/// use to end before it closes the old descriptor.
+struct FdUse {
+    fd: i32,
+}
+
+impl FdUse {
+    fn take() -> Option<FdUse> {
+        FD_USERS.fetch_add(1, Ordering::SeqCst);
+        let mut owned = FdUse { fd: -1 };
+        let fd = FD.load(Ordering::SeqCst);
+        if fd >= 0 && is_trace_file(fd) {
+            owned.fd = fd;
+            return Some(owned);
+        }
+        if fd >= 0 || LOST.load(Ordering::Acquire) {
+            owned.fd = reopen(fd)?;
+            return Some(owned);
+        }
+        None
+    }
+}
+
+impl Drop for FdUse {
+    fn drop(&mut self) {
+        FD_USERS.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The descriptor `bad` no longer holds the trace (a raw `close` or `dup2` of the program's;
+/// -1: the program took it, `keep_clear_of`): the trace is opened again by its path, if that
+/// still names it. If not, recording stops (nothing more can be written where it belongs).
+/// `bad` is never closed: its number is the program's now.
+fn reopen(bad: i32) -> Option<i32> {
+    let fd = open_own_path();
+    if let Some(fd) = fd {
+        match FD.compare_exchange(bad, fd, Ordering::SeqCst, Ordering::SeqCst) {
+            Ok(_) => {
+                LOST.store(false, Ordering::Release);
+                return Some(fd);
+            }
+            Err(now) => {
+                // Another thread reopened it first.
+                crate::hooks::fd::real_close(fd);
+                return (now >= 0 && is_trace_file(now)).then_some(now);
+            }
+        }
+    }
+    if bad >= 0
+        && FD
+            .compare_exchange(bad, -1, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+    {
+        LOST.store(true, Ordering::Release);
+        stop_at(file_len(), StopCause::WriteFailed { errno: libc::EBADF });
+    }
+    None
+}
+
+/// The trace opened again by its absolute path, if that still names it (never following a
+/// link), on a high descriptor.
+fn open_own_path() -> Option<i32> {
+    let p = OWN_PATH.try_lock_for(FD_WAIT)?;
+    if p.len == 0 {
+        return None;
+    }
+    // SAFETY: the path is NUL-terminated at `len` (`adopt`).
+    let fd = unsafe {
+        libc::open(
+            p.bytes.as_ptr().cast(),
+            libc::O_WRONLY | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+        )
+    };
+    drop(p);
+    if fd < 0 {
+        return None;
+    }
+    if !is_trace_file(fd) {
+        crate::hooks::fd::real_close(fd);
+        return None;
+    }
+    // SAFETY: plain fcntl on the descriptor we just opened.
+    let high = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, HIGH_FD) };
+    if high >= 0 {
+        crate::hooks::fd::real_close(fd);
+        return Some(high);
+    }
+    Some(fd)
+}
+
+/// The program is about to close or replace descriptor `target`: if it is the trace's, the
+/// trace moves to another descriptor first (and the old one is closed), so that the
+/// program's call finds the number free, as it would without the runtime. If no descriptor is
+/// free, the program takes it: recording stops (`WriteFailed` with `EMFILE`) and the trace's
+/// end is written through its path when the process ends. The caller keeps errno.
+pub fn keep_clear_of(target: i32) {
+    if target < 0 || FD.load(Ordering::Acquire) != target {
+        return;
+    }
+    move_away(target);
+}
+
+#[cold]
+#[inline(never)]
+fn move_away(target: i32) {
+    // A vfork child shares this memory but not the descriptor table.
+    if !crate::runtime::own_process() {
+        return;
+    }
+    let Some(_one) = MOVING.try_lock_for(FD_WAIT) else {
+        return;
+    };
+    if FD.load(Ordering::SeqCst) != target {
+        return;
+    }
+    let mut moved = -1;
+    for from in [HIGH_FD, 3] {
+        // SAFETY: plain fcntl on our descriptor.
+        moved = unsafe { libc::fcntl(target, libc::F_DUPFD_CLOEXEC, from) };
+        if moved >= 0 {
+            break;
+        }
+    }
+    if moved >= 0 {
+        FD.store(moved, Ordering::SeqCst);
+    } else {
+        FD.store(-1, Ordering::SeqCst);
+        LOST.store(true, Ordering::Release);
+    }
+    // The writes that took the old number end before it goes.
+    for _ in 0..FD_WAIT {
+        if FD_USERS.load(Ordering::SeqCst) == 0 {
+            break;
+        }
+        // SAFETY: sched_yield has no preconditions.
+        unsafe { libc::sched_yield() };
+    }
+    if moved >= 0 {
+        crate::hooks::fd::real_close(target);
+    } else {
+        stop_at(
+            file_len(),
+            StopCause::WriteFailed {
+                errno: libc::EMFILE,
+            },
+        );
+    }
+}
+
 /// How event chunks are compressed (`FORESIGHT_COMPRESS`): 0 never, 1 auto, 2 always, 3 lz4. Set
 /// before the file prefix is written and never changed while recording, so that every chunk
 /// writer made afterwards (`compress_mode`) agrees with the prefix (a 1.x prefix for never).
@@ -178,7 +405,7 @@ pub fn start(fd: i32, header: &Header, compress: CompressMode) {
         Ordering::Release,
     );
     let prefix = file_prefix_with(header, features_for(compress));
-    FD.store(fd, Ordering::Release);
+    adopt(fd);
     FILE_LEN.store(0, Ordering::Release);
     EVENT_CHUNKS.store(0, Ordering::Relaxed);
     EVENTS.store(0, Ordering::Relaxed);
@@ -207,10 +434,16 @@ static PAUSED_WRITES: SpinLock<bool> = SpinLock::new(false);
 /// puts the provisional trailer back at the new end, so that it ends the file if the exec
 /// succeeds (and is overwritten by the next write if it fails).
 fn write_reserved(bytes: &[u8]) -> bool {
-    let fd = FD.load(Ordering::Acquire);
-    if fd < 0 || SEALED.load(Ordering::Acquire) || state() == STATE_STOPPED {
+    // After a failed write, the end of the trace goes where the good bytes end
+    // (`write_tail`): a chunk after the failed one would be cut off with it (and counted as
+    // written), whether a thread's last buffer written by `finish` or any other.
+    if SEALED.load(Ordering::Acquire) || state() == STATE_STOPPED || write_stopped() {
         return false;
     }
+    let Some(owned) = FdUse::take() else {
+        return false;
+    };
+    let fd = owned.fd;
     WRITING.fetch_add(1, Ordering::SeqCst);
     if state() == STATE_PAUSED {
         WRITING.fetch_sub(1, Ordering::SeqCst);
@@ -242,25 +475,38 @@ pub fn file_len() -> u64 {
     FILE_LEN.load(Ordering::Acquire)
 }
 
-/// The bytes at the next free offset; a write that fails, or would pass the file size limit,
-/// stops recording (`stop_at`).
-fn reserve_and_write(fd: i32, bytes: &[u8]) -> bool {
-    let len = bytes.len() as u64;
-    let off = FILE_LEN.fetch_add(len, Ordering::AcqRel);
-    let max = MAX_SIZE.load(Ordering::Relaxed);
-    let limit = match (file_size_limit(), max) {
+/// The size the trace may not pass: the file size limit or `--max-size`, the smaller.
+pub fn size_limit() -> Option<u64> {
+    match (file_size_limit(), MAX_SIZE.load(Ordering::Relaxed)) {
         (l, 0) => l,
         (Some(l), m) => Some(l.min(m)),
         (None, m) => Some(m),
-    };
-    if let Some(limit) = limit {
-        if off.saturating_add(len).saturating_add(TAIL_ROOM) > limit {
+    }
+}
+
+/// The room kept under `limit` for the end of the trace: `TAIL_ROOM`, or half of a limit
+/// too small for it (the end of a trace with few threads takes a few hundred bytes).
+fn tail_room(limit: u64) -> u64 {
+    TAIL_ROOM.min(limit / 2)
+}
+
+/// The bytes at the next free offset; a write that fails, or would pass the file size limit,
+/// stops recording (`stop_at`). The file's first bytes (its prefix, the header) need no room
+/// kept after them: under any limit they fit in, the file is a trace.
+fn reserve_and_write(fd: i32, bytes: &[u8]) -> bool {
+    let len = bytes.len() as u64;
+    let off = FILE_LEN.fetch_add(len, Ordering::AcqRel);
+    if let Some(limit) = size_limit() {
+        let room = if off == 0 { 0 } else { tail_room(limit) };
+        if off.saturating_add(len).saturating_add(room) > limit {
             stop_at(off, StopCause::FileSizeLimit { limit });
             return false;
         }
     }
     match pwrite_all(fd, bytes, off) {
-        Ok(()) => true,
+        // A write before this one failed meanwhile: this chunk is past the trace's good
+        // bytes, and cut off with them.
+        Ok(()) => GOOD_END.load(Ordering::Acquire) > off,
         Err(errno) => {
             stop_at(off, StopCause::WriteFailed { errno });
             false
@@ -311,10 +557,13 @@ fn place_provisional_trailer(fd: i32) {
 /// `before_exec`, once the buffers are written: the provisional trailer, after every write
 /// that began before the pause; it stays last until the exec's outcome.
 pub fn write_provisional_trailer() {
-    let fd = FD.load(Ordering::Acquire);
-    if fd < 0 || SEALED.load(Ordering::Acquire) {
+    if SEALED.load(Ordering::Acquire) {
         return;
     }
+    let Some(owned) = FdUse::take() else {
+        return;
+    };
+    let fd = owned.fd;
     while WRITING.load(Ordering::SeqCst) != 0 {
         // SAFETY: sched_yield has no preconditions.
         unsafe { libc::sched_yield() };
@@ -478,10 +727,13 @@ pub fn write_chunk(chunk: &[u8]) -> bool {
 /// its last good chunk, once the writes under way are over, in the room the failed chunk
 /// left (it is cut off first).
 fn write_tail(bytes: &[u8]) -> bool {
-    let fd = FD.load(Ordering::Acquire);
-    if fd < 0 || SEALED.load(Ordering::Acquire) {
+    if SEALED.load(Ordering::Acquire) {
         return false;
     }
+    let Some(owned) = FdUse::take() else {
+        return false;
+    };
+    let fd = owned.fd;
     for _ in 0..1000 {
         if WRITING.load(Ordering::SeqCst) == 0 {
             break;
@@ -498,6 +750,11 @@ fn write_tail(bytes: &[u8]) -> bool {
     } else {
         TAIL_AT.load(Ordering::Acquire).max(end)
     };
+    // A part of the end that would pass the limit is left out (the kernel would refuse it
+    // and send SIGXFSZ); a smaller one after it may still fit.
+    if size_limit().is_some_and(|limit| at.saturating_add(bytes.len() as u64) > limit) {
+        return false;
+    }
     let ok = pwrite_all(fd, bytes, at).is_ok();
     if ok {
         TAIL_AT.store(at + bytes.len() as u64, Ordering::Release);
@@ -545,9 +802,6 @@ pub fn write_trailer(reason: EndReason) {
     let Some(n) = trailer_into(reason, &mut buf) else {
         return;
     };
-    if FD.load(Ordering::Acquire) < 0 {
-        return;
-    }
     // A trailer the disk has no room for goes where the good bytes end, like the rest of the
     // tail.
     let written = write_chunk(&buf[..n]) || (write_stopped() && write_tail(&buf[..n]));
@@ -560,10 +814,9 @@ pub fn write_trailer(reason: EndReason) {
 
 /// Cuts the file at the reserved length (bytes of an overwritten provisional trailer).
 pub fn truncate_to_end() {
-    let fd = FD.load(Ordering::Acquire);
-    if fd >= 0 {
+    if let Some(owned) = FdUse::take() {
         // SAFETY: plain syscall on our fd.
-        unsafe { libc::ftruncate(fd, FILE_LEN.load(Ordering::Acquire) as i64) };
+        unsafe { libc::ftruncate(owned.fd, FILE_LEN.load(Ordering::Acquire) as i64) };
     }
 }
 
@@ -755,18 +1008,17 @@ pub fn write_at(fd: i32, bytes: &[u8], off: u64) -> bool {
 
 /// Sets the trace's modification time to now (the flight recorder's sign of life).
 pub fn touch() {
-    let fd = FD.load(Ordering::Acquire);
-    if fd >= 0 {
+    if let Some(owned) = FdUse::take() {
         // SAFETY: a null `times` means "now"; plain syscall on our fd.
-        unsafe { libc::futimens(fd, std::ptr::null()) };
+        unsafe { libc::futimens(owned.fd, std::ptr::null()) };
     }
 }
 
 pub fn close() {
+    LOST.store(false, Ordering::Release);
     let fd = FD.swap(-1, Ordering::AcqRel);
     if fd >= 0 {
-        // SAFETY: our fd, closed once (swap).
-        unsafe { libc::close(fd) };
+        crate::hooks::fd::real_close(fd);
     }
 }
 
@@ -781,6 +1033,9 @@ pub fn lock_for_fork() {
     crate::flight::lock_for_fork();
     TABLES.raw_lock();
     PAUSED_WRITES.raw_lock();
+    // Last: a move takes no other lock (a fork child must not inherit a move half done: the
+    // old descriptor open, or the move's lock held by a thread it does not have).
+    MOVING.raw_lock();
 }
 
 /// # Safety
@@ -788,6 +1043,7 @@ pub fn lock_for_fork() {
 pub unsafe fn unlock_after_fork() {
     // SAFETY: forwarded contract.
     unsafe {
+        MOVING.force_unlock();
         PAUSED_WRITES.force_unlock();
         TABLES.force_unlock();
         crate::flight::unlock_after_fork();

@@ -158,6 +158,13 @@ pub extern "C" fn init() {
     }
     output::start(fd, &header(&cfg, pid, ppid), compress);
     output::set_max_size(cfg.max_size);
+    if cfg.chunk_bytes.is_none() {
+        // Under a small size limit (`ulimit -f`, --max-size), smaller chunks: the events
+        // that fit are written, instead of none for want of room for one whole chunk.
+        if let Some(limit) = output::size_limit().filter(|&l| l < SMALL_LIMIT) {
+            thread_state::set_chunk_bytes((limit / 8) as usize);
+        }
+    }
     if cfg.keep_last > 0 && !crate::flight::configure(cfg.keep_last) {
         output::complain("cannot map the flight recorder's window (--keep-last)");
         output::set_state(STATE_DONE);
@@ -179,6 +186,9 @@ pub extern "C" fn init() {
     thread::start_main();
     output::set_state(STATE_RECORDING);
 }
+
+/// A size limit under which chunks are made smaller than the default 64 KiB.
+const SMALL_LIMIT: u64 = 512 << 10;
 
 extern "C" fn at_exit() {
     finish(
@@ -217,6 +227,12 @@ pub fn finish(reason: EndReason, attempts: Option<u32>, caller_exits: bool) {
     // table buffer allocates, and a signal handler must not.
     let mut buf = [0u8; 2048];
     let mut ends = TableChunkBuf::new(&mut buf);
+    // After a failed write or at the size limit, the room left may not hold every thread's
+    // end: the cause goes first, in a chunk of its own, so that the trace says why it ends.
+    let stop_first = output::write_stopped();
+    if stop_first {
+        write_stop_cause();
+    }
     // Without the flush lock in time (a signal handler, another flusher stuck), the threads'
     // buffers are left alone: only what is written already, and the trailer.
     if let Some(quiesced) = thread_state::quiesce(attempts) {
@@ -252,7 +268,7 @@ pub fn finish(reason: EndReason, attempts: Option<u32>, caller_exits: bool) {
     crate::flight::dump(attempts, END_ROOM);
     output::flush_tables(attempts);
     if let Some(chunk) = ends.as_mut() {
-        if let Some(stop) = output::stopped() {
+        if let Some(stop) = output::stopped().filter(|_| !stop_first) {
             let r = TableRecord::RecordingStopped(stop);
             if !chunk.push(&r) {
                 output::write_chunk(chunk.framed());
@@ -270,6 +286,19 @@ pub fn finish(reason: EndReason, attempts: Option<u32>, caller_exits: bool) {
     }
     // The descriptor stays open (it is close-on-exec): closing it here could let the program
     // reuse its number while a late writer still holds it.
+}
+
+/// The recording-stopped record, in a table chunk of its own (built on the stack).
+fn write_stop_cause() {
+    let Some(stop) = output::stopped() else {
+        return;
+    };
+    let mut buf = [0u8; 128];
+    if let Some(mut chunk) = TableChunkBuf::new(&mut buf) {
+        if chunk.push(&TableRecord::RecordingStopped(stop)) {
+            output::write_chunk(chunk.framed());
+        }
+    }
 }
 
 /// `--dump-on`: the flight recorder's window as it is now, written to a snapshot file of its

@@ -216,7 +216,9 @@ impl<'t> Checker<'t> {
             self.switch_to(t, offset);
         }
         match event.kind {
-            EventKind::LockAcquired { lock, mode } => self.acquire(t, offset, lock, mode),
+            EventKind::LockAcquired { lock, mode } => {
+                self.acquire(t, offset, lock, mode, &unfinished)
+            }
             EventKind::LockRelease { lock, .. } => self.release(t, lock),
             // A request changes nothing (a run's first event is often one).
             EventKind::LockRequest { .. } => {}
@@ -287,13 +289,13 @@ impl<'t> Checker<'t> {
                     format!("thread {t} joins thread {child} before it finished"),
                 );
             }
-            EventKind::LockAcquired { lock, mode } => self.acquire(t, at, lock, mode),
+            EventKind::LockAcquired { lock, mode } => self.acquire(t, at, lock, mode, &unfinished),
             EventKind::LockTry {
                 lock,
                 mode,
                 acquired: true,
                 ..
-            } => self.acquire(t, at, lock, mode),
+            } => self.acquire(t, at, lock, mode, &unfinished),
             EventKind::LockRelease { lock, .. } => self.release(t, lock),
             EventKind::CondWaitBegin { mutex, .. } => {
                 if let Some(st) = self.locks.get_mut(mutex) {
@@ -303,7 +305,9 @@ impl<'t> Checker<'t> {
                     st.shared.remove(&t);
                 }
             }
-            EventKind::CondWaitEnd { mutex, .. } => self.acquire(t, at, mutex, LockMode::Exclusive),
+            EventKind::CondWaitEnd { mutex, .. } => {
+                self.acquire(t, at, mutex, LockMode::Exclusive, &unfinished)
+            }
             EventKind::ObjectDestroy { object, .. } => {
                 self.locks.remove(object);
             }
@@ -394,7 +398,14 @@ impl<'t> Checker<'t> {
     /// A lock acquisition. An exclusive one of a lock in the table that nobody holds (most
     /// acquisitions) is settled inline; everything else in [`Checker::acquire_checked`].
     #[inline]
-    fn acquire(&mut self, t: ThreadId, at: u64, lock: ObjectId, mode: LockMode) {
+    fn acquire(
+        &mut self,
+        t: ThreadId,
+        at: u64,
+        lock: ObjectId,
+        mode: LockMode,
+        unfinished: &impl Fn(ThreadId) -> bool,
+    ) {
         if mode == LockMode::Exclusive {
             // The table holds ids below `DIRECT_IDS` only: larger ones are never found here.
             if let Some(st) = self.locks.small.get_mut(lock as usize) {
@@ -404,11 +415,21 @@ impl<'t> Checker<'t> {
                 }
             }
         }
-        self.acquire_checked(t, at, lock, mode);
+        self.acquire_checked(t, at, lock, mode, unfinished);
     }
 
+    /// A holder whose events have all been seen no longer keeps the lock from others: it
+    /// ended holding it, and only a robust mutex is taken from a holder that died (with
+    /// `EOWNERDEAD`), or its release was never written (recording stopped, FORMAT.md §7.13).
     #[inline(never)]
-    fn acquire_checked(&mut self, t: ThreadId, at: u64, lock: ObjectId, mode: LockMode) {
+    fn acquire_checked(
+        &mut self,
+        t: ThreadId,
+        at: u64,
+        lock: ObjectId,
+        mode: LockMode,
+        unfinished: &impl Fn(ThreadId) -> bool,
+    ) {
         // Looked up only for a re-entry: the object table is not consulted per acquisition.
         let tables = self.tables;
         let recursive = || {
@@ -418,6 +439,10 @@ impl<'t> Checker<'t> {
                 .is_some_and(|o| matches!(o.kind, ObjectKind::RecursiveMutex))
         };
         let st = self.locks.entry(lock);
+        if st.exclusive.is_some_and(|(h, _)| h != t && !unfinished(h)) {
+            st.exclusive = None;
+        }
+        st.shared.retain(|&h, _| h == t || unfinished(h));
         // Who holds the lock in a conflicting mode, and how.
         let conflict = match mode {
             LockMode::Exclusive => match st.exclusive.as_mut() {

@@ -30,6 +30,8 @@ mod runtime;
 mod safe_fs;
 mod stats;
 
+pub use record::note_inherited_signals;
+
 /// Exit code for bad input or usage.
 pub const EXIT_BAD_INPUT: u8 = 2;
 

@@ -12,7 +12,7 @@ use std::ffi::{OsStr, OsString};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, ExitStatus};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context};
@@ -46,7 +46,7 @@ symbolised (function, file, line) so it can be analysed without the binaries.
 Ctrl-C reaches the command (it is in the same process group); foresight waits for it, and the \
 trace is completed as the command ends. SIGINT, SIGQUIT, SIGTERM and SIGHUP (and the signal of \
 --dump-on) sent to foresight by another process are passed on to the command. If foresight is killed, the command is killed \
-with it.
+with it. Signals ignored when foresight starts (nohup) are ignored in the command too.
 
 With --hang-timeout SECS, a run in which no process records an event for SECS seconds is \
 stopped: each process completes its trace, with what every thread was doing (where it waits), \
@@ -746,6 +746,36 @@ impl HangWatch {
     }
 }
 
+/// The signals `foresight` was started with ignored, bit `sig` for each
+/// (`note_inherited_signals`).
+static INHERITED_IGNORED: AtomicU64 = AtomicU64::new(0);
+
+/// Notes which signals the process inherited ignored. Called before `main` (a constructor of
+/// the `foresight` binary), before the Rust runtime ignores SIGPIPE and before `record`
+/// installs its handlers: the command it runs is given the same (as `nohup` means: a
+/// program started under it must not die on a hangup because `foresight record` ran it).
+pub fn note_inherited_signals() {
+    let mut ignored = 0u64;
+    for sig in 1..64 {
+        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: an all-zero sigaction is a valid out-value; a null `act` only reads.
+        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        if unsafe { libc::sigaction(sig, std::ptr::null(), &mut old) } == 0
+            && old.sa_sigaction == libc::SIG_IGN
+        {
+            ignored |= 1 << sig;
+        }
+    }
+    INHERITED_IGNORED.store(ignored, Ordering::Relaxed);
+}
+
+fn inherited_ignored() -> u64 {
+    INHERITED_IGNORED.load(Ordering::Relaxed)
+}
+
 /// How long a stopped run may take to end before its command is killed.
 const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -775,17 +805,28 @@ fn run_and_wait(
         .context("cannot install signal handlers")?;
     // Once the command has ended, the termination signals act as usual again (they end the
     // symbolisation).
+    // A signal `record` was started with ignored (`nohup`, `trap '' HUP`) stays ignored.
+    let ignored = inherited_ignored();
     let done = Arc::new(AtomicBool::new(false));
     for sig in [SIGINT, SIGTERM, SIGHUP, SIGQUIT] {
-        signal_hook::flag::register_conditional_default(sig, Arc::clone(&done))
-            .context("cannot install signal handlers")?;
+        if ignored & (1 << sig) == 0 {
+            signal_hook::flag::register_conditional_default(sig, Arc::clone(&done))
+                .context("cannot install signal handlers")?;
+        }
     }
     let parent = std::process::id();
-    // SAFETY: the closure runs in the forked child before exec and only makes two system calls
-    // (async-signal-safe): the command gets SIGKILL when `record` dies, and, if `record` died
+    // SAFETY: the closure runs in the forked child before exec and only makes system calls
+    // (async-signal-safe): the signals `record` inherited ignored are ignored again (its own
+    // handlers, and the Rust runtime's SIGPIPE, would otherwise reach the command as the
+    // default action), the command gets SIGKILL when `record` dies, and, if `record` died
     // before this, exits at once.
     unsafe {
         cmd.pre_exec(move || {
+            for sig in 1..64 {
+                if ignored & (1 << sig) != 0 {
+                    libc::signal(sig, libc::SIG_IGN);
+                }
+            }
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
@@ -992,6 +1033,13 @@ pub(crate) fn window_summary(tables: &foresight_trace::tables::Tables) -> Option
 /// What a recording-stopped record says, for the user.
 pub(crate) fn stop_cause(cause: StopCause, max_size: Option<u64>) -> String {
     match cause {
+        StopCause::WriteFailed { errno } if errno == libc::EBADF || errno == libc::EMFILE => {
+            format!(
+                "recording stopped early, the program ran on: the program took the trace's \
+                 descriptor ({}); the trace holds what was written before",
+                crate::observed::descriptor_taken(errno)
+            )
+        }
         StopCause::WriteFailed { errno } => format!(
             "recording stopped early, the program ran on: writing the trace failed ({}); the \
              trace holds what was written before",

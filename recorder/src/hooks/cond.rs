@@ -37,14 +37,35 @@ fn kind() -> ObjectKind {
 /// # Safety
 /// `call` is the real wait with the caller's arguments; `m` is the mutex argument of that call.
 #[inline(always)]
-unsafe fn waiting(c: C, m: M, ra: usize, wait: Wait, call: impl FnOnce() -> c_int) -> c_int {
+unsafe fn waiting(
+    c: C,
+    m: M,
+    ra: usize,
+    wait: Wait,
+    abstime: Option<*const timespec>,
+    call: impl FnOnce() -> c_int,
+) -> c_int {
     // SAFETY: the program's mutex argument of the wait, used during this call.
     let pm = unsafe { ProgramMutex::new(m) };
-    let ts = rt();
+    let mut ts = rt();
+    // A wait that fails at once never waits and never gives the mutex up: nothing to record
+    // (a wait and a wake-up would be a release and an acquisition that did not happen). The
+    // C library refuses a deadline with invalid nanoseconds before anything else, and a
+    // mutex whose owner it checks when the caller does not hold it.
+    // SAFETY: the deadline argument of a timed wait, which the real call reads too.
+    if abstime.is_some_and(|a| unsafe { !valid_deadline(a) })
+        || ts.is_some_and(|t| pm.unlock_fails(&t))
+    {
+        ts = None;
+    }
+    // The mutex is read outside the session (`mutex.rs`, probes).
+    let mutex_kind = ts.map(|_| pm.kind());
     let slots = ts.and_then(|t| {
         t.with(|t| {
             let (cs, site) = object(t, c as usize, ra, false, kind)?;
-            let (ms, _) = object(t, m as usize, ra, false, || pm.kind())?;
+            let (ms, _) = object(t, m as usize, ra, false, || {
+                mutex_kind.unwrap_or(ObjectKind::Mutex)
+            })?;
             // Entering the wait releases the mutex: key before the real call.
             t.emit(
                 EventKind::CondWaitBegin {
@@ -83,16 +104,26 @@ unsafe fn waiting(c: C, m: M, ra: usize, wait: Wait, call: impl FnOnce() -> c_in
     r
 }
 
+/// Whether a timed wait's deadline passes the C library's check (nanoseconds in 0..10^9).
+/// A null deadline is left to the real call (it faults there, outside the runtime).
+///
+/// # Safety
+/// `abstime` is null or the deadline argument of the hooked call (valid during it).
+unsafe fn valid_deadline(abstime: *const timespec) -> bool {
+    // SAFETY: the caller's contract.
+    unsafe { abstime.as_ref() }.is_none_or(|a| (0..1_000_000_000).contains(&a.tv_nsec))
+}
+
 unsafe extern "C-unwind" fn wait(c: C, m: M, ra: usize) -> c_int {
     let real = REAL_WAIT.get();
     // SAFETY: the real function with the caller's arguments.
-    unsafe { waiting(c, m, ra, Wait::Untimed, || real(c, m)) }
+    unsafe { waiting(c, m, ra, Wait::Untimed, None, || real(c, m)) }
 }
 
 unsafe extern "C-unwind" fn timedwait(c: C, m: M, t: *const timespec, ra: usize) -> c_int {
     let real = REAL_TIMEDWAIT.get();
     // SAFETY: the real function with the caller's arguments.
-    unsafe { waiting(c, m, ra, Wait::Timed, || real(c, m, t)) }
+    unsafe { waiting(c, m, ra, Wait::Timed, Some(t), || real(c, m, t)) }
 }
 
 fn notify(c: C, ra: usize, all: bool) {

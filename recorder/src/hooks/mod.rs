@@ -15,13 +15,17 @@
 //!   `"C-unwind"` ABI: cancellation points (`pthread_cond_wait`, `sem_wait`, `pthread_join`)
 //!   and `pthread_exit` unwind through these frames;
 //! - keys are taken inside the critical window (`sequence.rs`): releases before the real
-//!   call, acquisitions after it returns.
+//!   call, acquisitions after it returns;
+//! - a call the C library refuses at once (known before the call: a condition wait on a
+//!   mutex it will not unlock, a join of the calling thread) records no wait, release or
+//!   request it did not make.
 
 #[macro_use]
 pub mod naked;
 pub mod annotate;
 pub mod barrier;
 pub mod cond;
+pub mod fd;
 pub mod heap;
 pub mod memory;
 pub mod mutex;

@@ -34,6 +34,11 @@ entry!(pthread_mutex_destroy, 1, mutex_destroy);
 /// (`PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP`) too.
 const KIND_WORD: usize = 4;
 const OWNER_WORD: usize = 2;
+const LOCK_WORD: usize = 0;
+/// The holder's tid in a robust mutex's lock word (the other bits are waiter flags).
+const FUTEX_TID_MASK: c_int = 0x3fff_ffff;
+/// glibc's robust-mutex kind flag.
+const KIND_ROBUST: c_int = 16;
 
 /// glibc's mutex kind flags that change what `trylock` means: robust (a trylock can take the
 /// lock *and* fail with `EOWNERDEAD`), priority inheritance, priority protection.
@@ -72,6 +77,21 @@ impl ProgramMutex {
         self.word(OWNER_WORD) as u32 == t.os_tid.get()
     }
 
+    /// Whether unlocking the mutex (`pthread_mutex_unlock`, or the unlock that starts a
+    /// condition wait) fails with `EPERM` for thread `t`, without any effect: the C library
+    /// checks the owner of a robust mutex in its lock word (the holder's tid, whatever state
+    /// a dead owner left), and of a recursive or error-checking one in its owner word; not of
+    /// a normal or adaptive one. Either word holds the caller's own tid exactly when it holds
+    /// the mutex, so the answer does not race with other threads.
+    pub(crate) fn unlock_fails(self, t: &ThreadState) -> bool {
+        let kind = self.word(KIND_WORD);
+        if kind & KIND_ROBUST != 0 {
+            (self.word(LOCK_WORD) & FUTEX_TID_MASK) as u32 != t.os_tid.get()
+        } else {
+            matches!(kind & 3, 1 | 2) && !self.owned_by(t)
+        }
+    }
+
     /// Whether a successful `pthread_mutex_trylock` of the mutex is exactly what
     /// `pthread_mutex_lock` would have done without waiting, and a failed one has no effect:
     /// true for the normal, recursive, error-checking and adaptive types (an error-checking
@@ -83,6 +103,13 @@ impl ProgramMutex {
         self.word(KIND_WORD) & KIND_ROBUST_PI_PP == 0
     }
 }
+
+// Probes. The hooks read the program's object (a mutex's kind and owner words) before they
+// enter the runtime's session, on every path where the address may be new to them: a
+// pointer that faults (a null or garbage mutex) then faults outside the runtime, where the
+// signal layer completes the trace before the default action, as for any crash, instead of
+// inside it, where it must leave the thread's buffer alone. The real call would have
+// faulted on the same pointer: the program dies of the same signal.
 
 /// The shared shape of a blocking acquire. First `try_first`, the real non-blocking attempt,
 /// before anything else (it must succeed exactly when the blocking call would take the lock
@@ -244,10 +271,12 @@ unsafe fn contended_general(
     let Some(t) = rt() else {
         return call();
     };
+    // The program's object is read outside the session (`probe`).
+    let kind = kind_of();
     if !t.enter() {
         return call();
     }
-    let found = object(&t, addr, ra, false, kind_of);
+    let found = object(&t, addr, ra, false, move || kind);
     if let Some((s, site)) = found {
         t.emit(
             EventKind::LockRequest {
@@ -281,19 +310,24 @@ pub(crate) fn attempt(
     let Some(t) = rt() else {
         return call();
     };
+    // The program's object is read outside the session (`probe`).
+    let kind = kind_of();
     if !t.enter() {
         return call();
     }
-    let found = object(&t, addr, ra, false, kind_of);
+    let found = object(&t, addr, ra, false, move || kind);
     let r = call();
     if let Some((s, site)) = found {
+        // A robust mutex whose holder died is taken, with EOWNERDEAD (no other primitive
+        // returns it).
+        let taken = acquired(r);
         let ev = EventKind::LockTry {
             lock: s.id(),
             mode,
             site,
-            acquired: r == 0,
+            acquired: taken,
         };
-        let key = if r == 0 {
+        let key = if taken {
             Key::Acquire(&s.clock)
         } else {
             Key::Same
@@ -350,10 +384,12 @@ fn record_release_general(
     owned: impl Fn(ObjectKind, &ThreadState) -> bool + Copy,
 ) {
     if let Some(t) = rt_lane() {
+        // The program's object is read outside the session (`probe`).
+        let kind = kind_of();
+        let owns = owned(kind, &t);
         if t.enter() {
-            if let Some((s, site)) = object(&t, addr, ra, false, kind_of) {
-                let kind = kind_of();
-                if owned(kind, &t) {
+            if let Some((s, site)) = object(&t, addr, ra, false, move || kind) {
+                if owns {
                     let key = if kind == ObjectKind::RwLock {
                         Key::Release(&s.clock)
                     } else {
@@ -365,6 +401,12 @@ fn record_release_general(
             t.leave();
         }
     }
+}
+
+/// Whether a mutex lock call's result means the caller holds the mutex: 0, or `EOWNERDEAD`
+/// (a robust mutex whose holder died, taken over in an inconsistent state).
+fn acquired(r: c_int) -> bool {
+    r == 0 || r == libc::EOWNERDEAD
 }
 
 unsafe extern "C-unwind" fn mutex_lock(m: M, ra: usize) -> c_int {
@@ -381,7 +423,7 @@ unsafe extern "C-unwind" fn mutex_lock(m: M, ra: usize) -> c_int {
             || pm.trylock_first_ok() && REAL_TRYLOCK.try_get().is_some_and(|t| t(m) == 0),
             // None: inside dlsym's bootstrap, single-threaded, nothing to lock against.
             move || REAL_LOCK.try_get().map_or(0, |real| real(m)),
-            |r| r == 0,
+            acquired,
             |r| r,
         )
     }
@@ -403,7 +445,7 @@ unsafe extern "C-unwind" fn mutex_timedlock(m: M, t: *const timespec, ra: usize)
             // then), so the attempt first is exact here too.
             || pm.trylock_first_ok() && REAL_TRYLOCK.try_get().is_some_and(|t| t(m) == 0),
             || real(m, t),
-            |r| r == 0,
+            acquired,
             |r| r,
         )
     }
@@ -435,8 +477,8 @@ unsafe extern "C-unwind" fn mutex_unlock(m: M, ra: usize) -> c_int {
         m as usize,
         ra,
         move || pm.kind(),
-        // Recursive and error-checking mutexes report EPERM to a non-owner: no release then.
-        move |k, t| matches!(k, ObjectKind::Mutex) || pm.owned_by(t),
+        // A mutex whose owner is checked reports EPERM to a non-owner: no release then.
+        move |_, t| !pm.unlock_fails(t),
         // SAFETY: the real function with the caller's argument.
         || unsafe { real(m) },
     )

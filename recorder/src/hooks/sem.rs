@@ -122,6 +122,13 @@ unsafe extern "C-unwind" fn wait(s: S, ra: usize) -> c_int {
 
 unsafe extern "C-unwind" fn timedwait(s: S, t: *const timespec, ra: usize) -> c_int {
     let real = REAL_TIMEDWAIT.get();
+    // The C library refuses a deadline with invalid nanoseconds at once (EINVAL), before it
+    // looks at the semaphore: no wait to record. A null deadline faults in the real call.
+    // SAFETY: the deadline argument, which the real call reads too.
+    if unsafe { t.as_ref() }.is_some_and(|d| !(0..1_000_000_000).contains(&d.tv_nsec)) {
+        // SAFETY: the real function with the caller's arguments.
+        return unsafe { real(s, t) };
+    }
     // SAFETY: the real function with the caller's arguments.
     unsafe { waiting(s, ra, Wait::Timed, || real(s, t)) }
 }

@@ -290,6 +290,11 @@ unsafe fn joining(
     call: impl FnOnce() -> c_int,
 ) -> c_int {
     let ts = rt();
+    // A join of the calling thread itself fails at once with EDEADLK: no request (there is
+    // no wait, and a thread waiting for its own end would be a deadlock), only the failed
+    // attempt.
+    // SAFETY: pthread_self has no preconditions.
+    let blocking = blocking.filter(|_| pt != unsafe { libc::pthread_self() });
     let child = ts.and_then(|t| {
         t.with(|t| {
             let child = thread_state::pt_lookup(pt as usize)?;
