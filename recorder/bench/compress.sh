@@ -9,7 +9,7 @@
 #           repetitive. Needs Debian's libsqlite3-dev: installed with apt-get when missing and
 #           run as root, else this workload is skipped. Its traces are of two kinds: when
 #           the threads mostly take turns (one free core) zstd shrinks them ~500x; when they run
-#           in parallel, some acquisitions wait and the key deltas vary, ~40x (ARCHITECTURE.md,
+#           in parallel, some acquisitions wait and the key deltas vary, ~40x (docs/perf/compression.md,
 #           "Folded acquisitions"). The median of REPS runs says which kind was more common.
 #   random  the random-order lock benchmark (random_locks.c: 4 threads, two of 64 locks picked
 #           at random per step, at one of 8 sites): the hard case for compression.

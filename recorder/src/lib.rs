@@ -1,7 +1,7 @@
 //! The foresight runtime: an `LD_PRELOAD` library (`libforesight_rt.so`) that records the
 //! synchronisation events of a C/C++ program into a foresight trace.
 //!
-//! Code map (see `ARCHITECTURE.md` for the invariants):
+//! Code map (see `ARCHITECTURE.md`, "recorder/" and invariants I3–I8):
 //! - `hooks/`: the interposed functions, one module per primitive family, and the naked
 //!   entries that capture the caller's return address (`hooks/naked.rs`).
 //! - `runtime.rs`: start-up (`.init_array`), completion (exit, `_exit`, signals, exec), fork.

@@ -27,8 +27,8 @@ use crate::{output, sites};
 /// About 64 KiB of events per chunk, stored plain or compressed with LZ4.
 pub const CHUNK_BYTES: usize = 64 << 10;
 /// About 256 KiB of events per chunk compressed with zstd (`--compress auto|always`): zstd
-/// gains more on larger inputs, and a chunk is compressed on its own (ARCHITECTURE.md,
-/// "Compression: the codec").
+/// gains more on larger inputs, and a chunk is compressed on its own
+/// (docs/decisions/0004-zstd-level-1-in-a-static-context.md).
 pub const ZSTD_CHUNK_BYTES: usize = 256 << 10;
 
 /// The chunk size a benchmark asked for (`FORESIGHT_CHUNK_BYTES`, set before the first

@@ -104,7 +104,8 @@ pub const AUTO_MIN_RATIO_ZSTD: usize = 2;
 pub const AUTO_BACKOFF_CHUNKS: u32 = 16;
 
 /// The zstd level the recorder compresses at unless told otherwise (`FORESIGHT_ZSTD_LEVEL`):
-/// ARCHITECTURE.md, "Compression: the codec", for the measurements behind it.
+/// docs/decisions/0004-zstd-level-1-in-a-static-context.md and docs/perf/compression.md for the
+/// measurements behind it.
 pub const DEFAULT_ZSTD_LEVEL: i32 = 1;
 
 static ZSTD_LEVEL: AtomicI32 = AtomicI32::new(DEFAULT_ZSTD_LEVEL);

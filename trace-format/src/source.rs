@@ -6,7 +6,7 @@
 //! that another process truncated, kills the reader with SIGBUS. A positioned read (`pread`)
 //! returns zeros for a hole and a short count past the end, which the reader reports as garbage
 //! or as a trace cut short, with the offset. Reading costs no more than mapping did: decoding
-//! a trace touches every byte once either way (ARCHITECTURE.md has the measurement).
+//! a trace touches every byte once either way (docs/perf/reading-speed.md has the measurement).
 //!
 //! Only regular files are opened as traces. A FIFO would block the first read until some
 //! writer appears, a terminal or a character device streams without end, and a directory has

@@ -1,6 +1,7 @@
 //! The analyzer's own in-memory model of one trace (a [`Run`]), built in one walk over the
-//! merged stream (`stream.rs`) by the deadlock model's passes. DESIGN.md: serialised types stay
-//! at the edge; everything after this module works on these types.
+//! merged stream (`stream.rs`) by the deadlock model's passes. Serialised types stay at the edge
+//! (ARCHITECTURE.md, "Layering inside the analyzer"); everything after this module works on
+//! these types.
 //!
 //! What is kept: lock critical sections (acquisitions with their request, acquire and release
 //! positions and the locks held at the request), the waits that can hold a lock hostage (join,
