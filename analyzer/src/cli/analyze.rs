@@ -34,7 +34,8 @@ pub enum Format {
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The trace files; their lock-order graphs are merged (lock classes match by name).
+    /// The trace files (a run's root trace brings its children's, a pack its members); their
+    /// lock-order graphs are merged (lock classes match by name), races are per process.
     #[arg(required = true)]
     traces: Vec<PathBuf>,
     #[arg(long, value_enum, default_value_t = Format::Text)]

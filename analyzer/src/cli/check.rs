@@ -1,7 +1,7 @@
-//! `foresight check`: lock discipline in CI. Analyses the traces of a test suite as one
-//! cumulative graph and compares the findings with a committed baseline (`baseline.rs`): exit 1
-//! when a finding is not in it, 0 otherwise (2 for bad input). `--update-baseline` writes the
-//! baseline from the findings and exits 0.
+//! `foresight check`: the CI gate. Analyses the traces of a test suite as `analyze` does (one
+//! cumulative lock-order graph, races per process) and compares every finding with a committed
+//! baseline (`baseline.rs`): exit 1 when a finding is not in it, 0 otherwise (2 for bad input).
+//! `--update-baseline` writes the baseline from the findings and exits 0.
 
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -29,7 +29,7 @@ pub enum Format {
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The trace files (for example one per test process), checked as one lock-order graph.
+    /// The trace files (for example one per test process), analysed together as `analyze` does.
     #[arg(required = true)]
     traces: Vec<PathBuf>,
     /// The accepted findings; default `foresight-baseline.txt` in the working directory.

@@ -49,9 +49,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Predict deadlocks: lock-order cycles, and waits that hold a lock another thread needs.
+    /// Report the deadlocks and data races of traces: those that happened, those another
+    /// schedule would hit (with a witness), inconsistent lock orders, rank violations.
     Analyze(analyze::Args),
-    /// Compile a bundled C example, record it, and print the deadlock it predicts.
+    /// Compile a bundled C example, record it, and print the deadlock and race it predicts.
     Demo(demo::Args),
     /// Print every event of a trace, one line each, in causal order.
     Dump(dump::Args),
@@ -62,7 +63,7 @@ enum Command {
     /// Put the traces of a run into one file for a bug report: symbolised, compressed, with a
     /// manifest and checksums; `analyze`, `check`, `stats` and `graph` read it directly.
     Pack(pack::Args),
-    /// CI gate: exit 1 when a lock-order finding is not in the baseline file.
+    /// CI gate: exit 1 when a finding (deadlock, race, lock order, rank) is not in the baseline.
     Check(check::Args),
     /// Draw the class-level lock-order graph (DOT, or SVG through graphviz).
     Graph(graph::Args),
