@@ -188,16 +188,16 @@ impl HbBuilder {
         if writer == thread || self.current[thread].get(writer) > at {
             return;
         }
+        // The reader learns what the writer knew at the write: the writer's last receive
+        // before it, joined in place (a read from another thread must not allocate), and the
+        // write itself, which is news (checked above), so the clock grows.
         let list = &self.receives[writer];
         let i = list.partition_point(|(p, _)| *p <= at);
-        let mut clock = match i.checked_sub(1) {
-            Some(i) => list[i].1.clone(),
-            None => VectorClock::default(),
-        };
-        clock.set(writer, at + 1);
-        if self.current[thread].join(&clock) {
-            self.record(thread, pos);
+        if let Some(i) = i.checked_sub(1) {
+            self.current[thread].join(&list[i].1);
         }
+        self.current[thread].set(writer, at + 1);
+        self.record(thread, pos);
     }
 
     /// Every event goes through here, in merged order, before `send`/`receive` for it.
