@@ -148,7 +148,7 @@ fn a_file_that_is_not_a_trace_is_named_and_exits_2() {
         assert_eq!(o.status.code(), Some(2), "{cmd}");
         let err = stderr(&o);
         assert!(
-            err.contains("notes.txt") && err.contains("not a foresight trace"),
+            err.contains("notes.txt") && err.contains("byte 0: not a foresight trace"),
             "{err}"
         );
     }

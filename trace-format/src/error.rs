@@ -16,17 +16,20 @@ pub enum TraceError {
     },
     #[error("{path}: not a regular file ({what}); a trace is read from a regular file")]
     NotARegularFile { path: PathBuf, what: &'static str },
-    #[error("{path}: not a foresight trace (the file does not start with the trace magic)")]
+    #[error(
+        "{path}: byte 0: not a foresight trace (the file does not start with the trace magic)"
+    )]
     NotATrace { path: PathBuf },
-    #[error("{path}: {}", version_advice(*major, *minor))]
+    #[error("{path}: byte 8: {}", version_advice(*major, *minor))]
     UnsupportedVersion {
         path: PathBuf,
         major: u16,
         minor: u16,
     },
     #[error(
-        "{path}: trace format version {major}.{minor} requires features this reader does not \
-         know ({}); upgrade foresight to read it",
+        "{path}: byte {}: trace format version {major}.{minor} requires features this reader \
+         does not know ({}); upgrade foresight to read it",
+        crate::frame::FILE_PREFIX_LEN,
         crate::frame::feature_names(*unknown)
     )]
     UnsupportedFeatures {

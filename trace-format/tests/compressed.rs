@@ -224,7 +224,9 @@ fn unknown_required_feature_is_refused_by_name() {
         Err(e @ TraceError::UnsupportedFeatures { unknown: 32, .. }) => {
             let msg = e.to_string();
             let version = format!("2.{VERSION_MINOR}");
+            // The feature word follows the 20-byte prefix: the message says where.
             assert!(msg.contains("bit 5") && msg.contains(&version), "{msg}");
+            assert!(msg.contains("byte 20:"), "{msg}");
         }
         Err(other) => panic!("{other}"),
         Ok(_) => panic!("a file with an unknown required feature was read"),
@@ -240,6 +242,7 @@ fn unknown_major_is_refused_by_version() {
         panic!("a 3.x file was read");
     };
     assert!(e.to_string().contains(&format!("3.{VERSION_MINOR}")), "{e}");
+    assert!(e.to_string().contains("byte 8:"), "{e}");
 }
 
 #[test]
