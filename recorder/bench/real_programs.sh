@@ -17,6 +17,9 @@
 #   plain       the plain build
 #   tsan        the ThreadSanitizer build (its report on stderr is kept: races counted)
 #   fs-norec    the foresight build, not recorded (the cost of the instrumentation alone)
+#   fs-callers  (only when RUNS names it) the same built with `foresight config --callers`
+#               (function entries and exits instrumented, as before they were left out),
+#               not recorded
 #   record      `foresight record --no-symbolize -o T -- PROG` end to end (with SYMBOLIZE=1,
 #               symbolised as by default)
 # and prints, per program, the medians of wall time, CPU time (user + system, all threads)
@@ -28,6 +31,8 @@
 #
 # Usage: recorder/bench/real_programs.sh
 # env: REPS (3), MIB (32), ROWS (20000), PROGRAMS ("zstd2 zstd4 sqlite"), CC (gcc),
+#      RUNS (the runs to take turns at, default "plain tsan fs-norec record"; the ratios need
+#      plain and tsan),
 #      ANALYZE (1; 0 skips the analysis), SYMBOLIZE (0), CARGO_TARGET_DIR (default
 #      <workspace>/target), WORK (a directory to keep the sources and builds in between runs;
 #      default a temporary one, removed at exit).
@@ -110,8 +115,12 @@ fi
 # of the flags, the compiler and the source), each driver linked per build.
 fs_cflags="$("$fs" config --cc "$CC" --cflags)"
 fs_libs="$("$fs" config --cc "$CC" --libs)"
-declare -A cflags=([plain]="" [tsan]="-fsanitize=thread" [fs]="$fs_cflags")
-declare -A libs=([plain]="" [tsan]="-fsanitize=thread" [fs]="$fs_libs")
+fsc_cflags="$("$fs" config --cc "$CC" --callers --cflags)"
+declare -A cflags=([plain]="" [tsan]="-fsanitize=thread" [fs]="$fs_cflags" [fsc]="$fsc_cflags")
+declare -A libs=([plain]="" [tsan]="-fsanitize=thread" [fs]="$fs_libs" [fsc]="$fs_libs")
+RUNS="${RUNS:-plain tsan fs-norec record}"
+builds="plain tsan fs"
+case " $RUNS " in *" fs-callers "*) builds+=" fsc" ;; esac
 cc_id="$("$CC" --version | head -1)"
 obj() { # LIBRARY BUILD SOURCE EXTRA_FLAGS -> path of the object
   local key o
@@ -131,7 +140,7 @@ obj() { # LIBRARY BUILD SOURCE EXTRA_FLAGS -> path of the object
 bin="$work/bin"
 mkdir -p "$bin"
 sqlite_flags="-DSQLITE_THREADSAFE=1 -DSQLITE_OMIT_LOAD_EXTENSION"
-for b in plain tsan fs; do
+for b in $builds; do
   zo="$(obj zstd "$b" "$src/zstd/zstd.c" "")"
   so="$(obj sqlite "$b" "$src/sqlite/sqlite3.c" "$sqlite_flags")"
   # shellcheck disable=SC2086
@@ -166,7 +175,7 @@ median() { sort -g | awk '{ v[NR] = $1 } END { m = int((NR + 1) / 2); print (NR 
 
 loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
 load_before="$(loadavg)"
-configs=(plain tsan fs-norec record)
+read -r -a configs <<<"$RUNS"
 declare -A times rss cpu expected tsan_races
 for p in $PROGRAMS; do
   read -r -a cmd <<<"$(args_of "$p")"
@@ -183,6 +192,7 @@ for rep in $(seq "$REPS"); do
       plain) run[0]="${cmd[0]/-B/-plain}" ;;
       tsan) run[0]="${cmd[0]/-B/-tsan}" ;;
       fs-norec) run[0]="${cmd[0]/-B/-fs}" ;;
+      fs-callers) run[0]="${cmd[0]/-B/-fsc}" ;;
       record)
         run[0]="${cmd[0]/-B/-fs}"
         rm -f "$work/$p.trace"*
@@ -215,31 +225,34 @@ for rep in $(seq "$REPS"); do
 done
 load_runs="$(loadavg)"
 
-med() { echo "$1" | tr ' ' '\n' | grep -v '^$' | median; }
+med() { echo "$1" | tr ' ' '\n' | grep -v '^$' | median | grep . || echo 0; }
 echo "real programs, $CC -O2 -g, $(nproc) cores, $REPS rounds taking turns, medians; $(date -u +%Y-%m-%d)"
 echo "load (1/5/15 min) before: $load_before; after the runs: $load_runs"
 echo "wall: elapsed seconds; cpu: user + system seconds of all its threads (for record, of"
 echo "foresight's and the program's); peak: the largest resident set of the run, MiB"
-printf '%-7s %-9s %8s %8s %8s | %7s %7s | %7s %7s | %7s\n' program run wall cpu peak \
+printf '%-7s %-10s %8s %8s %8s | %7s %7s | %7s %7s | %7s\n' program run wall cpu peak \
   "wall/pl" "wall/ts" "cpu/pl" "cpu/ts" "peak/pl"
 for p in $PROGRAMS; do
-  tp="$(med "${times[$p/plain]}")"
-  tt="$(med "${times[$p/tsan]}")"
-  cp="$(med "${cpu[$p/plain]}")"
-  ct="$(med "${cpu[$p/tsan]}")"
-  mp="$(med "${rss[$p/plain]}")"
+  tp="$(med "${times[$p/plain]:-}")"
+  tt="$(med "${times[$p/tsan]:-}")"
+  cp="$(med "${cpu[$p/plain]:-}")"
+  ct="$(med "${cpu[$p/tsan]:-}")"
+  mp="$(med "${rss[$p/plain]:-}")"
   for c in "${configs[@]}"; do
-    t="$(med "${times[$p/$c]}")"
-    u="$(med "${cpu[$p/$c]}")"
-    m="$(med "${rss[$p/$c]}")"
+    t="$(med "${times[$p/$c]:-}")"
+    u="$(med "${cpu[$p/$c]:-}")"
+    m="$(med "${rss[$p/$c]:-}")"
     awk -v p="$p" -v c="$c" -v t="$t" -v u="$u" -v m="$m" -v tp="$tp" -v tt="$tt" -v cp="$cp" \
-      -v ct="$ct" -v mp="$mp" 'BEGIN {
-      printf "%-7s %-9s %8.2f %8.2f %8.0f | %7.2f %7.2f | %7.2f %7.2f | %7.1f\n", p, c, t, u,
-        m / 1024, t / tp, t / tt, u / cp, u / ct, m / mp }'
+      -v ct="$ct" -v mp="$mp" '
+      # a ratio to a run not taken is "-"
+      function r(a, b) { return b + 0 > 0 ? sprintf("%7.2f", a / b) : sprintf("%7s", "-") }
+      BEGIN {
+      printf "%-7s %-10s %8.2f %8.2f %8.0f | %s %s | %s %s | %s\n", p, c, t, u, m / 1024,
+        r(t, tp), r(t, tt), r(u, cp), r(u, ct), r(m, mp) }'
   done
 done
 
-[ "$ANALYZE" = 1 ] || exit 0
+[ "$ANALYZE" = 1 ] && [[ " $RUNS " == *" record "* ]] || exit 0
 echo
 echo "foresight analyze of the last recorded trace of each (one run each)"
 printf '%-8s %12s %9s %12s %10s %7s %7s\n' program events "time s" "M events/s" "peak MiB" races tsan
@@ -251,7 +264,7 @@ for p in $PROGRAMS; do
   races="$(python3 -c 'import json, sys
 d = json.load(open(sys.argv[1]))
 print(sum(1 for f in d["findings"] if f["kind"] == "race"))' "$work/$p.json" 2>/dev/null || echo "?")"
-  awk -v p="$p" -v e="$events" -v t="$t" -v m="$m" -v r="$races" -v tr="${tsan_races[$p]}" 'BEGIN {
+  awk -v p="$p" -v e="$events" -v t="$t" -v m="$m" -v r="$races" -v tr="${tsan_races[$p]:-}" 'BEGIN {
     printf "%-8s %12d %9.1f %12.2f %10.0f %7s %7s\n", p, e, t, e / t / 1e6, m / 1024, r, tr }'
   if grep -qiE 'dropped|budget' "$work/$p.analyze.err"; then
     grep -iE 'dropped|budget' "$work/$p.analyze.err" | sed "s/^/  $p: /"
