@@ -261,13 +261,21 @@ for p in $PROGRAMS; do
   /usr/bin/time -f '%e %M' -o "$work/time" "$fs" analyze --format json "$work/$p.trace" \
     >"$work/$p.json" 2>"$work/$p.analyze.err" || true
   read -r t m <"$work/time"
-  races="$(python3 -c 'import json, sys
+  # The races found, then what the report says it could not check.
+  python3 -c 'import json, sys
 d = json.load(open(sys.argv[1]))
-print(sum(1 for f in d["findings"] if f["kind"] == "race"))' "$work/$p.json" 2>/dev/null || echo "?")"
+print(sum(1 for f in d["findings"] if f["kind"] == "race"))
+for t in d["traces"]:
+    for w in t["warnings"]:
+        print("warning:", w)
+s = d["summary"]
+for k in ("race_candidates", "race_candidates_checked", "race_budget_exhausted", "race_pairs_capped"):
+    if k in s:
+        print(k + ":", s[k])' "$work/$p.json" >"$work/$p.report" 2>/dev/null || echo "?" >"$work/$p.report"
+  races="$(head -1 "$work/$p.report")"
   awk -v p="$p" -v e="$events" -v t="$t" -v m="$m" -v r="$races" -v tr="${tsan_races[$p]:-}" 'BEGIN {
     printf "%-8s %12d %9.1f %12.2f %10.0f %7s %7s\n", p, e, t, e / t / 1e6, m / 1024, r, tr }'
-  if grep -qiE 'dropped|budget' "$work/$p.analyze.err"; then
-    grep -iE 'dropped|budget' "$work/$p.analyze.err" | sed "s/^/  $p: /"
-  fi
+  tail -n +2 "$work/$p.report" | sed "s/^/  /"
+  grep -iE 'dropped|budget|error' "$work/$p.analyze.err" | sed "s/^/  /" || true
 done
 echo "load after the analyses: $(loadavg)"

@@ -49,13 +49,14 @@ The flags compile with -fsanitize=thread and link foresight's small stub instead
 ThreadSanitizer's runtime: the program loads no sanitizer library and runs normally (same \
 output, same exit status) when it is not recorded, on any machine, with or without foresight. \
 Not recorded, each memory access is still a call that returns at once: the compiler's \
-instrumentation, about 2x the plain program's CPU time on zstd and 5x on SQLite. Add -g for \
+instrumentation, about 2x the plain program's CPU time on zstd and 4x on SQLite. Add -g for \
 file and line numbers.
 
-`foresight record --stack-depth N` gives memory accesses their callers by unwinding the stack \
-of each recorded access; `foresight config --callers --cflags` makes every function also call \
-foresight on entry and exit, to keep a shadow call stack that is faster to read when recording \
-deep stacks and slower when not recording.
+To record memory accesses with their callers (`foresight record --stack-depth N`), compile \
+with `foresight config --callers --cflags`: every function then also calls foresight on entry \
+and exit, to keep a shadow call stack (the program is slower, recorded or not). Without it \
+`--stack-depth` unwinds the stack of each recorded access: the same callers, but recording is \
+tens of times slower (60x on recorder/bench/access_overhead.c).
 
 The compiler is --cc, else $CC, else cc; gcc and clang are told apart by asking the compiler \
 itself. Verified with gcc 12 and clang 14 (Debian's `clang` package), C and C++. The stub is \
@@ -75,7 +76,8 @@ pub struct Args {
     /// Keep the calls on every function's entry and exit that keep a shadow call stack, from
     /// which `foresight record --stack-depth N` (N > 1) takes a memory access's callers.
     /// Without them (the default) the program runs faster, recorded or not, and `--stack-depth`
-    /// unwinds the stack of each recorded access instead: the same callers, recorded slower.
+    /// unwinds the stack of each recorded access instead: the same callers, but recording
+    /// tens of times slower. Give it to record deep stacks.
     #[arg(long)]
     callers: bool,
 }

@@ -64,7 +64,7 @@ pub struct Args {
     /// machinery (the C and C++ libraries, `--wrapper`s) is recorded through it to the
     /// program's frame in any case. The callers of a memory access come from a shadow call
     /// stack the instrumentation keeps when built with `foresight config --callers`, else
-    /// from unwinding (slower).
+    /// from unwinding each of them (tens of times slower).
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u8).range(1..=32))]
     stack_depth: u8,
