@@ -36,8 +36,9 @@
 #      ANALYZE (1; 0 skips the analysis), SYMBOLIZE (0), CARGO_TARGET_DIR (default
 #      <workspace>/target), WORK (a directory to keep the sources and builds in between runs;
 #      default a temporary one, removed at exit).
-# Installs GNU time with apt-get when /usr/bin/time is missing (as root). Takes 15-40 minutes
-# on 2 cores; not run in CI.
+# Installs GNU time with apt-get when /usr/bin/time is missing (as root). Takes 20 minutes to
+# well over an hour on 2 busy cores, most of it the analyses of the zstd traces (ANALYZE=0
+# skips them); not run in CI.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
