@@ -252,34 +252,55 @@ fn stack_depth_gives_access_sites_the_lines_that_called_them() {
         if !harness::compiler_available(c) {
             continue;
         }
-        let exe = harness::compile_instrumented(&source, c);
+        // Built with `config --callers`: the shadow stack gives the write its two callers.
+        let exe = harness::compile_instrumented_with_callers(&source, c);
         let t = recorded(&exe, &format!("deep-{}", c.name()), &["--stack-depth", "3"]);
-        let site = t
-            .threads
-            .iter()
-            .flat_map(|t| &t.events)
-            .find_map(|e| match e.kind {
-                EventKind::Write { site, .. }
-                    if t.tables
-                        .site_location(site)
-                        .is_some_and(|l| l.line == want[0]) =>
-                {
-                    Some(site)
-                }
-                _ => None,
-            })
-            .unwrap_or_else(|| panic!("{}: no write at line {}", c.name(), want[0]));
-        let frames = &t.tables.sites[&site].frames;
-        let lines: Vec<u32> = frames
-            .iter()
-            .map(|f| {
-                t.tables
-                    .symbols
-                    .get(f)
-                    .and_then(|s| s.locations.last())
-                    .map_or(0, |l| l.line)
-            })
-            .collect();
-        assert_eq!(lines, want, "{}: the write's stack", c.name());
+        assert_eq!(
+            write_stack(&t, want[0], c),
+            want,
+            "{}: the write's stack",
+            c.name()
+        );
+        // Built without (the default): the same callers, unwound from the real stack.
+        let exe = harness::compile_instrumented(&source, c);
+        let t = recorded(
+            &exe,
+            &format!("unwound-{}", c.name()),
+            &["--stack-depth", "3"],
+        );
+        assert_eq!(
+            write_stack(&t, want[0], c),
+            want,
+            "{}: the write's stack without --callers",
+            c.name()
+        );
     }
+}
+
+/// The lines of the frames of the site of the first write at line `line`.
+fn write_stack(t: &Trace, line: u32, c: Compiler) -> Vec<u32> {
+    let site = t
+        .threads
+        .iter()
+        .flat_map(|t| &t.events)
+        .find_map(|e| match e.kind {
+            EventKind::Write { site, .. }
+                if t.tables.site_location(site).is_some_and(|l| l.line == line) =>
+            {
+                Some(site)
+            }
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("{}: no write at line {line}", c.name()));
+    t.tables.sites[&site]
+        .frames
+        .iter()
+        .map(|f| {
+            t.tables
+                .symbols
+                .get(f)
+                .and_then(|s| s.locations.last())
+                .map_or(0, |l| l.line)
+        })
+        .collect()
 }

@@ -111,7 +111,8 @@ fn the_stub_defines_every_entry_point_the_compilers_emit() {
             let out = Command::new(c.driver(lang))
                 .args(["-g", "-c", "-pthread", "-w"])
                 .args(&extra)
-                .args(harness::config_flags(c, lang, "--cflags"))
+                // With --callers: the function entries and exits are part of the ABI too.
+                .args(harness::config_flags(c, lang, "--callers --cflags"))
                 .arg(fixture(source))
                 .arg("-o")
                 .arg(&object)

@@ -47,8 +47,16 @@ CMAKE_SHARED_LINKER_FLAGS.
 
 The flags compile with -fsanitize=thread and link foresight's small stub instead of \
 ThreadSanitizer's runtime: the program loads no sanitizer library and runs normally (same \
-output, same exit status, about one load and branch per memory access) when it is not \
-recorded, on any machine, with or without foresight. Add -g for file and line numbers.
+output, same exit status) when it is not recorded, on any machine, with or without foresight. \
+Not recorded, each memory access is still a call that returns at once: the compiler's \
+instrumentation, about 2x the plain program's CPU time on zstd and 4x on SQLite. Add -g for \
+file and line numbers.
+
+To record memory accesses with their callers (`foresight record --stack-depth N`), compile \
+with `foresight config --callers --cflags`: every function then also calls foresight on entry \
+and exit, to keep a shadow call stack (the program is slower, recorded or not). Without it \
+`--stack-depth` unwinds the stack of each recorded access: the same callers, but recording is \
+tens of times slower (60x on recorder/bench/access_overhead.c).
 
 The compiler is --cc, else $CC, else cc; gcc and clang are told apart by asking the compiler \
 itself. Verified with gcc 12 and clang 14 (Debian's `clang` package), C and C++. The stub is \
@@ -65,6 +73,13 @@ pub struct Args {
     /// The compiler the flags are for (a command, as in $CC: "ccache gcc" works).
     #[arg(long, value_name = "COMPILER")]
     cc: Option<String>,
+    /// Keep the calls on every function's entry and exit that keep a shadow call stack, from
+    /// which `foresight record --stack-depth N` (N > 1) takes a memory access's callers.
+    /// Without them (the default) the program runs faster, recorded or not, and `--stack-depth`
+    /// unwinds the stack of each recorded access instead: the same callers, but recording
+    /// tens of times slower. Give it to record deep stacks.
+    #[arg(long)]
+    callers: bool,
 }
 
 /// What the compiler is, as far as the flags care.
@@ -82,7 +97,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let cc = compiler_command(args.cc.as_deref())?;
     let (family, identity) = identify(&cc)?;
     let dir = stub_dir(&cc, &identity)?;
-    let flags = flags(family, &dir, args.cflags, args.libs);
+    let flags = flags(family, &dir, args.cflags, args.libs, args.callers);
     let mut out = std::io::stdout().lock();
     writeln!(out, "{}", flags.join(" ")).context("cannot write to stdout")?;
     Ok(ExitCode::SUCCESS)
@@ -95,8 +110,8 @@ pub fn build_flags(cc: Option<&str>) -> anyhow::Result<(Vec<String>, Vec<String>
     let (family, identity) = identify(&cc)?;
     let dir = stub_dir(&cc, &identity)?;
     Ok((
-        flags(family, &dir, true, false),
-        flags(family, &dir, false, true),
+        flags(family, &dir, true, false, false),
+        flags(family, &dir, false, true, false),
     ))
 }
 
@@ -157,7 +172,7 @@ fn family_of(macros: &str, shown: &str) -> anyhow::Result<Family> {
     }
 }
 
-fn flags(family: Family, dir: &Path, cflags: bool, libs: bool) -> Vec<String> {
+fn flags(family: Family, dir: &Path, cflags: bool, libs: bool, callers: bool) -> Vec<String> {
     let dir = dir.display().to_string();
     let archive = format!("{dir}/libtsan.a");
     let mut out = Vec::new();
@@ -168,6 +183,18 @@ fn flags(family: Family, dir: &Path, cflags: bool, libs: bool) -> Vec<String> {
             // stub, whichever step links.
             Family::Gcc => out.push(format!("-L{dir}")),
             Family::Clang => out.push("-fno-sanitize-link-runtime".to_string()),
+        }
+        // Only the shadow call stack needs the calls on every function's entry and exit, and
+        // they cost every call the program makes, recorded or not (5% of SQLite's
+        // instructions, docs/perf/real_programs.md); `record --stack-depth` above 1 unwinds
+        // each recorded access without it.
+        if !callers {
+            match family {
+                Family::Gcc => out.push("--param=tsan-instrument-func-entry-exit=0".to_string()),
+                // A driver flag, not `-mllvm`: a link step given --cflags takes it without
+                // warning that it is unused.
+                Family::Clang => out.push("-fno-sanitize-thread-func-entry-exit".to_string()),
+            }
         }
     }
     if libs {
@@ -330,20 +357,39 @@ mod tests {
     fn flags_per_family() {
         let d = Path::new("/c/tsan-stub-1");
         assert_eq!(
-            flags(Family::Gcc, d, true, true).join(" "),
-            "-fsanitize=thread -L/c/tsan-stub-1 -Wl,-u,__tsan_init /c/tsan-stub-1/libtsan.a"
+            flags(Family::Gcc, d, true, true, false).join(" "),
+            "-fsanitize=thread -L/c/tsan-stub-1 --param=tsan-instrument-func-entry-exit=0 \
+             -Wl,-u,__tsan_init /c/tsan-stub-1/libtsan.a"
         );
         assert_eq!(
-            flags(Family::Gcc, d, false, true).join(" "),
+            flags(Family::Gcc, d, false, true, false).join(" "),
             "-L/c/tsan-stub-1 -Wl,-u,__tsan_init /c/tsan-stub-1/libtsan.a"
         );
         assert_eq!(
-            flags(Family::Clang, d, true, false).join(" "),
-            "-fsanitize=thread -fno-sanitize-link-runtime"
+            flags(Family::Clang, d, true, false, false).join(" "),
+            "-fsanitize=thread -fno-sanitize-link-runtime -fno-sanitize-thread-func-entry-exit"
         );
         assert_eq!(
-            flags(Family::Clang, d, false, true).join(" "),
+            flags(Family::Clang, d, false, true, false).join(" "),
             "-fno-sanitize-link-runtime -Wl,-u,__tsan_init /c/tsan-stub-1/libtsan.a"
+        );
+    }
+
+    #[test]
+    fn callers_keep_the_function_entry_and_exit_calls() {
+        let d = Path::new("/c/tsan-stub-1");
+        assert_eq!(
+            flags(Family::Gcc, d, true, false, true).join(" "),
+            "-fsanitize=thread -L/c/tsan-stub-1"
+        );
+        assert_eq!(
+            flags(Family::Clang, d, true, false, true).join(" "),
+            "-fsanitize=thread -fno-sanitize-link-runtime"
+        );
+        // Linking is the same either way.
+        assert_eq!(
+            flags(Family::Gcc, d, false, true, true),
+            flags(Family::Gcc, d, false, true, false)
         );
     }
 

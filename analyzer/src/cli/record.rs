@@ -63,9 +63,9 @@ pub struct Args {
     /// Frames recorded per call site, from the program's own: 1 records the return address of
     /// the call only, more record its callers too (slower). A call made inside locking
     /// machinery (the C and C++ libraries, `--wrapper`s) is recorded through it to the
-    /// program's frame in any case. In code built with `foresight config` the callers of a
-    /// memory access come from a shadow call stack the instrumentation keeps; elsewhere from
-    /// unwinding.
+    /// program's frame in any case. The callers of a memory access come from a shadow call
+    /// stack the instrumentation keeps when built with `foresight config --callers`, else
+    /// from unwinding each of them (tens of times slower).
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u8).range(1..=32))]
     stack_depth: u8,
