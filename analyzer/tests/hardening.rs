@@ -827,6 +827,21 @@ fn a_pack_whose_member_expands_without_end_is_refused_in_little_memory() {
 
 // ---- messages: why no trace was written ----
 
+/// Records `exe 100` into `dir/t.trace` from inside `dir`; the program's own status must come
+/// back whatever happened to the trace. Returns what `foresight` said.
+fn record_lock_pairs_into(dir: &Path, exe: &Path) -> String {
+    let o = foresight(dir)
+        .args(["record", "-o"])
+        .arg(dir.join("t.trace"))
+        .arg("--")
+        .arg(exe)
+        .arg("100")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    stderr(&o)
+}
+
 #[test]
 fn a_read_only_or_full_directory_is_named_as_the_reason_no_trace_was_written() {
     use harness::Tmpfs;
@@ -834,16 +849,7 @@ fn a_read_only_or_full_directory_is_named_as_the_reason_no_trace_was_written() {
     let Some(ro) = Tmpfs::mount("hard-ro", "64k", true) else {
         return;
     };
-    let o = foresight(ro.path())
-        .args(["record", "-o"])
-        .arg(ro.path().join("t.trace"))
-        .arg("--")
-        .arg(&exe)
-        .arg("100")
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let err = stderr(&o);
+    let err = record_lock_pairs_into(ro.path(), &exe);
     assert!(err.contains("Read-only file system"), "{err}");
     assert!(
         err.contains(&format!(
@@ -862,16 +868,7 @@ fn a_read_only_or_full_directory_is_named_as_the_reason_no_trace_was_written() {
     let mut filler = std::fs::File::create(full.path().join("filler")).unwrap();
     while filler.write_all(&[0u8; 4096]).is_ok() {}
     drop(filler);
-    let o = foresight(full.path())
-        .args(["record", "-o"])
-        .arg(full.path().join("t.trace"))
-        .arg("--")
-        .arg(&exe)
-        .arg("100")
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let err = stderr(&o);
+    let err = record_lock_pairs_into(full.path(), &exe);
     assert!(err.contains("file system is full"), "{err}");
     assert!(!err.contains("statically linked"), "{err}");
     assert!(!err.contains("the process ended before"), "{err}");
