@@ -596,8 +596,8 @@ impl ChunkWriter {
     /// Appends an extension event (FORMAT.md §6.6): `tag` (in `0x60..=0x7F`), a key delta when
     /// `key` differs from the last key, the body's length and the body. It is not counted in
     /// the chunk's event count and leaves the memory delta state alone, as readers that skip it
-    /// expect. For tools ([`crate::region`]), not the recorder's hot path: it may grow the
-    /// buffer.
+    /// expect. For tools (the region markers of `region.rs`), not the recorder's hot path: it
+    /// may grow the buffer.
     pub fn push_extension(&mut self, tag: u8, key: u64, body: &[u8]) -> Result<(), EncodeError> {
         debug_assert!(crate::codec::EXTENSION_TAGS.contains(&tag));
         if key < self.state.key {
