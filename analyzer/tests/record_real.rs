@@ -297,7 +297,6 @@ fn a_full_disk_ends_the_recording_not_the_program() {
 
 #[test]
 fn a_file_size_limit_ends_the_recording_not_the_program() {
-    use std::os::unix::process::CommandExt;
     let exe = compile_hostile("lock_pairs");
     let dir = fresh_dir("record-fsize");
     let mut cmd = foresight(&dir);
@@ -305,19 +304,7 @@ fn a_file_size_limit_ends_the_recording_not_the_program() {
     // pairs take a few KiB.
     cmd.args(["record", "--compress", "never", "-o", "t.trace", "--"])
         .arg(&exe);
-    // SAFETY: setrlimit is async-signal-safe; the closure runs in the child before exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            let r = libc::rlimit {
-                rlim_cur: 256 << 10,
-                rlim_max: 256 << 10,
-            };
-            if libc::setrlimit(libc::RLIMIT_FSIZE, &r) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    foresight_fixtures::harness::limit_file_size(&mut cmd, 256 << 10);
     let o = cmd.output().unwrap();
     assert_eq!(o.status.code(), Some(0), "the program's: {}", stderr(&o));
     assert_eq!(String::from_utf8_lossy(&o.stdout), "400000 pairs\n");
