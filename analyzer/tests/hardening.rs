@@ -586,16 +586,7 @@ fn a_fifo_link_or_shared_file_at_the_cached_runtime_is_replaced_and_never_loaded
     let cache = dir.join("cache");
     let o = record_with_cache(&dir, &cache);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let rt_dir = std::fs::read_dir(&cache)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| {
-            p.file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with("runtime-")
-        })
-        .expect("the runtime's cache directory");
+    let rt_dir = cache_entry(&cache, "runtime-");
     let rt = rt_dir.join("libforesight_rt.so");
     let good = std::fs::read(&rt).unwrap();
     let victim = victim(&dir);
@@ -677,16 +668,7 @@ fn a_cached_tsan_stub_others_could_have_written_is_refused() {
     };
     let o = config();
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let stub = std::fs::read_dir(&cache)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| {
-            p.file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with("tsan-stub-")
-        })
-        .expect("the stub's cache directory");
+    let stub = cache_entry(&cache, "tsan-stub-");
     let archive = stub.join("libtsan.a");
     let victim = victim(&dir);
 
@@ -826,6 +808,16 @@ fn a_pack_whose_member_expands_without_end_is_refused_in_little_memory() {
 }
 
 // ---- messages: why no trace was written ----
+
+/// The entry of the cache directory whose name starts with `prefix` (`runtime-`,
+/// `tsan-stub-`: the names carry a hash).
+fn cache_entry(cache: &Path, prefix: &str) -> PathBuf {
+    std::fs::read_dir(cache)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(prefix))
+        .unwrap_or_else(|| panic!("no {prefix}* in {}", cache.display()))
+}
 
 /// Records `exe 100` into `dir/t.trace` from inside `dir`; the program's own status must come
 /// back whatever happened to the trace. Returns what `foresight` said.
