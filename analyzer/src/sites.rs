@@ -25,6 +25,7 @@
 //! [`Location::full_stack`].
 
 use foresight_trace::event::SiteId;
+use foresight_trace::name_glob::glob_match;
 use foresight_trace::runtime_library::is_runtime_library;
 use foresight_trace::tables::Tables;
 use foresight_trace::tables::{Frame, SourceLocation};
@@ -128,30 +129,6 @@ pub(crate) fn without_parameters(name: &str) -> &str {
         }
     }
     name
-}
-
-/// Glob matching with `*` and `?`, on characters; linear backtracking over the last `*`.
-pub(crate) fn glob_match(pattern: &str, text: &str) -> bool {
-    let p: Vec<char> = pattern.chars().collect();
-    let t: Vec<char> = text.chars().collect();
-    let (mut pi, mut ti) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while ti < t.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
-            pi += 1;
-            ti += 1;
-        } else if pi < p.len() && p[pi] == '*' {
-            star = Some((pi, ti));
-            pi += 1;
-        } else if let Some((sp, st)) = star {
-            pi = sp + 1;
-            ti = st + 1;
-            star = Some((sp, st + 1));
-        } else {
-            return false;
-        }
-    }
-    p[pi..].iter().all(|&c| c == '*')
 }
 
 /// Code from the system's headers: the C++ standard library's templates and inline
@@ -309,20 +286,6 @@ pub fn user_location(tables: &Tables, site: SiteId, wrappers: &Wrappers) -> Loca
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn globs_match_whole_names() {
-        assert!(glob_match("pthreadMutexEnter", "pthreadMutexEnter"));
-        assert!(glob_match("pthreadMutex*", "pthreadMutexEnter"));
-        assert!(glob_match("*Mutex*", "pthreadMutexEnter"));
-        assert!(glob_match("lock_?", "lock_a"));
-        assert!(!glob_match("lock_?", "lock_ab"));
-        assert!(!glob_match("pthreadMutex", "pthreadMutexEnter"));
-        assert!(!glob_match("Enter", "pthreadMutexEnter"));
-        assert!(glob_match("*", ""));
-        assert!(glob_match("a*b*c", "aXbYbc"));
-        assert!(!glob_match("a*b*c", "aXbYbd"));
-    }
 
     #[test]
     fn wrappers_match_with_or_without_parameters() {

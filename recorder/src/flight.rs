@@ -37,6 +37,7 @@ use foresight_trace::frame::{EventsPrefix, CHUNK_HEADER_LEN, EVENTS_PREFIX_LEN};
 use foresight_trace::tables::{EarlierLockOrder, RecordingWindow, TableRecord};
 use foresight_trace::writer::TableChunkBuf;
 
+use crate::context::Context;
 use crate::output;
 use crate::spin::SpinLock;
 
@@ -308,14 +309,10 @@ fn record_len(chunk_len: usize) -> usize {
     REC_HEADER + align8(chunk_len)
 }
 
-/// Takes a framed event chunk; false if it could not (the ring's lock was not had within
-/// `attempts`, or the chunk is larger than the ring: then it is lost).
-pub fn push(chunk: &[u8], attempts: Option<u32>) -> bool {
-    let guard = match attempts {
-        Some(a) => RING.try_lock_for(a),
-        None => Some(RING.lock()),
-    };
-    let Some(mut r) = guard else {
+/// Takes a framed event chunk; false if it could not (the ring's lock was not had in time in
+/// a signal handler, or the chunk is larger than the ring: then it is lost).
+pub fn push(chunk: &[u8], context: Context) -> bool {
+    let Some(mut r) = RING.lock_in(context) else {
         return false;
     };
     let r = &mut *r;
@@ -566,21 +563,17 @@ fn add_edge(r: &mut Ring, held: u32, requested: u32, thread: u32, held_site: u32
 
 /// Writes the window to the trace (once: the ring is empty afterwards): the chunks that fit
 /// the bound, oldest first, then one `RecordingWindow` per thread and the `EarlierLockOrder`
-/// summary. `attempts` bounds every lock wait (signal handlers); `end_room` is what the rest
-/// of the trace's end (end states, stop cause, trailer) will take.
-pub fn dump(attempts: Option<u32>, end_room: u64) {
+/// summary. Every lock wait as `context` allows (bounded in a signal handler); `end_room` is
+/// what the rest of the trace's end (end states, stop cause, trailer) will take.
+pub fn dump(context: Context, end_room: u64) {
     if !active() {
         return;
     }
-    let guard = match attempts {
-        Some(a) => RING.try_lock_for(a),
-        None => Some(RING.lock()),
-    };
-    let Some(mut r) = guard else {
+    let Some(mut r) = RING.lock_in(context) else {
         return;
     };
     let r = &mut *r;
-    output::flush_tables(attempts);
+    output::flush_tables(context);
     // What the records after the chunks take, at most.
     let records_room = r.threads_seen as u64 * 40 + (r.edge_count as u64 + 64) * 40;
     let room = r
@@ -617,7 +610,7 @@ pub fn dump(attempts: Option<u32>, end_room: u64) {
             }
             let chunk = fifo.chunk(at, len);
             if let Some(p) = EventsPrefix::read_from(&chunk[CHUNK_HEADER_LEN..]) {
-                output::write_window_chunk(chunk, p.event_count);
+                output::write_counted_chunk(chunk, p.event_count);
                 let body = &chunk[CHUNK_HEADER_LEN + EVENTS_PREFIX_LEN..];
                 replay(r, p.thread, body, p.base_key, true);
             }
@@ -700,9 +693,9 @@ fn has_edge(r: &Ring, held: u32, requested: u32) -> bool {
 /// summary, and the edges from a lock held before the window to one requested in it (found on
 /// copies of the threads' held locks). Everything is written under the ring's lock, so the
 /// chunks do not move meanwhile. `write(bytes, at)`: false if it failed. The offset after it,
-/// or `None` (the lock not had within `attempts`, a failed write).
+/// or `None` (the lock not had in time in a signal handler, a failed write).
 pub fn snapshot(
-    attempts: Option<u32>,
+    context: Context,
     signal: u32,
     mut at: u64,
     write: &dyn Fn(&[u8], u64) -> bool,
@@ -710,11 +703,7 @@ pub fn snapshot(
     if !active() {
         return None;
     }
-    let guard = match attempts {
-        Some(a) => RING.try_lock_for(a),
-        None => Some(RING.lock()),
-    };
-    let mut guard = guard?;
+    let mut guard = RING.lock_in(context)?;
     let r = &mut *guard;
     // The chunks: each thread's are in order within each ring, and its pinned chunk is older
     // than any of its chunks in the main ring. Walked on copies of the rings' cursors.

@@ -5,7 +5,7 @@
 //! A thread writes its buffer when the 64 KiB chunk is full; a thread that waits, or records
 //! slowly, would keep its last events in memory, and those are the events that tell where a
 //! program hung. Every period (`FORESIGHT_FLUSH_MS`, 100 ms by default) the flusher looks at
-//! each thread's buffer (a foreign flush: `thread_state::quiesce`) and writes it when the
+//! each thread's buffer (a foreign flush: `quiesce::quiesce`) and writes it when the
 //! thread recorded nothing since the last look, or when its oldest unwritten event is older
 //! than `MAX_AGE`. At most lost on SIGKILL: the events of the last `MAX_AGE` + one period of
 //! each thread still recording then, and the last period of a thread that went idle
@@ -26,22 +26,23 @@
 //! alone and ends the process (`exit(0)`, what the C library would have done).
 
 use std::ffi::CString;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use foresight_trace::tables::{EndReason, StopCause};
 
 use crate::config::Config;
+use crate::context::Context;
+use crate::real::{Start, REAL_CREATE, REAL_JOIN};
 use crate::spin::SpinLock;
-use crate::{output, runtime, signals, thread_state};
+use crate::state::{
+    FLUSHER as MODE, FLUSHER_NOT_STARTED as NOT_STARTED, FLUSHER_OFF as OFF,
+    FLUSHER_RUNNING as RUNNING,
+};
+use crate::{output, runtime, sigmask, sink, state, thread_state};
 
 /// A thread whose oldest unwritten event is this old is written whether it is idle or not.
 pub const MAX_AGE_NS: u64 = 1_000_000_000;
 
-const NOT_STARTED: u8 = 0;
-const RUNNING: u8 = 1;
-const OFF: u8 = 2;
-
-static MODE: AtomicU8 = AtomicU8::new(NOT_STARTED);
 /// The flusher's `pthread_t` while it runs (0: none), for the program's last thread to join.
 static THREAD: AtomicUsize = AtomicUsize::new(0);
 /// Set to end the flusher; a futex word it sleeps on between rounds.
@@ -79,13 +80,6 @@ pub fn configure(cfg: &Config) {
     }
 }
 
-/// Whether no flusher runs and none will: the calling thread writes its own buffer before it
-/// blocks (`ThreadState::begin_wait`).
-#[inline(always)]
-pub fn absent() -> bool {
-    MODE.load(Ordering::Relaxed) == NOT_STARTED
-}
-
 /// The program creates a thread: the flusher starts if it has not.
 #[inline]
 pub fn thread_created() {
@@ -102,7 +96,7 @@ fn start() {
     {
         return;
     }
-    match crate::hooks::thread::spawn_unrecorded(run) {
+    match spawn_unrecorded(run) {
         Some(t) => THREAD.store(t, Ordering::Release),
         None => MODE.store(OFF, Ordering::Release),
     }
@@ -136,7 +130,7 @@ pub fn program_thread_exiting() {
     }
     QUIT.store(1, Ordering::Release);
     wake();
-    crate::hooks::thread::join_unrecorded(t);
+    join_unrecorded(t);
     MODE.store(NOT_STARTED, Ordering::Release);
     QUIT.store(0, Ordering::Release);
 }
@@ -156,30 +150,30 @@ fn wake() {
 extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
     // Hooks on this thread pass through: it is not the program's.
     thread_state::mark_dead();
-    signals::block_all();
+    sigmask::block_all();
     // SAFETY: PR_SET_NAME with a NUL-terminated name of at most 16 bytes.
     unsafe { libc::prctl(libc::PR_SET_NAME, c"foresight-rt".as_ptr()) };
-    let me = crate::runtime::pid();
+    let me = state::pid();
     loop {
         let ms = PERIOD_MS.load(Ordering::Relaxed).max(1);
-        if sleep_unless_quit(ms) || crate::runtime::pid() != me {
+        if sleep_unless_quit(ms) || state::pid() != me {
             // Asked to end; or a fork child inherited this thread's memory, not the thread.
             return std::ptr::null_mut();
         }
-        match output::state() {
-            output::STATE_DONE => return std::ptr::null_mut(),
-            output::STATE_RECORDING => {}
+        match state::state() {
+            state::STATE_DONE => return std::ptr::null_mut(),
+            state::STATE_RECORDING => {}
             _ => continue,
         }
         if stop_requested() {
             stop();
         }
-        runtime::flush_stale(output::now_ns(), MAX_AGE_NS);
+        runtime::flush_stale(state::now_ns(), MAX_AGE_NS);
         let pending = SNAPSHOT_PENDING.swap(0, Ordering::AcqRel);
         if pending != 0 {
-            runtime::snapshot(pending as i32, None);
+            runtime::snapshot(pending as i32, Context::Thread);
         }
-        crate::flight::touch_on_progress();
+        sink::touch_on_progress();
         if thread_state::no_live_threads() && threads_in_process() == Some(1) {
             // The program's threads are all gone (two of them raced past
             // `program_thread_exiting`): the process would have ended with the last one.
@@ -229,11 +223,39 @@ fn stop() -> ! {
         EndReason::Signal {
             signal: libc::SIGKILL,
         },
-        None,
+        Context::Thread,
         false,
     );
     // SAFETY: kill with our own pid and SIGKILL ends the process.
     unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
     // SAFETY: as above; not reached.
     unsafe { libc::_exit(128 + libc::SIGKILL) }
+}
+
+/// Starts a thread of the runtime's own, with the real `pthread_create` (nothing of it is
+/// recorded: `f` marks it so first): its `pthread_t`, or `None` if it could not be created.
+fn spawn_unrecorded(f: extern "C" fn(*mut libc::c_void) -> *mut libc::c_void) -> Option<usize> {
+    // SAFETY: an all-zero attribute object is what pthread_attr_init fills in next.
+    let mut attr: libc::pthread_attr_t = unsafe { std::mem::zeroed() };
+    // SAFETY: plain calls on an attribute object we own; the thread's routine has the
+    // prototype pthread_create wants (an `extern "C"` one is also `"C-unwind"`-compatible:
+    // it never unwinds).
+    unsafe {
+        if libc::pthread_attr_init(&mut attr) != 0 {
+            return None;
+        }
+        libc::pthread_attr_setstacksize(&mut attr, 256 << 10);
+        let mut t: libc::pthread_t = 0;
+        let start =
+            std::mem::transmute::<extern "C" fn(*mut libc::c_void) -> *mut libc::c_void, Start>(f);
+        let r = REAL_CREATE.get()(&mut t, &attr, start, std::ptr::null_mut());
+        libc::pthread_attr_destroy(&mut attr);
+        (r == 0).then_some(t as usize)
+    }
+}
+
+/// Waits for a thread `spawn_unrecorded` started to end (the real `pthread_join`).
+fn join_unrecorded(t: usize) {
+    // SAFETY: `t` is a joinable thread of the runtime's own, joined once.
+    unsafe { REAL_JOIN.get()(t as libc::pthread_t, std::ptr::null_mut()) };
 }

@@ -16,21 +16,17 @@ use foresight_trace::tables::{
 use foresight_trace::writer::{features_for, file_prefix_with, trailer_chunk_into};
 use foresight_trace::{CompressMode, TableWriter};
 
+use crate::context::Context;
 use crate::spin::SpinLock;
+use crate::state::{now_ns, state, transition, STATE_PAUSED, STATE_RECORDING, STATE_STOPPED};
 
-/// Runtime life cycle.
-pub const STATE_OFF: u8 = 0;
-pub const STATE_STARTING: u8 = 1;
-pub const STATE_RECORDING: u8 = 2;
-/// Recording paused (an `exec` is under way); hooks pass through.
-pub const STATE_PAUSED: u8 = 3;
-/// The trace is complete (exit, signal) or could not be opened; hooks pass through.
-pub const STATE_DONE: u8 = 4;
-/// A write failed (the disk is full, the file size limit): nothing more is recorded, hooks
-/// pass through; `finish` still completes the trace (end states, trailer) where it stopped.
-pub const STATE_STOPPED: u8 = 5;
+/// Closes a descriptor of the runtime's own with the system call: the C library's `close`
+/// is interposed (`hooks/fd.rs`) and would take it for the program's.
+fn close_own(fd: i32) {
+    // SAFETY: the close system call on a descriptor the runtime owns, closed once.
+    unsafe { libc::syscall(libc::SYS_close, fd) };
+}
 
-static STATE: AtomicU8 = AtomicU8::new(STATE_OFF);
 static FD: AtomicI32 = AtomicI32::new(-1);
 static FILE_LEN: AtomicU64 = AtomicU64::new(0);
 static EVENT_CHUNKS: AtomicU64 = AtomicU64::new(0);
@@ -43,42 +39,8 @@ static SEALED: AtomicBool = AtomicBool::new(false);
 
 static TABLES: SpinLock<Option<TableWriter>> = SpinLock::new(None);
 
-#[inline]
-pub fn state() -> u8 {
-    STATE.load(Ordering::Acquire)
-}
-
-/// Whether events are recorded: while recording, and while paused for an `exec` (the other
-/// threads go on until the image is replaced: their events stay in their buffers, kept if the
-/// exec fails).
-#[inline]
-pub fn recording() -> bool {
-    state().wrapping_sub(STATE_RECORDING) <= STATE_PAUSED - STATE_RECORDING
-}
-
-pub fn set_state(s: u8) {
-    STATE.store(s, Ordering::Release);
-}
-
-/// Moves from `from` to `to`; false if the state was something else.
-pub fn transition(from: u8, to: u8) -> bool {
-    STATE
-        .compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire)
-        .is_ok()
-}
-
 pub fn new_string_id() -> u32 {
     NEXT_STRING.fetch_add(1, Ordering::Relaxed)
-}
-
-pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes the timespec we pass.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// `open(path, O_CREAT|O_EXCL|…)`: the fd, or the errno.
@@ -100,7 +62,7 @@ fn open_excl(path: &[u8]) -> Result<i32, i32> {
         unsafe {
             let high = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, HIGH_FD);
             if high >= 0 {
-                crate::hooks::fd::real_close(fd);
+                close_own(fd);
                 return Ok(high);
             }
         }
@@ -271,7 +233,7 @@ fn reopen(bad: i32) -> Option<i32> {
             }
             Err(now) => {
                 // Another thread reopened it first.
-                crate::hooks::fd::real_close(fd);
+                close_own(fd);
                 return (now >= 0 && is_trace_file(now)).then_some(now);
             }
         }
@@ -306,13 +268,13 @@ fn open_own_path() -> Option<i32> {
         return None;
     }
     if !is_trace_file(fd) {
-        crate::hooks::fd::real_close(fd);
+        close_own(fd);
         return None;
     }
     // SAFETY: plain fcntl on the descriptor we just opened.
     let high = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, HIGH_FD) };
     if high >= 0 {
-        crate::hooks::fd::real_close(fd);
+        close_own(fd);
         return Some(high);
     }
     Some(fd)
@@ -334,7 +296,7 @@ pub fn keep_clear_of(target: i32) {
 #[inline(never)]
 fn move_away(target: i32) {
     // A vfork child shares this memory but not the descriptor table.
-    if !crate::runtime::own_process() {
+    if !crate::state::own_process() {
         return;
     }
     let Some(_one) = MOVING.try_lock_for(FD_WAIT) else {
@@ -366,7 +328,7 @@ fn move_away(target: i32) {
         unsafe { libc::sched_yield() };
     }
     if moved >= 0 {
-        crate::hooks::fd::real_close(target);
+        close_own(target);
     } else {
         stop_at(
             file_len(),
@@ -536,7 +498,7 @@ fn stop_at(off: u64, cause: StopCause) {
     note_stop(cause);
     GOOD_END.fetch_min(off, Ordering::AcqRel);
     if transition(STATE_RECORDING, STATE_STOPPED) || transition(STATE_PAUSED, STATE_STOPPED) {
-        crate::thread_state::stop_fast_path();
+        crate::quiesce::stop_fast_path();
     }
 }
 
@@ -633,37 +595,20 @@ fn flush_tables_locked(w: &mut TableWriter) {
     w.flush_into(write_reserved);
 }
 
-/// Writes one framed event chunk holding `events` events, after the pending table records.
-/// `attempts` bounds the wait for the table buffer (signal handlers, where the interrupted code
-/// may hold it): past it the chunk is written without them, since its events matter more than
-/// the ordering of the records they name (readers read every table chunk first anyway).
-pub fn write_event_chunk(chunk: &[u8], events: u32, attempts: Option<u32>) {
-    let guard = match attempts {
-        Some(a) => TABLES.try_lock_for(a),
-        None => Some(TABLES.lock()),
-    };
-    if let Some(mut t) = guard {
-        if let Some(w) = t.as_mut() {
-            flush_tables_locked(w);
-        }
-    }
-    if crate::flight::active() {
-        // Flight recorder: the chunk goes to the ring; counted when the window is written.
-        if !crate::flight::push(chunk, attempts) {
-            EVENTS_LOST.fetch_add(events as u64, Ordering::Relaxed);
-        }
-        return;
-    }
-    if write_reserved(chunk) {
-        EVENT_CHUNKS.fetch_add(1, Ordering::Relaxed);
-        EVENTS.fetch_add(events as u64, Ordering::Relaxed);
-    } else {
-        EVENTS_LOST.fetch_add(events as u64, Ordering::Relaxed);
-    }
+/// Writes one framed event chunk holding `events` events to the file, after the pending
+/// table records. In a signal handler the wait for the table buffer is bounded (the
+/// interrupted code may hold it): past it the chunk is written without them, since its events
+/// matter more than the ordering of the records they name (readers read every table chunk
+/// first anyway). The flight recorder's chunks take another way (`sink.rs`).
+pub fn write_event_chunk(chunk: &[u8], events: u32, context: Context) {
+    flush_tables(context);
+    write_counted_chunk(chunk, events);
 }
 
-/// A chunk of the flight recorder's window (`flight::dump`), counted like any event chunk.
-pub fn write_window_chunk(chunk: &[u8], events: u32) {
+/// An event chunk whose table records are written already (the flight recorder's window,
+/// `flight::dump`), counted in the trailer like any other; its events counted as lost if it
+/// could not be written.
+pub fn write_counted_chunk(chunk: &[u8], events: u32) {
     if write_reserved(chunk) {
         EVENT_CHUNKS.fetch_add(1, Ordering::Relaxed);
         EVENTS.fetch_add(events as u64, Ordering::Relaxed);
@@ -770,13 +715,9 @@ pub fn count_lost(n: u64) {
     EVENTS_LOST.fetch_add(n, Ordering::Relaxed);
 }
 
-/// Drains the table buffer; `attempts` bounds the wait for its lock (signal handlers).
-pub fn flush_tables(attempts: Option<u32>) {
-    let guard = match attempts {
-        Some(a) => TABLES.try_lock_for(a),
-        None => Some(TABLES.lock()),
-    };
-    if let Some(mut t) = guard {
+/// Drains the table buffer (in a signal handler, if its lock is had in time).
+pub fn flush_tables(context: Context) {
+    if let Some(mut t) = TABLES.lock_in(context) {
         if let Some(w) = t.as_mut() {
             flush_tables_locked(w);
         }
@@ -885,14 +826,11 @@ impl SnapshotName {
 /// for the next N whose `PATH.snapshot-<N>` does not exist, copies the trace's bytes so far
 /// into it under the table buffer's lock (the file prefix and every table chunk: in
 /// flight-recorder mode the trace holds nothing else until the window is written), and returns
-/// the new file's descriptor and its length. No allocation; every lock wait bounded by
-/// `attempts`.
-pub fn open_snapshot(attempts: Option<u32>, name: &mut SnapshotName) -> Option<(i32, u64)> {
+/// the new file's descriptor and its length. No allocation; every lock wait as `context`
+/// allows (bounded in a signal handler).
+pub fn open_snapshot(context: Context, name: &mut SnapshotName) -> Option<(i32, u64)> {
     let base_len = {
-        let p = match attempts {
-            Some(a) => TRACE_PATH.try_lock_for(a)?,
-            None => TRACE_PATH.lock(),
-        };
+        let p = TRACE_PATH.lock_in(context)?;
         if p.len == 0 {
             return None;
         }
@@ -943,7 +881,7 @@ pub fn open_snapshot(attempts: Option<u32>, name: &mut SnapshotName) -> Option<(
         break;
     }
     let copied = if dst >= 0 {
-        copy_trace_into(src, dst, attempts)
+        copy_trace_into(src, dst, context)
     } else {
         None
     };
@@ -973,11 +911,8 @@ pub fn publish_snapshot(name: &SnapshotName, ok: bool) {
 
 /// The trace's bytes so far, from `src` (the trace opened for reading) to `dst`, after the
 /// table buffer is drained; under its lock, so that no table chunk is half written meanwhile.
-fn copy_trace_into(src: i32, dst: i32, attempts: Option<u32>) -> Option<u64> {
-    let mut guard = match attempts {
-        Some(a) => TABLES.try_lock_for(a)?,
-        None => TABLES.lock(),
-    };
+fn copy_trace_into(src: i32, dst: i32, context: Context) -> Option<u64> {
+    let mut guard = TABLES.lock_in(context)?;
     if let Some(w) = guard.as_mut() {
         flush_tables_locked(w);
     }
@@ -1018,7 +953,7 @@ pub fn close() {
     LOST.store(false, Ordering::Release);
     let fd = FD.swap(-1, Ordering::AcqRel);
     if fd >= 0 {
-        crate::hooks::fd::real_close(fd);
+        close_own(fd);
     }
 }
 
@@ -1030,7 +965,6 @@ pub fn forget_parent_file() {
 }
 
 pub fn lock_for_fork() {
-    crate::flight::lock_for_fork();
     TABLES.raw_lock();
     PAUSED_WRITES.raw_lock();
     // Last: a move takes no other lock (a fork child must not inherit a move half done: the
@@ -1046,7 +980,6 @@ pub unsafe fn unlock_after_fork() {
         MOVING.force_unlock();
         PAUSED_WRITES.force_unlock();
         TABLES.force_unlock();
-        crate::flight::unlock_after_fork();
     }
 }
 

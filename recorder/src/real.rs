@@ -131,7 +131,7 @@ macro_rules! real {
 
 /// An `.init_array` entry that resolves the static `$name` (a `RealFn` or `Typed`) when the
 /// library is loaded, before the program's own constructors and threads. A numbered section
-/// runs before the plain `.init_array` of `runtime::init`: nothing is recorded yet, so what
+/// runs before the plain `.init_array` of `startup::init`: nothing is recorded yet, so what
 /// the dynamic loader does for a lookup (a failed one allocates its message) is not taken
 /// for the program's.
 macro_rules! resolve_at_load {
@@ -199,3 +199,11 @@ impl<F: Copy> Typed<F> {
         }
     }
 }
+
+/// A thread's start routine, as `pthread_create` takes it.
+pub type Start = unsafe extern "C-unwind" fn(*mut libc::c_void) -> *mut libc::c_void;
+
+// The real thread functions: the `pthread_create` and `pthread_join` hooks call them, and so
+// does the runtime for its own thread (`flusher.rs`).
+real!(pub REAL_CREATE: unsafe extern "C-unwind" fn(*mut libc::pthread_t, *const libc::pthread_attr_t, Start, *mut libc::c_void) -> libc::c_int = b"pthread_create\0");
+real!(pub REAL_JOIN: unsafe extern "C-unwind" fn(libc::pthread_t, *mut *mut libc::c_void) -> libc::c_int = b"pthread_join\0");

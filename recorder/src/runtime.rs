@@ -1,219 +1,55 @@
-//! Start-up, completion and fork handling of the whole runtime.
+//! Completion and checkpoints of the recording, whatever asks for them (the program's exit,
+//! `_exit`, a signal, an `exec`, the flusher, `--dump-on`):
 //!
-//! - `init` runs from `.init_array` (before `main`, after libc is ready): reads the env
-//!   contract, opens the trace, registers the fork and exit handlers, installs the SIGINT and
-//!   SIGTERM handlers, and records the main thread's start. Hooks called before it (another
-//!   library's constructor) find the state not `RECORDING` and only call the real function.
-//! - `finish` completes the trace: every live thread's exit, its buffer, the table buffer,
-//!   the trailer. It runs once, from `atexit` (after the program's own handlers, which were
-//!   registered later), `_exit`, a signal, or a failed-exec-safe checkpoint (`before_exec`).
-//! - The fork child handler turns the child into a fresh recording with its own file.
+//! - `finish` completes the trace: every live thread's exit or end state, its buffer, what the
+//!   sink holds (the flight recorder's window), the table buffer, the trailer. It runs once,
+//!   from `atexit` (after the program's own handlers, which were registered later), `_exit`, a
+//!   signal, or the hang timeout.
+//! - `before_exec` writes everything and a provisional trailer before an `exec`.
+//! - `flush_all`, `flush_stale`: the threads' buffers written while recording goes on.
+//! - `snapshot`: the flight recorder's window written to a `--dump-on` snapshot.
+//!
+//! Start-up and the fork handlers are in `startup.rs`.
 
-use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+use std::sync::atomic::AtomicI32;
 
 use foresight_trace::event::EventKind;
-use foresight_trace::tables::{
-    EndReason, Header, Ordering as KeyOrdering, TableRecord, ThreadEnd, ThreadInfo,
-};
+use foresight_trace::tables::{EndReason, TableRecord, ThreadEnd};
 use foresight_trace::writer::TableChunkBuf;
-use foresight_trace::CompressMode;
 
-use crate::config::{self, Config};
-use crate::hooks::thread;
-use crate::output::{self, STATE_DONE, STATE_OFF, STATE_PAUSED, STATE_RECORDING, STATE_STARTING};
-use crate::sequence::{self, Key};
+use crate::config::Config;
+use crate::context::Context;
+use crate::quiesce::quiesce;
+use crate::sequence::Key;
 use crate::spin::SpinLock;
+use crate::state::{own_process, STATE_DONE, STATE_PAUSED, STATE_RECORDING};
 use crate::thread_state::{self, ThreadState};
-use crate::{modules, objects, sites, wrappers, ALLOC};
+use crate::{output, sink, sites, state};
 
-static CONFIG: SpinLock<Option<Config>> = SpinLock::new(None);
-/// The recorded process (a `vfork` child shares our memory but has another pid: it must not
-/// touch the parent's trace).
-static PID: AtomicU32 = AtomicU32::new(0);
+/// The configuration read at start-up (`startup::init`), kept for a fork child's new trace.
+pub static CONFIG: SpinLock<Option<Config>> = SpinLock::new(None);
 /// `main`'s return value or `exit`'s argument, for the trailer.
 pub static EXIT_STATUS: AtomicI32 = AtomicI32::new(0);
 
-pub const PRODUCER: &str = concat!("foresight-recorder ", env!("CARGO_PKG_VERSION"));
-
-fn getpid() -> u32 {
-    // SAFETY: getpid has no preconditions.
-    unsafe { libc::getpid() as u32 }
-}
-
-/// The recorded process's pid.
-pub fn pid() -> u32 {
-    PID.load(Ordering::Relaxed)
-}
-
-/// True in the process that owns the trace (not in a `vfork` child).
-pub fn own_process() -> bool {
-    getpid() == PID.load(Ordering::Relaxed)
-}
-
-fn command_line() -> Vec<String> {
-    std::fs::read("/proc/self/cmdline")
-        .map(|b| {
-            b.split(|&c| c == 0)
-                .filter(|s| !s.is_empty())
-                .map(|s| String::from_utf8_lossy(s).into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn header(cfg: &Config, pid: u32, parent_pid: u32) -> Header {
-    Header {
-        producer: PRODUCER.to_string(),
-        pid,
-        parent_pid,
-        command: command_line(),
-        start_unix_ns: output::now_ns(),
-        ordering: if cfg.global_sequence {
-            KeyOrdering::GlobalSequence
-        } else {
-            KeyOrdering::Logical
-        },
-        pointer_width: std::mem::size_of::<usize>() as u8,
-        stack_depth: cfg.stack_depth as u8,
-    }
-}
-
-fn trace_path(cfg: &Config, pid: u32) -> Vec<u8> {
-    cfg.output
-        .clone()
-        .unwrap_or_else(|| format!("foresight-{pid}.trace").into_bytes())
-}
-
-/// `FORESIGHT_NO_FOLLOW=1`: remove the runtime from our own `LD_PRELOAD` at start-up, so that
-/// every program started from this one (exec, posix_spawn, system) inherits an environment
-/// without it. `execve` with an explicit environment is filtered in its hook.
-fn strip_own_preload() {
-    // SAFETY: getenv/setenv/unsetenv at start-up, before the program's threads exist.
-    unsafe {
-        let p = libc::getenv(c"LD_PRELOAD".as_ptr());
-        if p.is_null() {
-            return;
-        }
-        let v = std::ffi::CStr::from_ptr(p).to_bytes().to_vec();
-        match config::strip_preload(&v) {
-            None => {
-                libc::unsetenv(c"LD_PRELOAD".as_ptr());
-            }
-            Some(kept) => {
-                if let Ok(c) = std::ffi::CString::new(kept) {
-                    libc::setenv(c"LD_PRELOAD".as_ptr(), c.as_ptr(), 1);
-                }
-            }
-        }
-    }
-}
-
 pub fn no_follow() -> bool {
     CONFIG.lock().as_ref().is_some_and(|c| c.no_follow)
-}
-
-pub extern "C" fn init() {
-    if !output::transition(STATE_OFF, STATE_STARTING) {
-        return;
-    }
-    let cfg = Config::from_env();
-    sequence::set_global(cfg.global_sequence);
-    sites::set_depth(cfg.stack_depth);
-    wrappers::configure(cfg.wrappers.as_deref());
-    crate::hooks::tsan::configure(cfg.stack_depth);
-    crate::hooks::memory::init();
-    crate::hooks::heap::set_recording(cfg.allocations.unwrap_or(true));
-    if cfg.no_follow {
-        strip_own_preload();
-    }
-    let pid = getpid();
-    PID.store(pid, Ordering::Relaxed);
-    let path = trace_path(&cfg, pid);
-    let fd = match output::open_trace(&path, pid, false) {
-        Ok((fd, opened)) => {
-            output::set_trace_path(&opened);
-            fd
-        }
-        Err(e) => {
-            output::complain(&e);
-            output::set_state(STATE_DONE);
-            return;
-        }
-    };
-    // SAFETY: getppid has no preconditions.
-    let ppid = unsafe { libc::getppid() } as u32;
-    // The flight recorder decodes the chunks it drops (for the lock-order summary) and keeps
-    // a bounded window: its chunks are written plain.
-    let compress = if cfg.keep_last > 0 {
-        CompressMode::Never
-    } else {
-        cfg.compress
-    };
-    if let Some(bytes) = cfg.chunk_bytes {
-        thread_state::set_chunk_bytes(bytes as usize);
-    }
-    if let Some(level) = cfg.zstd_level {
-        // Before any chunk writer is made (a forked child inherits it).
-        foresight_trace::compress::set_zstd_level(level);
-    }
-    output::start(fd, &header(&cfg, pid, ppid), compress);
-    output::set_max_size(cfg.max_size);
-    if cfg.chunk_bytes.is_none() {
-        // Under a small size limit (`ulimit -f`, --max-size), smaller chunks: the events
-        // that fit are written, instead of none for want of room for one whole chunk.
-        if let Some(limit) = output::size_limit().filter(|&l| l < SMALL_LIMIT) {
-            thread_state::set_chunk_bytes((limit / 8) as usize);
-        }
-    }
-    if cfg.keep_last > 0 && !crate::flight::configure(cfg.keep_last) {
-        output::complain("cannot map the flight recorder's window (--keep-last)");
-        output::set_state(STATE_DONE);
-        return;
-    }
-    crate::flusher::configure(&cfg);
-    if cfg.keep_last > 0 {
-        crate::signals::set_dump_on(cfg.dump_on);
-    }
-    *CONFIG.lock() = Some(cfg);
-    thread::init_exit_key();
-    thread_state::enable_fast_path();
-    // SAFETY: registering handlers with the right signatures.
-    unsafe {
-        libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child));
-        libc::atexit(at_exit);
-    }
-    crate::signals::init();
-    thread::start_main();
-    output::set_state(STATE_RECORDING);
-}
-
-/// A size limit under which chunks are made smaller than the default 64 KiB.
-const SMALL_LIMIT: u64 = 512 << 10;
-
-extern "C" fn at_exit() {
-    finish(
-        EndReason::Exit {
-            status: EXIT_STATUS.load(Ordering::Relaxed),
-        },
-        None,
-        true,
-    );
 }
 
 /// What the end of a trace after the flight recorder's window takes at most (end states,
 /// stop cause, trailer), kept out of the window's bound.
 const END_ROOM: u64 = 16 << 10;
 
-/// Completes the trace (once). `attempts` bounds every lock wait (signal handlers).
+/// Completes the trace (once). Every lock wait as `context` allows (bounded in a signal
+/// handler).
 /// `caller_exits`: the calling thread ends the process (`exit`, `_exit`) and gets a
 /// `thread-exit`; every other live thread gets an end state instead (FORMAT.md §7.12).
-pub fn finish(reason: EndReason, attempts: Option<u32>, caller_exits: bool) {
+pub fn finish(reason: EndReason, context: Context, caller_exits: bool) {
     if !own_process() {
         return;
     }
-    if !output::transition(STATE_RECORDING, STATE_DONE)
-        && !output::transition(STATE_PAUSED, STATE_DONE)
-        && !output::transition(output::STATE_STOPPED, STATE_DONE)
+    if !state::transition(STATE_RECORDING, STATE_DONE)
+        && !state::transition(STATE_PAUSED, STATE_DONE)
+        && !state::transition(state::STATE_STOPPED, STATE_DONE)
     {
         return;
     }
@@ -235,10 +71,10 @@ pub fn finish(reason: EndReason, attempts: Option<u32>, caller_exits: bool) {
     }
     // Without the flush lock in time (a signal handler, another flusher stuck), the threads'
     // buffers are left alone: only what is written already, and the trailer.
-    if let Some(quiesced) = thread_state::quiesce(attempts) {
-        thread_state::for_each_live(attempts, |t| {
+    if let Some(quiesced) = quiesce(context) {
+        thread_state::for_each_live(context, |t| {
             let exits = caller_exits && std::ptr::eq(t, me_ptr);
-            let Some(end) = t.close_at_end(attempts, exits) else {
+            let Some(end) = t.close_at_end(context, exits) else {
                 return;
             };
             let Some(chunk) = ends.as_mut() else {
@@ -265,8 +101,8 @@ pub fn finish(reason: EndReason, attempts: Option<u32>, caller_exits: bool) {
     }
     // The flight recorder's window, now that every buffer is in it (before the end states
     // that may name its threads' last requests).
-    crate::flight::dump(attempts, END_ROOM);
-    output::flush_tables(attempts);
+    sink::write_held(context, END_ROOM);
+    output::flush_tables(context);
     if let Some(chunk) = ends.as_mut() {
         if let Some(stop) = output::stopped().filter(|_| !stop_first) {
             let r = TableRecord::RecordingStopped(stop);
@@ -303,23 +139,26 @@ fn write_stop_cause() {
 
 /// `--dump-on`: the flight recorder's window as it is now, written to a snapshot file of its
 /// own (`PATH.snapshot-<N>`, FORMAT.md §7.14) while the process and its trace go on. Run from
-/// the signal handler (`attempts` bounds every lock wait, as for `finish`): every thread's
+/// the signal handler (every lock wait bounded there, as for `finish`): every thread's
 /// buffer goes to the window and its state is noted, then the trace's prefix and table
 /// chunks, the thread-end records, and the window (`flight::snapshot`) go to the new file. No
 /// trailer: the process did not end. Nothing is allocated.
-pub fn snapshot(signal: i32, attempts: Option<u32>) {
-    if !own_process() || output::state() != STATE_RECORDING || !crate::flight::active() {
+pub fn snapshot(signal: i32, context: Context) {
+    if !own_process()
+        || state::state() != STATE_RECORDING
+        || sink::Sink::in_use() != sink::Sink::Ring
+    {
         return;
     }
     // As the runtime: what libraries do for it here is not the program's.
     let me = thread_state::current().filter(|t| t.enter());
-    write_snapshot(signal, attempts);
+    write_snapshot(signal, context);
     if let Some(t) = me {
         t.leave();
     }
 }
 
-fn write_snapshot(signal: i32, attempts: Option<u32>) {
+fn write_snapshot(signal: i32, context: Context) {
     // The threads' states, in a stack buffer until the file's first bytes are in place.
     let mut ends_buf = [0u8; 2048];
     let Some(mut ends) = TableChunkBuf::new(&mut ends_buf) else {
@@ -330,9 +169,9 @@ fn write_snapshot(signal: i32, attempts: Option<u32>) {
     let Some(mut extra) = TableChunkBuf::new(&mut extra_buf) else {
         return;
     };
-    if let Some(quiesced) = thread_state::quiesce(attempts) {
-        thread_state::for_each_live(attempts, |t| {
-            let Some((thread, state)) = t.snapshot_state(attempts) else {
+    if let Some(quiesced) = quiesce(context) {
+        thread_state::for_each_live(context, |t| {
+            let Some((thread, state)) = t.snapshot_state(context) else {
                 return;
             };
             let r = TableRecord::ThreadEnd(ThreadEnd { thread, state });
@@ -341,18 +180,15 @@ fn write_snapshot(signal: i32, attempts: Option<u32>) {
                 extra.push(&r);
             }
         });
-        output::flush_tables(attempts);
+        output::flush_tables(context);
         quiesced.end();
     }
     // The names are large for a signal handler's stack (which may be an alternate one):
     // one static buffer, the snapshot's lock held (one snapshot at a time).
-    let Some(mut name) = (match attempts {
-        Some(a) => SNAPSHOT_NAME.try_lock_for(a),
-        None => Some(SNAPSHOT_NAME.lock()),
-    }) else {
+    let Some(mut name) = SNAPSHOT_NAME.lock_in(context) else {
         return;
     };
-    let Some((fd, mut at)) = output::open_snapshot(attempts, &mut name) else {
+    let Some((fd, mut at)) = output::open_snapshot(context, &mut name) else {
         return;
     };
     let write = |bytes: &[u8], off: u64| output::write_at(fd, bytes, off);
@@ -364,7 +200,7 @@ fn write_snapshot(signal: i32, attempts: Option<u32>) {
             }
         }
     }
-    let done = crate::flight::snapshot(attempts, signal as u32, at, &write);
+    let done = sink::write_snapshot(context, signal as u32, at, &write);
     // SAFETY: the snapshot's descriptor, ours, closed once.
     unsafe { libc::close(fd) };
     output::publish_snapshot(&name, done.is_some());
@@ -375,7 +211,7 @@ static SNAPSHOT_NAME: SpinLock<output::SnapshotName> = SpinLock::new(output::Sna
 /// Before an `exec`: the `exec` event, every buffer, and a provisional trailer, so that the
 /// old image's events reach its file. Recording pauses; `after_failed_exec` resumes it.
 pub fn before_exec(ra: usize) {
-    if !own_process() || !output::recording() {
+    if !own_process() || !state::recording() {
         return;
     }
     if let Some(t) = thread_state::current() {
@@ -384,13 +220,13 @@ pub fn before_exec(ra: usize) {
             t.emit(EventKind::Exec { site }, Key::Tick);
         });
     }
-    if !output::transition(STATE_RECORDING, STATE_PAUSED) {
+    if !state::transition(STATE_RECORDING, STATE_PAUSED) {
         return;
     }
-    if let Some(quiesced) = thread_state::quiesce(None) {
-        thread_state::for_each_live(None, |t| {
+    if let Some(quiesced) = quiesce(Context::Thread) {
+        thread_state::for_each_live(Context::Thread, |t| {
             t.write_access_counts();
-            t.flush(None);
+            t.flush(Context::Thread);
         });
         // The other threads go on until the image is replaced (and for good if the exec
         // fails): back to their fast path. Their chunks keep the provisional trailer last
@@ -398,155 +234,46 @@ pub fn before_exec(ra: usize) {
         quiesced.end();
     }
     // The old image's window goes to its file before the image is replaced.
-    crate::flight::dump(None, END_ROOM);
-    output::flush_tables(None);
+    sink::write_held(Context::Thread, END_ROOM);
+    output::flush_tables(Context::Thread);
     output::write_provisional_trailer();
 }
 
 pub fn after_failed_exec() {
-    if own_process() && output::state() == STATE_PAUSED {
+    if own_process() && state::state() == STATE_PAUSED {
         output::exec_failed();
-        output::transition(STATE_PAUSED, STATE_RECORDING);
+        state::transition(STATE_PAUSED, STATE_RECORDING);
     }
 }
 
 /// The flusher's round: every buffer its thread left alone since the last round, or that
 /// holds events older than `max_age_ns`, and the table buffer, are written.
 pub fn flush_stale(now_ns: u64, max_age_ns: u64) {
-    if let Some(quiesced) = thread_state::quiesce(None) {
-        thread_state::for_each_live(None, |t| {
+    if let Some(quiesced) = quiesce(Context::Thread) {
+        thread_state::for_each_live(Context::Thread, |t| {
             t.flush_if_stale(now_ns, max_age_ns);
         });
-        output::flush_tables(None);
+        output::flush_tables(Context::Thread);
         quiesced.end();
     }
 }
 
 /// Writes every thread's buffer and the table buffer; recording goes on. Before a crash
-/// signal reaches a handler of the program's (which may end the process). `attempts` bounds
+/// signal reaches a handler of the program's (which may end the process). A signal handler bounds
 /// every wait (signal handlers).
-pub fn flush_all(attempts: Option<u32>) {
-    if !own_process() || !output::recording() {
+pub fn flush_all(context: Context) {
+    if !own_process() || !state::recording() {
         return;
     }
     let me = thread_state::current().filter(|t| t.enter());
-    if let Some(quiesced) = thread_state::quiesce(attempts) {
-        thread_state::for_each_live(attempts, |t| {
-            t.flush(attempts);
+    if let Some(quiesced) = quiesce(context) {
+        thread_state::for_each_live(context, |t| {
+            t.flush(context);
         });
-        output::flush_tables(attempts);
+        output::flush_tables(context);
         quiesced.end();
     }
     if let Some(t) = me {
         t.leave();
-    }
-}
-
-// --- fork -----------------------------------------------------------------------------------
-
-/// Holds every runtime lock across `fork`, so the child inherits consistent tables and heap.
-/// Order: configuration, registry, modules, wrapper symbols, tables, allocator (the
-/// configuration's lock nests with none; the others in the order in which the runtime nests
-/// them).
-extern "C" fn fork_prepare() {
-    CONFIG.raw_lock();
-    thread_state::lock_for_fork();
-    modules::lock_for_fork();
-    wrappers::lock_for_fork();
-    output::lock_for_fork();
-    ALLOC.lock_for_fork();
-}
-
-extern "C" fn fork_parent() {
-    // SAFETY: fork_prepare took these locks on this thread.
-    unsafe {
-        ALLOC.unlock_after_fork();
-        output::unlock_after_fork();
-        wrappers::unlock_after_fork();
-        modules::unlock_after_fork();
-        thread_state::parent_after_fork();
-        CONFIG.force_unlock();
-    }
-}
-
-extern "C" fn fork_child() {
-    let me = thread_state::current_ptr();
-    // SAFETY: the child is single-threaded; fork_prepare took these locks in the parent.
-    unsafe {
-        ALLOC.unlock_after_fork();
-        output::unlock_after_fork();
-        wrappers::unlock_after_fork();
-        modules::unlock_after_fork();
-        thread_state::child_after_fork(me);
-        CONFIG.force_unlock();
-    }
-    let st = output::state();
-    if st != STATE_RECORDING && st != STATE_PAUSED {
-        return;
-    }
-    let parent = PID.load(Ordering::Relaxed);
-    let pid = getpid();
-    PID.store(pid, Ordering::Relaxed);
-    // SAFETY: the fork child's only thread.
-    unsafe {
-        objects::reset();
-        sites::reset();
-    }
-    modules::reset();
-    wrappers::reset();
-    thread_state::pt_reset();
-    output::forget_parent_file();
-    crate::flight::reset_in_child();
-    let Some(cfg) = CONFIG.lock().clone() else {
-        output::set_state(STATE_DONE);
-        return;
-    };
-    // With FORESIGHT_OUTPUT the child writes `<path>.<pid>` (then `.n`); without it, its own
-    // `foresight-<pid>.trace`.
-    let opened = match &cfg.output {
-        Some(path) => output::open_trace(path, pid, true),
-        None => output::open_trace(&trace_path(&cfg, pid), pid, false),
-    };
-    let fd = match opened {
-        Ok((fd, path)) => {
-            output::set_trace_path(&path);
-            fd
-        }
-        Err(e) => {
-            output::complain(&e);
-            output::set_state(STATE_DONE);
-            return;
-        }
-    };
-    output::start(fd, &header(&cfg, pid, parent), cfg.compress);
-    thread_state::enable_fast_path();
-    // The flusher is not among the child's threads: it starts again when the child creates
-    // one (or now, to watch for a stop request).
-    crate::flusher::configure(&cfg);
-    if !me.is_null() {
-        let tid = thread_state::next_thread_id();
-        // SAFETY: the state this thread owns, allocated (it stays registered).
-        let t = unsafe { &*me };
-        // SAFETY: the child's only thread, which owns the state.
-        unsafe { t.reset_for_child(tid) };
-        // SAFETY: pthread_self has no preconditions.
-        thread_state::pt_name(unsafe { libc::pthread_self() } as usize, tid);
-        output::table_record(&TableRecord::Thread(ThreadInfo {
-            id: tid,
-            os_tid: t.os_tid.get(),
-            parent: None,
-            name: None,
-        }));
-        t.emit(EventKind::ThreadStart, Key::Tick);
-    }
-    output::set_state(STATE_RECORDING);
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn readers_recognise_the_producer_name() {
-        // The symboliser trusts what this recorder always writes by this name.
-        assert!(super::PRODUCER.starts_with(foresight_trace::tables::RECORDER_PRODUCER));
     }
 }

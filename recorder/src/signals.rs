@@ -30,7 +30,9 @@ use libc::{c_int, siginfo_t};
 
 use foresight_trace::tables::EndReason;
 
+use crate::context::Context;
 use crate::real::real;
+use crate::sigmask::{empty_set, full_set};
 use crate::{runtime, thread_state};
 
 type Handler = unsafe extern "C" fn(c_int);
@@ -91,9 +93,6 @@ pub fn set_dump_on(sig: c_int) {
 fn is_dump_on(sig: c_int) -> bool {
     sig != 0 && DUMP_ON.load(Ordering::Acquire) == sig
 }
-
-/// How long the handler waits for a lock the code it interrupted may hold (yields).
-const ATTEMPTS: u32 = 200;
 
 /// `sa_flags` bit glibc adds to every disposition it installs, and reports back.
 #[cfg(target_arch = "x86_64")]
@@ -218,17 +217,6 @@ fn words_to_set(words: [u64; SIGSET_WORDS]) -> libc::sigset_t {
     for (chunk, w) in bytes.chunks_exact_mut(8).zip(words) {
         chunk.copy_from_slice(&w.to_ne_bytes());
     }
-    set
-}
-
-fn empty_set() -> libc::sigset_t {
-    words_to_set([0; SIGSET_WORDS])
-}
-
-fn full_set() -> libc::sigset_t {
-    let mut set = empty_set();
-    // SAFETY: sigfillset writes the set we own.
-    unsafe { libc::sigfillset(&mut set) };
     set
 }
 
@@ -428,7 +416,7 @@ extern "C" fn on_signal(sig: c_int, info: *mut siginfo_t, uctx: *mut libc::c_voi
         if interrupted_runtime() {
             crate::flusher::defer_snapshot(sig);
         } else {
-            runtime::snapshot(sig, Some(ATTEMPTS));
+            runtime::snapshot(sig, Context::SignalHandler);
         }
         // SAFETY: as above.
         unsafe { *libc::__errno_location() = saved_errno };
@@ -443,7 +431,11 @@ extern "C" fn on_signal(sig: c_int, info: *mut siginfo_t, uctx: *mut libc::c_voi
     }
     if d.handler == libc::SIG_DFL {
         if !interrupted_runtime() {
-            runtime::finish(EndReason::Signal { signal: sig }, Some(ATTEMPTS), false);
+            runtime::finish(
+                EndReason::Signal { signal: sig },
+                Context::SignalHandler,
+                false,
+            );
         }
         die(sig, info);
         // SAFETY: as above.
@@ -451,7 +443,7 @@ extern "C" fn on_signal(sig: c_int, info: *mut siginfo_t, uctx: *mut libc::c_voi
         return;
     }
     if is_crash(sig) && !interrupted_runtime() {
-        runtime::flush_all(Some(ATTEMPTS));
+        runtime::flush_all(Context::SignalHandler);
     }
     if d.flags & libc::SA_RESETHAND != 0 {
         // The kernel's one-shot semantics, on the program's view.
@@ -504,29 +496,6 @@ fn die(sig: c_int, info: *mut siginfo_t) {
         libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
         libc::raise(sig);
     }
-}
-
-/// Blocks every signal on the calling thread (the runtime's own threads: no process signal is
-/// ever delivered to them).
-pub fn block_all() {
-    let _ = block_all_saving();
-}
-
-/// Blocks every signal on the calling thread and returns the mask it had (`None` if it could
-/// not be changed). Signals the C library keeps for itself stay unblocked (glibc drops them
-/// from the set).
-pub fn block_all_saving() -> Option<libc::sigset_t> {
-    let set = full_set();
-    let mut old = empty_set();
-    // SAFETY: pthread_sigmask with a valid set and a valid out-pointer.
-    (unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &set, &mut old) } == 0).then_some(old)
-}
-
-/// Sets the calling thread's signal mask to `mask` (one `block_all_saving` returned, or the
-/// mask a thread was to start with).
-pub fn set_mask(mask: &libc::sigset_t) {
-    // SAFETY: pthread_sigmask with a valid set.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, mask, std::ptr::null_mut()) };
 }
 
 #[cfg(test)]

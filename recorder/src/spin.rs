@@ -7,6 +7,8 @@ use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::context::Context;
+
 pub struct SpinLock<T> {
     locked: AtomicBool,
     value: UnsafeCell<T>,
@@ -58,6 +60,16 @@ impl<T> SpinLock<T> {
             unsafe { libc::sched_yield() };
         }
         None
+    }
+
+    /// The lock as `context` allows: waited for on a thread's own path, tried a bounded
+    /// number of times in a signal handler (`None` if it was not had in time).
+    #[inline]
+    pub fn lock_in(&self, context: Context) -> Option<SpinGuard<'_, T>> {
+        match context.attempts() {
+            None => Some(self.lock()),
+            Some(attempts) => self.try_lock_for(attempts),
+        }
     }
 
     /// Forces the lock open: only for the fork child, where the holder no longer exists.

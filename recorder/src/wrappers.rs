@@ -28,6 +28,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use foresight_trace::name_glob::glob_match;
 use foresight_trace::runtime_library::is_runtime_library;
 
 use crate::modules;
@@ -216,30 +217,6 @@ pub fn is_standard_machinery(name: &str) -> bool {
     PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
-/// Glob matching with `*` and `?` (the analyzer's `sites.rs` matches the same way).
-pub fn glob_match(pattern: &str, text: &str) -> bool {
-    let p: Vec<char> = pattern.chars().collect();
-    let t: Vec<char> = text.chars().collect();
-    let (mut pi, mut ti) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while ti < t.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
-            pi += 1;
-            ti += 1;
-        } else if pi < p.len() && p[pi] == '*' {
-            star = Some((pi, ti));
-            pi += 1;
-        } else if let Some((sp, st)) = star {
-            pi = sp + 1;
-            ti = st + 1;
-            star = Some((sp, st + 1));
-        } else {
-            return false;
-        }
-    }
-    p[pi..].iter().all(|&c| c == '*')
-}
-
 /// The function symbols of one module: sorted `(start, end, name offset)` in its string
 /// table, which stays in the file.
 struct Functions {
@@ -392,13 +369,6 @@ mod tests {
         );
         assert_eq!(demangled("pthreadMutexEnter"), "pthreadMutexEnter");
         assert_eq!(demangled("_Zgarbage"), "_Zgarbage");
-    }
-
-    #[test]
-    fn globs() {
-        assert!(glob_match("pthreadMutex*", "pthreadMutexEnter"));
-        assert!(glob_match("Db::lo?k", "Db::lock"));
-        assert!(!glob_match("Db::lock", "Db::lock2"));
     }
 
     #[test]

@@ -9,6 +9,8 @@
 //!   by the number of threads, not by the trace's length.
 //! - [`region`]: region markers (STD's `begin`/`end`), extension events the readers skip.
 //! - [`runtime_library`]: the C and C++ runtime libraries, known by file name.
+//! - [`name_glob`]: the `--wrapper` glob, matched against function names by the recorder and
+//!   the analyzer alike.
 //! - [`builder`]: a small API to write traces in tests without the recorder.
 
 pub mod builder;
@@ -18,6 +20,7 @@ pub mod data;
 pub mod error;
 pub mod event;
 pub mod frame;
+pub mod name_glob;
 pub mod ordering;
 pub mod reader;
 pub mod region;

@@ -29,7 +29,7 @@ use crate::stripes;
 use crate::thread_state::{self, ThreadState};
 
 /// Whether allocations are recorded in a program without instrumented code (set at start-up,
-/// `runtime.rs`); an instrumented program's always are.
+/// `startup.rs`); an instrumented program's always are.
 static RECORD: AtomicBool = AtomicBool::new(false);
 
 pub fn set_recording(on: bool) {

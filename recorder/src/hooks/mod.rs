@@ -41,14 +41,14 @@ use foresight_trace::event::{EventKind, SiteId};
 use foresight_trace::tables::ObjectKind;
 
 use crate::objects::{self, Origin, Slot};
-use crate::output;
 use crate::sequence::Key;
 use crate::thread_state::{self, Current, ThreadState};
+use crate::{output, state};
 
 /// The calling thread's state if recording is on (adopting a thread we did not see created).
 #[inline]
 pub fn rt() -> Option<Current> {
-    if !output::recording() {
+    if !state::recording() {
         return None;
     }
     match thread_state::current() {
@@ -72,7 +72,7 @@ pub fn rt_lane() -> Option<Current> {
 #[cold]
 #[inline(never)]
 fn rt_unseen() -> Option<Current> {
-    if output::recording() && thread_state::unseen() {
+    if state::recording() && thread_state::unseen() {
         thread::adopt_current()
     } else {
         None
@@ -105,7 +105,7 @@ fn object_slow(
     init: bool,
     kind_of: impl Fn() -> ObjectKind,
 ) -> Option<(&'static Slot, SiteId)> {
-    if !output::recording() {
+    if !state::recording() {
         return None; // the lock hooks' lane reaches here without asking (`rt_lane`)
     }
     thread_state::keep_errno(|| object_uncached(t, addr, ra, init, kind_of))

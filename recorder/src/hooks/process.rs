@@ -10,6 +10,7 @@ use foresight_trace::event::EventKind;
 use foresight_trace::tables::EndReason;
 
 use super::rt;
+use crate::context::Context;
 use crate::real::{real, RealFn};
 use crate::runtime::{self, EXIT_STATUS};
 use crate::sequence::Key;
@@ -43,7 +44,7 @@ unsafe extern "C-unwind" fn fork_hook(ra: usize) -> pid_t {
     // The fork key is taken before the real fork; the event (which names the child's pid) is
     // written in the parent once it is known.
     let pre = t.and_then(|t| t.with(|t| (t.take_key(Key::Tick), sites::call_site(ra).0)));
-    // SAFETY: the real fork. The atfork child handler (runtime::fork_child) sets up the
+    // SAFETY: the real fork. The atfork child handler (startup::fork_child) sets up the
     // child's own trace inside it.
     let pid = unsafe { real() };
     if pid > 0 {
@@ -211,14 +212,14 @@ unsafe extern "C-unwind" fn exit_hook(status: c_int, _ra: usize) -> ! {
 
 unsafe extern "C-unwind" fn immediate_exit_hook(status: c_int, _ra: usize) -> ! {
     let real = REAL__EXIT.get();
-    runtime::finish(EndReason::ImmediateExit { status }, None, true);
+    runtime::finish(EndReason::ImmediateExit { status }, Context::Thread, true);
     // SAFETY: the real _exit.
     unsafe { real(status) }
 }
 
 unsafe extern "C-unwind" fn immediate_exit2_hook(status: c_int, _ra: usize) -> ! {
     let real = REAL__EXIT2.get();
-    runtime::finish(EndReason::ImmediateExit { status }, None, true);
+    runtime::finish(EndReason::ImmediateExit { status }, Context::Thread, true);
     // SAFETY: the real _Exit.
     unsafe { real(status) }
 }

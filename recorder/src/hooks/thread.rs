@@ -15,15 +15,12 @@ use foresight_trace::event::EventKind;
 use foresight_trace::tables::{TableRecord, ThreadInfo};
 
 use super::rt;
-use crate::real::real;
+use crate::context::Context;
+use crate::real::{real, Start, REAL_CREATE, REAL_JOIN};
 use crate::sequence::Key;
 use crate::sites;
 use crate::thread_state::{self, Current, ThreadState, Wait};
 
-type Start = unsafe extern "C-unwind" fn(*mut c_void) -> *mut c_void;
-
-real!(REAL_CREATE: unsafe extern "C-unwind" fn(*mut pthread_t, *const pthread_attr_t, Start, *mut c_void) -> c_int = b"pthread_create\0");
-real!(REAL_JOIN: unsafe extern "C-unwind" fn(pthread_t, *mut *mut c_void) -> c_int = b"pthread_join\0");
 real!(REAL_TRYJOIN: unsafe extern "C-unwind" fn(pthread_t, *mut *mut c_void) -> c_int = b"pthread_tryjoin_np\0");
 real!(REAL_TIMEDJOIN: unsafe extern "C-unwind" fn(pthread_t, *mut *mut c_void, *const timespec) -> c_int = b"pthread_timedjoin_np\0");
 real!(REAL_DETACH: unsafe extern "C-unwind" fn(pthread_t) -> c_int = b"pthread_detach\0");
@@ -122,7 +119,7 @@ pub fn thread_exit() {
         let key = t.emit(EventKind::ThreadExit, Key::Tick);
         thread_state::exited(t.tid(), key);
         t.write_access_counts();
-        t.flush(None);
+        t.flush(Context::Thread);
         t.close();
     }
     set_exit_key(std::ptr::null_mut());
@@ -149,7 +146,7 @@ unsafe extern "C-unwind" fn trampoline(arg: *mut c_void) -> *mut c_void {
     start_on_current(p, after);
     // SAFETY: the state is this thread's own and current.
     if let Some(mask) = unsafe { &*p }.start_mask.take() {
-        crate::signals::set_mask(&mask);
+        crate::sigmask::set_mask(&mask);
     }
     // SAFETY: `start` is the user's start routine passed to pthread_create.
     let f: Start = unsafe { std::mem::transmute::<usize, Start>(start) };
@@ -197,7 +194,7 @@ unsafe extern "C-unwind" fn create(
     // takes its own mask in the trampoline, as ThreadSanitizer's interceptor does; the creator
     // keeps them blocked until its create event is written (a handler's events would
     // otherwise come before it at later keys). A pending signal is delivered right after.
-    let creator_mask = crate::signals::block_all_saving();
+    let creator_mask = crate::sigmask::block_all_saving();
     // SAFETY: the child's state is not shared before the real create.
     unsafe { &*child }
         .start_mask
@@ -217,7 +214,7 @@ unsafe extern "C-unwind" fn create(
         // SAFETY: the thread was not created: nobody else has the state.
         drop(unsafe { Box::from_raw(child) });
         if let Some(mask) = creator_mask {
-            crate::signals::set_mask(&mask);
+            crate::sigmask::set_mask(&mask);
         }
         return r;
     }
@@ -232,7 +229,7 @@ unsafe extern "C-unwind" fn create(
     // SAFETY: the creator's share, given up once; `child` is not used after this.
     unsafe { thread_state::release(child) };
     if let Some(mask) = creator_mask {
-        crate::signals::set_mask(&mask);
+        crate::sigmask::set_mask(&mask);
     }
     r
 }
@@ -248,33 +245,6 @@ fn start_mask(attr: *const pthread_attr_t) -> Option<libc::sigset_t> {
     // SAFETY: `attr` is the caller's initialised attribute object; `mask` is ours. It returns
     // 0 when the attribute holds a mask, PTHREAD_ATTR_NO_SIGMASK_NP (-1) when it does not.
     (unsafe { get(attr, &mut mask) } == 0).then_some(mask)
-}
-
-/// Starts a thread of the runtime's own, with the real `pthread_create` (nothing of it is
-/// recorded: `f` marks it so first): its `pthread_t`, or `None` if it could not be created.
-pub fn spawn_unrecorded(f: extern "C" fn(*mut c_void) -> *mut c_void) -> Option<usize> {
-    // SAFETY: an all-zero attribute object is what pthread_attr_init fills in next.
-    let mut attr: pthread_attr_t = unsafe { std::mem::zeroed() };
-    // SAFETY: plain calls on an attribute object we own; the thread's routine has the
-    // prototype pthread_create wants (an `extern "C"` one is also `"C-unwind"`-compatible:
-    // it never unwinds).
-    unsafe {
-        if libc::pthread_attr_init(&mut attr) != 0 {
-            return None;
-        }
-        libc::pthread_attr_setstacksize(&mut attr, 256 << 10);
-        let mut t: pthread_t = 0;
-        let start = std::mem::transmute::<extern "C" fn(*mut c_void) -> *mut c_void, Start>(f);
-        let r = REAL_CREATE.get()(&mut t, &attr, start, std::ptr::null_mut());
-        libc::pthread_attr_destroy(&mut attr);
-        (r == 0).then_some(t as usize)
-    }
-}
-
-/// Waits for a thread `spawn_unrecorded` started to end (the real `pthread_join`).
-pub fn join_unrecorded(t: usize) {
-    // SAFETY: `t` is a joinable thread of the runtime's own, joined once.
-    unsafe { REAL_JOIN.get()(t as pthread_t, std::ptr::null_mut()) };
 }
 
 /// Join-like calls: `blocking` ones (`Some`: with or without a timeout) record a request
@@ -380,7 +350,7 @@ unsafe extern "C-unwind" fn detach(pt: pthread_t, ra: usize) -> c_int {
 
 unsafe extern "C-unwind" fn exit(v: *mut c_void, _ra: usize) -> ! {
     let real = REAL_EXIT.get();
-    if crate::output::recording() {
+    if crate::state::recording() {
         thread_exit();
     }
     // SAFETY: the real pthread_exit; it unwinds through this frame, which holds nothing that
