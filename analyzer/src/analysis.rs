@@ -77,7 +77,7 @@ pub fn analyze_with_graph(
                 f.verdict,
                 f.kind == crate::report::Kind::Race,
                 f.cycle().len(),
-                f.kind.as_str(),
+                f.kind.name(),
                 f.message.clone(),
             )
         };

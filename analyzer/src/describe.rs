@@ -5,13 +5,16 @@
 use crate::closure::{open_at_frontier, Closure, PatternEvent};
 use crate::lock_graph::LockOrderGraph;
 use crate::model::{Acquisition, Run};
-use crate::report::{EdgeReport, FindingLocation, HeldLock, SiteReport, Witness, WitnessThread};
+use crate::report::{
+    EdgeReport, FindingLocation, HeldLock, LockMode, Role, SiteReport, Witness, WitnessThread,
+};
 use crate::stream::Mode;
 
-pub(crate) fn mode_name(m: Mode) -> &'static str {
+/// The walk's lock mode as the reports name it.
+pub(crate) fn lock_mode(m: Mode) -> LockMode {
     match m {
-        Mode::Write => "write",
-        Mode::Read => "read",
+        Mode::Write => LockMode::Write,
+        Mode::Read => LockMode::Read,
     }
 }
 
@@ -24,7 +27,7 @@ pub(crate) fn held_lock(run: &Run, a: &Acquisition) -> HeldLock {
     HeldLock {
         lock: lock.name.clone(),
         class: run.acquisition_class(a),
-        mode: mode_name(a.mode),
+        mode: lock_mode(a.mode),
         site: site(run, a.site),
     }
 }
@@ -33,7 +36,7 @@ pub(crate) fn location(
     run: &Run,
     s: foresight_trace::SiteId,
     thread: u32,
-    role: &'static str,
+    role: Role,
 ) -> FindingLocation {
     let l = run.location(s);
     FindingLocation {
@@ -67,7 +70,7 @@ pub(crate) fn edge_report(
         thread: run.thread_label(r.thread),
         held: held_lock(run, h),
         lock: run.locks[r.lock as usize].name.clone(),
-        mode: mode_name(r.mode),
+        mode: lock_mode(r.mode),
         site: site(run, r.site),
         held_set: run
             .held(r)
@@ -89,7 +92,7 @@ pub(crate) fn earlier_edge_report(run: &Run, graph: &LockOrderGraph, index: u32)
     let held = HeldLock {
         lock: h.name.clone(),
         class: h.class.clone(),
-        mode: mode_name(Mode::Write),
+        mode: lock_mode(Mode::Write),
         site: site(run, e.held_site),
     };
     let from = graph.class_index(&h.class);
@@ -101,7 +104,7 @@ pub(crate) fn earlier_edge_report(run: &Run, graph: &LockOrderGraph, index: u32)
         thread: earlier_thread_label(run, e.thread),
         held: held.clone(),
         lock: r.name.clone(),
-        mode: mode_name(Mode::Write),
+        mode: lock_mode(Mode::Write),
         site: site(run, e.site),
         held_set: vec![held],
         held_position: 0,
@@ -137,7 +140,7 @@ pub(crate) fn earlier_edge_locations(run: &Run, index: u32) -> [FindingLocation;
             trace: run.source.clone(),
         }
     };
-    [loc(e.held_site, "holds"), loc(e.site, "requests")]
+    [loc(e.held_site, Role::Holds), loc(e.site, Role::Requests)]
 }
 
 /// The witness: each thread's prefix in the closure, the locks it holds there, what each

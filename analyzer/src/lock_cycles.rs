@@ -21,7 +21,7 @@ use crate::lock_graph::{modes_can_block, ClassEdge, InstanceGraph, LockOrderGrap
 use crate::model::Run;
 use crate::options::Options;
 use crate::report::{
-    ComponentSummary, Detail, EdgeReport, Finding, Inversion, Kind, Summary, Verdict,
+    ComponentSummary, Detail, EdgeReport, Finding, Inversion, Kind, Role, Summary, Verdict,
 };
 use crate::stream::Mode;
 
@@ -643,8 +643,8 @@ fn predicted_finding(
     let mut locations = Vec::new();
     for (&h, &r) in c.holds.iter().zip(&c.requests) {
         let (h, r) = (&run.acquisitions[h as usize], &run.acquisitions[r as usize]);
-        locations.push(location(run, h.site, h.thread, "holds"));
-        locations.push(location(run, r.site, r.thread, "requests"));
+        locations.push(location(run, h.site, h.thread, Role::Holds));
+        locations.push(location(run, r.site, r.thread, Role::Requests));
     }
     let blocked: Vec<(PatternEvent, String)> = c
         .requests
@@ -733,8 +733,8 @@ fn potential_finding(
                 &run.acquisitions[w.held as usize],
                 &run.acquisitions[w.acquisition as usize],
             );
-            locations.push(location(run, h.site, h.thread, "holds"));
-            locations.push(location(run, r.site, r.thread, "requests"));
+            locations.push(location(run, h.site, h.thread, Role::Holds));
+            locations.push(location(run, r.site, r.thread, Role::Requests));
         } else if let Some(&(ri, i)) = e.earlier.first() {
             let run = &runs[ri];
             edges.push(earlier_edge_report(run, graph, i));

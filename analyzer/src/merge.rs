@@ -32,8 +32,8 @@ use crate::lock_graph::{modes_can_block, ClassEdge, LockOrderGraph};
 use crate::model::Run;
 use crate::options::Options;
 use crate::report::{
-    finding_key, Detail, EdgeReport, Finding, FindingLocation, Kind, Report, Summary, Verdict,
-    REPORT_SCHEMA, REPORT_VERSION,
+    finding_key, Detail, EdgeReport, Finding, FindingLocation, Kind, Report, Role, Summary,
+    Verdict, REPORT_SCHEMA, REPORT_VERSION,
 };
 
 /// A cycle no single trace has whole, to list: (length, most seen first, its classes).
@@ -73,8 +73,8 @@ pub fn analyze_trace(run: &Run, warnings: Vec<String>, opts: &Options) -> TraceA
                     (
                         edge_report(run, &graph, w.held, w.acquisition),
                         [
-                            location(run, h.site, h.thread, "holds"),
-                            location(run, r.site, r.thread, "requests"),
+                            location(run, h.site, h.thread, Role::Holds),
+                            location(run, r.site, r.thread, Role::Requests),
                         ],
                     )
                 }
@@ -232,7 +232,7 @@ impl Merger {
             }
         }
         for f in r.findings {
-            let key = format!("{}|{}|{}", f.verdict.as_str(), f.kind, finding_key(&f));
+            let key = format!("{}|{}|{}", f.verdict.name(), f.kind, finding_key(&f));
             match self.by_key.get(&key) {
                 Some(&i) => {
                     let g = &mut self.findings[i];
@@ -466,7 +466,7 @@ impl Merger {
                     f.verdict,
                     f.kind == Kind::Race,
                     f.cycle().len(),
-                    f.kind.as_str(),
+                    f.kind.name(),
                     f.message.clone(),
                 )
             };

@@ -31,10 +31,11 @@ use foresight_trace::event::ObjectId;
 
 use foresight_trace::tables::{EndReason, ObjectKind, StopCause, ThreadEndState};
 
-use crate::describe::{held_lock, location, mode_name, site};
+use crate::describe::{held_lock, location, lock_mode, site};
 use crate::model::{Blocking, PendingCall, Run};
 use crate::report::{
-    signal_name, BlockedThread, Detail, Finding, FindingLocation, Kind, ObservedReport, Verdict,
+    signal_name, BlockedThread, Detail, Finding, FindingLocation, Kind, ObservedReport, Role,
+    Verdict,
 };
 use crate::stream::Mode;
 
@@ -298,7 +299,7 @@ fn finding(g: &Graph, members: &[u32], cycle: Option<Vec<u32>>) -> Finding {
         for &a in &g.held[t as usize] {
             if waited.contains(&a) {
                 let acq = &run.acquisitions[a as usize];
-                locations.push(location(run, acq.site, t, "holds"));
+                locations.push(location(run, acq.site, t, Role::Holds));
             }
         }
         let call = g.blocked(t);
@@ -433,12 +434,14 @@ fn finding(g: &Graph, members: &[u32], cycle: Option<Vec<u32>>) -> Finding {
 }
 
 /// The call's role in a finding's locations.
-fn role(w: Blocking) -> &'static str {
+fn role(w: Blocking) -> Role {
     match w {
-        Blocking::Lock { .. } => "requests",
-        Blocking::Join { .. } => "joins",
-        Blocking::Barrier { .. } => "arrives",
-        Blocking::Condition { .. } | Blocking::Semaphore { .. } | Blocking::Once { .. } => "waits",
+        Blocking::Lock { .. } => Role::Requests,
+        Blocking::Join { .. } => Role::Joins,
+        Blocking::Barrier { .. } => Role::Arrives,
+        Blocking::Condition { .. } | Blocking::Semaphore { .. } | Blocking::Once { .. } => {
+            Role::Waits
+        }
     }
 }
 
@@ -469,7 +472,7 @@ fn object_name(g: &Graph, w: Blocking) -> String {
         Blocking::Lock { lock, mode } => {
             let name = object(lock);
             match mode {
-                Mode::Read => format!("{name} ({})", mode_name(mode)),
+                Mode::Read => format!("{name} ({})", lock_mode(mode)),
                 Mode::Write => name,
             }
         }

@@ -8,8 +8,8 @@ use crate::model::Run;
 use crate::races::shadow::AccessKind;
 use crate::races::{Pair, RaceAccess, RaceOutput, SitePair};
 use crate::report::{
-    AccessReport, BlockReport, Detail, Finding, FindingLocation, Kind, RaceReport, VariableReport,
-    Verdict,
+    AccessReport, BlockReport, Detail, Finding, FindingLocation, Kind, RaceReport, Role,
+    VariableReport, Verdict,
 };
 
 /// What the race findings of one run cost, for the summary.
@@ -254,12 +254,12 @@ fn finding(
         )
     };
     let message = format!("data race on {what}: {} and {}", side(a), side(b));
-    let role = |x: &RaceAccess| -> &'static str {
+    let role = |x: &RaceAccess| -> Role {
         match x.access.kind {
-            AccessKind::Read => "reads",
-            AccessKind::Write => "writes",
-            AccessKind::AtomicRead => "atomic-reads",
-            AccessKind::AtomicWrite => "atomic-writes",
+            AccessKind::Read => Role::Reads,
+            AccessKind::Write => Role::Writes,
+            AccessKind::AtomicRead => Role::AtomicReads,
+            AccessKind::AtomicWrite => Role::AtomicWrites,
         }
     };
     let locations: Vec<FindingLocation> = pair

@@ -10,7 +10,7 @@ use foldhash::{HashMap, HashMapExt};
 use crate::describe::{edge_report, location};
 use crate::lock_graph::LockOrderGraph;
 use crate::model::Run;
-use crate::report::{Detail, Finding, Kind, Verdict};
+use crate::report::{Detail, Finding, Kind, Role, Verdict};
 
 pub fn rank_findings(runs: &[Run], graph: &LockOrderGraph) -> Vec<Finding> {
     let mut findings: Vec<Finding> = Vec::new();
@@ -66,8 +66,8 @@ pub fn rank_findings(runs: &[Run], graph: &LockOrderGraph) -> Vec<Finding> {
                 witness: None,
                 occurrences: 1,
                 locations: vec![
-                    location(run, h.site, h.thread, "holds"),
-                    location(run, a.site, a.thread, "requests"),
+                    location(run, h.site, h.thread, Role::Holds),
+                    location(run, a.site, a.thread, Role::Requests),
                 ],
                 detail: Detail::RankViolation {
                     classes: [held_class, class],

@@ -28,7 +28,7 @@ use crate::closure::{sync_preserving_closure, Budget, Closure, PatternEvent};
 use crate::deadlock::{rejection_text, Rejection};
 use crate::describe::{held_lock, location, site, witness};
 use crate::model::{AcquireHow, Run, SyncPoint, Wait, WaitKind};
-use crate::report::{Detail, Finding, Kind, Verdict, WaitReport};
+use crate::report::{Detail, Finding, Kind, Role, Verdict, WaitReport};
 use crate::stream::Mode;
 
 /// Requests of the held lock tried per (wait, other thread).
@@ -229,8 +229,8 @@ fn finding(
             "join-while-holding",
             "join",
             other.clone(),
-            "joins",
-            "exits",
+            Role::Joins,
+            Role::Exits,
             format!("joins {other}"),
         ),
         WaitKind::Barrier { barrier, .. } => {
@@ -240,8 +240,8 @@ fn finding(
                 "barrier-while-holding",
                 "barrier",
                 name.clone(),
-                "waits",
-                "arrives",
+                Role::Waits,
+                Role::Arrives,
                 format!("waits at barrier {name}, which {other} reaches only later"),
             )
         }
@@ -252,8 +252,8 @@ fn finding(
                 "cond-wait-while-holding",
                 "condition",
                 name.clone(),
-                "waits",
-                "signals",
+                Role::Waits,
+                Role::Signals,
                 format!("waits on condition {name}, which {other} signals only later"),
             )
         }
@@ -264,8 +264,8 @@ fn finding(
                 "sem-wait-while-holding",
                 "semaphore",
                 name.clone(),
-                "waits",
-                "posts",
+                Role::Waits,
+                Role::Posts,
                 format!("waits on semaphore {name}, which {other} posts only later"),
             )
         }
@@ -273,7 +273,7 @@ fn finding(
     let message = format!(
         "{}: {holder} holds {lock} while it {waits_for}, and {other} needs {lock} first",
         if verdict == Verdict::Predicted {
-            kind.as_str()
+            kind.name()
         } else {
             "potential deadlock"
         }
@@ -287,9 +287,9 @@ fn finding(
         Some(r) => format!("not predicted: {}", rejection_text(Some(run), r)),
     };
     let mut locations = vec![
-        location(run, h.site, wait.thread, "holds"),
+        location(run, h.site, wait.thread, Role::Holds),
         location(run, wait.site, wait.thread, waits_role),
-        location(run, r.site, r.thread, "requests"),
+        location(run, r.site, r.thread, Role::Requests),
     ];
     if let Some(t) = &c.then {
         locations.push(location(run, t.site, t.thread, then_role));
@@ -458,9 +458,9 @@ pub(crate) fn rwlock_findings(run: &Run, budget: &mut Budget) -> Vec<Finding> {
             )),
             occurrences: 1,
             locations: vec![
-                location(run, outer.site, rr.thread, "read-locks"),
-                location(run, rr.site, rr.thread, "read-locks-again"),
-                location(run, w.site, w.thread, "write-locks"),
+                location(run, outer.site, rr.thread, Role::ReadLocks),
+                location(run, rr.site, rr.thread, Role::ReadLocksAgain),
+                location(run, w.site, w.thread, Role::WriteLocks),
             ],
             detail: Detail::ReadRecursion {
                 lock_class: run.locks[rr.lock as usize].class.clone(),

@@ -7,7 +7,7 @@ use std::process::{Command, Output};
 use foresight_analyzer::analysis::analyze;
 use foresight_analyzer::model::build_run;
 use foresight_analyzer::options::Options;
-use foresight_analyzer::report::{Report, Verdict};
+use foresight_analyzer::report::{Kind, Report, Verdict};
 use foresight_trace::builder::TraceBuilder;
 use foresight_trace::event::{EventKind, ObjectId, SiteId, ThreadId};
 use foresight_trace::tables::{ClassKey, ObjectKind};
@@ -156,7 +156,7 @@ fn acquiring_a_rank_at_or_below_the_highest_held_is_a_violation() {
     let v: Vec<_> = r
         .findings
         .iter()
-        .filter(|f| f.kind == "rank-violation")
+        .filter(|f| f.kind == Kind::RankViolation)
         .collect();
     assert_eq!(v.len(), 2, "{}", show(&r));
     assert!(v.iter().all(|f| f.verdict == Verdict::Violation));

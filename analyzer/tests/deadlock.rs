@@ -38,7 +38,7 @@ fn report(t: T) -> Report {
 fn with(r: &Report, kind: &str, verdict: Verdict) -> Vec<Finding> {
     r.findings
         .iter()
-        .filter(|f| f.kind == kind && f.verdict == verdict)
+        .filter(|f| f.kind.name() == kind && f.verdict == verdict)
         .cloned()
         .collect()
 }
@@ -199,7 +199,7 @@ fn joining_while_holding_a_lock_the_child_takes_is_predicted() {
     let d = with(&r, "join-deadlock", Verdict::Predicted);
     assert_eq!(d.len(), 1, "{}", show(&r));
     assert_eq!(d[0].rule, "join-while-holding");
-    let roles: Vec<&str> = d[0].locations.iter().map(|l| l.role).collect();
+    let roles: Vec<&str> = d[0].locations.iter().map(|l| l.role.name()).collect();
     assert_eq!(roles, ["holds", "joins", "requests"]);
     assert!(d[0].witness.is_some());
 }
@@ -276,7 +276,7 @@ fn waiting_at_a_barrier_while_holding_a_lock_another_participant_needs_is_predic
     let r = report(t);
     let d = with(&r, "barrier-deadlock", Verdict::Predicted);
     assert_eq!(d.len(), 1, "{}", show(&r));
-    assert!(d[0].locations.iter().any(|l| l.role == "arrives"));
+    assert!(d[0].locations.iter().any(|l| l.role.name() == "arrives"));
 }
 
 #[test]

@@ -72,7 +72,7 @@ fn lines(f: &Finding, role: &str) -> Vec<u32> {
     let mut l: Vec<u32> = f
         .locations
         .iter()
-        .filter(|l| l.role == role)
+        .filter(|l| l.role.name() == role)
         .filter_map(|l| l.line)
         .collect();
     l.sort_unstable();

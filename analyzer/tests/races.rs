@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use foresight_analyzer::analysis::analyze;
 use foresight_analyzer::model::build_run;
 use foresight_analyzer::options::Options;
-use foresight_analyzer::report::{Finding, Report};
+use foresight_analyzer::report::{Finding, Kind, Report, Verdict};
 use foresight_trace::builder::TraceBuilder;
 use foresight_trace::event::{AtomicOp, EventKind, LockMode, MemoryOrder, ObjectId, ThreadId};
 use foresight_trace::tables::ObjectKind;
@@ -87,7 +87,7 @@ fn report(t: T) -> Report {
 }
 
 fn races(r: &Report) -> Vec<&Finding> {
-    r.findings.iter().filter(|f| f.kind == "race").collect()
+    r.findings.iter().filter(|f| f.kind == Kind::Race).collect()
 }
 
 /// The lines each race finding names, as sorted pairs, with its rule.
@@ -111,7 +111,7 @@ fn unordered_writes_race_by_happens_before() {
     let r = report(t);
     assert_eq!(race_lines(&r), [(10, 20, "happens-before")].into());
     let f = races(&r)[0];
-    assert_eq!(f.verdict.as_str(), "predicted");
+    assert_eq!(f.verdict, Verdict::Predicted);
     assert!(f.witness.is_none(), "the run itself has the race");
     let race = f.race().expect("race details");
     assert_eq!(race.accesses[0].kind, "write");

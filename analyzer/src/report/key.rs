@@ -10,7 +10,7 @@ use super::{Detail, Finding, FindingLocation};
 pub fn finding_key(f: &Finding) -> String {
     let (kind, classes) = match &f.detail {
         Detail::LockCycle { cycle, .. } => ("lock-cycle", canonical_cycle(cycle)),
-        _ => (f.kind.as_str(), f.cycle().to_vec()),
+        _ => (f.kind.name(), f.cycle().to_vec()),
     };
     let sites: BTreeSet<String> = f.locations.iter().map(site_key).collect();
     let sites: Vec<String> = sites.into_iter().collect();

@@ -5,7 +5,7 @@
 //! (`docs/report-schema.md`, written by `json.rs`): a change of a field is a change of
 //! `REPORT_VERSION`.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::sites::Location;
 
@@ -170,8 +170,24 @@ pub struct Inversion {
     pub counts: [u64; 2],
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+/// How sure a finding is. Its name in the reports is the serde name, and `Display` gives the
+/// same (one rename rule for both, checked by a test).
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::IntoStaticStr,
+)]
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
 pub enum Verdict {
     /// It happened: the threads were blocked so when the trace ended (`observed.rs`).
     Observed,
@@ -182,13 +198,9 @@ pub enum Verdict {
 }
 
 impl Verdict {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Verdict::Observed => "observed",
-            Verdict::Predicted => "predicted",
-            Verdict::Potential => "potential",
-            Verdict::Violation => "violation",
-        }
+    /// The name the reports give it.
+    pub fn name(self) -> &'static str {
+        self.into()
     }
 }
 
@@ -325,8 +337,26 @@ pub enum Detail {
     Observed(Box<ObservedReport>),
 }
 
-/// The kind of a finding: JSON's `kind`, SARIF's rule id.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// The kind of a finding: JSON's `kind`, SARIF's rule id, the suppressions file's `kind`.
+/// Declared in the order SARIF lists its rules ([`strum::VariantArray`]).
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::VariantArray,
+)]
+#[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum Kind {
     Deadlock,
     PotentialDeadlock,
@@ -341,58 +371,78 @@ pub enum Kind {
 }
 
 impl Kind {
-    /// Every kind, in the order SARIF lists its rules.
-    pub const ALL: [Kind; 10] = [
-        Kind::Deadlock,
-        Kind::PotentialDeadlock,
-        Kind::JoinDeadlock,
-        Kind::BarrierDeadlock,
-        Kind::WaitDeadlock,
-        Kind::RwlockDeadlock,
-        Kind::RankViolation,
-        Kind::Race,
-        Kind::ObservedDeadlock,
-        Kind::ObservedStall,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::Deadlock => "deadlock",
-            Kind::PotentialDeadlock => "potential-deadlock",
-            Kind::JoinDeadlock => "join-deadlock",
-            Kind::BarrierDeadlock => "barrier-deadlock",
-            Kind::WaitDeadlock => "wait-deadlock",
-            Kind::RwlockDeadlock => "rwlock-deadlock",
-            Kind::RankViolation => "rank-violation",
-            Kind::Race => "race",
-            Kind::ObservedDeadlock => "observed-deadlock",
-            Kind::ObservedStall => "observed-stall",
-        }
+    /// The name the reports give it (`potential-deadlock`).
+    pub fn name(self) -> &'static str {
+        self.into()
     }
 }
 
-impl std::fmt::Display for Kind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+/// What a site did in a finding: JSON's `locations[].role`, the baseline key's role.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::VariantArray,
+)]
+#[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
+pub enum Role {
+    /// Where a held lock was acquired.
+    Holds,
+    /// Where a lock was requested while the other was held.
+    Requests,
+    Joins,
+    Exits,
+    Waits,
+    Arrives,
+    Signals,
+    Posts,
+    ReadLocks,
+    ReadLocksAgain,
+    WriteLocks,
+    Reads,
+    Writes,
+    AtomicReads,
+    AtomicWrites,
+}
+
+impl Role {
+    /// The name the reports give it (`read-locks-again`).
+    pub fn name(self) -> &'static str {
+        self.into()
     }
 }
 
-impl PartialEq<str> for Kind {
-    fn eq(&self, other: &str) -> bool {
-        self.as_str() == other
-    }
-}
-
-impl PartialEq<&str> for Kind {
-    fn eq(&self, other: &&str) -> bool {
-        self.as_str() == *other
-    }
-}
-
-impl Serialize for Kind {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
-    }
+/// The mode a lock is held or requested in: JSON's `mode`.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::IntoStaticStr,
+)]
+#[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
+pub enum LockMode {
+    Write,
+    Read,
 }
 
 /// A source location involved in a finding.
@@ -402,8 +452,7 @@ pub struct FindingLocation {
     pub line: Option<u32>,
     pub function: Option<String>,
     pub thread: String,
-    /// `holds`, `requests`, `joins`, `waits`, `arrives`, `signals`, `posts`, `read-locks`, …
-    pub role: &'static str,
+    pub role: Role,
     pub trace: String,
 }
 
@@ -438,7 +487,7 @@ impl From<Location> for SiteReport {
 pub struct HeldLock {
     pub lock: String,
     pub class: String,
-    pub mode: &'static str,
+    pub mode: LockMode,
     pub site: SiteReport,
 }
 
@@ -451,7 +500,7 @@ pub struct EdgeReport {
     pub thread: String,
     pub held: HeldLock,
     pub lock: String,
-    pub mode: &'static str,
+    pub mode: LockMode,
     pub site: SiteReport,
     /// Every lock held at the request (the held set).
     pub held_set: Vec<HeldLock>,
@@ -588,4 +637,38 @@ pub struct VariableReport {
     pub name: String,
     pub file: Option<String>,
     pub line: Option<u32>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use strum::VariantArray;
+
+    /// serde names the enums in JSON and strum in text: one rename rule, two derives, so a
+    /// test keeps them the same name.
+    fn same_names<T: Serialize + std::fmt::Display>(values: &[T]) {
+        for v in values {
+            let json = serde_json::to_string(v).unwrap();
+            assert_eq!(json, format!("\"{v}\""));
+        }
+    }
+
+    #[test]
+    fn json_and_text_give_each_enum_one_name() {
+        same_names(Kind::VARIANTS);
+        same_names(Role::VARIANTS);
+        same_names(&[
+            Verdict::Observed,
+            Verdict::Predicted,
+            Verdict::Potential,
+            Verdict::Violation,
+        ]);
+        same_names(&[LockMode::Write, LockMode::Read]);
+        assert_eq!(Kind::RwlockDeadlock.name(), "rwlock-deadlock");
+        assert_eq!(Role::ReadLocksAgain.name(), "read-locks-again");
+        assert_eq!(
+            "potential-deadlock".parse::<Kind>().ok(),
+            Some(Kind::PotentialDeadlock)
+        );
+    }
 }

@@ -308,7 +308,7 @@ fn finding(out: &mut impl Write, f: &Finding, style: Style) -> std::io::Result<(
         "[{}] {} ({}, rule {})",
         f.id,
         f.message,
-        f.verdict.as_str(),
+        f.verdict.name(),
         f.rule
     )?;
     match &f.detail {
