@@ -32,8 +32,8 @@ use crate::lock_graph::{modes_can_block, ClassEdge, LockOrderGraph};
 use crate::model::Run;
 use crate::options::Options;
 use crate::report::{
-    finding_key, Detail, EdgeReport, Finding, FindingLocation, Kind, Report, Role, Summary,
-    Verdict, REPORT_SCHEMA, REPORT_VERSION,
+    Detail, EdgeReport, Finding, FindingKey, FindingLocation, Kind, Report, Role, Summary, Verdict,
+    REPORT_SCHEMA, REPORT_VERSION,
 };
 
 /// A cycle no single trace has whole, to list: (length, most seen first, its classes).
@@ -121,7 +121,7 @@ pub struct Merger {
     traces: Vec<crate::report::TraceSummary>,
     hints: Vec<String>,
     findings: Vec<Finding>,
-    by_key: HashMap<String, usize>,
+    by_key: HashMap<FindingKey, usize>,
     /// Predicted deadlocks beyond a trace's listing, per component by its first class.
     unlisted_predicted: Vec<(String, u64, bool)>,
     /// Per part folded in (a trace, or a segment of one): the index of its trace in `traces`.
@@ -232,7 +232,7 @@ impl Merger {
             }
         }
         for f in r.findings {
-            let key = format!("{}|{}|{}", f.verdict.name(), f.kind, finding_key(&f));
+            let key = f.key();
             match self.by_key.get(&key) {
                 Some(&i) => {
                     let g = &mut self.findings[i];
@@ -460,18 +460,7 @@ impl Merger {
         let (mut ranks, mut rest): (Vec<Finding>, Vec<Finding>) = findings
             .into_iter()
             .partition(|f| f.verdict == Verdict::Violation);
-        rest.sort_by(|a, b| {
-            let key = |f: &Finding| {
-                (
-                    f.verdict,
-                    f.kind == Kind::Race,
-                    f.cycle().len(),
-                    f.kind.name(),
-                    f.message.clone(),
-                )
-            };
-            key(a).cmp(&key(b))
-        });
+        rest.sort_by_cached_key(Finding::report_order);
         rest.append(&mut ranks);
         let mut report = Report {
             schema: REPORT_SCHEMA,

@@ -471,6 +471,59 @@ fn the_same_finding_in_many_traces_is_one_finding_listing_them() {
 }
 
 #[test]
+fn a_baseline_file_as_users_have_it_is_read_as_keys_and_a_line_that_is_no_key_is_bad_input() {
+    let dir = fresh_dir("check-keys");
+    std::fs::write(dir.join("inv.trace"), inversion("inv")).unwrap();
+    // The file a user committed: the header, a reviewer's comment, a blank line, the key.
+    let accepted = "# foresight baseline: accepted lock-discipline findings, one per line:\n\
+                    # reviewed in #12\n\n\
+                    lock-cycle | A -> B | holds deposit@bank.c:10, holds withdraw@bank.c:20, \
+                    requests deposit@bank.c:11, requests withdraw@bank.c:21\n";
+    std::fs::write(dir.join("base.txt"), accepted).unwrap();
+    let o = foresight(&dir, &["check", "--baseline", "base.txt", "inv.trace"]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    // Regenerating it changes none of its lines (the comment goes, as the header says).
+    let o = foresight(
+        &dir,
+        &[
+            "check",
+            "--update-baseline",
+            "--baseline",
+            "base.txt",
+            "inv.trace",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = std::fs::read_to_string(dir.join("base.txt")).unwrap();
+    assert_eq!(
+        text.lines().last(),
+        accepted.lines().last(),
+        "the key's line is the line users have: {text}"
+    );
+    // A misspelt line would accept nothing: it is bad input, named by file and line.
+    std::fs::write(
+        dir.join("bad.txt"),
+        format!("{accepted}lock-cycle: A -> B\n"),
+    )
+    .unwrap();
+    let o = foresight(&dir, &["check", "--baseline", "bad.txt", "inv.trace"]);
+    assert_eq!(o.status.code(), Some(2), "{}{}", stdout(&o), stderr(&o));
+    assert!(stderr(&o).contains("bad.txt:5: "), "{}", stderr(&o));
+    std::fs::write(
+        dir.join("bad.txt"),
+        "deadlock | A -> B | holds deposit@bank.c:10\n",
+    )
+    .unwrap();
+    let o = foresight(&dir, &["check", "--baseline", "bad.txt", "inv.trace"]);
+    assert_eq!(o.status.code(), Some(2), "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stderr(&o).contains("bad.txt:1: `deadlock`"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
 fn check_with_a_missing_baseline_or_trace_is_bad_input() {
     let dir = fresh_dir("check-bad");
     std::fs::write(dir.join("t.trace"), ordered("t")).unwrap();

@@ -14,7 +14,7 @@ mod key;
 pub mod sarif;
 pub mod text;
 
-pub use key::finding_key;
+pub use key::{BaselineKey, BaselineKind, FindingKey, KeyError, SiteKey};
 
 /// `n` and the noun, singular for one: "1 cycle", "2 cycles", "1 class", "3 classes".
 pub fn counted<N: std::fmt::Display + PartialEq + From<u8>>(n: N, one: &str, many: &str) -> String {
@@ -245,6 +245,19 @@ pub struct Finding {
 }
 
 impl Finding {
+    /// Where the finding goes in a report: deadlocks before races, by verdict, shortest cycle
+    /// first, by kind name, then by key, so that the order is the same however the findings
+    /// were found (one analysis, segments, traces merged) and never depends on wording.
+    pub fn report_order(&self) -> (Verdict, bool, usize, &'static str, FindingKey) {
+        (
+            self.verdict,
+            self.kind == Kind::Race,
+            self.cycle().len(),
+            self.kind.name(),
+            self.key(),
+        )
+    }
+
     /// The lock classes of the finding (JSON's `cycle`): a cycle's classes in order, the held
     /// lock's class for a wait, [held, acquired] for a rank violation.
     pub fn cycle(&self) -> &[String] {

@@ -3,7 +3,7 @@
 //! is the primary acquisition (the first request of a lock cycle, the wait of a wait finding),
 //! `relatedLocations` every site of the finding (both sides of each edge), and a predicted
 //! finding's witness is a `codeFlow` with one `threadFlow` per thread. `partialFingerprints`
-//! carries the baseline key ([`finding_key`]), which is stable across machines.
+//! carries the baseline key ([`BaselineKey`](super::BaselineKey)), which is stable across machines.
 
 use std::io::Write;
 
@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 use strum::VariantArray;
 
-use super::{finding_key, Finding, FindingLocation, Kind, Report, Role, Verdict};
+use super::{Finding, FindingLocation, Kind, Report, Role, Verdict};
 
 /// A kind's rule: (short description, full description).
 fn rule(kind: Kind) -> (&'static str, &'static str) {
@@ -182,7 +182,7 @@ fn result(f: &Finding, baseline_state: Option<&dyn Fn(&Finding) -> &'static str>
         "message": { "text": f.message },
         "locations": primary.map(|l| vec![location(l, &f.message)]).unwrap_or_default(),
         "relatedLocations": related,
-        "partialFingerprints": { "foresight/v1": finding_key(f) },
+        "partialFingerprints": { "foresight/v1": f.key().baseline().to_string() },
         "occurrenceCount": f.occurrences.max(1),
         "properties": {
             "verdict": f.verdict.name(),
