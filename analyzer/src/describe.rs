@@ -6,7 +6,8 @@ use crate::closure::{open_at_frontier, Closure, PatternEvent};
 use crate::lock_graph::LockOrderGraph;
 use crate::model::{Acquisition, Run};
 use crate::report::{
-    EdgeReport, FindingLocation, HeldLock, LockMode, Role, SiteReport, Witness, WitnessThread,
+    EdgeReport, FindingLocation, HeldLock, LockMode, Role, SiteReport, ThreadId, ThreadRef,
+    Witness, WitnessThread,
 };
 use crate::stream::Mode;
 
@@ -15,6 +16,16 @@ pub(crate) fn lock_mode(m: Mode) -> LockMode {
     match m {
         Mode::Write => LockMode::Write,
         Mode::Read => LockMode::Read,
+    }
+}
+
+/// The run's thread `t` (its index in the run) as findings refer to it: the boundary where
+/// the model's index becomes the trace's id.
+pub(crate) fn thread(run: &Run, t: u32) -> ThreadRef {
+    let th = &run.threads[t as usize];
+    ThreadRef {
+        id: ThreadId(th.id),
+        name: Some(th.name.clone()),
     }
 }
 
@@ -43,7 +54,7 @@ pub(crate) fn location(
         file: l.file,
         line: (l.line > 0).then_some(l.line),
         function: l.function,
-        thread: run.thread_label(thread),
+        thread: self::thread(run, thread),
         role,
         trace: run.source.clone(),
     }
@@ -67,7 +78,7 @@ pub(crate) fn edge_report(
         from_class: graph.classes[from].clone(),
         to_class: graph.classes[to].clone(),
         trace: run.source.clone(),
-        thread: run.thread_label(r.thread),
+        thread: thread(run, r.thread),
         held: held_lock(run, h),
         lock: run.locks[r.lock as usize].name.clone(),
         mode: lock_mode(r.mode),
@@ -101,7 +112,7 @@ pub(crate) fn earlier_edge_report(run: &Run, graph: &LockOrderGraph, index: u32)
         from_class: h.class.clone(),
         to_class: r.class.clone(),
         trace: run.source.clone(),
-        thread: earlier_thread_label(run, e.thread),
+        thread: earlier_thread(run, e.thread),
         held: held.clone(),
         lock: r.name.clone(),
         mode: lock_mode(Mode::Write),
@@ -118,10 +129,13 @@ pub(crate) fn earlier_edge_report(run: &Run, graph: &LockOrderGraph, index: u32)
 }
 
 /// A thread by its trace id, which may have no events in the window.
-fn earlier_thread_label(run: &Run, id: foresight_trace::event::ThreadId) -> String {
+fn earlier_thread(run: &Run, id: foresight_trace::event::ThreadId) -> ThreadRef {
     match run.threads.iter().position(|t| t.id == id) {
-        Some(t) => run.thread_label(t as u32),
-        None => format!("thread {id}"),
+        Some(t) => thread(run, t as u32),
+        None => ThreadRef {
+            id: ThreadId(id),
+            name: None,
+        },
     }
 }
 
@@ -135,7 +149,7 @@ pub(crate) fn earlier_edge_locations(run: &Run, index: u32) -> [FindingLocation;
             file: l.file,
             line: (l.line > 0).then_some(l.line),
             function: l.function,
-            thread: earlier_thread_label(run, e.thread),
+            thread: earlier_thread(run, e.thread),
             role,
             trace: run.source.clone(),
         }
@@ -169,7 +183,7 @@ pub(crate) fn witness(run: &Run, closure: &Closure, next: &[(PatternEvent, Strin
             })
             .collect();
         threads.push(WitnessThread {
-            thread: run.thread_label(t as u32),
+            thread: thread(run, t as u32),
             prefix_events: f,
             holds,
             blocks,

@@ -31,11 +31,11 @@ use foresight_trace::event::ObjectId;
 
 use foresight_trace::tables::{EndReason, ObjectKind, StopCause, ThreadEndState};
 
-use crate::describe::{held_lock, location, lock_mode, site};
+use crate::describe::{held_lock, location, lock_mode, site, thread};
 use crate::model::{Blocking, PendingCall, Run};
 use crate::report::{
     signal_name, BlockedThread, Detail, Finding, FindingLocation, Kind, ObservedReport, Role,
-    Verdict,
+    ThreadRef, Verdict,
 };
 use crate::stream::Mode;
 
@@ -307,7 +307,7 @@ fn finding(g: &Graph, members: &[u32], cycle: Option<Vec<u32>>) -> Finding {
             locations.push(location(run, c.site, t, role(c.what)));
         }
         threads.push(BlockedThread {
-            thread: run.thread_label(t),
+            thread: thread(run, t),
             state,
             waits: call.map(|c| waits_name(c.what)),
             object: call.map(|c| object_name(g, c.what)),
@@ -322,7 +322,7 @@ fn finding(g: &Graph, members: &[u32], cycle: Option<Vec<u32>>) -> Finding {
                 .map(|&(u, _)| u)
                 .collect::<BTreeSet<_>>()
                 .into_iter()
-                .map(|u| run.thread_label(u))
+                .map(|u| thread(run, u))
                 .collect(),
         });
     }
@@ -426,7 +426,7 @@ fn finding(g: &Graph, members: &[u32], cycle: Option<Vec<u32>>) -> Finding {
         detail: Detail::Observed(Box::new(ObservedReport {
             trace: run.source.clone(),
             ended,
-            cycle: labels(&cycle_threads),
+            cycle: cycle_threads.iter().map(|&t| thread(run, t)).collect(),
             lock_classes,
             threads,
         })),
@@ -543,7 +543,7 @@ fn duration(ms: u64) -> String {
 /// request, were the blocked calls of the observed one. What happened is said once, as
 /// having happened.
 pub fn drop_superseded(findings: &mut Vec<Finding>) {
-    let mut blocked: BTreeSet<(String, String, u32)> = BTreeSet::new();
+    let mut blocked: BTreeSet<(String, ThreadRef, u32)> = BTreeSet::new();
     for f in findings.iter() {
         if let (Kind::ObservedDeadlock, Some(o)) = (f.kind, f.observed()) {
             for t in &o.threads {
@@ -556,8 +556,8 @@ pub fn drop_superseded(findings: &mut Vec<Finding>) {
     if blocked.is_empty() {
         return;
     }
-    let is_blocked = |trace: &str, thread: &str, pos: u32| {
-        blocked.contains(&(trace.to_string(), thread.to_string(), pos))
+    let is_blocked = |trace: &str, thread: &ThreadRef, pos: u32| {
+        blocked.contains(&(trace.to_string(), thread.clone(), pos))
     };
     findings.retain(|f| {
         if f.verdict == Verdict::Observed {

@@ -200,7 +200,7 @@ fn access_report(run: &Run, out: &RaceOutput, a: &RaceAccess) -> AccessReport {
         kind: s.kind.as_str(),
         size: s.size,
         address: format!("{:#x}", s.addr),
-        thread: run.thread_label(s.thread),
+        thread: describe::thread(run, s.thread),
         position: s.pos,
         site: describe::site(run, s.site),
         locks_held: out
@@ -234,7 +234,7 @@ fn finding(
         size: blk.size,
         offset: a.access.addr.saturating_sub(blk.addr),
         allocated_at: describe::site(run, blk.site),
-        thread: run.thread_label(blk.thread),
+        thread: describe::thread(run, blk.thread),
     });
     let variable = a.variable.as_ref().or(b.variable.as_ref());
     let what = match (variable, &block) {

@@ -26,7 +26,7 @@ use foresight_trace::SiteId;
 
 use crate::closure::{sync_preserving_closure, Budget, Closure, PatternEvent};
 use crate::deadlock::{rejection_text, Rejection};
-use crate::describe::{held_lock, location, site, witness};
+use crate::describe::{held_lock, location, site, thread, witness};
 use crate::model::{AcquireHow, Run, SyncPoint, Wait, WaitKind};
 use crate::report::{Detail, Finding, Kind, Role, Verdict, WaitReport};
 use crate::stream::Mode;
@@ -221,14 +221,14 @@ fn finding(
     let h = &run.acquisitions[c.held as usize];
     let r = &run.acquisitions[c.request as usize];
     let lock = run.locks[h.lock as usize].name.clone();
-    let holder = run.thread_label(wait.thread);
-    let other = run.thread_label(r.thread);
+    let holder = thread(run, wait.thread);
+    let other = thread(run, r.thread);
     let (kind, rule, wait_name, object, waits_role, then_role, waits_for) = match &wait.kind {
         WaitKind::Join { .. } => (
             Kind::JoinDeadlock,
             "join-while-holding",
             "join",
-            other.clone(),
+            other.to_string(),
             Role::Joins,
             Role::Exits,
             format!("joins {other}"),
@@ -410,8 +410,8 @@ pub(crate) fn rwlock_findings(run: &Run, budget: &mut Budget) -> Vec<Finding> {
         }
         let w = &run.acquisitions[w as usize];
         let lock = run.locks[rr.lock as usize].name.clone();
-        let holder = run.thread_label(rr.thread);
-        let other = run.thread_label(w.thread);
+        let holder = thread(run, rr.thread);
+        let other = thread(run, w.thread);
         out.push(Finding {
             id: 0,
             kind: Kind::RwlockDeadlock,

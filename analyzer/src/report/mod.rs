@@ -458,13 +458,50 @@ pub enum LockMode {
     Read,
 }
 
+/// A thread's id in its trace: the recorder's numbering, as `foresight dump --thread` takes
+/// it. Not the analyzer's index of the thread in a run (which a segment numbers anew).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct ThreadId(pub u32);
+
+impl std::fmt::Display for ThreadId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// A thread a finding refers to: its id, and its name where the trace has the thread's
+/// events (a thread seen only in a flight recorder's summary of earlier edges has none).
+/// Reports print it as `thread 2 "worker"`; findings compare threads by it, not by that text.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ThreadRef {
+    pub id: ThreadId,
+    pub name: Option<String>,
+}
+
+impl std::fmt::Display for ThreadRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.name {
+            Some(name) => write!(f, "thread {} \"{name}\"", self.id),
+            None => write!(f, "thread {}", self.id),
+        }
+    }
+}
+
+impl Serialize for ThreadRef {
+    /// As the text reports print it: the JSON schema's thread fields are strings.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
 /// A source location involved in a finding.
 #[derive(Clone, Debug, Serialize)]
 pub struct FindingLocation {
     pub file: Option<String>,
     pub line: Option<u32>,
     pub function: Option<String>,
-    pub thread: String,
+    pub thread: ThreadRef,
     pub role: Role,
     pub trace: String,
 }
@@ -510,7 +547,7 @@ pub struct EdgeReport {
     pub from_class: String,
     pub to_class: String,
     pub trace: String,
-    pub thread: String,
+    pub thread: ThreadRef,
     pub held: HeldLock,
     pub lock: String,
     pub mode: LockMode,
@@ -533,14 +570,14 @@ pub struct WaitReport {
     /// `join`, `barrier`, `condition`, `semaphore`, `rwlock-read`.
     pub wait: &'static str,
     pub trace: String,
-    pub thread: String,
+    pub thread: ThreadRef,
     pub object: String,
     pub site: SiteReport,
     pub position: u32,
     pub held: Vec<HeldLock>,
     /// The thread the wait depends on, its acquisition of the held lock, and what it would do
     /// after (exit, arrive, signal, post).
-    pub other_thread: String,
+    pub other_thread: ThreadRef,
     pub other_lock: String,
     pub other_site: SiteReport,
     pub other_position: u32,
@@ -559,7 +596,7 @@ pub struct Witness {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct WitnessThread {
-    pub thread: String,
+    pub thread: ThreadRef,
     /// The thread runs its first `prefix_events` events…
     pub prefix_events: u32,
     /// …holding these locks at the end…
@@ -587,7 +624,7 @@ pub struct BlockReport {
     /// Offset of the earlier access in the block.
     pub offset: u64,
     pub allocated_at: SiteReport,
-    pub thread: String,
+    pub thread: ThreadRef,
 }
 
 /// One access of a race.
@@ -597,7 +634,7 @@ pub struct AccessReport {
     pub kind: &'static str,
     pub size: u32,
     pub address: String,
-    pub thread: String,
+    pub thread: ThreadRef,
     /// Position of the access in its thread (`foresight dump --thread`).
     pub position: u32,
     pub site: SiteReport,
@@ -613,7 +650,7 @@ pub struct ObservedReport {
     pub ended: String,
     /// The threads of the cycle in wait-for order: each waits for the next, the last for the
     /// first (one thread: it waits for itself). Empty for a stall.
-    pub cycle: Vec<String>,
+    pub cycle: Vec<ThreadRef>,
     /// The lock classes the cycle's threads request, in the cycle's order (JSON's `cycle`,
     /// the baseline key's classes); empty when the cycle has no lock request, and for stalls.
     pub lock_classes: Vec<String>,
@@ -625,7 +662,7 @@ pub struct ObservedReport {
 /// One thread of an observed deadlock or stall.
 #[derive(Clone, Debug, Serialize)]
 pub struct BlockedThread {
-    pub thread: String,
+    pub thread: ThreadRef,
     /// `blocked`, `blocked-with-timeout`, `running`, `exited`.
     pub state: &'static str,
     /// The call it was blocked in: `lock`, `read-lock`, `join`, `condition`, `barrier`,
@@ -640,7 +677,7 @@ pub struct BlockedThread {
     pub held: Vec<HeldLock>,
     /// The threads it waits for, where the trace says (the holders of the lock, the joined
     /// thread, the thread running the once routine).
-    pub waits_for: Vec<String>,
+    pub waits_for: Vec<ThreadRef>,
 }
 
 /// A static variable, and where it is declared.

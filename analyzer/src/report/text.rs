@@ -379,7 +379,7 @@ fn finding(out: &mut impl Write, f: &Finding, style: Style) -> std::io::Result<(
                     held(out, "holding", h)?;
                 }
                 if !t.waits_for.is_empty() {
-                    writeln!(out, "    waiting for {}", t.waits_for.join(", "))?;
+                    writeln!(out, "    waiting for {}", joined(&t.waits_for, ", "))?;
                 }
             }
         }
@@ -453,13 +453,17 @@ fn finding(out: &mut impl Write, f: &Finding, style: Style) -> std::io::Result<(
 }
 
 /// A cycle's names in order, back to the first: `A → B → A`.
-fn cycle_text(names: &[String]) -> String {
-    let mut s = names.join(" → ");
+fn cycle_text<T: std::fmt::Display>(names: &[T]) -> String {
+    let mut s = joined(names, " → ");
     if let Some(first) = names.first() {
-        s.push_str(" → ");
-        s.push_str(first);
+        s.push_str(&format!(" → {first}"));
     }
     s
+}
+
+/// The items as text, with `sep` between them.
+fn joined<T: std::fmt::Display>(items: &[T], sep: &str) -> String {
+    items.iter().map(T::to_string).collect::<Vec<_>>().join(sep)
 }
 
 /// "3 by happens-before, 1 sync-preserving": how many races each rule found.
