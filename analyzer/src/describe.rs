@@ -6,8 +6,8 @@ use crate::closure::{open_at_frontier, Closure, PatternEvent};
 use crate::lock_graph::LockOrderGraph;
 use crate::model::{Acquisition, Run};
 use crate::report::{
-    EdgeReport, FindingLocation, HeldLock, LockMode, Role, SiteReport, ThreadId, ThreadRef,
-    Witness, WitnessThread,
+    EdgeReport, FindingLocation, HeldLock, LockId, LockMode, LockRef, Role, SiteReport, ThreadId,
+    ThreadRef, Witness, WitnessThread,
 };
 use crate::stream::Mode;
 
@@ -16,6 +16,15 @@ pub(crate) fn lock_mode(m: Mode) -> LockMode {
     match m {
         Mode::Write => LockMode::Write,
         Mode::Read => LockMode::Read,
+    }
+}
+
+/// The run's lock `l` (its index in the run) as findings refer to it.
+pub(crate) fn lock(run: &Run, l: u32) -> LockRef {
+    let lock = &run.locks[l as usize];
+    LockRef {
+        id: LockId(lock.object),
+        name: lock.name.clone(),
     }
 }
 
@@ -34,9 +43,8 @@ pub(crate) fn site(run: &Run, s: foresight_trace::SiteId) -> SiteReport {
 }
 
 pub(crate) fn held_lock(run: &Run, a: &Acquisition) -> HeldLock {
-    let lock = &run.locks[a.lock as usize];
     HeldLock {
-        lock: lock.name.clone(),
+        lock: lock(run, a.lock),
         class: run.acquisition_class(a),
         mode: lock_mode(a.mode),
         site: site(run, a.site),
@@ -80,7 +88,7 @@ pub(crate) fn edge_report(
         trace: run.source.clone(),
         thread: thread(run, r.thread),
         held: held_lock(run, h),
-        lock: run.locks[r.lock as usize].name.clone(),
+        lock: lock(run, r.lock),
         mode: lock_mode(r.mode),
         site: site(run, r.site),
         held_set: run
@@ -101,7 +109,7 @@ pub(crate) fn earlier_edge_report(run: &Run, graph: &LockOrderGraph, index: u32)
     let e = &run.earlier[index as usize];
     let (h, r) = (&run.locks[e.held as usize], &run.locks[e.lock as usize]);
     let held = HeldLock {
-        lock: h.name.clone(),
+        lock: lock(run, e.held),
         class: h.class.clone(),
         mode: lock_mode(Mode::Write),
         site: site(run, e.held_site),
@@ -114,7 +122,7 @@ pub(crate) fn earlier_edge_report(run: &Run, graph: &LockOrderGraph, index: u32)
         trace: run.source.clone(),
         thread: earlier_thread(run, e.thread),
         held: held.clone(),
-        lock: r.name.clone(),
+        lock: lock(run, e.lock),
         mode: lock_mode(Mode::Write),
         site: site(run, e.site),
         held_set: vec![held],

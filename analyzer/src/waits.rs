@@ -26,7 +26,7 @@ use foresight_trace::SiteId;
 
 use crate::closure::{sync_preserving_closure, Budget, Closure, PatternEvent};
 use crate::deadlock::{rejection_text, Rejection};
-use crate::describe::{held_lock, location, site, thread, witness};
+use crate::describe::{held_lock, location, lock as describe_lock, site, thread, witness};
 use crate::model::{AcquireHow, Run, SyncPoint, Wait, WaitKind};
 use crate::report::{Detail, Finding, Kind, Role, Verdict, WaitReport};
 use crate::stream::Mode;
@@ -220,7 +220,7 @@ fn finding(
 ) -> Finding {
     let h = &run.acquisitions[c.held as usize];
     let r = &run.acquisitions[c.request as usize];
-    let lock = run.locks[h.lock as usize].name.clone();
+    let lock = describe_lock(run, h.lock);
     let holder = thread(run, wait.thread);
     let other = thread(run, r.thread);
     let (kind, rule, wait_name, object, waits_role, then_role, waits_for) = match &wait.kind {
@@ -409,7 +409,7 @@ pub(crate) fn rwlock_findings(run: &Run, budget: &mut Budget) -> Vec<Finding> {
             continue;
         }
         let w = &run.acquisitions[w as usize];
-        let lock = run.locks[rr.lock as usize].name.clone();
+        let lock = describe_lock(run, rr.lock);
         let holder = thread(run, rr.thread);
         let other = thread(run, w.thread);
         out.push(Finding {
@@ -468,7 +468,7 @@ pub(crate) fn rwlock_findings(run: &Run, budget: &mut Budget) -> Vec<Finding> {
                     wait: "rwlock-read",
                     trace: run.source.clone(),
                     thread: holder,
-                    object: lock.clone(),
+                    object: lock.to_string(),
                     site: site(run, rr.site),
                     position: rr.pos,
                     held: vec![held_lock(run, outer)],

@@ -321,7 +321,7 @@ fn a_condition_wait_holding_a_lock_the_signaller_needs_is_predicted() {
     // Its own mutex is released by the wait: only L is held hostage.
     let w = d[0].wait().unwrap();
     assert_eq!(w.held.len(), 1);
-    assert_eq!(w.held[0].lock, "L");
+    assert_eq!(w.held[0].lock.name, "L");
 }
 
 #[test]

@@ -495,6 +495,32 @@ impl Serialize for ThreadRef {
     }
 }
 
+/// A lock's object id in its trace (`foresight dump` shows it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct LockId(pub u32);
+
+/// A lock a finding refers to: its id and its name (its variable when static, else its kind
+/// and id). Reports print the name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LockRef {
+    pub id: LockId,
+    pub name: String,
+}
+
+impl std::fmt::Display for LockRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.name)
+    }
+}
+
+impl Serialize for LockRef {
+    /// By name: the JSON schema's lock fields are strings.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.name)
+    }
+}
+
 /// A source location involved in a finding.
 #[derive(Clone, Debug, Serialize)]
 pub struct FindingLocation {
@@ -535,7 +561,7 @@ impl From<Location> for SiteReport {
 /// A lock held at some point, where it was acquired.
 #[derive(Clone, Debug, Serialize)]
 pub struct HeldLock {
-    pub lock: String,
+    pub lock: LockRef,
     pub class: String,
     pub mode: LockMode,
     pub site: SiteReport,
@@ -549,7 +575,7 @@ pub struct EdgeReport {
     pub trace: String,
     pub thread: ThreadRef,
     pub held: HeldLock,
-    pub lock: String,
+    pub lock: LockRef,
     pub mode: LockMode,
     pub site: SiteReport,
     /// Every lock held at the request (the held set).
@@ -578,7 +604,7 @@ pub struct WaitReport {
     /// The thread the wait depends on, its acquisition of the held lock, and what it would do
     /// after (exit, arrive, signal, post).
     pub other_thread: ThreadRef,
-    pub other_lock: String,
+    pub other_lock: LockRef,
     pub other_site: SiteReport,
     pub other_position: u32,
     pub other_then: Option<SiteReport>,

@@ -514,7 +514,7 @@ fn edge(out: &mut impl Write, i: usize, e: &EdgeReport, style: Style) -> std::io
         e.lock, e.mode, e.site.location, e.request_position
     )?;
     stack(out, &e.site, "      ", style)?;
-    let names: Vec<String> = e.held_set.iter().map(|h| h.lock.clone()).collect();
+    let names: Vec<String> = e.held_set.iter().map(|h| h.lock.to_string()).collect();
     writeln!(out, "    held set: {{{}}}", names.join(", "))
 }
 
