@@ -15,13 +15,14 @@ use crate::deadlock::{
     check_lock_cycle, rejection_text, search_abstract_pattern, LockCycleCandidate, Rejection,
 };
 use crate::describe::{
-    cycle_text, earlier_edge_locations, earlier_edge_report, edge_report, location, witness,
+    earlier_edge_locations, earlier_edge_report, edge_report, location, witness,
 };
 use crate::lock_graph::{modes_can_block, ClassEdge, InstanceGraph, LockOrderGraph};
 use crate::model::Run;
 use crate::options::Options;
 use crate::report::{
-    ComponentSummary, Detail, EdgeReport, Finding, Inversion, Kind, Role, Summary, Verdict,
+    ComponentSummary, Detail, EdgeReport, Finding, Inversion, Kind, LockRef, Message, Role,
+    Summary, Verdict,
 };
 use crate::stream::Mode;
 
@@ -666,24 +667,17 @@ fn predicted_finding(
             )
         })
         .collect();
-    let locks: Vec<String> = c
+    let locks: Vec<LockRef> = c
         .holds
         .iter()
-        .map(|&h| {
-            run.locks[run.acquisitions[h as usize].lock as usize]
-                .name
-                .clone()
-        })
+        .map(|&h| crate::describe::lock(run, run.acquisitions[h as usize].lock))
         .collect();
     Finding {
         id: 0,
         kind: Kind::Deadlock,
         verdict: Verdict::Predicted,
         rule: "lock-cycle",
-        message: format!(
-            "deadlock: {k} threads take {} in a cycle; a reordering of this run deadlocks",
-            cycle_text(&locks)
-        ),
+        message: Message::Deadlock { locks },
         reason: format!(
             "the {k} requests are in distinct threads, hold no common lock, and the \
              sync-preserving closure of the events before them (thread order, create/join, \
@@ -783,16 +777,13 @@ fn potential_finding(
             .to_string()
     };
     let message = if self_loop {
-        format!(
-            "potential deadlock: locks of class {} are nested inside each other",
-            names[0]
-        )
+        Message::NestedClass {
+            class: names[0].clone(),
+        }
     } else {
-        format!(
-            "potential deadlock: inconsistent lock order {} ({} classes)",
-            cycle_text(&names),
-            k
-        )
+        Message::InconsistentOrder {
+            classes: names.clone(),
+        }
     };
     Finding {
         id: 0,

@@ -24,16 +24,14 @@ use std::collections::BTreeSet;
 
 use crate::analysis::{analyze, analyze_with_graph};
 use crate::cycles::{for_each_cycle, strongly_connected_components, Flow};
-use crate::describe::{
-    cycle_text, earlier_edge_locations, earlier_edge_report, edge_report, location,
-};
+use crate::describe::{earlier_edge_locations, earlier_edge_report, edge_report, location};
 use crate::lock_cycles::{component_summary, ComponentCounts};
 use crate::lock_graph::{modes_can_block, ClassEdge, LockOrderGraph};
 use crate::model::Run;
 use crate::options::Options;
 use crate::report::{
-    Detail, EdgeReport, Finding, FindingKey, FindingLocation, Kind, Report, Role, Summary, Verdict,
-    REPORT_SCHEMA, REPORT_VERSION,
+    Detail, EdgeReport, Finding, FindingKey, FindingLocation, Kind, Message, Report, Role, Summary,
+    Verdict, REPORT_SCHEMA, REPORT_VERSION,
 };
 
 /// A cycle no single trace has whole, to list: (length, most seen first, its classes).
@@ -521,11 +519,9 @@ fn cross_trace_finding(
         kind: Kind::PotentialDeadlock,
         verdict: Verdict::Potential,
         rule: "lock-order",
-        message: format!(
-            "potential deadlock: inconsistent lock order {} ({} classes)",
-            cycle_text(&names),
-            k
-        ),
+        message: Message::InconsistentOrder {
+            classes: names.clone(),
+        },
         reason: if in_one_trace && !edges.iter().any(|e| e.earlier) {
             "not predicted: the edges of the cycle are in different segments of the trace, \
              analysed one at a time (--segment-events), and a prediction reorders events \

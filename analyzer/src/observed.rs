@@ -34,8 +34,8 @@ use foresight_trace::tables::{EndReason, ObjectKind, StopCause, ThreadEndState};
 use crate::describe::{held_lock, location, lock_mode, site, thread};
 use crate::model::{Blocking, PendingCall, Run};
 use crate::report::{
-    signal_name, BlockedThread, Detail, Finding, FindingLocation, Kind, ObservedReport, Role,
-    ThreadRef, Verdict,
+    signal_name, BlockedThread, Detail, Finding, FindingLocation, Kind, Message, ObservedReport,
+    Role, ThreadRef, Verdict,
 };
 use crate::stream::Mode;
 
@@ -347,10 +347,10 @@ fn finding(g: &Graph, members: &[u32], cycle: Option<Vec<u32>>) -> Finding {
                 let lock = object_name(g, g.blocked(t).expect("in a cycle").what);
                 (
                     "blocked-self-lock",
-                    format!(
-                        "observed self-deadlock: {} requests {lock}, which it holds",
-                        run.thread_label(t)
-                    ),
+                    Message::ObservedSelfDeadlock {
+                        thread: thread(run, t),
+                        lock,
+                    },
                 )
             } else {
                 (
@@ -359,10 +359,9 @@ fn finding(g: &Graph, members: &[u32], cycle: Option<Vec<u32>>) -> Finding {
                     } else {
                         "blocked-wait-cycle"
                     },
-                    format!(
-                        "observed deadlock: {} wait for each other",
-                        labels(c).join(" and ")
-                    ),
+                    Message::ObservedDeadlock {
+                        threads: c.iter().map(|&t| thread(run, t)).collect(),
+                    },
                 )
             };
             let reason = if c.len() == 1 {
@@ -387,17 +386,15 @@ fn finding(g: &Graph, members: &[u32], cycle: Option<Vec<u32>>) -> Finding {
                 .copied()
                 .filter(|&t| g.blocked(t).is_some())
                 .collect();
-            let message = format!(
-                "observed stall: {} blocked when the trace ended ({})",
-                labels(&blocked).join(", "),
-                blocked
+            let message = Message::ObservedStall {
+                threads: blocked.iter().map(|&t| thread(run, t)).collect(),
+                calls: blocked
                     .iter()
                     .map(|&t| waits_name(g.blocked(t).expect("blocked").what))
                     .collect::<BTreeSet<_>>()
                     .into_iter()
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
+                    .collect(),
+            };
             let reason = format!(
                 "{ended}; these threads were blocked in the calls shown, in no cycle: each \
                  waits for a wake-up (signal, post, arrival) the trace does not show coming, \

@@ -8,8 +8,8 @@ use crate::model::Run;
 use crate::races::shadow::AccessKind;
 use crate::races::{Pair, RaceAccess, RaceOutput, SitePair};
 use crate::report::{
-    AccessReport, BlockReport, Detail, Finding, FindingLocation, Kind, RaceReport, Role,
-    VariableReport, Verdict,
+    AccessReport, BlockReport, Detail, Finding, FindingLocation, Kind, Message, RaceMemory,
+    RaceReport, RaceSide, Role, VariableReport, Verdict,
 };
 
 /// What the race findings of one run cost, for the summary.
@@ -194,10 +194,20 @@ fn lock_name(run: &Run, object: u32) -> String {
         .unwrap_or_else(|| format!("lock#{object}"))
 }
 
+/// The race pass's access kind as the reports name it.
+fn access_kind(k: AccessKind) -> crate::report::AccessKind {
+    match k {
+        AccessKind::Read => crate::report::AccessKind::Read,
+        AccessKind::Write => crate::report::AccessKind::Write,
+        AccessKind::AtomicRead => crate::report::AccessKind::AtomicRead,
+        AccessKind::AtomicWrite => crate::report::AccessKind::AtomicWrite,
+    }
+}
+
 fn access_report(run: &Run, out: &RaceOutput, a: &RaceAccess) -> AccessReport {
     let s = &a.access;
     AccessReport {
-        kind: s.kind.as_str(),
+        kind: access_kind(s.kind),
         size: s.size,
         address: format!("{:#x}", s.addr),
         thread: describe::thread(run, s.thread),
@@ -237,23 +247,24 @@ fn finding(
         thread: describe::thread(run, blk.thread),
     });
     let variable = a.variable.as_ref().or(b.variable.as_ref());
-    let what = match (variable, &block) {
-        (Some(v), _) => format!("`{}`", v.name),
-        (None, Some(b)) => format!(
-            "offset {} of a {}-byte heap block allocated at {}",
-            b.offset, b.size, b.allocated_at.location
-        ),
-        (None, None) => format!("{:#x}", a.access.addr),
+    let memory = match (variable, &block) {
+        (Some(v), _) => RaceMemory::Variable(v.name.clone()),
+        (None, Some(b)) => RaceMemory::HeapBlock {
+            offset: b.offset,
+            size: b.size,
+            allocated_at: b.allocated_at.location.clone(),
+        },
+        (None, None) => RaceMemory::Address(a.access.addr),
     };
-    let side = |x: &RaceAccess| {
-        format!(
-            "{} by {} at {}",
-            x.access.kind.as_str(),
-            run.thread_label(x.access.thread),
-            run.location(x.access.site).text
-        )
+    let side = |x: &RaceAccess| RaceSide {
+        kind: access_kind(x.access.kind),
+        thread: describe::thread(run, x.access.thread),
+        at: run.location(x.access.site).text,
     };
-    let message = format!("data race on {what}: {} and {}", side(a), side(b));
+    let message = Message::Race {
+        memory,
+        accesses: [side(a), side(b)],
+    };
     let role = |x: &RaceAccess| -> Role {
         match x.access.kind {
             AccessKind::Read => Role::Reads,

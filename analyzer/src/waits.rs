@@ -28,7 +28,7 @@ use crate::closure::{sync_preserving_closure, Budget, Closure, PatternEvent};
 use crate::deadlock::{rejection_text, Rejection};
 use crate::describe::{held_lock, location, lock as describe_lock, site, thread, witness};
 use crate::model::{AcquireHow, Run, SyncPoint, Wait, WaitKind};
-use crate::report::{Detail, Finding, Kind, Role, Verdict, WaitReport};
+use crate::report::{Detail, Finding, Kind, Message, Role, Verdict, WaitFor, WaitReport};
 use crate::stream::Mode;
 
 /// Requests of the held lock tried per (wait, other thread).
@@ -231,7 +231,7 @@ fn finding(
             other.to_string(),
             Role::Joins,
             Role::Exits,
-            format!("joins {other}"),
+            WaitFor::Join,
         ),
         WaitKind::Barrier { barrier, .. } => {
             let name = object_name(run, *barrier);
@@ -242,7 +242,7 @@ fn finding(
                 name.clone(),
                 Role::Waits,
                 Role::Arrives,
-                format!("waits at barrier {name}, which {other} reaches only later"),
+                WaitFor::Barrier(name),
             )
         }
         WaitKind::Condition { cond, .. } => {
@@ -254,7 +254,7 @@ fn finding(
                 name.clone(),
                 Role::Waits,
                 Role::Signals,
-                format!("waits on condition {name}, which {other} signals only later"),
+                WaitFor::Condition(name),
             )
         }
         WaitKind::Semaphore { sem } => {
@@ -266,18 +266,18 @@ fn finding(
                 name.clone(),
                 Role::Waits,
                 Role::Posts,
-                format!("waits on semaphore {name}, which {other} posts only later"),
+                WaitFor::Semaphore(name),
             )
         }
     };
-    let message = format!(
-        "{}: {holder} holds {lock} while it {waits_for}, and {other} needs {lock} first",
-        if verdict == Verdict::Predicted {
-            kind.name()
-        } else {
-            "potential deadlock"
-        }
-    );
+    let message = Message::WaitWhileHolding {
+        kind,
+        predicted: verdict == Verdict::Predicted,
+        holder: holder.clone(),
+        lock: lock.clone(),
+        wait: waits_for.clone(),
+        other: other.clone(),
+    };
     let reason = match why {
         None => format!(
             "the wait and {other}'s request of {lock} are outside the sync-preserving closure \
@@ -305,7 +305,8 @@ fn finding(
                         pos: wait.pos,
                     },
                     format!(
-                        "{waits_for} at {} while holding {lock} — blocks",
+                        "{} at {} while holding {lock} — blocks",
+                        waits_for.text(&other),
                         run.location(wait.site).text
                     ),
                 ),
@@ -417,10 +418,11 @@ pub(crate) fn rwlock_findings(run: &Run, budget: &mut Budget) -> Vec<Finding> {
             kind: Kind::RwlockDeadlock,
             verdict: Verdict::Potential,
             rule: "rwlock-read-recursion",
-            message: format!(
-                "potential deadlock: {holder} read-locks {lock} again while holding it for \
-                 read, and {other} write-locks it"
-            ),
+            message: Message::ReadRecursion {
+                holder: holder.clone(),
+                lock: lock.clone(),
+                other: other.clone(),
+            },
             reason: format!(
                 "{other}'s write request can come between the two reads (both are outside one \
                  sync-preserving closure, see the witness); a writer-preferring rwlock then \

@@ -163,7 +163,11 @@ fn a_thread_requesting_a_default_mutex_it_holds_is_a_self_deadlock() {
     assert_eq!(o[0].rule, "blocked-self-lock");
     assert_eq!(lines(o[0], "holds"), [5]);
     assert_eq!(lines(o[0], "requests"), [6]);
-    assert!(o[0].message.contains("which it holds"), "{}", o[0].message);
+    assert!(
+        o[0].message.to_string().contains("which it holds"),
+        "{}",
+        o[0].message
+    );
     assert!(o[0].reason.contains("--hang-timeout"), "{}", o[0].reason);
 }
 

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use foresight_analyzer::analysis::analyze;
 use foresight_analyzer::model::build_run;
 use foresight_analyzer::options::Options;
-use foresight_analyzer::report::{Finding, Kind, Report, Verdict};
+use foresight_analyzer::report::{AccessKind, Finding, Kind, Report, Verdict};
 use foresight_trace::builder::TraceBuilder;
 use foresight_trace::event::{AtomicOp, EventKind, LockMode, MemoryOrder, ObjectId, ThreadId};
 use foresight_trace::tables::ObjectKind;
@@ -114,7 +114,7 @@ fn unordered_writes_race_by_happens_before() {
     assert_eq!(f.verdict, Verdict::Predicted);
     assert!(f.witness.is_none(), "the run itself has the race");
     let race = f.race().expect("race details");
-    assert_eq!(race.accesses[0].kind, "write");
+    assert_eq!(race.accesses[0].kind, AccessKind::Write);
     assert_eq!(race.accesses[0].size, 4);
     assert!(race.accesses[1].locks_held.is_empty());
 }
@@ -344,6 +344,7 @@ fn a_heap_race_names_its_block() {
     assert_eq!((block.size, block.offset), (64, 12));
     assert!(races(&r)[0]
         .message
+        .to_string()
         .contains("offset 12 of a 64-byte heap block"));
 }
 

@@ -11,10 +11,12 @@ use crate::sites::Location;
 
 pub mod json;
 mod key;
+mod message;
 pub mod sarif;
 pub mod text;
 
 pub use key::{BaselineKey, BaselineKind, FindingKey, KeyError, SiteKey};
+pub use message::{Message, RaceMemory, RaceSide, WaitFor};
 
 /// `n` and the noun, singular for one: "1 cycle", "2 cycles", "1 class", "3 classes".
 pub fn counted<N: std::fmt::Display + PartialEq + From<u8>>(n: N, one: &str, many: &str) -> String {
@@ -231,7 +233,8 @@ pub struct Finding {
     pub verdict: Verdict,
     /// The rule that produced the finding (see `docs/report-schema.md`).
     pub rule: &'static str,
-    pub message: String,
+    /// What the finding says in one line, as facts (worded when printed).
+    pub message: Message,
     /// Why it is predicted, or why it is only potential.
     pub reason: String,
     pub traces: Vec<String>,
@@ -434,6 +437,35 @@ impl Role {
     pub fn name(self) -> &'static str {
         self.into()
     }
+}
+
+/// What an access of a race did: JSON's `race.accesses[].kind`.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
+pub enum AccessKind {
+    Read,
+    Write,
+    #[serde(rename = "atomic read")]
+    #[strum(serialize = "atomic read")]
+    AtomicRead,
+    #[serde(rename = "atomic write")]
+    #[strum(serialize = "atomic write")]
+    AtomicWrite,
 }
 
 /// The mode a lock is held or requested in: JSON's `mode`.
@@ -656,8 +688,7 @@ pub struct BlockReport {
 /// One access of a race.
 #[derive(Clone, Debug, Serialize)]
 pub struct AccessReport {
-    /// `read`, `write`, `atomic read`, `atomic write`.
-    pub kind: &'static str,
+    pub kind: AccessKind,
     pub size: u32,
     pub address: String,
     pub thread: ThreadRef,
@@ -733,6 +764,7 @@ mod tests {
     fn json_and_text_give_each_enum_one_name() {
         same_names(Kind::VARIANTS);
         same_names(Role::VARIANTS);
+        same_names(AccessKind::VARIANTS);
         same_names(&[
             Verdict::Observed,
             Verdict::Predicted,

@@ -180,7 +180,7 @@ fn result(f: &Finding, baseline_state: Option<&dyn Fn(&Finding) -> &'static str>
         "ruleId": f.kind.name(),
         "level": level(f),
         "message": { "text": f.message },
-        "locations": primary.map(|l| vec![location(l, &f.message)]).unwrap_or_default(),
+        "locations": primary.map(|l| vec![location(l, &f.message.to_string())]).unwrap_or_default(),
         "relatedLocations": related,
         "partialFingerprints": { "foresight/v1": f.key().baseline().to_string() },
         "occurrenceCount": f.occurrences.max(1),

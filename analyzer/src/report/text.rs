@@ -4,6 +4,7 @@
 
 use std::io::Write;
 
+use super::message::{cycle_text, joined};
 use super::{
     counted, ComponentSummary, Detail, EdgeReport, Finding, HeldLock, Kind, Report, SiteReport,
     Verdict,
@@ -453,19 +454,6 @@ fn finding(out: &mut impl Write, f: &Finding, style: Style) -> std::io::Result<(
 }
 
 /// A cycle's names in order, back to the first: `A → B → A`.
-fn cycle_text<T: std::fmt::Display>(names: &[T]) -> String {
-    let mut s = joined(names, " → ");
-    if let Some(first) = names.first() {
-        s.push_str(&format!(" → {first}"));
-    }
-    s
-}
-
-/// The items as text, with `sep` between them.
-fn joined<T: std::fmt::Display>(items: &[T], sep: &str) -> String {
-    items.iter().map(T::to_string).collect::<Vec<_>>().join(sep)
-}
-
 /// "3 by happens-before, 1 sync-preserving": how many races each rule found.
 fn race_rules(races: &[&Finding]) -> String {
     let hb = races.iter().filter(|f| f.rule == "happens-before").count();
