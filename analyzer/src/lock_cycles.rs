@@ -21,7 +21,7 @@ use crate::lock_graph::{modes_can_block, ClassEdge, InstanceGraph, LockOrderGrap
 use crate::model::Run;
 use crate::options::Options;
 use crate::report::{
-    ComponentSummary, Detail, EdgeReport, Finding, Inversion, Kind, LockRef, Message, Role,
+    ComponentSummary, Detail, EdgeReport, Finding, Inversion, Kind, LockRef, Message, Role, Rule,
     Summary, Verdict,
 };
 use crate::stream::Mode;
@@ -676,7 +676,7 @@ fn predicted_finding(
         id: 0,
         kind: Kind::Deadlock,
         verdict: Verdict::Predicted,
-        rule: "lock-cycle",
+        rule: Rule::LockCycle,
         message: Message::Deadlock { locks },
         reason: format!(
             "the {k} requests are in distinct threads, hold no common lock, and the \
@@ -790,9 +790,9 @@ fn potential_finding(
         kind: Kind::PotentialDeadlock,
         verdict: Verdict::Potential,
         rule: if self_loop {
-            "same-class-nesting"
+            Rule::SameClassNesting
         } else {
-            "lock-order"
+            Rule::LockOrder
         },
         message,
         reason,

@@ -30,8 +30,8 @@ use crate::lock_graph::{modes_can_block, ClassEdge, LockOrderGraph};
 use crate::model::Run;
 use crate::options::Options;
 use crate::report::{
-    Detail, EdgeReport, Finding, FindingKey, FindingLocation, Kind, Message, Report, Role, Summary,
-    Verdict, REPORT_SCHEMA, REPORT_VERSION,
+    Detail, EdgeReport, Finding, FindingKey, FindingLocation, Kind, Message, Report, Role, Rule,
+    Summary, Verdict, REPORT_SCHEMA, REPORT_VERSION,
 };
 
 /// A cycle no single trace has whole, to list: (length, most seen first, its classes).
@@ -518,7 +518,7 @@ fn cross_trace_finding(
         id: 0,
         kind: Kind::PotentialDeadlock,
         verdict: Verdict::Potential,
-        rule: "lock-order",
+        rule: Rule::LockOrder,
         message: Message::InconsistentOrder {
             classes: names.clone(),
         },

@@ -34,8 +34,8 @@ use foresight_trace::tables::{EndReason, ObjectKind, StopCause, ThreadEndState};
 use crate::describe::{held_lock, location, lock_mode, site, thread};
 use crate::model::{Blocking, PendingCall, Run};
 use crate::report::{
-    signal_name, BlockedThread, Detail, Finding, FindingLocation, Kind, Message, ObservedReport,
-    Role, ThreadRef, Verdict,
+    signal_name, BlockedThread, BlockingCall, Detail, Finding, FindingLocation, Kind, Message,
+    ObservedReport, Role, Rule, ThreadRef, ThreadState, Verdict,
 };
 use crate::stream::Mode;
 
@@ -290,11 +290,11 @@ fn finding(g: &Graph, members: &[u32], cycle: Option<Vec<u32>>) -> Finding {
     let mut locations: Vec<FindingLocation> = Vec::new();
     for &t in &order {
         let state = match run.end.states.get(t as usize).copied().flatten() {
-            Some(ThreadEndState::Blocked) => "blocked",
-            Some(ThreadEndState::BlockedWithTimeout) => "blocked-with-timeout",
-            Some(ThreadEndState::Running) => "running",
-            None if run.end.exited.get(t as usize) == Some(&true) => "exited",
-            None => "running",
+            Some(ThreadEndState::Blocked) => ThreadState::Blocked,
+            Some(ThreadEndState::BlockedWithTimeout) => ThreadState::BlockedWithTimeout,
+            Some(ThreadEndState::Running) => ThreadState::Running,
+            None if run.end.exited.get(t as usize) == Some(&true) => ThreadState::Exited,
+            None => ThreadState::Running,
         };
         for &a in &g.held[t as usize] {
             if waited.contains(&a) {
@@ -346,7 +346,7 @@ fn finding(g: &Graph, members: &[u32], cycle: Option<Vec<u32>>) -> Finding {
                 let t = c[0];
                 let lock = object_name(g, g.blocked(t).expect("in a cycle").what);
                 (
-                    "blocked-self-lock",
+                    Rule::BlockedSelfLock,
                     Message::ObservedSelfDeadlock {
                         thread: thread(run, t),
                         lock,
@@ -355,9 +355,9 @@ fn finding(g: &Graph, members: &[u32], cycle: Option<Vec<u32>>) -> Finding {
             } else {
                 (
                     if all_locks {
-                        "blocked-lock-cycle"
+                        Rule::BlockedLockCycle
                     } else {
-                        "blocked-wait-cycle"
+                        Rule::BlockedWaitCycle
                     },
                     Message::ObservedDeadlock {
                         threads: c.iter().map(|&t| thread(run, t)).collect(),
@@ -388,11 +388,13 @@ fn finding(g: &Graph, members: &[u32], cycle: Option<Vec<u32>>) -> Finding {
                 .collect();
             let message = Message::ObservedStall {
                 threads: blocked.iter().map(|&t| thread(run, t)).collect(),
+                // Distinct, by name.
                 calls: blocked
                     .iter()
                     .map(|&t| waits_name(g.blocked(t).expect("blocked").what))
-                    .collect::<BTreeSet<_>>()
-                    .into_iter()
+                    .map(|c| (c.name(), c))
+                    .collect::<std::collections::BTreeMap<_, _>>()
+                    .into_values()
                     .collect(),
             };
             let reason = format!(
@@ -402,7 +404,7 @@ fn finding(g: &Graph, members: &[u32], cycle: Option<Vec<u32>>) -> Finding {
             );
             (
                 Kind::ObservedStall,
-                "blocked-wait",
+                Rule::BlockedWait,
                 message,
                 reason,
                 Vec::new(),
@@ -442,17 +444,17 @@ fn role(w: Blocking) -> Role {
     }
 }
 
-fn waits_name(w: Blocking) -> &'static str {
+fn waits_name(w: Blocking) -> BlockingCall {
     match w {
         Blocking::Lock {
             mode: Mode::Read, ..
-        } => "read-lock",
-        Blocking::Lock { .. } => "lock",
-        Blocking::Join { .. } => "join",
-        Blocking::Condition { .. } => "condition",
-        Blocking::Barrier { .. } => "barrier",
-        Blocking::Semaphore { .. } => "semaphore",
-        Blocking::Once { .. } => "once",
+        } => BlockingCall::ReadLock,
+        Blocking::Lock { .. } => BlockingCall::Lock,
+        Blocking::Join { .. } => BlockingCall::Join,
+        Blocking::Condition { .. } => BlockingCall::Condition,
+        Blocking::Barrier { .. } => BlockingCall::Barrier,
+        Blocking::Semaphore { .. } => BlockingCall::Semaphore,
+        Blocking::Once { .. } => BlockingCall::Once,
     }
 }
 
@@ -544,7 +546,7 @@ pub fn drop_superseded(findings: &mut Vec<Finding>) {
     for f in findings.iter() {
         if let (Kind::ObservedDeadlock, Some(o)) = (f.kind, f.observed()) {
             for t in &o.threads {
-                if let (Some(p), "blocked") = (t.position, t.state) {
+                if let (Some(p), ThreadState::Blocked) = (t.position, t.state) {
                     blocked.insert((o.trace.clone(), t.thread.clone(), p));
                 }
             }

@@ -9,7 +9,7 @@ use crate::races::shadow::AccessKind;
 use crate::races::{Pair, RaceAccess, RaceOutput, SitePair};
 use crate::report::{
     AccessReport, BlockReport, Detail, Finding, FindingLocation, Kind, Message, RaceMemory,
-    RaceReport, RaceSide, Role, VariableReport, Verdict,
+    RaceReport, RaceSide, Role, Rule, VariableReport, Verdict,
 };
 
 /// What the race findings of one run cost, for the summary.
@@ -55,7 +55,7 @@ pub(crate) fn race_findings(
             out,
             &r.first,
             r.count,
-            "happens-before",
+            Rule::HappensBefore,
             "nothing orders the two accesses in the recorded run: no lock both hold, and no \
              thread creation or join, barrier, pthread_once, semaphore, condition hand-off or \
              release/acquire atomic between them. C11 calls this a data race of the run \
@@ -116,7 +116,7 @@ pub(crate) fn race_findings(
                         out,
                         pair,
                         c.count,
-                        "sync-preserving",
+                        Rule::SyncPreserving,
                         "in the recorded run only lock hand-offs order the two accesses, and \
                          they hold no common lock. The witness keeps every critical section \
                          in its order, every read's writer and all other synchronisation, \
@@ -235,7 +235,7 @@ fn finding(
     out: &RaceOutput,
     pair: &Pair,
     count: u64,
-    rule: &'static str,
+    rule: Rule,
     reason: String,
     witness: Option<crate::report::Witness>,
 ) -> Finding {

@@ -10,7 +10,7 @@ use foldhash::{HashMap, HashMapExt};
 use crate::describe::{edge_report, location};
 use crate::lock_graph::LockOrderGraph;
 use crate::model::Run;
-use crate::report::{Detail, Finding, Kind, Message, Role, Verdict};
+use crate::report::{Detail, Finding, Kind, Message, Role, Rule, Verdict};
 
 pub fn rank_findings(runs: &[Run], graph: &LockOrderGraph) -> Vec<Finding> {
     let mut findings: Vec<Finding> = Vec::new();
@@ -51,7 +51,7 @@ pub fn rank_findings(runs: &[Run], graph: &LockOrderGraph) -> Vec<Finding> {
                 id: 0,
                 kind: Kind::RankViolation,
                 verdict: Verdict::Violation,
-                rule: "lock-rank",
+                rule: Rule::LockRank,
                 message: Message::RankViolation {
                     lock: crate::describe::lock(run, a.lock),
                     rank: v.rank,

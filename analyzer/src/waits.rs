@@ -28,7 +28,9 @@ use crate::closure::{sync_preserving_closure, Budget, Closure, PatternEvent};
 use crate::deadlock::{rejection_text, Rejection};
 use crate::describe::{held_lock, location, lock as describe_lock, site, thread, witness};
 use crate::model::{AcquireHow, Run, SyncPoint, Wait, WaitKind};
-use crate::report::{Detail, Finding, Kind, Message, Role, Verdict, WaitFor, WaitReport};
+use crate::report::{
+    Detail, Finding, Kind, Message, Role, Rule, Verdict, WaitCall, WaitFor, WaitReport,
+};
 use crate::stream::Mode;
 
 /// Requests of the held lock tried per (wait, other thread).
@@ -226,8 +228,8 @@ fn finding(
     let (kind, rule, wait_name, object, waits_role, then_role, waits_for) = match &wait.kind {
         WaitKind::Join { .. } => (
             Kind::JoinDeadlock,
-            "join-while-holding",
-            "join",
+            Rule::JoinWhileHolding,
+            WaitCall::Join,
             other.to_string(),
             Role::Joins,
             Role::Exits,
@@ -237,8 +239,8 @@ fn finding(
             let name = object_name(run, *barrier);
             (
                 Kind::BarrierDeadlock,
-                "barrier-while-holding",
-                "barrier",
+                Rule::BarrierWhileHolding,
+                WaitCall::Barrier,
                 name.clone(),
                 Role::Waits,
                 Role::Arrives,
@@ -249,8 +251,8 @@ fn finding(
             let name = object_name(run, *cond);
             (
                 Kind::WaitDeadlock,
-                "cond-wait-while-holding",
-                "condition",
+                Rule::CondWaitWhileHolding,
+                WaitCall::Condition,
                 name.clone(),
                 Role::Waits,
                 Role::Signals,
@@ -261,8 +263,8 @@ fn finding(
             let name = object_name(run, *sem);
             (
                 Kind::WaitDeadlock,
-                "sem-wait-while-holding",
-                "semaphore",
+                Rule::SemWaitWhileHolding,
+                WaitCall::Semaphore,
                 name.clone(),
                 Role::Waits,
                 Role::Posts,
@@ -417,7 +419,7 @@ pub(crate) fn rwlock_findings(run: &Run, budget: &mut Budget) -> Vec<Finding> {
             id: 0,
             kind: Kind::RwlockDeadlock,
             verdict: Verdict::Potential,
-            rule: "rwlock-read-recursion",
+            rule: Rule::RwlockReadRecursion,
             message: Message::ReadRecursion {
                 holder: holder.clone(),
                 lock: lock.clone(),
@@ -467,7 +469,7 @@ pub(crate) fn rwlock_findings(run: &Run, budget: &mut Budget) -> Vec<Finding> {
             detail: Detail::ReadRecursion {
                 lock_class: run.locks[rr.lock as usize].class.clone(),
                 wait: WaitReport {
-                    wait: "rwlock-read",
+                    wait: WaitCall::RwlockRead,
                     trace: run.source.clone(),
                     thread: holder,
                     object: lock.to_string(),

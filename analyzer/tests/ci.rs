@@ -7,7 +7,7 @@ use std::process::{Command, Output};
 use foresight_analyzer::analysis::analyze;
 use foresight_analyzer::model::build_run;
 use foresight_analyzer::options::Options;
-use foresight_analyzer::report::{Kind, Report, Verdict};
+use foresight_analyzer::report::{Kind, Report, Rule, Verdict};
 use foresight_trace::builder::TraceBuilder;
 use foresight_trace::event::{EventKind, ObjectId, SiteId, ThreadId};
 use foresight_trace::tables::{ClassKey, ObjectKind};
@@ -241,7 +241,7 @@ fn transfer(annotated: bool) -> Vec<u8> {
 fn a_subclass_separates_the_class_of_nested_instances() {
     let plain = report(vec![transfer(false)]);
     assert_eq!(plain.summary.potential, 1, "{}", show(&plain));
-    assert_eq!(plain.findings[0].rule, "same-class-nesting");
+    assert_eq!(plain.findings[0].rule, Rule::SameClassNesting);
     assert_eq!(plain.findings[0].cycle(), vec!["account"]);
     let annotated = report(vec![transfer(true)]);
     assert!(annotated.findings.is_empty(), "{}", show(&annotated));

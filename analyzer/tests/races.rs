@@ -97,7 +97,7 @@ fn race_lines(r: &Report) -> BTreeSet<(u32, u32, &'static str)> {
         .map(|f| {
             let mut l: Vec<u32> = f.locations.iter().filter_map(|l| l.line).collect();
             l.sort_unstable();
-            (l[0], l[1], f.rule)
+            (l[0], l[1], f.rule.into())
         })
         .collect()
 }

@@ -8,7 +8,7 @@ use std::io::Write;
 use serde::Serialize;
 
 use super::{
-    EdgeReport, Finding, FindingLocation, Kind, Message, ObservedReport, RaceReport, Report,
+    EdgeReport, Finding, FindingLocation, Kind, Message, ObservedReport, RaceReport, Report, Rule,
     Verdict, WaitReport, Witness,
 };
 
@@ -23,7 +23,7 @@ struct FindingJson<'f> {
     id: usize,
     kind: Kind,
     verdict: Verdict,
-    rule: &'static str,
+    rule: Rule,
     message: &'f Message,
     reason: &'f str,
     traces: &'f [String],

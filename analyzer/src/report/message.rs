@@ -7,7 +7,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use super::{AccessKind, Kind, LockRef, ThreadRef};
+use super::{AccessKind, BlockingCall, Kind, LockRef, ThreadRef};
 
 /// What a finding's message says, by kind.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -54,7 +54,7 @@ pub enum Message {
     /// Observed threads blocked in no cycle, and the calls they were blocked in.
     ObservedStall {
         threads: Vec<ThreadRef>,
-        calls: Vec<&'static str>,
+        calls: Vec<BlockingCall>,
     },
 }
 
@@ -177,7 +177,7 @@ impl fmt::Display for Message {
                 f,
                 "observed stall: {} blocked when the trace ended ({})",
                 joined(threads, ", "),
-                calls.join(", ")
+                joined(calls, ", ")
             ),
         }
     }
@@ -353,7 +353,7 @@ mod tests {
             (
                 Message::ObservedStall {
                     threads: vec![t1, t2],
-                    calls: vec!["condition", "join"],
+                    calls: vec![BlockingCall::Condition, BlockingCall::Join],
                 },
                 "observed stall: thread 1 \"teller\", thread 2 \"auditor\" blocked when the \
                  trace ended (condition, join)",

@@ -232,7 +232,7 @@ pub struct Finding {
     pub kind: Kind,
     pub verdict: Verdict,
     /// The rule that produced the finding (see `docs/report-schema.md`).
-    pub rule: &'static str,
+    pub rule: Rule,
     /// What the finding says in one line, as facts (worded when printed).
     pub message: Message,
     /// Why it is predicted, or why it is only potential.
@@ -393,6 +393,43 @@ impl Kind {
     }
 }
 
+/// The rule that produced a finding: JSON's `rule` (`docs/report-schema.md` says what each
+/// finds).
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
+pub enum Rule {
+    LockCycle,
+    LockOrder,
+    SameClassNesting,
+    JoinWhileHolding,
+    BarrierWhileHolding,
+    CondWaitWhileHolding,
+    SemWaitWhileHolding,
+    RwlockReadRecursion,
+    LockRank,
+    HappensBefore,
+    SyncPreserving,
+    BlockedSelfLock,
+    BlockedLockCycle,
+    BlockedWaitCycle,
+    BlockedWait,
+}
+
 /// What a site did in a finding: JSON's `locations[].role`, the baseline key's role.
 #[derive(
     Clone,
@@ -466,6 +503,92 @@ pub enum AccessKind {
     #[serde(rename = "atomic write")]
     #[strum(serialize = "atomic write")]
     AtomicWrite,
+}
+
+/// The wait of a wait finding: JSON's `wait.wait`.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
+pub enum WaitCall {
+    Join,
+    Barrier,
+    Condition,
+    Semaphore,
+    RwlockRead,
+}
+
+/// How an observed thread was when its trace ended: JSON's `observed.threads[].state`.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
+pub enum ThreadState {
+    Blocked,
+    BlockedWithTimeout,
+    Running,
+    Exited,
+}
+
+/// The call an observed thread was blocked in: JSON's `observed.threads[].waits`.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
+pub enum BlockingCall {
+    Lock,
+    ReadLock,
+    Join,
+    Condition,
+    Barrier,
+    Semaphore,
+    Once,
+}
+
+impl BlockingCall {
+    /// The name the reports give it (`read-lock`).
+    pub fn name(self) -> &'static str {
+        self.into()
+    }
 }
 
 /// The mode a lock is held or requested in: JSON's `mode`.
@@ -625,8 +748,7 @@ pub struct EdgeReport {
 /// A wait that holds locks hostage.
 #[derive(Clone, Debug, Serialize)]
 pub struct WaitReport {
-    /// `join`, `barrier`, `condition`, `semaphore`, `rwlock-read`.
-    pub wait: &'static str,
+    pub wait: WaitCall,
     pub trace: String,
     pub thread: ThreadRef,
     pub object: String,
@@ -720,11 +842,10 @@ pub struct ObservedReport {
 #[derive(Clone, Debug, Serialize)]
 pub struct BlockedThread {
     pub thread: ThreadRef,
-    /// `blocked`, `blocked-with-timeout`, `running`, `exited`.
-    pub state: &'static str,
+    pub state: ThreadState,
     /// The call it was blocked in: `lock`, `read-lock`, `join`, `condition`, `barrier`,
     /// `semaphore`, `once`; null when not blocked in a recorded call.
-    pub waits: Option<&'static str>,
+    pub waits: Option<BlockingCall>,
     /// What that call waits on (a lock, a thread, a condition…).
     pub object: Option<String>,
     pub site: Option<SiteReport>,
@@ -765,6 +886,10 @@ mod tests {
         same_names(Kind::VARIANTS);
         same_names(Role::VARIANTS);
         same_names(AccessKind::VARIANTS);
+        same_names(Rule::VARIANTS);
+        same_names(WaitCall::VARIANTS);
+        same_names(ThreadState::VARIANTS);
+        same_names(BlockingCall::VARIANTS);
         same_names(&[
             Verdict::Observed,
             Verdict::Predicted,

@@ -6,8 +6,8 @@ use std::io::Write;
 
 use super::message::{cycle_text, joined};
 use super::{
-    counted, ComponentSummary, Detail, EdgeReport, Finding, HeldLock, Kind, Report, SiteReport,
-    Verdict,
+    counted, ComponentSummary, Detail, EdgeReport, Finding, HeldLock, Kind, Report, Rule,
+    SiteReport, Verdict,
 };
 
 /// How much of each site's stack the text shows.
@@ -456,7 +456,10 @@ fn finding(out: &mut impl Write, f: &Finding, style: Style) -> std::io::Result<(
 /// A cycle's names in order, back to the first: `A → B → A`.
 /// "3 by happens-before, 1 sync-preserving": how many races each rule found.
 fn race_rules(races: &[&Finding]) -> String {
-    let hb = races.iter().filter(|f| f.rule == "happens-before").count();
+    let hb = races
+        .iter()
+        .filter(|f| f.rule == Rule::HappensBefore)
+        .count();
     let sp = races.len() - hb;
     match (hb, sp) {
         (_, 0) => "happens-before".to_string(),
