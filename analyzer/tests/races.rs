@@ -120,6 +120,32 @@ fn unordered_writes_race_by_happens_before() {
 }
 
 #[test]
+fn races_are_listed_by_where_they_are_in_the_code_not_by_their_wording() {
+    // The race on the higher address is at the lower lines: its message ("data race on
+    // 0x3000: …") sorts after the other's, its sites before.
+    let mut t = T::new();
+    let (a, b) = (t.spawn("a"), t.spawn("b"));
+    t.write(a, 0x3000, 4, 10);
+    t.write(b, 0x3000, 4, 11);
+    t.write(a, X, 4, 30);
+    t.write(b, X, 4, 31);
+    let r = report(t);
+    let firsts: Vec<Option<u32>> = races(&r)
+        .iter()
+        .map(|f| f.locations.iter().filter_map(|l| l.line).min())
+        .collect();
+    assert_eq!(firsts, [Some(10), Some(30)]);
+    let messages: Vec<String> = races(&r).iter().map(|f| f.message.to_string()).collect();
+    assert!(messages[0].contains("0x3000"), "{messages:?}");
+    assert!(
+        r.findings
+            .windows(2)
+            .all(|w| w[0].report_order() <= w[1].report_order()),
+        "the findings are in report order"
+    );
+}
+
+#[test]
 fn reads_do_not_race_with_reads() {
     let mut t = T::new();
     let (a, b) = (t.spawn("a"), t.spawn("b"));
