@@ -142,7 +142,7 @@ fn main() {
                 let races = report
                     .findings
                     .iter()
-                    .filter(|f| f.kind.as_str() == "race")
+                    .filter(|f| f.kind == foresight_analyzer::report::Kind::Race)
                     .count();
                 (
                     events,

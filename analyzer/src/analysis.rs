@@ -71,18 +71,7 @@ pub fn analyze_with_graph(
     summary.race_candidates_checked = race_budget.checked;
     summary.race_budget_exhausted = race_budget.exhausted;
     // Deadlocks before races, each by verdict, shortest cycle first.
-    findings.sort_by(|a, b| {
-        let key = |f: &crate::report::Finding| {
-            (
-                f.verdict,
-                f.kind == crate::report::Kind::Race,
-                f.cycle().len(),
-                f.kind.as_str(),
-                f.message.clone(),
-            )
-        };
-        key(a).cmp(&key(b))
-    });
+    findings.sort_by_cached_key(crate::report::Finding::report_order);
     // Rank violations last: a broken declared rule, not a deadlock found.
     findings.extend(crate::ranks::rank_findings(runs, &graph));
     summary.candidates_checked = budget.checked;

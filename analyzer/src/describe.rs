@@ -5,13 +5,36 @@
 use crate::closure::{open_at_frontier, Closure, PatternEvent};
 use crate::lock_graph::LockOrderGraph;
 use crate::model::{Acquisition, Run};
-use crate::report::{EdgeReport, FindingLocation, HeldLock, SiteReport, Witness, WitnessThread};
+use crate::report::{
+    EdgeReport, FindingLocation, HeldLock, LockId, LockMode, LockRef, Role, SiteReport, ThreadId,
+    ThreadRef, Witness, WitnessThread,
+};
 use crate::stream::Mode;
 
-pub(crate) fn mode_name(m: Mode) -> &'static str {
+/// The walk's lock mode as the reports name it.
+pub(crate) fn lock_mode(m: Mode) -> LockMode {
     match m {
-        Mode::Write => "write",
-        Mode::Read => "read",
+        Mode::Write => LockMode::Write,
+        Mode::Read => LockMode::Read,
+    }
+}
+
+/// The run's lock `l` (its index in the run) as findings refer to it.
+pub(crate) fn lock(run: &Run, l: u32) -> LockRef {
+    let lock = &run.locks[l as usize];
+    LockRef {
+        id: LockId(lock.object),
+        name: lock.name.clone(),
+    }
+}
+
+/// The run's thread `t` (its index in the run) as findings refer to it: the boundary where
+/// the model's index becomes the trace's id.
+pub(crate) fn thread(run: &Run, t: u32) -> ThreadRef {
+    let th = &run.threads[t as usize];
+    ThreadRef {
+        id: ThreadId(th.id),
+        name: Some(th.name.clone()),
     }
 }
 
@@ -20,11 +43,10 @@ pub(crate) fn site(run: &Run, s: foresight_trace::SiteId) -> SiteReport {
 }
 
 pub(crate) fn held_lock(run: &Run, a: &Acquisition) -> HeldLock {
-    let lock = &run.locks[a.lock as usize];
     HeldLock {
-        lock: lock.name.clone(),
+        lock: lock(run, a.lock),
         class: run.acquisition_class(a),
-        mode: mode_name(a.mode),
+        mode: lock_mode(a.mode),
         site: site(run, a.site),
     }
 }
@@ -33,14 +55,14 @@ pub(crate) fn location(
     run: &Run,
     s: foresight_trace::SiteId,
     thread: u32,
-    role: &'static str,
+    role: Role,
 ) -> FindingLocation {
     let l = run.location(s);
     FindingLocation {
         file: l.file,
         line: (l.line > 0).then_some(l.line),
         function: l.function,
-        thread: run.thread_label(thread),
+        thread: self::thread(run, thread),
         role,
         trace: run.source.clone(),
     }
@@ -64,10 +86,10 @@ pub(crate) fn edge_report(
         from_class: graph.classes[from].clone(),
         to_class: graph.classes[to].clone(),
         trace: run.source.clone(),
-        thread: run.thread_label(r.thread),
+        thread: thread(run, r.thread),
         held: held_lock(run, h),
-        lock: run.locks[r.lock as usize].name.clone(),
-        mode: mode_name(r.mode),
+        lock: lock(run, r.lock),
+        mode: lock_mode(r.mode),
         site: site(run, r.site),
         held_set: run
             .held(r)
@@ -87,9 +109,9 @@ pub(crate) fn earlier_edge_report(run: &Run, graph: &LockOrderGraph, index: u32)
     let e = &run.earlier[index as usize];
     let (h, r) = (&run.locks[e.held as usize], &run.locks[e.lock as usize]);
     let held = HeldLock {
-        lock: h.name.clone(),
+        lock: lock(run, e.held),
         class: h.class.clone(),
-        mode: mode_name(Mode::Write),
+        mode: lock_mode(Mode::Write),
         site: site(run, e.held_site),
     };
     let from = graph.class_index(&h.class);
@@ -98,10 +120,10 @@ pub(crate) fn earlier_edge_report(run: &Run, graph: &LockOrderGraph, index: u32)
         from_class: h.class.clone(),
         to_class: r.class.clone(),
         trace: run.source.clone(),
-        thread: earlier_thread_label(run, e.thread),
+        thread: earlier_thread(run, e.thread),
         held: held.clone(),
-        lock: r.name.clone(),
-        mode: mode_name(Mode::Write),
+        lock: lock(run, e.lock),
+        mode: lock_mode(Mode::Write),
         site: site(run, e.site),
         held_set: vec![held],
         held_position: 0,
@@ -115,10 +137,13 @@ pub(crate) fn earlier_edge_report(run: &Run, graph: &LockOrderGraph, index: u32)
 }
 
 /// A thread by its trace id, which may have no events in the window.
-fn earlier_thread_label(run: &Run, id: foresight_trace::event::ThreadId) -> String {
+fn earlier_thread(run: &Run, id: foresight_trace::event::ThreadId) -> ThreadRef {
     match run.threads.iter().position(|t| t.id == id) {
-        Some(t) => run.thread_label(t as u32),
-        None => format!("thread {id}"),
+        Some(t) => thread(run, t as u32),
+        None => ThreadRef {
+            id: ThreadId(id),
+            name: None,
+        },
     }
 }
 
@@ -132,12 +157,12 @@ pub(crate) fn earlier_edge_locations(run: &Run, index: u32) -> [FindingLocation;
             file: l.file,
             line: (l.line > 0).then_some(l.line),
             function: l.function,
-            thread: earlier_thread_label(run, e.thread),
+            thread: earlier_thread(run, e.thread),
             role,
             trace: run.source.clone(),
         }
     };
-    [loc(e.held_site, "holds"), loc(e.site, "requests")]
+    [loc(e.held_site, Role::Holds), loc(e.site, Role::Requests)]
 }
 
 /// The witness: each thread's prefix in the closure, the locks it holds there, what each
@@ -166,7 +191,7 @@ pub(crate) fn witness(run: &Run, closure: &Closure, next: &[(PatternEvent, Strin
             })
             .collect();
         threads.push(WitnessThread {
-            thread: run.thread_label(t as u32),
+            thread: thread(run, t as u32),
             prefix_events: f,
             holds,
             blocks,

@@ -15,13 +15,14 @@ use crate::deadlock::{
     check_lock_cycle, rejection_text, search_abstract_pattern, LockCycleCandidate, Rejection,
 };
 use crate::describe::{
-    cycle_text, earlier_edge_locations, earlier_edge_report, edge_report, location, witness,
+    earlier_edge_locations, earlier_edge_report, edge_report, location, witness,
 };
 use crate::lock_graph::{modes_can_block, ClassEdge, InstanceGraph, LockOrderGraph};
 use crate::model::Run;
 use crate::options::Options;
 use crate::report::{
-    ComponentSummary, Detail, EdgeReport, Finding, Inversion, Kind, Summary, Verdict,
+    ComponentSummary, Detail, EdgeReport, Finding, Inversion, Kind, LockRef, Message, Role, Rule,
+    Summary, Verdict,
 };
 use crate::stream::Mode;
 
@@ -643,8 +644,8 @@ fn predicted_finding(
     let mut locations = Vec::new();
     for (&h, &r) in c.holds.iter().zip(&c.requests) {
         let (h, r) = (&run.acquisitions[h as usize], &run.acquisitions[r as usize]);
-        locations.push(location(run, h.site, h.thread, "holds"));
-        locations.push(location(run, r.site, r.thread, "requests"));
+        locations.push(location(run, h.site, h.thread, Role::Holds));
+        locations.push(location(run, r.site, r.thread, Role::Requests));
     }
     let blocked: Vec<(PatternEvent, String)> = c
         .requests
@@ -666,24 +667,17 @@ fn predicted_finding(
             )
         })
         .collect();
-    let locks: Vec<String> = c
+    let locks: Vec<LockRef> = c
         .holds
         .iter()
-        .map(|&h| {
-            run.locks[run.acquisitions[h as usize].lock as usize]
-                .name
-                .clone()
-        })
+        .map(|&h| crate::describe::lock(run, run.acquisitions[h as usize].lock))
         .collect();
     Finding {
         id: 0,
         kind: Kind::Deadlock,
         verdict: Verdict::Predicted,
-        rule: "lock-cycle",
-        message: format!(
-            "deadlock: {k} threads take {} in a cycle; a reordering of this run deadlocks",
-            cycle_text(&locks)
-        ),
+        rule: Rule::LockCycle,
+        message: Message::Deadlock { locks },
         reason: format!(
             "the {k} requests are in distinct threads, hold no common lock, and the \
              sync-preserving closure of the events before them (thread order, create/join, \
@@ -733,8 +727,8 @@ fn potential_finding(
                 &run.acquisitions[w.held as usize],
                 &run.acquisitions[w.acquisition as usize],
             );
-            locations.push(location(run, h.site, h.thread, "holds"));
-            locations.push(location(run, r.site, r.thread, "requests"));
+            locations.push(location(run, h.site, h.thread, Role::Holds));
+            locations.push(location(run, r.site, r.thread, Role::Requests));
         } else if let Some(&(ri, i)) = e.earlier.first() {
             let run = &runs[ri];
             edges.push(earlier_edge_report(run, graph, i));
@@ -783,25 +777,22 @@ fn potential_finding(
             .to_string()
     };
     let message = if self_loop {
-        format!(
-            "potential deadlock: locks of class {} are nested inside each other",
-            names[0]
-        )
+        Message::NestedClass {
+            class: names[0].clone(),
+        }
     } else {
-        format!(
-            "potential deadlock: inconsistent lock order {} ({} classes)",
-            cycle_text(&names),
-            k
-        )
+        Message::InconsistentOrder {
+            classes: names.clone(),
+        }
     };
     Finding {
         id: 0,
         kind: Kind::PotentialDeadlock,
         verdict: Verdict::Potential,
         rule: if self_loop {
-            "same-class-nesting"
+            Rule::SameClassNesting
         } else {
-            "lock-order"
+            Rule::LockOrder
         },
         message,
         reason,

@@ -24,16 +24,14 @@ use std::collections::BTreeSet;
 
 use crate::analysis::{analyze, analyze_with_graph};
 use crate::cycles::{for_each_cycle, strongly_connected_components, Flow};
-use crate::describe::{
-    cycle_text, earlier_edge_locations, earlier_edge_report, edge_report, location,
-};
+use crate::describe::{earlier_edge_locations, earlier_edge_report, edge_report, location};
 use crate::lock_cycles::{component_summary, ComponentCounts};
 use crate::lock_graph::{modes_can_block, ClassEdge, LockOrderGraph};
 use crate::model::Run;
 use crate::options::Options;
 use crate::report::{
-    finding_key, Detail, EdgeReport, Finding, FindingLocation, Kind, Report, Summary, Verdict,
-    REPORT_SCHEMA, REPORT_VERSION,
+    Detail, EdgeReport, Finding, FindingKey, FindingLocation, Kind, Message, Report, Role, Rule,
+    Summary, Verdict, REPORT_SCHEMA, REPORT_VERSION,
 };
 
 /// A cycle no single trace has whole, to list: (length, most seen first, its classes).
@@ -73,8 +71,8 @@ pub fn analyze_trace(run: &Run, warnings: Vec<String>, opts: &Options) -> TraceA
                     (
                         edge_report(run, &graph, w.held, w.acquisition),
                         [
-                            location(run, h.site, h.thread, "holds"),
-                            location(run, r.site, r.thread, "requests"),
+                            location(run, h.site, h.thread, Role::Holds),
+                            location(run, r.site, r.thread, Role::Requests),
                         ],
                     )
                 }
@@ -121,7 +119,7 @@ pub struct Merger {
     traces: Vec<crate::report::TraceSummary>,
     hints: Vec<String>,
     findings: Vec<Finding>,
-    by_key: HashMap<String, usize>,
+    by_key: HashMap<FindingKey, usize>,
     /// Predicted deadlocks beyond a trace's listing, per component by its first class.
     unlisted_predicted: Vec<(String, u64, bool)>,
     /// Per part folded in (a trace, or a segment of one): the index of its trace in `traces`.
@@ -232,7 +230,7 @@ impl Merger {
             }
         }
         for f in r.findings {
-            let key = format!("{}|{}|{}", f.verdict.as_str(), f.kind, finding_key(&f));
+            let key = f.key();
             match self.by_key.get(&key) {
                 Some(&i) => {
                     let g = &mut self.findings[i];
@@ -460,18 +458,7 @@ impl Merger {
         let (mut ranks, mut rest): (Vec<Finding>, Vec<Finding>) = findings
             .into_iter()
             .partition(|f| f.verdict == Verdict::Violation);
-        rest.sort_by(|a, b| {
-            let key = |f: &Finding| {
-                (
-                    f.verdict,
-                    f.kind == Kind::Race,
-                    f.cycle().len(),
-                    f.kind.as_str(),
-                    f.message.clone(),
-                )
-            };
-            key(a).cmp(&key(b))
-        });
+        rest.sort_by_cached_key(Finding::report_order);
         rest.append(&mut ranks);
         let mut report = Report {
             schema: REPORT_SCHEMA,
@@ -531,12 +518,10 @@ fn cross_trace_finding(
         id: 0,
         kind: Kind::PotentialDeadlock,
         verdict: Verdict::Potential,
-        rule: "lock-order",
-        message: format!(
-            "potential deadlock: inconsistent lock order {} ({} classes)",
-            cycle_text(&names),
-            k
-        ),
+        rule: Rule::LockOrder,
+        message: Message::InconsistentOrder {
+            classes: names.clone(),
+        },
         reason: if in_one_trace && !edges.iter().any(|e| e.earlier) {
             "not predicted: the edges of the cycle are in different segments of the trace, \
              analysed one at a time (--segment-events), and a prediction reorders events \

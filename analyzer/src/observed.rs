@@ -31,10 +31,11 @@ use foresight_trace::event::ObjectId;
 
 use foresight_trace::tables::{EndReason, ObjectKind, StopCause, ThreadEndState};
 
-use crate::describe::{held_lock, location, mode_name, site};
+use crate::describe::{held_lock, location, lock_mode, site, thread};
 use crate::model::{Blocking, PendingCall, Run};
 use crate::report::{
-    signal_name, BlockedThread, Detail, Finding, FindingLocation, Kind, ObservedReport, Verdict,
+    signal_name, BlockedThread, BlockingCall, Detail, Finding, FindingLocation, Kind, Message,
+    ObservedReport, Role, Rule, ThreadRef, ThreadState, Verdict,
 };
 use crate::stream::Mode;
 
@@ -289,16 +290,16 @@ fn finding(g: &Graph, members: &[u32], cycle: Option<Vec<u32>>) -> Finding {
     let mut locations: Vec<FindingLocation> = Vec::new();
     for &t in &order {
         let state = match run.end.states.get(t as usize).copied().flatten() {
-            Some(ThreadEndState::Blocked) => "blocked",
-            Some(ThreadEndState::BlockedWithTimeout) => "blocked-with-timeout",
-            Some(ThreadEndState::Running) => "running",
-            None if run.end.exited.get(t as usize) == Some(&true) => "exited",
-            None => "running",
+            Some(ThreadEndState::Blocked) => ThreadState::Blocked,
+            Some(ThreadEndState::BlockedWithTimeout) => ThreadState::BlockedWithTimeout,
+            Some(ThreadEndState::Running) => ThreadState::Running,
+            None if run.end.exited.get(t as usize) == Some(&true) => ThreadState::Exited,
+            None => ThreadState::Running,
         };
         for &a in &g.held[t as usize] {
             if waited.contains(&a) {
                 let acq = &run.acquisitions[a as usize];
-                locations.push(location(run, acq.site, t, "holds"));
+                locations.push(location(run, acq.site, t, Role::Holds));
             }
         }
         let call = g.blocked(t);
@@ -306,7 +307,7 @@ fn finding(g: &Graph, members: &[u32], cycle: Option<Vec<u32>>) -> Finding {
             locations.push(location(run, c.site, t, role(c.what)));
         }
         threads.push(BlockedThread {
-            thread: run.thread_label(t),
+            thread: thread(run, t),
             state,
             waits: call.map(|c| waits_name(c.what)),
             object: call.map(|c| object_name(g, c.what)),
@@ -321,7 +322,7 @@ fn finding(g: &Graph, members: &[u32], cycle: Option<Vec<u32>>) -> Finding {
                 .map(|&(u, _)| u)
                 .collect::<BTreeSet<_>>()
                 .into_iter()
-                .map(|u| run.thread_label(u))
+                .map(|u| thread(run, u))
                 .collect(),
         });
     }
@@ -345,23 +346,22 @@ fn finding(g: &Graph, members: &[u32], cycle: Option<Vec<u32>>) -> Finding {
                 let t = c[0];
                 let lock = object_name(g, g.blocked(t).expect("in a cycle").what);
                 (
-                    "blocked-self-lock",
-                    format!(
-                        "observed self-deadlock: {} requests {lock}, which it holds",
-                        run.thread_label(t)
-                    ),
+                    Rule::BlockedSelfLock,
+                    Message::ObservedSelfDeadlock {
+                        thread: thread(run, t),
+                        lock,
+                    },
                 )
             } else {
                 (
                     if all_locks {
-                        "blocked-lock-cycle"
+                        Rule::BlockedLockCycle
                     } else {
-                        "blocked-wait-cycle"
+                        Rule::BlockedWaitCycle
                     },
-                    format!(
-                        "observed deadlock: {} wait for each other",
-                        labels(c).join(" and ")
-                    ),
+                    Message::ObservedDeadlock {
+                        threads: c.iter().map(|&t| thread(run, t)).collect(),
+                    },
                 )
             };
             let reason = if c.len() == 1 {
@@ -386,17 +386,17 @@ fn finding(g: &Graph, members: &[u32], cycle: Option<Vec<u32>>) -> Finding {
                 .copied()
                 .filter(|&t| g.blocked(t).is_some())
                 .collect();
-            let message = format!(
-                "observed stall: {} blocked when the trace ended ({})",
-                labels(&blocked).join(", "),
-                blocked
+            let message = Message::ObservedStall {
+                threads: blocked.iter().map(|&t| thread(run, t)).collect(),
+                // Distinct, by name.
+                calls: blocked
                     .iter()
                     .map(|&t| waits_name(g.blocked(t).expect("blocked").what))
-                    .collect::<BTreeSet<_>>()
-                    .into_iter()
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
+                    .map(|c| (c.name(), c))
+                    .collect::<std::collections::BTreeMap<_, _>>()
+                    .into_values()
+                    .collect(),
+            };
             let reason = format!(
                 "{ended}; these threads were blocked in the calls shown, in no cycle: each \
                  waits for a wake-up (signal, post, arrival) the trace does not show coming, \
@@ -404,7 +404,7 @@ fn finding(g: &Graph, members: &[u32], cycle: Option<Vec<u32>>) -> Finding {
             );
             (
                 Kind::ObservedStall,
-                "blocked-wait",
+                Rule::BlockedWait,
                 message,
                 reason,
                 Vec::new(),
@@ -425,7 +425,7 @@ fn finding(g: &Graph, members: &[u32], cycle: Option<Vec<u32>>) -> Finding {
         detail: Detail::Observed(Box::new(ObservedReport {
             trace: run.source.clone(),
             ended,
-            cycle: labels(&cycle_threads),
+            cycle: cycle_threads.iter().map(|&t| thread(run, t)).collect(),
             lock_classes,
             threads,
         })),
@@ -433,26 +433,28 @@ fn finding(g: &Graph, members: &[u32], cycle: Option<Vec<u32>>) -> Finding {
 }
 
 /// The call's role in a finding's locations.
-fn role(w: Blocking) -> &'static str {
+fn role(w: Blocking) -> Role {
     match w {
-        Blocking::Lock { .. } => "requests",
-        Blocking::Join { .. } => "joins",
-        Blocking::Barrier { .. } => "arrives",
-        Blocking::Condition { .. } | Blocking::Semaphore { .. } | Blocking::Once { .. } => "waits",
+        Blocking::Lock { .. } => Role::Requests,
+        Blocking::Join { .. } => Role::Joins,
+        Blocking::Barrier { .. } => Role::Arrives,
+        Blocking::Condition { .. } | Blocking::Semaphore { .. } | Blocking::Once { .. } => {
+            Role::Waits
+        }
     }
 }
 
-fn waits_name(w: Blocking) -> &'static str {
+fn waits_name(w: Blocking) -> BlockingCall {
     match w {
         Blocking::Lock {
             mode: Mode::Read, ..
-        } => "read-lock",
-        Blocking::Lock { .. } => "lock",
-        Blocking::Join { .. } => "join",
-        Blocking::Condition { .. } => "condition",
-        Blocking::Barrier { .. } => "barrier",
-        Blocking::Semaphore { .. } => "semaphore",
-        Blocking::Once { .. } => "once",
+        } => BlockingCall::ReadLock,
+        Blocking::Lock { .. } => BlockingCall::Lock,
+        Blocking::Join { .. } => BlockingCall::Join,
+        Blocking::Condition { .. } => BlockingCall::Condition,
+        Blocking::Barrier { .. } => BlockingCall::Barrier,
+        Blocking::Semaphore { .. } => BlockingCall::Semaphore,
+        Blocking::Once { .. } => BlockingCall::Once,
     }
 }
 
@@ -469,7 +471,7 @@ fn object_name(g: &Graph, w: Blocking) -> String {
         Blocking::Lock { lock, mode } => {
             let name = object(lock);
             match mode {
-                Mode::Read => format!("{name} ({})", mode_name(mode)),
+                Mode::Read => format!("{name} ({})", lock_mode(mode)),
                 Mode::Write => name,
             }
         }
@@ -540,11 +542,11 @@ fn duration(ms: u64) -> String {
 /// request, were the blocked calls of the observed one. What happened is said once, as
 /// having happened.
 pub fn drop_superseded(findings: &mut Vec<Finding>) {
-    let mut blocked: BTreeSet<(String, String, u32)> = BTreeSet::new();
+    let mut blocked: BTreeSet<(String, ThreadRef, u32)> = BTreeSet::new();
     for f in findings.iter() {
         if let (Kind::ObservedDeadlock, Some(o)) = (f.kind, f.observed()) {
             for t in &o.threads {
-                if let (Some(p), "blocked") = (t.position, t.state) {
+                if let (Some(p), ThreadState::Blocked) = (t.position, t.state) {
                     blocked.insert((o.trace.clone(), t.thread.clone(), p));
                 }
             }
@@ -553,8 +555,8 @@ pub fn drop_superseded(findings: &mut Vec<Finding>) {
     if blocked.is_empty() {
         return;
     }
-    let is_blocked = |trace: &str, thread: &str, pos: u32| {
-        blocked.contains(&(trace.to_string(), thread.to_string(), pos))
+    let is_blocked = |trace: &str, thread: &ThreadRef, pos: u32| {
+        blocked.contains(&(trace.to_string(), thread.clone(), pos))
     };
     findings.retain(|f| {
         if f.verdict == Verdict::Observed {

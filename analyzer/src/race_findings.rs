@@ -8,8 +8,8 @@ use crate::model::Run;
 use crate::races::shadow::AccessKind;
 use crate::races::{Pair, RaceAccess, RaceOutput, SitePair};
 use crate::report::{
-    AccessReport, BlockReport, Detail, Finding, FindingLocation, Kind, RaceReport, VariableReport,
-    Verdict,
+    AccessReport, BlockReport, Detail, Finding, FindingLocation, Kind, Message, RaceMemory,
+    RaceReport, RaceSide, Role, Rule, VariableReport, Verdict,
 };
 
 /// What the race findings of one run cost, for the summary.
@@ -55,7 +55,7 @@ pub(crate) fn race_findings(
             out,
             &r.first,
             r.count,
-            "happens-before",
+            Rule::HappensBefore,
             "nothing orders the two accesses in the recorded run: no lock both hold, and no \
              thread creation or join, barrier, pthread_once, semaphore, condition hand-off or \
              release/acquire atomic between them. C11 calls this a data race of the run \
@@ -116,7 +116,7 @@ pub(crate) fn race_findings(
                         out,
                         pair,
                         c.count,
-                        "sync-preserving",
+                        Rule::SyncPreserving,
                         "in the recorded run only lock hand-offs order the two accesses, and \
                          they hold no common lock. The witness keeps every critical section \
                          in its order, every read's writer and all other synchronisation, \
@@ -194,13 +194,23 @@ fn lock_name(run: &Run, object: u32) -> String {
         .unwrap_or_else(|| format!("lock#{object}"))
 }
 
+/// The race pass's access kind as the reports name it.
+fn access_kind(k: AccessKind) -> crate::report::AccessKind {
+    match k {
+        AccessKind::Read => crate::report::AccessKind::Read,
+        AccessKind::Write => crate::report::AccessKind::Write,
+        AccessKind::AtomicRead => crate::report::AccessKind::AtomicRead,
+        AccessKind::AtomicWrite => crate::report::AccessKind::AtomicWrite,
+    }
+}
+
 fn access_report(run: &Run, out: &RaceOutput, a: &RaceAccess) -> AccessReport {
     let s = &a.access;
     AccessReport {
-        kind: s.kind.as_str(),
+        kind: access_kind(s.kind),
         size: s.size,
         address: format!("{:#x}", s.addr),
-        thread: run.thread_label(s.thread),
+        thread: describe::thread(run, s.thread),
         position: s.pos,
         site: describe::site(run, s.site),
         locks_held: out
@@ -225,7 +235,7 @@ fn finding(
     out: &RaceOutput,
     pair: &Pair,
     count: u64,
-    rule: &'static str,
+    rule: Rule,
     reason: String,
     witness: Option<crate::report::Witness>,
 ) -> Finding {
@@ -234,32 +244,33 @@ fn finding(
         size: blk.size,
         offset: a.access.addr.saturating_sub(blk.addr),
         allocated_at: describe::site(run, blk.site),
-        thread: run.thread_label(blk.thread),
+        thread: describe::thread(run, blk.thread),
     });
     let variable = a.variable.as_ref().or(b.variable.as_ref());
-    let what = match (variable, &block) {
-        (Some(v), _) => format!("`{}`", v.name),
-        (None, Some(b)) => format!(
-            "offset {} of a {}-byte heap block allocated at {}",
-            b.offset, b.size, b.allocated_at.location
-        ),
-        (None, None) => format!("{:#x}", a.access.addr),
+    let memory = match (variable, &block) {
+        (Some(v), _) => RaceMemory::Variable(v.name.clone()),
+        (None, Some(b)) => RaceMemory::HeapBlock {
+            offset: b.offset,
+            size: b.size,
+            allocated_at: b.allocated_at.location.clone(),
+        },
+        (None, None) => RaceMemory::Address(a.access.addr),
     };
-    let side = |x: &RaceAccess| {
-        format!(
-            "{} by {} at {}",
-            x.access.kind.as_str(),
-            run.thread_label(x.access.thread),
-            run.location(x.access.site).text
-        )
+    let side = |x: &RaceAccess| RaceSide {
+        kind: access_kind(x.access.kind),
+        thread: describe::thread(run, x.access.thread),
+        at: run.location(x.access.site).text,
     };
-    let message = format!("data race on {what}: {} and {}", side(a), side(b));
-    let role = |x: &RaceAccess| -> &'static str {
+    let message = Message::Race {
+        memory,
+        accesses: [side(a), side(b)],
+    };
+    let role = |x: &RaceAccess| -> Role {
         match x.access.kind {
-            AccessKind::Read => "reads",
-            AccessKind::Write => "writes",
-            AccessKind::AtomicRead => "atomic-reads",
-            AccessKind::AtomicWrite => "atomic-writes",
+            AccessKind::Read => Role::Reads,
+            AccessKind::Write => Role::Writes,
+            AccessKind::AtomicRead => Role::AtomicReads,
+            AccessKind::AtomicWrite => Role::AtomicWrites,
         }
     };
     let locations: Vec<FindingLocation> = pair

@@ -10,7 +10,7 @@ use foldhash::{HashMap, HashMapExt};
 use crate::describe::{edge_report, location};
 use crate::lock_graph::LockOrderGraph;
 use crate::model::Run;
-use crate::report::{Detail, Finding, Kind, Verdict};
+use crate::report::{Detail, Finding, Kind, Message, Role, Rule, Verdict};
 
 pub fn rank_findings(runs: &[Run], graph: &LockOrderGraph) -> Vec<Finding> {
     let mut findings: Vec<Finding> = Vec::new();
@@ -51,11 +51,13 @@ pub fn rank_findings(runs: &[Run], graph: &LockOrderGraph) -> Vec<Finding> {
                 id: 0,
                 kind: Kind::RankViolation,
                 verdict: Verdict::Violation,
-                rule: "lock-rank",
-                message: format!(
-                    "rank violation: {} (rank {}) acquired while holding {} (rank {})",
-                    lock.name, v.rank, held_lock.name, v.held_rank
-                ),
+                rule: Rule::LockRank,
+                message: Message::RankViolation {
+                    lock: crate::describe::lock(run, a.lock),
+                    rank: v.rank,
+                    held: crate::describe::lock(run, h.lock),
+                    held_rank: v.held_rank,
+                },
                 reason: format!(
                     "locks must be acquired in increasing rank, and {} has the highest rank \
                      held ({}), which is not below {}'s ({}); whatever the schedule, this order \
@@ -66,8 +68,8 @@ pub fn rank_findings(runs: &[Run], graph: &LockOrderGraph) -> Vec<Finding> {
                 witness: None,
                 occurrences: 1,
                 locations: vec![
-                    location(run, h.site, h.thread, "holds"),
-                    location(run, a.site, a.thread, "requests"),
+                    location(run, h.site, h.thread, Role::Holds),
+                    location(run, a.site, a.thread, Role::Requests),
                 ],
                 detail: Detail::RankViolation {
                     classes: [held_class, class],

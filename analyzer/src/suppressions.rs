@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use serde::Deserialize;
 
-use crate::report::{Finding, Report};
+use crate::report::{Finding, Kind, Report};
 use crate::sites::Wrappers;
 
 /// Read when `--suppressions` is not given and the file exists in the working directory.
@@ -50,7 +50,7 @@ struct RawEntry {
     function: Option<String>,
     file: Option<String>,
     site: Option<String>,
-    kind: Option<String>,
+    kind: Option<Kind>,
     reason: Option<String>,
 }
 
@@ -62,7 +62,7 @@ pub struct Suppression {
     pub function: Option<String>,
     pub file: Option<String>,
     pub site: Option<(String, u32)>,
-    pub kind: Option<String>,
+    pub kind: Option<Kind>,
     pub reason: String,
 }
 
@@ -171,7 +171,7 @@ impl Suppressions {
 
 impl Suppression {
     pub fn matches(&self, f: &Finding) -> bool {
-        if self.kind.as_deref().is_some_and(|k| f.kind != k) {
+        if self.kind.is_some_and(|k| f.kind != k) {
             return false;
         }
         if let Some(class) = &self.class {
@@ -281,6 +281,22 @@ mod tests {
         let bad = "wrappers = \"db_*\"\n";
         let e = Suppressions::parse(Path::new("s.toml"), bad).unwrap_err();
         assert!(e.to_string().starts_with("s.toml:1: "), "{e}");
+    }
+
+    #[test]
+    fn a_kind_is_one_of_the_report_kinds() {
+        let ok = "[[suppress]]\nclass = \"A\"\nkind = \"potential-deadlock\"\nreason = \"r\"\n";
+        let s = Suppressions::parse(Path::new("s.toml"), ok).unwrap();
+        assert_eq!(s.entries[0].kind, Some(Kind::PotentialDeadlock));
+        // A misspelt kind would match nothing and silence nothing: it is an error instead.
+        let typo = "[[suppress]]\nclass = \"A\"\nkind = \"potential_deadlock\"\nreason = \"r\"\n";
+        let e = Suppressions::parse(Path::new("s.toml"), typo).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.starts_with("s.toml:3: "), "{msg}");
+        assert!(
+            msg.contains("potential-deadlock"),
+            "the error lists the kinds: {msg}"
+        );
     }
 
     #[test]

@@ -26,9 +26,11 @@ use foresight_trace::SiteId;
 
 use crate::closure::{sync_preserving_closure, Budget, Closure, PatternEvent};
 use crate::deadlock::{rejection_text, Rejection};
-use crate::describe::{held_lock, location, site, witness};
+use crate::describe::{held_lock, location, lock as describe_lock, site, thread, witness};
 use crate::model::{AcquireHow, Run, SyncPoint, Wait, WaitKind};
-use crate::report::{Detail, Finding, Kind, Verdict, WaitReport};
+use crate::report::{
+    Detail, Finding, Kind, Message, Role, Rule, Verdict, WaitCall, WaitFor, WaitReport,
+};
 use crate::stream::Mode;
 
 /// Requests of the held lock tried per (wait, other thread).
@@ -220,64 +222,64 @@ fn finding(
 ) -> Finding {
     let h = &run.acquisitions[c.held as usize];
     let r = &run.acquisitions[c.request as usize];
-    let lock = run.locks[h.lock as usize].name.clone();
-    let holder = run.thread_label(wait.thread);
-    let other = run.thread_label(r.thread);
+    let lock = describe_lock(run, h.lock);
+    let holder = thread(run, wait.thread);
+    let other = thread(run, r.thread);
     let (kind, rule, wait_name, object, waits_role, then_role, waits_for) = match &wait.kind {
         WaitKind::Join { .. } => (
             Kind::JoinDeadlock,
-            "join-while-holding",
-            "join",
-            other.clone(),
-            "joins",
-            "exits",
-            format!("joins {other}"),
+            Rule::JoinWhileHolding,
+            WaitCall::Join,
+            other.to_string(),
+            Role::Joins,
+            Role::Exits,
+            WaitFor::Join,
         ),
         WaitKind::Barrier { barrier, .. } => {
             let name = object_name(run, *barrier);
             (
                 Kind::BarrierDeadlock,
-                "barrier-while-holding",
-                "barrier",
+                Rule::BarrierWhileHolding,
+                WaitCall::Barrier,
                 name.clone(),
-                "waits",
-                "arrives",
-                format!("waits at barrier {name}, which {other} reaches only later"),
+                Role::Waits,
+                Role::Arrives,
+                WaitFor::Barrier(name),
             )
         }
         WaitKind::Condition { cond, .. } => {
             let name = object_name(run, *cond);
             (
                 Kind::WaitDeadlock,
-                "cond-wait-while-holding",
-                "condition",
+                Rule::CondWaitWhileHolding,
+                WaitCall::Condition,
                 name.clone(),
-                "waits",
-                "signals",
-                format!("waits on condition {name}, which {other} signals only later"),
+                Role::Waits,
+                Role::Signals,
+                WaitFor::Condition(name),
             )
         }
         WaitKind::Semaphore { sem } => {
             let name = object_name(run, *sem);
             (
                 Kind::WaitDeadlock,
-                "sem-wait-while-holding",
-                "semaphore",
+                Rule::SemWaitWhileHolding,
+                WaitCall::Semaphore,
                 name.clone(),
-                "waits",
-                "posts",
-                format!("waits on semaphore {name}, which {other} posts only later"),
+                Role::Waits,
+                Role::Posts,
+                WaitFor::Semaphore(name),
             )
         }
     };
-    let message = format!(
-        "{}: {holder} holds {lock} while it {waits_for}, and {other} needs {lock} first",
-        if verdict == Verdict::Predicted {
-            kind.as_str()
-        } else {
-            "potential deadlock"
-        }
-    );
+    let message = Message::WaitWhileHolding {
+        kind,
+        predicted: verdict == Verdict::Predicted,
+        holder: holder.clone(),
+        lock: lock.clone(),
+        wait: waits_for.clone(),
+        other: other.clone(),
+    };
     let reason = match why {
         None => format!(
             "the wait and {other}'s request of {lock} are outside the sync-preserving closure \
@@ -287,9 +289,9 @@ fn finding(
         Some(r) => format!("not predicted: {}", rejection_text(Some(run), r)),
     };
     let mut locations = vec![
-        location(run, h.site, wait.thread, "holds"),
+        location(run, h.site, wait.thread, Role::Holds),
         location(run, wait.site, wait.thread, waits_role),
-        location(run, r.site, r.thread, "requests"),
+        location(run, r.site, r.thread, Role::Requests),
     ];
     if let Some(t) = &c.then {
         locations.push(location(run, t.site, t.thread, then_role));
@@ -305,7 +307,8 @@ fn finding(
                         pos: wait.pos,
                     },
                     format!(
-                        "{waits_for} at {} while holding {lock} — blocks",
+                        "{} at {} while holding {lock} — blocks",
+                        waits_for.text(&other),
                         run.location(wait.site).text
                     ),
                 ),
@@ -409,18 +412,19 @@ pub(crate) fn rwlock_findings(run: &Run, budget: &mut Budget) -> Vec<Finding> {
             continue;
         }
         let w = &run.acquisitions[w as usize];
-        let lock = run.locks[rr.lock as usize].name.clone();
-        let holder = run.thread_label(rr.thread);
-        let other = run.thread_label(w.thread);
+        let lock = describe_lock(run, rr.lock);
+        let holder = thread(run, rr.thread);
+        let other = thread(run, w.thread);
         out.push(Finding {
             id: 0,
             kind: Kind::RwlockDeadlock,
             verdict: Verdict::Potential,
-            rule: "rwlock-read-recursion",
-            message: format!(
-                "potential deadlock: {holder} read-locks {lock} again while holding it for \
-                 read, and {other} write-locks it"
-            ),
+            rule: Rule::RwlockReadRecursion,
+            message: Message::ReadRecursion {
+                holder: holder.clone(),
+                lock: lock.clone(),
+                other: other.clone(),
+            },
             reason: format!(
                 "{other}'s write request can come between the two reads (both are outside one \
                  sync-preserving closure, see the witness); a writer-preferring rwlock then \
@@ -458,17 +462,17 @@ pub(crate) fn rwlock_findings(run: &Run, budget: &mut Budget) -> Vec<Finding> {
             )),
             occurrences: 1,
             locations: vec![
-                location(run, outer.site, rr.thread, "read-locks"),
-                location(run, rr.site, rr.thread, "read-locks-again"),
-                location(run, w.site, w.thread, "write-locks"),
+                location(run, outer.site, rr.thread, Role::ReadLocks),
+                location(run, rr.site, rr.thread, Role::ReadLocksAgain),
+                location(run, w.site, w.thread, Role::WriteLocks),
             ],
             detail: Detail::ReadRecursion {
                 lock_class: run.locks[rr.lock as usize].class.clone(),
                 wait: WaitReport {
-                    wait: "rwlock-read",
+                    wait: WaitCall::RwlockRead,
                     trace: run.source.clone(),
                     thread: holder,
-                    object: lock.clone(),
+                    object: lock.to_string(),
                     site: site(run, rr.site),
                     position: rr.pos,
                     held: vec![held_lock(run, outer)],

@@ -7,7 +7,7 @@ use std::process::{Command, Output};
 use foresight_analyzer::analysis::analyze;
 use foresight_analyzer::model::build_run;
 use foresight_analyzer::options::Options;
-use foresight_analyzer::report::{Report, Verdict};
+use foresight_analyzer::report::{Kind, Report, Rule, Verdict};
 use foresight_trace::builder::TraceBuilder;
 use foresight_trace::event::{EventKind, ObjectId, SiteId, ThreadId};
 use foresight_trace::tables::{ClassKey, ObjectKind};
@@ -156,7 +156,7 @@ fn acquiring_a_rank_at_or_below_the_highest_held_is_a_violation() {
     let v: Vec<_> = r
         .findings
         .iter()
-        .filter(|f| f.kind == "rank-violation")
+        .filter(|f| f.kind == Kind::RankViolation)
         .collect();
     assert_eq!(v.len(), 2, "{}", show(&r));
     assert!(v.iter().all(|f| f.verdict == Verdict::Violation));
@@ -241,7 +241,7 @@ fn transfer(annotated: bool) -> Vec<u8> {
 fn a_subclass_separates_the_class_of_nested_instances() {
     let plain = report(vec![transfer(false)]);
     assert_eq!(plain.summary.potential, 1, "{}", show(&plain));
-    assert_eq!(plain.findings[0].rule, "same-class-nesting");
+    assert_eq!(plain.findings[0].rule, Rule::SameClassNesting);
     assert_eq!(plain.findings[0].cycle(), vec!["account"]);
     let annotated = report(vec![transfer(true)]);
     assert!(annotated.findings.is_empty(), "{}", show(&annotated));
@@ -468,6 +468,59 @@ fn the_same_finding_in_many_traces_is_one_finding_listing_them() {
         .as_str()
         .unwrap()
         .contains("different traces"));
+}
+
+#[test]
+fn a_baseline_file_as_users_have_it_is_read_as_keys_and_a_line_that_is_no_key_is_bad_input() {
+    let dir = fresh_dir("check-keys");
+    std::fs::write(dir.join("inv.trace"), inversion("inv")).unwrap();
+    // The file a user committed: the header, a reviewer's comment, a blank line, the key.
+    let accepted = "# foresight baseline: accepted lock-discipline findings, one per line:\n\
+                    # reviewed in #12\n\n\
+                    lock-cycle | A -> B | holds deposit@bank.c:10, holds withdraw@bank.c:20, \
+                    requests deposit@bank.c:11, requests withdraw@bank.c:21\n";
+    std::fs::write(dir.join("base.txt"), accepted).unwrap();
+    let o = foresight(&dir, &["check", "--baseline", "base.txt", "inv.trace"]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    // Regenerating it changes none of its lines (the comment goes, as the header says).
+    let o = foresight(
+        &dir,
+        &[
+            "check",
+            "--update-baseline",
+            "--baseline",
+            "base.txt",
+            "inv.trace",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = std::fs::read_to_string(dir.join("base.txt")).unwrap();
+    assert_eq!(
+        text.lines().last(),
+        accepted.lines().last(),
+        "the key's line is the line users have: {text}"
+    );
+    // A misspelt line would accept nothing: it is bad input, named by file and line.
+    std::fs::write(
+        dir.join("bad.txt"),
+        format!("{accepted}lock-cycle: A -> B\n"),
+    )
+    .unwrap();
+    let o = foresight(&dir, &["check", "--baseline", "bad.txt", "inv.trace"]);
+    assert_eq!(o.status.code(), Some(2), "{}{}", stdout(&o), stderr(&o));
+    assert!(stderr(&o).contains("bad.txt:5: "), "{}", stderr(&o));
+    std::fs::write(
+        dir.join("bad.txt"),
+        "deadlock | A -> B | holds deposit@bank.c:10\n",
+    )
+    .unwrap();
+    let o = foresight(&dir, &["check", "--baseline", "bad.txt", "inv.trace"]);
+    assert_eq!(o.status.code(), Some(2), "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stderr(&o).contains("bad.txt:1: `deadlock`"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]

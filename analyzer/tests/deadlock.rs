@@ -6,7 +6,7 @@ use common::T;
 use foresight_analyzer::analysis::analyze;
 use foresight_analyzer::model::build_run;
 use foresight_analyzer::options::Options;
-use foresight_analyzer::report::{Finding, Report, Verdict};
+use foresight_analyzer::report::{Finding, Report, Rule, Verdict};
 use foresight_trace::builder::TraceBuilder;
 use foresight_trace::event::{EventKind, LockMode, ObjectId, ThreadId};
 use foresight_trace::tables::{ClassKey, ObjectKind};
@@ -38,7 +38,7 @@ fn report(t: T) -> Report {
 fn with(r: &Report, kind: &str, verdict: Verdict) -> Vec<Finding> {
     r.findings
         .iter()
-        .filter(|f| f.kind == kind && f.verdict == verdict)
+        .filter(|f| f.kind.name() == kind && f.verdict == verdict)
         .cloned()
         .collect()
 }
@@ -70,7 +70,7 @@ fn a_two_thread_inversion_that_can_collide_is_predicted() {
     let d = with(&r, "deadlock", Verdict::Predicted);
     assert_eq!(d.len(), 1, "{}", show(&r));
     let f = &d[0];
-    assert_eq!(f.rule, "lock-cycle");
+    assert_eq!(f.rule, Rule::LockCycle);
     assert_eq!(f.edges().len(), 2);
     assert_eq!(f.locations.len(), 4);
     assert!(f.locations.iter().all(|l| l.file.as_deref() == Some("t.c")));
@@ -198,8 +198,8 @@ fn joining_while_holding_a_lock_the_child_takes_is_predicted() {
     let r = report(t);
     let d = with(&r, "join-deadlock", Verdict::Predicted);
     assert_eq!(d.len(), 1, "{}", show(&r));
-    assert_eq!(d[0].rule, "join-while-holding");
-    let roles: Vec<&str> = d[0].locations.iter().map(|l| l.role).collect();
+    assert_eq!(d[0].rule, Rule::JoinWhileHolding);
+    let roles: Vec<&str> = d[0].locations.iter().map(|l| l.role.name()).collect();
     assert_eq!(roles, ["holds", "joins", "requests"]);
     assert!(d[0].witness.is_some());
 }
@@ -276,7 +276,7 @@ fn waiting_at_a_barrier_while_holding_a_lock_another_participant_needs_is_predic
     let r = report(t);
     let d = with(&r, "barrier-deadlock", Verdict::Predicted);
     assert_eq!(d.len(), 1, "{}", show(&r));
-    assert!(d[0].locations.iter().any(|l| l.role == "arrives"));
+    assert!(d[0].locations.iter().any(|l| l.role.name() == "arrives"));
 }
 
 #[test]
@@ -317,11 +317,11 @@ fn a_condition_wait_holding_a_lock_the_signaller_needs_is_predicted() {
     let r = report(t);
     let d = with(&r, "wait-deadlock", Verdict::Predicted);
     assert_eq!(d.len(), 1, "{}", show(&r));
-    assert_eq!(d[0].rule, "cond-wait-while-holding");
+    assert_eq!(d[0].rule, Rule::CondWaitWhileHolding);
     // Its own mutex is released by the wait: only L is held hostage.
     let w = d[0].wait().unwrap();
     assert_eq!(w.held.len(), 1);
-    assert_eq!(w.held[0].lock, "L");
+    assert_eq!(w.held[0].lock.name, "L");
 }
 
 #[test]
@@ -349,7 +349,7 @@ fn a_semaphore_wait_holding_a_lock_the_poster_needs_is_predicted() {
     let r = report(t);
     let d = with(&r, "wait-deadlock", Verdict::Predicted);
     assert_eq!(d.len(), 1, "{}", show(&r));
-    assert_eq!(d[0].rule, "sem-wait-while-holding");
+    assert_eq!(d[0].rule, Rule::SemWaitWhileHolding);
 }
 
 #[test]
@@ -525,7 +525,7 @@ fn same_class_locks_taken_lower_id_first_are_not_predicted() {
     assert!(predicted(&r).is_empty(), "{}", show(&r));
     let p = with(&r, "potential-deadlock", Verdict::Potential);
     assert_eq!(p.len(), 1, "{}", show(&r));
-    assert_eq!(p[0].rule, "same-class-nesting");
+    assert_eq!(p[0].rule, Rule::SameClassNesting);
 }
 
 #[test]

@@ -9,7 +9,7 @@ use std::process::{Command, Output};
 use foresight_analyzer::analysis::analyze;
 use foresight_analyzer::model::build_run;
 use foresight_analyzer::options::Options;
-use foresight_analyzer::report::{Report, Verdict};
+use foresight_analyzer::report::{Report, Rule, Verdict};
 use foresight_fixtures::harness::{self, compile_hostile, compile_source, fresh_dir};
 use foresight_trace::builder::TraceBuilder;
 use foresight_trace::tables::{
@@ -83,7 +83,7 @@ fn an_inversion_whose_first_half_is_before_the_window_is_potential() {
     let p: Vec<_> = r
         .findings
         .iter()
-        .filter(|f| f.verdict == Verdict::Potential && f.rule == "lock-order")
+        .filter(|f| f.verdict == Verdict::Potential && f.rule == Rule::LockOrder)
         .collect();
     assert_eq!(p.len(), 1, "{text}");
     assert!(

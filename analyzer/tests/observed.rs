@@ -9,7 +9,7 @@ use common::T;
 use foresight_analyzer::analysis::analyze;
 use foresight_analyzer::model::build_run;
 use foresight_analyzer::options::Options;
-use foresight_analyzer::report::{Finding, Kind, Report, Verdict};
+use foresight_analyzer::report::{BlockingCall, Finding, Kind, Report, Rule, ThreadState, Verdict};
 use foresight_trace::event::{EventKind, LockMode, ObjectId, ThreadId};
 use foresight_trace::tables::{EndReason, ObjectKind, RecordingStopped, StopCause, ThreadEndState};
 use foresight_trace::Trace;
@@ -72,7 +72,7 @@ fn lines(f: &Finding, role: &str) -> Vec<u32> {
     let mut l: Vec<u32> = f
         .locations
         .iter()
-        .filter(|l| l.role == role)
+        .filter(|l| l.role.name() == role)
         .filter_map(|l| l.line)
         .collect();
     l.sort_unstable();
@@ -108,7 +108,7 @@ fn a_lock_cycle_of_blocked_threads_is_an_observed_deadlock_and_not_a_prediction(
     let f = o[0];
     assert_eq!(
         (f.kind, f.rule),
-        (Kind::ObservedDeadlock, "blocked-lock-cycle")
+        (Kind::ObservedDeadlock, Rule::BlockedLockCycle)
     );
     assert_eq!(lines(f, "holds"), [10, 20]);
     assert_eq!(lines(f, "requests"), [11, 21]);
@@ -116,7 +116,7 @@ fn a_lock_cycle_of_blocked_threads_is_an_observed_deadlock_and_not_a_prediction(
     assert_eq!(f.cycle().len(), 2, "the requested lock classes");
     let d = f.observed().unwrap();
     assert_eq!(d.cycle.len(), 2);
-    assert_eq!(d.threads[2].waits, Some("join"));
+    assert_eq!(d.threads[2].waits, Some(BlockingCall::Join));
     assert!(f.reason.contains("SIGTERM"), "{}", f.reason);
     assert!(
         r.findings.iter().all(|f| f.kind != Kind::Deadlock),
@@ -160,10 +160,14 @@ fn a_thread_requesting_a_default_mutex_it_holds_is_a_self_deadlock() {
     );
     let o = observed(&r);
     assert_eq!(o.len(), 1, "{}", show(&r));
-    assert_eq!(o[0].rule, "blocked-self-lock");
+    assert_eq!(o[0].rule, Rule::BlockedSelfLock);
     assert_eq!(lines(o[0], "holds"), [5]);
     assert_eq!(lines(o[0], "requests"), [6]);
-    assert!(o[0].message.contains("which it holds"), "{}", o[0].message);
+    assert!(
+        o[0].message.to_string().contains("which it holds"),
+        "{}",
+        o[0].message
+    );
     assert!(o[0].reason.contains("--hang-timeout"), "{}", o[0].reason);
 }
 
@@ -190,7 +194,7 @@ fn a_write_request_of_an_rwlock_the_thread_read_holds_is_a_self_deadlock() {
     let r = t.ended(SIGTERM, &[(main, BLOCKED)], None);
     let o = observed(&r);
     assert_eq!(o.len(), 1, "{}", show(&r));
-    assert_eq!(o[0].rule, "blocked-self-lock");
+    assert_eq!(o[0].rule, Rule::BlockedSelfLock);
 }
 
 #[test]
@@ -217,7 +221,7 @@ fn a_read_request_behind_a_queued_writer_that_waits_for_the_reader_is_a_cycle() 
     assert_eq!(o.len(), 1, "{}", show(&r));
     assert_eq!(
         (o[0].kind, o[0].rule),
-        (Kind::ObservedDeadlock, "blocked-lock-cycle")
+        (Kind::ObservedDeadlock, Rule::BlockedLockCycle)
     );
     assert_eq!(lines(o[0], "requests"), [11, 20]);
 }
@@ -236,7 +240,7 @@ fn joining_a_thread_blocked_on_a_lock_the_joiner_holds_is_a_wait_cycle() {
     assert_eq!(o.len(), 1, "{}", show(&r));
     assert_eq!(
         (o[0].kind, o[0].rule),
-        (Kind::ObservedDeadlock, "blocked-wait-cycle")
+        (Kind::ObservedDeadlock, Rule::BlockedWaitCycle)
     );
     assert_eq!(lines(o[0], "holds"), [5]);
     assert_eq!(lines(o[0], "joins"), [7]);
@@ -274,7 +278,7 @@ fn a_once_routine_blocked_on_a_lock_held_by_a_thread_waiting_for_the_once_is_a_c
     );
     let o = observed(&r);
     assert_eq!(o.len(), 1, "{}", show(&r));
-    assert_eq!(o[0].rule, "blocked-wait-cycle");
+    assert_eq!(o[0].rule, Rule::BlockedWaitCycle);
     assert_eq!(lines(o[0], "waits"), [21]);
 }
 
@@ -307,7 +311,7 @@ fn threads_blocked_without_a_cycle_when_the_run_is_stopped_are_an_observed_stall
     assert_eq!(o.len(), 1, "{}", show(&r));
     assert_eq!(
         (o[0].kind, o[0].rule),
-        (Kind::ObservedStall, "blocked-wait")
+        (Kind::ObservedStall, Rule::BlockedWait)
     );
     assert_eq!(lines(o[0], "joins"), [30]);
     assert_eq!(lines(o[0], "waits"), [11]);
@@ -357,14 +361,17 @@ fn a_thread_in_a_timed_wait_closes_no_cycle_and_is_listed_as_the_holder() {
     let o = observed(&r);
     assert_eq!(o.len(), 1, "{}", show(&r));
     assert_eq!(o[0].kind, Kind::ObservedStall);
-    let states: Vec<&str> = o[0]
+    let states: Vec<ThreadState> = o[0]
         .observed()
         .unwrap()
         .threads
         .iter()
         .map(|t| t.state)
         .collect();
-    assert!(states.contains(&"blocked-with-timeout"), "{states:?}");
+    assert!(
+        states.contains(&ThreadState::BlockedWithTimeout),
+        "{states:?}"
+    );
 }
 
 #[test]
@@ -381,7 +388,10 @@ fn a_lock_held_by_a_thread_that_exited_stalls_its_requester() {
     assert_eq!(o.len(), 1, "{}", show(&r));
     assert_eq!(o[0].kind, Kind::ObservedStall);
     assert_eq!(lines(o[0], "holds"), [10]);
-    assert_eq!(o[0].observed().unwrap().threads[1].state, "exited");
+    assert_eq!(
+        o[0].observed().unwrap().threads[1].state,
+        ThreadState::Exited
+    );
 }
 
 #[test]
@@ -408,9 +418,9 @@ fn two_independent_deadlocks_are_two_findings() {
         ],
         None,
     );
-    let rules: Vec<&str> = observed(&r).iter().map(|f| f.rule).collect();
+    let rules: Vec<Rule> = observed(&r).iter().map(|f| f.rule).collect();
     assert_eq!(rules.len(), 2, "{}", show(&r));
-    assert!(rules.contains(&"blocked-self-lock") && rules.contains(&"blocked-lock-cycle"));
+    assert!(rules.contains(&Rule::BlockedSelfLock) && rules.contains(&Rule::BlockedLockCycle));
 }
 
 #[test]

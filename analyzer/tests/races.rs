@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use foresight_analyzer::analysis::analyze;
 use foresight_analyzer::model::build_run;
 use foresight_analyzer::options::Options;
-use foresight_analyzer::report::{Finding, Report};
+use foresight_analyzer::report::{AccessKind, Finding, Kind, Report, Verdict};
 use foresight_trace::builder::TraceBuilder;
 use foresight_trace::event::{AtomicOp, EventKind, LockMode, MemoryOrder, ObjectId, ThreadId};
 use foresight_trace::tables::ObjectKind;
@@ -87,7 +87,7 @@ fn report(t: T) -> Report {
 }
 
 fn races(r: &Report) -> Vec<&Finding> {
-    r.findings.iter().filter(|f| f.kind == "race").collect()
+    r.findings.iter().filter(|f| f.kind == Kind::Race).collect()
 }
 
 /// The lines each race finding names, as sorted pairs, with its rule.
@@ -97,7 +97,7 @@ fn race_lines(r: &Report) -> BTreeSet<(u32, u32, &'static str)> {
         .map(|f| {
             let mut l: Vec<u32> = f.locations.iter().filter_map(|l| l.line).collect();
             l.sort_unstable();
-            (l[0], l[1], f.rule)
+            (l[0], l[1], f.rule.into())
         })
         .collect()
 }
@@ -111,12 +111,38 @@ fn unordered_writes_race_by_happens_before() {
     let r = report(t);
     assert_eq!(race_lines(&r), [(10, 20, "happens-before")].into());
     let f = races(&r)[0];
-    assert_eq!(f.verdict.as_str(), "predicted");
+    assert_eq!(f.verdict, Verdict::Predicted);
     assert!(f.witness.is_none(), "the run itself has the race");
     let race = f.race().expect("race details");
-    assert_eq!(race.accesses[0].kind, "write");
+    assert_eq!(race.accesses[0].kind, AccessKind::Write);
     assert_eq!(race.accesses[0].size, 4);
     assert!(race.accesses[1].locks_held.is_empty());
+}
+
+#[test]
+fn races_are_listed_by_where_they_are_in_the_code_not_by_their_wording() {
+    // The race on the higher address is at the lower lines: its message ("data race on
+    // 0x3000: …") sorts after the other's, its sites before.
+    let mut t = T::new();
+    let (a, b) = (t.spawn("a"), t.spawn("b"));
+    t.write(a, 0x3000, 4, 10);
+    t.write(b, 0x3000, 4, 11);
+    t.write(a, X, 4, 30);
+    t.write(b, X, 4, 31);
+    let r = report(t);
+    let firsts: Vec<Option<u32>> = races(&r)
+        .iter()
+        .map(|f| f.locations.iter().filter_map(|l| l.line).min())
+        .collect();
+    assert_eq!(firsts, [Some(10), Some(30)]);
+    let messages: Vec<String> = races(&r).iter().map(|f| f.message.to_string()).collect();
+    assert!(messages[0].contains("0x3000"), "{messages:?}");
+    assert!(
+        r.findings
+            .windows(2)
+            .all(|w| w[0].report_order() <= w[1].report_order()),
+        "the findings are in report order"
+    );
 }
 
 #[test]
@@ -344,6 +370,7 @@ fn a_heap_race_names_its_block() {
     assert_eq!((block.size, block.offset), (64, 12));
     assert!(races(&r)[0]
         .message
+        .to_string()
         .contains("offset 12 of a 64-byte heap block"));
 }
 

@@ -9,7 +9,7 @@ use foresight_analyzer::analysis::analyze;
 use foresight_analyzer::merge::analyze_in_segments;
 use foresight_analyzer::model::build_run;
 use foresight_analyzer::options::Options;
-use foresight_analyzer::report::{Finding, Report, Verdict};
+use foresight_analyzer::report::{Finding, Report, Rule, Verdict};
 use foresight_analyzer::sites::Wrappers;
 use foresight_trace::event::{EventKind, ObjectId, ThreadId};
 use foresight_trace::Trace;
@@ -345,7 +345,7 @@ fn a_race_inside_one_segment_is_predicted() {
     assert!(r.summary.segments >= 2);
     let found = races(&r);
     assert_eq!(found.len(), 1, "{}", show(&r));
-    assert_eq!(found[0].rule, "sync-preserving");
+    assert_eq!(found[0].rule, Rule::SyncPreserving);
 }
 
 #[test]
@@ -411,12 +411,12 @@ fn a_lock_that_becomes_a_monitor_later_is_one_in_earlier_segments() {
     let joins = |r: &Report| {
         r.findings
             .iter()
-            .filter(|f| f.rule == "join-while-holding" && f.verdict == Verdict::Predicted)
+            .filter(|f| f.rule == Rule::JoinWhileHolding && f.verdict == Verdict::Predicted)
             .count()
     };
     assert_eq!(joins(&w), 0, "{}", show(&w));
     assert!(
-        w.findings.iter().any(|f| f.rule == "join-while-holding"),
+        w.findings.iter().any(|f| f.rule == Rule::JoinWhileHolding),
         "the join is a (potential) finding: {}",
         show(&w)
     );
@@ -478,7 +478,7 @@ fn a_condition_wait_a_later_segment_could_still_end_is_not_predicted() {
     let waits = |r: &Report| {
         r.findings
             .iter()
-            .filter(|f| f.rule == "cond-wait-while-holding")
+            .filter(|f| f.rule == Rule::CondWaitWhileHolding)
             .map(|f| f.verdict)
             .collect::<Vec<_>>()
     };

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 
 use crate::baseline::{self, DEFAULT_BASELINE};
-use crate::report::{self, finding_key, Finding, Report};
+use crate::report::{self, BaselineKey, Finding, Report};
 
 use super::analyze::{analyze_traces, AnalysisArgs};
 use super::output::ignore_broken_pipe;
@@ -51,7 +51,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .clone()
         .unwrap_or_else(|| PathBuf::from(DEFAULT_BASELINE));
     // Read the baseline before the analysis: a missing or unreadable one is bad input now.
-    let accepted: BTreeSet<String> = if args.update_baseline {
+    let accepted: BTreeSet<BaselineKey> = if args.update_baseline {
         BTreeSet::new()
     } else if path.exists() || explicit {
         baseline::read(&path)?
@@ -78,14 +78,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
 
-    let is_new = |f: &Finding| !accepted.contains(&finding_key(f));
+    let is_new = |f: &Finding| !accepted.contains(&f.key().baseline());
     let new: Vec<Finding> = report
         .findings
         .iter()
         .filter(|f| is_new(f))
         .cloned()
         .collect();
-    let current: BTreeSet<String> = report.findings.iter().map(finding_key).collect();
+    let current: BTreeSet<BaselineKey> =
+        report.findings.iter().map(|f| f.key().baseline()).collect();
     let gone = accepted.difference(&current).count();
 
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
@@ -138,7 +139,7 @@ fn write_text(
     }
     writeln!(out, "\nnew findings (baseline lines):")?;
     for f in new {
-        writeln!(out, "  {}", finding_key(f))?;
+        writeln!(out, "  {}", f.key().baseline())?;
     }
     writeln!(out)?;
     let mut only_new = report.clone();

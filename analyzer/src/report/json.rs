@@ -8,8 +8,8 @@ use std::io::Write;
 use serde::Serialize;
 
 use super::{
-    EdgeReport, Finding, FindingLocation, Kind, ObservedReport, RaceReport, Report, Verdict,
-    WaitReport, Witness,
+    EdgeReport, Finding, FindingLocation, Kind, Message, ObservedReport, RaceReport, Report, Rule,
+    Verdict, WaitReport, Witness,
 };
 
 pub fn write(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
@@ -23,8 +23,8 @@ struct FindingJson<'f> {
     id: usize,
     kind: Kind,
     verdict: Verdict,
-    rule: &'static str,
-    message: &'f str,
+    rule: Rule,
+    message: &'f Message,
     reason: &'f str,
     traces: &'f [String],
     cycle: &'f [String],

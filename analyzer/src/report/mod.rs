@@ -5,16 +5,18 @@
 //! (`docs/report-schema.md`, written by `json.rs`): a change of a field is a change of
 //! `REPORT_VERSION`.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::sites::Location;
 
 pub mod json;
 mod key;
+mod message;
 pub mod sarif;
 pub mod text;
 
-pub use key::finding_key;
+pub use key::{BaselineKey, BaselineKind, FindingKey, KeyError, SiteKey};
+pub use message::{Message, RaceMemory, RaceSide, WaitFor};
 
 /// `n` and the noun, singular for one: "1 cycle", "2 cycles", "1 class", "3 classes".
 pub fn counted<N: std::fmt::Display + PartialEq + From<u8>>(n: N, one: &str, many: &str) -> String {
@@ -170,8 +172,24 @@ pub struct Inversion {
     pub counts: [u64; 2],
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+/// How sure a finding is. Its name in the reports is the serde name, and `Display` gives the
+/// same (one rename rule for both, checked by a test).
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::IntoStaticStr,
+)]
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
 pub enum Verdict {
     /// It happened: the threads were blocked so when the trace ended (`observed.rs`).
     Observed,
@@ -182,13 +200,9 @@ pub enum Verdict {
 }
 
 impl Verdict {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Verdict::Observed => "observed",
-            Verdict::Predicted => "predicted",
-            Verdict::Potential => "potential",
-            Verdict::Violation => "violation",
-        }
+    /// The name the reports give it.
+    pub fn name(self) -> &'static str {
+        self.into()
     }
 }
 
@@ -218,8 +232,9 @@ pub struct Finding {
     pub kind: Kind,
     pub verdict: Verdict,
     /// The rule that produced the finding (see `docs/report-schema.md`).
-    pub rule: &'static str,
-    pub message: String,
+    pub rule: Rule,
+    /// What the finding says in one line, as facts (worded when printed).
+    pub message: Message,
     /// Why it is predicted, or why it is only potential.
     pub reason: String,
     pub traces: Vec<String>,
@@ -233,6 +248,19 @@ pub struct Finding {
 }
 
 impl Finding {
+    /// Where the finding goes in a report: deadlocks before races, by verdict, shortest cycle
+    /// first, by kind name, then by key, so that the order is the same however the findings
+    /// were found (one analysis, segments, traces merged) and never depends on wording.
+    pub fn report_order(&self) -> (Verdict, bool, usize, &'static str, FindingKey) {
+        (
+            self.verdict,
+            self.kind == Kind::Race,
+            self.cycle().len(),
+            self.kind.name(),
+            self.key(),
+        )
+    }
+
     /// The lock classes of the finding (JSON's `cycle`): a cycle's classes in order, the held
     /// lock's class for a wait, [held, acquired] for a rank violation.
     pub fn cycle(&self) -> &[String] {
@@ -325,8 +353,26 @@ pub enum Detail {
     Observed(Box<ObservedReport>),
 }
 
-/// The kind of a finding: JSON's `kind`, SARIF's rule id.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// The kind of a finding: JSON's `kind`, SARIF's rule id, the suppressions file's `kind`.
+/// Declared in the order SARIF lists its rules ([`strum::VariantArray`]).
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::VariantArray,
+)]
+#[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum Kind {
     Deadlock,
     PotentialDeadlock,
@@ -341,57 +387,292 @@ pub enum Kind {
 }
 
 impl Kind {
-    /// Every kind, in the order SARIF lists its rules.
-    pub const ALL: [Kind; 10] = [
-        Kind::Deadlock,
-        Kind::PotentialDeadlock,
-        Kind::JoinDeadlock,
-        Kind::BarrierDeadlock,
-        Kind::WaitDeadlock,
-        Kind::RwlockDeadlock,
-        Kind::RankViolation,
-        Kind::Race,
-        Kind::ObservedDeadlock,
-        Kind::ObservedStall,
-    ];
+    /// The name the reports give it (`potential-deadlock`).
+    pub fn name(self) -> &'static str {
+        self.into()
+    }
+}
 
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::Deadlock => "deadlock",
-            Kind::PotentialDeadlock => "potential-deadlock",
-            Kind::JoinDeadlock => "join-deadlock",
-            Kind::BarrierDeadlock => "barrier-deadlock",
-            Kind::WaitDeadlock => "wait-deadlock",
-            Kind::RwlockDeadlock => "rwlock-deadlock",
-            Kind::RankViolation => "rank-violation",
-            Kind::Race => "race",
-            Kind::ObservedDeadlock => "observed-deadlock",
-            Kind::ObservedStall => "observed-stall",
+/// The rule that produced a finding: JSON's `rule` (`docs/report-schema.md` says what each
+/// finds).
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
+pub enum Rule {
+    LockCycle,
+    LockOrder,
+    SameClassNesting,
+    JoinWhileHolding,
+    BarrierWhileHolding,
+    CondWaitWhileHolding,
+    SemWaitWhileHolding,
+    RwlockReadRecursion,
+    LockRank,
+    HappensBefore,
+    SyncPreserving,
+    BlockedSelfLock,
+    BlockedLockCycle,
+    BlockedWaitCycle,
+    BlockedWait,
+}
+
+/// What a site did in a finding: JSON's `locations[].role`, the baseline key's role.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::VariantArray,
+)]
+#[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
+pub enum Role {
+    /// Where a held lock was acquired.
+    Holds,
+    /// Where a lock was requested while the other was held.
+    Requests,
+    Joins,
+    Exits,
+    Waits,
+    Arrives,
+    Signals,
+    Posts,
+    ReadLocks,
+    ReadLocksAgain,
+    WriteLocks,
+    Reads,
+    Writes,
+    AtomicReads,
+    AtomicWrites,
+}
+
+impl Role {
+    /// The name the reports give it (`read-locks-again`).
+    pub fn name(self) -> &'static str {
+        self.into()
+    }
+}
+
+/// What an access of a race did: JSON's `race.accesses[].kind`.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
+pub enum AccessKind {
+    Read,
+    Write,
+    #[serde(rename = "atomic read")]
+    #[strum(serialize = "atomic read")]
+    AtomicRead,
+    #[serde(rename = "atomic write")]
+    #[strum(serialize = "atomic write")]
+    AtomicWrite,
+}
+
+/// The wait of a wait finding: JSON's `wait.wait`.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
+pub enum WaitCall {
+    Join,
+    Barrier,
+    Condition,
+    Semaphore,
+    RwlockRead,
+}
+
+/// How an observed thread was when its trace ended: JSON's `observed.threads[].state`.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
+pub enum ThreadState {
+    Blocked,
+    BlockedWithTimeout,
+    Running,
+    Exited,
+}
+
+/// The call an observed thread was blocked in: JSON's `observed.threads[].waits`.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
+pub enum BlockingCall {
+    Lock,
+    ReadLock,
+    Join,
+    Condition,
+    Barrier,
+    Semaphore,
+    Once,
+}
+
+impl BlockingCall {
+    /// The name the reports give it (`read-lock`).
+    pub fn name(self) -> &'static str {
+        self.into()
+    }
+}
+
+/// The mode a lock is held or requested in: JSON's `mode`.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::IntoStaticStr,
+)]
+#[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
+pub enum LockMode {
+    Write,
+    Read,
+}
+
+/// A thread's id in its trace: the recorder's numbering, as `foresight dump --thread` takes
+/// it. Not the analyzer's index of the thread in a run (which a segment numbers anew).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct ThreadId(pub u32);
+
+impl std::fmt::Display for ThreadId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// A thread a finding refers to: its id, and its name where the trace has the thread's
+/// events (a thread seen only in a flight recorder's summary of earlier edges has none).
+/// Reports print it as `thread 2 "worker"`; findings compare threads by it, not by that text.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ThreadRef {
+    pub id: ThreadId,
+    pub name: Option<String>,
+}
+
+impl std::fmt::Display for ThreadRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.name {
+            Some(name) => write!(f, "thread {} \"{name}\"", self.id),
+            None => write!(f, "thread {}", self.id),
         }
     }
 }
 
-impl std::fmt::Display for Kind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl PartialEq<str> for Kind {
-    fn eq(&self, other: &str) -> bool {
-        self.as_str() == other
-    }
-}
-
-impl PartialEq<&str> for Kind {
-    fn eq(&self, other: &&str) -> bool {
-        self.as_str() == *other
-    }
-}
-
-impl Serialize for Kind {
+impl Serialize for ThreadRef {
+    /// As the text reports print it: the JSON schema's thread fields are strings.
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
+        s.collect_str(self)
+    }
+}
+
+/// A lock's object id in its trace (`foresight dump` shows it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct LockId(pub u32);
+
+/// A lock a finding refers to: its id and its name (its variable when static, else its kind
+/// and id). Reports print the name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LockRef {
+    pub id: LockId,
+    pub name: String,
+}
+
+impl std::fmt::Display for LockRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.name)
+    }
+}
+
+impl Serialize for LockRef {
+    /// By name: the JSON schema's lock fields are strings.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.name)
     }
 }
 
@@ -401,9 +682,8 @@ pub struct FindingLocation {
     pub file: Option<String>,
     pub line: Option<u32>,
     pub function: Option<String>,
-    pub thread: String,
-    /// `holds`, `requests`, `joins`, `waits`, `arrives`, `signals`, `posts`, `read-locks`, …
-    pub role: &'static str,
+    pub thread: ThreadRef,
+    pub role: Role,
     pub trace: String,
 }
 
@@ -436,9 +716,9 @@ impl From<Location> for SiteReport {
 /// A lock held at some point, where it was acquired.
 #[derive(Clone, Debug, Serialize)]
 pub struct HeldLock {
-    pub lock: String,
+    pub lock: LockRef,
     pub class: String,
-    pub mode: &'static str,
+    pub mode: LockMode,
     pub site: SiteReport,
 }
 
@@ -448,10 +728,10 @@ pub struct EdgeReport {
     pub from_class: String,
     pub to_class: String,
     pub trace: String,
-    pub thread: String,
+    pub thread: ThreadRef,
     pub held: HeldLock,
-    pub lock: String,
-    pub mode: &'static str,
+    pub lock: LockRef,
+    pub mode: LockMode,
     pub site: SiteReport,
     /// Every lock held at the request (the held set).
     pub held_set: Vec<HeldLock>,
@@ -468,18 +748,17 @@ pub struct EdgeReport {
 /// A wait that holds locks hostage.
 #[derive(Clone, Debug, Serialize)]
 pub struct WaitReport {
-    /// `join`, `barrier`, `condition`, `semaphore`, `rwlock-read`.
-    pub wait: &'static str,
+    pub wait: WaitCall,
     pub trace: String,
-    pub thread: String,
+    pub thread: ThreadRef,
     pub object: String,
     pub site: SiteReport,
     pub position: u32,
     pub held: Vec<HeldLock>,
     /// The thread the wait depends on, its acquisition of the held lock, and what it would do
     /// after (exit, arrive, signal, post).
-    pub other_thread: String,
-    pub other_lock: String,
+    pub other_thread: ThreadRef,
+    pub other_lock: LockRef,
     pub other_site: SiteReport,
     pub other_position: u32,
     pub other_then: Option<SiteReport>,
@@ -497,7 +776,7 @@ pub struct Witness {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct WitnessThread {
-    pub thread: String,
+    pub thread: ThreadRef,
     /// The thread runs its first `prefix_events` events…
     pub prefix_events: u32,
     /// …holding these locks at the end…
@@ -525,17 +804,16 @@ pub struct BlockReport {
     /// Offset of the earlier access in the block.
     pub offset: u64,
     pub allocated_at: SiteReport,
-    pub thread: String,
+    pub thread: ThreadRef,
 }
 
 /// One access of a race.
 #[derive(Clone, Debug, Serialize)]
 pub struct AccessReport {
-    /// `read`, `write`, `atomic read`, `atomic write`.
-    pub kind: &'static str,
+    pub kind: AccessKind,
     pub size: u32,
     pub address: String,
-    pub thread: String,
+    pub thread: ThreadRef,
     /// Position of the access in its thread (`foresight dump --thread`).
     pub position: u32,
     pub site: SiteReport,
@@ -551,7 +829,7 @@ pub struct ObservedReport {
     pub ended: String,
     /// The threads of the cycle in wait-for order: each waits for the next, the last for the
     /// first (one thread: it waits for itself). Empty for a stall.
-    pub cycle: Vec<String>,
+    pub cycle: Vec<ThreadRef>,
     /// The lock classes the cycle's threads request, in the cycle's order (JSON's `cycle`,
     /// the baseline key's classes); empty when the cycle has no lock request, and for stalls.
     pub lock_classes: Vec<String>,
@@ -563,12 +841,11 @@ pub struct ObservedReport {
 /// One thread of an observed deadlock or stall.
 #[derive(Clone, Debug, Serialize)]
 pub struct BlockedThread {
-    pub thread: String,
-    /// `blocked`, `blocked-with-timeout`, `running`, `exited`.
-    pub state: &'static str,
+    pub thread: ThreadRef,
+    pub state: ThreadState,
     /// The call it was blocked in: `lock`, `read-lock`, `join`, `condition`, `barrier`,
     /// `semaphore`, `once`; null when not blocked in a recorded call.
-    pub waits: Option<&'static str>,
+    pub waits: Option<BlockingCall>,
     /// What that call waits on (a lock, a thread, a condition…).
     pub object: Option<String>,
     pub site: Option<SiteReport>,
@@ -578,7 +855,7 @@ pub struct BlockedThread {
     pub held: Vec<HeldLock>,
     /// The threads it waits for, where the trace says (the holders of the lock, the joined
     /// thread, the thread running the once routine).
-    pub waits_for: Vec<String>,
+    pub waits_for: Vec<ThreadRef>,
 }
 
 /// A static variable, and where it is declared.
@@ -588,4 +865,43 @@ pub struct VariableReport {
     pub name: String,
     pub file: Option<String>,
     pub line: Option<u32>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use strum::VariantArray;
+
+    /// serde names the enums in JSON and strum in text: one rename rule, two derives, so a
+    /// test keeps them the same name.
+    fn same_names<T: Serialize + std::fmt::Display>(values: &[T]) {
+        for v in values {
+            let json = serde_json::to_string(v).unwrap();
+            assert_eq!(json, format!("\"{v}\""));
+        }
+    }
+
+    #[test]
+    fn json_and_text_give_each_enum_one_name() {
+        same_names(Kind::VARIANTS);
+        same_names(Role::VARIANTS);
+        same_names(AccessKind::VARIANTS);
+        same_names(Rule::VARIANTS);
+        same_names(WaitCall::VARIANTS);
+        same_names(ThreadState::VARIANTS);
+        same_names(BlockingCall::VARIANTS);
+        same_names(&[
+            Verdict::Observed,
+            Verdict::Predicted,
+            Verdict::Potential,
+            Verdict::Violation,
+        ]);
+        same_names(&[LockMode::Write, LockMode::Read]);
+        assert_eq!(Kind::RwlockDeadlock.name(), "rwlock-deadlock");
+        assert_eq!(Role::ReadLocksAgain.name(), "read-locks-again");
+        assert_eq!(
+            "potential-deadlock".parse::<Kind>().ok(),
+            Some(Kind::PotentialDeadlock)
+        );
+    }
 }

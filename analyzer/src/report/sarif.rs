@@ -3,13 +3,15 @@
 //! is the primary acquisition (the first request of a lock cycle, the wait of a wait finding),
 //! `relatedLocations` every site of the finding (both sides of each edge), and a predicted
 //! finding's witness is a `codeFlow` with one `threadFlow` per thread. `partialFingerprints`
-//! carries the baseline key ([`finding_key`]), which is stable across machines.
+//! carries the baseline key ([`BaselineKey`](super::BaselineKey)), which is stable across machines.
 
 use std::io::Write;
 
 use serde_json::{json, Value};
 
-use super::{finding_key, Finding, FindingLocation, Kind, Report, Verdict};
+use strum::VariantArray;
+
+use super::{Finding, FindingLocation, Kind, Report, Role, Verdict};
 
 /// A kind's rule: (short description, full description).
 fn rule(kind: Kind) -> (&'static str, &'static str) {
@@ -105,13 +107,13 @@ pub fn to_value(
     report: &Report,
     baseline_state: Option<&dyn Fn(&Finding) -> &'static str>,
 ) -> Value {
-    let rules: Vec<Value> = Kind::ALL
+    let rules: Vec<Value> = Kind::VARIANTS
         .iter()
         .map(|&kind| {
             let (short, full) = rule(kind);
             json!({
-                "id": kind.as_str(),
-                "name": rule_name(kind.as_str()),
+                "id": kind.name(),
+                "name": rule_name(kind.name()),
                 "shortDescription": { "text": short },
                 "fullDescription": { "text": full },
                 "defaultConfiguration": { "level": default_level(kind) },
@@ -153,14 +155,14 @@ fn rule_name(id: &str) -> String {
 }
 
 fn result(f: &Finding, baseline_state: Option<&dyn Fn(&Finding) -> &'static str>) -> Value {
-    let rule_index = Kind::ALL.iter().position(|&k| k == f.kind);
+    let rule_index = Kind::VARIANTS.iter().position(|&k| k == f.kind);
     let primary = f
         .locations
         .iter()
         .find(|l| {
             matches!(
                 l.role,
-                "requests" | "joins" | "waits" | "arrives" | "read-locks-again"
+                Role::Requests | Role::Joins | Role::Waits | Role::Arrives | Role::ReadLocksAgain
             )
         })
         .or_else(|| f.locations.first());
@@ -175,15 +177,15 @@ fn result(f: &Finding, baseline_state: Option<&dyn Fn(&Finding) -> &'static str>
         })
         .collect();
     let mut r = json!({
-        "ruleId": f.kind.as_str(),
+        "ruleId": f.kind.name(),
         "level": level(f),
         "message": { "text": f.message },
-        "locations": primary.map(|l| vec![location(l, &f.message)]).unwrap_or_default(),
+        "locations": primary.map(|l| vec![location(l, &f.message.to_string())]).unwrap_or_default(),
         "relatedLocations": related,
-        "partialFingerprints": { "foresight/v1": finding_key(f) },
+        "partialFingerprints": { "foresight/v1": f.key().baseline().to_string() },
         "occurrenceCount": f.occurrences.max(1),
         "properties": {
-            "verdict": f.verdict.as_str(),
+            "verdict": f.verdict.name(),
             "rule": f.rule,
             "reason": f.reason,
             "lockClasses": f.cycle(),
@@ -246,7 +248,7 @@ fn code_flow(f: &Finding) -> Option<Value> {
                 let site = f
                     .locations
                     .iter()
-                    .find(|l| l.thread == t.thread && l.role == "holds");
+                    .find(|l| l.thread == t.thread && l.role == Role::Holds);
                 let text = format!("{} holds {h}", t.thread);
                 steps.push(flow_step(site, &text, "acquire"));
             }
@@ -254,7 +256,7 @@ fn code_flow(f: &Finding) -> Option<Value> {
                 let site = f
                     .locations
                     .iter()
-                    .find(|l| l.thread == t.thread && l.role != "holds");
+                    .find(|l| l.thread == t.thread && l.role != Role::Holds);
                 steps.push(flow_step(site, &format!("{} {b}", t.thread), "block"));
             }
             if steps.is_empty() {

@@ -4,9 +4,10 @@
 
 use std::io::Write;
 
+use super::message::{cycle_text, joined};
 use super::{
-    counted, ComponentSummary, Detail, EdgeReport, Finding, HeldLock, Kind, Report, SiteReport,
-    Verdict,
+    counted, ComponentSummary, Detail, EdgeReport, Finding, HeldLock, Kind, Report, Rule,
+    SiteReport, Verdict,
 };
 
 /// How much of each site's stack the text shows.
@@ -308,7 +309,7 @@ fn finding(out: &mut impl Write, f: &Finding, style: Style) -> std::io::Result<(
         "[{}] {} ({}, rule {})",
         f.id,
         f.message,
-        f.verdict.as_str(),
+        f.verdict.name(),
         f.rule
     )?;
     match &f.detail {
@@ -379,7 +380,7 @@ fn finding(out: &mut impl Write, f: &Finding, style: Style) -> std::io::Result<(
                     held(out, "holding", h)?;
                 }
                 if !t.waits_for.is_empty() {
-                    writeln!(out, "    waiting for {}", t.waits_for.join(", "))?;
+                    writeln!(out, "    waiting for {}", joined(&t.waits_for, ", "))?;
                 }
             }
         }
@@ -453,18 +454,12 @@ fn finding(out: &mut impl Write, f: &Finding, style: Style) -> std::io::Result<(
 }
 
 /// A cycle's names in order, back to the first: `A → B → A`.
-fn cycle_text(names: &[String]) -> String {
-    let mut s = names.join(" → ");
-    if let Some(first) = names.first() {
-        s.push_str(" → ");
-        s.push_str(first);
-    }
-    s
-}
-
 /// "3 by happens-before, 1 sync-preserving": how many races each rule found.
 fn race_rules(races: &[&Finding]) -> String {
-    let hb = races.iter().filter(|f| f.rule == "happens-before").count();
+    let hb = races
+        .iter()
+        .filter(|f| f.rule == Rule::HappensBefore)
+        .count();
     let sp = races.len() - hb;
     match (hb, sp) {
         (_, 0) => "happens-before".to_string(),
@@ -510,7 +505,7 @@ fn edge(out: &mut impl Write, i: usize, e: &EdgeReport, style: Style) -> std::io
         e.lock, e.mode, e.site.location, e.request_position
     )?;
     stack(out, &e.site, "      ", style)?;
-    let names: Vec<String> = e.held_set.iter().map(|h| h.lock.clone()).collect();
+    let names: Vec<String> = e.held_set.iter().map(|h| h.lock.to_string()).collect();
     writeln!(out, "    held set: {{{}}}", names.join(", "))
 }
 
