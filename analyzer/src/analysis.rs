@@ -14,11 +14,13 @@
 //!   order in the code, a design defect independent of timing (seed 001). The reason says why
 //!   it was not predicted.
 
-use crate::closure::Budget;
+use crate::analyses::{Budgets, Output, Part, REGISTRY};
 use crate::lock_graph::LockOrderGraph;
 use crate::model::Run;
 use crate::options::Options;
-use crate::report::{Report, Summary, TraceSummary, REPORT_SCHEMA, REPORT_VERSION};
+use crate::report::{
+    Finding, Kind, Report, Summary, TraceSummary, Verdict, REPORT_SCHEMA, REPORT_VERSION,
+};
 
 /// Analyses the runs (one per trace) together. `warnings[i]` are the reader's problems of run i.
 pub fn analyze(runs: &[Run], warnings: &[Vec<String>], opts: &Options) -> Report {
@@ -36,57 +38,34 @@ pub fn analyze_with_graph(
     for (i, run) in runs.iter().enumerate() {
         graph.add_run(i, run);
     }
-    let mut budget = Budget::new(opts.candidate_budget, opts.closure_steps);
     let mut summary = Summary {
         lock_classes: graph.classes.len(),
         lock_order_edges: graph.edges.len(),
         max_cycle_length: opts.max_cycle_length,
         ..Summary::default()
     };
-
-    let (mut findings, components) =
-        crate::lock_cycles::lock_cycle_findings(runs, &graph, opts, &mut budget, &mut summary);
-    for c in &components {
-        summary.unlisted_predicted += c.predicted - c.listed_predicted as u64;
-        summary.unlisted_potential += c.potential - c.listed_potential as u64;
+    let part = Part {
+        runs,
+        graph: &graph,
+        opts,
+    };
+    let mut budgets = Budgets::new(opts);
+    let mut out = Output::default();
+    for analysis in REGISTRY {
+        analysis.analyze(&part, &mut budgets, &mut summary, &mut out);
     }
-    for (ri, run) in runs.iter().enumerate() {
-        if !run.hb.complete {
-            continue;
-        }
-        findings.extend(crate::waits::wait_findings(run, ri, &mut budget));
-        findings.extend(crate::waits::rwlock_findings(run, &mut budget));
+    for analysis in REGISTRY {
+        analysis.settle(&mut out.findings);
     }
-    for run in runs {
-        findings.extend(crate::observed::observed_findings(run));
-    }
-    crate::observed::drop_superseded(&mut findings);
-    let mut race_budget = Budget::new(opts.race_candidate_budget, 0);
-    for run in runs {
-        let (races, stats) = crate::race_findings::race_findings(run, &run.races, &mut race_budget);
-        summary.race_candidates += stats.candidate_pairs;
-        summary.race_pairs_capped += stats.capped;
-        findings.extend(races);
-    }
-    summary.race_candidates_checked = race_budget.checked;
-    summary.race_budget_exhausted = race_budget.exhausted;
-    // Deadlocks before races, each by verdict, shortest cycle first.
-    findings.sort_by(|a, b| {
-        let key = |f: &crate::report::Finding| {
-            (
-                f.verdict,
-                f.kind == crate::report::Kind::Race,
-                f.cycle().len(),
-                f.kind.as_str(),
-                f.message.clone(),
-            )
-        };
-        key(a).cmp(&key(b))
-    });
-    // Rank violations last: a broken declared rule, not a deadlock found.
-    findings.extend(crate::ranks::rank_findings(runs, &graph));
-    summary.candidates_checked = budget.checked;
-    summary.candidate_budget_exhausted = budget.exhausted;
+    let Output {
+        findings,
+        components,
+    } = out;
+    summary.candidates_checked = budgets.deadlock.checked;
+    summary.candidate_budget_exhausted = budgets.deadlock.exhausted;
+    summary.race_candidates_checked = budgets.race.checked;
+    summary.race_budget_exhausted = budgets.race.exhausted;
+    let findings = in_report_order(findings);
     let mut report = Report {
         schema: REPORT_SCHEMA,
         version: REPORT_VERSION,
@@ -149,4 +128,26 @@ pub fn analyze_with_graph(
     };
     report.recount();
     (report, graph)
+}
+
+/// The order of a report: deadlocks before races, each by verdict, shortest cycle first; rank
+/// violations last, in the order found (a broken declared rule, not a deadlock found).
+pub(crate) fn in_report_order(findings: Vec<Finding>) -> Vec<Finding> {
+    let (mut ranks, mut rest): (Vec<Finding>, Vec<Finding>) = findings
+        .into_iter()
+        .partition(|f| f.verdict == Verdict::Violation);
+    rest.sort_by(|a, b| {
+        let key = |f: &Finding| {
+            (
+                f.verdict,
+                f.kind == Kind::Race,
+                f.cycle().len(),
+                f.kind.as_str(),
+                f.message.clone(),
+            )
+        };
+        key(a).cmp(&key(b))
+    });
+    rest.append(&mut ranks);
+    rest
 }

@@ -14,6 +14,7 @@
 //! [`report`], which renders them. ARCHITECTURE.md ("Layers") says which module may use which.
 
 mod addr_map;
+pub mod analyses;
 pub mod analysis;
 pub mod baseline;
 pub mod cli;
@@ -23,20 +24,15 @@ pub mod deadlock;
 mod describe;
 pub mod escape;
 pub mod hb;
-mod lock_cycles;
 pub mod lock_graph;
 pub mod merge;
 pub mod model;
-mod observed;
 pub mod options;
-mod race_findings;
 pub mod races;
-pub mod ranks;
 pub mod report;
 pub mod sites;
 pub mod stdtrace;
 pub mod stream;
 pub mod suppressions;
 pub mod vector_clock;
-pub mod waits;
 mod wrapper_hints;

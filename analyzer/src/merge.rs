@@ -22,12 +22,12 @@
 use foldhash::{HashMap, HashMapExt};
 use std::collections::BTreeSet;
 
+use crate::analyses::lock_cycles::{component_summary, ComponentCounts};
 use crate::analysis::{analyze, analyze_with_graph};
 use crate::cycles::{for_each_cycle, strongly_connected_components, Flow};
 use crate::describe::{
     cycle_text, earlier_edge_locations, earlier_edge_report, edge_report, location,
 };
-use crate::lock_cycles::{component_summary, ComponentCounts};
 use crate::lock_graph::{modes_can_block, ClassEdge, LockOrderGraph};
 use crate::model::Run;
 use crate::options::Options;
@@ -457,22 +457,7 @@ impl Merger {
 
         // The order of one analysis: deadlocks before races, by verdict, shortest cycle first;
         // rank violations last.
-        let (mut ranks, mut rest): (Vec<Finding>, Vec<Finding>) = findings
-            .into_iter()
-            .partition(|f| f.verdict == Verdict::Violation);
-        rest.sort_by(|a, b| {
-            let key = |f: &Finding| {
-                (
-                    f.verdict,
-                    f.kind == Kind::Race,
-                    f.cycle().len(),
-                    f.kind.as_str(),
-                    f.message.clone(),
-                )
-            };
-            key(a).cmp(&key(b))
-        });
-        rest.append(&mut ranks);
+        let rest = crate::analysis::in_report_order(findings);
         let mut report = Report {
             schema: REPORT_SCHEMA,
             version: REPORT_VERSION,
