@@ -6,7 +6,7 @@ mod common;
 
 use common::T;
 use foresight_analyzer::analysis::analyze;
-use foresight_analyzer::merge::analyze_in_segments;
+use foresight_analyzer::analysis::analyze_in_segments;
 use foresight_analyzer::model::build_run;
 use foresight_analyzer::options::Options;
 use foresight_analyzer::report::{Finding, Report, Verdict};

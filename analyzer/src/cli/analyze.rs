@@ -11,7 +11,8 @@ use foresight_trace::Problem;
 use foresight_trace::{ThreadId, TraceStream};
 
 use crate::analysis::analyze;
-use crate::merge::{Merger, SegmentFold, TraceAnalysis};
+use crate::analysis::SegmentFold;
+use crate::merge::{Merger, TraceAnalysis};
 use crate::model::{
     drive_segments_replaying, ModelPass, MonitorScan, Run, ThreadModel, DEFAULT_SEGMENT_EVENTS,
 };
@@ -387,7 +388,7 @@ fn stream_run(
     // The trailer says how many events to expect when the recording ended cleanly.
     let expected = stream.trailer().map(|t| t.events);
     let mut monitors = MonitorScan::default();
-    if crate::merge::will_be_cut(tables, expected, segment_events) {
+    if crate::analysis::will_be_cut(tables, expected, segment_events) {
         for &id in &ids {
             monitors.scan_thread(stream.thread_events(id).map(|e| e.kind));
         }
