@@ -141,7 +141,7 @@ fn part_report(runs: &[Run], warnings: &[Vec<String>], opts: &Options) -> (Repor
     (report, graph)
 }
 
-/// One trace's parts as the walk hands them out (`model::drive_segments`): each segment's
+/// One trace's parts as the walk hands them out (`model::walk`): each segment's
 /// run is analysed alone ([`analyze_part`]) and dropped, what the merge needs of it kept
 /// ([`Merger::add_segment`]). A trace that was not cut is the same with one part.
 pub struct SegmentFold<'o> {
@@ -235,7 +235,7 @@ pub fn analyze_in_segments(
     opts: &Options,
     segment_events: u64,
 ) -> Report {
-    use crate::model::{drive_segments, ModelPass, MonitorScan};
+    use crate::model::{walk, ModelPass, MonitorScan};
     let stream = crate::stream::Stream::of_trace(trace);
     let mut monitors = MonitorScan::default();
     if will_be_cut(&trace.tables, Some(trace.event_count()), segment_events) {
@@ -252,13 +252,14 @@ pub fn analyze_in_segments(
         )
         .with_end_reason(trace.trailer.as_ref().map(|t| t.reason));
     let mut fold = SegmentFold::folding(opts, segment_events);
-    let last = drive_segments(
+    let last = walk(
         &stream,
         model,
         trace.merged().map(|m| (m.thread, m.index, m.event.kind)),
         &mut |_| {},
         segment_events,
         &mut |run| fold.segment(run),
+        None,
     );
     fold.finish(last, Vec::new())
 }

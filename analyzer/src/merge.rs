@@ -13,7 +13,7 @@
 //! Budgets are per part, and a potential cycle whose edges are all in one trace lists that
 //! trace (and every other trace that has it whole).
 //!
-//! The segments of one long trace (`--segment-events`, `model::drive_segments`) are folded the
+//! The segments of one long trace (`--segment-events`, `model::walk`) are folded the
 //! same way ([`SegmentFold`], [`Merger::add_segment`]), each segment a part of its own in the
 //! merged graph, but reported as the one trace they are: one summary line whose counts add
 //! up, findings that name the trace once, and a cycle whose edges are in different segments
@@ -178,7 +178,7 @@ impl Merger {
     }
 
     /// Folds in the next segment of the trace whose first segment was the last one added
-    /// (`model::drive_segments`): its findings fold into that trace's as another trace's
+    /// (`model::walk`): its findings fold into that trace's as another trace's
     /// would (same finding: occurrences add), its counts add to that trace's summary line,
     /// and a lock cycle whose edges are in different segments is potential, as one whose
     /// edges are in different traces.
