@@ -33,8 +33,9 @@ pub const REGISTRY: &[&dyn Analysis] = &[
 
 /// What an analysis receives: one part of the input.
 pub struct Part<'a> {
-    /// The part's runs: one (a trace, or a segment of it), or several when a library caller
-    /// analyses traces together.
+    /// The part's runs: one, the trace or the segment (`analysis::analyze_part`); several
+    /// runs' edges in one graph stay possible (each run by its index), as the lock cycles
+    /// distinguish them.
     pub runs: &'a [Run],
     /// The class-level lock-order graph of those runs, each run's edges by its index.
     pub graph: &'a LockOrderGraph,
