@@ -35,7 +35,7 @@ use std::io::BufWriter;
 use std::time::Instant;
 
 use foresight_analyzer::analysis::analyze;
-use foresight_analyzer::model::{drive_run, drive_run_split, ModelPass};
+use foresight_analyzer::model::{drive_run_split, walk, ModelPass};
 use foresight_analyzer::options::Options;
 use foresight_analyzer::races::{drive_split, Balance, RacePass, DEFAULT_FRONT_SHARE};
 use foresight_analyzer::stream::{Op, Pass, Runs, Stream, StreamEvent};
@@ -75,7 +75,7 @@ fn main() {
             let walk = Stream::of_stream(stream);
             let mut merged = stream.merged();
             let mut pass = Floor(0);
-            let events = walk.drive_runs(&mut merged, &mut pass, &mut |_| {});
+            let events = walk.walk(Runs(&mut merged), &mut pass, &mut |_| {});
             (events, format!("checksum={:x}", pass.0))
         }),
         "races" => {
@@ -100,7 +100,7 @@ fn main() {
                     (events, out, Some(b))
                 } else {
                     let mut pass = RacePass::new(threads, Some(stream.tables()));
-                    let events = walk.drive_runs(&mut merged, &mut pass, &mut |_| {});
+                    let events = walk.walk(Runs(&mut merged), &mut pass, &mut |_| {});
                     (events, pass.finish(), None)
                 };
                 let candidates: u64 = out.candidates.iter().map(|c| c.count).sum();
@@ -127,12 +127,20 @@ fn main() {
             measure("analyze", path, |stream| {
                 let walk_start = Instant::now();
                 let model = ModelPass::of_stream(stream, path);
-                let walk = Stream::of_stream(stream);
+                let stream_walk = Stream::of_stream(stream);
                 let mut merged = stream.merged();
                 let run = if jobs >= 2 {
-                    drive_run_split(&walk, model, &mut merged, &mut |_| {})
+                    drive_run_split(&stream_walk, model, &mut merged, &mut |_| {})
                 } else {
-                    drive_run(&walk, model, Runs(&mut merged), &mut |_| {})
+                    walk(
+                        &stream_walk,
+                        model,
+                        Runs(&mut merged),
+                        &mut |_| {},
+                        0,
+                        &mut |_| {},
+                        None,
+                    )
                 };
                 let walk_secs = walk_start.elapsed().as_secs_f64();
                 let events = run.events;

@@ -1,81 +1,82 @@
-//! `foresight analyze` as a library: traces in, findings out. Runs the analyses over the
-//! converted runs — the lock-order graph, lock cycles (`lock_cycles.rs`), waits and rwlocks
-//! (`waits.rs`), ranks (`ranks.rs`), each of which makes its own findings — and assembles the
-//! report: the order of the findings, the summary, what each trace held.
+//! The one driver of the analyses, for every trace length: the walk hands out the runs of a
+//! trace's parts (the whole trace, or its segments, `--segment-events`); each part is analysed
+//! alone ([`analyze_part`]: every analysis of the registry, `analyses/`, over that part's run,
+//! within its budgets), and the parts of every trace are merged once (`merge.rs`), whether
+//! there is one part or thousands: the same findings, verdicts and counts whatever the number
+//! of parts, but for what the cut itself costs (a prediction reorders the events of one part
+//! only, ARCHITECTURE.md I9 and I11).
 //!
 //! Verdicts:
 //! - **observed**: threads the trace says were blocked when it ended, in a cycle or stalled
-//!   (`observed.rs`); a predicted or potential finding whose blocking calls were those of an
-//!   observed deadlock is not reported again;
-//! - **predicted**: an instance-level pattern of one trace whose sync-preserving closure
+//!   (`analyses/observed`); a predicted or potential finding whose blocking calls were those
+//!   of an observed deadlock is not reported again;
+//! - **predicted**: an instance-level pattern of one part whose sync-preserving closure
 //!   (`closure.rs`) avoids every pattern event; the report carries the witness reordering;
 //! - **potential**: a class-level cycle of the lock-order graph (possibly made of edges from
-//!   different traces, or of same-class locks) with no predicted instance: an inconsistent lock
-//!   order in the code, a design defect independent of timing (seed 001). The reason says why
-//!   it was not predicted.
+//!   different traces or segments, or of same-class locks) with no predicted instance: an
+//!   inconsistent lock order in the code, a design defect independent of timing (seed 001).
+//!   The reason says why it was not predicted.
 
-use crate::closure::Budget;
+use crate::analyses::{Budgets, Output, Part, REGISTRY};
 use crate::lock_graph::LockOrderGraph;
+use crate::merge::{in_report_order, Merger, TraceAnalysis};
 use crate::model::Run;
 use crate::options::Options;
 use crate::report::{Report, Summary, TraceSummary, REPORT_SCHEMA, REPORT_VERSION};
 
-/// Analyses the runs (one per trace) together. `warnings[i]` are the reader's problems of run i.
+/// Analyses the runs of separate traces, each whole (one part each), and merges them: the
+/// report `foresight analyze` gives for those traces. `warnings[i]` are the reader's problems
+/// of run i.
 pub fn analyze(runs: &[Run], warnings: &[Vec<String>], opts: &Options) -> Report {
-    analyze_with_graph(runs, warnings, opts).0
+    let mut merger = Merger::new(opts);
+    for (i, run) in runs.iter().enumerate() {
+        let w = warnings.get(i).cloned().unwrap_or_default();
+        merger.add(analyze_part(run, w, opts));
+    }
+    merger.finish()
 }
 
-/// [`analyze`], also giving the lock-order graph it was made from (the runs' edges, each run
-/// by its index), for a caller that needs the graph too: it is built once, not again.
-pub fn analyze_with_graph(
-    runs: &[Run],
-    warnings: &[Vec<String>],
-    opts: &Options,
-) -> (Report, LockOrderGraph) {
+/// One part (a trace, or a segment of one) analysed alone: what the merge keeps of it.
+pub fn analyze_part(run: &Run, warnings: Vec<String>, opts: &Options) -> TraceAnalysis {
+    let (report, graph) = part_report(std::slice::from_ref(run), &[warnings], opts);
+    TraceAnalysis::of_part(run, report, &graph)
+}
+
+/// The registry's analyses over a part's runs, and the part's report; with the lock-order
+/// graph it was made from (the runs' edges, each run by its index), for the merge.
+fn part_report(runs: &[Run], warnings: &[Vec<String>], opts: &Options) -> (Report, LockOrderGraph) {
     let mut graph = LockOrderGraph::default();
     for (i, run) in runs.iter().enumerate() {
         graph.add_run(i, run);
     }
-    let mut budget = Budget::new(opts.candidate_budget, opts.closure_steps);
     let mut summary = Summary {
         lock_classes: graph.classes.len(),
         lock_order_edges: graph.edges.len(),
         max_cycle_length: opts.max_cycle_length,
         ..Summary::default()
     };
-
-    let (mut findings, components) =
-        crate::lock_cycles::lock_cycle_findings(runs, &graph, opts, &mut budget, &mut summary);
-    for c in &components {
-        summary.unlisted_predicted += c.predicted - c.listed_predicted as u64;
-        summary.unlisted_potential += c.potential - c.listed_potential as u64;
+    let part = Part {
+        runs,
+        graph: &graph,
+        opts,
+    };
+    let mut budgets = Budgets::new(opts);
+    let mut out = Output::default();
+    for analysis in REGISTRY {
+        analysis.analyze(&part, &mut budgets, &mut summary, &mut out);
     }
-    for (ri, run) in runs.iter().enumerate() {
-        if !run.hb.complete {
-            continue;
-        }
-        findings.extend(crate::waits::wait_findings(run, ri, &mut budget));
-        findings.extend(crate::waits::rwlock_findings(run, &mut budget));
+    for analysis in REGISTRY {
+        analysis.settle(&mut out.findings);
     }
-    for run in runs {
-        findings.extend(crate::observed::observed_findings(run));
-    }
-    crate::observed::drop_superseded(&mut findings);
-    let mut race_budget = Budget::new(opts.race_candidate_budget, 0);
-    for run in runs {
-        let (races, stats) = crate::race_findings::race_findings(run, &run.races, &mut race_budget);
-        summary.race_candidates += stats.candidate_pairs;
-        summary.race_pairs_capped += stats.capped;
-        findings.extend(races);
-    }
-    summary.race_candidates_checked = race_budget.checked;
-    summary.race_budget_exhausted = race_budget.exhausted;
-    // Deadlocks before races, each by verdict, shortest cycle first.
-    findings.sort_by_cached_key(crate::report::Finding::report_order);
-    // Rank violations last: a broken declared rule, not a deadlock found.
-    findings.extend(crate::ranks::rank_findings(runs, &graph));
-    summary.candidates_checked = budget.checked;
-    summary.candidate_budget_exhausted = budget.exhausted;
+    let Output {
+        findings,
+        components,
+    } = out;
+    summary.candidates_checked = budgets.deadlock.checked;
+    summary.candidate_budget_exhausted = budgets.deadlock.exhausted;
+    summary.race_candidates_checked = budgets.race.checked;
+    summary.race_budget_exhausted = budgets.race.exhausted;
+    let findings = in_report_order(findings);
     let mut report = Report {
         schema: REPORT_SCHEMA,
         version: REPORT_VERSION,
@@ -138,4 +139,127 @@ pub fn analyze_with_graph(
     };
     report.recount();
     (report, graph)
+}
+
+/// One trace's parts as the walk hands them out (`model::walk`): each segment's
+/// run is analysed alone ([`analyze_part`]) and dropped, what the merge needs of it kept
+/// ([`Merger::add_segment`]). A trace that was not cut is the same with one part.
+pub struct SegmentFold<'o> {
+    opts: &'o Options,
+    segment_events: u64,
+    parts: Vec<TraceAnalysis>,
+    /// For a trace reported alone ([`SegmentFold::finish`]): the segments folded as they come,
+    /// so that what is kept is the distinct findings, not a report per segment.
+    merger: Option<Merger>,
+}
+
+impl<'o> SegmentFold<'o> {
+    /// Keeps each segment's analysis, for [`SegmentFold::into_parts`].
+    pub fn new(opts: &'o Options, segment_events: u64) -> Self {
+        SegmentFold {
+            opts,
+            segment_events,
+            parts: Vec::new(),
+            merger: None,
+        }
+    }
+
+    /// Folds each segment's analysis in as it comes, for [`SegmentFold::finish`].
+    pub fn folding(opts: &'o Options, segment_events: u64) -> Self {
+        let mut merger = Merger::new(opts);
+        merger.set_segment_events(segment_events);
+        SegmentFold {
+            merger: Some(merger),
+            ..Self::new(opts, segment_events)
+        }
+    }
+
+    /// A segment that is not the last: analysed now, its model dropped.
+    pub fn segment(&mut self, run: Run) {
+        let part = analyze_part(&run, Vec::new(), self.opts);
+        drop(run);
+        match &mut self.merger {
+            Some(m) if !m.has_parts() => m.add(part),
+            Some(m) => m.add_segment(part),
+            None => self.parts.push(part),
+        }
+    }
+
+    /// The trace's parts for a [`Merger`], the last segment (or the whole trace) included.
+    pub fn into_parts(mut self, last: Run, warnings: Vec<String>) -> Vec<TraceAnalysis> {
+        debug_assert!(self.merger.is_none(), "into_parts of a folding SegmentFold");
+        self.parts.push(analyze_part(&last, warnings, self.opts));
+        self.parts
+    }
+
+    /// The trace's report.
+    pub fn finish(self, last: Run, warnings: Vec<String>) -> Report {
+        let part = analyze_part(&last, warnings, self.opts);
+        drop(last);
+        let mut m = match self.merger {
+            Some(m) => m,
+            None => {
+                let mut m = Merger::new(self.opts);
+                m.set_segment_events(self.segment_events);
+                for (i, p) in self.parts.into_iter().enumerate() {
+                    m.add_part(p, i > 0);
+                }
+                m
+            }
+        };
+        m.add_segment(part);
+        m.finish()
+    }
+}
+
+/// Whether a trace of `events` events (unknown: `None`) will be cut into segments and has
+/// conditions, so that its monitor locks must be known before the walk (`model/monitors.rs`).
+pub fn will_be_cut(
+    tables: &foresight_trace::tables::Tables,
+    events: Option<u64>,
+    segment_events: u64,
+) -> bool {
+    segment_events > 0
+        && events.is_none_or(|n| n > segment_events)
+        && tables
+            .objects
+            .values()
+            .any(|o| o.kind == foresight_trace::tables::ObjectKind::Condition)
+}
+
+/// Analyses a decoded trace in segments of `segment_events` events (0: whole), as `foresight
+/// analyze --segment-events` does with a file's stream.
+pub fn analyze_in_segments(
+    trace: &foresight_trace::Trace,
+    wrappers: &crate::sites::Wrappers,
+    opts: &Options,
+    segment_events: u64,
+) -> Report {
+    use crate::model::{walk, ModelPass, MonitorScan};
+    let stream = crate::stream::Stream::of_trace(trace);
+    let mut monitors = MonitorScan::default();
+    if will_be_cut(&trace.tables, Some(trace.event_count()), segment_events) {
+        for t in &trace.threads {
+            monitors.scan_thread(t.events.iter().map(|e| &e.kind));
+        }
+    }
+    let model = ModelPass::for_trace(trace)
+        .with_monitors(monitors)
+        .with_wrappers(
+            wrappers
+                .clone()
+                .for_recorded_depth(trace.header.stack_depth),
+        )
+        .with_end_reason(trace.trailer.as_ref().map(|t| t.reason));
+    let mut fold = SegmentFold::folding(opts, segment_events);
+    let last = walk(
+        &stream,
+        model,
+        trace.merged().map(|m| (m.thread, m.index, m.event.kind)),
+        &mut |_| {},
+        segment_events,
+        &mut |run| fold.segment(run),
+        None,
+    );
+    fold.finish(last, Vec::new())
 }

@@ -381,7 +381,7 @@ impl HbBuilder {
         }
     }
 
-    /// Ends a segment of the walk (`model::drive_segments`): hands over the clocks stored so
+    /// Ends a segment of the walk (`model::walk`): hands over the clocks stored so
     /// far and starts storing afresh, keeping the current clocks, the channels and the last
     /// writers. A later segment's closures start with every event before it inside, so a clock
     /// stored before it — whose entries are all prefixes of that part of the trace — is never

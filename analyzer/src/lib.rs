@@ -1,19 +1,17 @@
 //! The foresight analyzer: reads traces and predicts deadlocks and races; and the CLI.
 //!
-//! Pipeline of `foresight analyze` (see ARCHITECTURE.md): [`stream`] walks each trace's merged
-//! events once and feeds them to passes, [`model`]'s passes convert the trace into the
-//! analyzer's types (with the [`hb`] clocks), [`lock_graph`] builds the class-level lock-order
-//! graph over all traces, [`cycles`] enumerates its elementary cycles, the lock-cycle pass
-//! decides which are predicted at instance level with the sync-preserving [`closure`] (patterns
-//! and searches in [`deadlock`]), [`waits`] covers join/barrier/condition/semaphore waits and
-//! rwlocks, [`ranks`] the declared lock ranks, [`races`] the data races (a happens-before pass in
-//! the same walk; `race_findings` reports them, with the sync-preserving closure for what only
-//! lock hand-offs order),
-//! `observed` the deadlocks and stalls a run was really in when its trace ended — each making
-//! its own findings — [`analysis`] runs them within the [`options`]' budgets and assembles the
-//! [`report`], which renders them. ARCHITECTURE.md ("Layers") says which module may use which.
+//! Pipeline of `foresight analyze` (see ARCHITECTURE.md, "The analysis pipeline"): one walk
+//! over each trace's merged events ([`model::walk`], [`stream`]) feeds the passes ([`model`]'s
+//! visitors with the [`hb`] clocks, and the [`races`] pass), which hand out a `Run` per part of
+//! the trace (the whole trace, or each segment of it); [`analysis`], the one driver, runs every
+//! analysis of [`analyses::REGISTRY`] over each part (lock cycles with the sync-preserving
+//! [`closure`] and the patterns of [`deadlock`], waits and rwlocks, observed hangs, races,
+//! ranks: each in its folder under `analyses/`, each making its own findings), within the
+//! [`options`]' budgets; [`merge`] folds the parts of every trace into one [`report`], which
+//! renders them. ARCHITECTURE.md ("Layers") says which module may use which.
 
 mod addr_map;
+pub mod analyses;
 pub mod analysis;
 pub mod baseline;
 pub mod cli;
@@ -23,20 +21,15 @@ pub mod deadlock;
 mod describe;
 pub mod escape;
 pub mod hb;
-mod lock_cycles;
 pub mod lock_graph;
 pub mod merge;
 pub mod model;
-mod observed;
 pub mod options;
-mod race_findings;
 pub mod races;
-pub mod ranks;
 pub mod report;
 pub mod sites;
 pub mod stdtrace;
 pub mod stream;
 pub mod suppressions;
 pub mod vector_clock;
-pub mod waits;
 mod wrapper_hints;

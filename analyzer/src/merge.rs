@@ -1,7 +1,8 @@
-//! Many traces at once (a test suite recorded test by test): each trace is analysed alone
-//! ([`analyze_trace`], which needs only that trace's model, so traces can be analysed in
-//! parallel and each model dropped as soon as it is done), and the per-trace reports are
-//! merged ([`merge`]): a finding seen in several traces (same kind, verdict, classes and
+//! The merge of parts: of the segments of one trace, and of many traces (a test suite recorded
+//! test by test). Each part is analysed alone (`analysis::analyze_part`, which needs only
+//! that part's model, so traces can be analysed in parallel and each model dropped as soon as
+//! it is done), and what it leaves ([`TraceAnalysis`]) is merged here, for one part as for
+//! many: a finding seen in several traces (same kind, verdict, classes and
 //! sites: its baseline key) is one finding that lists them, its occurrences summed; a potential
 //! cycle that a predicted deadlock of some trace covers is dropped, as it would be in one
 //! analysis; and the class-level cycles that no single trace has whole — their edges come from
@@ -9,11 +10,10 @@
 //! witnesses each trace kept. What is held across traces is bounded by the findings listed and
 //! the lock-order graph (one witness per class edge), not by the traces' lengths or number.
 //!
-//! Differences from analysing every model together (`analysis::analyze`, which the library
-//! and one-trace CLI runs still use): budgets are per trace, and a potential cycle whose edges
-//! are all in one trace lists that trace (and every other trace that has it whole).
+//! Budgets are per part, and a potential cycle whose edges are all in one trace lists that
+//! trace (and every other trace that has it whole).
 //!
-//! The segments of one long trace (`--segment-events`, `model::drive_segments`) are folded the
+//! The segments of one long trace (`--segment-events`, `model::walk`) are folded the
 //! same way ([`SegmentFold`], [`Merger::add_segment`]), each segment a part of its own in the
 //! merged graph, but reported as the one trace they are: one summary line whose counts add
 //! up, findings that name the trace once, and a cycle whose edges are in different segments
@@ -22,10 +22,9 @@
 use foldhash::{HashMap, HashMapExt};
 use std::collections::BTreeSet;
 
-use crate::analysis::{analyze, analyze_with_graph};
+use crate::analyses::lock_cycles::{component_summary, ComponentCounts};
 use crate::cycles::{for_each_cycle, strongly_connected_components, Flow};
 use crate::describe::{earlier_edge_locations, earlier_edge_report, edge_report, location};
-use crate::lock_cycles::{component_summary, ComponentCounts};
 use crate::lock_graph::{modes_can_block, ClassEdge, LockOrderGraph};
 use crate::model::Run;
 use crate::options::Options;
@@ -41,6 +40,8 @@ type CrossCycle = (usize, std::cmp::Reverse<u64>, Vec<usize>);
 pub struct TraceAnalysis {
     pub report: Report,
     edges: Vec<EdgeWitness>,
+    /// The trace's lock classes that no edge of `edges` names: nodes of the merged graph too.
+    lone_classes: Vec<String>,
 }
 
 /// A class edge of one trace, described while the trace's model was at hand.
@@ -53,46 +54,61 @@ struct EdgeWitness {
     locations: [FindingLocation; 2],
 }
 
-/// Analyses one trace alone and keeps, per class edge of it, one described witness (for the
-/// cycles that only several traces together close).
-pub fn analyze_trace(run: &Run, warnings: Vec<String>, opts: &Options) -> TraceAnalysis {
-    // The report's graph is this run's alone: the edges to describe.
-    let (report, graph) = analyze_with_graph(std::slice::from_ref(run), &[warnings], opts);
-    let edges = graph
-        .edges
-        .iter()
-        .filter_map(|e| {
-            let (report, locations) = match (e.witnesses.first(), e.earlier.first()) {
-                (Some(w), _) => {
-                    let (h, r) = (
-                        &run.acquisitions[w.held as usize],
-                        &run.acquisitions[w.acquisition as usize],
-                    );
-                    (
-                        edge_report(run, &graph, w.held, w.acquisition),
-                        [
-                            location(run, h.site, h.thread, Role::Holds),
-                            location(run, r.site, r.thread, Role::Requests),
-                        ],
-                    )
-                }
-                (None, Some(&(_, i))) => (
-                    earlier_edge_report(run, &graph, i),
-                    earlier_edge_locations(run, i),
-                ),
-                (None, None) => return None,
-            };
-            Some(EdgeWitness {
-                from: graph.classes[e.from].clone(),
-                to: graph.classes[e.to].clone(),
-                count: e.count,
-                modes: e.modes,
-                report,
-                locations,
+impl TraceAnalysis {
+    /// What the merge keeps of a part (a trace or a segment) analysed alone: its report and, per
+    /// class edge of its graph (`graph`, the run's alone), one described witness, for the cycles
+    /// that only several parts together close.
+    pub fn of_part(run: &Run, report: Report, graph: &LockOrderGraph) -> TraceAnalysis {
+        let edges = graph
+            .edges
+            .iter()
+            .filter_map(|e| {
+                let (report, locations) = match (e.witnesses.first(), e.earlier.first()) {
+                    (Some(w), _) => {
+                        let (h, r) = (
+                            &run.acquisitions[w.held as usize],
+                            &run.acquisitions[w.acquisition as usize],
+                        );
+                        (
+                            edge_report(run, graph, w.held, w.acquisition),
+                            [
+                                location(run, h.site, h.thread, Role::Holds),
+                                location(run, r.site, r.thread, Role::Requests),
+                            ],
+                        )
+                    }
+                    (None, Some(&(_, i))) => (
+                        earlier_edge_report(run, graph, i),
+                        earlier_edge_locations(run, i),
+                    ),
+                    (None, None) => return None,
+                };
+                Some(EdgeWitness {
+                    from: graph.classes[e.from].clone(),
+                    to: graph.classes[e.to].clone(),
+                    count: e.count,
+                    modes: e.modes,
+                    report,
+                    locations,
+                })
             })
-        })
-        .collect();
-    TraceAnalysis { report, edges }
+            .collect::<Vec<EdgeWitness>>();
+        let on_edges: foldhash::HashSet<&str> = edges
+            .iter()
+            .flat_map(|e| [e.from.as_str(), e.to.as_str()])
+            .collect();
+        let lone_classes = graph
+            .classes
+            .iter()
+            .filter(|c| !on_edges.contains(c.as_str()))
+            .cloned()
+            .collect();
+        TraceAnalysis {
+            report,
+            edges,
+            lone_classes,
+        }
+    }
 }
 
 /// The class edges of a lock-cycle finding, as (from, to) class names.
@@ -120,6 +136,9 @@ pub struct Merger {
     hints: Vec<String>,
     findings: Vec<Finding>,
     by_key: HashMap<FindingKey, usize>,
+    /// Lock classes of the traces that are on no edge of theirs (a class on an edge is a
+    /// node of `graph`): counted as nodes of the merged graph, as one analysis counts them.
+    lone_classes: foldhash::HashSet<String>,
     /// Predicted deadlocks beyond a trace's listing, per component by its first class.
     unlisted_predicted: Vec<(String, u64, bool)>,
     /// Per part folded in (a trace, or a segment of one): the index of its trace in `traces`.
@@ -144,6 +163,7 @@ impl Merger {
             hints: Vec::new(),
             findings: Vec::new(),
             by_key: HashMap::new(),
+            lone_classes: foldhash::HashSet::default(),
             unlisted_predicted: Vec::new(),
             part_trace: Vec::new(),
             segments_of_last: 0,
@@ -156,7 +176,7 @@ impl Merger {
     }
 
     /// Folds in the next segment of the trace whose first segment was the last one added
-    /// (`model::drive_segments`): its findings fold into that trace's as another trace's
+    /// (`model::walk`): its findings fold into that trace's as another trace's
     /// would (same finding: occurrences add), its counts add to that trace's summary line,
     /// and a lock cycle whose edges are in different segments is potential, as one whose
     /// edges are in different traces.
@@ -169,7 +189,7 @@ impl Merger {
         self.summary.segment_events = n;
     }
 
-    fn add_part(&mut self, part: TraceAnalysis, segment: bool) {
+    pub(crate) fn add_part(&mut self, part: TraceAnalysis, segment: bool) {
         let ti = self.part_trace.len();
         let continues = segment && !self.traces.is_empty();
         self.part_trace.push(if continues {
@@ -186,6 +206,7 @@ impl Merger {
         } else {
             self.segments_of_last = 1;
         }
+        self.lone_classes.extend(part.lone_classes);
         for e in part.edges {
             let (from, to) = (self.graph.class_id(&e.from), self.graph.class_id(&e.to));
             self.graph.add_class_edge(from, to, e.count, e.modes, ti);
@@ -259,6 +280,7 @@ impl Merger {
             traces,
             hints,
             mut findings,
+            lone_classes,
             unlisted_predicted,
             part_trace,
             ..
@@ -268,7 +290,11 @@ impl Merger {
             // No trace was cut: each was analysed whole.
             summary.segment_events = 0;
         }
-        summary.lock_classes = graph.classes.len();
+        summary.lock_classes = graph.classes.len()
+            + lone_classes
+                .iter()
+                .filter(|c| graph.class_index(c).is_none())
+                .count();
         summary.lock_order_edges = graph.edges.len();
 
         // A potential cycle that a predicted deadlock of some trace explains is not reported, as in
@@ -455,11 +481,7 @@ impl Merger {
 
         // The order of one analysis: deadlocks before races, by verdict, shortest cycle first;
         // rank violations last.
-        let (mut ranks, mut rest): (Vec<Finding>, Vec<Finding>) = findings
-            .into_iter()
-            .partition(|f| f.verdict == Verdict::Violation);
-        rest.sort_by_cached_key(Finding::report_order);
-        rest.append(&mut ranks);
+        let rest = in_report_order(findings);
         let mut report = Report {
             schema: REPORT_SCHEMA,
             version: REPORT_VERSION,
@@ -576,148 +598,18 @@ fn fold_trace_summary(into: &mut crate::report::TraceSummary, s: crate::report::
     }
 }
 
-/// One trace analysed in segments as the walk hands them out (`model::drive_segments`):
-/// each segment's run is analysed alone ([`analyze_trace`]) and dropped, its findings kept
-/// to be folded ([`Merger::add_segment`]). A trace that was not cut is analysed exactly as
-/// before ([`analyze`] of its one run).
-pub struct SegmentFold<'o> {
-    opts: &'o Options,
-    segment_events: u64,
-    parts: Vec<TraceAnalysis>,
-    /// For a trace reported alone ([`SegmentFold::finish`]): the segments folded as they come,
-    /// so that what is kept is the distinct findings, not a report per segment.
-    merger: Option<Merger>,
-}
-
-impl<'o> SegmentFold<'o> {
-    /// Keeps each segment's analysis, for [`SegmentFold::into_parts`].
-    pub fn new(opts: &'o Options, segment_events: u64) -> Self {
-        SegmentFold {
-            opts,
-            segment_events,
-            parts: Vec::new(),
-            merger: None,
-        }
-    }
-
-    /// Folds each segment's analysis in as it comes, for [`SegmentFold::finish`].
-    pub fn folding(opts: &'o Options, segment_events: u64) -> Self {
-        let mut merger = Merger::new(opts);
-        merger.set_segment_events(segment_events);
-        SegmentFold {
-            merger: Some(merger),
-            ..Self::new(opts, segment_events)
-        }
-    }
-
-    /// A segment that is not the last: analysed now, its model dropped.
-    pub fn segment(&mut self, run: Run) {
-        let part = analyze_trace(&run, Vec::new(), self.opts);
-        drop(run);
-        match &mut self.merger {
-            Some(m) if m.part_trace.is_empty() => m.add(part),
-            Some(m) => m.add_segment(part),
-            None => self.parts.push(part),
-        }
-    }
-
-    /// Whether the walk was cut.
-    pub fn cut(&self) -> bool {
-        !self.parts.is_empty()
-            || self
-                .merger
-                .as_ref()
-                .is_some_and(|m| !m.part_trace.is_empty())
-    }
-
-    /// The trace's parts for a [`Merger`], the last segment (or the whole trace) included.
-    pub fn into_parts(mut self, last: Run, warnings: Vec<String>) -> Vec<TraceAnalysis> {
-        debug_assert!(self.merger.is_none(), "into_parts of a folding SegmentFold");
-        self.parts.push(analyze_trace(&last, warnings, self.opts));
-        self.parts
-    }
-
-    /// The trace's report.
-    pub fn finish(self, last: Run, warnings: Vec<String>) -> Report {
-        if !self.cut() {
-            return analyze(std::slice::from_ref(&last), &[warnings], self.opts);
-        }
-        let part = analyze_trace(&last, warnings, self.opts);
-        drop(last);
-        let mut m = match self.merger {
-            Some(m) => m,
-            None => {
-                let mut m = Merger::new(self.opts);
-                m.set_segment_events(self.segment_events);
-                for (i, p) in self.parts.into_iter().enumerate() {
-                    m.add_part(p, i > 0);
-                }
-                m
-            }
-        };
-        m.add_segment(part);
-        m.finish()
-    }
-}
-
 impl Merger {
+    /// Whether a part was folded in.
+    pub(crate) fn has_parts(&self) -> bool {
+        !self.part_trace.is_empty()
+    }
+
     /// Folds in a trace given as its parts: the whole trace, or its segments in order.
     pub fn add_trace(&mut self, parts: Vec<TraceAnalysis>) {
         for (i, p) in parts.into_iter().enumerate() {
             self.add_part(p, i > 0);
         }
     }
-}
-
-/// Whether a trace of `events` events (unknown: `None`) will be cut into segments and has
-/// conditions, so that its monitor locks must be known before the walk (`model/monitors.rs`).
-pub fn will_be_cut(
-    tables: &foresight_trace::tables::Tables,
-    events: Option<u64>,
-    segment_events: u64,
-) -> bool {
-    segment_events > 0
-        && events.is_none_or(|n| n > segment_events)
-        && tables
-            .objects
-            .values()
-            .any(|o| o.kind == foresight_trace::tables::ObjectKind::Condition)
-}
-
-/// Analyses a decoded trace in segments of `segment_events` events (0: whole), as `foresight
-/// analyze --segment-events` does with a file's stream.
-pub fn analyze_in_segments(
-    trace: &foresight_trace::Trace,
-    wrappers: &crate::sites::Wrappers,
-    opts: &Options,
-    segment_events: u64,
-) -> Report {
-    use crate::model::{drive_segments, ModelPass, MonitorScan};
-    let stream = crate::stream::Stream::of_trace(trace);
-    let mut monitors = MonitorScan::default();
-    if will_be_cut(&trace.tables, Some(trace.event_count()), segment_events) {
-        for t in &trace.threads {
-            monitors.scan_thread(t.events.iter().map(|e| &e.kind));
-        }
-    }
-    let model = ModelPass::for_trace(trace)
-        .with_monitors(monitors)
-        .with_wrappers(
-            wrappers
-                .clone()
-                .for_recorded_depth(trace.header.stack_depth),
-        )
-        .with_end_reason(trace.trailer.as_ref().map(|t| t.reason));
-    let mut fold = SegmentFold::folding(opts, segment_events);
-    let last = drive_segments(
-        &stream,
-        model,
-        trace.merged().map(|m| (m.thread, m.index, m.event.kind)),
-        &mut |_| {},
-        segment_events,
-        &mut |run| fold.segment(run),
-    );
-    fold.finish(last, Vec::new())
 }
 
 /// Merges per-trace analyses given in the order of the traces.
@@ -727,4 +619,15 @@ pub fn merge(parts: Vec<TraceAnalysis>, opts: &Options) -> Report {
         m.add(p);
     }
     m.finish()
+}
+
+/// The order of a report: deadlocks before races, each by verdict, shortest cycle first; rank
+/// violations last, in the order found (a broken declared rule, not a deadlock found).
+pub(crate) fn in_report_order(findings: Vec<Finding>) -> Vec<Finding> {
+    let (mut ranks, mut rest): (Vec<Finding>, Vec<Finding>) = findings
+        .into_iter()
+        .partition(|f| f.verdict == Verdict::Violation);
+    rest.sort_by_cached_key(Finding::report_order);
+    rest.append(&mut ranks);
+    rest
 }

@@ -24,17 +24,11 @@
 
 use foldhash::{HashMap, HashMapExt};
 use std::cell::OnceCell;
-use std::sync::mpsc::{channel, sync_channel};
 
 use foresight_trace::event::{AtomicOp, EventKind, LockMode, MemoryOrder, WaitOutcome};
 use foresight_trace::stream::MergedStream;
 use foresight_trace::tables::ObjectKind;
 use foresight_trace::{ObjectId, SiteId, StringId, ThreadId, Trace, TraceStream};
-
-/// Events per batch handed to a pass on another thread ([`Stream::drive_runs_split`]).
-pub const SPLIT_BATCH: usize = 2 << 10;
-/// Batches queued for that pass at most.
-pub const SPLIT_IN_FLIGHT: usize = 8;
 
 /// One event as a pass sees it.
 #[derive(Clone, Copy, Debug)]
@@ -441,9 +435,21 @@ impl<'t> Stream<'t> {
         self.threads.get(id).map(|i| i as u32)
     }
 
-    /// Feeds `events` — (thread id, position in the thread, event) in the merged order — to
-    /// `pass`. `progress` is called now and then with the events done. Returns the events read.
-    pub fn drive<P: Pass>(
+    /// The walk: feeds every event of `events` (an iterator of (thread id, position in the
+    /// thread, event) in the merged order, or a file's merged stream by runs, [`Runs`]) to
+    /// `pass`, converted once. `progress` is called now and then with the events done.
+    /// Returns the events read.
+    pub fn walk<P: Pass>(
+        &self,
+        events: impl EventSource,
+        pass: &mut P,
+        progress: &mut dyn FnMut(u64),
+    ) -> u64 {
+        events.feed(self, pass, progress)
+    }
+
+    /// [`Stream::walk`] of an iterator, one event at a time.
+    pub(crate) fn drive<P: Pass>(
         &self,
         events: impl IntoIterator<Item = (ThreadId, usize, EventKind)>,
         pass: &mut P,
@@ -474,7 +480,7 @@ impl<'t> Stream<'t> {
     /// run are handed on without the merge looking at the other threads in between. The same
     /// events, positions and `seq` as [`Stream::drive`] over the same stream one event at a
     /// time. Returns the events read.
-    pub fn drive_runs<P: Pass>(
+    pub(crate) fn drive_runs<P: Pass>(
         &self,
         merged: &mut MergedStream<'_>,
         pass: &mut P,
@@ -485,7 +491,7 @@ impl<'t> Stream<'t> {
         })
     }
 
-    /// The walk under [`Stream::drive_runs`] and [`Stream::drive_runs_split`]: each event of
+    /// The walk under [`Stream::drive_runs`] and the split race pass: each event of
     /// the merged order, converted, handed to `f`, a run of one thread at a time.
     #[inline]
     pub(crate) fn for_each_in_runs(
@@ -531,66 +537,6 @@ impl<'t> Stream<'t> {
             seq += run.events.len() as u64;
         }
         seq
-    }
-
-    /// [`Stream::drive_runs`] with a second pass on a thread of its own: `here` sees every
-    /// event on the calling thread, which also reads and merges the trace, and `there` sees
-    /// the same events in the same order on a worker, handed over in batches of
-    /// [`SPLIT_BATCH`] (at most [`SPLIT_IN_FLIGHT`] queued, buffers reused: the hand-off's
-    /// memory is bounded by the batch size, not by the trace). Each pass is exactly what it
-    /// would be in one walk; the two only run at once. Returns the events read and `there`'s
-    /// output.
-    pub fn drive_runs_split<A: Pass, B>(
-        &self,
-        merged: &mut MergedStream<'_>,
-        here: &mut A,
-        there: B,
-        progress: &mut dyn FnMut(u64),
-    ) -> (u64, B::Output)
-    where
-        B: Pass + Send,
-        B::Output: Send,
-    {
-        let (to_worker, batches) = sync_channel::<Vec<StreamEvent>>(SPLIT_IN_FLIGHT);
-        let (give_back, spare) = channel::<Vec<StreamEvent>>();
-        std::thread::scope(|scope| {
-            let worker = scope.spawn(move || {
-                let mut there = there;
-                while let Ok(mut batch) = batches.recv() {
-                    for ev in &batch {
-                        there.handle(ev);
-                    }
-                    batch.clear();
-                    // The walk may be over already: a buffer nobody takes back is dropped.
-                    let _ = give_back.send(batch);
-                }
-                there.finish()
-            });
-            let mut batch: Vec<StreamEvent> = Vec::with_capacity(SPLIT_BATCH);
-            let mut worker_gone = false;
-            let seq = self.for_each_in_runs(merged, progress, |ev| {
-                here.handle(&ev);
-                if worker_gone {
-                    return;
-                }
-                batch.push(ev);
-                if batch.len() == SPLIT_BATCH {
-                    let next = spare
-                        .try_recv()
-                        .unwrap_or_else(|_| Vec::with_capacity(SPLIT_BATCH));
-                    // Only a worker that panicked hangs up: its panic is raised below.
-                    worker_gone = to_worker.send(std::mem::replace(&mut batch, next)).is_err();
-                }
-            });
-            if !batch.is_empty() && !worker_gone {
-                let _ = to_worker.send(batch);
-            }
-            drop(to_worker);
-            match worker.join() {
-                Ok(out) => (seq, out),
-                Err(panic) => std::panic::resume_unwind(panic),
-            }
-        })
     }
 
     /// The wire event in the analyzer's terms. Always inlined: the walk converts every event
@@ -1026,22 +972,6 @@ mod tests {
         assert_eq!(read, n);
         assert_eq!(got.0, want.0);
         assert!(merged.problems().is_empty(), "{:?}", merged.problems());
-        // Split over two threads: each pass sees the same, in batches across the hand-off.
-        assert!(
-            want.0.len() > SPLIT_BATCH,
-            "the test needs more than one batch"
-        );
-        let mut merged = file.merged().with_ordering_check();
-        let mut here = Ops(Vec::new());
-        let (read, there) = Stream::of_stream(&file).drive_runs_split(
-            &mut merged,
-            &mut here,
-            Ops(Vec::new()),
-            &mut |_| {},
-        );
-        assert_eq!(read, n);
-        assert_eq!(here.0, want.0);
-        assert_eq!(there, want.0);
     }
 
     #[test]

@@ -591,11 +591,11 @@ fn streamed(
     segment_events: u64,
     replay: Option<usize>,
 ) -> Vec<foresight_analyzer::model::Run> {
-    use foresight_analyzer::model::{drive_segments_replaying, ModelPass};
+    use foresight_analyzer::model::{walk, ModelPass};
     use foresight_analyzer::stream::{Runs, Stream};
     use foresight_trace::TraceStream;
     let stream = TraceStream::from_bytes("t.trace", bytes).expect("trace streams");
-    let walk = Stream::of_stream(&stream);
+    let stream_walk = Stream::of_stream(&stream);
     let model = ModelPass::of_stream(&stream, "t.trace");
     let mut merged = stream.merged();
     let stream = &stream;
@@ -609,8 +609,8 @@ fn streamed(
         )
     };
     let mut runs = Vec::new();
-    let last = drive_segments_replaying(
-        &walk,
+    let last = walk(
+        &stream_walk,
         model,
         Runs(&mut merged),
         &mut |_| {},

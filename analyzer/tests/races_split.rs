@@ -4,7 +4,7 @@
 //! (and so both shares), accesses a compact record cannot hold, and a thread whose creation is
 //! missing.
 
-use foresight_analyzer::model::{drive_run, drive_run_split, ModelPass};
+use foresight_analyzer::model::{drive_run_split, walk, ModelPass};
 use foresight_analyzer::races::{drive_split, Balance, RaceOutput, RacePass, SplitBalance, SHARES};
 use foresight_analyzer::stream::{Pass, Runs, Stream};
 use foresight_trace::builder::TraceBuilder;
@@ -230,7 +230,7 @@ fn normalised(out: &RaceOutput) -> String {
 fn one_pass(file: &TraceStream) -> RaceOutput {
     let mut pass = RacePass::new(file.threads().count(), Some(file.tables()));
     let mut merged = file.merged();
-    Stream::of_stream(file).drive_runs(&mut merged, &mut pass, &mut |_| {});
+    Stream::of_stream(file).walk(Runs(&mut merged), &mut pass, &mut |_| {});
     pass.finish()
 }
 
@@ -360,11 +360,19 @@ fn the_model_beside_a_split_race_pass_reads_the_same_run() {
     let bytes = program(0x5151_5151, 3000, false);
     let file = TraceStream::from_bytes("split.trace", bytes).expect("trace streams");
     let model = || ModelPass::of_stream(&file, "split.trace");
-    let walk = Stream::of_stream(&file);
+    let stream_walk = Stream::of_stream(&file);
     let mut merged = file.merged();
-    let one = drive_run(&walk, model(), Runs(&mut merged), &mut |_| {});
+    let one = walk(
+        &stream_walk,
+        model(),
+        Runs(&mut merged),
+        &mut |_| {},
+        0,
+        &mut |_| {},
+        None,
+    );
     let mut merged = file.merged();
-    let two = drive_run_split(&walk, model(), &mut merged, &mut |_| {});
+    let two = drive_run_split(&stream_walk, model(), &mut merged, &mut |_| {});
     assert_eq!(one.events, two.events);
     assert_eq!(normalised(&one.races), normalised(&two.races));
     assert_eq!(one.acquisitions.len(), two.acquisitions.len());

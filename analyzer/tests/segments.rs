@@ -6,7 +6,7 @@ mod common;
 
 use common::T;
 use foresight_analyzer::analysis::analyze;
-use foresight_analyzer::merge::analyze_in_segments;
+use foresight_analyzer::analysis::analyze_in_segments;
 use foresight_analyzer::model::build_run;
 use foresight_analyzer::options::Options;
 use foresight_analyzer::report::{Finding, Report, Rule, Verdict};
@@ -286,6 +286,15 @@ fn a_cut_at_every_event_predicts_nothing_and_misses_no_class_cycle() {
     assert_eq!(
         r.traces[0].critical_sections,
         whole(&trace).traces[0].critical_sections
+    );
+    // The lock-order graph is the same size whatever the cut: the filler's lock, on no edge,
+    // is one of its classes too.
+    let w = whole(&trace);
+    assert_eq!(
+        (r.summary.lock_classes, r.summary.lock_order_edges),
+        (w.summary.lock_classes, w.summary.lock_order_edges),
+        "{}",
+        show(&r)
     );
 }
 

@@ -11,10 +11,9 @@ use foresight_trace::Problem;
 use foresight_trace::{ThreadId, TraceStream};
 
 use crate::analysis::analyze;
-use crate::merge::{Merger, SegmentFold, TraceAnalysis};
-use crate::model::{
-    drive_segments_replaying, ModelPass, MonitorScan, Run, ThreadModel, DEFAULT_SEGMENT_EVENTS,
-};
+use crate::analysis::SegmentFold;
+use crate::merge::{Merger, TraceAnalysis};
+use crate::model::{ModelPass, MonitorScan, Run, ThreadModel, DEFAULT_SEGMENT_EVENTS};
 use crate::options::Options;
 use crate::report::{self, Report};
 use crate::sites::Wrappers;
@@ -372,7 +371,7 @@ fn stream_run(
 ) -> (Run, Vec<Problem>) {
     let tables = stream.tables();
     let ids: Vec<ThreadId> = stream.threads().collect();
-    let walk = Stream::of_stream(stream);
+    let stream_walk = Stream::of_stream(stream);
     let threads = ids
         .iter()
         .map(|&id| ThreadModel {
@@ -387,7 +386,7 @@ fn stream_run(
     // The trailer says how many events to expect when the recording ended cleanly.
     let expected = stream.trailer().map(|t| t.events);
     let mut monitors = MonitorScan::default();
-    if crate::merge::will_be_cut(tables, expected, segment_events) {
+    if crate::analysis::will_be_cut(tables, expected, segment_events) {
         for &id in &ids {
             monitors.scan_thread(stream.thread_events(id).map(|e| e.kind));
         }
@@ -428,8 +427,8 @@ fn stream_run(
     let replay = || -> Box<dyn Iterator<Item = (ThreadId, usize, EventKind)> + '_> {
         Box::new(stream.merged().map(|e| (e.thread, e.index, e.event.kind)))
     };
-    let mut run = drive_segments_replaying(
-        &walk,
+    let mut run = crate::model::walk(
+        &stream_walk,
         model,
         Runs(&mut merged),
         &mut progress,

@@ -418,7 +418,7 @@ impl<'t> LockSections<'t> {
         self.lock_of(object, annotations, heap)
     }
 
-    /// Ends a segment of the walk (`model::drive_segments`): hands over the segment's critical
+    /// Ends a segment of the walk (`model::walk`): hands over the segment's critical
     /// sections, waits' held sets, read recursions and rank violations, and starts the next
     /// segment with the sections still open — the locks held at the cut — as its first
     /// acquisitions (`carried`, renumbered from 0 in their order, with an empty held set: their

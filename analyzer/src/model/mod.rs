@@ -17,12 +17,12 @@
 //! - `waits.rs`: blocking waits entered while holding locks (it reads the held stacks);
 //! - `senders.rs`: signals, posts, barrier arrivals, semaphore takes and initial values;
 //! - `pending.rs`: the blocking call each thread was inside when the trace ended, and the
-//!   trace's end states (read by `observed.rs`).
+//!   trace's end states (read by `analyses/observed`).
 //!
-//! [`drive_run`] runs the race pass (`races/`) beside the model in the same walk, and keeps
+//! [`walk`] runs the race pass (`races/`) beside the model in the same walk, and keeps
 //! what it found in [`Run::races`].
 //!
-//! [`drive_segments`] cuts the walk into segments of a bounded number of events: at each cut
+//! [`walk`] cuts the walk into segments of a bounded number of events: at each cut
 //! the passes hand over what they kept for prediction (critical sections, stored clocks, waits,
 //! senders, race candidates) as the segment's own [`Run`], which is analysed and dropped, and
 //! keep only what crosses the cut (current clocks, lock table, held stacks — the sections
@@ -230,7 +230,7 @@ pub struct Run {
     /// Per thread, its position where this run's segment of the trace starts (empty: the
     /// whole trace, every thread from 0). Every closure starts there: the trace up to the
     /// segment is an execution as it ran, and only the segment's events are reordered
-    /// (`closure.rs`, `drive_segments`).
+    /// (`closure.rs`, `walk`).
     pub start: Vec<u32>,
     /// The first `carried` acquisitions were open when the segment started (their request and
     /// acquire are in an earlier segment, their lock-order edges counted there).
@@ -379,31 +379,28 @@ pub fn build_run_with(trace: &Trace, wrappers: &Wrappers, progress: &mut dyn FnM
                 .for_recorded_depth(trace.header.stack_depth),
         )
         .with_end_reason(trace.trailer.as_ref().map(|t| t.reason));
-    drive_run(
+    walk(
         &stream,
         model,
         trace.merged().map(|m| (m.thread, m.index, m.event.kind)),
         progress,
+        0,
+        &mut |_| {},
+        None,
     )
-}
-
-/// Reads a trace's events once into its model and its race findings: the deadlock model
-/// ([`ModelPass`]) and the happens-before race pass ([`RacePass`]) side by side in one walk.
-pub fn drive_run(
-    stream: &Stream<'_>,
-    model: ModelPass<'_>,
-    events: impl EventSource,
-    progress: &mut dyn FnMut(u64),
-) -> Run {
-    drive_segments(stream, model, events, progress, 0, &mut |_| {})
 }
 
 /// The default of `--segment-events`: the events whose model one segment holds (about 23
 /// bytes an event on a lock-heavy trace: some 100 MB).
 pub const DEFAULT_SEGMENT_EVENTS: u64 = 4 << 20;
 
-/// [`drive_run`] in segments of `segment_events` events (0: one segment, the whole trace):
-/// each time that many events were read, the model of those events is handed to
+/// The events of the walk again from the start, in the same merged order (thread id,
+/// position in the thread, event): a second read of the same file.
+pub type Replay<'r> = &'r dyn Fn() -> Box<dyn Iterator<Item = (ThreadId, usize, EventKind)> + 'r>;
+
+/// The walk of one trace, the one entry every command and library caller uses: reads the
+/// events once into the model and the race pass, side by side, in segments of
+/// `segment_events` events (0: one segment, the whole trace): each time that many events were read, the model of those events is handed to
 /// `on_segment` as a [`Run`] of its own, which the caller analyses like a whole trace and
 /// drops, and the walk goes on with what crosses the cut — current clocks, the lock table,
 /// the locks held (their sections become the next segment's first acquisitions), pending
@@ -414,30 +411,8 @@ pub const DEFAULT_SEGMENT_EVENTS: u64 = 4 << 20;
 /// Sound: a segment's closures start with the whole trace before it inside (`Run::start`),
 /// so a reordering never moves an event across the cut; a finding that would need that is
 /// only potential (its edges are in two segments) or missed.
-pub fn drive_segments(
-    stream: &Stream<'_>,
-    model: ModelPass<'_>,
-    events: impl EventSource,
-    progress: &mut dyn FnMut(u64),
-    segment_events: u64,
-    on_segment: &mut dyn FnMut(Run),
-) -> Run {
-    drive_segments_replaying(
-        stream,
-        model,
-        events,
-        progress,
-        segment_events,
-        on_segment,
-        None,
-    )
-}
-
-/// The events of the walk again from the start, in the same merged order (thread id,
-/// position in the thread, event): a second read of the same file.
-pub type Replay<'r> = &'r dyn Fn() -> Box<dyn Iterator<Item = (ThreadId, usize, EventKind)> + 'r>;
-
-/// [`drive_segments`], with the race pass left out of the walk until the trace's first memory
+///
+/// With `replay`, the race pass is left out of the walk until the trace's first memory
 /// access (a plain read or write, or an atomic) when `replay` can read the events again: a
 /// trace with none — a program not built for race detection, a lock-heavy trace — never
 /// pays for the race pass's clocks and locksets. At the first access, a race pass is made
@@ -447,7 +422,7 @@ pub type Replay<'r> = &'r dyn Fn() -> Box<dyn Iterator<Item = (ThreadId, usize, 
 /// output is what it would have been: no pairs, no accesses. (A replay that reads fewer events
 /// than the walk did — the file shrank — marks the race pass incomplete: no race is reported
 /// from the trace.)
-pub fn drive_segments_replaying(
+pub fn walk(
     stream: &Stream<'_>,
     model: ModelPass<'_>,
     events: impl EventSource,
@@ -630,7 +605,7 @@ impl Segmented<'_, '_, '_, '_> {
     }
 }
 
-/// [`drive_run`] over a file's merged stream with the race pass on a second thread
+/// [`walk`] over a file's merged stream, whole, with the race pass on a second thread
 /// ([`crate::races::drive_split_beside`], the whole address space there): the same run, the
 /// model and the race pass each as in one walk, in the time of the slower of the two.
 pub fn drive_run_split(
@@ -904,7 +879,7 @@ struct RunParts {
 }
 
 impl<'t> ModelPass<'t> {
-    /// Ends a segment of the walk (`drive_segments`): the run of the events since the last
+    /// Ends a segment of the walk (`walk`): the run of the events since the last
     /// cut; what crosses the cut stays in the pass.
     fn cut(&mut self) -> Run {
         let earlier = self.earlier_edges();

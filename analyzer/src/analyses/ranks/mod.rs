@@ -80,3 +80,22 @@ pub fn rank_findings(runs: &[Run], graph: &LockOrderGraph) -> Vec<Finding> {
     }
     findings
 }
+
+/// Declared ranks as an analysis of the registry (`analyses/mod.rs`).
+pub struct Ranks;
+
+impl super::Analysis for Ranks {
+    fn name(&self) -> &'static str {
+        "ranks"
+    }
+
+    fn analyze(
+        &self,
+        part: &super::Part,
+        _budgets: &mut super::Budgets,
+        _summary: &mut crate::report::Summary,
+        out: &mut super::Output,
+    ) {
+        out.findings.extend(rank_findings(part.runs, part.graph));
+    }
+}

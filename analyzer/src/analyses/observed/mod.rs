@@ -587,3 +587,28 @@ pub(crate) fn descriptor_taken(errno: i32) -> &'static str {
         "closed or replaced by a raw system call, and the file could not be opened again"
     }
 }
+
+/// Observed hangs as an analysis of the registry (`analyses/mod.rs`).
+pub struct Observed;
+
+impl super::Analysis for Observed {
+    fn name(&self) -> &'static str {
+        "observed hangs"
+    }
+
+    fn analyze(
+        &self,
+        part: &super::Part,
+        _budgets: &mut super::Budgets,
+        _summary: &mut crate::report::Summary,
+        out: &mut super::Output,
+    ) {
+        for run in part.runs {
+            out.findings.extend(observed_findings(run));
+        }
+    }
+
+    fn settle(&self, findings: &mut Vec<Finding>) {
+        drop_superseded(findings);
+    }
+}

@@ -487,3 +487,31 @@ pub(crate) fn rwlock_findings(run: &Run, budget: &mut Budget) -> Vec<Finding> {
     }
     out
 }
+
+/// Waits and rwlocks as an analysis of the registry (`analyses/mod.rs`): only from runs with
+/// every happens-before edge, as a prediction needs.
+pub struct Waits;
+
+impl super::Analysis for Waits {
+    fn name(&self) -> &'static str {
+        "waits"
+    }
+
+    fn analyze(
+        &self,
+        part: &super::Part,
+        budgets: &mut super::Budgets,
+        _summary: &mut crate::report::Summary,
+        out: &mut super::Output,
+    ) {
+        for (ri, run) in part.runs.iter().enumerate() {
+            if !run.hb.complete {
+                continue;
+            }
+            out.findings
+                .extend(wait_findings(run, ri, &mut budgets.deadlock));
+            out.findings
+                .extend(rwlock_findings(run, &mut budgets.deadlock));
+        }
+    }
+}

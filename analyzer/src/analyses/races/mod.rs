@@ -300,3 +300,27 @@ fn finding(
         })),
     }
 }
+
+/// Races as an analysis of the registry (`analyses/mod.rs`): what each run's race pass kept.
+pub struct Races;
+
+impl super::Analysis for Races {
+    fn name(&self) -> &'static str {
+        "races"
+    }
+
+    fn analyze(
+        &self,
+        part: &super::Part,
+        budgets: &mut super::Budgets,
+        summary: &mut crate::report::Summary,
+        out: &mut super::Output,
+    ) {
+        for run in part.runs {
+            let (races, stats) = race_findings(run, &run.races, &mut budgets.race);
+            summary.race_candidates += stats.candidate_pairs;
+            summary.race_pairs_capped += stats.capped;
+            out.findings.extend(races);
+        }
+    }
+}

@@ -806,3 +806,34 @@ fn potential_finding(
         },
     }
 }
+
+/// Lock cycles as an analysis of the registry (`analyses/mod.rs`).
+pub struct LockCycles;
+
+impl super::Analysis for LockCycles {
+    fn name(&self) -> &'static str {
+        "lock cycles"
+    }
+
+    fn analyze(
+        &self,
+        part: &super::Part,
+        budgets: &mut super::Budgets,
+        summary: &mut Summary,
+        out: &mut super::Output,
+    ) {
+        let (findings, components) = lock_cycle_findings(
+            part.runs,
+            part.graph,
+            part.opts,
+            &mut budgets.deadlock,
+            summary,
+        );
+        for c in &components {
+            summary.unlisted_predicted += c.predicted - c.listed_predicted as u64;
+            summary.unlisted_potential += c.potential - c.listed_potential as u64;
+        }
+        out.findings.extend(findings);
+        out.components.extend(components);
+    }
+}
