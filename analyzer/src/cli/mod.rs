@@ -22,6 +22,7 @@ mod dot;
 mod dump;
 mod graph;
 mod interop;
+mod keeper;
 mod output;
 mod pack;
 mod record;
