@@ -24,7 +24,8 @@ mod graph;
 mod interop;
 mod keeper;
 mod output;
-mod pack;
+/// Public for its fuzz target (`trace-format/fuzz`): a pack is untrusted input.
+pub mod pack;
 mod record;
 mod run_files;
 mod runtime;
