@@ -12,7 +12,7 @@
 //! When `record` ends before the command (killed), the keeper stops the run: it creates the
 //! stop file, which every recorded process with a flusher sees within its period (it completes
 //! its trace with each thread's end state, so that a deadlock reads as observed, and ends
-//! itself), then, after [`GRACE`], kills what is left of the tree (processes the runtime does
+//! itself), then, after [`GRACE_MS`], kills what is left of the tree (processes the runtime does
 //! not record: `--no-follow`, or of one thread) until no process of the run remains.
 //!
 //! Between `fork` and `exec` only async-signal-safe system calls may be made (the parent may
