@@ -478,7 +478,12 @@ fn analyze_merges_only_the_users_own_regular_siblings() {
 #[test]
 fn names_from_traces_and_packs_reach_the_terminal_escaped() {
     let dir = sticky_dir("hard-escape");
-    let hostile = "\u{1b}]0;pwned\u{7}\u{1b}[2J\u{9b}31m";
+    // Terminal controls, and bidirectional overrides and isolates, which reorder what a
+    // terminal shows after them.
+    let hostile = "\u{1b}]0;pwned\u{7}\u{1b}[2J\u{9b}31m\u{202e}gnp.\u{2066}x\u{2069}\u{200b}";
+    let hidden = [
+        '\u{1b}', '\u{9b}', '\u{7}', '\u{202e}', '\u{2066}', '\u{2069}', '\u{200b}',
+    ];
     std::fs::write(
         dir.join("t.trace"),
         inversion_trace(hostile, [hostile, "B"], &format!("{hostile}.c")),
@@ -486,10 +491,7 @@ fn names_from_traces_and_packs_reach_the_terminal_escaped() {
     .unwrap();
     let clean = |what: &str, bytes: &[u8]| {
         let s = String::from_utf8_lossy(bytes);
-        assert!(
-            !s.contains('\u{1b}') && !s.contains('\u{9b}') && !s.contains('\u{7}'),
-            "{what}: {s:?}"
-        );
+        assert!(!s.contains(hidden), "{what}: {s:?}");
         s.into_owned()
     };
     for args in [
@@ -510,6 +512,7 @@ fn names_from_traces_and_packs_reach_the_terminal_escaped() {
         clean(&format!("{args:?} (stderr)"), &o.stderr);
         if args[0] != "graph" {
             assert!(out.contains("\\u{1b}]0;pwned\\u{7}"), "{args:?}: {out}");
+            assert!(out.contains("\\u{202e}gnp.\\u{2066}x"), "{args:?}: {out}");
         }
     }
     // A pack's member names are the file names it was given.

@@ -16,8 +16,9 @@
 //! only thread writes its buffer itself before each blocking call instead), or at start-up
 //! with `foresight record --hang-timeout`, whose stop request it watches for: the file
 //! `FORESIGHT_STOP_FILE`, which `foresight record` creates when no process of the run recorded
-//! an event for the timeout. Then the trace is completed, every thread with its end state, and
-//! the process is killed (SIGKILL: a program that hangs would hang in its own SIGTERM handler).
+//! an event for the timeout (and which, without a hang timeout, a flusher that runs watches
+//! too: `record`'s keeper creates it, saying `record-ended`, when `record` is killed). Then
+//! the trace is completed, every thread with its end state, and the process is killed (SIGKILL: a program that hangs would hang in its own SIGTERM handler).
 //! The thread blocks every signal, is named `foresight-rt`, and records nothing itself. It
 //! must not keep the process alive: a process whose `main` left through `pthread_exit` ends
 //! when its last thread does. So the program's last thread, as it exits, stops the flusher
@@ -75,7 +76,9 @@ pub fn configure(cfg: &Config) {
         if cfg.flush_ms == 0 { OFF } else { NOT_STARTED },
         Ordering::Release,
     );
-    if watch {
+    // Without a hang timeout the stop file is watched by a flusher that runs anyway (a
+    // program with threads): a process of one thread is not given a second one for it.
+    if watch && cfg.hang_timeout_ms > 0 {
         start();
     }
 }
@@ -213,12 +216,44 @@ fn stop_requested() -> bool {
     unsafe { libc::access(path.as_ptr(), libc::F_OK) == 0 }
 }
 
-/// `foresight record` saw no event for the hang timeout: complete the trace with every
-/// thread's end state, then end the process.
+/// What `foresight record`'s keeper writes into the stop file when `record` itself ended
+/// (was killed) while the run went on.
+const RECORD_ENDED: &[u8] = b"record-ended";
+
+/// Whether the stop file says that `foresight record` ended, rather than that the hang
+/// timeout passed (an empty file).
+fn record_ended() -> bool {
+    let stop = STOP_FILE.lock();
+    let Some(path) = stop.as_ref() else {
+        return false;
+    };
+    // SAFETY: a NUL-terminated path; the descriptor is ours and closed below.
+    let fd = unsafe {
+        libc::open(
+            path.as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+        )
+    };
+    if fd < 0 {
+        return false;
+    }
+    let mut buf = [0u8; 16];
+    // SAFETY: reads into our buffer, at most its length.
+    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+    crate::hooks::fd::real_close(fd);
+    n >= RECORD_ENDED.len() as isize && buf.starts_with(RECORD_ENDED)
+}
+
+/// `foresight record` saw no event for the hang timeout, or ended while the run went on:
+/// complete the trace with every thread's end state, then end the process. The second is a
+/// hang timeout of 0 ms (FORMAT.md §7.13).
 fn stop() -> ! {
-    output::note_stop(StopCause::HangTimeout {
-        ms: HANG_MS.load(Ordering::Relaxed),
-    });
+    let ms = if record_ended() {
+        0
+    } else {
+        HANG_MS.load(Ordering::Relaxed)
+    };
+    output::note_stop(StopCause::HangTimeout { ms });
     runtime::finish(
         EndReason::Signal {
             signal: libc::SIGKILL,

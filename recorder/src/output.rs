@@ -283,8 +283,9 @@ fn open_own_path() -> Option<i32> {
 /// The program is about to close or replace descriptor `target`: if it is the trace's, the
 /// trace moves to another descriptor first (and the old one is closed), so that the
 /// program's call finds the number free, as it would without the runtime. If no descriptor is
-/// free, the program takes it: recording stops (`WriteFailed` with `EMFILE`) and the trace's
-/// end is written through its path when the process ends. The caller keeps errno.
+/// free, the runtime gives it up: recording stops (`WriteFailed` with `EMFILE`), the
+/// descriptor is closed (the program's call then does what it does on a closed number) and
+/// the trace's end is written through its path when the process ends. The caller keeps errno.
 pub fn keep_clear_of(target: i32) {
     if target < 0 || FD.load(Ordering::Acquire) != target {
         return;
@@ -327,9 +328,10 @@ fn move_away(target: i32) {
         // SAFETY: sched_yield has no preconditions.
         unsafe { libc::sched_yield() };
     }
-    if moved >= 0 {
-        close_own(target);
-    } else {
+    // The number is closed in either case, as the program finds it without the runtime: its
+    // `close` of it fails with EBADF, a `dup2` onto it finds it free.
+    close_own(target);
+    if moved < 0 {
         stop_at(
             file_len(),
             StopCause::WriteFailed {

@@ -282,7 +282,8 @@ pub enum StopCause {
     /// (`RLIMIT_FSIZE`, `ulimit -f`), `limit` bytes: the program ran on.
     FileSizeLimit { limit: u64 },
     /// No thread recorded an event for `ms` milliseconds (`foresight record --hang-timeout`):
-    /// the trace was completed and the program stopped.
+    /// the trace was completed and the program stopped. `ms` 0: `foresight record` was killed
+    /// while the run went on, and the run was stopped with it.
     HangTimeout { ms: u64 },
 }
 

@@ -22,8 +22,10 @@ mod dot;
 mod dump;
 mod graph;
 mod interop;
+mod keeper;
 mod output;
-mod pack;
+/// Public for its fuzz target (`trace-format/fuzz`): a pack is untrusted input.
+pub mod pack;
 mod record;
 mod run_files;
 mod runtime;

@@ -18,7 +18,63 @@ pub fn open_stream(path: &Path) -> anyhow::Result<TraceStream> {
         return open_std(path);
     }
     // The error names the file and the byte offset already.
-    Ok(TraceStream::open(path)?)
+    let stream = TraceStream::open(path)?;
+    Ok(symbolised_copy(path, &stream).unwrap_or(stream))
+}
+
+/// A trace whose call sites were not symbolised when it was recorded (`foresight record` was
+/// killed before it could, or ran with `--no-symbolize`) while binaries it names are still
+/// where they were: symbolised on a private copy (`tempfile`, removed once the stream has it
+/// open), so that findings name their lines; the trace itself is not written to. Said on
+/// stderr. `None`: nothing to do, or it could not be done (the sites stay `module+offset`).
+fn symbolised_copy(path: &Path, stream: &TraceStream) -> Option<TraceStream> {
+    let tables = stream.tables();
+    // A trace symbolised once has symbols (the C library's frames may have none); one never
+    // symbolised has none at all.
+    if !tables.symbols.is_empty() {
+        return None;
+    }
+    let present = |module: u32| {
+        tables
+            .modules
+            .get(&module)
+            .and_then(|m| tables.string(m.path))
+            .is_some_and(|p| {
+                !foresight_trace::runtime_library::is_runtime_library(p) && Path::new(p).is_file()
+            })
+    };
+    if !tables
+        .sites
+        .values()
+        .flat_map(|s| &s.frames)
+        .any(|f| present(f.module))
+    {
+        return None;
+    }
+    let mut temp = tempfile::Builder::new()
+        .prefix("foresight-symbols-")
+        .suffix(".trace")
+        .tempfile()
+        .ok()?;
+    let mut original = std::fs::File::open(path).ok()?;
+    std::io::copy(&mut original, temp.as_file_mut()).ok()?;
+    let options = foresight_symbols::SymbolizeOptions {
+        sync: false,
+        ..Default::default()
+    };
+    let summary = foresight_symbols::symbolize_in_place(temp.path(), &options).ok()?;
+    let file = std::fs::File::open(temp.path()).ok()?;
+    drop(temp);
+    let symbolised = TraceStream::from_file(path, file).ok()?;
+    say!(
+        "foresight: {}: not symbolised when it was recorded (`foresight record` was killed, or \
+         --no-symbolize); its lines were read from the binaries it names, which are still there",
+        path.display()
+    );
+    for w in summary.warnings() {
+        say!("foresight: warning: {}: {w}", path.display());
+    }
+    Some(symbolised)
 }
 
 fn open_std(path: &Path) -> anyhow::Result<TraceStream> {

@@ -45,8 +45,9 @@ symbolised (function, file, line) so it can be analysed without the binaries.
 
 Ctrl-C reaches the command (it is in the same process group); foresight waits for it, and the \
 trace is completed as the command ends. SIGINT, SIGQUIT, SIGTERM and SIGHUP (and the signal of \
---dump-on) sent to foresight by another process are passed on to the command. If foresight is killed, the command is killed \
-with it. Signals ignored when foresight starts (nohup) are ignored in the command too.
+--dump-on) sent to foresight by another process are passed on to the command. If foresight is killed (even with SIGKILL), the run \
+is stopped with it: each recorded process completes its trace, saying where each thread \
+waits, and every process of the run (children and grandchildren too) is killed within 3 s. Signals ignored when foresight starts (nohup) are ignored in the command too.
 
 With --hang-timeout SECS, a run in which no process records an event for SECS seconds is \
 stopped: each process completes its trace, with what every thread was doing (where it waits), \
@@ -187,19 +188,27 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         cmd.env("FORESIGHT_WRAPPERS", wrappers.patterns().join("\n"));
     }
 
-    let hang = match args.hang_timeout {
-        Some(secs) => Some(HangWatch::new(&output, secs)?),
-        None => None,
+    // The stop file serves the hang timeout and the keeper (`keeper.rs`), which stops the run
+    // if `record` is killed; only the hang timeout cannot do without it.
+    let hang = match (
+        HangWatch::new(&output, args.hang_timeout),
+        args.hang_timeout,
+    ) {
+        (Ok(h), _) => Some(h),
+        (Err(e), Some(_)) => return Err(e),
+        (Err(_), None) => None,
     };
-    if let Some(h) = &hang {
-        cmd.env("FORESIGHT_STOP_FILE", &h.stop_file).env(
+    match &hang {
+        Some(h) => cmd.env("FORESIGHT_STOP_FILE", &h.stop_file),
+        None => cmd.env_remove("FORESIGHT_STOP_FILE"),
+    };
+    match args.hang_timeout {
+        Some(secs) => cmd.env(
             "FORESIGHT_HANG_TIMEOUT_MS",
-            (u64::from(h.secs) * 1000).to_string(),
-        );
-    } else {
-        cmd.env_remove("FORESIGHT_STOP_FILE")
-            .env_remove("FORESIGHT_HANG_TIMEOUT_MS");
-    }
+            (u64::from(secs) * 1000).to_string(),
+        ),
+        None => cmd.env_remove("FORESIGHT_HANG_TIMEOUT_MS"),
+    };
 
     let (child_pid, status) = run_and_wait(cmd, program, hang.as_ref(), args.dump_on)?;
     // Symbolising appends to the traces: past a file size limit (`ulimit -f`) the write must
@@ -679,7 +688,8 @@ fn prepare_output(output: &Path) -> anyhow::Result<Vec<PathBuf>> {
 /// the file, no one else can create it, list the directory or plant a link in it): a file
 /// beside the trace could be created by anyone who can write there, and stop the run.
 struct HangWatch {
-    secs: u32,
+    /// `None`: no hang timeout, the stop file is the keeper's only.
+    secs: Option<u32>,
     stop_file: PathBuf,
     /// Holds `stop_file`; removed with it when the run is over.
     stop_dir: tempfile::TempDir,
@@ -687,7 +697,7 @@ struct HangWatch {
 }
 
 impl HangWatch {
-    fn new(output: &Path, secs: u32) -> anyhow::Result<Self> {
+    fn new(output: &Path, secs: Option<u32>) -> anyhow::Result<Self> {
         use std::os::unix::fs::PermissionsExt;
         let parent = absolute(&std::env::temp_dir())?;
         let stop_dir = super::safe_fs::private_dir_in(&parent, "foresight-stop-")
@@ -815,11 +825,16 @@ fn run_and_wait(
         }
     }
     let parent = std::process::id();
+    let (mut reports, report_end) = super::keeper::pipe().map_err(|e| {
+        done.store(true, Ordering::SeqCst);
+        anyhow!("cannot run {shown}: cannot make a pipe: {e}")
+    })?;
+    let keeper = super::keeper::Keeper::new(report_end, hang.map(|h| h.stop_file.as_path()));
     // SAFETY: the closure runs in the forked child before exec and only makes system calls
     // (async-signal-safe): the signals `record` inherited ignored are ignored again (its own
     // handlers, and the Rust runtime's SIGPIPE, would otherwise reach the command as the
-    // default action), the command gets SIGKILL when `record` dies, and, if `record` died
-    // before this, exits at once.
+    // default action); if `record` died before this, it exits at once; else it splits into
+    // the keeper, which stays, and the command's process, which goes on to the exec.
     unsafe {
         cmd.pre_exec(move || {
             for sig in 1..64 {
@@ -827,23 +842,27 @@ fn run_and_wait(
                     libc::signal(sig, libc::SIG_IGN);
                 }
             }
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
             if libc::getppid() as u32 != parent {
                 libc::_exit(128 + libc::SIGKILL);
             }
-            Ok(())
+            keeper.split()
         });
     }
-    let mut child = match cmd.spawn() {
+    let spawned = cmd.spawn();
+    // The keeper's write end goes with the command (it holds the only other copy), so that a
+    // keeper that dies without a word is an end of the pipe, not a wait.
+    drop(cmd);
+    let mut child = match spawned {
         Ok(c) => c,
         Err(e) => {
             done.store(true, Ordering::SeqCst);
             return Err(anyhow!("cannot run {shown}: {e}"));
         }
     };
-    let mut sizes = hang.map(|h| h.sizes()).unwrap_or_default();
+    // The keeper's pid is not the command's: the command's is the one the traces name.
+    let command_pid = reports.command_pid().unwrap_or(child.id());
+    let hang = hang.and_then(|h| h.secs.map(|secs| (h, secs)));
+    let mut sizes = hang.map(|(h, _)| h.sizes()).unwrap_or_default();
     let mut last_growth = Instant::now();
     let mut stopped_at: Option<Instant> = None;
     let status = loop {
@@ -879,18 +898,18 @@ fn run_and_wait(
                 (sig, _) => forward(child.id(), sig),
             }
         }
-        if let Some(h) = hang {
+        if let Some((h, secs)) = hang {
             match stopped_at {
                 None => {
                     let now = h.sizes();
                     if now != sizes {
                         sizes = now;
                         last_growth = Instant::now();
-                    } else if last_growth.elapsed() >= Duration::from_secs(h.secs.into()) {
+                    } else if last_growth.elapsed() >= Duration::from_secs(secs.into()) {
                         say!(
                             "foresight: no process of the run recorded an event for {} s: \
                              stopping {shown} (its trace says where each thread waits)",
-                            h.secs
+                            secs
                         );
                         h.stop();
                         stopped_at = Some(Instant::now());
@@ -910,7 +929,10 @@ fn run_and_wait(
     };
     done.store(true, Ordering::SeqCst);
     signals.handle().close();
-    Ok((child.id(), status))
+    // The command's status, as the keeper saw it; the keeper's own if it could not say
+    // (killed with the command when the hang timeout's grace ran out).
+    let status = reports.command_status().unwrap_or(status);
+    Ok((command_pid, status))
 }
 
 fn forward(pid: u32, sig: i32) {
@@ -1054,6 +1076,9 @@ pub(crate) fn stop_cause(cause: StopCause, max_size: Option<u64>) -> String {
             "recording stopped early, the program ran on: the trace reached the file size limit \
              ({limit} bytes: `ulimit -f`, or --max-size); it holds what was written before"
         ),
+        StopCause::HangTimeout { ms: 0 } => "the run was stopped because `foresight record` \
+             was killed while it went on; where each thread was:"
+            .to_string(),
         StopCause::HangTimeout { ms } => format!(
             "the run was stopped after {} s without an event; where each thread was:",
             ms / 1000

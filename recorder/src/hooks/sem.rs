@@ -1,5 +1,6 @@
 //! POSIX semaphores (`sem_*`). A post is recorded (and releases the semaphore's clock) before
-//! the real post; a wait after it returns.
+//! the real post, but for one at the largest value, which fails (EOVERFLOW) and is recorded
+//! only if it posted; a wait after it returns.
 
 use libc::{c_int, c_uint, sem_t, timespec};
 
@@ -61,18 +62,43 @@ unsafe extern "C-unwind" fn destroy(s: S, ra: usize) -> c_int {
     unsafe { real(s) }
 }
 
+/// The largest value a semaphore holds (glibc's `SEM_VALUE_MAX`): a post at it fails with
+/// EOVERFLOW and posts nothing.
+const SEM_VALUE_MAX: c_int = c_int::MAX;
+
 unsafe extern "C-unwind" fn post(s: S, ra: usize) -> c_int {
     let real = REAL_POST.get();
-    if let Some(t) = rt() {
-        t.with(|t| {
-            if let Some((o, site)) = object(t, s as usize, ra, false, kind) {
-                t.emit(
-                    EventKind::SemPost { sem: o.id(), site },
-                    Key::Release(&o.clock),
-                );
-            }
-        });
+    let record = || {
+        if let Some(t) = rt() {
+            t.with(|t| {
+                if let Some((o, site)) = object(t, s as usize, ra, false, kind) {
+                    t.emit(
+                        EventKind::SemPost { sem: o.id(), site },
+                        Key::Release(&o.clock),
+                    );
+                }
+            });
+        }
+    };
+    let mut value: c_int = 0;
+    // SAFETY: the caller's semaphore, which the real post reads too (a bad pointer faults
+    // here as it would there); `value` is ours.
+    let full = rt().is_some()
+        && unsafe { libc::sem_getvalue(s, &mut value) } == 0
+        && value == SEM_VALUE_MAX;
+    if full {
+        // The post will most likely fail: recorded only if it did post (a wait took a unit
+        // meanwhile). Every wait it could satisfy finds units posted before it, so recording
+        // it after the real post keeps a post before the wait it satisfies.
+        // SAFETY: the real function with the caller's argument.
+        let r = unsafe { real(s) };
+        if r == 0 {
+            record();
+        }
+        return r;
     }
+    // Recorded first, so that the wait this post wakes is recorded after it.
+    record();
     // SAFETY: the real function with the caller's argument.
     unsafe { real(s) }
 }

@@ -496,6 +496,9 @@ fn ended_text(run: &Run) -> String {
     }
     if let Some(s) = run.end.stopped {
         return match s.cause {
+            StopCause::HangTimeout { ms: 0 } => "`foresight record` was killed while the run \
+                 went on, and the run was stopped with it"
+                .to_string(),
             StopCause::HangTimeout { ms } => format!(
                 "no thread recorded an event for {} and `foresight record --hang-timeout` \
                  stopped the run",
