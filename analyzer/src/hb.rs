@@ -16,7 +16,7 @@
 
 use foldhash::{HashMap, HashMapExt};
 
-use crate::addr_map::AddrMap;
+use crate::last_writers::LastWriters;
 use crate::stream::{Mode, Op, Pass, StreamEvent};
 use crate::vector_clock::VectorClock;
 
@@ -104,7 +104,7 @@ pub struct HbBuilder {
     /// only the current clocks are kept (a streaming pass reads them as it goes).
     snapshots: bool,
     /// The last write to each 8-byte granule: (thread, position).
-    last_write: AddrMap<(u32, u32)>,
+    last_write: LastWriters,
 }
 
 impl HbBuilder {
@@ -125,7 +125,7 @@ impl HbBuilder {
             lock_channels: Vec::new(),
             receives: vec![Vec::new(); threads],
             snapshots: true,
-            last_write: AddrMap::default(),
+            last_write: LastWriters::new(),
         }
     }
 
@@ -160,9 +160,9 @@ impl HbBuilder {
         if self.overflowed {
             return;
         }
-        for g in granules(addr, size) {
-            self.last_write.insert(g, (thread as u32, pos));
-        }
+        let granules = granules(addr, size);
+        self.last_write
+            .set(*granules.start(), *granules.end(), (thread as u32, pos));
     }
 
     /// A memory read (or atomic load) of `addr`: reads-from is an edge. A reordering in which a
@@ -181,7 +181,7 @@ impl HbBuilder {
     }
 
     fn read_granule(&mut self, thread: usize, pos: u32, granule: u64) {
-        let Some(&(writer, at)) = self.last_write.get(&granule) else {
+        let Some((writer, at)) = self.last_write.get(granule) else {
             return;
         };
         let writer = writer as usize;
@@ -357,7 +357,7 @@ impl HbBuilder {
             self.channels = HashMap::new();
             self.lock_channels = Vec::new();
             self.current = vec![VectorClock::default(); self.current.len()];
-            self.last_write = AddrMap::default();
+            self.last_write = LastWriters::new();
         }
     }
 

@@ -13,7 +13,6 @@
 //! its own findings — [`analysis`] runs them within the [`options`]' budgets and assembles the
 //! [`report`], which renders them. ARCHITECTURE.md ("Layers") says which module may use which.
 
-mod addr_map;
 pub mod analysis;
 pub mod baseline;
 pub mod cli;
@@ -23,6 +22,7 @@ pub mod deadlock;
 mod describe;
 pub mod escape;
 pub mod hb;
+mod last_writers;
 mod lock_cycles;
 pub mod lock_graph;
 pub mod merge;

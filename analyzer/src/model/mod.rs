@@ -433,6 +433,11 @@ pub fn drive_segments(
     )
 }
 
+/// With this variable set to `1`, the walk runs without the race pass (every segment's race
+/// output is that of a trace without accesses): for measuring the rest of the walk alone.
+/// Not for users — the report then says nothing of races — so it is in no `--help`.
+pub const SKIP_RACES_VAR: &str = "FORESIGHT_BENCH_SKIP_RACES";
+
 /// The events of the walk again from the start, in the same merged order (thread id,
 /// position in the thread, event): a second read of the same file.
 pub type Replay<'r> = &'r dyn Fn() -> Box<dyn Iterator<Item = (ThreadId, usize, EventKind)> + 'r>;
@@ -456,14 +461,17 @@ pub fn drive_segments_replaying(
     on_segment: &mut dyn FnMut(Run),
     replay: Option<Replay<'_>>,
 ) -> Run {
+    let without_races = std::env::var_os(SKIP_RACES_VAR).is_some_and(|v| v == "1");
     let races = match replay {
         Some(_) => None,
+        None if without_races => None,
         None => Some(RacePass::new(model.threads.len(), Some(model.tables))),
     };
     let mut passes = Segmented {
         stream,
         model,
         races,
+        without_races,
         replay,
         every: segment_events,
         in_segment: 0,
@@ -490,6 +498,8 @@ struct Segmented<'t, 'f, 's, 'r> {
     model: ModelPass<'t>,
     /// `None` until the first memory access when the walk can be replayed.
     races: Option<RacePass<'t>>,
+    /// The race pass switched off ([`SKIP_RACES_VAR`]): `races` stays `None`.
+    without_races: bool,
     replay: Option<Replay<'r>>,
     every: u64,
     in_segment: u64,
@@ -604,7 +614,7 @@ impl Segmented<'_, '_, '_, '_> {
         self.model.handle(ev);
         match &mut self.races {
             Some(r) => r.handle(ev),
-            None if ev.op.is_access() => {
+            None if ev.op.is_access() && !self.without_races => {
                 self.start_races(ev.seq);
                 if let Some(r) = &mut self.races {
                     r.handle(ev);
