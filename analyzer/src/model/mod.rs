@@ -338,31 +338,10 @@ impl Run {
     }
 }
 
-/// A hasher for keys made of the analyzer's own dense indices (never values chosen by the
-/// trace, so there is nothing to flood): a multiply-rotate step per word, much cheaper than
-/// SipHash on the per-acquisition path.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct IndexHasher(u64);
-
-impl std::hash::Hasher for IndexHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(b as u64);
-        }
-    }
-    fn write_u32(&mut self, n: u32) {
-        self.write_u64(n as u64);
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0.rotate_left(29) ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-}
-
-pub type IndexMap<K, V> =
-    std::collections::HashMap<K, V, std::hash::BuildHasherDefault<IndexHasher>>;
+/// A map keyed by the analyzer's own dense indices (never values chosen by the trace, so there
+/// is nothing to flood): foldhash with a fixed seed, much cheaper than SipHash on the
+/// per-acquisition path, and the same layout from run to run.
+pub type IndexMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::FixedState>;
 
 /// Converts a decoded trace. `progress` is called now and then with the events done.
 pub fn build_run(trace: &Trace, progress: &mut dyn FnMut(u64)) -> Run {
