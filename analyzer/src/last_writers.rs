@@ -3,10 +3,10 @@
 //! frequent lookups of the walk on an instrumented trace.
 //!
 //! Granules are kept in pages of [`PAGE_GRANULES`] consecutive granules, found through a map
-//! keyed by page number, with the last page used remembered: programs read and write memory in
-//! runs (a buffer copied, a struct's fields one after another), so most accesses land in the
-//! page of the one before and cost a comparison and an array index, not a hash lookup that
-//! misses the cache. A page costs 8 bytes a granule where a hash map of granules cost about
+//! keyed by page number, with the pages used lately remembered in a direct-mapped table:
+//! programs read and write memory in runs (a buffer copied, a struct's fields one after
+//! another) and over and over in the same tables, so most accesses find their page there at
+//! the cost of a comparison and an array index, not a hash lookup that misses the cache. A page costs 8 bytes a granule where a hash map of granules cost about
 //! 18; a page with one granule in use costs 256 bytes, so a program that touches one word in
 //! every 256 bytes costs more than before. Either way the table grows with the memory the
 //! program touched, not with the trace's length; it is not budgeted, since a reads-from edge
@@ -32,10 +32,14 @@ pub struct LastWriters {
     pages: Vec<Page>,
     /// Page number (granule / [`PAGE_GRANULES`]) → index in `pages`.
     index: HashMap<u64, u32>,
-    /// The page found last: (page number, index in `pages`); `u64::MAX` for none (a granule
-    /// is below 2^61, so no page number is that).
-    last: (u64, u32),
+    /// Pages found lately, by page number modulo [`RECENT`]: (page number, index in
+    /// `pages`); `u64::MAX` for none (a granule is below 2^61, so no page number is that).
+    recent: Box<[(u64, u32)]>,
 }
+
+/// Pages remembered in `recent`: 4 MiB of the program's memory when they are consecutive, so
+/// that the tables a compressor probes at random mostly skip the map.
+const RECENT: usize = 1 << 14;
 
 impl Default for LastWriters {
     fn default() -> Self {
@@ -48,7 +52,7 @@ impl LastWriters {
         LastWriters {
             pages: Vec::new(),
             index: HashMap::new(),
-            last: (u64::MAX, 0),
+            recent: vec![(u64::MAX, 0); RECENT].into_boxed_slice(),
         }
     }
 
@@ -57,11 +61,12 @@ impl LastWriters {
     pub fn get(&mut self, granule: u64) -> Option<Writer> {
         let page = granule / PAGE_GRANULES as u64;
         let slot = (granule % PAGE_GRANULES as u64) as usize;
-        let i = if self.last.0 == page {
-            self.last.1
+        let recent = &mut self.recent[page as usize % RECENT];
+        let i = if recent.0 == page {
+            recent.1
         } else {
             let i = *self.index.get(&page)?;
-            self.last = (page, i);
+            *recent = (page, i);
             i
         };
         let w = self.pages[i as usize][slot];
@@ -88,15 +93,16 @@ impl LastWriters {
 
     #[inline]
     fn page_for_write(&mut self, page: u64) -> u32 {
-        if self.last.0 == page {
-            return self.last.1;
+        let recent = &mut self.recent[page as usize % RECENT];
+        if recent.0 == page {
+            return recent.1;
         }
         let next = self.pages.len() as u32;
         let i = *self.index.entry(page).or_insert(next);
         if i == next {
             self.pages.push([(NONE, 0); PAGE_GRANULES]);
         }
-        self.last = (page, i);
+        *recent = (page, i);
         i
     }
 }
@@ -124,6 +130,13 @@ mod tests {
         w.set(10 * p + 3, 13 * p, (0, 1));
         assert_eq!(w.get(11 * p + 5), Some((0, 1)));
         assert_eq!(w.get(13 * p + 1), None);
+        // Two pages that share a slot of the recent table are told apart.
+        let far = (RECENT as u64) * p;
+        w.set(far, far, (4, 4));
+        assert_eq!(w.get(0), None);
+        assert_eq!(w.get(far), Some((4, 4)));
+        assert_eq!(w.get(p), Some((2, 9)));
+        assert_eq!(w.get(far + 2 * p), None);
         let top = (u64::MAX >> 3) - 1;
         w.set(top, top + 1, (3, 3));
         assert_eq!(w.get(top + 1), Some((3, 3)));
