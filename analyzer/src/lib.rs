@@ -10,7 +10,6 @@
 //! [`options`]' budgets; [`merge`] folds the parts of every trace into one [`report`], which
 //! renders them. ARCHITECTURE.md ("Layers") says which module may use which.
 
-mod addr_map;
 pub mod analyses;
 pub mod analysis;
 pub mod baseline;
@@ -21,6 +20,7 @@ pub mod deadlock;
 mod describe;
 pub mod escape;
 pub mod hb;
+mod last_writers;
 pub mod lock_graph;
 pub mod merge;
 pub mod model;

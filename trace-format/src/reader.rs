@@ -662,50 +662,27 @@ pub(crate) fn keep_first_shrink(problems: &mut Vec<Problem>) {
     });
 }
 
-/// Which object and site ids the tables define, for a per-event check that costs a few
-/// instructions: ids are dense in practice, so a bitmap answers; ids far beyond the table's
-/// size (a hostile file) fall back to a hash set rather than growing the bitmap.
-struct IdSet {
-    bits: Vec<u64>,
-    sparse: std::collections::HashSet<u32>,
-}
+/// Which object and site ids the tables define: a compressed bitmap, as small for the dense
+/// ids of a recorder's trace as for the scattered ids a hostile file may declare.
+struct IdSet(roaring::RoaringBitmap);
 
 impl IdSet {
-    fn new(ids: impl Iterator<Item = u32> + Clone, count: usize) -> Self {
-        let dense_limit = (count as u64 * 4 + 4096).min(u32::MAX as u64 + 1);
-        let top = ids
-            .clone()
-            .map(|i| i as u64 + 1)
-            .filter(|&i| i <= dense_limit)
-            .max()
-            .unwrap_or(0);
-        let mut set = IdSet {
-            bits: vec![0; top.div_ceil(64) as usize],
-            sparse: Default::default(),
-        };
-        for id in ids {
-            if (id as u64) < top {
-                set.bits[id as usize / 64] |= 1 << (id % 64);
-            } else {
-                set.sparse.insert(id);
-            }
-        }
-        set
+    fn new(ids: impl Iterator<Item = u32>) -> Self {
+        IdSet(ids.collect())
     }
 
     /// The length of the run of defined ids starting at 0.
     fn dense_prefix(&self) -> u64 {
-        let full = self.bits.iter().take_while(|w| **w == u64::MAX).count();
-        let partial = self.bits.get(full).map_or(0, |w| w.trailing_ones());
-        full as u64 * 64 + partial as u64
+        self.0
+            .iter()
+            .zip(0u64..)
+            .take_while(|&(id, i)| u64::from(id) == i)
+            .count() as u64
     }
 
     #[inline]
     fn contains(&self, id: u32) -> bool {
-        match self.bits.get(id as usize / 64) {
-            Some(word) if word & (1 << (id % 64)) != 0 => true,
-            _ => !self.sparse.is_empty() && self.sparse.contains(&id),
-        }
+        self.0.contains(id)
     }
 }
 
@@ -720,8 +697,8 @@ pub(crate) struct ReferenceCheck {
 
 impl ReferenceCheck {
     pub(crate) fn new(tables: &Tables) -> Self {
-        let objects = IdSet::new(tables.objects.keys().copied(), tables.objects.len());
-        let sites = IdSet::new(tables.sites.keys().copied(), tables.sites.len());
+        let objects = IdSet::new(tables.objects.keys().copied());
+        let sites = IdSet::new(tables.sites.keys().copied());
         ReferenceCheck {
             objects_dense: objects.dense_prefix(),
             sites_dense: sites.dense_prefix(),
@@ -880,4 +857,23 @@ impl<'a> Iterator for Merged<'a> {
 /// Whether `raw` (a tag byte) starts an extension event; exposed for tools that scan bytes.
 pub fn is_extension_tag(raw: u8) -> bool {
     EXTENSION_TAGS.contains(&(raw & !KEY_FLAG))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::IdSet;
+
+    #[test]
+    fn id_sets_answer_for_dense_and_scattered_ids() {
+        let set = IdSet::new([3, 0, 2, 1, 5, u32::MAX, 1 << 31].into_iter());
+        assert_eq!(set.dense_prefix(), 4, "0..4 defined, 4 missing");
+        for id in [0, 1, 2, 3, 5, u32::MAX, 1 << 31] {
+            assert!(set.contains(id), "{id}");
+        }
+        for id in [4, 6, u32::MAX - 1, (1 << 31) + 1] {
+            assert!(!set.contains(id), "{id}");
+        }
+        assert_eq!(IdSet::new([1, 2].into_iter()).dense_prefix(), 0);
+        assert_eq!(IdSet::new(std::iter::empty()).dense_prefix(), 0);
+    }
 }

@@ -338,31 +338,10 @@ impl Run {
     }
 }
 
-/// A hasher for keys made of the analyzer's own dense indices (never values chosen by the
-/// trace, so there is nothing to flood): a multiply-rotate step per word, much cheaper than
-/// SipHash on the per-acquisition path.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct IndexHasher(u64);
-
-impl std::hash::Hasher for IndexHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(b as u64);
-        }
-    }
-    fn write_u32(&mut self, n: u32) {
-        self.write_u64(n as u64);
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0.rotate_left(29) ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-}
-
-pub type IndexMap<K, V> =
-    std::collections::HashMap<K, V, std::hash::BuildHasherDefault<IndexHasher>>;
+/// A map keyed by the analyzer's own dense indices (never values chosen by the trace, so there
+/// is nothing to flood): foldhash with a fixed seed, much cheaper than SipHash on the
+/// per-acquisition path, and the same layout from run to run.
+pub type IndexMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::FixedState>;
 
 /// Converts a decoded trace. `progress` is called now and then with the events done.
 pub fn build_run(trace: &Trace, progress: &mut dyn FnMut(u64)) -> Run {
@@ -398,6 +377,11 @@ pub const DEFAULT_SEGMENT_EVENTS: u64 = 4 << 20;
 /// position in the thread, event): a second read of the same file.
 pub type Replay<'r> = &'r dyn Fn() -> Box<dyn Iterator<Item = (ThreadId, usize, EventKind)> + 'r>;
 
+/// With this variable set to `1`, the walk runs without the race pass (every segment's race
+/// output is that of a trace without accesses): for measuring the rest of the walk alone.
+/// Not for users — the report then says nothing of races — so it is in no `--help`.
+pub const SKIP_RACES_VAR: &str = "FORESIGHT_BENCH_SKIP_RACES";
+
 /// The walk of one trace, the one entry every command and library caller uses: reads the
 /// events once into the model and the race pass, side by side, in segments of
 /// `segment_events` events (0: one segment, the whole trace): each time that many events were read, the model of those events is handed to
@@ -431,14 +415,17 @@ pub fn walk(
     on_segment: &mut dyn FnMut(Run),
     replay: Option<Replay<'_>>,
 ) -> Run {
+    let without_races = std::env::var_os(SKIP_RACES_VAR).is_some_and(|v| v == "1");
     let races = match replay {
         Some(_) => None,
+        None if without_races => None,
         None => Some(RacePass::new(model.threads.len(), Some(model.tables))),
     };
     let mut passes = Segmented {
         stream,
         model,
         races,
+        without_races,
         replay,
         every: segment_events,
         in_segment: 0,
@@ -465,6 +452,8 @@ struct Segmented<'t, 'f, 's, 'r> {
     model: ModelPass<'t>,
     /// `None` until the first memory access when the walk can be replayed.
     races: Option<RacePass<'t>>,
+    /// The race pass switched off ([`SKIP_RACES_VAR`]): `races` stays `None`.
+    without_races: bool,
     replay: Option<Replay<'r>>,
     every: u64,
     in_segment: u64,
@@ -579,7 +568,7 @@ impl Segmented<'_, '_, '_, '_> {
         self.model.handle(ev);
         match &mut self.races {
             Some(r) => r.handle(ev),
-            None if ev.op.is_access() => {
+            None if ev.op.is_access() && !self.without_races => {
                 self.start_races(ev.seq);
                 if let Some(r) = &mut self.races {
                     r.handle(ev);

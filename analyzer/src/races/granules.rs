@@ -4,7 +4,7 @@
 //! no allocation, no control bytes and no hasher state to build per access.
 //!
 //! Granules come from an untrusted trace, so the hash is keyed by a random value drawn per
-//! table (as `addr_map.rs` does) before the multiplication whose high bits pick the slot: a
+//! table (as foldhash does) before the multiplication whose high bits pick the slot: a
 //! trace cannot be crafted to make its granules collide. The table is at most three quarters
 //! full; removal shifts the following run back (no tombstones), so a table whose granules come
 //! and go (heap blocks freed and reused) never fills up with dead slots.
