@@ -240,7 +240,7 @@ fn record_ended() -> bool {
     let mut buf = [0u8; 16];
     // SAFETY: reads into our buffer, at most its length.
     let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
-    crate::hooks::fd::real_close(fd);
+    crate::output::close_own(fd);
     n >= RECORD_ENDED.len() as isize && buf.starts_with(RECORD_ENDED)
 }
 

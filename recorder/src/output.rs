@@ -22,7 +22,7 @@ use crate::state::{now_ns, state, transition, STATE_PAUSED, STATE_RECORDING, STA
 
 /// Closes a descriptor of the runtime's own with the system call: the C library's `close`
 /// is interposed (`hooks/fd.rs`) and would take it for the program's.
-fn close_own(fd: i32) {
+pub(crate) fn close_own(fd: i32) {
     // SAFETY: the close system call on a descriptor the runtime owns, closed once.
     unsafe { libc::syscall(libc::SYS_close, fd) };
 }
