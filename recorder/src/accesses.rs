@@ -11,7 +11,8 @@
 //! of (address, site, kind and size, epoch): a hit is a repeat and is dropped; a miss is
 //! recorded and replaces the set's older entry. An eviction may let a repeat be recorded
 //! again, but a first access never hits (every field of the key is compared, the epoch
-//! exactly, through its generation). FORMAT.md §7.8 states what a trace keeps.
+//! exactly, through its generation). An epoch runs on across a relaxed atomic load, which
+//! takes a key but orders nothing (`carry_epoch`). FORMAT.md §7.8 states what a trace keeps.
 //!
 //! The state is allocated on a thread's first access (most threads of an unmodified program
 //! never have one) from the runtime's own allocator, and freed with the thread's state.
@@ -193,6 +194,17 @@ impl AccessState {
         *second = *first;
         *first = DedupEntry { addr, key };
         false
+    }
+
+    /// The thread's key went from `from` to `to` through an event that orders none of its
+    /// accesses (a relaxed atomic load: it is no release, and the analysis draws no edge to
+    /// it): the epoch of `from` goes on under the new key, and a repeat across it is still a
+    /// repeat. A loop that polls a relaxed flag (SQLite's interrupt check, once per row of a
+    /// scan) would otherwise begin a new epoch per iteration and record every access again.
+    pub fn carry_epoch(&mut self, from: u64, to: u64) {
+        if self.epoch == from && self.generation != 0 {
+            self.epoch = to;
+        }
     }
 
     #[cold]

@@ -225,8 +225,12 @@ fn beside_executable() -> anyhow::Result<PathBuf> {
 /// at all, when the loader cannot preload it).
 fn check_runtime(path: &Path) -> anyhow::Result<()> {
     use object::{Object, ObjectSymbol};
-    let data = std::fs::read(path).context("cannot read it")?;
-    let obj = object::File::parse(&*data)
+    // Read on demand: the check needs the headers and the dynamic symbol table, a few KiB of
+    // a runtime that is tens of MiB with its debug information (reading it all took 60 ms
+    // and more of every `record` on a busy machine).
+    let file = std::fs::File::open(path).context("cannot read it")?;
+    let data = object::ReadCache::new(file);
+    let obj = object::File::parse(&data)
         .map_err(|_| anyhow!("it is not a shared library ({RUNTIME_NAME} expected)"))?;
     let defines = |name: &str| {
         obj.dynamic_symbols()

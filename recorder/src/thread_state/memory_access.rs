@@ -286,6 +286,8 @@ impl ThreadState {
         // SAFETY: `ep` is this thread's errno location (cached at thread start).
         let saved = unsafe { *ep };
         let site = self.instrumented_site(pc);
+        // SAFETY: only the owner writes its clock (see record_access), and this is the owner.
+        let before = unsafe { *self.clock.get() };
         self.emit(
             EventKind::Atomic {
                 op,
@@ -296,6 +298,13 @@ impl ThreadState {
             },
             Key::Exchange(&s.clock),
         );
+        if order == MemoryOrder::Relaxed && matches!(op, AtomicOp::Load | AtomicOp::CasFailure) {
+            // SAFETY: as above.
+            let after = unsafe { *self.clock.get() };
+            if let Some(a) = self.access_state_mut() {
+                a.carry_epoch(before, after);
+            }
+        }
         s.unlock();
         self.held_stripe.set(std::ptr::null());
         // SAFETY: as above.
