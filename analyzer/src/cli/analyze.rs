@@ -421,10 +421,10 @@ fn stream_run(
             b.set_position(done);
         }
     };
-    // One thread: the race pass beside the walk on a second one (`drive_run_split`) costs
-    // more than it hides on a two-core machine that other work shares (race_speed.sh). The
-    // race pass joins the walk at the trace's first memory access, fed what came before it
-    // from a second read of the file: a trace without accesses never pays for it.
+    // One thread (decision 0006: a second one cost more than it hid on a two-core machine
+    // that other work shares). The race pass joins the walk at the trace's first memory
+    // access, fed what came before it from a second read of the file: a trace without
+    // accesses never pays for it.
     let replay = || -> Box<dyn Iterator<Item = (ThreadId, usize, EventKind)> + '_> {
         Box::new(stream.merged().map(|e| (e.thread, e.index, e.event.kind)))
     };

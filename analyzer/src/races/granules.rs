@@ -145,20 +145,6 @@ impl<V: Default> GranuleTable<V> {
         }
     }
 
-    /// Takes out the granules `take` says yes to, with their cells.
-    pub fn take_where(&mut self, take: impl Fn(u64) -> bool) -> Vec<(u64, V)> {
-        let mut taken = Vec::new();
-        for (k, v) in self.keys.iter().zip(self.cells.iter_mut()) {
-            if *k != EMPTY && take(*k) {
-                taken.push((*k, std::mem::take(v)));
-            }
-        }
-        if !taken.is_empty() {
-            self.retain(|k| !take(k));
-        }
-        taken
-    }
-
     /// Keeps only the granules `keep` says yes to.
     pub fn retain(&mut self, keep: impl Fn(u64) -> bool) {
         let old_keys = std::mem::take(&mut self.keys);

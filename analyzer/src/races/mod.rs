@@ -31,8 +31,7 @@
 mod granules;
 pub mod locksets;
 pub mod shadow;
-mod shard;
-mod split;
+mod state;
 
 use foresight_trace::tables::Tables;
 use foresight_trace::SiteId;
@@ -41,10 +40,7 @@ use crate::stream::{Op, Pass, StreamEvent};
 
 use locksets::Locksets;
 use shadow::{AccessKind, ShadowAccess};
-use shard::{Found, Shard};
-pub use split::{
-    drive_split, drive_split_beside, Balance, SplitBalance, DEFAULT_FRONT_SHARE, REVIEW, SHARES,
-};
+use state::{Found, RaceState};
 
 /// Instances of one pair of sites kept for the predictor: the first found, and the latest
 /// (an early instance may be ordered by what a read read, where a later one of the same two
@@ -129,7 +125,7 @@ type PairKey = (SiteId, SiteId);
 pub struct RacePass<'t> {
     /// The trace's tables, to name the variables of the pairs found.
     tables: Option<&'t Tables>,
-    shard: Shard,
+    state: RaceState,
     accesses: u64,
     /// The trace has more threads than the shadow memory tells apart, or the events the pass
     /// was fed again were not those of the walk ([`RacePass::abandon`]): nothing is concluded.
@@ -167,7 +163,7 @@ impl<'t> RacePass<'t> {
     pub fn new(threads: usize, tables: Option<&'t Tables>) -> Self {
         RacePass {
             tables,
-            shard: Shard::new(threads),
+            state: RaceState::new(threads),
             accesses: 0,
             too_many_threads: threads > shadow::MAX_THREADS,
             created: (0..threads).map(|t| t == 0).collect(),
@@ -182,9 +178,9 @@ impl<'t> RacePass<'t> {
     /// shadow memory, clocks and locksets go on. A candidate whose earlier access is in an
     /// earlier segment is not predicted there (every closure of the segment holds it).
     pub fn cut(&mut self) -> RaceOutput {
-        let mut candidates = std::mem::take(&mut self.shard.findings.candidates);
-        candidates.retain(|k, _| !self.shard.findings.races.contains_key(k));
-        let findings = shard::Findings {
+        let mut candidates = std::mem::take(&mut self.state.findings.candidates);
+        candidates.retain(|k, _| !self.state.findings.races.contains_key(k));
+        let findings = state::Findings {
             races: Default::default(),
             candidates,
         };
@@ -193,13 +189,13 @@ impl<'t> RacePass<'t> {
         RaceOutput::new(
             self.tables,
             findings,
-            self.shard.locksets.clone(),
+            self.state.locksets.clone(),
             Totals {
                 accesses,
                 evicted: 0,
-                peak_granules: self.shard.shadow.peak_granules(),
+                peak_granules: self.state.shadow.peak_granules(),
                 orphan_accesses: 0,
-                complete: self.shard.complete() && !self.too_many_threads,
+                complete: self.state.complete() && !self.too_many_threads,
             },
         )
     }
@@ -224,10 +220,8 @@ impl<'t> RacePass<'t> {
             return;
         }
         if !self.too_many_threads {
-            self.shard
-                .access((ev.thread, ev.pos, ev.seq), addr, size, site, kind, |_| {
-                    true
-                });
+            self.state
+                .access((ev.thread, ev.pos, ev.seq), addr, size, site, kind);
         }
     }
 }
@@ -242,30 +236,30 @@ impl Pass for RacePass<'_> {
             Op::Read { addr, size, site } => self.access(ev, addr, size, site, AccessKind::Read),
             Op::Write { addr, size, site } => self.access(ev, addr, size, site, AccessKind::Write),
             Op::Atomic(a) => {
-                self.shard.sync(ev);
-                self.access(ev, a.addr, a.size, a.site, shard::atomic_kind(a.stores));
+                self.state.sync(ev);
+                self.access(ev, a.addr, a.size, a.site, state::atomic_kind(a.stores));
             }
             Op::Create { child: Some(c), .. } => {
                 if let Some(created) = self.created.get_mut(c as usize) {
                     *created = true;
                 }
-                self.shard.sync(ev);
+                self.state.sync(ev);
             }
-            _ => self.shard.sync(ev),
+            _ => self.state.sync(ev),
         }
     }
 
     fn finish(self) -> RaceOutput {
-        let shard = self.shard;
-        let complete = shard.complete() && !self.too_many_threads;
+        let state = self.state;
+        let complete = state.complete() && !self.too_many_threads;
         RaceOutput::new(
             self.tables,
-            shard.findings,
-            shard.locksets,
+            state.findings,
+            state.locksets,
             Totals {
                 accesses: self.accesses - self.accesses_reported,
-                evicted: shard.shadow.evicted,
-                peak_granules: shard.shadow.peak_granules(),
+                evicted: state.shadow.evicted,
+                peak_granules: state.shadow.peak_granules(),
                 orphan_accesses: self.orphan_accesses,
                 complete,
             },
@@ -273,7 +267,7 @@ impl Pass for RacePass<'_> {
     }
 }
 
-/// The counts of a pass, whatever its shares.
+/// The counts of a pass.
 struct Totals {
     accesses: u64,
     evicted: u64,
@@ -298,7 +292,7 @@ impl RaceOutput {
     /// later one: two pairs of sites never share both), the variables named.
     fn new(
         tables: Option<&Tables>,
-        findings: shard::Findings,
+        findings: state::Findings,
         locksets: Locksets,
         totals: Totals,
     ) -> Self {
@@ -351,5 +345,5 @@ fn variable(tables: Option<&Tables>, access: &ShadowAccess) -> Option<Variable> 
 }
 
 fn pair_key_of(p: &Pair) -> PairKey {
-    shard::pair_key(&p[0].access, &p[1].access)
+    state::pair_key(&p[0].access, &p[1].access)
 }

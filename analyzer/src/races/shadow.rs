@@ -339,14 +339,14 @@ pub enum Verdict {
 /// Where a conflict was found: the granule, and the earlier access's entry in it. With the
 /// later access's place in the merged order this is the order in which one pass over the
 /// whole address space finds pairs (granules in address order, entries oldest first), which
-/// shards of the address space reproduce when their findings are merged.
+/// reproduces however the conflicts of one access are reported.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct FoundAt {
     pub granule: u64,
     pub entry: u32,
 }
 
-/// The shadow memory of one run (or of one shard's granules).
+/// The shadow memory of one run.
 #[derive(Debug, Default)]
 pub struct Shadow {
     cells: GranuleTable<Cell>,
@@ -361,41 +361,9 @@ pub fn granule_span(addr: u64, size: u32) -> (u64, u64) {
     (addr >> 3, (end - 1) >> 3)
 }
 
-/// Granules taken out of one shadow, with what they hold, to go into another
-/// ([`Shadow::take_cells`], [`Shadow::put_cells`]): a split pass moving granules from one
-/// share to the other.
-#[derive(Debug, Default)]
-pub struct Cells(Vec<(u64, Cell)>);
-
-impl Cells {
-    /// Granules held.
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
 impl Shadow {
     pub fn new() -> Self {
         Self::default()
-    }
-
-    /// Takes out the granules `take` says yes to. What a cell holds depends only on the
-    /// accesses to its granule and on the clocks, which every share keeps the same, so a
-    /// cell taken here and put into another share's shadow goes on there as it would have
-    /// here.
-    pub fn take_cells(&mut self, take: impl Fn(u64) -> bool) -> Cells {
-        Cells(self.cells.take_where(take))
-    }
-
-    /// Puts in granules another shadow took out; this shadow held none of them.
-    pub fn put_cells(&mut self, cells: Cells) {
-        for (g, cell) in cells.0 {
-            *self.cells.cell(g) = cell;
-        }
     }
 
     /// Granules tracked now (the live shared footprint).
@@ -408,8 +376,7 @@ impl Shadow {
         self.cells.peak()
     }
 
-    /// Checks `access` against what the granules it covers hold, then records it; only the
-    /// granules `owns` says are this shadow's are looked at (all of them but for a shard).
+    /// Checks `access` against what the granules it covers hold, then records it.
     ///
     /// `judge(thread, pos, lockset)` decides, for a conflicting earlier access of another
     /// thread, whether it is unordered with `access`, a candidate for prediction, or ordered
@@ -424,7 +391,6 @@ impl Shadow {
     pub fn access(
         &mut self,
         access: &ShadowAccess,
-        owns: impl Fn(u64) -> bool,
         judge: impl FnMut(u32, u32, u32) -> Option<Verdict>,
         report: impl FnMut(ShadowAccess, Verdict, FoundAt),
         dominated: impl FnMut(u32, u32) -> bool,
@@ -433,15 +399,13 @@ impl Shadow {
         let (first, last) = granule_span(access.addr, access.size);
         if first == last {
             // The usual access: within one granule.
-            if owns(first) {
-                // `lo + size <= 8`: the access ends in this granule.
-                let lo = (access.addr & 7) as u32;
-                let mask = ((0xffu32 >> (8 - access.size.max(1))) << lo) as u8;
-                self.access_in(first, mask, access, judge, report, dominated, settled);
-            }
+            // `lo + size <= 8`: the access ends in this granule.
+            let lo = (access.addr & 7) as u32;
+            let mask = ((0xffu32 >> (8 - access.size.max(1))) << lo) as u8;
+            self.access_in(first, mask, access, judge, report, dominated, settled);
             return;
         }
-        self.access_spanning(access, first, last, owns, judge, report, dominated, settled);
+        self.access_spanning(access, first, last, judge, report, dominated, settled);
     }
 
     /// [`Shadow::access`] for an access known to lie in one granule of this shadow's,
@@ -478,7 +442,6 @@ impl Shadow {
         access: &ShadowAccess,
         first: u64,
         last: u64,
-        owns: impl Fn(u64) -> bool,
         mut judge: impl FnMut(u32, u32, u32) -> Option<Verdict>,
         mut report: impl FnMut(ShadowAccess, Verdict, FoundAt),
         mut dominated: impl FnMut(u32, u32) -> bool,
@@ -487,9 +450,6 @@ impl Shadow {
         let end = access.addr.saturating_add(u64::from(access.size.max(1)));
         let mut reported: Vec<(u32, u32)> = Vec::new();
         for granule in first..=last {
-            if !owns(granule) {
-                continue;
-            }
             let lo = if granule == first {
                 (access.addr & 7) as u32
             } else {
@@ -692,7 +652,6 @@ mod tests {
         let mut seen = Vec::new();
         shadow.access(
             &a,
-            |_| true,
             |_, _, _| Some(Verdict::Unordered),
             |e, _, _| seen.push(e),
             |_, _| false,
@@ -785,7 +744,6 @@ mod tests {
         // Site 5's entry is the one the newcomer says is ordered before it.
         s.access(
             &acc(1, 0, 99, AccessKind::Read, 0x3000, 1),
-            |_| true,
             |_, _, _| None,
             |_, _, _| {},
             |_, pos| pos == 5,
@@ -816,28 +774,6 @@ mod tests {
     }
 
     #[test]
-    fn a_shard_looks_only_at_its_granules() {
-        let mut s = Shadow::new();
-        let odd = |g: u64| g % 2 == 1;
-        let mut seen = Vec::new();
-        for a in [
-            acc(0, 1, 10, AccessKind::Write, 0x1000, 16),
-            acc(1, 1, 11, AccessKind::Read, 0x1000, 16),
-        ] {
-            s.access(
-                &a,
-                odd,
-                |_, _, _| Some(Verdict::Unordered),
-                |e, _, at| seen.push((e.thread, at.granule)),
-                |_, _| false,
-                |_, _| false,
-            );
-        }
-        assert_eq!(seen, vec![(0, 0x201)]);
-        assert_eq!(s.granules(), 1);
-    }
-
-    #[test]
     fn a_read_that_skips_settled_writes_still_sees_a_new_one() {
         // Thread 0's write is settled before thread 1 (ordered by every order): thread 1's
         // reads skip the checks, until thread 2 writes.
@@ -846,7 +782,6 @@ mod tests {
             let mut seen = Vec::new();
             s.access(
                 &a,
-                |_| true,
                 |t, _, _| (t != 0).then_some(Verdict::Unordered),
                 |e, _, _| seen.push((e.thread, e.pos)),
                 |_, _| false,
