@@ -131,13 +131,7 @@ pub fn analyze_with_graph(
                             r.races.orphan_accesses
                         ));
                     }
-                    if r.races.evicted > 0 {
-                        w.push(format!(
-                            "{} shadow entries were dropped from full granules: some pairs of \
-                             racing lines may be missing",
-                            r.races.evicted
-                        ));
-                    }
+                    w.extend(crate::race_findings::cut_warnings(r));
                     w
                 },
             })

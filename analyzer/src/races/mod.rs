@@ -33,14 +33,35 @@ pub mod locksets;
 pub mod shadow;
 mod state;
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use foresight_trace::tables::Tables;
 use foresight_trace::SiteId;
 
 use crate::stream::{Op, Pass, StreamEvent};
 
 use locksets::Locksets;
-use shadow::{AccessKind, ShadowAccess};
+use shadow::{AccessKind, ShadowAccess, SiteCounts, Untracked};
 use state::{Found, RaceState};
+
+/// The race pass's memory budget unless the command line says otherwise (`--race-memory`),
+/// MiB: the shadow memory takes at most seven eighths of it, the live heap blocks the rest.
+pub const DEFAULT_MEMORY_MIB: u64 = 512;
+
+/// The memory budget of every race pass made from now on, bytes; 0 leaves the race analysis
+/// out (`graph`, which reports no race). The command line sets it once, before any trace is
+/// read: the pass is made deep inside the walk's drivers, which have no say in it.
+static MEMORY_BUDGET: AtomicU64 = AtomicU64::new(DEFAULT_MEMORY_MIB << 20);
+
+/// Sets the memory budget of the race passes made from now on (bytes; 0: no race analysis).
+pub fn set_memory_budget(bytes: u64) {
+    MEMORY_BUDGET.store(bytes, Ordering::Relaxed);
+}
+
+/// The memory budget of a race pass made now, bytes.
+pub fn memory_budget() -> u64 {
+    MEMORY_BUDGET.load(Ordering::Relaxed)
+}
 
 /// Instances of one pair of sites kept for the predictor: the first found, and the latest
 /// (an early instance may be ordered by what a read read, where a later one of the same two
@@ -136,6 +157,8 @@ pub struct RacePass<'t> {
     orphan_accesses: u64,
     /// Accesses counted in the outputs of earlier segments (`cut`).
     accesses_reported: u64,
+    /// The memory budget is 0: the race analysis is left out, every event ignored.
+    off: bool,
 }
 
 /// What the race pass hands on.
@@ -148,8 +171,15 @@ pub struct RaceOutput {
     pub locksets: Locksets,
     /// Memory accesses read.
     pub accesses: u64,
-    /// Shadow entries dropped because a granule was full (pairs may be missing).
-    pub evicted: u64,
+    /// Shadow entries dropped because a granule was full (pairs may be missing), by the site
+    /// of the access dropped.
+    pub evicted: SiteCounts,
+    /// Accesses not checked: the memory budget had no room to track the memory they touched.
+    pub untracked: Untracked,
+    /// Heap blocks not tracked for want of room (their races name no block).
+    pub untracked_blocks: u64,
+    /// The memory budget the pass ran with, bytes.
+    pub memory_budget: u64,
     /// The most granules tracked at once.
     pub peak_granules: usize,
     /// Accesses of threads whose creation the trace does not hold, which are left out.
@@ -161,14 +191,16 @@ pub struct RaceOutput {
 impl<'t> RacePass<'t> {
     /// A pass over `threads` threads; `tables` names the variables of what it finds.
     pub fn new(threads: usize, tables: Option<&'t Tables>) -> Self {
+        let budget = memory_budget();
         RacePass {
             tables,
-            state: RaceState::new(threads),
+            state: RaceState::new(threads, budget),
             accesses: 0,
             too_many_threads: threads > shadow::MAX_THREADS,
             created: (0..threads).map(|t| t == 0).collect(),
             orphan_accesses: 0,
             accesses_reported: 0,
+            off: budget == 0,
         }
     }
 
@@ -192,7 +224,10 @@ impl<'t> RacePass<'t> {
             self.state.locksets.clone(),
             Totals {
                 accesses,
-                evicted: 0,
+                evicted: SiteCounts::default(),
+                untracked: Untracked::default(),
+                untracked_blocks: 0,
+                memory_budget: self.state.memory_budget,
                 peak_granules: self.state.shadow.peak_granules(),
                 orphan_accesses: 0,
                 complete: self.state.complete() && !self.too_many_threads,
@@ -231,6 +266,9 @@ impl Pass for RacePass<'_> {
 
     #[inline]
     fn handle(&mut self, ev: &StreamEvent) {
+        if self.off {
+            return;
+        }
         match ev.op {
             // Plain accesses order nothing: the clocks and locksets need not see them.
             Op::Read { addr, size, site } => self.access(ev, addr, size, site, AccessKind::Read),
@@ -250,15 +288,20 @@ impl Pass for RacePass<'_> {
     }
 
     fn finish(self) -> RaceOutput {
-        let state = self.state;
+        let mut state = self.state;
         let complete = state.complete() && !self.too_many_threads;
+        let evicted = std::mem::take(&mut state.shadow.evicted);
+        let untracked = std::mem::take(&mut state.shadow.untracked);
         RaceOutput::new(
             self.tables,
             state.findings,
             state.locksets,
             Totals {
                 accesses: self.accesses - self.accesses_reported,
-                evicted: state.shadow.evicted,
+                evicted,
+                untracked,
+                untracked_blocks: state.untracked_blocks,
+                memory_budget: state.memory_budget,
                 peak_granules: state.shadow.peak_granules(),
                 orphan_accesses: self.orphan_accesses,
                 complete,
@@ -270,7 +313,10 @@ impl Pass for RacePass<'_> {
 /// The counts of a pass.
 struct Totals {
     accesses: u64,
-    evicted: u64,
+    evicted: SiteCounts,
+    untracked: Untracked,
+    untracked_blocks: u64,
+    memory_budget: u64,
     peak_granules: usize,
     orphan_accesses: u64,
     complete: bool,
@@ -327,6 +373,9 @@ impl RaceOutput {
             locksets,
             accesses: totals.accesses,
             evicted: totals.evicted,
+            untracked: totals.untracked,
+            untracked_blocks: totals.untracked_blocks,
+            memory_budget: totals.memory_budget,
             peak_granules: totals.peak_granules,
             orphan_accesses: totals.orphan_accesses,
             complete: totals.complete,

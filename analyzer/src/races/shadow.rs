@@ -22,6 +22,8 @@
 //! quarters full (up to twice that just after it grew), plus 24 bytes per entry beyond
 //! [`INLINE`].
 
+use foldhash::HashMap;
+
 use super::granules::GranuleTable;
 
 /// How many entries a granule keeps.
@@ -30,6 +32,74 @@ pub const CELL_CAPACITY: usize = 16;
 /// Entries a granule keeps in place, before it needs a vector of its own: two threads reading
 /// both halves of a word from one site each, or one thread reading and writing both halves.
 pub const INLINE: usize = 4;
+
+/// Bytes a slot of the granule table takes: its key and its cell.
+const SLOT_BYTES: usize = 8 + std::mem::size_of::<Cell>();
+
+/// Bytes a granule's entries take once they move to a vector of their own (with the
+/// allocator's header).
+const SPILL_BYTES: usize = CELL_CAPACITY * std::mem::size_of::<Entry>() + 16;
+
+/// Sites counted one by one in a [`SiteCounts`]; the accesses of any further site are counted
+/// together, so that a trace naming millions of sites cannot grow the counts without bound.
+const SITES_COUNTED: usize = 4096;
+
+/// Accesses counted by site.
+#[derive(Clone, Debug, Default)]
+pub struct SiteCounts {
+    pub by_site: HashMap<u32, u64>,
+    /// Accesses of sites beyond the first [`SITES_COUNTED`].
+    pub other_sites: u64,
+    pub total: u64,
+}
+
+impl SiteCounts {
+    #[cold]
+    pub fn add(&mut self, site: u32) {
+        self.total += 1;
+        if let Some(n) = self.by_site.get_mut(&site) {
+            *n += 1;
+        } else if self.by_site.len() < SITES_COUNTED {
+            self.by_site.insert(site, 1);
+        } else {
+            self.other_sites += 1;
+        }
+    }
+
+    /// The sites with the most accesses, most first (then by site), at most `n`.
+    pub fn most(&self, n: usize) -> Vec<(u32, u64)> {
+        let mut v: Vec<(u32, u64)> = self.by_site.iter().map(|(&s, &c)| (s, c)).collect();
+        v.sort_unstable_by_key(|&(s, c)| (std::cmp::Reverse(c), s));
+        v.truncate(n);
+        v
+    }
+}
+
+/// Accesses the shadow did not check for races: the memory they touched was not tracked yet,
+/// and the memory budget had no room to track it.
+#[derive(Clone, Debug, Default)]
+pub struct Untracked {
+    pub accesses: SiteCounts,
+    /// The lowest and highest address of those accesses.
+    pub lowest: u64,
+    pub highest: u64,
+}
+
+impl Untracked {
+    #[cold]
+    fn add(&mut self, access: &ShadowAccess) {
+        let end = access
+            .addr
+            .saturating_add(u64::from(access.size.max(1)) - 1);
+        if self.accesses.total == 0 {
+            (self.lowest, self.highest) = (access.addr, end);
+        } else {
+            self.lowest = self.lowest.min(access.addr);
+            self.highest = self.highest.max(end);
+        }
+        self.accesses.add(access.site);
+    }
+}
 
 /// Threads the shadow can tell apart: the thread index takes the low 22 bits of an entry's
 /// first word.
@@ -220,6 +290,11 @@ impl Cell {
     }
 
     #[inline]
+    fn is_spilled(&self) -> bool {
+        matches!(self.entries, Entries::Spilled(_))
+    }
+
+    #[inline]
     fn entries_mut(&mut self) -> &mut [Entry] {
         match &mut self.entries {
             Entries::Inline(n, e) => &mut e[..*n as usize],
@@ -346,12 +421,45 @@ pub struct FoundAt {
     pub entry: u32,
 }
 
-/// The shadow memory of one run.
-#[derive(Debug, Default)]
+/// The shadow memory of one run, within a memory budget: the granule table and the granules'
+/// spilled entries take at most `budget` bytes. When the table would grow past it, granules not
+/// tracked yet stay untracked (the accesses to them are counted in `untracked`, not checked);
+/// when a granule's entries cannot spill, it keeps [`INLINE`] of them instead of
+/// [`CELL_CAPACITY`].
+#[derive(Debug)]
 pub struct Shadow {
     cells: GranuleTable<Cell>,
-    /// Entries dropped because a granule was full.
-    pub evicted: u64,
+    /// Entries dropped because a granule was full, by the site of the entry dropped.
+    pub evicted: SiteCounts,
+    pub untracked: Untracked,
+    budget: usize,
+    /// Granules whose entries spilled to a vector of their own.
+    spilled: usize,
+    /// The table was refused a granule for want of room: accesses spanning more granules than
+    /// it holds look only at those it holds.
+    full: bool,
+}
+
+impl Default for Shadow {
+    fn default() -> Self {
+        Shadow::with_budget(usize::MAX)
+    }
+}
+
+/// The bytes of `granule` that an access of `[addr, end)` over granules `first..=last` covers.
+#[inline]
+fn span_mask(addr: u64, end: u64, first: u64, last: u64, granule: u64) -> u8 {
+    let lo = if granule == first {
+        (addr & 7) as u32
+    } else {
+        0
+    };
+    let hi = if granule == last {
+        ((end - 1) & 7) as u32
+    } else {
+        7
+    };
+    (((1u32 << (hi + 1)) - 1) & !((1u32 << lo) - 1)) as u8
 }
 
 /// The 8-byte granules an access touches, and its byte mask in each.
@@ -364,6 +472,29 @@ pub fn granule_span(addr: u64, size: u32) -> (u64, u64) {
 impl Shadow {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A shadow that takes at most `budget` bytes.
+    pub fn with_budget(budget: usize) -> Self {
+        Shadow {
+            cells: GranuleTable::new(),
+            evicted: SiteCounts::default(),
+            untracked: Untracked::default(),
+            budget,
+            spilled: 0,
+            full: false,
+        }
+    }
+
+    /// Bytes the shadow takes now (the table's slots and the spilled entries).
+    pub fn bytes(&self) -> usize {
+        self.cells.slots() * SLOT_BYTES + self.spilled * SPILL_BYTES
+    }
+
+    /// The most slots the table may take with the budget's room.
+    #[inline]
+    fn max_slots(&self) -> usize {
+        self.budget.saturating_sub(self.spilled * SPILL_BYTES) / SLOT_BYTES
     }
 
     /// Granules tracked now (the live shared footprint).
@@ -402,17 +533,19 @@ impl Shadow {
             // `lo + size <= 8`: the access ends in this granule.
             let lo = (access.addr & 7) as u32;
             let mask = ((0xffu32 >> (8 - access.size.max(1))) << lo) as u8;
-            self.access_in(first, mask, access, judge, report, dominated, settled);
+            if !self.access_in(first, mask, access, judge, report, dominated, settled) {
+                self.untracked.add(access);
+            }
             return;
         }
         self.access_spanning(access, first, last, judge, report, dominated, settled);
     }
 
-    /// [`Shadow::access`] for an access known to lie in one granule of this shadow's,
-    /// `granule`, its bytes there `mask`.
+    /// [`Shadow::access`] for an access known to lie in one granule, `granule`, its bytes
+    /// there `mask`. False when the granule was not tracked and the budget had no room for it.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
-    pub fn access_in(
+    fn access_in(
         &mut self,
         granule: u64,
         mask: u8,
@@ -421,7 +554,7 @@ impl Shadow {
         mut report: impl FnMut(ShadowAccess, Verdict, FoundAt),
         mut dominated: impl FnMut(u32, u32) -> bool,
         mut settled: impl FnMut(u32, u32) -> bool,
-    ) {
+    ) -> bool {
         self.visit(
             granule,
             mask,
@@ -431,7 +564,7 @@ impl Shadow {
             &mut report,
             &mut dominated,
             &mut settled,
-        );
+        )
     }
 
     /// An access over several granules: each earlier access it meets is reported once.
@@ -449,19 +582,32 @@ impl Shadow {
     ) {
         let end = access.addr.saturating_add(u64::from(access.size.max(1)));
         let mut reported: Vec<(u32, u32)> = Vec::new();
-        for granule in first..=last {
-            let lo = if granule == first {
-                (access.addr & 7) as u32
-            } else {
-                0
-            };
-            let hi = if granule == last {
-                ((end - 1) & 7) as u32
-            } else {
-                7
-            };
-            let mask = (((1u32 << (hi + 1)) - 1) & !((1u32 << lo) - 1)) as u8;
-            self.visit(
+        let mut all_tracked = true;
+        let mut granule = first;
+        while granule <= last {
+            if self.full && last - granule >= self.cells.len() as u64 {
+                // No room for the granules not tracked yet, and more of them ahead than the
+                // table holds: the rest of a (hostile or huge) access looks only at the
+                // granules tracked, in order, in time bounded by the budget.
+                let held = self.cells.granules_in(granule, last);
+                all_tracked &= held.len() as u64 == last - granule + 1;
+                for g in held {
+                    let mask = span_mask(access.addr, end, first, last, g);
+                    self.visit(
+                        g,
+                        mask,
+                        access,
+                        Some(&mut reported),
+                        &mut judge,
+                        &mut report,
+                        &mut dominated,
+                        &mut settled,
+                    );
+                }
+                break;
+            }
+            let mask = span_mask(access.addr, end, first, last, granule);
+            all_tracked &= self.visit(
                 granule,
                 mask,
                 access,
@@ -471,6 +617,10 @@ impl Shadow {
                 &mut dominated,
                 &mut settled,
             );
+            granule += 1;
+        }
+        if !all_tracked {
+            self.untracked.add(access);
         }
     }
 
@@ -489,11 +639,15 @@ impl Shadow {
         report: &mut impl FnMut(ShadowAccess, Verdict, FoundAt),
         dominated: &mut impl FnMut(u32, u32) -> bool,
         settled: &mut impl FnMut(u32, u32) -> bool,
-    ) {
+    ) -> bool {
         let t = access.thread;
         let same = t | (access.kind as u32) << KIND_SHIFT;
         let site = access.site;
-        let cell = self.cells.cell(granule);
+        let spill_room = self.bytes() + SPILL_BYTES <= self.budget;
+        let Some(cell) = self.cells.cell_within(granule, self.max_slots()) else {
+            self.full = true;
+            return false;
+        };
         // Entries of this thread, site and kind that the newcomer covers: superseded.
         let mut superseded = 0usize;
         let mut last_superseded = 0usize;
@@ -574,16 +728,26 @@ impl Shadow {
                 }
             }
             0 => {
-                if cell.entries().len() >= CELL_CAPACITY {
+                let spilled = cell.is_spilled();
+                // Without room to spill, a granule keeps what fits in its cell.
+                let capacity = if spilled || spill_room {
+                    CELL_CAPACITY
+                } else {
+                    INLINE
+                };
+                if cell.entries().len() >= capacity {
                     let victim = cell
                         .entries()
                         .iter()
                         .position(|e| dominated(e.thread(), e.pos))
                         .unwrap_or(0);
+                    self.evicted.add(cell.entries()[victim].site);
                     cell.remove(victim);
-                    self.evicted += 1;
                 }
                 cell.push(Entry::new(access, mask));
+                if !spilled && cell.is_spilled() {
+                    self.spilled += 1;
+                }
             }
             _ => {
                 cell.retain(|e| {
@@ -594,6 +758,7 @@ impl Shadow {
                 cell.push(Entry::new(access, mask));
             }
         }
+        true
     }
 
     /// Forgets `[addr, addr + size)`: freed memory, or memory allocated anew, is a new object.
@@ -607,10 +772,13 @@ impl Shadow {
         if span > self.cells.len() as u64 {
             // Cheaper to look at what is tracked than at every granule of a large block.
             self.cells.retain(|g| g < first || g > last);
+            self.spilled = self.cells.values().filter(|c| c.is_spilled()).count();
             return;
         }
         for g in first..=last {
-            self.cells.remove(g);
+            if self.cells.remove(g).is_some_and(|c| c.is_spilled()) {
+                self.spilled -= 1;
+            }
         }
     }
 }
@@ -749,7 +917,8 @@ mod tests {
             |_, pos| pos == 5,
             |_, _| false,
         );
-        assert_eq!(s.evicted, 1);
+        assert_eq!(s.evicted.total, 1);
+        assert_eq!(s.evicted.most(2), vec![(5, 1)]);
         let seen = check(&mut s, acc(2, 0, 100, AccessKind::Write, 0x3000, 1));
         assert!(!seen.contains(&(0, 5)));
         assert!(seen.contains(&(0, 0)));

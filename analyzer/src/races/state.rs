@@ -24,6 +24,10 @@ pub struct Found {
     pub at: FoundAt,
 }
 
+/// Bytes a live heap block takes in the map of blocks (its key and value, with the tree's
+/// share of a node).
+const BLOCK_BYTES: usize = 2 * (8 + std::mem::size_of::<Block>());
+
 /// The pairs found, by pair of sites.
 #[derive(Debug, Default)]
 pub struct Findings {
@@ -138,20 +142,32 @@ pub struct RaceState {
     /// `with_locks` keeps to know which channel a release publishes on.
     lockset: Vec<Option<u32>>,
     heap: BTreeMap<u64, Block>,
+    /// The most live heap blocks tracked (an eighth of the memory budget), and the blocks
+    /// left untracked for want of room.
+    max_blocks: usize,
+    pub untracked_blocks: u64,
+    /// The memory budget, bytes.
+    pub memory_budget: u64,
     pub findings: Findings,
     /// Conflicts of the access being handled.
     found: Vec<(ShadowAccess, Conflict, FoundAt)>,
 }
 
 impl RaceState {
-    pub fn new(threads: usize) -> Self {
+    /// The state of a pass over `threads` threads in `memory_budget` bytes: seven eighths for
+    /// the shadow memory, the rest for the live heap blocks.
+    pub fn new(threads: usize, memory_budget: u64) -> Self {
+        let budget = usize::try_from(memory_budget).unwrap_or(usize::MAX);
         RaceState {
             with_locks: HbPass::streaming(threads, EdgeKinds::SYNC | EdgeKinds::LOCK),
             without_locks: HbPass::streaming(threads, EdgeKinds::SYNC),
-            shadow: Shadow::new(),
+            shadow: Shadow::with_budget(budget - budget / 8),
             locksets: Locksets::new(),
             lockset: vec![Some(Locksets::EMPTY); threads],
             heap: BTreeMap::new(),
+            max_blocks: budget / 8 / BLOCK_BYTES,
+            untracked_blocks: 0,
+            memory_budget,
             findings: Findings::default(),
             found: Vec::new(),
         }
@@ -179,6 +195,12 @@ impl RaceState {
             Op::Alloc { addr, size, site } => {
                 // A new object: whatever the address held before is forgotten.
                 self.shadow.forget(addr, size);
+                if self.heap.len() >= self.max_blocks && !self.heap.contains_key(&addr) {
+                    // Its races are still found (the allocation forgot what the memory held
+                    // before), only not named by the block.
+                    self.untracked_blocks += 1;
+                    return;
+                }
                 self.heap.insert(
                     addr,
                     Block {
