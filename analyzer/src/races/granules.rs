@@ -90,6 +90,21 @@ impl<V: Default> GranuleTable<V> {
         held
     }
 
+    /// Whether holding one more granule would need more than `max_slots` slots.
+    #[inline(always)]
+    pub fn full_at(&self, max_slots: usize) -> bool {
+        (self.len + 1) * 4 > self.keys.len() * 3 && (self.keys.len() * 2).max(MIN_SLOTS) > max_slots
+    }
+
+    /// The cells held, to change.
+    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut V> {
+        self.keys
+            .iter()
+            .zip(self.cells.iter_mut())
+            .filter(|(k, _)| **k != EMPTY)
+            .map(|(_, v)| v)
+    }
+
     /// The cells held.
     pub fn values(&self) -> impl Iterator<Item = &V> {
         self.keys
