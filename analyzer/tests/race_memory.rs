@@ -64,6 +64,19 @@ fn run(mut cmd: Command) -> Output {
     cmd.output().expect("run foresight")
 }
 
+/// The SARIF written is valid SARIF 2.1.0, its notifications included.
+fn assert_valid_sarif(v: &serde_json::Value) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/sarif-schema-2.1.0.json");
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let validator = jsonschema::validator_for(&schema).expect("the SARIF schema compiles");
+    let errors: Vec<String> = validator
+        .iter_errors(v)
+        .map(|e| format!("{} at {}", e, e.instance_path))
+        .collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+}
+
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -100,6 +113,7 @@ fn a_trace_of_writes_to_distinct_addresses_stays_within_the_race_memory_budget()
         );
         if format == "sarif" {
             assert!(out.contains("toolExecutionNotifications"), "{out}");
+            assert_valid_sarif(&serde_json::from_str(&out).unwrap());
         }
     }
 
