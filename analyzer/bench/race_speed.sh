@@ -3,13 +3,10 @@
 # measurement in a process of its own (`analyzer/examples/race_bench.rs`):
 #   stream      the merged stream read from the file and converted, nothing else: the floor
 #               under every pass, measured in the same run as the passes it is compared with
-#   races       the happens-before race pass alone (shadow memory, clocks, locksets), on one
-#               thread, then on two (races/2: the walk on one, the race pass on the other,
-#               races::drive_split)
+#   races       the happens-before race pass alone (shadow memory, clocks, locksets)
 #   analyze     what `foresight analyze` does: one walk with the deadlock model (clocks with
 #               reads-from, critical sections) and the race pass, then every analysis, the
-#               sync-preserving race prediction included; on one thread, then on two
-#               (analyze/2: the race pass beside the walk and the model, drive_run_split)
+#               sync-preserving race prediction included
 # on two traces:
 #   synthetic   written by `race_bench synth` (4 workers; private heap, a shared table, the
 #               stack; a locked histogram; token hand-offs whose only order is lock hand-offs
@@ -19,9 +16,7 @@
 # and a synthetic trace a tenth as long, whose peak memory shows what grows with the trace.
 # Prints events per second of wall time and of CPU time (all the process's threads: on a
 # machine other work shares, the CPU figure says what the pass costs, the wall figure also
-# what else ran), peak RSS (VmHWM) and the ratio of wall throughputs: pass / stream floor;
-# on two threads also the CPU time of each and the speedup two free cores would give (all
-# CPU time over the busiest thread's).
+# what else ran), peak RSS (VmHWM) and the ratio of wall throughputs: pass / stream floor.
 #
 # Usage: analyzer/bench/race_speed.sh; env EVENTS (100000000), ROUNDS (3000000: the recorded
 # program's rounds, 1.035 * 10^8 events), BENCH_DIR (default <target>/race-bench: the traces,
@@ -66,11 +61,9 @@ printf '%-34s %-10s %12s %8s %10s %10s %9s  %s\n' trace pass events 'M ev/s' 'M 
   'peak RSS' 'vs floor' found
 for t in "${traces[@]}"; do
   floor=""
-  for run in stream races races/2 analyze analyze/2; do
-    pass="${run%/*}"
-    jobs=1
-    [ "$run" != "$pass" ] && jobs="${run#*/}"
-    if [ "$pass" = stream ]; then out="$("$bench" stream "$t")"; else out="$("$bench" "$pass" "$t" "$jobs")"; fi
+  for run in stream races analyze; do
+    pass="$run"
+    out="$("$bench" "$pass" "$t")"
     meps="$(field meps "$out")"
     [ "$pass" = stream ] && floor="$meps"
     found=""
@@ -78,9 +71,6 @@ for t in "${traces[@]}"; do
       races) found="race pairs $(field race_pairs "$out"), candidate pairs $(field candidate_pairs "$out")" ;;
       analyze) found="$(field races "$out") races ($(field candidates_checked "$out") candidates checked; walk $(field walk_secs "$out") s, analyses $(field analysis_secs "$out") s)" ;;
     esac
-    if [ "$jobs" != 1 ]; then
-      found="$found; CPU s main $(field main_cpu_secs "$out"), other $(field other_cpu_secs "$out"), bound $(field speedup_bound "$out")x"
-    fi
     printf '%-34s %-10s %12s %8s %10s %7s MB %8.2fx  %s\n' "$(basename "$t")" "$run" \
       "$(field events "$out")" "$meps" "$(field cpu_meps "$out")" "$(( $(field rss_kb "$out") / 1024 ))" \
       "$(awk -v a="$meps" -v b="$floor" 'BEGIN { print a / b }')" "$found"

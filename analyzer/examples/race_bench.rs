@@ -4,23 +4,16 @@
 //! ```text
 //! race_bench synth FILE EVENTS [WORKERS]   write an access-heavy synthetic trace
 //! race_bench stream FILE                   the merged stream, converted: the floor of any pass
-//! race_bench races FILE [JOBS [SHARE]]     the happens-before race pass alone
-//! race_bench analyze FILE [JOBS]           what `foresight analyze` does: the walk (deadlock
+//! race_bench races FILE                    the happens-before race pass alone
+//! race_bench analyze FILE                  what `foresight analyze` does: the walk (deadlock
 //!                                          model and race pass), then every analysis,
 //!                                          sync-preserving race prediction included
 //! ```
 //!
-//! `JOBS` 2 runs the race pass on two threads: `races` splits it by address share
-//! (`races::drive_split`: this thread reads and runs `SHARE` of 64 buckets of granules
-//! throughout, the other thread the rest; without `SHARE`, 15 to start with, moved toward
-//! whichever share keeps both threads busy, the final one printed), `analyze` runs the walk and the model here and
-//! the whole race pass on the other thread (`drive_run_split`); 1 (the default), all on one, as
-//! `foresight analyze` does.
+//! Both run on one thread, as `foresight analyze` does.
 //!
 //! Each prints one line of `key=value` fields: events, seconds, millions of events per second
-//! of wall time and of CPU time (all threads), the CPU time of the main thread and of the
-//! others, the speedup two free cores would give (all CPU time over the busiest thread's),
-//! the peak resident set size of the process (Linux `VmHWM`) and what was found.
+//! of wall time and of CPU time, the peak resident set size of the process (Linux `VmHWM`) and what was found.
 //!
 //! The synthetic program: `WORKERS` threads (4 unless told), each with a private heap block,
 //! reading a table the main thread filled before creating them, touching its stack; every 16th
@@ -35,9 +28,9 @@ use std::io::BufWriter;
 use std::time::Instant;
 
 use foresight_analyzer::analysis::analyze;
-use foresight_analyzer::model::{drive_run_split, walk, ModelPass};
+use foresight_analyzer::model::{walk, ModelPass};
 use foresight_analyzer::options::Options;
-use foresight_analyzer::races::{drive_split, Balance, RacePass, DEFAULT_FRONT_SHARE};
+use foresight_analyzer::races::RacePass;
 use foresight_analyzer::stream::{Op, Pass, Runs, Stream, StreamEvent};
 use foresight_trace::event::{Event, EventKind, LockMode};
 use foresight_trace::tables::{
@@ -47,7 +40,7 @@ use foresight_trace::tables::{
 use foresight_trace::{ChunkWriter, TableRecord, TraceStream, TraceWriter};
 
 const USAGE: &str = "usage: race_bench synth FILE EVENTS [WORKERS] | stream FILE | \
-                     races FILE [JOBS [SHARE]] | analyze FILE [JOBS]";
+                     races FILE | analyze FILE";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -78,92 +71,62 @@ fn main() {
             let events = walk.walk(Runs(&mut merged), &mut pass, &mut |_| {});
             (events, format!("checksum={:x}", pass.0))
         }),
-        "races" => {
-            let jobs = number(2, 1);
-            // A share given is kept throughout; without one the split starts at the default
-            // and moves it toward balance.
-            let balance = args
-                .get(3)
-                .map_or(Balance::Adaptive(DEFAULT_FRONT_SHARE), |a| {
-                    Balance::Fixed(a.parse().unwrap_or_else(|_| usage()))
-                });
-            measure("races", path, |stream| {
-                let walk = Stream::of_stream(stream);
-                let threads = stream.threads().count();
-                let mut merged = stream.merged();
-                let (events, out, balance) = if jobs >= 2 {
-                    // The walk and one share of the race pass on this thread, the other share
-                    // on a second one.
-                    let tables = Some(stream.tables());
-                    let (events, out, b) =
-                        drive_split(&walk, &mut merged, threads, tables, balance, &mut |_| {});
-                    (events, out, Some(b))
-                } else {
-                    let mut pass = RacePass::new(threads, Some(stream.tables()));
-                    let events = walk.walk(Runs(&mut merged), &mut pass, &mut |_| {});
-                    (events, pass.finish(), None)
-                };
-                let candidates: u64 = out.candidates.iter().map(|c| c.count).sum();
-                (
-                    events,
-                    format!(
-                        "{}accesses={} race_pairs={} candidate_pairs={} candidate_instances={} \
-                         peak_granules={}",
-                        balance.map_or(String::new(), |b| format!(
-                            "front_share={} share_moves={} ",
-                            b.share, b.moves
-                        )),
-                        out.accesses,
-                        out.races.len(),
-                        out.candidates.len(),
-                        candidates,
-                        out.peak_granules
-                    ),
-                )
-            })
-        }
-        "analyze" => {
-            let jobs = number(2, 1);
-            measure("analyze", path, |stream| {
-                let walk_start = Instant::now();
-                let model = ModelPass::of_stream(stream, path);
-                let stream_walk = Stream::of_stream(stream);
-                let mut merged = stream.merged();
-                let run = if jobs >= 2 {
-                    drive_run_split(&stream_walk, model, &mut merged, &mut |_| {})
-                } else {
-                    walk(
-                        &stream_walk,
-                        model,
-                        Runs(&mut merged),
-                        &mut |_| {},
-                        0,
-                        &mut |_| {},
-                        None,
-                    )
-                };
-                let walk_secs = walk_start.elapsed().as_secs_f64();
-                let events = run.events;
-                let analysis_start = Instant::now();
-                let report = analyze(&[run], &[], &Options::default());
-                let analysis_secs = analysis_start.elapsed().as_secs_f64();
-                let races = report
-                    .findings
-                    .iter()
-                    .filter(|f| f.kind == foresight_analyzer::report::Kind::Race)
-                    .count();
-                (
-                    events,
-                    format!(
-                        "walk_secs={walk_secs:.2} analysis_secs={analysis_secs:.2} \
-                         findings={} races={races} race_candidates={} candidates_checked={}",
-                        report.findings.len(),
-                        report.summary.race_candidates,
-                        report.summary.race_candidates_checked
-                    ),
-                )
-            })
-        }
+        "races" => measure("races", path, |stream| {
+            let walk = Stream::of_stream(stream);
+            let threads = stream.threads().count();
+            let mut merged = stream.merged();
+            let mut pass = RacePass::new(threads, Some(stream.tables()));
+            let events = walk.walk(Runs(&mut merged), &mut pass, &mut |_| {});
+            let out = pass.finish();
+            let candidates: u64 = out.candidates.iter().map(|c| c.count).sum();
+            (
+                events,
+                format!(
+                    "accesses={} race_pairs={} candidate_pairs={} candidate_instances={} \
+                     peak_granules={}",
+                    out.accesses,
+                    out.races.len(),
+                    out.candidates.len(),
+                    candidates,
+                    out.peak_granules
+                ),
+            )
+        }),
+        "analyze" => measure("analyze", path, |stream| {
+            let walk_start = Instant::now();
+            let model = ModelPass::of_stream(stream, path);
+            let stream_walk = Stream::of_stream(stream);
+            let mut merged = stream.merged();
+            let run = walk(
+                &stream_walk,
+                model,
+                Runs(&mut merged),
+                &mut |_| {},
+                0,
+                &mut |_| {},
+                None,
+            );
+            let walk_secs = walk_start.elapsed().as_secs_f64();
+            let events = run.events;
+            let analysis_start = Instant::now();
+            let report = analyze(&[run], &[], &Options::default());
+            let analysis_secs = analysis_start.elapsed().as_secs_f64();
+            let races = report
+                .findings
+                .iter()
+                .filter(|f| f.kind == foresight_analyzer::report::Kind::Race)
+                .count();
+            (
+                events,
+                format!(
+                    "walk_secs={walk_secs:.2} analysis_secs={analysis_secs:.2} \
+                     findings={} races={races} race_candidates={} candidates_checked={}",
+                    report.findings.len(),
+                    report.summary.race_candidates,
+                    report.summary.race_candidates_checked
+                ),
+            )
+        }),
         _ => usage(),
     }
 }
@@ -184,27 +147,18 @@ fn measure(mode: &str, path: &str, work: impl FnOnce(&TraceStream) -> (u64, Stri
     let (events, found) = work(&stream);
     let secs = start.elapsed().as_secs_f64();
     let cpu = cpu_secs("/proc/self/stat");
-    // This thread's own time; the rest is the helper threads' (joined by now, their time
-    // counted in the process's).
-    let main = cpu_secs("/proc/thread-self/stat");
-    let busiest = main.max(cpu - main);
     println!(
         "{mode} events={events} secs={secs:.2} meps={:.2} cpu_secs={cpu:.2} cpu_meps={:.2} \
-         main_cpu_secs={main:.2} other_cpu_secs={:.2} speedup_bound={:.2} rss_kb={} {found}",
+         rss_kb={} {found}",
         events as f64 / secs / 1e6,
         events as f64 / cpu / 1e6,
-        cpu - main,
-        cpu / busiest,
         peak_rss_kb().unwrap_or(0)
     );
 }
 
-/// The CPU time used so far, user and system, from `/proc/self/stat` (the process: all its
-/// threads, those that ended included) or `/proc/thread-self/stat` (the calling thread), in
-/// clock ticks of 1/100 s on Linux. On a machine other work shares, events per CPU second say
-/// what the pass costs where wall time says what else ran; and the CPU time of the busiest
-/// thread bounds the wall time two free cores would take (`speedup_bound`: all threads' CPU
-/// time over the busiest's).
+/// The process's CPU time so far, user and system, from `/proc/self/stat`, in clock ticks of
+/// 1/100 s on Linux. On a machine other work shares, events per CPU second say what the pass
+/// costs where wall time says what else ran.
 fn cpu_secs(file: &str) -> f64 {
     let Ok(stat) = std::fs::read_to_string(file) else {
         return f64::NAN;

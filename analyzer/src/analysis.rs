@@ -121,13 +121,7 @@ fn part_report(runs: &[Run], warnings: &[Vec<String>], opts: &Options) -> (Repor
                             r.races.orphan_accesses
                         ));
                     }
-                    if r.races.evicted > 0 {
-                        w.push(format!(
-                            "{} shadow entries were dropped from full granules: some pairs of \
-                             racing lines may be missing",
-                            r.races.evicted
-                        ));
-                    }
+                    w.extend(crate::analyses::races::cut_warnings(r));
                     w
                 },
             })

@@ -491,28 +491,6 @@ impl<'t> Stream<'t> {
         })
     }
 
-    /// The walk under [`Stream::drive_runs`] and the split race pass: each event of
-    /// the merged order, converted, handed to `f`, a run of one thread at a time.
-    #[inline]
-    pub(crate) fn for_each_in_runs(
-        &self,
-        merged: &mut MergedStream<'_>,
-        progress: &mut dyn FnMut(u64),
-        mut f: impl FnMut(StreamEvent),
-    ) -> u64 {
-        self.for_each_run(merged, progress, |thread, first, seq, events| {
-            for (i, ev) in events.iter().enumerate() {
-                let pos = first + i as u32;
-                f(StreamEvent {
-                    thread,
-                    pos,
-                    seq: seq + i as u64,
-                    op: self.convert(thread, pos, ev.kind),
-                });
-            }
-        })
-    }
-
     /// The runs of the merged order, unconverted: `f(thread, pos, seq, events)` with the dense
     /// thread, the position and `seq` of the run's first event (the others follow one by one:
     /// convert them with [`Stream::convert`]). Runs of threads the trace does not list are

@@ -629,7 +629,7 @@ fn race_outputs(runs: &[foresight_analyzer::model::Run]) -> Vec<String> {
             let o = &r.races;
             format!(
                 "{:?} {:?} accesses {} orphans {} evicted {} complete {}",
-                o.races, o.candidates, o.accesses, o.orphan_accesses, o.evicted, o.complete
+                o.races, o.candidates, o.accesses, o.orphan_accesses, o.evicted.total, o.complete
             )
         })
         .collect()

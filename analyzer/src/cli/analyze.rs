@@ -108,6 +108,12 @@ pub struct AnalysisArgs {
     /// one segment; a lock cycle whose edges are in different segments is potential.
     #[arg(long, default_value_t = DEFAULT_SEGMENT_EVENTS, value_name = "N")]
     segment_events: u64,
+    /// Memory for the race analysis of each trace, MiB: its shadow of the memory the program
+    /// touched and its heap blocks. When it is full, accesses to memory not tracked yet are not
+    /// checked for races, and the report's warnings name their lines and addresses.
+    #[arg(long, default_value_t = crate::races::DEFAULT_MEMORY_MIB, value_name = "MIB",
+          value_parser = clap::value_parser!(u64).range(1..=1 << 24))]
+    race_memory: u64,
     #[command(flatten)]
     sites: SiteArgs,
 }
@@ -223,6 +229,7 @@ pub fn analyze_traces(traces: &[PathBuf], args: &AnalysisArgs) -> anyhow::Result
     let wrappers = args.sites.wrappers(suppressions.as_ref());
     let traces = &expand(traces, args.root_only)?;
     let tty = std::io::stderr().is_terminal();
+    crate::races::set_memory_budget(args.race_memory << 20);
     let opts = Options {
         max_cycle_length: args.max_cycle_length as usize,
         cycle_budget: args.cycle_budget,
@@ -420,10 +427,10 @@ fn stream_run(
             b.set_position(done);
         }
     };
-    // One thread: the race pass beside the walk on a second one (`drive_run_split`) costs
-    // more than it hides on a two-core machine that other work shares (race_speed.sh). The
-    // race pass joins the walk at the trace's first memory access, fed what came before it
-    // from a second read of the file: a trace without accesses never pays for it.
+    // One thread (decision 0006: a second one cost more than it hid on a two-core machine
+    // that other work shares). The race pass joins the walk at the trace's first memory
+    // access, fed what came before it from a second read of the file: a trace without
+    // accesses never pays for it.
     let replay = || -> Box<dyn Iterator<Item = (ThreadId, usize, EventKind)> + '_> {
         Box::new(stream.merged().map(|e| (e.thread, e.index, e.event.kind)))
     };

@@ -594,24 +594,6 @@ impl Segmented<'_, '_, '_, '_> {
     }
 }
 
-/// [`walk`] over a file's merged stream, whole, with the race pass on a second thread
-/// ([`crate::races::drive_split_beside`], the whole address space there): the same run, the
-/// model and the race pass each as in one walk, in the time of the slower of the two.
-pub fn drive_run_split(
-    stream: &Stream<'_>,
-    mut model: ModelPass<'_>,
-    merged: &mut foresight_trace::stream::MergedStream<'_>,
-    progress: &mut dyn FnMut(u64),
-) -> Run {
-    let (threads, tables) = (model.threads.len(), Some(model.tables));
-    let (read, races) =
-        crate::races::drive_split_beside(stream, merged, &mut model, threads, tables, 0, progress);
-    let mut run = model.finish();
-    run.events = read;
-    run.races = races;
-    run
-}
-
 /// The deadlock model of one trace as a [`Pass`]: its visitors, fed in an order that lets each
 /// read what the earlier ones made of the same event (a wait reads the held stack after the
 /// condition wait released its mutex).

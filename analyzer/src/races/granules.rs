@@ -59,6 +59,61 @@ impl<V: Default> GranuleTable<V> {
         self.peak
     }
 
+    /// Slots allocated (held or free).
+    pub fn slots(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// The cell of `granule` if it has one, or a fresh one if holding it needs no more than
+    /// `max_slots` slots; `None` when the table would have to grow past them.
+    #[inline(always)]
+    pub fn cell_within(&mut self, granule: u64, max_slots: usize) -> Option<&mut V> {
+        if (self.len + 1) * 4 > self.keys.len() * 3 {
+            let grown = (self.keys.len() * 2).max(MIN_SLOTS);
+            if grown > max_slots {
+                let i = self.slot_of(granule)?;
+                return Some(&mut self.cells[i]);
+            }
+        }
+        Some(self.cell(granule))
+    }
+
+    /// The granules held in `[first, last]`, in order.
+    pub fn granules_in(&self, first: u64, last: u64) -> Vec<u64> {
+        let mut held: Vec<u64> = self
+            .keys
+            .iter()
+            .copied()
+            .filter(|&k| k != EMPTY && first <= k && k <= last)
+            .collect();
+        held.sort_unstable();
+        held
+    }
+
+    /// Whether holding one more granule would need more than `max_slots` slots.
+    #[inline(always)]
+    pub fn full_at(&self, max_slots: usize) -> bool {
+        (self.len + 1) * 4 > self.keys.len() * 3 && (self.keys.len() * 2).max(MIN_SLOTS) > max_slots
+    }
+
+    /// The cells held, to change.
+    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut V> {
+        self.keys
+            .iter()
+            .zip(self.cells.iter_mut())
+            .filter(|(k, _)| **k != EMPTY)
+            .map(|(_, v)| v)
+    }
+
+    /// The cells held.
+    pub fn values(&self) -> impl Iterator<Item = &V> {
+        self.keys
+            .iter()
+            .zip(&self.cells)
+            .filter(|(k, _)| **k != EMPTY)
+            .map(|(_, v)| v)
+    }
+
     #[inline]
     fn home(&self, granule: u64) -> usize {
         let h = (granule ^ self.seed).wrapping_mul(0x9e37_79b9_7f4a_7c15);
@@ -108,11 +163,12 @@ impl<V: Default> GranuleTable<V> {
         }
     }
 
-    /// Drops the cell of `granule`, if any.
-    pub fn remove(&mut self, granule: u64) {
-        if let Some(i) = self.slot_of(granule) {
-            self.vacate(i);
-        }
+    /// Drops the cell of `granule`, if any, and hands it back.
+    pub fn remove(&mut self, granule: u64) -> Option<V> {
+        let i = self.slot_of(granule)?;
+        let cell = std::mem::take(&mut self.cells[i]);
+        self.vacate(i);
+        Some(cell)
     }
 
     /// Empties slot `i`, then moves back every later key of its run that may live closer to
@@ -143,20 +199,6 @@ impl<V: Default> GranuleTable<V> {
                 hole = i;
             }
         }
-    }
-
-    /// Takes out the granules `take` says yes to, with their cells.
-    pub fn take_where(&mut self, take: impl Fn(u64) -> bool) -> Vec<(u64, V)> {
-        let mut taken = Vec::new();
-        for (k, v) in self.keys.iter().zip(self.cells.iter_mut()) {
-            if *k != EMPTY && take(*k) {
-                taken.push((*k, std::mem::take(v)));
-            }
-        }
-        if !taken.is_empty() {
-            self.retain(|k| !take(k));
-        }
-        taken
     }
 
     /// Keeps only the granules `keep` says yes to.

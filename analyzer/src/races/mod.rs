@@ -31,8 +31,9 @@
 mod granules;
 pub mod locksets;
 pub mod shadow;
-mod shard;
-mod split;
+mod state;
+
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use foresight_trace::tables::Tables;
 use foresight_trace::SiteId;
@@ -40,11 +41,27 @@ use foresight_trace::SiteId;
 use crate::stream::{Op, Pass, StreamEvent};
 
 use locksets::Locksets;
-use shadow::{AccessKind, ShadowAccess};
-use shard::{Found, Shard};
-pub use split::{
-    drive_split, drive_split_beside, Balance, SplitBalance, DEFAULT_FRONT_SHARE, REVIEW, SHARES,
-};
+use shadow::{AccessKind, ShadowAccess, SiteCounts, Untracked};
+use state::{Found, RaceState};
+
+/// The race pass's memory budget unless the command line says otherwise (`--race-memory`),
+/// MiB: the shadow memory takes at most seven eighths of it, the live heap blocks the rest.
+pub const DEFAULT_MEMORY_MIB: u64 = 512;
+
+/// The memory budget of every race pass made from now on, bytes; 0 leaves the race analysis
+/// out (`graph`, which reports no race). The command line sets it once, before any trace is
+/// read: the pass is made deep inside the walk's drivers, which have no say in it.
+static MEMORY_BUDGET: AtomicU64 = AtomicU64::new(DEFAULT_MEMORY_MIB << 20);
+
+/// Sets the memory budget of the race passes made from now on (bytes; 0: no race analysis).
+pub fn set_memory_budget(bytes: u64) {
+    MEMORY_BUDGET.store(bytes, Ordering::Relaxed);
+}
+
+/// The memory budget of a race pass made now, bytes.
+pub fn memory_budget() -> u64 {
+    MEMORY_BUDGET.load(Ordering::Relaxed)
+}
 
 /// Instances of one pair of sites kept for the predictor: the first found, and the latest
 /// (an early instance may be ordered by what a read read, where a later one of the same two
@@ -129,7 +146,7 @@ type PairKey = (SiteId, SiteId);
 pub struct RacePass<'t> {
     /// The trace's tables, to name the variables of the pairs found.
     tables: Option<&'t Tables>,
-    shard: Shard,
+    state: RaceState,
     accesses: u64,
     /// The trace has more threads than the shadow memory tells apart, or the events the pass
     /// was fed again were not those of the walk ([`RacePass::abandon`]): nothing is concluded.
@@ -140,6 +157,8 @@ pub struct RacePass<'t> {
     orphan_accesses: u64,
     /// Accesses counted in the outputs of earlier segments (`cut`).
     accesses_reported: u64,
+    /// The memory budget is 0: the race analysis is left out, every event ignored.
+    off: bool,
 }
 
 /// What the race pass hands on.
@@ -152,8 +171,15 @@ pub struct RaceOutput {
     pub locksets: Locksets,
     /// Memory accesses read.
     pub accesses: u64,
-    /// Shadow entries dropped because a granule was full (pairs may be missing).
-    pub evicted: u64,
+    /// Shadow entries dropped because a granule was full (pairs may be missing), by the site
+    /// of the access dropped.
+    pub evicted: SiteCounts,
+    /// Accesses not checked: the memory budget had no room to track the memory they touched.
+    pub untracked: Untracked,
+    /// Heap blocks not tracked for want of room (their races name no block).
+    pub untracked_blocks: u64,
+    /// The memory budget the pass ran with, bytes.
+    pub memory_budget: u64,
     /// The most granules tracked at once.
     pub peak_granules: usize,
     /// Accesses of threads whose creation the trace does not hold, which are left out.
@@ -165,14 +191,16 @@ pub struct RaceOutput {
 impl<'t> RacePass<'t> {
     /// A pass over `threads` threads; `tables` names the variables of what it finds.
     pub fn new(threads: usize, tables: Option<&'t Tables>) -> Self {
+        let budget = memory_budget();
         RacePass {
             tables,
-            shard: Shard::new(threads),
+            state: RaceState::new(threads, budget),
             accesses: 0,
             too_many_threads: threads > shadow::MAX_THREADS,
             created: (0..threads).map(|t| t == 0).collect(),
             orphan_accesses: 0,
             accesses_reported: 0,
+            off: budget == 0,
         }
     }
 
@@ -182,9 +210,9 @@ impl<'t> RacePass<'t> {
     /// shadow memory, clocks and locksets go on. A candidate whose earlier access is in an
     /// earlier segment is not predicted there (every closure of the segment holds it).
     pub fn cut(&mut self) -> RaceOutput {
-        let mut candidates = std::mem::take(&mut self.shard.findings.candidates);
-        candidates.retain(|k, _| !self.shard.findings.races.contains_key(k));
-        let findings = shard::Findings {
+        let mut candidates = std::mem::take(&mut self.state.findings.candidates);
+        candidates.retain(|k, _| !self.state.findings.races.contains_key(k));
+        let findings = state::Findings {
             races: Default::default(),
             candidates,
         };
@@ -193,13 +221,16 @@ impl<'t> RacePass<'t> {
         RaceOutput::new(
             self.tables,
             findings,
-            self.shard.locksets.clone(),
+            self.state.locksets.clone(),
             Totals {
                 accesses,
-                evicted: 0,
-                peak_granules: self.shard.shadow.peak_granules(),
+                evicted: SiteCounts::default(),
+                untracked: Untracked::default(),
+                untracked_blocks: 0,
+                memory_budget: self.state.memory_budget,
+                peak_granules: self.state.shadow.peak_granules(),
                 orphan_accesses: 0,
-                complete: self.shard.complete() && !self.too_many_threads,
+                complete: self.state.complete() && !self.too_many_threads,
             },
         )
     }
@@ -224,10 +255,8 @@ impl<'t> RacePass<'t> {
             return;
         }
         if !self.too_many_threads {
-            self.shard
-                .access((ev.thread, ev.pos, ev.seq), addr, size, site, kind, |_| {
-                    true
-                });
+            self.state
+                .access((ev.thread, ev.pos, ev.seq), addr, size, site, kind);
         }
     }
 }
@@ -237,35 +266,43 @@ impl Pass for RacePass<'_> {
 
     #[inline]
     fn handle(&mut self, ev: &StreamEvent) {
+        if self.off {
+            return;
+        }
         match ev.op {
             // Plain accesses order nothing: the clocks and locksets need not see them.
             Op::Read { addr, size, site } => self.access(ev, addr, size, site, AccessKind::Read),
             Op::Write { addr, size, site } => self.access(ev, addr, size, site, AccessKind::Write),
             Op::Atomic(a) => {
-                self.shard.sync(ev);
-                self.access(ev, a.addr, a.size, a.site, shard::atomic_kind(a.stores));
+                self.state.sync(ev);
+                self.access(ev, a.addr, a.size, a.site, state::atomic_kind(a.stores));
             }
             Op::Create { child: Some(c), .. } => {
                 if let Some(created) = self.created.get_mut(c as usize) {
                     *created = true;
                 }
-                self.shard.sync(ev);
+                self.state.sync(ev);
             }
-            _ => self.shard.sync(ev),
+            _ => self.state.sync(ev),
         }
     }
 
     fn finish(self) -> RaceOutput {
-        let shard = self.shard;
-        let complete = shard.complete() && !self.too_many_threads;
+        let mut state = self.state;
+        let complete = state.complete() && !self.too_many_threads;
+        let evicted = std::mem::take(&mut state.shadow.evicted);
+        let untracked = std::mem::take(&mut state.shadow.untracked);
         RaceOutput::new(
             self.tables,
-            shard.findings,
-            shard.locksets,
+            state.findings,
+            state.locksets,
             Totals {
                 accesses: self.accesses - self.accesses_reported,
-                evicted: shard.shadow.evicted,
-                peak_granules: shard.shadow.peak_granules(),
+                evicted,
+                untracked,
+                untracked_blocks: state.untracked_blocks,
+                memory_budget: state.memory_budget,
+                peak_granules: state.shadow.peak_granules(),
                 orphan_accesses: self.orphan_accesses,
                 complete,
             },
@@ -273,10 +310,13 @@ impl Pass for RacePass<'_> {
     }
 }
 
-/// The counts of a pass, whatever its shares.
+/// The counts of a pass.
 struct Totals {
     accesses: u64,
-    evicted: u64,
+    evicted: SiteCounts,
+    untracked: Untracked,
+    untracked_blocks: u64,
+    memory_budget: u64,
     peak_granules: usize,
     orphan_accesses: u64,
     complete: bool,
@@ -298,7 +338,7 @@ impl RaceOutput {
     /// later one: two pairs of sites never share both), the variables named.
     fn new(
         tables: Option<&Tables>,
-        findings: shard::Findings,
+        findings: state::Findings,
         locksets: Locksets,
         totals: Totals,
     ) -> Self {
@@ -333,6 +373,9 @@ impl RaceOutput {
             locksets,
             accesses: totals.accesses,
             evicted: totals.evicted,
+            untracked: totals.untracked,
+            untracked_blocks: totals.untracked_blocks,
+            memory_budget: totals.memory_budget,
             peak_granules: totals.peak_granules,
             orphan_accesses: totals.orphan_accesses,
             complete: totals.complete,
@@ -351,5 +394,5 @@ fn variable(tables: Option<&Tables>, access: &ShadowAccess) -> Option<Variable> 
 }
 
 fn pair_key_of(p: &Pair) -> PairKey {
-    shard::pair_key(&p[0].access, &p[1].access)
+    state::pair_key(&p[0].access, &p[1].access)
 }

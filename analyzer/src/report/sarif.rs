@@ -125,7 +125,7 @@ pub fn to_value(
         .iter()
         .map(|f| result(f, baseline_state))
         .collect();
-    json!({
+    let mut v = json!({
         "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
         "version": "2.1.0",
         "runs": [{
@@ -139,7 +139,28 @@ pub fn to_value(
             "columnKind": "unicodeCodePoints",
             "results": results,
         }]
-    })
+    });
+    // What a trace's analysis left out (budgets that cut, events it could not use) is part of
+    // the result a code-scanning view shows: the invocation's notifications.
+    let notifications: Vec<Value> = report
+        .traces
+        .iter()
+        .flat_map(|t| {
+            t.warnings.iter().map(move |w| {
+                json!({
+                    "level": "warning",
+                    "message": { "text": format!("{}: {w}", t.path) },
+                })
+            })
+        })
+        .collect();
+    if !notifications.is_empty() {
+        v["runs"][0]["invocations"] = json!([{
+            "executionSuccessful": true,
+            "toolExecutionNotifications": notifications,
+        }]);
+    }
+    v
 }
 
 /// `potential-deadlock` → `PotentialDeadlock` (SARIF's `name` is an identifier-like word).

@@ -324,3 +324,72 @@ impl super::Analysis for Races {
         }
     }
 }
+
+/// Lines named in a warning of what the race pass left out; the others are counted.
+const LINES_NAMED: usize = 5;
+
+/// What the race pass's bounds cut from this run, each warning naming what was not checked:
+/// the lines whose accesses went unchecked or lost their shadow entries, and how to check
+/// them.
+pub fn cut_warnings(run: &Run) -> Vec<String> {
+    let races = &run.races;
+    let mut warnings = Vec::new();
+    let lines = |counts: &crate::races::shadow::SiteCounts| {
+        // Sites of one line (inlined into several callers) count as that line.
+        let mut by_line: std::collections::HashMap<String, u64> = Default::default();
+        for (site, n) in counts.most(usize::MAX) {
+            *by_line.entry(run.location(site).text).or_default() += n;
+        }
+        let mut by_line: Vec<(String, u64)> = by_line.into_iter().collect();
+        by_line.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        let more_lines = by_line.len().saturating_sub(LINES_NAMED);
+        by_line.truncate(LINES_NAMED);
+        let shown: u64 = by_line.iter().map(|(_, n)| n).sum();
+        let mut named: Vec<String> = by_line
+            .into_iter()
+            .map(|(line, n)| format!("{n} at {line}"))
+            .collect();
+        if more_lines > 0 || counts.other_sites > 0 {
+            let plus = if counts.other_sites > 0 { "+" } else { "" };
+            named.push(format!(
+                "{} at {more_lines}{plus} more lines",
+                counts.total - shown
+            ));
+        }
+        named.join(", ")
+    };
+    let mib = races.memory_budget >> 20;
+    let u = &races.untracked;
+    if u.accesses.total > 0 {
+        warnings.push(format!(
+            "the race pass's memory budget ({mib} MiB) was full: {} memory accesses to \
+             {:#x}..={:#x} that it had no room to track were not checked for races ({}); \
+             raise it with --race-memory <MiB> to check them",
+            u.accesses.total,
+            u.lowest,
+            u.highest,
+            lines(&u.accesses)
+        ));
+    }
+    if races.evicted.total > 0 {
+        warnings.push(format!(
+            "{} shadow entries were dropped from full granules ({}): races of these lines \
+             with later accesses may be missing{}",
+            races.evicted.total,
+            lines(&races.evicted),
+            if u.accesses.total > 0 {
+                " (a full memory budget leaves granules fewer entries: --race-memory)"
+            } else {
+                ""
+            }
+        ));
+    }
+    if races.untracked_blocks > 0 {
+        warnings.push(format!(
+            "the race pass's memory budget ({mib} MiB) had no room for {} heap blocks: races \
+             in them are reported without their allocation",
+            races.untracked_blocks
+        ));
+    }
+    warnings
+}

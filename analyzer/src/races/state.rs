@@ -1,8 +1,6 @@
-//! The happens-before race pass over one share of the address space (all of it when the pass
-//! runs on one thread): the synchronisation every share follows — two streaming clocks, the
-//! locksets, the live heap blocks — the shadow memory of its granules, and the pairs it found,
-//! each with the place it was found ([`Found`]), so that shares merge into what one pass over
-//! everything finds.
+//! The happens-before race pass's state: the synchronisation it follows — two streaming
+//! clocks, the locksets, the live heap blocks — the shadow memory, and the pairs it found, each
+//! with the place it was found ([`Found`]), which orders the instances a report keeps.
 
 use foldhash::HashMap;
 use std::collections::BTreeMap;
@@ -26,6 +24,10 @@ pub struct Found {
     pub at: FoundAt,
 }
 
+/// Bytes a live heap block takes in the map of blocks (its key and value, with the tree's
+/// share of a node).
+const BLOCK_BYTES: usize = 2 * (8 + std::mem::size_of::<Block>());
+
 /// The pairs found, by pair of sites.
 #[derive(Debug, Default)]
 pub struct Findings {
@@ -39,8 +41,7 @@ pub fn pair_key(a: &ShadowAccess, b: &ShadowAccess) -> PairKey {
 }
 
 impl Findings {
-    /// Counts a pair found at `found`. Pairs come in the order they are found within one
-    /// share; `describe` is called only for an instance that is kept.
+    /// Counts a pair found at `found`; `describe` is called only for an instance that is kept.
     pub fn add(
         &mut self,
         key: PairKey,
@@ -83,49 +84,10 @@ impl Findings {
     }
 }
 
-impl Findings {
-    /// Adds what another share found: the result is what one pass over both shares finds
-    /// (counts add up; the first instance of a pair, and the first and latest kept instances
-    /// of a candidate, are the least and greatest by where they were found, whichever share
-    /// found them). No pair is in both shares' findings.
-    pub fn merge(&mut self, other: Findings) {
-        for (key, r) in other.races {
-            match self.races.get_mut(&key) {
-                Some(mine) => {
-                    mine.count += r.count;
-                    if r.found < mine.found {
-                        mine.first = r.first;
-                        mine.found = r.found;
-                    }
-                }
-                None => {
-                    self.races.insert(key, r);
-                }
-            }
-        }
-        for (key, c) in other.candidates {
-            match self.candidates.get_mut(&key) {
-                Some(mine) => {
-                    mine.count += c.count;
-                    for (found, pair) in c.found.into_iter().zip(c.instances) {
-                        mine.keep_first(found, pair);
-                    }
-                    for (found, pair) in c.latest_found.into_iter().zip(c.latest) {
-                        mine.keep_latest(found, pair);
-                    }
-                }
-                None => {
-                    self.candidates.insert(key, c);
-                }
-            }
-        }
-    }
-}
-
 impl Candidates {
     /// Keeps the instance if it is among the first [`FIRST_INSTANCES`] or the latest
-    /// [`LATEST_INSTANCES`] found (shares merge into what one pass keeps: both are orders by
-    /// where an instance was found, whatever order the instances come in).
+    /// [`LATEST_INSTANCES`] found (both are orders by where an instance was found, whatever
+    /// order the instances of one access come in).
     fn keep(&mut self, found: Found, describe: impl FnOnce() -> Pair) {
         let in_first = self.found.partition_point(|f| *f < found) < FIRST_INSTANCES;
         let in_latest = self.latest_found.len() < LATEST_INSTANCES
@@ -167,8 +129,8 @@ impl Candidates {
     }
 }
 
-/// One share's state.
-pub struct Shard {
+/// The race pass's state.
+pub struct RaceState {
     /// C11 happens-before (locks in), and the synchronisation no reordering may change (locks
     /// out): a pair ordered by the first but not the second is a candidate for prediction.
     with_locks: HbPass,
@@ -180,39 +142,34 @@ pub struct Shard {
     /// `with_locks` keeps to know which channel a release publishes on.
     lockset: Vec<Option<u32>>,
     heap: BTreeMap<u64, Block>,
+    /// The most live heap blocks tracked (an eighth of the memory budget), and the blocks
+    /// left untracked for want of room.
+    max_blocks: usize,
+    pub untracked_blocks: u64,
+    /// The memory budget, bytes.
+    pub memory_budget: u64,
     pub findings: Findings,
     /// Conflicts of the access being handled.
     found: Vec<(ShadowAccess, Conflict, FoundAt)>,
-    /// Locksets are interned as soon as they change, not at the thread's next access: two
-    /// shares that see the same synchronisation then give every lockset the same id,
-    /// whichever accesses each sees.
-    eager_locksets: bool,
 }
 
-/// A conflict an access found in one share: the earlier access, the verdict, where.
-pub type ShareConflict = (ShadowAccess, Conflict, FoundAt);
-
-impl Shard {
-    pub fn new(threads: usize) -> Self {
-        Shard {
+impl RaceState {
+    /// The state of a pass over `threads` threads in `memory_budget` bytes: seven eighths for
+    /// the shadow memory, the rest for the live heap blocks.
+    pub fn new(threads: usize, memory_budget: u64) -> Self {
+        let budget = usize::try_from(memory_budget).unwrap_or(usize::MAX);
+        RaceState {
             with_locks: HbPass::streaming(threads, EdgeKinds::SYNC | EdgeKinds::LOCK),
             without_locks: HbPass::streaming(threads, EdgeKinds::SYNC),
-            shadow: Shadow::new(),
+            shadow: Shadow::with_budget(budget - budget / 8),
             locksets: Locksets::new(),
             lockset: vec![Some(Locksets::EMPTY); threads],
             heap: BTreeMap::new(),
+            max_blocks: budget / 8 / BLOCK_BYTES,
+            untracked_blocks: 0,
+            memory_budget,
             findings: Findings::default(),
             found: Vec::new(),
-            eager_locksets: false,
-        }
-    }
-
-    /// A share of a pass split over threads: its locksets get the ids every other share's
-    /// get (interned as they change).
-    pub fn shared(threads: usize) -> Self {
-        Shard {
-            eager_locksets: true,
-            ..Shard::new(threads)
         }
     }
 
@@ -222,7 +179,7 @@ impl Shard {
     }
 
     /// Every event but a plain read or write: the clocks, the locksets, the heap. An atomic
-    /// access is also an access, which the caller hands to [`Shard::access`] afterwards.
+    /// access is also an access, which the caller hands to [`RaceState::access`] afterwards.
     pub fn sync(&mut self, ev: &StreamEvent) {
         self.with_locks.handle(ev);
         self.without_locks.handle(ev);
@@ -238,6 +195,12 @@ impl Shard {
             Op::Alloc { addr, size, site } => {
                 // A new object: whatever the address held before is forgotten.
                 self.shadow.forget(addr, size);
+                if self.heap.len() >= self.max_blocks && !self.heap.contains_key(&addr) {
+                    // Its races are still found (the allocation forgot what the memory held
+                    // before), only not named by the block.
+                    self.untracked_blocks += 1;
+                    return;
+                }
                 self.heap.insert(
                     addr,
                     Block {
@@ -258,13 +221,10 @@ impl Shard {
     }
 
     /// The locks thread `t` holds may have changed: its lockset id is stale (interned at its
-    /// next access, or now in a share of a split pass, whose ids must be every share's).
+    /// next access).
     #[inline]
     fn relock(&mut self, t: usize) {
         self.lockset[t] = None;
-        if self.eager_locksets {
-            self.intern_lockset(t);
-        }
     }
 
     /// The id of the locks thread `t` holds now.
@@ -293,9 +253,7 @@ impl Shard {
     }
 
     /// A read, write or atomic access of `thread` at `pos` (merged order `seq`): checked against
-    /// the granules `owns` says are this share's, then recorded in them. The pairs it finds go
-    /// to the share's findings.
-    #[allow(clippy::too_many_arguments)]
+    /// the shadow memory, then recorded there. The pairs it finds go to the findings.
     #[inline]
     pub fn access(
         &mut self,
@@ -304,77 +262,8 @@ impl Shard {
         size: u32,
         site: SiteId,
         kind: AccessKind,
-        owns: impl Fn(u64) -> bool,
     ) {
-        let access = self.check(thread, pos, addr, size, site, kind, owns);
-        if !self.found.is_empty() {
-            self.count_found(seq, &access);
-        }
-    }
-
-    /// [`Shard::access`] for an access known to lie in one granule of this share, `granule`,
-    /// its bytes there `mask`: compiled into the caller's loop, where the split pass's back
-    /// checks the accesses of a batch (a call per access cost it some 20 instructions).
-    #[allow(clippy::too_many_arguments)]
-    #[inline(always)]
-    pub fn access_one(
-        &mut self,
-        (thread, pos, seq): (u32, u32, u64),
-        granule: u64,
-        mask: u8,
-        addr: u64,
-        size: u32,
-        site: SiteId,
-        kind: AccessKind,
-    ) {
-        let one = Some((granule, mask));
-        let access = self.check_at(thread, pos, addr, size, site, kind, |_| true, one);
-        if !self.found.is_empty() {
-            self.count_found(seq, &access);
-        }
-    }
-
-    /// [`Shard::access`] for an access whose granules are in several shares: the conflicts
-    /// it found in this share are handed back (in `found`) instead of being counted, for the
-    /// share that counts the access to merge with its own ([`Shard::access_merging`]).
-    #[allow(clippy::too_many_arguments)]
-    pub fn access_found(
-        &mut self,
-        (thread, pos): (u32, u32),
-        addr: u64,
-        size: u32,
-        site: SiteId,
-        kind: AccessKind,
-        owns: impl Fn(u64) -> bool,
-        found: &mut Vec<ShareConflict>,
-    ) {
-        self.check(thread, pos, addr, size, site, kind, owns);
-        found.append(&mut self.found);
-    }
-
-    /// [`Shard::access`] for an access whose granules are in several shares, with the
-    /// conflicts the other shares found (`others`, [`Shard::access_found`]): an earlier
-    /// access found in several shares is counted once, where one pass finds it (its first
-    /// granule that shows it).
-    #[allow(clippy::too_many_arguments)]
-    pub fn access_merging(
-        &mut self,
-        (thread, pos, seq): (u32, u32, u64),
-        addr: u64,
-        size: u32,
-        site: SiteId,
-        kind: AccessKind,
-        owns: impl Fn(u64) -> bool,
-        others: &[ShareConflict],
-    ) {
-        let access = self.check(thread, pos, addr, size, site, kind, owns);
-        for &(earlier, verdict, at) in others {
-            let same = |e: &ShadowAccess| e.thread == earlier.thread && e.pos == earlier.pos;
-            match self.found.iter_mut().find(|(e, _, _)| same(e)) {
-                Some(mine) => mine.2 = mine.2.min(at),
-                None => self.found.push((earlier, verdict, at)),
-            }
-        }
+        let access = self.check(thread, pos, addr, size, site, kind);
         if !self.found.is_empty() {
             self.count_found(seq, &access);
         }
@@ -402,9 +291,8 @@ impl Shard {
         }
     }
 
-    /// Checks an access against this share's granules and records it there; its conflicts
-    /// are left in `self.found`.
-    #[allow(clippy::too_many_arguments)]
+    /// Checks an access against the shadow memory and records it there; its conflicts are
+    /// left in `self.found`.
     #[inline]
     fn check(
         &mut self,
@@ -414,7 +302,6 @@ impl Shard {
         size: u32,
         site: SiteId,
         kind: AccessKind,
-        owns: impl Fn(u64) -> bool,
     ) -> ShadowAccess {
         let access = self.shadow_access(t, pos, addr, size, site, kind);
         // Only other threads' entries are read: the clocks as they stand will do. Most
@@ -426,7 +313,6 @@ impl Shard {
         let found = &mut self.found;
         self.shadow.access(
             &access,
-            owns,
             |thread, pos, lockset| {
                 if with_locks(thread) <= pos {
                     Some(Conflict::Unordered)
@@ -440,59 +326,6 @@ impl Shard {
             |thread, pos| with_locks(thread) > pos,
             |thread, pos| with_locks(thread) > pos && without_locks(thread) > pos,
         );
-        access
-    }
-
-    /// [`Shard::check`], or with `one` (a granule of this share and the access's bytes
-    /// there, `owns` then not asked) for an access known to lie in that granule: how the split
-    /// pass's loops call it. The lines are `check`'s with the closures bound first and both
-    /// of the shadow's entry points in a match: so the back's loop, with this compiled in,
-    /// keeps the access in registers (`check`'s lines there cost it 13 instructions an access
-    /// more, and these lines as `check` cost the one-thread pass 4 more).
-    #[allow(clippy::too_many_arguments)]
-    #[inline(always)]
-    fn check_at(
-        &mut self,
-        t: u32,
-        pos: u32,
-        addr: u64,
-        size: u32,
-        site: SiteId,
-        kind: AccessKind,
-        owns: impl Fn(u64) -> bool,
-        one: Option<(u64, u8)>,
-    ) -> ShadowAccess {
-        let access = self.shadow_access(t, pos, addr, size, site, kind);
-        // Only other threads' entries are read: the clocks as they stand will do. Most
-        // accesses look at none of them.
-        let (with_locks, without_locks) = (&self.with_locks, &self.without_locks);
-        let with_locks = move |u: u32| with_locks.knows(t).get(u as usize);
-        let without_locks = move |u: u32| without_locks.knows(t).get(u as usize);
-        let locksets = &self.locksets;
-        let found = &mut self.found;
-        let judge = |thread: u32, pos: u32, lockset: u32| {
-            if with_locks(thread) <= pos {
-                Some(Conflict::Unordered)
-            } else if without_locks(thread) > pos || locksets.exclude(lockset, access.lockset) {
-                None
-            } else {
-                Some(Conflict::Candidate)
-            }
-        };
-        let report = |earlier: ShadowAccess, verdict: Conflict, at: FoundAt| {
-            found.push((earlier, verdict, at))
-        };
-        let dominated = |thread: u32, pos: u32| with_locks(thread) > pos;
-        let settled =
-            |thread: u32, pos: u32| with_locks(thread) > pos && without_locks(thread) > pos;
-        match one {
-            Some((granule, mask)) => self
-                .shadow
-                .access_in(granule, mask, &access, judge, report, dominated, settled),
-            None => self
-                .shadow
-                .access(&access, owns, judge, report, dominated, settled),
-        }
         access
     }
 

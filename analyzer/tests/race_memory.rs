@@ -1,0 +1,151 @@
+//! The race analysis stays within its memory budget whatever the trace: a small hostile trace of
+//! writes to distinct addresses (and a few accesses spanning gigabytes) is analysed by
+//! `analyze`, `check` and `graph` under an address-space limit far below what tracking every
+//! granule would take, and the report names what the budget left unchecked.
+
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use foresight_fixtures::harness::{self, fresh_dir};
+use foresight_trace::builder::TraceBuilder;
+use foresight_trace::compress::CompressMode;
+
+/// The address space each command runs in: the 4.5 GB that tracking every granule of the trace
+/// below would ask for is far beyond it.
+const ADDRESS_SPACE: u64 = 1536 << 20;
+
+/// Writes to distinct granules, two threads side by side, then a read of 1 GiB: compressed, a
+/// few kilobytes of trace.
+fn hostile_trace() -> Vec<u8> {
+    let mut b = TraceBuilder::new("hostile");
+    b.compress(CompressMode::Auto);
+    let main = b.main_thread();
+    let s = b.site("main", "hostile.c", 1);
+    let one = b.spawn(main, s, "one");
+    let two = b.spawn(main, s, "two");
+    let (w1, w2, huge) = (
+        b.site("fill", "hostile.c", 7),
+        b.site("fill", "hostile.c", 8),
+        b.site("scan", "hostile.c", 9),
+    );
+    for i in 0..300_000u64 {
+        b.write(one, 0x1000_0000 + i * 64, 8, w1);
+        b.write(two, 0x1000_0000 + i * 64 + 8, 8, w2);
+    }
+    b.read(two, 0x7000_0000_0000, 1 << 30, huge);
+    let s = b.site("main", "hostile.c", 30);
+    b.join(main, one, s);
+    b.join(main, two, s);
+    b.finish()
+}
+
+/// `foresight ARGS` in `dir` under [`ADDRESS_SPACE`].
+fn limited(dir: &Path, args: &[&str]) -> Output {
+    let mut cmd = harness::foresight_in(Path::new(env!("CARGO_BIN_EXE_foresight")), dir);
+    cmd.args(args);
+    // SAFETY: setrlimit is async-signal-safe; the closure runs in the child before exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let r = libc::rlimit {
+                rlim_cur: ADDRESS_SPACE,
+                rlim_max: ADDRESS_SPACE,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &r) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    run(cmd)
+}
+
+fn run(mut cmd: Command) -> Output {
+    cmd.output().expect("run foresight")
+}
+
+/// The SARIF written is valid SARIF 2.1.0, its notifications included.
+fn assert_valid_sarif(v: &serde_json::Value) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/sarif-schema-2.1.0.json");
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let validator = jsonschema::validator_for(&schema).expect("the SARIF schema compiles");
+    let errors: Vec<String> = validator
+        .iter_errors(v)
+        .map(|e| format!("{} at {}", e, e.instance_path))
+        .collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn a_trace_of_writes_to_distinct_addresses_stays_within_the_race_memory_budget() {
+    let dir = fresh_dir("race-memory");
+    let trace = hostile_trace();
+    assert!(trace.len() < 256 << 10, "{} bytes", trace.len());
+    std::fs::write(dir.join("hostile.trace"), &trace).unwrap();
+
+    // A small budget: cut, and the report says what was not checked, where, and how to
+    // check it.
+    for format in ["text", "json", "sarif"] {
+        let o = limited(
+            &dir,
+            &[
+                "analyze",
+                "--race-memory",
+                "32",
+                "--format",
+                format,
+                "hostile.trace",
+            ],
+        );
+        let (out, err) = (text(&o.stdout), text(&o.stderr));
+        assert_eq!(o.status.code(), Some(0), "{format}: {err}");
+        assert!(
+            out.contains("memory budget (32 MiB) was full")
+                && out.contains("were not checked for races")
+                && out.contains("hostile.c:7")
+                && out.contains("--race-memory"),
+            "{format}: {out}"
+        );
+        if format == "sarif" {
+            assert!(out.contains("toolExecutionNotifications"), "{out}");
+            assert_valid_sarif(&serde_json::from_str(&out).unwrap());
+        }
+    }
+
+    // `check` the same way.
+    let o = limited(&dir, &["check", "--race-memory", "32", "hostile.trace"]);
+    assert!(
+        matches!(o.status.code(), Some(0 | 1)),
+        "{}",
+        text(&o.stderr)
+    );
+    assert!(
+        text(&o.stdout).contains("memory budget (32 MiB) was full"),
+        "{}",
+        text(&o.stdout)
+    );
+
+    // The default budget has room for the distinct writes: only the 1 GiB read is cut.
+    let o = limited(&dir, &["analyze", "--format", "json", "hostile.trace"]);
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(
+        out.contains("memory budget (512 MiB) was full") && out.contains("hostile.c:9"),
+        "{out}"
+    );
+    assert!(!out.contains("hostile.c:7"), "{out}");
+
+    // `graph` reports no race and runs no race analysis.
+    let o = limited(&dir, &["graph", "hostile.trace"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stdout).starts_with("digraph"),
+        "{}",
+        text(&o.stdout)
+    );
+}
