@@ -75,7 +75,11 @@ fn main() {
             let walk = Stream::of_stream(stream);
             let threads = stream.threads().count();
             let mut merged = stream.merged();
-            let mut pass = RacePass::new(threads, Some(stream.tables()));
+            let mut pass = RacePass::new(
+                threads,
+                Some(stream.tables()),
+                foresight_analyzer::races::DEFAULT_MEMORY_MIB << 20,
+            );
             let events = walk.walk(Runs(&mut merged), &mut pass, &mut |_| {});
             let out = pass.finish();
             let candidates: u64 = out.candidates.iter().map(|c| c.count).sum();

@@ -229,7 +229,7 @@ pub fn analyze_traces(traces: &[PathBuf], args: &AnalysisArgs) -> anyhow::Result
     let wrappers = args.sites.wrappers(suppressions.as_ref());
     let traces = &expand(traces, args.root_only)?;
     let tty = std::io::stderr().is_terminal();
-    crate::races::set_memory_budget(args.race_memory << 20);
+    let race_memory = args.race_memory << 20;
     let opts = Options {
         max_cycle_length: args.max_cycle_length as usize,
         cycle_budget: args.cycle_budget,
@@ -243,14 +243,21 @@ pub fn analyze_traces(traces: &[PathBuf], args: &AnalysisArgs) -> anyhow::Result
     };
     let segment_events = args.segment_events;
     let mut report = if traces.len() > 1 {
-        analyze_many(traces, &wrappers, &opts, segment_events, tty)?
+        analyze_many(traces, &wrappers, &opts, segment_events, race_memory, tty)?
     } else {
         let mut fold = SegmentFold::folding(&opts, segment_events);
         let mut on_segment = |run: Run| fold.segment(run);
         let mut runs = Vec::new();
         let mut warnings = Vec::new();
         for input in traces {
-            let (run, problems) = load_run(input, &wrappers, tty, segment_events, &mut on_segment)?;
+            let (run, problems) = load_run(
+                input,
+                &wrappers,
+                tty,
+                segment_events,
+                race_memory,
+                &mut on_segment,
+            )?;
             runs.push(run);
             warnings.push(problems);
         }
@@ -300,6 +307,7 @@ fn analyze_many(
     wrappers: &Wrappers,
     opts: &Options,
     segment_events: u64,
+    race_memory: u64,
     tty: bool,
 ) -> anyhow::Result<Report> {
     use rayon::prelude::*;
@@ -322,9 +330,14 @@ fn analyze_many(
             .par_iter()
             .map(|input| {
                 let mut fold = SegmentFold::new(opts, segment_events);
-                let (run, warnings) = load_run(input, wrappers, false, segment_events, &mut |r| {
-                    fold.segment(r)
-                })?;
+                let (run, warnings) = load_run(
+                    input,
+                    wrappers,
+                    false,
+                    segment_events,
+                    race_memory,
+                    &mut |r| fold.segment(r),
+                )?;
                 let parts = fold.into_parts(run, warnings);
                 if let Some(b) = &bar {
                     b.inc(1);
@@ -349,6 +362,7 @@ pub fn load_run(
     wrappers: &Wrappers,
     tty: bool,
     segment_events: u64,
+    race_memory: u64,
     on_segment: &mut dyn FnMut(Run),
 ) -> anyhow::Result<(Run, Vec<String>)> {
     let stream = input.open_stream()?;
@@ -358,6 +372,7 @@ pub fn load_run(
         wrappers,
         tty,
         segment_events,
+        race_memory,
         on_segment,
     );
     let problems: Vec<String> = run.1.iter().map(|p| p.to_string()).collect();
@@ -374,6 +389,7 @@ fn stream_run(
     wrappers: &Wrappers,
     tty: bool,
     segment_events: u64,
+    race_memory: u64,
     on_segment: &mut dyn FnMut(Run),
 ) -> (Run, Vec<Problem>) {
     let tables = stream.tables();
@@ -405,7 +421,8 @@ fn stream_run(
                 .clone()
                 .for_recorded_depth(stream.header().stack_depth),
         )
-        .with_end_reason(stream.trailer().map(|t| t.reason));
+        .with_end_reason(stream.trailer().map(|t| t.reason))
+        .with_race_memory(race_memory);
     let bar = tty.then(|| {
         let b = match expected {
             Some(n) => ProgressBar::new(n).with_style(

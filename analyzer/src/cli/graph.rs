@@ -44,8 +44,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // Lock classes are named at the user's frame: the wrappers of the configuration file too.
     let config = Suppressions::discover(None)?;
     let inputs = super::run_files::expand(&args.traces, false)?;
-    // The graph reports no race: the walk leaves the race analysis out.
-    crate::races::set_memory_budget(0);
     let wrappers = args.sites.wrappers(config.as_ref());
     let tty = std::io::stderr().is_terminal();
     // Each trace, or segment of one, is folded into the graph and dropped: only the graph and
@@ -66,7 +64,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         part += 1;
     };
     for input in &inputs {
-        let (last, _) = load_run(input, &wrappers, tty, args.segment_events, &mut add)?;
+        // The graph reports no race: a race budget of 0 leaves the race analysis out.
+        let (last, _) = load_run(input, &wrappers, tty, args.segment_events, 0, &mut add)?;
         add(last);
     }
     let dot = write_dot(&graph, &first_sites, args.scc_only);

@@ -419,7 +419,11 @@ pub fn walk(
     let races = match replay {
         Some(_) => None,
         None if without_races => None,
-        None => Some(RacePass::new(model.threads.len(), Some(model.tables))),
+        None => Some(RacePass::new(
+            model.threads.len(),
+            Some(model.tables),
+            model.race_memory,
+        )),
     };
     let mut passes = Segmented {
         stream,
@@ -468,7 +472,11 @@ impl Segmented<'_, '_, '_, '_> {
     #[cold]
     #[inline(never)]
     fn start_races(&mut self, seq: u64) {
-        let mut races = RacePass::new(self.model.threads.len(), Some(self.model.tables));
+        let mut races = RacePass::new(
+            self.model.threads.len(),
+            Some(self.model.tables),
+            self.model.race_memory,
+        );
         if let Some(replay) = self.replay {
             let before = usize::try_from(seq).unwrap_or(usize::MAX);
             let read = self
@@ -611,6 +619,8 @@ pub struct ModelPass<'t> {
     pending: PendingCalls,
     wrappers: Wrappers,
     end_reason: Option<EndReason>,
+    /// The race pass's memory budget, bytes (`--race-memory`; 0: no race analysis).
+    race_memory: u64,
     /// Per thread, events seen so far: where the next segment starts.
     seen: Vec<u32>,
     /// Where the current segment starts (empty before the first cut).
@@ -641,6 +651,7 @@ impl<'t> ModelPass<'t> {
             pending: PendingCalls::new(n),
             wrappers: Wrappers::default(),
             end_reason: None,
+            race_memory: crate::races::DEFAULT_MEMORY_MIB << 20,
             seen: vec![0; n],
             start: Vec::new(),
             segments: 0,
@@ -681,6 +692,13 @@ impl<'t> ModelPass<'t> {
     /// frames the recorder unwound through).
     pub fn with_wrappers(mut self, wrappers: Wrappers) -> Self {
         self.wrappers = wrappers;
+        self
+    }
+
+    /// The race pass's memory budget, bytes (`--race-memory`); 0 leaves the race analysis
+    /// out (`graph`, which reports no race).
+    pub fn with_race_memory(mut self, bytes: u64) -> Self {
+        self.race_memory = bytes;
         self
     }
 

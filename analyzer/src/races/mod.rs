@@ -33,8 +33,6 @@ pub mod locksets;
 pub mod shadow;
 mod state;
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use foresight_trace::tables::Tables;
 use foresight_trace::SiteId;
 
@@ -47,21 +45,6 @@ use state::{Found, RaceState};
 /// The race pass's memory budget unless the command line says otherwise (`--race-memory`),
 /// MiB: the shadow memory takes at most seven eighths of it, the live heap blocks the rest.
 pub const DEFAULT_MEMORY_MIB: u64 = 512;
-
-/// The memory budget of every race pass made from now on, bytes; 0 leaves the race analysis
-/// out (`graph`, which reports no race). The command line sets it once, before any trace is
-/// read: the pass is made deep inside the walk's drivers, which have no say in it.
-static MEMORY_BUDGET: AtomicU64 = AtomicU64::new(DEFAULT_MEMORY_MIB << 20);
-
-/// Sets the memory budget of the race passes made from now on (bytes; 0: no race analysis).
-pub fn set_memory_budget(bytes: u64) {
-    MEMORY_BUDGET.store(bytes, Ordering::Relaxed);
-}
-
-/// The memory budget of a race pass made now, bytes.
-pub fn memory_budget() -> u64 {
-    MEMORY_BUDGET.load(Ordering::Relaxed)
-}
 
 /// Instances of one pair of sites kept for the predictor: the first found, and the latest
 /// (an early instance may be ordered by what a read read, where a later one of the same two
@@ -189,9 +172,10 @@ pub struct RaceOutput {
 }
 
 impl<'t> RacePass<'t> {
-    /// A pass over `threads` threads; `tables` names the variables of what it finds.
-    pub fn new(threads: usize, tables: Option<&'t Tables>) -> Self {
-        let budget = memory_budget();
+    /// A pass over `threads` threads in `memory_budget` bytes (0: no race analysis, as
+    /// `graph` wants); `tables` names the variables of what it finds.
+    pub fn new(threads: usize, tables: Option<&'t Tables>, memory_budget: u64) -> Self {
+        let budget = memory_budget;
         RacePass {
             tables,
             state: RaceState::new(threads, budget),
