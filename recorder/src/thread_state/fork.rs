@@ -71,7 +71,7 @@ impl ThreadState {
         self.buf_lock.store(false, Ordering::Relaxed);
         self.activity.store(0, Ordering::Relaxed);
         self.flush_mark.store(false, Ordering::Relaxed);
-        self.flusher_saw.set((0, false));
+        self.flusher_saw.set((0, true));
         self.closed.store(false, Ordering::Relaxed);
         self.busy.set(false);
         self.os_tid.set(gettid());

@@ -179,7 +179,7 @@ impl ThreadState {
             pending_site: Cell::new(0),
             owners: AtomicU32::new(1),
             naming: AtomicU8::new(NAMING_OPEN),
-            flusher_saw: Cell::new((0, false)),
+            flusher_saw: Cell::new((0, true)),
         })
     }
 
