@@ -22,6 +22,9 @@
 #               not recorded
 #   record      `foresight record --no-symbolize -o T -- PROG` end to end (with SYMBOLIZE=1,
 #               symbolised as by default)
+#   record-base (only when RUNS names it) the same with the runtime BASE_RUNTIME (another
+#               build's libforesight_rt.so, e.g. main's): a change to the runtime measured
+#               against it in the same turns
 # and prints, per program, the medians of wall time, CPU time (user + system, all threads)
 # and peak RSS (GNU time's %e, %U + %S and %M; for `record`, the largest of foresight's and
 # the program's), the ratios to plain and to ThreadSanitizer, then `foresight analyze` of the last recorded trace of each program:
@@ -33,7 +36,7 @@
 # env: REPS (3), MIB (32), ROWS (20000), PROGRAMS ("zstd2 zstd4 sqlite"), CC (gcc),
 #      RUNS (the runs to take turns at, default "plain tsan fs-norec record"; the ratios need
 #      plain and tsan),
-#      ANALYZE (1; 0 skips the analysis), SYMBOLIZE (0), CARGO_TARGET_DIR (default
+#      BASE_RUNTIME (for record-base), ANALYZE (1; 0 skips the analysis), SYMBOLIZE (0), CARGO_TARGET_DIR (default
 #      <workspace>/target), WORK (a directory to keep the sources and builds in between runs;
 #      default a temporary one, removed at exit).
 # Installs GNU time with apt-get when /usr/bin/time is missing (as root). Takes 20 minutes to
@@ -194,12 +197,15 @@ for rep in $(seq "$REPS"); do
       tsan) run[0]="${cmd[0]/-B/-tsan}" ;;
       fs-norec) run[0]="${cmd[0]/-B/-fs}" ;;
       fs-callers) run[0]="${cmd[0]/-B/-fsc}" ;;
-      record)
+      record | record-base)
         run[0]="${cmd[0]/-B/-fs}"
         rm -f "$work/$p.trace"*
         sym=(--no-symbolize)
         [ "$SYMBOLIZE" = 1 ] && sym=()
         run=("$fs" record "${sym[@]}" -o "$work/$p.trace" -- "${run[@]}")
+        if [ "$c" = record-base ]; then
+          run=(env FORESIGHT_RUNTIME="${BASE_RUNTIME:?record-base needs BASE_RUNTIME}" "${run[@]}")
+        fi
         ;;
       esac
       # ThreadSanitizer's reports are counted, not fatal (it exits 66 after one by default).
@@ -231,7 +237,7 @@ echo "real programs, $CC -O2 -g, $(nproc) cores, $REPS rounds taking turns, medi
 echo "load (1/5/15 min) before: $load_before; after the runs: $load_runs"
 echo "wall: elapsed seconds; cpu: user + system seconds of all its threads (for record, of"
 echo "foresight's and the program's); peak: the largest resident set of the run, MiB"
-printf '%-7s %-10s %8s %8s %8s | %7s %7s | %7s %7s | %7s\n' program run wall cpu peak \
+printf '%-7s %-11s %8s %8s %8s | %7s %7s | %7s %7s | %7s\n' program run wall cpu peak \
   "wall/pl" "wall/ts" "cpu/pl" "cpu/ts" "peak/pl"
 for p in $PROGRAMS; do
   tp="$(med "${times[$p/plain]:-}")"
@@ -248,7 +254,7 @@ for p in $PROGRAMS; do
       # a ratio to a run not taken is "-"
       function r(a, b) { return b + 0 > 0 ? sprintf("%7.2f", a / b) : sprintf("%7s", "-") }
       BEGIN {
-      printf "%-7s %-10s %8.2f %8.2f %8.0f | %s %s | %s %s | %s\n", p, c, t, u, m / 1024,
+      printf "%-7s %-11s %8.2f %8.2f %8.0f | %s %s | %s %s | %s\n", p, c, t, u, m / 1024,
         r(t, tp), r(t, tt), r(u, cp), r(u, ct), r(m, mp) }'
   done
 done

@@ -4,10 +4,12 @@
 //!
 //! A thread writes its buffer when the 64 KiB chunk is full; a thread that waits, or records
 //! slowly, would keep its last events in memory, and those are the events that tell where a
-//! program hung. Every period (`FORESIGHT_FLUSH_MS`, 100 ms by default) the flusher looks at
-//! each thread's buffer (a foreign flush: `quiesce::quiesce`) and writes it when the
-//! thread recorded nothing since the last look, or when its oldest unwritten event is older
-//! than `MAX_AGE`. At most lost on SIGKILL: the events of the last `MAX_AGE` + one period of
+//! program hung. Every period (`FORESIGHT_FLUSH_MS`, 100 ms by default) the flusher glances
+//! at each thread without stopping it (`ThreadState::flush_due`: how many sessions its owner
+//! had on the buffer, when its chunk began) and writes the buffer of a thread that recorded
+//! nothing since the last glance and has events pending, or whose oldest unwritten event is
+//! older than `MAX_AGE`: only those threads are sent to their buffer's lock, each for its
+//! own write (`thread_state::flusher_round`); the others keep their fast path. At most lost on SIGKILL: the events of the last `MAX_AGE` + one period of
 //! each thread still recording then, and the last period of a thread that went idle
 //! (`recorder/bench/kill_loss.sh` measures it).
 //!

@@ -1,7 +1,9 @@
 //! The handshake between a thread's fast path into its own buffer and a foreign flush of it
 //! (`finish`, `exec`, the flusher): a flusher sets `FOREIGN` and issues `membarrier`, after
-//! which every owner either takes its buffer's lock or is visible as pushing
-//! (docs/decisions/0013-the-lock-hook-s-hot-path.md). Apart from the threads' states so that
+//! which every owner either takes its buffer's lock or is visible as pushing (its `activity`
+//! odd) (docs/decisions/0013-the-lock-hook-s-hot-path.md). The flusher's periodic round
+//! does the same to the few threads it must look at, marking each instead of setting
+//! `FOREIGN` (`round`), so that the others keep their fast path. Apart from the threads' states so that
 //! the trace file can send owners to their slow path when a write fails.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -57,14 +59,14 @@ pub fn stop_fast_path() {
 }
 
 /// A foreign flush under way: owners take their buffer lock, and every owner that was on its
-/// fast path when it began is visible as `pushing`, so `acquire_foreign` may take any buffer.
+/// fast path when it began is visible as pushing, so `acquire_foreign` may take any buffer.
 pub struct Quiesced {
     _one_at_a_time: crate::spin::SpinGuard<'static, ()>,
 }
 
 /// Starts a foreign flush (in a signal handler, if another one ends in time). After the
 /// barrier every owner either saw `FOREIGN` (slow path) or is visible as
-/// `pushing`.
+/// pushing.
 pub fn quiesce(context: Context) -> Option<Quiesced> {
     let guard = FLUSHER.lock_in(context)?;
     if !FOREIGN.swap(true, Ordering::SeqCst) {
@@ -87,6 +89,29 @@ impl Quiesced {
     /// later foreign flush leaves them there.
     pub fn keep(self) {
         FAST_PATH.store(false, Ordering::SeqCst);
+    }
+}
+
+/// The flusher's round: one foreign flusher at a time, as `quiesce`, but `FOREIGN` left
+/// alone. The threads it marks (`ThreadState::mark_for_flush`) take their buffer's lock
+/// after `barrier`, or are visible as pushing.
+pub struct Round {
+    _one_at_a_time: crate::spin::SpinGuard<'static, ()>,
+}
+
+pub fn round() -> Round {
+    Round {
+        _one_at_a_time: FLUSHER.lock(),
+    }
+}
+
+impl Round {
+    /// After the marks, before looking at the marked buffers: the handshake `quiesce` makes
+    /// with `FOREIGN`, for the marks.
+    pub fn barrier(&self) {
+        if FAST_PATH.load(Ordering::Relaxed) {
+            membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED);
+        }
     }
 }
 

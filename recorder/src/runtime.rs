@@ -19,7 +19,7 @@ use foresight_trace::writer::TableChunkBuf;
 
 use crate::config::Config;
 use crate::context::Context;
-use crate::quiesce::quiesce;
+use crate::quiesce::{self, quiesce};
 use crate::sequence::Key;
 use crate::spin::SpinLock;
 use crate::state::{own_process, STATE_DONE, STATE_PAUSED, STATE_RECORDING};
@@ -247,15 +247,13 @@ pub fn after_failed_exec() {
 }
 
 /// The flusher's round: every buffer its thread left alone since the last round, or that
-/// holds events older than `max_age_ns`, and the table buffer, are written.
+/// holds events older than `max_age_ns`, and the table buffer, are written; only those
+/// threads are stopped, one at a time (`thread_state::flusher_round`).
 pub fn flush_stale(now_ns: u64, max_age_ns: u64) {
-    if let Some(quiesced) = quiesce(Context::Thread) {
-        thread_state::for_each_live(Context::Thread, |t| {
-            t.flush_if_stale(now_ns, max_age_ns);
-        });
-        output::flush_tables(Context::Thread);
-        quiesced.end();
-    }
+    let round = quiesce::round();
+    thread_state::flusher_round(now_ns, max_age_ns, || round.barrier());
+    output::flush_tables(Context::Thread);
+    drop(round);
 }
 
 /// Writes every thread's buffer and the table buffer; recording goes on. Before a crash

@@ -1,7 +1,8 @@
 //! The thread's chunk buffer: events and keys pushed by the owner, and the foreign flushes
 //! (`finish`, `exec`, the flusher) that take the buffer from another thread after `quiesce`.
-//! The owner's fast path announces itself with `pushing` and takes no lock; a foreign flush
-//! makes owners take the buffer's lock instead (`crate::quiesce`).
+//! The owner's fast path announces itself (`activity` odd) and takes no lock; a foreign flush
+//! makes owners take the buffer's lock instead (`crate::quiesce` for all of them, the
+//! flusher's mark for one).
 
 use std::sync::atomic::{compiler_fence, AtomicUsize, Ordering};
 
@@ -31,6 +32,9 @@ pub fn set_chunk_bytes(bytes: usize) {
     CHUNK_SIZE.store(bytes.clamp(4 << 10, 4 << 20), Ordering::Relaxed);
 }
 
+/// Spins on a held buffer lock before yielding the processor instead.
+const LOCK_SPINS: u32 = 100;
+
 /// A blocking call a thread is in (`ThreadState::begin_wait`).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Wait {
@@ -51,12 +55,21 @@ pub struct EndOfThread {
 
 impl ThreadState {
     fn lock_buf(&self) {
+        let mut spins = 0u32;
         while self
             .buf_lock
             .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
             .is_err()
         {
-            std::hint::spin_loop();
+            // The holder may be writing a chunk (compressing it) or be descheduled on a busy
+            // machine: after a short spin, give the processor to it.
+            if spins < LOCK_SPINS {
+                spins += 1;
+                std::hint::spin_loop();
+            } else {
+                // SAFETY: sched_yield has no preconditions.
+                unsafe { libc::sched_yield() };
+            }
         }
     }
 
@@ -80,7 +93,7 @@ impl ThreadState {
     }
 
     /// The owner starts working on its buffer. Fast path (no atomic read-modify-write, which
-    /// would cost as much as the program's own lock): announce `pushing`, then check that no
+    /// would cost as much as the program's own lock): announce itself (`activity` odd), then check that no
     /// foreign flush has begun. The store-then-load pair is ordered against `quiesce`'s
     /// store-then-load by `membarrier` (an asymmetric Dekker handshake). Returns whether the
     /// slow path (the buffer lock) was taken, or `None` when nothing may be recorded.
@@ -88,12 +101,12 @@ impl ThreadState {
     /// Only the slow path looks at whether recording goes on and the thread is open: both
     /// end only after `quiesce` (`finish`, `exec`) or after the thread's state is unreachable
     /// from its hooks (`thread_exit`), and an owner that saw `FOREIGN` clear pushes before any
-    /// foreign flush or close can begin (the flusher waits for `pushing` to clear).
+    /// foreign flush or close can begin (the flusher waits for `activity` to be even).
     #[inline(always)]
     pub(super) fn enter_buf(&self) -> Option<bool> {
-        self.pushing.store(true, Ordering::Relaxed);
+        self.announce();
         compiler_fence(Ordering::SeqCst);
-        if !quiesce::foreign() {
+        if !self.must_lock() {
             return Some(false);
         }
         self.enter_buf_locked()
@@ -102,7 +115,7 @@ impl ThreadState {
     #[cold]
     #[inline(never)]
     fn enter_buf_locked(&self) -> Option<bool> {
-        self.pushing.store(false, Ordering::Release);
+        self.retire();
         self.lock_buf();
         if self.closed.load(Ordering::Relaxed) || !state::recording() {
             self.unlock_buf();
@@ -114,10 +127,39 @@ impl ThreadState {
     #[inline]
     pub(super) fn leave_buf(&self, slow: bool) {
         if slow {
+            // Still even, and seen to have changed by a flusher that looked while this
+            // session waited for the lock.
+            self.activity.store(
+                self.activity.load(Ordering::Relaxed).wrapping_add(2),
+                Ordering::Relaxed,
+            );
             self.unlock_buf();
         } else {
-            self.pushing.store(false, Ordering::Release);
+            self.retire();
         }
+    }
+
+    /// The owner enters its fast path: `activity` odd. Only the owner writes it, so a load
+    /// and a store (no read-modify-write).
+    #[inline(always)]
+    pub(super) fn announce(&self) {
+        let a = self.activity.load(Ordering::Relaxed);
+        self.activity.store(a.wrapping_add(1), Ordering::Relaxed);
+    }
+
+    /// The owner leaves its fast path (or does not take it): `activity` even again, its
+    /// pushes visible to whoever sees the new value.
+    #[inline(always)]
+    pub(super) fn retire(&self) {
+        let a = self.activity.load(Ordering::Relaxed);
+        self.activity.store(a.wrapping_add(1), Ordering::Release);
+    }
+
+    /// After `announce`: whether a foreign flush may be under way, of every buffer
+    /// (`quiesce`) or of this one (the flusher's mark): the owner takes the buffer's lock.
+    #[inline(always)]
+    pub(super) fn must_lock(&self) -> bool {
+        quiesce::foreign() | self.flush_mark.load(Ordering::Relaxed)
     }
 
     /// Another thread (or the owner, from `finish`) takes the buffer: waits for the owner to
@@ -126,7 +168,7 @@ impl ThreadState {
     fn acquire_foreign(&self, context: Context) -> bool {
         let attempts = context.attempts();
         let mut n = 0u32;
-        while self.pushing.load(Ordering::Acquire) {
+        while self.activity.load(Ordering::Acquire) & 1 != 0 {
             n += 1;
             if attempts.is_some_and(|a| n > a) {
                 return false;
@@ -216,6 +258,7 @@ impl ThreadState {
         let w = unsafe { &mut *self.writer.get() };
         if w.needs_service() {
             service_writer(w);
+            self.chunk_start_ns.store(w.start_ns(), Ordering::Relaxed);
         }
         let key = key.max(w.last_key());
         (w, key)
@@ -258,25 +301,51 @@ impl ThreadState {
         }
     }
 
-    /// The flusher's look at the buffer (after `quiesce`): writes it when the owner recorded
-    /// nothing since the last look, or when its oldest event is older than `max_age_ns`.
-    /// Whether it recorded anything since.
-    pub fn flush_if_stale(&self, now_ns: u64, max_age_ns: u64) -> bool {
-        if self.closed.load(Ordering::Acquire) || !self.acquire_foreign(Context::Thread) {
+    /// The flusher's glance at the thread, without stopping it: whether its buffer may need
+    /// writing, because the owner used it not at all since the last glance (it went idle,
+    /// and its buffer was not empty then) or its current chunk is older than `max_age_ns`.
+    /// A thread that records steadily, into young chunks, is left alone.
+    pub fn flush_due(&self, now_ns: u64, max_age_ns: u64) -> bool {
+        if self.closed.load(Ordering::Acquire) {
             return false;
         }
-        // SAFETY: guarded by buf_lock with the owner off its fast path.
-        let w = unsafe { &mut *self.writer.get() };
-        let now = (w.chunks_flushed(), w.pending_events());
-        let progressed = now != self.flusher_saw.get();
-        let old = now_ns.saturating_sub(w.start_ns()) > max_age_ns;
-        if now.1 > 0 && (!progressed || old) {
-            flush_writer(w, Context::Thread);
+        let activity = self.activity.load(Ordering::Acquire);
+        let (saw, empty) = self.flusher_saw.get();
+        if activity == saw {
+            return !empty;
         }
-        self.flusher_saw
-            .set((w.chunks_flushed(), w.pending_events()));
-        self.unlock_buf();
-        progressed
+        self.flusher_saw.set((activity, false));
+        now_ns.saturating_sub(self.chunk_start_ns.load(Ordering::Relaxed)) > max_age_ns
+    }
+
+    /// The flusher's round marks this buffer (after `flush_due`): from the round's barrier
+    /// on, the owner takes the buffer's lock (`must_lock`).
+    pub fn mark_for_flush(&self) {
+        self.flush_mark.store(true, Ordering::SeqCst);
+    }
+
+    pub fn marked_for_flush(&self) -> bool {
+        self.flush_mark.load(Ordering::Relaxed)
+    }
+
+    /// The flusher's look at a buffer it marked, after the round's barrier: writes what it
+    /// holds, notes it empty, and lets the owner back onto its fast path.
+    pub fn flush_marked(&self) {
+        if !self.closed.load(Ordering::Acquire) && self.acquire_foreign(Context::Thread) {
+            // SAFETY: guarded by buf_lock with the owner off its fast path.
+            let w = unsafe { &mut *self.writer.get() };
+            if w.pending_events() > 0 {
+                flush_writer(w, Context::Thread);
+            }
+            // A session of the owner's that waits for the lock now pushes after this look,
+            // and raises `activity` again before it lets the lock go (`leave_buf`).
+            self.flusher_saw.set((
+                self.activity.load(Ordering::Acquire),
+                w.pending_events() == 0,
+            ));
+            self.unlock_buf();
+        }
+        self.flush_mark.store(false, Ordering::Release);
     }
 
     /// The blocking call returned (or unwinds).

@@ -69,7 +69,9 @@ impl ThreadState {
         // SAFETY: the caller's contract: no other reference to the writer exists.
         unsafe { *self.writer.get() = new_writer(tid) };
         self.buf_lock.store(false, Ordering::Relaxed);
-        self.pushing.store(false, Ordering::Relaxed);
+        self.activity.store(0, Ordering::Relaxed);
+        self.flush_mark.store(false, Ordering::Relaxed);
+        self.flusher_saw.set((0, true));
         self.closed.store(false, Ordering::Relaxed);
         self.busy.set(false);
         self.os_tid.set(gettid());

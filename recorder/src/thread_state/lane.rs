@@ -6,7 +6,6 @@ use foresight_trace::event::LockMode;
 use foresight_trace::ChunkWriter;
 
 use super::{LanePair, ThreadState};
-use crate::quiesce;
 
 impl ThreadState {
     /// The lane: the lock hooks' path for the usual case, straight-line code with no call,
@@ -20,10 +19,10 @@ impl ThreadState {
     /// `lane_close`.
     #[inline(always)]
     pub(super) fn lane_open(&self) -> bool {
-        self.pushing.store(true, Ordering::Relaxed);
+        self.announce();
         compiler_fence(Ordering::SeqCst);
-        if quiesce::foreign() {
-            self.pushing.store(false, Ordering::Release);
+        if self.must_lock() {
+            self.retire();
             return false;
         }
         true
@@ -31,7 +30,7 @@ impl ThreadState {
 
     #[inline(always)]
     pub(super) fn lane_close(&self) {
-        self.pushing.store(false, Ordering::Release);
+        self.retire();
     }
 
     /// Clock and writer, between `lane_open` and `lane_close`.

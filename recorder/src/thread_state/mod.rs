@@ -40,7 +40,9 @@ pub use caches::LanePair;
 pub use fork::{child_after_fork, lock_for_fork, parent_after_fork};
 pub use memory_access::AtomicToken;
 pub use pthreads::{exit_key, exited, pt_created, pt_lookup, pt_name, pt_reset, pt_started};
-pub use registry::{for_each_live, next_thread_id, no_live_threads, register, unregister};
+pub use registry::{
+    flusher_round, for_each_live, next_thread_id, no_live_threads, register, unregister,
+};
 pub use session::keep_errno;
 pub use tls::{current, current_ptr, mark_dead, set_current, take_current, unseen, Current};
 
@@ -56,8 +58,18 @@ pub struct ThreadState {
     parent: Cell<Option<ThreadId>>,
     /// Reentrancy guard: set while the runtime works on this thread's behalf.
     busy: Cell<bool>,
-    /// The owner is between `enter_buf` and `leave_buf` on the fast path (see `quiesce`).
-    pushing: AtomicBool,
+    /// The owner's sessions on its buffer, counted: odd while it is between `enter_buf` and
+    /// `leave_buf` on the fast path (see `quiesce`), raised again by every session on the
+    /// locked path. Only the owner writes it; the flusher reads it to tell a thread that
+    /// recorded since its last look from one that went idle, without stopping either.
+    activity: AtomicU32,
+    /// Set by the flusher's round on the threads it will look at (`flusher_round`): their
+    /// owners take the buffer's lock, as under `quiesce`, while the others keep their fast
+    /// path.
+    flush_mark: AtomicBool,
+    /// When the buffer's current chunk was started (`set_start_ns`), published for the
+    /// flusher's glance; stale while the chunk is empty.
+    chunk_start_ns: AtomicU64,
     /// Guards `writer` and `clock` once `quiesce` ran: the owner's slow path and foreign
     /// flushes (`finish`, `exec`) take it.
     buf_lock: AtomicBool,
@@ -111,9 +123,9 @@ pub struct ThreadState {
     owners: AtomicU32,
     /// Who names the thread's `pthread_t` in the map first (`pt_created`, `pt_started`).
     naming: AtomicU8,
-    /// What the flusher saw of the buffer at its last look (chunks flushed, events pending):
-    /// only the flusher touches it, under `buf_lock`.
-    flusher_saw: Cell<(u32, u32)>,
+    /// What the flusher saw at its last glance: the owner's `activity`, and whether the
+    /// buffer was empty then. Only the flusher touches it, under the registry lock.
+    flusher_saw: Cell<(u32, bool)>,
 }
 
 impl Drop for ThreadState {
@@ -140,7 +152,9 @@ impl ThreadState {
             tid: AtomicU32::new(tid),
             parent: Cell::new(parent),
             busy: Cell::new(false),
-            pushing: AtomicBool::new(false),
+            activity: AtomicU32::new(0),
+            flush_mark: AtomicBool::new(false),
+            chunk_start_ns: AtomicU64::new(0),
             buf_lock: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             waiting: AtomicU8::new(0),
@@ -165,7 +179,7 @@ impl ThreadState {
             pending_site: Cell::new(0),
             owners: AtomicU32::new(1),
             naming: AtomicU8::new(NAMING_OPEN),
-            flusher_saw: Cell::new((0, 0)),
+            flusher_saw: Cell::new((0, true)),
         })
     }
 

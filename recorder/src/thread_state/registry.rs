@@ -48,6 +48,37 @@ pub fn for_each_live(context: Context, mut f: impl FnMut(&ThreadState)) {
     }
 }
 
+/// The flusher's round over the live threads (under the registry lock): a glance at each
+/// (`flush_due`) without stopping it; the threads that need a look are marked, `barrier`
+/// is passed once, and each marked buffer is written and unmarked in turn. A round where
+/// every thread records steadily, or stays idle with nothing pending, stops none of them.
+pub fn flusher_round(now_ns: u64, max_age_ns: u64, barrier: impl FnOnce()) {
+    let r = REGISTRY.lock();
+    let live = || {
+        r.live.iter().map(|&p| {
+            // SAFETY: registered states stay allocated while registered (unregister takes
+            // the lock we hold before the owner frees its state).
+            unsafe { &*p }
+        })
+    };
+    let mut marked = 0usize;
+    for t in live() {
+        if t.flush_due(now_ns, max_age_ns) {
+            t.mark_for_flush();
+            marked += 1;
+        }
+    }
+    if marked == 0 {
+        return;
+    }
+    barrier();
+    for t in live() {
+        if t.marked_for_flush() {
+            t.flush_marked();
+        }
+    }
+}
+
 pub fn next_thread_id() -> ThreadId {
     NEXT_THREAD.fetch_add(1, Ordering::Relaxed)
 }
