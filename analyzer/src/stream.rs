@@ -517,9 +517,9 @@ impl<'t> Stream<'t> {
         seq
     }
 
-    /// The wire event in the analyzer's terms. Always inlined: the walk converts every event
-    /// here, and a call per event (its `Op` returned through memory) cost the one-thread race
-    /// pass about a tenth of its time once the split race pass became a second caller.
+    /// The wire event in the analyzer's terms. Always inlined: every event of the walk is
+    /// converted here, and an out-of-line call per event (its `Op` returned through memory)
+    /// cost the race pass about a tenth of its time once there was more than one call site.
     #[inline(always)]
     pub(crate) fn convert(&self, thread: u32, pos: u32, kind: EventKind) -> Op {
         let dense = |id: ThreadId| self.dense(id);
