@@ -8,8 +8,8 @@
 //! the thread, wire event) in the merged order — `Trace::merged()` today, a reader that keeps one
 //! decoded chunk per thread tomorrow — so nothing here needs the whole trace in memory.
 //!
-//! Conversion happens once, here: the wire types stay at the edge (ARCHITECTURE.md, "Layering
-//! inside the analyzer"), and what every pass would otherwise work out for itself is worked out
+//! Conversion happens once, here: the wire types stay at the edge (ARCHITECTURE.md,
+//! "Layers"), and what every pass would otherwise work out for itself is worked out
 //! once per event — the dense index of a created or joined thread, the generation of a barrier
 //! arrival, what an atomic access orders.
 //! [`Op`] is a plain `Copy` value; converting costs one match per event, lost in the merge.
