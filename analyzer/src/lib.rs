@@ -2,7 +2,7 @@
 //! The command-line tool is the `foresight-cli` crate; RAPID's STD text format is
 //! `foresight-stdtrace`.
 //!
-//! Pipeline of `foresight analyze` (see ARCHITECTURE.md, "The analysis pipeline"): one walk
+//! Pipeline of `foresight analyze` (see ARCHITECTURE.md, `analyzer/`, "The pipeline"): one walk
 //! over each trace's merged events ([`model::walk`], [`stream`]) feeds the passes ([`model`]'s
 //! visitors with the [`hb`] clocks, and the [`races`] pass), which hand out a `Run` per part of
 //! the trace (the whole trace, or each segment of it); [`analysis`], the one driver, runs every

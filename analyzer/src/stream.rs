@@ -8,8 +8,8 @@
 //! the thread, wire event) in the merged order — `Trace::merged()` today, a reader that keeps one
 //! decoded chunk per thread tomorrow — so nothing here needs the whole trace in memory.
 //!
-//! Conversion happens once, here: the wire types stay at the edge (ARCHITECTURE.md, "Layering
-//! inside the analyzer"), and what every pass would otherwise work out for itself is worked out
+//! Conversion happens once, here: the wire types stay at the edge (ARCHITECTURE.md,
+//! "Layers"), and what every pass would otherwise work out for itself is worked out
 //! once per event — the dense index of a created or joined thread, the generation of a barrier
 //! arrival, what an atomic access orders.
 //! [`Op`] is a plain `Copy` value; converting costs one match per event, lost in the merge.
@@ -517,9 +517,9 @@ impl<'t> Stream<'t> {
         seq
     }
 
-    /// The wire event in the analyzer's terms. Always inlined: the walk converts every event
-    /// here, and a call per event (its `Op` returned through memory) cost the one-thread race
-    /// pass about a tenth of its time once the split race pass became a second caller.
+    /// The wire event in the analyzer's terms. Always inlined: every event of the walk is
+    /// converted here, and an out-of-line call per event (its `Op` returned through memory)
+    /// cost the race pass about a tenth of its time once there was more than one call site.
     #[inline(always)]
     pub(crate) fn convert(&self, thread: u32, pos: u32, kind: EventKind) -> Op {
         let dense = |id: ThreadId| self.dense(id);

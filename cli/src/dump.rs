@@ -6,11 +6,9 @@ use std::process::ExitCode;
 
 use foresight_trace::event::{EventKind, MemoryOrder};
 use foresight_trace::tables::Tables;
-use foresight_trace::TraceStream;
 
-use super::output::{ignore_broken_pipe, open_stream, warn_problems};
-use super::pack_file::{Pack, PACK_MAGIC};
-use super::run_files::starts_with;
+use super::output::{ignore_broken_pipe, warn_problems};
+use super::run_files::single;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -32,16 +30,8 @@ pub struct Args {
 /// threads. With `--limit`, reading stops there too, and the problems reported are those of
 /// what was read.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let stream = if starts_with(&args.trace, &PACK_MAGIC) {
-        open_member(&args.trace, args.member.as_deref())?
-    } else if args.member.is_some() {
-        anyhow::bail!(
-            "{}: --member picks a trace of a pack, and this is not one",
-            args.trace.display()
-        );
-    } else {
-        open_stream(&args.trace)?
-    };
+    let input = single(&args.trace, args.member.as_deref())?;
+    let stream = input.open_stream()?;
     let tables = stream.tables();
     let mut merged = stream.merged().with_ordering_check();
     let stdout = std::io::stdout();
@@ -81,41 +71,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     ignore_broken_pipe(result)?;
     // A packed trace by its member's name; a file by the name given (an STD file is read
     // through a temporary trace).
-    let shown = if args.member.is_some() || starts_with(&args.trace, &PACK_MAGIC) {
-        stream.path()
-    } else {
-        &args.trace
-    };
+    let shown = Path::new(&input.name);
     warn_problems(shown, &merged.problems());
     Ok(ExitCode::SUCCESS)
-}
-
-/// The trace of the pack at `path` that `member` names, or its only one.
-fn open_member(path: &Path, member: Option<&str>) -> anyhow::Result<TraceStream> {
-    let pack = Pack::open(path)?;
-    let names: Vec<&str> = pack
-        .manifest
-        .traces
-        .iter()
-        .map(|t| t.name.as_str())
-        .collect();
-    let i = match (member, names.as_slice()) {
-        (Some(m), _) => names.iter().position(|&n| n == m).ok_or_else(|| {
-            anyhow::anyhow!(
-                "{}: no trace named `{m}` in this pack (it holds {})",
-                path.display(),
-                names.join(", ")
-            )
-        })?,
-        (None, [_]) => 0,
-        (None, _) => anyhow::bail!(
-            "{}: the pack holds {} traces; name one with --member ({})",
-            path.display(),
-            names.len(),
-            names.join(", ")
-        ),
-    };
-    pack.open_member(i)
 }
 
 pub(crate) fn thread_label(tables: &Tables, t: u32) -> String {

@@ -10,7 +10,8 @@ use foresight_trace::region::RegionMarkers;
 use foresight_stdtrace::synth::{self, SynthSpec, TextSink};
 use foresight_stdtrace::{self as stdtrace, ExportOptions, Failure, Importer};
 
-use super::output::{open_stream, warn_problems};
+use super::output::warn_problems;
+use super::run_files::{single, Source};
 use super::EXIT_BAD_INPUT;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -36,8 +37,12 @@ pub struct ExportArgs {
     /// The format to write.
     #[arg(long = "to", value_enum, default_value_t = TextFormat::Std)]
     to: TextFormat,
-    /// The trace file to read.
+    /// The trace to read: a trace file, or a pack (`foresight pack`): its one trace, or the
+    /// one `--member` names.
     trace: PathBuf,
+    /// In a pack of several traces, the trace to export, by its name in the pack.
+    #[arg(long, value_name = "NAME")]
+    member: Option<String>,
     /// The text file to write (`-`: standard output).
     #[arg(short, long, value_name = "FILE")]
     output: PathBuf,
@@ -99,12 +104,16 @@ pub fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
 
 pub fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
     let TextFormat::Std = args.to;
-    let stream = open_stream(&args.trace)?;
-    // An STD input has no markers file of its own to read: its stream is the import's.
-    let mut markers = if stdtrace::is_std_file(&args.trace).unwrap_or(false) {
-        None
-    } else {
-        Some(RegionMarkers::open(&args.trace)?)
+    let input = single(&args.trace, args.member.as_deref())?;
+    let stream = input.open_stream()?;
+    // An STD input has no markers of its own to read: its stream is the import's.
+    let mut markers = match &input.source {
+        Source::File(path) if stdtrace::is_std_file(path).unwrap_or(false) => None,
+        Source::File(path) => Some(RegionMarkers::open(path)?),
+        Source::Packed { pack, member } => Some(RegionMarkers::from_bytes(
+            input.name.clone(),
+            pack.read_member(*member)?,
+        )?),
     };
     let opts = ExportOptions {
         requests: args.requests,

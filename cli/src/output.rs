@@ -5,15 +5,16 @@ use std::path::Path;
 
 use foresight_trace::{Problem, TraceStream};
 
-/// Opens a trace for one streaming pass (`TraceStream`: memory bounded by the threads, not by
+/// Opens a trace file for one streaming pass (`TraceStream`: memory bounded by the threads, not by
 /// the trace's length); an unreadable file is an error (exit code 2) that names it. The pass
 /// checks the ordering invariant when asked to (`MergedStream::with_ordering_check`).
 ///
 /// A file of RAPID STD text is imported first, into a new private file of the temporary
 /// directory (`tempfile`: a name no one else chose, created with `O_EXCL`, mode 0600), removed
 /// as soon as the stream has it open (it reads through its descriptor), so that every command
-/// that reads a trace reads STD too.
-pub fn open_stream(path: &Path) -> anyhow::Result<TraceStream> {
+/// that reads a trace reads STD too. Commands open traces through `run_files` (`expand`,
+/// `single`, then `Input::open_stream`), the one caller of this.
+pub fn open_file(path: &Path) -> anyhow::Result<TraceStream> {
     if foresight_stdtrace::is_std_file(path).unwrap_or(false) {
         return open_std(path);
     }

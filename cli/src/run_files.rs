@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use foresight_trace::frame::FILE_MAGIC;
 use foresight_trace::TraceStream;
 
-use super::output::open_stream;
+use super::output::open_file;
 use super::pack_file::{Pack, PACK_MAGIC};
 use super::safe_fs::untrusted_file;
 
@@ -42,7 +42,7 @@ impl Input {
     /// file and checked against its checksum first).
     pub fn open_stream(&self) -> anyhow::Result<TraceStream> {
         match &self.source {
-            Source::File(p) => open_stream(p),
+            Source::File(p) => open_file(p),
             Source::Packed { pack, member } => pack.open_member(*member),
         }
     }
@@ -166,6 +166,52 @@ fn is_a_sibling(p: &Path) -> bool {
         cut = head;
     }
     false
+}
+
+/// The one trace a command that reads a single trace is given (`dump`, `export`): a trace
+/// file, STD text, or the trace of a pack that `member` names (its only one without it). The
+/// same `Input` as `expand` makes, so every command opens a file, STD text and a pack member
+/// the one way (`Input::open_stream`).
+pub fn single(path: &Path, member: Option<&str>) -> anyhow::Result<Input> {
+    if !starts_with(path, &PACK_MAGIC) {
+        if member.is_some() {
+            anyhow::bail!(
+                "{}: --member picks a trace of a pack, and this is not one",
+                path.display()
+            );
+        }
+        return Ok(Input::file(path.display().to_string(), path.to_path_buf()));
+    }
+    let pack = Pack::open(path)?;
+    let names: Vec<&str> = pack
+        .manifest
+        .traces
+        .iter()
+        .map(|t| t.name.as_str())
+        .collect();
+    let i = match (member, names.as_slice()) {
+        (Some(m), _) => names.iter().position(|&n| n == m).ok_or_else(|| {
+            anyhow::anyhow!(
+                "{}: no trace named `{m}` in this pack (it holds {})",
+                path.display(),
+                names.join(", ")
+            )
+        })?,
+        (None, [_]) => 0,
+        (None, _) => anyhow::bail!(
+            "{}: the pack holds {} traces; name one with --member ({})",
+            path.display(),
+            names.len(),
+            names.join(", ")
+        ),
+    };
+    Ok(Input {
+        name: pack.manifest.traces[i].name.clone(),
+        source: Source::Packed {
+            pack: std::sync::Arc::new(pack),
+            member: i,
+        },
+    })
 }
 
 /// The traces the command line names: a pack stands for its traces; a run's root trace

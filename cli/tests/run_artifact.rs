@@ -230,6 +230,24 @@ fn a_pack_holds_the_run_and_is_read_directly() {
         "{}",
         stderr(&o)
     );
+    // `export` opens its trace the same way: each member of the pack gives its file's text
+    // (the threaded program's trace has the lock events STD carries).
+    let mut exported = 0;
+    for member in files(&dir, "run.trace") {
+        let o = foresight(&dir)
+            .args(["export", "--member", &member, "bug.fspk", "-o", "-"])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{member}: {}", stderr(&o));
+        let from_file = foresight(&dir)
+            .args(["export", &member, "-o", "-"])
+            .output()
+            .unwrap();
+        assert_eq!(from_file.status.code(), Some(0), "{}", stderr(&from_file));
+        assert_eq!(stdout(&o), stdout(&from_file), "{member}");
+        exported += stdout(&o).matches("|acq(").count();
+    }
+    assert!(exported > 0, "no lock event exported from the pack");
 
     // Damage: a byte of the last trace's compressed data, the manifest, a cut-off tail.
     let bytes = std::fs::read(dir.join("bug.fspk")).unwrap();

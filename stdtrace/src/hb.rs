@@ -2,6 +2,14 @@
 //! analysis RAPID's `HBEpoch` runs, for a user who compares the two tools on the same file
 //! (`foresight analyze --only hb-races`).
 //!
+//! This is the reference engine, apart from the analysis: it counts what RAPID counts (racy
+//! events, HBEpoch's epochs), on RAPID's input, at RAPID's granularity, so that the two tools
+//! can be compared number for number. `foresight analyze` never runs it: an STD file given to
+//! `analyze` is imported into a trace and goes through the one pipeline, whose race pass
+//! (`foresight_analyzer::races`) makes the race findings. The two are kept in agreement by
+//! `cli/tests/stdtrace.rs` (`hb_races_on_text_agree_with_analyze_on_a_racy_trace`: the same
+//! racy variables on random racy traces, with more threads than the narrowest clocks hold).
+//!
 //! STD has only threads, exclusive locks, fork and join, and plain accesses to named
 //! variables, so happens-before is what FastTrack (Flanagan and Freund, PLDI 2009) computes with
 //! vector clocks and epochs: a release publishes the thread's clock on the lock, an acquire

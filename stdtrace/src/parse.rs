@@ -107,6 +107,7 @@ pub(super) fn bytes_equal(w: u64, byte: u8) -> u64 {
 /// what the one-scan reader looks for, 64 bytes at a time (SSE2 compares on x86-64, which
 /// every x86-64 processor has; eight bytes at a time elsewhere).
 #[inline(always)]
+#[allow(unsafe_code)]
 pub(super) fn newlines_and_bars(block: &[u8; 64]) -> (u64, u64) {
     #[cfg(target_arch = "x86_64")]
     {

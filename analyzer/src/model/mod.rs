@@ -1,6 +1,6 @@
 //! The analyzer's own in-memory model of one trace (a [`Run`]), built in one walk over the
 //! merged stream (`stream.rs`) by the deadlock model's passes. Serialised types stay at the edge
-//! (ARCHITECTURE.md, "Layering inside the analyzer"); everything after this module works on
+//! (ARCHITECTURE.md, "Layers"); everything after this module works on
 //! these types.
 //!
 //! What is kept: lock critical sections (acquisitions with their request, acquire and release
