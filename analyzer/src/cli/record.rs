@@ -36,7 +36,9 @@ written into a private cache directory, $FORESIGHT_CACHE_DIR (else $XDG_CACHE_HO
 else ~/.cache/foresight) as runtime-<hash>/libforesight_rt.so, and used from there while its \
 bytes are the ones inside. FORESIGHT_RUNTIME=/path/to/libforesight_rt.so takes another one. A \
 cache that cannot be written or is on a file system mounted noexec is an error (exit 2) that \
-says so; so is a statically linked or musl-linked command, which LD_PRELOAD cannot reach.
+says so; so is a statically linked or musl-linked command, which LD_PRELOAD cannot reach, and \
+a program built with ThreadSanitizer or AddressSanitizer, whose runtime cannot share the process \
+with foresight's (build it with `foresight config`'s flags instead).
 
 Forked children and programs the command executes are recorded too (unless --no-follow), each \
 into PATH.<pid> or PATH.<pid>.<n>. An existing PATH and its PATH.<pid>[.<n>] siblings are \
