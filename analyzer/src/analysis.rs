@@ -77,6 +77,7 @@ fn part_report(runs: &[Run], warnings: &[Vec<String>], opts: &Options) -> (Repor
     summary.race_candidates_checked = budgets.race.checked;
     summary.race_budget_exhausted = budgets.race.exhausted;
     let findings = in_report_order(findings);
+    let hint_tally = crate::wrapper_hints::HintTally::of_runs(runs);
     let mut report = Report {
         schema: REPORT_SCHEMA,
         version: REPORT_VERSION,
@@ -128,7 +129,8 @@ fn part_report(runs: &[Run], warnings: &[Vec<String>], opts: &Options) -> (Repor
             .collect(),
         summary,
         components,
-        hints: crate::wrapper_hints::wrapper_hints(runs),
+        hints: hint_tally.hints(),
+        hint_tally,
         findings,
     };
     report.recount();

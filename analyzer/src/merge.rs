@@ -133,7 +133,7 @@ pub struct Merger {
     witnesses: HashMap<(usize, usize), (EdgeReport, [FindingLocation; 2])>,
     summary: Summary,
     traces: Vec<crate::report::TraceSummary>,
-    hints: Vec<String>,
+    hint_tally: crate::wrapper_hints::HintTally,
     findings: Vec<Finding>,
     by_key: HashMap<FindingKey, usize>,
     /// Lock classes of the traces that are on no edge of theirs (a class on an edge is a
@@ -160,7 +160,7 @@ impl Merger {
                 ..Summary::default()
             },
             traces: Vec::new(),
-            hints: Vec::new(),
+            hint_tally: Default::default(),
             findings: Vec::new(),
             by_key: HashMap::new(),
             lone_classes: foldhash::HashSet::default(),
@@ -223,13 +223,8 @@ impl Merger {
         } else {
             self.traces.extend(r.traces);
         }
-        for h in r.hints {
-            // A segment's hint differs from another segment's only by its counts.
-            let same = |a: &str, b: &str| a == b || (continues && hint_shape(a) == hint_shape(b));
-            if !self.hints.iter().any(|k| same(k, &h)) {
-                self.hints.push(h);
-            }
-        }
+        // Counted over every segment and trace, so that a hint's numbers are the report's.
+        self.hint_tally.add(r.hint_tally);
         let s = &r.summary;
         let summary = &mut self.summary;
         summary.cycle_search_truncated |= s.cycle_search_truncated;
@@ -278,7 +273,7 @@ impl Merger {
             witnesses,
             mut summary,
             traces,
-            hints,
+            hint_tally,
             mut findings,
             lone_classes,
             unlisted_predicted,
@@ -488,7 +483,8 @@ impl Merger {
             traces,
             summary,
             components: summaries,
-            hints,
+            hints: hint_tally.hints(),
+            hint_tally,
             findings: rest,
         };
         report.recount();
@@ -571,12 +567,6 @@ fn cross_trace_finding(
             edges,
         },
     }
-}
-
-/// A hint without its numbers (`(n of total)`): what two segments' hints about one wrapper
-/// share.
-fn hint_shape(h: &str) -> String {
-    h.chars().filter(|c| !c.is_ascii_digit()).collect()
 }
 
 /// Adds a segment's summary line to its trace's: counts add up, warnings are listed once.
