@@ -1,5 +1,6 @@
 //! `foresight analyze`: predicted and potential deadlocks over one or more traces.
 
+use anyhow::Context;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -37,8 +38,12 @@ pub struct Args {
     /// lock-order graphs are merged (lock classes match by name), races are per process.
     #[arg(required = true)]
     traces: Vec<PathBuf>,
+    /// The report's form: `text` for people, `json` for scripts (docs/report-schema.md),
+    /// `sarif` (SARIF 2.1.0) for code-scanning services (docs/ci.md).
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
+    #[command(flatten)]
+    source_root: SourceRootArg,
     /// Text: show every frame of a site and every call inlined in it, the standard library's
     /// and the wrappers' included (JSON always has them, as `full_stack`).
     #[arg(long)]
@@ -49,6 +54,44 @@ pub struct Args {
     only: Option<Only>,
     #[command(flatten)]
     analysis: AnalysisArgs,
+}
+
+/// `--source-root`: where SARIF's relative file URIs start.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct SourceRootArg {
+    /// SARIF: the directory file URIs are relative to (`uriBaseId` %SRCROOT%, the directory in
+    /// `originalUriBaseIds`), as code scanning maps them onto the repository; a file outside
+    /// it gets an absolute file:// URI. Default: the git work tree that holds the working
+    /// directory, if any.
+    #[arg(long, value_name = "DIR")]
+    source_root: Option<PathBuf>,
+}
+
+impl SourceRootArg {
+    /// The source root, absolute: the one given (which must be a directory), else the
+    /// enclosing git work tree of the working directory, else none.
+    pub fn resolve(&self) -> anyhow::Result<Option<PathBuf>> {
+        if let Some(dir) = &self.source_root {
+            let meta = std::fs::metadata(dir)
+                .with_context(|| format!("--source-root {}", dir.display()))?;
+            if !meta.is_dir() {
+                anyhow::bail!("--source-root {}: not a directory", dir.display());
+            }
+            let abs = dir
+                .canonicalize()
+                .with_context(|| format!("--source-root {}", dir.display()))?;
+            return Ok(Some(abs));
+        }
+        let Ok(cwd) = std::env::current_dir() else {
+            return Ok(None);
+        };
+        // A work tree has `.git` at its top: a directory, or a file (a linked work tree, a
+        // submodule).
+        Ok(cwd
+            .ancestors()
+            .find(|d| std::fs::symlink_metadata(d.join(".git")).is_ok())
+            .map(Path::to_path_buf))
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -133,7 +176,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             },
         ),
         Format::Json => report::json::write(&mut out, &report),
-        Format::Sarif => report::sarif::write(&mut out, &report, None),
+        Format::Sarif => report::sarif::write(
+            &mut out,
+            &report,
+            None,
+            args.source_root.resolve()?.as_deref(),
+        ),
     };
     ignore_broken_pipe(written.and_then(|_| out.flush()))?;
     // Findings are not an error: exit 0 whatever was found (`check` is for failing builds).
