@@ -48,8 +48,10 @@ pub struct Args {
     /// and the wrappers' included (JSON always has them, as `full_stack`).
     #[arg(long)]
     full_stacks: bool,
-    /// Run one analysis alone. `hb-races`: the happens-before races of STD text files, read
-    /// straight from the text in one pass (the analysis RAPID's HBEpoch runs, and its counts).
+    /// Run one analysis alone.
+    ///
+    /// `hb-races`: the happens-before races of STD text files, read straight from the text in
+    /// one pass (the analysis RAPID's HBEpoch runs, and its counts).
     #[arg(long, value_enum, value_name = "ANALYSIS")]
     only: Option<Only>,
     #[command(flatten)]
@@ -60,9 +62,10 @@ pub struct Args {
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct SourceRootArg {
     /// SARIF: the directory file URIs are relative to (`uriBaseId` %SRCROOT%, the directory in
-    /// `originalUriBaseIds`), as code scanning maps them onto the repository; a file outside
-    /// it gets an absolute file:// URI. Default: the git work tree that holds the working
-    /// directory, if any.
+    /// `originalUriBaseIds`), as code scanning maps them onto the repository; a file outside it
+    /// gets an absolute file:// URI.
+    ///
+    /// Default: the git work tree that holds the working directory, if any.
     #[arg(long, value_name = "DIR")]
     source_root: Option<PathBuf>,
 }
@@ -103,9 +106,10 @@ pub enum Only {
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct SiteArgs {
     /// A function of the project's own that wraps locking (glob: `*`, `?`; a C++ name with or
-    /// without its parameters): reports name its callers instead. Repeatable; the
-    /// suppressions file's `wrappers = [...]` adds more. The standard library's lock types,
-    /// guards and threads are always skipped.
+    /// without its parameters): reports name its callers instead.
+    ///
+    /// Repeatable; the suppressions file's `wrappers = [...]` adds more. The standard library's
+    /// lock types, guards and threads are always skipped.
     #[arg(long = "wrapper", value_name = "GLOB")]
     pub wrappers: Vec<String>,
 }
@@ -146,14 +150,18 @@ pub struct AnalysisArgs {
     /// with it (`PATH.<pid>[.<n>]`, the processes it forked and the programs it executed).
     #[arg(long)]
     root_only: bool,
-    /// Analyse each trace in segments of N events, one segment's model in memory at a time
-    /// (0: each trace whole, in memory that grows with it). Predictions reorder events within
-    /// one segment; a lock cycle whose edges are in different segments is potential.
+    /// Analyse each trace in segments of N events, one segment's model in memory at a time (0:
+    /// each trace whole, in memory that grows with it).
+    ///
+    /// Predictions reorder events within one segment; a lock cycle whose edges are in different
+    /// segments is potential.
     #[arg(long, default_value_t = DEFAULT_SEGMENT_EVENTS, value_name = "N")]
     segment_events: u64,
     /// Memory for the race analysis of each trace, MiB: its shadow of the memory the program
-    /// touched and its heap blocks. When it is full, accesses to memory not tracked yet are not
-    /// checked for races, and the report's warnings name their lines and addresses.
+    /// touched and its heap blocks.
+    ///
+    /// When it is full, accesses to memory not tracked yet are not checked for races, and the
+    /// report's warnings name their lines and addresses.
     #[arg(long, default_value_t = crate::races::DEFAULT_MEMORY_MIB, value_name = "MIB",
           value_parser = clap::value_parser!(u64).range(1..=1 << 24))]
     race_memory: u64,

@@ -37,7 +37,7 @@ use super::EXIT_BAD_INPUT;
 const STUB_C: &str = include_str!("../../../recorder/stub/tsan_stub.c");
 
 #[derive(clap::Args)]
-#[command(after_help = "\
+#[command(after_long_help = "\
 Builds a program whose memory accesses `foresight record` records (with everything it records \
 of any program). In a Makefile:
 
@@ -80,9 +80,10 @@ pub struct Args {
     cc: Option<String>,
     /// Keep the calls on every function's entry and exit that keep a shadow call stack, from
     /// which `foresight record --stack-depth N` (N > 1) takes a memory access's callers.
+    ///
     /// Without them (the default) the program runs faster, recorded or not, and `--stack-depth`
-    /// unwinds the stack of each recorded access instead: the same callers, but recording
-    /// tens of times slower. Give it to record deep stacks.
+    /// unwinds the stack of each recorded access instead: the same callers, but recording tens
+    /// of times slower. Give it to record deep stacks.
     #[arg(long)]
     callers: bool,
 }

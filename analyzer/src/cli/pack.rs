@@ -38,7 +38,7 @@ const MAX_MANIFEST: u32 = 16 << 20;
 const MAX_TRACE: u64 = 1 << 40;
 
 #[derive(clap::Args)]
-#[command(after_help = "\
+#[command(after_long_help = "\
 Each TRACE stands for its run: PATH.<pid> and PATH.<pid>.<n> beside it (the processes the \
 command forked and the programs it executed) go into the pack too. Every trace is symbolised \
 first (on a copy: the given files are not changed), so the pack reads without the binaries, \
