@@ -133,7 +133,10 @@ pub struct Merger {
     witnesses: HashMap<(usize, usize), (EdgeReport, [FindingLocation; 2])>,
     summary: Summary,
     traces: Vec<crate::report::TraceSummary>,
-    hint_tally: crate::wrapper_hints::HintTally,
+    /// The trace being folded in: what its hints are made of, over its segments.
+    trace_tally: crate::wrapper_hints::HintTally,
+    /// The hints of the traces folded in before it, each once.
+    hints: Vec<String>,
     findings: Vec<Finding>,
     by_key: HashMap<FindingKey, usize>,
     /// Lock classes of the traces that are on no edge of theirs (a class on an edge is a
@@ -160,7 +163,8 @@ impl Merger {
                 ..Summary::default()
             },
             traces: Vec::new(),
-            hint_tally: Default::default(),
+            trace_tally: Default::default(),
+            hints: Vec::new(),
             findings: Vec::new(),
             by_key: HashMap::new(),
             lone_classes: foldhash::HashSet::default(),
@@ -223,8 +227,12 @@ impl Merger {
         } else {
             self.traces.extend(r.traces);
         }
-        // Counted over every segment and trace, so that a hint's numbers are the report's.
-        self.hint_tally.add(r.hint_tally);
+        // Counted over every segment of a trace, so that a hint's numbers are the trace's.
+        if !continues {
+            let done = std::mem::take(&mut self.trace_tally);
+            add_hints(&mut self.hints, done.hints());
+        }
+        self.trace_tally.add(r.hint_tally);
         let s = &r.summary;
         let summary = &mut self.summary;
         summary.cycle_search_truncated |= s.cycle_search_truncated;
@@ -273,7 +281,8 @@ impl Merger {
             witnesses,
             mut summary,
             traces,
-            hint_tally,
+            trace_tally,
+            mut hints,
             mut findings,
             lone_classes,
             unlisted_predicted,
@@ -483,8 +492,11 @@ impl Merger {
             traces,
             summary,
             components: summaries,
-            hints: hint_tally.hints(),
-            hint_tally,
+            hints: {
+                add_hints(&mut hints, trace_tally.hints());
+                hints
+            },
+            hint_tally: Default::default(),
             findings: rest,
         };
         report.recount();
@@ -566,6 +578,15 @@ fn cross_trace_finding(
             cycle: names,
             edges,
         },
+    }
+}
+
+/// Adds a trace's hints to those of the traces before it, each hint once.
+fn add_hints(into: &mut Vec<String>, hints: Vec<String>) {
+    for h in hints {
+        if !into.contains(&h) {
+            into.push(h);
+        }
     }
 }
 

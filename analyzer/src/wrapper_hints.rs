@@ -22,8 +22,8 @@ use crate::sites::{short_path, without_parameters};
 /// - acquisitions whose sites are inside wrappers only (the recorder did not capture their
 ///   callers): the recording needs the same `--wrapper`.
 ///
-/// What the hints are made of, counted over runs and added up over the segments and traces of
-/// an analysis, so that a hint's counts are those of everything analysed. Acquisitions are
+/// What the hints are made of, counted over runs and added up over the segments of a trace, so
+/// that a hint's counts are the trace's (the hints of several traces are listed each once). Acquisitions are
 /// counted as the trace has them: granted (a request still pending when the trace ended is not
 /// one), and once each (one held across a segment boundary is counted in the segment that
 /// acquired it); locks are counted by name.
