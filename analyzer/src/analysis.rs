@@ -77,6 +77,24 @@ fn part_report(runs: &[Run], warnings: &[Vec<String>], opts: &Options) -> (Repor
     summary.race_candidates_checked = budgets.race.checked;
     summary.race_budget_exhausted = budgets.race.exhausted;
     let findings = in_report_order(findings);
+    // Hints per trace (its runs are its segments), each hint once: a hint's numbers are its
+    // trace's.
+    let mut hints: Vec<String> = Vec::new();
+    let mut start = 0;
+    while start < runs.len() {
+        let end = start
+            + runs[start..]
+                .iter()
+                .take_while(|r| r.source == runs[start].source)
+                .count();
+        for h in crate::wrapper_hints::HintTally::of_runs(&runs[start..end]).hints() {
+            if !hints.contains(&h) {
+                hints.push(h);
+            }
+        }
+        start = end;
+    }
+    let hint_tally = crate::wrapper_hints::HintTally::of_runs(runs);
     let mut report = Report {
         schema: REPORT_SCHEMA,
         version: REPORT_VERSION,
@@ -128,7 +146,8 @@ fn part_report(runs: &[Run], warnings: &[Vec<String>], opts: &Options) -> (Repor
             .collect(),
         summary,
         components,
-        hints: crate::wrapper_hints::wrapper_hints(runs),
+        hints,
+        hint_tally,
         findings,
     };
     report.recount();

@@ -133,6 +133,9 @@ pub struct Merger {
     witnesses: HashMap<(usize, usize), (EdgeReport, [FindingLocation; 2])>,
     summary: Summary,
     traces: Vec<crate::report::TraceSummary>,
+    /// The trace being folded in: what its hints are made of, over its segments.
+    trace_tally: crate::wrapper_hints::HintTally,
+    /// The hints of the traces folded in before it, each once.
     hints: Vec<String>,
     findings: Vec<Finding>,
     by_key: HashMap<FindingKey, usize>,
@@ -160,6 +163,7 @@ impl Merger {
                 ..Summary::default()
             },
             traces: Vec::new(),
+            trace_tally: Default::default(),
             hints: Vec::new(),
             findings: Vec::new(),
             by_key: HashMap::new(),
@@ -223,13 +227,12 @@ impl Merger {
         } else {
             self.traces.extend(r.traces);
         }
-        for h in r.hints {
-            // A segment's hint differs from another segment's only by its counts.
-            let same = |a: &str, b: &str| a == b || (continues && hint_shape(a) == hint_shape(b));
-            if !self.hints.iter().any(|k| same(k, &h)) {
-                self.hints.push(h);
-            }
+        // Counted over every segment of a trace, so that a hint's numbers are the trace's.
+        if !continues {
+            let done = std::mem::take(&mut self.trace_tally);
+            add_hints(&mut self.hints, done.hints());
         }
+        self.trace_tally.add(r.hint_tally);
         let s = &r.summary;
         let summary = &mut self.summary;
         summary.cycle_search_truncated |= s.cycle_search_truncated;
@@ -278,7 +281,8 @@ impl Merger {
             witnesses,
             mut summary,
             traces,
-            hints,
+            trace_tally,
+            mut hints,
             mut findings,
             lone_classes,
             unlisted_predicted,
@@ -488,7 +492,11 @@ impl Merger {
             traces,
             summary,
             components: summaries,
-            hints,
+            hints: {
+                add_hints(&mut hints, trace_tally.hints());
+                hints
+            },
+            hint_tally: Default::default(),
             findings: rest,
         };
         report.recount();
@@ -573,10 +581,13 @@ fn cross_trace_finding(
     }
 }
 
-/// A hint without its numbers (`(n of total)`): what two segments' hints about one wrapper
-/// share.
-fn hint_shape(h: &str) -> String {
-    h.chars().filter(|c| !c.is_ascii_digit()).collect()
+/// Adds a trace's hints to those of the traces before it, each hint once.
+fn add_hints(into: &mut Vec<String>, hints: Vec<String>) {
+    for h in hints {
+        if !into.contains(&h) {
+            into.push(h);
+        }
+    }
 }
 
 /// Adds a segment's summary line to its trace's: counts add up, warnings are listed once.

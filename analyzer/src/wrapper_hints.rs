@@ -2,6 +2,8 @@
 //! acquisitions of several locks looks like a wrapper, and acquisitions seen only inside
 //! wrappers need `--wrapper` when recording. Read from the runs, after the walk.
 
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
 use foresight_trace::event::SiteId;
 
 use crate::model::Run;
@@ -9,24 +11,81 @@ use crate::sites::{short_path, without_parameters};
 
 /// Hints about wrappers, from where a trace's locks are taken (issue: a C library locks every
 /// mutex through one function of its own, and every report then names that function):
+/// - lock sites without line information (a program built without `-g`): every site of a
+///   function reads as the function alone, so that no line can be told from another; the hint
+///   says so, and those sites are not judged as wrappers;
 /// - one line of one function takes more than half of all the acquisitions, of two locks or
-///   more: it looks like a wrapper, and `--wrapper` would name its callers instead;
+///   more, and one thread takes two locks or more there (a thread's start routine that locks
+///   its own lock, one per thread, is no wrapper), and it is not where a thread's own code
+///   starts (when callers were recorded): it looks like a wrapper, and `--wrapper` would name
+///   its callers instead;
 /// - acquisitions whose sites are inside wrappers only (the recorder did not capture their
 ///   callers): the recording needs the same `--wrapper`.
-pub fn wrapper_hints(runs: &[Run]) -> Vec<String> {
-    use std::collections::{BTreeMap, BTreeSet};
-    let mut total = 0u64;
-    /// Acquisitions at one line, and the distinct (run, lock) pairs they take.
-    #[derive(Default)]
-    struct Line {
-        acquisitions: u64,
-        locks: BTreeSet<(usize, u32)>,
+///
+/// What the hints are made of, counted over runs and added up over the segments of a trace, so
+/// that a hint's counts are the trace's (the hints of several traces are listed each once). Acquisitions are
+/// counted as the trace has them: granted (a request still pending when the trace ended is not
+/// one), and once each (one held across a segment boundary is counted in the segment that
+/// acquired it); locks are counted by name.
+#[derive(Clone, Debug, Default)]
+pub struct HintTally {
+    total: u64,
+    /// (function, `file:line`) → what is taken there.
+    lines: BTreeMap<(String, String), LineTally>,
+    /// Acquisitions inside wrappers whose callers were not recorded, per wrapper.
+    unrecorded: BTreeMap<String, u64>,
+    /// Acquisitions at sites with a function but no file and line, per function.
+    without_lines: BTreeMap<String, u64>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct LineTally {
+    acquisitions: u64,
+    locks: BTreeSet<String>,
+    /// Some thread took two different locks there.
+    one_thread_several: bool,
+    /// Until then: the lock each thread (its trace, its id) took there first, kept across the
+    /// segments of a trace (a thread's two calls may be in two segments).
+    first_lock: BTreeMap<(String, u32), String>,
+    /// The line is in a thread's start routine (its caller is where threads start).
+    thread_entry: bool,
+}
+
+impl LineTally {
+    fn took(&mut self, trace: &str, thread: u32, lock: &str) {
+        if self.one_thread_several {
+            return;
+        }
+        match self.first_lock.get(&(trace.to_string(), thread)) {
+            None => {
+                self.first_lock
+                    .insert((trace.to_string(), thread), lock.to_string());
+            }
+            Some(first) if first != lock => {
+                self.one_thread_several = true;
+                self.first_lock.clear();
+            }
+            Some(_) => {}
+        }
     }
-    // (function, location text) → what is taken there
-    let mut lines: BTreeMap<(String, String), Line> = BTreeMap::new();
-    let mut unrecorded: BTreeMap<String, u64> = BTreeMap::new();
-    for (ri, run) in runs.iter().enumerate() {
-        total += run.acquisitions.len() as u64;
+}
+
+impl HintTally {
+    pub fn of_runs(runs: &[Run]) -> Self {
+        let mut tally = HintTally::default();
+        for run in runs {
+            tally.add(Self::of_run(run));
+        }
+        tally
+    }
+
+    fn of_run(run: &Run) -> Self {
+        let mut t = HintTally {
+            total: counted(run).count() as u64,
+            ..HintTally::default()
+        };
+        // The sites of each line, to tell what each thread takes there.
+        let mut line_of_site: HashMap<SiteId, (String, String)> = HashMap::new();
         for ((site, lock), n) in acquisitions_by_lock_and_site(run) {
             let Some(loc) = run.sites.get(&site) else {
                 continue;
@@ -36,37 +95,140 @@ pub fn wrapper_hints(runs: &[Run]) -> Vec<String> {
             };
             let function = without_parameters(function).to_string();
             if loc.machinery_only {
-                *unrecorded.entry(function).or_default() += n;
+                *t.unrecorded.entry(function).or_default() += n;
                 continue;
             }
-            let at = match &loc.file {
-                Some(f) => format!("{}:{}", short_path(f), loc.line),
-                None => loc.text.clone(),
+            let Some(file) = &loc.file else {
+                *t.without_lines.entry(function).or_default() += n;
+                continue;
             };
-            let e = lines.entry((function, at)).or_default();
+            let key = (function, format!("{}:{}", short_path(file), loc.line));
+            let e = t.lines.entry(key.clone()).or_default();
             e.acquisitions += n;
-            e.locks.insert((ri, lock));
+            if let Some(l) = run.locks.get(lock as usize) {
+                e.locks.insert(l.name.clone());
+            }
+            e.thread_entry |= is_thread_entry(loc);
+            line_of_site.insert(site, key);
+        }
+        for a in counted(run) {
+            let (Some(line), Some(lock)) =
+                (line_of_site.get(&a.site), run.locks.get(a.lock as usize))
+            else {
+                continue;
+            };
+            if let Some(e) = t.lines.get_mut(line) {
+                e.took(&run.source, a.thread, &lock.name);
+            }
+        }
+        t
+    }
+
+    /// Adds another run's, segment's or trace's counts.
+    pub fn add(&mut self, other: HintTally) {
+        self.total += other.total;
+        for (key, l) in other.lines {
+            let e = self.lines.entry(key).or_default();
+            e.acquisitions += l.acquisitions;
+            e.locks.extend(l.locks);
+            e.one_thread_several |= l.one_thread_several;
+            for ((trace, thread), lock) in l.first_lock {
+                e.took(&trace, thread, &lock);
+            }
+            e.thread_entry |= l.thread_entry;
+        }
+        for (f, n) in other.unrecorded {
+            *self.unrecorded.entry(f).or_default() += n;
+        }
+        for (f, n) in other.without_lines {
+            *self.without_lines.entry(f).or_default() += n;
         }
     }
-    let mut hints = Vec::new();
-    if let Some(((function, at), line)) = lines.iter().max_by_key(|(_, l)| l.acquisitions) {
-        let (n, locks) = (line.acquisitions, &line.locks);
-        if 2 * n > total && locks.len() >= 2 {
+
+    pub fn hints(&self) -> Vec<String> {
+        let total = self.total;
+        let mut hints = Vec::new();
+        if !self.without_lines.is_empty() {
+            let n: u64 = self.without_lines.values().sum();
+            let mut functions: Vec<(&String, &u64)> = self.without_lines.iter().collect();
+            functions.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+            let named: Vec<String> = functions
+                .iter()
+                .take(3)
+                .map(|(f, _)| format!("`{f}`"))
+                .collect();
+            let more = match functions.len().saturating_sub(3) {
+                0 => String::new(),
+                k => format!(" and {k} more"),
+            };
             hints.push(format!(
-                "most lock acquisitions ({n} of {total}) are at one line of `{function}` ({at}), \
-                 for {} locks: is it a lock wrapper? `foresight record --wrapper {function}` \
-                 reports its callers instead",
-                locks.len()
+                "no line information: {n} of {total} lock {} {} in {}{more}, which {} no file \
+                 and line (built without -g, or stripped); compile with -g to see the lines",
+                plural(n, "acquisition", "acquisitions"),
+                if n == 1 { "is" } else { "are" },
+                named.join(", "),
+                if functions.len() == 1 { "has" } else { "have" },
             ));
         }
+        if let Some(((function, at), line)) = self.lines.iter().max_by_key(|(_, l)| l.acquisitions)
+        {
+            let n = line.acquisitions;
+            if 2 * n > total
+                && line.locks.len() >= 2
+                && line.one_thread_several
+                && !line.thread_entry
+            {
+                hints.push(format!(
+                    "most lock acquisitions ({n} of {total}) are at one line of `{function}` \
+                     ({at}), for {} locks: is it a lock wrapper? `foresight record --wrapper \
+                     {function}` reports its callers instead",
+                    line.locks.len()
+                ));
+            }
+        }
+        for (function, &n) in &self.unrecorded {
+            hints.push(format!(
+                "{n} lock {} inside `{function}`, a wrapper whose callers the trace does not \
+                 have: record with `foresight record --wrapper {function}` to see them",
+                if n == 1 {
+                    "acquisition is"
+                } else {
+                    "acquisitions are"
+                }
+            ));
+        }
+        hints
     }
-    for (function, n) in unrecorded {
-        hints.push(format!(
-            "{n} lock acquisitions are inside `{function}`, a wrapper whose callers the trace \
-             does not have: record with `foresight record --wrapper {function}` to see them"
-        ));
+}
+
+fn plural<'a>(n: u64, one: &'a str, many: &'a str) -> &'a str {
+    if n == 1 {
+        one
+    } else {
+        many
     }
-    hints
+}
+
+/// The acquisitions of a run that the trace holds as its own: granted, and acquired in this
+/// segment (not carried in from an earlier one).
+fn counted(run: &Run) -> impl Iterator<Item = &crate::model::Acquisition> {
+    run.acquisitions
+        .iter()
+        .skip(run.carried as usize)
+        .filter(|a| a.acquired != u32::MAX)
+}
+
+/// Whether the caller recorded after the program's frame is where the C library starts a
+/// thread: the program's frame is then a thread's start routine (known only when callers were
+/// recorded, `--stack-depth` 2 and more).
+fn is_thread_entry(loc: &crate::sites::Location) -> bool {
+    loc.stack.get(1).is_some_and(|caller| {
+        let f = caller.split([' ', '+']).next().unwrap_or("");
+        matches!(
+            f,
+            "start_thread" | "clone" | "clone3" | "__clone" | "__clone3"
+        )
+    })
 }
 
 /// How many of the run's acquisitions take each lock at each site (those at sites the run does
@@ -87,7 +249,7 @@ fn acquisitions_by_lock_and_site(run: &Run) -> Vec<((SiteId, u32), u64)> {
             ids.push(site);
         }
         let mut counts = vec![0u64; locks * sites];
-        for a in &run.acquisitions {
+        for a in counted(run) {
             if let Some(&k) = slot.get(a.site as usize) {
                 if k != u32::MAX && (a.lock as usize) < locks {
                     counts[a.lock as usize * sites + k as usize] += 1;
@@ -115,7 +277,7 @@ fn acquisitions_by_lock_and_site_in_lists(run: &Run) -> Vec<((SiteId, u32), u64)
     }
     const FEW: usize = 16;
     let mut taken: Vec<Sites> = vec![Sites::default(); locks];
-    for a in &run.acquisitions {
+    for a in counted(run) {
         let Some(sites) = taken.get_mut(a.lock as usize) else {
             continue;
         };

@@ -1,5 +1,6 @@
 //! `foresight analyze`: predicted and potential deadlocks over one or more traces.
 
+use anyhow::Context;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -37,18 +38,63 @@ pub struct Args {
     /// lock-order graphs are merged (lock classes match by name), races are per process.
     #[arg(required = true)]
     traces: Vec<PathBuf>,
+    /// The report's form: `text` for people, `json` for scripts (docs/report-schema.md),
+    /// `sarif` (SARIF 2.1.0) for code-scanning services (docs/ci.md).
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
+    #[command(flatten)]
+    source_root: SourceRootArg,
     /// Text: show every frame of a site and every call inlined in it, the standard library's
     /// and the wrappers' included (JSON always has them, as `full_stack`).
     #[arg(long)]
     full_stacks: bool,
-    /// Run one analysis alone. `hb-races`: the happens-before races of STD text files, read
-    /// straight from the text in one pass (the analysis RAPID's HBEpoch runs, and its counts).
+    /// Run one analysis alone.
+    ///
+    /// `hb-races`: the happens-before races of STD text files, read straight from the text in
+    /// one pass (the analysis RAPID's HBEpoch runs, and its counts).
     #[arg(long, value_enum, value_name = "ANALYSIS")]
     only: Option<Only>,
     #[command(flatten)]
     analysis: AnalysisArgs,
+}
+
+/// `--source-root`: where SARIF's relative file URIs start.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct SourceRootArg {
+    /// SARIF: the directory file URIs are relative to (`uriBaseId` %SRCROOT%, the directory in
+    /// `originalUriBaseIds`), as code scanning maps them onto the repository; a file outside it
+    /// gets an absolute file:// URI.
+    ///
+    /// Default: the git work tree that holds the working directory, if any.
+    #[arg(long, value_name = "DIR")]
+    source_root: Option<PathBuf>,
+}
+
+impl SourceRootArg {
+    /// The source root, absolute: the one given (which must be a directory), else the
+    /// enclosing git work tree of the working directory, else none.
+    pub fn resolve(&self) -> anyhow::Result<Option<PathBuf>> {
+        if let Some(dir) = &self.source_root {
+            let meta = std::fs::metadata(dir)
+                .with_context(|| format!("--source-root {}", dir.display()))?;
+            if !meta.is_dir() {
+                anyhow::bail!("--source-root {}: not a directory", dir.display());
+            }
+            let abs = dir
+                .canonicalize()
+                .with_context(|| format!("--source-root {}", dir.display()))?;
+            return Ok(Some(abs));
+        }
+        let Ok(cwd) = std::env::current_dir() else {
+            return Ok(None);
+        };
+        // A work tree has `.git` at its top: a directory, or a file (a linked work tree, a
+        // submodule).
+        Ok(cwd
+            .ancestors()
+            .find(|d| std::fs::symlink_metadata(d.join(".git")).is_ok())
+            .map(Path::to_path_buf))
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -60,9 +106,10 @@ pub enum Only {
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct SiteArgs {
     /// A function of the project's own that wraps locking (glob: `*`, `?`; a C++ name with or
-    /// without its parameters): reports name its callers instead. Repeatable; the
-    /// suppressions file's `wrappers = [...]` adds more. The standard library's lock types,
-    /// guards and threads are always skipped.
+    /// without its parameters): reports name its callers instead.
+    ///
+    /// Repeatable; the suppressions file's `wrappers = [...]` adds more. The standard library's
+    /// lock types, guards and threads are always skipped.
     #[arg(long = "wrapper", value_name = "GLOB")]
     pub wrappers: Vec<String>,
 }
@@ -103,14 +150,18 @@ pub struct AnalysisArgs {
     /// with it (`PATH.<pid>[.<n>]`, the processes it forked and the programs it executed).
     #[arg(long)]
     root_only: bool,
-    /// Analyse each trace in segments of N events, one segment's model in memory at a time
-    /// (0: each trace whole, in memory that grows with it). Predictions reorder events within
-    /// one segment; a lock cycle whose edges are in different segments is potential.
+    /// Analyse each trace in segments of N events, one segment's model in memory at a time (0:
+    /// each trace whole, in memory that grows with it).
+    ///
+    /// Predictions reorder events within one segment; a lock cycle whose edges are in different
+    /// segments is potential.
     #[arg(long, default_value_t = DEFAULT_SEGMENT_EVENTS, value_name = "N")]
     segment_events: u64,
     /// Memory for the race analysis of each trace, MiB: its shadow of the memory the program
-    /// touched and its heap blocks. When it is full, accesses to memory not tracked yet are not
-    /// checked for races, and the report's warnings name their lines and addresses.
+    /// touched and its heap blocks.
+    ///
+    /// When it is full, accesses to memory not tracked yet are not checked for races, and the
+    /// report's warnings name their lines and addresses.
     #[arg(long, default_value_t = foresight_analyzer::races::DEFAULT_MEMORY_MIB, value_name = "MIB",
           value_parser = clap::value_parser!(u64).range(1..=1 << 24))]
     race_memory: u64,
@@ -133,7 +184,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             },
         ),
         Format::Json => report::json::write(&mut out, &report),
-        Format::Sarif => report::sarif::write(&mut out, &report, None),
+        Format::Sarif => report::sarif::write(
+            &mut out,
+            &report,
+            None,
+            args.source_root.resolve()?.as_deref(),
+        ),
     };
     ignore_broken_pipe(written.and_then(|_| out.flush()))?;
     // Findings are not an error: exit 0 whatever was found (`check` is for failing builds).

@@ -13,7 +13,7 @@ use anyhow::Context;
 use foresight_analyzer::baseline::{self, DEFAULT_BASELINE};
 use foresight_analyzer::report::{self, BaselineKey, Finding, Report};
 
-use super::analyze::{analyze_traces, AnalysisArgs};
+use super::analyze::{analyze_traces, AnalysisArgs, SourceRootArg};
 use super::output::ignore_broken_pipe;
 
 /// Exit code when a finding is not in the baseline.
@@ -38,8 +38,12 @@ pub struct Args {
     /// Write the baseline from the current findings (after review) and exit 0.
     #[arg(long)]
     update_baseline: bool,
+    /// The report's form: `text`, the new findings for people; `sarif` (SARIF 2.1.0), every
+    /// finding with its `baselineState`, for code-scanning services (docs/ci.md).
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
+    #[command(flatten)]
+    source_root: SourceRootArg,
     #[command(flatten)]
     analysis: AnalysisArgs,
 }
@@ -93,7 +97,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let written = match args.format {
         Format::Sarif => {
             let state = |f: &Finding| if is_new(f) { "new" } else { "unchanged" };
-            report::sarif::write(&mut out, &report, Some(&state))
+            report::sarif::write(
+                &mut out,
+                &report,
+                Some(&state),
+                args.source_root.resolve()?.as_deref(),
+            )
         }
         Format::Text => write_text(
             &mut foresight_analyzer::escape::Escaping::new(&mut out),

@@ -4,11 +4,14 @@
 //! calls instead of ThreadSanitizer's runtime.
 //!
 //! The stub's C source is part of this binary. On first use it is compiled with the compiler
-//! the flags are for, into a one-member `libtsan.a` in a private cache directory named by a
-//! hash of the source and of the compiler's identity (its predefined macros, which include
-//! its version and target), written under a temporary name and renamed into place, so that
-//! parallel builds share it and a half-written archive is never used. Nothing has to be
-//! installed next to `foresight`, and the archive always matches the compiler.
+//! the flags are for, into a one-member `libtsan.a` in a private directory named by a hash of
+//! the compiler's identity (its command and predefined macros, which include its version and
+//! target), written under a temporary name and renamed into place, so that parallel builds
+//! share it and a half-written archive is never used. Nothing has to be installed next to
+//! `foresight`, and the archive always matches the compiler. The directory is in foresight's
+//! data directory, not its cache, and its name does not depend on the stub: a build that keeps
+//! the flags (CMake's cache) links after `~/.cache` is cleared and after foresight is upgraded
+//! (each `config` replaces a stub of another foresight's in place, named by `stub.key`).
 //!
 //! How the archive gets linked (verified with gcc 12 and clang 14):
 //! - gcc: `-fsanitize=thread` at link time adds `libtsan_preinit.o` and `-ltsan`, searched
@@ -34,7 +37,7 @@ use super::EXIT_BAD_INPUT;
 const STUB_C: &str = include_str!("../../recorder/stub/tsan_stub.c");
 
 #[derive(clap::Args)]
-#[command(after_help = "\
+#[command(after_long_help = "\
 Builds a program whose memory accesses `foresight record` records (with everything it records \
 of any program). In a Makefile:
 
@@ -43,14 +46,14 @@ of any program). In a Makefile:
 
 Separate compile and link steps take --cflags and --libs respectively. With CMake, give \
 --cflags to CMAKE_C_FLAGS/CMAKE_CXX_FLAGS and --libs to CMAKE_EXE_LINKER_FLAGS and \
-CMAKE_SHARED_LINKER_FLAGS.
+CMAKE_SHARED_LINKER_FLAGS (a C-only project sets no CMAKE_CXX_FLAGS; give C++ flags with \
+--cc c++). Add -g for file and line numbers.
 
 The flags compile with -fsanitize=thread and link foresight's small stub instead of \
 ThreadSanitizer's runtime: the program loads no sanitizer library and runs normally (same \
 output, same exit status) when it is not recorded, on any machine, with or without foresight. \
 Not recorded, each memory access is still a call that returns at once: the compiler's \
-instrumentation, about 2x the plain program's CPU time on zstd and 4x on SQLite. Add -g for \
-file and line numbers.
+instrumentation, about 2x the plain program's CPU time on zstd and 4x on SQLite.
 
 To record memory accesses with their callers (`foresight record --stack-depth N`), compile \
 with `foresight config --callers --cflags`: every function then also calls foresight on entry \
@@ -60,9 +63,11 @@ tens of times slower (60x on recorder/bench/access_overhead.c).
 
 The compiler is --cc, else $CC, else cc; gcc and clang are told apart by asking the compiler \
 itself. Verified with gcc 12 and clang 14 (Debian's `clang` package), C and C++. The stub is \
-compiled for that compiler on first use into $FORESIGHT_CACHE_DIR (else \
-$XDG_CACHE_HOME/foresight, else ~/.cache/foresight, else a private directory under the \
-temporary directory).")]
+compiled for that compiler on first use into $XDG_DATA_HOME/foresight (else \
+~/.local/share/foresight; $FORESIGHT_CACHE_DIR when set), in a directory named after the \
+compiler alone: the printed flags stay valid when ~/.cache is cleared and when foresight is \
+upgraded (each `foresight config` puts its own stub there in place). If that directory is \
+removed, the link fails naming its path; `foresight config --libs` builds it again there.")]
 pub struct Args {
     /// Print the flags for compiling (-fsanitize=thread and what goes with it).
     #[arg(long)]
@@ -75,9 +80,10 @@ pub struct Args {
     cc: Option<String>,
     /// Keep the calls on every function's entry and exit that keep a shadow call stack, from
     /// which `foresight record --stack-depth N` (N > 1) takes a memory access's callers.
+    ///
     /// Without them (the default) the program runs faster, recorded or not, and `--stack-depth`
-    /// unwinds the stack of each recorded access instead: the same callers, but recording
-    /// tens of times slower. Give it to record deep stacks.
+    /// unwinds the stack of each recorded access instead: the same callers, but recording tens
+    /// of times slower. Give it to record deep stacks.
     #[arg(long)]
     callers: bool,
 }
@@ -216,20 +222,55 @@ fn flags(family: Family, dir: &Path, cflags: bool, libs: bool, callers: bool) ->
     out
 }
 
-/// The directory holding the stub's `libtsan.a` for this compiler, built if missing.
+/// Where the stubs live: `$FORESIGHT_CACHE_DIR` when set (the user's choice for all of
+/// foresight's files), else `$XDG_DATA_HOME/foresight`, else `~/.local/share/foresight`, else
+/// the cache. Not the cache by default: a build keeps the path `--libs` printed (CMake keeps it
+/// in its cache), and clearing `~/.cache` must not break that build's next link.
+fn stub_root() -> anyhow::Result<PathBuf> {
+    if std::env::var_os(super::cache::CACHE_VAR).is_some_and(|v| !v.is_empty()) {
+        return cache_root();
+    }
+    let data = std::env::var_os("XDG_DATA_HOME")
+        .filter(|v| Path::new(v).is_absolute())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|v| Path::new(v).is_absolute())
+                .map(|h| PathBuf::from(h).join(".local/share"))
+        });
+    match data {
+        Some(d) => {
+            let root = d.join("foresight");
+            create_private_dir(&root)?;
+            Ok(root)
+        }
+        None => cache_root(),
+    }
+}
+
+/// The directory holding the stub's `libtsan.a` for this compiler, built if missing, rebuilt
+/// in place when this foresight carries another stub.
+///
+/// The directory's name depends on the compiler only (its command and identity), not on the
+/// stub: the flags a build keeps stay valid when foresight is upgraded, and the next `foresight
+/// config` replaces the archive in place. Its
+/// stamp file, `stub.key`, names the stub it holds.
 fn stub_dir(cc: &[String], identity: &str) -> anyhow::Result<PathBuf> {
-    let root = cache_root()?;
+    let root = stub_root()?;
     let cmd = cc.join(" ");
-    let key = fnv1a(&[
-        STUB_C.as_bytes(),
+    let compiler_key = fnv1a(&[
         cmd.as_bytes(),
         identity.as_bytes(),
         COMPILE_FLAGS.join(" ").as_bytes(),
     ]);
-    let dir = root.join(format!("tsan-stub-{key:016x}"));
+    let stub_key = format!(
+        "{:016x}",
+        fnv1a(&[STUB_C.as_bytes(), format!("{compiler_key:016x}").as_bytes()])
+    );
+    let dir = root.join(format!("tsan-stub-{compiler_key:016x}"));
     if dir.to_str().is_none_or(|s| s.contains(char::is_whitespace)) {
         bail!(
-            "the cache directory {} contains a space (or is not UTF-8), which compiler flags \
+            "the directory {} contains a space (or is not UTF-8), which compiler flags \
              cannot carry; set FORESIGHT_CACHE_DIR to another directory",
             dir.display()
         );
@@ -251,23 +292,49 @@ fn stub_dir(cc: &[String], identity: &str) -> anyhow::Result<PathBuf> {
                     Ok(m) => super::safe_fs::untrusted_file(&m, &[])
                         .or_else(|| super::safe_fs::not_private(&m))
                         .map(|why| format!("{}: {why}", archive.display())),
-                    Err(_) => Some(format!("{} is missing", archive.display())),
+                    // Built anew in place below.
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                    Err(e) => Some(format!("{}: {e}", archive.display())),
                 }
             };
-            match why {
-                None => return Ok(dir),
-                Some(why) => bail!(
-                    "the cached stub {} is not foresight's to use: {why}; remove it (foresight \
+            if let Some(why) = why {
+                bail!(
+                    "the stub {} is not foresight's to use: {why}; remove it (foresight \
                      builds it anew) or set FORESIGHT_CACHE_DIR to a directory of your own",
                     dir.display()
-                ),
+                );
             }
+            let stamp = std::fs::read_to_string(dir.join(STAMP)).unwrap_or_default();
+            if stamp.trim() == stub_key && archive.is_file() {
+                return Ok(dir);
+            }
+            // Another foresight's stub (or none): this one's, built beside and renamed over
+            // it, so that a link running now reads one archive or the other, whole.
+            let tmp = root.join(format!(
+                "tsan-stub-{compiler_key:016x}.tmp.{}",
+                std::process::id()
+            ));
+            let _ = std::fs::remove_dir_all(&tmp);
+            create_private_dir(&tmp)?;
+            let built = build_stub(cc, &tmp)
+                .and_then(|()| write_stamp(&tmp, &stub_key))
+                .and_then(|()| {
+                    std::fs::rename(tmp.join("libtsan.a"), &archive)
+                        .and_then(|()| std::fs::rename(tmp.join(STAMP), dir.join(STAMP)))
+                        .with_context(|| format!("cannot replace the stub in {}", dir.display()))
+                });
+            let _ = std::fs::remove_dir_all(&tmp);
+            built?;
+            return Ok(dir);
         }
     }
-    let tmp = root.join(format!("tsan-stub-{key:016x}.tmp.{}", std::process::id()));
+    let tmp = root.join(format!(
+        "tsan-stub-{compiler_key:016x}.tmp.{}",
+        std::process::id()
+    ));
     let _ = std::fs::remove_dir_all(&tmp);
     create_private_dir(&tmp)?;
-    let built = build_stub(cc, &tmp);
+    let built = build_stub(cc, &tmp).and_then(|()| write_stamp(&tmp, &stub_key));
     if let Err(e) = built {
         let _ = std::fs::remove_dir_all(&tmp);
         return Err(e);
@@ -280,6 +347,14 @@ fn stub_dir(cc: &[String], identity: &str) -> anyhow::Result<PathBuf> {
         }
     }
     Ok(dir)
+}
+
+/// The stamp file that names the stub an archive was built from.
+const STAMP: &str = "stub.key";
+
+fn write_stamp(dir: &Path, key: &str) -> anyhow::Result<()> {
+    std::fs::write(dir.join(STAMP), format!("{key}\n"))
+        .with_context(|| format!("cannot write {}", dir.join(STAMP).display()))
 }
 
 /// Never instrumented (a `$CC` may carry -fsanitize or -flto), position-independent (PIE

@@ -14,7 +14,7 @@ use anyhow::{bail, Context};
 const BANK_C: &str = include_str!("../../fixtures/demo/bank.c");
 
 #[derive(clap::Args)]
-#[command(after_help = "\
+#[command(after_long_help = "\
 The demo writes bank.c, its binary and its trace into DIR (default: a new directory under the \
 system's temporary directory, removed afterwards unless --keep is given). The C compiler is \
 $CC, or cc.")]

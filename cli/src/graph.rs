@@ -27,6 +27,7 @@ pub struct Args {
     /// The trace files; their graphs are merged (lock classes match by name).
     #[arg(required = true)]
     traces: Vec<PathBuf>,
+    /// `dot`: graphviz's language, to draw or read; `svg`: drawn by graphviz's `dot`.
     #[arg(long, value_enum, default_value_t = Format::Dot)]
     format: Format,
     /// Only the lock classes on some cycle (strongly connected components).

@@ -52,8 +52,12 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Report the deadlocks and data races of traces: those that happened, those another
-    /// schedule would hit (with a witness), inconsistent lock orders, rank violations.
+    /// Report the deadlocks and data races of traces, predicted and observed.
+    ///
+    /// Deadlocks and data races that happened in the recorded runs, those another schedule
+    /// would hit (with a witness schedule), inconsistent lock orders, waits that hold a lock
+    /// the awaited thread needs, and rank violations. Exits 0 whatever it finds (`check` is
+    /// the gate).
     Analyze(analyze::Args),
     /// Compile a bundled C example, record it, and print the deadlock and race it predicts.
     Demo(demo::Args),
@@ -63,10 +67,16 @@ enum Command {
     Stats(stats::Args),
     /// Run a command under the recorder and write its trace (symbolised when it ends).
     Record(record::Args),
-    /// Put the traces of a run into one file for a bug report: symbolised, compressed, with a
-    /// manifest and checksums; `analyze`, `check`, `stats` and `graph` read it directly.
+    /// Put the traces of a run into one file for a bug report.
+    ///
+    /// The traces are symbolised, compressed, with a manifest and checksums; `analyze`,
+    /// `check`, `stats` and `graph` read the pack directly.
     Pack(pack::Args),
     /// CI gate: exit 1 when a finding (deadlock, race, lock order, rank) is not in the baseline.
+    ///
+    /// Analyses the traces as `analyze` does (deadlocks, data races, lock orders, rank
+    /// violations) and compares each finding with the committed baseline; exit 0 when every
+    /// finding is in it, 2 for bad input.
     Check(check::Args),
     /// Draw the class-level lock-order graph (DOT, or SVG through graphviz).
     Graph(graph::Args),

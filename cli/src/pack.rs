@@ -17,7 +17,7 @@ use super::pack_file::{hex, Manifest, PackedTrace, PACK_MAGIC, PACK_VERSION, PRE
 use super::run_files::{expand, Source};
 
 #[derive(clap::Args)]
-#[command(after_help = "\
+#[command(after_long_help = "\
 Each TRACE stands for its run: PATH.<pid> and PATH.<pid>.<n> beside it (the processes the \
 command forked and the programs it executed) go into the pack too. Every trace is symbolised \
 first (on a copy: the given files are not changed), so the pack reads without the binaries, \

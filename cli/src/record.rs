@@ -30,13 +30,15 @@ use super::safe_fs::untrusted_file;
 
 #[derive(clap::Args)]
 #[command(override_usage = "foresight record [OPTIONS] [--] <CMD> [ARGS]...")]
-#[command(after_help = "\
+#[command(after_long_help = "\
 The runtime libforesight_rt.so travels inside the foresight executable: at first use it is \
 written into a private cache directory, $FORESIGHT_CACHE_DIR (else $XDG_CACHE_HOME/foresight, \
 else ~/.cache/foresight) as runtime-<hash>/libforesight_rt.so, and used from there while its \
 bytes are the ones inside. FORESIGHT_RUNTIME=/path/to/libforesight_rt.so takes another one. A \
 cache that cannot be written or is on a file system mounted noexec is an error (exit 2) that \
-says so; so is a statically linked or musl-linked command, which LD_PRELOAD cannot reach.
+says so; so is a statically linked or musl-linked command, which LD_PRELOAD cannot reach, and \
+a program built with ThreadSanitizer or AddressSanitizer, whose runtime cannot share the process \
+with foresight's (build it with `foresight config`'s flags instead).
 
 Forked children and programs the command executes are recorded too (unless --no-follow), each \
 into PATH.<pid> or PATH.<pid>.<n>. An existing PATH and its PATH.<pid>[.<n>] siblings are \
@@ -62,11 +64,12 @@ pub struct Args {
     #[arg(short, long, value_name = "PATH")]
     output: Option<PathBuf>,
     /// Frames recorded per call site, from the program's own: 1 records the return address of
-    /// the call only, more record its callers too (slower). A call made inside locking
-    /// machinery (the C and C++ libraries, `--wrapper`s) is recorded through it to the
-    /// program's frame in any case. The callers of a memory access come from a shadow call
-    /// stack the instrumentation keeps when built with `foresight config --callers`, else
-    /// from unwinding each of them (tens of times slower).
+    /// the call only, more record its callers too (slower).
+    ///
+    /// A call made inside locking machinery (the C and C++ libraries, `--wrapper`s) is recorded
+    /// through it to the program's frame in any case. The callers of a memory access come from
+    /// a shadow call stack the instrumentation keeps when built with `foresight config
+    /// --callers`, else from unwinding each of them (tens of times slower).
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u8).range(1..=32))]
     stack_depth: u8,
@@ -77,51 +80,65 @@ pub struct Args {
     /// Leave the traces unsymbolised (addresses only; `foresight` needs the binaries later).
     #[arg(long)]
     no_symbolize: bool,
-    /// Stop the run when no process of it records an event for SECS seconds (a hang, such as
-    /// a deadlock): every process completes its trace, saying where each thread waits, and is
-    /// killed (SIGKILL). Processes the runtime does not record count as idle.
+    /// Stop the run when no process of it records an event for SECS seconds (a hang, such as a
+    /// deadlock): every process completes its trace, saying where each thread waits, and is
+    /// killed (SIGKILL).
+    ///
+    /// Processes the runtime does not record count as idle.
     #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u32).range(1..=86400))]
     hang_timeout: Option<u32>,
     /// Do not record heap allocations (malloc, free, new, delete): a program that allocates
-    /// millions of blocks a second records faster and smaller without them. A program built
-    /// with `foresight config` records them anyway (its memory accesses need them).
+    /// millions of blocks a second records faster and smaller without them.
+    ///
+    /// A program built with `foresight config` records them anyway (its memory accesses need
+    /// them).
     #[arg(long)]
     no_allocations: bool,
     /// A function of the program's that wraps locking (glob; see `foresight analyze
     /// --wrapper`): calls made inside it are recorded with the callers up to the first frame
-    /// outside every wrapper, so that the analysis can name them. Repeatable; the suppressions
-    /// file's `wrappers = [...]` in the working directory adds more.
+    /// outside every wrapper, so that the analysis can name them.
+    ///
+    /// Repeatable; the suppressions file's `wrappers = [...]` in the working directory adds
+    /// more.
     #[arg(long = "wrapper", value_name = "GLOB")]
     wrappers: Vec<String>,
     /// Stop recording when the trace reaches SIZE (bytes, or with a suffix K, M, G: powers of
     /// 1024): the program runs on unrecorded and the trace says recording stopped, as when the
-    /// disk is full. Each process of the run has its own bound.
+    /// disk is full.
+    ///
+    /// Each process of the run has its own bound.
     #[arg(long, value_name = "SIZE", value_parser = parse_size, conflicts_with = "keep_last")]
     max_size: Option<u64>,
     /// Flight recorder: keep only the most recent events, within SIZE (as --max-size), and
     /// write them when the process ends (exit, a signal, a crash, --hang-timeout) or execs.
+    ///
     /// Lock-order edges seen before the window are kept as a summary, so that a cycle with one
     /// side before the window is still reported (as potential). A process killed with SIGKILL
     /// writes no window.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     keep_last: Option<u64>,
     /// With --keep-last: when SIGNAL arrives (a name or a number: USR2, SIGUSR2, 12), each
-    /// process writes its window as it is now to a snapshot, `PATH.snapshot-N` (N from 1),
-    /// and runs on; its trace goes on too. For a server in staging: `kill -USR2 PID` when it
-    /// looks stuck. The runtime takes the signal over: a handler the program installs for it
-    /// is not run, and the signal no longer ends the process. A call the signal interrupts
-    /// returns early if it would for any handler (`sleep`, `nanosleep`). One of HUP, INT,
-    /// QUIT, USR1, USR2, PIPE, ALRM, TERM, XCPU, VTALRM, PROF. Snapshots are analysed by
-    /// naming them (`foresight analyze PATH.snapshot-1`), not as processes of the run.
+    /// process writes its window as it is now to a snapshot, `PATH.snapshot-N` (N from 1), and
+    /// runs on; its trace goes on too.
+    ///
+    /// For a server in staging: `kill -USR2 PID` when it looks stuck. The runtime takes the
+    /// signal over: a handler the program installs for it is not run, and the signal no longer
+    /// ends the process. A call the signal interrupts returns early if it would for any handler
+    /// (`sleep`, `nanosleep`). One of HUP, INT, QUIT, USR1, USR2, PIPE, ALRM, TERM, XCPU,
+    /// VTALRM, PROF. Snapshots are analysed by naming them (`foresight analyze
+    /// PATH.snapshot-1`), not as processes of the run.
     #[arg(long, value_name = "SIGNAL", value_parser = parse_signal, requires = "keep_last")]
     dump_on: Option<i32>,
-    /// Compress the trace's event chunks as they are written: `auto` compresses with zstd,
-    /// and writes plain for a while after chunks that shrank less than 2x (a workload that
-    /// does not compress costs little); `always` compresses every chunk with zstd; `lz4`
-    /// compresses with LZ4 as `auto` does (cheaper, larger, read by foresight releases
-    /// without zstd, format 2.7); `never` writes an uncompressed trace (format 1.x, which
-    /// older foresight releases read). A flight recorder (--keep-last) writes its window
-    /// uncompressed.
+    /// Compress the trace's event chunks as they are written (zstd by default).
+    ///
+    /// `auto` compresses with zstd, and writes plain for a while after chunks that shrank less
+    /// than 2x (a workload that does not
+    /// compress costs little); `always` compresses every chunk with zstd; `lz4` compresses with
+    /// LZ4 as `auto` does (cheaper, larger, read by foresight releases without zstd, format
+    /// 2.7); `never` writes an uncompressed trace (format 1.x, which older foresight releases
+    /// read).
+    ///
+    /// A flight recorder (--keep-last) writes its window uncompressed.
     #[arg(long, value_name = "WHEN", default_value = "auto",
           value_parser = ["auto", "always", "lz4", "never"])]
     compress: String,

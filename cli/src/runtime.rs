@@ -16,7 +16,8 @@
 //!
 //! A host where the cache cannot hold it (read-only, mounted `noexec`: the loader would refuse
 //! to map it and the program would run unrecorded) and a command LD_PRELOAD cannot reach (a
-//! statically linked program, one linked against musl) are refused before anything runs,
+//! statically linked program, one linked against musl, one built with a sanitizer whose runtime
+//! cannot share the process) are refused before anything runs,
 //! with the way out.
 
 use std::ffi::{OsStr, OsString};
@@ -277,6 +278,94 @@ pub enum Target {
     Static(PathBuf),
     /// Linked against musl (its loader is `ld-musl-*`): the runtime is built for glibc.
     Musl(PathBuf, String),
+    /// Built with a sanitizer whose runtime cannot share the process with foresight's.
+    Sanitized(PathBuf, SanitizerFound),
+}
+
+/// A sanitizer runtime found in a program, and how it was found.
+#[derive(Debug, PartialEq, Eq)]
+pub struct SanitizerFound {
+    pub sanitizer: Sanitizer,
+    /// `loads libtsan.so.2`, or `has __asan_init linked in`.
+    pub evidence: String,
+}
+
+/// The sanitizers whose runtimes keep foresight's from recording: each intercepts the same
+/// calls (threads, locks, allocation) and insists on coming first. gcc 12's ThreadSanitizer
+/// crashes the program as it starts under a preloaded runtime; AddressSanitizer refuses to
+/// start it ("ASan runtime does not come first in initial library list"). MemorySanitizer and
+/// HWAddressSanitizer (clang's; not run here) are built on the same runtime as
+/// AddressSanitizer and have the same rule. LeakSanitizer and UndefinedBehaviorSanitizer
+/// record normally (verified with gcc 12), and are not refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sanitizer {
+    Thread,
+    Address,
+    HwAddress,
+    Memory,
+}
+
+impl Sanitizer {
+    /// (the sanitizer, its compiler flag, what its runtime's name holds, its init function).
+    const ALL: [(
+        Sanitizer,
+        &'static str,
+        &'static str,
+        &'static str,
+        &'static str,
+    ); 4] = [
+        (
+            Sanitizer::Thread,
+            "ThreadSanitizer",
+            "-fsanitize=thread",
+            "tsan",
+            "__tsan_init",
+        ),
+        (
+            Sanitizer::HwAddress,
+            "HWAddressSanitizer",
+            "-fsanitize=hwaddress",
+            "hwasan",
+            "__hwasan_init",
+        ),
+        (
+            Sanitizer::Address,
+            "AddressSanitizer",
+            "-fsanitize=address",
+            "asan",
+            "__asan_init",
+        ),
+        (
+            Sanitizer::Memory,
+            "MemorySanitizer",
+            "-fsanitize=memory",
+            "msan",
+            "__msan_init",
+        ),
+    ];
+
+    fn entry(
+        self,
+    ) -> (
+        Sanitizer,
+        &'static str,
+        &'static str,
+        &'static str,
+        &'static str,
+    ) {
+        Self::ALL
+            .into_iter()
+            .find(|e| e.0 == self)
+            .expect("every sanitizer is listed")
+    }
+
+    pub fn name(self) -> &'static str {
+        self.entry().1
+    }
+
+    pub fn flag(self) -> &'static str {
+        self.entry().2
+    }
 }
 
 /// Refuses a command the runtime cannot be loaded into, before it runs.
@@ -295,7 +384,116 @@ pub fn check_target(program: &OsStr) -> anyhow::Result<()> {
              FORESIGHT_RUNTIME to a runtime built for musl",
             p.display()
         ),
+        Target::Sanitized(p, found) => {
+            let (name, flag) = (found.sanitizer.name(), found.sanitizer.flag());
+            let why = match found.sanitizer {
+                Sanitizer::Thread => {
+                    "ThreadSanitizer's runtime and foresight's cannot share a \
+                     process (the program would crash as it starts)"
+                }
+                Sanitizer::Address => {
+                    "AddressSanitizer's runtime must be loaded before any \
+                     other library and refuses to start the program under foresight's"
+                }
+                _ => {
+                    "its runtime intercepts the calls foresight's records and cannot share a \
+                      process with it"
+                }
+            };
+            let instead = if found.sanitizer == Sanitizer::Thread {
+                format!(
+                    "Rebuild it with the flags of `foresight config --cflags` (compiling) and \
+                     `foresight config --libs` (linking) instead of {flag}: they keep \
+                     ThreadSanitizer's instrumentation of memory accesses and link foresight's \
+                     stub in place of its runtime, so that `foresight record` records the \
+                     program's memory accesses (races) as well as its locks"
+                )
+            } else {
+                format!(
+                    "Record a build without {flag}: a plain one for its locks, or one with the \
+                     flags of `foresight config --cflags` (compiling) and `foresight config \
+                     --libs` (linking) for its memory accesses (races) too; keep the {name} \
+                     build for {name}'s own runs"
+                )
+            };
+            bail!(
+                "{} is built with {name} ({flag}: it {}): {why}, so foresight cannot record \
+                 it. {instead}",
+                p.display(),
+                found.evidence
+            )
+        }
     }
+}
+
+/// The sanitizer runtime an ELF program carries or loads, if any: a needed library of a
+/// sanitizer's (`libtsan.so.2`, `libclang_rt.asan-x86_64.so`), or a sanitizer's init function
+/// defined as a global symbol (its runtime linked statically: clang's default, gcc's
+/// `-static-libtsan`). The stub `foresight config` links defines `__tsan_init` too, but hidden:
+/// in the program it is a local symbol, and the program refers to foresight's runtime table.
+pub fn sanitizer_in(path: &Path) -> Option<SanitizerFound> {
+    use object::read::elf::{Dyn, ElfFile64};
+    use object::{Endianness, Object, ObjectSymbol};
+    let file = std::fs::File::open(path).ok()?;
+    let data = object::ReadCache::new(file);
+    let elf = ElfFile64::<Endianness, _>::parse(&data).ok()?;
+    let endian = elf.endian();
+    let sections = elf.elf_section_table();
+    if let Ok(Some((dynamic, link))) = sections.dynamic(endian, &data) {
+        if let Ok(strings) = sections.strings(endian, &data, link) {
+            for d in dynamic {
+                if d.tag32(endian) != Some(object::elf::DT_NEEDED) {
+                    continue;
+                }
+                let Some(Ok(needed)) = d.val32(endian).map(|at| strings.get(at)) else {
+                    continue;
+                };
+                let needed = String::from_utf8_lossy(needed);
+                if let Some(sanitizer) = sanitizer_library(&needed) {
+                    return Some(SanitizerFound {
+                        sanitizer,
+                        evidence: format!("loads {needed}"),
+                    });
+                }
+            }
+        }
+    }
+    let foresight_stub = elf
+        .symbols()
+        .chain(elf.dynamic_symbols())
+        .any(|s| s.name() == Ok("__foresight_tsan_runtime_v1"));
+    for symbol in elf.dynamic_symbols().chain(elf.symbols()) {
+        if !symbol.is_definition() || !symbol.is_global() {
+            continue;
+        }
+        let Ok(name) = symbol.name() else {
+            continue;
+        };
+        let found = Sanitizer::ALL.iter().find(|e| e.4 == name);
+        if let Some(&(sanitizer, ..)) = found {
+            if sanitizer == Sanitizer::Thread && foresight_stub {
+                continue;
+            }
+            return Some(SanitizerFound {
+                sanitizer,
+                evidence: format!("has its runtime linked in ({name})"),
+            });
+        }
+    }
+    None
+}
+
+/// The sanitizer whose runtime a needed library's name is: gcc's `lib<x>san.so.N`, clang's
+/// `libclang_rt.<x>san-<arch>.so`.
+fn sanitizer_library(needed: &str) -> Option<Sanitizer> {
+    let base = needed
+        .strip_prefix("libclang_rt.")
+        .map(|rest| rest.split(['-', '.']).next().unwrap_or(rest))
+        .or_else(|| needed.strip_prefix("lib").and_then(|r| r.split('.').next()))?;
+    Sanitizer::ALL
+        .iter()
+        .find(|e| e.3 == base)
+        .map(|&(sanitizer, ..)| sanitizer)
 }
 
 /// Looks at the file `program` names (searched in `PATH` like `exec` does), following `#!`
@@ -311,6 +509,8 @@ pub fn classify_target(program: &OsStr) -> Target {
             Look::Elf(Some(interp)) => {
                 return if interp.contains("ld-musl") {
                     Target::Musl(path, interp)
+                } else if let Some(found) = sanitizer_in(&path) {
+                    Target::Sanitized(path, found)
                 } else {
                     Target::Preloadable
                 };
@@ -478,6 +678,24 @@ mod tests {
         let e = put_in_place(&root, b"x", "1").unwrap_err().to_string();
         assert!(e.contains("not private") && e.contains(CACHE_VAR), "{e}");
         std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn sanitizer_libraries_are_known_by_name() {
+        assert_eq!(sanitizer_library("libtsan.so.2"), Some(Sanitizer::Thread));
+        assert_eq!(sanitizer_library("libasan.so.8"), Some(Sanitizer::Address));
+        assert_eq!(sanitizer_library("liblsan.so.0"), None);
+        assert_eq!(
+            sanitizer_library("libclang_rt.tsan-x86_64.so"),
+            Some(Sanitizer::Thread)
+        );
+        assert_eq!(
+            sanitizer_library("libclang_rt.hwasan-aarch64.so"),
+            Some(Sanitizer::HwAddress)
+        );
+        assert_eq!(sanitizer_library("libubsan.so.1"), None);
+        assert_eq!(sanitizer_library("libc.so.6"), None);
+        assert_eq!(sanitizer_library("libtsanity.so"), None);
     }
 
     #[test]

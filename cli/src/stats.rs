@@ -17,7 +17,7 @@ use super::run_files::{expand, Input};
 use foresight_analyzer::report::counted;
 
 #[derive(clap::Args)]
-#[command(after_help = "\
+#[command(after_long_help = "\
 A run's trace PATH brings the rest of the run (PATH.<pid>[.<n>]) with it, and a pack stands for \
 its traces: each trace gets its own statistics, after an overview of the run (busiest first), \
 and a packed trace says how much smaller it is in the pack.")]

@@ -304,3 +304,236 @@ fn write_stack(t: &Trace, line: u32, c: Compiler) -> Vec<u32> {
         })
         .collect()
 }
+
+/// The ```sh blocks of README.md's "Recording memory accesses" section, in order.
+fn readme_build_snippets() -> Vec<String> {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .expect("read README.md");
+    let section = readme
+        .split("\n## Recording memory accesses")
+        .nth(1)
+        .expect("README.md has a section on recording memory accesses");
+    let section = section.split("\n## ").next().unwrap();
+    section
+        .split("```sh\n")
+        .skip(1)
+        .map(|b| b.split("```").next().unwrap().to_string())
+        .collect()
+}
+
+fn have_cmake() -> bool {
+    let ok = Command::new("cmake")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        let why = "cmake is not installed (Debian: apt-get install cmake)";
+        if harness::tools_required() {
+            panic!("{why}");
+        }
+        eprintln!("SKIPPED: {why}");
+    }
+    ok
+}
+
+/// `sh -c script` in `dir` as a user runs it: `foresight` on the PATH, its files under `home`
+/// (XDG cache and data), none of the test's own foresight settings.
+fn shell(dir: &Path, home: &Path, script: &str) -> std::process::Output {
+    let bin = harness::foresight().parent().unwrap().to_path_buf();
+    let path = std::env::join_paths(
+        std::iter::once(bin).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap())),
+    )
+    .unwrap();
+    let mut c = Command::new("sh");
+    c.arg("-ec").arg(script).current_dir(dir);
+    for (name, _) in std::env::vars_os() {
+        if name.as_encoded_bytes().starts_with(b"FORESIGHT_") {
+            c.env_remove(&name);
+        }
+    }
+    c.env_remove("LD_PRELOAD")
+        .env_remove("CC")
+        .env("PATH", path)
+        .env("FORESIGHT_RUNTIME", harness::runtime())
+        .env("XDG_CACHE_HOME", home.join("cache"))
+        .env("XDG_DATA_HOME", home.join("data"))
+        .output()
+        .expect("run sh")
+}
+
+fn ok(o: &std::process::Output, what: &str) -> String {
+    assert!(
+        o.status.success(),
+        "{what}:\n{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn the_readme_makefile_lines_build_c_and_cxx_as_written() {
+    if !harness::compiler_available(Compiler::Gcc) {
+        return;
+    }
+    let snippets = readme_build_snippets();
+    let make = snippets
+        .iter()
+        .find(|s| s.contains("prog.c ") && s.contains("prog.cc"))
+        .expect("README's cc/c++ lines");
+    let dir = work("readme-make");
+    std::fs::copy(fixture("accesses.c"), dir.join("prog.c")).unwrap();
+    std::fs::copy(fixture("threads.cc"), dir.join("prog.cc")).unwrap();
+    // The C line, then the C++ line (which builds `prog` again), each recorded.
+    let lines: Vec<&str> = make.lines().collect();
+    let record: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|l| l.starts_with("foresight "))
+        .collect();
+    for build in lines
+        .iter()
+        .filter(|l| l.starts_with("cc ") || l.starts_with("c++ "))
+    {
+        let script = format!("{build}\n{}\n", record.join("\n"));
+        let out = ok(&shell(&dir, &dir, &script), &script);
+        let source = if build.contains("prog.cc") {
+            "prog.cc"
+        } else {
+            "prog.c"
+        };
+        assert!(
+            out.lines()
+                .any(|l| l.contains(source) && (l.contains("read") || l.contains("write"))),
+            "{build}: accesses at {source}'s lines:\n{out}"
+        );
+    }
+}
+
+/// A C-only and a C++ CMake project built with README's commands as written: debug lines, the
+/// stub linked, no flags for a language the project does not have; then the build links again
+/// after the cache is cleared, after an upgrade replaced the stub, and, once `foresight config`
+/// ran again, after the stub's directory was removed.
+#[test]
+fn the_readme_cmake_commands_build_and_keep_linking() {
+    if !harness::compiler_available(Compiler::Gcc) || !have_cmake() {
+        return;
+    }
+    let snippets = readme_build_snippets();
+    let cmake_c = snippets
+        .iter()
+        .find(|s| s.contains("CMAKE_C_FLAGS"))
+        .expect("README's CMake commands for C");
+    let cmake_cxx = snippets
+        .iter()
+        .find(|s| s.contains("CMAKE_CXX_FLAGS"))
+        .expect("README's CMake commands for C++");
+    assert!(
+        !cmake_c.contains("CMAKE_CXX_FLAGS"),
+        "a C project sets no C++ flags: {cmake_c}"
+    );
+    for (lang, snippet, source, file) in [
+        ("C", cmake_c, "accesses.c", "prog.c"),
+        ("CXX", cmake_cxx, "threads.cc", "prog.cc"),
+    ] {
+        let dir = work(&format!("readme-cmake-{lang}"));
+        std::fs::copy(fixture(source), dir.join(file)).unwrap();
+        std::fs::write(
+            dir.join("CMakeLists.txt"),
+            format!(
+                "cmake_minimum_required(VERSION 3.13)\nproject(readme {lang})\n\
+                 set(THREADS_PREFER_PTHREAD_FLAG ON)\nfind_package(Threads REQUIRED)\n\
+                 add_executable(prog {file})\ntarget_link_libraries(prog PRIVATE Threads::Threads)\n"
+            ),
+        )
+        .unwrap();
+        ok(&shell(&dir, &dir, snippet), snippet);
+        let cache = std::fs::read_to_string(dir.join("build/CMakeCache.txt")).unwrap();
+        let flags_of = |var: &str| {
+            cache
+                .lines()
+                .find(|l| l.starts_with(&format!("{var}:")))
+                .map(|l| l.split_once('=').unwrap().1.to_string())
+                .unwrap_or_default()
+        };
+        let (ours, other) = if lang == "C" {
+            ("CMAKE_C_FLAGS", "CMAKE_CXX_FLAGS")
+        } else {
+            ("CMAKE_CXX_FLAGS", "CMAKE_C_FLAGS")
+        };
+        assert!(
+            flags_of(ours).contains("-g") && flags_of(ours).contains("-fsanitize=thread"),
+            "{lang}: {}",
+            flags_of(ours)
+        );
+        assert!(
+            !flags_of(other).contains("sanitize"),
+            "{lang}: {other} is left alone: {}",
+            flags_of(other)
+        );
+        let libs = flags_of("CMAKE_EXE_LINKER_FLAGS");
+        let stub = libs
+            .split_whitespace()
+            .find(|w| w.ends_with("/libtsan.a"))
+            .map(PathBuf::from)
+            .expect("the stub in the linker flags");
+        assert!(
+            stub.starts_with(dir.join("data")),
+            "{lang}: the stub is in the data directory, not the cache: {}",
+            stub.display()
+        );
+        let exe = dir.join("build/prog");
+        assert_standalone(&exe);
+        let dump = ok(
+            &shell(
+                &dir,
+                &dir,
+                "foresight record -o t.trace -- build/prog >/dev/null\nforesight dump t.trace",
+            ),
+            "record",
+        );
+        assert!(
+            dump.lines()
+                .any(|l| l.contains(&format!("{file}:")) && l.contains("write")),
+            "{lang}: writes at {file}'s lines"
+        );
+
+        let relink = |what: &str| {
+            let _ = std::fs::remove_file(&exe);
+            let o = shell(&dir, &dir, "cmake --build build");
+            ok(&o, &format!("{lang}: the build links {what}"));
+            assert!(exe.is_file());
+        };
+        // The cache cleared (whatever foresight put there).
+        let _ = std::fs::remove_dir_all(dir.join("cache"));
+        relink("after the cache was cleared");
+        // Another foresight's stub in place (an upgrade): `config` replaces it where it is,
+        // and prints the same flags.
+        let stamp = stub.parent().unwrap().join("stub.key");
+        let key = std::fs::read_to_string(&stamp).unwrap();
+        std::fs::write(&stamp, "0000000000000000\n").unwrap();
+        let config = if lang == "C" {
+            "foresight config --libs"
+        } else {
+            "foresight config --cc c++ --libs"
+        };
+        let printed = ok(&shell(&dir, &dir, config), config);
+        assert_eq!(printed.trim(), libs.trim(), "{lang}: the same flags");
+        assert_eq!(std::fs::read_to_string(&stamp).unwrap(), key, "{lang}");
+        relink("after an upgrade");
+        // The stub's directory removed: the link names its path; `config` builds it there.
+        std::fs::remove_dir_all(stub.parent().unwrap()).unwrap();
+        std::fs::remove_file(&exe).unwrap();
+        let o = shell(&dir, &dir, "cmake --build build");
+        assert!(!o.status.success(), "{lang}: no stub, no link");
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(said.contains("foresight/tsan-stub-"), "{lang}: {said}");
+        ok(&shell(&dir, &dir, config), config);
+        relink("after `foresight config` built the stub again");
+    }
+}

@@ -672,6 +672,173 @@ fn sarif_output_is_valid_sarif_2_1_0_with_rules_locations_and_thread_flows() {
     assert_eq!(v["runs"][0]["results"][0]["baselineState"], "new");
 }
 
+/// An inversion whose sites are in `file` (deposit) and `other` (withdraw), as a compiler
+/// records absolute paths.
+fn inversion_in(name: &str, file: &str, other: &str) -> Vec<u8> {
+    let mut b = TraceBuilder::new(name);
+    let main = b.main_thread();
+    let (a, m) = (b.mutex("A"), b.mutex("B"));
+    let create = b.site("main", file, 1);
+    let t1 = b.spawn(main, create, "one");
+    let t2 = b.spawn(main, create, "two");
+    for (t, first, second, function, path, line) in [
+        (t1, a, m, "deposit", file, 10),
+        (t2, m, a, "withdraw", other, 20),
+    ] {
+        let s1 = b.site(function, path, line);
+        let s2 = b.site(function, path, line + 1);
+        let s3 = b.site("unlock", path, 99);
+        b.lock(t, first, s1);
+        b.lock(t, second, s2);
+        b.unlock(t, second, s3);
+        b.unlock(t, first, s3);
+    }
+    let j = b.site("main", file, 2);
+    b.join(main, t1, j);
+    b.join(main, t2, j);
+    b.finish()
+}
+
+/// The file URIs of a SARIF log's results (primary and related locations): (uri, uriBaseId).
+fn sarif_files(v: &serde_json::Value) -> Vec<(String, Option<String>)> {
+    let mut out = Vec::new();
+    for r in v["runs"][0]["results"].as_array().unwrap() {
+        let locations = r["locations"].as_array().unwrap().iter();
+        for l in locations.chain(r["relatedLocations"].as_array().unwrap()) {
+            let a = &l["physicalLocation"]["artifactLocation"];
+            out.push((
+                a["uri"].as_str().unwrap().to_string(),
+                a["uriBaseId"].as_str().map(str::to_string),
+            ));
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+#[test]
+fn sarif_uris_are_relative_to_the_source_root_for_code_scanning() {
+    // A work tree (its `.git`) with the sources, the trace analysed from a build directory in it.
+    let repo = fresh_dir("sarif-root").canonicalize().unwrap();
+    std::fs::create_dir_all(repo.join(".git")).unwrap();
+    std::fs::create_dir_all(repo.join("build")).unwrap();
+    std::fs::create_dir_all(repo.join("src")).unwrap();
+    let inside = repo.join("src/bank.c");
+    // `..` as compilers write it, and a system header outside the tree.
+    let via_parent = format!("{}/build/../src/teller c.c", repo.display());
+    std::fs::write(
+        repo.join("build/t.trace"),
+        inversion_in("t", inside.to_str().unwrap(), &via_parent),
+    )
+    .unwrap();
+    let outside = "/usr/include/x86_64-linux-gnu/bits/pthreadtypes.h";
+    std::fs::write(
+        repo.join("build/o.trace"),
+        inversion_in("o", inside.to_str().unwrap(), outside),
+    )
+    .unwrap();
+
+    let sarif = |dir: &Path, args: &[&str]| {
+        let o = foresight(dir, args);
+        assert!(
+            o.status.code() == Some(0) || o.status.code() == Some(1),
+            "{}",
+            stderr(&o)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_valid_sarif(&v);
+        v
+    };
+    let root_uri = |v: &serde_json::Value| {
+        v["runs"][0]["originalUriBaseIds"]["%SRCROOT%"]["uri"]
+            .as_str()
+            .map(str::to_string)
+    };
+    let srcroot = Some("%SRCROOT%".to_string());
+
+    // By default, the git work tree of the working directory.
+    let v = sarif(
+        &repo.join("build"),
+        &["analyze", "--format", "sarif", "t.trace"],
+    );
+    assert_eq!(
+        sarif_files(&v),
+        [
+            ("src/bank.c".to_string(), srcroot.clone()),
+            ("src/teller%20c.c".to_string(), srcroot.clone()),
+        ]
+    );
+    assert_eq!(root_uri(&v), Some(format!("file://{}/", repo.display())));
+    // A file outside the root is an absolute file URI, without a base.
+    let v = sarif(
+        &repo.join("build"),
+        &["check", "--format", "sarif", "o.trace"],
+    );
+    assert_eq!(
+        sarif_files(&v),
+        [
+            (format!("file://{outside}"), None),
+            ("src/bank.c".to_string(), srcroot.clone()),
+        ]
+    );
+    // --source-root chooses another root.
+    let v = sarif(
+        &repo.join("build"),
+        &[
+            "analyze",
+            "--format",
+            "sarif",
+            "--source-root",
+            "../src",
+            "t.trace",
+        ],
+    );
+    assert_eq!(
+        sarif_files(&v),
+        [
+            ("bank.c".to_string(), srcroot.clone()),
+            ("teller%20c.c".to_string(), srcroot.clone()),
+        ]
+    );
+    assert_eq!(
+        root_uri(&v),
+        Some(format!("file://{}/src/", repo.display()))
+    );
+    // Outside any work tree and without --source-root: absolute file URIs, no base.
+    let loose = fresh_dir("sarif-loose");
+    std::fs::copy(repo.join("build/t.trace"), loose.join("t.trace")).unwrap();
+    if !loose.ancestors().any(|d| d.join(".git").exists()) {
+        let v = sarif(&loose, &["analyze", "--format", "sarif", "t.trace"]);
+        assert!(root_uri(&v).is_none());
+        assert!(
+            sarif_files(&v)
+                .iter()
+                .all(|(uri, base)| uri.starts_with("file:///") && base.is_none()),
+            "{:?}",
+            sarif_files(&v)
+        );
+    }
+    // A root that is not a directory is bad input.
+    let o = foresight(
+        &repo.join("build"),
+        &[
+            "analyze",
+            "--format",
+            "sarif",
+            "--source-root",
+            "t.trace",
+            "t.trace",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("--source-root t.trace: not a directory"),
+        "{}",
+        stderr(&o)
+    );
+}
+
 #[test]
 fn graph_draws_the_class_graph_with_cycle_edges_highlighted() {
     let dir = fresh_dir("graph");

@@ -59,6 +59,57 @@ fn help_and_version() {
     assert!(stdout(&o).starts_with("foresight "));
 }
 
+/// Each command says what it covers (deadlocks and races alike); `-h` is a short summary, one
+/// line per option, and `--help` the whole text; every `--format` is described.
+#[test]
+fn help_describes_each_command_as_it_is_and_h_is_short() {
+    let top = stdout(&foresight(&["-h"]));
+    let line = |cmd: &str| {
+        top.lines()
+            .find(|l| l.trim_start().starts_with(&format!("{cmd} ")))
+            .unwrap_or_else(|| panic!("{cmd} in:\n{top}"))
+            .to_string()
+    };
+    assert!(
+        line("analyze").contains("deadlocks and data races"),
+        "{top}"
+    );
+    assert!(line("check").contains("race"), "{top}");
+    for cmd in [
+        "analyze", "check", "record", "config", "stats", "dump", "graph", "pack", "demo", "import",
+        "export", "synth",
+    ] {
+        let short = foresight(&[cmd, "-h"]);
+        let long = foresight(&[cmd, "--help"]);
+        assert!(short.status.success() && long.status.success(), "{cmd}");
+        let (short, long) = (stdout(&short), stdout(&long));
+        assert!(short.len() <= long.len(), "{cmd}");
+        for l in short.lines() {
+            assert!(
+                l.chars().count() <= 320,
+                "{cmd} -h: an option of {} characters: {l}",
+                l.chars().count()
+            );
+        }
+        if let Some(at) = long.find("--format <") {
+            let described = long[at..].lines().nth(1).unwrap_or("").trim();
+            assert!(
+                !described.is_empty() && !described.starts_with('['),
+                "{cmd} --help: --format is described:\n{long}"
+            );
+        }
+    }
+    let (short, long) = (
+        stdout(&foresight(&["record", "-h"])),
+        stdout(&foresight(&["record", "--help"])),
+    );
+    assert!(
+        short.len() * 2 < long.len() && short.contains("see more with '--help'"),
+        "record -h is a summary:\n{short}"
+    );
+    assert!(long.contains("Exit status:") && !short.contains("Exit status:"));
+}
+
 #[test]
 fn unknown_subcommands_are_usage_errors() {
     let o = foresight(&["frobnicate"]);

@@ -1,7 +1,9 @@
 //! One file to install: the `foresight` binary carries the runtime and puts it in place, in a
 //! private cache, at first use. What `cargo install` gives records on its own, a copy of the
 //! binary alone in an empty directory too; a cache that cannot hold the runtime (read-only,
-//! `noexec`) and a program LD_PRELOAD cannot reach (static) are refused with the way out.
+//! `noexec`), a program LD_PRELOAD cannot reach (static) and one built with a sanitizer whose
+//! runtime cannot share the process (ThreadSanitizer, AddressSanitizer) are refused with the
+//! way out.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -270,6 +272,110 @@ fn a_static_program_is_refused_before_it_runs() {
     assert_eq!(o.status.code(), Some(2), "{e}");
     assert!(o.stdout.is_empty(), "the program did not run");
     assert!(e.contains("statically linked"), "{e}");
+}
+
+/// `threaded.c` built with `flags`, or `None` (said, or a failure in CI) when this compiler
+/// lacks the sanitizer's runtime.
+fn sanitized_program(dir: &Path, name: &str, flags: &[&str]) -> Option<PathBuf> {
+    let src = dir.join("threaded.c");
+    std::fs::write(&src, THREADED).unwrap();
+    let exe = dir.join(name);
+    let out = Command::new("cc")
+        .args(["-g", "-O1", "-pthread"])
+        .args(flags)
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .expect("run cc");
+    if !out.status.success() {
+        let why = format!(
+            "cc {} does not link here (Debian: apt-get install gcc, which brings libtsan and \
+             libasan): {}",
+            flags.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim_end()
+        );
+        assert!(!harness::tools_required(), "{why}");
+        eprintln!("SKIPPED: {why}");
+        return None;
+    }
+    Some(exe)
+}
+
+#[test]
+fn a_sanitizer_built_program_is_refused_before_it_runs_with_the_way_out() {
+    let dir = harness::fresh_dir("sanitized");
+    let cases: [(&str, &[&str], &str, &str); 4] = [
+        (
+            "tsan",
+            &["-fsanitize=thread"],
+            "ThreadSanitizer",
+            "loads libtsan",
+        ),
+        (
+            "tsan-static",
+            &["-fsanitize=thread", "-static-libtsan"],
+            "ThreadSanitizer",
+            "__tsan_init",
+        ),
+        (
+            "asan",
+            &["-fsanitize=address"],
+            "AddressSanitizer",
+            "loads libasan",
+        ),
+        (
+            "asan-static",
+            &["-fsanitize=address", "-static-libasan"],
+            "AddressSanitizer",
+            "__asan_init",
+        ),
+    ];
+    for (name, flags, sanitizer, evidence) in cases {
+        let Some(prog) = sanitized_program(&dir, name, flags) else {
+            continue;
+        };
+        let trace = format!("{name}.trace");
+        let o = foresight(Path::new(env!("CARGO_BIN_EXE_foresight")), &dir)
+            .env("FORESIGHT_CACHE_DIR", dir.join("cache"))
+            .args(["record", "-o", &trace, "--"])
+            .arg(&prog)
+            .output()
+            .unwrap();
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{name}: {e}");
+        assert!(o.stdout.is_empty(), "{name}: the program did not run");
+        assert!(!dir.join(&trace).exists(), "{name}: no trace");
+        assert!(
+            e.contains(&format!("is built with {sanitizer} ({}", flags[0]))
+                && e.contains(evidence)
+                && e.contains("foresight config --cflags")
+                && e.contains("foresight config --libs"),
+            "{name}: {e}"
+        );
+        assert!(
+            !e.contains("statically linked") && !e.contains("set-user-ID"),
+            "{name}: {e}"
+        );
+        assert_eq!(e.lines().count(), 1, "{name}: one message: {e}");
+    }
+    // Sanitizers that leave threads and locks alone are recorded as they are.
+    for (name, flag) in [
+        ("ubsan", "-fsanitize=undefined"),
+        ("lsan", "-fsanitize=leak"),
+    ] {
+        let Some(prog) = sanitized_program(&dir, name, &[flag]) else {
+            continue;
+        };
+        let trace = format!("{name}.trace");
+        let o = foresight(Path::new(env!("CARGO_BIN_EXE_foresight")), &dir)
+            .env("FORESIGHT_CACHE_DIR", dir.join("cache"))
+            .args(["record", "-o", &trace, "--"])
+            .arg(&prog)
+            .output()
+            .unwrap();
+        assert_recorded(&dir, &o, &trace);
+    }
 }
 
 #[test]

@@ -52,8 +52,9 @@ pub struct DataSymbol<'t> {
 pub enum PathStop {
     /// At the smallest element that holds the whole access: what an access touched.
     Innermost,
-    /// At the outermost element that starts at the offset: what an object at that address is
-    /// (a lock that is a member, `accounts[1].lock`, is not opened up into its own fields).
+    /// At the outermost element that starts at the offset and is not an array: what an object
+    /// at that address is (a lock that is a member, `accounts[1].lock`, is not opened up into
+    /// its own fields; the first of an array of locks is `L[0]`).
     AtStart,
 }
 
@@ -120,12 +121,17 @@ pub fn element_path(
     let mut ty = ty;
     for _ in 0..MAX_PATH_STEPS {
         let off = out.rest;
-        if stop == PathStop::AtStart && off == 0 {
+        if stop == PathStop::AtStart && off == 0 && ty.is_none() {
             break;
         }
         let Some(t) = ty.and_then(|id| types.data_type(id)) else {
             break;
         };
+        // An array is not an object of its own: what starts at its address is its first
+        // element (`L[0]`, as the program names it, not `L`).
+        if stop == PathStop::AtStart && off == 0 && !matches!(t.shape, TypeShape::Array { .. }) {
+            break;
+        }
         // (path step, start within the current element, size, its type)
         let step = match &t.shape {
             TypeShape::Array {

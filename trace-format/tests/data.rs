@@ -224,6 +224,10 @@ fn a_static_lock_is_named_by_the_outermost_element_at_its_address() {
     let at_start = element_path(&t.tables, v.ty, v.size, 56, 40, PathStop::AtStart);
     assert_eq!(at_start.name("accounts"), "accounts[1].lock");
     assert_eq!((at_start.start, at_start.size), (48 + 8, 40));
+    // The object at the array's own address is its first element, not the array.
+    let first = element_path(&t.tables, v.ty, v.size, 0, 1, PathStop::AtStart);
+    assert_eq!(first.name("accounts"), "accounts[0]");
+    assert_eq!((first.start, first.size), (0, 48));
     // What an access of the mutex's kind field touches, by contrast.
     assert_eq!(
         t.tables.data_symbol(base + 56 + 16, 4).unwrap().name,

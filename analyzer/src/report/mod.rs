@@ -55,6 +55,9 @@ pub struct Report {
     /// Advice about the analysis itself (a function that looks like a lock wrapper), for
     /// humans; not findings.
     pub hints: Vec<String>,
+    /// What `hints` were made of, to add up over the segments of a trace.
+    #[serde(skip)]
+    pub hint_tally: crate::wrapper_hints::HintTally,
     pub findings: Vec<Finding>,
 }
 

@@ -4,8 +4,15 @@
 //! `relatedLocations` every site of the finding (both sides of each edge), and a predicted
 //! finding's witness is a `codeFlow` with one `threadFlow` per thread. `partialFingerprints`
 //! carries the baseline key ([`BaselineKey`](super::BaselineKey)), which is stable across machines.
+//!
+//! File locations are what code-scanning services map onto a repository: a file under the
+//! source root (`--source-root`, by default the git work tree) is a URI relative to it, with
+//! `uriBaseId` `%SRCROOT%` and the root itself in `run.originalUriBaseIds`; a file outside it
+//! (a system header) is an absolute `file://` URI, which SARIF allows only without a base. A
+//! path the trace holds relative (as it was compiled) is taken as relative to the root.
 
 use std::io::Write;
+use std::path::{Component, Path, PathBuf};
 
 use serde_json::{json, Value};
 
@@ -97,16 +104,21 @@ pub fn write(
     out: &mut impl Write,
     report: &Report,
     baseline_state: Option<&dyn Fn(&Finding) -> &'static str>,
+    source_root: Option<&Path>,
 ) -> std::io::Result<()> {
-    let v = to_value(report, baseline_state);
+    let v = to_value(report, baseline_state, source_root);
     serde_json::to_writer_pretty(&mut *out, &v)?;
     writeln!(out)
 }
 
+/// The report as SARIF; `source_root` (absolute) is where relative file URIs start.
 pub fn to_value(
     report: &Report,
     baseline_state: Option<&dyn Fn(&Finding) -> &'static str>,
+    source_root: Option<&Path>,
 ) -> Value {
+    let root = source_root.map(lexically_normal);
+    let root = root.as_deref();
     let rules: Vec<Value> = Kind::VARIANTS
         .iter()
         .map(|&kind| {
@@ -123,7 +135,7 @@ pub fn to_value(
     let results: Vec<Value> = report
         .findings
         .iter()
-        .map(|f| result(f, baseline_state))
+        .map(|f| result(f, baseline_state, root))
         .collect();
     let mut v = json!({
         "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
@@ -140,6 +152,13 @@ pub fn to_value(
             "results": results,
         }]
     });
+    if let Some(root) = root {
+        let mut base = format!("file://{}", uri(&root.to_string_lossy()));
+        if !base.ends_with('/') {
+            base.push('/');
+        }
+        v["runs"][0]["originalUriBaseIds"] = json!({ SRCROOT: { "uri": base } });
+    }
     // What a trace's analysis left out (budgets that cut, events it could not use) is part of
     // the result a code-scanning view shows: the invocation's notifications.
     let notifications: Vec<Value> = report
@@ -175,7 +194,11 @@ fn rule_name(id: &str) -> String {
         .collect()
 }
 
-fn result(f: &Finding, baseline_state: Option<&dyn Fn(&Finding) -> &'static str>) -> Value {
+fn result(
+    f: &Finding,
+    baseline_state: Option<&dyn Fn(&Finding) -> &'static str>,
+    root: Option<&Path>,
+) -> Value {
     let rule_index = Kind::VARIANTS.iter().position(|&k| k == f.kind);
     let primary = f
         .locations
@@ -192,7 +215,7 @@ fn result(f: &Finding, baseline_state: Option<&dyn Fn(&Finding) -> &'static str>
         .iter()
         .enumerate()
         .map(|(i, l)| {
-            let mut v = location(l, &format!("{} {}", l.thread, l.role));
+            let mut v = location(l, &format!("{} {}", l.thread, l.role), root);
             v["id"] = json!(i);
             v
         })
@@ -201,7 +224,7 @@ fn result(f: &Finding, baseline_state: Option<&dyn Fn(&Finding) -> &'static str>
         "ruleId": f.kind.name(),
         "level": level(f),
         "message": { "text": f.message },
-        "locations": primary.map(|l| vec![location(l, &f.message.to_string())]).unwrap_or_default(),
+        "locations": primary.map(|l| vec![location(l, &f.message.to_string(), root)]).unwrap_or_default(),
         "relatedLocations": related,
         "partialFingerprints": { "foresight/v1": f.key().baseline().to_string() },
         "occurrenceCount": f.occurrences.max(1),
@@ -219,7 +242,7 @@ fn result(f: &Finding, baseline_state: Option<&dyn Fn(&Finding) -> &'static str>
     if let Some(state) = baseline_state {
         r["baselineState"] = json!(state(f));
     }
-    if let Some(flow) = code_flow(f) {
+    if let Some(flow) = code_flow(f, root) {
         r["codeFlows"] = json!([flow]);
     }
     r
@@ -227,10 +250,10 @@ fn result(f: &Finding, baseline_state: Option<&dyn Fn(&Finding) -> &'static str>
 
 /// A SARIF location for a finding's site: the file and line when symbolised, the function as a
 /// logical location.
-fn location(l: &FindingLocation, message: &str) -> Value {
+fn location(l: &FindingLocation, message: &str, root: Option<&Path>) -> Value {
     let mut v = json!({ "message": { "text": message } });
     if let Some(file) = &l.file {
-        let mut physical = json!({ "artifactLocation": { "uri": uri(file) } });
+        let mut physical = json!({ "artifactLocation": artifact_location(file, root) });
         if let Some(line) = l.line.filter(|&n| n > 0) {
             physical["region"] = json!({ "startLine": line });
         }
@@ -242,8 +265,48 @@ fn location(l: &FindingLocation, message: &str) -> Value {
     v
 }
 
-/// A file name as a URI reference: the path as symbolised (relative to the source tree, or
-/// absolute), with the characters a URI cannot hold percent-encoded.
+/// The base of relative file URIs.
+const SRCROOT: &str = "%SRCROOT%";
+
+/// A file as SARIF's `artifactLocation`: relative to the source root (with its `uriBaseId`)
+/// when it is under it or relative already, else an absolute `file://` URI.
+fn artifact_location(file: &str, root: Option<&Path>) -> Value {
+    let path = Path::new(file);
+    if !path.is_absolute() {
+        return json!({ "uri": uri(&lexically_normal(path).to_string_lossy()), "uriBaseId": SRCROOT });
+    }
+    let path = lexically_normal(path);
+    let under = |p: &Path| {
+        root.and_then(|r| p.strip_prefix(r).ok())
+            .map(|rel| rel.to_string_lossy().into_owned())
+    };
+    // Through links (a work tree reached by another path) when the file is on this machine.
+    let relative = under(&path).or_else(|| path.canonicalize().ok().and_then(|c| under(&c)));
+    match relative {
+        Some(rel) if !rel.is_empty() => json!({ "uri": uri(&rel), "uriBaseId": SRCROOT }),
+        _ => json!({ "uri": format!("file://{}", uri(&path.to_string_lossy())) }),
+    }
+}
+
+/// `path` with `.` and `a/..` taken out, as the compiler's paths have them (`src/../lib/x.c`);
+/// no link is followed.
+fn lexically_normal(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if !out.pop() {
+                    out.push("..");
+                }
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// A file name as a URI reference, with the characters a URI cannot hold percent-encoded.
 fn uri(path: &str) -> String {
     let mut o = String::with_capacity(path.len());
     for b in path.bytes() {
@@ -258,7 +321,7 @@ fn uri(path: &str) -> String {
 
 /// The witness of a predicted finding: per thread, the locks it holds at the end of its prefix,
 /// then where it blocks.
-fn code_flow(f: &Finding) -> Option<Value> {
+fn code_flow(f: &Finding, root: Option<&Path>) -> Option<Value> {
     let w = f.witness.as_ref()?;
     let flows: Vec<Value> = w
         .threads
@@ -271,20 +334,21 @@ fn code_flow(f: &Finding) -> Option<Value> {
                     .iter()
                     .find(|l| l.thread == t.thread && l.role == Role::Holds);
                 let text = format!("{} holds {h}", t.thread);
-                steps.push(flow_step(site, &text, "acquire"));
+                steps.push(flow_step(site, &text, "acquire", root));
             }
             if let Some(b) = &t.blocks {
                 let site = f
                     .locations
                     .iter()
                     .find(|l| l.thread == t.thread && l.role != Role::Holds);
-                steps.push(flow_step(site, &format!("{} {b}", t.thread), "block"));
+                steps.push(flow_step(site, &format!("{} {b}", t.thread), "block", root));
             }
             if steps.is_empty() {
                 steps.push(flow_step(
                     None,
                     &format!("{} runs its first {} events", t.thread, t.prefix_events),
                     "run",
+                    root,
                 ));
             }
             json!({
@@ -303,9 +367,9 @@ fn code_flow(f: &Finding) -> Option<Value> {
     }))
 }
 
-fn flow_step(site: Option<&FindingLocation>, text: &str, kind: &str) -> Value {
+fn flow_step(site: Option<&FindingLocation>, text: &str, kind: &str, root: Option<&Path>) -> Value {
     let location = match site {
-        Some(l) => location(l, text),
+        Some(l) => location(l, text, root),
         None => json!({ "message": { "text": text } }),
     };
     json!({ "location": location, "kinds": [kind] })
