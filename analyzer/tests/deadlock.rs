@@ -741,7 +741,7 @@ fn the_cycle_bound_is_configurable_and_reported() {
     let trace = Trace::from_bytes("t.trace", bytes).unwrap();
     let run = build_run(&trace, &mut |_| {});
     let opts = Options {
-        max_cycle_length: 5,
+        max_cycle_length: Some(5),
         ..Options::default()
     };
     let r = analyze(&[run], &[], &opts);
