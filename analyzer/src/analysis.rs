@@ -108,6 +108,7 @@ fn part_report(runs: &[Run], warnings: &[Vec<String>], opts: &Options) -> (Repor
                 locks: r.locks.len(),
                 critical_sections: r.acquisitions.len() - r.carried as usize,
                 accesses: r.races.accesses,
+                coverage: r.coverage.clone(),
                 window: r.window.map(|w| crate::report::WindowSummary {
                     keep_last: w.keep_last,
                     events_dropped: w.events_dropped,

@@ -23,7 +23,7 @@ use foldhash::{HashMap, HashMapExt};
 use std::collections::BTreeSet;
 
 use crate::analyses::lock_cycles::{component_summary, ComponentCounts};
-use crate::cycles::{for_each_cycle, strongly_connected_components, Flow};
+use crate::cycles::{for_each_cycle, shortest_cycle, strongly_connected_components, Flow};
 use crate::describe::{earlier_edge_locations, earlier_edge_report, edge_report, location};
 use crate::lock_graph::{modes_can_block, ClassEdge, LockOrderGraph};
 use crate::model::Run;
@@ -236,6 +236,7 @@ impl Merger {
         let s = &r.summary;
         let summary = &mut self.summary;
         summary.cycle_search_truncated |= s.cycle_search_truncated;
+        summary.cycle_length_cut |= s.cycle_length_cut;
         summary.candidates_checked += s.candidates_checked;
         summary.candidate_budget_exhausted |= s.candidate_budget_exhausted;
         summary.race_candidates += s.race_candidates;
@@ -290,6 +291,8 @@ impl Merger {
             ..
         } = self;
         let opts = &opts;
+        let mut traces = traces;
+        traces.iter_mut().for_each(crate::report::Coverage::settle);
         if summary.segments == 0 {
             // No trace was cut: each was analysed whole.
             summary.segment_events = 0;
@@ -333,51 +336,66 @@ impl Merger {
         let mut potential: Vec<u64> = vec![0; components];
         let mut cross: Vec<Vec<CrossCycle>> = vec![Vec::new(); components];
         let mut edges: Vec<&ClassEdge> = Vec::new();
+        // `cut`: as in `lock_cycles`, a shortest cycle of a component the search was cut in.
+        let mut visit = |c: usize, cycle: &[usize], cut: bool| {
+            let k = cycle.len();
+            graph.cycle_edges(cycle, &mut edges);
+            let modes: Vec<u8> = edges.iter().map(|e| e.modes).collect();
+            if !modes_can_block(&modes) {
+                return Flow::Continue;
+            }
+            if cut && by_length[c].iter().any(|&n| n > 0) {
+                return Flow::Continue;
+            }
+            summary.class_cycles += 1;
+            if by_length[c].len() < k {
+                by_length[c].resize(k, 0);
+            }
+            by_length[c][k - 1] += 1;
+            if !covering.is_empty() && covered(&mut edges.iter().map(|e| (e.from, e.to))) {
+                return Flow::Continue;
+            }
+            potential[c] += 1;
+            let whole_in_one = edges[0]
+                .runs
+                .iter()
+                .any(|t| edges[1..].iter().all(|e| e.runs.contains(t)));
+            if !whole_in_one {
+                let seen = edges.iter().map(|e| e.count).min().unwrap_or(0);
+                let entry = (k, std::cmp::Reverse(seen), cycle.to_vec());
+                let list = &mut cross[c];
+                if list.len() < opts.cycles_listed {
+                    list.push(entry);
+                } else if let Some(worst) = list.iter().map(|e| (e.0, e.1)).max() {
+                    if (k, std::cmp::Reverse(seen)) < worst {
+                        let at = list
+                            .iter()
+                            .position(|e| (e.0, e.1) == worst)
+                            .expect("the worst is there");
+                        list[at] = entry;
+                    }
+                }
+            }
+            Flow::Continue
+        };
         let search = for_each_cycle(
             &adjacency,
             &scc,
             opts.max_cycle_length,
             opts.cycle_budget,
-            |c, cycle| {
-                let k = cycle.len();
-                graph.cycle_edges(cycle, &mut edges);
-                let modes: Vec<u8> = edges.iter().map(|e| e.modes).collect();
-                if !modes_can_block(&modes) {
-                    return Flow::Continue;
-                }
-                summary.class_cycles += 1;
-                if by_length[c].len() < k {
-                    by_length[c].resize(k, 0);
-                }
-                by_length[c][k - 1] += 1;
-                if !covering.is_empty() && covered(&mut edges.iter().map(|e| (e.from, e.to))) {
-                    return Flow::Continue;
-                }
-                potential[c] += 1;
-                let whole_in_one = edges[0]
-                    .runs
-                    .iter()
-                    .any(|t| edges[1..].iter().all(|e| e.runs.contains(t)));
-                if !whole_in_one {
-                    let seen = edges.iter().map(|e| e.count).min().unwrap_or(0);
-                    let entry = (k, std::cmp::Reverse(seen), cycle.to_vec());
-                    let list = &mut cross[c];
-                    if list.len() < opts.cycles_listed {
-                        list.push(entry);
-                    } else if let Some(worst) = list.iter().map(|e| (e.0, e.1)).max() {
-                        if (k, std::cmp::Reverse(seen)) < worst {
-                            let at = list
-                                .iter()
-                                .position(|e| (e.0, e.1) == worst)
-                                .expect("the worst is there");
-                            list[at] = entry;
-                        }
-                    }
-                }
-                Flow::Continue
-            },
+            |c, cycle| visit(c, cycle, false),
         );
+        for &c in &search.cut_components {
+            if let Some(cycle) = shortest_cycle(&adjacency, &scc, c, opts.cycle_budget) {
+                visit(c, &cycle, true);
+            }
+        }
+        let mut search_cut = vec![false; components];
+        for &c in &search.cut_components {
+            search_cut[c] = true;
+        }
         summary.cycle_search_truncated |= search.truncated;
+        summary.cycle_length_cut |= search.length_cut;
         for list in &cross {
             for (_, _, cycle) in list {
                 findings.push(cross_trace_finding(
@@ -460,7 +478,7 @@ impl Merger {
         let mut summaries = Vec::new();
         for c in 0..components {
             let total: u64 = by_length[c].iter().sum();
-            if total == 0 && predicted_found[c] == 0 {
+            if total == 0 && predicted_found[c] == 0 && !search_cut[c] {
                 continue;
             }
             let count = |v: Verdict| listed.get(&(c, v)).copied().unwrap_or(0);
@@ -475,6 +493,7 @@ impl Merger {
                     listed_predicted: count(Verdict::Predicted),
                     listed_potential: count(Verdict::Potential),
                     prediction_cut: cut[c],
+                    search_cut: search_cut[c],
                 },
             );
             s.id = summaries.len() + 1;
@@ -602,6 +621,8 @@ fn fold_trace_summary(into: &mut crate::report::TraceSummary, s: crate::report::
             into.warnings.push(w);
         }
     }
+    into.coverage.runtime = into.coverage.runtime.or(s.coverage.runtime);
+    into.coverage.semaphores = into.coverage.semaphores.max(s.coverage.semaphores);
     match (&mut into.window, s.window) {
         (Some(a), Some(b)) => a.earlier_edges += b.earlier_edges,
         (None, b) => into.window = b,

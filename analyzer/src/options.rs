@@ -3,8 +3,9 @@
 
 #[derive(Clone, Debug)]
 pub struct Options {
-    /// Longest cycle enumerated (in locks, which is also in threads).
-    pub max_cycle_length: usize,
+    /// Longest cycle enumerated (in locks, which is also in threads); `None`: any length, within
+    /// the budget.
+    pub max_cycle_length: Option<usize>,
     /// Search steps for the cycle enumeration, per graph.
     pub cycle_budget: u64,
     /// Instance-level patterns checked with the closure, over the whole analysis.
@@ -27,7 +28,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
-            max_cycle_length: 4,
+            max_cycle_length: None,
             cycle_budget: 20_000_000,
             candidate_budget: 50_000,
             candidates_per_cycle: 64,

@@ -128,9 +128,10 @@ impl SiteArgs {
 /// The options `analyze` and `check` share.
 #[derive(clap::Args)]
 pub struct AnalysisArgs {
-    /// Longest lock cycle searched for (locks, and so threads).
-    #[arg(long, default_value_t = 4, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
-    max_cycle_length: u16,
+    /// Longest lock cycle searched for (locks, and so threads); by default any length, within
+    /// --cycle-budget. A component with longer cycles still lists one of its shortest.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    max_cycle_length: Option<u16>,
     /// Search steps allowed to the cycle enumeration of each graph (dense graphs are cut).
     #[arg(long, default_value_t = Options::default().cycle_budget, value_name = "STEPS")]
     cycle_budget: u64,
@@ -289,7 +290,7 @@ pub fn analyze_traces(traces: &[PathBuf], args: &AnalysisArgs) -> anyhow::Result
     let tty = std::io::stderr().is_terminal();
     let race_memory = args.race_memory << 20;
     let opts = Options {
-        max_cycle_length: args.max_cycle_length as usize,
+        max_cycle_length: args.max_cycle_length.map(usize::from),
         cycle_budget: args.cycle_budget,
         candidate_budget: args.candidate_budget,
         cycles_listed: if args.all {

@@ -33,11 +33,17 @@ pub struct Args {
     #[arg(required = true)]
     traces: Vec<PathBuf>,
     /// The accepted findings; default `foresight-baseline.txt` in the working directory.
+    /// Given several times, a finding in any of them is accepted (the baselines of several
+    /// runs, merged).
     #[arg(long, value_name = "FILE")]
-    baseline: Option<PathBuf>,
+    baseline: Vec<PathBuf>,
     /// Write the baseline from the current findings (after review) and exit 0.
     #[arg(long)]
     update_baseline: bool,
+    /// Fail (exit 1) when nothing of the program's synchronisation was visible: no trace
+    /// recorded a lock or a memory access (a clean result would mean nothing).
+    #[arg(long)]
+    fail_if_blind: bool,
     /// The report's form: `text`, the new findings for people; `sarif` (SARIF 2.1.0), every
     /// finding with its `baselineState`, for code-scanning services (docs/ci.md).
     #[arg(long, value_enum, default_value_t = Format::Text)]
@@ -49,16 +55,28 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let explicit = args.baseline.is_some();
-    let path = args
-        .baseline
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_BASELINE));
+    let explicit = !args.baseline.is_empty();
+    if args.update_baseline && args.baseline.len() > 1 {
+        anyhow::bail!(
+            "--update-baseline writes one baseline: give --baseline once (several are for \
+             checking against their union)"
+        );
+    }
+    let paths = if explicit {
+        args.baseline.clone()
+    } else {
+        vec![PathBuf::from(DEFAULT_BASELINE)]
+    };
+    let path = paths[0].clone();
     // Read the baseline before the analysis: a missing or unreadable one is bad input now.
     let accepted: BTreeSet<BaselineKey> = if args.update_baseline {
         BTreeSet::new()
     } else if path.exists() || explicit {
-        baseline::read(&path)?
+        let mut union = BTreeSet::new();
+        for p in &paths {
+            union.extend(baseline::read(p)?);
+        }
+        union
     } else {
         say!(
             "foresight: no baseline ({DEFAULT_BASELINE} not found): every finding is new; \
@@ -82,15 +100,25 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
 
-    let is_new = |f: &Finding| !accepted.contains(&f.key().baseline());
+    let is_new = |f: &Finding| !baseline::accepts(&accepted, &f.key().baseline());
     let new: Vec<Finding> = report
         .findings
         .iter()
         .filter(|f| is_new(f))
         .cloned()
         .collect();
-    let current: BTreeSet<BaselineKey> =
+    let mut current: BTreeSet<BaselineKey> =
         report.findings.iter().map(|f| f.key().baseline()).collect();
+    // An older race line (no variable) is matched by the current race at its sites.
+    let races = current
+        .iter()
+        .filter(|k| k.kind == report::BaselineKind::Finding(report::Kind::Race))
+        .map(|k| BaselineKey {
+            classes: Vec::new(),
+            ..k.clone()
+        })
+        .collect::<Vec<_>>();
+    current.extend(races);
     let gone = accepted.difference(&current).count();
 
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
@@ -109,10 +137,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             &report,
             &new,
             gone,
-            &path,
+            &paths,
         ),
     };
     ignore_broken_pipe(written.and_then(|_| out.flush()))?;
+    let blind = report.traces.iter().all(report::Coverage::blind);
+    if args.fail_if_blind && blind {
+        say!(
+            "foresight check: nothing of the program's synchronisation was visible (no lock \
+             and no memory access in {}): failing as --fail-if-blind asks",
+            report::counted(report.traces.len(), "trace", "traces")
+        );
+        return Ok(ExitCode::from(EXIT_NEW_FINDINGS));
+    }
     Ok(if new.is_empty() {
         ExitCode::SUCCESS
     } else {
@@ -125,15 +162,19 @@ fn write_text(
     report: &Report,
     new: &[Finding],
     gone: usize,
-    path: &std::path::Path,
+    paths: &[PathBuf],
 ) -> std::io::Result<()> {
     let known = report.findings.len() - new.len();
     writeln!(
         out,
-        "foresight check: {} findings over {} traces: {known} in the baseline {}, {} new",
-        report.findings.len(),
-        report.traces.len(),
-        path.display(),
+        "foresight check: {} over {}: {known} in the baseline {}, {} new",
+        report::counted(report.findings.len(), "finding", "findings"),
+        report::counted(report.traces.len(), "trace", "traces"),
+        paths
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(" + "),
         new.len()
     )?;
     // What an analysis left out (a budget that cut, events it could not use): a clean check
@@ -141,6 +182,9 @@ fn write_text(
     for t in &report.traces {
         for w in &t.warnings {
             writeln!(out, "warning: {}: {w}", t.path)?;
+        }
+        for n in &t.coverage.notes {
+            writeln!(out, "not seen: {}: {n}", t.path)?;
         }
     }
     if gone > 0 {

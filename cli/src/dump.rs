@@ -39,8 +39,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let result = (|| -> std::io::Result<()> {
         writeln!(
             out,
-            "{:>8}  {:>10}  {:<14} {:<20} {:<24} site",
-            "seq", "key", "thread", "event", "object"
+            "{:>8}  {:>10}  {:<14} {:>6}  {:<20} {:<24} site",
+            "seq", "key", "thread", "event", "kind", "object"
         )?;
         let mut n = 0u64;
         for (seq, m) in merged.by_ref().enumerate() {
@@ -60,8 +60,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .unwrap_or_default();
             writeln!(
                 out,
-                "{seq:>8}  {:>10}  {thread:<14} {:<20} {:<24} {site}",
+                "{seq:>8}  {:>10}  {thread:<14} {:>6}  {:<20} {:<24} {site}",
                 ev.key,
+                // The event's position in its thread: what a report's `[event N]` names.
+                m.index,
                 ev.kind.name(),
                 describe_operand(tables, &ev.kind),
             )?;

@@ -423,7 +423,7 @@ fn the_same_finding_in_many_traces_is_one_finding_listing_them() {
     let o = foresight(&dir, &check);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let out = stdout(&o);
-    assert!(out.contains("1 findings over 200 traces"), "{out}");
+    assert!(out.contains("1 finding over 200 traces"), "{out}");
     assert_eq!(out.matches("  lock-cycle | A -> B").count(), 1, "{out}");
     assert!(out.contains("in 200 traces: "), "{out}");
     let o = foresight(&dir, &["check", "--update-baseline", refs[3]]);

@@ -734,18 +734,20 @@ fn the_cycle_bound_is_configurable_and_reported() {
     }
     let bytes = t.bytes();
     let r = report_of(vec![bytes.clone()]);
-    assert!(
-        r.findings.is_empty(),
-        "a 5-cycle is longer than the default bound"
-    );
+    assert_eq!(r.summary.predicted, 1, "no length bound by default");
+    assert!(!r.summary.cycle_length_cut);
     let trace = Trace::from_bytes("t.trace", bytes).unwrap();
     let run = build_run(&trace, &mut |_| {});
     let opts = Options {
-        max_cycle_length: 5,
+        max_cycle_length: Some(4),
         ..Options::default()
     };
     let r = analyze(&[run], &[], &opts);
-    assert_eq!(r.summary.predicted, 1);
+    // The bound cuts the cycle, and says so: its component is still listed, potential.
+    assert_eq!((r.summary.predicted, r.summary.potential), (0, 1));
+    assert!(r.summary.cycle_length_cut);
+    assert!(r.components[0].search_cut);
+    assert_eq!(r.findings[0].cycle().len(), 5);
 }
 
 // --- the command line ---------------------------------------------------------------------
@@ -1121,13 +1123,13 @@ fn dense_and_one_inversion(n: usize) -> Vec<u8> {
 #[test]
 fn a_dense_component_lists_its_shortest_cycles_and_counts_the_rest() {
     let r = report_of(vec![dense_and_one_inversion(6)]);
-    // 6 locks, every order: 15 cycles of 2, 40 of 3, 90 of 4; plus X ⇄ Y.
-    assert_eq!(r.summary.class_cycles, 15 + 40 + 90 + 1);
+    // 6 locks, every order: 15 cycles of 2, 40 of 3, 90 of 4, 144 of 5, 120 of 6; plus X ⇄ Y.
+    assert_eq!(r.summary.class_cycles, 15 + 40 + 90 + 144 + 120 + 1);
     assert_eq!(r.components.len(), 2, "{:#?}", r.components);
     let dense = r.components.iter().find(|c| c.classes == 6).unwrap();
     assert_eq!(dense.edges, 30);
-    assert_eq!(dense.cycles_by_length, vec![0, 15, 40, 90]);
-    assert_eq!((dense.predicted, dense.potential), (0, 145));
+    assert_eq!(dense.cycles_by_length, vec![0, 15, 40, 90, 144, 120]);
+    assert_eq!((dense.predicted, dense.potential), (0, 409));
     assert_eq!(dense.listed_potential, 3);
     assert_eq!(dense.inversions, 15);
     assert_eq!(dense.top_inversions[0].counts, [2, 2]);
@@ -1142,13 +1144,13 @@ fn a_dense_component_lists_its_shortest_cycles_and_counts_the_rest() {
     assert_eq!(p.len(), 1);
     assert_eq!(p[0].cycle().len(), 2);
     assert!(p[0].cycle().iter().all(|c| c == "X" || c == "Y"));
-    assert_eq!(r.summary.unlisted_potential, 142);
+    assert_eq!(r.summary.unlisted_potential, 406);
     let text = show(&r);
     assert!(
-        text.contains("component 1: 6 classes, 30 edges, 145 cycles"),
+        text.contains("component 1: 6 classes, 30 edges, 409 cycles"),
         "{text}"
     );
-    assert!(text.contains("142 more lock cycles not listed"), "{text}");
+    assert!(text.contains("406 more lock cycles not listed"), "{text}");
     // One component listed whole needs no summary line.
     assert!(!text.contains("component 2"), "{text}");
 
@@ -1162,7 +1164,7 @@ fn a_dense_component_lists_its_shortest_cycles_and_counts_the_rest() {
     let all = analyze(&[run], &[], &opts);
     assert_eq!(
         with(&all, "potential-deadlock", Verdict::Potential).len(),
-        145
+        409
     );
     assert_eq!(predicted(&all).len(), 1);
     assert_eq!(all.summary.unlisted_potential, 0);

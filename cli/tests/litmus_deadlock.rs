@@ -406,6 +406,7 @@ litmus!(
     single_thread,
     three_cycle,
     four_cycle,
+    five_cycle,
     cross_run,
     join_holding_lock,
     join_after_unlock,

@@ -16,6 +16,9 @@ use foresight_trace::Trace;
 
 const BLOCKED: ThreadEndState = ThreadEndState::Blocked;
 const SIGTERM: EndReason = EndReason::Signal { signal: 15 };
+const SIGINT: EndReason = EndReason::Signal { signal: 2 };
+/// A stop that is no user's request to end the program (a watchdog's abort).
+const SIGABRT: EndReason = EndReason::Signal { signal: 6 };
 
 impl T {
     fn request(&mut self, t: ThreadId, lock: ObjectId, mode: LockMode, line: u32) {
@@ -178,7 +181,7 @@ fn a_recursive_mutex_its_holder_requests_again_is_no_self_deadlock() {
     let main = t.main;
     t.lock(main, m, 5);
     t.request(main, m, LockMode::Exclusive, 6);
-    let r = t.ended(SIGTERM, &[(main, BLOCKED)], None);
+    let r = t.ended(SIGABRT, &[(main, BLOCKED)], None);
     let o = observed(&r);
     assert_eq!(o.len(), 1, "{}", show(&r));
     assert_eq!(o[0].kind, Kind::ObservedStall, "blocked, but not on itself");
@@ -306,7 +309,7 @@ fn join_stall() -> (T, ThreadId) {
 fn threads_blocked_without_a_cycle_when_the_run_is_stopped_are_an_observed_stall() {
     let (t, w) = join_stall();
     let main = t.main;
-    let r = t.ended(SIGTERM, &[(main, BLOCKED), (w, BLOCKED)], None);
+    let r = t.ended(SIGABRT, &[(main, BLOCKED), (w, BLOCKED)], None);
     let o = observed(&r);
     assert_eq!(o.len(), 1, "{}", show(&r));
     assert_eq!(
@@ -319,6 +322,17 @@ fn threads_blocked_without_a_cycle_when_the_run_is_stopped_are_an_observed_stall
         o[0].observed().unwrap().threads[1].held.is_empty(),
         "the condition's mutex is not held while waiting"
     );
+}
+
+#[test]
+fn threads_idle_in_their_waits_when_the_user_stops_the_program_are_no_stall() {
+    // Ctrl-C (SIGINT) or SIGTERM of a healthy server: its threads wait for work, main joins.
+    for stop in [SIGINT, SIGTERM] {
+        let (t, w) = join_stall();
+        let main = t.main;
+        let r = t.ended(stop, &[(main, BLOCKED), (w, BLOCKED)], None);
+        assert!(observed(&r).is_empty(), "{stop:?}: {}", show(&r));
+    }
 }
 
 #[test]
@@ -350,7 +364,7 @@ fn a_thread_in_a_timed_wait_closes_no_cycle_and_is_listed_as_the_holder() {
     let (t, t1, t2) = abba();
     let main = t.main;
     let r = t.ended(
-        SIGTERM,
+        SIGABRT,
         &[
             (main, BLOCKED),
             (t1, BLOCKED),
@@ -441,7 +455,7 @@ fn many_threads_blocked_behind_a_read_held_lock_cost_bounded_work() {
         t.request(w, rw, LockMode::Exclusive, 20);
         ends.push((w, BLOCKED));
     }
-    let r = t.ended(SIGTERM, &ends, None);
+    let r = t.ended(SIGABRT, &ends, None);
     let o = observed(&r);
     assert_eq!(o.len(), 1);
     let d = o[0].observed().unwrap();

@@ -62,8 +62,10 @@ impl Finding {
     /// The finding's identity ([`FindingKey`]).
     pub fn key(&self) -> FindingKey {
         let mut classes: Vec<String> = self.cycle().iter().map(|c| one_line(c)).collect();
-        if let Detail::LockCycle { .. } = self.detail {
-            canonical_cycle(&mut classes);
+        match &self.detail {
+            Detail::LockCycle { .. } => canonical_cycle(&mut classes),
+            Detail::Race(r) => classes = vec![one_line(&race_memory(r))],
+            _ => {}
         }
         FindingKey {
             kind: self.kind,
@@ -100,6 +102,49 @@ impl SiteKey {
             role: l.role,
         }
     }
+}
+
+/// What a race is on, as its key names it: the variable (array indices left out: elements
+/// of one array are one variable to fix), else the heap block by its allocation site, else
+/// `memory` (an address is never part of a key: it changes from run to run).
+fn race_memory(r: &super::RaceReport) -> String {
+    if let Some(v) = &r.variable {
+        return without_indices(&v.name);
+    }
+    if let Some(b) = &r.block {
+        let site = &b.allocated_at;
+        let function = site.function.as_deref().unwrap_or("?");
+        return match (&site.file, site.line) {
+            (Some(f), Some(l)) => format!("heap block of {function}@{}:{l}", basename(f)),
+            (Some(f), None) => format!("heap block of {function}@{}", basename(f)),
+            _ => format!("heap block of {function}"),
+        };
+    }
+    "memory".to_string()
+}
+
+/// `counters[3].hits` → `counters[].hits`.
+fn without_indices(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut in_index = false;
+    for c in name.chars() {
+        match c {
+            '[' => {
+                in_index = true;
+                out.push(c);
+            }
+            ']' => {
+                in_index = false;
+                out.push(c);
+            }
+            _ if in_index && c.is_ascii_digit() => {}
+            _ => {
+                in_index = false;
+                out.push(c);
+            }
+        }
+    }
+    out
 }
 
 /// A cycle is the same cycle from any start: it starts at its smallest class name.

@@ -9,12 +9,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::sites::Location;
 
+mod coverage;
 pub mod json;
 mod key;
 mod message;
 pub mod sarif;
 pub mod text;
 
+pub use coverage::{Coverage, CoverageNote, LanguageRuntime};
 pub use key::{BaselineKey, BaselineKind, FindingKey, KeyError, SiteKey};
 pub use message::{Message, RaceMemory, RaceSide, WaitFor};
 
@@ -75,6 +77,9 @@ pub struct TraceSummary {
     /// The trace is a flight recorder's window of its run (`record --keep-last`): what it
     /// dropped. `null` for a whole recording.
     pub window: Option<WindowSummary>,
+    /// What the recording could not show (no lock of the program's own, a language runtime's
+    /// own synchronisation, no memory access).
+    pub coverage: Coverage,
 }
 
 /// What a flight recorder's window left out of its trace.
@@ -104,9 +109,13 @@ pub struct Summary {
     pub lock_order_edges: usize,
     /// Class-level elementary cycles found (those that can block: read-read breaks a cycle).
     pub class_cycles: usize,
-    pub max_cycle_length: usize,
+    /// The longest cycle searched for (`--max-cycle-length`); `null`: any length.
+    pub max_cycle_length: Option<usize>,
     /// The cycle search budget ran out: longer or later cycles may be missing.
     pub cycle_search_truncated: bool,
+    /// `max_cycle_length` stopped the search in a component with longer paths: longer cycles
+    /// may be missing.
+    pub cycle_length_cut: bool,
     /// Lock cycles counted in `components` but not listed in `findings` (a component lists a
     /// few of each verdict, shortest first; `--all` lists every one).
     pub unlisted_predicted: u64,
@@ -149,7 +158,7 @@ pub struct ComponentSummary {
     /// Edges between classes of the component.
     pub edges: usize,
     /// Cycles that can block, of up to `max_cycle_length` locks; `cycles_by_length[i]` have
-    /// i + 1 locks.
+    /// i + 1 locks. When `search_cut`, at least these.
     pub cycles: u64,
     pub cycles_by_length: Vec<u64>,
     /// Distinct predicted deadlocks, and cycles no predicted deadlock covers (potential).
@@ -161,6 +170,10 @@ pub struct ComponentSummary {
     /// Prediction stopped in this component once enough deadlocks were predicted to list, or
     /// kept no more reasons: some potential cycles were not checked at instance level.
     pub prediction_cut: bool,
+    /// The cycle search (its budget, or `--max-cycle-length`) stopped before every cycle of
+    /// this component was visited: one of its shortest cycles is still counted and listed, and
+    /// more may exist.
+    pub search_cut: bool,
     /// Pairs of classes taken in both orders, and the most seen of them (by the rarer of the
     /// two orders).
     pub inversions: usize,

@@ -165,12 +165,21 @@ pub fn to_value(
         .traces
         .iter()
         .flat_map(|t| {
-            t.warnings.iter().map(move |w| {
-                json!({
-                    "level": "warning",
-                    "message": { "text": format!("{}: {w}", t.path) },
+            t.warnings
+                .iter()
+                .map(move |w| {
+                    json!({
+                        "level": "warning",
+                        "message": { "text": format!("{}: {w}", t.path) },
+                    })
                 })
-            })
+                // What the recording could not show: a clean result is not a clean program.
+                .chain(t.coverage.notes.iter().map(move |n| {
+                    json!({
+                        "level": "warning",
+                        "message": { "text": format!("{}: not seen: {n}", t.path) },
+                    })
+                }))
         })
         .collect();
     if !notifications.is_empty() {

@@ -66,16 +66,22 @@ pub fn write_with(out: &mut impl Write, report: &Report, style: Style) -> std::i
         for w in &t.warnings {
             writeln!(out, "  warning: {w}")?;
         }
+        for n in &t.coverage.notes {
+            writeln!(out, "  not seen: {n}")?;
+        }
     }
     let s = &report.summary;
-    writeln!(
+    write!(
         out,
-        "lock-order graph: {}, {}, {} of up to {} locks",
+        "lock-order graph: {}, {}, {}",
         counted(s.lock_classes, "class", "classes"),
         counted(s.lock_order_edges, "edge", "edges"),
         counted(s.class_cycles, "cycle", "cycles"),
-        s.max_cycle_length
     )?;
+    match s.max_cycle_length {
+        Some(n) => writeln!(out, " of up to {}", counted(n, "lock", "locks"))?,
+        None => writeln!(out)?,
+    }
     if s.segments > 1 {
         writeln!(
             out,
@@ -87,8 +93,16 @@ pub fn write_with(out: &mut impl Write, report: &Report, style: Style) -> std::i
     if s.cycle_search_truncated {
         writeln!(
             out,
-            "note: the cycle search budget ran out; some cycles may be missing \
-             (raise --cycle-budget)"
+            "note: the cycle search budget ran out; some cycles may be missing (raise \
+             --cycle-budget); a component it cut lists one of its shortest cycles"
+        )?;
+    }
+    if s.cycle_length_cut {
+        writeln!(
+            out,
+            "note: cycles longer than {} were not searched for (--max-cycle-length); a \
+             component with longer paths lists one of its shortest cycles",
+            counted(s.max_cycle_length.unwrap_or(0), "lock", "locks")
         )?;
     }
     if s.candidate_budget_exhausted {
@@ -123,6 +137,7 @@ pub fn write_with(out: &mut impl Write, report: &Report, style: Style) -> std::i
         component(out, c, s.max_cycle_length)?;
     }
     writeln!(out)?;
+    let mut said = Said::new();
     let observed: Vec<&Finding> = report
         .findings
         .iter()
@@ -135,7 +150,7 @@ pub fn write_with(out: &mut impl Write, report: &Report, style: Style) -> std::i
             observed.len()
         )?;
         for f in observed {
-            finding(out, f, style)?;
+            finding(out, f, style, &mut said)?;
         }
     }
     let predicted: Vec<&Finding> = report
@@ -156,13 +171,13 @@ pub fn write_with(out: &mut impl Write, report: &Report, style: Style) -> std::i
     if !predicted.is_empty() {
         writeln!(out, "== PREDICTED deadlocks ({}) ==", predicted.len())?;
         for f in predicted {
-            finding(out, f, style)?;
+            finding(out, f, style, &mut said)?;
         }
     }
     if !races.is_empty() {
         writeln!(out, "== DATA RACES ({}) ==", races.len())?;
         for f in &races {
-            finding(out, f, style)?;
+            finding(out, f, style, &mut said)?;
         }
     }
     if !potential.is_empty() {
@@ -172,7 +187,7 @@ pub fn write_with(out: &mut impl Write, report: &Report, style: Style) -> std::i
             potential.len()
         )?;
         for f in potential {
-            finding(out, f, style)?;
+            finding(out, f, style, &mut said)?;
         }
     }
     let violations: Vec<&Finding> = report
@@ -187,7 +202,7 @@ pub fn write_with(out: &mut impl Write, report: &Report, style: Style) -> std::i
             violations.len()
         )?;
         for f in violations {
-            finding(out, f, style)?;
+            finding(out, f, style, &mut said)?;
         }
     }
     if report.summary.observed > 0 {
@@ -207,7 +222,15 @@ pub fn write_with(out: &mut impl Write, report: &Report, style: Style) -> std::i
         )?;
     }
     if report.summary.rank_violations > 0 {
-        write!(out, ", {} rank violations", report.summary.rank_violations)?;
+        write!(
+            out,
+            ", {}",
+            counted(
+                report.summary.rank_violations,
+                "rank violation",
+                "rank violations"
+            )
+        )?;
     }
     let unlisted = report.summary.unlisted_predicted + report.summary.unlisted_potential;
     if unlisted > 0 {
@@ -235,9 +258,13 @@ const COMPONENT_CLASSES: usize = 8;
 /// A component of the lock-order graph whose cycles are not all listed: what it holds, its
 /// cycles by length, its most seen inversions, and how many cycles the findings below list.
 /// (A component whose every cycle is listed needs no summary: its findings say it all.)
-fn component(out: &mut impl Write, c: &ComponentSummary, max_len: usize) -> std::io::Result<()> {
+fn component(
+    out: &mut impl Write,
+    c: &ComponentSummary,
+    max_len: Option<usize>,
+) -> std::io::Result<()> {
     let unlisted = c.predicted + c.potential - (c.listed_predicted + c.listed_potential) as u64;
-    if unlisted == 0 && !c.prediction_cut {
+    if unlisted == 0 && !c.prediction_cut && !c.search_cut {
         return Ok(());
     }
     let by_length: Vec<String> = c
@@ -247,14 +274,19 @@ fn component(out: &mut impl Write, c: &ComponentSummary, max_len: usize) -> std:
         .filter(|&(_, &n)| n > 0)
         .map(|(i, &n)| format!("{n} of {}", counted(i + 1, "lock", "locks")))
         .collect();
+    let up_to = match max_len {
+        Some(n) if !c.search_cut => format!(" of up to {}", counted(n, "lock", "locks")),
+        _ => String::new(),
+    };
     writeln!(
         out,
-        "component {}: {}, {}, {} of up to {} locks ({})",
+        "component {}: {}, {}, {}{}{} ({})",
         c.id,
         counted(c.classes, "class", "classes"),
         counted(c.edges, "edge", "edges"),
+        if c.search_cut { "at least " } else { "" },
         counted(c.cycles, "cycle", "cycles"),
-        max_len,
+        up_to,
         by_length.join(", ")
     )?;
     let mut names = c
@@ -292,6 +324,13 @@ fn component(out: &mut impl Write, c: &ComponentSummary, max_len: usize) -> std:
          --all lists every cycle",
         c.listed_predicted, c.predicted, c.listed_potential, c.potential
     )?;
+    if c.search_cut {
+        writeln!(
+            out,
+            "  the cycle search was cut here before every cycle was seen: more may exist \
+             (--cycle-budget, --max-cycle-length)"
+        )?;
+    }
     if c.prediction_cut {
         writeln!(
             out,
@@ -303,7 +342,16 @@ fn component(out: &mut impl Write, c: &ComponentSummary, max_len: usize) -> std:
     Ok(())
 }
 
-fn finding(out: &mut impl Write, f: &Finding, style: Style) -> std::io::Result<()> {
+/// The reasons already printed, by finding: a reason is said once, and a later finding with
+/// the same one refers to the first.
+type Said = Vec<(usize, String)>;
+
+fn finding(
+    out: &mut impl Write,
+    f: &Finding,
+    style: Style,
+    said: &mut Said,
+) -> std::io::Result<()> {
     writeln!(
         out,
         "[{}] {} ({}, rule {})",
@@ -415,8 +463,9 @@ fn finding(out: &mut impl Write, f: &Finding, style: Style) -> std::io::Result<(
             };
             writeln!(
                 out,
-                "    {} runs its first {} events{holds}",
-                t.thread, t.prefix_events
+                "    {} runs its first {}{holds}",
+                t.thread,
+                counted(t.prefix_events, "event", "events")
             )?;
         }
         writeln!(
@@ -428,11 +477,38 @@ fn finding(out: &mut impl Write, f: &Finding, style: Style) -> std::io::Result<(
                 ""
             }
         )?;
-        for (i, s) in w.schedule.iter().enumerate() {
-            writeln!(out, "      {:>2}. {s}", i + 1)?;
+        let mut step = 1;
+        for (block, times) in folded(&w.schedule) {
+            if times == 1 {
+                writeln!(out, "      {step:>2}. {}", block[0])?;
+            } else if block.len() == 1 {
+                let last = step + times - 1;
+                writeln!(
+                    out,
+                    "      {step:>2}. {} × {times} (to step {last})",
+                    block[0]
+                )?;
+            } else {
+                let last = step + times * block.len() - 1;
+                writeln!(
+                    out,
+                    "      {step:>2}. these {} steps × {times} (to step {last}):",
+                    block.len()
+                )?;
+                for b in &block {
+                    writeln!(out, "            {b}")?;
+                }
+            }
+            step += times * block.len();
         }
     }
-    writeln!(out, "  why: {}", f.reason)?;
+    match said.iter().find(|(_, r)| *r == f.reason) {
+        Some((first, _)) => writeln!(out, "  why: as for [{first}]")?,
+        None => {
+            writeln!(out, "  why: {}", f.reason)?;
+            said.push((f.id, f.reason.clone()));
+        }
+    }
     if f.traces.len() > 1 {
         const NAMED: usize = 3;
         let mut names = f
@@ -445,12 +521,45 @@ fn finding(out: &mut impl Write, f: &Finding, style: Style) -> std::io::Result<(
         if f.traces.len() > NAMED {
             names.push_str(&format!(" and {} more", f.traces.len() - NAMED));
         }
-        writeln!(out, "  in {} traces: {names}", f.traces.len())?;
+        writeln!(
+            out,
+            "  in {}: {names}",
+            counted(f.traces.len(), "trace", "traces")
+        )?;
     }
     if f.occurrences > 1 {
-        writeln!(out, "  seen {} times", f.occurrences)?;
+        writeln!(out, "  seen {}", counted(f.occurrences, "time", "times"))?;
     }
     writeln!(out)
+}
+
+/// Longest run of steps folded as one block ("these 2 steps × 3").
+const FOLDED_BLOCK: usize = 4;
+
+/// The schedule with its repetitions folded: each item is a block of steps and how many times
+/// it runs back to back. A witness that takes the same locks in a loop says so once.
+fn folded(steps: &[String]) -> Vec<(Vec<&str>, usize)> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < steps.len() {
+        // The block length that covers the most steps by repeating, shortest on a tie.
+        let mut best = (1, 1);
+        for p in 1..=FOLDED_BLOCK.min(steps.len() - i) {
+            let mut times = 1;
+            while i + (times + 1) * p <= steps.len()
+                && steps[i..i + p] == steps[i + times * p..i + (times + 1) * p]
+            {
+                times += 1;
+            }
+            if times > 1 && times * p > best.0 * best.1 {
+                best = (p, times);
+            }
+        }
+        let (p, times) = best;
+        out.push((steps[i..i + p].iter().map(String::as_str).collect(), times));
+        i += p * times;
+    }
+    out
 }
 
 /// A cycle's names in order, back to the first: `A → B → A`.
@@ -472,8 +581,12 @@ fn edge(out: &mut impl Write, i: usize, e: &EdgeReport, style: Style) -> std::io
     if e.earlier {
         writeln!(
             out,
-            "  edge {i}: {} → {} ({} in {}, seen {} times before the flight recorder's window)",
-            e.from_class, e.to_class, e.thread, e.trace, e.edge_count
+            "  edge {i}: {} → {} ({} in {}, seen {} before the flight recorder's window)",
+            e.from_class,
+            e.to_class,
+            e.thread,
+            e.trace,
+            counted(e.edge_count, "time", "times")
         )?;
         writeln!(
             out,
@@ -490,8 +603,12 @@ fn edge(out: &mut impl Write, i: usize, e: &EdgeReport, style: Style) -> std::io
     }
     writeln!(
         out,
-        "  edge {i}: {} → {} ({} in {}, seen {} times)",
-        e.from_class, e.to_class, e.thread, e.trace, e.edge_count
+        "  edge {i}: {} → {} ({} in {}, seen {})",
+        e.from_class,
+        e.to_class,
+        e.thread,
+        e.trace,
+        counted(e.edge_count, "time", "times")
     )?;
     writeln!(
         out,

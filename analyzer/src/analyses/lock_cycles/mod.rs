@@ -10,7 +10,7 @@ use foldhash::{HashMap, HashMapExt};
 use std::collections::{BTreeSet, BinaryHeap};
 
 use crate::closure::{Budget, Closure, NotPredicted, PatternEvent};
-use crate::cycles::{for_each_cycle, strongly_connected_components, Flow};
+use crate::cycles::{for_each_cycle, shortest_cycle, strongly_connected_components, Flow};
 use crate::deadlock::{
     check_lock_cycle, rejection_text, search_abstract_pattern, LockCycleCandidate, Rejection,
 };
@@ -151,6 +151,7 @@ pub(crate) fn lock_cycle_findings(
             },
         );
         summary.cycle_search_truncated |= search.truncated;
+        summary.cycle_length_cut |= search.length_cut;
     }
 
     // Predicted findings, listed up to the limit in each component of the class graph.
@@ -179,54 +180,69 @@ pub(crate) fn lock_cycle_findings(
     // Reused for every cycle: a dense graph has hundreds of thousands.
     let mut edges: Vec<&ClassEdge> = Vec::new();
     let mut modes: Vec<u8> = Vec::new();
+    // `cut`: a shortest cycle of a component whose enumeration was cut before any of its
+    // cycles was visited, so that the cut never hides a component.
+    let mut visit = |component: usize, cycle: &[usize], cut: bool| {
+        let k = cycle.len();
+        graph.cycle_edges(cycle, &mut edges);
+        modes.clear();
+        modes.extend(edges.iter().map(|e| e.modes));
+        if !modes_can_block(&modes) {
+            // Read-read at some lock: with reader-preferring rwlocks this order never
+            // blocks.
+            return Flow::Continue;
+        }
+        if cut && tally[component].by_length.iter().any(|&n| n > 0) {
+            return Flow::Continue;
+        }
+        summary.class_cycles += 1;
+        let t = &mut tally[component];
+        if t.by_length.len() < k {
+            t.by_length.resize(k, 0);
+        }
+        t.by_length[k - 1] += 1;
+        if covering
+            .iter()
+            .any(|s| edges.iter().all(|e| s.contains(&(e.from, e.to))))
+        {
+            return Flow::Continue;
+        }
+        t.potential += 1;
+        let seen = edges.iter().map(|e| e.count).min().unwrap_or(0);
+        order += 1;
+        let entry = Listed {
+            key: (k, std::cmp::Reverse(seen), order),
+            cycle: cycle.to_vec(),
+        };
+        if t.listed.len() < limit {
+            t.listed.push(entry);
+        } else if t.listed.peek().is_some_and(|worst| entry.key < worst.key) {
+            t.listed.pop();
+            t.listed.push(entry);
+        }
+        Flow::Continue
+    };
     let search = for_each_cycle(
         &adjacency,
         &class_scc,
         opts.max_cycle_length,
         opts.cycle_budget,
-        |component, cycle| {
-            let k = cycle.len();
-            graph.cycle_edges(cycle, &mut edges);
-            modes.clear();
-            modes.extend(edges.iter().map(|e| e.modes));
-            if !modes_can_block(&modes) {
-                // Read-read at some lock: with reader-preferring rwlocks this order never
-                // blocks.
-                return Flow::Continue;
-            }
-            summary.class_cycles += 1;
-            let t = &mut tally[component];
-            if t.by_length.len() < k {
-                t.by_length.resize(k, 0);
-            }
-            t.by_length[k - 1] += 1;
-            if covering
-                .iter()
-                .any(|s| edges.iter().all(|e| s.contains(&(e.from, e.to))))
-            {
-                return Flow::Continue;
-            }
-            t.potential += 1;
-            let seen = edges.iter().map(|e| e.count).min().unwrap_or(0);
-            order += 1;
-            let entry = Listed {
-                key: (k, std::cmp::Reverse(seen), order),
-                cycle: cycle.to_vec(),
-            };
-            if t.listed.len() < limit {
-                t.listed.push(entry);
-            } else if t.listed.peek().is_some_and(|worst| entry.key < worst.key) {
-                t.listed.pop();
-                t.listed.push(entry);
-            }
-            Flow::Continue
-        },
+        |component, cycle| visit(component, cycle, false),
     );
+    for &c in &search.cut_components {
+        if let Some(cycle) = shortest_cycle(&adjacency, &class_scc, c, opts.cycle_budget) {
+            visit(c, &cycle, true);
+        }
+    }
+    for &c in &search.cut_components {
+        tally[c].search_cut = true;
+    }
     summary.cycle_search_truncated |= search.truncated;
+    summary.cycle_length_cut |= search.length_cut;
 
     let mut summaries = Vec::new();
     for (c, t) in tally.into_iter().enumerate() {
-        if t.by_length.iter().sum::<u64>() == 0 && t.predicted == 0 {
+        if t.by_length.iter().sum::<u64>() == 0 && t.predicted == 0 && !t.search_cut {
             continue;
         }
         let mut listed = t.listed.into_vec();
@@ -251,6 +267,7 @@ pub(crate) fn lock_cycle_findings(
                 listed_predicted: t.listed_predicted,
                 listed_potential: listed.len(),
                 prediction_cut: t.prediction_cut,
+                search_cut: t.search_cut,
             },
         ));
     }
@@ -270,6 +287,7 @@ struct Tally {
     /// The potential cycles to list: a max-heap on the key, so the worst is dropped first.
     listed: BinaryHeap<Listed>,
     prediction_cut: bool,
+    search_cut: bool,
 }
 
 /// A potential cycle to list, ordered by (length, most seen first, enumeration order).
@@ -302,6 +320,7 @@ pub(crate) struct ComponentCounts {
     pub listed_predicted: usize,
     pub listed_potential: usize,
     pub prediction_cut: bool,
+    pub search_cut: bool,
 }
 
 /// Classes named in a component's summary, at most; inversions listed, at most.
@@ -355,6 +374,7 @@ pub(crate) fn component_summary(
         listed_predicted: counts.listed_predicted,
         listed_potential: counts.listed_potential,
         prediction_cut: counts.prediction_cut,
+        search_cut: counts.search_cut,
         inversions: inversion_count,
         top_inversions: inversions
             .into_iter()

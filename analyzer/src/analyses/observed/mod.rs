@@ -14,8 +14,10 @@
 //!   in it): none of them could ever have returned;
 //! - `observed-stall` otherwise: threads blocked in joins, barriers, conditions or semaphores,
 //!   and those waiting for them or for a thread that was running or had exited holding the
-//!   lock. Reported only when the run was stopped (a signal, the hang timeout, recording
-//!   stopped): threads idle in a wait when a program exits are its normal end.
+//!   lock. Reported only when the run was stopped as stuck (the hang timeout, `record`
+//!   killed, recording stopped, a signal other than the SIGINT, SIGTERM or SIGHUP a user stops
+//!   a program with): threads idle in a wait when a program exits, or is stopped by its user
+//!   (Ctrl-C of a healthy server), are its normal end.
 //!
 //! Only threads in the `Blocked` state take part: one in a call with a timeout would have
 //! returned by itself; it is listed when a blocked thread waits for it. A thread whose end
@@ -152,13 +154,15 @@ pub fn observed_findings(run: &Run) -> Vec<Finding> {
 
     let components = components(&g);
     let stopped = run_was_stopped(run);
+    let user_stop = run.end.stopped.is_none()
+        && matches!(run.end.reason, Some(EndReason::Signal { signal }) if is_user_stop(signal));
     let mut findings = Vec::new();
     for members in components {
         if !members.iter().any(|&t| g.blocked(t).is_some()) {
             continue;
         }
         let cycle = find_cycle(&g, &members);
-        if cycle.is_none() && !stopped {
+        if cycle.is_none() && !stopped && !(user_stop && stuck_on_a_lock(&g, &members)) {
             continue;
         }
         findings.push(finding(&g, &members, cycle));
@@ -166,13 +170,37 @@ pub fn observed_findings(run: &Run) -> Vec<Finding> {
     findings
 }
 
-/// Whether the process was stopped from outside (a signal, the hang timeout) or recording
-/// stopped, rather than ending by itself.
+/// Whether the process was stopped as stuck (the hang timeout, `record` killed, recording
+/// stopped, a signal such as SIGABRT or SIGSEGV), rather than ending by itself. A stop the
+/// user asks for (SIGINT from Ctrl-C, SIGTERM, SIGHUP: how a healthy server is ended) is the
+/// program's normal end: threads idle in their waits then are no stall (a cycle of blocked
+/// threads is still a deadlock).
 fn run_was_stopped(run: &Run) -> bool {
     // A snapshot the user asked for is a look at a stopped run too.
     run.end.stopped.is_some()
         || run.end.snapshot.is_some()
-        || matches!(run.end.reason, Some(EndReason::Signal { .. }))
+        || matches!(
+            run.end.reason,
+            Some(EndReason::Signal { signal }) if !is_user_stop(signal)
+        )
+}
+
+/// Whether a thread of the part waits for a lock whose holder will never release it: a holder
+/// that exited or is blocked itself. That is a hang whatever stopped the run; a holder still
+/// running may have been about to release it.
+fn stuck_on_a_lock(g: &Graph, members: &[u32]) -> bool {
+    let end = &g.run.end;
+    members.iter().any(|&t| {
+        g.out[t as usize].iter().any(|&(u, via)| {
+            matches!(via, Via::Holds(_))
+                && (g.blocked(u).is_some() || end.exited.get(u as usize).copied().unwrap_or(false))
+        })
+    })
+}
+
+/// SIGHUP, SIGINT, SIGTERM: the signals a user (or a service manager) stops a program with.
+fn is_user_stop(signal: i32) -> bool {
+    matches!(signal, 1 | 2 | 15)
 }
 
 /// The weakly connected parts of the graph that have an edge or a blocked thread, each sorted.

@@ -6,7 +6,7 @@ use crate::closure::{closure_before, Budget, PatternEvent};
 use crate::describe;
 use crate::model::Run;
 use crate::races::shadow::AccessKind;
-use crate::races::{Pair, RaceAccess, RaceOutput, SitePair};
+use crate::races::{Pair, RaceAccess, RaceOutput};
 use crate::report::{
     AccessReport, BlockReport, Detail, Finding, FindingLocation, Kind, Message, RaceMemory,
     RaceReport, RaceSide, Role, Rule, VariableReport, Verdict,
@@ -38,19 +38,14 @@ pub(crate) fn race_findings(
     if !out.complete {
         return (findings, stats);
     }
-    // One finding per pair of lines: a line's read and write are distinct sites (and so are
-    // two instructions of one line), but one thing to fix.
-    let mut by_lines: Vec<(LineKey, SitePair)> = Vec::new();
+    // One finding per variable (or heap block by its allocation site) and pair of lines: two
+    // instructions of one line are one site, two elements of one array one variable, and a
+    // line's read and write one thing to fix. The instances fold into it; it shows (and its
+    // key names) the strongest instance, writes over reads, so that which instances a run
+    // happened to show changes its count, not its key.
+    let mut groups: foldhash::HashMap<RaceGroup, usize> = Default::default();
     for r in &out.races {
-        let key = line_key(run, &r.first);
-        match by_lines.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, merged)) => merged.count += r.count,
-            None => by_lines.push((key, r.clone())),
-        }
-    }
-    for (_, r) in &by_lines {
-        stats.happens_before += 1;
-        findings.push(finding(
+        let f = finding(
             run,
             out,
             &r.first,
@@ -62,15 +57,33 @@ pub(crate) fn race_findings(
              itself (5.1.2.4); it needed no unlucky timing to happen"
                 .to_string(),
             None,
-        ));
+        );
+        match groups.entry(race_group(&f)) {
+            std::collections::hash_map::Entry::Occupied(e) => fold(&mut findings[*e.get()], f),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(findings.len());
+                stats.happens_before += 1;
+                findings.push(f);
+            }
+        }
     }
     if !run.hb.complete {
         return (findings, stats);
     }
-    let mut predicted_lines: Vec<LineKey> = by_lines.into_iter().map(|(k, _)| k).collect();
     for c in &out.candidates {
-        let key = line_key(run, &c.instances[0]);
-        if predicted_lines.contains(&key) {
+        let probe = finding(
+            run,
+            out,
+            &c.instances[0],
+            c.count,
+            Rule::SyncPreserving,
+            String::new(),
+            None,
+        );
+        let probe = race_group(&probe);
+        if let Some(&i) = groups.get(&probe) {
+            // Already a race of the run (or confirmed): these instances are more of it.
+            findings[i].occurrences += c.count;
             continue;
         }
         stats.candidate_pairs += 1;
@@ -125,7 +138,9 @@ pub(crate) fn race_findings(
                             .to_string(),
                         Some(witness),
                     ));
-                    predicted_lines.push(key.clone());
+                    let at = findings.len() - 1;
+                    groups.insert(race_group(&findings[at]), at);
+                    groups.insert(probe.clone(), at);
                     decided = true;
                     confirmed = true;
                     break;
@@ -142,23 +157,44 @@ pub(crate) fn race_findings(
     (findings, stats)
 }
 
-/// The two source lines of a pair, in a fixed order (`module+offset` when not symbolised).
-type LineKey = (String, String);
+/// What one race finding stands for: its memory (the key's class) and its sites without
+/// their access kinds.
+type RaceGroup = (
+    Vec<String>,
+    std::collections::BTreeSet<(Option<String>, Option<u32>, Option<String>)>,
+);
 
-fn line_key(run: &Run, pair: &Pair) -> LineKey {
-    let line = |a: &RaceAccess| {
-        let l = run.location(a.access.site);
-        match (&l.file, l.line) {
-            (Some(f), n) if n > 0 => format!("{f}:{n}"),
-            _ => l.text,
-        }
-    };
-    let (a, b) = (line(&pair[0]), line(&pair[1]));
-    if a <= b {
-        (a, b)
-    } else {
-        (b, a)
+fn race_group(f: &Finding) -> RaceGroup {
+    let key = f.key();
+    (
+        key.classes,
+        key.sites
+            .into_iter()
+            .map(|s| (s.file, s.line, s.function))
+            .collect(),
+    )
+}
+
+/// How strong an instance is: writes over reads, plain over atomic.
+fn strength(f: &Finding) -> u32 {
+    f.locations
+        .iter()
+        .map(|l| match l.role {
+            Role::Writes => 3,
+            Role::AtomicWrites => 2,
+            Role::Reads => 1,
+            _ => 0,
+        })
+        .sum()
+}
+
+/// Folds another instance of a race into its finding, which then shows the stronger one.
+fn fold(into: &mut Finding, other: Finding) {
+    let occurrences = into.occurrences + other.occurrences;
+    if strength(&other) > strength(into) {
+        *into = other;
     }
+    into.occurrences = occurrences;
 }
 
 fn verb(kind: AccessKind) -> &'static str {
