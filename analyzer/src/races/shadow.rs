@@ -5,9 +5,18 @@
 //! from the same site supersedes it, losing no pair of sites a report could name (whatever races
 //! with the earlier access races with the later one too: both are of one thread, the later one
 //! after). Entries from other sites stay, so that every pair of racing lines is seen, not only
-//! the last writer as FastTrack keeps (Flanagan & Freund, PLDI 2009); a granule holds at most
-//! [`CELL_CAPACITY`] entries, beyond which the oldest entry already ordered before the newcomer
-//! goes first (then the oldest), and the evictions are counted.
+//! the last writer as FastTrack keeps (Flanagan & Freund, PLDI 2009).
+//!
+//! **Epochs.** Where a granule would otherwise spill to a vector or drop an entry, an access
+//! merges into an entry of its thread, kind and locks from the thread's current epoch (no event
+//! of the thread but plain accesses and allocations since): every later access is ordered with
+//! both or with neither, so the verdicts stay exact. The same bytes from another line make the
+//! entry stand for a set of lines (interned, `site_sets.rs`; each line is still reported, with
+//! the epoch's newest position); the same line with other bytes widens its bytes. A thread
+//! reading a buffer from a dozen lines between two synchronisations so keeps one entry, not a
+//! dozen. Only entries of different epochs still fill a granule: it holds at most
+//! [`CELL_CAPACITY`] entries, beyond which the oldest entry already ordered before the
+//! newcomer goes first (then the oldest), and the evictions are counted by line.
 //!
 //! Bytes are tracked within a granule by a mask, so that two threads writing neighbouring bytes
 //! of one word (two `char` fields of a struct) do not race.
