@@ -125,6 +125,16 @@ fn part_report(runs: &[Run], warnings: &[Vec<String>], opts: &Options) -> (Repor
                             r.threads.len()
                         ));
                     }
+                    if r.hb.writes_not_followed > 0 {
+                        w.push(format!(
+                            "the reads-from table's memory budget ({} MiB) was full: {} writes \
+                             to memory first written after that were not followed, so a \
+                             predicted deadlock or race may need a read of that memory to read \
+                             another write than it did",
+                            crate::last_writers::MEMORY_BUDGET >> 20,
+                            r.hb.writes_not_followed
+                        ));
+                    }
                     if r.races.accesses > 0 && !r.races.complete {
                         w.push(format!(
                             "{} threads: the race pass's clocks outgrew their memory budget, \

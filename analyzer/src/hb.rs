@@ -31,6 +31,9 @@ pub struct HappensBefore {
     /// False when the clocks outgrew their memory budget and were abandoned: then nothing may
     /// be predicted from this trace (missing edges would make predictions unsound).
     pub complete: bool,
+    /// Writes whose memory the reads-from table had no room for (`last_writers.rs`), so far:
+    /// a read of that memory is not kept after its writer by predictions.
+    pub writes_not_followed: u64,
 }
 
 impl HappensBefore {
@@ -391,6 +394,7 @@ impl HbBuilder {
         HappensBefore {
             receives: self.receives,
             complete: !self.overflowed,
+            writes_not_followed: self.last_write.writes_not_followed(),
         }
     }
 
@@ -409,6 +413,8 @@ impl HbBuilder {
         HappensBefore {
             receives,
             complete: !self.overflowed,
+            // Counted once, by the walk's last part (`finish`), as the race pass counts.
+            writes_not_followed: 0,
         }
     }
 }

@@ -9,8 +9,10 @@
 //! the cost of a comparison and an array index, not a hash lookup that misses the cache. A page costs 8 bytes a granule where a hash map of granules cost about
 //! 18; a page with one granule in use costs 256 bytes, so a program that touches one word in
 //! every 256 bytes costs more than before. Either way the table grows with the memory the
-//! program touched, not with the trace's length; it is not budgeted, since a reads-from edge
-//! left out would make predictions unsound.
+//! program touched, not with the trace's length, up to a memory budget ([`MEMORY_BUDGET`]): a
+//! trace can claim writes over gigabytes in a few bytes. Past the budget, writes to memory
+//! without a page yet are not followed, and counted ([`LastWriters::writes_not_followed`]); the
+//! report says that predictions may then reorder a read of that memory before its writer.
 //!
 //! Page numbers come from an untrusted trace: the map's hash is foldhash's, seeded per map, so
 //! a trace cannot be crafted to make its pages collide.
@@ -19,6 +21,13 @@ use foldhash::{HashMap, HashMapExt};
 
 /// Granules a page holds: 256 bytes of the program's memory.
 pub const PAGE_GRANULES: usize = 32;
+
+/// Bytes the pages and their index take at most: about 230 MiB of the program's memory
+/// written (the whole walk of zstd's compressor over 32 MiB of input peaks at 124 MB).
+pub const MEMORY_BUDGET: usize = 256 << 20;
+
+/// Bytes a page takes, with its share of the index (key, value and the map's slack).
+const PAGE_BYTES: usize = std::mem::size_of::<Page>() + 32;
 
 /// The writer of a granule: (thread, position in the thread); `NONE` in its thread when no
 /// write was seen (a trace's thread index is below `u32::MAX`).
@@ -35,6 +44,10 @@ pub struct LastWriters {
     /// Pages found lately, by page number modulo [`RECENT`]: (page number, index in
     /// `pages`); `u64::MAX` for none (a granule is below 2^61, so no page number is that).
     recent: Box<[(u64, u32)]>,
+    /// The most pages kept.
+    max_pages: usize,
+    /// Writes (or parts of writes) to memory that had no page when the budget was full.
+    writes_not_followed: u64,
 }
 
 /// Pages remembered in `recent`: 4 MiB of the program's memory when they are consecutive, so
@@ -49,11 +62,23 @@ impl Default for LastWriters {
 
 impl LastWriters {
     pub fn new() -> Self {
+        Self::with_budget(MEMORY_BUDGET)
+    }
+
+    /// A table whose pages take at most about `bytes`.
+    pub fn with_budget(bytes: usize) -> Self {
         LastWriters {
             pages: Vec::new(),
             index: HashMap::new(),
             recent: vec![(u64::MAX, 0); RECENT].into_boxed_slice(),
+            max_pages: bytes / PAGE_BYTES,
+            writes_not_followed: 0,
         }
+    }
+
+    /// Writes not followed for want of room (a write over several pages counts once).
+    pub fn writes_not_followed(&self) -> u64 {
+        self.writes_not_followed
     }
 
     /// The last writer of `granule`, if any.
@@ -73,37 +98,77 @@ impl LastWriters {
         (w.0 != NONE).then_some(w)
     }
 
-    /// Sets the last writer of every granule in `first..=last`.
+    /// Sets the last writer of every granule in `first..=last` (those the budget has room
+    /// for).
     #[inline]
     pub fn set(&mut self, first: u64, last: u64, writer: Writer) {
         let mut g = first;
+        let mut refused = false;
         loop {
             let page = g / PAGE_GRANULES as u64;
-            let i = self.page_for_write(page) as usize;
-            let from = (g % PAGE_GRANULES as u64) as usize;
             let page_last = page * PAGE_GRANULES as u64 + (PAGE_GRANULES as u64 - 1);
-            let to = (last.min(page_last) % PAGE_GRANULES as u64) as usize;
-            self.pages[i][from..=to].fill(writer);
+            match self.page_for_write(page) {
+                Some(i) => {
+                    let from = (g % PAGE_GRANULES as u64) as usize;
+                    let to = (last.min(page_last) % PAGE_GRANULES as u64) as usize;
+                    self.pages[i as usize][from..=to].fill(writer);
+                }
+                None => {
+                    refused = true;
+                    if last > page_last
+                        && last - page_last > self.pages.len() as u64 * PAGE_GRANULES as u64
+                    {
+                        // No room, and more of the write ahead than the pages kept: only
+                        // those pages can still take it, in time bounded by the budget.
+                        self.set_kept(page_last + 1, last, writer);
+                        break;
+                    }
+                }
+            }
             if last <= page_last {
-                return;
+                break;
             }
             g = page_last + 1;
         }
+        if refused {
+            self.writes_not_followed += 1;
+        }
     }
 
+    /// Sets the writer of the granules in `first..=last` that kept pages hold.
+    #[cold]
+    fn set_kept(&mut self, first: u64, last: u64, writer: Writer) {
+        let (first_page, last_page) = (first / PAGE_GRANULES as u64, last / PAGE_GRANULES as u64);
+        for (&page, &i) in &self.index {
+            if page < first_page || page > last_page {
+                continue;
+            }
+            let base = page * PAGE_GRANULES as u64;
+            let from = (first.max(base) - base) as usize;
+            let to = (last.min(base + PAGE_GRANULES as u64 - 1) - base) as usize;
+            self.pages[i as usize][from..=to].fill(writer);
+        }
+    }
+
+    /// The page of `page`'s granules, made if the budget has room.
     #[inline]
-    fn page_for_write(&mut self, page: u64) -> u32 {
+    fn page_for_write(&mut self, page: u64) -> Option<u32> {
         let recent = &mut self.recent[page as usize % RECENT];
         if recent.0 == page {
-            return recent.1;
+            return Some(recent.1);
         }
-        let next = self.pages.len() as u32;
-        let i = *self.index.entry(page).or_insert(next);
-        if i == next {
-            self.pages.push([(NONE, 0); PAGE_GRANULES]);
-        }
+        let i = match self.index.get(&page) {
+            Some(&i) => i,
+            None if self.pages.len() >= self.max_pages => return None,
+            None => {
+                let next = self.pages.len() as u32;
+                self.index.insert(page, next);
+                self.pages.push([(NONE, 0); PAGE_GRANULES]);
+                next
+            }
+        };
         *recent = (page, i);
-        i
+        Some(i)
     }
 }
 
@@ -141,5 +206,32 @@ mod tests {
         w.set(top, top + 1, (3, 3));
         assert_eq!(w.get(top + 1), Some((3, 3)));
         assert_eq!(w.get(top - 1), None);
+    }
+
+    #[test]
+    fn a_full_budget_leaves_new_pages_unfollowed_and_counts_the_writes() {
+        let p = PAGE_GRANULES as u64;
+        let mut w = LastWriters::with_budget(3 * PAGE_BYTES);
+        w.set(0, 2 * p - 1, (1, 1)); // two pages
+        assert_eq!(w.writes_not_followed(), 0);
+        // A write over 2^40 granules: the third page is made, the rest refused, quickly.
+        w.set(p, 1 << 40, (2, 2));
+        assert_eq!(w.writes_not_followed(), 1);
+        assert_eq!(w.pages.len(), 3);
+        assert_eq!(w.get(0), Some((1, 1)));
+        assert_eq!(w.get(p), Some((2, 2)));
+        assert_eq!(w.get(2 * p), Some((2, 2)));
+        assert_eq!(w.get(5 * p), None);
+        // The pages kept still take their part of a write refused elsewhere.
+        w.set(p - 1, 1 << 40, (3, 3));
+        assert_eq!(w.writes_not_followed(), 2);
+        assert_eq!(
+            (w.get(p - 1), w.get(3 * p - 1)),
+            (Some((3, 3)), Some((3, 3)))
+        );
+        assert_eq!(w.get(0), Some((1, 1)));
+        w.set(1 << 41, (1 << 41) + 1, (3, 4));
+        assert_eq!(w.writes_not_followed(), 3);
+        assert_eq!(w.get(1 << 41), None);
     }
 }

@@ -480,8 +480,13 @@ fn stream_run(
                 .clone()
                 .for_recorded_depth(stream.header().stack_depth),
         )
-        .with_end_reason(stream.trailer().map(|t| t.reason))
-        .with_race_memory(race_memory);
+        .with_end_reason(stream.trailer().map(|t| t.reason));
+    // No race budget is `graph`'s: the lock-order graph needs neither races nor reads-from.
+    let model = if race_memory == 0 {
+        model.lock_order_only()
+    } else {
+        model.with_race_memory(race_memory)
+    };
     let bar = tty.then(|| {
         let b = match expected {
             Some(n) => ProgressBar::new(n).with_style(

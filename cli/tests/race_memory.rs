@@ -1,7 +1,7 @@
-//! The race analysis stays within its memory budget whatever the trace: a small hostile trace of
-//! writes to distinct addresses (and a few accesses spanning gigabytes) is analysed by
-//! `analyze`, `check` and `graph` under an address-space limit far below what tracking every
-//! granule would take, and the report names what the budget left unchecked.
+//! The race analysis and the walk's reads-from table stay within their memory budgets whatever
+//! the trace: a small hostile trace of writes to distinct addresses (and accesses spanning
+//! gigabytes) is analysed by `analyze`, `check` and `graph` under an address-space limit far
+//! below what tracking every granule would take, and the report names what the budgets cut.
 
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -15,8 +15,8 @@ use foresight_trace::compress::CompressMode;
 /// below would ask for is far beyond it.
 const ADDRESS_SPACE: u64 = 1536 << 20;
 
-/// Writes to distinct granules, two threads side by side, then a read of 1 GiB: compressed, a
-/// few kilobytes of trace.
+/// Writes to distinct granules, two threads side by side, then a read of 1 GiB and a write of
+/// 4 GiB: compressed, a few kilobytes of trace.
 fn hostile_trace() -> Vec<u8> {
     let mut b = TraceBuilder::new("hostile");
     b.compress(CompressMode::Auto);
@@ -34,6 +34,8 @@ fn hostile_trace() -> Vec<u8> {
         b.write(two, 0x1000_0000 + i * 64 + 8, 8, w2);
     }
     b.read(two, 0x7000_0000_0000, 1 << 30, huge);
+    let whole = b.site("wipe", "hostile.c", 10);
+    b.write(one, 0x6000_0000_0000, u32::MAX, whole);
     let s = b.site("main", "hostile.c", 30);
     b.join(main, one, s);
     b.join(main, two, s);
@@ -130,12 +132,17 @@ fn a_trace_of_writes_to_distinct_addresses_stays_within_the_race_memory_budget()
         text(&o.stdout)
     );
 
-    // The default budget has room for the distinct writes: only the 1 GiB read is cut.
+    // The default budget has room for the distinct writes: only the 1 GiB read and the 4 GiB
+    // write are cut, and the reads-from table says it could not follow the write.
     let o = limited(&dir, &["analyze", "--format", "json", "hostile.trace"]);
     let out = text(&o.stdout);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     assert!(
         out.contains("memory budget (512 MiB) was full") && out.contains("hostile.c:9"),
+        "{out}"
+    );
+    assert!(
+        out.contains("reads-from table's memory budget (256 MiB) was full: 1 writes"),
         "{out}"
     );
     assert!(!out.contains("hostile.c:7"), "{out}");

@@ -705,6 +705,18 @@ impl<'t> ModelPass<'t> {
         self
     }
 
+    /// A model for the lock-order graph alone (`graph`): no race analysis, and no reads-from,
+    /// so no table of last writers (`last_writers.rs`). The runs' clocks then lack the
+    /// reads-from edges every prediction needs: nothing may be predicted from them.
+    pub fn lock_order_only(mut self) -> Self {
+        self.race_memory = 0;
+        self.hb = HbPass::new(
+            self.threads.len(),
+            EdgeKinds::DEADLOCK.without(EdgeKinds::READS_FROM),
+        );
+        self
+    }
+
     pub fn for_trace(trace: &'t Trace) -> Self {
         let tables = &trace.tables;
         let threads = trace

@@ -31,6 +31,7 @@
 mod granules;
 pub mod locksets;
 pub mod shadow;
+mod site_sets;
 mod state;
 
 use foresight_trace::tables::Tables;

@@ -5,9 +5,18 @@
 //! from the same site supersedes it, losing no pair of sites a report could name (whatever races
 //! with the earlier access races with the later one too: both are of one thread, the later one
 //! after). Entries from other sites stay, so that every pair of racing lines is seen, not only
-//! the last writer as FastTrack keeps (Flanagan & Freund, PLDI 2009); a granule holds at most
-//! [`CELL_CAPACITY`] entries, beyond which the oldest entry already ordered before the newcomer
-//! goes first (then the oldest), and the evictions are counted.
+//! the last writer as FastTrack keeps (Flanagan & Freund, PLDI 2009).
+//!
+//! **Epochs.** Where a granule would otherwise spill to a vector or drop an entry, an access
+//! merges into an entry of its thread, kind and locks from the thread's current epoch (no event
+//! of the thread but plain accesses and allocations since): every later access is ordered with
+//! both or with neither, so the verdicts stay exact. The same bytes from another line make the
+//! entry stand for a set of lines (interned, `site_sets.rs`; each line is still reported, with
+//! the epoch's newest position); the same line with other bytes widens its bytes. A thread
+//! reading a buffer from a dozen lines between two synchronisations so keeps one entry, not a
+//! dozen. Only entries of different epochs still fill a granule: it holds at most
+//! [`CELL_CAPACITY`] entries, beyond which the oldest entry already ordered before the
+//! newcomer goes first (then the oldest), and the evictions are counted by line.
 //!
 //! Bytes are tracked within a granule by a mask, so that two threads writing neighbouring bytes
 //! of one word (two `char` fields of a struct) do not race.
@@ -34,6 +43,7 @@
 use foldhash::HashMap;
 
 use super::granules::GranuleTable;
+use super::site_sets::{Lines, SiteSets};
 
 /// How many entries a granule keeps.
 pub const CELL_CAPACITY: usize = 16;
@@ -273,6 +283,9 @@ struct Cell {
     /// other's here. Until then, an entry with exactly the newcomer's thread, kind, site and
     /// bytes is the only one it supersedes.
     nested: bool,
+    /// Bit `i`: entry `i` stands for accesses of several lines merged within one epoch of its
+    /// thread, and its `site` is the id of their set ([`SiteSets`]).
+    merged: u16,
 }
 
 #[derive(Clone, Debug)]
@@ -381,8 +394,26 @@ impl Cell {
         }
     }
 
+    /// The line or lines entry `i` stands for.
+    #[inline]
+    fn lines(&self, i: usize) -> Lines {
+        let site = self.entries()[i].site;
+        if self.is_merged(i) {
+            Lines::Set(site)
+        } else {
+            Lines::Site(site)
+        }
+    }
+
+    #[inline]
+    fn is_merged(&self, i: usize) -> bool {
+        self.merged >> i & 1 != 0
+    }
+
     /// Removes entry `i`, keeping the others in order.
     fn remove(&mut self, i: usize) {
+        let below = (1u16 << i) - 1;
+        self.merged = self.merged & below | self.merged >> 1 & !below;
         match &mut self.entries {
             Entries::Inline(n, slots) => {
                 slots.copy_within(i + 1..*n as usize, i);
@@ -395,20 +426,25 @@ impl Cell {
         self.resummarise();
     }
 
-    fn retain(&mut self, keep: impl Fn(&Entry) -> bool) {
-        match &mut self.entries {
-            Entries::Inline(n, slots) => {
-                let mut kept = 0;
-                for i in 0..*n as usize {
-                    if keep(&slots[i]) {
-                        slots[kept] = slots[i];
-                        kept += 1;
-                    }
-                }
-                *n = kept as u8;
+    /// Keeps the entries `keep(entry, merged)` says, in order.
+    fn retain(&mut self, keep: impl Fn(&Entry, bool) -> bool) {
+        let merged = self.merged;
+        let mut still_merged = 0u16;
+        let mut kept = 0;
+        let entries = self.entries_mut();
+        for i in 0..entries.len() {
+            let m = merged >> i & 1 != 0;
+            if keep(&entries[i], m) {
+                entries[kept] = entries[i];
+                still_merged |= u16::from(m) << kept;
+                kept += 1;
             }
-            Entries::Spilled(v) => v.retain(keep),
         }
+        match &mut self.entries {
+            Entries::Inline(n, _) => *n = kept as u8,
+            Entries::Spilled(v) => v.truncate(kept),
+        }
+        self.merged = still_merged;
         self.resummarise();
     }
 }
@@ -423,6 +459,73 @@ pub enum Verdict {
     Candidate,
 }
 
+/// Merges `access` (its bytes in the granule `mask`) into an entry of its thread's current
+/// epoch (`since`), kind and locks, when one can stand for both: every later access is ordered
+/// with both or with neither (no synchronisation of the thread lies between them). An entry of
+/// the same bytes takes the newcomer's line into its set of lines; an entry of the same single
+/// line takes the newcomer's bytes. The entry then has the newcomer's position: a report of one
+/// of its older lines names the epoch's newest access of them. False when no entry can (or the
+/// sets of lines are full).
+fn merge(
+    cell: &mut Cell,
+    sets: &mut SiteSets,
+    access: &ShadowAccess,
+    since: u32,
+    mask: u8,
+) -> bool {
+    const KEY_BITS: u32 = THREAD_BITS | 3 << KIND_SHIFT;
+    let same = access.thread | (access.kind as u32) << KIND_SHIFT;
+    let exact = same | u32::from(mask) << MASK_SHIFT;
+    let partner = cell.entries().iter().enumerate().rev().find_map(|(i, e)| {
+        if e.pos < since || e.lockset != access.lockset || (e.tkm ^ same) & KEY_BITS != 0 {
+            None
+        } else if e.tkm == exact {
+            Some((i, false))
+        } else if !cell.is_merged(i) && e.site == access.site {
+            Some((i, true))
+        } else {
+            None
+        }
+    });
+    let Some((i, widen)) = partner else {
+        return false;
+    };
+    if widen {
+        let e = &mut cell.entries_mut()[i];
+        let bytes = e.mask() | mask;
+        // The reported start and size stay those of the access with the lowest byte here, so
+        // that the start is found again from the bytes (`Entry::start`).
+        let (start_low, size) = if mask.trailing_zeros() <= e.mask().trailing_zeros() {
+            (access.addr as u32, access.size)
+        } else {
+            (e.start_low, e.size)
+        };
+        e.update(access, bytes);
+        e.start_low = start_low;
+        e.size = size;
+        // Entries of the line with fewer bytes may remain from earlier epochs.
+        cell.nested = true;
+        return true;
+    }
+    let Some(set) = sets.union(cell.lines(i), access.site) else {
+        return false;
+    };
+    let e = &mut cell.entries_mut()[i];
+    e.update(access, mask);
+    e.site = set;
+    cell.merged |= 1 << i;
+    true
+}
+
+/// Counts the lines of an entry dropped.
+#[cold]
+fn count_dropped(evicted: &mut SiteCounts, sets: &SiteSets, lines: Lines) {
+    match lines {
+        Lines::Site(s) => evicted.add(s),
+        Lines::Set(id) => sets.set(id).iter().for_each(|&s| evicted.add(s)),
+    }
+}
+
 /// Where a conflict was found: the granule, and the earlier access's entry in it. With the
 /// later access's place in the merged order this is the order in which one pass over the
 /// whole address space finds pairs (granules in address order, entries oldest first), which
@@ -431,6 +534,8 @@ pub enum Verdict {
 pub struct FoundAt {
     pub granule: u64,
     pub entry: u32,
+    /// The line's place in the entry's set of lines (0 for an entry of one line).
+    pub line: u32,
 }
 
 /// The shadow memory of one run, within a memory budget: the granule table and the granules'
@@ -441,7 +546,13 @@ pub struct FoundAt {
 #[derive(Debug)]
 pub struct Shadow {
     cells: GranuleTable<Cell>,
-    /// Entries dropped because a granule was full, by the site of the entry dropped.
+    /// The sets of lines that merged entries stand for.
+    sets: SiteSets,
+    /// Entries merged into another of their thread, kind and bytes within one epoch, instead
+    /// of dropped from a full granule.
+    pub merged: u64,
+    /// Entries dropped because a granule was full, by the site of the entry dropped (every
+    /// line of a merged entry).
     pub evicted: SiteCounts,
     pub untracked: Untracked,
     budget: usize,
@@ -490,6 +601,8 @@ impl Shadow {
     pub fn with_budget(budget: usize) -> Self {
         Shadow {
             cells: GranuleTable::new(),
+            sets: SiteSets::default(),
+            merged: 0,
             evicted: SiteCounts::default(),
             untracked: Untracked::default(),
             budget,
@@ -529,11 +642,15 @@ impl Shadow {
     /// `judge` consults (then it is neither unordered nor a candidate, for this access and any
     /// later one of its thread); `dominated(thread, pos)` says whether an entry is ordered
     /// before `access` (it is evicted
-    /// first from a full granule).
+    /// first from a full granule). `since` is the first position of the access's thread's
+    /// current epoch: no synchronisation of the thread lies between an entry of it at `since`
+    /// or later and `access`, so every later access is ordered with both or with neither, and
+    /// in a full granule such an entry of the same kind and bytes is merged with `access`.
     #[inline]
     pub fn access(
         &mut self,
         access: &ShadowAccess,
+        since: u32,
         judge: impl FnMut(u32, u32, u32) -> Option<Verdict>,
         report: impl FnMut(ShadowAccess, Verdict, FoundAt),
         dominated: impl FnMut(u32, u32) -> bool,
@@ -545,12 +662,16 @@ impl Shadow {
             // `lo + size <= 8`: the access ends in this granule.
             let lo = (access.addr & 7) as u32;
             let mask = ((0xffu32 >> (8 - access.size.max(1))) << lo) as u8;
-            if !self.access_in(first, mask, access, judge, report, dominated, settled) {
+            if !self.access_in(
+                first, mask, access, since, judge, report, dominated, settled,
+            ) {
                 self.untracked.add(access);
             }
             return;
         }
-        self.access_spanning(access, first, last, judge, report, dominated, settled);
+        self.access_spanning(
+            access, since, first, last, judge, report, dominated, settled,
+        );
     }
 
     /// [`Shadow::access`] for an access known to lie in one granule, `granule`, its bytes
@@ -562,6 +683,7 @@ impl Shadow {
         granule: u64,
         mask: u8,
         access: &ShadowAccess,
+        since: u32,
         mut judge: impl FnMut(u32, u32, u32) -> Option<Verdict>,
         mut report: impl FnMut(ShadowAccess, Verdict, FoundAt),
         mut dominated: impl FnMut(u32, u32) -> bool,
@@ -571,6 +693,7 @@ impl Shadow {
             granule,
             mask,
             access,
+            since,
             None,
             &mut judge,
             &mut report,
@@ -585,6 +708,7 @@ impl Shadow {
     fn access_spanning(
         &mut self,
         access: &ShadowAccess,
+        since: u32,
         first: u64,
         last: u64,
         mut judge: impl FnMut(u32, u32, u32) -> Option<Verdict>,
@@ -593,7 +717,7 @@ impl Shadow {
         mut settled: impl FnMut(u32, u32) -> bool,
     ) {
         let end = access.addr.saturating_add(u64::from(access.size.max(1)));
-        let mut reported: Vec<(u32, u32)> = Vec::new();
+        let mut reported: Vec<(u32, u32, u32)> = Vec::new();
         let mut all_tracked = true;
         let mut granule = first;
         while granule <= last {
@@ -609,6 +733,7 @@ impl Shadow {
                         g,
                         mask,
                         access,
+                        since,
                         Some(&mut reported),
                         &mut judge,
                         &mut report,
@@ -623,6 +748,7 @@ impl Shadow {
                 granule,
                 mask,
                 access,
+                since,
                 Some(&mut reported),
                 &mut judge,
                 &mut report,
@@ -646,7 +772,8 @@ impl Shadow {
         granule: u64,
         mask: u8,
         access: &ShadowAccess,
-        mut reported: Option<&mut Vec<(u32, u32)>>,
+        since: u32,
+        mut reported: Option<&mut Vec<(u32, u32, u32)>>,
         judge: &mut impl FnMut(u32, u32, u32) -> Option<Verdict>,
         report: &mut impl FnMut(ShadowAccess, Verdict, FoundAt),
         dominated: &mut impl FnMut(u32, u32) -> bool,
@@ -684,13 +811,19 @@ impl Shadow {
                 entries
                     .iter()
                     .position(|e| e.tkm == exact && e.site == site)
+                    .filter(|&i| !cell.is_merged(i))
             };
             if let Some(i) = found {
                 superseded = 1;
                 last_superseded = i;
             } else {
                 for (i, e) in entries.iter().enumerate() {
-                    if (e.tkm ^ same) & KEY_BITS == 0 && e.site == site && e.tkm & outside == 0 {
+                    // A merged entry's `site` is a set's id: it is superseded by nothing.
+                    if (e.tkm ^ same) & KEY_BITS == 0
+                        && e.site == site
+                        && e.tkm & outside == 0
+                        && !cell.is_merged(i)
+                    {
                         superseded += 1;
                         last_superseded = i;
                     }
@@ -709,12 +842,41 @@ impl Shadow {
                     if tkm & (THREAD_BITS | 3 << KIND_SHIFT) == same
                         && e.site == site
                         && bytes & !mask == 0
+                        && cell.merged >> i & 1 == 0
                     {
                         superseded += 1;
                         last_superseded = i;
                     }
                 } else if bytes & mask != 0 && e.kind().conflicts(access.kind) {
-                    let id = (e.thread(), e.pos);
+                    if cell.merged >> i & 1 != 0 {
+                        let sites = self.sets.set(e.site);
+                        if let Some(r) = reported.as_ref() {
+                            let id = (e.thread(), e.pos);
+                            if sites.iter().all(|&s| r.contains(&(id.0, id.1, s))) {
+                                continue;
+                            }
+                        }
+                        if let Some(v) = judge(e.thread(), e.pos, e.lockset) {
+                            let earlier = e.access(granule);
+                            for (line, &s) in sites.iter().enumerate() {
+                                let id = (e.thread(), e.pos, s);
+                                if let Some(r) = reported.as_mut() {
+                                    if r.contains(&id) {
+                                        continue;
+                                    }
+                                    r.push(id);
+                                }
+                                let at = FoundAt {
+                                    granule,
+                                    entry: i as u32,
+                                    line: line as u32,
+                                };
+                                report(ShadowAccess { site: s, ..earlier }, v, at);
+                            }
+                        }
+                        continue;
+                    }
+                    let id = (e.thread(), e.pos, e.site);
                     if reported.as_ref().is_some_and(|r| r.contains(&id)) {
                         continue;
                     }
@@ -725,6 +887,7 @@ impl Shadow {
                         let at = FoundAt {
                             granule,
                             entry: i as u32,
+                            line: 0,
                         };
                         report(e.access(granule), v, at);
                     }
@@ -752,13 +915,26 @@ impl Shadow {
                 } else {
                     INLINE
                 };
-                if cell.entries().len() >= capacity {
+                let len = cell.entries().len();
+                let full = len >= capacity;
+                // Pushing would move the entries to a vector of their own.
+                let would_spill = !spilled && len >= INLINE;
+                if (full || would_spill || cell.merged != 0)
+                    && merge(cell, &mut self.sets, access, since, mask)
+                {
+                    if !reads {
+                        cell.wrote(t);
+                    }
+                    self.merged += 1;
+                    return true;
+                }
+                if full {
                     let victim = cell
                         .entries()
                         .iter()
                         .position(|e| dominated(e.thread(), e.pos))
                         .unwrap_or(0);
-                    self.evicted.add(cell.entries()[victim].site);
+                    count_dropped(&mut self.evicted, &self.sets, cell.lines(victim));
                     cell.remove(victim);
                 }
                 cell.push(Entry::new(access, mask));
@@ -767,10 +943,11 @@ impl Shadow {
                 }
             }
             _ => {
-                cell.retain(|e| {
-                    !(e.tkm & (THREAD_BITS | 3 << KIND_SHIFT) == same
-                        && e.site == access.site
-                        && e.mask() & !mask == 0)
+                cell.retain(|e, merged| {
+                    merged
+                        || !(e.tkm & (THREAD_BITS | 3 << KIND_SHIFT) == same
+                            && e.site == access.site
+                            && e.mask() & !mask == 0)
                 });
                 cell.push(Entry::new(access, mask));
             }
@@ -789,13 +966,14 @@ impl Shadow {
         for cell in self.cells.values_mut() {
             if let Entries::Spilled(v) = &cell.entries {
                 let keep = v.len().saturating_sub(INLINE);
-                for e in &v[..keep] {
-                    evicted.add(e.site);
+                for i in 0..keep {
+                    count_dropped(evicted, &self.sets, cell.lines(i));
                 }
                 let mut slots = [Entry::default(); INLINE];
                 let kept = &v[keep..];
                 slots[..kept.len()].copy_from_slice(kept);
                 cell.entries = Entries::Inline(kept.len() as u8, slots);
+                cell.merged >>= keep;
                 cell.resummarise();
             }
         }
@@ -862,6 +1040,7 @@ mod tests {
         let mut seen = Vec::new();
         shadow.access(
             &a,
+            u32::MAX,
             |_, _, _| Some(Verdict::Unordered),
             |e, _, _| seen.push(e),
             |_, _| false,
@@ -954,6 +1133,7 @@ mod tests {
         // Site 5's entry is the one the newcomer says is ordered before it.
         s.access(
             &acc(1, 0, 99, AccessKind::Read, 0x3000, 1),
+            u32::MAX,
             |_, _, _| None,
             |_, _, _| {},
             |_, pos| pos == 5,
@@ -969,6 +1149,71 @@ mod tests {
         let mut want: Vec<u32> = (0..CELL_CAPACITY as u32).filter(|&p| p != 5).collect();
         want.push(0);
         assert_eq!(order, want);
+    }
+
+    #[test]
+    fn a_full_granule_merges_lines_of_one_epoch_and_reports_each() {
+        // Thread 0 reads one word from more lines than a granule keeps, all in its epoch
+        // starting at 0: nothing is dropped, and a racing write sees every line.
+        let mut s = Shadow::new();
+        let lines = CELL_CAPACITY as u32 + 4;
+        for site in 0..lines {
+            s.access(
+                &acc(0, site, site, AccessKind::Read, 0x3000, 8),
+                0,
+                |_, _, _| None,
+                |_, _, _| {},
+                |_, _| true,
+                |_, _| false,
+            );
+        }
+        // The third line would have spilled the granule: it and every later one merged.
+        assert_eq!(s.evicted.total, 0);
+        assert_eq!(s.merged, u64::from(lines) - INLINE as u64);
+        assert!(!s.cells.get(0x3000 >> 3).unwrap().is_spilled());
+        let mut seen: Vec<u32> = reports(&mut s, acc(1, 0, 99, AccessKind::Write, 0x3000, 8))
+            .iter()
+            .map(|e| e.site)
+            .collect();
+        seen.sort_unstable();
+        assert_eq!(seen, (0..lines).collect::<Vec<_>>());
+        // Another epoch (or other bytes) merges nothing: the oldest ordered entry goes.
+        let mut s = Shadow::new();
+        for site in 0..lines {
+            s.access(
+                &acc(0, site, site, AccessKind::Read, 0x3000, 8),
+                site,
+                |_, _, _| None,
+                |_, _, _| {},
+                |_, _| true,
+                |_, _| false,
+            );
+        }
+        assert_eq!(s.merged, 0);
+        assert_eq!(s.evicted.total, 4);
+
+        // One line's accesses to other bytes of the granule widen its entry; a write to
+        // those bytes races with that line only.
+        let mut s = Shadow::new();
+        let read = |s: &mut Shadow, pos, site, addr| {
+            s.access(
+                &acc(0, pos, site, AccessKind::Read, addr, 4),
+                0,
+                |_, _, _| None,
+                |_, _, _| {},
+                |_, _| true,
+                |_, _| false,
+            )
+        };
+        read(&mut s, 1, 5, 0x3000);
+        read(&mut s, 2, 6, 0x3000);
+        read(&mut s, 3, 5, 0x3004);
+        assert_eq!(s.merged, 1);
+        let seen = reports(&mut s, acc(1, 0, 99, AccessKind::Write, 0x3006, 1));
+        assert_eq!(seen.len(), 1);
+        assert_eq!((seen[0].site, seen[0].pos), (5, 3));
+        // The start reported is one of the line's accesses, found again from the bytes.
+        assert_eq!((seen[0].addr, seen[0].size), (0x3000, 4));
     }
 
     #[test]
@@ -993,6 +1238,7 @@ mod tests {
             let mut seen = Vec::new();
             s.access(
                 &a,
+                u32::MAX,
                 |t, _, _| (t != 0).then_some(Verdict::Unordered),
                 |e, _, _| seen.push((e.thread, e.pos)),
                 |_, _| false,

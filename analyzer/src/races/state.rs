@@ -141,6 +141,9 @@ pub struct RaceState {
     /// thread's next access, so lock-only stretches intern nothing). The locks held are those
     /// `with_locks` keeps to know which channel a release publishes on.
     lockset: Vec<Option<u32>>,
+    /// Per thread: the first position of its current epoch, after its last event other than a
+    /// plain access (what it learns or publishes changes only at those).
+    epoch: Vec<u32>,
     heap: BTreeMap<u64, Block>,
     /// The most live heap blocks tracked (an eighth of the memory budget), and the blocks
     /// left untracked for want of room.
@@ -164,6 +167,7 @@ impl RaceState {
             shadow: Shadow::with_budget(budget - budget / 8),
             locksets: Locksets::new(),
             lockset: vec![Some(Locksets::EMPTY); threads],
+            epoch: vec![0; threads],
             heap: BTreeMap::new(),
             max_blocks: budget / 8 / BLOCK_BYTES,
             untracked_blocks: 0,
@@ -184,6 +188,20 @@ impl RaceState {
         self.with_locks.handle(ev);
         self.without_locks.handle(ev);
         let t = ev.thread as usize;
+        // Events that neither publish nor learn a clock leave the epoch as it is.
+        let metadata = matches!(
+            ev.op,
+            Op::Alloc { .. }
+                | Op::Free { .. }
+                | Op::LockClassName { .. }
+                | Op::LockSubclass { .. }
+                | Op::LockRank { .. }
+        );
+        if !metadata {
+            if let Some(e) = self.epoch.get_mut(t) {
+                *e = ev.pos.saturating_add(1);
+            }
+        }
         match ev.op {
             // The held set may have changed (a re-entry changes nothing, and interns to the
             // same id at the next access).
@@ -311,8 +329,10 @@ impl RaceState {
         let without_locks = move |u: u32| without_locks.knows(t).get(u as usize);
         let locksets = &self.locksets;
         let found = &mut self.found;
+        let since = self.epoch.get(t as usize).copied().unwrap_or(u32::MAX);
         self.shadow.access(
             &access,
+            since,
             |thread, pos, lockset| {
                 if with_locks(thread) <= pos {
                     Some(Conflict::Unordered)
