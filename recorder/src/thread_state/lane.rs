@@ -55,6 +55,7 @@ impl ThreadState {
         let done = w.try_push_lock_immediate(p.fields, mode, key);
         if done {
             *clock = key;
+            self.note_acquired();
         }
         self.lane_close();
         done
@@ -83,6 +84,7 @@ impl ThreadState {
         let done = w.try_push_lock_acquired(p.fields, mode, key);
         if done {
             *clock = key;
+            self.note_acquired();
         }
         self.lane_close();
         done
@@ -107,6 +109,7 @@ impl ThreadState {
                 p.slot.clock.store(key, Ordering::Relaxed);
             }
             *clock = key;
+            self.note_released();
         }
         self.lane_close();
         done
