@@ -190,6 +190,21 @@ pub fn write_with(out: &mut impl Write, report: &Report, style: Style) -> std::i
             finding(out, f, style)?;
         }
     }
+    let hazards: Vec<&Finding> = report
+        .findings
+        .iter()
+        .filter(|f| f.verdict == Verdict::Hazard)
+        .collect();
+    if !hazards.is_empty() {
+        writeln!(
+            out,
+            "== HAZARDS ({}): locks held across blocking calls ==",
+            hazards.len()
+        )?;
+        for f in hazards {
+            finding(out, f, style)?;
+        }
+    }
     if report.summary.observed > 0 {
         write!(out, "{} observed, ", report.summary.observed)?;
     }
@@ -208,6 +223,13 @@ pub fn write_with(out: &mut impl Write, report: &Report, style: Style) -> std::i
     }
     if report.summary.rank_violations > 0 {
         write!(out, ", {} rank violations", report.summary.rank_violations)?;
+    }
+    if report.summary.hazards > 0 {
+        write!(
+            out,
+            ", {}",
+            counted(report.summary.hazards, "hazard", "hazards")
+        )?;
     }
     let unlisted = report.summary.unlisted_predicted + report.summary.unlisted_potential;
     if unlisted > 0 {
@@ -382,6 +404,25 @@ fn finding(out: &mut impl Write, f: &Finding, style: Style) -> std::io::Result<(
                 if !t.waits_for.is_empty() {
                     writeln!(out, "    waiting for {}", joined(&t.waits_for, ", "))?;
                 }
+            }
+        }
+        Detail::Blocking(b) => {
+            let longest = match b.longest_ns {
+                Some(ns) => format!("longest {}", super::message::duration_text(ns)),
+                None => "not seen to return".to_string(),
+            };
+            writeln!(
+                out,
+                "  {} calls {} at {} ({} {}, {longest})",
+                b.thread,
+                b.call,
+                b.site.location,
+                b.calls,
+                if b.calls == 1 { "call" } else { "calls" }
+            )?;
+            stack(out, &b.site, "      ", style)?;
+            for h in &b.held {
+                held(out, "holding", h)?;
             }
         }
         Detail::WaitDeadlock { wait: w, .. } | Detail::ReadRecursion { wait: w, .. } => {
