@@ -212,3 +212,47 @@ fn a_suppression_accepts_one_call_of_one_class() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("suppressions.toml:"), "{err}");
 }
+
+#[test]
+fn a_call_that_never_returned_is_reported_without_a_duration() {
+    let name = "read_forever_under_lock";
+    let source = fixtures_dir().join(format!("{name}.c"));
+    let litmus = Litmus::read(&source).expect("read the fixture");
+    let program = harness::compile_source(&source);
+    let dir = harness::work_dir().join(format!("hazards-{name}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("run.trace");
+    let out = Command::new(env!("CARGO_BIN_EXE_foresight"))
+        .env("FORESIGHT_RUNTIME", harness::runtime())
+        .args(["record", "--hang-timeout", "1", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(&program)
+        .output()
+        .expect("run foresight record");
+    assert_eq!(
+        out.status.code(),
+        Some(128 + 9),
+        "stopped by the hang timeout: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = json(&trace, &[]);
+    let named = lines_named(&report, "blocking-under-lock", "blocks", litmus.file_name());
+    let m = litmus.compare(Verdict::Blocking, Verdict::NoBlocking, &named);
+    assert!(m.is_empty(), "{m:?}\n{report:#}");
+    let f = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["kind"] == "blocking-under-lock")
+        .expect("a blocking-under-lock finding");
+    assert_eq!(f["blocking"]["call"], "read", "{f:#}");
+    assert_eq!(f["blocking"]["longest_ns"], serde_json::Value::Null, "{f:#}");
+    assert_eq!(f["cycle"], serde_json::json!(["conn_lock"]), "{f:#}");
+    let text = analyze(&trace, &[]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("(it had not returned when the trace ended)"),
+        "{text}"
+    );
+}
