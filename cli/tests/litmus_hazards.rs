@@ -247,7 +247,11 @@ fn a_call_that_never_returned_is_reported_without_a_duration() {
         .find(|f| f["kind"] == "blocking-under-lock")
         .expect("a blocking-under-lock finding");
     assert_eq!(f["blocking"]["call"], "read", "{f:#}");
-    assert_eq!(f["blocking"]["longest_ns"], serde_json::Value::Null, "{f:#}");
+    assert_eq!(
+        f["blocking"]["longest_ns"],
+        serde_json::Value::Null,
+        "{f:#}"
+    );
     assert_eq!(f["cycle"], serde_json::json!(["conn_lock"]), "{f:#}");
     let text = analyze(&trace, &[]);
     let text = String::from_utf8_lossy(&text.stdout);
