@@ -167,6 +167,29 @@ fn text_and_sarif_name_the_hazard() {
         .collect();
     assert_eq!(hazards.len(), 3, "{sarif:#}");
     assert!(hazards.iter().all(|r| r["level"] == "warning"), "{sarif:#}");
+    // `check` fails on a new hazard, and passes once it is in the baseline.
+    let baseline = trace.parent().unwrap().join("baseline.txt");
+    let check = |update: bool| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_foresight"));
+        c.arg("check").arg("--baseline").arg(&baseline);
+        if update {
+            c.arg("--update-baseline");
+        }
+        c.arg(&trace).output().expect("run foresight check")
+    };
+    std::fs::write(&baseline, "").unwrap();
+    assert_eq!(check(false).status.code(), Some(1));
+    assert_eq!(check(true).status.code(), Some(0));
+    let listed = std::fs::read_to_string(&baseline).unwrap();
+    assert_eq!(
+        listed
+            .lines()
+            .filter(|l| l.starts_with("blocking-under-lock"))
+            .count(),
+        3,
+        "{listed}"
+    );
+    assert_eq!(check(false).status.code(), Some(0));
 }
 
 #[test]
