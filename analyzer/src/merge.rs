@@ -260,6 +260,7 @@ impl Merger {
                 Some(&i) => {
                     let g = &mut self.findings[i];
                     g.occurrences += f.occurrences;
+                    fold_blocking(g, &f);
                     for t in f.traces {
                         if !g.traces.contains(&t) {
                             g.traces.push(t);
@@ -610,6 +611,20 @@ fn add_hints(into: &mut Vec<String>, hints: Vec<String>) {
 }
 
 /// Adds a segment's summary line to its trace's: counts add up, warnings are listed once.
+/// The same blocking call under the same locks in another part or trace: its calls add, the
+/// longest duration is the longest of both.
+fn fold_blocking(into: &mut Finding, other: &Finding) {
+    if let (Detail::Blocking(a), Detail::Blocking(b)) = (&mut into.detail, &other.detail) {
+        a.calls += b.calls;
+        a.longest_ns = a.longest_ns.max(b.longest_ns);
+        a.timeout_ns = crate::analyses::hazards::longest_timeout(a.timeout_ns, b.timeout_ns);
+        let longest = a.longest_ns;
+        if let crate::report::Message::BlockingUnderLock { longest_ns, .. } = &mut into.message {
+            *longest_ns = longest;
+        }
+    }
+}
+
 fn fold_trace_summary(into: &mut crate::report::TraceSummary, s: crate::report::TraceSummary) {
     into.events += s.events;
     into.critical_sections += s.critical_sections;

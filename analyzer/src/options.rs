@@ -23,6 +23,11 @@ pub struct Options {
     /// this many deadlocks are predicted there. `usize::MAX` (`--all`): every cycle checked
     /// and listed.
     pub cycles_listed: usize,
+    /// A sleep (`sleep`, `usleep`, `nanosleep`, `clock_nanosleep`) under a lock is reported
+    /// only when one took at least this long (1 ms by default, `docs/report-schema.md`): a
+    /// short back-off under a lock is a cost, not a hazard. Other blocking calls are always
+    /// reported: how long they take is another thread's or process's choice.
+    pub sleep_threshold_ns: u64,
 }
 
 impl Default for Options {
@@ -35,6 +40,7 @@ impl Default for Options {
             closure_steps: 400_000_000,
             race_candidate_budget: 20_000,
             cycles_listed: 3,
+            sleep_threshold_ns: 1_000_000,
         }
     }
 }

@@ -25,7 +25,9 @@
 use foldhash::{HashMap, HashMapExt};
 use std::cell::OnceCell;
 
-use foresight_trace::event::{AtomicOp, EventKind, LockMode, MemoryOrder, WaitOutcome};
+use foresight_trace::event::{
+    AtomicOp, BlockingCall, EventKind, LockMode, MemoryOrder, WaitOutcome,
+};
 use foresight_trace::stream::MergedStream;
 use foresight_trace::tables::ObjectKind;
 use foresight_trace::{ObjectId, SiteId, StringId, ThreadId, Trace, TraceStream};
@@ -64,6 +66,17 @@ pub struct AtomicAccess {
 /// the trace does not list), lock modes are [`Mode`]s.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
+    /// A blocking call (I/O on a pipe or socket, a sleep, …) begins, made under a lock.
+    BlockingBegin {
+        call: BlockingCall,
+        site: SiteId,
+        timeout_ns: Option<u64>,
+    },
+    /// It returned after `duration_ns`.
+    BlockingEnd {
+        call: BlockingCall,
+        duration_ns: u64,
+    },
     ThreadStart,
     ThreadExit,
     Create {
@@ -656,6 +669,16 @@ impl<'t> Stream<'t> {
             EventKind::LockRank { lock, rank } => Op::LockRank { lock, rank },
             EventKind::HappensBefore { tag, site } => Op::HappensBefore { tag, site },
             EventKind::HappensAfter { tag, site } => Op::HappensAfter { tag, site },
+            EventKind::BlockingBegin {
+                call,
+                site,
+                timeout_ns,
+            } => Op::BlockingBegin {
+                call,
+                site,
+                timeout_ns,
+            },
+            EventKind::BlockingEnd { call, duration_ns } => Op::BlockingEnd { call, duration_ns },
         }
     }
 }

@@ -9,6 +9,7 @@
 //! file = "bank.c"                # a source file of one of its sites (path suffix)
 //! site = "bank.c:42"             # file:line of one of its sites
 //! kind = "potential-deadlock"    # optional: only findings of this kind
+//! call = "recv"                  # optional: only blocking calls of this family under a lock
 //! reason = "ordered by account id; reviewed in #123"
 //! ```
 //!
@@ -28,7 +29,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use serde::Deserialize;
 
-use crate::report::{Finding, Kind, Report};
+use crate::report::{Finding, HazardCall, Kind, Report};
 use crate::sites::Wrappers;
 
 /// Read when `--suppressions` is not given and the file exists in the working directory.
@@ -51,6 +52,7 @@ struct RawEntry {
     file: Option<String>,
     site: Option<String>,
     kind: Option<Kind>,
+    call: Option<HazardCall>,
     reason: Option<String>,
 }
 
@@ -63,6 +65,8 @@ pub struct Suppression {
     pub file: Option<String>,
     pub site: Option<(String, u32)>,
     pub kind: Option<Kind>,
+    /// Only `blocking-under-lock` findings of this call family.
+    pub call: Option<HazardCall>,
     pub reason: String,
 }
 
@@ -106,8 +110,13 @@ impl Suppressions {
             let Some(reason) = e.reason.filter(|r| !r.trim().is_empty()) else {
                 bail!("{at}: the suppression has no `reason`: every entry must say why the findings it silences are accepted");
             };
-            if e.class.is_none() && e.function.is_none() && e.file.is_none() && e.site.is_none() {
-                bail!("{at}: the suppression matches nothing: give `class`, `function`, `file` or `site`");
+            if e.class.is_none()
+                && e.function.is_none()
+                && e.file.is_none()
+                && e.site.is_none()
+                && e.call.is_none()
+            {
+                bail!("{at}: the suppression matches nothing: give `class`, `function`, `file`, `site` or `call`");
             }
             let site = match e.site {
                 None => None,
@@ -123,6 +132,7 @@ impl Suppressions {
                 file: e.file,
                 site,
                 kind: e.kind,
+                call: e.call,
                 reason,
             });
         }
@@ -173,6 +183,11 @@ impl Suppression {
     pub fn matches(&self, f: &Finding) -> bool {
         if self.kind.is_some_and(|k| f.kind != k) {
             return false;
+        }
+        if let Some(call) = self.call {
+            if f.blocking().is_none_or(|b| b.call != call) {
+                return false;
+            }
         }
         if let Some(class) = &self.class {
             let in_cycle = f.cycle().iter().any(|c| c == class);

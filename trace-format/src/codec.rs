@@ -5,7 +5,7 @@
 //! event of the chunk; everything else is absolute. The delta state starts afresh in each chunk,
 //! so chunks decode independently.
 
-use crate::event::{AtomicOp, Event, EventKind, LockMode, MemoryOrder, WaitOutcome};
+use crate::event::{AtomicOp, BlockingCall, Event, EventKind, LockMode, MemoryOrder, WaitOutcome};
 use crate::varint::{self, unzigzag, zigzag, VarintError};
 
 /// Bit 7 of a tag: a key delta follows.
@@ -79,6 +79,15 @@ pub mod tag {
     pub const HAPPENS_AFTER: u8 = 0x5c;
     /// Extension (version 1.3): the generation of the barrier arrival just before it.
     pub const ARRIVAL_GENERATION: u8 = 0x60;
+    /// Extension (version 1.10): a blocking call begins.
+    pub const BLOCKING_BEGIN: u8 = 0x63;
+    /// Extension (version 1.10): the blocking call ended.
+    pub const BLOCKING_END: u8 = 0x64;
+}
+
+/// The number of bytes LEB128 takes for `x`.
+fn varint_len(x: u64) -> usize {
+    (64 - (x | 1).leading_zeros() as usize).div_ceil(7)
 }
 
 /// The delta state of one chunk, shared by its encoder and decoder.
@@ -469,6 +478,28 @@ pub fn encode(out: &mut Vec<u8>, st: &mut DeltaState, ev: &Event) -> Result<(), 
             v(out, tag);
             v(out, site as u64);
         }
+        BlockingBegin {
+            call,
+            site,
+            timeout_ns,
+        } => {
+            // The timeout as ns + 1; 0: none.
+            let timeout = timeout_ns.map_or(0, |t| t.saturating_add(1));
+            put(out, BLOCKING_BEGIN);
+            v(
+                out,
+                (1 + varint_len(site as u64) + varint_len(timeout)) as u64,
+            );
+            out.push(call.code());
+            v(out, site as u64);
+            v(out, timeout);
+        }
+        BlockingEnd { call, duration_ns } => {
+            put(out, BLOCKING_END);
+            v(out, 1 + varint_len(duration_ns) as u64);
+            out.push(call.code());
+            v(out, duration_ns);
+        }
     }
     Ok(())
 }
@@ -517,6 +548,8 @@ pub struct Batch {
     pub last_key: Option<u64>,
     /// The event that did not decode; decoding stopped there.
     pub error: Option<DecodeError>,
+    /// How many of `events` are extension events (not counted in the chunk's event count).
+    pub extensions: usize,
 }
 
 /// The key (after the delta, when `FLAG`: bit 7 of the tag) and `N` fields (one or two) of the
@@ -658,6 +691,9 @@ pub struct Decoder<'a> {
     /// The second event of a lock-immediate (`tag::LOCK_IMMEDIATE`), decoded together with
     /// the first and handed out next.
     pending: Option<Event>,
+    /// Whether the extension events this version knows as events (`EventKind::is_extension`)
+    /// are handed out, or skipped as every other extension.
+    keep_extensions: bool,
 }
 
 /// Where a [`Decoder`] stands in its chunk's bytes, kept apart from the bytes so that a reader
@@ -669,6 +705,7 @@ pub struct DecoderState {
     objects_below: u64,
     sites_below: u64,
     pending: Option<Event>,
+    keep_extensions: bool,
 }
 
 impl DecoderState {
@@ -680,7 +717,15 @@ impl DecoderState {
             objects_below: 0,
             sites_below: 0,
             pending: None,
+            keep_extensions: false,
         }
+    }
+
+    /// The same, for a decoder that hands out the extension events it knows as events
+    /// (blocking calls): their reader counts them apart (`Batch::extensions`).
+    pub fn with_extensions(mut self) -> Self {
+        self.keep_extensions = true;
+        self
     }
 }
 
@@ -700,6 +745,7 @@ impl<'a> Decoder<'a> {
             objects_below: s.objects_below,
             sites_below: s.sites_below,
             pending: s.pending,
+            keep_extensions: s.keep_extensions,
         }
     }
 
@@ -712,6 +758,7 @@ impl<'a> Decoder<'a> {
             objects_below: self.objects_below,
             sites_below: self.sites_below,
             pending: self.pending,
+            keep_extensions: self.keep_extensions,
         }
     }
 
@@ -841,7 +888,11 @@ impl<'a> Decoder<'a> {
                 break;
             };
             if EXTENSION_TAGS.contains(&(raw & !KEY_FLAG)) {
-                self.skip_extension()?;
+                if let Some(ev) = self.extension()? {
+                    if !sink(ev) {
+                        break;
+                    }
+                }
                 continue;
             }
             let start = self.pos;
@@ -875,6 +926,7 @@ impl<'a> Decoder<'a> {
             events: 0,
             last_key: None,
             error: None,
+            extensions: 0,
         };
         loop {
             if done.events < out.len() {
@@ -894,9 +946,18 @@ impl<'a> Decoder<'a> {
                 return done;
             };
             if EXTENSION_TAGS.contains(&(raw & !KEY_FLAG)) {
-                if let Err(e) = self.skip_extension() {
-                    done.error = Some(e);
-                    return done;
+                match self.extension() {
+                    Ok(Some(ev)) => {
+                        out[done.events].set(ev);
+                        done.events += 1;
+                        done.extensions += 1;
+                        done.last_key = Some(ev.key);
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        done.error = Some(e);
+                        return done;
+                    }
                 }
                 continue;
             }
@@ -1482,6 +1543,67 @@ impl<'a> Decoder<'a> {
                 Ok(None)
             }
         }
+    }
+
+    /// An extension event at the cursor, consumed: the event when this decoder keeps
+    /// extensions and knows this one (`BlockingBegin`, `BlockingEnd`), else `None` (skipped).
+    /// A body too short for its fields, or with a call code this version does not know, is
+    /// skipped as an unknown extension would be; later minors may append fields.
+    fn extension(&mut self) -> Result<Option<Event>, DecodeError> {
+        let start = self.pos;
+        self.skip_extension()?;
+        if !self.keep_extensions {
+            return Ok(None);
+        }
+        let end = self.pos;
+        // Re-read the header the skip validated: tag, key delta, length.
+        let raw = self.buf[start];
+        let mut at = start + 1;
+        if raw & KEY_FLAG != 0 {
+            let _ = varint::get(self.buf, &mut at);
+        }
+        let Ok(len) = varint::get(self.buf, &mut at) else {
+            return Ok(None);
+        };
+        let Some(body) = self.buf.get(at..end).filter(|b| b.len() as u64 == len) else {
+            return Ok(None);
+        };
+        let mut pos = 1usize;
+        let Some(call) = body
+            .first()
+            .and_then(|&c| BlockingCall::from_code(c as u64))
+        else {
+            return Ok(None);
+        };
+        let Ok(value) = varint::get(body, &mut pos) else {
+            return Ok(None);
+        };
+        let kind = match raw & !KEY_FLAG {
+            tag::BLOCKING_BEGIN => {
+                let Ok(site) = u32::try_from(value) else {
+                    return Ok(None);
+                };
+                self.sites_below = self.sites_below.max(site as u64 + 1);
+                // Absent or 0: no timeout.
+                let timeout_ns = varint::get(body, &mut pos)
+                    .ok()
+                    .and_then(|t| t.checked_sub(1));
+                EventKind::BlockingBegin {
+                    call,
+                    site,
+                    timeout_ns,
+                }
+            }
+            tag::BLOCKING_END => EventKind::BlockingEnd {
+                call,
+                duration_ns: value,
+            },
+            _ => return Ok(None),
+        };
+        Ok(Some(Event {
+            key: self.st.key,
+            kind,
+        }))
     }
 
     pub fn skip_extension(&mut self) -> Result<bool, DecodeError> {

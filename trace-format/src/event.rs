@@ -68,6 +68,80 @@ pub enum AtomicOp {
     CasFailure,
 }
 
+/// A call that can block for as long as another thread or process decides (FORMAT.md §6.6.1,
+/// extension events `0x63`/`0x64`): each names a family of C functions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum BlockingCall {
+    /// `read`, `readv` on a pipe, FIFO or socket.
+    Read = 0,
+    /// `write`, `writev` on a pipe, FIFO or socket.
+    Write = 1,
+    /// `recv`, `recvfrom`, `recvmsg`.
+    Recv = 2,
+    /// `send`, `sendto`, `sendmsg`.
+    Send = 3,
+    /// `accept`, `accept4`.
+    Accept = 4,
+    Connect = 5,
+    /// `poll`, `ppoll`.
+    Poll = 6,
+    /// `select`, `pselect`.
+    Select = 7,
+    /// `epoll_wait`, `epoll_pwait`.
+    EpollWait = 8,
+    /// `sleep`, `usleep`, `nanosleep`, `clock_nanosleep`.
+    Sleep = 9,
+    /// `wait`, `waitpid`, `wait4`, `waitid`.
+    WaitChild = 10,
+    /// `fsync`, `fdatasync`.
+    Sync = 11,
+}
+
+impl BlockingCall {
+    pub const ALL: [BlockingCall; 12] = [
+        Self::Read,
+        Self::Write,
+        Self::Recv,
+        Self::Send,
+        Self::Accept,
+        Self::Connect,
+        Self::Poll,
+        Self::Select,
+        Self::EpollWait,
+        Self::Sleep,
+        Self::WaitChild,
+        Self::Sync,
+    ];
+
+    /// The call's code in an event body; `None` for a code this version does not know (a
+    /// later writer's): the event is skipped as any unknown extension.
+    pub fn from_code(code: u64) -> Option<Self> {
+        Self::ALL.get(usize::try_from(code).ok()?).copied()
+    }
+
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+
+    /// The family's name, as reports and suppressions spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Read => "read",
+            Self::Write => "write",
+            Self::Recv => "recv",
+            Self::Send => "send",
+            Self::Accept => "accept",
+            Self::Connect => "connect",
+            Self::Poll => "poll",
+            Self::Select => "select",
+            Self::EpollWait => "epoll_wait",
+            Self::Sleep => "sleep",
+            Self::WaitChild => "waitpid",
+            Self::Sync => "fsync",
+        }
+    }
+}
+
 /// One event of one thread.
 ///
 /// `key` orders events across threads (see `FORMAT.md`, "The ordering invariant"). Events that do
@@ -306,6 +380,22 @@ pub enum EventKind {
         tag: u64,
         site: SiteId,
     },
+
+    // --- blocking calls (extension events, FORMAT.md §6.6.1) ----------------------------------
+    /// About to make a blocking `call` at `site`, which asked to wait at most `timeout_ns`
+    /// (a sleep's duration, a poll's timeout; `None`: no limit, or none the call takes). An
+    /// extension event: not counted in a chunk's event count, and only a reader that asks for
+    /// extensions sees it.
+    BlockingBegin {
+        call: BlockingCall,
+        site: SiteId,
+        timeout_ns: Option<u64>,
+    },
+    /// The blocking call this thread began last returned, after `duration_ns`.
+    BlockingEnd {
+        call: BlockingCall,
+        duration_ns: u64,
+    },
 }
 
 /// The coarse category of an event, for statistics and filters.
@@ -321,6 +411,7 @@ pub enum Category {
     Atomic,
     Allocation,
     Annotation,
+    Blocking,
 }
 
 impl EventKind {
@@ -434,6 +525,8 @@ impl EventKind {
             LockRank { .. } => "annotate-rank",
             HappensBefore { .. } => "happens-before",
             HappensAfter { .. } => "happens-after",
+            BlockingBegin { .. } => "blocking-begin",
+            BlockingEnd { .. } => "blocking-end",
         }
     }
 
@@ -476,6 +569,7 @@ impl EventKind {
             | LockRank { .. }
             | HappensBefore { .. }
             | HappensAfter { .. } => Category::Annotation,
+            BlockingBegin { .. } | BlockingEnd { .. } => Category::Blocking,
         }
     }
 
@@ -504,6 +598,17 @@ impl EventKind {
                 | LockClassName { .. }
                 | LockSubclass { .. }
                 | LockRank { .. }
+                | BlockingBegin { .. }
+                | BlockingEnd { .. }
+        )
+    }
+
+    /// Whether this event is written as an extension event (§6.6): not counted in a chunk's
+    /// event count, skipped by readers that do not ask for it.
+    pub fn is_extension(&self) -> bool {
+        matches!(
+            self,
+            EventKind::BlockingBegin { .. } | EventKind::BlockingEnd { .. }
         )
     }
 
@@ -570,7 +675,8 @@ impl EventKind {
             | Alloc { site, .. }
             | Free { site, .. }
             | HappensBefore { site, .. }
-            | HappensAfter { site, .. } => Some(site),
+            | HappensAfter { site, .. }
+            | BlockingBegin { site, .. } => Some(site),
             _ => None,
         }
     }

@@ -465,6 +465,9 @@ struct Cursor<'a> {
     batch_offset: u64,
     /// Index in the thread of `batch[at]`.
     index: usize,
+    /// Extension events decoded (blocking calls): given with the others, counted apart, as a
+    /// chunk's event count leaves them out.
+    extensions: usize,
     expected_sequence: u32,
     /// The key of the last event kept, for the check that keys do not go backwards.
     last_key: u64,
@@ -475,6 +478,11 @@ struct Cursor<'a> {
 }
 
 impl<'a> Cursor<'a> {
+    /// Events given that a chunk's event count counts (extension events left out).
+    fn counted_given(&self) -> u64 {
+        self.index.saturating_sub(self.extensions) as u64
+    }
+
     fn new(thread: ThreadId, chunks: &'a [ChunkLoc], first_sequence: u32) -> Self {
         Cursor {
             thread,
@@ -487,6 +495,7 @@ impl<'a> Cursor<'a> {
             at: 0,
             batch_offset: 0,
             index: 0,
+            extensions: 0,
             expected_sequence: first_sequence,
             last_key: 0,
             summary: ThreadSummary {
@@ -677,7 +686,8 @@ impl<'a> Cursor<'a> {
                 found: 0,
                 written: 0,
                 first_index: self.index as u64,
-                state: DecoderState::starting_at(prefix.base_key),
+                // The stream hands out the blocking-call extensions too (counted apart).
+                state: DecoderState::starting_at(prefix.base_key).with_extensions(),
                 keys_backwards,
             });
             return true;
@@ -714,8 +724,11 @@ impl<'a> Cursor<'a> {
             batch.resize(room, PLACEHOLDER);
             let kept = dec.decode_to(&mut batch[..]);
             batch.truncate(kept.events);
-            c.found += kept.events as u64;
-            c.written += kept.events;
+            // Extension events take slots but are not in the declared count.
+            let counted = kept.events - kept.extensions;
+            self.extensions += kept.extensions;
+            c.found += counted as u64;
+            c.written += counted;
             if let Some(key) = kept.last_key {
                 self.last_key = key;
             }
@@ -723,11 +736,18 @@ impl<'a> Cursor<'a> {
         } else {
             batch.clear();
             // No room left: what the chunk holds beyond its declared count is counted, not
-            // kept.
+            // kept; extension events (a blocking call the thread was still in) are kept, a
+            // batch at a time.
             let found = &mut c.found;
-            dec.for_each(|_| {
-                *found += 1;
-                true
+            let extensions = &mut self.extensions;
+            dec.for_each(|ev| {
+                if ev.kind.is_extension() {
+                    batch.push(ev);
+                    *extensions += 1;
+                } else {
+                    *found += 1;
+                }
+                batch.len() < BATCH
             })
         };
         c.state = dec.state();
@@ -998,7 +1018,7 @@ impl<'a> MergedStream<'a> {
 
     /// Events given so far.
     pub fn events_given(&self) -> u64 {
-        self.cursors.iter().map(|c| c.index as u64).sum()
+        self.cursors.iter().map(Cursor::counted_given).sum()
     }
 
     /// What the pass learnt of each thread with a usable chunk so far, by thread id.
@@ -1007,7 +1027,7 @@ impl<'a> MergedStream<'a> {
             .iter()
             .filter(|c| c.any_chunk)
             .map(|c| ThreadSummary {
-                events: c.index as u64,
+                events: c.counted_given(),
                 ..c.summary
             })
     }

@@ -205,7 +205,8 @@ impl ChunkWriter {
         }
         let at = self.buf.len();
         codec::encode(&mut self.buf, &mut self.state, ev)?;
-        self.count += 1;
+        // An extension event is not counted (FORMAT.md §6.6).
+        self.count += u32::from(!ev.kind.is_extension());
         if matches!(ev.kind, EventKind::LockRequest { .. }) {
             self.note_request(at);
         }

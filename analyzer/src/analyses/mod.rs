@@ -15,6 +15,7 @@ use crate::model::Run;
 use crate::options::Options;
 use crate::report::{ComponentSummary, Finding, Summary};
 
+pub mod hazards;
 pub mod lock_cycles;
 pub mod observed;
 pub mod races;
@@ -29,6 +30,7 @@ pub const REGISTRY: &[&dyn Analysis] = &[
     &observed::Observed,
     &races::Races,
     &ranks::Ranks,
+    &hazards::Hazards,
 ];
 
 /// What an analysis receives: one part of the input.

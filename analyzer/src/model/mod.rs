@@ -44,6 +44,7 @@ use crate::sites::{Location, Wrappers};
 use crate::stream::{mode_of, EventSource, Mode, Op, Pass, Stream, StreamEvent};
 
 mod annotations;
+mod blocking;
 mod heap;
 mod locks;
 mod monitors;
@@ -53,6 +54,8 @@ mod spare;
 mod waits;
 
 use annotations::Annotations;
+pub use blocking::HeldBlocking;
+use blocking::HeldBlockingCalls;
 use heap::HeapBlocks;
 use locks::{LockSections, SegmentLocks};
 pub use monitors::MonitorScan;
@@ -210,6 +213,8 @@ pub struct Run {
     /// The locks acquired by two threads or more: the only ones the lock rule can apply to.
     pub contended_locks: Vec<u32>,
     pub waits: Vec<Wait>,
+    /// Blocking calls (I/O, sleeps, child waits) made while holding locks.
+    pub blocking: Vec<HeldBlocking>,
     pub signals: HashMap<ObjectId, Vec<SyncPoint>>,
     pub posts: HashMap<ObjectId, Vec<SyncPoint>>,
     /// Successful semaphore waits (including `sem_trywait`).
@@ -618,6 +623,7 @@ pub struct ModelPass<'t> {
     heap: HeapBlocks,
     locks: LockSections<'t>,
     waits: HeldWaits,
+    blocking: HeldBlockingCalls,
     senders: Senders,
     pending: PendingCalls,
     wrappers: Wrappers,
@@ -650,6 +656,7 @@ impl<'t> ModelPass<'t> {
             heap: HeapBlocks::new(tables),
             locks: LockSections::new(tables, n),
             waits: HeldWaits::new(n),
+            blocking: HeldBlockingCalls::new(n),
             senders: Senders::new(n),
             pending: PendingCalls::new(n),
             wrappers: Wrappers::default(),
@@ -814,6 +821,7 @@ impl ModelPass<'_> {
         self.annotations.handle(ev, &mut self.locks);
         self.locks.handle(ev, &self.annotations, &self.heap);
         self.waits.handle(ev, &mut self.locks);
+        self.blocking.handle(ev, &mut self.locks);
         self.senders.handle(ev);
         self.pending.handle(ev);
     }
@@ -848,6 +856,7 @@ impl Pass for ModelPass<'_> {
             carried,
             hb: self.hb.finish(),
             waits: self.waits.finish(),
+            blocking: self.blocking.finish(),
             senders: self.senders.finish(),
             // Only the last segment (or the whole trace) has the trace's end.
             end: self
@@ -878,6 +887,7 @@ struct RunParts {
     carried: u32,
     hb: HappensBefore,
     waits: Vec<Wait>,
+    blocking: Vec<HeldBlocking>,
     senders: Senders,
     end: RunEnd,
 }
@@ -895,6 +905,7 @@ impl<'t> ModelPass<'t> {
             carried: carried_here,
             hb: self.hb.cut(),
             waits: self.waits.cut(),
+            blocking: self.blocking.cut(),
             senders: self.senders.cut(),
             end: RunEnd::default(),
         };
@@ -976,6 +987,7 @@ impl<'t> ModelPass<'t> {
             carried,
             hb,
             waits,
+            blocking,
             senders,
             end,
         } = parts;
@@ -1000,6 +1012,7 @@ impl<'t> ModelPass<'t> {
             lock_threads: segment.lock_threads,
             contended_locks,
             waits,
+            blocking,
             signals: senders.signals,
             posts: senders.posts,
             sem_takes: senders.sem_takes,

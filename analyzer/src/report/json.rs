@@ -1,6 +1,6 @@
 //! `--format json`: the report as one JSON document (schema `foresight-report`, version 1,
 //! documented in `docs/report-schema.md`). Every finding has the same fields, whatever its
-//! kind: the common ones, then `cycle`, `edges`, `wait`, `race`, `observed` and `witness` (empty or `null` when
+//! kind: the common ones, then `cycle`, `edges`, `wait`, `race`, `observed`, `blocking` and `witness` (empty or `null` when
 //! the kind has none).
 
 use std::io::Write;
@@ -8,8 +8,8 @@ use std::io::Write;
 use serde::Serialize;
 
 use super::{
-    EdgeReport, Finding, FindingLocation, Kind, Message, ObservedReport, RaceReport, Report, Rule,
-    Verdict, WaitReport, Witness,
+    BlockingReport, EdgeReport, Finding, FindingLocation, Kind, Message, ObservedReport,
+    RaceReport, Report, Rule, Verdict, WaitReport, Witness,
 };
 
 pub fn write(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
@@ -32,6 +32,7 @@ struct FindingJson<'f> {
     wait: Option<&'f WaitReport>,
     race: Option<&'f RaceReport>,
     observed: Option<&'f ObservedReport>,
+    blocking: Option<&'f BlockingReport>,
     witness: Option<&'f Witness>,
     occurrences: u64,
     locations: &'f [FindingLocation],
@@ -52,6 +53,7 @@ impl Serialize for Finding {
             wait: self.wait(),
             race: self.race(),
             observed: self.observed(),
+            blocking: self.blocking(),
             witness: self.witness.as_ref(),
             occurrences: self.occurrences,
             locations: &self.locations,

@@ -7,7 +7,18 @@ use std::fmt;
 
 use serde::Serialize;
 
-use super::{AccessKind, BlockingCall, Kind, LockRef, ThreadRef};
+use super::{AccessKind, BlockingCall, HazardCall, Kind, LockRef, ThreadRef};
+
+/// A duration for people: `850 µs`, `12.3 ms`, `2.00 s`.
+pub fn duration_text(ns: u64) -> String {
+    if ns < 1_000_000 {
+        format!("{} µs", ns / 1000)
+    } else if ns < 1_000_000_000 {
+        format!("{:.1} ms", ns as f64 / 1e6)
+    } else {
+        format!("{:.2} s", ns as f64 / 1e9)
+    }
+}
 
 /// What a finding's message says, by kind.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -55,6 +66,14 @@ pub enum Message {
     ObservedStall {
         threads: Vec<ThreadRef>,
         calls: Vec<BlockingCall>,
+    },
+    /// A thread made a blocking call (`call`, a family of C functions) while holding `locks`;
+    /// the longest such call took `longest_ns` (`None`: none was seen to return).
+    BlockingUnderLock {
+        thread: ThreadRef,
+        call: HazardCall,
+        locks: Vec<LockRef>,
+        longest_ns: Option<u64>,
     },
 }
 
@@ -179,6 +198,22 @@ impl fmt::Display for Message {
                 joined(threads, ", "),
                 joined(calls, ", ")
             ),
+            Message::BlockingUnderLock {
+                thread,
+                call,
+                locks,
+                longest_ns,
+            } => {
+                write!(
+                    f,
+                    "blocking call under a lock: {thread} calls {call} while holding {}",
+                    joined(locks, " and ")
+                )?;
+                match longest_ns {
+                    Some(ns) => write!(f, " (longest {})", duration_text(*ns)),
+                    None => f.write_str(" (it had not returned when the trace ended)"),
+                }
+            }
         }
     }
 }

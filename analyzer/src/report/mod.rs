@@ -127,6 +127,8 @@ pub struct Summary {
     pub candidate_budget_exhausted: bool,
     /// `rank-violation` findings (verdict `violation`).
     pub rank_violations: usize,
+    /// `blocking-under-lock` findings (verdict `hazard`).
+    pub hazards: usize,
     /// Findings removed by the suppressions file (not in `findings`).
     pub suppressed: usize,
     /// `race` findings (verdict `predicted`), and pairs of sites that only lock hand-offs
@@ -213,6 +215,9 @@ pub enum Verdict {
     Potential,
     /// A declared discipline was broken (a rank annotation): not a prediction, a rule.
     Violation,
+    /// The run did something that risks a stall or a deadlock (a lock held across a blocking
+    /// call): not a deadlock found, a hazard seen.
+    Hazard,
 }
 
 impl Verdict {
@@ -233,6 +238,7 @@ impl Report {
         self.summary.predicted = count(Verdict::Predicted);
         self.summary.potential = count(Verdict::Potential);
         self.summary.rank_violations = count(Verdict::Violation);
+        self.summary.hazards = count(Verdict::Hazard);
         self.summary.races = self
             .findings
             .iter()
@@ -287,6 +293,7 @@ impl Finding {
             }
             Detail::RankViolation { classes, .. } => classes,
             Detail::Observed(o) => &o.lock_classes,
+            Detail::Blocking(b) => &b.lock_classes,
             Detail::Race(_) => &[],
         }
     }
@@ -299,7 +306,8 @@ impl Finding {
             Detail::WaitDeadlock { .. }
             | Detail::ReadRecursion { .. }
             | Detail::Race(_)
-            | Detail::Observed(_) => &[],
+            | Detail::Observed(_)
+            | Detail::Blocking(_) => &[],
         }
     }
 
@@ -310,7 +318,8 @@ impl Finding {
             Detail::LockCycle { .. }
             | Detail::RankViolation { .. }
             | Detail::Race(_)
-            | Detail::Observed(_) => None,
+            | Detail::Observed(_)
+            | Detail::Blocking(_) => None,
         }
     }
 
@@ -318,6 +327,14 @@ impl Finding {
     pub fn race(&self) -> Option<&RaceReport> {
         match &self.detail {
             Detail::Race(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// The blocking call of a `blocking-under-lock` finding (JSON's `blocking`).
+    pub fn blocking(&self) -> Option<&BlockingReport> {
+        match &self.detail {
+            Detail::Blocking(b) => Some(b),
             _ => None,
         }
     }
@@ -367,6 +384,8 @@ pub enum Detail {
     /// Threads blocked when the trace ended: in a cycle (`observed-deadlock`) or not
     /// (`observed-stall`) (`observed.rs`).
     Observed(Box<ObservedReport>),
+    /// A lock held across a blocking call (`analyses/hazards`).
+    Blocking(Box<BlockingReport>),
 }
 
 /// The kind of a finding: JSON's `kind`, SARIF's rule id, the suppressions file's `kind`.
@@ -400,6 +419,7 @@ pub enum Kind {
     Race,
     ObservedDeadlock,
     ObservedStall,
+    BlockingUnderLock,
 }
 
 impl Kind {
@@ -444,6 +464,7 @@ pub enum Rule {
     BlockedLockCycle,
     BlockedWaitCycle,
     BlockedWait,
+    BlockingWhileHolding,
 }
 
 /// What a site did in a finding: JSON's `locations[].role`, the baseline key's role.
@@ -483,6 +504,8 @@ pub enum Role {
     Writes,
     AtomicReads,
     AtomicWrites,
+    /// Where a blocking call was made while the locks were held.
+    Blocks,
 }
 
 impl Role {
@@ -835,6 +858,89 @@ pub struct AccessReport {
     pub site: SiteReport,
     /// The locks the thread held (`name (read)` for the read side of an rwlock).
     pub locks_held: Vec<String>,
+}
+
+/// A lock held across a blocking call: JSON's `blocking`.
+#[derive(Clone, Debug, Serialize)]
+pub struct BlockingReport {
+    /// The call's family (`read`, `recv`, `sleep`, …).
+    pub call: HazardCall,
+    pub thread: ThreadRef,
+    /// Where the call was made.
+    pub site: SiteReport,
+    /// The locks held across it, outermost first.
+    pub held: Vec<HeldLock>,
+    /// Their classes, outermost first (JSON's `cycle`, the baseline key's and the
+    /// suppressions' classes).
+    pub lock_classes: Vec<String>,
+    /// The longest such call seen, in nanoseconds; null when none was seen to return.
+    pub longest_ns: Option<u64>,
+    /// The longest wait such a call asked for (a sleep's duration, a poll's timeout), in
+    /// nanoseconds; null when one had no limit, or took none.
+    pub timeout_ns: Option<u64>,
+    /// How many such calls the traces hold.
+    pub calls: u64,
+}
+
+/// The family of a blocking call made under a lock: JSON's `blocking.call`, the suppressions'
+/// `call`.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::VariantArray,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum HazardCall {
+    Read,
+    Write,
+    Recv,
+    Send,
+    Accept,
+    Connect,
+    Poll,
+    Select,
+    EpollWait,
+    Sleep,
+    Waitpid,
+    Fsync,
+}
+
+impl HazardCall {
+    pub fn name(self) -> &'static str {
+        self.into()
+    }
+}
+
+impl From<foresight_trace::event::BlockingCall> for HazardCall {
+    fn from(c: foresight_trace::event::BlockingCall) -> Self {
+        use foresight_trace::event::BlockingCall as B;
+        match c {
+            B::Read => Self::Read,
+            B::Write => Self::Write,
+            B::Recv => Self::Recv,
+            B::Send => Self::Send,
+            B::Accept => Self::Accept,
+            B::Connect => Self::Connect,
+            B::Poll => Self::Poll,
+            B::Select => Self::Select,
+            B::EpollWait => Self::EpollWait,
+            B::Sleep => Self::Sleep,
+            B::WaitChild => Self::Waitpid,
+            B::Sync => Self::Fsync,
+        }
+    }
 }
 
 /// What the run was really doing when its trace ended: threads blocked for good.

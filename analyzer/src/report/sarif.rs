@@ -71,6 +71,13 @@ fn rule(kind: Kind) -> (&'static str, &'static str) {
              joins, barriers, condition or semaphore waits, or in lock requests behind them, \
              with no cycle among them: what each held and waited for.",
         ),
+        Kind::BlockingUnderLock => (
+            "Blocking call made while holding a lock",
+            "A thread held a lock across a call that can block for as long as another thread \
+             or process decides (I/O on a pipe or socket, a poll, a sleep, a wait for a child, \
+             fsync): every thread that needs the lock waits as long, and if the call waits for \
+             one of them, they deadlock.",
+        ),
         Kind::Race => (
             "Data race: two threads access the same memory with nothing ordering them",
             "Two threads access the same memory, at least one writes, not both atomically, and \
@@ -83,7 +90,10 @@ fn rule(kind: Kind) -> (&'static str, &'static str) {
 /// The level a kind's results have unless their verdict says otherwise.
 fn default_level(kind: Kind) -> &'static str {
     match kind {
-        Kind::PotentialDeadlock | Kind::RwlockDeadlock | Kind::ObservedStall => "warning",
+        Kind::PotentialDeadlock
+        | Kind::RwlockDeadlock
+        | Kind::ObservedStall
+        | Kind::BlockingUnderLock => "warning",
         _ => "error",
     }
 }
@@ -94,7 +104,7 @@ fn level(f: &Finding) -> &'static str {
     }
     match f.verdict {
         Verdict::Observed | Verdict::Predicted | Verdict::Violation => "error",
-        Verdict::Potential => "warning",
+        Verdict::Potential | Verdict::Hazard => "warning",
     }
 }
 

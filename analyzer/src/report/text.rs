@@ -205,6 +205,21 @@ pub fn write_with(out: &mut impl Write, report: &Report, style: Style) -> std::i
             finding(out, f, style, &mut said)?;
         }
     }
+    let hazards: Vec<&Finding> = report
+        .findings
+        .iter()
+        .filter(|f| f.verdict == Verdict::Hazard)
+        .collect();
+    if !hazards.is_empty() {
+        writeln!(
+            out,
+            "== HAZARDS ({}): locks held across blocking calls ==",
+            hazards.len()
+        )?;
+        for f in hazards {
+            finding(out, f, style)?;
+        }
+    }
     if report.summary.observed > 0 {
         write!(out, "{} observed, ", report.summary.observed)?;
     }
@@ -230,6 +245,13 @@ pub fn write_with(out: &mut impl Write, report: &Report, style: Style) -> std::i
                 "rank violation",
                 "rank violations"
             )
+        )?;
+    }
+    if report.summary.hazards > 0 {
+        write!(
+            out,
+            ", {}",
+            counted(report.summary.hazards, "hazard", "hazards")
         )?;
     }
     let unlisted = report.summary.unlisted_predicted + report.summary.unlisted_potential;
@@ -430,6 +452,25 @@ fn finding(
                 if !t.waits_for.is_empty() {
                     writeln!(out, "    waiting for {}", joined(&t.waits_for, ", "))?;
                 }
+            }
+        }
+        Detail::Blocking(b) => {
+            let longest = match b.longest_ns {
+                Some(ns) => format!("longest {}", super::message::duration_text(ns)),
+                None => "not seen to return".to_string(),
+            };
+            writeln!(
+                out,
+                "  {} calls {} at {} ({} {}, {longest})",
+                b.thread,
+                b.call,
+                b.site.location,
+                b.calls,
+                if b.calls == 1 { "call" } else { "calls" }
+            )?;
+            stack(out, &b.site, "      ", style)?;
+            for h in &b.held {
+                held(out, "holding", h)?;
             }
         }
         Detail::WaitDeadlock { wait: w, .. } | Detail::ReadRecursion { wait: w, .. } => {

@@ -17,6 +17,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use libc::{size_t, ssize_t, FILE};
 
+use foresight_trace::event::BlockingCall;
+
+use super::blocking;
+
 use crate::real::real;
 use crate::{accesses, modules, thread_state};
 
@@ -569,8 +573,12 @@ fn keeping_errno<R>(r: R, record: impl FnOnce()) -> R {
 }
 
 unsafe extern "C-unwind" fn read_hook(fd: c_int, p: *mut c_void, n: size_t, ra: usize) -> ssize_t {
+    let begun = blocking::begin(BlockingCall::Read, ra, || blocking::fd_blocks(fd, false));
     // SAFETY: the real function with the caller's arguments.
     let got = unsafe { REAL_READ.get()(fd, p, n) };
+    if let Some(b) = begun {
+        blocking::end(b);
+    }
     if wanted() && got > 0 {
         return keeping_errno(got, || range(p, got as usize, true, ra));
     }
@@ -586,8 +594,13 @@ unsafe extern "C-unwind" fn write_hook(
     if wanted() {
         range(p, n, false, ra);
     }
+    let begun = blocking::begin(BlockingCall::Write, ra, || blocking::fd_blocks(fd, false));
     // SAFETY: the real function with the caller's arguments.
-    unsafe { REAL_WRITE.get()(fd, p, n) }
+    let r = unsafe { REAL_WRITE.get()(fd, p, n) };
+    if let Some(b) = begun {
+        blocking::end(b);
+    }
+    r
 }
 
 unsafe extern "C-unwind" fn pread_hook(

@@ -24,6 +24,7 @@
 pub mod naked;
 pub mod annotate;
 pub mod barrier;
+pub mod blocking;
 pub mod cond;
 pub mod fd;
 pub mod heap;

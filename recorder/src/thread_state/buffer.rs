@@ -236,11 +236,19 @@ impl ThreadState {
         if w.push_lock_immediate(lock, mode, site, k).is_err() {
             output::count_lost(1);
         }
+        self.note_acquired();
         self.leave_buf(slow);
     }
 
     #[inline(always)]
     pub(super) fn push_locked(&self, kind: EventKind, key: u64) {
+        match kind {
+            EventKind::LockAcquired { .. }
+            | EventKind::LockTry { acquired: true, .. }
+            | EventKind::CondWaitEnd { .. } => self.note_acquired(),
+            EventKind::LockRelease { .. } | EventKind::CondWaitBegin { .. } => self.note_released(),
+            _ => {}
+        }
         let (w, key) = self.writer_at(key);
         if w.push_fast(&Event { key, kind }).is_err() {
             output::count_lost(1);
@@ -262,6 +270,30 @@ impl ThreadState {
         }
         let key = key.max(w.last_key());
         (w, key)
+    }
+
+    /// One more lock held (`locks_held`): a plain load and store, never a read-modify-write
+    /// (only the owner writes it).
+    #[inline(always)]
+    pub(super) fn note_acquired(&self) {
+        let n = self.locks_held.load(Ordering::Relaxed);
+        self.locks_held
+            .store(n.saturating_add(1), Ordering::Relaxed);
+    }
+
+    /// One lock fewer; a release whose acquisition was not recorded leaves 0.
+    #[inline(always)]
+    pub(super) fn note_released(&self) {
+        let n = self.locks_held.load(Ordering::Relaxed);
+        self.locks_held
+            .store(n.saturating_sub(1), Ordering::Relaxed);
+    }
+
+    /// Whether the thread holds a lock it was recorded taking: a blocking call is recorded
+    /// only then.
+    #[inline(always)]
+    pub fn holds_locks(&self) -> bool {
+        self.locks_held.load(Ordering::Relaxed) != 0
     }
 
     /// Flushes the buffer (thread exit, finish, exec). Foreign callers must `quiesce` first.

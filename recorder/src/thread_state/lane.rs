@@ -54,6 +54,7 @@ impl ThreadState {
         let done = w.try_push_lock_immediate(p.fields, mode, key);
         if done {
             *clock = key;
+            self.note_acquired();
         }
         self.lane_close();
         done
@@ -82,6 +83,7 @@ impl ThreadState {
         let done = w.try_push_lock_acquired(p.fields, mode, key);
         if done {
             *clock = key;
+            self.note_acquired();
         }
         self.lane_close();
         done
@@ -106,6 +108,7 @@ impl ThreadState {
                 p.slot.clock.store(key, Ordering::Relaxed);
             }
             *clock = key;
+            self.note_released();
         }
         self.lane_close();
         done
