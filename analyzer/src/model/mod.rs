@@ -46,6 +46,7 @@ use crate::stream::{mode_of, EventSource, Mode, Op, Pass, Stream, StreamEvent};
 mod annotations;
 mod heap;
 mod locks;
+mod marks;
 mod monitors;
 mod pending;
 mod senders;
@@ -55,6 +56,7 @@ mod waits;
 use annotations::Annotations;
 use heap::HeapBlocks;
 use locks::{LockSections, SegmentLocks};
+pub use marks::AccessMarks;
 pub use monitors::MonitorScan;
 use pending::PendingCalls;
 pub use pending::{Blocking, PendingCall, RunEnd};
@@ -241,6 +243,8 @@ pub struct Run {
     pub segments_follow: bool,
     /// What the happens-before race pass found (`races/`), read in the same walk.
     pub races: RaceOutput,
+    /// Where the segment's threads read and write memory (empty when no race analysis runs).
+    pub marks: AccessMarks,
     /// How the threads' recording ended: blocking calls still open, end states.
     pub end: RunEnd,
     /// The lock-order edges the flight recorder saw before its window (FORMAT.md §7.15).
@@ -617,6 +621,7 @@ pub struct ModelPass<'t> {
     waits: HeldWaits,
     senders: Senders,
     pending: PendingCalls,
+    marks: AccessMarks,
     wrappers: Wrappers,
     end_reason: Option<EndReason>,
     /// The race pass's memory budget, bytes (`--race-memory`; 0: no race analysis).
@@ -649,6 +654,7 @@ impl<'t> ModelPass<'t> {
             waits: HeldWaits::new(n),
             senders: Senders::new(n),
             pending: PendingCalls::new(n),
+            marks: AccessMarks::new(n, &[]),
             wrappers: Wrappers::default(),
             end_reason: None,
             race_memory: crate::races::DEFAULT_MEMORY_MIB << 20,
@@ -792,6 +798,9 @@ impl ModelPass<'_> {
     fn handle_other(&mut self, ev: &StreamEvent) {
         self.hb.handle(ev);
         self.heap.handle(ev);
+        if self.race_memory != 0 {
+            self.marks.handle(ev);
+        }
         // Reads and writes matter to the model only through the clocks' reads-from.
         if matches!(ev.op, Op::Read { .. } | Op::Write { .. }) {
             return;
@@ -834,6 +843,7 @@ impl Pass for ModelPass<'_> {
             hb: self.hb.finish(),
             waits: self.waits.finish(),
             senders: self.senders.finish(),
+            marks: std::mem::take(&mut self.marks),
             // Only the last segment (or the whole trace) has the trace's end.
             end: self
                 .pending
@@ -864,6 +874,7 @@ struct RunParts {
     hb: HappensBefore,
     waits: Vec<Wait>,
     senders: Senders,
+    marks: AccessMarks,
     end: RunEnd,
 }
 
@@ -881,6 +892,7 @@ impl<'t> ModelPass<'t> {
             hb: self.hb.cut(),
             waits: self.waits.cut(),
             senders: self.senders.cut(),
+            marks: self.marks.cut(&self.seen),
             end: RunEnd::default(),
         };
         let start = std::mem::replace(&mut self.start, self.seen.clone());
@@ -962,6 +974,7 @@ impl<'t> ModelPass<'t> {
             hb,
             waits,
             senders,
+            marks,
             end,
         } = parts;
         for lock in &mut locks {
@@ -997,6 +1010,7 @@ impl<'t> ModelPass<'t> {
             object_names,
             events: 0,
             races: RaceOutput::default(),
+            marks,
             end,
             earlier: Vec::new(),
             window: WindowInfo::of(tables),

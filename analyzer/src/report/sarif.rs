@@ -68,7 +68,9 @@ fn rule(kind: Kind) -> (&'static str, &'static str) {
             "Data race: two threads access the same memory with nothing ordering them",
             "Two threads access the same memory, at least one writes, not both atomically, and \
              either nothing orders the two accesses in a recorded run (happens-before), or a \
-             sync-preserving reordering of the run makes them run back to back.",
+             sync-preserving reordering of the run makes them run back to back, or a \
+             reordering that runs a later critical section before an earlier one on the same \
+             lock, every read keeping its writer, does (sync-reversal).",
         ),
     }
 }

@@ -143,9 +143,9 @@ pub(crate) fn race_findings(
 }
 
 /// The two source lines of a pair, in a fixed order (`module+offset` when not symbolised).
-type LineKey = (String, String);
+pub(crate) type LineKey = (String, String);
 
-fn line_key(run: &Run, pair: &Pair) -> LineKey {
+pub(crate) fn line_key(run: &Run, pair: &Pair) -> LineKey {
     let line = |a: &RaceAccess| {
         let l = run.location(a.access.site);
         match (&l.file, l.line) {
@@ -161,7 +161,7 @@ fn line_key(run: &Run, pair: &Pair) -> LineKey {
     }
 }
 
-fn verb(kind: AccessKind) -> &'static str {
+pub(crate) fn verb(kind: AccessKind) -> &'static str {
     match kind {
         AccessKind::Read => "read",
         AccessKind::Write => "write",
@@ -170,7 +170,7 @@ fn verb(kind: AccessKind) -> &'static str {
     }
 }
 
-fn describe_address(a: &RaceAccess) -> String {
+pub(crate) fn describe_address(a: &RaceAccess) -> String {
     if let Some(v) = &a.variable {
         return format!("{} ({} bytes)", v.name, a.access.size);
     }
@@ -230,7 +230,7 @@ fn access_report(run: &Run, out: &RaceOutput, a: &RaceAccess) -> AccessReport {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn finding(
+pub(crate) fn finding(
     run: &Run,
     out: &RaceOutput,
     pair: &Pair,
