@@ -178,7 +178,7 @@ fn creation_and_join_order_the_parent_and_the_child() {
 }
 
 #[test]
-fn a_common_lock_orders_what_it_guards_and_what_follows_it() {
+fn a_common_lock_orders_what_it_guards_and_a_reversal_exposes_what_follows_it() {
     let mut t = T::new();
     let (a, b) = (t.spawn("a"), t.spawn("b"));
     let (m, n) = (t.b.mutex("m"), t.b.mutex("n"));
@@ -191,9 +191,12 @@ fn a_common_lock_orders_what_it_guards_and_what_follows_it() {
     t.lock(b, n);
     t.write(b, X, 4, 30);
     t.unlock(b, n);
-    // Lines 10 and 20 hold m both. Line 30 holds only n, but b reaches it after its own m
-    // section, which must follow a's (the two write x): no schedule runs 10 and 30 together.
-    assert!(races(&report(t)).is_empty());
+    // Lines 10 and 20 hold m both: never a race. Line 30 holds only n, and b reaches it
+    // after its own m section, which follows a's in the run (the two write x), so no
+    // sync-preserving reordering runs 10 and 30 together. Running b's m section first does:
+    // nothing reads x, so every read keeps its writer, and then a holds m writing x while b
+    // holds n writing it.
+    assert_eq!(race_lines(&report(t)), [(10, 30, "sync-reversal")].into());
 }
 
 #[test]
@@ -703,9 +706,17 @@ fn a_race_pass_that_joins_at_the_first_access_finds_what_one_there_from_the_star
     let runs = streamed(bytes, 0, Some(usize::MAX));
     let r = analyze(&runs, &[], &Options::default());
     assert_eq!(r.traces[0].warnings, Vec::<String>::new());
+    // And those only a reordering shows: b's section on m run before a's, a's writes under
+    // m meet b's after its section (nothing is read, so no read changes its writer).
     assert_eq!(
         race_lines(&r),
-        [(10, 30, "happens-before"), (22, 30, "happens-before")].into()
+        [
+            (10, 22, "sync-reversal"),
+            (10, 30, "happens-before"),
+            (11, 20, "sync-reversal"),
+            (22, 30, "happens-before")
+        ]
+        .into()
     );
     let block = races(&r)
         .iter()
