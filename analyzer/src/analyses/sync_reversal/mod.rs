@@ -340,6 +340,11 @@ pub(crate) fn reversal(
         .zip(tail)
         .filter_map(|(p, s)| s.map(|s| (p.thread, s, p.pos)))
         .collect();
+    if tails.iter().any(|&(t, s, _)| s < run.start_of(t)) {
+        // A section open since an earlier segment: what ran before the segment stays as it
+        // ran.
+        return Err(refuse(steps));
+    }
     // The end of each thread's part of S without the tails.
     let head_end = |t: u32| -> u32 {
         tails
