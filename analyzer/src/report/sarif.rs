@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 use strum::VariantArray;
 
-use super::{Finding, FindingLocation, Kind, Report, Role, Verdict};
+use super::{Finding, FindingLocation, Kind, Report, Role, Rule, Verdict};
 
 /// A kind's rule: (short description, full description).
 fn rule(kind: Kind) -> (&'static str, &'static str) {
@@ -298,6 +298,19 @@ fn code_flow(f: &Finding) -> Option<Value> {
         .collect();
     if flows.is_empty() {
         return None;
+    }
+    if f.rule == Rule::SyncReversal {
+        // The order is what makes this witness: the sections moved ahead, step by step.
+        return Some(json!({
+            "message": { "text": format!(
+                "a reordering of {} that runs later critical sections first, then both \
+                 accesses: {}",
+                w.trace,
+                w.schedule.join("; ")
+            ) },
+            "threadFlows": flows,
+            "properties": { "schedule": w.schedule, "scheduleTruncated": w.schedule_truncated },
+        }));
     }
     Some(json!({
         "message": { "text": format!("a reordering of {} that deadlocks", w.trace) },
