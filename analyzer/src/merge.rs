@@ -243,6 +243,8 @@ impl Merger {
         summary.race_candidates_checked += s.race_candidates_checked;
         summary.race_budget_exhausted |= s.race_budget_exhausted;
         summary.race_pairs_capped += s.race_pairs_capped;
+        summary.reversal_candidates += s.reversal_candidates;
+        summary.reversal_unchecked += s.reversal_unchecked;
         for c in &r.components {
             if let Some(first) = c.class_names.first() {
                 if c.predicted > c.listed_predicted as u64 || c.prediction_cut {

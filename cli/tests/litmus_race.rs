@@ -148,4 +148,8 @@ litmus!(
     escaped_local,
     cpp_threads,
     cpp_condition,
+    reversed_sections,
+    reversal_changes_read,
+    reversal_reads_writer,
+    reversal_locked_both,
 );

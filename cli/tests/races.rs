@@ -178,7 +178,7 @@ fn creation_and_join_order_the_parent_and_the_child() {
 }
 
 #[test]
-fn a_common_lock_orders_what_it_guards_and_what_follows_it() {
+fn a_common_lock_orders_what_it_guards_and_a_reversal_exposes_what_follows_it() {
     let mut t = T::new();
     let (a, b) = (t.spawn("a"), t.spawn("b"));
     let (m, n) = (t.b.mutex("m"), t.b.mutex("n"));
@@ -191,9 +191,12 @@ fn a_common_lock_orders_what_it_guards_and_what_follows_it() {
     t.lock(b, n);
     t.write(b, X, 4, 30);
     t.unlock(b, n);
-    // Lines 10 and 20 hold m both. Line 30 holds only n, but b reaches it after its own m
-    // section, which must follow a's (the two write x): no schedule runs 10 and 30 together.
-    assert!(races(&report(t)).is_empty());
+    // Lines 10 and 20 hold m both: never a race. Line 30 holds only n, and b reaches it
+    // after its own m section, which follows a's in the run (the two write x), so no
+    // sync-preserving reordering runs 10 and 30 together. Running b's m section first does:
+    // nothing reads x, so every read keeps its writer, and then a holds m writing x while b
+    // holds n writing it.
+    assert_eq!(race_lines(&report(t)), [(10, 30, "sync-reversal")].into());
 }
 
 #[test]
@@ -595,6 +598,67 @@ fn check_gates_races_as_it_gates_deadlocks() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[test]
+fn a_reversal_race_carries_its_rule_and_schedule_in_every_format() {
+    let dir = std::env::temp_dir().join(format!("foresight-races-rev-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    // a writes x inside m; b later takes m for a moment, then reads x outside it.
+    let mut t = T::new();
+    let (a, b) = (t.spawn("a"), t.spawn("b"));
+    let m = t.b.mutex("m");
+    t.lock(a, m);
+    t.write(a, X, 4, 10);
+    t.unlock(a, m);
+    t.lock(b, m);
+    t.unlock(b, m);
+    t.read(b, X, 4, 20);
+    std::fs::write(dir.join("rev.trace"), t.b.finish()).unwrap();
+    let json = foresight(&dir, &["analyze", "--format", "json", "rev.trace"]);
+    assert!(json.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let f = &v["findings"][0];
+    assert_eq!(
+        (&f["kind"], &f["rule"]),
+        (&"race".into(), &"sync-reversal".into())
+    );
+    let schedule: Vec<&str> = f["witness"]["schedule"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    assert!(
+        schedule[0].starts_with("thread 2 \"b\": locks m"),
+        "{schedule:?}"
+    );
+    assert!(
+        schedule[0].contains("moved ahead of thread 1 \"a\""),
+        "{schedule:?}"
+    );
+    assert!(
+        schedule[1].starts_with("thread 1 \"a\": locks m"),
+        "{schedule:?}"
+    );
+    assert!(schedule[2].contains("writes") && schedule[3].contains("reads"));
+    assert_eq!(v["summary"]["reversal_candidates"], 1);
+    let sarif = foresight(&dir, &["analyze", "--format", "sarif", "rev.trace"]);
+    let s: serde_json::Value = serde_json::from_slice(&sarif.stdout).unwrap();
+    let flow = &s["runs"][0]["results"][0]["codeFlows"][0];
+    assert_eq!(flow["properties"]["schedule"].as_array().unwrap().len(), 4);
+    assert!(flow["message"]["text"]
+        .as_str()
+        .unwrap()
+        .contains("moved ahead"));
+    let text = foresight(&dir, &["analyze", "rev.trace"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("rule sync-reversal") && text.contains("moved ahead"),
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A trace read from its file as `foresight analyze` reads it, the race pass in the walk from
 /// the first event (`replay: None`) or joining it at the first memory access, fed the events
 /// before it again from a second read of the file (at most `replay_limit` of them). Returns
@@ -716,9 +780,17 @@ fn a_race_pass_that_joins_at_the_first_access_finds_what_one_there_from_the_star
     let runs = streamed(bytes, 0, Some(usize::MAX));
     let r = analyze(&runs, &[], &Options::default());
     assert_eq!(r.traces[0].warnings, Vec::<String>::new());
+    // And those only a reordering shows: b's section on m run before a's, a's writes under
+    // m meet b's after its section (nothing is read, so no read changes its writer).
     assert_eq!(
         race_lines(&r),
-        [(10, 30, "happens-before"), (22, 30, "happens-before")].into()
+        [
+            (10, 22, "sync-reversal"),
+            (10, 30, "happens-before"),
+            (11, 20, "sync-reversal"),
+            (22, 30, "happens-before")
+        ]
+        .into()
     );
     let block = races(&r)
         .iter()

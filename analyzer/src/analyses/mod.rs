@@ -20,6 +20,7 @@ pub mod lock_cycles;
 pub mod observed;
 pub mod races;
 pub mod ranks;
+pub mod sync_reversal;
 pub mod waits;
 
 /// Every analysis, in the order they run: the lock cycles spend the deadlock budget before the
@@ -29,6 +30,7 @@ pub const REGISTRY: &[&dyn Analysis] = &[
     &waits::Waits,
     &observed::Observed,
     &races::Races,
+    &sync_reversal::SyncReversal,
     &ranks::Ranks,
     &hazards::Hazards,
 ];
@@ -50,6 +52,9 @@ pub struct Budgets {
     pub(crate) deadlock: Budget,
     /// Race candidates checked with the closure.
     pub(crate) race: Budget,
+    /// Race candidates searched for a reordering that reverses critical sections, and the
+    /// closure steps that search may take.
+    pub(crate) reversal: Budget,
 }
 
 impl Budgets {
@@ -57,6 +62,7 @@ impl Budgets {
         Budgets {
             deadlock: Budget::new(opts.candidate_budget, opts.closure_steps),
             race: Budget::new(opts.race_candidate_budget, 0),
+            reversal: Budget::new(opts.race_candidate_budget, sync_reversal::STEP_BUDGET),
         }
     }
 }

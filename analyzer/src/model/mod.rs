@@ -47,6 +47,7 @@ mod annotations;
 mod blocking;
 mod heap;
 mod locks;
+mod marks;
 mod monitors;
 mod pending;
 mod senders;
@@ -58,6 +59,7 @@ pub use blocking::HeldBlocking;
 use blocking::HeldBlockingCalls;
 use heap::HeapBlocks;
 use locks::{LockSections, SegmentLocks};
+pub use marks::AccessMarks;
 pub use monitors::MonitorScan;
 use pending::PendingCalls;
 pub use pending::{Blocking, PendingCall, RunEnd};
@@ -246,6 +248,8 @@ pub struct Run {
     pub segments_follow: bool,
     /// What the happens-before race pass found (`races/`), read in the same walk.
     pub races: RaceOutput,
+    /// Where the segment's threads read and write memory (empty when no race analysis runs).
+    pub marks: AccessMarks,
     /// How the threads' recording ended: blocking calls still open, end states.
     pub end: RunEnd,
     /// The lock-order edges the flight recorder saw before its window (FORMAT.md §7.15).
@@ -626,6 +630,7 @@ pub struct ModelPass<'t> {
     blocking: HeldBlockingCalls,
     senders: Senders,
     pending: PendingCalls,
+    marks: AccessMarks,
     wrappers: Wrappers,
     end_reason: Option<EndReason>,
     /// The race pass's memory budget, bytes (`--race-memory`; 0: no race analysis).
@@ -659,6 +664,7 @@ impl<'t> ModelPass<'t> {
             blocking: HeldBlockingCalls::new(n),
             senders: Senders::new(n),
             pending: PendingCalls::new(n),
+            marks: AccessMarks::new(n, &[]),
             wrappers: Wrappers::default(),
             end_reason: None,
             race_memory: crate::races::DEFAULT_MEMORY_MIB << 20,
@@ -814,6 +820,9 @@ impl ModelPass<'_> {
     fn handle_other(&mut self, ev: &StreamEvent) {
         self.hb.handle(ev);
         self.heap.handle(ev);
+        if self.race_memory != 0 {
+            self.marks.handle(ev);
+        }
         // Reads and writes matter to the model only through the clocks' reads-from.
         if matches!(ev.op, Op::Read { .. } | Op::Write { .. }) {
             return;
@@ -858,6 +867,7 @@ impl Pass for ModelPass<'_> {
             waits: self.waits.finish(),
             blocking: self.blocking.finish(),
             senders: self.senders.finish(),
+            marks: std::mem::take(&mut self.marks),
             // Only the last segment (or the whole trace) has the trace's end.
             end: self
                 .pending
@@ -889,6 +899,7 @@ struct RunParts {
     waits: Vec<Wait>,
     blocking: Vec<HeldBlocking>,
     senders: Senders,
+    marks: AccessMarks,
     end: RunEnd,
 }
 
@@ -907,6 +918,7 @@ impl<'t> ModelPass<'t> {
             waits: self.waits.cut(),
             blocking: self.blocking.cut(),
             senders: self.senders.cut(),
+            marks: self.marks.cut(&self.seen),
             end: RunEnd::default(),
         };
         let start = std::mem::replace(&mut self.start, self.seen.clone());
@@ -989,6 +1001,7 @@ impl<'t> ModelPass<'t> {
             waits,
             blocking,
             senders,
+            marks,
             end,
         } = parts;
         for lock in &mut locks {
@@ -1025,6 +1038,7 @@ impl<'t> ModelPass<'t> {
             object_names,
             events: 0,
             races: RaceOutput::default(),
+            marks,
             end,
             earlier: Vec::new(),
             window: WindowInfo::of(tables),

@@ -21,8 +21,9 @@
 //!   the witness the finding carries. Such races are invisible to happens-before: in the run,
 //!   the critical sections that order them happened to come in that order.
 //!
-//! What neither rule reports: pairs a reordering could only expose by reversing two critical
-//! sections on one lock (sync-preserving prediction keeps their order), and pairs of accesses
+//! Pairs a reordering could only expose by reversing two critical sections on one lock
+//! (sync-preserving prediction keeps their order) are left to `analyses/sync_reversal`. What
+//! no rule reports: pairs of accesses
 //! the recorder dropped as repeats within an epoch (their first instance is kept, FORMAT.md
 //! §7.8). The candidate pairs checked with the closure are bounded (per pair of sites the first
 //! [`FIRST_INSTANCES`] and the latest [`LATEST_INSTANCES`] instances, and the analysis's

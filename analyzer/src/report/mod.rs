@@ -141,6 +141,10 @@ pub struct Summary {
     /// Pairs of sites with more candidate instances than were kept, none of those kept
     /// confirmed: a race only an unkept instance shows is missed.
     pub race_pairs_capped: usize,
+    /// Pairs of lines the sync-reversal search was asked about (candidates no other rule
+    /// reported), and those it left unchecked because its budget ran out.
+    pub reversal_candidates: usize,
+    pub reversal_unchecked: usize,
     /// Segments the traces were analysed in (`--segment-events`; 0: each trace whole), and
     /// the events of a segment. Predictions reorder events within one segment.
     pub segments: usize,
@@ -460,6 +464,7 @@ pub enum Rule {
     LockRank,
     HappensBefore,
     SyncPreserving,
+    SyncReversal,
     BlockedSelfLock,
     BlockedLockCycle,
     BlockedWaitCycle,

@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 
 use strum::VariantArray;
 
-use super::{Finding, FindingLocation, Kind, Report, Role, Verdict};
+use super::{Finding, FindingLocation, Kind, Report, Role, Rule, Verdict};
 
 /// A kind's rule: (short description, full description).
 fn rule(kind: Kind) -> (&'static str, &'static str) {
@@ -82,7 +82,9 @@ fn rule(kind: Kind) -> (&'static str, &'static str) {
             "Data race: two threads access the same memory with nothing ordering them",
             "Two threads access the same memory, at least one writes, not both atomically, and \
              either nothing orders the two accesses in a recorded run (happens-before), or a \
-             sync-preserving reordering of the run makes them run back to back.",
+             sync-preserving reordering of the run makes them run back to back, or a \
+             reordering that runs a later critical section before an earlier one on the same \
+             lock, every read keeping its writer, does (sync-reversal).",
         ),
     }
 }
@@ -379,6 +381,19 @@ fn code_flow(f: &Finding, root: Option<&Path>) -> Option<Value> {
         .collect();
     if flows.is_empty() {
         return None;
+    }
+    if f.rule == Rule::SyncReversal {
+        // The order is what makes this witness: the sections moved ahead, step by step.
+        return Some(json!({
+            "message": { "text": format!(
+                "a reordering of {} that runs later critical sections first, then both \
+                 accesses: {}",
+                w.trace,
+                w.schedule.join("; ")
+            ) },
+            "threadFlows": flows,
+            "properties": { "schedule": w.schedule, "scheduleTruncated": w.schedule_truncated },
+        }));
     }
     Some(json!({
         "message": { "text": format!("a reordering of {} that deadlocks", w.trace) },

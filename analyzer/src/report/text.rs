@@ -133,6 +133,14 @@ pub fn write_with(out: &mut impl Write, report: &Report, style: Style) -> std::i
             s.race_candidates_checked
         )?;
     }
+    if s.reversal_unchecked > 0 {
+        writeln!(
+            out,
+            "note: the sync-reversal search ran out of budget: {} pairs of lines were not \
+             checked for races that reverse critical sections",
+            s.reversal_unchecked
+        )?;
+    }
     for c in &report.components {
         component(out, c, s.max_cycle_length)?;
     }
@@ -606,15 +614,23 @@ fn folded(steps: &[String]) -> Vec<(Vec<&str>, usize)> {
 /// A cycle's names in order, back to the first: `A → B → A`.
 /// "3 by happens-before, 1 sync-preserving": how many races each rule found.
 fn race_rules(races: &[&Finding]) -> String {
-    let hb = races
-        .iter()
-        .filter(|f| f.rule == Rule::HappensBefore)
-        .count();
-    let sp = races.len() - hb;
-    match (hb, sp) {
-        (_, 0) => "happens-before".to_string(),
-        (0, _) => "sync-preserving".to_string(),
-        _ => format!("{hb} happens-before, {sp} sync-preserving"),
+    let count = |rule: Rule| races.iter().filter(|f| f.rule == rule).count();
+    let counts = [
+        (Rule::HappensBefore, count(Rule::HappensBefore)),
+        (Rule::SyncPreserving, count(Rule::SyncPreserving)),
+        (Rule::SyncReversal, count(Rule::SyncReversal)),
+    ];
+    let found: Vec<_> = counts.iter().filter(|(_, n)| *n > 0).collect();
+    match found.as_slice() {
+        [] | [_] => found
+            .first()
+            .map_or(Rule::HappensBefore, |(r, _)| *r)
+            .to_string(),
+        _ => found
+            .iter()
+            .map(|(r, n)| format!("{n} {r}"))
+            .collect::<Vec<_>>()
+            .join(", "),
     }
 }
 

@@ -197,7 +197,26 @@ fn fold(into: &mut Finding, other: Finding) {
     into.occurrences = occurrences;
 }
 
-fn verb(kind: AccessKind) -> &'static str {
+/// The two source lines of a pair, in a fixed order (`module+offset` when not symbolised).
+pub(crate) type LineKey = (String, String);
+
+pub(crate) fn line_key(run: &Run, pair: &Pair) -> LineKey {
+    let line = |a: &RaceAccess| {
+        let l = run.location(a.access.site);
+        match (&l.file, l.line) {
+            (Some(f), n) if n > 0 => format!("{f}:{n}"),
+            _ => l.text,
+        }
+    };
+    let (a, b) = (line(&pair[0]), line(&pair[1]));
+    if a <= b {
+        (a, b)
+    } else {
+        (b, a)
+    }
+}
+
+pub(crate) fn verb(kind: AccessKind) -> &'static str {
     match kind {
         AccessKind::Read => "read",
         AccessKind::Write => "write",
@@ -206,7 +225,7 @@ fn verb(kind: AccessKind) -> &'static str {
     }
 }
 
-fn describe_address(a: &RaceAccess) -> String {
+pub(crate) fn describe_address(a: &RaceAccess) -> String {
     if let Some(v) = &a.variable {
         return format!("{} ({} bytes)", v.name, a.access.size);
     }
@@ -266,7 +285,7 @@ fn access_report(run: &Run, out: &RaceOutput, a: &RaceAccess) -> AccessReport {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn finding(
+pub(crate) fn finding(
     run: &Run,
     out: &RaceOutput,
     pair: &Pair,
