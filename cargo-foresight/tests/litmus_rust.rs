@@ -74,8 +74,8 @@ fn litmus_programs_and_the_bank_line_by_line() {
     assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
     assert!(stdout.contains(", 0 failed"), "{stdout}\n{stderr}");
     let all = traces_in(traces.path());
-    // One trace per test: 9 litmus programs and the bank's 2 tests.
-    assert_eq!(all.len(), 11, "{all:?}\n{stdout}\n{stderr}");
+    // One trace per test: 11 litmus programs and the bank's 2 tests.
+    assert_eq!(all.len(), 13, "{all:?}\n{stdout}\n{stderr}");
 
     let report = Command::new(harness::foresight())
         .args(["analyze", "--format", "json"])
@@ -151,4 +151,21 @@ fn a_directory_it_did_not_make_is_not_emptied() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not made by cargo foresight"));
     assert!(traces.path().join("mine.txt").is_file());
+}
+
+#[test]
+fn the_crate_behaves_as_std_when_recorded() {
+    // foresight-sync's own API tests (poisoning, try_lock, timeouts, once, scopes), each
+    // recorded: every test passes as it does plainly, and the traces have no finding.
+    let traces = tempfile::tempdir().expect("temp dir");
+    let out = cargo_foresight(&["-p", "foresight-sync", "--test", "api"], traces.path());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains(", 0 failed"), "{stdout}\n{stderr}");
+    assert!(
+        format!("{stdout}{stderr}").contains("0 findings over 9 traces"),
+        "{stdout}\n{stderr}"
+    );
+    assert_eq!(traces_in(traces.path()).len(), 9);
 }
