@@ -44,7 +44,7 @@ target="${CARGO_TARGET_DIR:-$root/target}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
-(cd "$root" && cargo build --release -p foresight-analyzer -p foresight-recorder \
+(cd "$root" && cargo build --release -p foresight-cli -p foresight-recorder \
   --target-dir "$target" >&2)
 foresight="$target/release/foresight"
 so="$target/release/libforesight_rt.so"

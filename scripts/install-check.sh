@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What a user does on a staging host: `cargo install --path analyzer` (release, a fresh target
+# What a user does on a staging host: `cargo install --path cli` (release, a fresh target
 # directory), then record a threaded program with the installed binary alone: no runtime
 # beside it, no FORESIGHT_RUNTIME, a cache directory that does not exist yet. Prints the build
 # time, the binary's size and the size of the runtime it carries.
@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 work="${1:-$(mktemp -d)}"
 mkdir -p "$work"
 start=$(date +%s)
-cargo install --locked --path analyzer --root "$work/root" --target-dir "$work/target" >"$work/install.log" 2>&1 ||
+cargo install --locked --path cli --root "$work/root" --target-dir "$work/target" >"$work/install.log" 2>&1 ||
     { tail -30 "$work/install.log"; exit 1; }
 echo "cargo install: $(($(date +%s) - start)) s"
 ls "$work/root/bin"

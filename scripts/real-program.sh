@@ -52,7 +52,7 @@ bin="$(command -v "$package")"
 if [[ -n "${FORESIGHT:-}" ]]; then
   foresight="$FORESIGHT"
 else
-  (cd "$root" && cargo build --release -p foresight-analyzer -p foresight-recorder \
+  (cd "$root" && cargo build --release -p foresight-cli -p foresight-recorder \
     --target-dir "$target" >&2)
   foresight="$target/release/foresight"
 fi

@@ -30,7 +30,7 @@ target="${CARGO_TARGET_DIR:-$root/target}"
 dir="${BENCH_DIR:-$target/race-bench}"
 mkdir -p "$dir"
 
-(cd "$root" && cargo build --release -p foresight-analyzer -p foresight-recorder \
+(cd "$root" && cargo build --release -p foresight-analyzer -p foresight-cli -p foresight-recorder \
   --example race_bench --bin foresight --target-dir "$target" >&2)
 bench="$target/release/examples/race_bench"
 foresight="$target/release/foresight"

@@ -1,4 +1,6 @@
-//! The foresight analyzer: reads traces and predicts deadlocks and races; and the CLI.
+//! The foresight analyzer: reads traces, predicts deadlocks and races, and renders the reports.
+//! The command-line tool is the `foresight-cli` crate; RAPID's STD text format is
+//! `foresight-stdtrace`.
 //!
 //! Pipeline of `foresight analyze` (see ARCHITECTURE.md, "The analysis pipeline"): one walk
 //! over each trace's merged events ([`model::walk`], [`stream`]) feeds the passes ([`model`]'s
@@ -10,10 +12,11 @@
 //! [`options`]' budgets; [`merge`] folds the parts of every trace into one [`report`], which
 //! renders them. ARCHITECTURE.md ("Layers") says which module may use which.
 
+#![forbid(unsafe_code)]
+
 pub mod analyses;
 pub mod analysis;
 pub mod baseline;
-pub mod cli;
 pub mod closure;
 pub mod cycles;
 pub mod deadlock;
@@ -28,7 +31,6 @@ pub mod options;
 pub mod races;
 pub mod report;
 pub mod sites;
-pub mod stdtrace;
 pub mod stream;
 pub mod suppressions;
 pub mod vector_clock;

@@ -29,7 +29,7 @@ target="${CARGO_TARGET_DIR:-$root/target}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
-(cd "$root" && cargo build --release -p foresight-recorder -p foresight-analyzer \
+(cd "$root" && cargo build --release -p foresight-recorder -p foresight-cli \
   --target-dir "$target" >&2)
 # RT_SO: another runtime to measure (one built from another commit, to compare in one session).
 so="${RT_SO:-$target/release/libforesight_rt.so}"

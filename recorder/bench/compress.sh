@@ -36,7 +36,7 @@ target="${CARGO_TARGET_DIR:-$root/target}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
-(cd "$root" && cargo build --release -p foresight-analyzer -p foresight-recorder \
+(cd "$root" && cargo build --release -p foresight-cli -p foresight-recorder \
   --target-dir "$target" >&2)
 (cd "$root" && cargo build --release -p foresight-trace --example decompress \
   --target-dir "$target" >&2)

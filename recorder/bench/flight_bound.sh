@@ -22,7 +22,7 @@ target="${CARGO_TARGET_DIR:-$root/target}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
-(cd "$root" && cargo build --release -p foresight-recorder -p foresight-analyzer \
+(cd "$root" && cargo build --release -p foresight-recorder -p foresight-cli \
   --target-dir "$target" >&2)
 fs="$target/release/foresight"
 export FORESIGHT_RUNTIME="$target/release/libforesight_rt.so"

@@ -19,7 +19,7 @@ trap 'rm -rf "$work"' EXIT
 
 (cd "$root" && cargo build --release -p foresight-recorder --lib --target-dir "$target" >&2 &&
   cargo build --release -p foresight-trace --example thread_ends --target-dir "$target" >&2 &&
-  cargo build --release -p foresight-analyzer --bin foresight --target-dir "$target" >&2)
+  cargo build --release -p foresight-cli --bin foresight --target-dir "$target" >&2)
 so="$target/release/libforesight_rt.so"
 ends="$target/release/examples/thread_ends"
 cc -O2 -pthread -o "$work/kill_loss" "$here/kill_loss.c"

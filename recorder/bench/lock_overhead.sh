@@ -32,7 +32,7 @@ target="${CARGO_TARGET_DIR:-$root/target}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
-(cd "$root" && cargo build --release -p foresight-recorder --lib -p foresight-analyzer \
+(cd "$root" && cargo build --release -p foresight-recorder --lib -p foresight-cli \
   --target-dir "$target" >&2)
 foresight="$target/release/foresight"
 # RT_SO: another runtime to measure (one built from another commit, to compare in one session).

@@ -68,7 +68,7 @@ if [ ! -x /usr/bin/time ]; then
   fi
 fi
 
-(cd "$root" && cargo build --release -p foresight-recorder -p foresight-analyzer \
+(cd "$root" && cargo build --release -p foresight-recorder -p foresight-cli \
   --target-dir "$target" >&2)
 fs="$target/release/foresight"
 export FORESIGHT_RUNTIME="$target/release/libforesight_rt.so"

@@ -25,7 +25,7 @@ pub fn counted<N: std::fmt::Display + PartialEq + From<u8>>(n: N, one: &str, man
 }
 
 /// A signal by name and number, "SIGTERM (signal 15)", or "signal N" for one not named here.
-pub(crate) fn signal_name(signal: i32) -> String {
+pub fn signal_name(signal: i32) -> String {
     let name = match signal {
         1 => "SIGHUP",
         2 => "SIGINT",

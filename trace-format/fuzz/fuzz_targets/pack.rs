@@ -1,4 +1,4 @@
-//! Any bytes as a pack (`foresight pack`, layout in `analyzer/src/cli/pack.rs`): the manifest
+//! Any bytes as a pack (`foresight pack`, layout in `cli/src/pack_file.rs`): the manifest
 //! check (`Pack::open`), then each member decompressed through its SHA-256 (`Pack::unpack`)
 //! and, when it checks, read as a trace (`Pack::open_member`). No input may panic; every error
 //! names the pack; a member is never taken for more bytes than its declared size.
@@ -13,7 +13,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use foresight_analyzer::cli::pack::{Pack, PACK_MAGIC, PACK_VERSION};
+use foresight_cli::pack_file::{Pack, PACK_MAGIC, PACK_VERSION};
 use libfuzzer_sys::fuzz_target;
 use sha2::{Digest, Sha256};
 

@@ -4,7 +4,7 @@
 //! the trace reader takes without a problem and in a valid order.
 #![no_main]
 
-use foresight_analyzer::stdtrace::{self, Failure};
+use foresight_stdtrace::{self as stdtrace, Failure};
 use foresight_trace::{ordering, Trace};
 use libfuzzer_sys::fuzz_target;
 

@@ -583,7 +583,7 @@ pub fn drop_superseded(findings: &mut Vec<Finding>) {
 
 /// How the program took the trace's descriptor, from a `WriteFailed` errno of `EBADF` or
 /// `EMFILE` (FORMAT.md §7.13).
-pub(crate) fn descriptor_taken(errno: i32) -> &'static str {
+pub fn descriptor_taken(errno: i32) -> &'static str {
     if errno == libc::EMFILE {
         "it closed or replaced it when no other descriptor was free to move the trace to"
     } else {

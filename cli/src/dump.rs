@@ -9,7 +9,7 @@ use foresight_trace::tables::Tables;
 use foresight_trace::TraceStream;
 
 use super::output::{ignore_broken_pipe, open_stream, warn_problems};
-use super::pack::{Pack, PACK_MAGIC};
+use super::pack_file::{Pack, PACK_MAGIC};
 use super::run_files::starts_with;
 
 #[derive(clap::Args)]
@@ -45,7 +45,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let tables = stream.tables();
     let mut merged = stream.merged().with_ordering_check();
     let stdout = std::io::stdout();
-    let mut out = crate::escape::Escaping::new(std::io::BufWriter::new(stdout.lock()));
+    let mut out = foresight_analyzer::escape::Escaping::new(std::io::BufWriter::new(stdout.lock()));
     let result = (|| -> std::io::Result<()> {
         writeln!(
             out,

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 /// Notes the signals `foresight` was started with ignored, before the Rust runtime sets
 /// SIGPIPE to ignored (`record` gives its command the dispositions it inherited).
 extern "C" fn note_inherited_signals() {
-    foresight_analyzer::cli::note_inherited_signals();
+    foresight_cli::note_inherited_signals();
 }
 
 #[used]
@@ -13,5 +13,5 @@ extern "C" fn note_inherited_signals() {
 static NOTE_INHERITED_SIGNALS: extern "C" fn() = note_inherited_signals;
 
 fn main() -> ExitCode {
-    foresight_analyzer::cli::main()
+    foresight_cli::main()
 }

@@ -5,8 +5,8 @@
 
 use std::fmt::Write;
 
-use crate::cycles::strongly_connected_components;
-use crate::lock_graph::LockOrderGraph;
+use foresight_analyzer::cycles::strongly_connected_components;
+use foresight_analyzer::lock_graph::LockOrderGraph;
 use std::collections::HashMap;
 
 /// `first_sites`: per edge (from, to), the site text of its first witness.

@@ -11,7 +11,7 @@ use std::process::{Command, ExitCode, Stdio};
 use anyhow::{bail, Context};
 
 /// The program the demo records: a bank whose transfers lock the source account first.
-const BANK_C: &str = include_str!("../../../fixtures/demo/bank.c");
+const BANK_C: &str = include_str!("../../fixtures/demo/bank.c");
 
 #[derive(clap::Args)]
 #[command(after_help = "\

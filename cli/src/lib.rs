@@ -6,10 +6,10 @@ use clap::{Parser, Subcommand};
 
 /// `eprintln!` for every message of the command line: what it says may hold names from a
 /// trace, a pack or the file system, whose control characters are shown escaped
-/// (`crate::escape`).
+/// (`foresight_analyzer::escape`).
 macro_rules! say {
     ($($arg:tt)*) => {
-        eprintln!("{}", $crate::escape::controls_keep_lines(&format!($($arg)*)))
+        eprintln!("{}", ::foresight_analyzer::escape::controls_keep_lines(&format!($($arg)*)))
     };
 }
 
@@ -24,8 +24,9 @@ mod graph;
 mod interop;
 mod keeper;
 mod output;
+mod pack;
 /// Public for its fuzz target (`trace-format/fuzz`): a pack is untrusted input.
-pub mod pack;
+pub mod pack_file;
 mod record;
 mod run_files;
 mod runtime;

@@ -7,8 +7,8 @@ use std::process::ExitCode;
 
 use foresight_trace::region::RegionMarkers;
 
-use crate::stdtrace::synth::{self, SynthSpec, TextSink};
-use crate::stdtrace::{self, ExportOptions, Failure, Importer};
+use foresight_stdtrace::synth::{self, SynthSpec, TextSink};
+use foresight_stdtrace::{self as stdtrace, ExportOptions, Failure, Importer};
 
 use super::output::{open_stream, warn_problems};
 use super::EXIT_BAD_INPUT;

@@ -10,15 +10,15 @@ use foresight_trace::event::EventKind;
 use foresight_trace::Problem;
 use foresight_trace::{ThreadId, TraceStream};
 
-use crate::analysis::analyze;
-use crate::analysis::SegmentFold;
-use crate::merge::{Merger, TraceAnalysis};
-use crate::model::{ModelPass, MonitorScan, Run, ThreadModel, DEFAULT_SEGMENT_EVENTS};
-use crate::options::Options;
-use crate::report::{self, Report};
-use crate::sites::Wrappers;
-use crate::stream::{Runs, Stream};
-use crate::suppressions::Suppressions;
+use foresight_analyzer::analysis::analyze;
+use foresight_analyzer::analysis::SegmentFold;
+use foresight_analyzer::merge::{Merger, TraceAnalysis};
+use foresight_analyzer::model::{ModelPass, MonitorScan, Run, ThreadModel, DEFAULT_SEGMENT_EVENTS};
+use foresight_analyzer::options::Options;
+use foresight_analyzer::report::{self, Report};
+use foresight_analyzer::sites::Wrappers;
+use foresight_analyzer::stream::{Runs, Stream};
+use foresight_analyzer::suppressions::Suppressions;
 
 use super::output::{ignore_broken_pipe, warn_problems};
 use super::run_files::{expand, Input};
@@ -111,7 +111,7 @@ pub struct AnalysisArgs {
     /// Memory for the race analysis of each trace, MiB: its shadow of the memory the program
     /// touched and its heap blocks. When it is full, accesses to memory not tracked yet are not
     /// checked for races, and the report's warnings name their lines and addresses.
-    #[arg(long, default_value_t = crate::races::DEFAULT_MEMORY_MIB, value_name = "MIB",
+    #[arg(long, default_value_t = foresight_analyzer::races::DEFAULT_MEMORY_MIB, value_name = "MIB",
           value_parser = clap::value_parser!(u64).range(1..=1 << 24))]
     race_memory: u64,
     #[command(flatten)]
@@ -144,7 +144,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 fn hb_races(args: &Args) -> anyhow::Result<ExitCode> {
     let mut results = Vec::new();
     for path in &args.traces {
-        if !crate::stdtrace::is_std_file(path)
+        if !foresight_stdtrace::is_std_file(path)
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
         {
             anyhow::bail!(
@@ -153,15 +153,17 @@ fn hb_races(args: &Args) -> anyhow::Result<ExitCode> {
                 path.display()
             );
         }
-        match crate::stdtrace::hb::hb_races_file(path) {
+        match foresight_stdtrace::hb::hb_races_file(path) {
             Ok(r) => results.push((path, r)),
-            Err(crate::stdtrace::Failure::Input(e)) => {
+            Err(foresight_stdtrace::Failure::Input(e)) => {
                 anyhow::bail!("{}: not a valid STD trace: {e}", path.display())
             }
-            Err(crate::stdtrace::Failure::Io(e)) => anyhow::bail!("{}: {e}", path.display()),
+            Err(foresight_stdtrace::Failure::Io(e)) => anyhow::bail!("{}: {e}", path.display()),
         }
     }
-    let mut out = crate::escape::Escaping::new(std::io::BufWriter::new(std::io::stdout().lock()));
+    let mut out = foresight_analyzer::escape::Escaping::new(std::io::BufWriter::new(
+        std::io::stdout().lock(),
+    ));
     let written = (|| -> std::io::Result<()> {
         match args.format {
             Format::Json => {
@@ -409,7 +411,7 @@ fn stream_run(
     // The trailer says how many events to expect when the recording ended cleanly.
     let expected = stream.trailer().map(|t| t.events);
     let mut monitors = MonitorScan::default();
-    if crate::analysis::will_be_cut(tables, expected, segment_events) {
+    if foresight_analyzer::analysis::will_be_cut(tables, expected, segment_events) {
         for &id in &ids {
             monitors.scan_thread(stream.thread_events(id).map(|e| e.kind));
         }
@@ -451,7 +453,7 @@ fn stream_run(
     let replay = || -> Box<dyn Iterator<Item = (ThreadId, usize, EventKind)> + '_> {
         Box::new(stream.merged().map(|e| (e.thread, e.index, e.event.kind)))
     };
-    let mut run = crate::model::walk(
+    let mut run = foresight_analyzer::model::walk(
         &stream_walk,
         model,
         Runs(&mut merged),

@@ -10,8 +10,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 
-use crate::baseline::{self, DEFAULT_BASELINE};
-use crate::report::{self, BaselineKey, Finding, Report};
+use foresight_analyzer::baseline::{self, DEFAULT_BASELINE};
+use foresight_analyzer::report::{self, BaselineKey, Finding, Report};
 
 use super::analyze::{analyze_traces, AnalysisArgs};
 use super::output::ignore_broken_pipe;
@@ -96,7 +96,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             report::sarif::write(&mut out, &report, Some(&state))
         }
         Format::Text => write_text(
-            &mut crate::escape::Escaping::new(&mut out),
+            &mut foresight_analyzer::escape::Escaping::new(&mut out),
             &report,
             &new,
             gone,

@@ -14,7 +14,7 @@ use foresight_trace::{Problem, TraceStream};
 /// as soon as the stream has it open (it reads through its descriptor), so that every command
 /// that reads a trace reads STD too.
 pub fn open_stream(path: &Path) -> anyhow::Result<TraceStream> {
-    if crate::stdtrace::is_std_file(path).unwrap_or(false) {
+    if foresight_stdtrace::is_std_file(path).unwrap_or(false) {
         return open_std(path);
     }
     // The error names the file and the byte offset already.
@@ -96,15 +96,15 @@ fn open_std(path: &Path) -> anyhow::Result<TraceStream> {
                 std::env::temp_dir().display()
             )
         })?;
-    let imported = crate::stdtrace::import_to_file(path, temp.as_file());
+    let imported = foresight_stdtrace::import_to_file(path, temp.as_file());
     let opened = imported.map(|_| TraceStream::open(temp.path()));
     drop(temp);
     match opened {
         Ok(stream) => Ok(stream?),
-        Err(crate::stdtrace::Failure::Input(e)) => {
+        Err(foresight_stdtrace::Failure::Input(e)) => {
             anyhow::bail!("{}: not a valid STD trace: {e}", path.display())
         }
-        Err(crate::stdtrace::Failure::Io(e)) => {
+        Err(foresight_stdtrace::Failure::Io(e)) => {
             anyhow::bail!("{}: importing STD text: {e}", path.display())
         }
     }

@@ -8,13 +8,13 @@ use std::process::{Command, ExitCode, Stdio};
 
 use anyhow::{bail, Context};
 
-use crate::lock_graph::LockOrderGraph;
-use crate::model::{Run, DEFAULT_SEGMENT_EVENTS};
+use foresight_analyzer::lock_graph::LockOrderGraph;
+use foresight_analyzer::model::{Run, DEFAULT_SEGMENT_EVENTS};
 
 use super::analyze::{load_run, SiteArgs};
 use super::dot::write_dot;
 use super::output::ignore_broken_pipe;
-use crate::suppressions::Suppressions;
+use foresight_analyzer::suppressions::Suppressions;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -76,7 +76,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     let written = match args.format {
         // Lock and site names come from traces: their control characters are shown escaped.
-        Format::Dot => crate::escape::Escaping::new(&mut out).write_all(&bytes),
+        Format::Dot => foresight_analyzer::escape::Escaping::new(&mut out).write_all(&bytes),
         Format::Svg => out.write_all(&bytes),
     };
     ignore_broken_pipe(written.and_then(|_| out.flush()))?;

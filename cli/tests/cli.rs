@@ -43,7 +43,7 @@ fn the_bundled_example_trace_is_what_the_builder_writes() {
     assert!(
         committed == fresh,
         "fixtures/traces/example.trace is stale: regenerate it with \
-         `FORESIGHT_BLESS=1 cargo test -p foresight-analyzer --test cli`"
+         `FORESIGHT_BLESS=1 cargo test -p foresight-cli --test cli`"
     );
 }
 

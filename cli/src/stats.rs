@@ -14,7 +14,7 @@ use foresight_trace::{Problem, TraceStream};
 use super::dump::thread_label;
 use super::output::ignore_broken_pipe;
 use super::run_files::{expand, Input};
-use crate::report::counted;
+use foresight_analyzer::report::counted;
 
 #[derive(clap::Args)]
 #[command(after_help = "\
@@ -35,10 +35,13 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let inputs = expand(&args.traces, args.root_only)?;
-    let mut out = crate::escape::Escaping::new(std::io::BufWriter::new(std::io::stdout().lock()));
+    let mut out = foresight_analyzer::escape::Escaping::new(std::io::BufWriter::new(
+        std::io::stdout().lock(),
+    ));
     let mut packs_shown = HashSet::new();
     for p in &args.traces {
-        if super::run_files::starts_with(p, &super::pack::PACK_MAGIC) && packs_shown.insert(p) {
+        if super::run_files::starts_with(p, &super::pack_file::PACK_MAGIC) && packs_shown.insert(p)
+        {
             ignore_broken_pipe(write_pack(&mut out, p))?;
         }
     }
@@ -70,7 +73,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 
 /// A pack's manifest in a few lines: its traces, their sizes and the compression ratio.
 fn write_pack(out: &mut impl Write, path: &std::path::Path) -> std::io::Result<()> {
-    let pack = match super::pack::Pack::open(path) {
+    let pack = match super::pack_file::Pack::open(path) {
         Ok(p) => p,
         // `expand` opened it already; it cannot fail now but for a race with a writer.
         Err(e) => return writeln!(out, "pack       {}: {e:#}", path.display()),
@@ -238,7 +241,9 @@ fn write_stats(
             out,
             "ended      not: a snapshot taken on {} while the process ran (record --dump-on); \
              {} read",
-            crate::report::signal_name(stream.tables().snapshot_signal().unwrap_or(0) as i32),
+            foresight_analyzer::report::signal_name(
+                stream.tables().snapshot_signal().unwrap_or(0) as i32
+            ),
             counted(stream.chunk_count(), "chunk was", "chunks were")
         )?,
         (None, _) => writeln!(

@@ -106,7 +106,7 @@ fn cargo_install_gives_a_foresight_that_records_on_its_own() {
             "--locked",
             "--offline",
             "--path",
-            "analyzer",
+            "cli",
             "--root",
         ])
         .arg(&root)

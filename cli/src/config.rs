@@ -31,7 +31,7 @@ use super::cache::{cache_root, create_private_dir, fnv1a};
 use super::EXIT_BAD_INPUT;
 
 /// The stub every instrumented program links.
-const STUB_C: &str = include_str!("../../../recorder/stub/tsan_stub.c");
+const STUB_C: &str = include_str!("../../recorder/stub/tsan_stub.c");
 
 #[derive(clap::Args)]
 #[command(after_help = "\

@@ -21,7 +21,7 @@ use foresight_trace::frame::FILE_MAGIC;
 use foresight_trace::tables::{StopCause, ThreadEndState};
 use foresight_trace::{TraceFile, TraceStream};
 
-use crate::report::counted;
+use foresight_analyzer::report::counted;
 use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGQUIT, SIGTERM};
 
 use super::run_files::{siblings, snapshots};
@@ -176,8 +176,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Some(sig) => cmd.env("FORESIGHT_DUMP_ON", sig.to_string()),
         None => cmd.env_remove("FORESIGHT_DUMP_ON"),
     };
-    let config = crate::suppressions::Suppressions::discover(None)?;
-    let mut wrappers = crate::sites::Wrappers::new(args.wrappers.iter().cloned());
+    let config = foresight_analyzer::suppressions::Suppressions::discover(None)?;
+    let mut wrappers = foresight_analyzer::sites::Wrappers::new(args.wrappers.iter().cloned());
     if let Some(c) = &config {
         wrappers.extend(&c.wrappers);
     }
@@ -1059,7 +1059,7 @@ pub(crate) fn stop_cause(cause: StopCause, max_size: Option<u64>) -> String {
             format!(
                 "recording stopped early, the program ran on: the program took the trace's \
                  descriptor ({}); the trace holds what was written before",
-                crate::analyses::observed::descriptor_taken(errno)
+                foresight_analyzer::analyses::observed::descriptor_taken(errno)
             )
         }
         StopCause::WriteFailed { errno } => format!(

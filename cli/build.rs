@@ -1,5 +1,5 @@
 //! Builds the recorder runtime (`libforesight_rt.so`, the `cdylib` of `foresight-recorder`) so
-//! that the `foresight` binary carries it (`include_bytes!` in `src/cli/runtime.rs`): copying
+//! that the `foresight` binary carries it (`include_bytes!` in `src/runtime.rs`): copying
 //! that one binary to a host is the whole installation.
 //!
 //! The runtime is built by a nested `cargo build -p foresight-recorder` with a target directory

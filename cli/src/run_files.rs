@@ -11,7 +11,7 @@ use foresight_trace::frame::FILE_MAGIC;
 use foresight_trace::TraceStream;
 
 use super::output::open_stream;
-use super::pack::{Pack, PACK_MAGIC};
+use super::pack_file::{Pack, PACK_MAGIC};
 use super::safe_fs::untrusted_file;
 
 /// One trace to read: a file, or a member of a pack.
