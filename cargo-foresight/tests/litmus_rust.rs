@@ -2,7 +2,8 @@
 //! recorded in a trace of its own, `foresight check` over all of them, and the findings of the
 //! traces compared line by line with the annotations of `tests/litmus.rs` and `tests/bank.rs`
 //! (`// DEADLOCK` lines named by a predicted deadlock, `// NODEADLOCK` lines by none,
-//! `// POTENTIAL` lines by a potential finding and by no predicted one).
+//! `// POTENTIAL` lines by a potential finding and by no predicted one, `// RACE!` lines by a
+//! race, `// NORACE` lines by none).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -45,11 +46,13 @@ fn traces_in(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// The lines of `file` that the report's findings name, by verdict.
+/// The lines of `file` that the report's findings name: deadlock findings of `verdict`, or
+/// (`verdict` "race") races.
 fn lines(report: &serde_json::Value, file: &str, verdict: &str) -> BTreeSet<u32> {
     let mut out = BTreeSet::new();
     for f in report["findings"].as_array().expect("findings") {
-        if f["verdict"] != verdict {
+        let race = f["kind"] == "race";
+        if race != (verdict == "race") || (!race && f["verdict"] != verdict) {
             continue;
         }
         for loc in f["locations"].as_array().into_iter().flatten() {
@@ -74,8 +77,8 @@ fn litmus_programs_and_the_bank_line_by_line() {
     assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
     assert!(stdout.contains(", 0 failed"), "{stdout}\n{stderr}");
     let all = traces_in(traces.path());
-    // One trace per test: 11 litmus programs and the bank's 2 tests.
-    assert_eq!(all.len(), 13, "{all:?}\n{stdout}\n{stderr}");
+    // One trace per test: 14 litmus programs and the bank's 2 tests.
+    assert_eq!(all.len(), 16, "{all:?}\n{stdout}\n{stderr}");
 
     let report = Command::new(harness::foresight())
         .args(["analyze", "--format", "json"])
@@ -96,6 +99,9 @@ fn litmus_programs_and_the_bank_line_by_line() {
         let potential = lines(&report, name, "potential");
         let deadlock = litmus.compare(Verdict::Deadlock, Verdict::NoDeadlock, &predicted);
         assert!(deadlock.is_empty(), "{name}: {deadlock:?}\n{text}");
+        let races = lines(&report, name, "race");
+        let race = litmus.compare(Verdict::Race, Verdict::NoRace, &races);
+        assert!(race.is_empty(), "{name}: races {race:?}\n{text}");
         let potential_missed: Vec<_> = litmus
             .lines(Verdict::Potential)
             .difference(&potential)

@@ -46,6 +46,40 @@ pub use std::sync::{
     atomic, mpsc, Arc, LockResult, PoisonError, TryLockError, TryLockResult, Weak,
 };
 
+/// Records a read of `place` for foresight's race analysis, at the caller's line: for memory
+/// the program shares through `unsafe` code (a raw pointer, an `UnsafeCell`), which nothing
+/// else reports in a Rust program. Does nothing when the program is not recorded.
+#[track_caller]
+#[inline]
+pub fn record_read<T: ?Sized>(place: &T) {
+    if let Some(rt) = runtime::get() {
+        let addr = place as *const T as *const u8 as usize;
+        rt.access(
+            addr,
+            std::mem::size_of_val(place),
+            false,
+            std::panic::Location::caller(),
+        );
+    }
+}
+
+/// Records a write of `place` for foresight's race analysis, at the caller's line (see
+/// `record_read`). Takes a shared reference: the write is the program's own, through
+/// whatever interior mutability or raw pointer it uses.
+#[track_caller]
+#[inline]
+pub fn record_write<T: ?Sized>(place: &T) {
+    if let Some(rt) = runtime::get() {
+        let addr = place as *const T as *const u8 as usize;
+        rt.access(
+            addr,
+            std::mem::size_of_val(place),
+            true,
+            std::panic::Location::caller(),
+        );
+    }
+}
+
 /// Whether this process is recorded by foresight (its runtime is loaded).
 pub fn is_recorded() -> bool {
     runtime::get().is_some()

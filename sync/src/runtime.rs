@@ -42,6 +42,7 @@ struct Table {
     happens: unsafe extern "C" fn(u64, bool, *const SourceSite),
     lock_class: unsafe extern "C" fn(usize, *const u8, usize, *const SourceSite),
     annotate: unsafe extern "C" fn(usize, u32, u32, *const SourceSite),
+    access: unsafe extern "C" fn(usize, usize, bool, *const SourceSite),
 }
 
 /// The table: null before the lookup, `ABSENT` when there is no runtime.
@@ -261,6 +262,11 @@ impl Runtime {
     pub(crate) fn lock_class(self, addr: usize, name: &str, at: &'static Location) {
         // SAFETY: see above; `name` is `len` readable bytes during the call.
         unsafe { (self.0.lock_class)(addr, name.as_ptr(), name.len(), &site(at)) }
+    }
+
+    pub(crate) fn access(self, addr: usize, size: usize, write: bool, at: &'static Location) {
+        // SAFETY: see above.
+        unsafe { (self.0.access)(addr, size, write, &site(at)) }
     }
 
     pub(crate) fn annotate(self, addr: usize, what: Annotation, value: u32, at: &'static Location) {

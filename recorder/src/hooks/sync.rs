@@ -72,6 +72,7 @@ pub struct Runtime {
     happens: unsafe extern "C" fn(u64, bool, *const SourceSite),
     lock_class: unsafe extern "C" fn(usize, *const u8, usize, *const SourceSite),
     annotate: unsafe extern "C" fn(usize, u32, u32, *const SourceSite),
+    access: unsafe extern "C" fn(usize, usize, bool, *const SourceSite),
 }
 
 #[allow(non_upper_case_globals)]
@@ -97,6 +98,7 @@ pub static __foresight_sync_v1: Runtime = Runtime {
     happens,
     lock_class,
     annotate: annotate_lock,
+    access,
 };
 
 fn object_kind(kind: u32) -> ObjectKind {
@@ -638,4 +640,19 @@ unsafe extern "C" fn annotate_lock(addr: usize, what: u32, value: u32, site: *co
         }),
         _ => None,
     });
+}
+
+/// A read or write of `size` bytes at `addr` that the program asks to have checked for races
+/// (`foresight_sync::record_read`/`record_write`: memory it shares through `unsafe` code,
+/// which no compiler instrumentation reports in a Rust program). Recorded as an instrumented
+/// program's accesses are (`ThreadState::record_access`), at the caller's line.
+///
+/// # Safety
+/// `site` as for `known`.
+unsafe extern "C" fn access(addr: usize, size: usize, write: bool, site: *const SourceSite) {
+    // SAFETY: the caller's contract.
+    let pc = unsafe { known(site) };
+    if let Some(t) = rt_lane() {
+        t.record_access(addr, size << 1 | usize::from(write), pc);
+    }
 }
