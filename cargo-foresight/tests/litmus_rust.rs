@@ -175,3 +175,45 @@ fn the_crate_behaves_as_std_when_recorded() {
     );
     assert_eq!(traces_in(traces.path()).len(), 9);
 }
+
+#[test]
+fn annotations_name_classes_and_check_ranks() {
+    let traces = tempfile::tempdir().expect("temp dir");
+    let out = cargo_foresight(&["--test", "annotations"], traces.path());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // The test passes; the rank violation is a finding: check exits 1.
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    let source = std::fs::read_to_string(fixtures_rust().join("tests/annotations.rs")).unwrap();
+    let rank_line = source
+        .lines()
+        .position(|l| l.ends_with("// RANK"))
+        .expect("the marked line") as u64
+        + 1;
+    let report = Command::new(harness::foresight())
+        .args(["analyze", "--format", "json"])
+        .args(traces_in(traces.path()))
+        .output()
+        .expect("run foresight analyze");
+    let report: serde_json::Value = serde_json::from_slice(&report.stdout).expect("JSON");
+    let text = serde_json::to_string_pretty(&report["findings"]).unwrap();
+    let violation = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["kind"] == "rank-violation")
+        .unwrap_or_else(|| panic!("no rank violation:\n{text}"));
+    assert!(
+        violation["locations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l["line"] == rank_line
+                && l["file"].as_str().unwrap_or("").ends_with("annotations.rs")),
+        "line {rank_line} not named:\n{text}"
+    );
+    assert!(
+        text.contains("ledger") && text.contains("journal"),
+        "{text}"
+    );
+}
