@@ -6,6 +6,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::runtime::{Kind, Mode, Runtime};
 
+/// `Declared::announced` while a thread declares the lock (no lock is at address 1).
+const DECLARING: usize = 1;
+
 /// The first field of each lock (`repr(C)`), so that its address is the lock's: a `static`
 /// lock is then named by its variable.
 pub(crate) struct Declared {
@@ -35,18 +38,35 @@ impl Declared {
     #[inline(always)]
     pub(crate) fn announce(&self, rt: Runtime, kind: Kind, count: u32) -> usize {
         let addr = self.addr();
-        if self.announced.load(Ordering::Relaxed) != addr {
+        if self.announced.load(Ordering::Acquire) != addr {
             self.announce_slow(rt, kind, count, addr);
         }
         addr
     }
 
+    /// One thread declares the lock; threads that use it meanwhile wait the moment it takes
+    /// (a declaration never blocks), so that none records an event on the lock before the
+    /// runtime knows it as declared: the declaration starts a new object at the address.
     #[cold]
     fn announce_slow(&self, rt: Runtime, kind: Kind, count: u32, addr: usize) {
-        // Racing first users both declare: the second declaration is one more (empty)
-        // generation of the same class, harmless.
-        if self.announced.swap(addr, Ordering::Relaxed) != addr {
-            rt.declare(addr, kind, count, self.at);
+        loop {
+            let seen = self.announced.load(Ordering::Acquire);
+            if seen == addr {
+                return;
+            }
+            if seen == DECLARING {
+                std::hint::spin_loop();
+                continue;
+            }
+            if self
+                .announced
+                .compare_exchange(seen, DECLARING, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                rt.declare(addr, kind, count, self.at);
+                self.announced.store(addr, Ordering::Release);
+                return;
+            }
         }
     }
 }
