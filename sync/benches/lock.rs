@@ -1,10 +1,11 @@
 //! Uncontended `Mutex::lock` + drop: `std::sync::Mutex` beside `foresight_sync::Mutex`.
 //!
 //! Plainly (`cargo bench -p foresight-sync --bench lock`), the crate's mutex finds no runtime
-//! and should cost within 5% of std's. Under the recorder it records a lock and a release per
-//! iteration; build the bench, then run its binary under `foresight record` with a bounded
-//! trace (`sync/bench/recorded.sh` does both): the group is then named `recorded`, and the
-//! target is at most 2x std's time.
+//! and should cost within 5% of std's. Recorded, it records a lock and a release per
+//! iteration: build the bench (`cargo bench -p foresight-sync --bench lock --no-run` names its
+//! binary), then `foresight record --no-symbolize -- target/release/deps/lock-HASH --bench`; the
+//! group is then named `uncontended-lock/recorded`, and the target is at most 2x std's time
+//! (`docs/perf/rust-sync.md`).
 
 use std::hint::black_box;
 use std::time::Duration;

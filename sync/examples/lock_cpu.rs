@@ -1,11 +1,11 @@
-//! Uncontended `Mutex::lock` + drop timed by the thread's CPU clock rather than the wall clock,
+//! Uncontended `Mutex::lock` + drop timed by the process's CPU clock rather than the wall clock,
 //! so that other processes on a busy machine do not inflate the figures (the criterion bench,
 //! `benches/lock.rs`, times wall clock). Prints nanoseconds per lock and drop, `std`'s and
 //! `foresight-sync`'s, the best of several rounds of each, alternating:
 //!
 //! ```sh
 //! cargo run --release -p foresight-sync --example lock_cpu
-//! foresight record --no-symbolize --keep-last 64M -- target/release/examples/lock_cpu
+//! foresight record --no-symbolize -- target/release/examples/lock_cpu
 //! ```
 
 use std::hint::black_box;
@@ -13,22 +13,22 @@ use std::hint::black_box;
 const ITERATIONS: u64 = 2_000_000;
 const ROUNDS: usize = 15;
 
-fn thread_cpu_ns() -> u64 {
+fn process_cpu_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: clock_gettime writes the timespec it is given, which outlives the call.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 fn per_iteration(mut f: impl FnMut()) -> f64 {
-    let start = thread_cpu_ns();
+    let start = process_cpu_ns();
     for _ in 0..ITERATIONS {
         f();
     }
-    (thread_cpu_ns() - start) as f64 / ITERATIONS as f64
+    (process_cpu_ns() - start) as f64 / ITERATIONS as f64
 }
 
 fn main() {
