@@ -161,8 +161,15 @@ fn location_text(tables: &Tables, frame: &Frame, loc: Option<&SourceLocation>) -
     match loc {
         None => tables.describe_frame(frame),
         Some(l) => {
-            let func = l.function.and_then(|f| tables.string(f)).unwrap_or("??");
-            match l.file.and_then(|f| tables.string(f)) {
+            let function = l.function.and_then(|f| tables.string(f));
+            let file = l.file.and_then(|f| tables.string(f));
+            // A location the program named itself (a Rust `#[track_caller]` site) has a file
+            // and line but no function.
+            if let (None, Some(file), 1..) = (function, file, l.line) {
+                return format!("{}:{}", short_path(file), l.line);
+            }
+            let func = function.unwrap_or("??");
+            match file {
                 Some(file) if l.line > 0 => format!("{func} ({}:{})", short_path(file), l.line),
                 Some(file) => format!("{func} ({})", short_path(file)),
                 None => func.to_string(),

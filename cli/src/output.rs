@@ -30,9 +30,15 @@ pub fn open_file(path: &Path) -> anyhow::Result<TraceStream> {
 /// stderr. `None`: nothing to do, or it could not be done (the sites stay `module+offset`).
 fn symbolised_copy(path: &Path, stream: &TraceStream) -> Option<TraceStream> {
     let tables = stream.tables();
-    // A trace symbolised once has symbols (the C library's frames may have none); one never
-    // symbolised has none at all.
-    if !tables.symbols.is_empty() {
+    // A trace symbolised once has symbols of functions or variables (the C library's frames
+    // may have none); one never symbolised has none at all, but for the source locations a
+    // Rust program names itself (`foresight-sync`), which the recorder writes without a
+    // function.
+    if tables
+        .symbols
+        .values()
+        .any(|s| s.locations.iter().any(|l| l.function.is_some()))
+    {
         return None;
     }
     let present = |module: u32| {

@@ -24,7 +24,9 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use foresight_trace::event::SiteId;
-use foresight_trace::tables::{Frame, SiteInfo, TableRecord};
+use foresight_trace::tables::{
+    Frame, FrameSymbol, SiteInfo, SourceLocation, StringEntry, TableRecord,
+};
 
 use crate::config::MAX_STACK_DEPTH;
 use crate::{modules, output};
@@ -110,6 +112,30 @@ pub fn call_site(ra: usize) -> (SiteId, bool) {
     } else {
         (unwound_site(ra, DEPTH.load(Ordering::Relaxed)), false)
     }
+}
+
+/// A source location the program names itself: a Rust `#[track_caller]` location, passed by
+/// `foresight-sync` (`hooks/sync.rs`). `key` is the address of the location's static
+/// descriptor in the program's image, one per call site, which stands in for a return address:
+/// the site's one frame is that address (module + offset), and its symbol (the file, line and
+/// column, no function) is written with the site, so the trace names the line without debug
+/// information; the symboliser leaves a frame that already has a symbol alone. Interned under
+/// the key a return address would have, so the hooks' site caches and `call_site(key)` find
+/// it afterwards.
+#[cold]
+pub fn source_site(key: usize, file: &[u8], line: u32, column: u32) -> SiteId {
+    let symbol = SourceSymbol { file, line, column };
+    match intern_with(key as u64 | 1 << 63, &[key], false, Some(&symbol)) {
+        DEEP => OVERFLOW,
+        id => id,
+    }
+}
+
+/// What `source_site` writes for its frame.
+struct SourceSymbol<'a> {
+    file: &'a [u8],
+    line: u32,
+    column: u32,
 }
 
 /// The frames from `ra` out to the first one outside the locking machinery, then `depth - 1`
@@ -214,6 +240,16 @@ fn hashed_site(frames: &[usize]) -> SiteId {
 /// of a site; an existing slot answers what it holds.
 #[inline]
 fn intern(key: u64, frames: &[usize], classify: bool) -> SiteId {
+    intern_with(key, frames, classify, None)
+}
+
+#[inline]
+fn intern_with(
+    key: u64,
+    frames: &[usize],
+    classify: bool,
+    symbol: Option<&SourceSymbol>,
+) -> SiteId {
     let mut i = (mix(key) as usize) & (SLOTS - 1);
     for _ in 0..MAX_PROBES {
         let s = &TABLE.0[i];
@@ -226,7 +262,7 @@ fn intern(key: u64, frames: &[usize], classify: bool) -> SiteId {
                 .key
                 .compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire)
             {
-                Ok(_) => return create(s, frames, classify),
+                Ok(_) => return create(s, frames, classify, symbol),
                 Err(v) if v == key => return wait_id(s),
                 Err(_) => {}
             }
@@ -251,7 +287,7 @@ fn wait_id(s: &Slot) -> SiteId {
 }
 
 #[cold]
-fn create(s: &Slot, frames: &[usize], classify: bool) -> SiteId {
+fn create(s: &Slot, frames: &[usize], classify: bool, symbol: Option<&SourceSymbol>) -> SiteId {
     if let (true, [ra]) = (classify, frames) {
         if crate::wrappers::is_machinery(*ra) {
             s.id.store(DEEP, Ordering::Release);
@@ -269,6 +305,23 @@ fn create(s: &Slot, frames: &[usize], classify: bool) -> SiteId {
             })
         })
         .collect();
+    if let (Some(sym), Some(&frame)) = (symbol, frames.first()) {
+        // Before the id is published, as every record (FORMAT.md §4.3).
+        let file = output::new_string_id();
+        output::table_record(&TableRecord::String(StringEntry {
+            id: file,
+            text: String::from_utf8_lossy(sym.file).into_owned(),
+        }));
+        output::table_record(&TableRecord::Symbol(FrameSymbol {
+            frame,
+            locations: vec![SourceLocation {
+                function: None,
+                file: Some(file),
+                line: sym.line,
+                column: sym.column,
+            }],
+        }));
+    }
     output::table_record(&TableRecord::Site(SiteInfo { id, frames }));
     s.id.store(id + 1, Ordering::Release);
     id

@@ -463,8 +463,15 @@ impl Tables {
 
     pub fn describe_frame(&self, frame: &Frame) -> String {
         if let Some(loc) = self.symbols.get(frame).and_then(|s| s.locations.first()) {
-            let func = loc.function.and_then(|f| self.string(f)).unwrap_or("??");
-            return match loc.file.and_then(|f| self.string(f)) {
+            let function = loc.function.and_then(|f| self.string(f));
+            let file = loc.file.and_then(|f| self.string(f));
+            // A location the program named itself (a Rust `#[track_caller]` site, FORMAT.md
+            // §7.7) has a file and line but no function.
+            if let (None, Some(file), 1..) = (function, file, loc.line) {
+                return format!("{}:{}", short_path(file), loc.line);
+            }
+            let func = function.unwrap_or("??");
+            return match file {
                 Some(file) if loc.line > 0 => format!("{func} ({}:{})", short_path(file), loc.line),
                 Some(file) => format!("{func} ({})", short_path(file)),
                 None => func.to_string(),

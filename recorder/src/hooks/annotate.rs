@@ -47,7 +47,7 @@ static INTERNED: SpinLock<Interned> = SpinLock::new(Interned {
     ids: BTreeMap::new(),
 });
 
-fn string_id(name: &[u8]) -> u32 {
+pub(super) fn string_id(name: &[u8]) -> u32 {
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() } as u32;
     let mut table = INTERNED.try_lock_for(1 << 10);
@@ -75,7 +75,7 @@ fn string_id(name: &[u8]) -> u32 {
 }
 
 /// Records `event(object id)` for the lock at `lock`, inside the reentrancy guard.
-fn annotate(lock: *mut c_void, ra: usize, event: impl FnOnce(u32) -> Option<EventKind>) {
+pub(super) fn annotate(lock: *mut c_void, ra: usize, event: impl FnOnce(u32) -> Option<EventKind>) {
     if lock.is_null() {
         return;
     }

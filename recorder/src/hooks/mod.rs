@@ -35,6 +35,7 @@ pub mod process;
 pub mod rwlock;
 pub mod sem;
 pub mod spin;
+pub mod sync;
 pub mod thread;
 pub mod tsan;
 

@@ -146,7 +146,12 @@ pub(crate) unsafe fn blocking(
 /// Records that the lock at `addr` was taken without waiting: the lane when it can, else the
 /// general path.
 #[inline(always)]
-fn taken_at_once(addr: usize, ra: usize, mode: LockMode, kind_of: impl Fn() -> ObjectKind + Copy) {
+pub(crate) fn taken_at_once(
+    addr: usize,
+    ra: usize,
+    mode: LockMode,
+    kind_of: impl Fn() -> ObjectKind + Copy,
+) {
     if let Some(t) = thread_state::current() {
         if t.enter() {
             let done = t
@@ -354,7 +359,7 @@ pub(crate) fn release(
 
 /// The release's event: the lane when it can, else the general path.
 #[inline(always)]
-fn record_release(
+pub(crate) fn record_release(
     addr: usize,
     ra: usize,
     kind_of: impl Fn() -> ObjectKind + Copy,
