@@ -225,7 +225,7 @@ pub fn write_with(out: &mut impl Write, report: &Report, style: Style) -> std::i
             hazards.len()
         )?;
         for f in hazards {
-            finding(out, f, style)?;
+            finding(out, f, style, &mut said)?;
         }
     }
     if report.summary.observed > 0 {
