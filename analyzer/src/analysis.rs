@@ -108,7 +108,11 @@ fn part_report(runs: &[Run], warnings: &[Vec<String>], opts: &Options) -> (Repor
                 locks: r.locks.len(),
                 critical_sections: r.acquisitions.len() - r.carried as usize,
                 accesses: r.races.accesses,
-                coverage: r.coverage.clone(),
+                coverage: crate::report::Coverage {
+                    runtime: r.recording.runtime,
+                    semaphores: r.recording.semaphores,
+                    notes: Vec::new(),
+                },
                 window: r.window.map(|w| crate::report::WindowSummary {
                     keep_last: w.keep_last,
                     events_dropped: w.events_dropped,

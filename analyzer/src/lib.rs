@@ -29,6 +29,7 @@ pub mod merge;
 pub mod model;
 pub mod options;
 pub mod races;
+pub mod recording;
 pub mod report;
 pub mod sites;
 pub mod stream;

@@ -258,7 +258,7 @@ pub struct Run {
     pub window: Option<WindowInfo>,
     /// What the trace's tables tell of the program's synchronisation: its language runtime,
     /// its semaphores (the coverage notes start from these).
-    pub coverage: crate::report::Coverage,
+    pub recording: crate::recording::RecordingFacts,
 }
 
 /// A lock-order edge seen before the flight recorder's window: a thread holding `held`
@@ -1042,7 +1042,7 @@ impl<'t> ModelPass<'t> {
             end,
             earlier: Vec::new(),
             window: WindowInfo::of(tables),
-            coverage: recording_coverage(tables),
+            recording: crate::recording::RecordingFacts::of(tables),
             start,
             carried,
             segment: segment_index,
@@ -1107,37 +1107,4 @@ fn convert_sites(tables: &Tables, wrappers: &Wrappers) -> HashMap<SiteId, Locati
         .keys()
         .map(|&id| (id, crate::sites::user_location(tables, id, wrappers)))
         .collect()
-}
-
-/// The language runtime the tables name (a module such as `libjvm.so` or `libpython3.12.so`,
-/// a Python executable, a source file `*.rs` or `*.go`) and the semaphores the program used.
-fn recording_coverage(tables: &Tables) -> crate::report::Coverage {
-    use crate::report::LanguageRuntime;
-    let runtime = tables
-        .modules
-        .values()
-        .filter_map(|m| tables.string(m.path))
-        .chain(tables.symbols.values().flat_map(|s| {
-            s.locations
-                .iter()
-                .filter_map(|l| l.file.and_then(|f| tables.string(f)))
-        }))
-        .filter_map(LanguageRuntime::of_name)
-        // One order whatever the hash map's: a JVM or Python over the Rust or Go it may load.
-        .min_by_key(|r| match r {
-            LanguageRuntime::Jvm => 0,
-            LanguageRuntime::Python => 1,
-            LanguageRuntime::Go => 2,
-            LanguageRuntime::Rust => 3,
-        });
-    let semaphores = tables
-        .objects
-        .values()
-        .filter(|o| o.kind == foresight_trace::tables::ObjectKind::Semaphore)
-        .count();
-    crate::report::Coverage {
-        runtime,
-        semaphores,
-        notes: Vec::new(),
-    }
 }

@@ -9,77 +9,7 @@
 use serde::Serialize;
 
 use super::{counted, TraceSummary};
-
-/// A language runtime whose own synchronisation the recorder cannot attribute to the
-/// program's locks, recognised by what the trace's tables name (modules, source files).
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Serialize,
-    strum::Display,
-    strum::IntoStaticStr,
-)]
-#[serde(rename_all = "kebab-case")]
-#[strum(serialize_all = "kebab-case")]
-pub enum LanguageRuntime {
-    /// Rust's standard library (`std::sync::Mutex` is a futex of its own; `parking_lot` too).
-    Rust,
-    /// CPython (`threading.Lock` is a semaphore, the GIL a condition of its own).
-    Python,
-    /// A Java virtual machine (`synchronized` is the JVM's own monitor).
-    Jvm,
-    /// Go's runtime (goroutines and `sync.Mutex` never reach pthreads).
-    Go,
-}
-
-impl LanguageRuntime {
-    /// The runtime a string of the trace's tables (a module's path, a source file's name, a
-    /// function's name) belongs to, if any.
-    pub fn of_name(name: &str) -> Option<LanguageRuntime> {
-        let base = name.rsplit('/').next().unwrap_or(name);
-        if base.starts_with("libjvm.") {
-            Some(LanguageRuntime::Jvm)
-        } else if base.starts_with("libpython")
-            || base
-                .strip_prefix("python")
-                .is_some_and(|v| v.chars().all(|c| c.is_ascii_digit() || c == '.'))
-        {
-            Some(LanguageRuntime::Python)
-        } else if base.ends_with(".rs") {
-            Some(LanguageRuntime::Rust)
-        } else if base.ends_with(".go") || base.starts_with("libgo.") {
-            Some(LanguageRuntime::Go)
-        } else {
-            None
-        }
-    }
-
-    /// What the recorder misses of it, for the report.
-    fn unseen(self) -> &'static str {
-        match self {
-            LanguageRuntime::Rust => {
-                "Rust's std::sync locks (and parking_lot's) are futexes of their own, which \
-                 the recorder does not see"
-            }
-            LanguageRuntime::Python => {
-                "Python's threading.Lock is a semaphore, seen only as ordering, never as a lock"
-            }
-            LanguageRuntime::Jvm => {
-                "a JVM's synchronized blocks and java.util.concurrent locks are its own, which \
-                 the recorder does not see (the JVM's internal mutexes are not the program's)"
-            }
-            LanguageRuntime::Go => {
-                "Go's sync.Mutex and channels never reach pthreads, which the recorder does \
-                 not see"
-            }
-        }
-    }
-}
+pub use crate::recording::LanguageRuntime;
 
 /// One thing the recording did not show.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
