@@ -108,7 +108,15 @@ fn part_report(runs: &[Run], warnings: &[Vec<String>], opts: &Options) -> (Repor
                 locks: r.locks.len(),
                 critical_sections: r.acquisitions.len() - r.carried as usize,
                 accesses: r.races.accesses,
-                coverage: r.coverage.clone(),
+                coverage: crate::report::Coverage {
+                    process: r.end.process,
+                    exec_at: r.end.exec.map(|s| {
+                        r.sites
+                            .get(&s)
+                            .map_or_else(|| format!("site {s}"), |l| l.text.clone())
+                    }),
+                    ..r.coverage.clone()
+                },
                 window: r.window.map(|w| crate::report::WindowSummary {
                     keep_last: w.keep_last,
                     events_dropped: w.events_dropped,
@@ -274,7 +282,8 @@ pub fn analyze_in_segments(
                 .clone()
                 .for_recorded_depth(trace.header.stack_depth),
         )
-        .with_end_reason(trace.trailer.as_ref().map(|t| t.reason));
+        .with_end_reason(trace.trailer.as_ref().map(|t| t.reason))
+        .with_process(&trace.header);
     let mut fold = SegmentFold::folding(opts, segment_events);
     let last = walk(
         &stream,

@@ -502,7 +502,8 @@ fn stream_run(
                 .clone()
                 .for_recorded_depth(stream.header().stack_depth),
         )
-        .with_end_reason(stream.trailer().map(|t| t.reason));
+        .with_end_reason(stream.trailer().map(|t| t.reason))
+        .with_process(stream.header());
     // No race budget is `graph`'s: the lock-order graph needs neither races nor reads-from.
     let model = if race_memory == 0 {
         model.lock_order_only()
