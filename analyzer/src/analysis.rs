@@ -111,7 +111,13 @@ fn part_report(runs: &[Run], warnings: &[Vec<String>], opts: &Options) -> (Repor
                 coverage: crate::report::Coverage {
                     runtime: r.recording.runtime,
                     semaphores: r.recording.semaphores,
-                    notes: Vec::new(),
+                    process: r.end.process,
+                    exec_at: r.end.exec.map(|s| {
+                        r.sites
+                            .get(&s)
+                            .map_or_else(|| format!("site {s}"), |l| l.text.clone())
+                    }),
+                    ..Default::default()
                 },
                 window: r.window.map(|w| crate::report::WindowSummary {
                     keep_last: w.keep_last,
@@ -278,7 +284,8 @@ pub fn analyze_in_segments(
                 .clone()
                 .for_recorded_depth(trace.header.stack_depth),
         )
-        .with_end_reason(trace.trailer.as_ref().map(|t| t.reason));
+        .with_end_reason(trace.trailer.as_ref().map(|t| t.reason))
+        .with_process(&trace.header);
     let mut fold = SegmentFold::folding(opts, segment_events);
     let last = walk(
         &stream,

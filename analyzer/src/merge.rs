@@ -295,7 +295,7 @@ impl Merger {
         } = self;
         let opts = &opts;
         let mut traces = traces;
-        traces.iter_mut().for_each(crate::report::Coverage::settle);
+        crate::report::Coverage::settle_all(&mut traces);
         if summary.segments == 0 {
             // No trace was cut: each was analysed whole.
             summary.segment_events = 0;
@@ -640,6 +640,9 @@ fn fold_trace_summary(into: &mut crate::report::TraceSummary, s: crate::report::
     }
     into.coverage.runtime = into.coverage.runtime.or(s.coverage.runtime);
     into.coverage.semaphores = into.coverage.semaphores.max(s.coverage.semaphores);
+    into.coverage.process = into.coverage.process.or(s.coverage.process);
+    // The trace's last part says how it ended.
+    into.coverage.exec_at = s.coverage.exec_at;
     match (&mut into.window, s.window) {
         (Some(a), Some(b)) => a.earlier_edges += b.earlier_edges,
         (None, b) => into.window = b,

@@ -36,8 +36,12 @@ pub enum Format {
 pub struct Args {
     /// The trace files (a run's root trace brings its children's, a pack its members); their
     /// lock-order graphs are merged (lock classes match by name), races are per process.
-    #[arg(required = true)]
+    #[arg(required_unless_present = "explain")]
     traces: Vec<PathBuf>,
+    /// Say why a rule reports what it does, with an example, and exit: a rule
+    /// (`sync-reversal`) or a kind of finding (`wait-deadlock`, `race`: each of its rules).
+    #[arg(long, value_name = "RULE", conflicts_with = "traces")]
+    explain: Option<String>,
     /// The report's form: `text` for people, `json` for scripts (docs/report-schema.md),
     /// `sarif` (SARIF 2.1.0) for code-scanning services (docs/ci.md).
     #[arg(long, value_enum, default_value_t = Format::Text)]
@@ -171,6 +175,9 @@ pub struct AnalysisArgs {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if let Some(name) = &args.explain {
+        return explain(name);
+    }
     if let Some(Only::HbRaces) = args.only {
         return hb_races(&args);
     }
@@ -194,6 +201,21 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     ignore_broken_pipe(written.and_then(|_| out.flush()))?;
     // Findings are not an error: exit 0 whatever was found (`check` is for failing builds).
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--explain RULE`: the rule's long reason; an unknown name is bad input, answered with the
+/// names known.
+fn explain(name: &str) -> anyhow::Result<ExitCode> {
+    use foresight_analyzer::report::explain;
+    let Some(rules) = explain::rules_named(name) else {
+        anyhow::bail!(
+            "--explain {name}: no such rule or kind of finding; known: {}",
+            explain::known_names().join(", ")
+        );
+    };
+    let mut out = std::io::stdout().lock();
+    ignore_broken_pipe(out.write_all(explain::explain(&rules).as_bytes()))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -480,7 +502,8 @@ fn stream_run(
                 .clone()
                 .for_recorded_depth(stream.header().stack_depth),
         )
-        .with_end_reason(stream.trailer().map(|t| t.reason));
+        .with_end_reason(stream.trailer().map(|t| t.reason))
+        .with_process(stream.header());
     // No race budget is `graph`'s: the lock-order graph needs neither races nor reads-from.
     let model = if race_memory == 0 {
         model.lock_order_only()

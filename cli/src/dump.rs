@@ -132,10 +132,31 @@ pub(crate) fn describe_operand(tables: &Tables, kind: &EventKind) -> String {
         }
         LockRank { lock, rank } => format!("{} rank={rank}", tables.describe_object(lock)),
         HappensBefore { tag, .. } | HappensAfter { tag, .. } => format!("tag={tag:#x}"),
+        // The call family, as reports and suppressions name it, and how long it may or did
+        // block: what a blocking-under-lock finding is about.
+        BlockingBegin {
+            call, timeout_ns, ..
+        } => match timeout_ns {
+            Some(ns) => format!("{} timeout={}", call.name(), duration(ns)),
+            None => call.name().to_string(),
+        },
+        BlockingEnd { call, duration_ns } => {
+            format!("{} took={}", call.name(), duration(duration_ns))
+        }
         _ => kind
             .object()
             .map(|o| tables.describe_object(o))
             .unwrap_or_default(),
+    }
+}
+
+/// A duration in the largest unit that keeps it at least 1, as `ms`/`us` a person reads.
+fn duration(ns: u64) -> String {
+    match ns {
+        0..1_000 => format!("{ns}ns"),
+        1_000..1_000_000 => format!("{:.1}us", ns as f64 / 1e3),
+        1_000_000..1_000_000_000 => format!("{:.1}ms", ns as f64 / 1e6),
+        _ => format!("{:.2}s", ns as f64 / 1e9),
     }
 }
 

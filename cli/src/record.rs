@@ -259,10 +259,25 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let mut written = Vec::new();
     let mut silent = 0usize;
+    // A process that executed a program the runtime could not enter (static, set-user-ID)
+    // has no later trace of its pid: its trace, however silent, is what says so.
+    let pids: Vec<u32> = traces
+        .iter()
+        .filter_map(|(_, p)| TraceFile::open(p).ok().map(|f| f.header().pid))
+        .collect();
+    let continued = |pid: u32| pids.iter().filter(|&&p| p == pid).count() > 1;
     for (suffix, path) in &traces {
         let mut name = shown.clone().into_os_string();
         name.push(suffix);
-        match prepare_trace(Path::new(&name), path, suffix.is_empty(), child_pid, &args) {
+        let prepared = prepare_trace(
+            Path::new(&name),
+            path,
+            suffix.is_empty(),
+            child_pid,
+            &args,
+            &continued,
+        );
+        match prepared {
             Prepared::Silent => silent += 1,
             Prepared::Written(w) => written.push(w),
             Prepared::Unreadable => {}
@@ -299,8 +314,9 @@ struct Written {
 
 /// A child's trace that holds nothing an analysis can use: one thread at most, no
 /// synchronisation object (lock, condition, barrier, once, semaphore), complete (a trailer),
-/// recording not stopped early, and no thread that was waiting when it ended.
-fn is_silent(f: &TraceFile) -> bool {
+/// recording not stopped early, no thread that was waiting when it ended, and not the last
+/// word of a process that executed a program no later trace of its pid (`continued`) records.
+fn is_silent(f: &TraceFile, continued: &dyn Fn(u32) -> bool) -> bool {
     let t = f.tables();
     f.trailer().is_some()
         && f.problems().is_empty()
@@ -308,11 +324,29 @@ fn is_silent(f: &TraceFile) -> bool {
         && t.objects.is_empty()
         && t.recording_stopped.is_none()
         && t.thread_ends.is_empty()
+        && (continued(f.header().pid) || !ends_in_exec(f))
+}
+
+/// The trace's (one) thread ended with an `exec`: the process became another program.
+fn ends_in_exec(f: &TraceFile) -> bool {
+    f.tables().threads.keys().any(|&id| {
+        matches!(
+            f.thread_events(id).0.events.last().map(|e| &e.kind),
+            Some(foresight_trace::EventKind::Exec { .. })
+        )
+    })
 }
 
 /// Symbolises one trace and gathers its summary line; removes a child's trace that recorded
 /// nothing of use (the root's stays: it names the run).
-fn prepare_trace(shown: &Path, path: &Path, root: bool, reaped: u32, args: &Args) -> Prepared {
+fn prepare_trace(
+    shown: &Path,
+    path: &Path,
+    root: bool,
+    reaped: u32,
+    args: &Args,
+    continued: &dyn Fn(u32) -> bool,
+) -> Prepared {
     let warn = |what: &dyn std::fmt::Display| {
         say!("foresight: warning: {}: {what}", shown.display());
     };
@@ -335,7 +369,7 @@ fn prepare_trace(shown: &Path, path: &Path, root: bool, reaped: u32, args: &Args
     // The reader's map is dropped before the file is symbolised (appended to).
     let running = match TraceFile::open(path) {
         Ok(f) => {
-            if !root && is_silent(&f) && std::fs::remove_file(path).is_ok() {
+            if !root && is_silent(&f, continued) && std::fs::remove_file(path).is_ok() {
                 return Prepared::Silent;
             }
             f.trailer().is_none() && still_running(f.header().pid, reaped)

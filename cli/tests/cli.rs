@@ -307,3 +307,50 @@ fn a_fifo_or_a_directory_given_as_a_trace_is_named_and_exits_2() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn explain_says_why_each_rule_of_a_report_reports() {
+    let o = foresight(&["analyze", bundled_example().to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report = stdout(&o);
+    // The report names its rules once, at the end, with the command that explains them.
+    let (_, rules) = report
+        .lines()
+        .last()
+        .and_then(|l| l.split_once("foresight analyze --explain RULE ("))
+        .unwrap_or_else(|| panic!("no --explain line at the end:\n{report}"));
+    let rules: Vec<&str> = rules.trim_end_matches(')').split(", ").collect();
+    assert!(!rules.is_empty());
+    for rule in rules {
+        assert!(
+            report.contains(&format!("rule {rule})")),
+            "{rule}:\n{report}"
+        );
+        let o = foresight(&["analyze", "--explain", rule]);
+        assert!(o.status.success(), "{rule}: {}", stderr(&o));
+        let text = stdout(&o);
+        assert!(text.contains(&format!("(rule {rule})")), "{text}");
+        for part in ["How foresight finds it:", "What to do:", "Example:"] {
+            assert!(text.contains(part), "{rule}: no {part}\n{text}");
+        }
+    }
+    // A kind of finding explains each of its rules.
+    let o = foresight(&["analyze", "--explain", "wait-deadlock"]);
+    assert!(o.status.success());
+    for rule in ["cond-wait-while-holding", "sem-wait-while-holding"] {
+        assert!(
+            stdout(&o).contains(&format!("(rule {rule})")),
+            "{}",
+            stdout(&o)
+        );
+    }
+    // An unknown name is bad input, answered with the names known.
+    let o = foresight(&["analyze", "--explain", "deadlocks"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(o.stdout.is_empty());
+    for known in ["deadlock", "race", "sync-reversal", "blocking-under-lock"] {
+        assert!(stderr(&o).contains(known), "{}", stderr(&o));
+    }
+    // Without --explain, traces are needed.
+    assert_eq!(foresight(&["analyze"]).status.code(), Some(2));
+}

@@ -283,3 +283,44 @@ fn a_call_that_never_returned_is_reported_without_a_duration() {
         "{text}"
     );
 }
+
+#[test]
+fn dump_names_the_blocking_calls() {
+    let (_, trace) = record("blocking_under_lock", "dump");
+    let out = Command::new(env!("CARGO_BIN_EXE_foresight"))
+        .arg("dump")
+        .arg(&trace)
+        .output()
+        .expect("run foresight dump");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    // Each line's words after the event's position: kind, then the call.
+    let calls = |kind: &str| -> Vec<String> {
+        text.lines()
+            .filter_map(|l| {
+                let mut words = l.split_whitespace().skip_while(|w| *w != kind);
+                words.next()?;
+                words.next().map(str::to_string)
+            })
+            .collect()
+    };
+    let begun = calls("blocking-begin");
+    for call in ["read", "sleep", "poll"] {
+        assert!(
+            begun.iter().any(|c| c == call),
+            "no blocking-begin of {call}:\n{text}"
+        );
+    }
+    assert_eq!(begun.len(), calls("blocking-end").len(), "{text}");
+    // poll's 50 ms wait is its limit; usleep(5000) took at least its 5 ms.
+    assert!(text.contains("poll timeout=50.0ms"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.contains("blocking-end") && l.contains("sleep took=") && l.contains("ms")),
+        "{text}"
+    );
+}

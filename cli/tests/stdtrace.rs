@@ -597,3 +597,61 @@ fn a_race_only_a_late_instance_shows_is_predicted_and_an_unchecked_one_is_said()
         );
     }
 }
+
+/// A lock inversion at sites that have a file and line but no function (as a Rust
+/// `#[track_caller]` location is): the baseline names each by `file:line` alone, and a
+/// baseline written before, with `?@file:line`, still accepts it.
+#[test]
+fn a_baseline_names_a_site_without_a_function_by_its_file_and_line() {
+    let d = Dir::new("baseline-no-function");
+    let trace = d.path("bank.std");
+    std::fs::write(
+        &trace,
+        "main|fork(T1)|bank.rs:10\n\
+         main|acq(accounts)|bank.rs:31\nmain|acq(ledger)|bank.rs:32\n\
+         main|rel(ledger)|bank.rs:33\nmain|rel(accounts)|bank.rs:34\n\
+         T1|acq(ledger)|bank.rs:39\nT1|acq(accounts)|bank.rs:40\n\
+         T1|rel(accounts)|bank.rs:41\nT1|rel(ledger)|bank.rs:42\n\
+         main|join(T1)|bank.rs:50\n",
+    )
+    .unwrap();
+    let baseline = d.path("baseline.txt");
+    ok(&[
+        "check",
+        "--update-baseline",
+        "--baseline",
+        s(&baseline),
+        s(&trace),
+    ]);
+    let written = std::fs::read_to_string(&baseline).unwrap();
+    let line = written
+        .lines()
+        .find(|l| l.starts_with("lock-cycle"))
+        .unwrap_or_else(|| panic!("no lock-cycle line:\n{written}"));
+    assert!(
+        line.ends_with(
+            "| holds bank.rs:31, holds bank.rs:39, requests bank.rs:32, requests bank.rs:40"
+        ),
+        "{line}"
+    );
+    ok(&["check", "--baseline", s(&baseline), s(&trace)]);
+
+    // The line as baselines wrote it before: the same key.
+    let old = d.path("old.txt");
+    std::fs::write(&old, written.replace(" bank.rs:", " ?@bank.rs:")).unwrap();
+    assert!(std::fs::read_to_string(&old)
+        .unwrap()
+        .contains("holds ?@bank.rs:31"));
+    ok(&["check", "--baseline", s(&old), s(&trace)]);
+
+    // And a baseline of other lines does not accept it: the check above could fail.
+    let other = d.path("other.txt");
+    std::fs::write(&other, written.replace("bank.rs:40", "bank.rs:41")).unwrap();
+    let out = foresight(&["check", "--baseline", s(&other), s(&trace)]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}

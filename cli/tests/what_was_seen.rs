@@ -315,3 +315,91 @@ fn a_baseline_of_one_run_holds_on_twenty_runs_whatever_the_race_order() {
         );
     }
 }
+
+/// A program started by the recorded one that the runtime cannot enter (statically linked)
+/// is said to be unseen, in text, JSON and SARIF, whether a forked child or the process itself
+/// (`sh -c 'exec …'`) executed it; the same program linked dynamically is recorded, and no
+/// note is given.
+#[test]
+fn a_static_program_the_recorded_one_executes_is_said_to_be_unseen() {
+    let dir = harness::fresh_dir("static-child");
+    let source = dir.join("two_locks.c");
+    std::fs::write(
+        &source,
+        "#include <pthread.h>\nstatic pthread_mutex_t a = PTHREAD_MUTEX_INITIALIZER;\n\
+         static pthread_mutex_t b = PTHREAD_MUTEX_INITIALIZER;\n\
+         static void *other(void *x) { pthread_mutex_lock(&b); pthread_mutex_lock(&a);\n\
+         pthread_mutex_unlock(&a); pthread_mutex_unlock(&b); return x; }\n\
+         int main(void) { pthread_t t; pthread_create(&t, 0, other, 0); pthread_join(t, 0);\n\
+         pthread_mutex_lock(&a); pthread_mutex_lock(&b); pthread_mutex_unlock(&b);\n\
+         pthread_mutex_unlock(&a); return 0; }\n",
+    )
+    .unwrap();
+    let build = |out: &Path, extra: &[&str]| {
+        Command::new("cc")
+            .args(["-g", "-pthread"])
+            .args(extra)
+            .arg("-o")
+            .arg(out)
+            .arg(&source)
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    let dynamic = dir.join("two_locks");
+    let fixed = dir.join("two_locks_static");
+    assert!(build(&dynamic, &[]), "cc builds the program");
+    if !build(&fixed, &["-static"]) {
+        assert!(
+            !tools_required(),
+            "cc -static: no static C library installed"
+        );
+        eprintln!("SKIPPED: cc -static: no static C library installed");
+        return;
+    }
+    let driver = harness::compile_source(&fixture("coverage", "exec_child.c"));
+    let unseen = |report: &serde_json::Value| {
+        notes(report)
+            .iter()
+            .filter(|n| *n == "exec-not-recorded")
+            .count()
+    };
+
+    let trace = dir.join("static.trace");
+    record(&[driver.to_str().unwrap(), fixed.to_str().unwrap()], &trace);
+    let report = json(&trace, &[]);
+    assert_eq!(unseen(&report), 1, "{report:#}");
+    let t = text(&trace);
+    assert!(
+        t.contains("executed another program at main (exec_child.c:")
+            && t.contains("no trace of that program was recorded"),
+        "{t}"
+    );
+    let sarif = foresight(&["analyze", "--format", "sarif", trace.to_str().unwrap()]);
+    let sarif: serde_json::Value = serde_json::from_slice(&sarif.stdout).unwrap();
+    let said = sarif["runs"][0]["invocations"][0]["toolExecutionNotifications"].to_string();
+    assert!(
+        said.contains("no trace of that program was recorded"),
+        "{said}"
+    );
+
+    // The dynamic build is recorded: its trace continues the child's, and nothing is unseen.
+    let trace = dir.join("dynamic.trace");
+    record(
+        &[driver.to_str().unwrap(), dynamic.to_str().unwrap()],
+        &trace,
+    );
+    let report = json(&trace, &[]);
+    assert_eq!(unseen(&report), 0, "{report:#}");
+    assert_eq!(
+        report["summary"]["potential"].as_u64().unwrap_or(0)
+            + report["summary"]["predicted"].as_u64().unwrap_or(0),
+        1,
+        "{report:#}"
+    );
+
+    // The shell becomes the program itself.
+    let trace = dir.join("exec.trace");
+    let command = format!("exec {}", fixed.display());
+    record(&["sh", "-c", &command], &trace);
+    assert_eq!(unseen(&json(&trace, &[])), 1);
+}

@@ -369,7 +369,8 @@ pub fn build_run_with(trace: &Trace, wrappers: &Wrappers, progress: &mut dyn FnM
                 .clone()
                 .for_recorded_depth(trace.header.stack_depth),
         )
-        .with_end_reason(trace.trailer.as_ref().map(|t| t.reason));
+        .with_end_reason(trace.trailer.as_ref().map(|t| t.reason))
+        .with_process(&trace.header);
     walk(
         &stream,
         model,
@@ -633,6 +634,7 @@ pub struct ModelPass<'t> {
     marks: AccessMarks,
     wrappers: Wrappers,
     end_reason: Option<EndReason>,
+    process: Option<(u32, u64)>,
     /// The race pass's memory budget, bytes (`--race-memory`; 0: no race analysis).
     race_memory: u64,
     /// Per thread, events seen so far: where the next segment starts.
@@ -667,6 +669,7 @@ impl<'t> ModelPass<'t> {
             marks: AccessMarks::new(n, &[]),
             wrappers: Wrappers::default(),
             end_reason: None,
+            process: None,
             race_memory: crate::races::DEFAULT_MEMORY_MIB << 20,
             seen: vec![0; n],
             start: Vec::new(),
@@ -700,6 +703,14 @@ impl<'t> ModelPass<'t> {
     /// How the process ended, from the trace's trailer (none for a trace cut short).
     pub fn with_end_reason(mut self, reason: Option<EndReason>) -> Self {
         self.end_reason = reason;
+        self
+    }
+
+    /// The recorded process, from the trace's header: its pid and the start of recording
+    /// (a trace that ends in an `exec` is continued by a trace of the same pid that started
+    /// later, unless the program it executed could not be recorded).
+    pub fn with_process(mut self, header: &foresight_trace::tables::Header) -> Self {
+        self.process = Some((header.pid, header.start_unix_ns));
         self
     }
 
@@ -871,7 +882,7 @@ impl Pass for ModelPass<'_> {
             // Only the last segment (or the whole trace) has the trace's end.
             end: self
                 .pending
-                .finish(self.tables, &self.threads, self.end_reason),
+                .finish(self.tables, &self.threads, self.end_reason, self.process),
         };
         let mut run = Self::assemble(
             self.tables,

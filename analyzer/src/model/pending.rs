@@ -74,12 +74,21 @@ pub struct RunEnd {
     /// The trace is a snapshot taken on this signal while the process ran on (`record
     /// --dump-on`): its end states are those of that moment.
     pub snapshot: Option<u32>,
+    /// The `exec` after which its thread recorded nothing more: the process became another
+    /// program (the last exec of the part, by its site).
+    pub exec: Option<SiteId>,
+    /// The recorded process (its pid, and when recording started), from the trace's header:
+    /// what the trace of a program it executed has too.
+    pub process: Option<(u32, u64)>,
 }
 
 pub(super) struct PendingCalls {
     open: Vec<Vec<PendingCall>>,
     exited: Vec<bool>,
     once_runners: HashMap<ObjectId, u32>,
+    /// The last `exec` (thread, site), until its thread records anything after it (the exec
+    /// failed).
+    exec: Option<(usize, SiteId)>,
 }
 
 impl PendingCalls {
@@ -88,12 +97,14 @@ impl PendingCalls {
             open: vec![Vec::new(); threads],
             exited: vec![false; threads],
             once_runners: HashMap::new(),
+            exec: None,
         }
     }
 
     #[inline]
     pub fn handle(&mut self, ev: &StreamEvent) {
         let t = ev.thread as usize;
+        self.after_exec(t);
         let begin = |site, what| PendingCall {
             pos: ev.pos,
             site,
@@ -143,13 +154,24 @@ impl PendingCalls {
                 self.exited[t] = true;
                 self.open[t].clear();
             }
+            Op::Exec { site } => self.exec = Some((t, site)),
             _ => {}
+        }
+    }
+
+    /// Thread `t` records an event: an exec of its before this one did not replace the
+    /// program.
+    #[inline(always)]
+    fn after_exec(&mut self, t: usize) {
+        if self.exec.is_some_and(|(e, _)| e == t) {
+            self.exec = None;
         }
     }
 
     /// A lock request: what [`PendingCalls::handle`] does with one.
     #[inline(always)]
     pub fn lock_request(&mut self, t: usize, pos: u32, site: SiteId, lock: ObjectId, mode: Mode) {
+        self.after_exec(t);
         self.open(
             t,
             PendingCall {
@@ -193,6 +215,7 @@ impl PendingCalls {
         tables: &Tables,
         threads: &[ThreadModel],
         reason: Option<EndReason>,
+        process: Option<(u32, u64)>,
     ) -> RunEnd {
         RunEnd {
             states: threads
@@ -205,6 +228,8 @@ impl PendingCalls {
             reason,
             stopped: tables.recording_stopped,
             snapshot: tables.snapshot_signal(),
+            exec: self.exec.map(|(_, site)| site),
+            process,
         }
     }
 }

@@ -24,6 +24,9 @@ pub enum CoverageNote {
     SemaphoresOnly { semaphores: usize },
     /// No memory access was recorded: races were not checked.
     NoAccesses,
+    /// The process executed another program (at `at`), and no trace of that program is among
+    /// the traces analysed: it could not be recorded (statically linked, set-user-ID).
+    ExecNotRecorded { pid: u32, at: String },
 }
 
 impl std::fmt::Display for CoverageNote {
@@ -52,6 +55,13 @@ impl std::fmt::Display for CoverageNote {
                  cycle can be seen",
                 counted(*semaphores, "semaphore", "semaphores")
             ),
+            CoverageNote::ExecNotRecorded { pid, at } => write!(
+                f,
+                "process {pid} executed another program at {at}, and no trace of that program \
+                 was recorded: a statically linked or set-user-ID program ignores LD_PRELOAD, \
+                 so nothing it did was seen (`file PROGRAM` says whether it is static; record \
+                 a dynamically linked build)"
+            ),
             CoverageNote::NoAccesses => write!(
                 f,
                 "no memory access was recorded, so data races were not checked: build the \
@@ -70,9 +80,39 @@ pub struct Coverage {
     pub semaphores: usize,
     /// What the recording did not show (empty: nothing known to be missing).
     pub notes: Vec<CoverageNote>,
+    /// The recorded process: its pid and when recording started (the header's).
+    #[serde(skip)]
+    pub process: Option<(u32, u64)>,
+    /// The trace ended with an `exec` at this site: the process became another program.
+    #[serde(skip)]
+    pub exec_at: Option<String>,
 }
 
 impl Coverage {
+    /// The notes of every trace analysed together: [`Coverage::settle`] each, and a trace
+    /// that ended in an `exec` with no trace of the same process started after it (the
+    /// program it executed) says that program was not seen.
+    pub fn settle_all(traces: &mut [TraceSummary]) {
+        let processes: Vec<Option<(u32, u64)>> =
+            traces.iter().map(|t| t.coverage.process).collect();
+        for (i, t) in traces.iter_mut().enumerate() {
+            Coverage::settle(t);
+            let (Some(at), Some((pid, start))) = (&t.coverage.exec_at, t.coverage.process) else {
+                continue;
+            };
+            let continued = processes
+                .iter()
+                .enumerate()
+                .any(|(j, p)| j != i && p.is_some_and(|(q, s)| q == pid && s >= start));
+            if !continued {
+                t.coverage.notes.push(CoverageNote::ExecNotRecorded {
+                    pid,
+                    at: at.clone(),
+                });
+            }
+        }
+    }
+
     /// The notes of a trace, from its summary's counts (called once its parts are folded).
     pub fn settle(t: &mut TraceSummary) {
         let c = &mut t.coverage;

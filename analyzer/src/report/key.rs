@@ -182,8 +182,13 @@ impl fmt::Display for BaselineKind {
 }
 
 impl fmt::Display for SiteKey {
-    /// `role function@file:line`; `?` for a function the symbols do not name.
+    /// `role function@file:line`; `role file:line` for a site the symbols name no function of
+    /// (a Rust `#[track_caller]` location is a file and line only), `?` for a function
+    /// elsewhere.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let (None, Some(file), Some(line)) = (&self.function, &self.file, self.line) {
+            return write!(f, "{} {file}:{line}", self.role);
+        }
         write!(
             f,
             "{} {}",
@@ -296,11 +301,20 @@ fn split_sites(sites: &str) -> Vec<&str> {
     out
 }
 
-/// `role function@file:line`, `role function@file` or `role function`.
+/// `role function@file:line`, `role function@file`, `role function` or `role file:line`
+/// (also written `role ?@file:line`, as baselines did before).
 fn parse_site(text: &str) -> Result<SiteKey, KeyError> {
     let bad = || KeyError::Site(text.to_string());
     let (role, rest) = text.split_once(' ').ok_or_else(bad)?;
     let role = role.parse::<Role>().map_err(|_| bad())?;
+    if let Some((file, line)) = file_and_line(rest) {
+        return Ok(SiteKey {
+            role,
+            function: None,
+            file: Some(file.to_string()),
+            line: Some(line),
+        });
+    }
     let (function, file, line) = match rest.rsplit_once('@') {
         Some((function, place)) => match place.rsplit_once(':') {
             Some((file, line)) if line.parse::<u32>().is_ok() => {
@@ -316,6 +330,17 @@ fn parse_site(text: &str) -> Result<SiteKey, KeyError> {
         file: file.map(str::to_string),
         line,
     })
+}
+
+/// `file:line` with no function: no `@`, and a file name with no `:` of its own, so that a
+/// function with no file (`ns::f`, `Pool<int, 4>::get`) is never read as one.
+fn file_and_line(text: &str) -> Option<(&str, u32)> {
+    if text.contains('@') {
+        return None;
+    }
+    let (file, line) = text.rsplit_once(':')?;
+    let line = line.parse::<u32>().ok()?;
+    (!file.is_empty() && !file.contains(':')).then_some((file, line))
 }
 
 #[cfg(test)]
@@ -365,6 +390,8 @@ mod tests {
                     ),
                     site(Role::AtomicReads, None, Some("a b.c"), None),
                     site(Role::Reads, Some("worker"), None, None),
+                    site(Role::Reads, Some("ns::at"), None, None),
+                    site(Role::Writes, None, Some("bank.rs"), Some(31)),
                 ]
                 .into(),
             },
@@ -401,6 +428,18 @@ mod tests {
                 .to_string(),
             "race |  | reads f@a.c:1, writes g@a.c:2"
         );
+    }
+
+    #[test]
+    fn a_site_with_no_function_is_its_file_and_line_and_old_lines_still_match() {
+        let line = "lock-cycle | a -> b | holds bank.rs:31, requests bank.rs:32";
+        let k: BaselineKey = line.parse().unwrap();
+        assert!(k.sites.iter().all(|s| s.function.is_none()));
+        assert_eq!(k.to_string(), line);
+        let old: BaselineKey = "lock-cycle | a -> b | holds ?@bank.rs:31, requests ?@bank.rs:32"
+            .parse()
+            .unwrap();
+        assert_eq!(old, k);
     }
 
     #[test]

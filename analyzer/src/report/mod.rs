@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::sites::Location;
 
 mod coverage;
+pub mod explain;
 pub mod json;
 mod key;
 mod message;

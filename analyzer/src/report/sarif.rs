@@ -20,75 +20,6 @@ use strum::VariantArray;
 
 use super::{Finding, FindingLocation, Kind, Report, Role, Rule, Verdict};
 
-/// A kind's rule: (short description, full description).
-fn rule(kind: Kind) -> (&'static str, &'static str) {
-    match kind {
-        Kind::Deadlock => (
-            "Predicted deadlock: a reordering of a recorded run deadlocks",
-            "Threads take locks in a cycle, and a sync-preserving reordering of one recorded run \
-             reaches the point where every thread of the cycle is blocked.",
-        ),
-        Kind::PotentialDeadlock => (
-            "Inconsistent lock order between lock classes",
-            "Some code takes lock class A then B, other code B then A (or a longer cycle). No \
-             reordering of a recorded run was found to deadlock, but the order is a design \
-             defect independent of timing.",
-        ),
-        Kind::JoinDeadlock => (
-            "Joining a thread while holding a lock it needs",
-            "A thread holds a lock while it joins a thread that requests that lock before \
-             exiting.",
-        ),
-        Kind::BarrierDeadlock => (
-            "Waiting at a barrier while holding a lock another participant needs",
-            "A thread holds a lock at a barrier that another participant reaches only after \
-             taking that lock.",
-        ),
-        Kind::WaitDeadlock => (
-            "Waiting on a condition or semaphore while holding a lock the waker needs",
-            "A thread holds a lock (other than the condition's own mutex) while it waits for a \
-             signal or post that the other thread sends only after taking that lock.",
-        ),
-        Kind::RwlockDeadlock => (
-            "Recursive read lock against a writer",
-            "A thread read-locks an rwlock it already holds for read while another thread \
-             write-locks it: deadlocks with writer-preferring rwlocks.",
-        ),
-        Kind::RankViolation => (
-            "Lock acquired against the declared lock ranks",
-            "Locks annotated with ranks must be acquired in increasing rank: a lock was \
-             acquired while a lock of the same or a higher rank was held.",
-        ),
-        Kind::ObservedDeadlock => (
-            "Observed deadlock: the recorded run was stuck in it",
-            "When the trace ended, threads were blocked waiting for each other in a cycle (a \
-             lock held by the next thread, or by the thread itself, a join, a once routine): \
-             none could return. It happened in the recorded run; it is not a prediction.",
-        ),
-        Kind::ObservedStall => (
-            "Observed stall: threads blocked when the run was stopped",
-            "When the run was stopped (a signal, the hang timeout), threads were blocked in \
-             joins, barriers, condition or semaphore waits, or in lock requests behind them, \
-             with no cycle among them: what each held and waited for.",
-        ),
-        Kind::BlockingUnderLock => (
-            "Blocking call made while holding a lock",
-            "A thread held a lock across a call that can block for as long as another thread \
-             or process decides (I/O on a pipe or socket, a poll, a sleep, a wait for a child, \
-             fsync): every thread that needs the lock waits as long, and if the call waits for \
-             one of them, they deadlock.",
-        ),
-        Kind::Race => (
-            "Data race: two threads access the same memory with nothing ordering them",
-            "Two threads access the same memory, at least one writes, not both atomically, and \
-             either nothing orders the two accesses in a recorded run (happens-before), or a \
-             sync-preserving reordering of the run makes them run back to back, or a \
-             reordering that runs a later critical section before an earlier one on the same \
-             lock, every read keeping its writer, does (sync-reversal).",
-        ),
-    }
-}
-
 /// The level a kind's results have unless their verdict says otherwise.
 fn default_level(kind: Kind) -> &'static str {
     match kind {
@@ -134,7 +65,7 @@ pub fn to_value(
     let rules: Vec<Value> = Kind::VARIANTS
         .iter()
         .map(|&kind| {
-            let (short, full) = rule(kind);
+            let (short, full) = super::explain::kind_description(kind);
             json!({
                 "id": kind.name(),
                 "name": rule_name(kind.name()),

@@ -279,7 +279,21 @@ pub fn write_with(out: &mut impl Write, report: &Report, style: Style) -> std::i
     if report.summary.suppressed > 0 {
         write!(out, " ({} suppressed)", report.summary.suppressed)?;
     }
-    writeln!(out)
+    writeln!(out)?;
+    // A finding's `why` is about its own locks and lines; the rule's general reason, what to
+    // do and an example are said once, on request.
+    let mut rules: Vec<Rule> = report.findings.iter().map(|f| f.rule).collect();
+    rules.sort();
+    rules.dedup();
+    if !rules.is_empty() {
+        let rules: Vec<String> = rules.iter().map(Rule::to_string).collect();
+        writeln!(
+            out,
+            "what a rule means and what to do: foresight analyze --explain RULE ({})",
+            rules.join(", ")
+        )?;
+    }
+    Ok(())
 }
 
 /// Classes named on a component's line, at most.
