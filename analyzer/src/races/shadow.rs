@@ -273,9 +273,10 @@ impl Entry {
 #[derive(Clone, Debug, Default)]
 struct Cell {
     entries: Entries,
-    /// Per thread (its index modulo 64): a bit when the cell holds an entry of the thread, in
-    /// `threads`, and a writing one (plain or atomic), in `writers`. Threads 64 apart share a
-    /// bit, which can only make a check look needed.
+    /// Per thread below 63: a bit of its own when the cell holds an entry of the thread, in
+    /// `threads`, and a writing one (plain or atomic), in `writers`; every thread from 63 on
+    /// shares bit 63, which can only make a check look needed (for one of those threads, its
+    /// own bit may stand for others).
     threads: u64,
     writers: u64,
     /// Per thread below 64: a bit when every other thread's writing entry here is ordered
@@ -307,7 +308,7 @@ impl Default for Entries {
 
 #[inline]
 fn thread_bit(thread: u32) -> u64 {
-    1u64 << (thread & 63)
+    1u64 << thread.min(63)
 }
 
 impl Cell {
@@ -337,6 +338,10 @@ impl Cell {
     #[inline]
     fn others_may_conflict(&self, thread: u32, writes: bool) -> bool {
         let others = if writes { self.threads } else { self.writers };
+        if thread >= 63 {
+            // Its bit is shared: any entry may be another thread's.
+            return others != 0;
+        }
         others & !thread_bit(thread) != 0
     }
 
@@ -1016,9 +1021,6 @@ impl Shadow {
             let Some(cell) = self.cells.get(g) else {
                 continue;
             };
-            if !cell.others_may_conflict(free.thread, true) {
-                continue;
-            }
             for (i, e) in cell.entries().iter().enumerate() {
                 if e.thread() == free.thread || !e.kind().conflicts(free.kind) {
                     continue;
@@ -1457,5 +1459,15 @@ mod tests {
         let mut seen = frees(&s, 0, 0x7000_0000_0000, 1 << 40);
         seen.sort_unstable();
         assert_eq!(seen, vec![(1, 1, 10)]);
+    }
+
+    #[test]
+    fn threads_64_apart_are_told_apart() {
+        let mut s = Shadow::new();
+        check(&mut s, acc(64, 1, 10, AccessKind::Write, 0x1000, 4));
+        assert_eq!(
+            check(&mut s, acc(0, 1, 11, AccessKind::Write, 0x1000, 4)),
+            vec![(64, 1)]
+        );
     }
 }
