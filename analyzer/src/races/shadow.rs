@@ -1008,18 +1008,11 @@ impl Shadow {
         }
         let first = free.addr >> 3;
         let last = (free.addr.saturating_add(size) - 1) >> 3;
-        let held: Vec<u64> = if last - first >= self.cells.len() as u64 {
-            self.cells.granules_in(first, last)
-        } else {
-            (first..=last)
-                .filter(|&g| self.cells.get(g).is_some())
-                .collect()
-        };
         // A set: a big block's free may meet as many earlier accesses as the table holds.
         let mut reported: foldhash::HashSet<(u32, u32, u32)> = Default::default();
-        for g in held {
+        let mut visit = |g: u64| {
             let Some(cell) = self.cells.get(g) else {
-                continue;
+                return;
             };
             for (i, e) in cell.entries().iter().enumerate() {
                 if e.thread() == free.thread || !e.kind().conflicts(free.kind) {
@@ -1052,6 +1045,14 @@ impl Shadow {
                     report(ShadowAccess { site: s, ..earlier }, v, at);
                 }
             }
+        };
+        if last - first < self.cells.len() as u64 {
+            (first..=last).for_each(&mut visit);
+        } else {
+            self.cells
+                .granules_in(first, last)
+                .into_iter()
+                .for_each(visit);
         }
     }
 
