@@ -824,3 +824,106 @@ fn a_replay_that_reads_less_than_the_walk_concludes_no_race() {
         .races;
     assert!(out.complete && !out.races.is_empty());
 }
+
+/// A trace whose main thread allocates a 64-byte block at line 5 and spawns `a`, which writes
+/// 4 bytes at offset 12 of it at line 10.
+fn block_written_by_a_thread() -> (T, ThreadId) {
+    let mut t = T::new();
+    let main = t.main;
+    let s = t.b.site("main", "t.c", 5);
+    t.ev(
+        main,
+        EventKind::Alloc {
+            addr: X,
+            size: 64,
+            site: s,
+        },
+    );
+    let a = t.spawn("a");
+    t.write(a, X + 12, 4, 10);
+    (t, a)
+}
+
+fn free(t: &mut T, thread: ThreadId, line: u32) {
+    let s = t.b.site("main", "t.c", line);
+    t.ev(thread, EventKind::Free { addr: X, site: s });
+}
+
+#[test]
+fn a_free_races_with_an_unordered_access_to_its_block() {
+    let (mut t, a) = block_written_by_a_thread();
+    let main = t.main;
+    free(&mut t, main, 30);
+    t.join(a);
+    let r = report(t);
+    assert_eq!(race_lines(&r), BTreeSet::from([(10, 30, "happens-before")]));
+    let finding = races(&r)[0];
+    let race = finding.race().expect("details");
+    let kinds: Vec<AccessKind> = race.accesses.iter().map(|a| a.kind).collect();
+    assert_eq!(kinds, [AccessKind::Write, AccessKind::Free]);
+    assert_eq!(race.accesses[1].size, 64, "the free writes the whole block");
+    let block = race.block.as_ref().expect("the heap block");
+    assert_eq!(block.allocated_at.line, Some(5));
+    let roles: Vec<&str> = finding.locations.iter().map(|l| l.role.name()).collect();
+    assert_eq!(roles, ["writes", "frees"]);
+    let message = finding.message.to_string();
+    assert!(
+        message.contains("heap block allocated at main (t.c:5)") && message.contains("free by"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_free_after_a_join_races_with_nothing() {
+    let (mut t, a) = block_written_by_a_thread();
+    let main = t.main;
+    t.join(a);
+    free(&mut t, main, 30);
+    assert!(races(&report(t)).is_empty());
+}
+
+#[test]
+fn a_free_ordered_only_by_a_lock_hand_off_is_predicted() {
+    let (mut t, a) = block_written_by_a_thread();
+    let main = t.main;
+    let l = t.b.object(ObjectKind::Mutex, "m");
+    t.lock(a, l);
+    t.unlock(a, l);
+    t.lock(main, l);
+    t.unlock(main, l);
+    free(&mut t, main, 30);
+    t.join(a);
+    assert_eq!(
+        race_lines(&report(t)),
+        BTreeSet::from([(10, 30, "sync-preserving")])
+    );
+}
+
+#[test]
+fn a_free_of_a_block_handed_over_under_a_lock_races_with_nothing() {
+    let (mut t, a) = block_written_by_a_thread();
+    let main = t.main;
+    let l = t.b.object(ObjectKind::Mutex, "m");
+    // `a` publishes the block under the lock; main reads what `a` wrote, then frees.
+    t.lock(a, l);
+    t.write(a, 0x3000, 8, 11);
+    t.unlock(a, l);
+    t.lock(main, l);
+    t.read(main, 0x3000, 8, 12);
+    t.unlock(main, l);
+    free(&mut t, main, 30);
+    t.join(a);
+    assert!(races(&report(t)).is_empty());
+}
+
+#[test]
+fn threads_64_apart_race_with_each_other() {
+    let mut t = T::new();
+    let threads: Vec<ThreadId> = (0..65).map(|i| t.spawn(&format!("w{i}"))).collect();
+    t.write(threads[0], X, 4, 10);
+    t.write(threads[64], X, 4, 20);
+    assert_eq!(
+        race_lines(&report(t)),
+        BTreeSet::from([(10, 20, "happens-before")])
+    );
+}

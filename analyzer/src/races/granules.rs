@@ -245,7 +245,6 @@ impl<V: Default> GranuleTable<V> {
     }
 
     /// The cell of `granule`, if it has one.
-    #[cfg(test)]
     pub fn get(&self, granule: u64) -> Option<&V> {
         self.slot_of(granule).map(|i| &self.cells[i])
     }

@@ -21,6 +21,11 @@
 //!   the witness the finding carries. Such races are invisible to happens-before: in the run,
 //!   the critical sections that order them happened to come in that order.
 //!
+//! A `free` (and the old block of a `realloc`, recorded as its free) is a write of the whole
+//! block by the freeing thread at the free's site (`AccessKind::Free`), checked against the
+//! shadow before the block is forgotten (decision 0022); a block not tracked has no known size
+//! and its free is not checked.
+//!
 //! Pairs a reordering could only expose by reversing two critical sections on one lock
 //! (sync-preserving prediction keeps their order) are left to `analyses/sync_reversal`. What
 //! no rule reports: pairs of accesses
@@ -226,17 +231,21 @@ impl<'t> RacePass<'t> {
         self.too_many_threads = true;
     }
 
+    /// Whether the trace holds the creation of the event's thread (the first thread needs none).
+    #[inline]
+    fn created_thread(&self, ev: &StreamEvent) -> bool {
+        self.created
+            .get(ev.thread as usize)
+            .copied()
+            .unwrap_or(false)
+    }
+
     #[inline]
     fn access(&mut self, ev: &StreamEvent, addr: u64, size: u32, site: SiteId, kind: AccessKind) {
         self.accesses += 1;
         // A thread whose creation the trace lacks (its creator's events were lost when the
         // process ended) has no known predecessors: everything would look unordered with it.
-        if !self
-            .created
-            .get(ev.thread as usize)
-            .copied()
-            .unwrap_or(false)
-        {
+        if !self.created_thread(ev) {
             self.orphan_accesses += 1;
             return;
         }
@@ -262,6 +271,14 @@ impl Pass for RacePass<'_> {
             Op::Atomic(a) => {
                 self.state.sync(ev);
                 self.access(ev, a.addr, a.size, a.site, state::atomic_kind(a.stores));
+            }
+            // A free writes the whole block: checked while the block is still known, before
+            // the clocks see it and the shadow forgets the block.
+            Op::Free { addr, site } => {
+                if self.created_thread(ev) && !self.too_many_threads {
+                    self.state.free((ev.thread, ev.pos, ev.seq), addr, site);
+                }
+                self.state.sync(ev);
             }
             Op::Create { child: Some(c), .. } => {
                 if let Some(created) = self.created.get_mut(c as usize) {

@@ -139,6 +139,10 @@ pub enum AccessKind {
     AtomicRead = 2,
     /// An atomic store or read-modify-write.
     AtomicWrite = 3,
+    /// A `free` (or the old block of a `realloc`): a plain write of the whole block. Never
+    /// kept in the shadow ([`Shadow::check_free`] only checks, then the block is forgotten),
+    /// so it needs no bits in an entry.
+    Free = 5,
 }
 
 impl AccessKind {
@@ -164,6 +168,7 @@ impl AccessKind {
             AccessKind::Write => "write",
             AccessKind::AtomicRead => "atomic read",
             AccessKind::AtomicWrite => "atomic write",
+            AccessKind::Free => "free",
         }
     }
 
@@ -268,9 +273,10 @@ impl Entry {
 #[derive(Clone, Debug, Default)]
 struct Cell {
     entries: Entries,
-    /// Per thread (its index modulo 64): a bit when the cell holds an entry of the thread, in
-    /// `threads`, and a writing one (plain or atomic), in `writers`. Threads 64 apart share a
-    /// bit, which can only make a check look needed.
+    /// Per thread below 63: a bit of its own when the cell holds an entry of the thread, in
+    /// `threads`, and a writing one (plain or atomic), in `writers`; every thread from 63 on
+    /// shares bit 63, which can only make a check look needed (for one of those threads, its
+    /// own bit may stand for others).
     threads: u64,
     writers: u64,
     /// Per thread below 64: a bit when every other thread's writing entry here is ordered
@@ -302,7 +308,7 @@ impl Default for Entries {
 
 #[inline]
 fn thread_bit(thread: u32) -> u64 {
-    1u64 << (thread & 63)
+    1u64 << thread.min(63)
 }
 
 impl Cell {
@@ -332,6 +338,10 @@ impl Cell {
     #[inline]
     fn others_may_conflict(&self, thread: u32, writes: bool) -> bool {
         let others = if writes { self.threads } else { self.writers };
+        if thread >= 63 {
+            // Its bit is shared: any entry may be another thread's.
+            return others != 0;
+        }
         others & !thread_bit(thread) != 0
     }
 
@@ -981,6 +991,71 @@ impl Shadow {
         self.full = false;
     }
 
+    /// Checks a free of the block `[free.addr, free.addr + size)` (a write of every byte of
+    /// it, `free.kind` [`AccessKind::Free`]) against the accesses the shadow holds there, and
+    /// records nothing: the caller forgets the block next. Each earlier access is reported
+    /// once, at the first granule that shows it. Only the granules tracked are looked at:
+    /// at most as many lookups as the table holds granules, however big the block.
+    pub fn check_free(
+        &self,
+        free: &ShadowAccess,
+        size: u64,
+        mut judge: impl FnMut(u32, u32, u32) -> Option<Verdict>,
+        mut report: impl FnMut(ShadowAccess, Verdict, FoundAt),
+    ) {
+        if size == 0 || self.cells.len() == 0 {
+            return;
+        }
+        let first = free.addr >> 3;
+        let last = (free.addr.saturating_add(size) - 1) >> 3;
+        // A set: a big block's free may meet as many earlier accesses as the table holds.
+        let mut reported: foldhash::HashSet<(u32, u32, u32)> = Default::default();
+        let mut visit = |g: u64| {
+            let Some(cell) = self.cells.get(g) else {
+                return;
+            };
+            for (i, e) in cell.entries().iter().enumerate() {
+                if e.thread() == free.thread || !e.kind().conflicts(free.kind) {
+                    continue;
+                }
+                let sites: &[u32] = if cell.is_merged(i) {
+                    self.sets.set(e.site)
+                } else {
+                    std::slice::from_ref(&e.site)
+                };
+                if sites
+                    .iter()
+                    .all(|&s| reported.contains(&(e.thread(), e.pos, s)))
+                {
+                    continue;
+                }
+                let Some(v) = judge(e.thread(), e.pos, e.lockset) else {
+                    continue;
+                };
+                let earlier = e.access(g);
+                for (line, &s) in sites.iter().enumerate() {
+                    if !reported.insert((e.thread(), e.pos, s)) {
+                        continue;
+                    }
+                    let at = FoundAt {
+                        granule: g,
+                        entry: i as u32,
+                        line: line as u32,
+                    };
+                    report(ShadowAccess { site: s, ..earlier }, v, at);
+                }
+            }
+        };
+        if last - first < self.cells.len() as u64 {
+            (first..=last).for_each(&mut visit);
+        } else {
+            self.cells
+                .granules_in(first, last)
+                .into_iter()
+                .for_each(visit);
+        }
+    }
+
     /// Forgets `[addr, addr + size)`: freed memory, or memory allocated anew, is a new object.
     pub fn forget(&mut self, addr: u64, size: u64) {
         if size == 0 {
@@ -1328,5 +1403,72 @@ mod tests {
         check(&mut s, acc(0, 2, 10, AccessKind::Write, 0x9000, 8));
         s.forget(0, u64::MAX);
         assert_eq!(s.granules(), 0);
+    }
+
+    /// The earlier accesses a free of `[addr, addr + size)` by `thread` meets, all judged
+    /// unordered.
+    fn frees(shadow: &Shadow, thread: u32, addr: u64, size: u64) -> Vec<(u32, u32, u32)> {
+        let free = ShadowAccess {
+            size: u32::try_from(size).unwrap_or(u32::MAX),
+            ..acc(thread, 100, 77, AccessKind::Free, addr, 0)
+        };
+        let mut seen = Vec::new();
+        shadow.check_free(
+            &free,
+            size,
+            |_, _, _| Some(Verdict::Unordered),
+            |e, _, _| seen.push((e.thread, e.pos, e.site)),
+        );
+        seen
+    }
+
+    #[test]
+    fn a_free_conflicts_with_other_threads_accesses_to_any_byte_of_the_block() {
+        let mut s = Shadow::new();
+        check(&mut s, acc(1, 1, 10, AccessKind::Write, 0x1000, 4));
+        check(&mut s, acc(1, 2, 11, AccessKind::Read, 0x1038, 8));
+        check(&mut s, acc(2, 1, 12, AccessKind::AtomicRead, 0x1020, 4));
+        // The freeing thread's own access, and one just past the block: not conflicts.
+        check(&mut s, acc(0, 1, 13, AccessKind::Write, 0x1010, 4));
+        check(&mut s, acc(1, 3, 14, AccessKind::Write, 0x1040, 4));
+        let mut seen = frees(&s, 0, 0x1000, 64);
+        seen.sort_unstable();
+        assert_eq!(seen, vec![(1, 1, 10), (1, 2, 11), (2, 1, 12)]);
+        // Nothing was recorded: the free checks, the caller forgets.
+        assert_eq!(s.granules(), 5);
+    }
+
+    #[test]
+    fn an_access_over_several_granules_is_met_once_by_a_free() {
+        let mut s = Shadow::new();
+        check(&mut s, acc(1, 1, 10, AccessKind::Write, 0x2000, 64));
+        assert_eq!(frees(&s, 0, 0x2000, 64), vec![(1, 1, 10)]);
+    }
+
+    #[test]
+    fn a_huge_free_looks_only_at_the_granules_tracked() {
+        let mut s = Shadow::new();
+        check(
+            &mut s,
+            acc(1, 1, 10, AccessKind::Write, 0x7000_0000_1000, 4),
+        );
+        check(
+            &mut s,
+            acc(1, 2, 11, AccessKind::Write, 0x7fff_0000_0000, 4),
+        );
+        // 2^40 bytes, 2^37 granules: one by one this would not end.
+        let mut seen = frees(&s, 0, 0x7000_0000_0000, 1 << 40);
+        seen.sort_unstable();
+        assert_eq!(seen, vec![(1, 1, 10)]);
+    }
+
+    #[test]
+    fn threads_64_apart_are_told_apart() {
+        let mut s = Shadow::new();
+        check(&mut s, acc(64, 1, 10, AccessKind::Write, 0x1000, 4));
+        assert_eq!(
+            check(&mut s, acc(0, 1, 11, AccessKind::Write, 0x1000, 4)),
+            vec![(64, 1)]
+        );
     }
 }

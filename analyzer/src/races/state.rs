@@ -349,6 +349,40 @@ impl RaceState {
         access
     }
 
+    /// A free of `thread` at `pos` (merged order `seq`) of the live block at `addr`: a write
+    /// of the whole block, checked against the shadow before [`RaceState::sync`] forgets the
+    /// block. A block not tracked (the budget had no room for it) has no known size: its free
+    /// is not checked.
+    pub fn free(&mut self, (thread, pos, seq): (u32, u32, u64), addr: u64, site: SiteId) {
+        let Some(block) = self.heap.get(&addr).copied() else {
+            return;
+        };
+        let size = u32::try_from(block.size).unwrap_or(u32::MAX);
+        let access = self.shadow_access(thread, pos, addr, size, site, AccessKind::Free);
+        let (with_locks, without_locks) = (&self.with_locks, &self.without_locks);
+        let locksets = &self.locksets;
+        let found = &mut self.found;
+        self.shadow.check_free(
+            &access,
+            block.size,
+            |u, p, lockset| {
+                if with_locks.knows(thread).get(u as usize) <= p {
+                    Some(Conflict::Unordered)
+                } else if without_locks.knows(thread).get(u as usize) > p
+                    || locksets.exclude(lockset, access.lockset)
+                {
+                    None
+                } else {
+                    Some(Conflict::Candidate)
+                }
+            },
+            |earlier, verdict, at| found.push((earlier, verdict, at)),
+        );
+        if !self.found.is_empty() {
+            self.count_found(seq, &access);
+        }
+    }
+
     /// Counts the pairs the access just handled found.
     #[inline(never)]
     fn count_found(&mut self, seq: u64, access: &ShadowAccess) {

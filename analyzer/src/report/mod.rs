@@ -510,6 +510,9 @@ pub enum Role {
     Writes,
     AtomicReads,
     AtomicWrites,
+    /// Where a block was freed (or reallocated) while another thread's access to it was
+    /// unordered with the free.
+    Frees,
     /// Where a blocking call was made while the locks were held.
     Blocks,
 }
@@ -548,6 +551,8 @@ pub enum AccessKind {
     #[serde(rename = "atomic write")]
     #[strum(serialize = "atomic write")]
     AtomicWrite,
+    /// A `free` or `realloc` of the block: a write of all of it.
+    Free,
 }
 
 /// The wait of a wait finding: JSON's `wait.wait`.

@@ -222,6 +222,7 @@ pub(crate) fn verb(kind: AccessKind) -> &'static str {
         AccessKind::Write => "write",
         AccessKind::AtomicRead => "atomically read",
         AccessKind::AtomicWrite => "atomically write",
+        AccessKind::Free => "free",
     }
 }
 
@@ -230,6 +231,9 @@ pub(crate) fn describe_address(a: &RaceAccess) -> String {
         return format!("{} ({} bytes)", v.name, a.access.size);
     }
     match a.block {
+        Some(b) if a.access.kind == AccessKind::Free => {
+            format!("the {}-byte heap block", b.size)
+        }
         Some(b) => format!(
             "{} bytes at offset {} of a {}-byte heap block",
             a.access.size,
@@ -256,6 +260,7 @@ fn access_kind(k: AccessKind) -> crate::report::AccessKind {
         AccessKind::Write => crate::report::AccessKind::Write,
         AccessKind::AtomicRead => crate::report::AccessKind::AtomicRead,
         AccessKind::AtomicWrite => crate::report::AccessKind::AtomicWrite,
+        AccessKind::Free => crate::report::AccessKind::Free,
     }
 }
 
@@ -326,6 +331,7 @@ pub(crate) fn finding(
             AccessKind::Write => Role::Writes,
             AccessKind::AtomicRead => Role::AtomicReads,
             AccessKind::AtomicWrite => Role::AtomicWrites,
+            AccessKind::Free => Role::Frees,
         }
     };
     let locations: Vec<FindingLocation> = pair
