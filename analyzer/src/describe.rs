@@ -216,23 +216,7 @@ pub(crate) fn witness(run: &Run, closure: &Closure, next: &[(PatternEvent, Strin
         .map(|&(_, a)| {
             let acq = &run.acquisitions[a as usize];
             let f = closure.frontier[acq.thread as usize];
-            let released = acq.release.is_some_and(|r| r < f);
-            format!(
-                "{}: {} {} at {}{}",
-                run.thread_label(acq.thread),
-                if acq.mode == Mode::Read {
-                    "read-locks"
-                } else {
-                    "locks"
-                },
-                run.locks[acq.lock as usize].name,
-                run.location(acq.site).text,
-                if released {
-                    " … unlocks"
-                } else {
-                    " (keeps it)"
-                }
-            )
+            schedule_step(run, a, acq.release.is_some_and(|r| r < f))
         })
         .collect();
     for (b, what) in next {
@@ -254,4 +238,26 @@ pub(crate) fn cycle_text(names: &[String]) -> String {
         s.push_str(first);
     }
     s
+}
+
+/// One critical section of a witness schedule: who takes which lock where, and whether it
+/// is released within the schedule (`… unlocks`) or still held when the schedule ends.
+pub(crate) fn schedule_step(run: &Run, acquisition: u32, released: bool) -> String {
+    let acq = &run.acquisitions[acquisition as usize];
+    format!(
+        "{}: {} {} at {}{}",
+        run.thread_label(acq.thread),
+        if acq.mode == Mode::Read {
+            "read-locks"
+        } else {
+            "locks"
+        },
+        run.locks[acq.lock as usize].name,
+        run.location(acq.site).text,
+        if released {
+            " … unlocks"
+        } else {
+            " (keeps it)"
+        }
+    )
 }

@@ -553,23 +553,7 @@ fn witness(run: &Run, pair: &Pair, r: &Reordering) -> Witness {
             } else {
                 String::new()
             };
-            format!(
-                "{}: {} {} at {}{}{}",
-                run.thread_label(acq.thread),
-                if acq.mode == Mode::Read {
-                    "read-locks"
-                } else {
-                    "locks"
-                },
-                run.locks[acq.lock as usize].name,
-                run.location(acq.site).text,
-                if released {
-                    " … unlocks"
-                } else {
-                    " (keeps it)"
-                },
-                note
-            )
+            format!("{}{note}", crate::describe::schedule_step(run, a, released))
         })
         .collect();
     for (p, a) in r.pattern.iter().zip(pair.iter()) {
