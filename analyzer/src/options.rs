@@ -1,6 +1,12 @@
 //! What the analyses may spend and how much they list: the budgets and limits of `foresight
 //! analyze`, read by every analysis and by the driver that runs them.
 
+/// Lock cycles `--all` lists per component and verdict: every cycle the search finds is
+/// checked and counted, but a dense lock-order graph has millions (12 locks taken in every
+/// order have over 10^8), and listing each would make the report, and the memory that holds
+/// it, grow with them. The rest are counted, and the report says the listing was cut.
+pub const ALL_CYCLES_LISTED: usize = 1_000;
+
 #[derive(Clone, Debug)]
 pub struct Options {
     /// Longest cycle enumerated (in locks, which is also in threads); `None`: any length, within
@@ -20,8 +26,7 @@ pub struct Options {
     pub race_candidate_budget: u64,
     /// Lock cycles listed per strongly connected component of the lock-order graph and per
     /// verdict (shortest first); the others are counted. Prediction in a component stops once
-    /// this many deadlocks are predicted there. `usize::MAX` (`--all`): every cycle checked
-    /// and listed.
+    /// this many deadlocks are predicted there. `--all` sets [`ALL_CYCLES_LISTED`].
     pub cycles_listed: usize,
     /// A sleep (`sleep`, `usleep`, `nanosleep`, `clock_nanosleep`) under a lock is reported
     /// only when one took at least this long (1 ms by default, `docs/report-schema.md`): a

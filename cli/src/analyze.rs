@@ -15,7 +15,7 @@ use foresight_analyzer::analysis::analyze;
 use foresight_analyzer::analysis::SegmentFold;
 use foresight_analyzer::merge::{Merger, TraceAnalysis};
 use foresight_analyzer::model::{ModelPass, MonitorScan, Run, ThreadModel, DEFAULT_SEGMENT_EVENTS};
-use foresight_analyzer::options::Options;
+use foresight_analyzer::options::{Options, ALL_CYCLES_LISTED};
 use foresight_analyzer::report::{self, Report};
 use foresight_analyzer::sites::Wrappers;
 use foresight_analyzer::stream::{Runs, Stream};
@@ -142,9 +142,10 @@ pub struct AnalysisArgs {
     /// Instance-level candidates checked with the sync-preserving closure, in all.
     #[arg(long, default_value_t = Options::default().candidate_budget, value_name = "N")]
     candidate_budget: u64,
-    /// List every lock cycle: by default each strongly connected component of the lock-order
-    /// graph lists a few of each verdict (shortest first) and counts the rest, and prediction
-    /// in it stops once that many deadlocks are predicted.
+    /// List every lock cycle, up to 1000 of each verdict per component: by default each
+    /// strongly connected component of the lock-order graph lists a few of each verdict
+    /// (shortest first) and counts the rest, and prediction in it stops once that many
+    /// deadlocks are predicted.
     #[arg(long)]
     all: bool,
     /// Reviewed findings to leave out (TOML, see docs/ci.md); default
@@ -316,7 +317,7 @@ pub fn analyze_traces(traces: &[PathBuf], args: &AnalysisArgs) -> anyhow::Result
         cycle_budget: args.cycle_budget,
         candidate_budget: args.candidate_budget,
         cycles_listed: if args.all {
-            usize::MAX
+            ALL_CYCLES_LISTED
         } else {
             Options::default().cycles_listed
         },
@@ -358,6 +359,9 @@ pub fn analyze_traces(traces: &[PathBuf], args: &AnalysisArgs) -> anyhow::Result
         }
         report
     };
+    if args.all && report.summary.unlisted_predicted + report.summary.unlisted_potential > 0 {
+        report.summary.listing_cap = Some(ALL_CYCLES_LISTED);
+    }
     if let Some(s) = &suppressions {
         let applied = s.apply(&mut report);
         for (e, &n) in s.entries.iter().zip(&applied.matched) {

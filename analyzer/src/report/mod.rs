@@ -118,9 +118,12 @@ pub struct Summary {
     /// may be missing.
     pub cycle_length_cut: bool,
     /// Lock cycles counted in `components` but not listed in `findings` (a component lists a
-    /// few of each verdict, shortest first; `--all` lists every one).
+    /// few of each verdict, shortest first; `--all` up to `options::ALL_CYCLES_LISTED`).
     pub unlisted_predicted: u64,
     pub unlisted_potential: u64,
+    /// `--all` listed this many lock cycles of a verdict in some component and only counted
+    /// the rest (`options::ALL_CYCLES_LISTED`); `null`: nothing was cut from the listing.
+    pub listing_cap: Option<usize>,
     /// Instance-level candidate patterns checked with the sync-preserving closure.
     pub candidates_checked: u64,
     /// The candidate budget ran out: some cycles were reported as potential without every

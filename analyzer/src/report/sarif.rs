@@ -125,6 +125,17 @@ pub fn to_value(
                 }))
         })
         .collect();
+    let mut notifications = notifications;
+    if let Some(cap) = report.summary.listing_cap {
+        notifications.push(json!({
+            "level": "warning",
+            "message": { "text": format!(
+                "--all lists at most {cap} lock cycles of each verdict per component; {} more \
+                 were counted, not listed",
+                report.summary.unlisted_predicted + report.summary.unlisted_potential
+            ) },
+        }));
+    }
     if !notifications.is_empty() {
         v["runs"][0]["invocations"] = json!([{
             "executionSuccessful": true,

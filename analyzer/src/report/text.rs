@@ -105,6 +105,14 @@ pub fn write_with(out: &mut impl Write, report: &Report, style: Style) -> std::i
             counted(s.max_cycle_length.unwrap_or(0), "lock", "locks")
         )?;
     }
+    if let Some(cap) = s.listing_cap {
+        writeln!(
+            out,
+            "warning: --all lists at most {cap} lock cycles of each verdict per component; {} \
+             more were counted, not listed (see the component summaries)",
+            s.unlisted_predicted + s.unlisted_potential
+        )?;
+    }
     if s.candidate_budget_exhausted {
         writeln!(
             out,
@@ -266,14 +274,19 @@ pub fn write_with(out: &mut impl Write, report: &Report, style: Style) -> std::i
     if unlisted > 0 {
         write!(
             out,
-            "; {unlisted} more {} not listed ({} predicted, {} potential; --all lists them)",
+            "; {unlisted} more {} not listed ({} predicted, {} potential; {})",
             if unlisted == 1 {
                 "lock cycle"
             } else {
                 "lock cycles"
             },
             report.summary.unlisted_predicted,
-            report.summary.unlisted_potential
+            report.summary.unlisted_potential,
+            if report.summary.listing_cap.is_some() {
+                "over the --all listing cap"
+            } else {
+                "--all lists them"
+            }
         )?;
     }
     if report.summary.suppressed > 0 {
@@ -365,8 +378,12 @@ fn component(
     writeln!(
         out,
         "  listed below: {} of {} predicted, {} of {} potential, shortest first; \
-         --all lists every cycle",
-        c.listed_predicted, c.predicted, c.listed_potential, c.potential
+         --all lists up to {} of each",
+        c.listed_predicted,
+        c.predicted,
+        c.listed_potential,
+        c.potential,
+        crate::options::ALL_CYCLES_LISTED
     )?;
     if c.search_cut {
         writeln!(
