@@ -219,6 +219,24 @@ fn file_name(name: &str) -> String {
         .collect()
 }
 
+/// `BASE.trace`, or `BASE-N.trace` when BASE was given out before in the same directory.
+fn unique_trace_name(used: &mut BTreeMap<String, usize>, base: &str) -> String {
+    loop {
+        let n = used.entry(base.to_string()).or_default();
+        let name = if *n == 0 {
+            base.to_string()
+        } else {
+            format!("{base}-{n}")
+        };
+        *n += 1;
+        // `a-1` may itself be a test's name: take it only if nobody holds it yet.
+        if *n == 1 || !used.contains_key(&name) {
+            used.entry(name.clone()).or_insert(1);
+            return format!("{name}.trace");
+        }
+    }
+}
+
 /// The traces directory, made ready: created, or emptied if cargo foresight made it.
 fn prepare(dir: &Path) -> Result<()> {
     if dir.join(MARKER).is_file() {
@@ -298,8 +316,11 @@ fn run(args: Args) -> Result<u8> {
             if names.len() == 1 { "" } else { "s" },
             bin.executable.display()
         );
+        // Test paths that differ only in the characters a file name cannot keep (`a::b`, `a__b`)
+        // must not share a trace: the later one gets a numbered name.
+        let mut used: BTreeMap<String, usize> = BTreeMap::new();
         for name in names {
-            let trace = dir.join(format!("{}.trace", file_name(&name)));
+            let trace = dir.join(unique_trace_name(&mut used, &file_name(&name)));
             let mut cmd = Command::new(&foresight);
             cmd.arg("record").arg("-o").arg(&trace);
             if let Some(t) = &args.hang_timeout {
@@ -415,6 +436,24 @@ mod tests {
         assert!(args(&["foresight", "test", "--traces"]).is_err());
         assert!(args(&["foresight", "test", "--no-run"]).is_err());
         assert!(args(&["foresight"]).is_err());
+    }
+
+    #[test]
+    fn test_names_that_sanitise_alike_get_traces_of_their_own() {
+        let mut used = BTreeMap::new();
+        let names: Vec<String> = ["a::b", "a__b", "a<>b", "a__b-1"]
+            .iter()
+            .map(|t| unique_trace_name(&mut used, &file_name(t)))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "a__b.trace",
+                "a__b-1.trace",
+                "a__b-2.trace",
+                "a__b-1-1.trace"
+            ]
+        );
     }
 
     #[test]
