@@ -526,12 +526,29 @@ impl ChunkWriter {
         site: SiteId,
         key: u64,
     ) -> bool {
-        use crate::codec::tag;
-        let len = self.buf.len();
-        if len >= self.room_until || key != self.state.key || !size.is_power_of_two() || size > 16 {
+        if !size.is_power_of_two() || size > 16 {
             return false;
         }
-        let t = if write { tag::WRITE_1 } else { tag::READ_1 } + size.trailing_zeros() as u8;
+        self.try_push_access_of(write, size.trailing_zeros(), addr, site, key)
+    }
+
+    /// [`try_push_access`](Self::try_push_access) of `1 << log_size` bytes, for a caller that
+    /// knows `log_size` is at most 4 (it returns false otherwise).
+    #[inline(always)]
+    pub fn try_push_access_of(
+        &mut self,
+        write: bool,
+        log_size: u32,
+        addr: u64,
+        site: SiteId,
+        key: u64,
+    ) -> bool {
+        use crate::codec::tag;
+        let len = self.buf.len();
+        if len >= self.room_until || key != self.state.key || log_size > 4 {
+            return false;
+        }
+        let t = if write { tag::WRITE_1 } else { tag::READ_1 } + log_size as u8;
         let da = crate::varint::zigzag(addr.wrapping_sub(self.state.addr) as i64);
         let ds = crate::varint::zigzag(site as i64 - self.state.mem_site as i64);
         // SAFETY: below `room_until` at least MAX_EVENT_LEN bytes of spare capacity follow
