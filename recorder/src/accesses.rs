@@ -193,11 +193,12 @@ impl AccessState {
             };
             let set = dedup_index(addr, who);
             let first = std::ptr::read(&raw const (*this).dedup.0[set]);
-            if first.addr == addr && first.key == key {
-                return Probe::Repeat;
-            }
             let second = std::ptr::read(&raw const (*this).dedup.0[set + 1]);
-            if second.addr == addr && second.key == key {
+            // Both ways compared without a branch (they share a line): the one branch left,
+            // repeat or new, is the only one a predictor cannot learn.
+            let first_differs = (first.addr ^ addr) as u64 | (first.key ^ key);
+            let second_differs = (second.addr ^ addr) as u64 | (second.key ^ key);
+            if first_differs.min(second_differs) == 0 {
                 return Probe::Repeat;
             }
             Probe::New(key)
