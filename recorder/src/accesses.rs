@@ -71,26 +71,33 @@ const GENERATIONS: u16 = 1 << 12;
 /// beyond `PC_LIMIT`).
 #[inline(always)]
 fn dedup_key(who: usize, info: usize, generation: u16) -> Option<u64> {
-    let code = *KIND_CODES.get(info)? as u64;
-    if code == 0 || who >= PC_LIMIT {
+    let kind = *KIND_KEYS.get(info)?;
+    if kind == 0 || who >= PC_LIMIT {
         return None;
     }
-    Some(who as u64 | code << 48 | (generation as u64) << 52)
+    Some(who as u64 | kind | (generation as u64) << 52)
 }
 
-/// `info` (`size << 1 | write`) → a 4-bit code for the key: for sizes 1, 2, 4, 8, 16,
-/// `(log2(size) + 1) << 1 | write`, 2 to 11; 0 for every other size (never deduplicated).
-const KIND_CODES: [u8; 34] = {
-    let mut t = [0u8; 34];
+/// `info` (`size << 1 | write`) → a 4-bit code in the key's bits 48 to 51: for sizes 1, 2, 4,
+/// 8, 16, `(log2(size) + 1) << 1 | write`, 2 to 11; 0 for every other size (never
+/// deduplicated). Shifted in the table, so that the probe's key is one load and two `or`s.
+const KIND_KEYS: [u64; 34] = {
+    let mut t = [0u64; 34];
     let mut log = 0;
     while log < 5 {
         let size = 1usize << log;
-        t[size << 1] = ((log + 1) << 1) as u8;
-        t[size << 1 | 1] = ((log + 1) << 1 | 1) as u8;
+        t[size << 1] = (((log + 1) << 1) as u64) << 48;
+        t[size << 1 | 1] = (((log + 1) << 1 | 1) as u64) << 48;
         log += 1;
     }
     t
 };
+
+/// The generation a key was made in.
+#[inline(always)]
+fn key_generation(key: u64) -> u16 {
+    (key >> 52) as u16
+}
 
 #[inline(always)]
 fn dedup_index(addr: usize, who: usize) -> usize {
@@ -104,18 +111,37 @@ fn dedup_index(addr: usize, who: usize) -> usize {
     (((addr >> 2) ^ offset as usize) << 1) & (DEDUP - 2)
 }
 
+/// What `AccessState::probe` found for an access.
+pub enum Probe {
+    /// It repeats one recorded in this epoch: dropped.
+    Repeat,
+    /// It is new in this epoch, with its key (`dedup_key`): recorded, and remembered with
+    /// `remember`.
+    New(u64),
+    /// Not decided by reading alone (a new epoch, deeper stacks, an access never
+    /// deduplicated): the caller goes on to `repeat` in a session.
+    Unsure,
+}
+
+/// The sets of the dedup cache, each in one cache line.
+#[repr(C, align(64))]
+struct DedupTable([DedupEntry; DEDUP]);
+
+/// The fields the probe reads first, then the cache: the probe of a repeat touches this
+/// line and the set's, no other of the state.
+#[repr(C)]
 pub struct AccessState {
-    dedup: [DedupEntry; DEDUP],
     /// The thread's key when the current generation began, and the generation: a new key is
     /// a new epoch, numbered by one more generation (the key itself can jump anywhere).
     epoch: u64,
     generation: u16,
+    /// Sites are single return addresses (`--stack-depth 1`): the only case `probe` handles.
+    shallow: bool,
+    dedup: DedupTable,
     sites: [(usize, SiteId); SITE_CACHE],
     stack: [usize; STACK],
     /// Frames entered and not left (may exceed `STACK`).
     depth: usize,
-    /// Sites are single return addresses (`--stack-depth 1`): the only case `seen` handles.
-    shallow: bool,
 }
 
 #[inline(always)]
@@ -141,38 +167,67 @@ impl AccessState {
         b
     }
 
-    /// True when this access surely repeats one recorded in `epoch`, found by reading alone
-    /// (no session: a signal handler may interrupt and run `repeat` itself, which leaves any
-    /// entry read here either still true or gone). False when unsure: the caller goes on to
-    /// `repeat` in a session.
+    /// Whether this access surely repeats one recorded in `epoch`, found by reading alone (no
+    /// session: a signal handler may interrupt and run `repeat` itself, which leaves any entry
+    /// read here either still true or gone). `New` hands `remember` the key, so that the
+    /// access is not looked up twice; `Unsure` sends the caller to `repeat` in a session.
     ///
     /// # Safety
     /// `this` is the calling thread's live access state.
     #[inline(always)]
-    pub unsafe fn seen(
+    pub unsafe fn probe(
         this: *const Self,
         addr: usize,
         who: usize,
         info: usize,
         epoch: u64,
-    ) -> bool {
+    ) -> Probe {
         // SAFETY: the caller's contract; plain reads of the owner's memory, through the raw
         // pointer (no reference is held while a handler might write).
         unsafe {
-            if !(*this).shallow || (*this).epoch != epoch {
-                return false;
+            if (*this).epoch != epoch || !(*this).shallow {
+                return Probe::Unsure;
             }
             let Some(key) = dedup_key(who, info, (*this).generation) else {
-                return false;
+                return Probe::Unsure;
             };
             let set = dedup_index(addr, who);
-            let first = std::ptr::read(&raw const (*this).dedup[set]);
-            if first.addr == addr && first.key == key {
-                return true;
+            let first = std::ptr::read(&raw const (*this).dedup.0[set]);
+            let second = std::ptr::read(&raw const (*this).dedup.0[set + 1]);
+            // Both ways compared without a branch (they share a line): the one branch left,
+            // repeat or new, is the only one a predictor cannot learn.
+            let first_differs = (first.addr ^ addr) as u64 | (first.key ^ key);
+            let second_differs = (second.addr ^ addr) as u64 | (second.key ^ key);
+            if first_differs.min(second_differs) == 0 {
+                return Probe::Repeat;
             }
-            let second = std::ptr::read(&raw const (*this).dedup[set + 1]);
-            second.addr == addr && second.key == key
+            Probe::New(key)
         }
+    }
+
+    /// In a session, after `probe` found the access new with `key`: remembers it, when the
+    /// epoch it was probed in is still the current one (`epoch`, the thread's key now, is
+    /// the state's and the generation is the key's), and returns true: the caller records
+    /// it. False when a signal handler began another epoch in between: the caller goes on
+    /// to `repeat`. A handler that recorded the same access in between makes it recorded
+    /// twice, as an eviction may.
+    #[inline(always)]
+    pub fn remember(&mut self, addr: usize, who: usize, key: u64, epoch: u64) -> bool {
+        if epoch != self.epoch || self.generation == 0 || key_generation(key) != self.generation {
+            return false;
+        }
+        self.insert(dedup_index(addr, who), addr, key);
+        true
+    }
+
+    /// The newer entry first: the older one is the one to go.
+    #[inline(always)]
+    fn insert(&mut self, set: usize, addr: usize, key: u64) {
+        let [first, second] = &mut self.dedup.0[set..set + 2] else {
+            unreachable!("a set is two entries")
+        };
+        *second = *first;
+        *first = DedupEntry { addr, key };
     }
 
     /// True when this access repeats one recorded in `epoch` (the thread's current key);
@@ -187,15 +242,13 @@ impl AccessState {
             return false;
         };
         let set = dedup_index(addr, who);
-        let [first, second] = &mut self.dedup[set..set + 2] else {
+        let [first, second] = &self.dedup.0[set..set + 2] else {
             unreachable!("a set is two entries")
         };
         if (first.addr == addr && first.key == key) || (second.addr == addr && second.key == key) {
             return true;
         }
-        // The newer entry first: the older one is the one to go.
-        *second = *first;
-        *first = DedupEntry { addr, key };
+        self.insert(set, addr, key);
         false
     }
 
@@ -217,7 +270,7 @@ impl AccessState {
         self.generation = (self.generation + 1) % GENERATIONS;
         if self.generation == 0 {
             // The generations wrapped: an old entry could pass for one of this epoch.
-            self.dedup.fill(DedupEntry { addr: 0, key: 0 });
+            self.dedup.0.fill(DedupEntry { addr: 0, key: 0 });
             self.generation = 1;
         }
     }
@@ -262,7 +315,7 @@ impl AccessState {
 
     /// fork child: the parent's epochs and site ids mean nothing in the child's trace.
     pub fn reset_for_child(&mut self) {
-        self.dedup.fill(DedupEntry { addr: 0, key: 0 });
+        self.dedup.0.fill(DedupEntry { addr: 0, key: 0 });
         self.generation = 0;
         self.sites.fill((0, 0));
     }
@@ -294,6 +347,33 @@ mod tests {
             !a.repeat(0x1000, 0x40, 8 << 1, 5),
             "an old epoch's key is a new epoch"
         );
+    }
+
+    #[test]
+    fn a_probed_key_is_remembered_only_in_the_epoch_it_was_made_in() {
+        let mut a = AccessState::new();
+        assert!(!a.repeat(0x2000, 0x80, 8 << 1, 5), "begins epoch 5");
+        let probe = |a: &AccessState, epoch| {
+            // SAFETY: a live state, read on this thread.
+            unsafe { AccessState::probe(a, 0x1000, 0x40, 8 << 1, epoch) }
+        };
+        let Probe::New(key) = probe(&a, 5) else {
+            panic!("a first access is new")
+        };
+        assert!(a.remember(0x1000, 0x40, key, 5));
+        assert!(matches!(probe(&a, 5), Probe::Repeat));
+        assert!(
+            a.repeat(0x1000, 0x40, 8 << 1, 5),
+            "remembered for repeat too"
+        );
+        assert!(matches!(probe(&a, 6), Probe::Unsure), "another epoch");
+        assert!(!a.repeat(0x3000, 0x80, 8 << 1, 6), "begins epoch 6");
+        assert!(!a.remember(0x1000, 0x40, key, 6), "a key of epoch 5");
+        assert!(!a.remember(0x1000, 0x40, 0, 6), "no key");
+        assert!(!a.repeat(0x1000, 0x40, 8 << 1, 6), "first in epoch 6");
+        // SAFETY: as above.
+        let range = unsafe { AccessState::probe(&*a, 0x1000, 0x40, 24 << 1, 6) };
+        assert!(matches!(range, Probe::Unsure), "never deduplicated");
     }
 
     #[test]

@@ -8,7 +8,7 @@ use foresight_trace::tables::{AccessCounts, TableRecord};
 
 use super::session::keep_errno;
 use super::ThreadState;
-use crate::accesses::{self, AccessState};
+use crate::accesses::{self, AccessState, Probe};
 use crate::sequence::Key;
 use crate::stripes::{self, Stripe};
 use crate::{output, sites};
@@ -63,57 +63,117 @@ impl ThreadState {
         }
         // SAFETY: the owner is the only writer of its clock (`close_at_end` only reads
         // it); `a` is this thread's live access state, only read here.
-        if unsafe { AccessState::seen(a, addr, pc, info, *self.clock.get()) } {
-            return;
+        match unsafe { AccessState::probe(a, addr, pc, info, *self.clock.get()) } {
+            Probe::Repeat => {}
+            Probe::New(key) => self.record_new_access(addr, info, pc, key),
+            Probe::Unsure => self.record_access_unsure(addr, info, pc),
         }
-        self.record_new_access(addr, info, pc);
     }
 
-    /// `record_access` for an access to record (or a repeat the read-only check could not
-    /// tell): in a session and the lane, the cache updated, the site found, the event pushed.
+    /// `record_access` for an access the probe found new with `key`: in a session and the
+    /// lane, remembered, its site found in the cache, the event pushed. Straight-line code
+    /// that calls nothing (so saves no registers); every other case (a foreign flush under
+    /// way, an epoch the probe did not decide, a new instruction, a chunk to start) leaves
+    /// by a call in tail position.
     #[inline(never)]
-    fn record_new_access(&self, addr: usize, info: usize, pc: usize) {
-        if !sites::shallow() {
-            return self.record_access_slow(addr, info, pc);
-        }
+    fn record_new_access(&self, addr: usize, info: usize, pc: usize, key: u64) {
         self.busy.set(true);
         if !self.lane_open() {
             self.busy.set(false);
             return self.record_access_slow(addr, info, pc);
         }
+        // SAFETY: the clock is the owner's inside the lane (see take_key).
+        let epoch = unsafe { *self.clock.get() };
+        let Some(a) = self.access_state_mut() else {
+            return self.record_access_in_lane(addr, info, pc, epoch);
+        };
+        if !a.remember(addr, pc, key, epoch) {
+            return self.record_access_in_lane(addr, info, pc, epoch);
+        }
+        let Some(site) = a.cached_site(pc) else {
+            return self.push_access_new_site_in_lane(addr, info, pc, epoch);
+        };
+        bump(&self.recorded);
+        // SAFETY: the writer is the owner's inside the lane (see writer_at).
+        let w = unsafe { &mut *self.writer.get() };
+        // `remember` took the key: the size is 1, 2, 4, 8 or 16 bytes.
+        let log_size = (info >> 1).trailing_zeros();
+        if !w.try_push_access_of(info & 1 != 0, log_size, addr as u64, site, epoch) {
+            return self.push_access_general_in_lane(addr, info, site, epoch);
+        }
+        self.lane_close();
+        self.busy.set(false);
+    }
+
+    /// The rest of `record_new_access` when `remember` could not take the access (`repeat`
+    /// decides); in the session and the lane.
+    #[cold]
+    #[inline(never)]
+    fn record_access_in_lane(&self, addr: usize, info: usize, pc: usize, epoch: u64) {
         let Some(a) = self.access_state_mut() else {
             self.lane_close();
             self.busy.set(false);
             return;
         };
-        // SAFETY: the clock is the owner's inside the lane (see take_key).
-        let epoch = unsafe { *self.clock.get() };
         if a.repeat(addr, pc, info, epoch) {
             self.lane_close();
             self.busy.set(false);
             return;
         }
-        let site = match a.cached_site(pc) {
-            Some(site) => site,
-            None => {
-                // A new instruction: its site is found outside the buffer (it may write a
-                // table record), then the event goes in at the same key (only this thread
-                // changes it).
-                self.lane_close();
-                let site = keep_errno(|| sites::site(pc));
-                a.cache_site(pc, site);
-                let Some(slow) = self.enter_buf() else {
-                    self.busy.set(false);
-                    return;
-                };
-                self.push_access(addr, info, site, epoch);
-                self.leave_buf(slow);
-                self.busy.set(false);
-                return;
-            }
+        let Some(site) = a.cached_site(pc) else {
+            self.lane_close();
+            return self.push_access_new_site(addr, info, pc, epoch);
         };
         self.push_access(addr, info, site, epoch);
         self.lane_close();
+        self.busy.set(false);
+    }
+
+    /// The rest of `record_new_access` when the access, remembered, is an instruction's
+    /// that the site cache does not hold.
+    #[cold]
+    #[inline(never)]
+    fn push_access_new_site_in_lane(&self, addr: usize, info: usize, pc: usize, epoch: u64) {
+        self.lane_close();
+        self.push_access_new_site(addr, info, pc, epoch);
+    }
+
+    /// The rest of `record_new_access` when the event does not fit the writer's short path
+    /// (a chunk to start or flush, a key to write).
+    #[cold]
+    #[inline(never)]
+    fn push_access_general_in_lane(&self, addr: usize, info: usize, site: SiteId, key: u64) {
+        let size = u32::try_from(info >> 1).unwrap_or(u32::MAX);
+        self.push_access_general(info & 1 != 0, size, addr, site, key);
+        self.lane_close();
+        self.busy.set(false);
+    }
+
+    /// `record_access` for what the probe could not decide (a new epoch, an access never
+    /// deduplicated, deeper stacks): `repeat` in a session decides.
+    #[inline(never)]
+    fn record_access_unsure(&self, addr: usize, info: usize, pc: usize) {
+        if !sites::shallow() {
+            return self.record_access_slow(addr, info, pc);
+        }
+        // Key 0 is no key (`remember` refuses it): `record_new_access` goes on to `repeat`.
+        self.record_new_access(addr, info, pc, 0);
+    }
+
+    /// A new instruction's access, already remembered, in a session out of the lane: its
+    /// site is found outside the buffer (it may write a table record), then the event goes
+    /// in at the same key (only this thread changes it).
+    #[cold]
+    #[inline(never)]
+    fn push_access_new_site(&self, addr: usize, info: usize, pc: usize, epoch: u64) {
+        let site = keep_errno(|| sites::site(pc));
+        if let Some(a) = self.access_state_mut() {
+            a.cache_site(pc, site);
+        }
+        if let Some(slow) = self.enter_buf() {
+            self.push_access(addr, info, site, epoch);
+            self.leave_buf(slow);
+        }
         self.busy.set(false);
     }
 
