@@ -156,4 +156,8 @@ litmus!(
     reversal_changes_read,
     reversal_reads_writer,
     reversal_locked_both,
+    sscanf_into_shared,
+    sscanf_locked,
+    getline_into_shared,
+    socket_reads_into_shared,
 );

@@ -33,6 +33,7 @@ pub mod mutex;
 pub mod once;
 pub mod process;
 pub mod rwlock;
+pub mod scanf;
 pub mod sem;
 pub mod spin;
 pub mod sync;
