@@ -156,6 +156,7 @@ litmus!(
     reversal_changes_read,
     reversal_reads_writer,
     reversal_locked_both,
+    reversal_other_memory,
     sscanf_into_shared,
     sscanf_locked,
     getline_into_shared,
