@@ -148,6 +148,7 @@ litmus!(
     free_after_join,
     free_after_handoff,
     realloc_races_read,
+    use_after_free,
     rwlock_readers,
     escaped_local,
     cpp_threads,
