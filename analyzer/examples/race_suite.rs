@@ -20,8 +20,9 @@
 //! Programs that do not build or have no race annotation are counted apart, and so are those
 //! that call `__goblint_assume_join`: their annotations hold under an assumption (this thread
 //! has ended here) that their execution does not make, since nothing joins the thread; and
-//! those run with Goblint's `--disable ana.race.volatile`, whose `NORACE` lines are races on
-//! `volatile` memory that the option hides (C11 calls them data races all the same).
+//! those run with Goblint's `--disable ana.race.volatile` or `--disable ana.race.free`, whose
+//! `NORACE` lines are races on `volatile` memory or with a `free` that the option hides (C11
+//! calls them data races all the same, and ThreadSanitizer reports them).
 //!
 //! Each tool runs each program `RACE_SUITE_RUNS` times (default 3) and what any run reports
 //! counts: many of these programs do not join their threads, so a thread may not run at all
@@ -192,7 +193,8 @@ fn main() {
             *assuming.entry(group).or_default() += 1;
             continue;
         }
-        if text.contains("--disable ana.race.volatile") {
+        if text.contains("--disable ana.race.volatile") || text.contains("--disable ana.race.free")
+        {
             *volatile_ignored.entry(group).or_default() += 1;
             continue;
         }
@@ -385,7 +387,7 @@ fn main() {
         skipped(&assuming)
     );
     println!(
-        "annotations that ignore races on volatile memory: {}",
+        "annotations that ignore races on volatile memory or with a free: {}",
         skipped(&volatile_ignored)
     );
     if std::env::var_os("RACE_SUITE_KEEP").is_some() {
