@@ -191,7 +191,6 @@ pub(super) fn walk(format: &[u8], result: c_int, mut store: impl FnMut(Store)) {
 }
 
 /// A System V x86-64 `va_list`: where the next integer-class argument is.
-#[cfg(target_arch = "x86_64")]
 #[repr(C)]
 #[derive(Clone, Copy)]
 struct VaList {
@@ -201,7 +200,6 @@ struct VaList {
     reg_save_area: *const u8,
 }
 
-#[cfg(target_arch = "x86_64")]
 impl VaList {
     /// The next pointer argument, as `va_arg(ap, void *)` takes it.
     ///
@@ -233,7 +231,6 @@ impl VaList {
 /// # Safety
 /// `format` (and `input` when not null) are the call's strings; `args` is a copy of the
 /// call's `va_list` taken before the call, whose arguments are still alive.
-#[cfg(target_arch = "x86_64")]
 unsafe fn record(
     format: *const c_char,
     input: *const c_char,
@@ -284,7 +281,6 @@ unsafe fn wide_len(s: *const libc::wchar_t) -> usize {
 ///
 /// # Safety
 /// `args` is the call's `va_list`; `format` and `input` (null for a stream) its strings.
-#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn scanned(
     input: *const c_char,
@@ -309,7 +305,6 @@ unsafe fn scanned(
 /// a pointer to a `va_list` over the rest, and the return address. Unlike `entry!` this one
 /// calls the implementation (the `va_list` and its register save area live in its frame), and
 /// describes its frame for unwinders: `scanf` is a cancellation point.
-#[cfg(target_arch = "x86_64")]
 macro_rules! variadic_entry {
     ($export:ident, 1, $imp:path) => {
         variadic_entry!(@ $export, $imp, 8, "lea rsi, [rsp + 48]", "mov rdx, [rsp + 88]");
@@ -362,7 +357,6 @@ macro_rules! variadic_entry {
 /// `scan_family!(vscanf, scanf, REAL, "vscanf", implementation)` and the same for the stream
 /// (`file`) and string (`string`) forms: the `v` function and the variadic one, both through
 /// the real `v` function.
-#[cfg(target_arch = "x86_64")]
 macro_rules! scan_family {
     (stdin $v:ident, $variadic:ident, $real:ident, $sym:literal, $imp:ident) => {
         real!($real: unsafe extern "C-unwind" fn(*const c_char, *mut VaList) -> c_int = $sym);
@@ -411,7 +405,6 @@ macro_rules! scan_family {
 
 // The names glibc's headers give them: plain with `_GNU_SOURCE`, `__isoc99_` otherwise, and
 // `__isoc23_` in C23 mode (glibc 2.38 and later: `%b`, `0b` prefixes).
-#[cfg(target_arch = "x86_64")]
 mod family {
     use super::*;
 
