@@ -20,16 +20,21 @@
 //! Programs that do not build or have no race annotation are counted apart, and so are those
 //! that call `__goblint_assume_join`: their annotations hold under an assumption (this thread
 //! has ended here) that their execution does not make, since nothing joins the thread; and
-//! those run with Goblint's `--disable ana.race.volatile`, whose `NORACE` lines are races on
-//! `volatile` memory that the option hides (C11 calls them data races all the same).
+//! those run with Goblint's `--disable ana.race.volatile` or `--disable ana.race.free`, whose
+//! `NORACE` lines are races on `volatile` memory or with a `free` that the option hides (C11
+//! calls them data races all the same, and ThreadSanitizer reports them).
 //!
 //! Each tool runs each program `RACE_SUITE_RUNS` times (default 3) and what any run reports
 //! counts: many of these programs do not join their threads, so a thread may not run at all
 //! before the program exits, more or less often under each tool.
 //!
+//! Each program's line (on standard error) names the `RACE` lines a tool missed and the
+//! `NORACE` lines it reported.
+//!
 //! Environment: `FORESIGHT` (default: `foresight` next to this example's directory), `CC`
 //! (default `gcc`), `RACE_SUITE_TIMEOUT` (seconds, default 10), `RACE_SUITE_RUNS`,
-//! `RACE_SUITE_KEEP` (keep the work directory).
+//! `RACE_SUITE_TOOLS` (the tools to run, comma-separated: `foresight`, `tsan`, `helgrind`;
+//! default all three), `RACE_SUITE_KEEP` (keep the work directory).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::process::CommandExt;
@@ -62,6 +67,13 @@ enum Tool {
 
 impl Tool {
     const ALL: [Tool; 3] = [Tool::Foresight, Tool::ThreadSanitizer, Tool::Helgrind];
+    fn short_name(self) -> &'static str {
+        match self {
+            Tool::Foresight => "foresight",
+            Tool::ThreadSanitizer => "tsan",
+            Tool::Helgrind => "helgrind",
+        }
+    }
     fn name(self) -> &'static str {
         match self {
             Tool::Foresight => "foresight",
@@ -114,6 +126,22 @@ fn main() {
         std::process::exit(2);
     }
     let cc = std::env::var("CC").unwrap_or_else(|_| "gcc".to_string());
+    let tools: Vec<Tool> = match std::env::var("RACE_SUITE_TOOLS") {
+        Ok(names) => {
+            let names: Vec<&str> = names.split(',').map(str::trim).collect();
+            for n in &names {
+                if !Tool::ALL.iter().any(|t| t.short_name() == *n) {
+                    eprintln!("race_suite: RACE_SUITE_TOOLS: unknown tool {n:?} (foresight, tsan, helgrind)");
+                    std::process::exit(2);
+                }
+            }
+            Tool::ALL
+                .into_iter()
+                .filter(|t| names.contains(&t.short_name()))
+                .collect()
+        }
+        Err(_) => Tool::ALL.to_vec(),
+    };
     let runs: usize = std::env::var("RACE_SUITE_RUNS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -165,7 +193,8 @@ fn main() {
             *assuming.entry(group).or_default() += 1;
             continue;
         }
-        if text.contains("--disable ana.race.volatile") {
+        if text.contains("--disable ana.race.volatile") || text.contains("--disable ana.race.free")
+        {
             *volatile_ignored.entry(group).or_default() += 1;
             continue;
         }
@@ -228,24 +257,30 @@ fn main() {
                     litmus.file_name(),
                 ))
             });
+            // The trace says which lines ran even when foresight's findings are not asked for.
             let found = ran
                 .as_ref()
+                .filter(|_| tools.contains(&Tool::Foresight))
                 .and_then(|_| foresight_lines(&foresight, &trace, litmus.file_name()));
             union(&mut executed, ran);
             union(reported.entry(Tool::Foresight).or_default(), found);
-            let mut t = Command::new(&tsan);
-            t.env(
-                "TSAN_OPTIONS",
-                "halt_on_error=0 exitcode=0 report_signal_unsafe=0 history_size=7",
-            );
-            let found = run_bounded(t, bound)
-                .map(|o| report_lines(&String::from_utf8_lossy(&o.stderr), litmus.file_name()));
-            union(reported.entry(Tool::ThreadSanitizer).or_default(), found);
-            let mut h = Command::new("valgrind");
-            h.args(["--tool=helgrind", "--error-limit=no"]).arg(&plain);
-            let found = run_bounded(h, bound * 6)
-                .map(|o| report_lines(&String::from_utf8_lossy(&o.stderr), litmus.file_name()));
-            union(reported.entry(Tool::Helgrind).or_default(), found);
+            if tools.contains(&Tool::ThreadSanitizer) {
+                let mut t = Command::new(&tsan);
+                t.env(
+                    "TSAN_OPTIONS",
+                    "halt_on_error=0 exitcode=0 report_signal_unsafe=0 history_size=7",
+                );
+                let found = run_bounded(t, bound)
+                    .map(|o| report_lines(&String::from_utf8_lossy(&o.stderr), litmus.file_name()));
+                union(reported.entry(Tool::ThreadSanitizer).or_default(), found);
+            }
+            if tools.contains(&Tool::Helgrind) {
+                let mut h = Command::new("valgrind");
+                h.args(["--tool=helgrind", "--error-limit=no"]).arg(&plain);
+                let found = run_bounded(h, bound * 6)
+                    .map(|o| report_lines(&String::from_utf8_lossy(&o.stderr), litmus.file_name()));
+                union(reported.entry(Tool::Helgrind).or_default(), found);
+            }
         }
 
         // Only lines some run executed count: what no run reaches, no dynamic tool can see.
@@ -265,13 +300,14 @@ fn main() {
         totals.race_lines += races.len();
         totals.norace_lines += quiet.len();
         let mut line = format!("{stem:48}");
-        for tool in Tool::ALL {
+        for &tool in &tools {
             let o = totals.per_tool.entry(tool).or_default();
-            match &reported[&tool] {
+            match reported.get(&tool).and_then(Option::as_ref) {
                 Some(lines) => {
                     let found = races.intersection(lines).count();
-                    let missed = races.len() - found;
-                    let alarms = quiet.intersection(lines).count();
+                    let missed_lines: Vec<u32> = races.difference(lines).copied().collect();
+                    let alarm_lines: Vec<u32> = quiet.intersection(lines).copied().collect();
+                    let (missed, alarms) = (missed_lines.len(), alarm_lines.len());
                     o.found += found;
                     o.missed += missed;
                     o.false_alarms += alarms;
@@ -280,9 +316,11 @@ fn main() {
                         *totals.all_right.entry(tool).or_default() += 1;
                     }
                     line.push_str(&format!(
-                        " {}: {found}/{} found, {alarms} false",
+                        " {}: {found}/{} found{}, {alarms} false{}",
                         tool.name(),
-                        races.len()
+                        races.len(),
+                        listed(" missing", &missed_lines),
+                        listed(" at", &alarm_lines),
                     ));
                 }
                 None => line.push_str(&format!(" {}: did not run", tool.name())),
@@ -298,7 +336,7 @@ fn main() {
     println!("|---|---|---|---|---|---|---|---|");
     let mut all = Totals::default();
     for (group, t) in &groups {
-        for tool in Tool::ALL {
+        for &tool in &tools {
             let o = t.per_tool.get(&tool).cloned().unwrap_or_default();
             println!(
                 "| {group} | {} | {} | {} | {} | {} | {} | {} |",
@@ -320,7 +358,7 @@ fn main() {
         all.race_lines += t.race_lines;
         all.norace_lines += t.norace_lines;
     }
-    for tool in Tool::ALL {
+    for &tool in &tools {
         let o = all.per_tool.get(&tool).cloned().unwrap_or_default();
         println!(
             "| all | {} | {} | {} | {} | {} | {} | {} |",
@@ -349,7 +387,7 @@ fn main() {
         skipped(&assuming)
     );
     println!(
-        "annotations that ignore races on volatile memory: {}",
+        "annotations that ignore races on volatile memory or with a free: {}",
         skipped(&volatile_ignored)
     );
     if std::env::var_os("RACE_SUITE_KEEP").is_some() {
@@ -357,6 +395,15 @@ fn main() {
     } else {
         let _ = std::fs::remove_dir_all(&work);
     }
+}
+
+/// ` (line 12, 40)` after `what`, or nothing for no lines.
+fn listed(what: &str, lines: &[u32]) -> String {
+    if lines.is_empty() {
+        return String::new();
+    }
+    let lines: Vec<String> = lines.iter().map(u32::to_string).collect();
+    format!(" ({what} {})", lines.join(", ")).replacen("( ", "(", 1)
 }
 
 /// The C files given, and those in the directories given, in order.

@@ -466,7 +466,8 @@ fn memory_the_c_library_touches_is_recorded_as_ranges() {
         let who = c.name();
         assert_eq!(
             String::from_utf8_lossy(&out.stdout),
-            "len 64 same 1 got 64 w 10 r 10\n"
+            "len 64 same 1 got 64 w 10 r 10\n\
+             conv 2 num 12 word abcd used 7 line 64 recv 11 12 13 14\n"
         );
         let at = |mark: &str| events_at(&trace, "libc_ranges.c", m[mark]);
         assert!(
@@ -510,6 +511,40 @@ fn memory_the_c_library_touches_is_recorded_as_ranges() {
             at("write")
         );
         assert!(has_range(&at("read"), true, 10), "{who}: {:?}", at("read"));
+        // sscanf: its input read whole; `%d` and `%n` store an int, `%s` the word and its NUL.
+        let sscanf = at("sscanf");
+        assert!(has_range(&sscanf, false, 8), "{who}: {sscanf:?}");
+        assert!(has_range(&sscanf, true, 5), "{who}: {sscanf:?}");
+        let ints = sscanf
+            .iter()
+            .filter(|e| matches!(e, EventKind::Write { size: 4, .. }))
+            .count();
+        assert!(ints >= 2, "{who}: {sscanf:?}");
+        // getline: the line and its NUL, the buffer's pointer and size.
+        let getline = at("getline");
+        assert!(has_range(&getline, true, 65), "{who}: {getline:?}");
+        assert!(has_range(&getline, true, 8), "{who}: {getline:?}");
+        assert!(has_range(&at("recv"), true, 11), "{who}: {:?}", at("recv"));
+        assert!(
+            has_range(&at("recvfrom"), true, 12),
+            "{who}: {:?}",
+            at("recvfrom")
+        );
+        // recvmsg and readv: the bytes across the vector's two buffers.
+        let recvmsg = at("recvmsg");
+        assert!(
+            has_range(&recvmsg, true, 5) && has_range(&recvmsg, true, 8),
+            "{who}: {recvmsg:?}"
+        );
+        let readv = at("readv");
+        assert!(
+            has_range(&readv, true, 5) && has_range(&readv, true, 9),
+            "{who}: {readv:?}"
+        );
+        assert!(
+            has_range(&readv, false, 32),
+            "{who}: the vector is read: {readv:?}"
+        );
     }
 }
 

@@ -148,6 +148,7 @@ litmus!(
     free_after_join,
     free_after_handoff,
     realloc_races_read,
+    use_after_free,
     rwlock_readers,
     escaped_local,
     cpp_threads,
@@ -156,4 +157,68 @@ litmus!(
     reversal_changes_read,
     reversal_reads_writer,
     reversal_locked_both,
+    reversal_other_memory,
+    sscanf_into_shared,
+    sscanf_locked,
+    getline_into_shared,
+    socket_reads_into_shared,
 );
+
+/// The SARIF code flow of a predicted race words a reordering that runs both accesses, each
+/// thread's last step being its access: not a deadlock's block.
+#[test]
+fn the_sarif_witness_of_a_race_runs_both_accesses() {
+    if !harness::compiler_available(Compiler::Gcc) {
+        return;
+    }
+    let source = fixtures_dir().join("reorderable_sections.c");
+    let program = harness::compile_instrumented_with(&source, Compiler::Gcc, &["-O0"]);
+    let dir = harness::fresh_dir("race-sarif-witness");
+    let trace = dir.join("run.trace");
+    let recorded = harness::record_with_cli(&program, &[], &trace, &[]);
+    assert!(recorded.status.success());
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_foresight"))
+        .args(["analyze", "--format", "sarif"])
+        .arg(&trace)
+        .output()
+        .expect("run foresight analyze");
+    assert!(out.status.success());
+    let sarif: serde_json::Value = serde_json::from_slice(&out.stdout).expect("SARIF parses");
+    let results = sarif["runs"][0]["results"].as_array().expect("results");
+    let race = results
+        .iter()
+        .find(|r| r["properties"]["rule"] == "sync-preserving")
+        .unwrap_or_else(|| panic!("a sync-preserving race: {results:#?}"));
+    let flow = &race["codeFlows"][0];
+    let message = flow["message"]["text"]
+        .as_str()
+        .expect("the flow's message");
+    assert!(
+        message.contains("runs both accesses back to back") && !message.contains("deadlock"),
+        "{message}"
+    );
+    let last_steps: Vec<(&str, &str)> = flow["threadFlows"]
+        .as_array()
+        .expect("thread flows")
+        .iter()
+        .filter_map(|t| t["locations"].as_array()?.last())
+        .map(|s| {
+            (
+                s["kinds"][0].as_str().unwrap_or_default(),
+                s["location"]["message"]["text"]
+                    .as_str()
+                    .unwrap_or_default(),
+            )
+        })
+        .filter(|(kind, _)| *kind != "run")
+        .collect();
+    assert_eq!(
+        last_steps.len(),
+        2,
+        "two threads make the racing accesses: {flow:#}"
+    );
+    for (kind, text) in last_steps {
+        assert_eq!(kind, "access", "{text}");
+        assert!(text.contains("writes x"), "{text}");
+    }
+}

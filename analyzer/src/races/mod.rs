@@ -24,7 +24,10 @@
 //! A `free` (and the old block of a `realloc`, recorded as its free) is a write of the whole
 //! block by the freeing thread at the free's site (`AccessKind::Free`), checked against the
 //! shadow before the block is forgotten (decision 0022); a block not tracked has no known size
-//! and its free is not checked.
+//! and its free is not checked. A small block's free (64 bytes at most) then stays in the
+//! shadow as a write of the block until the address is allocated again, so that another
+//! thread's access after it, unordered with it, races with the free as ThreadSanitizer
+//! reports it (a use after free).
 //!
 //! Pairs a reordering could only expose by reversing two critical sections on one lock
 //! (sync-preserving prediction keeps their order) are left to `analyses/sync_reversal`. What

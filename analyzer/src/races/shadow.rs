@@ -140,8 +140,9 @@ pub enum AccessKind {
     /// An atomic store or read-modify-write.
     AtomicWrite = 3,
     /// A `free` (or the old block of a `realloc`): a plain write of the whole block. Never
-    /// kept in the shadow ([`Shadow::check_free`] only checks, then the block is forgotten),
-    /// so it needs no bits in an entry.
+    /// kept in the shadow as such ([`Shadow::check_free`] only checks, then the block is
+    /// forgotten; a small block's free is then kept as a `Write`, which the race state names
+    /// a free again when it reports it), so it needs no bits in an entry.
     Free = 5,
 }
 

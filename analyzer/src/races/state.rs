@@ -154,7 +154,18 @@ pub struct RaceState {
     pub findings: Findings,
     /// Conflicts of the access being handled.
     found: Vec<(ShadowAccess, Conflict, FoundAt)>,
+    /// Small blocks freed (at most [`KEPT_FREE_BYTES`] bytes, [`KEPT_FREES`] of them), by
+    /// address, with the freeing thread and position: the free stays in the shadow as a write
+    /// of the block, so that an access after it that nothing orders races with it (a use
+    /// after free by another thread); the pair is reported as the free's, with the block.
+    /// Forgotten when the address is allocated again.
+    freed: BTreeMap<u64, (u32, u32, Block)>,
 }
+
+/// Blocks up to this size keep their free in the shadow (one entry per 8 bytes).
+const KEPT_FREE_BYTES: u64 = 64;
+/// Frees kept in the shadow at most; past it a free is only checked against what came before.
+const KEPT_FREES: usize = 1 << 16;
 
 impl RaceState {
     /// The state of a pass over `threads` threads in `memory_budget` bytes: seven eighths for
@@ -174,6 +185,7 @@ impl RaceState {
             memory_budget,
             findings: Findings::default(),
             found: Vec::new(),
+            freed: BTreeMap::new(),
         }
     }
 
@@ -213,6 +225,9 @@ impl RaceState {
             Op::Alloc { addr, size, site } => {
                 // A new object: whatever the address held before is forgotten.
                 self.shadow.forget(addr, size);
+                if !self.freed.is_empty() {
+                    self.freed.remove(&addr);
+                }
                 if self.heap.len() >= self.max_blocks && !self.heap.contains_key(&addr) {
                     // Its races are still found (the allocation forgot what the memory held
                     // before), only not named by the block.
@@ -229,9 +244,23 @@ impl RaceState {
                     },
                 );
             }
-            Op::Free { addr, .. } => {
+            Op::Free { addr, site } => {
                 if let Some(b) = self.heap.remove(&addr) {
                     self.shadow.forget(b.addr, b.size);
+                    let room = self.freed.len() < KEPT_FREES || self.freed.contains_key(&b.addr);
+                    if (1..=KEPT_FREE_BYTES).contains(&b.size) && room && t < self.epoch.len() {
+                        // Nothing is left there to conflict with: this only stores the free.
+                        let _ = self.check(
+                            ev.thread,
+                            ev.pos,
+                            b.addr,
+                            b.size as u32,
+                            site,
+                            AccessKind::Write,
+                        );
+                        self.found.clear();
+                        self.freed.insert(b.addr, (ev.thread, ev.pos, b));
+                    }
                 }
             }
             _ => {}
@@ -390,9 +419,35 @@ impl RaceState {
         let found = std::mem::take(&mut self.found);
         let heap = &self.heap;
         for &(earlier, verdict, at) in &found {
+            let freed = self
+                .freed
+                .range(..=earlier.addr)
+                .next_back()
+                .map(|(_, &f)| f)
+                .filter(|&(t, p, b)| {
+                    (t, p) == (earlier.thread, earlier.pos) && earlier.addr - b.addr < b.size
+                });
+            let earlier = match freed {
+                Some((_, _, b)) => ShadowAccess {
+                    kind: AccessKind::Free,
+                    addr: b.addr,
+                    size: b.size as u32,
+                    ..earlier
+                },
+                None => earlier,
+            };
             let key = pair_key(&earlier, &access);
             let place = Found { seq, at };
-            let pair = || describe(heap, earlier, access);
+            let pair = || {
+                let mut pair = describe(heap, earlier, access);
+                if let Some((_, _, b)) = freed {
+                    // The memory of a block freed: named by the block as it was.
+                    for a in &mut pair {
+                        a.block = a.block.or(Some(b));
+                    }
+                }
+                pair
+            };
             self.findings.add(key, verdict, place, pair);
         }
         self.found = found;

@@ -283,7 +283,7 @@ fn uri(path: &str) -> String {
 }
 
 /// The witness of a predicted finding: per thread, the locks it holds at the end of its prefix,
-/// then where it blocks.
+/// then where it blocks (a deadlock) or the access it makes next (a race).
 fn code_flow(f: &Finding, root: Option<&Path>) -> Option<Value> {
     let w = f.witness.as_ref()?;
     let flows: Vec<Value> = w
@@ -304,7 +304,13 @@ fn code_flow(f: &Finding, root: Option<&Path>) -> Option<Value> {
                     .locations
                     .iter()
                     .find(|l| l.thread == t.thread && l.role != Role::Holds);
-                steps.push(flow_step(site, &format!("{} {b}", t.thread), "block", root));
+                // A race's pattern threads make their access next; a deadlock's block.
+                let kind = if f.kind == Kind::Race {
+                    "access"
+                } else {
+                    "block"
+                };
+                steps.push(flow_step(site, &format!("{} {b}", t.thread), kind, root));
             }
             if steps.is_empty() {
                 steps.push(flow_step(
@@ -337,8 +343,17 @@ fn code_flow(f: &Finding, root: Option<&Path>) -> Option<Value> {
             "properties": { "schedule": w.schedule, "scheduleTruncated": w.schedule_truncated },
         }));
     }
+    let text = if f.kind == Kind::Race {
+        format!(
+            "a reordering of {} that keeps every critical section in its order and every \
+             read's writer, then runs both accesses back to back",
+            w.trace
+        )
+    } else {
+        format!("a reordering of {} that deadlocks", w.trace)
+    };
     Some(json!({
-        "message": { "text": format!("a reordering of {} that deadlocks", w.trace) },
+        "message": { "text": text },
         "threadFlows": flows,
     }))
 }

@@ -12,13 +12,14 @@
 //! zero timeout) is not recorded.
 //!
 //! Not seen: calls the C library makes inside itself (`fread`'s `read`, `system`'s
-//! `waitpid`) and the six-argument `recvfrom`, `sendto` and `pselect`, whose return address
-//! the entry trampoline cannot pass (`naked.rs`).
+//! `waitpid`) and the six-argument `sendto` and `pselect` (`recvfrom`, six too, has an entry
+//! of its own, `entry6!`, for what it stores).
 
 use libc::{c_int, c_uint, c_void, size_t, ssize_t};
 
 use foresight_trace::event::{BlockingCall, EventKind};
 
+use super::memory;
 use crate::real::real;
 use crate::sequence::Key;
 use crate::state;
@@ -191,6 +192,14 @@ fn socket_blocks(fd: c_int, flags: c_int) -> Blocks {
 macro_rules! hook {
     ($export:ident, $n:tt, $imp:ident, $real:ident, $sym:literal,
      ($($a:ident: $t:ty),*) -> $ret:ty, $call:expr, $blocks:expr) => {
+        hook!($export, $n, $imp, $real, $sym, ($($a: $t),*) -> $ret, $call, $blocks,
+            after |_r, _ra| {});
+    };
+    // `after |r, ra| expr`: run once the call returned `r`, before it is returned (what the
+    // call stored in the program's memory, `memory.rs`).
+    ($export:ident, $n:tt, $imp:ident, $real:ident, $sym:literal,
+     ($($a:ident: $t:ty),*) -> $ret:ty, $call:expr, $blocks:expr,
+     after |$r:ident, $ra:ident| $after:expr) => {
         real!($real: unsafe extern "C-unwind" fn($($t),*) -> $ret = $sym);
         entry!($export, $n, $imp);
 
@@ -202,6 +211,8 @@ macro_rules! hook {
             if let Some(b) = begun {
                 end(b);
             }
+            let ($r, $ra) = (r, ra);
+            let () = $after;
             r
         }
     };
@@ -213,16 +224,50 @@ type Len = *mut libc::socklen_t;
 
 hook!(readv, 3, readv_hook, REAL_READV, b"readv\0",
     (fd: c_int, iov: Iov, n: c_int) -> ssize_t,
-    BlockingCall::Read, fd_blocks(fd, false));
+    BlockingCall::Read, fd_blocks(fd, false),
+    // SAFETY: the call read `n` vector entries.
+    after |r, ra| unsafe { memory::scattered(iov, n.max(0) as usize, r, ra) });
 hook!(writev, 3, writev_hook, REAL_WRITEV, b"writev\0",
     (fd: c_int, iov: Iov, n: c_int) -> ssize_t,
     BlockingCall::Write, fd_blocks(fd, false));
 hook!(recv, 4, recv_hook, REAL_RECV, b"recv\0",
     (fd: c_int, buf: *mut c_void, n: size_t, flags: c_int) -> ssize_t,
-    BlockingCall::Recv, socket_blocks(fd, flags));
+    BlockingCall::Recv, socket_blocks(fd, flags),
+    after |r, ra| memory::received(buf, n, r, ra));
 hook!(recvmsg, 3, recvmsg_hook, REAL_RECVMSG, b"recvmsg\0",
     (fd: c_int, msg: *mut libc::msghdr, flags: c_int) -> ssize_t,
-    BlockingCall::Recv, socket_blocks(fd, flags));
+    BlockingCall::Recv, socket_blocks(fd, flags),
+    // SAFETY: the call's message header.
+    after |r, ra| unsafe { memory::received_message(msg, r, ra) });
+
+real!(REAL_RECVFROM: unsafe extern "C-unwind" fn(c_int, *mut c_void, size_t, c_int, Addr, Len) -> ssize_t = b"recvfrom\0");
+entry6!(recvfrom, recvfrom_hook);
+
+unsafe extern "C-unwind" fn recvfrom_hook(
+    fd: c_int,
+    buf: *mut c_void,
+    n: size_t,
+    flags: c_int,
+    addr: Addr,
+    len: Len,
+    ra: usize,
+) -> ssize_t {
+    let real = REAL_RECVFROM.get();
+    // SAFETY: null or the caller's length, which the real call reads too.
+    let room = unsafe { len.as_ref() }.copied().unwrap_or(0);
+    let begun = begin(BlockingCall::Recv, ra, || socket_blocks(fd, flags));
+    // SAFETY: the real function with the caller's arguments.
+    let r = unsafe { real(fd, buf, n, flags, addr, len) };
+    if let Some(b) = begun {
+        end(b);
+    }
+    memory::received(buf, n, r, ra);
+    if r >= 0 {
+        // SAFETY: the call's address arguments and the room it was given.
+        unsafe { memory::received_address(addr, len, room, ra) };
+    }
+    r
+}
 hook!(send, 4, send_hook, REAL_SEND, b"send\0",
     (fd: c_int, buf: *const c_void, n: size_t, flags: c_int) -> ssize_t,
     BlockingCall::Send, socket_blocks(fd, flags));

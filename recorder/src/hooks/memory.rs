@@ -35,13 +35,13 @@ pub fn init() {
 }
 
 #[inline(always)]
-fn wanted() -> bool {
+pub(super) fn wanted() -> bool {
     accesses::instrumented()
 }
 
 /// Records `len` bytes at `addr` read (or written) by the call whose return address is `ra`.
 #[inline]
-fn range(addr: *const c_void, len: usize, write: bool, ra: usize) {
+pub(super) fn range(addr: *const c_void, len: usize, write: bool, ra: usize) {
     if len == 0 || (ra >= OWN_LO.load(Ordering::Relaxed) && ra < OWN_HI.load(Ordering::Relaxed)) {
         return;
     }
@@ -54,7 +54,7 @@ fn range(addr: *const c_void, len: usize, write: bool, ra: usize) {
 ///
 /// # Safety
 /// `s` is a NUL-terminated string.
-unsafe fn c_len(s: *const c_char) -> usize {
+pub(super) unsafe fn c_len(s: *const c_char) -> usize {
     let mut n = 0;
     // SAFETY: the caller's contract: every byte up to the NUL is readable.
     while unsafe { std::ptr::read_volatile(s.add(n)) } != 0 {
@@ -630,4 +630,155 @@ unsafe extern "C-unwind" fn pwrite_hook(
     }
     // SAFETY: the real function with the caller's arguments.
     unsafe { REAL_PWRITE.get()(fd, p, n, off) }
+}
+
+// --- lines -----------------------------------------------------------------------------------
+
+real!(REAL_GETLINE: unsafe extern "C-unwind" fn(*mut StrMut, *mut size_t, *mut FILE) -> ssize_t = b"getline\0");
+real!(REAL_GETDELIM: unsafe extern "C-unwind" fn(*mut StrMut, *mut size_t, c_int, *mut FILE) -> ssize_t = b"getdelim\0");
+
+entry!(getline, 3, getline_hook);
+entry!(getdelim, 4, getdelim_hook);
+// glibc's own name for getdelim, which some programs call.
+entry!(__getdelim, 4, getdelim_hook);
+
+/// What `getline`/`getdelim` did to the caller's memory: it read the buffer pointer and its
+/// size, and when it returned a line, may have stored both (a larger buffer) and stored the
+/// line and its NUL.
+///
+/// # Safety
+/// `line` and `n` are the call's arguments, and the call returned `got`.
+unsafe fn got_line(line: *mut StrMut, n: *mut size_t, got: ssize_t, ra: usize) {
+    let stored = got > 0;
+    range(line.cast(), size_of::<StrMut>(), stored, ra);
+    range(n.cast(), size_of::<size_t>(), stored, ra);
+    if stored {
+        // SAFETY: the call succeeded: `*line` is its buffer, holding `got` bytes and a NUL.
+        range(unsafe { *line }.cast(), got as usize + 1, true, ra);
+    }
+}
+
+unsafe extern "C-unwind" fn getline_hook(
+    line: *mut StrMut,
+    n: *mut size_t,
+    f: *mut FILE,
+    ra: usize,
+) -> ssize_t {
+    // SAFETY: the real function with the caller's arguments.
+    let got = unsafe { REAL_GETLINE.get()(line, n, f) };
+    if wanted() {
+        // SAFETY: the call's arguments and result.
+        return keeping_errno(got, || unsafe { got_line(line, n, got, ra) });
+    }
+    got
+}
+
+unsafe extern "C-unwind" fn getdelim_hook(
+    line: *mut StrMut,
+    n: *mut size_t,
+    delim: c_int,
+    f: *mut FILE,
+    ra: usize,
+) -> ssize_t {
+    // SAFETY: the real function with the caller's arguments.
+    let got = unsafe { REAL_GETDELIM.get()(line, n, delim, f) };
+    if wanted() {
+        // SAFETY: the call's arguments and result.
+        return keeping_errno(got, || unsafe { got_line(line, n, got, ra) });
+    }
+    got
+}
+
+// --- sockets and vectors (the blocking hooks call these after the real call) -----------------
+
+/// `recv`'s buffer of `room` bytes: the `got` bytes the call stored (`MSG_TRUNC` returns a
+/// datagram's whole length, more than it stored).
+pub(super) fn received(buf: *mut c_void, room: size_t, got: ssize_t, ra: usize) {
+    if wanted() && got > 0 {
+        thread_state::keep_errno(|| range(buf, (got as usize).min(room), true, ra));
+    }
+}
+
+/// `readv`'s (or `recvmsg`'s) vector: the array read, then the `got` bytes stored across its
+/// buffers in order.
+///
+/// # Safety
+/// `iov` has `count` entries (the call read them).
+pub(super) unsafe fn scattered(iov: *const libc::iovec, count: usize, got: ssize_t, ra: usize) {
+    if !wanted() || iov.is_null() {
+        return;
+    }
+    thread_state::keep_errno(|| {
+        range(iov.cast(), count * size_of::<libc::iovec>(), false, ra);
+        let mut left = got.max(0) as usize;
+        for i in 0..count {
+            if left == 0 {
+                break;
+            }
+            // SAFETY: the caller's contract: `i < count`.
+            let v = unsafe { iov.add(i).read() };
+            let n = v.iov_len.min(left);
+            range(v.iov_base, n, true, ra);
+            left -= n;
+        }
+    });
+}
+
+/// `recvmsg`'s message: its header read, the data across its vector, the sender's address
+/// and the control data as long as the call said, and the lengths and flags it stored there.
+///
+/// # Safety
+/// `msg` is the call's message header.
+pub(super) unsafe fn received_message(msg: *mut libc::msghdr, got: ssize_t, ra: usize) {
+    if !wanted() || msg.is_null() || got < 0 {
+        return;
+    }
+    // SAFETY: the caller's contract.
+    let m = unsafe { msg.read() };
+    // SAFETY: the header names the vector the call filled.
+    unsafe { scattered(m.msg_iov, m.msg_iovlen, got, ra) };
+    thread_state::keep_errno(|| {
+        range(msg.cast(), size_of::<libc::msghdr>(), false, ra);
+        // SAFETY: the addresses of three fields of the caller's header (nothing is read).
+        let (namelen, controllen, flags) = unsafe {
+            (
+                &raw mut (*msg).msg_namelen,
+                &raw mut (*msg).msg_controllen,
+                &raw mut (*msg).msg_flags,
+            )
+        };
+        range(namelen.cast(), size_of::<libc::socklen_t>(), true, ra);
+        range(controllen.cast(), size_of::<size_t>(), true, ra);
+        range(flags.cast(), size_of::<c_int>(), true, ra);
+        if !m.msg_name.is_null() {
+            // The length stored is the sender's, which a short buffer truncated.
+            let stored = (m.msg_namelen as usize).min(size_of::<libc::sockaddr_storage>());
+            range(m.msg_name, stored, true, ra);
+        }
+        if !m.msg_control.is_null() {
+            range(m.msg_control, m.msg_controllen, true, ra);
+        }
+    });
+}
+
+/// `recvfrom`'s (or `accept`'s) sender address: the length read and stored, and as much of
+/// the address as it says (at most the room the caller gave).
+///
+/// # Safety
+/// `len` is the call's length argument, `room` its value before the call.
+pub(super) unsafe fn received_address(
+    addr: *mut libc::sockaddr,
+    len: *mut libc::socklen_t,
+    room: libc::socklen_t,
+    ra: usize,
+) {
+    if !wanted() || addr.is_null() || len.is_null() {
+        return;
+    }
+    thread_state::keep_errno(|| {
+        range(len.cast(), size_of::<libc::socklen_t>(), true, ra);
+        // SAFETY: the caller's contract.
+        let stored = unsafe { len.read() }.min(room);
+        range(addr.cast(), stored as usize, true, ra);
+    });
 }

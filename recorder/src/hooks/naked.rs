@@ -57,6 +57,9 @@ macro_rules! ra_into {
     (5) => {
         "mov x5, x30"
     };
+    (6) => {
+        "mov x6, x30"
+    };
 }
 
 #[cfg(target_arch = "aarch64")]
@@ -79,5 +82,42 @@ macro_rules! entry {
         pub unsafe extern "C" fn $export() {
             core::arch::naked_asm!(ra_into!($n), tail_jump!(), imp = sym $imp)
         }
+    };
+}
+
+/// `entry6!(symbol, implementation)`: `entry!` for a function of six arguments, whose return
+/// address is a seventh. On x86-64 that one goes on the stack: the entry pushes a copy of the
+/// return address as the stack argument and calls the implementation (one frame more, which it
+/// describes for unwinders: the six-argument socket calls are cancellation points).
+#[cfg(target_arch = "x86_64")]
+macro_rules! entry6 {
+    ($export:ident, $imp:path) => {
+        /// Interposed (see the implementation named in the body).
+        ///
+        /// # Safety
+        /// Called by C code with the C prototype of the libc function of the same name.
+        #[unsafe(naked)]
+        #[no_mangle]
+        pub unsafe extern "C" fn $export() {
+            core::arch::naked_asm!(
+                ".cfi_startproc",
+                // The stack is 16-byte aligned after the push, for the call.
+                "push qword ptr [rsp]",
+                ".cfi_adjust_cfa_offset 8",
+                "call {imp}",
+                "add rsp, 8",
+                ".cfi_adjust_cfa_offset -8",
+                "ret",
+                ".cfi_endproc",
+                imp = sym $imp,
+            )
+        }
+    };
+}
+
+#[cfg(target_arch = "aarch64")]
+macro_rules! entry6 {
+    ($export:ident, $imp:path) => {
+        entry!($export, 6, $imp);
     };
 }

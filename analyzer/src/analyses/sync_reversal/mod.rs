@@ -29,10 +29,11 @@
 //!    on an event of T; (b) every lock is free when the schedule takes it (the sections of
 //!    each lock, in schedule order, each released before the next conflicting one is taken);
 //!    (c) no read can see another write: the events moved ahead of T (L: those of S without T
-//!    that the clocks do not order before T's start) write no memory, or T reads none — the
-//!    only pairs whose order changes are one event of T and one of L, and only a read of T
-//!    or a write of L can change what a read returns (`model/marks.rs` says where reads and
-//!    writes are); (d) neither T nor L holds an event whose outcome depended on timing (a
+//!    that the clocks do not order before T's start) write no byte that T reads — the only
+//!    pairs whose order changes are one event of T and one of L, and only a read of T or a
+//!    write of L can change what a read returns (a read of L that saw a write of T is a
+//!    reads-from edge, refused by (a)). `model/marks.rs` says where reads and writes are and
+//!    which bytes they touch; past the bytes it keeps, L writes nothing or T reads nothing; (d) neither T nor L holds an event whose outcome depended on timing (a
 //!    failed trylock, a timed-out wait).
 //!
 //! Every finding therefore has a correct reordering of the recorded run — each read keeping
@@ -421,7 +422,6 @@ pub(crate) fn reversal(
     }
     // 3c, 3d. No read sees another write; no outcome that depended on timing is moved.
     let marks = &run.marks;
-    let tails_read = tails.iter().any(|&(t, s, end)| marks.reads_in(t, s, end));
     for &(t, s, end) in &tails {
         if marks.fragile_in(t, s, end) {
             return Err(refuse(steps));
@@ -446,7 +446,7 @@ pub(crate) fn reversal(
         let from = ordered.max(run.start_of(t));
         let end = head_end(t);
         steps += 1;
-        if (tails_read && marks.writes_in(t, from, end)) || marks.fragile_in(t, from, end) {
+        if marks.fragile_in(t, from, end) || marks.may_read_written(&tails, (t, from, end)) {
             return Err(refuse(steps));
         }
     }
@@ -663,6 +663,12 @@ mod tests {
         assert_eq!(found(&shape(true, write_other)).0.len(), 0);
         // Without the read in thread 1's section, the write moves ahead harmlessly.
         assert_eq!(found(&shape(false, write_other)).0.len(), 1);
+        // So it does when it writes other bytes than the ones thread 1 reads.
+        let write_next_to_it = |b: &mut TraceBuilder, t, _| {
+            let s = b.site("g", "t.c", 3);
+            b.write(t, OTHER + 4, 4, s);
+        };
+        assert_eq!(found(&shape(true, write_next_to_it)).0.len(), 1);
         // A read moved ahead is harmless too.
         let read_other = |b: &mut TraceBuilder, t, _| {
             let s = b.site("g", "t.c", 3);
