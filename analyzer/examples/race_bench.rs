@@ -368,6 +368,7 @@ fn synth(path: &str, target: u64, workers: u32) -> u64 {
                 module: 0,
                 offset: 0x1200 + id as u64 * 12,
             }],
+            first_caller: None,
         }));
     }
     for r in &records {

@@ -65,6 +65,7 @@ pub(crate) fn location(
         thread: self::thread(run, thread),
         role,
         trace: run.source.clone(),
+        called_from: l.caller.map(Into::into),
     }
 }
 
@@ -160,6 +161,7 @@ pub(crate) fn earlier_edge_locations(run: &Run, index: u32) -> [FindingLocation;
             thread: earlier_thread(run, e.thread),
             role,
             trace: run.source.clone(),
+            called_from: l.caller.map(Into::into),
         }
     };
     [loc(e.held_site, Role::Holds), loc(e.site, Role::Requests)]

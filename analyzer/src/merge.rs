@@ -23,6 +23,7 @@ use foldhash::{HashMap, HashMapExt};
 use std::collections::BTreeSet;
 
 use crate::analyses::lock_cycles::{component_summary, ComponentCounts};
+use crate::analyses::races;
 use crate::cycles::{for_each_cycle, shortest_cycle, strongly_connected_components, Flow};
 use crate::describe::{earlier_edge_locations, earlier_edge_report, edge_report, location};
 use crate::lock_graph::{modes_can_block, ClassEdge, LockOrderGraph};
@@ -124,6 +125,26 @@ fn class_edges(f: &Finding) -> Option<BTreeSet<(&str, &str)>> {
     }
 }
 
+/// What the merge folds findings by: a finding's key, except for races, which fold by their
+/// memory and unordered pair of lines whatever the access kinds of the instance each part
+/// shows (one finding per thing to fix, as within one run: `analyses/races`). The finding
+/// keeps the instance the first part showed, as a trace read whole shows the first instance
+/// its race pass met, so that cutting a trace into segments changes counts, not the finding.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum MergeKey {
+    Finding(FindingKey),
+    Race(races::RaceGroup),
+}
+
+impl MergeKey {
+    fn of(f: &Finding) -> MergeKey {
+        match f.detail {
+            Detail::Race(_) => MergeKey::Race(races::race_group(f)),
+            _ => MergeKey::Finding(f.key()),
+        }
+    }
+}
+
 /// Per-trace analyses folded in one at a time, in the order of the traces: a finding already
 /// seen only adds its traces and occurrences, so what is kept is the distinct findings, the
 /// merged graph with one witness per edge, and one summary line per trace.
@@ -138,7 +159,7 @@ pub struct Merger {
     /// The hints of the traces folded in before it, each once.
     hints: Vec<String>,
     findings: Vec<Finding>,
-    by_key: HashMap<FindingKey, usize>,
+    by_key: HashMap<MergeKey, usize>,
     /// Lock classes of the traces that are on no edge of theirs (a class on an edge is a
     /// node of `graph`): counted as nodes of the merged graph, as one analysis counts them.
     lone_classes: foldhash::HashSet<String>,
@@ -257,7 +278,7 @@ impl Merger {
             }
         }
         for f in r.findings {
-            let key = f.key();
+            let key = MergeKey::of(&f);
             match self.by_key.get(&key) {
                 Some(&i) => {
                     let g = &mut self.findings[i];

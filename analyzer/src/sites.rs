@@ -47,6 +47,23 @@ pub struct Location {
     /// No recorded frame is outside the locking machinery (a wrapper recorded without its
     /// callers): the location is the machinery's nearest to the program's code.
     pub machinery_only: bool,
+    /// Where the user's function was called from, when the trace knows: the next recorded
+    /// frame's location outside the machinery, or the caller the recorder noted at the site's
+    /// first occurrence (a trace recorded one frame per site).
+    pub caller: Option<Caller>,
+}
+
+/// The caller of a site's function, as the report names it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Caller {
+    pub function: Option<String>,
+    pub file: Option<String>,
+    pub line: u32,
+    /// `function (file:line)`, or `module+0xoffset` when not symbolised.
+    pub text: String,
+    /// Only the caller of the site's first occurrence is known (the recorder notes one
+    /// caller per site): later occurrences may have come from elsewhere.
+    pub first_only: bool,
 }
 
 /// The project's own lock wrappers: glob patterns (`*` any run of characters, `?` one
@@ -279,6 +296,44 @@ pub fn user_location(tables: &Tables, site: SiteId, wrappers: &Wrappers) -> Loca
     let string = |id: Option<foresight_trace::StringId>| {
         id.and_then(|s| tables.string(s)).map(str::to_string)
     };
+    let caller_of = |c: &Candidate, first_only: bool| Caller {
+        function: c.loc.and_then(|l| string(l.function)),
+        file: c.loc.and_then(|l| string(l.file)),
+        line: c.loc.map_or(0, |l| l.line),
+        text: location_text(tables, c.frame, c.loc),
+        first_only,
+    };
+    // A caller that is machinery itself (the thread's start in the C library, a standard
+    // thread's invoker) names nothing the user wrote: none is given.
+    let caller = match frames.get(fi + 1) {
+        Some(f) => f.iter().find(|c| !c.machinery).map(|c| caller_of(c, false)),
+        None => info.first_caller.as_ref().and_then(|frame| {
+            let module = tables
+                .modules
+                .get(&frame.module)
+                .and_then(|m| tables.string(m.path));
+            let candidates: Vec<Candidate> = match tables.symbols.get(frame) {
+                Some(s) if !s.locations.is_empty() => s
+                    .locations
+                    .iter()
+                    .map(|l| Candidate {
+                        loc: Some(l),
+                        frame,
+                        machinery: is_machinery(tables, module, Some(l), wrappers),
+                    })
+                    .collect(),
+                _ => vec![Candidate {
+                    loc: None,
+                    frame,
+                    machinery: is_machinery(tables, module, None, wrappers),
+                }],
+            };
+            candidates
+                .iter()
+                .find(|c| !c.machinery)
+                .map(|c| caller_of(c, true))
+        }),
+    };
     Location {
         function: chosen.loc.and_then(|l| string(l.function)),
         file: chosen.loc.and_then(|l| string(l.file)),
@@ -287,6 +342,7 @@ pub fn user_location(tables: &Tables, site: SiteId, wrappers: &Wrappers) -> Loca
         stack,
         full_stack,
         machinery_only,
+        caller,
     }
 }
 

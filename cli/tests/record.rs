@@ -161,6 +161,7 @@ fn trace_for_prog(exe: &Path) -> Vec<u8> {
         TableRecord::Site(SiteInfo {
             id: 0,
             frames: vec![frame(addr_of("worker") + 5)],
+            first_caller: None,
         }),
         TableRecord::Object(ObjectInfo {
             id: 0,

@@ -682,3 +682,74 @@ fn a_deadlock_the_run_ended_in_is_observed_after_many_cuts() {
         assert_eq!(r.traces[0].critical_sections, w.traces[0].critical_sections);
     }
 }
+
+/// A race on one variable between the same two lines, shown as a read and a write in one
+/// segment and as two writes in another, is one finding of the trace read in segments, as it
+/// is of the trace read whole: the instances are counted and the first one is shown, so that
+/// where the cuts fall changes no finding and no baseline key.
+#[test]
+fn a_race_whose_segments_show_other_access_kinds_is_one_finding() {
+    const X: u64 = 0x1000;
+    let mut t = T::new();
+    let own = t.b.mutex("own");
+    let reader = t.spawn("reader");
+    let writer = t.spawn("writer");
+    let (s10, s20) = (t.at(10), t.at(20));
+    t.b.read(reader, X, 4, s10);
+    t.b.write(writer, X, 4, s20);
+    t.join(reader);
+    t.join(writer);
+    t.filler(t.main, own, 30);
+    let again = t.spawn("again");
+    let other = t.spawn("other");
+    t.b.write(again, X, 4, s10);
+    t.b.write(other, X, 4, s20);
+    t.join(again);
+    t.join(other);
+    let bytes = t.b.finish();
+    let trace = Trace::from_bytes("t.trace", bytes.clone()).unwrap();
+    let cut = at(&trace, t.main, acquired(own)) + 1;
+    let dir = std::env::temp_dir().join(format!("foresight-race-fold-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("race.trace");
+    std::fs::write(&path, &bytes).unwrap();
+    let json = |segment: &str| -> serde_json::Value {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_foresight"))
+            .args(["analyze", "--format", "json", "--segment-events", segment])
+            .arg(&path)
+            .output()
+            .expect("run foresight");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let races = |r: &serde_json::Value| -> Vec<serde_json::Value> {
+        r["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["kind"] == "race")
+            .cloned()
+            .collect()
+    };
+    let roles = |f: &serde_json::Value| -> Vec<String> {
+        f["locations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| format!("{} {}", l["role"].as_str().unwrap(), l["line"]))
+            .collect()
+    };
+    let whole = json("0");
+    let cut_json = json(&cut.to_string());
+    assert!(
+        cut_json["summary"]["segments"].as_u64().unwrap() >= 2,
+        "{cut_json}"
+    );
+    for r in [&whole, &cut_json] {
+        let found = races(r);
+        assert_eq!(found.len(), 1, "{r:#}");
+        assert_eq!(found[0]["occurrences"], 2, "{r:#}");
+        assert_eq!(roles(&found[0]), ["reads 10", "writes 20"], "{r:#}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

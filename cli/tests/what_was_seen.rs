@@ -402,4 +402,58 @@ fn a_static_program_the_recorded_one_executes_is_said_to_be_unseen() {
     let command = format!("exec {}", fixed.display());
     record(&["sh", "-c", &command], &trace);
     assert_eq!(unseen(&json(&trace, &[])), 1);
+
+    // The shell runs it as a command (dash: vfork, then execve in the child), and a program
+    // starts it with posix_spawn (glibc executes it inside, unhooked): the child is still a
+    // process that executed a program no trace records. The dynamic build is recorded both
+    // ways, and nothing is said.
+    let in_dir = |program: &[&str], trace: &Path| {
+        let out = Command::new(env!("CARGO_BIN_EXE_foresight"))
+            .env("FORESIGHT_RUNTIME", harness::runtime())
+            .current_dir(&dir)
+            .args(["record", "-o"])
+            .arg(trace)
+            .arg("--")
+            .args(program)
+            .output()
+            .expect("run foresight record");
+        assert!(
+            out.status.success(),
+            "record {program:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let spawner = harness::compile_source(&fixture("coverage", "spawn_child.c"));
+    for (how, program) in [
+        ("vfork", vec!["/bin/sh", "-c", "./two_locks_static"]),
+        (
+            "spawn",
+            vec![spawner.to_str().unwrap(), "./two_locks_static"],
+        ),
+    ] {
+        let trace = dir.join(format!("{how}-static.trace"));
+        in_dir(&program, &trace);
+        let report = json(&trace, &[]);
+        assert_eq!(unseen(&report), 1, "{how}: {report:#}");
+        let t = text(&trace);
+        assert!(
+            t.contains("no trace of that program was recorded"),
+            "{how}: {t}"
+        );
+    }
+    for (how, program) in [
+        ("vfork", vec!["/bin/sh", "-c", "./two_locks"]),
+        ("spawn", vec![spawner.to_str().unwrap(), "./two_locks"]),
+    ] {
+        let trace = dir.join(format!("{how}-dynamic.trace"));
+        in_dir(&program, &trace);
+        let report = json(&trace, &[]);
+        assert_eq!(unseen(&report), 0, "{how}: {report:#}");
+        assert_eq!(
+            report["summary"]["potential"].as_u64().unwrap_or(0)
+                + report["summary"]["predicted"].as_u64().unwrap_or(0),
+            1,
+            "{how}: {report:#}"
+        );
+    }
 }

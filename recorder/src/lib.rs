@@ -51,6 +51,7 @@ pub mod sigmask;
 pub mod signals;
 pub mod sink;
 pub mod sites;
+pub mod spawned;
 pub mod spin;
 pub mod startup;
 pub mod state;

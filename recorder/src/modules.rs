@@ -46,6 +46,28 @@ pub fn module_at(addr: u64) -> Option<ModuleFile> {
         })
 }
 
+/// The module holding `addr` as a record with its path, for a trace of its own that names a
+/// frame of it (a spawned child's: `spawned.rs`); the record's `path` is for the caller to set.
+pub fn record_at(addr: u64) -> Option<(ModuleInfo, String)> {
+    frame_of(addr)?;
+    let m = MODULES.lock();
+    m.list
+        .iter()
+        .find(|m| addr >= m.lo && addr < m.hi)
+        .map(|m| {
+            (
+                ModuleInfo {
+                    id: m.id,
+                    path: 0,
+                    build_id: m.build_id.clone(),
+                    base: m.base,
+                    size: m.hi - m.base,
+                },
+                m.path.clone(),
+            )
+        })
+}
+
 struct Modules {
     list: Vec<Module>,
     /// `dlpi_adds` at the last scan: the loader's count of objects ever loaded.

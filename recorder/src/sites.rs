@@ -20,6 +20,13 @@
 //! loads), stopped as soon as the frames wanted are in; frames above the hook's own are
 //! dropped by finding the return address among them. Memory-access and allocation sites stay
 //! single return addresses ([`site`]): their hot paths cache sites by address.
+//!
+//! With one frame per site (the default), a site's record also names the caller of the
+//! function its last frame is in, as seen at its first occurrence (`SiteInfo::first_caller`):
+//! a report can then say where the function was called from at the cost of one short unwind
+//! per new site, never per call. It is unwound when a lookup finds no slot for the site, before
+//! the slot is claimed, so that no thread waits on a claimed slot while the unwinder runs (it
+//! takes the loader's lock); a lookup that finds the site does nothing more than before.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
@@ -251,6 +258,9 @@ fn intern_with(
     symbol: Option<&SourceSymbol>,
 ) -> SiteId {
     let mut i = (mix(key) as usize) & (SLOTS - 1);
+    // The first caller of a new site, unwound once the site is known to be new (`None`: not
+    // unwound yet).
+    let mut caller: Option<Option<usize>> = None;
     for _ in 0..MAX_PROBES {
         let s = &TABLE.0[i];
         let cur = s.key.load(Ordering::Acquire);
@@ -258,11 +268,13 @@ fn intern_with(
             return wait_id(s);
         }
         if cur == 0 {
+            let first_caller =
+                *caller.get_or_insert_with(|| first_caller(frames, symbol.is_some()));
             match s
                 .key
                 .compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire)
             {
-                Ok(_) => return create(s, frames, classify, symbol),
+                Ok(_) => return create(s, frames, classify, symbol, first_caller),
                 Err(v) if v == key => return wait_id(s),
                 Err(_) => {}
             }
@@ -270,6 +282,67 @@ fn intern_with(
         i = (i + 1) & (SLOTS - 1);
     }
     OVERFLOW
+}
+
+/// The caller of the function `frames`' last frame is in, for a new site recorded one frame
+/// per site; `None` with deeper stacks (the frames hold the callers), for a location the
+/// program named itself (`source`: no return address to find on the stack), or when the
+/// stack does not show it (a return address passed by instrumented code rather than taken
+/// from the call).
+#[cold]
+#[inline(never)]
+fn first_caller(frames: &[usize], source: bool) -> Option<usize> {
+    let (Some(&ra), false, true) = (frames.first(), source, shallow()) else {
+        return None;
+    };
+    let mut walk = CallerWalk {
+        ra,
+        started: false,
+        skipped: 0,
+        seen: 0,
+        wanted: frames.len(),
+        caller: None,
+    };
+    // SAFETY: `caller_step` only touches the `CallerWalk` it is given, which outlives the
+    // call, and reads the instruction pointer of the context the unwinder passes it.
+    unsafe { _Unwind_Backtrace(caller_step, (&mut walk as *mut CallerWalk).cast()) };
+    walk.caller
+}
+
+struct CallerWalk {
+    ra: usize,
+    started: bool,
+    skipped: usize,
+    /// Frames from `ra` on, `ra`'s included.
+    seen: usize,
+    /// The site's frames: the caller is the next one.
+    wanted: usize,
+    caller: Option<usize>,
+}
+
+extern "C" fn caller_step(ctx: *mut libc::c_void, arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `CallerWalk` `first_caller` passed, alive and not otherwise
+    // borrowed during the walk; `ctx` is the unwinder's context for this frame.
+    let (w, ip) = unsafe { (&mut *(arg as *mut CallerWalk), _Unwind_GetIP(ctx)) };
+    if !w.started {
+        if ip != w.ra {
+            // The runtime's own frames, above the hook's caller.
+            w.skipped += 1;
+            return if w.skipped > 64 {
+                URC_END_OF_STACK
+            } else {
+                URC_NO_REASON
+            };
+        }
+        w.started = true;
+    }
+    w.seen += 1;
+    if w.seen > w.wanted {
+        // A return address of 0 ends the stack (a thread's first frame).
+        w.caller = (ip != 0).then_some(ip);
+        return URC_END_OF_STACK;
+    }
+    URC_NO_REASON
 }
 
 #[inline]
@@ -287,7 +360,13 @@ fn wait_id(s: &Slot) -> SiteId {
 }
 
 #[cold]
-fn create(s: &Slot, frames: &[usize], classify: bool, symbol: Option<&SourceSymbol>) -> SiteId {
+fn create(
+    s: &Slot,
+    frames: &[usize],
+    classify: bool,
+    symbol: Option<&SourceSymbol>,
+    first_caller: Option<usize>,
+) -> SiteId {
     if let (true, [ra]) = (classify, frames) {
         if crate::wrappers::is_machinery(*ra) {
             s.id.store(DEEP, Ordering::Release);
@@ -295,16 +374,16 @@ fn create(s: &Slot, frames: &[usize], classify: bool, symbol: Option<&SourceSymb
         }
     }
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-    let frames: Vec<Frame> = frames
-        .iter()
-        .map(|&a| {
-            // An address in no module (JIT code): module u32::MAX, absolute offset.
-            modules::frame_of(a as u64).unwrap_or(Frame {
-                module: u32::MAX,
-                offset: a as u64,
-            })
+    // An address in no module (JIT code): module u32::MAX, absolute offset.
+    let frame = |a: usize| {
+        modules::frame_of(a as u64).unwrap_or(Frame {
+            module: u32::MAX,
+            offset: a as u64,
         })
-        .collect();
+    };
+    let frames: Vec<Frame> = frames.iter().map(|&a| frame(a)).collect();
+    // A return address like the site's own frames (symbolised one byte before, at the call).
+    let first_caller = first_caller.and_then(|a| modules::frame_of(a as u64));
     if let (Some(sym), Some(&frame)) = (symbol, frames.first()) {
         // Before the id is published, as every record (FORMAT.md §4.3).
         let file = output::new_string_id();
@@ -322,7 +401,11 @@ fn create(s: &Slot, frames: &[usize], classify: bool, symbol: Option<&SourceSymb
             }],
         }));
     }
-    output::table_record(&TableRecord::Site(SiteInfo { id, frames }));
+    output::table_record(&TableRecord::Site(SiteInfo {
+        id,
+        frames,
+        first_caller,
+    }));
     s.id.store(id + 1, Ordering::Release);
     id
 }

@@ -36,7 +36,7 @@ fn command_line() -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn header(cfg: &Config, pid: u32, parent_pid: u32) -> Header {
+pub(crate) fn header(cfg: &Config, pid: u32, parent_pid: u32) -> Header {
     Header {
         producer: PRODUCER.to_string(),
         pid,
@@ -53,7 +53,7 @@ fn header(cfg: &Config, pid: u32, parent_pid: u32) -> Header {
     }
 }
 
-fn trace_path(cfg: &Config, pid: u32) -> Vec<u8> {
+pub(crate) fn trace_path(cfg: &Config, pid: u32) -> Vec<u8> {
     cfg.output
         .clone()
         .unwrap_or_else(|| format!("foresight-{pid}.trace").into_bytes())

@@ -354,6 +354,7 @@ impl<W: Write> Importer<W> {
         self.out.table(&TableRecord::Site(SiteInfo {
             id,
             frames: vec![frame],
+            first_caller: None,
         }))?;
         Ok(id)
     }

@@ -289,7 +289,7 @@ fn snapshot(file: &TraceFile, header_end: u64) -> Snapshot {
         }
     }
     for s in t.sites.values() {
-        for f in &s.frames {
+        for f in s.frames.iter().chain(&s.first_caller) {
             frames.insert(*f, Use::Code);
         }
     }

@@ -884,8 +884,11 @@ fn resolve_code(
             // A malformed unit ends the walk with what was found so far.
             while let Ok(Some(f)) = frames.next() {
                 let function = f.function.as_ref().and_then(|n| {
-                    let name = if demangle { n.demangle() } else { n.raw_name() };
-                    name.ok().map(Cow::into_owned)
+                    if demangle {
+                        n.demangle().ok().map(|n| lambda_named(&n))
+                    } else {
+                        n.raw_name().ok().map(Cow::into_owned)
+                    }
                 });
                 let (file, line, column) = match &f.location {
                     Some(l) => (
@@ -905,6 +908,23 @@ fn resolve_code(
                     break;
                 }
             }
+        }
+    }
+    // GCC describes a lambda's call operator by its bare name, with no linkage name: the
+    // outermost frame is the function the code belongs to, which the symbol table names in
+    // full (`main::{lambda()#1}::operator()() const`, read `lambda in main`); an inlined one
+    // is a lambda whose enclosing function the frame does not say.
+    let outermost = locs.len().saturating_sub(1);
+    for (i, l) in locs.iter_mut().enumerate() {
+        if demangle && l.function.as_deref() == Some("operator()") {
+            l.function = Some(if i == outermost {
+                symbols
+                    .code_at(probe, demangle)
+                    .filter(|n| n.starts_with("lambda"))
+                    .unwrap_or_else(|| "lambda".to_string())
+            } else {
+                "lambda".to_string()
+            });
         }
     }
     // Without DWARF for the function, the symbol table still names it (the outermost frame
@@ -1001,7 +1021,14 @@ impl<'a> SymbolTable<'a> {
     }
 
     fn code_at(&self, addr: u64, demangle: bool) -> Option<String> {
-        Self::find(&self.code, addr).map(|s| display_name(s.name, demangle))
+        Self::find(&self.code, addr).map(|s| {
+            let name = display_name(s.name, demangle);
+            if demangle {
+                lambda_named(&name)
+            } else {
+                name
+            }
+        })
     }
 
     /// The variable containing `addr`.
@@ -1056,9 +1083,141 @@ fn display_name(raw: &str, demangle: bool) -> String {
     }
 }
 
+/// A C++ lambda's call operator by the function that encloses it: the demangled
+/// `main::{lambda()#1}::operator()() const` reads `lambda in main`, and with the site's line
+/// (`lambda in main (prog.cpp:21)`) says which lambda. A lambda inside a lambda is `lambda in
+/// lambda in main`; the static invoker a lambda converted to a function pointer calls
+/// (`…::{lambda()#1}::_FUN()`) is the lambda too. Any other name, a lambda that is only a
+/// template argument (`std::thread::_State_impl<…{lambda()#1}…>::_M_run()`) and the standard
+/// library's own lambdas (whose names tell the locking machinery apart) are kept as they are.
+fn lambda_named(name: &str) -> String {
+    let parts = scope_parts(name);
+    let [scope @ .., lambda, call] = parts.as_slice() else {
+        return name.to_string();
+    };
+    let is_call = call.starts_with("operator()") || call.starts_with("_FUN(");
+    // GCC's closure types are `{lambda(…)#n}`; clang's, in a function of internal linkage,
+    // `$_n`.
+    let is_closure = (lambda.starts_with("{lambda(") && lambda.ends_with('}'))
+        || lambda
+            .strip_prefix("$_")
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    if !is_call || !is_closure {
+        return name.to_string();
+    }
+    let enclosing = scope.join("::");
+    if enclosing.is_empty() {
+        return "lambda".to_string();
+    }
+    if enclosing.starts_with("std::") || enclosing.starts_with("__gnu_cxx::") {
+        return name.to_string();
+    }
+    let named = lambda_named(&enclosing);
+    format!("lambda in {}", without_parameters(&named))
+}
+
+/// A demangled name cut at its top-level `::` (not inside a parameter list, template
+/// arguments or a `{lambda(…)#n}`).
+fn scope_parts(name: &str) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let mut depth = 0usize;
+    let mut start = 0;
+    let bytes = name.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'(' | b'<' | b'{' | b'[' => depth += 1,
+            b')' | b'>' | b'}' | b']' => depth = depth.saturating_sub(1),
+            b':' if depth == 0 && bytes.get(i + 1) == Some(&b':') => {
+                parts.push(&name[start..i]);
+                i += 2;
+                start = i;
+                continue;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    parts.push(&name[start..]);
+    parts
+}
+
+/// `Shop::run() const` → `Shop::run`; a name without a parameter list is kept.
+fn without_parameters(name: &str) -> &str {
+    let trimmed = name.trim_end();
+    let trimmed = trimmed.strip_suffix(" const").unwrap_or(trimmed);
+    if !trimmed.ends_with(')') {
+        return name;
+    }
+    let mut depth = 0usize;
+    for (i, c) in trimmed.char_indices().rev() {
+        match c {
+            ')' => depth += 1,
+            '(' => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    return &trimmed[..i];
+                }
+            }
+            _ => {}
+        }
+    }
+    name
+}
+
 #[cfg(test)]
 mod tests {
-    use super::display_name;
+    use super::{display_name, lambda_named};
+
+    #[test]
+    fn lambdas_are_named_by_their_enclosing_function() {
+        let cases = [
+            ("main::{lambda()#1}::operator()() const", "lambda in main"),
+            (
+                "worker(int)::{lambda(int)#2}::operator()(int) const",
+                "lambda in worker",
+            ),
+            (
+                "Shop::run() const::{lambda()#1}::operator()() const",
+                "lambda in Shop::run",
+            ),
+            (
+                "main::{lambda()#1}::operator()() const::{lambda()#1}::operator()() const",
+                "lambda in lambda in main",
+            ),
+            (
+                "main::{lambda(auto:1)#1}::operator()<int>(int) const",
+                "lambda in main",
+            ),
+            ("main::{lambda(void*)#1}::_FUN(void*)", "lambda in main"),
+            ("{lambda()#1}::operator()() const", "lambda"),
+            ("main::$_0::operator()() const", "lambda in main"),
+            (
+                "Shop::run()::$_12::operator()(int) const",
+                "lambda in Shop::run",
+            ),
+        ];
+        for (demangled, named) in cases {
+            assert_eq!(lambda_named(demangled), named, "{demangled}");
+        }
+        for kept in [
+            "main",
+            "operator()",
+            "Functor::operator()() const",
+            "std::thread::_State_impl<std::thread::_Invoker<std::tuple<main::{lambda()#1}> > >::_M_run()",
+            "std::call_once<f()::{lambda()#1}>(std::once_flag&, f()::{lambda()#1}&&)::{lambda()#1}::operator()() const",
+            "main::{lambda()#1}::operator()() const::counter",
+            "a::{{closure}}",
+            "main::$_x::operator()() const",
+        ] {
+            assert_eq!(lambda_named(kept), kept);
+        }
+        // What the demangler makes of a lambda's mangled name.
+        assert_eq!(
+            lambda_named(&display_name("_ZZ4mainENKUlvE_clEv", true)),
+            "lambda in main"
+        );
+    }
 
     #[test]
     fn plain_c_names_are_not_demangled_as_types() {

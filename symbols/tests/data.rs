@@ -191,6 +191,7 @@ fn trace_of(b: &Built, exe_path: &Path) -> Vec<u8> {
                 module: 0,
                 offset: 0x10,
             }],
+            first_caller: None,
         }),
     ] {
         w.table(&r).unwrap();

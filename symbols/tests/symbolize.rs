@@ -160,10 +160,12 @@ fn trace_for(module_path: &Path, build_id: &[u8], base: u64, p: &Prog) -> Vec<u8
         TableRecord::Site(SiteInfo {
             id: 0,
             frames: vec![f(off(p.ret_worker))],
+            first_caller: None,
         }),
         TableRecord::Site(SiteInfo {
             id: 1,
             frames: vec![f(off(p.ret_helper)), f(off(p.ret_worker))],
+            first_caller: None,
         }),
         TableRecord::Object(ObjectInfo {
             id: 0,
@@ -535,6 +537,7 @@ fn a_shared_library_without_debug_information_is_named_from_its_symbol_table() {
                 module: 3,
                 offset: lock + 5,
             }],
+            first_caller: None,
         }),
         // A frame of a module the table does not define.
         TableRecord::Site(SiteInfo {
@@ -543,6 +546,7 @@ fn a_shared_library_without_debug_information_is_named_from_its_symbol_table() {
                 module: 9,
                 offset: 0x1234,
             }],
+            first_caller: None,
         }),
     ] {
         w.table(&r).unwrap();

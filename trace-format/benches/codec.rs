@@ -154,6 +154,7 @@ fn file(threads: &[Vec<Event>]) -> Vec<u8> {
                 module: 0,
                 offset: 0x1000 + id as u64 * 16,
             }],
+            first_caller: None,
         }))
         .unwrap();
     }

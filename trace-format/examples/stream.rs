@@ -161,6 +161,7 @@ fn synth(path: &str, threads: u32, per_thread: u64) {
                 module: 0,
                 offset: 0x1000 + id as u64 * 16,
             }],
+            first_caller: None,
         }));
     }
     for r in &tables {

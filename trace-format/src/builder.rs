@@ -134,6 +134,7 @@ impl TraceBuilder {
         self.records.push(TableRecord::Site(SiteInfo {
             id,
             frames: vec![frame],
+            first_caller: None,
         }));
         self.sites.insert(key, id);
         id
@@ -164,8 +165,11 @@ impl TraceBuilder {
         }
         let id = self.next_site;
         self.next_site += 1;
-        self.records
-            .push(TableRecord::Site(SiteInfo { id, frames: out }));
+        self.records.push(TableRecord::Site(SiteInfo {
+            id,
+            frames: out,
+            first_caller: None,
+        }));
         id
     }
 

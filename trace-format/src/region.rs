@@ -290,8 +290,12 @@ mod tests {
         }))
         .unwrap();
         for id in 0..200 {
-            w.table(&TableRecord::Site(SiteInfo { id, frames: vec![] }))
-                .unwrap();
+            w.table(&TableRecord::Site(SiteInfo {
+                id,
+                frames: vec![],
+                first_caller: None,
+            }))
+            .unwrap();
         }
         w.flush_tables().unwrap();
         // Tiny chunks: markers fall into several chunks, one into a chunk of its own.

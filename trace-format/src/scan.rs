@@ -19,7 +19,7 @@ use crate::frame::{
 };
 use crate::source::{ReadFailure, Source};
 use crate::tables::{
-    AccessCounts, DataType, DataVariable, EarlierLockOrder, FrameSymbol, Header, ModuleInfo,
+    AccessCounts, DataType, DataVariable, EarlierLockOrder, Frame, FrameSymbol, Header, ModuleInfo,
     ObjectInfo, RecordingStopped, RecordingWindow, SiteInfo, StringEntry, Tables, ThreadEnd,
     ThreadInfo, Trailer,
 };
@@ -487,7 +487,7 @@ fn read_table_records(payload: &[u8], base: u64, tables: &mut Tables, problems: 
                 .map(|r| insert_first!(tables.threads, r.id, r, dup("thread", r.id as u64))),
             3 => decode_record::<ObjectInfo>(body)
                 .map(|r| insert_first!(tables.objects, r.id, r, dup("object", r.id as u64))),
-            4 => decode_record::<SiteInfo>(body)
+            4 => decode_site(body)
                 .map(|r| insert_first!(tables.sites, r.id, r, dup("site", r.id as u64))),
             5 => decode_record::<ModuleInfo>(body)
                 .map(|r| insert_first!(tables.modules, r.id, r, dup("module", r.id as u64))),
@@ -549,6 +549,30 @@ fn read_table_records(payload: &[u8], base: u64, tables: &mut Tables, problems: 
     }
 }
 
+/// A site (tag 4): `id` and `frames` of version 1.0, then `first_caller` (version 1.13) when
+/// the record has it; a record written before 1.13 ends after `frames` and reads as having
+/// no first caller.
+pub fn decode_site(body: &[u8]) -> Result<SiteInfo, String> {
+    #[derive(serde::Deserialize)]
+    struct Since10 {
+        id: u32,
+        frames: Vec<Frame>,
+    }
+    let (s, rest) = postcard::take_from_bytes::<Since10>(body).map_err(|e| e.to_string())?;
+    let first_caller = if rest.is_empty() {
+        None
+    } else {
+        postcard::take_from_bytes::<Option<Frame>>(rest)
+            .map(|(f, _later)| f)
+            .map_err(|e| e.to_string())?
+    };
+    Ok(SiteInfo {
+        id: s.id,
+        frames: s.frames,
+        first_caller,
+    })
+}
+
 /// A recording window (tag 12): the five fields of version 1.6, then `snapshot_signal`
 /// (version 1.8) when the record has it — postcard has no defaults for missing trailing
 /// fields, so a 1.6/1.7 record, which ends after `keep_last`, reads as not a snapshot.
@@ -588,6 +612,49 @@ fn decode_record<T: DeserializeOwned>(body: &[u8]) -> Result<T, String> {
 #[cfg(test)]
 mod window_tests {
     use super::*;
+
+    #[test]
+    fn a_site_without_the_first_caller_field_reads_as_having_none() {
+        #[derive(serde::Serialize)]
+        struct Since10 {
+            id: u32,
+            frames: Vec<Frame>,
+        }
+        let frame = Frame {
+            module: 1,
+            offset: 0x40,
+        };
+        let old = postcard::to_allocvec(&Since10 {
+            id: 7,
+            frames: vec![frame],
+        })
+        .unwrap();
+        let s = decode_site(&old).unwrap();
+        assert_eq!(
+            s,
+            SiteInfo {
+                id: 7,
+                frames: vec![frame],
+                first_caller: None
+            }
+        );
+        // A 1.13 record round-trips, and bytes a later minor version appends are ignored.
+        let new = SiteInfo {
+            first_caller: Some(Frame {
+                module: 1,
+                offset: 0x99,
+            }),
+            ..s
+        };
+        let mut bytes = postcard::to_allocvec(&new).unwrap();
+        assert_eq!(decode_site(&bytes).unwrap(), new);
+        bytes.extend_from_slice(&[5, 0xff]);
+        assert_eq!(decode_site(&bytes).unwrap(), new);
+        // A damaged field is reported, not read as none.
+        let mut bad = old.clone();
+        bad.push(7);
+        assert!(decode_site(&bad).is_err());
+    }
 
     /// A 1.6/1.7 writer's recording window: the record without `snapshot_signal`.
     #[derive(serde::Serialize)]

@@ -134,6 +134,11 @@ pub struct Frame {
 pub struct SiteInfo {
     pub id: SiteId,
     pub frames: Vec<Frame>,
+    /// Version 1.13 (appended, skippable): the caller of the function the last frame is in,
+    /// at the site's first occurrence, when `frames` holds no callers (one frame per site,
+    /// `stack_depth` 1): later occurrences may have had other callers. A record written
+    /// before 1.13 reads as none (`scan::decode_site`).
+    pub first_caller: Option<Frame>,
 }
 
 /// A loaded module (the executable, a shared library).

@@ -45,6 +45,7 @@ fn file(records: &[TableRecord]) -> Vec<u8> {
     w.table(&TableRecord::Site(SiteInfo {
         id: 0,
         frames: vec![],
+        first_caller: None,
     }))
     .unwrap();
     let ev = |key, kind| Event { key, kind };

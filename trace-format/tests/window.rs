@@ -51,6 +51,7 @@ fn file_ending(records: &[TableRecord], trailer: bool) -> Vec<u8> {
     w.table(&TableRecord::Site(SiteInfo {
         id: 0,
         frames: vec![],
+        first_caller: None,
     }))
     .unwrap();
     let mut c = ChunkWriter::new(0, 4096);

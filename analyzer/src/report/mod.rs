@@ -738,6 +738,9 @@ pub struct FindingLocation {
     pub thread: ThreadRef,
     pub role: Role,
     pub trace: String,
+    /// Where the site's function was called from, when known (`sites.rs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub called_from: Option<CallerReport>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -751,6 +754,33 @@ pub struct SiteReport {
     /// Every recorded frame and every call inlined in it, innermost first, the standard
     /// library's and the wrappers' included.
     pub full_stack: Vec<String>,
+    /// Where the site's function was called from, when known (`sites.rs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub called_from: Option<CallerReport>,
+}
+
+/// The caller of a site's function: JSON's `called_from`.
+#[derive(Clone, Debug, Serialize)]
+pub struct CallerReport {
+    pub location: String,
+    pub file: Option<String>,
+    pub line: Option<u32>,
+    pub function: Option<String>,
+    /// Only the caller of the site's first occurrence is known (a trace recorded one frame
+    /// per site): other occurrences may have come from elsewhere.
+    pub first_call_only: bool,
+}
+
+impl From<crate::sites::Caller> for CallerReport {
+    fn from(c: crate::sites::Caller) -> Self {
+        CallerReport {
+            location: c.text,
+            file: c.file,
+            line: (c.line > 0).then_some(c.line),
+            function: c.function,
+            first_call_only: c.first_only,
+        }
+    }
 }
 
 impl From<Location> for SiteReport {
@@ -762,6 +792,7 @@ impl From<Location> for SiteReport {
             function: l.function,
             stack: l.stack,
             full_stack: l.full_stack,
+            called_from: l.caller.map(CallerReport::from),
         }
     }
 }

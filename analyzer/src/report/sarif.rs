@@ -208,7 +208,37 @@ fn result(
     if let Some(flow) = code_flow(f, root) {
         r["codeFlows"] = json!([flow]);
     }
+    let stacks: Vec<Value> = f.locations.iter().filter_map(|l| stack(l, root)).collect();
+    if !stacks.is_empty() {
+        r["stacks"] = json!(stacks);
+    }
     r
+}
+
+/// A site with its caller as a SARIF `stack`: the site's frame, then its caller's (the one
+/// of its first occurrence when that is all the trace knows, which the message says).
+fn stack(l: &FindingLocation, root: Option<&Path>) -> Option<Value> {
+    let c = l.called_from.as_ref()?;
+    let caller = FindingLocation {
+        file: c.file.clone(),
+        line: c.line,
+        function: c.function.clone(),
+        called_from: None,
+        ..l.clone()
+    };
+    let what = format!("{} {}", l.thread, l.role);
+    let called = if c.first_call_only {
+        "first called from"
+    } else {
+        "called from"
+    };
+    Some(json!({
+        "message": { "text": format!("{what}, {called} {}", c.location) },
+        "frames": [
+            { "location": location(l, &what, root) },
+            { "location": location(&caller, &format!("{called} {}", c.location), root) },
+        ],
+    }))
 }
 
 /// A SARIF location for a finding's site: the file and line when symbolised, the function as a

@@ -733,5 +733,10 @@ fn stack(out: &mut impl Write, s: &SiteReport, indent: &str, style: Style) -> st
             writeln!(out, "{indent}at {f}")?;
         }
     }
+    // A caller the frames above do not show: the one the recorder noted at the site's first
+    // occurrence (a recording of one frame per site).
+    if let Some(c) = s.called_from.as_ref().filter(|c| c.first_call_only) {
+        writeln!(out, "{indent}first called from {}", c.location)?;
+    }
     Ok(())
 }

@@ -1,5 +1,6 @@
-//! Processes: `fork`, the `exec` family, `exit`/`_exit`/`_Exit`, and `__libc_start_main` (to
-//! learn `main`'s return value for the trailer).
+//! Processes: `fork`, the `exec` family, `posix_spawn`/`posix_spawnp` and `vfork` (a fork and
+//! an exec, `spawned.rs`), `exit`/`_exit`/`_Exit`, and `__libc_start_main` (to learn `main`'s
+//! return value for the trailer).
 
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -14,7 +15,7 @@ use crate::context::Context;
 use crate::real::{real, RealFn};
 use crate::runtime::{self, EXIT_STATUS};
 use crate::sequence::Key;
-use crate::{config, sites};
+use crate::{config, sites, spawned, state};
 
 type Argv = *const *const c_char;
 type Main = unsafe extern "C-unwind" fn(c_int, *mut *mut c_char, *mut *mut c_char) -> c_int;
@@ -24,6 +25,8 @@ real!(REAL_EXECVE: unsafe extern "C-unwind" fn(*const c_char, Argv, Argv) -> c_i
 real!(REAL_EXECV: unsafe extern "C-unwind" fn(*const c_char, Argv) -> c_int = b"execv\0");
 real!(REAL_EXECVP: unsafe extern "C-unwind" fn(*const c_char, Argv) -> c_int = b"execvp\0");
 real!(REAL_EXECVPE: unsafe extern "C-unwind" fn(*const c_char, Argv, Argv) -> c_int = b"execvpe\0");
+real!(REAL_POSIX_SPAWN: Spawn = b"posix_spawn\0");
+real!(REAL_POSIX_SPAWNP: Spawn = b"posix_spawnp\0");
 real!(REAL_EXIT: unsafe extern "C-unwind" fn(c_int) -> ! = b"exit\0");
 real!(REAL__EXIT: unsafe extern "C-unwind" fn(c_int) -> ! = b"_exit\0");
 real!(REAL__EXIT2: unsafe extern "C-unwind" fn(c_int) -> ! = b"_Exit\0");
@@ -100,9 +103,11 @@ fn filtered_env(envp: Argv) -> Option<(Vec<*const c_char>, Option<std::ffi::CStr
 #[inline(always)]
 unsafe fn exec_common(ra: usize, call: impl FnOnce() -> c_int) -> c_int {
     runtime::before_exec(ra);
+    spawned::vfork_child_exec(ra);
     let r = call();
     // Only reached when the exec failed.
     runtime::after_failed_exec();
+    spawned::vfork_child_exec_failed();
     r
 }
 
@@ -200,7 +205,151 @@ variadic_exec!(execle, REAL_EXECLE, b"execle\0");
 #[cfg(target_arch = "x86_64")]
 extern "C" fn variadic_pre_exec(ra: usize, real: &RealFn) -> usize {
     runtime::before_exec(ra);
+    spawned::vfork_child_exec(ra);
     real.get()
+}
+
+/// `posix_spawn` and `posix_spawnp` take six arguments, so the return address is a seventh,
+/// passed on the stack (x86-64: the entry copies it below itself and calls the hook, whose
+/// frame then sits on the copy) or in `x6` (AArch64: a tail jump, as `entry!`).
+macro_rules! entry6 {
+    ($export:ident, $imp:path) => {
+        /// Interposed (see the implementation named in the body).
+        ///
+        /// # Safety
+        /// Called by C code with the C prototype of the libc function of the same name.
+        #[cfg(target_arch = "x86_64")]
+        #[unsafe(naked)]
+        #[no_mangle]
+        pub unsafe extern "C" fn $export() {
+            core::arch::naked_asm!(
+                // [rsp] is the return address; pushing a copy aligns the stack for the call,
+                // after which the copy is the hook's seventh argument.
+                "push qword ptr [rsp]",
+                "call {imp}",
+                "add rsp, 8",
+                "ret",
+                imp = sym $imp,
+            )
+        }
+
+        /// Interposed (see the implementation named in the body).
+        ///
+        /// # Safety
+        /// Called by C code with the C prototype of the libc function of the same name.
+        #[cfg(target_arch = "aarch64")]
+        #[unsafe(naked)]
+        #[no_mangle]
+        pub unsafe extern "C" fn $export() {
+            core::arch::naked_asm!("mov x6, x30", "b {imp}", imp = sym $imp)
+        }
+    };
+}
+
+entry6!(posix_spawn, posix_spawn_hook);
+entry6!(posix_spawnp, posix_spawnp_hook);
+
+type Spawn = unsafe extern "C-unwind" fn(
+    *mut pid_t,
+    *const c_char,
+    *const libc::c_void,
+    *const libc::c_void,
+    Argv,
+    Argv,
+) -> c_int;
+
+/// # Safety
+/// `real` is the real `posix_spawn` or `posix_spawnp`, called with the caller's arguments.
+#[allow(clippy::too_many_arguments)]
+unsafe fn spawn_common(
+    real: Spawn,
+    pid: *mut pid_t,
+    path: *const c_char,
+    actions: *const libc::c_void,
+    attr: *const libc::c_void,
+    argv: Argv,
+    envp: Argv,
+    ra: usize,
+) -> c_int {
+    let env = filtered_env(envp);
+    let envp2 = env.as_ref().map_or(envp, |(v, _)| v.as_ptr());
+    let start = state::now_ns();
+    let mut child: pid_t = 0;
+    // SAFETY: the real function with the caller's arguments (environment possibly filtered);
+    // the child's pid goes to the caller's `pid` once known, as the real function does.
+    let r = unsafe { real(&mut child, path, actions, attr, argv, envp2) };
+    if r == 0 {
+        if !pid.is_null() {
+            // SAFETY: the caller's pid pointer, which the real function would have written.
+            unsafe { *pid = child };
+        }
+        spawned::spawned(child as u32, start, ra);
+    }
+    r
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C-unwind" fn posix_spawn_hook(
+    pid: *mut pid_t,
+    path: *const c_char,
+    actions: *const libc::c_void,
+    attr: *const libc::c_void,
+    argv: Argv,
+    envp: Argv,
+    ra: usize,
+) -> c_int {
+    let real = REAL_POSIX_SPAWN.get();
+    // SAFETY: forwarded contract.
+    unsafe { spawn_common(real, pid, path, actions, attr, argv, envp, ra) }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C-unwind" fn posix_spawnp_hook(
+    pid: *mut pid_t,
+    file: *const c_char,
+    actions: *const libc::c_void,
+    attr: *const libc::c_void,
+    argv: Argv,
+    envp: Argv,
+    ra: usize,
+) -> c_int {
+    let real = REAL_POSIX_SPAWNP.get();
+    // SAFETY: forwarded contract.
+    unsafe { spawn_common(real, pid, file, actions, attr, argv, envp, ra) }
+}
+
+/// `vfork` cannot be wrapped: the child returns from it on the parent's stack, so nothing may
+/// stand between the program and the real call. The entry marks the thread as in a `vfork`
+/// (`spawned::vfork_pre`, which also hands back the real function) and tail-jumps to it with
+/// the stack as the program left it; the child's exec hook then writes the child's trace.
+#[cfg(target_arch = "x86_64")]
+static REAL_VFORK: RealFn = RealFn::new(b"vfork\0");
+#[cfg(target_arch = "x86_64")]
+crate::real::resolve_at_load!(REAL_VFORK);
+
+/// Interposed `vfork` (see `REAL_VFORK`).
+///
+/// # Safety
+/// Called by C code with the libc prototype.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn vfork() {
+    core::arch::naked_asm!(
+        "mov rdi, [rsp]",
+        // The stack is 16-byte aligned for the call after this.
+        "sub rsp, 8",
+        "call {pre}",
+        "add rsp, 8",
+        "jmp rax",
+        pre = sym vfork_pre,
+    )
+}
+
+#[cfg(target_arch = "x86_64")]
+extern "C" fn vfork_pre(ra: usize) -> usize {
+    spawned::vfork_pre(ra);
+    REAL_VFORK.get()
 }
 
 unsafe extern "C-unwind" fn exit_hook(status: c_int, _ra: usize) -> ! {

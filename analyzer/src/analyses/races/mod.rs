@@ -158,13 +158,13 @@ pub(crate) fn race_findings(
 }
 
 /// What one race finding stands for: its memory (the key's class) and its sites without
-/// their access kinds.
-type RaceGroup = (
+/// their access kinds. The merge of segments and traces folds races by it too.
+pub(crate) type RaceGroup = (
     Vec<String>,
     std::collections::BTreeSet<(Option<String>, Option<u32>, Option<String>)>,
 );
 
-fn race_group(f: &Finding) -> RaceGroup {
+pub(crate) fn race_group(f: &Finding) -> RaceGroup {
     let key = f.key();
     (
         key.classes,
