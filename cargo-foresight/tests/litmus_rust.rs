@@ -217,3 +217,63 @@ fn annotations_name_classes_and_check_ranks() {
         "{text}"
     );
 }
+
+/// The `thread-create` events of `trace`, as `foresight dump` shows them: each one's site.
+fn creation_sites(trace: &Path) -> Vec<String> {
+    let out = Command::new(harness::foresight())
+        .arg("dump")
+        .arg(trace)
+        .output()
+        .expect("run foresight dump");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains(" thread-create "))
+        .map(|l| l.split_whitespace().last().unwrap_or_default().to_string())
+        .collect()
+}
+
+#[test]
+fn threads_are_created_at_the_line_that_spawned_them() {
+    let traces = tempfile::tempdir().expect("temp dir");
+    let out = cargo_foresight(&["--test", "spawn_sites"], traces.path());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let all = traces_in(traces.path());
+    let trace = |test: &str| {
+        all.iter()
+            .find(|p| p.file_stem().is_some_and(|s| s == test))
+            .unwrap_or_else(|| panic!("no trace of {test} in {all:?}"))
+    };
+    let source = std::fs::read_to_string(fixtures_rust().join("tests/spawn_sites.rs")).unwrap();
+    let spawned: BTreeSet<String> = source
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.ends_with("// SPAWNED"))
+        .map(|(i, _)| format!("spawn_sites.rs:{}", i + 1))
+        .collect();
+    assert_eq!(spawned.len(), 4);
+
+    // Every way of spawning names its line; the test harness's own thread is not ours.
+    let sites = creation_sites(trace("every_way_of_spawning"));
+    let named: BTreeSet<String> = sites
+        .iter()
+        .map(|s| s.rsplit_once('/').map_or(s.as_str(), |(_, f)| f))
+        .filter(|s| s.starts_with("spawn_sites.rs:"))
+        .map(|s| s.split(':').take(2).collect::<Vec<_>>().join(":"))
+        .collect();
+    assert_eq!(named, spawned, "thread-create sites: {sites:?}");
+
+    // A spawn refused before a thread was created leaves its line to no later creation.
+    let sites = creation_sites(trace("a_spawn_that_fails_names_nothing_after_it"));
+    assert!(!sites.is_empty(), "no thread-create event");
+    assert!(
+        sites.iter().all(|s| !s.contains("spawn_sites.rs")),
+        "thread-create sites: {sites:?}"
+    );
+}

@@ -45,6 +45,14 @@ struct Table {
     access: unsafe extern "C" fn(usize, usize, bool, *const SourceSite),
 }
 
+/// The table with the entries appended since the first: an older runtime's table ends before
+/// them, so they are reached through the looked-up pointer once its `size` says they are there.
+#[repr(C)]
+struct Appended {
+    first: Table,
+    spawn_site: unsafe extern "C" fn(*const SourceSite),
+}
+
 /// The table: null before the lookup, `ABSENT` when there is no runtime.
 static TABLE: AtomicPtr<Table> = AtomicPtr::new(std::ptr::null_mut());
 
@@ -133,6 +141,26 @@ fn site(loc: &'static Location<'static>) -> SourceSite {
 // `*_begin` entry returned to its matching end on the same thread: the guard or the call
 // that made the token ends it before returning.
 impl Runtime {
+    /// Names `at` as the site of the next thread this thread creates (`None`: forgets it).
+    /// With an older runtime, which lacks the entry, the thread's site stays `std`'s line.
+    pub(crate) fn spawn_site(self, at: Option<&'static Location>) {
+        let p = TABLE.load(Ordering::Acquire).cast::<Appended>();
+        // SAFETY: with a `Runtime`, `TABLE` holds the runtime's table as `lookup` found it,
+        // which starts with its size; the entry is read only when that size covers it.
+        let entry = unsafe {
+            if (*p).first.size < std::mem::size_of::<Appended>() {
+                return;
+            }
+            (*p).spawn_site
+        };
+        let named = at.map(site);
+        let arg = named
+            .as_ref()
+            .map_or(std::ptr::null(), |s| s as *const SourceSite);
+        // SAFETY: see above; null is the entry's "forget".
+        unsafe { entry(arg) }
+    }
+
     pub(crate) fn declare(self, addr: usize, kind: Kind, count: u32, at: &'static Location) {
         // SAFETY: see above.
         unsafe { (self.0.declare)(addr, kind as u32, count, &site(at)) }

@@ -1,7 +1,8 @@
 //! `std::thread`, with scopes whose end foresight sees.
 //!
 //! Threads are created and joined through `pthread_create` and `pthread_join`, which
-//! foresight records for any program, so `spawn`, `Builder` and `JoinHandle` are `std`'s. A
+//! foresight records for any program, so `spawn`, `Builder` and `JoinHandle` are `std`'s,
+//! except that each spawn first names its caller's line as the new thread's site. A
 //! scope is different: `std` waits for its threads without joining them, so each thread this
 //! crate's `Scope` spawns declares, when its closure returns, that it happens before the
 //! scope's end (a happens-before edge in the trace), as a join would.
@@ -23,7 +24,32 @@ where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
+    let _named = SpawnSite::name(Location::caller());
     std::thread::spawn(f)
+}
+
+/// The caller's line named as the site of the thread `std` creates next (the runtime would
+/// see a line of `std` make it), until `std`'s spawn has returned or unwound: a spawn that
+/// fails before creating a thread leaves nothing for the next.
+struct SpawnSite(Option<runtime::Runtime>);
+
+impl SpawnSite {
+    #[inline]
+    fn name(at: &'static Location<'static>) -> SpawnSite {
+        let rt = runtime::get();
+        if let Some(rt) = rt {
+            rt.spawn_site(Some(at));
+        }
+        SpawnSite(rt)
+    }
+}
+
+impl Drop for SpawnSite {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0 {
+            rt.spawn_site(None);
+        }
+    }
 }
 
 pub use crate::scope::Scope;
@@ -61,6 +87,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     {
         let at = Location::caller();
         let tag = tag(&self.inner);
+        let _named = SpawnSite::name(at);
         self.inner.spawn(move || ended_in_scope(f, tag, at))
     }
 }
@@ -109,6 +136,7 @@ impl Builder {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
+        let _named = SpawnSite::name(Location::caller());
         self.inner.spawn(f)
     }
 
@@ -125,6 +153,7 @@ impl Builder {
     {
         let at = Location::caller();
         let tag = tag(&scope.inner);
+        let _named = SpawnSite::name(at);
         self.inner
             .spawn_scoped(&scope.inner, move || ended_in_scope(f, tag, at))
     }

@@ -73,6 +73,7 @@ pub struct Runtime {
     lock_class: unsafe extern "C" fn(usize, *const u8, usize, *const SourceSite),
     annotate: unsafe extern "C" fn(usize, u32, u32, *const SourceSite),
     access: unsafe extern "C" fn(usize, usize, bool, *const SourceSite),
+    spawn_site: unsafe extern "C" fn(*const SourceSite),
 }
 
 #[allow(non_upper_case_globals)]
@@ -99,6 +100,7 @@ pub static __foresight_sync_v1: Runtime = Runtime {
     lock_class,
     annotate: annotate_lock,
     access,
+    spawn_site,
 };
 
 fn object_kind(kind: u32) -> ObjectKind {
@@ -655,4 +657,30 @@ unsafe extern "C" fn access(addr: usize, size: usize, write: bool, site: *const 
     if let Some(t) = rt_lane() {
         t.record_access(addr, size << 1 | usize::from(write), pc);
     }
+}
+
+/// Names the program's line that creates the calling thread's next thread (the crate's
+/// `spawn`s, just before `std`'s), for the `pthread_create` hook, which takes it
+/// (`hooks/thread.rs`); null forgets it (the crate's spawn returned, a thread created or not).
+///
+/// # Safety
+/// `site` is null, or as for `known`.
+unsafe extern "C" fn spawn_site(site: *const SourceSite) {
+    if site.is_null() {
+        if let Some(t) = thread_state::current() {
+            t.set_spawn_site(None);
+        }
+        return;
+    }
+    let Some(t) = rt_lane() else {
+        return;
+    };
+    // SAFETY: the caller's contract.
+    let s = unsafe { &*site };
+    let named = t.with(|_| {
+        // SAFETY: the caller's contract: `file_len` bytes at `file`.
+        let file = unsafe { std::slice::from_raw_parts(s.file, s.file_len) };
+        thread_state::keep_errno(|| sites::source_site(s.key, file, s.line, s.column))
+    });
+    t.set_spawn_site(named);
 }

@@ -168,9 +168,11 @@ unsafe extern "C-unwind" fn create(
         // SAFETY: the real function with the caller's arguments.
         return unsafe { real(out, attr, start, arg) };
     };
+    // Taken whatever becomes of this create: a site named for it is not left for the next.
+    let named = t.take_spawn_site();
     let prepared = t.with(|t| {
         crate::flusher::thread_created();
-        let site = sites::call_site(ra).0;
+        let site = named.unwrap_or_else(|| sites::call_site(ra).0);
         let child = ThreadState::new(Some(t.tid()), 0);
         child.start.set(start as usize);
         child.arg.set(arg as usize);

@@ -122,6 +122,10 @@ pub struct ThreadState {
     /// The program's return address left by an `operator new`/`delete` hook for the `malloc`
     /// or `free` it calls (`hooks/heap.rs`); 0 when none.
     pending_site: Cell<usize>,
+    /// The program's own site for the thread this thread creates next: `foresight-sync`'s
+    /// spawns name their caller's line, where the `pthread_create` hook would see a return
+    /// address inside Rust's `std` (`hooks/sync.rs`, `hooks/thread.rs`).
+    spawn_site: Cell<Option<SiteId>>,
     /// Owners of the allocation: the thread, and its creator until `pthread_create` has
     /// returned to it (the child may run and exit first). The last one frees it (`release`).
     owners: AtomicU32,
@@ -182,6 +186,7 @@ impl ThreadState {
             executed: AtomicU64::new(0),
             recorded: AtomicU64::new(0),
             pending_site: Cell::new(0),
+            spawn_site: Cell::new(None),
             owners: AtomicU32::new(1),
             naming: AtomicU8::new(NAMING_OPEN),
             flusher_saw: Cell::new((0, true)),
@@ -211,6 +216,16 @@ impl ThreadState {
 
     pub fn set_clock_hint(&self, k: u64) {
         self.start_after.set(k);
+    }
+
+    /// Names (or, `None`, forgets) the site of the next thread this thread creates.
+    pub fn set_spawn_site(&self, site: Option<SiteId>) {
+        self.spawn_site.set(site);
+    }
+
+    /// The site `set_spawn_site` left, once.
+    pub fn take_spawn_site(&self) -> Option<SiteId> {
+        self.spawn_site.take()
     }
 
     pub fn close(&self) {
