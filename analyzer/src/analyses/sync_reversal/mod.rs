@@ -420,7 +420,7 @@ pub(crate) fn reversal(
         }
     }
     // 3c, 3d. No read sees another write; no outcome that depended on timing is moved.
-    let marks = &run.marks;
+    let marks = run.marks.get();
     let tails_read = tails.iter().any(|&(t, s, end)| marks.reads_in(t, s, end));
     for &(t, s, end) in &tails {
         if marks.fragile_in(t, s, end) {
