@@ -10,7 +10,7 @@
 //! clocks, and dropping them keeps the model small on long traces.
 //!
 //! [`ModelPass`] composes one visitor per concern, each owning its state:
-//! - [`HbPass`]: the happens-before clocks, with the deadlock analysis's edge kinds;
+//! - `HbPass` (`hb.rs`): the happens-before clocks, with the deadlock analysis's edge kinds;
 //! - `annotations.rs`: lock class names, subclasses and ranks in force;
 //! - `locks.rs`: the lock table, critical sections, held stacks, read recursions, the rank check
 //!   and monitor locks;
