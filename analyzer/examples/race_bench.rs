@@ -5,6 +5,8 @@
 //! race_bench synth FILE EVENTS [WORKERS]   write an access-heavy synthetic trace
 //! race_bench stream FILE                   the merged stream, converted: the floor of any pass
 //! race_bench races FILE                    the happens-before race pass alone
+//! race_bench walk FILE                     `analyze`'s walk without the race pass: the merged
+//!                                          read, the model, its clocks and reads-from
 //! race_bench analyze FILE                  what `foresight analyze` does: the walk (deadlock
 //!                                          model and race pass), then every analysis,
 //!                                          sync-preserving race prediction included
@@ -25,10 +27,11 @@
 //! globals and the stack, as a recorded program's do.
 
 use std::io::BufWriter;
+use std::sync::Arc;
 use std::time::Instant;
 
 use foresight_analyzer::analysis::analyze;
-use foresight_analyzer::model::{walk, ModelPass};
+use foresight_analyzer::model::{walk, ModelPass, DEFAULT_SEGMENT_EVENTS};
 use foresight_analyzer::options::Options;
 use foresight_analyzer::races::RacePass;
 use foresight_analyzer::stream::{Op, Pass, Runs, Stream, StreamEvent};
@@ -40,7 +43,7 @@ use foresight_trace::tables::{
 use foresight_trace::{ChunkWriter, TableRecord, TraceStream, TraceWriter};
 
 const USAGE: &str = "usage: race_bench synth FILE EVENTS [WORKERS] | stream FILE | \
-                     races FILE | analyze FILE";
+                     races FILE | walk FILE | analyze FILE";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -96,9 +99,27 @@ fn main() {
                 ),
             )
         }),
+        "walk" => measure("walk", path, |stream| {
+            // What `analyze`'s walk costs without the race pass: the merged read, the model,
+            // its clocks and reads-from.
+            let model = ModelPass::of_stream(stream, path).without_race_pass();
+            let stream_walk = Stream::of_stream(stream);
+            let mut merged = stream.merged();
+            let run = walk(
+                &stream_walk,
+                model,
+                Runs(&mut merged),
+                &mut |_| {},
+                DEFAULT_SEGMENT_EVENTS,
+                &mut |_| {},
+                None,
+            );
+            (run.events, String::new())
+        }),
         "analyze" => measure("analyze", path, |stream| {
             let walk_start = Instant::now();
-            let model = ModelPass::of_stream(stream, path);
+            // As `foresight analyze` does with a file: marks read again when asked for.
+            let model = ModelPass::of_stream(stream, path).with_marks_from(stream.clone());
             let stream_walk = Stream::of_stream(stream);
             let mut merged = stream.merged();
             let run = walk(
@@ -142,12 +163,12 @@ fn usage() -> ! {
 
 /// Opens the trace, runs `work` on it and prints what it returned with the time and the peak
 /// memory.
-fn measure(mode: &str, path: &str, work: impl FnOnce(&TraceStream) -> (u64, String)) {
+fn measure(mode: &str, path: &str, work: impl FnOnce(&Arc<TraceStream>) -> (u64, String)) {
     let start = Instant::now();
-    let stream = TraceStream::open(path).unwrap_or_else(|e| {
+    let stream = Arc::new(TraceStream::open(path).unwrap_or_else(|e| {
         eprintln!("race_bench: {e}");
         std::process::exit(2)
-    });
+    }));
     let (events, found) = work(&stream);
     let secs = start.elapsed().as_secs_f64();
     let cpu = cpu_secs("/proc/self/stat");

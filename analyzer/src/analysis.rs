@@ -78,8 +78,9 @@ fn part_report(runs: &[Run], warnings: &[Vec<String>], opts: &Options) -> (Repor
     summary.race_budget_exhausted = budgets.race.exhausted;
     let findings = in_report_order(findings);
     // Hints per trace (its runs are its segments), each hint once: a hint's numbers are its
-    // trace's.
+    // trace's. The part's tally, for the merge, is the traces' added up.
     let mut hints: Vec<String> = Vec::new();
+    let mut hint_tally = crate::wrapper_hints::HintTally::default();
     let mut start = 0;
     while start < runs.len() {
         let end = start
@@ -87,14 +88,15 @@ fn part_report(runs: &[Run], warnings: &[Vec<String>], opts: &Options) -> (Repor
                 .iter()
                 .take_while(|r| r.source == runs[start].source)
                 .count();
-        for h in crate::wrapper_hints::HintTally::of_runs(&runs[start..end]).hints() {
+        let tally = crate::wrapper_hints::HintTally::of_runs(&runs[start..end]);
+        for h in tally.hints() {
             if !hints.contains(&h) {
                 hints.push(h);
             }
         }
+        hint_tally.add(tally);
         start = end;
     }
-    let hint_tally = crate::wrapper_hints::HintTally::of_runs(runs);
     let mut report = Report {
         schema: REPORT_SCHEMA,
         version: REPORT_VERSION,

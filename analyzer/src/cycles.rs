@@ -39,16 +39,17 @@ pub struct Search {
 }
 
 /// The cycles found; each is a list of nodes, the edge from the last back to the first implied.
+#[cfg(test)]
 #[derive(Debug, Default)]
 pub struct Cycles {
     pub cycles: Vec<Vec<usize>>,
     /// The budget ran out before every cycle up to the length was enumerated.
     pub truncated: bool,
-    pub steps: u64,
 }
 
 /// Every elementary cycle up to `max_len` (`None`: any length), collected (for small graphs
 /// and tests: a dense graph has exponentially many; [`for_each_cycle`] holds none of them).
+#[cfg(test)]
 pub fn elementary_cycles(adjacency: &[Vec<usize>], max_len: Option<usize>, budget: u64) -> Cycles {
     let scc = strongly_connected_components(adjacency);
     let mut cycles = Vec::new();
@@ -59,7 +60,6 @@ pub fn elementary_cycles(adjacency: &[Vec<usize>], max_len: Option<usize>, budge
     Cycles {
         cycles,
         truncated: search.truncated,
-        steps: search.steps,
     }
 }
 

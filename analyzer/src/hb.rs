@@ -587,12 +587,9 @@ impl HbPass {
         Self::with_builder(HbBuilder::streaming(threads), edges)
     }
 
-    pub fn edges(&self) -> EdgeKinds {
-        self.edges
-    }
-
     /// The clock of the thread's latest handled event, own entry included: what happens before
     /// it (as prefix lengths per thread).
+    #[cfg(test)]
     pub fn clock(&mut self, thread: u32) -> &VectorClock {
         self.builder.clock(thread as usize)
     }

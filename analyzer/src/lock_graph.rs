@@ -14,6 +14,10 @@ use foldhash::{HashMap, HashMapExt};
 use crate::model::{AcquireHow, Acquisition, IndexMap, Run};
 use crate::stream::Mode;
 
+/// The strongly connected components of a graph given by its adjacency lists (what `graph`
+/// colours and `--scc-only` keeps).
+pub use crate::cycles::strongly_connected_components;
+
 /// At most this many witnesses are kept per class edge (distinct thread and site pairs).
 pub const WITNESSES_PER_EDGE: usize = 8;
 

@@ -81,12 +81,14 @@ impl HintTally {
 
     fn of_run(run: &Run) -> Self {
         let mut t = HintTally {
-            total: counted(run).count() as u64,
+            total: 0,
             ..HintTally::default()
         };
         // The sites of each line, to tell what each thread takes there.
         let mut line_of_site: HashMap<SiteId, (String, String)> = HashMap::new();
-        for ((site, lock), n) in acquisitions_by_lock_and_site(run) {
+        let taken = taken_by_lock_and_site(run);
+        t.total = taken.total;
+        for ((site, lock), n) in taken.counts {
             let Some(loc) = run.sites.get(&site) else {
                 continue;
             };
@@ -111,14 +113,13 @@ impl HintTally {
             e.thread_entry |= is_thread_entry(loc);
             line_of_site.insert(site, key);
         }
-        for a in counted(run) {
-            let (Some(line), Some(lock)) =
-                (line_of_site.get(&a.site), run.locks.get(a.lock as usize))
+        for (site, lock, thread) in taken.threads {
+            let (Some(line), Some(lock)) = (line_of_site.get(&site), run.locks.get(lock as usize))
             else {
                 continue;
             };
             if let Some(e) = t.lines.get_mut(line) {
-                e.took(&run.source, a.thread, &lock.name);
+                e.took(&run.source, thread, &lock.name);
             }
         }
         t
@@ -231,15 +232,28 @@ fn is_thread_entry(loc: &crate::sites::Location) -> bool {
     })
 }
 
+/// What a run's counted acquisitions take where: their number, how many take each lock at
+/// each site, and which threads do ([`LineTally::took`]).
+struct Taken {
+    total: u64,
+    /// (site, lock) → acquisitions (those at sites the run does not name left out).
+    counts: Vec<((SiteId, u32), u64)>,
+    /// Distinct (site, lock, thread), in no particular order (`took` does not depend on it).
+    threads: Vec<(SiteId, u32, u32)>,
+}
+
 /// How many of the run's acquisitions take each lock at each site (those at sites the run does
-/// not name left out): counted first, so that a site is named once per lock, not once per
-/// acquisition (a long trace takes the same few locks at the same few sites millions of
-/// times). Counted in a table by (lock, site) when the site ids are small (the recorder's are
-/// dense) and the table is, else per lock in a short list of sites, past which a map.
-fn acquisitions_by_lock_and_site(run: &Run) -> Vec<((SiteId, u32), u64)> {
+/// not name left out), and by which threads: counted first, so that a site is named once per
+/// lock, not once per acquisition (a long trace takes the same few locks at the same few sites
+/// millions of times). Counted in one pass over a table by (lock, site) when the site ids are
+/// small (the recorder's are dense) and the table is — an entry's first thread, and a bit per
+/// thread for an entry more threads take —, else per lock in a short list of sites, past which
+/// a map, and the threads in a set looked up when a thread takes a (lock, site) it did not
+/// take lately.
+fn taken_by_lock_and_site(run: &Run) -> Taken {
     /// Entries of the (lock, site) table at most.
     const TABLE: usize = 1 << 18;
-    let (locks, sites) = (run.locks.len(), run.sites.len());
+    let (locks, sites, threads) = (run.locks.len(), run.sites.len(), run.threads.len());
     let max_site = run.sites.keys().copied().max().unwrap_or(0) as usize;
     if max_site < TABLE && locks.saturating_mul(sites) <= TABLE {
         let mut slot = vec![u32::MAX; max_site + 1];
@@ -248,25 +262,85 @@ fn acquisitions_by_lock_and_site(run: &Run) -> Vec<((SiteId, u32), u64)> {
             slot[site as usize] = ids.len() as u32;
             ids.push(site);
         }
+        let mut total = 0u64;
         let mut counts = vec![0u64; locks * sites];
+        let mut first = vec![u32::MAX; locks * sites];
+        let mut more: Vec<Vec<u64>> = vec![Vec::new(); locks * sites];
         for a in counted(run) {
-            if let Some(&k) = slot.get(a.site as usize) {
-                if k != u32::MAX && (a.lock as usize) < locks {
-                    counts[a.lock as usize * sites + k as usize] += 1;
+            total += 1;
+            let Some(&k) = slot.get(a.site as usize) else {
+                continue;
+            };
+            if k == u32::MAX || a.lock as usize >= locks {
+                continue;
+            }
+            let i = a.lock as usize * sites + k as usize;
+            counts[i] += 1;
+            if first[i] == u32::MAX {
+                first[i] = a.thread;
+            } else if first[i] != a.thread {
+                let bits = &mut more[i];
+                let w = a.thread as usize / 64;
+                if w >= bits.len() {
+                    bits.resize(threads.div_ceil(64).max(w + 1), 0);
+                }
+                bits[w] |= 1 << (a.thread % 64);
+            }
+        }
+        let mut taken = Taken {
+            total,
+            counts: Vec::new(),
+            threads: Vec::new(),
+        };
+        for (i, &n) in counts.iter().enumerate() {
+            if n == 0 {
+                continue;
+            }
+            let (site, lock) = (ids[i % sites], (i / sites) as u32);
+            taken.counts.push(((site, lock), n));
+            taken.threads.push((site, lock, first[i]));
+            for (w, &word) in more[i].iter().enumerate() {
+                let mut word = word;
+                while word != 0 {
+                    let thread = (w * 64) as u32 + word.trailing_zeros();
+                    word &= word - 1;
+                    if thread != first[i] {
+                        taken.threads.push((site, lock, thread));
+                    }
                 }
             }
         }
-        return counts
-            .iter()
-            .enumerate()
-            .filter(|&(_, &n)| n > 0)
-            .map(|(i, &n)| ((ids[i % sites], (i / sites) as u32), n))
-            .collect();
+        return taken;
     }
-    acquisitions_by_lock_and_site_in_lists(run)
+    const RECENT: usize = 4;
+    let mut recent: Vec<[Option<(u32, SiteId)>; RECENT]> = vec![[None; RECENT]; threads];
+    let mut seen: foldhash::HashSet<(SiteId, u32, u32)> = foldhash::HashSet::default();
+    let mut total = 0u64;
+    for a in counted(run) {
+        total += 1;
+        let pair = Some((a.lock, a.site));
+        if let Some(r) = recent.get_mut(a.thread as usize) {
+            if r.contains(&pair) {
+                continue;
+            }
+            r.rotate_right(1);
+            r[0] = pair;
+        }
+        seen.insert((a.site, a.lock, a.thread));
+    }
+    // As the table: only the sites the run names, and locks it has.
+    let named = |site: &SiteId, lock: u32| run.sites.contains_key(site) && (lock as usize) < locks;
+    Taken {
+        total,
+        counts: acquisitions_by_lock_and_site_in_lists(run),
+        threads: seen
+            .into_iter()
+            .filter(|(site, lock, _)| named(site, *lock))
+            .collect(),
+    }
 }
 
-/// [`acquisitions_by_lock_and_site`] without the table: per lock, a short list of sites, past
+/// [`taken_by_lock_and_site`]'s counts without the table: per lock, a short list of sites, past
 /// which a map.
 fn acquisitions_by_lock_and_site_in_lists(run: &Run) -> Vec<((SiteId, u32), u64)> {
     let locks = run.locks.len();
@@ -353,7 +427,7 @@ mod tests {
             v.sort_unstable();
             v
         };
-        let table = sorted(acquisitions_by_lock_and_site(&run));
+        let table = sorted(taken_by_lock_and_site(&run).counts);
         let lists = sorted(acquisitions_by_lock_and_site_in_lists(&run));
         assert_eq!(table, lists);
         assert_eq!(table.len(), 12);

@@ -4,6 +4,7 @@ use anyhow::Context;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -450,7 +451,7 @@ pub fn load_run(
     race_memory: u64,
     on_segment: &mut dyn FnMut(Run),
 ) -> anyhow::Result<(Run, Vec<String>)> {
-    let stream = input.open_stream()?;
+    let stream = Arc::new(input.open_stream()?);
     let run = stream_run(
         &stream,
         &input.name,
@@ -469,7 +470,7 @@ pub fn load_run(
 /// at a time. A trace with barriers is first scanned per thread for the generation each
 /// arrival belongs to (`stream.rs`).
 fn stream_run(
-    stream: &TraceStream,
+    stream: &Arc<TraceStream>,
     name: &str,
     wrappers: &Wrappers,
     tty: bool,
@@ -509,10 +510,14 @@ fn stream_run(
         .with_end_reason(stream.trailer().map(|t| t.reason))
         .with_process(stream.header());
     // No race budget is `graph`'s: the lock-order graph needs neither races nor reads-from.
+    // Otherwise the sync-reversal rule's marks of where threads read and write are read from
+    // the file again for the few segments that need them, not kept for every event.
     let model = if race_memory == 0 {
         model.lock_order_only()
     } else {
-        model.with_race_memory(race_memory)
+        model
+            .with_race_memory(race_memory)
+            .with_marks_from(stream.clone())
     };
     let bar = tty.then(|| {
         let b = match expected {

@@ -5,7 +5,7 @@
 
 use std::fmt::Write;
 
-use foresight_analyzer::cycles::strongly_connected_components;
+use foresight_analyzer::lock_graph::strongly_connected_components;
 use foresight_analyzer::lock_graph::LockOrderGraph;
 use std::collections::HashMap;
 

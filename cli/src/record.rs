@@ -1110,7 +1110,7 @@ pub(crate) fn stop_cause(cause: StopCause, max_size: Option<u64>) -> String {
             format!(
                 "recording stopped early, the program ran on: the program took the trace's \
                  descriptor ({}); the trace holds what was written before",
-                foresight_analyzer::analyses::observed::descriptor_taken(errno)
+                foresight_analyzer::descriptor_taken(errno)
             )
         }
         StopCause::WriteFailed { errno } => format!(

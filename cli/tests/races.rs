@@ -659,6 +659,96 @@ fn a_reversal_race_carries_its_rule_and_schedule_in_every_format() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The races of `foresight analyze --format json` (rule and the two lines of each).
+fn cli_race_lines(dir: &std::path::Path, args: &[&str]) -> BTreeSet<(u32, u32, String)> {
+    let o = foresight(dir, &[&["analyze", "--format", "json"], args].concat());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kind"] == "race")
+        .map(|f| {
+            let mut l: Vec<u32> = f["locations"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|l| l["line"].as_u64())
+                .map(|l| l as u32)
+                .collect();
+            l.sort_unstable();
+            (l[0], l[1], f["rule"].as_str().unwrap().to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn a_reversal_read_from_a_file_is_refused_where_a_moved_outcome_depended_on_timing() {
+    // `analyze` of a file reads where threads read, write and failed to take a lock again
+    // when the reversal asks (the walk keeps no marks); what it decides must be what the
+    // walk's own marks decide, whole and in segments.
+    let dir = std::env::temp_dir().join(format!("foresight-races-marks-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    // a writes x inside m; b takes m for a moment, (maybe) fails to take n, then reads x.
+    // Running b's section first moves b's failed trylock ahead of a's section: its outcome
+    // depended on when it ran, so that reordering is refused.
+    let trace = |fails: bool| {
+        let mut t = T::new();
+        let (a, b) = (t.spawn("a"), t.spawn("b"));
+        let (m, n) = (t.b.mutex("m"), t.b.mutex("n"));
+        t.write(a, 0x3000, 4, 9);
+        t.lock(a, m);
+        t.write(a, X, 4, 10);
+        t.unlock(a, m);
+        t.lock(b, m);
+        t.unlock(b, m);
+        if fails {
+            let site = t.b.site("f", "t.c", 19);
+            t.ev(
+                b,
+                EventKind::LockTry {
+                    lock: n,
+                    mode: LockMode::Exclusive,
+                    site,
+                    acquired: false,
+                },
+            );
+        }
+        t.read(b, 0x3008, 4, 19);
+        t.read(b, X, 4, 20);
+        t.b.finish()
+    };
+    for (fails, name) in [(false, "moves.trace"), (true, "refused.trace")] {
+        let bytes = trace(fails);
+        std::fs::write(dir.join(name), &bytes).unwrap();
+        let in_memory = Trace::from_bytes(name, bytes).expect("trace reads");
+        for segment_events in ["0", "4", "7"] {
+            let cli = cli_race_lines(&dir, &["--segment-events", segment_events, name]);
+            let walked = foresight_analyzer::analysis::analyze_in_segments(
+                &in_memory,
+                &foresight_analyzer::sites::Wrappers::default(),
+                &Options::default(),
+                segment_events.parse().unwrap(),
+            );
+            let walked: BTreeSet<(u32, u32, String)> = race_lines(&walked)
+                .into_iter()
+                .map(|(a, b, rule)| (a, b, rule.to_string()))
+                .collect();
+            assert_eq!(cli, walked, "{name}, segments of {segment_events}");
+        }
+        let whole = cli_race_lines(&dir, &[name]);
+        let expected: BTreeSet<(u32, u32, String)> = if fails {
+            BTreeSet::new()
+        } else {
+            [(10, 20, "sync-reversal".to_string())].into()
+        };
+        assert_eq!(whole, expected, "{name}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A trace read from its file as `foresight analyze` reads it, the race pass in the walk from
 /// the first event (`replay: None`) or joining it at the first memory access, fed the events
 /// before it again from a second read of the file (at most `replay_limit` of them). Returns

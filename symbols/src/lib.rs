@@ -24,6 +24,8 @@
 //! symbol, and variables that already have a record, are left alone, so running it twice
 //! appends nothing the second time.
 
+#![warn(missing_docs)]
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -73,6 +75,7 @@ impl Default for SymbolizeOptions {
 /// What a symbolisation pass did.
 #[derive(Clone, Debug, Default)]
 pub struct SymbolizeSummary {
+    /// The trace symbolised.
     pub path: PathBuf,
     /// Distinct frames the trace refers to (site frames and static lock addresses).
     pub frames: usize,
@@ -132,6 +135,7 @@ impl SymbolizeSummary {
 /// A module whose frames could not be symbolised.
 #[derive(Clone, Debug)]
 pub struct SkippedModule {
+    /// The module's id in the trace's module table.
     pub module: u32,
     /// Its path as the trace records it, when the trace has one.
     pub path: Option<String>,
@@ -139,6 +143,7 @@ pub struct SkippedModule {
     pub frames: usize,
     /// How many 8-byte granules of accessed static data this left unnamed.
     pub data_granules: u64,
+    /// Why its frames could not be symbolised.
     pub reason: SkipReason,
 }
 
@@ -181,7 +186,12 @@ pub enum SkipReason {
     /// The file is not an ELF object this crate understands.
     NotElf(String),
     /// The file is another build than the one recorded.
-    BuildIdMismatch { recorded: Vec<u8>, found: Vec<u8> },
+    BuildIdMismatch {
+        /// The build id the trace recorded.
+        recorded: Vec<u8>,
+        /// The build id of the file found at the module's path.
+        found: Vec<u8>,
+    },
     /// Reading the debug information failed badly (a malformed file).
     Malformed(String),
 }
@@ -215,18 +225,27 @@ fn hex_or_none(b: &[u8]) -> String {
 /// otherwise.
 #[derive(Debug, thiserror::Error)]
 pub enum SymbolizeError {
+    /// The trace could not be read.
     #[error(transparent)]
     Trace(#[from] TraceError),
+    /// A file operation failed.
     #[error("{path}: {op}: {error}")]
     Io {
+        /// The file.
         path: PathBuf,
+        /// What was being done to it.
         op: &'static str,
+        /// The error.
         error: std::io::Error,
     },
     #[error("{path}: byte {offset}: writing the symbols failed: {error}; the file was restored")]
+    /// Appending the symbols failed; the file was cut back to its length before.
     WriteFailed {
+        /// The trace.
         path: PathBuf,
+        /// Where the append started: the file's length before it.
         offset: u64,
+        /// The error.
         error: std::io::Error,
     },
     #[error(
@@ -234,22 +253,37 @@ pub enum SymbolizeError {
          too ({restore_error}): the trace may now end in an incomplete chunk (a reader still reads \
          every complete chunk before it)"
     )]
+    /// Appending the symbols failed, and so did cutting the file back.
     RestoreFailed {
+        /// The trace.
         path: PathBuf,
+        /// Where the append started: the file's length before it.
         offset: u64,
+        /// The error of the append.
         error: std::io::Error,
+        /// The error of cutting the file back.
         restore_error: std::io::Error,
     },
     #[error("{path}: the file changed while it was being symbolised (it was {expected} bytes, now {found}); is a recording still writing it?")]
+    /// The file's length changed during the pass (a recording still writing it).
     Changed {
+        /// The trace.
         path: PathBuf,
+        /// Its length when the pass read it.
         expected: u64,
+        /// Its length before the append.
         found: u64,
     },
     #[error(
         "{path}: no free string id is left for the symbol names (the string table uses id {max})"
     )]
-    StringIdsExhausted { path: PathBuf, max: u32 },
+    /// Every string id is taken: the symbol names cannot be added.
+    StringIdsExhausted {
+        /// The trace.
+        path: PathBuf,
+        /// The largest id the string table uses.
+        max: u32,
+    },
 }
 
 /// How a frame is used, which decides how it is resolved.

@@ -78,7 +78,9 @@ pub struct Output {
 
 /// One analysis.
 pub trait Analysis: Sync {
-    /// A short name, for messages and the code map.
+    /// A short name: its folder's, for readers of the registry (the registry's test holds
+    /// them distinct); no report prints it.
+    #[allow(dead_code)]
     fn name(&self) -> &'static str;
 
     /// The part's findings, appended to `out`; counters into `summary`.
@@ -87,4 +89,16 @@ pub trait Analysis: Sync {
     /// Once every analysis of the part has run: drops what another analysis's findings already
     /// say (an observed deadlock supersedes the predictions of the same blocked calls).
     fn settle(&self, _findings: &mut Vec<Finding>) {}
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_registered_analysis_has_a_name_of_its_own() {
+        let mut names: Vec<&str> = super::REGISTRY.iter().map(|a| a.name()).collect();
+        let registered = names.len();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), registered, "{names:?}");
+    }
 }

@@ -1,7 +1,7 @@
 //! Which events of a segment read or write memory, per thread: one bit per event for each, and
 //! the positions of the few events whose outcome depends on what other threads did at that
-//! moment (a failed trylock or semaphore try, a timed-out wait). Kept only where a race
-//! analysis runs; two bits per event of the segment, dropped with it.
+//! moment (a failed trylock or semaphore try, a timed-out wait). Two bits per event of the
+//! segment, dropped with it.
 //!
 //! The sync-preserving closure never needs them: it keeps the trace order of what it
 //! contains, and trace order keeps every read's writer. A reordering that reverses critical
@@ -9,6 +9,20 @@
 //! only where no read can see another write: these marks say where reads and writes are, and,
 //! for the first [`KEPT_SPANS`] accesses of a segment, which bytes each touches, so that a
 //! section that writes other memory than the events it overtakes read may still move.
+//!
+//! That analysis asks for them only when a candidate pair is left after the other race rules,
+//! which most segments never have. So a walk that can read its trace again
+//! ([`ModelPass::with_marks_from`](super::ModelPass::with_marks_from), what `foresight analyze`
+//! does with a file) keeps none: a segment's [`SegmentMarks`] remember where the segment starts
+//! and ends in each thread, and the first question reads those threads' events again
+//! ([`MarksSource`]) — no cost per event of the walk, one more read of the threads for a segment
+//! that has such a candidate. A walk over events it cannot read twice (a decoded trace, an
+//! iterator) keeps them as it goes, with the same result.
+
+use std::sync::{Arc, OnceLock};
+
+use foresight_trace::event::{AtomicOp, EventKind, WaitOutcome};
+use foresight_trace::ThreadId;
 
 use crate::stream::{Op, StreamEvent};
 
@@ -43,6 +57,9 @@ struct ThreadMarks {
     writes: Vec<u64>,
     /// Events whose outcome depends on the timing of other threads (in position order).
     fragile: Vec<u32>,
+    /// Read again, the thread had fewer events than the walk saw (the file shrank): every
+    /// range is taken to hold such an event, so that no reordering moves what is unknown.
+    cut_short: bool,
     /// The bytes of its accesses, in position order (empty once dropped).
     spans: Vec<Span>,
 }
@@ -100,46 +117,31 @@ impl AccessMarks {
     /// Notes what the event does to memory (or what its outcome depended on).
     #[inline]
     pub fn handle(&mut self, ev: &StreamEvent) {
-        let whole = |addr: u64, size: u64| (addr, addr.saturating_add(size.max(1)));
-        let (read, write, fragile, bytes) = match ev.op {
-            Op::Read { addr, size, .. } => (true, false, false, whole(addr, size.into())),
-            Op::Write { addr, size, .. } => (false, true, false, whole(addr, size.into())),
-            Op::Alloc { addr, size, .. } => (false, true, false, whole(addr, size)),
-            // The block's size is the heap model's: any byte, to be safe.
-            Op::Free { .. } => (false, true, false, (0, u64::MAX)),
-            Op::Atomic(a) => (a.loads, a.stores, false, whole(a.addr, a.size.into())),
-            Op::LockTry {
-                acquired: false, ..
-            }
-            | Op::LockFailed { .. }
-            | Op::SemTry {
-                acquired: false, ..
-            }
-            | Op::SemWaitEnd {
-                acquired: false, ..
-            } => (false, false, true, (0, 0)),
-            Op::CondWaitEnd { timed_out, .. } => (false, false, timed_out, (0, 0)),
-            _ => return,
-        };
-        let Some(m) = self.threads.get_mut(ev.thread as usize) else {
+        if let Some(mark) = Mark::of_op(&ev.op) {
+            self.mark(ev.thread, ev.pos, mark);
+        }
+    }
+
+    fn mark(&mut self, thread: u32, pos: u32, mark: Mark) {
+        let Some(m) = self.threads.get_mut(thread as usize) else {
             return;
         };
-        if read {
-            ThreadMarks::set(&mut m.reads, m.base, ev.pos);
+        if mark.read {
+            ThreadMarks::set(&mut m.reads, m.base, pos);
         }
-        if write {
-            ThreadMarks::set(&mut m.writes, m.base, ev.pos);
+        if mark.write {
+            ThreadMarks::set(&mut m.writes, m.base, pos);
         }
-        if fragile {
-            m.fragile.push(ev.pos);
+        if mark.fragile {
+            m.fragile.push(pos);
         }
-        if (read || write) && !self.spans_dropped {
-            let (lo, hi) = bytes;
+        if (mark.read || mark.write) && !self.spans_dropped {
+            let (lo, hi) = mark.bytes;
             // A read-modify-write atomic is one span of each.
             for w in [false, true] {
-                if (w && write) || (!w && read) {
+                if (w && mark.write) || (!w && mark.read) {
                     m.spans.push(Span {
-                        pos: ev.pos,
+                        pos,
                         write: w,
                         lo,
                         hi,
@@ -186,7 +188,8 @@ impl AccessMarks {
         {
             return false;
         }
-        if self.spans_dropped {
+        let cut_short = |t: u32| self.threads.get(t as usize).is_some_and(|m| m.cut_short);
+        if self.spans_dropped || cut_short(w) || readers.iter().any(|&(t, _, _)| cut_short(t)) {
             return true;
         }
         let spans = |t: u32, from: u32, to: u32, write: bool| {
@@ -227,15 +230,359 @@ impl AccessMarks {
     /// threads' timing.
     pub fn fragile_in(&self, t: u32, from: u32, to: u32) -> bool {
         self.threads.get(t as usize).is_some_and(|m| {
+            if m.cut_short {
+                return true;
+            }
             let i = m.fragile.partition_point(|&p| p < from);
             m.fragile.get(i).is_some_and(|&p| p < to)
         })
     }
 }
 
+/// What one event does that the marks keep.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Mark {
+    read: bool,
+    write: bool,
+    fragile: bool,
+    /// The bytes an access touches, `lo..hi` (a free: any byte, as the block's size is the
+    /// heap model's).
+    bytes: (u64, u64),
+}
+
+impl Mark {
+    const fn new(read: bool, write: bool, fragile: bool) -> Option<Mark> {
+        Some(Mark {
+            read,
+            write,
+            fragile,
+            bytes: (0, 0),
+        })
+    }
+
+    fn access(read: bool, write: bool, addr: u64, size: u64) -> Option<Mark> {
+        Some(Mark {
+            read,
+            write,
+            fragile: false,
+            bytes: (addr, addr.saturating_add(size.max(1))),
+        })
+    }
+
+    const fn free() -> Option<Mark> {
+        Some(Mark {
+            read: false,
+            write: true,
+            fragile: false,
+            bytes: (0, u64::MAX),
+        })
+    }
+
+    /// The mark of a converted event (none for most).
+    #[inline]
+    fn of_op(op: &Op) -> Option<Mark> {
+        match *op {
+            Op::Read { addr, size, .. } => Mark::access(true, false, addr, size.into()),
+            Op::Write { addr, size, .. } => Mark::access(false, true, addr, size.into()),
+            Op::Alloc { addr, size, .. } => Mark::access(false, true, addr, size),
+            Op::Free { .. } => Mark::free(),
+            Op::Atomic(a) => Mark::access(a.loads, a.stores, a.addr, a.size.into()),
+            Op::LockTry {
+                acquired: false, ..
+            }
+            | Op::LockFailed { .. }
+            | Op::SemTry {
+                acquired: false, ..
+            }
+            | Op::SemWaitEnd {
+                acquired: false, ..
+            } => Mark::new(false, false, true),
+            Op::CondWaitEnd { timed_out, .. } => Mark::new(false, false, timed_out),
+            _ => None,
+        }
+    }
+
+    /// The mark of a wire event read again: the same as that of its conversion
+    /// (`stream.rs`'s `convert`), made without the walk's thread index.
+    fn of_kind(kind: &EventKind) -> Option<Mark> {
+        match *kind {
+            EventKind::Read { addr, size, .. } => Mark::access(true, false, addr, size.into()),
+            EventKind::Write { addr, size, .. } => Mark::access(false, true, addr, size.into()),
+            EventKind::Alloc { addr, size, .. } => Mark::access(false, true, addr, size),
+            EventKind::Free { .. } => Mark::free(),
+            EventKind::Atomic { op, addr, size, .. } => Mark::access(
+                !matches!(op, AtomicOp::Store),
+                matches!(op, AtomicOp::Store | AtomicOp::Rmw | AtomicOp::CasSuccess),
+                addr,
+                size.into(),
+            ),
+            EventKind::LockTry {
+                acquired: false, ..
+            }
+            | EventKind::LockFailed { .. }
+            | EventKind::SemTry {
+                acquired: false, ..
+            }
+            | EventKind::SemWaitEnd {
+                acquired: false, ..
+            } => Mark::new(false, false, true),
+            EventKind::CondWaitEnd { outcome, .. } => {
+                Mark::new(false, false, outcome == WaitOutcome::TimedOut)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Reads a trace's threads again for the marks of one segment: thread `threads[t]` (dense
+/// thread `t` of the walk) from position `start[t]` (0 when `start` is empty) up to `end[t]`
+/// (excluded), as the walk read them.
+pub trait MarksSource: Send + Sync {
+    /// The events of thread `id` in program order, as the walk's merged read gives them.
+    fn thread_events(&self, id: ThreadId) -> Box<dyn Iterator<Item = EventKind> + '_>;
+}
+
+/// A trace file read again one thread at a time.
+impl MarksSource for foresight_trace::TraceStream {
+    fn thread_events(&self, id: ThreadId) -> Box<dyn Iterator<Item = EventKind> + '_> {
+        Box::new(foresight_trace::TraceStream::thread_events(self, id).map(|e| e.kind))
+    }
+}
+
+/// A segment's marks: kept by the walk, or read again at the first question.
+#[derive(Default)]
+pub struct SegmentMarks {
+    marks: OnceLock<AccessMarks>,
+    later: Option<Later>,
+}
+
+/// Where a segment's marks are read from when they are first needed.
+struct Later {
+    source: Arc<dyn MarksSource>,
+    /// The walk's dense threads' ids.
+    threads: Vec<ThreadId>,
+    /// Per dense thread, where the segment starts (empty: at 0) and ends.
+    start: Vec<u32>,
+    end: Vec<u32>,
+}
+
+impl std::fmt::Debug for SegmentMarks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SegmentMarks")
+            .field("marks", &self.marks.get())
+            .field("read_again", &self.later.is_some())
+            .finish()
+    }
+}
+
+impl SegmentMarks {
+    /// Marks the walk kept.
+    pub fn kept(marks: AccessMarks) -> Self {
+        SegmentMarks {
+            marks: OnceLock::from(marks),
+            later: None,
+        }
+    }
+
+    /// The marks of the segment `start..end` (per dense thread of `threads`), read from
+    /// `source` when first asked for.
+    pub fn read_later(
+        source: Arc<dyn MarksSource>,
+        threads: Vec<ThreadId>,
+        start: Vec<u32>,
+        end: Vec<u32>,
+    ) -> Self {
+        SegmentMarks {
+            marks: OnceLock::new(),
+            later: Some(Later {
+                source,
+                threads,
+                start,
+                end,
+            }),
+        }
+    }
+
+    /// The segment's marks, read now if the walk did not keep them.
+    pub fn get(&self) -> &AccessMarks {
+        self.marks.get_or_init(|| match &self.later {
+            Some(later) => later.read(),
+            None => AccessMarks::default(),
+        })
+    }
+}
+
+impl Later {
+    fn read(&self) -> AccessMarks {
+        let mut marks = AccessMarks::new(self.threads.len(), &self.start);
+        for (t, &id) in self.threads.iter().enumerate() {
+            let from = self.start.get(t).copied().unwrap_or(0);
+            let to = self.end.get(t).copied().unwrap_or(0);
+            if from >= to {
+                continue;
+            }
+            let mut read = 0;
+            let events = self.source.thread_events(id);
+            for (pos, kind) in (0u32..to).zip(events) {
+                read = pos + 1;
+                if pos < from {
+                    continue;
+                }
+                if let Some(mark) = Mark::of_kind(&kind) {
+                    marks.mark(t as u32, pos, mark);
+                }
+            }
+            if read < to {
+                marks.threads[t].cut_short = true;
+            }
+        }
+        marks
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::stream::{BarrierGenerations, Stream};
+    use foresight_trace::event::{LockMode, MemoryOrder};
+
+    /// Every kind the marks keep, and some they do not.
+    fn kinds() -> Vec<EventKind> {
+        let (addr, size, site, lock) = (0x1000, 8, 1, 2);
+        let mut kinds = vec![
+            EventKind::Read { addr, size, site },
+            EventKind::Write { addr, size, site },
+            EventKind::Alloc {
+                addr,
+                size: 64,
+                site,
+            },
+            EventKind::Free { addr, site },
+            EventKind::LockFailed { lock, errno: 16 },
+            EventKind::SemTry {
+                sem: 3,
+                site,
+                acquired: false,
+            },
+            EventKind::SemTry {
+                sem: 3,
+                site,
+                acquired: true,
+            },
+            EventKind::SemWaitEnd {
+                sem: 3,
+                acquired: false,
+            },
+            EventKind::SemWaitEnd {
+                sem: 3,
+                acquired: true,
+            },
+            EventKind::LockRequest {
+                lock,
+                mode: LockMode::Exclusive,
+                site,
+            },
+            EventKind::ThreadStart,
+        ];
+        for acquired in [false, true] {
+            for mode in [LockMode::Exclusive, LockMode::Shared] {
+                kinds.push(EventKind::LockTry {
+                    lock,
+                    mode,
+                    site,
+                    acquired,
+                });
+            }
+        }
+        for outcome in [WaitOutcome::Woken, WaitOutcome::TimedOut] {
+            kinds.push(EventKind::CondWaitEnd {
+                cond: 4,
+                mutex: lock,
+                outcome,
+            });
+        }
+        for op in [
+            AtomicOp::Load,
+            AtomicOp::Store,
+            AtomicOp::Rmw,
+            AtomicOp::CasSuccess,
+            AtomicOp::CasFailure,
+        ] {
+            kinds.push(EventKind::Atomic {
+                op,
+                addr,
+                size,
+                order: MemoryOrder::SeqCst,
+                site,
+            });
+        }
+        kinds
+    }
+
+    #[test]
+    fn a_wire_event_read_again_is_marked_as_its_conversion_is() {
+        let stream = Stream::new([7], BarrierGenerations::default());
+        for kind in kinds() {
+            let op = stream.convert(0, 1, kind);
+            assert_eq!(Mark::of_kind(&kind), Mark::of_op(&op), "{kind:?}");
+        }
+    }
+
+    /// Threads' events in memory, read again as a file would be.
+    struct Events(Vec<(ThreadId, Vec<EventKind>)>);
+
+    impl MarksSource for Events {
+        fn thread_events(&self, id: ThreadId) -> Box<dyn Iterator<Item = EventKind> + '_> {
+            let events = self.0.iter().find(|(t, _)| *t == id).map(|(_, e)| e);
+            Box::new(events.into_iter().flatten().copied())
+        }
+    }
+
+    #[test]
+    fn marks_read_again_are_those_the_walk_keeps_for_the_same_segment() {
+        let kinds = kinds();
+        let threads = vec![
+            (10, kinds.clone()),
+            (11, kinds.iter().rev().copied().collect()),
+        ];
+        let stream = Stream::new([10, 11], BarrierGenerations::default());
+        // The segment: thread 0 from 3 to 20, thread 1 from 5 to its end.
+        let (start, end) = (vec![3u32, 5], vec![20u32, kinds.len() as u32]);
+        let mut kept = AccessMarks::new(2, &start);
+        for (t, (_, events)) in threads.iter().enumerate() {
+            for (pos, &kind) in events.iter().enumerate() {
+                let pos = pos as u32;
+                if pos >= start[t] && pos < end[t] {
+                    let op = stream.convert(t as u32, pos, kind);
+                    kept.handle(&StreamEvent {
+                        thread: t as u32,
+                        pos,
+                        seq: 0,
+                        op,
+                    });
+                }
+            }
+        }
+        let later = SegmentMarks::read_later(Arc::new(Events(threads)), vec![10, 11], start, end);
+        let read = later.get();
+        for t in 0..2 {
+            for from in 0..kinds.len() as u32 + 2 {
+                for to in from..kinds.len() as u32 + 2 {
+                    assert_eq!(read.reads_in(t, from, to), kept.reads_in(t, from, to));
+                    assert_eq!(read.writes_in(t, from, to), kept.writes_in(t, from, to));
+                    assert_eq!(read.fragile_in(t, from, to), kept.fragile_in(t, from, to));
+                }
+            }
+        }
+        assert!(read.reads_in(0, 0, 20) && read.fragile_in(1, 0, 40));
+    }
+
+    #[test]
+    fn a_thread_shorter_when_read_again_moves_nothing() {
+        let source = Events(vec![(1, vec![EventKind::ThreadStart; 4])]);
+        let marks = SegmentMarks::read_later(Arc::new(source), vec![1], vec![], vec![10]);
+        assert!(marks.get().fragile_in(0, 0, 1));
+    }
 
     fn access(thread: u32, pos: u32, write: bool, addr: u64) -> StreamEvent {
         let site = 0;

@@ -10,7 +10,7 @@
 //! clocks, and dropping them keeps the model small on long traces.
 //!
 //! [`ModelPass`] composes one visitor per concern, each owning its state:
-//! - [`HbPass`]: the happens-before clocks, with the deadlock analysis's edge kinds;
+//! - `HbPass` (`hb.rs`): the happens-before clocks, with the deadlock analysis's edge kinds;
 //! - `annotations.rs`: lock class names, subclasses and ranks in force;
 //! - `locks.rs`: the lock table, critical sections, held stacks, read recursions, the rank check
 //!   and monitor locks;
@@ -59,7 +59,7 @@ pub use blocking::HeldBlocking;
 use blocking::HeldBlockingCalls;
 use heap::HeapBlocks;
 use locks::{LockSections, SegmentLocks};
-pub use marks::AccessMarks;
+pub use marks::{AccessMarks, MarksSource, SegmentMarks};
 pub use monitors::MonitorScan;
 use pending::PendingCalls;
 pub use pending::{Blocking, PendingCall, RunEnd};
@@ -248,8 +248,9 @@ pub struct Run {
     pub segments_follow: bool,
     /// What the happens-before race pass found (`races/`), read in the same walk.
     pub races: RaceOutput,
-    /// Where the segment's threads read and write memory (empty when no race analysis runs).
-    pub marks: AccessMarks,
+    /// Where the segment's threads read and write memory (empty when no race analysis runs),
+    /// kept by the walk or read again when first asked for (`marks.rs`).
+    pub marks: SegmentMarks,
     /// How the threads' recording ended: blocking calls still open, end states.
     pub end: RunEnd,
     /// The lock-order edges the flight recorder saw before its window (FORMAT.md §7.15).
@@ -390,11 +391,6 @@ pub const DEFAULT_SEGMENT_EVENTS: u64 = 4 << 20;
 /// position in the thread, event): a second read of the same file.
 pub type Replay<'r> = &'r dyn Fn() -> Box<dyn Iterator<Item = (ThreadId, usize, EventKind)> + 'r>;
 
-/// With this variable set to `1`, the walk runs without the race pass (every segment's race
-/// output is that of a trace without accesses): for measuring the rest of the walk alone.
-/// Not for users — the report then says nothing of races — so it is in no `--help`.
-pub const SKIP_RACES_VAR: &str = "FORESIGHT_BENCH_SKIP_RACES";
-
 /// The walk of one trace, the one entry every command and library caller uses: reads the
 /// events once into the model and the race pass, side by side, in segments of
 /// `segment_events` events (0: one segment, the whole trace): each time that many events were read, the model of those events is handed to
@@ -428,7 +424,7 @@ pub fn walk(
     on_segment: &mut dyn FnMut(Run),
     replay: Option<Replay<'_>>,
 ) -> Run {
-    let without_races = std::env::var_os(SKIP_RACES_VAR).is_some_and(|v| v == "1");
+    let without_races = !model.race_pass;
     let races = match replay {
         Some(_) => None,
         None if without_races => None,
@@ -469,7 +465,7 @@ struct Segmented<'t, 'f, 's, 'r> {
     model: ModelPass<'t>,
     /// `None` until the first memory access when the walk can be replayed.
     races: Option<RacePass<'t>>,
-    /// The race pass switched off ([`SKIP_RACES_VAR`]): `races` stays `None`.
+    /// The race pass switched off ([`ModelPass::without_race_pass`]): `races` stays `None`.
     without_races: bool,
     replay: Option<Replay<'r>>,
     every: u64,
@@ -632,11 +628,17 @@ pub struct ModelPass<'t> {
     senders: Senders,
     pending: PendingCalls,
     marks: AccessMarks,
+    /// Where the segments' marks are read from when asked for, instead of kept by the walk.
+    marks_source: Option<Arc<dyn MarksSource>>,
+    /// The walk keeps the marks: a race analysis runs and they cannot be read again.
+    keep_marks: bool,
     wrappers: Wrappers,
     end_reason: Option<EndReason>,
     process: Option<(u32, u64)>,
     /// The race pass's memory budget, bytes (`--race-memory`; 0: no race analysis).
     race_memory: u64,
+    /// The walk runs the race pass (off only to measure the rest of the walk alone).
+    race_pass: bool,
     /// Per thread, events seen so far: where the next segment starts.
     seen: Vec<u32>,
     /// Where the current segment starts (empty before the first cut).
@@ -667,10 +669,13 @@ impl<'t> ModelPass<'t> {
             senders: Senders::new(n),
             pending: PendingCalls::new(n),
             marks: AccessMarks::new(n, &[]),
+            marks_source: None,
+            keep_marks: true,
             wrappers: Wrappers::default(),
             end_reason: None,
             process: None,
             race_memory: crate::races::DEFAULT_MEMORY_MIB << 20,
+            race_pass: true,
             seen: vec![0; n],
             start: Vec::new(),
             segments: 0,
@@ -726,6 +731,25 @@ impl<'t> ModelPass<'t> {
     /// out (`graph`, which reports no race).
     pub fn with_race_memory(mut self, bytes: u64) -> Self {
         self.race_memory = bytes;
+        self.keep_marks = bytes != 0 && self.marks_source.is_none();
+        self
+    }
+
+    /// A walk without the race pass: every segment's race output is that of a trace without
+    /// accesses, the rest of the walk (the merged read, the model, the clocks and reads-from)
+    /// the same. For measuring that rest alone (`examples/race_bench.rs`, `walk`); no command
+    /// offers it, since the report would then say nothing of races.
+    pub fn without_race_pass(mut self) -> Self {
+        self.race_pass = false;
+        self
+    }
+
+    /// The trace can be read again (a file): each segment's marks of where threads read and
+    /// write are read from `source` when an analysis first asks for them, not kept by the
+    /// walk (`marks.rs`), so that a walk whose segments never need them does not pay for them.
+    pub fn with_marks_from(mut self, source: Arc<dyn MarksSource>) -> Self {
+        self.marks_source = Some(source);
+        self.keep_marks = false;
         self
     }
 
@@ -734,6 +758,7 @@ impl<'t> ModelPass<'t> {
     /// reads-from edges every prediction needs: nothing may be predicted from them.
     pub fn lock_order_only(mut self) -> Self {
         self.race_memory = 0;
+        self.keep_marks = false;
         self.hb = HbPass::new(
             self.threads.len(),
             EdgeKinds::DEADLOCK.without(EdgeKinds::READS_FROM),
@@ -831,7 +856,7 @@ impl ModelPass<'_> {
     fn handle_other(&mut self, ev: &StreamEvent) {
         self.hb.handle(ev);
         self.heap.handle(ev);
-        if self.race_memory != 0 {
+        if self.keep_marks {
             self.marks.handle(ev);
         }
         // Reads and writes matter to the model only through the clocks' reads-from.
@@ -857,6 +882,7 @@ impl Pass for ModelPass<'_> {
 
     fn finish(mut self) -> Run {
         let earlier = self.earlier_edges();
+        let marks = self.segment_marks();
         let locks = self
             .locks
             .finish(&self.annotations, &self.heap, self.events);
@@ -878,7 +904,7 @@ impl Pass for ModelPass<'_> {
             waits: self.waits.finish(),
             blocking: self.blocking.finish(),
             senders: self.senders.finish(),
-            marks: std::mem::take(&mut self.marks),
+            marks,
             // Only the last segment (or the whole trace) has the trace's end.
             end: self
                 .pending
@@ -910,7 +936,7 @@ struct RunParts {
     waits: Vec<Wait>,
     blocking: Vec<HeldBlocking>,
     senders: Senders,
-    marks: AccessMarks,
+    marks: SegmentMarks,
     end: RunEnd,
 }
 
@@ -929,7 +955,7 @@ impl<'t> ModelPass<'t> {
             waits: self.waits.cut(),
             blocking: self.blocking.cut(),
             senders: self.senders.cut(),
-            marks: self.marks.cut(&self.seen),
+            marks: self.segment_marks(),
             end: RunEnd::default(),
         };
         let start = std::mem::replace(&mut self.start, self.seen.clone());
@@ -949,6 +975,19 @@ impl<'t> ModelPass<'t> {
         run.segments_follow = true;
         self.segments += 1;
         run
+    }
+
+    /// The marks of the segment that ends here: those the walk kept, or where to read them.
+    fn segment_marks(&mut self) -> SegmentMarks {
+        match &self.marks_source {
+            Some(source) if self.race_memory != 0 => SegmentMarks::read_later(
+                source.clone(),
+                self.threads.iter().map(|t| t.id).collect(),
+                self.start.clone(),
+                self.seen.clone(),
+            ),
+            _ => SegmentMarks::kept(self.marks.cut(&self.seen)),
+        }
     }
 
     /// The lock-order edges the flight recorder saw before its window: in the first

@@ -421,7 +421,7 @@ pub(crate) fn reversal(
         }
     }
     // 3c, 3d. No read sees another write; no outcome that depended on timing is moved.
-    let marks = &run.marks;
+    let marks = run.marks.get();
     for &(t, s, end) in &tails {
         if marks.fragile_in(t, s, end) {
             return Err(refuse(steps));
