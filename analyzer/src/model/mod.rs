@@ -51,6 +51,7 @@ mod marks;
 mod monitors;
 mod pending;
 mod senders;
+mod signals;
 mod spare;
 mod waits;
 
@@ -64,6 +65,8 @@ pub use monitors::MonitorScan;
 use pending::PendingCalls;
 pub use pending::{Blocking, PendingCall, RunEnd};
 use senders::Senders;
+use signals::SignalScan;
+pub use signals::{SignalContext, SignalContexts};
 use waits::HeldWaits;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -217,6 +220,8 @@ pub struct Run {
     pub waits: Vec<Wait>,
     /// Blocking calls (I/O, sleeps, child waits) made while holding locks.
     pub blocking: Vec<HeldBlocking>,
+    /// Where threads ran signal handlers and which signals they blocked.
+    pub signal_contexts: SignalContexts,
     pub signals: HashMap<ObjectId, Vec<SyncPoint>>,
     pub posts: HashMap<ObjectId, Vec<SyncPoint>>,
     /// Successful semaphore waits (including `sem_trywait`).
@@ -629,6 +634,7 @@ pub struct ModelPass<'t> {
     locks: LockSections<'t>,
     waits: HeldWaits,
     blocking: HeldBlockingCalls,
+    signals: SignalScan,
     senders: Senders,
     pending: PendingCalls,
     marks: AccessMarks,
@@ -664,6 +670,7 @@ impl<'t> ModelPass<'t> {
             locks: LockSections::new(tables, n),
             waits: HeldWaits::new(n),
             blocking: HeldBlockingCalls::new(n),
+            signals: SignalScan::new(n),
             senders: Senders::new(n),
             pending: PendingCalls::new(n),
             marks: AccessMarks::new(n, &[]),
@@ -842,6 +849,7 @@ impl ModelPass<'_> {
         self.locks.handle(ev, &self.annotations, &self.heap);
         self.waits.handle(ev, &mut self.locks);
         self.blocking.handle(ev, &mut self.locks);
+        self.signals.handle(ev);
         self.senders.handle(ev);
         self.pending.handle(ev);
     }
@@ -877,6 +885,7 @@ impl Pass for ModelPass<'_> {
             hb: self.hb.finish(),
             waits: self.waits.finish(),
             blocking: self.blocking.finish(),
+            signal_contexts: self.signals.finish(),
             senders: self.senders.finish(),
             marks: std::mem::take(&mut self.marks),
             // Only the last segment (or the whole trace) has the trace's end.
@@ -909,6 +918,7 @@ struct RunParts {
     hb: HappensBefore,
     waits: Vec<Wait>,
     blocking: Vec<HeldBlocking>,
+    signal_contexts: SignalContexts,
     senders: Senders,
     marks: AccessMarks,
     end: RunEnd,
@@ -928,6 +938,7 @@ impl<'t> ModelPass<'t> {
             hb: self.hb.cut(),
             waits: self.waits.cut(),
             blocking: self.blocking.cut(),
+            signal_contexts: self.signals.cut(),
             senders: self.senders.cut(),
             marks: self.marks.cut(&self.seen),
             end: RunEnd::default(),
@@ -1011,6 +1022,7 @@ impl<'t> ModelPass<'t> {
             hb,
             waits,
             blocking,
+            signal_contexts,
             senders,
             marks,
             end,
@@ -1037,6 +1049,7 @@ impl<'t> ModelPass<'t> {
             contended_locks,
             waits,
             blocking,
+            signal_contexts,
             signals: senders.signals,
             posts: senders.posts,
             sem_takes: senders.sem_takes,
