@@ -115,3 +115,40 @@ impl SignalScan {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(thread: u32, pos: u32, op: Op) -> StreamEvent {
+        StreamEvent {
+            thread,
+            pos,
+            seq: 0,
+            op,
+        }
+    }
+
+    #[test]
+    fn a_thread_s_context_follows_its_handlers_and_masks_across_a_cut() {
+        let mut scan = SignalScan::new(2);
+        scan.handle(&ev(0, 2, Op::SignalMask { blocked: 1 << 11 }));
+        scan.handle(&ev(0, 5, Op::SignalMask { blocked: 0 }));
+        scan.handle(&ev(0, 7, Op::SignalEnter { signal: 10 }));
+        scan.handle(&ev(0, 8, Op::SignalEnter { signal: 10 }));
+        scan.handle(&ev(0, 9, Op::SignalExit { signal: 10 }));
+        let first = scan.cut();
+        assert_eq!(first.at(0, 1), SignalContext::default());
+        assert!(!first.at(0, 3).lets_in(12) && first.at(0, 3).lets_in(10));
+        assert!(first.at(0, 6).lets_in(12));
+        assert_eq!(first.at(0, 8).handler, 10);
+        assert_eq!(first.at(0, 9).handler, 10, "the outer handler still runs");
+        assert!(first.at(1, 9) == SignalContext::default());
+        // The next segment starts inside the outer handler; its exit ends it.
+        scan.handle(&ev(0, 12, Op::SignalExit { signal: 10 }));
+        let second = scan.finish();
+        assert_eq!(second.at(0, 10).handler, 10);
+        assert_eq!(second.at(0, 12).handler, 0);
+        assert!(!second.is_empty());
+    }
+}
