@@ -77,6 +77,18 @@ pub enum Op {
         call: BlockingCall,
         duration_ns: u64,
     },
+    /// The thread starts running the program's handler for `signal`.
+    SignalEnter {
+        signal: u8,
+    },
+    /// That handler returned.
+    SignalExit {
+        signal: u8,
+    },
+    /// The thread's signal mask from here on (bit `s - 1`: signal `s` blocked).
+    SignalMask {
+        blocked: u64,
+    },
     ThreadStart,
     ThreadExit,
     Create {
@@ -679,6 +691,9 @@ impl<'t> Stream<'t> {
                 timeout_ns,
             },
             EventKind::BlockingEnd { call, duration_ns } => Op::BlockingEnd { call, duration_ns },
+            EventKind::SignalEnter { signal } => Op::SignalEnter { signal },
+            EventKind::SignalExit { signal } => Op::SignalExit { signal },
+            EventKind::SignalMask { blocked } => Op::SignalMask { blocked },
         }
     }
 }

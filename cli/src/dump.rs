@@ -143,6 +143,8 @@ pub(crate) fn describe_operand(tables: &Tables, kind: &EventKind) -> String {
         BlockingEnd { call, duration_ns } => {
             format!("{} took={}", call.name(), duration(duration_ns))
         }
+        SignalEnter { signal } | SignalExit { signal } => format!("signal={signal}"),
+        SignalMask { blocked } => format!("blocked={blocked:#x}"),
         _ => kind
             .object()
             .map(|o| tables.describe_object(o))

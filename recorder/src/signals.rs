@@ -19,6 +19,20 @@
 //! - ignored: the kernel ignores it (the runtime's handler is not installed then), so an
 //!   ignored signal stays ignored across `exec` and `posix_spawn`, as the program set it.
 //!
+//! A handler the program installs for any other signal (`SIGCHLD`, `SIGWINCH`, a real-time
+//! signal, …) is wrapped the same way from its first installation on: the signal's entry is
+//! taken into the table then (`WRAPPED`), and while the program's disposition is the default
+//! or ignore, the kernel holds that disposition itself.
+//!
+//! Around the program's handler the runtime writes signal-handler events (FORMAT.md §6.6.1:
+//! the thread's events in between ran inside the handler), and `pthread_sigmask` and
+//! `sigprocmask` write the thread's mask when they change it, so that the analyzer can tell
+//! a lock a handler takes from one taken where the handler could not interrupt
+//! (`signal-unsafe-lock`). Both are written through the reentrancy guard: a handler that
+//! interrupted the runtime itself is not marked, as nothing it does is recorded either. The
+//! guard also keeps what the wrapper does async-signal-safe: it writes into the thread's own
+//! chunk buffer, as any hook in a handler does.
+//!
 //! The table is read from signal handlers and written by `sigaction` (which is
 //! async-signal-safe, so may itself run in a handler): each signal has a few slots; a writer
 //! fills a slot that is not the published one and then publishes it, and a reader copies the
@@ -28,12 +42,14 @@ use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use libc::{c_int, siginfo_t};
 
+use foresight_trace::event::EventKind;
 use foresight_trace::tables::EndReason;
 
 use crate::context::Context;
 use crate::real::real;
+use crate::sequence::Key;
 use crate::sigmask::{empty_set, full_set};
-use crate::{runtime, thread_state};
+use crate::{runtime, state, thread_state};
 
 type Handler = unsafe extern "C" fn(c_int);
 type InfoHandler = unsafe extern "C" fn(c_int, *mut siginfo_t, *mut libc::c_void);
@@ -113,8 +129,16 @@ struct Slot {
     mask: [AtomicU64; SIGSET_WORDS],
 }
 
+/// `Entry::managed`: not in the table (the kernel holds the program's disposition).
+const UNMANAGED: u32 = 0;
+/// A signal whose default action ends the process: the runtime's handler stays installed.
+const MANAGED_DEFAULT: u32 = 1;
+/// Another signal the program installed a handler for: the runtime's handler is installed
+/// only while the program's disposition is a handler.
+const WRAPPED: u32 = 2;
+
 struct Entry {
-    /// Whether the runtime manages the signal (its table is in use).
+    /// Whether the runtime manages the signal (its table is in use), and how.
     managed: AtomicU32,
     published: AtomicUsize,
     next: AtomicUsize,
@@ -123,7 +147,7 @@ struct Entry {
 
 static TABLE: [Entry; NSIG] = [const {
     Entry {
-        managed: AtomicU32::new(0),
+        managed: AtomicU32::new(UNMANAGED),
         published: AtomicUsize::new(0),
         next: AtomicUsize::new(0),
         slots: [const {
@@ -147,7 +171,40 @@ struct Disposition {
 
 fn entry(sig: c_int) -> Option<&'static Entry> {
     let e = TABLE.get(usize::try_from(sig).ok()?)?;
-    (e.managed.load(Ordering::Acquire) != 0).then_some(e)
+    (e.managed.load(Ordering::Acquire) != UNMANAGED).then_some(e)
+}
+
+/// Takes `sig` into the table as `WRAPPED`, with the disposition the kernel holds now, when
+/// the program installs a handler for it: `None` when the kernel refuses the signal (an
+/// invalid number, one the C library keeps for itself), which the real call then reports.
+fn adopt(sig: c_int) -> Option<&'static Entry> {
+    if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+        return None;
+    }
+    let e = TABLE.get(usize::try_from(sig).ok()?)?;
+    // SAFETY: an all-zero sigaction is a valid out-value.
+    let mut now: libc::sigaction = unsafe { std::mem::zeroed() };
+    if real_sigaction(sig, None, Some(&mut now)) != 0 {
+        return None;
+    }
+    // Two threads adopting at once write the same disposition; one that finds the signal
+    // already taken leaves the table as it is.
+    if e.managed.load(Ordering::Acquire) == UNMANAGED {
+        e.write(&Disposition {
+            handler: now.sa_sigaction,
+            flags: now.sa_flags,
+            mask: now.sa_mask,
+        });
+        let _ = e
+            .managed
+            .compare_exchange(UNMANAGED, WRAPPED, Ordering::AcqRel, Ordering::Acquire);
+    }
+    Some(e)
+}
+
+/// Whether `handler` is a function of the program (not `SIG_DFL`, `SIG_IGN` or `SIG_ERR`).
+fn is_function(handler: usize) -> bool {
+    handler != libc::SIG_DFL && handler != libc::SIG_IGN && handler != libc::SIG_ERR
 }
 
 impl Entry {
@@ -249,6 +306,12 @@ fn install(sig: c_int, d: &Disposition) -> c_int {
         sa.sa_sigaction = libc::SIG_IGN;
         sa.sa_mask = empty_set();
         sa.sa_flags = d.flags & !(libc::SA_SIGINFO | libc::SA_RESETHAND | SA_RESTORER);
+    } else if d.handler == libc::SIG_DFL && !is_managed_default(sig) {
+        // A wrapped signal's default action (ignore, stop, continue, or end the process
+        // without a completed trace, as without the runtime) is the kernel's.
+        sa.sa_sigaction = libc::SIG_DFL;
+        sa.sa_mask = d.mask;
+        sa.sa_flags = d.flags & !(libc::SA_SIGINFO | libc::SA_RESETHAND | SA_RESTORER);
     } else if d.handler == libc::SIG_DFL {
         // The process will end: nothing else interrupts the trace's completion.
         sa.sa_sigaction = on_signal as *const () as usize;
@@ -260,6 +323,14 @@ fn install(sig: c_int, d: &Disposition) -> c_int {
         sa.sa_flags = (d.flags & !(libc::SA_RESETHAND | SA_RESTORER)) | libc::SA_SIGINFO;
     }
     real_sigaction(sig, Some(&sa), None)
+}
+
+/// Whether `sig` is one of the signals the runtime keeps its handler installed for.
+fn is_managed_default(sig: c_int) -> bool {
+    usize::try_from(sig)
+        .ok()
+        .and_then(|i| TABLE.get(i))
+        .is_some_and(|e| e.managed.load(Ordering::Acquire) == MANAGED_DEFAULT)
 }
 
 /// Start-up: takes over every managed signal, keeping what the process inherited or another
@@ -277,7 +348,7 @@ pub fn init() {
             flags: old.sa_flags,
             mask: old.sa_mask,
         });
-        e.managed.store(1, Ordering::Release);
+        e.managed.store(MANAGED_DEFAULT, Ordering::Release);
         if old.sa_sigaction != libc::SIG_IGN || is_dump_on(sig) {
             install(
                 sig,
@@ -302,7 +373,10 @@ pub unsafe extern "C" fn sigaction(
     act: *const libc::sigaction,
     oldact: *mut libc::sigaction,
 ) -> c_int {
-    let Some(e) = entry(sig) else {
+    // SAFETY: `act` is null or valid (the caller's contract).
+    let installs_handler = unsafe { act.as_ref() }.is_some_and(|a| is_function(a.sa_sigaction));
+    let known = entry(sig).or_else(|| installs_handler.then(|| adopt(sig)).flatten());
+    let Some(e) = known else {
         let Some(f) = REAL_SIGACTION.try_get() else {
             // SAFETY: __errno_location is always valid.
             unsafe { *libc::__errno_location() = libc::ENOSYS };
@@ -394,6 +468,56 @@ pub unsafe extern "C" fn __sysv_signal(sig: c_int, handler: usize) -> usize {
     signal_with(sig, handler, libc::SA_RESETHAND | libc::SA_NODEFER)
 }
 
+/// `SIG_HOLD`: `sigset`'s "block the signal" disposition.
+const SIG_HOLD: usize = 2;
+
+/// Interposed `sigset` (System V): installs `disp` (no flags, an empty mask) and unblocks the
+/// signal, or blocks it for `SIG_HOLD`; returns `SIG_HOLD` if the signal was blocked before,
+/// else the previous disposition. The C library's own goes to the kernel without the
+/// interposed `sigaction`.
+///
+/// # Safety
+/// The C prototype.
+#[no_mangle]
+pub unsafe extern "C" fn sigset(sig: c_int, disp: usize) -> usize {
+    let mut one = empty_set();
+    // SAFETY: a set we own; an invalid signal fails here, as glibc's `sigset` does.
+    if unsafe { libc::sigaddset(&mut one, sig) } != 0 {
+        return libc::SIG_ERR;
+    }
+    // SAFETY: an all-zero sigaction is a valid value to fill in.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    let mut before = empty_set();
+    if disp == SIG_HOLD {
+        // SAFETY: valid pointers to our own values.
+        let held = unsafe {
+            sigprocmask(libc::SIG_BLOCK, &one, &mut before) == 0
+                && sigaction(sig, std::ptr::null(), &mut old) == 0
+        };
+        if !held {
+            return libc::SIG_ERR;
+        }
+    } else {
+        // SAFETY: as above.
+        let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
+        sa.sa_sigaction = disp;
+        // SAFETY: valid pointers to our own values.
+        let set = unsafe {
+            sigaction(sig, &sa, &mut old) == 0
+                && sigprocmask(libc::SIG_UNBLOCK, &one, &mut before) == 0
+        };
+        if !set {
+            return libc::SIG_ERR;
+        }
+    }
+    // SAFETY: a set we own.
+    if unsafe { libc::sigismember(&before, sig) } == 1 {
+        SIG_HOLD
+    } else {
+        old.sa_sigaction
+    }
+}
+
 /// Whether the calling thread was inside the runtime when the signal came: then it may hold a
 /// lock the runtime needs, and the runtime leaves its buffers alone.
 fn interrupted_runtime() -> bool {
@@ -429,6 +553,14 @@ extern "C" fn on_signal(sig: c_int, info: *mut siginfo_t, uctx: *mut libc::c_voi
     if d.handler == libc::SIG_IGN {
         return;
     }
+    if d.handler == libc::SIG_DFL && !is_managed_default(sig) {
+        // A wrapped signal whose handler was reset meanwhile: its default action, as the
+        // kernel would have taken it.
+        die(sig, info);
+        // SAFETY: as above.
+        unsafe { *libc::__errno_location() = saved_errno };
+        return;
+    }
     if d.handler == libc::SIG_DFL {
         if !interrupted_runtime() {
             runtime::finish(
@@ -455,6 +587,7 @@ extern "C" fn on_signal(sig: c_int, info: *mut siginfo_t, uctx: *mut libc::c_voi
         e.write(&dfl);
         install(sig, &dfl);
     }
+    let marked = mark_handler(EventKind::SignalEnter { signal: sig as u8 });
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = saved_errno };
     if d.flags & libc::SA_SIGINFO != 0 {
@@ -469,6 +602,140 @@ extern "C" fn on_signal(sig: c_int, info: *mut siginfo_t, uctx: *mut libc::c_voi
         // SAFETY: calling the program's handler as the kernel would have.
         unsafe { h(sig) };
     }
+    if marked {
+        // The errno the handler leaves is the program's: `with` keeps it.
+        mark_handler(EventKind::SignalExit { signal: sig as u8 });
+    }
+}
+
+/// Writes a signal-handler event on the calling thread; false when nothing was written (no
+/// recording, a thread the runtime does not know, or a handler that interrupted the runtime).
+fn mark_handler(kind: EventKind) -> bool {
+    if !state::recording() {
+        return false;
+    }
+    let Some(t) = thread_state::current() else {
+        return false;
+    };
+    t.with(|t| t.emit(kind, Key::Same) != 0).unwrap_or(false)
+}
+
+/// The signals 1 to 64 of `set`, bit `s - 1` for signal `s` (FORMAT.md §6.6.1, signal-mask).
+fn mask_bits(set: &libc::sigset_t) -> u64 {
+    set_to_words(set)[0]
+}
+
+/// Writes the calling thread's mask, if it blocks anything: at its start (a thread inherits
+/// its creator's mask; the main thread, its parent process's).
+pub fn record_start_mask() {
+    let mut now = empty_set();
+    // SAFETY: no set (a query) and a valid out-pointer.
+    let r = unsafe {
+        crate::sigmask::real_pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut now)
+    };
+    if r != 0 {
+        return;
+    }
+    let blocked = mask_bits(&now);
+    if blocked != 0 {
+        record_mask(blocked);
+    }
+}
+
+fn record_mask(blocked: u64) {
+    if !state::recording() {
+        return;
+    }
+    if let Some(t) = thread_state::current() {
+        t.with(|t| t.emit(EventKind::SignalMask { blocked }, Key::Same));
+    }
+}
+
+/// The mask `how` and `set` make of `old` (what the kernel will hold: `SIGKILL` and
+/// `SIGSTOP` are never blocked).
+fn mask_after(how: c_int, set: &libc::sigset_t, old: u64) -> u64 {
+    let set = mask_bits(set);
+    let new = match how {
+        libc::SIG_BLOCK => old | set,
+        libc::SIG_UNBLOCK => old & !set,
+        _ => set,
+    };
+    new & !((1 << (libc::SIGKILL - 1)) | (1 << (libc::SIGSTOP - 1)))
+}
+
+/// Calls the real mask function through `call` (with the old mask's out-pointer always
+/// given), then writes the new mask when it differs from the old one. Returns what `call`
+/// returned; `ok` says whether that is success.
+fn change_mask(
+    how: c_int,
+    set: *const libc::sigset_t,
+    oldset: *mut libc::sigset_t,
+    call: impl FnOnce(*mut libc::sigset_t) -> c_int,
+) -> c_int {
+    let watched = !set.is_null() && thread_state::current().is_some_and(|t| !t.is_busy());
+    if !watched {
+        return call(oldset);
+    }
+    let mut old = empty_set();
+    let r = call(&mut old);
+    if r != 0 {
+        return r;
+    }
+    // SAFETY: `set` is non-null and valid (the caller's contract; the real call read it),
+    // and the kernel read it before `oldset` is written (they may be the same).
+    let new = mask_after(how, unsafe { &*set }, mask_bits(&old));
+    // SAFETY: `oldset` is null or valid (the caller's contract).
+    if let Some(out) = unsafe { oldset.as_mut() } {
+        *out = old;
+    }
+    if new != mask_bits(&old) {
+        record_mask(new);
+    }
+    r
+}
+
+/// Interposed `pthread_sigmask`: the thread's new mask is recorded when it changed.
+///
+/// # Safety
+/// The C prototype: `set` and `oldset` are null or valid.
+#[no_mangle]
+pub unsafe extern "C" fn pthread_sigmask(
+    how: c_int,
+    set: *const libc::sigset_t,
+    oldset: *mut libc::sigset_t,
+) -> c_int {
+    change_mask(how, set, oldset, |old| {
+        // SAFETY: the caller's (valid or null) set, and a valid or null out-pointer.
+        unsafe { crate::sigmask::real_pthread_sigmask(how, set, old) }
+    })
+}
+
+real!(REAL_SIGPROCMASK: unsafe extern "C" fn(c_int, *const libc::sigset_t, *mut libc::sigset_t) -> c_int = b"sigprocmask\0");
+
+/// Interposed `sigprocmask` (the calling thread's mask, as `pthread_sigmask`; errors in
+/// `errno`).
+///
+/// # Safety
+/// The C prototype: `set` and `oldset` are null or valid.
+#[no_mangle]
+pub unsafe extern "C" fn sigprocmask(
+    how: c_int,
+    set: *const libc::sigset_t,
+    oldset: *mut libc::sigset_t,
+) -> c_int {
+    change_mask(how, set, oldset, |old| match REAL_SIGPROCMASK.try_get() {
+        // SAFETY: the real function with the caller's (valid or null) pointers.
+        Some(f) => unsafe { f(how, set, old) },
+        // SAFETY: as above.
+        None => match unsafe { crate::sigmask::real_pthread_sigmask(how, set, old) } {
+            0 => 0,
+            e => {
+                // SAFETY: __errno_location is always valid.
+                unsafe { *libc::__errno_location() = e };
+                -1
+            }
+        },
+    })
 }
 
 /// The default action of `sig`, as if the runtime's handler had never been there.
@@ -493,7 +760,7 @@ fn die(sig: c_int, info: *mut siginfo_t) {
     unsafe {
         let mut set = empty_set();
         libc::sigaddset(&mut set, sig);
-        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        crate::sigmask::real_pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
         libc::raise(sig);
     }
 }

@@ -156,6 +156,8 @@ pub extern "C" fn init() {
     crate::signals::init();
     thread::start_main();
     state::set_state(STATE_RECORDING);
+    // The mask the main thread inherited: a handler cannot interrupt it for those signals.
+    crate::signals::record_start_mask();
 }
 
 /// A size limit under which chunks are made smaller than the default 64 KiB.
@@ -270,6 +272,7 @@ extern "C" fn fork_child() {
         t.emit(EventKind::ThreadStart, Key::Tick);
     }
     state::set_state(STATE_RECORDING);
+    crate::signals::record_start_mask();
 }
 
 #[cfg(test)]

@@ -83,7 +83,15 @@ pub mod tag {
     pub const BLOCKING_BEGIN: u8 = 0x63;
     /// Extension (version 1.10): the blocking call ended.
     pub const BLOCKING_END: u8 = 0x64;
+    /// Extension (version 1.11): a signal handler begins (phase 0) or returns (phase 1).
+    pub const SIGNAL_HANDLER: u8 = 0x65;
+    /// Extension (version 1.11): the thread's signal mask.
+    pub const SIGNAL_MASK: u8 = 0x66;
 }
+
+/// The phase byte of a `SIGNAL_HANDLER` event.
+const HANDLER_ENTER: u8 = 0;
+const HANDLER_EXIT: u8 = 1;
 
 /// The number of bytes LEB128 takes for `x`.
 fn varint_len(x: u64) -> usize {
@@ -499,6 +507,21 @@ pub fn encode(out: &mut Vec<u8>, st: &mut DeltaState, ev: &Event) -> Result<(), 
             v(out, 1 + varint_len(duration_ns) as u64);
             out.push(call.code());
             v(out, duration_ns);
+        }
+        SignalEnter { signal } | SignalExit { signal } => {
+            put(out, SIGNAL_HANDLER);
+            v(out, 2);
+            out.push(if matches!(ev.kind, SignalEnter { .. }) {
+                HANDLER_ENTER
+            } else {
+                HANDLER_EXIT
+            });
+            out.push(signal);
+        }
+        SignalMask { blocked } => {
+            put(out, SIGNAL_MASK);
+            v(out, varint_len(blocked) as u64);
+            v(out, blocked);
         }
     }
     Ok(())
@@ -1546,8 +1569,8 @@ impl<'a> Decoder<'a> {
     }
 
     /// An extension event at the cursor, consumed: the event when this decoder keeps
-    /// extensions and knows this one (`BlockingBegin`, `BlockingEnd`), else `None` (skipped).
-    /// A body too short for its fields, or with a call code this version does not know, is
+    /// extensions and knows this one (blocking calls, signal context), else `None` (skipped).
+    /// A body too short for its fields, or with a code (call, phase) this version does not know, is
     /// skipped as an unknown extension would be; later minors may append fields.
     fn extension(&mut self) -> Result<Option<Event>, DecodeError> {
         let start = self.pos;
@@ -1568,21 +1591,43 @@ impl<'a> Decoder<'a> {
         let Some(body) = self.buf.get(at..end).filter(|b| b.len() as u64 == len) else {
             return Ok(None);
         };
-        let mut pos = 1usize;
-        let Some(call) = body
-            .first()
-            .and_then(|&c| BlockingCall::from_code(c as u64))
-        else {
-            return Ok(None);
-        };
-        let Ok(value) = varint::get(body, &mut pos) else {
-            return Ok(None);
-        };
         let kind = match raw & !KEY_FLAG {
-            tag::BLOCKING_BEGIN => {
-                let Ok(site) = u32::try_from(value) else {
+            tag::BLOCKING_BEGIN | tag::BLOCKING_END => {
+                let Some(kind) = self.blocking_body(raw & !KEY_FLAG, body) else {
                     return Ok(None);
                 };
+                kind
+            }
+            tag::SIGNAL_HANDLER => match body {
+                [HANDLER_ENTER, signal, ..] => EventKind::SignalEnter { signal: *signal },
+                [HANDLER_EXIT, signal, ..] => EventKind::SignalExit { signal: *signal },
+                _ => return Ok(None),
+            },
+            tag::SIGNAL_MASK => {
+                let Ok(blocked) = varint::get(body, &mut 0) else {
+                    return Ok(None);
+                };
+                EventKind::SignalMask { blocked }
+            }
+            _ => return Ok(None),
+        };
+        Ok(Some(Event {
+            key: self.st.key,
+            kind,
+        }))
+    }
+
+    /// The body of a blocking-begin or blocking-end (`tag`); `None` when it is too short or
+    /// names a call this version does not know.
+    fn blocking_body(&mut self, tag: u8, body: &[u8]) -> Option<EventKind> {
+        let mut pos = 1usize;
+        let call = body
+            .first()
+            .and_then(|&c| BlockingCall::from_code(c as u64))?;
+        let value = varint::get(body, &mut pos).ok()?;
+        Some(match tag {
+            tag::BLOCKING_BEGIN => {
+                let site = u32::try_from(value).ok()?;
                 self.sites_below = self.sites_below.max(site as u64 + 1);
                 // Absent or 0: no timeout.
                 let timeout_ns = varint::get(body, &mut pos)
@@ -1594,16 +1639,11 @@ impl<'a> Decoder<'a> {
                     timeout_ns,
                 }
             }
-            tag::BLOCKING_END => EventKind::BlockingEnd {
+            _ => EventKind::BlockingEnd {
                 call,
                 duration_ns: value,
             },
-            _ => return Ok(None),
-        };
-        Ok(Some(Event {
-            key: self.st.key,
-            kind,
-        }))
+        })
     }
 
     pub fn skip_extension(&mut self) -> Result<bool, DecodeError> {

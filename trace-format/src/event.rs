@@ -396,6 +396,22 @@ pub enum EventKind {
         call: BlockingCall,
         duration_ns: u64,
     },
+
+    // --- signal context (extension events, FORMAT.md §6.6.1) ---------------------------------
+    /// The thread starts running the program's handler for `signal`: its events up to the
+    /// matching `SignalExit` were recorded inside the handler.
+    SignalEnter {
+        signal: u8,
+    },
+    /// The handler for `signal` returned.
+    SignalExit {
+        signal: u8,
+    },
+    /// The thread's signal mask changed (`pthread_sigmask`, `sigprocmask`), or a thread started
+    /// with signals blocked: bit `s - 1` of `blocked` is set when signal `s` is blocked.
+    SignalMask {
+        blocked: u64,
+    },
 }
 
 /// The coarse category of an event, for statistics and filters.
@@ -412,6 +428,7 @@ pub enum Category {
     Allocation,
     Annotation,
     Blocking,
+    Signal,
 }
 
 impl EventKind {
@@ -527,6 +544,9 @@ impl EventKind {
             HappensAfter { .. } => "happens-after",
             BlockingBegin { .. } => "blocking-begin",
             BlockingEnd { .. } => "blocking-end",
+            SignalEnter { .. } => "signal-enter",
+            SignalExit { .. } => "signal-exit",
+            SignalMask { .. } => "signal-mask",
         }
     }
 
@@ -570,6 +590,7 @@ impl EventKind {
             | HappensBefore { .. }
             | HappensAfter { .. } => Category::Annotation,
             BlockingBegin { .. } | BlockingEnd { .. } => Category::Blocking,
+            SignalEnter { .. } | SignalExit { .. } | SignalMask { .. } => Category::Signal,
         }
     }
 
@@ -600,6 +621,9 @@ impl EventKind {
                 | LockRank { .. }
                 | BlockingBegin { .. }
                 | BlockingEnd { .. }
+                | SignalEnter { .. }
+                | SignalExit { .. }
+                | SignalMask { .. }
         )
     }
 
@@ -608,7 +632,11 @@ impl EventKind {
     pub fn is_extension(&self) -> bool {
         matches!(
             self,
-            EventKind::BlockingBegin { .. } | EventKind::BlockingEnd { .. }
+            EventKind::BlockingBegin { .. }
+                | EventKind::BlockingEnd { .. }
+                | EventKind::SignalEnter { .. }
+                | EventKind::SignalExit { .. }
+                | EventKind::SignalMask { .. }
         )
     }
 

@@ -339,7 +339,9 @@ mod damage {
             prop_assert!(whole.event_count() - t.event_count() < 2048);
             let stream = TraceStream::from_bytes("damaged", bytes).unwrap();
             let mut it = stream.merged().with_ordering_check();
-            let n = it.by_ref().count() as u64;
+            // Damaged bytes may decode as extension events, which the stream hands out and
+            // the whole-trace reader skips: compare the events both read.
+            let n = it.by_ref().filter(|e| !e.event.kind.is_extension()).count() as u64;
             prop_assert_eq!(n, t.event_count());
             prop_assert!(it.problems().iter().all(|p| p.offset <= file_len));
         }

@@ -51,6 +51,7 @@ mod marks;
 mod monitors;
 mod pending;
 mod senders;
+mod signals;
 mod spare;
 mod waits;
 
@@ -64,6 +65,8 @@ pub use monitors::MonitorScan;
 use pending::PendingCalls;
 pub use pending::{Blocking, PendingCall, RunEnd};
 use senders::Senders;
+use signals::SignalScan;
+pub use signals::{SignalContext, SignalContexts};
 use waits::HeldWaits;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -217,6 +220,8 @@ pub struct Run {
     pub waits: Vec<Wait>,
     /// Blocking calls (I/O, sleeps, child waits) made while holding locks.
     pub blocking: Vec<HeldBlocking>,
+    /// Where threads ran signal handlers and which signals they blocked.
+    pub signal_contexts: SignalContexts,
     pub signals: HashMap<ObjectId, Vec<SyncPoint>>,
     pub posts: HashMap<ObjectId, Vec<SyncPoint>>,
     /// Successful semaphore waits (including `sem_trywait`).
@@ -625,6 +630,7 @@ pub struct ModelPass<'t> {
     locks: LockSections<'t>,
     waits: HeldWaits,
     blocking: HeldBlockingCalls,
+    signals: SignalScan,
     senders: Senders,
     pending: PendingCalls,
     marks: AccessMarks,
@@ -666,6 +672,7 @@ impl<'t> ModelPass<'t> {
             locks: LockSections::new(tables, n),
             waits: HeldWaits::new(n),
             blocking: HeldBlockingCalls::new(n),
+            signals: SignalScan::new(n),
             senders: Senders::new(n),
             pending: PendingCalls::new(n),
             marks: AccessMarks::new(n, &[]),
@@ -867,6 +874,7 @@ impl ModelPass<'_> {
         self.locks.handle(ev, &self.annotations, &self.heap);
         self.waits.handle(ev, &mut self.locks);
         self.blocking.handle(ev, &mut self.locks);
+        self.signals.handle(ev);
         self.senders.handle(ev);
         self.pending.handle(ev);
     }
@@ -903,6 +911,7 @@ impl Pass for ModelPass<'_> {
             hb: self.hb.finish(),
             waits: self.waits.finish(),
             blocking: self.blocking.finish(),
+            signal_contexts: self.signals.finish(),
             senders: self.senders.finish(),
             marks,
             // Only the last segment (or the whole trace) has the trace's end.
@@ -935,6 +944,7 @@ struct RunParts {
     hb: HappensBefore,
     waits: Vec<Wait>,
     blocking: Vec<HeldBlocking>,
+    signal_contexts: SignalContexts,
     senders: Senders,
     marks: SegmentMarks,
     end: RunEnd,
@@ -954,6 +964,7 @@ impl<'t> ModelPass<'t> {
             hb: self.hb.cut(),
             waits: self.waits.cut(),
             blocking: self.blocking.cut(),
+            signal_contexts: self.signals.cut(),
             senders: self.senders.cut(),
             marks: self.segment_marks(),
             end: RunEnd::default(),
@@ -1050,6 +1061,7 @@ impl<'t> ModelPass<'t> {
             hb,
             waits,
             blocking,
+            signal_contexts,
             senders,
             marks,
             end,
@@ -1076,6 +1088,7 @@ impl<'t> ModelPass<'t> {
             contended_locks,
             waits,
             blocking,
+            signal_contexts,
             signals: senders.signals,
             posts: senders.posts,
             sem_takes: senders.sem_takes,

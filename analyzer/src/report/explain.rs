@@ -65,6 +65,13 @@ pub fn kind_description(kind: Kind) -> (&'static str, &'static str) {
              fsync): every thread that needs the lock waits as long, and if the call waits for \
              one of them, they deadlock.",
         ),
+        Kind::SignalUnsafeLock => (
+            "Lock taken in a signal handler",
+            "A signal handler took a lock. No lock function is async-signal-safe, and where \
+             the same lock is also held outside the handler with the signal unblocked, the \
+             handler can interrupt a thread holding it: the handler then waits for a lock its \
+             own thread will never release (a self-deadlock for a default mutex).",
+        ),
         Kind::Race => (
             "Data race: two threads access the same memory with nothing ordering them",
             "Two threads access the same memory, at least one writes, not both atomically, and \
@@ -92,6 +99,7 @@ pub fn kind_of(rule: Rule) -> Kind {
         }
         Rule::BlockedWait => Kind::ObservedStall,
         Rule::BlockingWhileHolding => Kind::BlockingUnderLock,
+        Rule::HandlerInterruptsHolder | Rule::LockInHandler => Kind::SignalUnsafeLock,
     }
 }
 
@@ -277,6 +285,33 @@ lock(&m); if (error) return NULL;   /* exits holding m */
 lock(&queue_lock);
 read(pipe_fd, &c, 1);   /* every thread that needs queue_lock waits for the pipe */
 unlock(&queue_lock);",
+        ),
+        Rule::HandlerInterruptsHolder => (
+            "The recorder marks the events a thread records inside a handler the program \
+             installed (sigaction, signal, sigset) and records each thread's signal mask \
+             (pthread_sigmask, sigprocmask, the mask a thread starts with). A lock class taken \
+             in the handler for signal S and also outside any handler by a thread that did not \
+             block S then is reported with both sites: S may arrive while that thread holds \
+             the lock. Not reported: both sides read locks of an rwlock, or the handler only \
+             tries the lock.",
+            "Do not lock in a handler: set a volatile sig_atomic_t flag (or write to a pipe, \
+             sem_post) and do the work in normal context, or handle the signal in a thread of \
+             its own with sigwait. At the least block S (pthread_sigmask) around every \
+             critical section of the lock.",
+            "\
+void on_usr1(int s) { lock(&stats_lock); hits++; unlock(&stats_lock); }
+/* main: */ lock(&stats_lock); hits++; unlock(&stats_lock);  /* SIGUSR1 here: deadlock */",
+        ),
+        Rule::LockInHandler => (
+            "Every lock call recorded inside a signal handler, one finding per site: POSIX \
+             lists no lock function as async-signal-safe (pthread_mutex_lock, the rwlock and \
+             spin locks), so a handler that calls one may corrupt or deadlock the lock it \
+             interrupted, even where the program blocks the signal around the lock.",
+            "Move the work out of the handler: set a volatile sig_atomic_t flag and act on it \
+             in normal context, or wait for the signal with sigwait in a thread of its own.",
+            "\
+static volatile sig_atomic_t reload;
+void on_hup(int s) { reload = 1; }   /* no lock in the handler */",
         ),
     }
 }

@@ -1,6 +1,6 @@
 //! `--format json`: the report as one JSON document (schema `foresight-report`, version 1,
 //! documented in `docs/report-schema.md`). Every finding has the same fields, whatever its
-//! kind: the common ones, then `cycle`, `edges`, `wait`, `race`, `observed`, `blocking` and `witness` (empty or `null` when
+//! kind: the common ones, then `cycle`, `edges`, `wait`, `race`, `observed`, `blocking`, `signal` and `witness` (empty or `null` when
 //! the kind has none).
 
 use std::io::Write;
@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::{
     BlockingReport, EdgeReport, Finding, FindingLocation, Kind, Message, ObservedReport,
-    RaceReport, Report, Rule, Verdict, WaitReport, Witness,
+    RaceReport, Report, Rule, SignalReport, Verdict, WaitReport, Witness,
 };
 
 pub fn write(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
@@ -33,6 +33,7 @@ struct FindingJson<'f> {
     race: Option<&'f RaceReport>,
     observed: Option<&'f ObservedReport>,
     blocking: Option<&'f BlockingReport>,
+    signal: Option<&'f SignalReport>,
     witness: Option<&'f Witness>,
     occurrences: u64,
     locations: &'f [FindingLocation],
@@ -54,6 +55,7 @@ impl Serialize for Finding {
             race: self.race(),
             observed: self.observed(),
             blocking: self.blocking(),
+            signal: self.signal(),
             witness: self.witness.as_ref(),
             occurrences: self.occurrences,
             locations: &self.locations,

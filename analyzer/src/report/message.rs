@@ -75,6 +75,14 @@ pub enum Message {
         locks: Vec<LockRef>,
         longest_ns: Option<u64>,
     },
+    /// A signal handler takes `lock`; `holder`: a thread also holds it outside any handler
+    /// with the signal unblocked (the handler can interrupt it there).
+    SignalUnsafeLock {
+        signal: String,
+        function: String,
+        lock: LockRef,
+        holder: Option<ThreadRef>,
+    },
 }
 
 /// What a thread that holds a lock waits for.
@@ -214,6 +222,28 @@ impl fmt::Display for Message {
                     None => f.write_str(" (it had not returned when the trace ended)"),
                 }
             }
+            Message::SignalUnsafeLock {
+                signal,
+                function,
+                lock,
+                holder: Some(holder),
+            } => write!(
+                f,
+                "lock taken in a signal handler and where the signal can interrupt: the \
+                 {signal} handler takes {lock}, which {holder} holds with {signal} unblocked \
+                 (the handler can interrupt a thread holding it: {function} then waits for \
+                 itself)"
+            ),
+            Message::SignalUnsafeLock {
+                signal,
+                function,
+                lock,
+                holder: None,
+            } => write!(
+                f,
+                "lock call in a signal handler: the {signal} handler calls {function} on {lock}, \
+                 which is not async-signal-safe"
+            ),
         }
     }
 }

@@ -302,6 +302,7 @@ impl Finding {
             Detail::RankViolation { classes, .. } => classes,
             Detail::Observed(o) => &o.lock_classes,
             Detail::Blocking(b) => &b.lock_classes,
+            Detail::Signal(r) => &r.lock_classes,
             Detail::Race(_) => &[],
         }
     }
@@ -315,7 +316,8 @@ impl Finding {
             | Detail::ReadRecursion { .. }
             | Detail::Race(_)
             | Detail::Observed(_)
-            | Detail::Blocking(_) => &[],
+            | Detail::Blocking(_)
+            | Detail::Signal(_) => &[],
         }
     }
 
@@ -327,7 +329,8 @@ impl Finding {
             | Detail::RankViolation { .. }
             | Detail::Race(_)
             | Detail::Observed(_)
-            | Detail::Blocking(_) => None,
+            | Detail::Blocking(_)
+            | Detail::Signal(_) => None,
         }
     }
 
@@ -343,6 +346,14 @@ impl Finding {
     pub fn blocking(&self) -> Option<&BlockingReport> {
         match &self.detail {
             Detail::Blocking(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    /// The handler and the lock of a `signal-unsafe-lock` finding (JSON's `signal`).
+    pub fn signal(&self) -> Option<&SignalReport> {
+        match &self.detail {
+            Detail::Signal(r) => Some(r),
             _ => None,
         }
     }
@@ -394,6 +405,8 @@ pub enum Detail {
     Observed(Box<ObservedReport>),
     /// A lock held across a blocking call (`analyses/hazards`).
     Blocking(Box<BlockingReport>),
+    /// A lock taken in a signal handler (`analyses/hazards/signals.rs`).
+    Signal(Box<SignalReport>),
 }
 
 /// The kind of a finding: JSON's `kind`, SARIF's rule id, the suppressions file's `kind`.
@@ -428,6 +441,7 @@ pub enum Kind {
     ObservedDeadlock,
     ObservedStall,
     BlockingUnderLock,
+    SignalUnsafeLock,
 }
 
 impl Kind {
@@ -474,6 +488,10 @@ pub enum Rule {
     BlockedWaitCycle,
     BlockedWait,
     BlockingWhileHolding,
+    /// A lock class taken in a signal's handler and, elsewhere, with that signal unblocked.
+    HandlerInterruptsHolder,
+    /// A lock function called in a signal handler (none is async-signal-safe).
+    LockInHandler,
 }
 
 /// What a site did in a finding: JSON's `locations[].role`, the baseline key's role.
@@ -518,6 +536,8 @@ pub enum Role {
     Frees,
     /// Where a blocking call was made while the locks were held.
     Blocks,
+    /// Where a signal handler took a lock.
+    LocksInHandler,
 }
 
 impl Role {
@@ -985,6 +1005,77 @@ impl From<foresight_trace::event::BlockingCall> for HazardCall {
             B::WaitChild => Self::Waitpid,
             B::Sync => Self::Fsync,
         }
+    }
+}
+
+/// A lock a signal handler takes: JSON's `signal`.
+#[derive(Clone, Debug, Serialize)]
+pub struct SignalReport {
+    /// The signal's number and name (`SIGUSR1`, `SIGRTMIN+2`).
+    pub signal: u8,
+    pub signal_name: String,
+    /// What the handler called (`pthread_mutex_lock`, …).
+    pub function: String,
+    pub lock: LockRef,
+    /// The lock's class (the suppressions' and the baseline key's).
+    pub lock_classes: Vec<String>,
+    /// Where the handler took it.
+    pub handler: SignalSite,
+    /// Where the lock was held outside any handler with the signal unblocked
+    /// (`handler-interrupts-holder`); null for `lock-in-handler`.
+    pub holder: Option<SignalSite>,
+}
+
+/// A site of a `signal-unsafe-lock` finding and the thread seen there.
+#[derive(Clone, Debug, Serialize)]
+pub struct SignalSite {
+    pub thread: ThreadRef,
+    pub mode: LockMode,
+    pub site: SiteReport,
+}
+
+/// A signal's name as `kill -l` gives it (`SIGUSR1`; real-time ones from glibc's `SIGRTMIN`,
+/// 34: `SIGRTMIN+2`).
+pub fn signal_short_name(signal: u8) -> String {
+    const NAMES: [&str; 32] = [
+        "",
+        "SIGHUP",
+        "SIGINT",
+        "SIGQUIT",
+        "SIGILL",
+        "SIGTRAP",
+        "SIGABRT",
+        "SIGBUS",
+        "SIGFPE",
+        "SIGKILL",
+        "SIGUSR1",
+        "SIGSEGV",
+        "SIGUSR2",
+        "SIGPIPE",
+        "SIGALRM",
+        "SIGTERM",
+        "SIGSTKFLT",
+        "SIGCHLD",
+        "SIGCONT",
+        "SIGSTOP",
+        "SIGTSTP",
+        "SIGTTIN",
+        "SIGTTOU",
+        "SIGURG",
+        "SIGXCPU",
+        "SIGXFSZ",
+        "SIGVTALRM",
+        "SIGPROF",
+        "SIGWINCH",
+        "SIGIO",
+        "SIGPWR",
+        "SIGSYS",
+    ];
+    match signal {
+        1..=31 => NAMES[signal as usize].to_string(),
+        34 => "SIGRTMIN".to_string(),
+        35..=64 => format!("SIGRTMIN+{}", signal - 34),
+        _ => format!("signal {signal}"),
     }
 }
 

@@ -26,7 +26,8 @@ fn default_level(kind: Kind) -> &'static str {
         Kind::PotentialDeadlock
         | Kind::RwlockDeadlock
         | Kind::ObservedStall
-        | Kind::BlockingUnderLock => "warning",
+        | Kind::BlockingUnderLock
+        | Kind::SignalUnsafeLock => "warning",
         _ => "error",
     }
 }

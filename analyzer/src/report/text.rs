@@ -227,11 +227,14 @@ pub fn write_with(out: &mut impl Write, report: &Report, style: Style) -> std::i
         .filter(|f| f.verdict == Verdict::Hazard)
         .collect();
     if !hazards.is_empty() {
-        writeln!(
-            out,
-            "== HAZARDS ({}): locks held across blocking calls ==",
-            hazards.len()
-        )?;
+        let blocking = hazards.iter().any(|f| f.kind == Kind::BlockingUnderLock);
+        let signals = hazards.iter().any(|f| f.kind == Kind::SignalUnsafeLock);
+        let what = match (blocking, signals) {
+            (true, true) => "locks held across blocking calls or taken in signal handlers",
+            (false, true) => "locks taken in signal handlers",
+            _ => "locks held across blocking calls",
+        };
+        writeln!(out, "== HAZARDS ({}): {what} ==", hazards.len())?;
         for f in hazards {
             finding(out, f, style, &mut said)?;
         }
@@ -510,6 +513,22 @@ fn finding(
             stack(out, &b.site, "      ", style)?;
             for h in &b.held {
                 held(out, "holding", h)?;
+            }
+        }
+        Detail::Signal(r) => {
+            writeln!(
+                out,
+                "  {}, in the {} handler, calls {} on {} at {}",
+                r.handler.thread, r.signal_name, r.function, r.lock, r.handler.site.location
+            )?;
+            stack(out, &r.handler.site, "      ", style)?;
+            if let Some(h) = &r.holder {
+                writeln!(
+                    out,
+                    "  {} holds it with {} unblocked at {}",
+                    h.thread, r.signal_name, h.site.location
+                )?;
+                stack(out, &h.site, "      ", style)?;
             }
         }
         Detail::WaitDeadlock { wait: w, .. } | Detail::ReadRecursion { wait: w, .. } => {

@@ -95,6 +95,7 @@ pub fn adopt_current() -> Option<Current> {
         thread_state::mark_dead();
         let p = Box::into_raw(ThreadState::new(None, 0));
         start_on_current(p, 0);
+        crate::signals::record_start_mask();
         thread_state::current()
     })
 }
@@ -148,6 +149,7 @@ unsafe extern "C-unwind" fn trampoline(arg: *mut c_void) -> *mut c_void {
     if let Some(mask) = unsafe { &*p }.start_mask.take() {
         crate::sigmask::set_mask(&mask);
     }
+    crate::signals::record_start_mask();
     // SAFETY: `start` is the user's start routine passed to pthread_create.
     let f: Start = unsafe { std::mem::transmute::<usize, Start>(start) };
     // SAFETY: calling the user's start routine with its argument, as pthread_create would.

@@ -1,4 +1,4 @@
-//! `blocking-under-lock` findings: a thread held locks across a call that can block for as
+//! `blocking-under-lock` findings (and `signal-unsafe-lock` ones, `signals.rs`): a thread held locks across a call that can block for as
 //! long as another thread or process decides (I/O on a pipe, FIFO or socket, `accept`,
 //! `connect`, `poll`/`select`/`epoll_wait`, a sleep, a wait for a child, `fsync`). Every
 //! thread that needs one of those locks waits as long; if the call waits for one of them
@@ -7,6 +7,8 @@
 //! held set at the call and its duration (`model::HeldBlocking`). This module makes one
 //! finding per call site and held set, with the longest duration seen. A sleep is reported
 //! only when one took at least `Options::sleep_threshold_ns`.
+
+mod signals;
 
 use foldhash::{HashMap, HashMapExt};
 
@@ -157,5 +159,6 @@ impl super::Analysis for Hazards {
         out: &mut super::Output,
     ) {
         out.findings.extend(blocking_findings(part.runs, part.opts));
+        out.findings.extend(signals::signal_findings(part.runs));
     }
 }
