@@ -491,7 +491,9 @@ impl<'a> Cursor<'a> {
             payload: Vec::new(),
             plain: Vec::new(),
             chunk: None,
-            batch: Vec::with_capacity(BATCH),
+            // Grown by the first batch, to what the thread's first chunk holds: a process of
+            // many short threads has a cursor for each.
+            batch: Vec::new(),
             at: 0,
             batch_offset: 0,
             index: 0,
