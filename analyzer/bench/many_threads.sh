@@ -74,7 +74,7 @@ for n in $COUNTS; do
     END {
       m = int((NR + 1) / 2)
       # peak memory median: sort separately
-      printf "%-9s %10s events  CPU %s s (%.2f M events per CPU s)", n, e, cpu[m], e / cpu[m] / 1e6
+      printf "%-9s %10s events  CPU %s s", n, e, cpu[m]; if (cpu[m] > 0) printf " (%.2f M events per CPU s)", e / cpu[m] / 1e6
     }'
   awk -v n="$n" '$1 == n { print $4 }' "$results" | sort -n | awk '
     { kb[NR] = $1 } END { printf "  peak %d MiB\n", kb[int((NR + 1) / 2)] / 1024 }'
