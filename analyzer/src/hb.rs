@@ -1086,6 +1086,69 @@ mod tests {
     const RACES: EdgeKinds = EdgeKinds::SYNC.union(EdgeKinds::LOCK);
 
     #[test]
+    fn a_joined_thread_s_slot_goes_to_the_next_thread_and_an_unjoined_one_s_does_not() {
+        let build = |join: bool| {
+            let mut b = TraceBuilder::new("t");
+            let main = b.main_thread();
+            let s = b.site("f", "t.c", 1);
+            let t1 = b.spawn(main, s, "t1"); // main: 1 create
+            b.write(t1, 0x10, 4, s); // t1: 1
+            if join {
+                b.join(main, t1, s); // t1: 2 exit; main: 2 request, 3 joined
+            } else {
+                b.exit(t1); // t1: 2
+            }
+            let t2 = b.spawn(main, s, "t2");
+            b.write(t2, 0x10, 4, s); // t2: 1
+            b
+        };
+        for edges in [RACES, EdgeKinds::DEADLOCK] {
+            let hb = clocks(build(true), edges);
+            assert_eq!(
+                hb.slots.slot_of(1),
+                hb.slots.slot_of(2),
+                "t2 continues t1's slot"
+            );
+            assert!(hb.happens_before(1, 2, 2, 1), "t1's exit before t2's write");
+            assert!(
+                hb.happens_before(0, 4, 2, 0),
+                "the creation before t2's start"
+            );
+            assert!(
+                !hb.happens_before(2, 1, 0, 5),
+                "nothing of t2 before main's end"
+            );
+            let c = hb
+                .receive_before(2, 1)
+                .expect("t2's start received its creation");
+            assert_eq!(hb.prefix(c, 1), 3, "all of t1");
+            assert_eq!(hb.prefix(c, 2), 1, "t2's first event");
+
+            let hb = clocks(build(false), edges);
+            assert_ne!(
+                hb.slots.slot_of(1),
+                hb.slots.slot_of(2),
+                "main never learnt t1 ended"
+            );
+            assert!(!hb.happens_before(1, 1, 2, 1), "t1's write races with t2's");
+        }
+    }
+
+    #[test]
+    fn an_event_after_an_exit_whose_slot_was_handed_on_abandons_the_clocks() {
+        let mut b = TraceBuilder::new("t");
+        let main = b.main_thread();
+        let s = b.site("f", "t.c", 1);
+        let t1 = b.spawn(main, s, "t1");
+        b.join(main, t1, s);
+        let t2 = b.spawn(main, s, "t2");
+        b.write(t2, 0x10, 4, s);
+        b.write(t1, 0x10, 4, s); // a damaged trace: t1 after its exit
+        let hb = clocks(b, RACES);
+        assert!(!hb.complete, "nothing is concluded from ambiguous clocks");
+    }
+
+    #[test]
     fn lock_channels_order_alike_above_and_below_the_direct_table() {
         // Ids below DIRECT_LOCKS live in a table, the rest (any u32 of a hostile trace) in the
         // map: the same order either way, and no table sized by a huge id.
