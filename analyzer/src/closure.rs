@@ -182,7 +182,7 @@ impl<'r> ClosureState<'r> {
         // returns) has had its wake-up: what it received is in the closure, only its lock
         // blocks.
         if let Some(clock) = self.run.hb.receive_before(t, b.pos) {
-            for (u, &v) in clock.entries().iter().enumerate() {
+            for (u, v) in self.run.hb.known(clock) {
                 if u != t {
                     raise(&mut self.frontier, &self.limit, u, v, Reach::HappensBefore)?;
                 }
@@ -234,7 +234,7 @@ impl<'r> ClosureState<'r> {
                             break;
                         }
                         self.steps += 1;
-                        for (u, &v) in clock.entries().iter().enumerate() {
+                        for (u, v) in run.hb.known(clock) {
                             if u != t {
                                 moved |= raise(
                                     &mut self.frontier,
@@ -322,21 +322,48 @@ fn lock_rule(
     if last.len() < 2 {
         return Ok(raised);
     }
+    // A section must be completed first when another thread's latest section inside the
+    // frontier comes later in the trace and conflicts with it: the latest writing section of
+    // another thread after it, or (for a writing section) any later one. The two latest of
+    // each kind over all threads answer that for every thread at once, so a lock that
+    // thousands of threads took costs one pass, not a pass per pair.
+    let seq = |a: u32| run.acquisitions[a as usize].seq;
+    let latest_write = top_two(last.iter().filter_map(|&(t, _, w)| w.map(|w| (seq(w), t))));
+    let latest_any = top_two(last.iter().map(|&(t, a, _)| (seq(a), t)));
+    let after = |top: &[Option<(u64, u32)>; 2], u: u32, s: u64| {
+        top.iter().flatten().any(|&(other, t)| t != u && other > s)
+    };
     for &(u, a_u, _) in &last {
         let a_u = &run.acquisitions[a_u as usize];
-        for &(t, a_t, w_t) in &last {
-            if t == u {
-                continue;
-            }
-            let later_conflicting = w_t.is_some_and(|w| run.acquisitions[w as usize].seq > a_u.seq)
-                || (a_u.mode == Mode::Write && run.acquisitions[a_t as usize].seq > a_u.seq);
-            if !later_conflicting {
-                continue;
-            }
+        let later_conflicting = after(&latest_write, u, a_u.seq)
+            || (a_u.mode == Mode::Write && after(&latest_any, u, a_u.seq));
+        if later_conflicting {
             raised |= include_release(a_u, u, lock, frontier, limit)?;
         }
     }
     Ok(raised)
+}
+
+/// The two greatest (sequence, thread) pairs of distinct threads: what "the latest of another
+/// thread than u" needs for any u.
+fn top_two(items: impl Iterator<Item = (u64, u32)>) -> [Option<(u64, u32)>; 2] {
+    let mut top: [Option<(u64, u32)>; 2] = [None, None];
+    for item in items {
+        match top {
+            [None, _] => top[0] = Some(item),
+            [Some(first), _] if item.0 > first.0 => {
+                if first.1 != item.1 {
+                    top[1] = Some(first);
+                }
+                top[0] = Some(item);
+            }
+            [Some(first), second] if first.1 != item.1 && second.is_none_or(|s| item.0 > s.0) => {
+                top[1] = Some(item);
+            }
+            _ => {}
+        }
+    }
+    top
 }
 
 /// Puts the release of acquisition `acq` (thread `u`, lock `lock`) in the closure; a critical

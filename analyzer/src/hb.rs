@@ -18,7 +18,7 @@ use foldhash::{HashMap, HashMapExt};
 
 use crate::last_writers::LastWriters;
 use crate::stream::{Mode, Op, Pass, StreamEvent};
-use crate::vector_clock::VectorClock;
+use crate::vector_clock::{Slots, VectorClock};
 
 /// The clocks of one trace, stored sparsely: a thread's clock changes by a join only at a
 /// *receive* event (a join, a barrier departure, a once skip, a semaphore or condition wake-up,
@@ -28,6 +28,8 @@ use crate::vector_clock::VectorClock;
 pub struct HappensBefore {
     /// Per thread: (position, clock at that event), by position.
     receives: Vec<Vec<(u32, VectorClock)>>,
+    /// Which thread each clock entry speaks of (`vector_clock.rs`).
+    slots: Slots,
     /// False when the clocks outgrew their memory budget and were abandoned: then nothing may
     /// be predicted from this trace (missing edges would make predictions unsound).
     pub complete: bool,
@@ -43,8 +45,24 @@ impl HappensBefore {
             Some(c) => c.clone(),
             None => VectorClock::default(),
         };
-        clock.set(thread, pos + 1);
+        if let Some(slot) = self.slots.slot_of(thread) {
+            clock.set(slot, self.slots.raw(thread, pos + 1));
+        }
         clock
+    }
+
+    /// How many events of `thread` happen before (or at) the event of `clock`, a clock of
+    /// this trace.
+    #[inline]
+    pub fn prefix(&self, clock: &VectorClock, thread: usize) -> u32 {
+        self.slots.prefix(clock, thread)
+    }
+
+    /// The threads `clock` knows of, with their prefix lengths (see [`Slots::known`]: a
+    /// thread whose slot a later thread took over is known whole through that thread's
+    /// first receive).
+    pub fn known<'a>(&'a self, clock: &'a VectorClock) -> impl Iterator<Item = (usize, u32)> + 'a {
+        self.slots.known(clock)
     }
 
     /// The stored clock of the last receive at or before `pos` in `thread`.
@@ -65,7 +83,7 @@ impl HappensBefore {
             return a_pos < b_pos;
         }
         self.receive_before(b_thread, b_pos)
-            .is_some_and(|c| c.get(a_thread) > a_pos)
+            .is_some_and(|c| self.slots.prefix(c, a_thread) > a_pos)
     }
 }
 
@@ -98,6 +116,13 @@ pub struct HbBuilder {
     current: Vec<VectorClock>,
     /// Events of each thread seen so far.
     seen: Vec<u32>,
+    /// Which thread each clock entry speaks of: a thread's slot is handed on to a thread
+    /// created after it ended, when the creator knows all of it (`vector_clock.rs`).
+    slots: Slots,
+    /// Per thread: whether its last event so far is its exit.
+    exited: Vec<bool>,
+    /// Slots whose holder exited, candidates for a thread about to be created.
+    free_slots: Vec<u32>,
     channels: HashMap<Channel, VectorClock>,
     /// The lock channels by object id (`2 * lock`, `+ 1` for its readers; ids below
     /// [`DIRECT_LOCKS`]): the most frequent sends and receives, looked up without hashing.
@@ -124,6 +149,9 @@ impl HbBuilder {
             // Empty clocks grow as they learn: memory follows what threads know of each other.
             current: vec![VectorClock::default(); threads],
             seen: vec![0; threads],
+            slots: Slots::default(),
+            exited: vec![false; threads],
+            free_slots: Vec::new(),
             channels: HashMap::new(),
             lock_channels: Vec::new(),
             receives: vec![Vec::new(); threads],
@@ -188,7 +216,7 @@ impl HbBuilder {
             return;
         };
         let writer = writer as usize;
-        if writer == thread || self.current[thread].get(writer) > at {
+        if writer == thread || self.slots.prefix(&self.current[thread], writer) > at {
             return;
         }
         // The reader learns what the writer knew at the write: the writer's last receive
@@ -199,19 +227,107 @@ impl HbBuilder {
         if let Some(i) = i.checked_sub(1) {
             self.current[thread].join(&list[i].1);
         }
-        self.current[thread].set(writer, at + 1);
+        let slot = self.place(writer);
+        let raw = self.slots.raw(writer, at + 1);
+        self.current[thread].set(slot, raw);
         self.record(thread, pos);
     }
 
     /// Every event goes through here, in merged order, before `send`/`receive` for it.
+    #[inline]
     pub fn step(&mut self, thread: usize, pos: u32) {
         self.seen[thread] = pos + 1;
+        if self.exited[thread] {
+            self.after_exit(thread);
+        }
+    }
+
+    /// An event of a thread after its exit (a hostile or damaged trace): its slot may not be
+    /// handed on any more, and if it was, its clock entries are ambiguous, so the clocks are
+    /// abandoned as when they outgrow their budget.
+    #[cold]
+    fn after_exit(&mut self, thread: usize) {
+        self.exited[thread] = false;
+        if self.slots.handed_on(thread) {
+            self.abandon();
+        }
+    }
+
+    /// The thread's exit (its last event): its slot may go to a thread created once the whole
+    /// of it is known to the creator.
+    pub fn exit(&mut self, thread: usize) {
+        if self.overflowed || thread >= self.exited.len() {
+            return;
+        }
+        self.exited[thread] = true;
+        if let Some(slot) = self.slots.slot_of(thread) {
+            if self.slots.holder(slot) == Some(thread as u32) {
+                self.free_slots.push(slot as u32);
+            }
+        }
+    }
+
+    /// Gives the thread `child` that `parent` is creating a slot: the slot of a thread that
+    /// exited and that the parent knows whole (it joined it, or learnt of its exit otherwise),
+    /// else a new one. A thread's slot is never handed on while the new thread could run
+    /// beside it, so the clocks stay exact.
+    pub fn place_child(&mut self, parent: usize, child: usize) {
+        if self.overflowed || child >= self.current.len() || self.slots.slot_of(child).is_some() {
+            return;
+        }
+        self.place(parent);
+        // Most recent exits first; a slot whose holder is not known whole yet stays a
+        // candidate, and a bounded look keeps creation cheap when many stay unknown.
+        let mut i = self.free_slots.len();
+        let mut looked = 0;
+        while i > 0 && looked < FREE_SLOTS_LOOKED_AT {
+            i -= 1;
+            looked += 1;
+            let slot = self.free_slots[i] as usize;
+            let Some(holder) = self.slots.holder(slot).map(|h| h as usize) else {
+                self.free_slots.swap_remove(i);
+                continue;
+            };
+            if !self.exited[holder] {
+                self.free_slots.swap_remove(i);
+                continue;
+            }
+            let length = self.seen[holder];
+            let end = self.slots.raw(holder, length);
+            if self.slots.prefix(&self.current[parent], holder) < length || end > u32::MAX / 2 {
+                continue;
+            }
+            self.free_slots.swap_remove(i);
+            self.slots.hand_on(slot, child, end);
+            // Nothing may join the old thread again (a second join, or a join of a detached
+            // thread, is undefined): its clock is not needed any more.
+            self.current[holder] = VectorClock::default();
+            return;
+        }
+        self.slots.place_fresh(child);
+    }
+
+    /// Gives the thread a new slot if it has none (the first thread, one whose creation the
+    /// trace does not have).
+    #[inline]
+    fn place(&mut self, thread: usize) -> usize {
+        match self.slots.slot_of(thread) {
+            Some(s) => s,
+            None => self.slots.place_fresh(thread),
+        }
     }
 
     fn own(&mut self, thread: usize) -> &VectorClock {
-        let n = self.seen[thread];
-        self.current[thread].set(thread, n);
+        let slot = self.place(thread);
+        let raw = self.slots.raw(thread, self.seen[thread]);
+        self.current[thread].set(slot, raw);
         &self.current[thread]
+    }
+
+    /// Whether the thread's latest clock knows the first `prefix` events of `other`.
+    #[inline]
+    pub fn knows_prefix(&self, thread: usize, other: usize) -> u32 {
+        self.slots.prefix(&self.current[thread], other)
     }
 
     /// Publishes the thread's clock (as of its current event) on `channel`.
@@ -350,24 +466,40 @@ impl HbBuilder {
         }
     }
 
+    /// Forgets what was published on `channel` (a thread's creation, once the thread received
+    /// it: each is received once).
+    pub fn forget(&mut self, channel: &Channel) {
+        if lock_slot(channel).is_none() {
+            self.channels.remove(channel);
+        }
+    }
+
     /// Counts stored entries; past the budget every clock is dropped and the result is marked
     /// incomplete.
     fn charge(&mut self, entries: usize) {
         self.stored += entries;
         if self.stored > self.budget {
-            self.overflowed = true;
-            self.receives = vec![Vec::new(); self.receives.len()];
-            self.channels = HashMap::new();
-            self.lock_channels = Vec::new();
-            self.current = vec![VectorClock::default(); self.current.len()];
-            self.last_write = LastWriters::new();
+            self.abandon();
         }
+    }
+
+    /// Drops every clock; the result is marked incomplete.
+    #[cold]
+    fn abandon(&mut self) {
+        self.overflowed = true;
+        self.receives = vec![Vec::new(); self.receives.len()];
+        self.channels = HashMap::new();
+        self.lock_channels = Vec::new();
+        self.current = vec![VectorClock::default(); self.current.len()];
+        self.last_write = LastWriters::new();
+        self.free_slots = Vec::new();
     }
 
     fn record(&mut self, thread: usize, pos: u32) {
         if !self.snapshots {
             return;
         }
+        let (slot, raw) = (self.place(thread), self.slots.raw(thread, pos + 1));
         // A second receive at the same event (a read spanning granules of several writes, a
         // write acquisition joining both of a lock's channels) grows the snapshot stored for
         // it: the clock only grew since, and no closure asks for the clock between the two.
@@ -375,7 +507,7 @@ impl HbBuilder {
             if *at == pos {
                 let before = stored.entries().len();
                 stored.join(&self.current[thread]);
-                stored.set(thread, pos + 1);
+                stored.set(slot, raw);
                 let grown = stored.entries().len() - before;
                 self.charge(grown);
                 return;
@@ -386,13 +518,14 @@ impl HbBuilder {
             return;
         }
         let mut snapshot = self.current[thread].clone();
-        snapshot.set(thread, pos + 1);
+        snapshot.set(slot, raw);
         self.receives[thread].push((pos, snapshot));
     }
 
     pub fn finish(self) -> HappensBefore {
         HappensBefore {
             receives: self.receives,
+            slots: self.slots,
             complete: !self.overflowed,
             writes_not_followed: self.last_write.writes_not_followed(),
         }
@@ -412,6 +545,7 @@ impl HbBuilder {
         }
         HappensBefore {
             receives,
+            slots: self.slots.clone(),
             complete: !self.overflowed,
             // Counted once, by the walk's last part (`finish`), as the race pass counts.
             writes_not_followed: 0,
@@ -423,6 +557,10 @@ impl HbBuilder {
 /// 1 up, so the ids of real traces are small; an id of a hostile trace may be any `u32`, and
 /// those above the bound go to the map (the table's worst case: 24 bytes a slot, 3 MiB).
 const DIRECT_LOCKS: u32 = 1 << 16;
+
+/// Free slots a creation looks at: most are taken by the next thread; detached threads whose
+/// exit no creator learns of would otherwise make every creation slower.
+const FREE_SLOTS_LOOKED_AT: usize = 64;
 
 /// The slot of a lock channel in `HbBuilder::lock_channels`.
 #[inline]
@@ -602,6 +740,18 @@ impl HbPass {
         &self.builder.current[thread as usize]
     }
 
+    /// How many events of `other` happen before the latest handled event of `thread` (as
+    /// [`HbPass::knows`], its own entry may lag).
+    #[inline]
+    pub fn knows_prefix(&self, thread: u32, other: u32) -> u32 {
+        self.builder.knows_prefix(thread as usize, other as usize)
+    }
+
+    /// Which thread each entry of the clocks speaks of.
+    pub fn slots(&self) -> &Slots {
+        &self.builder.slots
+    }
+
     /// With lock edges: the locks `thread` holds (object, mode, recursion depth), outermost
     /// first.
     #[inline]
@@ -745,6 +895,7 @@ impl HbPass {
         b.step(t, pos);
         if pos == 0 && create_join {
             b.receive(t, pos, &Channel::Fork(t));
+            b.forget(&Channel::Fork(t));
         }
         match ev.op {
             Op::Read { addr, size, .. } if self.edges.contains(EdgeKinds::READS_FROM) => {
@@ -754,8 +905,10 @@ impl HbPass {
                 b.write(t, pos, addr, size)
             }
             Op::Create { child: Some(c), .. } if create_join => {
+                b.place_child(t, c as usize);
                 b.send(t, Channel::Fork(c as usize))
             }
+            Op::ThreadExit => b.exit(t),
             Op::Join {
                 child: Some(c),
                 joined: true,
@@ -928,6 +1081,69 @@ mod tests {
     }
 
     const RACES: EdgeKinds = EdgeKinds::SYNC.union(EdgeKinds::LOCK);
+
+    #[test]
+    fn a_joined_thread_s_slot_goes_to_the_next_thread_and_an_unjoined_one_s_does_not() {
+        let build = |join: bool| {
+            let mut b = TraceBuilder::new("t");
+            let main = b.main_thread();
+            let s = b.site("f", "t.c", 1);
+            let t1 = b.spawn(main, s, "t1"); // main: 1 create
+            b.write(t1, 0x10, 4, s); // t1: 1
+            if join {
+                b.join(main, t1, s); // t1: 2 exit; main: 2 request, 3 joined
+            } else {
+                b.exit(t1); // t1: 2
+            }
+            let t2 = b.spawn(main, s, "t2");
+            b.write(t2, 0x10, 4, s); // t2: 1
+            b
+        };
+        for edges in [RACES, EdgeKinds::DEADLOCK] {
+            let hb = clocks(build(true), edges);
+            assert_eq!(
+                hb.slots.slot_of(1),
+                hb.slots.slot_of(2),
+                "t2 continues t1's slot"
+            );
+            assert!(hb.happens_before(1, 2, 2, 1), "t1's exit before t2's write");
+            assert!(
+                hb.happens_before(0, 4, 2, 0),
+                "the creation before t2's start"
+            );
+            assert!(
+                !hb.happens_before(2, 1, 0, 5),
+                "nothing of t2 before main's end"
+            );
+            let c = hb
+                .receive_before(2, 1)
+                .expect("t2's start received its creation");
+            assert_eq!(hb.prefix(c, 1), 3, "all of t1");
+            assert_eq!(hb.prefix(c, 2), 1, "t2's first event");
+
+            let hb = clocks(build(false), edges);
+            assert_ne!(
+                hb.slots.slot_of(1),
+                hb.slots.slot_of(2),
+                "main never learnt t1 ended"
+            );
+            assert!(!hb.happens_before(1, 1, 2, 1), "t1's write races with t2's");
+        }
+    }
+
+    #[test]
+    fn an_event_after_an_exit_whose_slot_was_handed_on_abandons_the_clocks() {
+        let mut b = TraceBuilder::new("t");
+        let main = b.main_thread();
+        let s = b.site("f", "t.c", 1);
+        let t1 = b.spawn(main, s, "t1");
+        b.join(main, t1, s);
+        let t2 = b.spawn(main, s, "t2");
+        b.write(t2, 0x10, 4, s);
+        b.write(t1, 0x10, 4, s); // a damaged trace: t1 after its exit
+        let hb = clocks(b, RACES);
+        assert!(!hb.complete, "nothing is concluded from ambiguous clocks");
+    }
 
     #[test]
     fn lock_channels_order_alike_above_and_below_the_direct_table() {

@@ -1,30 +1,41 @@
-//! Vector clocks over thread positions.
+//! Vector clocks over thread slots.
 //!
-//! Entry `u` of a clock is a *prefix length*: the number of events of thread `u` (counted by
-//! position in that thread's event list, memory accesses included) that happen before the event
-//! the clock belongs to, that event included for its own thread. Prefix lengths, rather than
-//! Lamport counters, let the sync-preserving closure (`closure.rs`) use a clock directly as a
-//! lower bound on how much of each thread a reordering must contain.
+//! A clock has one entry per *slot*, not per thread: a slot is handed on from a thread that
+//! has ended to a thread created after it, when the whole of the ended thread happens before
+//! the new one's creation (it was joined, or its exit is known to the creator). The slot's
+//! entry then counts on where the old thread stopped: the new thread's event at position `p`
+//! is entry `offset + p + 1`, `offset` being the sum of its predecessors' lengths. That is
+//! sound for happens-before because every event of the old thread is before every event of
+//! the new one, so a clock that knows any event of the new thread knows all of the old one.
+//! Clocks then have as many entries as threads alive at once (ThreadSanitizer reuses its
+//! thread slots the same way), whatever the number of threads a program creates over its life.
+//!
+//! Read through [`Slots`], an entry is a *prefix length* per thread: the number of events of
+//! thread `u` (counted by position in that thread's event list, memory accesses included) that
+//! happen before the event the clock belongs to, that event included for its own thread.
+//! Prefix lengths, rather than Lamport counters, let the sync-preserving closure (`closure.rs`)
+//! use a clock directly as a lower bound on how much of each thread a reordering must contain.
 
-/// A vector clock indexed by the analyzer's dense thread index.
+/// A vector clock indexed by slot ([`Slots`] says which thread a value belongs to).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct VectorClock(Vec<u32>);
 
 impl VectorClock {
-    /// The clock that knows nothing (every entry 0), for `threads` threads.
-    pub fn new(threads: usize) -> Self {
-        Self(vec![0; threads])
+    /// The clock that knows nothing (every entry 0), for `slots` slots.
+    pub fn new(slots: usize) -> Self {
+        Self(vec![0; slots])
     }
 
-    pub fn get(&self, thread: usize) -> u32 {
-        self.0.get(thread).copied().unwrap_or(0)
+    /// The raw entry of a slot.
+    pub fn get(&self, slot: usize) -> u32 {
+        self.0.get(slot).copied().unwrap_or(0)
     }
 
-    pub fn set(&mut self, thread: usize, value: u32) {
-        if thread >= self.0.len() {
-            self.0.resize(thread + 1, 0);
+    pub fn set(&mut self, slot: usize, value: u32) {
+        if slot >= self.0.len() {
+            self.0.resize(slot + 1, 0);
         }
-        self.0[thread] = value;
+        self.0[slot] = value;
     }
 
     /// Pointwise maximum; returns whether any entry grew.
@@ -46,8 +57,142 @@ impl VectorClock {
         self.0.iter().enumerate().all(|(i, &v)| v <= other.get(i))
     }
 
+    /// The raw entries, by slot.
     pub fn entries(&self) -> &[u32] {
         &self.0
+    }
+}
+
+/// Where a thread's events sit in its slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Place {
+    slot: u32,
+    /// The slot's entry before the thread's first event.
+    offset: u32,
+    /// The slot's entry after the thread's last event, once the slot was handed on
+    /// (`u32::MAX` before).
+    end: u32,
+}
+
+const UNPLACED: Place = Place {
+    slot: u32::MAX,
+    offset: 0,
+    end: 0,
+};
+
+/// Which thread holds which slot, and from which entry on: what turns a clock's raw entries
+/// into prefix lengths of threads. It grows by a few bytes per thread ever created; clocks
+/// grow with the slots.
+#[derive(Clone, Debug, Default)]
+pub struct Slots {
+    /// By dense thread index; threads not placed yet have `slot == u32::MAX`.
+    places: Vec<Place>,
+    /// By slot: its threads, in order, with their offsets.
+    holders: Vec<Vec<(u32, u32)>>,
+}
+
+impl Slots {
+    /// The slot of `thread`, if it has one.
+    #[inline]
+    pub fn slot_of(&self, thread: usize) -> Option<usize> {
+        match self.places.get(thread) {
+            Some(p) if p.slot != u32::MAX => Some(p.slot as usize),
+            _ => None,
+        }
+    }
+
+    /// The number of slots handed out.
+    pub fn len(&self) -> usize {
+        self.holders.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.holders.is_empty()
+    }
+
+    /// The thread that holds `slot` now.
+    pub fn holder(&self, slot: usize) -> Option<u32> {
+        self.holders.get(slot)?.last().map(|&(t, _)| t)
+    }
+
+    /// The slot's entry before `thread`'s first event.
+    #[inline]
+    pub fn offset_of(&self, thread: usize) -> u32 {
+        self.places.get(thread).map_or(0, |p| p.offset)
+    }
+
+    /// Gives `thread` a slot of its own, if it has none yet.
+    pub fn place_fresh(&mut self, thread: usize) -> usize {
+        if let Some(s) = self.slot_of(thread) {
+            return s;
+        }
+        let slot = self.holders.len();
+        self.holders.push(vec![(thread as u32, 0)]);
+        self.put(thread, slot as u32, 0);
+        slot
+    }
+
+    /// Hands `slot` on to `thread`, whose events count from `offset` on (the slot's last
+    /// holder ended there). The caller has checked that the whole of that holder happens
+    /// before `thread`.
+    pub fn hand_on(&mut self, slot: usize, thread: usize, offset: u32) {
+        debug_assert!(self.slot_of(thread).is_none());
+        if let Some(&(old, _)) = self.holders[slot].last() {
+            self.places[old as usize].end = offset;
+        }
+        self.holders[slot].push((thread as u32, offset));
+        self.put(thread, slot as u32, offset);
+    }
+
+    /// Whether the slot of `thread` was handed on to another thread.
+    #[inline]
+    pub fn handed_on(&self, thread: usize) -> bool {
+        self.places.get(thread).is_some_and(|p| p.end != u32::MAX)
+    }
+
+    fn put(&mut self, thread: usize, slot: u32, offset: u32) {
+        if thread >= self.places.len() {
+            self.places.resize(thread + 1, UNPLACED);
+        }
+        self.places[thread] = Place {
+            slot,
+            offset,
+            end: u32::MAX,
+        };
+    }
+
+    /// The raw entry that says "the first `prefix` events of `thread`" (`thread` placed).
+    #[inline]
+    pub fn raw(&self, thread: usize, prefix: u32) -> u32 {
+        self.offset_of(thread).saturating_add(prefix)
+    }
+
+    /// How many events of `thread` happen before (or at) the clock's event.
+    #[inline]
+    pub fn prefix(&self, clock: &VectorClock, thread: usize) -> u32 {
+        let Some(p) = self.places.get(thread) else {
+            return 0;
+        };
+        let v = clock.get(p.slot as usize);
+        v.min(p.end).saturating_sub(p.offset)
+    }
+
+    /// The threads a clock knows of, each with its prefix length: per slot, the latest holder
+    /// the clock knows any event of. Its predecessors in the slot are known whole (they happen
+    /// before its first event, whose stored clock says so).
+    pub fn known<'a>(&'a self, clock: &'a VectorClock) -> impl Iterator<Item = (usize, u32)> + 'a {
+        clock
+            .entries()
+            .iter()
+            .enumerate()
+            .filter(|&(_, &v)| v > 0)
+            .filter_map(move |(slot, &v)| {
+                let holders = self.holders.get(slot)?;
+                let i = holders.partition_point(|&(_, offset)| offset < v);
+                let (thread, offset) = holders[i.checked_sub(1)?];
+                let end = self.places[thread as usize].end;
+                Some((thread as usize, v.min(end) - offset))
+            })
     }
 }
 
@@ -66,5 +211,26 @@ mod tests {
         assert!(!a.join(&b));
         assert!(b.le(&a));
         assert!(!a.le(&b));
+    }
+
+    #[test]
+    fn a_slot_handed_on_reads_as_the_old_thread_whole_and_the_new_one_by_prefix() {
+        let mut slots = Slots::default();
+        assert_eq!(slots.place_fresh(0), 0);
+        assert_eq!(slots.place_fresh(1), 1);
+        // Thread 1 had 5 events; thread 2 continues its slot.
+        slots.hand_on(1, 2, 5);
+        let mut clock = VectorClock::default();
+        clock.set(1, 3);
+        assert_eq!(slots.prefix(&clock, 1), 3);
+        assert_eq!(slots.prefix(&clock, 2), 0);
+        clock.set(1, 7);
+        assert_eq!(slots.prefix(&clock, 1), 5, "the old thread whole");
+        assert_eq!(slots.prefix(&clock, 2), 2);
+        assert_eq!(slots.prefix(&clock, 9), 0, "a thread never placed");
+        assert_eq!(slots.known(&clock).collect::<Vec<_>>(), vec![(2, 2)]);
+        clock.set(1, 5);
+        assert_eq!(slots.known(&clock).collect::<Vec<_>>(), vec![(1, 5)]);
+        assert!(slots.handed_on(1) && !slots.handed_on(2));
     }
 }

@@ -559,8 +559,11 @@ fn stream_run(
     if let Some(b) = bar {
         b.finish_and_clear();
     }
+    // By id, not by a search per thread: a process may have created 10^5 threads.
+    let index: std::collections::HashMap<ThreadId, usize> =
+        ids.iter().enumerate().map(|(i, &id)| (id, i)).collect();
     for s in merged.thread_summaries() {
-        if let Some(i) = ids.iter().position(|&id| id == s.thread) {
+        if let Some(&i) = index.get(&s.thread) {
             run.threads[i].len = s.events.min(u32::MAX as u64) as u32;
         }
     }

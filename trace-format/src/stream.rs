@@ -475,6 +475,10 @@ struct Cursor<'a> {
     /// Some chunk of the thread passed its checks.
     any_chunk: bool,
     finished: bool,
+    /// The first batch is the thread's first event alone: the merge needs every thread's next
+    /// event from the start, and a process that created 10^5 short threads has a cursor for
+    /// each; the others decode a batch only once their thread's turn comes.
+    first_batch: bool,
 }
 
 impl<'a> Cursor<'a> {
@@ -491,7 +495,9 @@ impl<'a> Cursor<'a> {
             payload: Vec::new(),
             plain: Vec::new(),
             chunk: None,
-            batch: Vec::with_capacity(BATCH),
+            // Grown by the first batch, to what the thread's first chunk holds: a process of
+            // many short threads has a cursor for each.
+            batch: Vec::new(),
             at: 0,
             batch_offset: 0,
             index: 0,
@@ -504,6 +510,7 @@ impl<'a> Cursor<'a> {
             },
             any_chunk: false,
             finished: false,
+            first_batch: true,
         }
     }
 
@@ -716,7 +723,8 @@ impl<'a> Cursor<'a> {
         let body = Self::body(ctx.source, &self.payload, &self.plain, c);
         let mut dec = Decoder::resume(body, c.state);
         self.batch_offset = c.offset;
-        let room = (c.capacity - c.written).min(BATCH);
+        let room = (c.capacity - c.written).min(if self.first_batch { 1 } else { BATCH });
+        self.first_batch = false;
         let batch = &mut self.batch;
         let result = if room > 0 {
             // The decoder writes over the batch's slots: only slots it never had are filled

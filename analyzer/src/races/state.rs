@@ -354,8 +354,8 @@ impl RaceState {
         // Only other threads' entries are read: the clocks as they stand will do. Most
         // accesses look at none of them.
         let (with_locks, without_locks) = (&self.with_locks, &self.without_locks);
-        let with_locks = move |u: u32| with_locks.knows(t).get(u as usize);
-        let without_locks = move |u: u32| without_locks.knows(t).get(u as usize);
+        let with_locks = move |u: u32| with_locks.knows_prefix(t, u);
+        let without_locks = move |u: u32| without_locks.knows_prefix(t, u);
         let locksets = &self.locksets;
         let found = &mut self.found;
         let since = self.epoch.get(t as usize).copied().unwrap_or(u32::MAX);
@@ -395,9 +395,9 @@ impl RaceState {
             &access,
             block.size,
             |u, p, lockset| {
-                if with_locks.knows(thread).get(u as usize) <= p {
+                if with_locks.knows_prefix(thread, u) <= p {
                     Some(Conflict::Unordered)
-                } else if without_locks.knows(thread).get(u as usize) > p
+                } else if without_locks.knows_prefix(thread, u) > p
                     || locksets.exclude(lockset, access.lockset)
                 {
                     None

@@ -255,7 +255,7 @@ pub(crate) fn reversal(
                     break;
                 }
                 steps += 1;
-                for (u, &v) in clock.entries().iter().enumerate() {
+                for (u, v) in run.hb.known(clock) {
                     if u != t && v > frontier[u] {
                         if v > limit[u] {
                             return Err(refuse(steps));
@@ -365,7 +365,7 @@ pub(crate) fn reversal(
         };
         if tails
             .iter()
-            .any(|&(u, s, _)| u != t && clock.get(u as usize) > s)
+            .any(|&(u, s, _)| u != t && run.hb.prefix(clock, u as usize) > s)
         {
             return Err(refuse(steps));
         }
@@ -439,7 +439,11 @@ pub(crate) fn reversal(
         }
         // Events the clocks order before every tail's start stay where they were.
         let ordered = if every_tail_knows {
-            known.iter().map(|c| c.get(t as usize)).min().unwrap_or(0)
+            known
+                .iter()
+                .map(|c| run.hb.prefix(c, t as usize))
+                .min()
+                .unwrap_or(0)
         } else {
             0
         };
