@@ -732,24 +732,11 @@ impl HbPass {
         self.builder.clock(thread as usize)
     }
 
-    /// What the thread knows of the *other* threads (its own entry may lag behind): enough to
-    /// ask whether another thread's event happens before the thread's latest one, without
-    /// the write [`HbPass::clock`] makes.
-    #[inline]
-    pub fn knows(&self, thread: u32) -> &VectorClock {
-        &self.builder.current[thread as usize]
-    }
-
-    /// How many events of `other` happen before the latest handled event of `thread` (as
-    /// [`HbPass::knows`], its own entry may lag).
+    /// How many events of `other` happen before the latest handled event of `thread` (the
+    /// thread's own entry may lag behind).
     #[inline]
     pub fn knows_prefix(&self, thread: u32, other: u32) -> u32 {
         self.builder.knows_prefix(thread as usize, other as usize)
-    }
-
-    /// Which thread each entry of the clocks speaks of.
-    pub fn slots(&self) -> &Slots {
-        &self.builder.slots
     }
 
     /// With lock edges: the locks `thread` holds (object, mode, recursion depth), outermost

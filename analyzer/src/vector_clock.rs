@@ -101,15 +101,6 @@ impl Slots {
         }
     }
 
-    /// The number of slots handed out.
-    pub fn len(&self) -> usize {
-        self.holders.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.holders.is_empty()
-    }
-
     /// The thread that holds `slot` now.
     pub fn holder(&self, slot: usize) -> Option<u32> {
         self.holders.get(slot)?.last().map(|&(t, _)| t)

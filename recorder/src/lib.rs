@@ -57,6 +57,7 @@ pub mod startup;
 pub mod state;
 pub mod stripes;
 pub mod thread_state;
+pub mod trace_header;
 pub mod wrappers;
 
 /// Every Rust allocation of the runtime comes from its own mmap regions (`alloc.rs`).

@@ -23,7 +23,7 @@ use foresight_trace::tables::{
 use foresight_trace::writer::TraceWriter;
 
 use crate::runtime::CONFIG;
-use crate::{modules, output, startup, state};
+use crate::{modules, output, state, trace_header};
 
 thread_local! {
     /// The return address of this thread's `vfork` call, while one may be under way; read by
@@ -99,12 +99,12 @@ fn write_exec_trace(pid: u32, parent: u32, start_ns: u64, ra: usize) -> Option<V
         return None;
     }
     let cfg = CONFIG.lock().clone()?;
-    let mut header = startup::header(&cfg, pid, parent);
+    let mut header = trace_header::header(&cfg, pid, parent);
     header.start_unix_ns = start_ns;
     let bytes = exec_trace(&header, ra).ok()?;
     let opened = match &cfg.output {
         Some(path) => output::open_trace(path, pid, true),
-        None => output::open_trace(&startup::trace_path(&cfg, pid), pid, false),
+        None => output::open_trace(&trace_header::trace_path(&cfg, pid), pid, false),
     };
     let (fd, path) = match opened {
         Ok(o) => o,

@@ -10,9 +10,7 @@
 use std::sync::atomic::Ordering;
 
 use foresight_trace::event::EventKind;
-use foresight_trace::tables::{
-    EndReason, Header, Ordering as KeyOrdering, TableRecord, ThreadInfo,
-};
+use foresight_trace::tables::{EndReason, TableRecord, ThreadInfo};
 use foresight_trace::CompressMode;
 
 use crate::config::{self, Config};
@@ -21,43 +19,8 @@ use crate::hooks::thread;
 use crate::runtime::{finish, CONFIG, EXIT_STATUS};
 use crate::sequence::{self, Key};
 use crate::state::{getpid, STATE_DONE, STATE_OFF, STATE_PAUSED, STATE_RECORDING, STATE_STARTING};
+use crate::trace_header::{header, trace_path};
 use crate::{modules, objects, output, quiesce, sink, sites, state, thread_state, wrappers, ALLOC};
-
-pub const PRODUCER: &str = concat!("foresight-recorder ", env!("CARGO_PKG_VERSION"));
-
-fn command_line() -> Vec<String> {
-    std::fs::read("/proc/self/cmdline")
-        .map(|b| {
-            b.split(|&c| c == 0)
-                .filter(|s| !s.is_empty())
-                .map(|s| String::from_utf8_lossy(s).into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-pub(crate) fn header(cfg: &Config, pid: u32, parent_pid: u32) -> Header {
-    Header {
-        producer: PRODUCER.to_string(),
-        pid,
-        parent_pid,
-        command: command_line(),
-        start_unix_ns: state::now_ns(),
-        ordering: if cfg.global_sequence {
-            KeyOrdering::GlobalSequence
-        } else {
-            KeyOrdering::Logical
-        },
-        pointer_width: std::mem::size_of::<usize>() as u8,
-        stack_depth: cfg.stack_depth as u8,
-    }
-}
-
-pub(crate) fn trace_path(cfg: &Config, pid: u32) -> Vec<u8> {
-    cfg.output
-        .clone()
-        .unwrap_or_else(|| format!("foresight-{pid}.trace").into_bytes())
-}
 
 /// `FORESIGHT_NO_FOLLOW=1`: remove the runtime from our own `LD_PRELOAD` at start-up, so that
 /// every program started from this one (exec, posix_spawn, system) inherits an environment
@@ -280,6 +243,8 @@ mod tests {
     #[test]
     fn readers_recognise_the_producer_name() {
         // The symboliser trusts what this recorder always writes by this name.
-        assert!(super::PRODUCER.starts_with(foresight_trace::tables::RECORDER_PRODUCER));
+        assert!(
+            crate::trace_header::PRODUCER.starts_with(foresight_trace::tables::RECORDER_PRODUCER)
+        );
     }
 }
