@@ -1,0 +1,77 @@
+//! `foresight_sync::parking_lot` behaves as `parking_lot` does (run plainly, and recorded through
+//! `cargo foresight test`): try-locks, timeouts, condition waits, values in and out.
+#![cfg(feature = "parking_lot")]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use foresight_sync::parking_lot::{Condvar, Mutex, RwLock};
+
+#[test]
+fn mutex_try_lock_timeouts_and_values() {
+    let mut m = Mutex::new(1);
+    *m.get_mut() += 1;
+    {
+        let g = m.lock();
+        assert!(m.is_locked());
+        assert!(m.try_lock().is_none());
+        assert!(m.try_lock_for(Duration::from_millis(10)).is_none());
+        assert!(m
+            .try_lock_until(Instant::now() + Duration::from_millis(10))
+            .is_none());
+        assert_eq!(*g, 2);
+    }
+    assert!(!m.is_locked());
+    *m.try_lock_for(Duration::from_millis(10)).expect("free") += 1;
+    assert_eq!(format!("{:?}", m.lock()), "3");
+    assert_eq!(m.into_inner(), 3);
+}
+
+#[test]
+fn rwlock_readers_share_writers_exclude() {
+    let mut l = RwLock::new(String::from("a"));
+    l.get_mut().push('b');
+    {
+        let r1 = l.read();
+        let r2 = l.try_read().expect("readers share");
+        assert!(l.try_write().is_none());
+        assert!(l.try_write_for(Duration::from_millis(10)).is_none());
+        assert_eq!((r1.as_str(), r2.as_str()), ("ab", "ab"));
+    }
+    {
+        let mut w = l.write();
+        assert!(l.is_locked_exclusive());
+        assert!(l.try_read_for(Duration::from_millis(10)).is_none());
+        w.push('c');
+    }
+    assert_eq!(l.into_inner(), "abc");
+}
+
+#[test]
+fn condvar_waits_and_notifications() {
+    let pair = Arc::new((Mutex::new(0u32), Condvar::new()));
+    let (lock, cv) = &*pair;
+    let mut g = lock.lock();
+    assert!(cv.wait_for(&mut g, Duration::from_millis(10)).timed_out());
+    assert!(cv
+        .wait_while_for(&mut g, |v| *v == 0, Duration::from_millis(10))
+        .timed_out());
+    assert!(!cv.notify_one());
+    drop(g);
+
+    let other = Arc::clone(&pair);
+    let t = foresight_sync::thread::spawn(move || {
+        for _ in 0..3 {
+            *other.0.lock() += 1;
+            other.1.notify_all();
+        }
+    });
+    let mut g = lock.lock();
+    let r = cv.wait_while_until(&mut g, |v| *v < 3, Instant::now() + Duration::from_secs(30));
+    assert!(!r.timed_out());
+    assert_eq!(*g, 3);
+    // The guard is the lock's again after the waits: it is released as it drops.
+    drop(g);
+    assert!(!lock.is_locked());
+    t.join().unwrap();
+}
