@@ -24,16 +24,17 @@
 //! `#[track_caller]`, classes from the line of `new`. A timed acquisition (`try_lock_for`,
 //! `try_read_until`, …) is recorded as a try-lock: it gives up instead of waiting for ever, so
 //! it takes no part in a deadlock. Not here: upgradable reads, guard mapping, fair unlocking,
-//! `ReentrantMutex`, `Once` and the raw lock traits.
+//! `ReentrantMutex` (the runtime's table has no recursive kind yet) and the raw lock traits.
 
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::panic::Location;
 use std::time::{Duration, Instant};
 
-pub use ::parking_lot::WaitTimeoutResult;
+pub use ::parking_lot::{OnceState, WaitTimeoutResult};
 
 use crate::declared::{acquire, Declared, Release};
+use crate::once::Call;
 use crate::runtime::{self, Kind, Mode, Runtime};
 
 /// A mutual exclusion lock: `parking_lot::Mutex` with the same API, whose locking foresight
@@ -664,5 +665,58 @@ impl<T: ?Sized + fmt::Display> fmt::Display for RwLockReadGuard<'_, T> {
 impl<T: ?Sized + fmt::Display> fmt::Display for RwLockWriteGuard<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         (**self).fmt(f)
+    }
+}
+
+/// A one-time initialisation: `parking_lot::Once` with the same API, recorded (the
+/// initialiser's run, and every call that found it done or waited for it).
+pub struct Once {
+    inner: ::parking_lot::Once,
+}
+
+impl Once {
+    /// A new `Once`.
+    #[allow(clippy::new_without_default)] // as parking_lot's
+    pub const fn new() -> Once {
+        Once {
+            inner: ::parking_lot::Once::new(),
+        }
+    }
+
+    fn addr(&self) -> usize {
+        self as *const Once as usize
+    }
+
+    /// Where the initialisation stands: not begun, running, done or poisoned.
+    pub fn state(&self) -> OnceState {
+        self.inner.state()
+    }
+
+    /// Runs `f` if no call has run an initialiser yet; otherwise waits for the one running.
+    #[track_caller]
+    pub fn call_once<F: FnOnce()>(&self, f: F) {
+        let Some(rt) = runtime::get() else {
+            return self.inner.call_once(f);
+        };
+        let mut call = Call::begin(rt, self.addr(), Location::caller());
+        self.inner.call_once(|| call.run(f));
+    }
+
+    /// `call_once`, also after a panicked initialiser (poisoned).
+    #[track_caller]
+    pub fn call_once_force<F: FnOnce(OnceState)>(&self, f: F) {
+        let Some(rt) = runtime::get() else {
+            return self.inner.call_once_force(f);
+        };
+        let mut call = Call::begin(rt, self.addr(), Location::caller());
+        self.inner.call_once_force(|state| call.run(|| f(state)));
+    }
+}
+
+impl fmt::Debug for Once {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Once")
+            .field("state", &self.state())
+            .finish()
     }
 }

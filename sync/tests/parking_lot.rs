@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use foresight_sync::parking_lot::{Condvar, Mutex, RwLock};
+use foresight_sync::parking_lot::{Condvar, Mutex, Once, OnceState, RwLock};
 
 #[test]
 fn mutex_try_lock_timeouts_and_values() {
@@ -74,4 +74,23 @@ fn condvar_waits_and_notifications() {
     drop(g);
     assert!(!lock.is_locked());
     t.join().unwrap();
+}
+
+#[test]
+fn once_runs_one_initialiser() {
+    static INIT: Once = Once::new();
+    assert_eq!(INIT.state(), OnceState::New);
+    let runs = Arc::new(Mutex::new(0));
+    let workers: Vec<_> = (0..3)
+        .map(|_| {
+            let runs = Arc::clone(&runs);
+            foresight_sync::thread::spawn(move || INIT.call_once(|| *runs.lock() += 1))
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    assert_eq!(*runs.lock(), 1);
+    assert!(INIT.state().done());
+    INIT.call_once_force(|_| unreachable!("done already"));
 }
