@@ -139,7 +139,7 @@ fn parking_lot_programs_line_by_line() {
     assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
     assert!(stdout.contains(", 0 failed"), "{stdout}\n{stderr}");
     let all = traces_in(traces.path());
-    assert_eq!(all.len(), 8, "{all:?}\n{stdout}\n{stderr}");
+    assert_eq!(all.len(), 9, "{all:?}\n{stdout}\n{stderr}");
     let report = Command::new(harness::foresight())
         .args(["analyze", "--format", "json"])
         .args(&all)
@@ -236,7 +236,7 @@ fn the_parking_lot_types_behave_as_parking_lot_when_recorded() {
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     assert!(stdout.contains(", 0 failed"), "{stdout}\n{stderr}");
     assert!(
-        format!("{stdout}{stderr}").contains("0 findings over 4 traces"),
+        format!("{stdout}{stderr}").contains("0 findings over 5 traces"),
         "{stdout}\n{stderr}"
     );
 }

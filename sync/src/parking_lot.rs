@@ -23,9 +23,12 @@
 //! Each type wraps `parking_lot`'s and records as this crate's `std`-based types do: sites from
 //! `#[track_caller]`, classes from the line of `new`. A timed acquisition (`try_lock_for`,
 //! `try_read_until`, …) is recorded as a try-lock: it gives up instead of waiting for ever, so
-//! it takes no part in a deadlock. Not here: upgradable reads, guard mapping, fair unlocking,
-//! `ReentrantMutex` (the runtime's table has no recursive kind yet) and the raw lock traits.
+//! it takes no part in a deadlock. A `ReentrantMutex` is recorded as a mutex taken by the
+//! outermost `lock` of its holder and released by the last of its guards to drop: a re-entry
+//! cannot block. Not here: upgradable reads, guard mapping, fair unlocking and the raw lock
+//! traits.
 
+use std::cell::Cell;
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::panic::Location;
@@ -718,5 +721,206 @@ impl fmt::Debug for Once {
         f.debug_struct("Once")
             .field("state", &self.state())
             .finish()
+    }
+}
+
+/// A mutex its holder may lock again: `parking_lot::ReentrantMutex` with the same API, whose
+/// outermost acquisitions foresight records.
+#[repr(C)]
+pub struct ReentrantMutex<T: ?Sized> {
+    declared: Declared,
+    inner: ::parking_lot::ReentrantMutex<Held<T>>,
+}
+
+/// The value, and what only the lock's holder reads and changes.
+struct Held<T: ?Sized> {
+    /// How many guards the holder has.
+    depth: Cell<usize>,
+    /// Where the holder's outermost recorded acquisition was (`None`: not recorded).
+    taken_at: Cell<Option<&'static Location<'static>>>,
+    value: T,
+}
+
+/// Shared access to a locked `ReentrantMutex`'s value; the holder's last guard to drop
+/// releases the lock.
+#[must_use = "if unused the ReentrantMutex will immediately unlock"]
+pub struct ReentrantMutexGuard<'a, T: ?Sized + 'a> {
+    addr: usize,
+    inner: ::parking_lot::ReentrantMutexGuard<'a, Held<T>>,
+}
+
+impl<T: ?Sized> Drop for ReentrantMutexGuard<'_, T> {
+    fn drop(&mut self) {
+        // Before `inner` unlocks, as every recorded release.
+        let depth = self.inner.depth.get() - 1;
+        self.inner.depth.set(depth);
+        if depth == 0 {
+            if let Some(at) = self.inner.taken_at.take() {
+                if let Some(rt) = runtime::get() {
+                    rt.release(self.addr, Kind::Mutex, at);
+                }
+            }
+        }
+    }
+}
+
+impl<T> ReentrantMutex<T> {
+    /// A new mutex; its class for foresight is the caller's line.
+    #[track_caller]
+    pub const fn new(t: T) -> ReentrantMutex<T> {
+        ReentrantMutex {
+            declared: Declared::here(),
+            inner: ::parking_lot::ReentrantMutex::new(Held {
+                depth: Cell::new(0),
+                taken_at: Cell::new(None),
+                value: t,
+            }),
+        }
+    }
+
+    /// The value.
+    pub fn into_inner(self) -> T {
+        let ReentrantMutex { declared, inner } = self;
+        drop(declared);
+        inner.into_inner().value
+    }
+}
+
+impl<T: ?Sized> ReentrantMutex<T> {
+    /// The guard of an acquisition; `release` is the recorded one's (the outermost).
+    fn guard<'a>(
+        &'a self,
+        inner: ::parking_lot::ReentrantMutexGuard<'a, Held<T>>,
+        mut release: Release,
+    ) -> ReentrantMutexGuard<'a, T> {
+        inner.depth.set(inner.depth.get() + 1);
+        if let Some((_, _, at)) = release.disarm() {
+            inner.taken_at.set(Some(at));
+        }
+        ReentrantMutexGuard {
+            addr: self.declared.addr(),
+            inner,
+        }
+    }
+
+    /// Takes the lock, blocking until it is free or this thread holds it.
+    #[track_caller]
+    #[inline]
+    pub fn lock(&self) -> ReentrantMutexGuard<'_, T> {
+        let rt = runtime::get();
+        let (Some(rt), false) = (rt, rt.is_some() && self.inner.is_owned_by_current_thread())
+        else {
+            // Not recorded, or a re-entry: it cannot block, and orders nothing.
+            return self.guard(self.inner.lock(), Release::none());
+        };
+        let addr = self.declared.announce(rt, Kind::Mutex, 0);
+        let (inner, release) = acquire(
+            rt,
+            addr,
+            Mode::Exclusive,
+            Kind::Mutex,
+            Location::caller(),
+            || self.inner.try_lock(),
+            || self.inner.lock(),
+        );
+        self.guard(inner, release)
+    }
+
+    /// Takes the lock if it is free or this thread holds it, without blocking.
+    #[track_caller]
+    pub fn try_lock(&self) -> Option<ReentrantMutexGuard<'_, T>> {
+        self.try_with(Location::caller(), || self.inner.try_lock())
+    }
+
+    /// Takes the lock, waiting for it at most `timeout`.
+    #[track_caller]
+    pub fn try_lock_for(&self, timeout: Duration) -> Option<ReentrantMutexGuard<'_, T>> {
+        self.try_with(Location::caller(), || self.inner.try_lock_for(timeout))
+    }
+
+    /// Takes the lock, waiting for it until `deadline` at the latest.
+    #[track_caller]
+    pub fn try_lock_until(&self, deadline: Instant) -> Option<ReentrantMutexGuard<'_, T>> {
+        self.try_with(Location::caller(), || self.inner.try_lock_until(deadline))
+    }
+
+    fn try_with<'a>(
+        &'a self,
+        at: &'static Location<'static>,
+        attempt: impl FnOnce() -> Option<::parking_lot::ReentrantMutexGuard<'a, Held<T>>>,
+    ) -> Option<ReentrantMutexGuard<'a, T>> {
+        let rt = runtime::get();
+        let (Some(rt), false) = (rt, rt.is_some() && self.inner.is_owned_by_current_thread())
+        else {
+            return attempt().map(|inner| self.guard(inner, Release::none()));
+        };
+        let addr = self.declared.announce(rt, Kind::Mutex, 0);
+        tried(rt, addr, Mode::Exclusive, Kind::Mutex, at, attempt())
+            .map(|(release, inner)| self.guard(inner, release))
+    }
+
+    /// Whether some thread holds the lock now.
+    pub fn is_locked(&self) -> bool {
+        self.inner.is_locked()
+    }
+
+    /// Whether this thread holds the lock.
+    pub fn is_owned_by_current_thread(&self) -> bool {
+        self.inner.is_owned_by_current_thread()
+    }
+
+    /// The value, through the exclusive borrow (no locking needed).
+    pub fn get_mut(&mut self) -> &mut T {
+        &mut self.inner.get_mut().value
+    }
+}
+
+impl<T> From<T> for ReentrantMutex<T> {
+    #[track_caller]
+    fn from(t: T) -> Self {
+        ReentrantMutex::new(t)
+    }
+}
+
+impl<T: Default> Default for ReentrantMutex<T> {
+    #[track_caller]
+    fn default() -> ReentrantMutex<T> {
+        ReentrantMutex::new(T::default())
+    }
+}
+
+impl<T: ?Sized + fmt::Debug> fmt::Debug for ReentrantMutex<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // As `parking_lot`'s: the value if the lock can be had without waiting.
+        match self.inner.try_lock() {
+            Some(g) => f
+                .debug_struct("ReentrantMutex")
+                .field("data", &&g.value)
+                .finish(),
+            None => f
+                .debug_struct("ReentrantMutex")
+                .field("data", &format_args!("<locked>"))
+                .finish(),
+        }
+    }
+}
+
+impl<T: ?Sized> Deref for ReentrantMutexGuard<'_, T> {
+    type Target = T;
+    #[inline]
+    fn deref(&self) -> &T {
+        &self.inner.value
+    }
+}
+
+impl<T: ?Sized + fmt::Debug> fmt::Debug for ReentrantMutexGuard<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&**self, f)
+    }
+}
+
+impl<T: ?Sized + fmt::Display> fmt::Display for ReentrantMutexGuard<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        (**self).fmt(f)
     }
 }

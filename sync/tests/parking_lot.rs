@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use foresight_sync::parking_lot::{Condvar, Mutex, Once, OnceState, RwLock};
+use foresight_sync::parking_lot::{Condvar, Mutex, Once, OnceState, ReentrantMutex, RwLock};
 
 #[test]
 fn mutex_try_lock_timeouts_and_values() {
@@ -93,4 +93,22 @@ fn once_runs_one_initialiser() {
     assert_eq!(*runs.lock(), 1);
     assert!(INIT.state().done());
     INIT.call_once_force(|_| unreachable!("done already"));
+}
+
+#[test]
+fn reentrant_mutex_lets_its_holder_in_again() {
+    let r = Arc::new(ReentrantMutex::new(std::cell::Cell::new(1)));
+    let outer = r.lock();
+    let inner = r.try_lock().expect("the holder gets in again");
+    inner.set(inner.get() + 1);
+    drop(outer);
+    // The lock is held until the holder's last guard drops.
+    let other = Arc::clone(&r);
+    let tried = foresight_sync::thread::spawn(move || other.try_lock().is_none());
+    assert!(tried.join().unwrap());
+    drop(inner);
+    let other = Arc::clone(&r);
+    let taken = foresight_sync::thread::spawn(move || other.lock().get());
+    assert_eq!(taken.join().unwrap(), 2);
+    assert!(!r.is_locked());
 }
