@@ -129,6 +129,45 @@ fn litmus_programs_and_the_bank_line_by_line() {
 }
 
 #[test]
+fn parking_lot_programs_line_by_line() {
+    // `fixtures/rust` enables foresight-sync's `parking_lot` feature: its programs use
+    // `foresight_sync::parking_lot` as a `parking_lot` user would.
+    let traces = tempfile::tempdir().expect("temp dir");
+    let out = cargo_foresight(&["--test", "parking_lot"], traces.path());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(stdout.contains(", 0 failed"), "{stdout}\n{stderr}");
+    let all = traces_in(traces.path());
+    assert_eq!(all.len(), 9, "{all:?}\n{stdout}\n{stderr}");
+    let report = Command::new(harness::foresight())
+        .args(["analyze", "--format", "json"])
+        .args(&all)
+        .output()
+        .expect("run foresight analyze");
+    assert!(
+        report.status.success(),
+        "{}",
+        String::from_utf8_lossy(&report.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&report.stdout).expect("JSON");
+    let text = serde_json::to_string_pretty(&report["findings"]).unwrap();
+    let litmus = Litmus::read(&fixtures_rust().join("tests/parking_lot.rs")).expect("read");
+    for (yes, no, verdict) in [
+        (Verdict::Deadlock, Verdict::NoDeadlock, "predicted"),
+        (Verdict::Race, Verdict::NoRace, "race"),
+    ] {
+        assert!(
+            !litmus.lines(yes).is_empty() && !litmus.lines(no).is_empty(),
+            "parking_lot.rs has {verdict} annotations both ways"
+        );
+        let found = lines(&report, "parking_lot.rs", verdict);
+        let wrong = litmus.compare(yes, no, &found);
+        assert!(wrong.is_empty(), "{verdict}: {wrong:?}\n{text}");
+    }
+}
+
+#[test]
 fn a_failing_test_gives_its_own_exit_status() {
     let traces = tempfile::tempdir().expect("temp dir");
     let out = cargo_foresight(&["--test", "failing", "--", "--ignored"], traces.path());
@@ -174,6 +213,32 @@ fn the_crate_behaves_as_std_when_recorded() {
         "{stdout}\n{stderr}"
     );
     assert_eq!(traces_in(traces.path()).len(), 9);
+}
+
+#[test]
+fn the_parking_lot_types_behave_as_parking_lot_when_recorded() {
+    // foresight-sync's `parking_lot` API tests, each recorded, with the feature turned on the
+    // way a user's `cargo test --features` does: they pass as they do plainly, with no finding.
+    let traces = tempfile::tempdir().expect("temp dir");
+    let out = cargo_foresight(
+        &[
+            "-p",
+            "foresight-sync",
+            "--features",
+            "parking_lot",
+            "--test",
+            "parking_lot",
+        ],
+        traces.path(),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains(", 0 failed"), "{stdout}\n{stderr}");
+    assert!(
+        format!("{stdout}{stderr}").contains("0 findings over 5 traces"),
+        "{stdout}\n{stderr}"
+    );
 }
 
 #[test]

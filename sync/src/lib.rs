@@ -31,6 +31,8 @@ mod condvar;
 mod declared;
 mod mutex;
 mod once;
+#[cfg(feature = "parking_lot")]
+pub mod parking_lot;
 mod runtime;
 mod rwlock;
 mod scope;

@@ -11,7 +11,7 @@ use crate::runtime::{self, Runtime};
 
 /// Records one call that may run an initialiser: `once_begin` now, `once_finish` when it
 /// drops (also when the initialiser panics).
-struct Call {
+pub(crate) struct Call {
     rt: Runtime,
     addr: usize,
     at: &'static Location<'static>,
@@ -20,7 +20,7 @@ struct Call {
 }
 
 impl Call {
-    fn begin(rt: Runtime, addr: usize, at: &'static Location<'static>) -> Call {
+    pub(crate) fn begin(rt: Runtime, addr: usize, at: &'static Location<'static>) -> Call {
         let token = rt.once_begin(addr, at);
         Call {
             rt,
@@ -32,7 +32,7 @@ impl Call {
     }
 
     /// Runs the initialiser `f`, recorded as this call's.
-    fn run<R>(&mut self, f: impl FnOnce() -> R) -> R {
+    pub(crate) fn run<R>(&mut self, f: impl FnOnce() -> R) -> R {
         self.ran = true;
         self.rt.once_run(self.addr, self.at);
         let _end = End(self.rt, self.addr, self.at);
