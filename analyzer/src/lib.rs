@@ -22,6 +22,7 @@ pub mod cycles;
 pub mod deadlock;
 mod describe;
 pub mod escape;
+mod handoffs;
 pub mod hb;
 mod last_writers;
 pub mod lock_graph;

@@ -26,7 +26,7 @@ use foldhash::{HashMap, HashMapExt};
 use std::cell::OnceCell;
 
 use foresight_trace::event::{
-    AtomicOp, BlockingCall, EventKind, LockMode, MemoryOrder, WaitOutcome,
+    AtomicOp, BlockingCall, ChannelKind, EventKind, LockMode, MemoryOrder, WaitOutcome,
 };
 use foresight_trace::stream::MergedStream;
 use foresight_trace::tables::ObjectKind;
@@ -76,6 +76,23 @@ pub enum Op {
     BlockingEnd {
         call: BlockingCall,
         duration_ns: u64,
+    },
+    /// `amount` bytes (eventfd units) put into hand-off channel `channel` (a pipe, a
+    /// socketpair's direction, an eventfd) through descriptor `fd`: a post of that much.
+    HandoffWrite {
+        channel: u32,
+        kind: ChannelKind,
+        fd: u32,
+        amount: u64,
+        site: SiteId,
+    },
+    /// `amount` taken out of it, the oldest first (a datagram channel: one message).
+    HandoffRead {
+        channel: u32,
+        kind: ChannelKind,
+        fd: u32,
+        amount: u64,
+        site: SiteId,
     },
     ThreadStart,
     ThreadExit,
@@ -679,6 +696,32 @@ impl<'t> Stream<'t> {
                 timeout_ns,
             },
             EventKind::BlockingEnd { call, duration_ns } => Op::BlockingEnd { call, duration_ns },
+            EventKind::HandoffWrite {
+                channel,
+                kind,
+                fd,
+                amount,
+                site,
+            } => Op::HandoffWrite {
+                channel,
+                kind,
+                fd,
+                amount,
+                site,
+            },
+            EventKind::HandoffRead {
+                channel,
+                kind,
+                fd,
+                amount,
+                site,
+            } => Op::HandoffRead {
+                channel,
+                kind,
+                fd,
+                amount,
+                site,
+            },
         }
     }
 }

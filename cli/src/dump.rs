@@ -143,6 +143,21 @@ pub(crate) fn describe_operand(tables: &Tables, kind: &EventKind) -> String {
         BlockingEnd { call, duration_ns } => {
             format!("{} took={}", call.name(), duration(duration_ns))
         }
+        // The channel, the descriptor and how much moved: what pairs a read with its writes.
+        HandoffWrite {
+            channel,
+            kind,
+            fd,
+            amount,
+            ..
+        }
+        | HandoffRead {
+            channel,
+            kind,
+            fd,
+            amount,
+            ..
+        } => format!("{} #{channel} fd={fd} amount={amount}", kind.name()),
         _ => kind
             .object()
             .map(|o| tables.describe_object(o))

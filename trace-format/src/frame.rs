@@ -9,7 +9,7 @@ pub const VERSION_MAJOR: u16 = 1;
 /// The major version of a trace that uses required features (its prefix lists them).
 pub const VERSION_MAJOR_FEATURES: u16 = 2;
 /// The minor version this crate writes, in the one minor sequence shared by all majors.
-pub const VERSION_MINOR: u16 = 10;
+pub const VERSION_MINOR: u16 = 12;
 /// Magic, major, minor, header length, header checksum: a 1.x file prefix.
 pub const FILE_PREFIX_LEN: usize = 8 + 2 + 2 + 4 + 4;
 /// A 2.x file prefix: the 1.x fields, then the required-features word.

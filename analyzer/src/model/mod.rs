@@ -63,6 +63,7 @@ pub use marks::AccessMarks;
 pub use monitors::MonitorScan;
 use pending::PendingCalls;
 pub use pending::{Blocking, PendingCall, RunEnd};
+pub use senders::Handoffs;
 use senders::Senders;
 use waits::HeldWaits;
 
@@ -160,6 +161,12 @@ pub enum WaitKind {
     Semaphore {
         sem: ObjectId,
     },
+    /// A blocking read of a pipe, socketpair or eventfd (`channel`, read through `fd`).
+    Handoff {
+        channel: u32,
+        kind: foresight_trace::event::ChannelKind,
+        fd: u32,
+    },
 }
 
 /// A blocking wait entered while holding locks.
@@ -224,6 +231,8 @@ pub struct Run {
     pub sem_initial: HashMap<ObjectId, u32>,
     /// Arrivals at (barrier, generation).
     pub arrivals: HashMap<(ObjectId, u64), Vec<SyncPoint>>,
+    /// Writes and reads of the hand-off channels (pipes, socketpairs, eventfds).
+    pub handoffs: Handoffs,
     pub read_recursions: Vec<ReadRecursion>,
     /// Acquisitions against the declared ranks, in trace order.
     pub rank_violations: Vec<RankViolation>,
@@ -1042,6 +1051,7 @@ impl<'t> ModelPass<'t> {
             sem_takes: senders.sem_takes,
             sem_initial: senders.sem_initial,
             arrivals: senders.arrivals,
+            handoffs: senders.handoffs,
             read_recursions: segment.read_recursions,
             rank_violations: segment.rank_violations,
             hb,

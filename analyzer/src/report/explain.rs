@@ -83,7 +83,9 @@ pub fn kind_of(rule: Rule) -> Kind {
         Rule::LockOrder | Rule::SameClassNesting => Kind::PotentialDeadlock,
         Rule::JoinWhileHolding => Kind::JoinDeadlock,
         Rule::BarrierWhileHolding => Kind::BarrierDeadlock,
-        Rule::CondWaitWhileHolding | Rule::SemWaitWhileHolding => Kind::WaitDeadlock,
+        Rule::CondWaitWhileHolding | Rule::SemWaitWhileHolding | Rule::HandoffReadWhileHolding => {
+            Kind::WaitDeadlock
+        }
         Rule::RwlockReadRecursion => Kind::RwlockDeadlock,
         Rule::LockRank => Kind::RankViolation,
         Rule::HappensBefore | Rule::SyncPreserving | Rule::SyncReversal => Kind::Race,
@@ -175,6 +177,17 @@ lock(&outer); lock(&m); ready = 1; pthread_cond_signal(&c); unlock(&m); unlock(&
             "\
 lock(&m); sem_wait(&s); unlock(&m);   /* thread 1 */
 lock(&m); sem_post(&s); unlock(&m);   /* thread 2 */",
+        ),
+        Rule::HandoffReadWhileHolding => (
+            "A thread blocks reading a pipe, socketpair or eventfd made in the process while \
+             holding a lock that the thread which writes it takes before the write: a \
+             hand-off like a semaphore's post and wait. Predicted when a sync-preserving \
+             reordering has the reader blocked with the channel empty and the writer blocked \
+             on the lock.",
+            "Release the lock before the read, or write before taking the lock.",
+            "\
+lock(&m); read(fds[0], &job, sizeof job); unlock(&m);    /* thread 1 */
+lock(&m); write(fds[1], &job, sizeof job); unlock(&m);   /* thread 2 */",
         ),
         Rule::RwlockReadRecursion => (
             "A thread read-locks an rwlock it already read-holds while another thread requests \

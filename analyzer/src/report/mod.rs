@@ -464,6 +464,7 @@ pub enum Rule {
     BarrierWhileHolding,
     CondWaitWhileHolding,
     SemWaitWhileHolding,
+    HandoffReadWhileHolding,
     RwlockReadRecursion,
     LockRank,
     HappensBefore,
@@ -581,6 +582,8 @@ pub enum WaitCall {
     Barrier,
     Condition,
     Semaphore,
+    /// A blocking read of a pipe, socketpair or eventfd.
+    Handoff,
     RwlockRead,
 }
 
