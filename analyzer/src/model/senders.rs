@@ -111,7 +111,11 @@ impl Senders {
             } => {
                 let h = &mut self.handoffs.reads;
                 h.entry(channel).or_default().push((point(site), amount));
-                count(&mut self.handoff_balance, channel, -(amount.min(i64::MAX as u64) as i64));
+                count(
+                    &mut self.handoff_balance,
+                    channel,
+                    -(amount.min(i64::MAX as u64) as i64),
+                );
             }
             Op::SemWaitBegin { site, .. } => self.wait_site[ev.thread as usize] = site,
             Op::SemWaitEnd {
