@@ -1,5 +1,6 @@
 //! Happens-before over the synchronisation that can never be reordered: thread create/join,
-//! barrier generations, `pthread_once`, semaphores, condition hand-offs, user annotations,
+//! barrier generations, `pthread_once`, semaphores, condition hand-offs, pipe, socketpair and
+//! eventfd hand-offs (a write → the read that took its bytes, `handoffs.rs`), user annotations,
 //! release/acquire atomics — and, as the analysis that uses the clocks chooses ([`EdgeKinds`]),
 //! reads-from of memory accesses and lock release → acquire.
 //!

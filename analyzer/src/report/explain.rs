@@ -32,9 +32,10 @@ pub fn kind_description(kind: Kind) -> (&'static str, &'static str) {
              taking that lock.",
         ),
         Kind::WaitDeadlock => (
-            "Waiting on a condition or semaphore while holding a lock the waker needs",
+            "Waiting on a condition, a semaphore or a pipe while holding a lock the waker needs",
             "A thread holds a lock (other than the condition's own mutex) while it waits for a \
-             signal or post that the other thread sends only after taking that lock.",
+             signal, a post or bytes in a pipe, socketpair or eventfd that the other thread \
+             sends only after taking that lock.",
         ),
         Kind::RwlockDeadlock => (
             "Recursive read lock against a writer",
