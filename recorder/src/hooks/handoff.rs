@@ -16,8 +16,8 @@
 //! `EAGAIN`, end of file, `MSG_PEEK`) records nothing. Results and `errno` are the real call's.
 //!
 //! Not seen: descriptors copied by `dup` or `fcntl(F_DUPFD)` (their hand-offs are not
-//! recorded), numbers from 1024 up, more than 4095 channels in a process, and the C library's
-//! own calls (`fread` on a `fdopen`ed pipe).
+//! recorded), numbers from 1024 up, more than 4095 channels in a process, an eventfd's value
+//! moved by `readv`/`writev`, and the C library's own calls (`fread` on a `fdopen`ed pipe).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -57,11 +57,6 @@ impl Entry {
 
     fn kind(self) -> ChannelKind {
         ChannelKind::from_code(self.0 >> 32 & 0xff).unwrap_or(ChannelKind::Pipe)
-    }
-
-    /// Whether the descriptor is an eventfd (its amounts are counter units, not bytes).
-    pub fn is_eventfd(self) -> bool {
-        self.kind() == ChannelKind::Eventfd
     }
 }
 
