@@ -109,7 +109,7 @@ pub struct Pending {
     entry: Entry,
     fd: c_int,
     write: bool,
-    /// A write's key, taken before the real call (0: nothing is recorded).
+    /// A write's key, taken before the real call (0: none was, nothing is recorded).
     key: u64,
     site: SiteId,
 }
@@ -190,7 +190,10 @@ fn record(p: Pending, amount: u64, ra: usize) {
                 amount,
                 site: p.site,
             };
-            t.emit_at(ev, p.key);
+            // At the key taken before the call: the thread's clock still holds it (`Same`),
+            // unless a signal handler recorded events meanwhile, and then this one follows
+            // theirs instead of going back before them.
+            t.emit(ev, Key::Same);
         } else {
             let site = t.call_site(ra).0;
             let ev = EventKind::HandoffRead {
