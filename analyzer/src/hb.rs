@@ -1,5 +1,6 @@
 //! Happens-before over the synchronisation that can never be reordered: thread create/join,
-//! barrier generations, `pthread_once`, semaphores, condition hand-offs, user annotations,
+//! barrier generations, `pthread_once`, semaphores, condition hand-offs, pipe, socketpair and
+//! eventfd hand-offs (a write → the read that took its bytes, `handoffs.rs`), user annotations,
 //! release/acquire atomics — and, as the analysis that uses the clocks chooses ([`EdgeKinds`]),
 //! reads-from of memory accesses and lock release → acquire.
 //!
@@ -16,6 +17,7 @@
 
 use foldhash::{HashMap, HashMapExt};
 
+use crate::handoffs::HandoffQueues;
 use crate::last_writers::LastWriters;
 use crate::stream::{Mode, Op, Pass, StreamEvent};
 use crate::vector_clock::{Slots, VectorClock};
@@ -645,6 +647,9 @@ impl EdgeKinds {
     /// mutex). For rwlocks, a write acquisition follows every earlier release, a read
     /// acquisition only the write releases: readers are not ordered with each other.
     pub const LOCK: EdgeKinds = EdgeKinds(1 << 8);
+    /// A write to a pipe, socketpair or eventfd → the read that took its bytes
+    /// (`handoffs.rs`).
+    pub const HANDOFF: EdgeKinds = EdgeKinds(1 << 9);
 
     /// The synchronisation no reordering may change.
     pub const SYNC: EdgeKinds = EdgeKinds(
@@ -654,7 +659,8 @@ impl EdgeKinds {
             | Self::SEMAPHORE.0
             | Self::CONDITION.0
             | Self::USER.0
-            | Self::ATOMIC.0,
+            | Self::ATOMIC.0
+            | Self::HANDOFF.0,
     );
     /// What the deadlock analysis orders by: the synchronisation, and reads-from.
     pub const DEADLOCK: EdgeKinds = EdgeKinds(Self::SYNC.0 | Self::READS_FROM.0);
@@ -695,6 +701,8 @@ pub struct HbPass {
     /// …and what its relaxed loads since the last acquire fence could have read, which the
     /// next acquire fence takes.
     acquire_pending: Vec<VectorClock>,
+    /// With hand-off edges: the writes not yet read, per channel.
+    handoffs: HandoffQueues,
 }
 
 impl HbPass {
@@ -711,6 +719,7 @@ impl HbPass {
             held: vec![Vec::new(); threads],
             release_fence: vec![None; threads],
             acquire_pending: vec![VectorClock::default(); threads],
+            handoffs: HandoffQueues::new(),
         }
     }
 
@@ -945,6 +954,22 @@ impl HbPass {
                 ..
             } if self.edges.contains(EdgeKinds::SEMAPHORE) => {
                 b.receive(t, pos, &Channel::Semaphore(sem))
+            }
+            Op::HandoffWrite {
+                channel, amount, ..
+            } if self.edges.contains(EdgeKinds::HANDOFF) && !b.overflowed => {
+                let stored = self.handoffs.write(channel, amount, b.own(t));
+                b.charge(stored);
+            }
+            Op::HandoffRead {
+                channel,
+                kind,
+                amount,
+                ..
+            } if self.edges.contains(EdgeKinds::HANDOFF) => {
+                if let Some(sent) = self.handoffs.read(channel, amount, kind.by_message()) {
+                    b.receive_clock(t, pos, &sent);
+                }
             }
             Op::HappensBefore { tag, .. } if self.edges.contains(EdgeKinds::USER) => {
                 b.send(t, Channel::Tag(tag))

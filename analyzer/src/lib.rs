@@ -26,6 +26,7 @@ pub mod analysis;
 pub mod baseline;
 pub mod deadlock;
 pub mod escape;
+mod handoffs;
 pub mod lock_graph;
 pub mod merge;
 pub mod model;

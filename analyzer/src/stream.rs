@@ -26,7 +26,7 @@ use foldhash::{HashMap, HashMapExt};
 use std::cell::OnceCell;
 
 use foresight_trace::event::{
-    AtomicOp, BlockingCall, EventKind, LockMode, MemoryOrder, WaitOutcome,
+    AtomicOp, BlockingCall, ChannelKind, EventKind, LockMode, MemoryOrder, WaitOutcome,
 };
 use foresight_trace::stream::MergedStream;
 use foresight_trace::tables::ObjectKind;
@@ -88,6 +88,23 @@ pub enum Op {
     /// The thread's signal mask from here on (bit `s - 1`: signal `s` blocked).
     SignalMask {
         blocked: u64,
+    },
+    /// `amount` bytes (eventfd units) put into hand-off channel `channel` (a pipe, a
+    /// socketpair's direction, an eventfd) through descriptor `fd`: a post of that much.
+    HandoffWrite {
+        channel: u32,
+        kind: ChannelKind,
+        fd: u32,
+        amount: u64,
+        site: SiteId,
+    },
+    /// `amount` taken out of it, the oldest first (a datagram channel: one message).
+    HandoffRead {
+        channel: u32,
+        kind: ChannelKind,
+        fd: u32,
+        amount: u64,
+        site: SiteId,
     },
     ThreadStart,
     ThreadExit,
@@ -694,6 +711,32 @@ impl<'t> Stream<'t> {
             EventKind::SignalEnter { signal } => Op::SignalEnter { signal },
             EventKind::SignalExit { signal } => Op::SignalExit { signal },
             EventKind::SignalMask { blocked } => Op::SignalMask { blocked },
+            EventKind::HandoffWrite {
+                channel,
+                kind,
+                fd,
+                amount,
+                site,
+            } => Op::HandoffWrite {
+                channel,
+                kind,
+                fd,
+                amount,
+                site,
+            },
+            EventKind::HandoffRead {
+                channel,
+                kind,
+                fd,
+                amount,
+                site,
+            } => Op::HandoffRead {
+                channel,
+                kind,
+                fd,
+                amount,
+                site,
+            },
         }
     }
 }

@@ -145,6 +145,21 @@ pub(crate) fn describe_operand(tables: &Tables, kind: &EventKind) -> String {
         }
         SignalEnter { signal } | SignalExit { signal } => format!("signal={signal}"),
         SignalMask { blocked } => format!("blocked={blocked:#x}"),
+        // The channel, the descriptor and how much moved: what pairs a read with its writes.
+        HandoffWrite {
+            channel,
+            kind,
+            fd,
+            amount,
+            ..
+        }
+        | HandoffRead {
+            channel,
+            kind,
+            fd,
+            amount,
+            ..
+        } => format!("{} #{channel} fd={fd} amount={amount}", kind.name()),
         _ => kind
             .object()
             .map(|o| tables.describe_object(o))

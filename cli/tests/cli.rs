@@ -337,7 +337,11 @@ fn explain_says_why_each_rule_of_a_report_reports() {
     // A kind of finding explains each of its rules.
     let o = foresight(&["analyze", "--explain", "wait-deadlock"]);
     assert!(o.status.success());
-    for rule in ["cond-wait-while-holding", "sem-wait-while-holding"] {
+    for rule in [
+        "cond-wait-while-holding",
+        "sem-wait-while-holding",
+        "handoff-read-while-holding",
+    ] {
         assert!(
             stdout(&o).contains(&format!("(rule {rule})")),
             "{}",

@@ -143,6 +143,7 @@ litmus!(
     mixed_atomic_plain,
     condition_handoff,
     semaphore_handoff,
+    pipe_handoff,
     heap_reuse,
     free_races_write,
     free_after_join,

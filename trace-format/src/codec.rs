@@ -5,7 +5,9 @@
 //! event of the chunk; everything else is absolute. The delta state starts afresh in each chunk,
 //! so chunks decode independently.
 
-use crate::event::{AtomicOp, BlockingCall, Event, EventKind, LockMode, MemoryOrder, WaitOutcome};
+use crate::event::{
+    AtomicOp, BlockingCall, ChannelKind, Event, EventKind, LockMode, MemoryOrder, WaitOutcome,
+};
 use crate::varint::{self, unzigzag, zigzag, VarintError};
 
 /// Bit 7 of a tag: a key delta follows.
@@ -87,6 +89,10 @@ pub mod tag {
     pub const SIGNAL_HANDLER: u8 = 0x65;
     /// Extension (version 1.11): the thread's signal mask.
     pub const SIGNAL_MASK: u8 = 0x66;
+    /// Extension (version 1.12): bytes put into a hand-off channel.
+    pub const HANDOFF_WRITE: u8 = 0x67;
+    /// Extension (version 1.12): bytes taken out of a hand-off channel.
+    pub const HANDOFF_READ: u8 = 0x68;
 }
 
 /// The phase byte of a `SIGNAL_HANDLER` event.
@@ -523,8 +529,69 @@ pub fn encode(out: &mut Vec<u8>, st: &mut DeltaState, ev: &Event) -> Result<(), 
             v(out, varint_len(blocked) as u64);
             v(out, blocked);
         }
+        HandoffWrite {
+            channel,
+            kind,
+            fd,
+            amount,
+            site,
+        }
+        | HandoffRead {
+            channel,
+            kind,
+            fd,
+            amount,
+            site,
+        } => {
+            let t = if matches!(ev.kind, HandoffWrite { .. }) {
+                HANDOFF_WRITE
+            } else {
+                HANDOFF_READ
+            };
+            put(out, t);
+            let len = 1
+                + varint_len(channel as u64)
+                + varint_len(fd as u64)
+                + varint_len(amount)
+                + varint_len(site as u64);
+            v(out, len as u64);
+            out.push(kind.code());
+            v(out, channel as u64);
+            v(out, fd as u64);
+            v(out, amount);
+            v(out, site as u64);
+        }
     }
     Ok(())
+}
+
+/// A hand-off event's body (FORMAT.md §6.6.1): kind byte, channel, fd, amount, site; `None`
+/// for a body too short, a kind this version does not know, or a number out of range (the
+/// event is then skipped as an unknown extension). Fields a later version appends are ignored.
+fn handoff_body(body: &[u8], write: bool) -> Option<EventKind> {
+    let kind = ChannelKind::from_code(*body.first()? as u64)?;
+    let mut pos = 1usize;
+    let channel = u32::try_from(varint::get(body, &mut pos).ok()?).ok()?;
+    let fd = u32::try_from(varint::get(body, &mut pos).ok()?).ok()?;
+    let amount = varint::get(body, &mut pos).ok()?;
+    let site = u32::try_from(varint::get(body, &mut pos).ok()?).ok()?;
+    Some(if write {
+        EventKind::HandoffWrite {
+            channel,
+            kind,
+            fd,
+            amount,
+            site,
+        }
+    } else {
+        EventKind::HandoffRead {
+            channel,
+            kind,
+            fd,
+            amount,
+            site,
+        }
+    })
 }
 
 /// Bytes the fast loop of [`Decoder::decode_to`] wants left in the chunk before it decodes an
@@ -1603,6 +1670,12 @@ impl<'a> Decoder<'a> {
                 [HANDLER_EXIT, signal, ..] => EventKind::SignalExit { signal: *signal },
                 _ => return Ok(None),
             },
+            tag::HANDOFF_WRITE | tag::HANDOFF_READ => {
+                match handoff_body(body, raw & !KEY_FLAG == tag::HANDOFF_WRITE) {
+                    Some(k) => k,
+                    None => return Ok(None),
+                }
+            }
             tag::SIGNAL_MASK => {
                 let Ok(blocked) = varint::get(body, &mut 0) else {
                     return Ok(None);
@@ -1611,6 +1684,9 @@ impl<'a> Decoder<'a> {
             }
             _ => return Ok(None),
         };
+        if let Some(site) = kind.site() {
+            self.sites_below = self.sites_below.max(site as u64 + 1);
+        }
         Ok(Some(Event {
             key: self.st.key,
             kind,

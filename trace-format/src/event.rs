@@ -142,6 +142,54 @@ impl BlockingCall {
     }
 }
 
+/// What a hand-off channel is (extension events `0x67`/`0x68`): a queue between threads of one
+/// process, made by `pipe`, `socketpair` or `eventfd`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ChannelKind {
+    /// A pipe (`pipe`, `pipe2`): a read takes the oldest bytes written.
+    Pipe = 0,
+    /// One direction of a stream `socketpair`: as a pipe.
+    StreamSocket = 1,
+    /// One direction of a datagram or sequenced-packet `socketpair`: a read takes one message,
+    /// the oldest.
+    DatagramSocket = 2,
+    /// An `eventfd`: the amount is the counter's units; a read takes them (all, or one in
+    /// semaphore mode), the oldest first.
+    Eventfd = 3,
+}
+
+impl ChannelKind {
+    pub const ALL: [ChannelKind; 4] = [
+        Self::Pipe,
+        Self::StreamSocket,
+        Self::DatagramSocket,
+        Self::Eventfd,
+    ];
+
+    /// The kind's code in an event body; `None` for a code this version does not know.
+    pub fn from_code(code: u64) -> Option<Self> {
+        Self::ALL.get(usize::try_from(code).ok()?).copied()
+    }
+
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+
+    /// The kind's name, as reports spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Pipe => "pipe",
+            Self::StreamSocket | Self::DatagramSocket => "socketpair",
+            Self::Eventfd => "eventfd",
+        }
+    }
+
+    /// Whether a read takes one whole write (a message) rather than an amount of it.
+    pub fn by_message(self) -> bool {
+        self == Self::DatagramSocket
+    }
+}
+
 /// One event of one thread.
 ///
 /// `key` orders events across threads (see `FORMAT.md`, "The ordering invariant"). Events that do
@@ -412,6 +460,26 @@ pub enum EventKind {
     SignalMask {
         blocked: u64,
     },
+    // --- hand-offs through a pipe, socketpair or eventfd (extension events, §6.6.1) -----------
+    /// The thread put `amount` bytes (an eventfd: counter units) into hand-off channel
+    /// `channel` through descriptor `fd`, at `site`. A release: its key is fresh, taken before
+    /// the real call, so every read that took these bytes comes after it in the merged order.
+    HandoffWrite {
+        channel: u32,
+        kind: ChannelKind,
+        fd: u32,
+        amount: u64,
+        site: SiteId,
+    },
+    /// The thread took `amount` bytes (units; a datagram channel: one message of `amount`
+    /// bytes) out of `channel`: the oldest written and not yet taken. An acquire.
+    HandoffRead {
+        channel: u32,
+        kind: ChannelKind,
+        fd: u32,
+        amount: u64,
+        site: SiteId,
+    },
 }
 
 /// The coarse category of an event, for statistics and filters.
@@ -429,6 +497,7 @@ pub enum Category {
     Annotation,
     Blocking,
     Signal,
+    Handoff,
 }
 
 impl EventKind {
@@ -547,6 +616,8 @@ impl EventKind {
             SignalEnter { .. } => "signal-enter",
             SignalExit { .. } => "signal-exit",
             SignalMask { .. } => "signal-mask",
+            HandoffWrite { .. } => "handoff-write",
+            HandoffRead { .. } => "handoff-read",
         }
     }
 
@@ -591,6 +662,7 @@ impl EventKind {
             | HappensAfter { .. } => Category::Annotation,
             BlockingBegin { .. } | BlockingEnd { .. } => Category::Blocking,
             SignalEnter { .. } | SignalExit { .. } | SignalMask { .. } => Category::Signal,
+            HandoffWrite { .. } | HandoffRead { .. } => Category::Handoff,
         }
     }
 
@@ -637,6 +709,8 @@ impl EventKind {
                 | EventKind::SignalEnter { .. }
                 | EventKind::SignalExit { .. }
                 | EventKind::SignalMask { .. }
+                | EventKind::HandoffWrite { .. }
+                | EventKind::HandoffRead { .. }
         )
     }
 
@@ -704,7 +778,9 @@ impl EventKind {
             | Free { site, .. }
             | HappensBefore { site, .. }
             | HappensAfter { site, .. }
-            | BlockingBegin { site, .. } => Some(site),
+            | BlockingBegin { site, .. }
+            | HandoffWrite { site, .. }
+            | HandoffRead { site, .. } => Some(site),
             _ => None,
         }
     }

@@ -64,6 +64,7 @@ pub use marks::{AccessMarks, MarksSource, SegmentMarks};
 pub use monitors::MonitorScan;
 use pending::PendingCalls;
 pub use pending::{Blocking, PendingCall, RunEnd};
+pub use senders::Handoffs;
 use senders::Senders;
 use signals::SignalScan;
 pub use signals::{SignalContext, SignalContexts};
@@ -163,6 +164,12 @@ pub enum WaitKind {
     Semaphore {
         sem: ObjectId,
     },
+    /// A blocking read of a pipe, socketpair or eventfd (`channel`, read through `fd`).
+    Handoff {
+        channel: u32,
+        kind: foresight_trace::event::ChannelKind,
+        fd: u32,
+    },
 }
 
 /// A blocking wait entered while holding locks.
@@ -229,6 +236,8 @@ pub struct Run {
     pub sem_initial: HashMap<ObjectId, u32>,
     /// Arrivals at (barrier, generation).
     pub arrivals: HashMap<(ObjectId, u64), Vec<SyncPoint>>,
+    /// Writes and reads of the hand-off channels (pipes, socketpairs, eventfds).
+    pub handoffs: Handoffs,
     pub read_recursions: Vec<ReadRecursion>,
     /// Acquisitions against the declared ranks, in trace order.
     pub rank_violations: Vec<RankViolation>,
@@ -1094,6 +1103,7 @@ impl<'t> ModelPass<'t> {
             sem_takes: senders.sem_takes,
             sem_initial: senders.sem_initial,
             arrivals: senders.arrivals,
+            handoffs: senders.handoffs,
             read_recursions: segment.read_recursions,
             rank_violations: segment.rank_violations,
             hb,

@@ -1,6 +1,8 @@
 //! What can end another thread's wait: condition signals and broadcasts, semaphore posts,
 //! barrier arrivals (by generation); and the semaphore counts the wait analysis needs — the
-//! successful waits and the initial values, inferred when the trace did not record them.
+//! successful waits and the initial values, inferred when the trace did not record them; and
+//! the writes and reads of hand-off channels (pipes, socketpairs, eventfds), which are posts
+//! and takes of an amount.
 
 use foldhash::{HashMap, HashMapExt};
 
@@ -16,6 +18,9 @@ pub(super) struct Senders {
     pub sem_takes: HashMap<ObjectId, Vec<SyncPoint>>,
     pub sem_initial: HashMap<ObjectId, u32>,
     pub arrivals: HashMap<(ObjectId, u64), Vec<SyncPoint>>,
+    pub handoffs: Handoffs,
+    /// Per channel: amount written minus amount read, as `balance` for semaphores.
+    handoff_balance: HashMap<u32, SemBalance>,
     /// Per thread: the site of its last semaphore wait (the take's site).
     wait_site: Vec<SiteId>,
     /// Per semaphore: posts minus successful waits so far, the lowest that balance has been,
@@ -23,6 +28,17 @@ pub(super) struct Senders {
     balance: HashMap<ObjectId, SemBalance>,
     /// The walk has been cut into segments.
     segmented: bool,
+}
+
+/// The hand-off channels' writes and reads, by channel id: a write puts an amount (bytes, an
+/// eventfd's units) in, a read takes one out.
+#[derive(Debug, Default)]
+pub struct Handoffs {
+    pub writes: HashMap<u32, Vec<(SyncPoint, u64)>>,
+    pub reads: HashMap<u32, Vec<(SyncPoint, u64)>>,
+    /// What each channel held at the start of the run (of its segment): written before and not
+    /// read, or read in the trace beyond what it wrote (a writer it does not show).
+    pub initial: HashMap<u32, u64>,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -40,6 +56,8 @@ impl Senders {
             sem_takes: HashMap::new(),
             sem_initial: HashMap::new(),
             arrivals: HashMap::new(),
+            handoffs: Handoffs::default(),
+            handoff_balance: HashMap::new(),
             wait_site: vec![0; threads],
             balance: HashMap::new(),
             segmented: false,
@@ -75,6 +93,30 @@ impl Senders {
                 self.posts.entry(sem).or_default().push(point(site));
                 self.count(sem, 1);
             }
+            Op::HandoffWrite {
+                channel,
+                amount,
+                site,
+                ..
+            } => {
+                let h = &mut self.handoffs.writes;
+                h.entry(channel).or_default().push((point(site), amount));
+                count(&mut self.handoff_balance, channel, amount as i64);
+            }
+            Op::HandoffRead {
+                channel,
+                amount,
+                site,
+                ..
+            } => {
+                let h = &mut self.handoffs.reads;
+                h.entry(channel).or_default().push((point(site), amount));
+                count(
+                    &mut self.handoff_balance,
+                    channel,
+                    -(amount.min(i64::MAX as u64) as i64),
+                );
+            }
             Op::SemWaitBegin { site, .. } => self.wait_site[ev.thread as usize] = site,
             Op::SemWaitEnd {
                 sem,
@@ -97,9 +139,17 @@ impl Senders {
     }
 
     fn count(&mut self, sem: ObjectId, d: i64) {
-        let b = self.balance.entry(sem).or_default();
-        b.now += d;
-        b.lowest = b.lowest.min(b.now);
+        count(&mut self.balance, sem, d);
+    }
+
+    /// What each channel holds at the start of the segment: written before it and not read,
+    /// plus what the trace read beyond what it wrote (known only at the end: until then the
+    /// segments that follow keep every wait wakeable).
+    fn handoff_initial(&self) -> HashMap<u32, u64> {
+        self.handoff_balance
+            .iter()
+            .map(|(&c, b)| (c, (b.at_start - b.lowest).max(0) as u64))
+            .collect()
     }
 
     /// The count each semaphore starts the segment with: its initial value (recorded, or, at
@@ -126,7 +176,12 @@ impl Senders {
     /// kept.
     pub fn cut(&mut self) -> Self {
         let sem_initial = self.segment_initial(false);
+        let mut handoffs = std::mem::take(&mut self.handoffs);
+        handoffs.initial = self.handoff_initial();
         for b in self.balance.values_mut() {
+            b.at_start = b.now;
+        }
+        for b in self.handoff_balance.values_mut() {
             b.at_start = b.now;
         }
         self.segmented = true;
@@ -136,6 +191,8 @@ impl Senders {
             sem_takes: std::mem::take(&mut self.sem_takes),
             sem_initial,
             arrivals: std::mem::take(&mut self.arrivals),
+            handoffs,
+            handoff_balance: HashMap::new(),
             wait_site: Vec::new(),
             balance: HashMap::new(),
             segmented: true,
@@ -146,6 +203,7 @@ impl Senders {
     /// tokens as the trace took before posting them: assuming fewer would let a prediction
     /// block a wait that cannot block. After segments, the count at the last one's start.
     pub fn finish(mut self) -> Self {
+        self.handoffs.initial = self.handoff_initial();
         if self.segmented {
             self.sem_initial = self.segment_initial(true);
             return self;
@@ -160,4 +218,11 @@ impl Senders {
         }
         self
     }
+}
+
+/// Adds `d` to the balance of `key`, keeping the lowest it has been.
+fn count<K: std::hash::Hash + Eq>(balances: &mut HashMap<K, SemBalance>, key: K, d: i64) {
+    let b = balances.entry(key).or_default();
+    b.now = b.now.saturating_add(d);
+    b.lowest = b.lowest.min(b.now);
 }

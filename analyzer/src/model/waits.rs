@@ -1,6 +1,14 @@
-//! Blocking waits entered while holding locks — join, barrier, condition and semaphore waits —
-//! with the held set at the wait (read from the lock-section visitor, after a condition wait
-//! released its own mutex), and whether the wait timed out in the trace.
+//! Blocking waits entered while holding locks — join, barrier, condition and semaphore waits,
+//! and blocking reads of hand-off channels — with the held set at the wait (read from the
+//! lock-section visitor, after a condition wait released its own mutex), and whether the wait
+//! timed out in the trace.
+//!
+//! A blocking read is a wait at its blocking-begin (the recorder writes one for a read that can
+//! block under a lock); which channel it waits on is said by the hand-off read the recorder
+//! writes before the call's blocking-end. A read that took nothing (an error, end of file) or
+//! never returned names no channel and is no wait here.
+
+use foresight_trace::event::BlockingCall;
 
 use super::locks::LockSections;
 use super::{Wait, WaitKind};
@@ -11,6 +19,8 @@ pub(super) struct HeldWaits {
     /// Per thread: the index a wait entered last would have (`usize::MAX`: none), which a
     /// timeout marks if the wait was recorded.
     entered: Vec<usize>,
+    /// Per thread: the blocking read it is in (position and site of its blocking-begin).
+    reading: Vec<Option<(u32, foresight_trace::SiteId)>>,
 }
 
 impl HeldWaits {
@@ -18,6 +28,7 @@ impl HeldWaits {
         HeldWaits {
             waits: Vec::new(),
             entered: vec![usize::MAX; threads],
+            reading: vec![None; threads],
         }
     }
 
@@ -56,6 +67,26 @@ impl HeldWaits {
             Op::SemWaitBegin { sem, site } => {
                 self.entered[t as usize] = self.waits.len();
                 self.enter(locks, t, pos, WaitKind::Semaphore { sem }, site);
+            }
+            Op::BlockingBegin { call, site, .. } => {
+                let read = matches!(call, BlockingCall::Read | BlockingCall::Recv);
+                if let Some(r) = self.reading.get_mut(t as usize) {
+                    *r = read.then_some((pos, site));
+                }
+            }
+            Op::BlockingEnd { .. } => {
+                if let Some(r) = self.reading.get_mut(t as usize) {
+                    *r = None;
+                }
+            }
+            Op::HandoffRead {
+                channel, kind, fd, ..
+            } => {
+                if let Some((begin, site)) = self.reading.get_mut(t as usize).and_then(Option::take)
+                {
+                    let kind = WaitKind::Handoff { channel, kind, fd };
+                    self.enter(locks, t, begin, kind, site);
+                }
             }
             Op::SemWaitEnd { acquired, .. } => {
                 if !acquired {
@@ -102,6 +133,9 @@ impl HeldWaits {
     /// going on at the cut (whether they time out is in the next segment: left out, so that
     /// no prediction rests on a wait that may be a timed one).
     pub fn cut(&mut self) -> Vec<Wait> {
+        // A read begun before the cut is a wait of the segment it began in: its channel is
+        // not known there, so it is left out.
+        self.reading.iter_mut().for_each(|r| *r = None);
         let waits_now = &self.waits;
         let open: Vec<usize> = self
             .entered

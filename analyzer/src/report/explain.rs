@@ -32,9 +32,10 @@ pub fn kind_description(kind: Kind) -> (&'static str, &'static str) {
              taking that lock.",
         ),
         Kind::WaitDeadlock => (
-            "Waiting on a condition or semaphore while holding a lock the waker needs",
+            "Waiting on a condition, a semaphore or a pipe while holding a lock the waker needs",
             "A thread holds a lock (other than the condition's own mutex) while it waits for a \
-             signal or post that the other thread sends only after taking that lock.",
+             signal, a post or bytes in a pipe, socketpair or eventfd that the other thread \
+             sends only after taking that lock.",
         ),
         Kind::RwlockDeadlock => (
             "Recursive read lock against a writer",
@@ -90,7 +91,9 @@ pub fn kind_of(rule: Rule) -> Kind {
         Rule::LockOrder | Rule::SameClassNesting => Kind::PotentialDeadlock,
         Rule::JoinWhileHolding => Kind::JoinDeadlock,
         Rule::BarrierWhileHolding => Kind::BarrierDeadlock,
-        Rule::CondWaitWhileHolding | Rule::SemWaitWhileHolding => Kind::WaitDeadlock,
+        Rule::CondWaitWhileHolding | Rule::SemWaitWhileHolding | Rule::HandoffReadWhileHolding => {
+            Kind::WaitDeadlock
+        }
         Rule::RwlockReadRecursion => Kind::RwlockDeadlock,
         Rule::LockRank => Kind::RankViolation,
         Rule::HappensBefore | Rule::SyncPreserving | Rule::SyncReversal => Kind::Race,
@@ -183,6 +186,17 @@ lock(&outer); lock(&m); ready = 1; pthread_cond_signal(&c); unlock(&m); unlock(&
             "\
 lock(&m); sem_wait(&s); unlock(&m);   /* thread 1 */
 lock(&m); sem_post(&s); unlock(&m);   /* thread 2 */",
+        ),
+        Rule::HandoffReadWhileHolding => (
+            "A thread blocks reading a pipe, socketpair or eventfd made in the process while \
+             holding a lock that the thread which writes it takes before the write: a \
+             hand-off like a semaphore's post and wait. Predicted when a sync-preserving \
+             reordering has the reader blocked with the channel empty and the writer blocked \
+             on the lock.",
+            "Release the lock before the read, or write before taking the lock.",
+            "\
+lock(&m); read(fds[0], &job, sizeof job); unlock(&m);    /* thread 1 */
+lock(&m); write(fds[1], &job, sizeof job); unlock(&m);   /* thread 2 */",
         ),
         Rule::RwlockReadRecursion => (
             "A thread read-locks an rwlock it already read-holds while another thread requests \

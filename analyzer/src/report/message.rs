@@ -92,6 +92,8 @@ pub enum WaitFor {
     Barrier(String),
     Condition(String),
     Semaphore(String),
+    /// A pipe, socketpair or eventfd read (`pipe #2 (fd 5)`).
+    Handoff(String),
 }
 
 /// The memory a race is on.
@@ -261,6 +263,9 @@ impl WaitFor {
             }
             WaitFor::Semaphore(name) => {
                 format!("waits on semaphore {name}, which {other} posts only later")
+            }
+            WaitFor::Handoff(name) => {
+                format!("reads {name}, which {other} writes only later")
             }
         }
     }

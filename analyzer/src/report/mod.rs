@@ -478,6 +478,7 @@ pub enum Rule {
     BarrierWhileHolding,
     CondWaitWhileHolding,
     SemWaitWhileHolding,
+    HandoffReadWhileHolding,
     RwlockReadRecursion,
     LockRank,
     HappensBefore,
@@ -601,6 +602,8 @@ pub enum WaitCall {
     Barrier,
     Condition,
     Semaphore,
+    /// A blocking read of a pipe, socketpair or eventfd.
+    Handoff,
     RwlockRead,
 }
 

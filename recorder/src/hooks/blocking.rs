@@ -188,35 +188,49 @@ fn socket_blocks(fd: c_int, flags: c_int) -> Blocks {
 
 /// `hook!(export, n, implementation, REAL, "symbol", (args) -> ret, call, blocks)`: the
 /// interposed function (`n` arguments), recording `call` around the real one when
-/// `blocks` (an expression over the arguments, a `Blocks`) says it can block.
+/// `blocks` (an expression over the arguments, a `Blocks`) says it can block. With
+/// `handoff(write, fd, buf)`, a write (or read) of a hand-off descriptor (`handoff.rs`) is
+/// recorded too; `fd` is -1 for a call that moves no bytes (`MSG_PEEK`). With
+/// `after |r, ra| expr`, `expr` runs once the call returned `r`, before it is returned (what
+/// the call stored in the program's memory, `memory.rs`).
 macro_rules! hook {
     ($export:ident, $n:tt, $imp:ident, $real:ident, $sym:literal,
-     ($($a:ident: $t:ty),*) -> $ret:ty, $call:expr, $blocks:expr) => {
-        hook!($export, $n, $imp, $real, $sym, ($($a: $t),*) -> $ret, $call, $blocks,
-            after |_r, _ra| {});
-    };
-    // `after |r, ra| expr`: run once the call returned `r`, before it is returned (what the
-    // call stored in the program's memory, `memory.rs`).
-    ($export:ident, $n:tt, $imp:ident, $real:ident, $sym:literal,
-     ($($a:ident: $t:ty),*) -> $ret:ty, $call:expr, $blocks:expr,
-     after |$r:ident, $ra:ident| $after:expr) => {
+     ($($a:ident: $t:ty),*) -> $ret:ty, $call:expr, $blocks:expr
+     $(, handoff($write:expr, $fd:expr, $buf:expr))?
+     $(, after |$r:ident, $ra:ident| $after:expr)?) => {
         real!($real: unsafe extern "C-unwind" fn($($t),*) -> $ret = $sym);
         entry!($export, $n, $imp);
 
         unsafe extern "C-unwind" fn $imp($($a: $t,)* ra: usize) -> $ret {
             let real = $real.get();
+            $(let handoff = super::handoff::before($fd, $write, ra);)?
             let begun = begin($call, ra, || $blocks);
             // SAFETY: the real function with the caller's arguments.
             let r = unsafe { real($($a),*) };
+            $(if let Some(h) = handoff {
+                super::handoff::after(h, r as isize, $buf as *const c_void, ra);
+            })?
             if let Some(b) = begun {
                 end(b);
             }
-            let ($r, $ra) = (r, ra);
-            let () = $after;
+            $(let ($r, $ra) = (r, ra);
+            let () = $after;)?
             r
         }
     };
 }
+
+/// The descriptor a receive moves bytes from: none (-1) for `MSG_PEEK`, which leaves them.
+fn taking(fd: c_int, flags: c_int) -> c_int {
+    if flags & libc::MSG_PEEK != 0 {
+        -1
+    } else {
+        fd
+    }
+}
+
+/// No buffer of one piece (vectored calls): an eventfd's value is not read through them.
+const VECTORED: *const c_void = std::ptr::null();
 
 type Iov = *const libc::iovec;
 type Addr = *mut libc::sockaddr;
@@ -224,19 +238,19 @@ type Len = *mut libc::socklen_t;
 
 hook!(readv, 3, readv_hook, REAL_READV, b"readv\0",
     (fd: c_int, iov: Iov, n: c_int) -> ssize_t,
-    BlockingCall::Read, fd_blocks(fd, false),
+    BlockingCall::Read, fd_blocks(fd, false), handoff(false, fd, VECTORED),
     // SAFETY: the call read `n` vector entries.
     after |r, ra| unsafe { memory::scattered(iov, n.max(0) as usize, r, ra) });
 hook!(writev, 3, writev_hook, REAL_WRITEV, b"writev\0",
     (fd: c_int, iov: Iov, n: c_int) -> ssize_t,
-    BlockingCall::Write, fd_blocks(fd, false));
+    BlockingCall::Write, fd_blocks(fd, false), handoff(true, fd, VECTORED));
 hook!(recv, 4, recv_hook, REAL_RECV, b"recv\0",
     (fd: c_int, buf: *mut c_void, n: size_t, flags: c_int) -> ssize_t,
-    BlockingCall::Recv, socket_blocks(fd, flags),
+    BlockingCall::Recv, socket_blocks(fd, flags), handoff(false, taking(fd, flags), buf),
     after |r, ra| memory::received(buf, n, r, ra));
 hook!(recvmsg, 3, recvmsg_hook, REAL_RECVMSG, b"recvmsg\0",
     (fd: c_int, msg: *mut libc::msghdr, flags: c_int) -> ssize_t,
-    BlockingCall::Recv, socket_blocks(fd, flags),
+    BlockingCall::Recv, socket_blocks(fd, flags), handoff(false, taking(fd, flags), VECTORED),
     // SAFETY: the call's message header.
     after |r, ra| unsafe { memory::received_message(msg, r, ra) });
 
@@ -255,9 +269,13 @@ unsafe extern "C-unwind" fn recvfrom_hook(
     let real = REAL_RECVFROM.get();
     // SAFETY: null or the caller's length, which the real call reads too.
     let room = unsafe { len.as_ref() }.copied().unwrap_or(0);
+    let handoff = super::handoff::before(taking(fd, flags), false, ra);
     let begun = begin(BlockingCall::Recv, ra, || socket_blocks(fd, flags));
     // SAFETY: the real function with the caller's arguments.
     let r = unsafe { real(fd, buf, n, flags, addr, len) };
+    if let Some(h) = handoff {
+        super::handoff::after(h, r, buf as *const c_void, ra);
+    }
     if let Some(b) = begun {
         end(b);
     }
@@ -270,10 +288,10 @@ unsafe extern "C-unwind" fn recvfrom_hook(
 }
 hook!(send, 4, send_hook, REAL_SEND, b"send\0",
     (fd: c_int, buf: *const c_void, n: size_t, flags: c_int) -> ssize_t,
-    BlockingCall::Send, socket_blocks(fd, flags));
+    BlockingCall::Send, socket_blocks(fd, flags), handoff(true, fd, buf));
 hook!(sendmsg, 3, sendmsg_hook, REAL_SENDMSG, b"sendmsg\0",
     (fd: c_int, msg: *const libc::msghdr, flags: c_int) -> ssize_t,
-    BlockingCall::Send, socket_blocks(fd, flags));
+    BlockingCall::Send, socket_blocks(fd, flags), handoff(true, fd, VECTORED));
 hook!(accept, 3, accept_hook, REAL_ACCEPT, b"accept\0",
     (fd: c_int, addr: Addr, len: Len) -> c_int,
     BlockingCall::Accept, fd_blocks(fd, true));

@@ -68,6 +68,7 @@ fn real_close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     clear(fd);
+    super::handoff::forget(fd);
     real_close(fd)
 }
 
@@ -78,6 +79,9 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
 /// The C prototype.
 #[no_mangle]
 pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
+    if flags & CLOSE_RANGE_CLOEXEC == 0 {
+        super::handoff::forget_range(first, last);
+    }
     let ours = output::trace_fd();
     // Marking the range close-on-exec leaves the trace's descriptor as it is (it is already).
     if ours < 0
@@ -113,6 +117,7 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
 /// The C prototype.
 #[no_mangle]
 pub unsafe extern "C" fn closefrom(low: c_int) {
+    super::handoff::forget_range(low.max(0) as c_uint, c_uint::MAX);
     let ours = output::trace_fd();
     let low = low.max(0);
     if ours < low {
@@ -150,7 +155,11 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
     clear(new);
     let f = REAL_DUP2.get();
     // SAFETY: the real dup2 with the caller's arguments.
-    unsafe { f(old, new) }
+    let r = unsafe { f(old, new) };
+    if r >= 0 {
+        super::handoff::duplicate(old, new);
+    }
+    r
 }
 
 /// Interposed `dup3`, as `dup2`.
@@ -163,5 +172,9 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     clear(new);
     let f = REAL_DUP3.get();
     // SAFETY: the real dup3 with the caller's arguments.
-    unsafe { f(old, new, flags) }
+    let r = unsafe { f(old, new, flags) };
+    if r >= 0 {
+        super::handoff::duplicate(old, new);
+    }
+    r
 }

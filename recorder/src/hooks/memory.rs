@@ -19,7 +19,7 @@ use libc::{size_t, ssize_t, FILE};
 
 use foresight_trace::event::BlockingCall;
 
-use super::blocking;
+use super::{blocking, handoff};
 
 use crate::real::real;
 use crate::{accesses, modules, thread_state};
@@ -573,9 +573,14 @@ fn keeping_errno<R>(r: R, record: impl FnOnce()) -> R {
 }
 
 unsafe extern "C-unwind" fn read_hook(fd: c_int, p: *mut c_void, n: size_t, ra: usize) -> ssize_t {
-    let begun = blocking::begin(BlockingCall::Read, ra, || blocking::fd_blocks(fd, false));
+    let handoff = handoff::before(fd, false, ra);
+    let any_kind = handoff.is_some(); // an eventfd is neither a pipe nor a socket
+    let begun = blocking::begin(BlockingCall::Read, ra, || blocking::fd_blocks(fd, any_kind));
     // SAFETY: the real function with the caller's arguments.
     let got = unsafe { REAL_READ.get()(fd, p, n) };
+    if let Some(h) = handoff {
+        handoff::after(h, got, p, ra);
+    }
     if let Some(b) = begun {
         blocking::end(b);
     }
@@ -594,9 +599,16 @@ unsafe extern "C-unwind" fn write_hook(
     if wanted() {
         range(p, n, false, ra);
     }
-    let begun = blocking::begin(BlockingCall::Write, ra, || blocking::fd_blocks(fd, false));
+    let handoff = handoff::before(fd, true, ra);
+    let any_kind = handoff.is_some();
+    let begun = blocking::begin(BlockingCall::Write, ra, || {
+        blocking::fd_blocks(fd, any_kind)
+    });
     // SAFETY: the real function with the caller's arguments.
     let r = unsafe { REAL_WRITE.get()(fd, p, n) };
+    if let Some(h) = handoff {
+        handoff::after(h, r, p, ra);
+    }
     if let Some(b) = begun {
         blocking::end(b);
     }

@@ -27,6 +27,7 @@ pub mod barrier;
 pub mod blocking;
 pub mod cond;
 pub mod fd;
+pub mod handoff;
 pub mod heap;
 pub mod memory;
 pub mod mutex;

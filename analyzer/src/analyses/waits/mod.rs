@@ -3,6 +3,10 @@
 //! condition or a semaphore it would signal — while that thread needs the lock first. And the
 //! read-recursive rwlock acquisition against a queued writer.
 //!
+//! A blocking read of a pipe, socketpair or eventfd made in the process is a semaphore wait
+//! whose posts are the channel's writes and whose count is bytes (an eventfd's units): the
+//! writer that must take the held lock before it writes holds the reader hostage.
+//!
 //! Each wait is checked like a lock cycle of two threads: the pattern is the wait of the holder
 //! and the other thread's request of the held lock, and it is predicted when the sync-preserving
 //! closure (`closure.rs`) contains neither. For condition variables and semaphores the closure
@@ -10,7 +14,8 @@
 //! - every signal (post) of the object outside the closure must come from the blocked other
 //!   thread, after its blocked request (else a third thread may still wake the holder), and
 //! - for a semaphore, the count after the closure (initial value + posts − successful waits in
-//!   it) must be zero.
+//!   it) must be zero; for a hand-off channel, the bytes left in it (what it held at the start
+//!   + writes − reads in the closure) must be zero.
 //!
 //! Candidates that fail are reported as potential, with the reason.
 //!
@@ -142,6 +147,21 @@ fn candidates(run: &Run, wait: &Wait) -> Vec<WaitCandidate> {
             }
             others.extend(last_of.into_iter().map(|(t, p)| (t, p.pos, Some(p))));
         }
+        WaitKind::Handoff { channel, .. } => {
+            // As for posts: every other thread that writes the channel, bounded by its last
+            // write.
+            let mut last_of: Vec<(u32, SyncPoint)> = Vec::new();
+            for (p, _) in run.handoffs.writes.get(channel).into_iter().flatten() {
+                if p.thread == wait.thread {
+                    continue;
+                }
+                match last_of.iter_mut().find(|(t, _)| *t == p.thread) {
+                    Some(slot) => slot.1 = *p,
+                    None => last_of.push((p.thread, *p)),
+                }
+            }
+            others.extend(last_of.into_iter().map(|(t, p)| (t, p.pos, Some(p))));
+        }
     }
     for &h in held {
         let ha = &run.acquisitions[h as usize];
@@ -194,7 +214,29 @@ fn check(run: &Run, wait: &Wait, c: &WaitCandidate) -> Result<Closure, Rejection
     let still_wakeable = match &wait.kind {
         // A segment with more after it does not know the signals and posts to come: a third
         // thread may still end the wait there.
-        WaitKind::Condition { .. } | WaitKind::Semaphore { .. } if run.segments_follow => true,
+        WaitKind::Condition { .. } | WaitKind::Semaphore { .. } | WaitKind::Handoff { .. }
+            if run.segments_follow =>
+        {
+            true
+        }
+        WaitKind::Handoff { channel, .. } => {
+            let inside = |v: Option<&Vec<(SyncPoint, u64)>>| {
+                v.into_iter()
+                    .flatten()
+                    .filter(|(p, _)| !outside(p))
+                    .map(|&(_, amount)| i128::from(amount))
+                    .sum::<i128>()
+            };
+            let h = &run.handoffs;
+            let left = i128::from(*h.initial.get(channel).unwrap_or(&0))
+                + inside(h.writes.get(channel))
+                - inside(h.reads.get(channel));
+            let writers = h.writes.get(channel).into_iter().flatten();
+            left > 0
+                || writers
+                    .map(|(p, _)| p)
+                    .any(|p| outside(p) && p.thread != wait.thread && p.thread != r.thread)
+        }
         WaitKind::Condition { cond, .. } => third_party(run.signals.get(cond)),
         WaitKind::Semaphore { sem } => {
             let inside = |v: Option<&Vec<SyncPoint>>| {
@@ -269,6 +311,18 @@ fn finding(
                 Role::Waits,
                 Role::Posts,
                 WaitFor::Semaphore(name),
+            )
+        }
+        WaitKind::Handoff { channel, kind, fd } => {
+            let name = format!("{} #{channel} (fd {fd})", kind.name());
+            (
+                Kind::WaitDeadlock,
+                Rule::HandoffReadWhileHolding,
+                WaitCall::Handoff,
+                name.clone(),
+                Role::Waits,
+                Role::Writes,
+                WaitFor::Handoff(name),
             )
         }
     };
