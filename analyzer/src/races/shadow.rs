@@ -564,6 +564,41 @@ fn count_dropped(evicted: &mut SiteCounts, sets: &SiteSets, lines: Lines) {
     }
 }
 
+/// The earlier accesses (thread, position, line) a spanning access already reported: a list
+/// while short, a set once long (a copy of megabytes may meet millions, and a list's look-up
+/// per entry met made such an access cost their square).
+#[derive(Default)]
+struct Reported {
+    list: Vec<(u32, u32, u32)>,
+    set: foldhash::HashSet<(u32, u32, u32)>,
+}
+
+impl Reported {
+    /// Entries a list holds before they move to the set.
+    const LIST: usize = 32;
+
+    #[inline]
+    fn contains(&self, id: &(u32, u32, u32)) -> bool {
+        if self.set.is_empty() {
+            self.list.contains(id)
+        } else {
+            self.set.contains(id)
+        }
+    }
+
+    #[inline]
+    fn push(&mut self, id: (u32, u32, u32)) {
+        if self.set.is_empty() {
+            self.list.push(id);
+            if self.list.len() > Self::LIST {
+                self.set.extend(self.list.drain(..));
+            }
+        } else {
+            self.set.insert(id);
+        }
+    }
+}
+
 /// Where a conflict was found: the granule, and the earlier access's entry in it. With the
 /// later access's place in the merged order this is the order in which one pass over the
 /// whole address space finds pairs (granules in address order, entries oldest first), which
@@ -850,7 +885,7 @@ impl Shadow {
         mut settled: impl FnMut(u32, u32) -> bool,
     ) {
         let end = access.addr.saturating_add(u64::from(access.size.max(1)));
-        let mut reported: Vec<(u32, u32, u32)> = Vec::new();
+        let mut reported = Reported::default();
         let mut all_tracked = true;
         let mut granule = first;
         while granule <= last {
@@ -906,7 +941,7 @@ impl Shadow {
         mask: u8,
         access: &ShadowAccess,
         since: u32,
-        mut reported: Option<&mut Vec<(u32, u32, u32)>>,
+        mut reported: Option<&mut Reported>,
         judge: &mut impl FnMut(u32, u32, u32) -> Option<Verdict>,
         report: &mut impl FnMut(ShadowAccess, Verdict, FoundAt),
         dominated: &mut impl FnMut(u32, u32) -> bool,
@@ -1279,6 +1314,23 @@ mod tests {
         check(&mut s, acc(2, 1, 10, AccessKind::Write, 0x100c, 1));
         let seen = check(&mut s, acc(1, 5, 11, AccessKind::Read, 0x1004, 12));
         assert_eq!(seen, vec![(0, 1), (2, 1)]);
+    }
+
+    #[test]
+    fn an_access_spanning_many_earlier_accesses_reports_each_once() {
+        // More earlier accesses than the list of those reported holds before it becomes a set,
+        // each over two granules.
+        let mut s = Shadow::new();
+        let n = 3 * Reported::LIST as u32;
+        for t in 1..=n {
+            check(
+                &mut s,
+                acc(t, 1, 10, AccessKind::Write, 0x8000 + 8 * u64::from(t), 16),
+            );
+        }
+        let mut seen = check(&mut s, acc(0, 1, 11, AccessKind::Read, 0x8000, 8 * (n + 2)));
+        seen.sort_unstable();
+        assert_eq!(seen, (1..=n).map(|t| (t, 1)).collect::<Vec<_>>());
     }
 
     #[test]
