@@ -201,6 +201,23 @@ impl<V: Default> GranuleTable<V> {
         }
     }
 
+    /// Keeps only the cells `keep` says yes to (it may change them first), in place: no
+    /// second table is allocated, so a table at its memory budget can shed cells. `keep` may
+    /// see a cell it kept twice (a removal can move one back into the slot looked at).
+    pub fn retain_cells(&mut self, mut keep: impl FnMut(&mut V) -> bool) {
+        let mut i = 0;
+        while i < self.keys.len() {
+            if self.keys[i] != EMPTY && !keep(&mut self.cells[i]) {
+                // Removal moves later keys of the run back, possibly into slot `i` (never
+                // into one looked at already but `i`, except from a run that wrapped around,
+                // whose cells were looked at already): look at `i` again.
+                self.vacate(i);
+                continue;
+            }
+            i += 1;
+        }
+    }
+
     /// Keeps only the granules `keep` says yes to.
     pub fn retain(&mut self, keep: impl Fn(u64) -> bool) {
         let old_keys = std::mem::take(&mut self.keys);
@@ -280,6 +297,17 @@ mod tests {
             if step % 50_000 == 0 {
                 t.retain(|g| g % 7 != 0);
                 want.retain(|g, _| g % 7 != 0);
+            }
+            if step % 50_000 == 25_000 {
+                // In place, changing the cells kept.
+                t.retain_cells(|v| {
+                    *v |= 1;
+                    *v % 3 != 0
+                });
+                want.retain(|_, v| {
+                    *v |= 1;
+                    *v % 3 != 0
+                });
             }
         }
         assert_eq!(t.len(), want.len());

@@ -253,6 +253,10 @@ impl<'t> RacePass<'t> {
             return;
         }
         if !self.too_many_threads {
+            let (first, last) = shadow::granule_span(addr, size);
+            if self.state.shadow.wants_collection(last - first + 1) {
+                self.state.collect(&self.created);
+            }
             self.state
                 .access((ev.thread, ev.pos, ev.seq), addr, size, site, kind);
         }

@@ -31,6 +31,15 @@
 //! quarters full (up to twice that just after it grew), plus a vector of [`CELL_CAPACITY`]
 //! entries for a granule that needs more than [`INLINE`].
 //!
+//! **Collection.** An entry whose position every other thread has ordered before it, by both
+//! orders the race pass judges with, can race with nothing any more (threads created later
+//! inherit their creator's clock, so they order it too): before the table grows past
+//! [`COLLECT_FROM_SLOTS`] slots, and whenever it is at the budget's limit, such entries are
+//! dropped and the granules left empty go ([`Shadow::collect`]). A buffer one thread filled
+//! before starting the threads that read it, or a job's memory once its result was handed
+//! back, so stops costing a slot: the table holds the memory whose last accesses some thread
+//! has not synchronised with yet, not all the memory the run touched.
+//!
 //! **Budget.** The table and the vectors stay within the pass's memory budget
 //! ([`Shadow::with_budget`]; vectors within half of it). When the table would outgrow it,
 //! the granules with vectors first give up all but their newest [`INLINE`] entries (counted by
@@ -61,6 +70,15 @@ const SLOT_BYTES: usize = 8 + std::mem::size_of::<Cell>();
 /// Bytes a granule's entries take once they move to a vector of their own (with the
 /// allocator's header).
 const SPILL_BYTES: usize = CELL_CAPACITY * std::mem::size_of::<Entry>() + 16;
+
+/// The smallest table that is collected before it grows ([`Shadow::wants_collection`]; 6 MiB
+/// of slots): below it, growing costs less than looking for settled entries. At the budget's
+/// limit the table is collected whatever its size.
+pub const COLLECT_FROM_SLOTS: usize = 1 << 16;
+
+/// The least a collection waits for (granules, spills and cuts asked for since the last one),
+/// however small the table.
+const MIN_SLOTS_BETWEEN_COLLECTIONS: usize = 4096;
 
 /// Sites counted one by one in a [`SiteCounts`]; the accesses of any further site are counted
 /// together, so that a trace naming millions of sites cannot grow the counts without bound.
@@ -421,6 +439,16 @@ impl Cell {
         self.merged >> i & 1 != 0
     }
 
+    /// Moves the entries of a spilled cell that has at most [`INLINE`] of them back into it.
+    fn unspill(&mut self) {
+        if let Entries::Spilled(v) = &self.entries {
+            debug_assert!(v.len() <= INLINE);
+            let mut slots = [Entry::default(); INLINE];
+            slots[..v.len()].copy_from_slice(v);
+            self.entries = Entries::Inline(v.len() as u8, slots);
+        }
+    }
+
     /// Removes entry `i`, keeping the others in order.
     fn remove(&mut self, i: usize) {
         let below = (1u16 << i) - 1;
@@ -537,6 +565,41 @@ fn count_dropped(evicted: &mut SiteCounts, sets: &SiteSets, lines: Lines) {
     }
 }
 
+/// The earlier accesses (thread, position, line) a spanning access already reported: a list
+/// while short, a set once long (a copy of megabytes may meet millions, and a list's look-up
+/// per entry met made such an access cost their square).
+#[derive(Default)]
+struct Reported {
+    list: Vec<(u32, u32, u32)>,
+    set: foldhash::HashSet<(u32, u32, u32)>,
+}
+
+impl Reported {
+    /// Entries a list holds before they move to the set.
+    const LIST: usize = 32;
+
+    #[inline]
+    fn contains(&self, id: &(u32, u32, u32)) -> bool {
+        if self.set.is_empty() {
+            self.list.contains(id)
+        } else {
+            self.set.contains(id)
+        }
+    }
+
+    #[inline]
+    fn push(&mut self, id: (u32, u32, u32)) {
+        if self.set.is_empty() {
+            self.list.push(id);
+            if self.list.len() > Self::LIST {
+                self.set.extend(self.list.drain(..));
+            }
+        } else {
+            self.set.insert(id);
+        }
+    }
+}
+
 /// Where a conflict was found: the granule, and the earlier access's entry in it. With the
 /// later access's place in the merged order this is the order in which one pass over the
 /// whole address space finds pairs (granules in address order, entries oldest first), which
@@ -572,6 +635,17 @@ pub struct Shadow {
     /// The table was refused a granule for want of room: accesses spanning more granules than
     /// it holds look only at those it holds.
     full: bool,
+    /// What the shadow was asked to hold at the last collection ([`Shadow::asked`]): the next
+    /// waits until an eighth of the table's slots more were asked for, so that its cost, a look
+    /// at every slot, is paid for by the accesses between.
+    collected_at: u64,
+    /// Collections in a row that freed little ([`Shadow::collect`]): each doubles the wait
+    /// for the next.
+    fruitless: u32,
+    /// Collections made.
+    pub collections: u64,
+    /// Entries dropped by collections: ordered before every thread, they can race with nothing.
+    pub settled_dropped: u64,
 }
 
 impl Default for Shadow {
@@ -619,7 +693,91 @@ impl Shadow {
             budget,
             spilled: 0,
             full: false,
+            collected_at: 0,
+            fruitless: 0,
+            collections: 0,
+            settled_dropped: 0,
         }
+    }
+
+    /// Whether a collection ([`Shadow::collect`]) is due before an access over `granules`
+    /// granules: if they were all new, the table of at least [`COLLECT_FROM_SLOTS`] slots
+    /// would grow or find no room within the budget, and an eighth of the table's slots more
+    /// were asked for since the last one.
+    #[inline]
+    pub fn wants_collection(&self, granules: u64) -> bool {
+        let (slots, len) = (self.cells.slots(), self.cells.len());
+        let grows = (len as u64).saturating_add(granules).saturating_mul(4) > slots as u64 * 3
+            && (slots >= COLLECT_FROM_SLOTS || self.cells.full_at(self.max_slots()));
+        (grows || !self.spill_room()) && self.collection_due(slots)
+    }
+
+    /// Whether one more granule's entries may spill to a vector: spilled entries take at most
+    /// half the budget, the rest is for granules.
+    #[inline]
+    fn spill_room(&self) -> bool {
+        self.bytes() + SPILL_BYTES <= self.budget
+            && (self.spilled + 1) * SPILL_BYTES <= self.budget / 2
+    }
+
+    /// What the shadow was asked to hold since the last collection: granules, spilled
+    /// granules, and what the budget cut (accesses not checked, entries dropped).
+    #[inline]
+    fn asked(&self) -> u64 {
+        (self.cells.len() + self.spilled) as u64
+            + self.untracked.accesses.total
+            + self.evicted.total
+    }
+
+    #[cold]
+    fn collection_due(&self, slots: usize) -> bool {
+        let wait = ((slots / 8).max(MIN_SLOTS_BETWEEN_COLLECTIONS) as u64) << self.fruitless;
+        self.asked() >= self.collected_at.saturating_add(wait)
+    }
+
+    /// Drops every entry of a thread `t` at a position below `floor[t]` (threads past the end
+    /// of `floor`: none), and the granules left with none: the caller says that every thread
+    /// that is or will be (threads not yet created inherit their creator's clock) has those
+    /// positions ordered before it, by every order `judge` consults. Such an entry can never
+    /// be reported again, so the verdicts of every later access stay those of the shadow that
+    /// kept it. What changes is only where later entries of that thread go (a supersession or
+    /// merge that would have found it pushes anew), which no report tells apart but by the
+    /// order of two instances of one pair of lines found by one access in one granule.
+    /// Memory that a thread wrote and every other thread has since synchronised with (a
+    /// buffer filled before the workers that read it are created, a job handed back) so costs
+    /// nothing until it is touched again.
+    #[cold]
+    #[inline(never)]
+    pub fn collect(&mut self, floor: &[u32]) {
+        let below = |e: &Entry| floor.get(e.thread() as usize).is_some_and(|&f| e.pos < f);
+        let held = self.cells.len();
+        let mut dropped = 0u64;
+        let mut unspilled = 0usize;
+        self.cells.retain_cells(|cell| {
+            if cell.entries().iter().any(below) {
+                let before = cell.entries().len();
+                cell.retain(|e, _| !below(e));
+                dropped += (before - cell.entries().len()) as u64;
+                if cell.is_spilled() && cell.entries().len() <= INLINE {
+                    cell.unspill();
+                    unspilled += 1;
+                }
+            }
+            !cell.entries().is_empty()
+        });
+        // A spilled cell emptied was unspilled before it went.
+        self.spilled -= unspilled;
+        self.settled_dropped += dropped;
+        self.full = false;
+        // A collection that freed less than an eighth of the granules waits twice as long
+        // for the next: threads that never synchronise keep each other's entries.
+        self.fruitless = if (held - self.cells.len()) * 8 < held {
+            (self.fruitless + 1).min(32)
+        } else {
+            0
+        };
+        self.collected_at = self.asked();
+        self.collections += 1;
     }
 
     /// Bytes the shadow takes now (the table's slots and the spilled entries).
@@ -728,7 +886,7 @@ impl Shadow {
         mut settled: impl FnMut(u32, u32) -> bool,
     ) {
         let end = access.addr.saturating_add(u64::from(access.size.max(1)));
-        let mut reported: Vec<(u32, u32, u32)> = Vec::new();
+        let mut reported = Reported::default();
         let mut all_tracked = true;
         let mut granule = first;
         while granule <= last {
@@ -784,7 +942,7 @@ impl Shadow {
         mask: u8,
         access: &ShadowAccess,
         since: u32,
-        mut reported: Option<&mut Vec<(u32, u32, u32)>>,
+        mut reported: Option<&mut Reported>,
         judge: &mut impl FnMut(u32, u32, u32) -> Option<Verdict>,
         report: &mut impl FnMut(ShadowAccess, Verdict, FoundAt),
         dominated: &mut impl FnMut(u32, u32) -> bool,
@@ -794,8 +952,7 @@ impl Shadow {
         let same = t | (access.kind as u32) << KIND_SHIFT;
         let site = access.site;
         // Spilled entries take at most half the budget: the rest is for granules.
-        let spill_room = self.bytes() + SPILL_BYTES <= self.budget
-            && (self.spilled + 1) * SPILL_BYTES <= self.budget / 2;
+        let spill_room = self.spill_room();
         if self.cells.full_at(self.max_slots()) && self.spilled * SPILL_BYTES >= self.budget / 4 {
             self.compact();
         }
@@ -1161,6 +1318,23 @@ mod tests {
     }
 
     #[test]
+    fn an_access_spanning_many_earlier_accesses_reports_each_once() {
+        // More earlier accesses than the list of those reported holds before it becomes a set,
+        // each over two granules.
+        let mut s = Shadow::new();
+        let n = 3 * Reported::LIST as u32;
+        for t in 1..=n {
+            check(
+                &mut s,
+                acc(t, 1, 10, AccessKind::Write, 0x8000 + 8 * u64::from(t), 16),
+            );
+        }
+        let mut seen = check(&mut s, acc(0, 1, 11, AccessKind::Read, 0x8000, 8 * (n + 2)));
+        seen.sort_unstable();
+        assert_eq!(seen, (1..=n).map(|t| (t, 1)).collect::<Vec<_>>());
+    }
+
+    #[test]
     fn a_reported_access_is_whole_wherever_it_was_found() {
         // Found in a granule after its first one, the earlier access still has its start and
         // size.
@@ -1470,6 +1644,164 @@ mod tests {
         assert_eq!(
             check(&mut s, acc(0, 1, 11, AccessKind::Write, 0x1000, 4)),
             vec![(64, 1)]
+        );
+    }
+
+    /// One step of a random run: an access, or `from` publishing to `to` (a release its
+    /// acquire, a create, a join: both threads' epochs end).
+    #[derive(Clone, Debug)]
+    enum Step {
+        Access {
+            thread: u32,
+            site: u32,
+            write: bool,
+            addr: u64,
+            size: u32,
+        },
+        Sync {
+            from: u32,
+            to: u32,
+        },
+        Collect,
+    }
+
+    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        prop_oneof![
+            6 => (0..3u32, 0..3u32, any::<bool>(), 0..12u64, prop_oneof![Just(4u32), Just(8), Just(12)])
+                .prop_map(|(thread, site, write, addr, size)| Step::Access {
+                    thread,
+                    site,
+                    write,
+                    addr: 0x1000 + 4 * addr,
+                    size,
+                }),
+            1 => (0..3u32, 0..3u32, any::<bool>(), 0..40u64, 1..=12u32).prop_map(
+                |(thread, site, write, addr, size)| Step::Access {
+                    thread,
+                    site,
+                    write,
+                    addr: 0x1000 + addr,
+                    size,
+                }
+            ),
+            2 => (0..3u32, 1..3u32).prop_map(|(from, d)| Step::Sync { from, to: (from + d) % 3 }),
+            1 => Just(Step::Collect),
+        ]
+    }
+
+    /// The threads' positions and what each knows of the others, as prefix lengths.
+    struct Clocks {
+        pos: [u32; 3],
+        knows: [[u32; 3]; 3],
+        since: [u32; 3],
+    }
+
+    impl Clocks {
+        /// The floors a collection may drop below: what every other thread knows.
+        fn floors(&self) -> Vec<u32> {
+            (0..3)
+                .map(|t| {
+                    (0..3)
+                        .filter(|&u| u != t)
+                        .map(|u| self.knows[u][t])
+                        .min()
+                        .unwrap()
+                })
+                .collect()
+        }
+    }
+
+    proptest::proptest! {
+        /// A shadow that collects settled entries reports, for every access, the same earlier
+        /// lines of the same threads as one that keeps them, and holds no more granules.
+        #[test]
+        fn collecting_settled_entries_changes_no_verdict(
+            steps in proptest::collection::vec(step(), 1..400)
+        ) {
+            let mut plain = Shadow::new();
+            let mut collected = Shadow::new();
+            let mut c = Clocks { pos: [0; 3], knows: [[0; 3]; 3], since: [0; 3] };
+            let mut collections = 0;
+            for s in steps {
+                match s {
+                    Step::Access { thread, site, write, addr, size } => {
+                        let t = thread as usize;
+                        let kind = if write { AccessKind::Write } else { AccessKind::Read };
+                        let a = acc(thread, c.pos[t], site, kind, addr, size);
+                        c.pos[t] += 1;
+                        let knows = c.knows[t];
+                        let mut seen = [Vec::new(), Vec::new()];
+                        for (shadow, seen) in [&mut plain, &mut collected].into_iter().zip(&mut seen) {
+                            shadow.access(
+                                &a,
+                                c.since[t],
+                                |u, pos, _| (knows[u as usize] <= pos).then_some(Verdict::Unordered),
+                                |e, _, _| seen.push((e.thread, e.site)),
+                                |u, pos| knows[u as usize] > pos,
+                                |u, pos| knows[u as usize] > pos,
+                            );
+                            seen.sort_unstable();
+                            seen.dedup();
+                        }
+                        proptest::prop_assert_eq!(&seen[0], &seen[1], "{:?}", a);
+                    }
+                    Step::Sync { from, to } => {
+                        let (f, t) = (from as usize, to as usize);
+                        c.pos[f] += 1;
+                        let mut learnt = c.knows[f];
+                        learnt[f] = c.pos[f];
+                        for (k, l) in c.knows[t].iter_mut().zip(learnt) {
+                            *k = (*k).max(l);
+                        }
+                        c.pos[t] += 1;
+                        c.since[f] = c.pos[f];
+                        c.since[t] = c.pos[t];
+                    }
+                    Step::Collect => {
+                        collected.collect(&c.floors());
+                        collections += 1;
+                    }
+                }
+                // Once a full granule dropped entries, the two differ by those: beyond what
+                // the property is about.
+                if plain.evicted.total > 0 {
+                    break;
+                }
+                proptest::prop_assert!(collected.granules() <= plain.granules());
+            }
+            let _ = collections;
+        }
+    }
+
+    #[test]
+    fn a_collection_drops_only_entries_every_other_thread_has_ordered() {
+        let mut s = Shadow::new();
+        check(&mut s, acc(0, 1, 10, AccessKind::Write, 0x1000, 8));
+        check(&mut s, acc(0, 2, 10, AccessKind::Write, 0x2000, 8));
+        check(&mut s, acc(1, 5, 11, AccessKind::Read, 0x2000, 8));
+        // Thread 0's first two positions are ordered before every other thread; thread 1's
+        // are not.
+        s.collect(&[3, 0]);
+        assert_eq!(s.settled_dropped, 2);
+        assert_eq!(s.granules(), 1);
+        assert_eq!(
+            check(&mut s, acc(2, 1, 12, AccessKind::Write, 0x2000, 8)),
+            vec![(1, 5)]
+        );
+        assert!(check(&mut s, acc(2, 2, 12, AccessKind::Write, 0x1000, 8)).is_empty());
+        // A spilled granule whose entries mostly go moves back into its cell.
+        let mut s = Shadow::new();
+        for site in 0..6 {
+            check(&mut s, acc(0, site, site, AccessKind::Read, 0x3000, 8));
+        }
+        assert_eq!(s.spilled, 1);
+        s.collect(&[5]);
+        assert_eq!(s.spilled, 0);
+        assert!(!s.cells.get(0x3000 >> 3).unwrap().is_spilled());
+        assert_eq!(
+            check(&mut s, acc(1, 0, 99, AccessKind::Write, 0x3000, 8)),
+            vec![(0, 5)]
         );
     }
 }

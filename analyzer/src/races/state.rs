@@ -24,6 +24,9 @@ pub struct Found {
     pub at: FoundAt,
 }
 
+/// The most threads whose settled entries a collection looks for ([`RaceState::collect`]).
+const COLLECT_MAX_THREADS: usize = 4096;
+
 /// Bytes a live heap block takes in the map of blocks (its key and value, with the tree's
 /// share of a node).
 const BLOCK_BYTES: usize = 2 * (8 + std::mem::size_of::<Block>());
@@ -187,6 +190,34 @@ impl RaceState {
             found: Vec::new(),
             freed: BTreeMap::new(),
         }
+    }
+
+    /// Makes room in the shadow memory ([`Shadow::collect`]): drops the entries every thread
+    /// in `live` (those created so far; the others will inherit their creator's clock) has
+    /// ordered before it by both orders, so that no later access can race with them or be a
+    /// candidate with them. A thread's own entries need no order with itself.
+    #[cold]
+    #[inline(never)]
+    pub fn collect(&mut self, live: &[bool]) {
+        let threads = live.len();
+        if threads > COLLECT_MAX_THREADS {
+            // The floors would cost threads² per collection: none, only the mark.
+            self.shadow.collect(&[]);
+            return;
+        }
+        let mut floor = vec![u32::MAX; threads];
+        for u in (0..threads).filter(|&u| live[u]) {
+            for (t, f) in floor.iter_mut().enumerate() {
+                if t != u {
+                    // By thread, not by clock entry: a slot may have passed to a later thread.
+                    let (u, t) = (u as u32, t as u32);
+                    *f = (*f)
+                        .min(self.with_locks.knows_prefix(u, t))
+                        .min(self.without_locks.knows_prefix(u, t));
+                }
+            }
+        }
+        self.shadow.collect(&floor);
     }
 
     /// False once a clock outgrew its budget.
