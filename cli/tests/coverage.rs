@@ -151,3 +151,49 @@ fn a_missing_trace_or_binary_is_a_clear_error() {
     );
     assert!(!err.contains("panicked"));
 }
+
+/// Calls through the GOT (`-fno-plt`) and a fixed-address executable (`-no-pie`, optimised)
+/// give the same verdicts as the default build.
+#[test]
+fn got_calls_and_fixed_address_executables_are_scanned() {
+    if !cc_available() {
+        return;
+    }
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/coverage_error_path.c");
+    for (tag, flags) in [
+        ("noplt", &["-O0", "-fno-plt"][..]),
+        ("nopie", &["-O2", "-no-pie"][..]),
+    ] {
+        let dir = harness::fresh_dir(&format!("coverage-{tag}"));
+        let exe = dir.join(format!("coverage-{tag}"));
+        let out = Command::new("cc")
+            .args(["-g", "-pthread"])
+            .args(flags)
+            .arg("-o")
+            .arg(&exe)
+            .arg(&src)
+            .output()
+            .expect("run cc");
+        assert!(out.status.success(), "{out:?}");
+        let out = harness::run_recorded(&exe, &[], &dir, &[]);
+        assert!(out.status.success(), "{out:?}");
+        let trace = dir.join("trace");
+        let out = coverage(&["--format".as_ref(), "json".as_ref(), trace.as_os_str()]);
+        assert!(out.status.success(), "{out:?}");
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        assert_eq!(
+            lines_of(&report["never_executed"], "coverage_error_path.c"),
+            marked_lines(&src, "NEVER"),
+            "{tag}: {report:#}"
+        );
+        // An optimised build may duplicate a call (a loop's condition wait): every line is
+        // still one the run executed.
+        let mut executed = lines_of(&report["executed"], "coverage_error_path.c");
+        executed.dedup();
+        assert_eq!(
+            executed,
+            marked_lines(&src, "EXECUTED"),
+            "{tag}: {report:#}"
+        );
+    }
+}
