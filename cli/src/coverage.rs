@@ -199,6 +199,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    if modules.is_empty() {
+        say!(
+            "foresight coverage: no module scanned (the traces name only system libraries, or \
+             their files are gone): name the program with --binary"
+        );
+    }
     let report = Report {
         schema: "foresight-coverage",
         modules,
@@ -263,14 +269,11 @@ fn site_label(s: &LockingSite) -> String {
 }
 
 fn write_text(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
-    let pct = if r.sites == 0 {
-        100.0
-    } else {
-        100.0 * r.executed_count as f64 / r.sites as f64
-    };
+    // Rounded down: 100% only when every site ran.
+    let pct = (r.executed_count * 100).checked_div(r.sites).unwrap_or(100);
     write!(
         out,
-        "{} locking sites, {} executed ({pct:.0}%)",
+        "{} locking sites, {} executed ({pct}%)",
         r.sites, r.executed_count
     )?;
     if r.never_executed.is_empty() {
