@@ -169,7 +169,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
             Err(e) => bail!("binary {}: {e}", path.display()),
         };
-        let scan = scan_module(path, &data)?;
+        let scan = match scan_module(path, &data) {
+            Ok(s) => s,
+            Err(e) if args.binaries.is_empty() => {
+                say!("foresight coverage: skipping a module the trace names: {e:#}");
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
         let mut returns: HashSet<u64> = HashSet::new();
         for (mpath, build_id, base, offsets) in &executed {

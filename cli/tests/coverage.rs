@@ -150,6 +150,16 @@ fn a_missing_trace_or_binary_is_a_clear_error() {
         "{err}"
     );
     assert!(!err.contains("panicked"));
+
+    // A file that is not an object file is named as such.
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/coverage_error_path.c");
+    let out = coverage(&["--binary".as_ref(), src.as_os_str(), trace.as_os_str()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("coverage_error_path.c: not an object file"),
+        "{err}"
+    );
 }
 
 /// Calls through the GOT (`-fno-plt`) and a fixed-address executable (`-no-pie`, optimised)
