@@ -324,6 +324,7 @@ fn scan_module(path: &Path, data: &[u8]) -> anyhow::Result<ModuleScan> {
     let elf = ElfFile64::<object::Endianness>::parse(data)
         .with_context(|| format!("{}: not a 64-bit ELF file", what()))?;
     let targets = call_targets(&obj, &elf);
+    let functions = Functions::new(&obj);
     let dwarf = load_dwarf(&obj);
     let ctx = dwarf.as_ref().and_then(|sections| {
         let endian = if obj.is_little_endian() {
@@ -360,7 +361,7 @@ fn scan_module(path: &Path, data: &[u8]) -> anyhow::Result<ModuleScan> {
                 _ => None,
             };
             let Some(&call) = callee else { continue };
-            let (function, file, line) = locate(ctx.as_ref(), &obj, ins.ip());
+            let (function, file, line) = locate(ctx.as_ref(), &functions, ins.ip());
             sites.push(LockingSite {
                 module: display.clone(),
                 function,
@@ -451,7 +452,7 @@ fn call_targets(obj: &object::File<'_>, elf: &ElfFile64<'_, object::Endianness>)
 /// The function, file and line of a code address: DWARF first, the symbol table otherwise.
 fn locate(
     ctx: Option<&addr2line::Context<gimli::EndianSlice<'_, gimli::RunTimeEndian>>>,
-    obj: &object::File<'_>,
+    functions: &Functions,
     addr: u64,
 ) -> (Option<String>, Option<String>, Option<u32>) {
     let mut function = None;
@@ -472,12 +473,7 @@ fn locate(
         }
     }
     if function.is_none() {
-        function = obj
-            .symbols()
-            .filter(|s| s.kind() == object::SymbolKind::Text && s.address() <= addr)
-            .filter(|s| s.size() == 0 || addr < s.address() + s.size())
-            .max_by_key(|s| s.address())
-            .and_then(|s| s.name().ok().map(str::to_string));
+        function = functions.containing(addr).map(str::to_string);
     }
     (function, file, line)
 }
@@ -513,4 +509,39 @@ fn read_module(path: &Path) -> std::io::Result<Vec<u8>> {
         return Err(std::io::Error::other("larger than 4 GiB"));
     }
     std::fs::read(path)
+}
+
+/// The module's functions by address, from its symbol table (or, stripped, its dynamic one):
+/// what names a call site without DWARF.
+struct Functions {
+    /// (start, size, name), by start.
+    by_start: Vec<(u64, u64, String)>,
+}
+
+impl Functions {
+    fn new(obj: &object::File<'_>) -> Self {
+        let from = |syms: &mut dyn Iterator<Item = object::Symbol<'_, '_>>| {
+            syms.filter(|s| s.kind() == object::SymbolKind::Text && s.is_definition())
+                .filter_map(|s| {
+                    let name = addr2line::demangle_auto(Cow::from(s.name().ok()?), None);
+                    Some((s.address(), s.size(), name.into_owned()))
+                })
+                .collect::<Vec<_>>()
+        };
+        let mut by_start = from(&mut obj.symbols());
+        if by_start.is_empty() {
+            by_start = from(&mut obj.dynamic_symbols());
+        }
+        by_start.sort_unstable_by_key(|f| f.0);
+        Self { by_start }
+    }
+
+    fn containing(&self, addr: u64) -> Option<&str> {
+        let i = self
+            .by_start
+            .partition_point(|f| f.0 <= addr)
+            .checked_sub(1)?;
+        let (start, size, name) = &self.by_start[i];
+        (*size == 0 || addr - start < *size).then_some(name.as_str())
+    }
 }
