@@ -17,6 +17,7 @@ mod analyze;
 mod cache;
 mod check;
 mod config;
+mod coverage;
 mod demo;
 mod dot;
 mod dump;
@@ -78,6 +79,8 @@ enum Command {
     /// violations) and compares each finding with the committed baseline; exit 0 when every
     /// finding is in it, 2 for bad input.
     Check(check::Args),
+    /// List the locking call sites of a program's machine code and which no trace executed.
+    Coverage(coverage::Args),
     /// Draw the class-level lock-order graph (DOT, or SVG through graphviz).
     Graph(graph::Args),
     /// Compiler and linker flags for a program whose memory accesses are recorded too.
@@ -108,6 +111,7 @@ pub fn main() -> ExitCode {
         Command::Record(args) => record::run(args),
         Command::Pack(args) => pack::run(args),
         Command::Check(args) => check::run(args),
+        Command::Coverage(args) => coverage::run(args),
         Command::Graph(args) => graph::run(args),
         Command::Config(args) => config::run(args),
         Command::Import(args) => interop::import(args),
