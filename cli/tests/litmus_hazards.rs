@@ -11,6 +11,9 @@ use std::process::Command;
 
 use foresight_fixtures::harness;
 use foresight_fixtures::litmus::{Litmus, Verdict};
+use recorded::{analyze, json};
+
+mod recorded;
 
 fn fixtures_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/hazards")
@@ -19,45 +22,7 @@ fn fixtures_dir() -> PathBuf {
 /// Compiles and records `name` (into a directory of the test's own, `tag`: tests run in
 /// parallel), returning the litmus and the trace.
 fn record(name: &str, tag: &str) -> (Litmus, PathBuf) {
-    let source = fixtures_dir().join(format!("{name}.c"));
-    let litmus = Litmus::read(&source).expect("read the fixture");
-    let program = harness::compile_source(&source);
-    let dir = harness::work_dir().join(format!("hazards-{name}-{tag}"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let trace = dir.join("run.trace");
-    let out = Command::new(env!("CARGO_BIN_EXE_foresight"))
-        .env("FORESIGHT_RUNTIME", harness::runtime())
-        .args(["record", "-o"])
-        .arg(&trace)
-        .arg("--")
-        .arg(&program)
-        .output()
-        .expect("run foresight record");
-    assert!(
-        out.status.success(),
-        "{name}: foresight record failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (litmus, trace)
-}
-
-fn analyze(trace: &Path, extra: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_foresight"))
-        .arg("analyze")
-        .args(extra)
-        .arg(trace)
-        .output()
-        .expect("run foresight analyze")
-}
-
-fn json(trace: &Path, extra: &[&str]) -> serde_json::Value {
-    let out = analyze(trace, &[&["--format", "json"], extra].concat());
-    assert!(
-        out.status.success(),
-        "foresight analyze failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("the JSON report parses")
+    recorded::record(&fixtures_dir(), name, &format!("hazards-{name}-{tag}"))
 }
 
 /// The lines of `file` that the findings of `kind` name with `role`.
