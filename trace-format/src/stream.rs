@@ -16,9 +16,14 @@
 //! A heap over the threads' next events picks the next one; the thread that just gave an event
 //! keeps giving while its next event still comes first, without touching the heap.
 //!
-//! **Memory.** Per thread: one chunk payload (at most the chunk size; 64 MiB for a hostile
-//! file, the format's limit) and [`BATCH`] decoded events; plus the index (24 bytes per events
-//! chunk), the tables, and the problems found. Nothing grows with the number of events.
+//! **Memory.** Per thread that is giving events: one chunk payload (at most the chunk size;
+//! 64 MiB for a hostile file, the format's limit) and [`BATCH`] decoded events. A thread whose
+//! turn has not come keeps its first event and, of its chunk, at most a few KiB: a larger
+//! chunk is let go and read again (and checked against its checksum again) when the turn
+//! comes; a thread that has ended keeps nothing. Plus the
+//! index (24 bytes per events chunk), the tables, and the problems found. Nothing grows with
+//! the number of events, and a program that created 10^5 short threads over its life costs a
+//! cursor's few hundred bytes per thread, not a chunk per thread.
 //!
 //! **Same answers as the decoding reader.** Each thread's events, their indices, the merged
 //! order, and the problems are those of [`Trace`] on the same bytes, with two exceptions that
@@ -52,6 +57,12 @@ use crate::tables::{Header, Tables, Trailer};
 /// How many events a cursor decodes at a time. Decoding in batches keeps the decoder's loop
 /// tight; a batch costs `BATCH * 32` bytes per thread.
 pub const BATCH: usize = 256;
+
+/// A waiting thread lets its chunk go only when the chunk's bytes are at least this many: a
+/// smaller one costs less to keep than to read, check and decompress again (a cursor itself
+/// is a few hundred bytes), and a program of 10^5 threads of a few events each has chunks of
+/// a few hundred bytes.
+const PARK_FROM_BYTES: usize = 4096;
 
 /// A trace opened for streaming: header, tables and trailer read, event chunks located.
 pub struct TraceStream {
@@ -301,7 +312,9 @@ impl TraceStream {
             .map(|t| Cursor::new(t.thread, &t.chunks, self.tables.first_sequence(t.thread)))
             .collect();
         for c in cursors.iter_mut() {
-            if !c.refill(&mut ctx) {
+            if c.refill(&mut ctx) {
+                c.park();
+            } else {
                 c.finish();
             }
         }
@@ -479,6 +492,9 @@ struct Cursor<'a> {
     /// event from the start, and a process that created 10^5 short threads has a cursor for
     /// each; the others decode a batch only once their thread's turn comes.
     first_batch: bool,
+    /// The current chunk's bytes were let go after the first event (`park`): they are read,
+    /// checked and decompressed again when the thread's turn comes.
+    parked: bool,
 }
 
 impl<'a> Cursor<'a> {
@@ -511,7 +527,62 @@ impl<'a> Cursor<'a> {
             any_chunk: false,
             finished: false,
             first_batch: true,
+            parked: false,
         }
+    }
+
+    /// Lets the current chunk's bytes go while the thread waits for its turn: the merge holds
+    /// every thread's first event from the start, and a process that created 10^5 short
+    /// threads would otherwise hold a chunk (and its decompressed events) for each of them,
+    /// most of which start long after. The head event stays in the batch.
+    fn park(&mut self) {
+        self.parked = self.chunk.is_some()
+            && self.payload.capacity() + self.plain.capacity() >= PARK_FROM_BYTES;
+        if !self.parked {
+            return;
+        }
+        self.payload = Vec::new();
+        self.plain = Vec::new();
+    }
+
+    /// Reads the parked chunk again and checks it against the checksum the scan found, as its
+    /// first read did; false (the chunk dropped, the problem reported) when the bytes are no
+    /// longer there or no longer the same.
+    #[cold]
+    fn unpark(&mut self, ctx: &mut Ctx<'_>) -> bool {
+        self.parked = false;
+        let Some(body_len) = self.chunk.as_ref().map(|c| c.body_len) else {
+            return false;
+        };
+        let loc = self.chunks[self.next_chunk - 1];
+        let len = loc.payload_len as usize;
+        let same = match ctx
+            .source
+            .bytes_at(loc.payload_offset(), len, &mut self.payload)
+        {
+            Ok(payload) => {
+                check_events_payload(loc.offset, loc.payload_crc, payload).is_ok()
+                    && (loc.codec == CODEC_STORED
+                        || decompress_events(loc.codec, payload, &mut self.plain)
+                            .is_ok_and(|body| body.len() == body_len))
+            }
+            Err(failure) => {
+                ctx.read_failed(&loc, failure);
+                self.chunk = None;
+                return false;
+            }
+        };
+        if !same {
+            ctx.problems.push(Problem {
+                offset: loc.offset,
+                kind: ProblemKind::ReadError {
+                    len: len as u64,
+                    why: "the chunk changed while the trace was being read".into(),
+                },
+            });
+            self.chunk = None;
+        }
+        same
     }
 
     /// The thread has no more events: its buffers go, so that memory follows the threads
@@ -717,6 +788,10 @@ impl<'a> Cursor<'a> {
     /// Decodes up to `BATCH` events of the current chunk into `batch`, which then holds just
     /// those; ends the chunk when its bytes are done or an event does not decode.
     fn decode_batch(&mut self, ctx: &mut Ctx<'_>) {
+        if self.parked && !self.unpark(ctx) {
+            self.batch.clear();
+            return;
+        }
         let Some(c) = self.chunk.as_mut() else {
             return;
         };

@@ -314,3 +314,66 @@ fn a_sparse_file_on_a_full_tmpfs_reads_without_a_signal() {
     expect_garbage(file.problems());
     drop(fs);
 }
+
+/// Threads created one after another, each taking a lock many times (a chunk of some KiB):
+/// every thread but the first waits for its turn when the merged pass starts.
+fn threads_one_after_another(n: usize) -> Vec<u8> {
+    let mut b = TraceBuilder::new("hostile");
+    let main = b.main_thread();
+    let site = b.site("main", "hostile.c", 3);
+    let m = b.mutex("m");
+    for _ in 0..n {
+        let w = b.spawn(main, site, "w");
+        for _ in 0..3000 {
+            b.lock(w, m, site);
+            b.unlock(w, m, site);
+        }
+        b.exit(w);
+        b.join(main, w, site);
+    }
+    b.exit(main);
+    b.finish()
+}
+
+#[test]
+fn a_waiting_threads_chunk_that_changes_before_its_turn_is_reported() {
+    let dir = TempDir::new("waiting");
+    let path = dir.0.join("run.trace");
+    let bytes = threads_one_after_another(6);
+    std::fs::write(&path, &bytes).unwrap();
+    let stream = TraceStream::open(&path).unwrap();
+    let all: Vec<_> = stream.merged().collect();
+    let last = all.iter().map(|e| e.thread).max().unwrap();
+    let given = |events: &[foresight_trace::stream::StreamEvent]| {
+        events.iter().filter(|e| e.thread == last).count()
+    };
+    let chunk = all.iter().find(|e| e.thread == last).unwrap().chunk_offset;
+    let n = given(&all);
+    assert!(n > 10, "{n} events: the locks and unlocks, at least");
+
+    // The merged pass holds the last thread's first event, and lets its chunk go until its
+    // turn; the chunk changes meanwhile.
+    let mut merged = stream.merged();
+    let mut changed = bytes.clone();
+    let at = chunk as usize
+        + foresight_trace::frame::CHUNK_HEADER_LEN
+        + foresight_trace::frame::EVENTS_PREFIX_LEN;
+    changed[at] ^= 0xFF;
+    std::fs::write(&path, &changed).unwrap();
+    let now: Vec<_> = merged.by_ref().collect();
+    assert_eq!(given(&now), 1, "only the event read before the change");
+    assert_eq!(now.len(), all.len() - (n - 1));
+    let problems = merged.problems();
+    assert!(
+        problems.iter().any(|p| p.offset == chunk
+            && p.to_string()
+                .contains("the chunk changed while the trace was being read")),
+        "{problems:?}"
+    );
+
+    // Read again from the start, the changed chunk is damaged and named as such.
+    let again = TraceStream::open(&path).unwrap();
+    let mut merged = again.merged();
+    assert_eq!(given(&merged.by_ref().collect::<Vec<_>>()), 0);
+    assert!(merged.problems().iter().any(|p| p.offset == chunk));
+}
