@@ -1,5 +1,5 @@
 //! Which writes a hand-off read took (pipes, socketpairs, eventfds: FORMAT.md §6.6.1), for the
-//! happens-before edges write → read (`hb.rs`, [`crate::hb::EdgeKinds::HANDOFF`]).
+//! happens-before edges write → read (`hb.rs`, `EdgeKinds::HANDOFF`).
 //!
 //! A channel is a queue: a read takes the oldest bytes written and not yet taken (an eventfd's
 //! counter units likewise; a datagram channel's read takes one whole message). So each channel
