@@ -48,6 +48,21 @@ fn traces_in(dir: &Path) -> Vec<PathBuf> {
 
 /// The lines of `file` that the report's findings name: deadlock findings of `verdict`, or
 /// (`verdict` "race") races.
+/// The JSON report of `foresight analyze` over `traces`, which must succeed.
+fn analyze_json(traces: &[PathBuf]) -> serde_json::Value {
+    let report = Command::new(harness::foresight())
+        .args(["analyze", "--format", "json"])
+        .args(traces)
+        .output()
+        .expect("run foresight analyze");
+    assert!(
+        report.status.success(),
+        "{}",
+        String::from_utf8_lossy(&report.stderr)
+    );
+    serde_json::from_slice(&report.stdout).expect("JSON")
+}
+
 fn lines(report: &serde_json::Value, file: &str, verdict: &str) -> BTreeSet<u32> {
     let mut out = BTreeSet::new();
     for f in report["findings"].as_array().expect("findings") {
@@ -80,17 +95,7 @@ fn litmus_programs_and_the_bank_line_by_line() {
     // One trace per test: 14 litmus programs and the bank's 2 tests.
     assert_eq!(all.len(), 16, "{all:?}\n{stdout}\n{stderr}");
 
-    let report = Command::new(harness::foresight())
-        .args(["analyze", "--format", "json"])
-        .args(&all)
-        .output()
-        .expect("run foresight analyze");
-    assert!(
-        report.status.success(),
-        "{}",
-        String::from_utf8_lossy(&report.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&report.stdout).expect("JSON");
+    let report = analyze_json(&all);
     let text = serde_json::to_string_pretty(&report["findings"]).unwrap();
 
     for name in ["litmus.rs", "bank.rs"] {
@@ -140,17 +145,7 @@ fn parking_lot_programs_line_by_line() {
     assert!(stdout.contains(", 0 failed"), "{stdout}\n{stderr}");
     let all = traces_in(traces.path());
     assert_eq!(all.len(), 9, "{all:?}\n{stdout}\n{stderr}");
-    let report = Command::new(harness::foresight())
-        .args(["analyze", "--format", "json"])
-        .args(&all)
-        .output()
-        .expect("run foresight analyze");
-    assert!(
-        report.status.success(),
-        "{}",
-        String::from_utf8_lossy(&report.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&report.stdout).expect("JSON");
+    let report = analyze_json(&all);
     let text = serde_json::to_string_pretty(&report["findings"]).unwrap();
     let litmus = Litmus::read(&fixtures_rust().join("tests/parking_lot.rs")).expect("read");
     for (yes, no, verdict) in [
@@ -255,12 +250,7 @@ fn annotations_name_classes_and_check_ranks() {
         .position(|l| l.ends_with("// RANK"))
         .expect("the marked line") as u64
         + 1;
-    let report = Command::new(harness::foresight())
-        .args(["analyze", "--format", "json"])
-        .args(traces_in(traces.path()))
-        .output()
-        .expect("run foresight analyze");
-    let report: serde_json::Value = serde_json::from_slice(&report.stdout).expect("JSON");
+    let report = analyze_json(&traces_in(traces.path()));
     let text = serde_json::to_string_pretty(&report["findings"]).unwrap();
     let violation = report["findings"]
         .as_array()
