@@ -38,7 +38,7 @@ pub struct StreamEvent {
     /// The analyzer's dense thread index (the trace's order of threads).
     pub thread: u32,
     /// Position of the event in its thread's event list (as `foresight dump` numbers them).
-    pub pos: u32,
+    pub(crate) pos: u32,
     /// Index of the event in the merged order.
     pub seq: u64,
     pub op: Op,
@@ -47,19 +47,19 @@ pub struct StreamEvent {
 /// What an atomic access does, as the analyses need it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AtomicAccess {
-    pub addr: u64,
-    pub size: u32,
-    pub site: SiteId,
+    pub(crate) addr: u64,
+    pub(crate) size: u32,
+    pub(crate) site: SiteId,
     /// It reads the location (a load, a read-modify-write, any compare-exchange).
-    pub loads: bool,
+    pub(crate) loads: bool,
     /// It writes the location (a store, a read-modify-write, a compare-exchange that stored).
-    pub stores: bool,
+    pub(crate) stores: bool,
     /// An acquire: it joins what releases on the address published (acquire, consume,
     /// acq-rel or seq-cst order, and it loads).
-    pub acquire: bool,
+    pub(crate) acquire: bool,
     /// A release: it publishes the thread's past (release, acq-rel or seq-cst order, and it
     /// stores). Relaxed accesses order nothing.
-    pub release: bool,
+    pub(crate) release: bool,
 }
 
 /// An event of the trace in the analyzer's terms. Thread ids are dense indices (`None`: a thread
@@ -282,13 +282,13 @@ pub enum Op {
 impl Op {
     /// A memory access: a plain read or write, or an atomic (what a race is made of).
     #[inline]
-    pub fn is_access(&self) -> bool {
+    pub(crate) fn is_access(&self) -> bool {
         matches!(self, Op::Read { .. } | Op::Write { .. } | Op::Atomic(_))
     }
 
     /// A plain read or write, or an allocation or free: memory that synchronises nothing.
     #[inline]
-    pub fn is_plain_memory(&self) -> bool {
+    pub(crate) fn is_plain_memory(&self) -> bool {
         matches!(
             self,
             Op::Read { .. } | Op::Write { .. } | Op::Alloc { .. } | Op::Free { .. }
@@ -400,7 +400,7 @@ const LOOKAHEAD: usize = 64;
 
 impl<'t> Stream<'t> {
     /// A stream over a decoded trace (threads in the trace's order).
-    pub fn of_trace(trace: &'t Trace) -> Self {
+    pub(crate) fn of_trace(trace: &'t Trace) -> Self {
         Stream {
             threads: ThreadIndex::new(trace.threads.iter().map(|t| t.thread)),
             lookahead: Lookahead::Decoded {
@@ -412,7 +412,7 @@ impl<'t> Stream<'t> {
 
     /// A stream over threads given in dense order, with the barrier generations already
     /// scanned (a reader that does not hold the trace in memory scans each thread first).
-    pub fn new(
+    pub(crate) fn new(
         thread_ids: impl IntoIterator<Item = ThreadId>,
         lookahead: BarrierGenerations,
     ) -> Self {
@@ -473,7 +473,7 @@ impl<'t> Stream<'t> {
     }
 
     /// The dense index of a trace thread id.
-    pub fn dense(&self, id: ThreadId) -> Option<u32> {
+    pub(crate) fn dense(&self, id: ThreadId) -> Option<u32> {
         self.threads.get(id).map(|i| i as u32)
     }
 
@@ -750,7 +750,7 @@ pub enum Mode {
 
 impl Mode {
     /// Whether two holders in these modes exclude each other.
-    pub fn conflicts(self, other: Mode) -> bool {
+    pub(crate) fn conflicts(self, other: Mode) -> bool {
         !(self == Mode::Read && other == Mode::Read)
     }
 }
@@ -804,13 +804,13 @@ fn atomic_access(
 /// publishes to its generation before any departure of it, so this is the one thing the stream
 /// must know ahead). Scanned per thread, forward.
 #[derive(Debug, Default)]
-pub struct BarrierGenerations {
+pub(crate) struct BarrierGenerations {
     generation: HashMap<(u32, u32), u64>,
 }
 
 impl BarrierGenerations {
     /// Scans one thread's events (dense index `thread`) in its own order.
-    pub fn scan_thread<E: std::borrow::Borrow<EventKind>>(
+    pub(crate) fn scan_thread<E: std::borrow::Borrow<EventKind>>(
         &mut self,
         thread: u32,
         events: impl IntoIterator<Item = E>,
@@ -838,7 +838,7 @@ impl BarrierGenerations {
     }
 
     /// The generation of the arrival at (`thread`, `pos`), if the thread left the barrier.
-    pub fn generation(&self, thread: u32, pos: u32) -> Option<u64> {
+    pub(crate) fn generation(&self, thread: u32, pos: u32) -> Option<u64> {
         self.generation.get(&(thread, pos)).copied()
     }
 }

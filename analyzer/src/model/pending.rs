@@ -50,9 +50,9 @@ pub enum Blocking {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PendingCall {
     /// Position of the request or wait in its thread.
-    pub pos: u32,
-    pub site: SiteId,
-    pub what: Blocking,
+    pub(crate) pos: u32,
+    pub(crate) site: SiteId,
+    pub(crate) what: Blocking,
 }
 
 /// How the run's threads ended, as far as the trace says.
@@ -60,26 +60,26 @@ pub struct PendingCall {
 pub struct RunEnd {
     /// Per thread: its end state, for a thread that had not exited in a trace completed by a
     /// recorder of format 1.4 or later (none for an older trace or one cut short).
-    pub states: Vec<Option<ThreadEndState>>,
+    pub(crate) states: Vec<Option<ThreadEndState>>,
     /// Per thread: the innermost blocking call without an outcome at the end of its events.
-    pub pending: Vec<Option<PendingCall>>,
+    pub(crate) pending: Vec<Option<PendingCall>>,
     /// Per thread: it has a `thread-exit`.
-    pub exited: Vec<bool>,
+    pub(crate) exited: Vec<bool>,
     /// The thread running each once routine that had not ended, by once object.
-    pub once_runners: HashMap<ObjectId, u32>,
+    pub(crate) once_runners: HashMap<ObjectId, u32>,
     /// How the process ended (the trailer's reason), when the trace was completed.
-    pub reason: Option<EndReason>,
+    pub(crate) reason: Option<EndReason>,
     /// Recording stopped before the process ended, and why.
-    pub stopped: Option<RecordingStopped>,
+    pub(crate) stopped: Option<RecordingStopped>,
     /// The trace is a snapshot taken on this signal while the process ran on (`record
     /// --dump-on`): its end states are those of that moment.
-    pub snapshot: Option<u32>,
+    pub(crate) snapshot: Option<u32>,
     /// The `exec` after which its thread recorded nothing more: the process became another
     /// program (the last exec of the part, by its site).
-    pub exec: Option<SiteId>,
+    pub(crate) exec: Option<SiteId>,
     /// The recorded process (its pid, and when recording started), from the trace's header:
     /// what the trace of a program it executed has too.
-    pub process: Option<(u32, u64)>,
+    pub(crate) process: Option<(u32, u64)>,
 }
 
 pub(super) struct PendingCalls {
