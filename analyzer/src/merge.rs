@@ -39,7 +39,7 @@ type CrossCycle = (usize, std::cmp::Reverse<u64>, Vec<usize>);
 
 /// One trace analysed alone, as [`merge`] needs it.
 pub struct TraceAnalysis {
-    pub report: Report,
+    pub(crate) report: Report,
     edges: Vec<EdgeWitness>,
     /// The trace's lock classes that no edge of `edges` names: nodes of the merged graph too.
     lone_classes: Vec<String>,
@@ -59,7 +59,7 @@ impl TraceAnalysis {
     /// What the merge keeps of a part (a trace or a segment) analysed alone: its report and, per
     /// class edge of its graph (`graph`, the run's alone), one described witness, for the cycles
     /// that only several parts together close.
-    pub fn of_part(run: &Run, report: Report, graph: &LockOrderGraph) -> TraceAnalysis {
+    pub(crate) fn of_part(run: &Run, report: Report, graph: &LockOrderGraph) -> TraceAnalysis {
         let edges = graph
             .edges
             .iter()
@@ -196,7 +196,7 @@ impl Merger {
     }
 
     /// Folds in the next trace's analysis.
-    pub fn add(&mut self, part: TraceAnalysis) {
+    pub(crate) fn add(&mut self, part: TraceAnalysis) {
         self.add_part(part, false);
     }
 
@@ -205,7 +205,7 @@ impl Merger {
     /// would (same finding: occurrences add), its counts add to that trace's summary line,
     /// and a lock cycle whose edges are in different segments is potential, as one whose
     /// edges are in different traces.
-    pub fn add_segment(&mut self, part: TraceAnalysis) {
+    pub(crate) fn add_segment(&mut self, part: TraceAnalysis) {
         self.add_part(part, true);
     }
 

@@ -33,7 +33,7 @@ use crate::report::{Finding, HazardCall, Kind, Report};
 use crate::sites::Wrappers;
 
 /// Read when `--suppressions` is not given and the file exists in the working directory.
-pub const DEFAULT_SUPPRESSIONS: &str = "foresight-suppressions.toml";
+pub(crate) const DEFAULT_SUPPRESSIONS: &str = "foresight-suppressions.toml";
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -60,13 +60,13 @@ struct RawEntry {
 pub struct Suppression {
     /// Line of the entry's `[[suppress]]` header in the file, 1-based.
     pub line: usize,
-    pub class: Option<String>,
-    pub function: Option<String>,
-    pub file: Option<String>,
-    pub site: Option<(String, u32)>,
-    pub kind: Option<Kind>,
+    pub(crate) class: Option<String>,
+    pub(crate) function: Option<String>,
+    pub(crate) file: Option<String>,
+    pub(crate) site: Option<(String, u32)>,
+    pub(crate) kind: Option<Kind>,
     /// Only `blocking-under-lock` findings of this call family.
-    pub call: Option<HazardCall>,
+    pub(crate) call: Option<HazardCall>,
     pub reason: String,
 }
 
@@ -86,14 +86,14 @@ pub struct Applied {
 }
 
 impl Suppressions {
-    pub fn load(path: &Path) -> anyhow::Result<Suppressions> {
+    pub(crate) fn load(path: &Path) -> anyhow::Result<Suppressions> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read the suppressions file {}", path.display()))?;
         Self::parse(path, &text)
     }
 
     /// Parses the file's text; errors name the file and the line of the entry.
-    pub fn parse(path: &Path, text: &str) -> anyhow::Result<Suppressions> {
+    pub(crate) fn parse(path: &Path, text: &str) -> anyhow::Result<Suppressions> {
         let raw: RawFile = match toml::from_str(text) {
             Ok(r) => r,
             Err(e) => {
@@ -180,7 +180,7 @@ impl Suppressions {
 }
 
 impl Suppression {
-    pub fn matches(&self, f: &Finding) -> bool {
+    pub(crate) fn matches(&self, f: &Finding) -> bool {
         if self.kind.is_some_and(|k| f.kind != k) {
             return false;
         }

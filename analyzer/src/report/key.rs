@@ -18,13 +18,13 @@ use super::{Detail, Finding, FindingLocation, Kind, Role, Verdict};
 /// segments, two traces, two instances).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct FindingKey {
-    pub kind: Kind,
-    pub verdict: Verdict,
+    pub(crate) kind: Kind,
+    pub(crate) verdict: Verdict,
     /// The finding's lock classes ([`Finding::cycle`]); a lock cycle starts at its smallest
     /// class, so the same cycle from any start is one key.
-    pub classes: Vec<String>,
+    pub(crate) classes: Vec<String>,
     /// Every site of the finding, distinct.
-    pub sites: BTreeSet<SiteKey>,
+    pub(crate) sites: BTreeSet<SiteKey>,
 }
 
 /// A site as a key names it: at which file (its basename: source trees live in different
@@ -33,10 +33,10 @@ pub struct FindingKey {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SiteKey {
     /// The file's basename; `line` is only given with a file.
-    pub file: Option<String>,
-    pub line: Option<u32>,
-    pub function: Option<String>,
-    pub role: Role,
+    pub(crate) file: Option<String>,
+    pub(crate) line: Option<u32>,
+    pub(crate) function: Option<String>,
+    pub(crate) role: Role,
 }
 
 /// What a baseline accepts: a [`FindingKey`] without its verdict, and with `deadlock` and

@@ -113,10 +113,10 @@ pub enum RaceMemory {
 /// One access of a race as the message names it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RaceSide {
-    pub kind: AccessKind,
-    pub thread: ThreadRef,
+    pub(crate) kind: AccessKind,
+    pub(crate) thread: ThreadRef,
     /// The site's location (`worker (bank.c:53)`).
-    pub at: String,
+    pub(crate) at: String,
 }
 
 impl fmt::Display for Message {
@@ -252,7 +252,7 @@ impl fmt::Display for Message {
 
 impl WaitFor {
     /// What the holder does, waiting for `other`: `joins thread 2 "worker"`.
-    pub fn text(&self, other: &ThreadRef) -> String {
+    pub(crate) fn text(&self, other: &ThreadRef) -> String {
         match self {
             WaitFor::Join => format!("joins {other}"),
             WaitFor::Barrier(name) => {
