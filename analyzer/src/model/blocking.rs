@@ -12,6 +12,7 @@ use crate::stream::{Op, StreamEvent};
 #[derive(Clone, Debug)]
 pub struct HeldBlocking {
     pub(crate) thread: u32,
+    /// Position of the call's begin in the thread's events.
     pub pos: u32,
     pub(crate) call: BlockingCall,
     pub(crate) site: SiteId,

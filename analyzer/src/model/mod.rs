@@ -27,7 +27,7 @@
 //! senders, race candidates) as the segment's own [`Run`], which is analysed and dropped, and
 //! keep only what crosses the cut (current clocks, lock table, held stacks — the sections
 //! open at the cut become the next segment's first acquisitions —, pending calls, annotations,
-//! semaphore counts, shadow memory). A segment's [`Run::start`] is where its closures start.
+//! semaphore counts, shadow memory). A segment's `Run::start` is where its closures start.
 
 use std::sync::Arc;
 
@@ -83,7 +83,9 @@ pub(crate) enum AcquireHow {
 /// One critical section: the outermost acquisition of a lock by a thread and its release.
 #[derive(Clone, Debug)]
 pub struct Acquisition {
+    /// The thread (dense index in [`Run::threads`]).
     pub thread: u32,
+    /// The lock (index in [`Run::locks`]).
     pub lock: u32,
     pub(crate) mode: Mode,
     pub(crate) how: AcquireHow,
@@ -95,6 +97,7 @@ pub struct Acquisition {
     pub(crate) release: Option<u32>,
     /// Index of the acquire in the merged order: the trace order the lock rule compares.
     pub(crate) seq: u64,
+    /// Where the lock was requested.
     pub site: SiteId,
     /// Acquisitions (indices) held by the thread at the request, outermost first.
     pub(crate) held: std::ops::Range<u32>,
@@ -107,6 +110,7 @@ pub struct Acquisition {
 /// A lock object of the trace.
 #[derive(Clone, Debug)]
 pub struct LockModel {
+    /// The trace's id of the lock object.
     pub object: ObjectId,
     /// The instance, for reports (its variable when static, else kind and id).
     pub(crate) name: String,
@@ -139,10 +143,14 @@ pub(crate) struct RankViolation {
     pub(crate) rank: u32,
 }
 
+/// A thread of the trace, at its dense index (the trace's order of threads).
 #[derive(Clone, Debug)]
 pub struct ThreadModel {
+    /// The trace's id of the thread.
     pub id: foresight_trace::ThreadId,
+    /// Its name in reports (`thread-N` when the trace names none).
     pub name: String,
+    /// Events the trace recorded for it (0 when the model was built from a stream).
     pub len: u32,
 }
 
@@ -209,8 +217,11 @@ pub(crate) struct ReadRecursion {
 pub struct Run {
     /// The trace's path, for reports.
     pub(crate) source: String,
+    /// The trace's threads, by dense index.
     pub threads: Vec<ThreadModel>,
+    /// The lock objects, by dense lock index.
     pub locks: Vec<LockModel>,
+    /// Every critical section; the lock graph and the analyses name them by index here.
     pub acquisitions: Vec<Acquisition>,
     /// Backing store of every `held` range.
     pub(crate) held_pool: Vec<u32>,
@@ -239,6 +250,7 @@ pub struct Run {
     pub(crate) read_recursions: Vec<ReadRecursion>,
     /// Acquisitions against the declared ranks, in trace order.
     pub(crate) rank_violations: Vec<RankViolation>,
+    /// The happens-before clocks of the run (`hb.rs`).
     pub hb: HappensBefore,
     /// Shared by the segments of one trace: named once.
     pub(crate) sites: Arc<HashMap<SiteId, Location>>,
@@ -321,6 +333,7 @@ impl Drop for Run {
 }
 
 impl Run {
+    /// The acquisitions `acq`'s thread held when it requested `acq`, outermost first.
     pub fn held(&self, acq: &Acquisition) -> &[u32] {
         &self.held_pool[acq.held.start as usize..acq.held.end as usize]
     }
@@ -329,6 +342,7 @@ impl Run {
         &self.held_pool[r.start as usize..r.end as usize]
     }
 
+    /// Where `site` is in the program (`site#N` when the trace does not name it).
     pub fn location(&self, site: SiteId) -> Location {
         self.sites.get(&site).cloned().unwrap_or_else(|| Location {
             text: format!("site#{site}"),

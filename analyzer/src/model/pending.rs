@@ -23,25 +23,38 @@ const MAX_NESTED: usize = 16;
 /// What a blocking call waits for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Blocking {
+    /// A lock request not yet granted.
     Lock {
+        /// The lock.
         lock: ObjectId,
+        /// The mode asked for.
         mode: Mode,
     },
     /// `child` is the dense index of the joined thread, when the trace knows it.
     Join {
+        /// The joined thread's dense index, when the trace knows it.
         child: Option<u32>,
     },
+    /// A condition wait (the mutex is released during it).
     Condition {
+        /// The condition variable.
         cond: ObjectId,
+        /// The mutex it reacquires.
         mutex: ObjectId,
     },
+    /// A barrier wait.
     Barrier {
+        /// The barrier.
         barrier: ObjectId,
     },
+    /// A semaphore wait.
     Semaphore {
+        /// The semaphore.
         sem: ObjectId,
     },
+    /// A once initialisation (`pthread_once`, `call_once`): waits until its initialiser has run.
     Once {
+        /// The once object.
         once: ObjectId,
     },
 }
