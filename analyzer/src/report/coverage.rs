@@ -16,17 +16,31 @@ pub use crate::recording::LanguageRuntime;
 #[serde(tag = "note", rename_all = "kebab-case")]
 pub enum CoverageNote {
     /// Several threads ran, but no lock was recorded: the lock analysis had nothing to order.
-    NoLocks { threads: usize },
+    NoLocks {
+        /// Threads the trace recorded.
+        threads: usize,
+    },
     /// The program runs on a language runtime whose synchronisation the recorder cannot
     /// attribute to locks.
-    Runtime { runtime: LanguageRuntime },
+    Runtime {
+        /// Which runtime.
+        runtime: LanguageRuntime,
+    },
     /// Semaphores (and no lock) were the only synchronisation recorded.
-    SemaphoresOnly { semaphores: usize },
+    SemaphoresOnly {
+        /// Semaphores the trace recorded.
+        semaphores: usize,
+    },
     /// No memory access was recorded: races were not checked.
     NoAccesses,
     /// The process executed another program (at `at`), and no trace of that program is among
     /// the traces analysed: it could not be recorded (statically linked, set-user-ID).
-    ExecNotRecorded { pid: u32, at: String },
+    ExecNotRecorded {
+        /// The process that executed it.
+        pid: u32,
+        /// Where, as a site's text.
+        at: String,
+    },
 }
 
 impl std::fmt::Display for CoverageNote {

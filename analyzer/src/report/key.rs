@@ -45,8 +45,11 @@ pub struct SiteKey {
 /// because a test ran with other timing.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct BaselineKey {
+    /// The finding kind, with both lock-cycle kinds as one.
     pub kind: BaselineKind,
+    /// The lock classes of the finding, as in its key.
     pub classes: Vec<String>,
+    /// The sites of the finding with their roles, as in its key.
     pub sites: BTreeSet<SiteKey>,
 }
 
@@ -55,6 +58,7 @@ pub struct BaselineKey {
 pub enum BaselineKind {
     /// A `deadlock` or a `potential-deadlock`.
     LockCycle,
+    /// Any other kind of finding.
     Finding(Kind),
 }
 
@@ -222,10 +226,13 @@ impl fmt::Display for BaselineKey {
 /// Why a line is not a baseline key.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum KeyError {
+    /// The line has not the three `|`-separated fields.
     #[error("not `kind | lock classes | sites`")]
     Shape,
+    /// The first field names no kind.
     #[error("`{0}` is not a baseline kind (`lock-cycle`, `race`, `join-deadlock`, …)")]
     Kind(String),
+    /// A site lacks its role.
     #[error("the site `{0}` does not start with a role (`holds`, `requests`, `reads`, …)")]
     Site(String),
 }

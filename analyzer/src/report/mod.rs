@@ -1,6 +1,6 @@
 //! What `foresight analyze` reports, as data: the findings and the summary. [`text`], [`json`]
 //! and [`sarif`] render it, `baseline.rs` keys it, `suppressions.rs` matches it. A finding is
-//! the fields every kind has plus a [`Detail`] per kind; each pass builds its own findings
+//! the fields every kind has plus a `Detail` per kind; each pass builds its own findings
 //! (with the helpers of `describe.rs`). These types are the JSON schema
 //! (`docs/report-schema.md`, written by `json.rs`): a change of a field is a change of
 //! `REPORT_VERSION`.
@@ -46,11 +46,15 @@ pub fn signal_name(signal: i32) -> String {
 pub(crate) const REPORT_SCHEMA: &str = "foresight-report";
 pub(crate) const REPORT_VERSION: u32 = 1;
 
+/// What `foresight analyze` found in one or more traces: the JSON report's document
+/// (`docs/report-schema.md`), before a renderer prints it.
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
     pub(crate) schema: &'static str,
     pub(crate) version: u32,
+    /// One summary per trace analysed, in the order given.
     pub traces: Vec<TraceSummary>,
+    /// The counts over all traces.
     pub summary: Summary,
     /// The strongly connected components of the lock-order graph that have cycles: what each
     /// holds, and how many of its cycles the findings list.
@@ -61,15 +65,20 @@ pub struct Report {
     /// What `hints` were made of, to add up over the segments of a trace.
     #[serde(skip)]
     pub(crate) hint_tally: crate::wrapper_hints::HintTally,
+    /// The findings, in report order.
     pub findings: Vec<Finding>,
 }
 
+/// What one trace held.
 #[derive(Clone, Debug, Serialize)]
 pub struct TraceSummary {
+    /// The trace's path.
     pub path: String,
+    /// Events it recorded.
     pub events: u64,
     pub(crate) threads: usize,
     pub(crate) locks: usize,
+    /// Critical sections (outermost acquisitions) of its locks.
     pub critical_sections: usize,
     /// Memory accesses in the trace (a build with `foresight config` records them).
     pub(crate) accesses: u64,
@@ -99,14 +108,20 @@ pub struct WindowSummary {
     pub(crate) snapshot_signal: Option<u32>,
 }
 
+/// The counts of a report: findings by verdict, what the searches covered, and where a budget
+/// cut them.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Summary {
     /// Findings of verdict `observed`: deadlocks and stalls the run was really in when its
     /// trace ended.
     pub(crate) observed: usize,
+    /// Findings of verdict `predicted`.
     pub predicted: usize,
+    /// Findings of verdict `potential`.
     pub potential: usize,
+    /// Lock classes of the merged lock-order graph.
     pub lock_classes: usize,
+    /// Edges of the merged lock-order graph.
     pub lock_order_edges: usize,
     /// Class-level elementary cycles found (those that can block: read-read breaks a cycle).
     pub class_cycles: usize,
@@ -120,6 +135,7 @@ pub struct Summary {
     /// Lock cycles counted in `components` but not listed in `findings` (a component lists a
     /// few of each verdict, shortest first; `--all` up to `options::ALL_CYCLES_LISTED`).
     pub unlisted_predicted: u64,
+    /// The same for potential lock cycles.
     pub unlisted_potential: u64,
     /// `--all` listed this many lock cycles of a verdict in some component and only counted
     /// the rest (`options::ALL_CYCLES_LISTED`); `null`: nothing was cut from the listing.
@@ -138,9 +154,11 @@ pub struct Summary {
     /// `race` findings (verdict `predicted`), and pairs of sites that only lock hand-offs
     /// order, which the sync-preserving closure was asked about.
     pub(crate) races: usize,
+    /// Race candidates: pairs of lines that only lock hand-offs order, asked of the closure.
     pub race_candidates: usize,
     /// Race candidates checked with the closure, and whether the budget ran out first.
     pub race_candidates_checked: u64,
+    /// The race candidate budget ran out before every candidate was checked.
     pub race_budget_exhausted: bool,
     /// Pairs of sites with more candidate instances than were kept, none of those kept
     /// confirmed: a race only an unkept instance shows is missed.
@@ -162,6 +180,7 @@ pub struct Summary {
 pub struct ComponentSummary {
     /// 1, 2, … in the order of the graph's classes.
     pub(crate) id: usize,
+    /// Lock classes in the component.
     pub classes: usize,
     /// The first classes of the component (at most 32).
     pub(crate) class_names: Vec<String>,
@@ -170,12 +189,15 @@ pub struct ComponentSummary {
     /// Cycles that can block, of up to `max_cycle_length` locks; `cycles_by_length[i]` have
     /// i + 1 locks. When `search_cut`, at least these.
     pub(crate) cycles: u64,
+    /// Cycles by length: `cycles_by_length[i]` have i + 1 locks.
     pub cycles_by_length: Vec<u64>,
     /// Distinct predicted deadlocks, and cycles no predicted deadlock covers (potential).
     pub predicted: u64,
+    /// Cycles no predicted deadlock covers.
     pub potential: u64,
     /// How many of each are in `findings`.
     pub listed_predicted: usize,
+    /// How many potential cycles are in `findings`.
     pub listed_potential: usize,
     /// Prediction stopped in this component once enough deadlocks were predicted to list, or
     /// kept no more reasons: some potential cycles were not checked at instance level.
@@ -187,6 +209,7 @@ pub struct ComponentSummary {
     /// Pairs of classes taken in both orders, and the most seen of them (by the rarer of the
     /// two orders).
     pub inversions: usize,
+    /// The most seen of them, at most a few.
     pub top_inversions: Vec<Inversion>,
 }
 
@@ -195,6 +218,7 @@ pub struct ComponentSummary {
 #[derive(Clone, Debug, Serialize)]
 pub struct Inversion {
     pub(crate) classes: [String; 2],
+    /// How often each order was seen.
     pub counts: [u64; 2],
 }
 
@@ -219,7 +243,9 @@ pub struct Inversion {
 pub enum Verdict {
     /// It happened: the threads were blocked so when the trace ended (`observed.rs`).
     Observed,
+    /// A reordering of a recorded run reaches it (the witness says which).
     Predicted,
+    /// An inconsistent order or a wait for which no reordering reaching the deadlock was found.
     Potential,
     /// A declared discipline was broken (a rank annotation): not a prediction, a rule.
     Violation,
@@ -259,7 +285,9 @@ impl Report {
 #[derive(Clone, Debug)]
 pub struct Finding {
     pub(crate) id: usize,
+    /// What kind of defect (`deadlock`, `race`, …).
     pub kind: Kind,
+    /// How sure it is.
     pub verdict: Verdict,
     /// The rule that produced the finding (see `docs/report-schema.md`).
     pub rule: Rule,
@@ -267,6 +295,7 @@ pub struct Finding {
     pub message: Message,
     /// Why it is predicted, or why it is only potential.
     pub reason: String,
+    /// The traces it was found in.
     pub traces: Vec<String>,
     /// The reordering that reaches it, where there is one.
     pub witness: Option<Witness>,
@@ -430,17 +459,30 @@ pub(crate) enum Detail {
 #[serde(rename_all = "kebab-case")]
 #[strum(serialize_all = "kebab-case")]
 pub enum Kind {
+    /// A predicted lock cycle.
     Deadlock,
+    /// A lock-order cycle with no predicted instance.
     PotentialDeadlock,
+    /// A thread holds a lock while joining a thread that needs it.
     JoinDeadlock,
+    /// A thread holds a lock at a barrier that another participant reaches only after taking it.
     BarrierDeadlock,
+    /// A thread holds a lock while waiting on a condition, a semaphore or a hand-off read whose
+    /// waker needs that lock first.
     WaitDeadlock,
+    /// A read-recursive rwlock acquisition while another thread write-locks it.
     RwlockDeadlock,
+    /// A lock acquired against the declared ranks.
     RankViolation,
+    /// A data race.
     Race,
+    /// Threads were blocked waiting for each other when the trace ended.
     ObservedDeadlock,
+    /// Threads were blocked, in no cycle, when the run was stopped.
     ObservedStall,
+    /// Locks held across a call that can block for as long as another thread decides.
     BlockingUnderLock,
+    /// A lock taken in a signal handler that can interrupt a holder of the same lock.
     SignalUnsafeLock,
 }
 
@@ -471,23 +513,42 @@ impl Kind {
 #[serde(rename_all = "kebab-case")]
 #[strum(serialize_all = "kebab-case")]
 pub enum Rule {
+    /// `deadlock`: a cycle of acquisitions whose sync-preserving closure avoids every request.
     LockCycle,
+    /// `potential-deadlock`: a class-level cycle with no predicted instance.
     LockOrder,
+    /// `potential-deadlock`: locks of one class nested, with no instance-level cycle.
     SameClassNesting,
+    /// `join-deadlock`.
     JoinWhileHolding,
+    /// `barrier-deadlock`.
     BarrierWhileHolding,
+    /// `wait-deadlock` on a condition variable.
     CondWaitWhileHolding,
+    /// `wait-deadlock` on a semaphore.
     SemWaitWhileHolding,
+    /// `wait-deadlock` in a read of a pipe, socketpair or eventfd.
     HandoffReadWhileHolding,
+    /// `rwlock-deadlock`.
     RwlockReadRecursion,
+    /// `rank-violation`.
     LockRank,
+    /// `race`: nothing orders the two accesses in the recorded run (C11 happens-before).
     HappensBefore,
+    /// `race`: the run ordered the accesses only through lock hand-offs, and a reordering that
+    /// keeps every critical section's order runs them back to back.
     SyncPreserving,
+    /// `race`: a reordering that runs later critical sections on a lock first enables both.
     SyncReversal,
+    /// `observed-deadlock`: a thread requesting a non-recursive lock it holds.
     BlockedSelfLock,
+    /// `observed-deadlock`: a cycle of lock requests, each held by the next thread.
     BlockedLockCycle,
+    /// `observed-deadlock`: a cycle with a join or a once in it.
     BlockedWaitCycle,
+    /// `observed-stall`.
     BlockedWait,
+    /// `blocking-under-lock`.
     BlockingWhileHolding,
     /// A lock class taken in a signal's handler and, elsewhere, with that signal unblocked.
     HandlerInterruptsHolder,
@@ -519,18 +580,31 @@ pub enum Role {
     Holds,
     /// Where a lock was requested while the other was held.
     Requests,
+    /// Where a thread was joined.
     Joins,
+    /// Where the joined thread exited.
     Exits,
+    /// Where a thread waited (condition, semaphore, hand-off read).
     Waits,
+    /// Where a thread arrived at a barrier.
     Arrives,
+    /// Where a condition was signalled.
     Signals,
+    /// Where a semaphore was posted.
     Posts,
+    /// Where a read lock was taken.
     ReadLocks,
+    /// Where the same thread took the read lock again.
     ReadLocksAgain,
+    /// Where a write lock was requested.
     WriteLocks,
+    /// Where memory was read.
     Reads,
+    /// Where memory was written (or a hand-off channel, by a wait's waker).
     Writes,
+    /// Where memory was read atomically.
     AtomicReads,
+    /// Where memory was written atomically.
     AtomicWrites,
     /// Where a block was freed (or reallocated) while another thread's access to it was
     /// unordered with the free.
@@ -567,11 +641,15 @@ impl Role {
 #[serde(rename_all = "lowercase")]
 #[strum(serialize_all = "lowercase")]
 pub enum AccessKind {
+    /// A plain read.
     Read,
+    /// A plain write.
     Write,
+    /// An atomic read (it races only with a plain access).
     #[serde(rename = "atomic read")]
     #[strum(serialize = "atomic read")]
     AtomicRead,
+    /// An atomic write (it races only with a plain access).
     #[serde(rename = "atomic write")]
     #[strum(serialize = "atomic write")]
     AtomicWrite,
@@ -626,9 +704,13 @@ pub(crate) enum WaitCall {
 #[serde(rename_all = "kebab-case")]
 #[strum(serialize_all = "kebab-case")]
 pub enum ThreadState {
+    /// Blocked in a call with no time limit.
     Blocked,
+    /// Blocked in a timed call (it would have returned by itself).
     BlockedWithTimeout,
+    /// Running (not blocked in a recorded call).
     Running,
+    /// Exited.
     Exited,
 }
 
@@ -651,12 +733,19 @@ pub enum ThreadState {
 #[serde(rename_all = "kebab-case")]
 #[strum(serialize_all = "kebab-case")]
 pub enum BlockingCall {
+    /// Requesting a lock (or a rwlock's write side).
     Lock,
+    /// Requesting a rwlock's read side.
     ReadLock,
+    /// Joining a thread.
     Join,
+    /// Waiting on a condition variable.
     Condition,
+    /// Waiting at a barrier.
     Barrier,
+    /// Waiting on a semaphore.
     Semaphore,
+    /// Waiting for a once initialiser another thread runs.
     Once,
 }
 
@@ -736,6 +825,7 @@ pub(crate) struct LockId(pub u32);
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct LockRef {
     pub(crate) id: LockId,
+    /// Its name as reports print it.
     pub name: String,
 }
 
@@ -755,10 +845,13 @@ impl Serialize for LockRef {
 /// A source location involved in a finding.
 #[derive(Clone, Debug, Serialize)]
 pub struct FindingLocation {
+    /// The source file, when symbolised.
     pub file: Option<String>,
+    /// The source line, when symbolised.
     pub line: Option<u32>,
     pub(crate) function: Option<String>,
     pub(crate) thread: ThreadRef,
+    /// What the site did in the finding.
     pub role: Role,
     pub(crate) trace: String,
     /// Where the site's function was called from, when known (`sites.rs`).
@@ -766,10 +859,12 @@ pub struct FindingLocation {
     pub(crate) called_from: Option<CallerReport>,
 }
 
+/// A site as reports show it: where, and the stack that led there.
 #[derive(Clone, Debug, Serialize)]
 pub struct SiteReport {
     pub(crate) location: String,
     pub(crate) file: Option<String>,
+    /// The source line, when symbolised.
     pub line: Option<u32>,
     pub(crate) function: Option<String>,
     /// The frames from the user's outward (`sites.rs`), innermost first.
@@ -823,6 +918,7 @@ impl From<Location> for SiteReport {
 /// A lock held at some point, where it was acquired.
 #[derive(Clone, Debug, Serialize)]
 pub struct HeldLock {
+    /// The lock.
     pub lock: LockRef,
     pub(crate) class: String,
     pub(crate) mode: LockMode,
@@ -861,6 +957,7 @@ pub struct WaitReport {
     pub(crate) object: String,
     pub(crate) site: SiteReport,
     pub(crate) position: u32,
+    /// The locks the waiting thread holds.
     pub held: Vec<HeldLock>,
     /// The thread the wait depends on, its acquisition of the held lock, and what it would do
     /// after (exit, arrive, signal, post).
@@ -875,12 +972,14 @@ pub struct WaitReport {
 #[derive(Clone, Debug, Serialize)]
 pub struct Witness {
     pub(crate) trace: String,
+    /// Each thread's part of the reordering.
     pub threads: Vec<WitnessThread>,
     /// Lock operations of the prefix, in the order the witness runs them (the last ones).
     pub schedule: Vec<String>,
     pub(crate) schedule_truncated: bool,
 }
 
+/// One thread of a witness.
 #[derive(Clone, Debug, Serialize)]
 pub struct WitnessThread {
     pub(crate) thread: ThreadRef,
@@ -901,15 +1000,18 @@ pub struct RaceReport {
     pub variable: Option<VariableReport>,
     /// The heap block the memory belongs to, when it is heap memory.
     pub block: Option<BlockReport>,
+    /// The two accesses, the earlier in the trace first.
     pub accesses: [AccessReport; 2],
 }
 
 /// A heap block, from the recorder's allocation events.
 #[derive(Clone, Debug, Serialize)]
 pub struct BlockReport {
+    /// Size of the block in bytes.
     pub size: u64,
     /// Offset of the earlier access in the block.
     pub offset: u64,
+    /// Where it was allocated.
     pub allocated_at: SiteReport,
     pub(crate) thread: ThreadRef,
 }
@@ -917,7 +1019,9 @@ pub struct BlockReport {
 /// One access of a race.
 #[derive(Clone, Debug, Serialize)]
 pub struct AccessReport {
+    /// What the access did.
     pub kind: AccessKind,
+    /// Bytes accessed.
     pub size: u32,
     pub(crate) address: String,
     pub(crate) thread: ThreadRef,
@@ -971,21 +1075,34 @@ pub(crate) struct BlockingReport {
 #[serde(rename_all = "snake_case")]
 #[strum(serialize_all = "snake_case")]
 pub enum HazardCall {
+    /// `read`, `readv` on a pipe, FIFO or socket.
     Read,
+    /// `write`, `writev` on a pipe, FIFO or socket.
     Write,
+    /// `recv`, `recvfrom`, `recvmsg`.
     Recv,
+    /// `send`, `sendmsg`.
     Send,
+    /// `accept`, `accept4`.
     Accept,
+    /// `connect`.
     Connect,
+    /// `poll`, `ppoll`.
     Poll,
+    /// `select`.
     Select,
+    /// `epoll_wait`, `epoll_pwait`.
     EpollWait,
+    /// A sleep (`sleep`, `usleep`, `nanosleep`, `clock_nanosleep`).
     Sleep,
+    /// A wait for a child (`wait`, `waitpid`, `wait4`, `waitid`).
     Waitpid,
+    /// `fsync`, `fdatasync`.
     Fsync,
 }
 
 impl HazardCall {
+    /// The name the reports give it (`epoll_wait`).
     pub fn name(self) -> &'static str {
         self.into()
     }
@@ -1103,6 +1220,7 @@ pub struct ObservedReport {
 #[derive(Clone, Debug, Serialize)]
 pub struct BlockedThread {
     pub(crate) thread: ThreadRef,
+    /// How the thread was when the trace ended.
     pub state: ThreadState,
     /// The call it was blocked in: `lock`, `read-lock`, `join`, `condition`, `barrier`,
     /// `semaphore`, `once`; null when not blocked in a recorded call.
@@ -1125,6 +1243,7 @@ pub struct VariableReport {
     /// With the path to the element accessed: `counters[3]`, `cfg.limits.max`.
     pub name: String,
     pub(crate) file: Option<String>,
+    /// The line of its declaration, when known.
     pub line: Option<u32>,
 }
 
