@@ -18,6 +18,7 @@
 //! the CLI, the tests and the benches use; the others are the analyzer's own.
 
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 // What the CLI, the other crates, the tests and the benches use: the pipeline's entry points,
 // findings and renderers, options, and the pieces a command reads on its own (the

@@ -6,7 +6,7 @@
 //! held set of later acquisitions. The mutex re-taken when a condition wait returns does wait,
 //! so it creates edges from the other locks held.
 //!
-//! Beside the class graph, [`InstanceGraph`] is the same relation over the lock *objects* of one
+//! Beside the class graph, `InstanceGraph` is the same relation over the lock *objects* of one
 //! trace: deadlock prediction needs concrete locks of one execution.
 
 use foldhash::{HashMap, HashMapExt};
@@ -25,8 +25,10 @@ pub(crate) const WITNESSES_PER_EDGE: usize = 8;
 /// acquisition `held` was held.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EdgeWitness {
+    /// Index of the run, in the order the runs were added.
     pub run: usize,
     pub(crate) held: u32,
+    /// The acquisition (index in the run's `acquisitions`) requested while `held` was held.
     pub acquisition: u32,
 }
 
@@ -37,12 +39,17 @@ pub(crate) fn mode_bit(held: Mode, acquired: Mode) -> u8 {
     1 << (h * 2 + a)
 }
 
+/// An edge between two lock classes: a thread acquired `to` while holding `from`.
 #[derive(Clone, Debug)]
 pub struct ClassEdge {
+    /// The class held (index in [`LockOrderGraph::classes`]).
     pub from: usize,
+    /// The class acquired.
     pub to: usize,
+    /// How many acquisitions made this edge.
     pub count: u64,
     pub(crate) modes: u8,
+    /// Acquisitions that made it, at most `WITNESSES_PER_EDGE`, distinct in thread and sites.
     pub witnesses: Vec<EdgeWitness>,
     /// The runs this edge was seen in.
     pub(crate) runs: Vec<usize>,
@@ -52,10 +59,14 @@ pub struct ClassEdge {
     pub(crate) earlier: Vec<(usize, u32)>,
 }
 
+/// The lock-order graph of one or more runs: an edge A → B for each lock class acquired while
+/// another was held (`foresight graph` draws it; the cycle searches read it).
 #[derive(Debug, Default)]
 pub struct LockOrderGraph {
+    /// The classes, by node index (the class names of [`crate::model::LockModel::class`]).
     pub classes: Vec<String>,
     class_index: HashMap<String, usize>,
+    /// The edges, in the order first seen.
     pub edges: Vec<ClassEdge>,
     /// Dense class indices as keys: the cheap hasher (the cycle searches look edges up once
     /// per cycle edge).

@@ -14,10 +14,10 @@
 //! trace (and every other trace that has it whole).
 //!
 //! The segments of one long trace (`--segment-events`, `model::walk`) are folded the
-//! same way ([`SegmentFold`], [`Merger::add_segment`]), each segment a part of its own in the
-//! merged graph, but reported as the one trace they are: one summary line whose counts add
-//! up, findings that name the trace once, and a cycle whose edges are in different segments
-//! potential with a reason that says so. Budgets are per segment.
+//! same way ([`SegmentFold`](crate::SegmentFold), `Merger::add_segment`), each segment a part
+//! of its own in the merged graph, but reported as the one trace they are: one summary line
+//! whose counts add up, findings that name the trace once, and a cycle whose edges are in
+//! different segments potential with a reason that says so. Budgets are per segment.
 
 use foldhash::{HashMap, HashMapExt};
 use std::collections::BTreeSet;
@@ -174,6 +174,7 @@ pub struct Merger {
 }
 
 impl Merger {
+    /// A merge with no part yet, within `opts`' budgets and listing limits.
     pub fn new(opts: &Options) -> Self {
         Merger {
             opts: opts.clone(),

@@ -33,8 +33,10 @@ use foresight_trace::tables::{Frame, SourceLocation};
 /// A source location, symbolised when the trace has symbols.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Location {
+    /// The function, when symbolised.
     pub function: Option<String>,
     pub(crate) file: Option<String>,
+    /// The source line, 0 when unknown.
     pub line: u32,
     /// `function (file:line)`, or `module+0xoffset` when not symbolised.
     pub text: String,
@@ -79,6 +81,7 @@ pub struct Wrappers {
 }
 
 impl Wrappers {
+    /// The project's wrapper functions, as glob patterns over function names (empty ones dropped).
     pub fn new<S: Into<String>>(patterns: impl IntoIterator<Item = S>) -> Self {
         let mut patterns: Vec<String> = patterns
             .into_iter()
@@ -101,6 +104,7 @@ impl Wrappers {
         self
     }
 
+    /// The patterns, sorted, without duplicates.
     pub fn patterns(&self) -> &[String] {
         &self.patterns
     }

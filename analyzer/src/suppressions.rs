@@ -56,6 +56,7 @@ struct RawEntry {
     reason: Option<String>,
 }
 
+/// One `[[suppress]]` entry of the file.
 #[derive(Clone, Debug)]
 pub struct Suppression {
     /// Line of the entry's `[[suppress]]` header in the file, 1-based.
@@ -67,12 +68,16 @@ pub struct Suppression {
     pub(crate) kind: Option<Kind>,
     /// Only `blocking-under-lock` findings of this call family.
     pub(crate) call: Option<HazardCall>,
+    /// Why the finding is accepted (required: a suppression says why).
     pub reason: String,
 }
 
+/// A loaded suppressions file.
 #[derive(Clone, Debug)]
 pub struct Suppressions {
+    /// The file, for messages.
     pub path: PathBuf,
+    /// The entries, in file order.
     pub entries: Vec<Suppression>,
     /// The project's lock wrappers (`wrappers = [GLOB, …]`).
     pub wrappers: Wrappers,
@@ -81,7 +86,9 @@ pub struct Suppressions {
 /// What applying the suppressions did: per entry (same order), how many findings it matched.
 #[derive(Clone, Debug)]
 pub struct Applied {
+    /// Findings each entry matched.
     pub matched: Vec<u64>,
+    /// Findings removed from the report.
     pub removed: usize,
 }
 

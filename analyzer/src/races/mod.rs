@@ -7,7 +7,7 @@
 //!   C11 happens-before of the recorded run — create/join, lock release → acquire (rwlock
 //!   readers not ordered with each other), barrier generations, `pthread_once`, semaphores,
 //!   condition hand-offs, the program's annotations, release/acquire atomics and fences
-//!   (`hb.rs`, [`EdgeKinds::SYNC`] with [`EdgeKinds::LOCK`]). C11 (5.1.2.4) calls such a pair a
+//!   (`hb.rs`, `EdgeKinds::SYNC` with `EdgeKinds::LOCK`). C11 (5.1.2.4) calls such a pair a
 //!   data race of that very execution: no other schedule is needed to make it one. Shadow
 //!   memory (`shadow.rs`) keeps, per granule, the accesses a later one could race with.
 //! - **sync-preserving** (`race_findings.rs`, after the walk): the accesses are ordered only
@@ -34,7 +34,7 @@
 //! no rule reports: pairs of accesses
 //! the recorder dropped as repeats within an epoch (their first instance is kept, FORMAT.md
 //! §7.8). The candidate pairs checked with the closure are bounded (per pair of sites the first
-//! [`FIRST_INSTANCES`] and the latest [`LATEST_INSTANCES`] instances, and the analysis's
+//! `FIRST_INSTANCES` and the latest `LATEST_INSTANCES` instances, and the analysis's
 //! candidate budget); the report says when either left a pair undecided.
 
 mod granules;
@@ -108,6 +108,7 @@ pub struct SitePair {
 pub struct Candidates {
     /// The first [`FIRST_INSTANCES`] instances found.
     pub(crate) instances: Vec<Pair>,
+    /// Instances found in all, kept or not.
     pub count: u64,
     /// Where each instance was found.
     found: Vec<Found>,
