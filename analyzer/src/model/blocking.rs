@@ -10,10 +10,8 @@ use crate::stream::{Op, StreamEvent};
 
 /// A blocking call entered while holding locks.
 #[derive(Clone, Debug)]
-pub struct HeldBlocking {
+pub(crate) struct HeldBlocking {
     pub(crate) thread: u32,
-    /// Position of the call's begin in the thread's events.
-    pub pos: u32,
     pub(crate) call: BlockingCall,
     pub(crate) site: SiteId,
     /// The longest the call asked to wait (a sleep's duration, a poll's timeout); `None`: no
@@ -55,7 +53,6 @@ impl HeldBlockingCalls {
                 } else {
                     self.calls.push(HeldBlocking {
                         thread: ev.thread,
-                        pos: ev.pos,
                         call,
                         site,
                         timeout_ns,

@@ -32,7 +32,7 @@ pub const KEPT_SPANS: usize = 1 << 18;
 
 /// The marks of one segment (or a whole trace).
 #[derive(Clone, Debug, Default)]
-pub struct AccessMarks {
+pub(crate) struct AccessMarks {
     threads: Vec<ThreadMarks>,
     /// Spans kept so far.
     kept: usize,
@@ -355,7 +355,7 @@ impl MarksSource for foresight_trace::TraceStream {
 
 /// A segment's marks: kept by the walk, or read again at the first question.
 #[derive(Default)]
-pub struct SegmentMarks {
+pub(crate) struct SegmentMarks {
     marks: OnceLock<AccessMarks>,
     later: Option<Later>,
 }

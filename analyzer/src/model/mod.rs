@@ -56,18 +56,19 @@ mod spare;
 mod waits;
 
 use annotations::Annotations;
-pub use blocking::HeldBlocking;
+pub(crate) use blocking::HeldBlocking;
 use blocking::HeldBlockingCalls;
 use heap::HeapBlocks;
 use locks::{LockSections, SegmentLocks};
-pub use marks::{AccessMarks, MarksSource, SegmentMarks};
+pub use marks::MarksSource;
+pub(crate) use marks::{AccessMarks, SegmentMarks};
 pub use monitors::MonitorScan;
 use pending::PendingCalls;
-pub use pending::{Blocking, PendingCall, RunEnd};
-pub use senders::Handoffs;
+pub(crate) use pending::{Blocking, PendingCall, RunEnd};
+pub(crate) use senders::Handoffs;
 use senders::Senders;
+pub(crate) use signals::SignalContexts;
 use signals::SignalScan;
-pub use signals::{SignalContext, SignalContexts};
 use waits::HeldWaits;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

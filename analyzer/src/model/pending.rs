@@ -22,7 +22,7 @@ const MAX_NESTED: usize = 16;
 
 /// What a blocking call waits for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Blocking {
+pub(crate) enum Blocking {
     /// A lock request not yet granted.
     Lock {
         /// The lock.
@@ -61,7 +61,7 @@ pub enum Blocking {
 
 /// A blocking call without an outcome in the trace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PendingCall {
+pub(crate) struct PendingCall {
     /// Position of the request or wait in its thread.
     pub(crate) pos: u32,
     pub(crate) site: SiteId,
@@ -70,7 +70,7 @@ pub struct PendingCall {
 
 /// How the run's threads ended, as far as the trace says.
 #[derive(Clone, Debug, Default)]
-pub struct RunEnd {
+pub(crate) struct RunEnd {
     /// Per thread: its end state, for a thread that had not exited in a trace completed by a
     /// recorder of format 1.4 or later (none for an older trace or one cut short).
     pub(crate) states: Vec<Option<ThreadEndState>>,

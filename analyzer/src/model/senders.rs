@@ -33,7 +33,7 @@ pub(super) struct Senders {
 /// The hand-off channels' writes and reads, by channel id: a write puts an amount (bytes, an
 /// eventfd's units) in, a read takes one out.
 #[derive(Debug, Default)]
-pub struct Handoffs {
+pub(crate) struct Handoffs {
     pub(crate) writes: HashMap<u32, Vec<(SyncPoint, u64)>>,
     pub(crate) reads: HashMap<u32, Vec<(SyncPoint, u64)>>,
     /// What each channel held at the start of the run (of its segment): written before and not

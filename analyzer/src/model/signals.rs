@@ -8,7 +8,7 @@ use crate::stream::{Op, StreamEvent};
 
 /// A thread's signal context from one of its events on.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SignalContext {
+pub(crate) struct SignalContext {
     /// The signal whose handler the thread runs (the innermost, when handlers nest); 0: none.
     pub(crate) handler: u8,
     /// The thread's mask in normal context: bit `s - 1` set when signal `s` is blocked.
@@ -24,7 +24,7 @@ impl SignalContext {
 
 /// The change points of every thread: `(position, context from there on)`, in position order.
 #[derive(Clone, Debug, Default)]
-pub struct SignalContexts {
+pub(crate) struct SignalContexts {
     threads: Vec<Vec<(u32, SignalContext)>>,
 }
 
