@@ -179,7 +179,7 @@ fn part_report(runs: &[Run], warnings: &[Vec<String>], opts: &Options) -> (Repor
 
 /// One trace's parts as the walk hands them out (`model::walk`): each segment's
 /// run is analysed alone ([`analyze_part`]) and dropped, what the merge needs of it kept
-/// ([`Merger::add_segment`]). A trace that was not cut is the same with one part.
+/// (`Merger::add_segment`). A trace that was not cut is the same with one part.
 pub struct SegmentFold<'o> {
     opts: &'o Options,
     segment_events: u64,

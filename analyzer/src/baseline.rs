@@ -36,7 +36,7 @@ pub fn read(path: &Path) -> anyhow::Result<BTreeSet<BaselineKey>> {
 }
 
 /// The keys of a baseline file's text, or the first line (1-based) that is not one and why.
-pub fn parse(text: &str) -> Result<BTreeSet<BaselineKey>, (usize, KeyError)> {
+pub(crate) fn parse(text: &str) -> Result<BTreeSet<BaselineKey>, (usize, KeyError)> {
     text.lines()
         .enumerate()
         .map(|(i, l)| (i + 1, l.trim()))

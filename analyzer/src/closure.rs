@@ -473,6 +473,7 @@ pub fn closure_before(run: &Run, events: &[PatternEvent]) -> Result<Closure, Not
 
 impl Closure {
     /// Whether the closure contains event `pos` of `thread`.
+    #[cfg(test)]
     pub fn contains(&self, thread: u32, pos: u32) -> bool {
         self.frontier.get(thread as usize).is_some_and(|&f| pos < f)
     }

@@ -32,7 +32,7 @@ use crate::model::Run;
 /// moves to its first occurrence after the closure, and the same closure is resumed. Each
 /// occurrence is passed once and each event enters the closure once: linear in the trace for
 /// one abstract pattern. Returns the first deadlocking choice.
-pub fn search_abstract_pattern(
+pub(crate) fn search_abstract_pattern(
     run: &Run,
     components: &[&[(u32, u32)]],
     max_steps: u64,
@@ -115,14 +115,14 @@ fn resume_or_fail(
 /// A candidate lock cycle of one trace: acquisition `requests[i]` of lock x_{i+1}, requested
 /// while `holds[i]` (of lock x_i) was held, one per thread.
 #[derive(Clone, Debug)]
-pub struct LockCycleCandidate {
-    pub holds: Vec<u32>,
-    pub requests: Vec<u32>,
+pub(crate) struct LockCycleCandidate {
+    pub(crate) holds: Vec<u32>,
+    pub(crate) requests: Vec<u32>,
 }
 
 /// Why a candidate is not a predicted deadlock, in the words of the report.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Rejection {
+pub(crate) enum Rejection {
     SameThread,
     /// Every thread of the cycle holds this lock: it serialises them.
     GateLock {
@@ -141,7 +141,7 @@ pub enum Rejection {
 }
 
 /// Checks one candidate: distinct threads, no gate lock, modes that block, then the closure.
-pub fn check_lock_cycle(run: &Run, c: &LockCycleCandidate) -> Result<Closure, Rejection> {
+pub(crate) fn check_lock_cycle(run: &Run, c: &LockCycleCandidate) -> Result<Closure, Rejection> {
     let k = c.requests.len();
     let acq = |i: u32| &run.acquisitions[i as usize];
     for i in 0..k {
@@ -266,5 +266,67 @@ pub(crate) fn rejection_text(run: Option<&Run>, r: &Rejection) -> String {
                 thread(*t)
             ),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::build_run;
+    use foresight_trace::builder::TraceBuilder;
+    use foresight_trace::event::{ObjectId, ThreadId};
+    use foresight_trace::Trace;
+
+    /// `t` takes `first` then `second` and releases both.
+    fn nest(b: &mut TraceBuilder, t: ThreadId, first: ObjectId, second: ObjectId, line: u32) {
+        let (s1, s2, s3) = (
+            b.site("f", "t.c", line),
+            b.site("f", "t.c", line + 1),
+            b.site("f", "t.c", 99),
+        );
+        b.lock(t, first, s1);
+        b.lock(t, second, s2);
+        b.unlock(t, second, s3);
+        b.unlock(t, first, s3);
+    }
+
+    #[test]
+    fn the_complete_search_moves_past_occurrences_the_closure_reaches() {
+        // t1 nests A → B twice, creating t2 in between; t2 nests B → A. The first occurrence
+        // happens before t2 exists, the second can meet t2's.
+        let mut b = TraceBuilder::new("test");
+        let main = b.main_thread();
+        let a = b.mutex("A");
+        let l = b.mutex("B");
+        let s1 = b.site("f", "t.c", 1);
+        let t1 = b.spawn(main, s1, "one");
+        nest(&mut b, t1, a, l, 10);
+        let s15 = b.site("f", "t.c", 15);
+        let t2 = b.spawn(t1, s15, "two");
+        nest(&mut b, t1, a, l, 10);
+        nest(&mut b, t2, l, a, 20);
+        let trace = Trace::from_bytes("t.trace", b.finish()).unwrap();
+        let run = build_run(&trace, &mut |_| {});
+        let pairs = |thread: ThreadId, held: ObjectId| -> Vec<(u32, u32)> {
+            let dense = run.threads.iter().position(|x| x.id == thread).unwrap() as u32;
+            run.acquisitions
+                .iter()
+                .enumerate()
+                .filter(|(_, q)| q.thread == dense && !run.held(q).is_empty())
+                .filter(|(_, q)| {
+                    let h = &run.acquisitions[run.held(q)[0] as usize];
+                    run.locks[h.lock as usize].object == held
+                })
+                .map(|(i, q)| (run.held(q)[0], i as u32))
+                .collect()
+        };
+        let one = pairs(t1, a);
+        let two = pairs(t2, l);
+        assert_eq!((one.len(), two.len()), (2, 1));
+        let (c, _closure, _) = search_abstract_pattern(&run, &[&one, &two], u64::MAX)
+            .expect("the second occurrence deadlocks");
+        assert_eq!(c.requests[0], one[1].1);
+        // Only the first occurrence: the search fails.
+        assert!(search_abstract_pattern(&run, &[&one[..1], &two], u64::MAX).is_err());
     }
 }

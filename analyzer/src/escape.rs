@@ -96,6 +96,7 @@ pub struct Escaping<W: Write> {
 }
 
 impl<W: Write> Escaping<W> {
+    /// Escapes what is written before it reaches `inner`.
     pub fn new(inner: W) -> Self {
         Self {
             inner,

@@ -7,7 +7,7 @@
 //! visitors with their clocks, and the [`races`] pass), which hand out a [`Run`] per part of
 //! the trace (the whole trace, or each segment of it); [`analysis`], the one driver
 //! ([`analyze`], [`analyze_part`], [`SegmentFold`]), runs every analysis of the registry over
-//! each part (lock cycles with the sync-preserving closure and the patterns of [`deadlock`],
+//! each part (lock cycles with the sync-preserving closure and the patterns of `deadlock.rs`,
 //! waits and rwlocks, observed hangs, races, sync-reversal races, ranks, hazards: each in its
 //! folder under `analyses/`, each making its own findings), within the [`Options`]' budgets;
 //! [`merge`] ([`Merger`]) folds the parts of every trace into one [`Report`] of [`Finding`]s,
@@ -18,13 +18,13 @@
 //! the CLI, the tests and the benches use; the others are the analyzer's own.
 
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 // What the CLI, the other crates, the tests and the benches use: the pipeline's entry points,
 // findings and renderers, options, and the pieces a command reads on its own (the
 // lock-order graph for `graph`, baselines and suppressions for `check`, escaping).
 pub mod analysis;
 pub mod baseline;
-pub mod deadlock;
 pub mod escape;
 mod handoffs;
 pub mod lock_graph;
@@ -41,6 +41,7 @@ pub mod suppressions;
 mod analyses;
 mod closure;
 mod cycles;
+mod deadlock;
 mod describe;
 mod hb;
 mod last_writers;

@@ -6,7 +6,7 @@
 //! held set of later acquisitions. The mutex re-taken when a condition wait returns does wait,
 //! so it creates edges from the other locks held.
 //!
-//! Beside the class graph, [`InstanceGraph`] is the same relation over the lock *objects* of one
+//! Beside the class graph, `InstanceGraph` is the same relation over the lock *objects* of one
 //! trace: deadlock prediction needs concrete locks of one execution.
 
 use foldhash::{HashMap, HashMapExt};
@@ -19,43 +19,54 @@ use crate::stream::Mode;
 pub use crate::cycles::strongly_connected_components;
 
 /// At most this many witnesses are kept per class edge (distinct thread and site pairs).
-pub const WITNESSES_PER_EDGE: usize = 8;
+pub(crate) const WITNESSES_PER_EDGE: usize = 8;
 
 /// One acquisition that made an edge: in run `run`, acquisition `acquisition` requested while
 /// acquisition `held` was held.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EdgeWitness {
+    /// Index of the run, in the order the runs were added.
     pub run: usize,
-    pub held: u32,
+    pub(crate) held: u32,
+    /// The acquisition (index in the run's `acquisitions`) requested while `held` was held.
     pub acquisition: u32,
 }
 
 /// The (held, acquired) mode pairs an edge was seen with, as a 4-bit set.
-pub fn mode_bit(held: Mode, acquired: Mode) -> u8 {
+pub(crate) fn mode_bit(held: Mode, acquired: Mode) -> u8 {
     let h = (held == Mode::Read) as u8;
     let a = (acquired == Mode::Read) as u8;
     1 << (h * 2 + a)
 }
 
+/// An edge between two lock classes: a thread acquired `to` while holding `from`.
 #[derive(Clone, Debug)]
 pub struct ClassEdge {
+    /// The class held (index in [`LockOrderGraph::classes`]).
     pub from: usize,
+    /// The class acquired.
     pub to: usize,
+    /// How many acquisitions made this edge.
     pub count: u64,
-    pub modes: u8,
+    pub(crate) modes: u8,
+    /// Acquisitions that made it, at most `WITNESSES_PER_EDGE`, distinct in thread and sites.
     pub witnesses: Vec<EdgeWitness>,
     /// The runs this edge was seen in.
-    pub runs: Vec<usize>,
+    pub(crate) runs: Vec<usize>,
     /// Seen before a flight recorder's window (FORMAT.md §7.15): (run, index in its
     /// `Run::earlier`), at most `WITNESSES_PER_EDGE`. An edge with no `witnesses` was seen only
     /// there: no reordering of the window can use it.
-    pub earlier: Vec<(usize, u32)>,
+    pub(crate) earlier: Vec<(usize, u32)>,
 }
 
+/// The lock-order graph of one or more runs: an edge A → B for each lock class acquired while
+/// another was held (`foresight graph` draws it; the cycle searches read it).
 #[derive(Debug, Default)]
 pub struct LockOrderGraph {
+    /// The classes, by node index (the class names of [`crate::model::LockModel::class`]).
     pub classes: Vec<String>,
     class_index: HashMap<String, usize>,
+    /// The edges, in the order first seen.
     pub edges: Vec<ClassEdge>,
     /// Dense class indices as keys: the cheap hasher (the cycle searches look edges up once
     /// per cycle edge).
@@ -63,7 +74,7 @@ pub struct LockOrderGraph {
 }
 
 impl LockOrderGraph {
-    pub fn class_id(&mut self, name: &str) -> usize {
+    pub(crate) fn class_id(&mut self, name: &str) -> usize {
         if let Some(&i) = self.class_index.get(name) {
             return i;
         }
@@ -74,11 +85,11 @@ impl LockOrderGraph {
     }
 
     /// The node of a class name, when the graph has it.
-    pub fn class_index(&self, name: &str) -> Option<usize> {
+    pub(crate) fn class_index(&self, name: &str) -> Option<usize> {
         self.class_index.get(name).copied()
     }
 
-    pub fn edge(&self, from: usize, to: usize) -> Option<&ClassEdge> {
+    pub(crate) fn edge(&self, from: usize, to: usize) -> Option<&ClassEdge> {
         self.edge_index.get(&(from, to)).map(|&i| &self.edges[i])
     }
 
@@ -177,7 +188,7 @@ impl LockOrderGraph {
 
     /// The edges of a class cycle (`cycle[i]` → `cycle[i + 1]`, the last back to the first)
     /// into `edges`, which is reused: a dense graph has hundreds of thousands of cycles.
-    pub fn cycle_edges<'g>(&'g self, cycle: &[usize], edges: &mut Vec<&'g ClassEdge>) {
+    pub(crate) fn cycle_edges<'g>(&'g self, cycle: &[usize], edges: &mut Vec<&'g ClassEdge>) {
         let k = cycle.len();
         edges.clear();
         edges.extend((0..k).map(|i| {
@@ -188,7 +199,14 @@ impl LockOrderGraph {
 
     /// Adds `count` occurrences of the class edge `from` → `to` seen with `modes` in trace
     /// `trace`, without witnesses (merging per-trace graphs: `merge.rs`).
-    pub fn add_class_edge(&mut self, from: usize, to: usize, count: u64, modes: u8, trace: usize) {
+    pub(crate) fn add_class_edge(
+        &mut self,
+        from: usize,
+        to: usize,
+        count: u64,
+        modes: u8,
+        trace: usize,
+    ) {
         self.count_edge(from, to, count, modes, trace);
     }
 
@@ -235,7 +253,7 @@ impl LockOrderGraph {
     }
 
     /// The node of an acquisition's class (with its subclass), when the graph has it.
-    pub fn acquisition_class(&self, run: &Run, a: &Acquisition) -> Option<usize> {
+    pub(crate) fn acquisition_class(&self, run: &Run, a: &Acquisition) -> Option<usize> {
         if a.subclass == 0 {
             self.class_index(&run.locks[a.lock as usize].class)
         } else {
@@ -256,7 +274,7 @@ impl LockOrderGraph {
 /// Whether a cycle of edges whose mode sets are `modes` (edge i goes from node i to node i+1)
 /// can block at every node: at node i+1, the request of edge i and the holding of edge i+1
 /// must exclude each other (read-read never blocks).
-pub fn modes_can_block(modes: &[u8]) -> bool {
+pub(crate) fn modes_can_block(modes: &[u8]) -> bool {
     let k = modes.len();
     if k == 0 {
         return false;
@@ -297,13 +315,13 @@ fn bits_block(a: u8, b: u8) -> bool {
 /// bytes each) lets prediction pick occurrences of the different edges that are close in the
 /// trace, which are the ones likeliest to be concurrent.
 #[derive(Debug, Default)]
-pub struct InstanceGraph {
-    pub edges: HashMap<(u32, u32), Vec<(u32, u32)>>,
-    pub adjacency: Vec<Vec<usize>>,
+pub(crate) struct InstanceGraph {
+    pub(crate) edges: HashMap<(u32, u32), Vec<(u32, u32)>>,
+    pub(crate) adjacency: Vec<Vec<usize>>,
 }
 
 impl InstanceGraph {
-    pub fn build(run: &Run) -> Self {
+    pub(crate) fn build(run: &Run) -> Self {
         // Each edge's list by index; per requested lock, the held lock of the edge it was last
         // requested under and that edge's list: a loop that takes its locks in one order finds
         // its list without hashing.

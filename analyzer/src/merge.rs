@@ -14,10 +14,10 @@
 //! trace (and every other trace that has it whole).
 //!
 //! The segments of one long trace (`--segment-events`, `model::walk`) are folded the
-//! same way ([`SegmentFold`], [`Merger::add_segment`]), each segment a part of its own in the
-//! merged graph, but reported as the one trace they are: one summary line whose counts add
-//! up, findings that name the trace once, and a cycle whose edges are in different segments
-//! potential with a reason that says so. Budgets are per segment.
+//! same way ([`SegmentFold`](crate::SegmentFold), `Merger::add_segment`), each segment a part
+//! of its own in the merged graph, but reported as the one trace they are: one summary line
+//! whose counts add up, findings that name the trace once, and a cycle whose edges are in
+//! different segments potential with a reason that says so. Budgets are per segment.
 
 use foldhash::{HashMap, HashMapExt};
 use std::collections::BTreeSet;
@@ -39,7 +39,7 @@ type CrossCycle = (usize, std::cmp::Reverse<u64>, Vec<usize>);
 
 /// One trace analysed alone, as [`merge`] needs it.
 pub struct TraceAnalysis {
-    pub report: Report,
+    pub(crate) report: Report,
     edges: Vec<EdgeWitness>,
     /// The trace's lock classes that no edge of `edges` names: nodes of the merged graph too.
     lone_classes: Vec<String>,
@@ -59,7 +59,7 @@ impl TraceAnalysis {
     /// What the merge keeps of a part (a trace or a segment) analysed alone: its report and, per
     /// class edge of its graph (`graph`, the run's alone), one described witness, for the cycles
     /// that only several parts together close.
-    pub fn of_part(run: &Run, report: Report, graph: &LockOrderGraph) -> TraceAnalysis {
+    pub(crate) fn of_part(run: &Run, report: Report, graph: &LockOrderGraph) -> TraceAnalysis {
         let edges = graph
             .edges
             .iter()
@@ -174,6 +174,7 @@ pub struct Merger {
 }
 
 impl Merger {
+    /// A merge with no part yet, within `opts`' budgets and listing limits.
     pub fn new(opts: &Options) -> Self {
         Merger {
             opts: opts.clone(),
@@ -196,7 +197,7 @@ impl Merger {
     }
 
     /// Folds in the next trace's analysis.
-    pub fn add(&mut self, part: TraceAnalysis) {
+    pub(crate) fn add(&mut self, part: TraceAnalysis) {
         self.add_part(part, false);
     }
 
@@ -205,7 +206,7 @@ impl Merger {
     /// would (same finding: occurrences add), its counts add to that trace's summary line,
     /// and a lock cycle whose edges are in different segments is potential, as one whose
     /// edges are in different traces.
-    pub fn add_segment(&mut self, part: TraceAnalysis) {
+    pub(crate) fn add_segment(&mut self, part: TraceAnalysis) {
         self.add_part(part, true);
     }
 

@@ -7,6 +7,7 @@
 /// it, grow with them. The rest are counted, and the report says the listing was cut.
 pub const ALL_CYCLES_LISTED: usize = 1_000;
 
+/// The budgets and limits of one analysis; `Options::default()` is `foresight analyze`'s.
 #[derive(Clone, Debug)]
 pub struct Options {
     /// Longest cycle enumerated (in locks, which is also in threads); `None`: any length, within

@@ -36,7 +36,7 @@ pub enum LanguageRuntime {
 impl LanguageRuntime {
     /// The runtime a string of the trace's tables (a module's path, a source file's name, a
     /// function's name) belongs to, if any.
-    pub fn of_name(name: &str) -> Option<LanguageRuntime> {
+    pub(crate) fn of_name(name: &str) -> Option<LanguageRuntime> {
         let base = name.rsplit('/').next().unwrap_or(name);
         if base.starts_with("libjvm.") {
             Some(LanguageRuntime::Jvm)

@@ -33,8 +33,10 @@ use foresight_trace::tables::{Frame, SourceLocation};
 /// A source location, symbolised when the trace has symbols.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Location {
+    /// The function, when symbolised.
     pub function: Option<String>,
-    pub file: Option<String>,
+    pub(crate) file: Option<String>,
+    /// The source line, 0 when unknown.
     pub line: u32,
     /// `function (file:line)`, or `module+0xoffset` when not symbolised.
     pub text: String,
@@ -50,20 +52,20 @@ pub struct Location {
     /// Where the user's function was called from, when the trace knows: the next recorded
     /// frame's location outside the machinery, or the caller the recorder noted at the site's
     /// first occurrence (a trace recorded one frame per site).
-    pub caller: Option<Caller>,
+    pub(crate) caller: Option<Caller>,
 }
 
 /// The caller of a site's function, as the report names it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Caller {
-    pub function: Option<String>,
-    pub file: Option<String>,
-    pub line: u32,
+pub(crate) struct Caller {
+    pub(crate) function: Option<String>,
+    pub(crate) file: Option<String>,
+    pub(crate) line: u32,
     /// `function (file:line)`, or `module+0xoffset` when not symbolised.
-    pub text: String,
+    pub(crate) text: String,
     /// Only the caller of the site's first occurrence is known (the recorder notes one
     /// caller per site): later occurrences may have come from elsewhere.
-    pub first_only: bool,
+    pub(crate) first_only: bool,
 }
 
 /// The project's own lock wrappers: glob patterns (`*` any run of characters, `?` one
@@ -79,6 +81,7 @@ pub struct Wrappers {
 }
 
 impl Wrappers {
+    /// The project's wrapper functions, as glob patterns over function names (empty ones dropped).
     pub fn new<S: Into<String>>(patterns: impl IntoIterator<Item = S>) -> Self {
         let mut patterns: Vec<String> = patterns
             .into_iter()
@@ -101,6 +104,7 @@ impl Wrappers {
         self
     }
 
+    /// The patterns, sorted, without duplicates.
     pub fn patterns(&self) -> &[String] {
         &self.patterns
     }
@@ -113,7 +117,7 @@ impl Wrappers {
     }
 
     /// Whether a function of this name is one of the project's wrappers.
-    pub fn matches(&self, function: &str) -> bool {
+    pub(crate) fn matches(&self, function: &str) -> bool {
         if self.patterns.is_empty() {
             return false;
         }

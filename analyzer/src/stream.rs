@@ -3,7 +3,7 @@
 //!
 //! The shape is RAPID's (one engine per analysis, each with its own state and one
 //! `handle(event)`): each concern is a [`Pass`] that owns its state and sees every event once, in
-//! merged order; [`Stream::drive`] feeds one stream to one pass, and a tuple of passes runs them
+//! merged order; `Stream::drive` feeds one stream to one pass, and a tuple of passes runs them
 //! side by side in the same walk. The events come from any iterator of (thread id, position in
 //! the thread, wire event) in the merged order — `Trace::merged()` today, a reader that keeps one
 //! decoded chunk per thread tomorrow — so nothing here needs the whole trace in memory.
@@ -16,7 +16,7 @@
 //!
 //! The one thing known ahead is the generation of a barrier arrival (that of the thread's next
 //! departure): read from the thread's next events in a decoded trace, or scanned per thread
-//! before the walk ([`BarrierGenerations`]) by a reader that keeps only a chunk per thread.
+//! before the walk (`BarrierGenerations`) by a reader that keeps only a chunk per thread.
 //!
 //! Invariants: events reach a pass in the merged order (keys non-decreasing, ties by thread and
 //! position), `seq` counts every event of the stream (also those of threads the trace does not
@@ -38,28 +38,29 @@ pub struct StreamEvent {
     /// The analyzer's dense thread index (the trace's order of threads).
     pub thread: u32,
     /// Position of the event in its thread's event list (as `foresight dump` numbers them).
-    pub pos: u32,
+    pub(crate) pos: u32,
     /// Index of the event in the merged order.
     pub seq: u64,
+    /// What happened.
     pub op: Op,
 }
 
 /// What an atomic access does, as the analyses need it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AtomicAccess {
-    pub addr: u64,
-    pub size: u32,
-    pub site: SiteId,
+    pub(crate) addr: u64,
+    pub(crate) size: u32,
+    pub(crate) site: SiteId,
     /// It reads the location (a load, a read-modify-write, any compare-exchange).
-    pub loads: bool,
+    pub(crate) loads: bool,
     /// It writes the location (a store, a read-modify-write, a compare-exchange that stored).
-    pub stores: bool,
+    pub(crate) stores: bool,
     /// An acquire: it joins what releases on the address published (acquire, consume,
     /// acq-rel or seq-cst order, and it loads).
-    pub acquire: bool,
+    pub(crate) acquire: bool,
     /// A release: it publishes the thread's past (release, acq-rel or seq-cst order, and it
     /// stores). Relaxed accesses order nothing.
-    pub release: bool,
+    pub(crate) release: bool,
 }
 
 /// An event of the trace in the analyzer's terms. Thread ids are dense indices (`None`: a thread
@@ -68,213 +69,351 @@ pub struct AtomicAccess {
 pub enum Op {
     /// A blocking call (I/O on a pipe or socket, a sleep, …) begins, made under a lock.
     BlockingBegin {
+        /// Which call.
         call: BlockingCall,
+        /// Where in the program.
         site: SiteId,
+        /// The longest it asked to wait (a sleep's duration, a poll's timeout); `None`: no limit.
         timeout_ns: Option<u64>,
     },
     /// It returned after `duration_ns`.
     BlockingEnd {
+        /// Which call.
         call: BlockingCall,
+        /// How long it blocked.
         duration_ns: u64,
     },
     /// The thread starts running the program's handler for `signal`.
     SignalEnter {
+        /// The signal's number.
         signal: u8,
     },
     /// That handler returned.
     SignalExit {
+        /// The signal's number.
         signal: u8,
     },
     /// The thread's signal mask from here on (bit `s - 1`: signal `s` blocked).
     SignalMask {
+        /// The blocked signals.
         blocked: u64,
     },
     /// `amount` bytes (eventfd units) put into hand-off channel `channel` (a pipe, a
     /// socketpair's direction, an eventfd) through descriptor `fd`: a post of that much.
     HandoffWrite {
+        /// The channel's index.
         channel: u32,
+        /// What the channel is: a pipe, a socketpair's direction, an eventfd.
         kind: ChannelKind,
+        /// The descriptor used.
         fd: u32,
+        /// Bytes written (eventfd units).
         amount: u64,
+        /// Where in the program.
         site: SiteId,
     },
     /// `amount` taken out of it, the oldest first (a datagram channel: one message).
     HandoffRead {
+        /// The channel.
         channel: u32,
+        /// Its kind, as in `HandoffWrite`.
         kind: ChannelKind,
+        /// The descriptor used.
         fd: u32,
+        /// Bytes read (eventfd units).
         amount: u64,
+        /// Where in the program.
         site: SiteId,
     },
+    /// The thread's first event.
     ThreadStart,
+    /// The thread's last event.
     ThreadExit,
+    /// This thread created `child`.
     Create {
+        /// The other thread's dense index (`None`: a thread the trace does not list).
         child: Option<u32>,
+        /// Where in the program.
         site: SiteId,
     },
+    /// This thread is about to wait for `child` to finish.
     JoinRequest {
+        /// The other thread's dense index (`None`: a thread the trace does not list).
         child: Option<u32>,
+        /// Where in the program.
         site: SiteId,
     },
     /// A join returned; `joined` is false for a failed `tryjoin`/`timedjoin`.
     Join {
+        /// The other thread's dense index (`None`: a thread the trace does not list).
         child: Option<u32>,
+        /// False when the join failed (`tryjoin`, `timedjoin`).
         joined: bool,
     },
+    /// This thread detached `child`.
     Detach {
+        /// The other thread's dense index (`None`: a thread the trace does not list).
         child: Option<u32>,
+        /// Where in the program.
         site: SiteId,
     },
+    /// The process forked (the child's threads are in another trace).
     Fork {
+        /// Where in the program.
         site: SiteId,
     },
+    /// The process executed another program.
     Exec {
+        /// Where in the program.
         site: SiteId,
     },
+    /// A blocking lock request: the thread may wait here.
     LockRequest {
+        /// The lock object.
         lock: ObjectId,
+        /// The mode asked for.
         mode: Mode,
+        /// Where in the program.
         site: SiteId,
     },
+    /// The pending request was granted (its site is the request's).
     LockAcquired {
+        /// The lock object.
         lock: ObjectId,
+        /// The mode granted.
         mode: Mode,
     },
+    /// The pending request ended without the lock (a timeout, `EDEADLK`, …).
     LockFailed {
+        /// The lock object.
         lock: ObjectId,
     },
+    /// A non-blocking attempt (`trylock`): it never waits.
     LockTry {
+        /// The lock object.
         lock: ObjectId,
+        /// The mode asked for.
         mode: Mode,
+        /// Where in the program.
         site: SiteId,
+        /// Whether it took the lock.
         acquired: bool,
     },
+    /// The lock was released.
     LockRelease {
+        /// The lock object.
         lock: ObjectId,
+        /// Where in the program.
         site: SiteId,
     },
+    /// A synchronisation object was initialised.
     ObjectInit {
+        /// The object.
         object: ObjectId,
+        /// Where in the program.
         site: SiteId,
     },
+    /// A synchronisation object was destroyed.
     ObjectDestroy {
+        /// The object.
         object: ObjectId,
+        /// Where in the program.
         site: SiteId,
     },
     /// Entering a condition wait: `mutex` is released.
     CondWaitBegin {
+        /// The condition variable.
         cond: ObjectId,
+        /// The mutex released for the wait.
         mutex: ObjectId,
+        /// Where in the program.
         site: SiteId,
     },
     /// The wait returned with `mutex` held again.
     CondWaitEnd {
+        /// The condition variable.
         cond: ObjectId,
+        /// The mutex held again.
         mutex: ObjectId,
+        /// Whether a timed wait timed out.
         timed_out: bool,
     },
+    /// A signal or broadcast of a condition variable.
     CondSignal {
+        /// The condition variable.
         cond: ObjectId,
+        /// Where in the program.
         site: SiteId,
+        /// A broadcast (every waiter wakes) rather than a signal.
         broadcast: bool,
     },
+    /// A barrier was initialised for `count` threads.
     BarrierInit {
+        /// The barrier.
         barrier: ObjectId,
+        /// Threads that must arrive for it to open.
         count: u32,
+        /// Where in the program.
         site: SiteId,
     },
     /// An arrival; `generation` is that of the thread's next departure from the barrier (`None`
     /// when the thread never left it: the trace ends there).
     BarrierArrive {
+        /// The barrier.
         barrier: ObjectId,
+        /// Where in the program.
         site: SiteId,
+        /// The generation of the thread's next departure (`None`: it never left).
         generation: Option<u64>,
     },
+    /// The thread left the barrier.
     BarrierDepart {
+        /// The barrier.
         barrier: ObjectId,
+        /// The generation it left (one per opening).
         generation: u64,
+        /// The one thread of the generation that got `PTHREAD_BARRIER_SERIAL_THREAD`.
         serial: bool,
     },
+    /// A once call (`pthread_once`, `call_once`) begins: the thread may wait here.
     OnceBegin {
+        /// The once object.
         once: ObjectId,
+        /// Where in the program.
         site: SiteId,
     },
+    /// This thread runs the initialiser.
     OnceRun {
+        /// The once object.
         once: ObjectId,
     },
+    /// The initialiser returned.
     OnceEnd {
+        /// The once object.
         once: ObjectId,
     },
+    /// Another thread ran the initialiser; this call did nothing.
     OnceSkip {
+        /// The once object.
         once: ObjectId,
     },
+    /// A semaphore was initialised with `value`.
     SemInit {
+        /// The semaphore.
         sem: ObjectId,
+        /// Its initial count.
         value: u32,
+        /// Where in the program.
         site: SiteId,
     },
+    /// A post (release) of a semaphore.
     SemPost {
+        /// The semaphore.
         sem: ObjectId,
+        /// Where in the program.
         site: SiteId,
     },
+    /// A semaphore wait begins: the thread may block here.
     SemWaitBegin {
+        /// The semaphore.
         sem: ObjectId,
+        /// Where in the program.
         site: SiteId,
     },
+    /// The wait returned.
     SemWaitEnd {
+        /// The semaphore.
         sem: ObjectId,
+        /// Whether it took a unit (false: a timeout or an error).
         acquired: bool,
     },
+    /// A non-blocking semaphore wait (`sem_trywait`).
     SemTry {
+        /// The semaphore.
         sem: ObjectId,
+        /// Where in the program.
         site: SiteId,
+        /// Whether it took a unit.
         acquired: bool,
     },
+    /// A plain read of memory.
     Read {
+        /// The first byte's address.
         addr: u64,
+        /// Bytes read.
         size: u32,
+        /// Where in the program.
         site: SiteId,
     },
+    /// A plain write of memory.
     Write {
+        /// The first byte's address.
         addr: u64,
+        /// Bytes written.
         size: u32,
+        /// Where in the program.
         site: SiteId,
     },
+    /// An atomic access, with what it orders.
     Atomic(AtomicAccess),
+    /// A fence: orders what its thread's atomics publish or see.
     Fence {
+        /// An acquire fence (acquire, acq-rel or seq-cst).
         acquire: bool,
+        /// A release fence (release, acq-rel or seq-cst).
         release: bool,
+        /// Where in the program.
         site: SiteId,
     },
+    /// A heap block was allocated.
     Alloc {
+        /// Its address.
         addr: u64,
+        /// Its size in bytes.
         size: u64,
+        /// Where in the program.
         site: SiteId,
     },
+    /// A heap block was freed.
     Free {
+        /// Its address.
         addr: u64,
+        /// Where in the program.
         site: SiteId,
     },
+    /// The program named the lock's class (an annotation).
     LockClassName {
+        /// The lock object.
         lock: ObjectId,
+        /// The class name (in the trace's string table).
         name: StringId,
     },
+    /// The program set the lock's subclass (an annotation, as lockdep's `mutex_lock_nested`).
     LockSubclass {
+        /// The lock object.
         lock: ObjectId,
+        /// The subclass (0: the class itself).
         subclass: u32,
     },
+    /// The program declared the lock's rank (an annotation).
     LockRank {
+        /// The lock object.
         lock: ObjectId,
+        /// The rank: locks must be acquired in increasing rank.
         rank: u32,
     },
     /// A user happens-before edge starts here…
     HappensBefore {
+        /// The tag both ends of the edge name.
         tag: u64,
+        /// Where in the program.
         site: SiteId,
     },
     /// …and ends here.
     HappensAfter {
+        /// The tag both ends of the edge name.
         tag: u64,
+        /// Where in the program.
         site: SiteId,
     },
 }
@@ -282,13 +421,13 @@ pub enum Op {
 impl Op {
     /// A memory access: a plain read or write, or an atomic (what a race is made of).
     #[inline]
-    pub fn is_access(&self) -> bool {
+    pub(crate) fn is_access(&self) -> bool {
         matches!(self, Op::Read { .. } | Op::Write { .. } | Op::Atomic(_))
     }
 
     /// A plain read or write, or an allocation or free: memory that synchronises nothing.
     #[inline]
-    pub fn is_plain_memory(&self) -> bool {
+    pub(crate) fn is_plain_memory(&self) -> bool {
         matches!(
             self,
             Op::Read { .. } | Op::Write { .. } | Op::Alloc { .. } | Op::Free { .. }
@@ -299,12 +438,15 @@ impl Op {
 /// An analysis concern that reads the merged stream: it owns its state, sees every event once
 /// in merged order, and is finished into its result.
 pub trait Pass {
+    /// What the pass hands out when finished.
     type Output;
+    /// Sees one event, in merged order.
     fn handle(&mut self, ev: &StreamEvent);
+    /// Finishes the pass into its result.
     fn finish(self) -> Self::Output;
 
     /// A run of one thread's consecutive events of a file's merged order
-    /// ([`Stream::drive_runs`]): `events[i]` is at position `first + i` of dense thread
+    /// (`Stream::drive_runs`): `events[i]` is at position `first + i` of dense thread
     /// `thread` and at `seq + i` in the merged order. Each converted and handed to
     /// [`Pass::handle`], unless the pass does better with the whole run (one call per run,
     /// not per event: the segmented model).
@@ -361,7 +503,7 @@ impl<I: IntoIterator<Item = (ThreadId, usize, EventKind)>> EventSource for I {
     }
 }
 
-/// A file's merged stream, read a run of one thread at a time ([`Stream::drive_runs`]).
+/// A file's merged stream, read a run of one thread at a time (`Stream::drive_runs`).
 pub struct Runs<'m, 'a>(pub &'m mut MergedStream<'a>);
 
 impl EventSource for Runs<'_, '_> {
@@ -400,7 +542,7 @@ const LOOKAHEAD: usize = 64;
 
 impl<'t> Stream<'t> {
     /// A stream over a decoded trace (threads in the trace's order).
-    pub fn of_trace(trace: &'t Trace) -> Self {
+    pub(crate) fn of_trace(trace: &'t Trace) -> Self {
         Stream {
             threads: ThreadIndex::new(trace.threads.iter().map(|t| t.thread)),
             lookahead: Lookahead::Decoded {
@@ -412,7 +554,7 @@ impl<'t> Stream<'t> {
 
     /// A stream over threads given in dense order, with the barrier generations already
     /// scanned (a reader that does not hold the trace in memory scans each thread first).
-    pub fn new(
+    pub(crate) fn new(
         thread_ids: impl IntoIterator<Item = ThreadId>,
         lookahead: BarrierGenerations,
     ) -> Self {
@@ -473,7 +615,7 @@ impl<'t> Stream<'t> {
     }
 
     /// The dense index of a trace thread id.
-    pub fn dense(&self, id: ThreadId) -> Option<u32> {
+    pub(crate) fn dense(&self, id: ThreadId) -> Option<u32> {
         self.threads.get(id).map(|i| i as u32)
     }
 
@@ -744,13 +886,15 @@ impl<'t> Stream<'t> {
 /// Read or write mode of an acquisition (a plain mutex is always `Write`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Mode {
+    /// Exclusive: a mutex, or the write side of a rwlock.
     Write,
+    /// Shared: the read side of a rwlock.
     Read,
 }
 
 impl Mode {
     /// Whether two holders in these modes exclude each other.
-    pub fn conflicts(self, other: Mode) -> bool {
+    pub(crate) fn conflicts(self, other: Mode) -> bool {
         !(self == Mode::Read && other == Mode::Read)
     }
 }
@@ -804,13 +948,13 @@ fn atomic_access(
 /// publishes to its generation before any departure of it, so this is the one thing the stream
 /// must know ahead). Scanned per thread, forward.
 #[derive(Debug, Default)]
-pub struct BarrierGenerations {
+pub(crate) struct BarrierGenerations {
     generation: HashMap<(u32, u32), u64>,
 }
 
 impl BarrierGenerations {
     /// Scans one thread's events (dense index `thread`) in its own order.
-    pub fn scan_thread<E: std::borrow::Borrow<EventKind>>(
+    pub(crate) fn scan_thread<E: std::borrow::Borrow<EventKind>>(
         &mut self,
         thread: u32,
         events: impl IntoIterator<Item = E>,
@@ -838,7 +982,7 @@ impl BarrierGenerations {
     }
 
     /// The generation of the arrival at (`thread`, `pos`), if the thread left the barrier.
-    pub fn generation(&self, thread: u32, pos: u32) -> Option<u64> {
+    pub(crate) fn generation(&self, thread: u32, pos: u32) -> Option<u64> {
         self.generation.get(&(thread, pos)).copied()
     }
 }

@@ -33,7 +33,7 @@ use crate::report::{Finding, HazardCall, Kind, Report};
 use crate::sites::Wrappers;
 
 /// Read when `--suppressions` is not given and the file exists in the working directory.
-pub const DEFAULT_SUPPRESSIONS: &str = "foresight-suppressions.toml";
+pub(crate) const DEFAULT_SUPPRESSIONS: &str = "foresight-suppressions.toml";
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -56,23 +56,28 @@ struct RawEntry {
     reason: Option<String>,
 }
 
+/// One `[[suppress]]` entry of the file.
 #[derive(Clone, Debug)]
 pub struct Suppression {
     /// Line of the entry's `[[suppress]]` header in the file, 1-based.
     pub line: usize,
-    pub class: Option<String>,
-    pub function: Option<String>,
-    pub file: Option<String>,
-    pub site: Option<(String, u32)>,
-    pub kind: Option<Kind>,
+    pub(crate) class: Option<String>,
+    pub(crate) function: Option<String>,
+    pub(crate) file: Option<String>,
+    pub(crate) site: Option<(String, u32)>,
+    pub(crate) kind: Option<Kind>,
     /// Only `blocking-under-lock` findings of this call family.
-    pub call: Option<HazardCall>,
+    pub(crate) call: Option<HazardCall>,
+    /// Why the finding is accepted (required: a suppression says why).
     pub reason: String,
 }
 
+/// A loaded suppressions file.
 #[derive(Clone, Debug)]
 pub struct Suppressions {
+    /// The file, for messages.
     pub path: PathBuf,
+    /// The entries, in file order.
     pub entries: Vec<Suppression>,
     /// The project's lock wrappers (`wrappers = [GLOB, …]`).
     pub wrappers: Wrappers,
@@ -81,19 +86,21 @@ pub struct Suppressions {
 /// What applying the suppressions did: per entry (same order), how many findings it matched.
 #[derive(Clone, Debug)]
 pub struct Applied {
+    /// Findings each entry matched.
     pub matched: Vec<u64>,
+    /// Findings removed from the report.
     pub removed: usize,
 }
 
 impl Suppressions {
-    pub fn load(path: &Path) -> anyhow::Result<Suppressions> {
+    pub(crate) fn load(path: &Path) -> anyhow::Result<Suppressions> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read the suppressions file {}", path.display()))?;
         Self::parse(path, &text)
     }
 
     /// Parses the file's text; errors name the file and the line of the entry.
-    pub fn parse(path: &Path, text: &str) -> anyhow::Result<Suppressions> {
+    pub(crate) fn parse(path: &Path, text: &str) -> anyhow::Result<Suppressions> {
         let raw: RawFile = match toml::from_str(text) {
             Ok(r) => r,
             Err(e) => {
@@ -180,7 +187,7 @@ impl Suppressions {
 }
 
 impl Suppression {
-    pub fn matches(&self, f: &Finding) -> bool {
+    pub(crate) fn matches(&self, f: &Finding) -> bool {
         if self.kind.is_some_and(|k| f.kind != k) {
             return false;
         }

@@ -1016,50 +1016,6 @@ fn a_cut_cycle_search_is_flagged() {
 }
 
 #[test]
-fn the_complete_search_moves_past_occurrences_the_closure_reaches() {
-    // t1 nests A → B twice, creating t2 in between; t2 nests B → A. The first occurrence
-    // happens before t2 exists, the second can meet t2's.
-    let mut t = T::new();
-    let a = t.b.mutex("A");
-    let b = t.b.mutex("B");
-    let t1 = t.spawn("one");
-    t.nest(t1, a, b, 10);
-    let site = t.at(15);
-    let t2 = t.b.spawn(t1, site, "two");
-    t.nest(t1, a, b, 10);
-    t.nest(t2, b, a, 20);
-    let trace = Trace::from_bytes("t.trace", t.bytes()).unwrap();
-    let run = build_run(&trace, &mut |_| {});
-    let pairs = |thread: ThreadId, held: ObjectId| -> Vec<(u32, u32)> {
-        let dense = run.threads.iter().position(|x| x.id == thread).unwrap() as u32;
-        run.acquisitions
-            .iter()
-            .enumerate()
-            .filter(|(_, q)| q.thread == dense && !run.held(q).is_empty())
-            .filter(|(_, q)| {
-                let h = &run.acquisitions[run.held(q)[0] as usize];
-                run.locks[h.lock as usize].object == held
-            })
-            .map(|(i, q)| (run.held(q)[0], i as u32))
-            .collect()
-    };
-    let one = pairs(t1, a);
-    let two = pairs(t2, b);
-    assert_eq!((one.len(), two.len()), (2, 1));
-    let (c, _closure, _) =
-        foresight_analyzer::deadlock::search_abstract_pattern(&run, &[&one, &two], u64::MAX)
-            .expect("the second occurrence deadlocks");
-    assert_eq!(c.requests[0], one[1].1);
-    // Only the first occurrence: the search fails.
-    assert!(foresight_analyzer::deadlock::search_abstract_pattern(
-        &run,
-        &[&one[..1], &two],
-        u64::MAX
-    )
-    .is_err());
-}
-
-#[test]
 fn a_recording_that_ended_in_the_deadlock_is_predicted() {
     // The program hung: both threads hold one lock and wait for the other when recording stops.
     let mut t = T::new();

@@ -39,6 +39,7 @@ pub struct ExportOptions {
 pub struct ExportSummary {
     /// Lines written, by operation.
     pub lines: u64,
+    /// Lines written per operation (`acq`, `r`, …).
     pub by_op: BTreeMap<&'static str, u64>,
     /// Events STD cannot express, by event kind (`foresight dump`'s names).
     pub left_out: BTreeMap<&'static str, u64>,
@@ -49,6 +50,7 @@ pub struct ExportSummary {
 }
 
 impl ExportSummary {
+    /// Events left out, of every kind.
     pub fn left_out_total(&self) -> u64 {
         self.left_out.values().sum()
     }

@@ -49,9 +49,11 @@ use super::parse::{self, Op};
 /// A race found: the pair of locations, in trace order.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct HbRace {
+    /// The variable both access.
     pub variable: String,
     /// Location and line of the earlier access and of the later (racy) one, first seen.
     pub first: (String, u64),
+    /// The later access's location and line.
     pub second: (String, u64),
     /// Which two kinds of access: `write-write`, `write-read` (a read after a write) or
     /// `read-write`.
@@ -63,15 +65,21 @@ pub struct HbRace {
 /// What the pass found.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct HbRaces {
+    /// Lines read.
     pub lines: u64,
+    /// Lines that were events.
     pub events: u64,
+    /// Threads named.
     pub threads: usize,
+    /// Locks named.
     pub locks: usize,
+    /// Variables named.
     pub variables: usize,
     /// Accesses that race with an earlier access.
     pub racy_events: u64,
     /// Locations of those accesses.
     pub racy_locations: usize,
+    /// The races, one per pair of locations, in the order first seen.
     pub races: Vec<HbRace>,
 }
 

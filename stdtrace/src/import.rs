@@ -61,8 +61,11 @@ const MAX_LINE: usize = 1 << 20;
 /// A line that cannot be imported: where and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ImportError {
+    /// The line, 1-based.
     pub line: u64,
+    /// The byte column, 1-based, when the fault is in one field.
     pub column: Option<usize>,
+    /// What is wrong.
     pub message: String,
 }
 
@@ -114,10 +117,15 @@ impl From<ImportError> for Failure {
 pub struct ImportSummary {
     /// Lines read (blank ones included) and lines that were events, by operation.
     pub lines: u64,
+    /// Event lines per operation.
     pub by_op: Vec<(Op, u64)>,
+    /// Threads named.
     pub threads: usize,
+    /// Locks named.
     pub locks: usize,
+    /// Variables named.
     pub variables: usize,
+    /// Locations named.
     pub locations: usize,
     /// Events written to the trace (the added thread starts, exits and lock requests too).
     pub events: u64,

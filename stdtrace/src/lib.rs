@@ -1,15 +1,16 @@
 //! RAPID's STD text format (one event per line, `THREAD|OP(TARGET)|LOCATION`), the format the
 //! research tools for race and deadlock prediction read: [`parse`] reads a line, [`import`]
-//! converts STD to a foresight trace in one streaming pass, [`export`] the other way, saying
-//! what STD cannot express; [`synth`] writes synthetic traces with planted races and deadlocks
-//! in either format. [`hb`] is the reference happens-before engine: RAPID's `HBEpoch` straight
-//! on the text, to compare foresight with RAPID on the same file and to cross-check the
+//! converts STD to a foresight trace in one streaming pass, [`export`](mod@export) the other way,
+//! saying what STD cannot express; [`synth`] writes synthetic traces with planted races and
+//! deadlocks in either format. [`hb`] is the reference happens-before engine: RAPID's `HBEpoch`
+//! straight on the text, to compare foresight with RAPID on the same file and to cross-check the
 //! analysis's own race pass; `foresight analyze` never uses it.
 //!
 //! One `unsafe` block, the SSE2 line scan of [`parse`], says why it is sound; nothing else
 //! may have one.
 
 #![deny(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod export;
 pub mod hb;

@@ -9,14 +9,23 @@
 /// What a line does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Op {
+    /// `acq(L)`: lock `L` acquired.
     Acquire,
+    /// `rel(L)`: lock `L` released.
     Release,
+    /// `r(V)`: variable `V` read.
     Read,
+    /// `w(V)`: variable `V` written.
     Write,
+    /// `fork(T)`: thread `T` created.
     Fork,
+    /// `join(T)`: thread `T` joined.
     Join,
+    /// `begin`: an atomic region begins.
     Begin,
+    /// `end`: the atomic region ends.
     End,
+    /// `req(L)`: lock `L` requested (the thread may block).
     Request,
 }
 
@@ -63,17 +72,22 @@ impl Op {
 /// The fields of one line, borrowed from it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Line<'a> {
+    /// The thread's name.
     pub thread: &'a [u8],
+    /// The operation.
     pub op: Op,
     /// Empty for `begin` and `end`.
     pub target: &'a [u8],
+    /// The location's name.
     pub location: &'a [u8],
 }
 
 /// Why a line is not STD, and where: `column` counts bytes from 1.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ParseError {
+    /// Where the line stops being STD.
     pub column: usize,
+    /// What was expected there.
     pub message: String,
 }
 

@@ -34,9 +34,13 @@ pub struct SynthSpec {
     pub variables: u32,
     /// Lines to write, about (the last background block and the joins may add a few).
     pub events: u64,
+    /// Happens-before races to plant.
     pub races: u32,
+    /// Predictable races (sync-preserving, not happens-before) to plant.
     pub predictable_races: u32,
+    /// Deadlocks to plant.
     pub deadlocks: u32,
+    /// Seed of the background's choices: the same spec writes the same lines.
     pub seed: u64,
 }
 
@@ -61,17 +65,24 @@ impl Default for SynthSpec {
 /// the two locks it is about.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Planted {
+    /// `race`, `predictable-race` or `deadlock`.
     pub kind: &'static str,
+    /// The two threads.
     pub threads: [String; 2],
+    /// The lines of the two events.
     pub lines: [u64; 2],
+    /// The variable, or the two locks.
     pub target: String,
 }
 
 /// What was written.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct SynthTruth {
+    /// Lines written.
     pub lines: u64,
+    /// Threads, main included.
     pub threads: u32,
+    /// The planted findings, in line order.
     pub planted: Vec<Planted>,
 }
 
@@ -79,9 +90,14 @@ pub struct SynthTruth {
 pub trait Sink {
     /// Names are declared once, before they are used: id `i` of each kind is the `i`-th name.
     fn thread(&mut self, name: &str) -> Result<(), Failure>;
+    /// Declares the next lock name.
     fn lock(&mut self, name: &str) -> Result<(), Failure>;
+    /// Declares the next variable name.
     fn variable(&mut self, name: &str) -> Result<(), Failure>;
+    /// Declares the next location name.
     fn location(&mut self, name: &str) -> Result<(), Failure>;
+    /// Writes line `n`: thread `t` does `op` on `target` (a lock, variable or thread id) at
+    /// location `site`.
     fn line(&mut self, n: u64, t: u32, op: Op, target: u32, site: u32) -> Result<(), Failure>;
 }
 
@@ -95,6 +111,7 @@ pub struct TextSink<W: Write> {
 }
 
 impl<W: Write> TextSink<W> {
+    /// STD text written to `out`.
     pub fn new(out: W) -> Self {
         Self {
             out,
@@ -105,6 +122,7 @@ impl<W: Write> TextSink<W> {
         }
     }
 
+    /// The writer, once every line is written.
     pub fn into_inner(self) -> W {
         self.out
     }

@@ -10,19 +10,18 @@ use crate::stream::{Op, StreamEvent};
 
 /// A blocking call entered while holding locks.
 #[derive(Clone, Debug)]
-pub struct HeldBlocking {
-    pub thread: u32,
-    pub pos: u32,
-    pub call: BlockingCall,
-    pub site: SiteId,
+pub(crate) struct HeldBlocking {
+    pub(crate) thread: u32,
+    pub(crate) call: BlockingCall,
+    pub(crate) site: SiteId,
     /// The longest the call asked to wait (a sleep's duration, a poll's timeout); `None`: no
     /// limit.
-    pub timeout_ns: Option<u64>,
+    pub(crate) timeout_ns: Option<u64>,
     /// Acquisitions held during the call.
-    pub held: std::ops::Range<u32>,
+    pub(crate) held: std::ops::Range<u32>,
     /// How long the call took; `None` when its end is not in this run (the thread was still
     /// in it when the trace ended, or the end fell in a later segment).
-    pub duration_ns: Option<u64>,
+    pub(crate) duration_ns: Option<u64>,
 }
 
 pub(super) struct HeldBlockingCalls {
@@ -54,7 +53,6 @@ impl HeldBlockingCalls {
                 } else {
                     self.calls.push(HeldBlocking {
                         thread: ev.thread,
-                        pos: ev.pos,
                         call,
                         site,
                         timeout_ns,

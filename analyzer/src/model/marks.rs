@@ -32,7 +32,7 @@ pub const KEPT_SPANS: usize = 1 << 18;
 
 /// The marks of one segment (or a whole trace).
 #[derive(Clone, Debug, Default)]
-pub struct AccessMarks {
+pub(crate) struct AccessMarks {
     threads: Vec<ThreadMarks>,
     /// Spans kept so far.
     kept: usize,
@@ -101,7 +101,7 @@ impl ThreadMarks {
 impl AccessMarks {
     /// Marks for `threads` threads, each starting at position `start[t]` (0 when `start` is
     /// empty).
-    pub fn new(threads: usize, start: &[u32]) -> Self {
+    pub(crate) fn new(threads: usize, start: &[u32]) -> Self {
         AccessMarks {
             threads: (0..threads)
                 .map(|t| ThreadMarks {
@@ -116,7 +116,7 @@ impl AccessMarks {
 
     /// Notes what the event does to memory (or what its outcome depended on).
     #[inline]
-    pub fn handle(&mut self, ev: &StreamEvent) {
+    pub(crate) fn handle(&mut self, ev: &StreamEvent) {
         if let Some(mark) = Mark::of_op(&ev.op) {
             self.mark(ev.thread, ev.pos, mark);
         }
@@ -159,20 +159,20 @@ impl AccessMarks {
     }
 
     /// Hands the marks so far over and starts afresh where each thread has reached (`seen`).
-    pub fn cut(&mut self, seen: &[u32]) -> AccessMarks {
+    pub(crate) fn cut(&mut self, seen: &[u32]) -> AccessMarks {
         let fresh = AccessMarks::new(self.threads.len(), seen);
         std::mem::replace(self, fresh)
     }
 
     /// Whether thread `t` reads memory at a position in `from..to`.
-    pub fn reads_in(&self, t: u32, from: u32, to: u32) -> bool {
+    pub(crate) fn reads_in(&self, t: u32, from: u32, to: u32) -> bool {
         self.threads
             .get(t as usize)
             .is_some_and(|m| ThreadMarks::any(&m.reads, m.base, from, to))
     }
 
     /// Whether thread `t` writes memory at a position in `from..to`.
-    pub fn writes_in(&self, t: u32, from: u32, to: u32) -> bool {
+    pub(crate) fn writes_in(&self, t: u32, from: u32, to: u32) -> bool {
         self.threads
             .get(t as usize)
             .is_some_and(|m| ThreadMarks::any(&m.writes, m.base, from, to))
@@ -181,7 +181,11 @@ impl AccessMarks {
     /// Whether a read of `readers` (each `(thread, from, to)`: positions `from..to`) may touch
     /// bytes that thread `writer` writes in `from..to`: by the bytes each touches while they
     /// are kept, else whether there are reads and writes at all.
-    pub fn may_read_written(&self, readers: &[(u32, u32, u32)], writer: (u32, u32, u32)) -> bool {
+    pub(crate) fn may_read_written(
+        &self,
+        readers: &[(u32, u32, u32)],
+        writer: (u32, u32, u32),
+    ) -> bool {
         let (w, w_from, w_to) = writer;
         if !self.writes_in(w, w_from, w_to)
             || !readers.iter().any(|&(t, f, e)| self.reads_in(t, f, e))
@@ -228,7 +232,7 @@ impl AccessMarks {
 
     /// Whether thread `t` has, in `from..to`, an event whose outcome depended on other
     /// threads' timing.
-    pub fn fragile_in(&self, t: u32, from: u32, to: u32) -> bool {
+    pub(crate) fn fragile_in(&self, t: u32, from: u32, to: u32) -> bool {
         self.threads.get(t as usize).is_some_and(|m| {
             if m.cut_short {
                 return true;
@@ -351,7 +355,7 @@ impl MarksSource for foresight_trace::TraceStream {
 
 /// A segment's marks: kept by the walk, or read again at the first question.
 #[derive(Default)]
-pub struct SegmentMarks {
+pub(crate) struct SegmentMarks {
     marks: OnceLock<AccessMarks>,
     later: Option<Later>,
 }
@@ -377,7 +381,7 @@ impl std::fmt::Debug for SegmentMarks {
 
 impl SegmentMarks {
     /// Marks the walk kept.
-    pub fn kept(marks: AccessMarks) -> Self {
+    pub(crate) fn kept(marks: AccessMarks) -> Self {
         SegmentMarks {
             marks: OnceLock::from(marks),
             later: None,
@@ -386,7 +390,7 @@ impl SegmentMarks {
 
     /// The marks of the segment `start..end` (per dense thread of `threads`), read from
     /// `source` when first asked for.
-    pub fn read_later(
+    pub(crate) fn read_later(
         source: Arc<dyn MarksSource>,
         threads: Vec<ThreadId>,
         start: Vec<u32>,
@@ -404,7 +408,7 @@ impl SegmentMarks {
     }
 
     /// The segment's marks, read now if the walk did not keep them.
-    pub fn get(&self) -> &AccessMarks {
+    pub(crate) fn get(&self) -> &AccessMarks {
         self.marks.get_or_init(|| match &self.later {
             Some(later) => later.read(),
             None => AccessMarks::default(),

@@ -27,7 +27,7 @@
 //! senders, race candidates) as the segment's own [`Run`], which is analysed and dropped, and
 //! keep only what crosses the cut (current clocks, lock table, held stacks — the sections
 //! open at the cut become the next segment's first acquisitions —, pending calls, annotations,
-//! semaphore counts, shadow memory). A segment's [`Run::start`] is where its closures start.
+//! semaphore counts, shadow memory). A segment's `Run::start` is where its closures start.
 
 use std::sync::Arc;
 
@@ -56,22 +56,23 @@ mod spare;
 mod waits;
 
 use annotations::Annotations;
-pub use blocking::HeldBlocking;
+pub(crate) use blocking::HeldBlocking;
 use blocking::HeldBlockingCalls;
 use heap::HeapBlocks;
 use locks::{LockSections, SegmentLocks};
-pub use marks::{AccessMarks, MarksSource, SegmentMarks};
+pub use marks::MarksSource;
+pub(crate) use marks::{AccessMarks, SegmentMarks};
 pub use monitors::MonitorScan;
 use pending::PendingCalls;
-pub use pending::{Blocking, PendingCall, RunEnd};
-pub use senders::Handoffs;
+pub(crate) use pending::{Blocking, PendingCall, RunEnd};
+pub(crate) use senders::Handoffs;
 use senders::Senders;
+pub(crate) use signals::SignalContexts;
 use signals::SignalScan;
-pub use signals::{SignalContext, SignalContexts};
 use waits::HeldWaits;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AcquireHow {
+pub(crate) enum AcquireHow {
     /// A blocking `lock`/`rdlock`/`wrlock`.
     Blocking,
     /// A successful `trylock`: it never waited.
@@ -83,72 +84,80 @@ pub enum AcquireHow {
 /// One critical section: the outermost acquisition of a lock by a thread and its release.
 #[derive(Clone, Debug)]
 pub struct Acquisition {
+    /// The thread (dense index in [`Run::threads`]).
     pub thread: u32,
+    /// The lock (index in [`Run::locks`]).
     pub lock: u32,
-    pub mode: Mode,
-    pub how: AcquireHow,
+    pub(crate) mode: Mode,
+    pub(crate) how: AcquireHow,
     /// Position of the request (where the thread would block); the acquire's for a trylock.
-    pub request: u32,
+    pub(crate) request: u32,
     /// `u32::MAX` for a request still pending when the trace ended (never granted).
-    pub acquired: u32,
+    pub(crate) acquired: u32,
     /// Position of the release; `None` if the lock was still held when the trace ended.
-    pub release: Option<u32>,
+    pub(crate) release: Option<u32>,
     /// Index of the acquire in the merged order: the trace order the lock rule compares.
-    pub seq: u64,
+    pub(crate) seq: u64,
+    /// Where the lock was requested.
     pub site: SiteId,
     /// Acquisitions (indices) held by the thread at the request, outermost first.
-    pub held: std::ops::Range<u32>,
+    pub(crate) held: std::ops::Range<u32>,
     /// The lock's subclass annotation in force when it was acquired (0: the class itself).
     /// Per acquisition, like lockdep's `mutex_lock_nested`: one account is the first lock of
     /// one transfer and the second of another.
-    pub subclass: u32,
+    pub(crate) subclass: u32,
 }
 
 /// A lock object of the trace.
 #[derive(Clone, Debug)]
 pub struct LockModel {
+    /// The trace's id of the lock object.
     pub object: ObjectId,
     /// The instance, for reports (its variable when static, else kind and id).
-    pub name: String,
+    pub(crate) name: String,
     /// The class, as a name stable across runs of one build (the node of the lock-order graph).
     pub class: String,
-    pub kind: ObjectKind,
+    pub(crate) kind: ObjectKind,
     /// The declared rank (`LockRank` annotation), once the trace has declared it.
-    pub rank: Option<u32>,
+    pub(crate) rank: Option<u32>,
     /// The subclass annotation in force (the last one seen in the merged order).
-    pub subclass: u32,
+    pub(crate) subclass: u32,
     /// A monitor lock: the mutex of a condition wait, or the innermost lock held at a signal or
     /// broadcast. Its critical sections read and write the state that decides whether threads
     /// wait, proceed or join (a "done" flag, a counter), so the data flowing between them —
     /// which a lock-only trace does not record — must be assumed: the closure keeps them in
     /// trace order (`closure.rs`, the monitor rule).
-    pub monitor: bool,
+    pub(crate) monitor: bool,
     /// The heap block holding the lock when it was first seen: its allocation site and the
     /// lock's offset in it (`heap.rs`).
-    pub block: Option<(SiteId, u64)>,
+    pub(crate) block: Option<(SiteId, u64)>,
 }
 
 /// An acquisition of a ranked lock while a lock of the same or a higher rank was held.
 #[derive(Clone, Copy, Debug)]
-pub struct RankViolation {
+pub(crate) struct RankViolation {
     /// The held acquisition with the highest rank.
-    pub held: u32,
+    pub(crate) held: u32,
     /// The acquisition that broke the order.
-    pub acquisition: u32,
-    pub held_rank: u32,
-    pub rank: u32,
+    pub(crate) acquisition: u32,
+    pub(crate) held_rank: u32,
+    pub(crate) rank: u32,
 }
 
+/// A thread of the trace, at its dense index (the trace's order of threads).
 #[derive(Clone, Debug)]
 pub struct ThreadModel {
+    /// The trace's id of the thread.
     pub id: foresight_trace::ThreadId,
+    /// Its name in reports (`thread-N` when the trace names none).
     pub name: String,
+    /// Events the trace recorded for it (0 when the model was built from a stream).
     pub len: u32,
 }
 
 /// What a blocking wait waits for.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum WaitKind {
+pub(crate) enum WaitKind {
     Join {
         child: u32,
     },
@@ -174,134 +183,136 @@ pub enum WaitKind {
 
 /// A blocking wait entered while holding locks.
 #[derive(Clone, Debug)]
-pub struct Wait {
-    pub thread: u32,
-    pub pos: u32,
-    pub kind: WaitKind,
-    pub site: SiteId,
+pub(crate) struct Wait {
+    pub(crate) thread: u32,
+    pub(crate) pos: u32,
+    pub(crate) kind: WaitKind,
+    pub(crate) site: SiteId,
     /// Acquisitions held during the wait (for a condition wait, not its own mutex).
-    pub held: std::ops::Range<u32>,
+    pub(crate) held: std::ops::Range<u32>,
     /// The wait timed out in the trace: a timed wait, which ends by itself.
-    pub timed_out: bool,
+    pub(crate) timed_out: bool,
 }
 
 /// A sender one kind of wait depends on (a signal, a post, a barrier arrival).
 #[derive(Clone, Copy, Debug)]
-pub struct SyncPoint {
-    pub thread: u32,
-    pub pos: u32,
-    pub site: SiteId,
-    /// Index in the merged order.
-    pub seq: u64,
+pub(crate) struct SyncPoint {
+    pub(crate) thread: u32,
+    pub(crate) pos: u32,
+    pub(crate) site: SiteId,
 }
 
 /// A read acquisition of an rwlock already read-held by the same thread.
 #[derive(Clone, Debug)]
-pub struct ReadRecursion {
-    pub thread: u32,
-    pub lock: u32,
+pub(crate) struct ReadRecursion {
+    pub(crate) thread: u32,
+    pub(crate) lock: u32,
     /// The outer read acquisition.
-    pub outer: u32,
-    pub pos: u32,
-    pub site: SiteId,
+    pub(crate) outer: u32,
+    pub(crate) pos: u32,
+    pub(crate) site: SiteId,
 }
 
 /// One trace, converted.
 #[derive(Debug, Default)]
 pub struct Run {
     /// The trace's path, for reports.
-    pub source: String,
+    pub(crate) source: String,
+    /// The trace's threads, by dense index.
     pub threads: Vec<ThreadModel>,
+    /// The lock objects, by dense lock index.
     pub locks: Vec<LockModel>,
+    /// Every critical section; the lock graph and the analyses name them by index here.
     pub acquisitions: Vec<Acquisition>,
     /// Backing store of every `held` range.
-    pub held_pool: Vec<u32>,
+    pub(crate) held_pool: Vec<u32>,
     /// Per thread: acquisition indices in program order.
-    pub thread_acquisitions: Vec<Vec<u32>>,
+    pub(crate) thread_acquisitions: Vec<Vec<u32>>,
     /// Per (thread, lock): acquisition indices in program order.
-    pub by_thread_lock: IndexMap<(u32, u32), Vec<u32>>,
+    pub(crate) by_thread_lock: IndexMap<(u32, u32), Vec<u32>>,
     /// Per lock: the threads that acquire it.
-    pub lock_threads: Vec<Vec<u32>>,
+    pub(crate) lock_threads: Vec<Vec<u32>>,
     /// The locks acquired by two threads or more: the only ones the lock rule can apply to.
-    pub contended_locks: Vec<u32>,
-    pub waits: Vec<Wait>,
+    pub(crate) contended_locks: Vec<u32>,
+    pub(crate) waits: Vec<Wait>,
     /// Blocking calls (I/O, sleeps, child waits) made while holding locks.
-    pub blocking: Vec<HeldBlocking>,
+    pub(crate) blocking: Vec<HeldBlocking>,
     /// Where threads ran signal handlers and which signals they blocked.
-    pub signal_contexts: SignalContexts,
-    pub signals: HashMap<ObjectId, Vec<SyncPoint>>,
-    pub posts: HashMap<ObjectId, Vec<SyncPoint>>,
+    pub(crate) signal_contexts: SignalContexts,
+    pub(crate) signals: HashMap<ObjectId, Vec<SyncPoint>>,
+    pub(crate) posts: HashMap<ObjectId, Vec<SyncPoint>>,
     /// Successful semaphore waits (including `sem_trywait`).
-    pub sem_takes: HashMap<ObjectId, Vec<SyncPoint>>,
-    pub sem_initial: HashMap<ObjectId, u32>,
+    pub(crate) sem_takes: HashMap<ObjectId, Vec<SyncPoint>>,
+    pub(crate) sem_initial: HashMap<ObjectId, u32>,
     /// Arrivals at (barrier, generation).
-    pub arrivals: HashMap<(ObjectId, u64), Vec<SyncPoint>>,
+    pub(crate) arrivals: HashMap<(ObjectId, u64), Vec<SyncPoint>>,
     /// Writes and reads of the hand-off channels (pipes, socketpairs, eventfds).
-    pub handoffs: Handoffs,
-    pub read_recursions: Vec<ReadRecursion>,
+    pub(crate) handoffs: Handoffs,
+    pub(crate) read_recursions: Vec<ReadRecursion>,
     /// Acquisitions against the declared ranks, in trace order.
-    pub rank_violations: Vec<RankViolation>,
+    pub(crate) rank_violations: Vec<RankViolation>,
+    /// The happens-before clocks of the run (`hb.rs`).
     pub hb: HappensBefore,
     /// Shared by the segments of one trace: named once.
-    pub sites: Arc<HashMap<SiteId, Location>>,
+    pub(crate) sites: Arc<HashMap<SiteId, Location>>,
     /// Names of the objects that are not locks (barriers, conditions, semaphores), for reports.
-    pub object_names: Arc<HashMap<ObjectId, String>>,
+    pub(crate) object_names: Arc<HashMap<ObjectId, String>>,
     /// Events of the run: of its segment, when the walk was cut into segments.
     pub events: u64,
     /// Per thread, its position where this run's segment of the trace starts (empty: the
     /// whole trace, every thread from 0). Every closure starts there: the trace up to the
     /// segment is an execution as it ran, and only the segment's events are reordered
     /// (`closure.rs`, `walk`).
-    pub start: Vec<u32>,
+    pub(crate) start: Vec<u32>,
     /// The first `carried` acquisitions were open when the segment started (their request and
     /// acquire are in an earlier segment, their lock-order edges counted there).
-    pub carried: u32,
+    pub(crate) carried: u32,
     /// Which segment of its trace this run is (0, 1, …).
-    pub segment: usize,
+    pub(crate) segment: usize,
     /// More segments of the trace follow this one.
-    pub segments_follow: bool,
+    pub(crate) segments_follow: bool,
     /// What the happens-before race pass found (`races/`), read in the same walk.
     pub races: RaceOutput,
     /// Where the segment's threads read and write memory (empty when no race analysis runs),
     /// kept by the walk or read again when first asked for (`marks.rs`).
-    pub marks: SegmentMarks,
+    pub(crate) marks: SegmentMarks,
     /// How the threads' recording ended: blocking calls still open, end states.
-    pub end: RunEnd,
+    pub(crate) end: RunEnd,
     /// The lock-order edges the flight recorder saw before its window (FORMAT.md §7.15).
-    pub earlier: Vec<EarlierEdge>,
+    pub(crate) earlier: Vec<EarlierEdge>,
     /// The trace is a flight recorder's window of its run.
-    pub window: Option<WindowInfo>,
+    pub(crate) window: Option<WindowInfo>,
     /// What the trace's tables tell of the program's synchronisation: its language runtime,
     /// its semaphores (the coverage notes start from these).
-    pub recording: crate::recording::RecordingFacts,
+    pub(crate) recording: crate::recording::RecordingFacts,
 }
 
 /// A lock-order edge seen before the flight recorder's window: a thread holding `held`
 /// requested `lock` (both dense lock indices), `count` times.
 #[derive(Clone, Debug)]
-pub struct EarlierEdge {
-    pub held: u32,
-    pub lock: u32,
-    pub count: u64,
+pub(crate) struct EarlierEdge {
+    pub(crate) held: u32,
+    pub(crate) lock: u32,
+    pub(crate) count: u64,
     /// The trace's id of one thread that took it (it may have no events in the window).
-    pub thread: foresight_trace::event::ThreadId,
-    pub held_site: SiteId,
-    pub site: SiteId,
+    pub(crate) thread: foresight_trace::event::ThreadId,
+    pub(crate) held_site: SiteId,
+    pub(crate) site: SiteId,
 }
 
 /// What a flight recorder's window left out.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct WindowInfo {
-    pub keep_last: u64,
-    pub events_dropped: u64,
+pub(crate) struct WindowInfo {
+    pub(crate) keep_last: u64,
+    pub(crate) events_dropped: u64,
     /// Threads with events dropped.
-    pub threads_dropped: usize,
+    pub(crate) threads_dropped: usize,
     /// The window is a snapshot taken on this signal while the process ran (`--dump-on`).
-    pub snapshot_signal: Option<u32>,
+    pub(crate) snapshot_signal: Option<u32>,
 }
 
 impl WindowInfo {
-    pub fn of(tables: &Tables) -> Option<Self> {
+    pub(crate) fn of(tables: &Tables) -> Option<Self> {
         let first = tables.window.values().next()?;
         Some(WindowInfo {
             keep_last: first.keep_last,
@@ -323,14 +334,16 @@ impl Drop for Run {
 }
 
 impl Run {
+    /// The acquisitions `acq`'s thread held when it requested `acq`, outermost first.
     pub fn held(&self, acq: &Acquisition) -> &[u32] {
         &self.held_pool[acq.held.start as usize..acq.held.end as usize]
     }
 
-    pub fn held_range(&self, r: &std::ops::Range<u32>) -> &[u32] {
+    pub(crate) fn held_range(&self, r: &std::ops::Range<u32>) -> &[u32] {
         &self.held_pool[r.start as usize..r.end as usize]
     }
 
+    /// Where `site` is in the program (`site#N` when the trace does not name it).
     pub fn location(&self, site: SiteId) -> Location {
         self.sites.get(&site).cloned().unwrap_or_else(|| Location {
             text: format!("site#{site}"),
@@ -339,7 +352,7 @@ impl Run {
     }
 
     /// The lock class of an acquisition: its lock's class, with `/N` for subclass N > 0.
-    pub fn acquisition_class(&self, a: &Acquisition) -> String {
+    pub(crate) fn acquisition_class(&self, a: &Acquisition) -> String {
         let base = &self.locks[a.lock as usize].class;
         if a.subclass == 0 {
             base.clone()
@@ -349,17 +362,17 @@ impl Run {
     }
 
     /// The run is one segment of its trace, not the whole trace.
-    pub fn segmented(&self) -> bool {
+    pub(crate) fn segmented(&self) -> bool {
         self.segment > 0 || !self.start.is_empty() || self.segments_follow
     }
 
     /// Where the segment starts in thread `t` (0 for a whole trace).
     #[inline]
-    pub fn start_of(&self, t: u32) -> u32 {
+    pub(crate) fn start_of(&self, t: u32) -> u32 {
         self.start.get(t as usize).copied().unwrap_or(0)
     }
 
-    pub fn thread_label(&self, t: u32) -> String {
+    pub(crate) fn thread_label(&self, t: u32) -> String {
         let th = &self.threads[t as usize];
         format!("thread {} \"{}\"", th.id, th.name)
     }
@@ -368,7 +381,7 @@ impl Run {
 /// A map keyed by the analyzer's own dense indices (never values chosen by the trace, so there
 /// is nothing to flood): foldhash with a fixed seed, much cheaper than SipHash on the
 /// per-acquisition path, and the same layout from run to run.
-pub type IndexMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::FixedState>;
+pub(crate) type IndexMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::FixedState>;
 
 /// Converts a decoded trace. `progress` is called now and then with the events done.
 pub fn build_run(trace: &Trace, progress: &mut dyn FnMut(u64)) -> Run {
@@ -403,7 +416,8 @@ pub const DEFAULT_SEGMENT_EVENTS: u64 = 4 << 20;
 
 /// The events of the walk again from the start, in the same merged order (thread id,
 /// position in the thread, event): a second read of the same file.
-pub type Replay<'r> = &'r dyn Fn() -> Box<dyn Iterator<Item = (ThreadId, usize, EventKind)> + 'r>;
+pub(crate) type Replay<'r> =
+    &'r dyn Fn() -> Box<dyn Iterator<Item = (ThreadId, usize, EventKind)> + 'r>;
 
 /// The walk of one trace, the one entry every command and library caller uses: reads the
 /// events once into the model and the race pass, side by side, in segments of
@@ -782,7 +796,7 @@ impl<'t> ModelPass<'t> {
         self
     }
 
-    pub fn for_trace(trace: &'t Trace) -> Self {
+    pub(crate) fn for_trace(trace: &'t Trace) -> Self {
         let tables = &trace.tables;
         let threads = trace
             .threads

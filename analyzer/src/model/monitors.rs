@@ -16,7 +16,7 @@ use foresight_trace::event::{EventKind, ObjectId};
 /// The monitor locks of a trace, by object.
 #[derive(Debug, Default)]
 pub struct MonitorScan {
-    pub monitors: HashSet<ObjectId>,
+    pub(crate) monitors: HashSet<ObjectId>,
 }
 
 impl MonitorScan {

@@ -22,64 +22,77 @@ const MAX_NESTED: usize = 16;
 
 /// What a blocking call waits for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Blocking {
+pub(crate) enum Blocking {
+    /// A lock request not yet granted.
     Lock {
+        /// The lock.
         lock: ObjectId,
+        /// The mode asked for.
         mode: Mode,
     },
     /// `child` is the dense index of the joined thread, when the trace knows it.
     Join {
+        /// The joined thread's dense index, when the trace knows it.
         child: Option<u32>,
     },
+    /// A condition wait (the mutex is released during it).
     Condition {
+        /// The condition variable.
         cond: ObjectId,
+        /// The mutex it reacquires.
         mutex: ObjectId,
     },
+    /// A barrier wait.
     Barrier {
+        /// The barrier.
         barrier: ObjectId,
     },
+    /// A semaphore wait.
     Semaphore {
+        /// The semaphore.
         sem: ObjectId,
     },
+    /// A once initialisation (`pthread_once`, `call_once`): waits until its initialiser has run.
     Once {
+        /// The once object.
         once: ObjectId,
     },
 }
 
 /// A blocking call without an outcome in the trace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PendingCall {
+pub(crate) struct PendingCall {
     /// Position of the request or wait in its thread.
-    pub pos: u32,
-    pub site: SiteId,
-    pub what: Blocking,
+    pub(crate) pos: u32,
+    pub(crate) site: SiteId,
+    pub(crate) what: Blocking,
 }
 
 /// How the run's threads ended, as far as the trace says.
 #[derive(Clone, Debug, Default)]
-pub struct RunEnd {
+pub(crate) struct RunEnd {
     /// Per thread: its end state, for a thread that had not exited in a trace completed by a
     /// recorder of format 1.4 or later (none for an older trace or one cut short).
-    pub states: Vec<Option<ThreadEndState>>,
+    pub(crate) states: Vec<Option<ThreadEndState>>,
     /// Per thread: the innermost blocking call without an outcome at the end of its events.
-    pub pending: Vec<Option<PendingCall>>,
+    pub(crate) pending: Vec<Option<PendingCall>>,
     /// Per thread: it has a `thread-exit`.
-    pub exited: Vec<bool>,
+    pub(crate) exited: Vec<bool>,
     /// The thread running each once routine that had not ended, by once object.
-    pub once_runners: HashMap<ObjectId, u32>,
+    pub(crate) once_runners: HashMap<ObjectId, u32>,
     /// How the process ended (the trailer's reason), when the trace was completed.
-    pub reason: Option<EndReason>,
+    pub(crate) reason: Option<EndReason>,
     /// Recording stopped before the process ended, and why.
-    pub stopped: Option<RecordingStopped>,
+    pub(crate) stopped: Option<RecordingStopped>,
     /// The trace is a snapshot taken on this signal while the process ran on (`record
     /// --dump-on`): its end states are those of that moment.
-    pub snapshot: Option<u32>,
+    pub(crate) snapshot: Option<u32>,
     /// The `exec` after which its thread recorded nothing more: the process became another
     /// program (the last exec of the part, by its site).
-    pub exec: Option<SiteId>,
+    pub(crate) exec: Option<SiteId>,
     /// The recorded process (its pid, and when recording started), from the trace's header:
     /// what the trace of a program it executed has too.
-    pub process: Option<(u32, u64)>,
+    pub(crate) process: Option<(u32, u64)>,
 }
 
 pub(super) struct PendingCalls {

@@ -33,12 +33,12 @@ pub(super) struct Senders {
 /// The hand-off channels' writes and reads, by channel id: a write puts an amount (bytes, an
 /// eventfd's units) in, a read takes one out.
 #[derive(Debug, Default)]
-pub struct Handoffs {
-    pub writes: HashMap<u32, Vec<(SyncPoint, u64)>>,
-    pub reads: HashMap<u32, Vec<(SyncPoint, u64)>>,
+pub(crate) struct Handoffs {
+    pub(crate) writes: HashMap<u32, Vec<(SyncPoint, u64)>>,
+    pub(crate) reads: HashMap<u32, Vec<(SyncPoint, u64)>>,
     /// What each channel held at the start of the run (of its segment): written before and not
     /// read, or read in the trace beyond what it wrote (a writer it does not show).
-    pub initial: HashMap<u32, u64>,
+    pub(crate) initial: HashMap<u32, u64>,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -70,7 +70,6 @@ impl Senders {
             thread: ev.thread,
             pos: ev.pos,
             site,
-            seq: ev.seq,
         };
         match ev.op {
             Op::CondSignal { cond, site, .. } => {

@@ -8,34 +8,34 @@ use crate::stream::{Op, StreamEvent};
 
 /// A thread's signal context from one of its events on.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SignalContext {
+pub(crate) struct SignalContext {
     /// The signal whose handler the thread runs (the innermost, when handlers nest); 0: none.
-    pub handler: u8,
+    pub(crate) handler: u8,
     /// The thread's mask in normal context: bit `s - 1` set when signal `s` is blocked.
-    pub blocked: u64,
+    pub(crate) blocked: u64,
 }
 
 impl SignalContext {
     /// Whether `signal` can interrupt the thread here.
-    pub fn lets_in(&self, signal: u8) -> bool {
+    pub(crate) fn lets_in(&self, signal: u8) -> bool {
         signal == 0 || signal > 64 || self.blocked & (1u64 << (signal - 1)) == 0
     }
 }
 
 /// The change points of every thread: `(position, context from there on)`, in position order.
 #[derive(Clone, Debug, Default)]
-pub struct SignalContexts {
+pub(crate) struct SignalContexts {
     threads: Vec<Vec<(u32, SignalContext)>>,
 }
 
 impl SignalContexts {
     /// Whether no thread ever ran a handler or blocked a signal here.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.threads.iter().all(Vec::is_empty)
     }
 
     /// The context of `thread` at its event `pos`.
-    pub fn at(&self, thread: u32, pos: u32) -> SignalContext {
+    pub(crate) fn at(&self, thread: u32, pos: u32) -> SignalContext {
         let Some(points) = self.threads.get(thread as usize) else {
             return SignalContext::default();
         };

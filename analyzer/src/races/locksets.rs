@@ -6,13 +6,13 @@ use foldhash::{HashMap, HashMapExt};
 
 /// A lock held in a mode: `shared` for the read side of a rwlock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Held {
-    pub lock: u32,
-    pub shared: bool,
+pub(crate) struct Held {
+    pub(crate) lock: u32,
+    pub(crate) shared: bool,
 }
 
 #[derive(Clone, Debug)]
-pub struct Locksets {
+pub(crate) struct Locksets {
     sets: Vec<Vec<Held>>,
     ids: HashMap<Vec<Held>, u32>,
 }
@@ -25,9 +25,9 @@ impl Default for Locksets {
 
 impl Locksets {
     /// The empty lockset has id 0.
-    pub const EMPTY: u32 = 0;
+    pub(crate) const EMPTY: u32 = 0;
 
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let mut ids = HashMap::new();
         ids.insert(Vec::new(), 0);
         Self {
@@ -37,7 +37,7 @@ impl Locksets {
     }
 
     /// The id of `held` (any order; a lock held twice, as a recursive mutex is, counts once).
-    pub fn intern(&mut self, held: &[Held]) -> u32 {
+    pub(crate) fn intern(&mut self, held: &[Held]) -> u32 {
         let mut set = held.to_vec();
         set.sort_unstable();
         set.dedup();
@@ -50,17 +50,12 @@ impl Locksets {
         id
     }
 
-    /// Locksets interned (the empty one included).
-    pub fn count(&self) -> usize {
-        self.sets.len()
-    }
-
-    pub fn get(&self, id: u32) -> &[Held] {
+    pub(crate) fn get(&self, id: u32) -> &[Held] {
         self.sets.get(id as usize).map_or(&[], Vec::as_slice)
     }
 
     /// Whether some lock in both sets is held exclusively by at least one side.
-    pub fn exclude(&self, a: u32, b: u32) -> bool {
+    pub(crate) fn exclude(&self, a: u32, b: u32) -> bool {
         if a == Self::EMPTY || b == Self::EMPTY {
             return false;
         }

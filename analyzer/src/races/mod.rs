@@ -7,7 +7,7 @@
 //!   C11 happens-before of the recorded run — create/join, lock release → acquire (rwlock
 //!   readers not ordered with each other), barrier generations, `pthread_once`, semaphores,
 //!   condition hand-offs, the program's annotations, release/acquire atomics and fences
-//!   (`hb.rs`, [`EdgeKinds::SYNC`] with [`EdgeKinds::LOCK`]). C11 (5.1.2.4) calls such a pair a
+//!   (`hb.rs`, `EdgeKinds::SYNC` with `EdgeKinds::LOCK`). C11 (5.1.2.4) calls such a pair a
 //!   data race of that very execution: no other schedule is needed to make it one. Shadow
 //!   memory (`shadow.rs`) keeps, per granule, the accesses a later one could race with.
 //! - **sync-preserving** (`race_findings.rs`, after the walk): the accesses are ordered only
@@ -34,12 +34,12 @@
 //! no rule reports: pairs of accesses
 //! the recorder dropped as repeats within an epoch (their first instance is kept, FORMAT.md
 //! §7.8). The candidate pairs checked with the closure are bounded (per pair of sites the first
-//! [`FIRST_INSTANCES`] and the latest [`LATEST_INSTANCES`] instances, and the analysis's
+//! `FIRST_INSTANCES` and the latest `LATEST_INSTANCES` instances, and the analysis's
 //! candidate budget); the report says when either left a pair undecided.
 
 mod granules;
-pub mod locksets;
-pub mod shadow;
+pub(crate) mod locksets;
+pub(crate) mod shadow;
 mod site_sets;
 mod state;
 
@@ -59,46 +59,46 @@ pub const DEFAULT_MEMORY_MIB: u64 = 512;
 /// Instances of one pair of sites kept for the predictor: the first found, and the latest
 /// (an early instance may be ordered by what a read read, where a later one of the same two
 /// lines is not: a variable that one line always writes and another always reads).
-pub const FIRST_INSTANCES: usize = 8;
-pub const LATEST_INSTANCES: usize = 8;
+pub(crate) const FIRST_INSTANCES: usize = 8;
+pub(crate) const LATEST_INSTANCES: usize = 8;
 
 /// A live heap block (from the recorder's allocation events).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Block {
-    pub addr: u64,
-    pub size: u64,
-    pub site: SiteId,
-    pub thread: u32,
+pub(crate) struct Block {
+    pub(crate) addr: u64,
+    pub(crate) size: u64,
+    pub(crate) site: SiteId,
+    pub(crate) thread: u32,
 }
 
 /// One access of a race, as found.
 #[derive(Clone, Debug)]
-pub struct RaceAccess {
-    pub access: ShadowAccess,
+pub(crate) struct RaceAccess {
+    pub(crate) access: ShadowAccess,
     /// The heap block holding the access, if any.
-    pub block: Option<Block>,
+    pub(crate) block: Option<Block>,
     /// The static variable (and element) holding the access, when the trace names it.
-    pub variable: Option<Variable>,
+    pub(crate) variable: Option<Variable>,
 }
 
 /// A static variable, as the trace's data records name it (`counters[3]`).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Variable {
-    pub name: String,
-    pub file: Option<String>,
-    pub line: u32,
+pub(crate) struct Variable {
+    pub(crate) name: String,
+    pub(crate) file: Option<String>,
+    pub(crate) line: u32,
 }
 
 /// The two accesses of one pair: the earlier one in the trace first.
-pub type Pair = [RaceAccess; 2];
+pub(crate) type Pair = [RaceAccess; 2];
 
 /// What the race pass found for one pair of access sites.
 #[derive(Clone, Debug)]
 pub struct SitePair {
     /// The first instance found.
-    pub first: Pair,
+    pub(crate) first: Pair,
     /// Instances found (pairs of dynamic accesses).
-    pub count: u64,
+    pub(crate) count: u64,
     /// Where the first instance was found.
     found: Found,
 }
@@ -107,7 +107,8 @@ pub struct SitePair {
 #[derive(Clone, Debug)]
 pub struct Candidates {
     /// The first [`FIRST_INSTANCES`] instances found.
-    pub instances: Vec<Pair>,
+    pub(crate) instances: Vec<Pair>,
+    /// Instances found in all, kept or not.
     pub count: u64,
     /// Where each instance was found.
     found: Vec<Found>,
@@ -119,7 +120,7 @@ pub struct Candidates {
 
 impl Candidates {
     /// The instances kept, each once: the first ones, then the latest that are not among them.
-    pub fn kept(&self) -> impl Iterator<Item = &Pair> {
+    pub(crate) fn kept(&self) -> impl Iterator<Item = &Pair> {
         self.instances.iter().chain(
             self.latest
                 .iter()
@@ -161,18 +162,18 @@ pub struct RaceOutput {
     pub races: Vec<SitePair>,
     /// Pairs ordered only through lock hand-offs, holding no common lock.
     pub candidates: Vec<Candidates>,
-    pub locksets: Locksets,
+    pub(crate) locksets: Locksets,
     /// Memory accesses read.
     pub accesses: u64,
     /// Shadow entries dropped because a granule was full (pairs may be missing), by the site
     /// of the access dropped.
     pub evicted: SiteCounts,
     /// Accesses not checked: the memory budget had no room to track the memory they touched.
-    pub untracked: Untracked,
+    pub(crate) untracked: Untracked,
     /// Heap blocks not tracked for want of room (their races name no block).
-    pub untracked_blocks: u64,
+    pub(crate) untracked_blocks: u64,
     /// The memory budget the pass ran with, bytes.
-    pub memory_budget: u64,
+    pub(crate) memory_budget: u64,
     /// The most granules tracked at once.
     pub peak_granules: usize,
     /// Accesses of threads whose creation the trace does not hold, which are left out.
@@ -203,7 +204,7 @@ impl<'t> RacePass<'t> {
     /// closure to decide; the happens-before races are counted on to the end of the walk. The
     /// shadow memory, clocks and locksets go on. A candidate whose earlier access is in an
     /// earlier segment is not predicted there (every closure of the segment holds it).
-    pub fn cut(&mut self) -> RaceOutput {
+    pub(crate) fn cut(&mut self) -> RaceOutput {
         let mut candidates = std::mem::take(&mut self.state.findings.candidates);
         candidates.retain(|k, _| !self.state.findings.races.contains_key(k));
         let findings = state::Findings {
@@ -230,7 +231,7 @@ impl<'t> RacePass<'t> {
     }
 
     /// Concludes nothing from this trace: its input was not what the walk read.
-    pub fn abandon(&mut self) {
+    pub(crate) fn abandon(&mut self) {
         self.too_many_threads = true;
     }
 
@@ -336,7 +337,7 @@ impl RaceOutput {
     /// What a race pass hands on over events without a memory access (a segment before the
     /// trace's first one, `model::drive_segments_replaying`): no pairs, no accesses, the empty
     /// lockset only.
-    pub fn without_accesses() -> Self {
+    pub(crate) fn without_accesses() -> Self {
         RaceOutput {
             locksets: Locksets::new(),
             complete: true,

@@ -55,12 +55,12 @@ use super::granules::GranuleTable;
 use super::site_sets::{Lines, SiteSets};
 
 /// How many entries a granule keeps.
-pub const CELL_CAPACITY: usize = 16;
+pub(crate) const CELL_CAPACITY: usize = 16;
 
 /// Entries a granule keeps in place, before it needs a vector of its own: a reader and a
 /// writer, or two threads' accesses from one line each. Two rather than four: a third less
 /// memory per granule, for a vector sooner when three or four lines touch one.
-pub const INLINE: usize = 2;
+pub(crate) const INLINE: usize = 2;
 
 const _: () = assert!(std::mem::size_of::<Cell>() <= 88);
 
@@ -74,7 +74,7 @@ const SPILL_BYTES: usize = CELL_CAPACITY * std::mem::size_of::<Entry>() + 16;
 /// The smallest table that is collected before it grows ([`Shadow::wants_collection`]; 6 MiB
 /// of slots): below it, growing costs less than looking for settled entries. At the budget's
 /// limit the table is collected whatever its size.
-pub const COLLECT_FROM_SLOTS: usize = 1 << 16;
+pub(crate) const COLLECT_FROM_SLOTS: usize = 1 << 16;
 
 /// The least a collection waits for (granules, spills and cuts asked for since the last one),
 /// however small the table.
@@ -87,15 +87,15 @@ const SITES_COUNTED: usize = 4096;
 /// Accesses counted by site.
 #[derive(Clone, Debug, Default)]
 pub struct SiteCounts {
-    pub by_site: HashMap<u32, u64>,
+    pub(crate) by_site: HashMap<u32, u64>,
     /// Accesses of sites beyond the first [`SITES_COUNTED`].
-    pub other_sites: u64,
+    pub(crate) other_sites: u64,
     pub total: u64,
 }
 
 impl SiteCounts {
     #[cold]
-    pub fn add(&mut self, site: u32) {
+    pub(crate) fn add(&mut self, site: u32) {
         self.total += 1;
         if let Some(n) = self.by_site.get_mut(&site) {
             *n += 1;
@@ -107,7 +107,7 @@ impl SiteCounts {
     }
 
     /// The sites with the most accesses, most first (then by site), at most `n`.
-    pub fn most(&self, n: usize) -> Vec<(u32, u64)> {
+    pub(crate) fn most(&self, n: usize) -> Vec<(u32, u64)> {
         let mut v: Vec<(u32, u64)> = self.by_site.iter().map(|(&s, &c)| (s, c)).collect();
         v.sort_unstable_by_key(|&(s, c)| (std::cmp::Reverse(c), s));
         v.truncate(n);
@@ -118,11 +118,11 @@ impl SiteCounts {
 /// Accesses the shadow did not check for races: the memory they touched was not tracked yet,
 /// and the memory budget had no room to track it.
 #[derive(Clone, Debug, Default)]
-pub struct Untracked {
-    pub accesses: SiteCounts,
+pub(crate) struct Untracked {
+    pub(crate) accesses: SiteCounts,
     /// The lowest and highest address of those accesses.
-    pub lowest: u64,
-    pub highest: u64,
+    pub(crate) lowest: u64,
+    pub(crate) highest: u64,
 }
 
 impl Untracked {
@@ -143,7 +143,7 @@ impl Untracked {
 
 /// Threads the shadow can tell apart: the thread index takes the low 22 bits of an entry's
 /// first word.
-pub const MAX_THREADS: usize = 1 << 22;
+pub(crate) const MAX_THREADS: usize = 1 << 22;
 
 const THREAD_BITS: u32 = (1 << 22) - 1;
 const KIND_SHIFT: u32 = 22;
@@ -151,7 +151,7 @@ const MASK_SHIFT: u32 = 24;
 
 /// What an access did to memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum AccessKind {
+pub(crate) enum AccessKind {
     Read = 0,
     Write = 1,
     AtomicRead = 2,
@@ -165,30 +165,16 @@ pub enum AccessKind {
 }
 
 impl AccessKind {
-    pub fn is_write(self) -> bool {
+    pub(crate) fn is_write(self) -> bool {
         self as u8 & 1 != 0
-    }
-
-    pub fn is_atomic(self) -> bool {
-        self as u8 & 2 != 0
     }
 
     /// Two accesses to one byte conflict when one of them writes and they are not both atomic
     /// (atomics never race with atomics).
     #[inline]
-    pub fn conflicts(self, other: AccessKind) -> bool {
+    pub(crate) fn conflicts(self, other: AccessKind) -> bool {
         let (a, b) = (self as u8, other as u8);
         (a | b) & 1 != 0 && (a & b) & 2 == 0
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AccessKind::Read => "read",
-            AccessKind::Write => "write",
-            AccessKind::AtomicRead => "atomic read",
-            AccessKind::AtomicWrite => "atomic write",
-            AccessKind::Free => "free",
-        }
     }
 
     fn from_bits(bits: u32) -> AccessKind {
@@ -203,18 +189,18 @@ impl AccessKind {
 
 /// One access as the shadow keeps it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ShadowAccess {
+pub(crate) struct ShadowAccess {
     /// Dense thread index.
-    pub thread: u32,
+    pub(crate) thread: u32,
     /// Position of the access in its thread.
-    pub pos: u32,
-    pub site: u32,
+    pub(crate) pos: u32,
+    pub(crate) site: u32,
     /// The locks held at the access ([`super::locksets::Locksets`] id).
-    pub lockset: u32,
-    pub kind: AccessKind,
+    pub(crate) lockset: u32,
+    pub(crate) kind: AccessKind,
     /// The whole access, for reports (it may span granules).
-    pub addr: u64,
-    pub size: u32,
+    pub(crate) addr: u64,
+    pub(crate) size: u32,
 }
 
 /// One access in one granule.
@@ -605,11 +591,11 @@ impl Reported {
 /// whole address space finds pairs (granules in address order, entries oldest first), which
 /// reproduces however the conflicts of one access are reported.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct FoundAt {
-    pub granule: u64,
-    pub entry: u32,
+pub(crate) struct FoundAt {
+    pub(crate) granule: u64,
+    pub(crate) entry: u32,
     /// The line's place in the entry's set of lines (0 for an entry of one line).
-    pub line: u32,
+    pub(crate) line: u32,
 }
 
 /// The shadow memory of one run, within a memory budget: the granule table and the granules'
@@ -618,17 +604,17 @@ pub struct FoundAt {
 /// when a granule's entries cannot spill, it keeps [`INLINE`] of them instead of
 /// [`CELL_CAPACITY`].
 #[derive(Debug)]
-pub struct Shadow {
+pub(crate) struct Shadow {
     cells: GranuleTable<Cell>,
     /// The sets of lines that merged entries stand for.
     sets: SiteSets,
     /// Entries merged into another of their thread, kind and bytes within one epoch, instead
     /// of dropped from a full granule.
-    pub merged: u64,
+    pub(crate) merged: u64,
     /// Entries dropped because a granule was full, by the site of the entry dropped (every
     /// line of a merged entry).
-    pub evicted: SiteCounts,
-    pub untracked: Untracked,
+    pub(crate) evicted: SiteCounts,
+    pub(crate) untracked: Untracked,
     budget: usize,
     /// Granules whose entries spilled to a vector of their own.
     spilled: usize,
@@ -643,9 +629,9 @@ pub struct Shadow {
     /// for the next.
     fruitless: u32,
     /// Collections made.
-    pub collections: u64,
+    pub(crate) collections: u64,
     /// Entries dropped by collections: ordered before every thread, they can race with nothing.
-    pub settled_dropped: u64,
+    pub(crate) settled_dropped: u64,
 }
 
 impl Default for Shadow {
@@ -672,18 +658,19 @@ fn span_mask(addr: u64, end: u64, first: u64, last: u64, granule: u64) -> u8 {
 
 /// The 8-byte granules an access touches, and its byte mask in each.
 #[inline]
-pub fn granule_span(addr: u64, size: u32) -> (u64, u64) {
+pub(crate) fn granule_span(addr: u64, size: u32) -> (u64, u64) {
     let end = addr.saturating_add(u64::from(size.max(1)));
     (addr >> 3, (end - 1) >> 3)
 }
 
 impl Shadow {
-    pub fn new() -> Self {
+    #[cfg(test)]
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// A shadow that takes at most `budget` bytes.
-    pub fn with_budget(budget: usize) -> Self {
+    pub(crate) fn with_budget(budget: usize) -> Self {
         Shadow {
             cells: GranuleTable::new(),
             sets: SiteSets::default(),
@@ -705,7 +692,7 @@ impl Shadow {
     /// would grow or find no room within the budget, and an eighth of the table's slots more
     /// were asked for since the last one.
     #[inline]
-    pub fn wants_collection(&self, granules: u64) -> bool {
+    pub(crate) fn wants_collection(&self, granules: u64) -> bool {
         let (slots, len) = (self.cells.slots(), self.cells.len());
         let grows = (len as u64).saturating_add(granules).saturating_mul(4) > slots as u64 * 3
             && (slots >= COLLECT_FROM_SLOTS || self.cells.full_at(self.max_slots()));
@@ -748,7 +735,7 @@ impl Shadow {
     /// nothing until it is touched again.
     #[cold]
     #[inline(never)]
-    pub fn collect(&mut self, floor: &[u32]) {
+    pub(crate) fn collect(&mut self, floor: &[u32]) {
         let below = |e: &Entry| floor.get(e.thread() as usize).is_some_and(|&f| e.pos < f);
         let held = self.cells.len();
         let mut dropped = 0u64;
@@ -781,7 +768,7 @@ impl Shadow {
     }
 
     /// Bytes the shadow takes now (the table's slots and the spilled entries).
-    pub fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         self.cells.slots() * SLOT_BYTES + self.spilled * SPILL_BYTES
     }
 
@@ -792,12 +779,13 @@ impl Shadow {
     }
 
     /// Granules tracked now (the live shared footprint).
-    pub fn granules(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn granules(&self) -> usize {
         self.cells.len()
     }
 
     /// The most granules tracked at once.
-    pub fn peak_granules(&self) -> usize {
+    pub(crate) fn peak_granules(&self) -> usize {
         self.cells.peak()
     }
 
@@ -816,7 +804,7 @@ impl Shadow {
     /// or later and `access`, so every later access is ordered with both or with neither, and
     /// in a full granule such an entry of the same kind and bytes is merged with `access`.
     #[inline]
-    pub fn access(
+    pub(crate) fn access(
         &mut self,
         access: &ShadowAccess,
         since: u32,
@@ -1154,7 +1142,7 @@ impl Shadow {
     /// records nothing: the caller forgets the block next. Each earlier access is reported
     /// once, at the first granule that shows it. Only the granules tracked are looked at:
     /// at most as many lookups as the table holds granules, however big the block.
-    pub fn check_free(
+    pub(crate) fn check_free(
         &self,
         free: &ShadowAccess,
         size: u64,
@@ -1215,7 +1203,7 @@ impl Shadow {
     }
 
     /// Forgets `[addr, addr + size)`: freed memory, or memory allocated anew, is a new object.
-    pub fn forget(&mut self, addr: u64, size: u64) {
+    pub(crate) fn forget(&mut self, addr: u64, size: u64) {
         if size == 0 {
             return;
         }

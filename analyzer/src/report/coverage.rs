@@ -16,17 +16,31 @@ pub use crate::recording::LanguageRuntime;
 #[serde(tag = "note", rename_all = "kebab-case")]
 pub enum CoverageNote {
     /// Several threads ran, but no lock was recorded: the lock analysis had nothing to order.
-    NoLocks { threads: usize },
+    NoLocks {
+        /// Threads the trace recorded.
+        threads: usize,
+    },
     /// The program runs on a language runtime whose synchronisation the recorder cannot
     /// attribute to locks.
-    Runtime { runtime: LanguageRuntime },
+    Runtime {
+        /// Which runtime.
+        runtime: LanguageRuntime,
+    },
     /// Semaphores (and no lock) were the only synchronisation recorded.
-    SemaphoresOnly { semaphores: usize },
+    SemaphoresOnly {
+        /// Semaphores the trace recorded.
+        semaphores: usize,
+    },
     /// No memory access was recorded: races were not checked.
     NoAccesses,
     /// The process executed another program (at `at`), and no trace of that program is among
     /// the traces analysed: it could not be recorded (statically linked, set-user-ID).
-    ExecNotRecorded { pid: u32, at: String },
+    ExecNotRecorded {
+        /// The process that executed it.
+        pid: u32,
+        /// Where, as a site's text.
+        at: String,
+    },
 }
 
 impl std::fmt::Display for CoverageNote {
@@ -75,24 +89,24 @@ impl std::fmt::Display for CoverageNote {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Coverage {
     /// The language runtime the trace's tables name, if any.
-    pub runtime: Option<LanguageRuntime>,
+    pub(crate) runtime: Option<LanguageRuntime>,
     /// Semaphores the program used.
-    pub semaphores: usize,
+    pub(crate) semaphores: usize,
     /// What the recording did not show (empty: nothing known to be missing).
     pub notes: Vec<CoverageNote>,
     /// The recorded process: its pid and when recording started (the header's).
     #[serde(skip)]
-    pub process: Option<(u32, u64)>,
+    pub(crate) process: Option<(u32, u64)>,
     /// The trace ended with an `exec` at this site: the process became another program.
     #[serde(skip)]
-    pub exec_at: Option<String>,
+    pub(crate) exec_at: Option<String>,
 }
 
 impl Coverage {
     /// The notes of every trace analysed together: [`Coverage::settle`] each, and a trace
     /// that ended in an `exec` with no trace of the same process started after it (the
     /// program it executed) says that program was not seen.
-    pub fn settle_all(traces: &mut [TraceSummary]) {
+    pub(crate) fn settle_all(traces: &mut [TraceSummary]) {
         let processes: Vec<Option<(u32, u64)>> =
             traces.iter().map(|t| t.coverage.process).collect();
         for (i, t) in traces.iter_mut().enumerate() {
@@ -114,7 +128,7 @@ impl Coverage {
     }
 
     /// The notes of a trace, from its summary's counts (called once its parts are folded).
-    pub fn settle(t: &mut TraceSummary) {
+    pub(crate) fn settle(t: &mut TraceSummary) {
         let c = &mut t.coverage;
         c.notes.clear();
         if let Some(runtime) = c.runtime {

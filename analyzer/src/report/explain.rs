@@ -8,7 +8,7 @@ use super::{Kind, Rule};
 
 /// A kind's description: (short, full), SARIF's rule descriptions and the start of
 /// `--explain`.
-pub fn kind_description(kind: Kind) -> (&'static str, &'static str) {
+pub(crate) fn kind_description(kind: Kind) -> (&'static str, &'static str) {
     match kind {
         Kind::Deadlock => (
             "Predicted deadlock: a reordering of a recorded run deadlocks",
@@ -85,7 +85,7 @@ pub fn kind_description(kind: Kind) -> (&'static str, &'static str) {
 }
 
 /// The kind a rule's findings have (the first, for rules of two verdicts of one kind).
-pub fn kind_of(rule: Rule) -> Kind {
+pub(crate) fn kind_of(rule: Rule) -> Kind {
     match rule {
         Rule::LockCycle => Kind::Deadlock,
         Rule::LockOrder | Rule::SameClassNesting => Kind::PotentialDeadlock,

@@ -12,6 +12,7 @@ use super::{
     RaceReport, Report, Rule, SignalReport, Verdict, WaitReport, Witness,
 };
 
+/// Writes `report` as one pretty-printed JSON document (`docs/report-schema.md`).
 pub fn write(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
     serde_json::to_writer_pretty(&mut *out, report)?;
     writeln!(out)

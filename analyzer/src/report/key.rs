@@ -18,13 +18,13 @@ use super::{Detail, Finding, FindingLocation, Kind, Role, Verdict};
 /// segments, two traces, two instances).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct FindingKey {
-    pub kind: Kind,
-    pub verdict: Verdict,
+    pub(crate) kind: Kind,
+    pub(crate) verdict: Verdict,
     /// The finding's lock classes ([`Finding::cycle`]); a lock cycle starts at its smallest
     /// class, so the same cycle from any start is one key.
-    pub classes: Vec<String>,
+    pub(crate) classes: Vec<String>,
     /// Every site of the finding, distinct.
-    pub sites: BTreeSet<SiteKey>,
+    pub(crate) sites: BTreeSet<SiteKey>,
 }
 
 /// A site as a key names it: at which file (its basename: source trees live in different
@@ -33,10 +33,10 @@ pub struct FindingKey {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SiteKey {
     /// The file's basename; `line` is only given with a file.
-    pub file: Option<String>,
-    pub line: Option<u32>,
-    pub function: Option<String>,
-    pub role: Role,
+    pub(crate) file: Option<String>,
+    pub(crate) line: Option<u32>,
+    pub(crate) function: Option<String>,
+    pub(crate) role: Role,
 }
 
 /// What a baseline accepts: a [`FindingKey`] without its verdict, and with `deadlock` and
@@ -45,8 +45,11 @@ pub struct SiteKey {
 /// because a test ran with other timing.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct BaselineKey {
+    /// The finding kind, with both lock-cycle kinds as one.
     pub kind: BaselineKind,
+    /// The lock classes of the finding, as in its key.
     pub classes: Vec<String>,
+    /// The sites of the finding with their roles, as in its key.
     pub sites: BTreeSet<SiteKey>,
 }
 
@@ -55,6 +58,7 @@ pub struct BaselineKey {
 pub enum BaselineKind {
     /// A `deadlock` or a `potential-deadlock`.
     LockCycle,
+    /// Any other kind of finding.
     Finding(Kind),
 }
 
@@ -222,10 +226,13 @@ impl fmt::Display for BaselineKey {
 /// Why a line is not a baseline key.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum KeyError {
+    /// The line has not the three `|`-separated fields.
     #[error("not `kind | lock classes | sites`")]
     Shape,
+    /// The first field names no kind.
     #[error("`{0}` is not a baseline kind (`lock-cycle`, `race`, `join-deadlock`, …)")]
     Kind(String),
+    /// A site lacks its role.
     #[error("the site `{0}` does not start with a role (`holds`, `requests`, `reads`, …)")]
     Site(String),
 }

@@ -24,63 +24,105 @@ pub fn duration_text(ns: u64) -> String {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Message {
     /// A predicted lock cycle: the locks each thread holds, in cycle order.
-    Deadlock { locks: Vec<LockRef> },
+    Deadlock {
+        /// The locks, in cycle order.
+        locks: Vec<LockRef>,
+    },
     /// A class-level cycle: the classes in cycle order.
-    InconsistentOrder { classes: Vec<String> },
+    InconsistentOrder {
+        /// The classes, in cycle order.
+        classes: Vec<String>,
+    },
     /// A class-level self-edge: locks of one class nested.
-    NestedClass { class: String },
+    NestedClass {
+        /// The class.
+        class: String,
+    },
     /// A thread holds `lock` while it waits for `other`, which needs `lock` first. `kind` is
     /// named when the deadlock is predicted; a potential one says so instead.
     WaitWhileHolding {
+        /// The finding's kind, named when predicted.
         kind: Kind,
+        /// Predicted (else potential).
         predicted: bool,
+        /// The thread that holds `lock` and waits.
         holder: ThreadRef,
+        /// The lock held.
         lock: LockRef,
+        /// What it waits for.
         wait: WaitFor,
+        /// The thread that needs `lock` before it can wake the holder.
         other: ThreadRef,
     },
     /// A read-lock taken again while a writer waits.
     ReadRecursion {
+        /// The thread that read-locks twice.
         holder: ThreadRef,
+        /// The rwlock.
         lock: LockRef,
+        /// The writer waiting between the two reads.
         other: ThreadRef,
     },
     /// A lock acquired at or below the highest rank held.
     RankViolation {
+        /// The lock acquired.
         lock: LockRef,
+        /// Its rank.
         rank: u32,
+        /// The highest-ranked lock held.
         held: LockRef,
+        /// Its rank.
         held_rank: u32,
     },
     /// Two accesses to the same memory.
     Race {
+        /// The memory.
         memory: RaceMemory,
+        /// The two accesses, the earlier first.
         accesses: [RaceSide; 2],
     },
     /// An observed thread blocked on a lock it holds itself (`lock` as the report names what
     /// it waits on).
-    ObservedSelfDeadlock { thread: ThreadRef, lock: String },
+    ObservedSelfDeadlock {
+        /// The blocked thread.
+        thread: ThreadRef,
+        /// What it waits on.
+        lock: String,
+    },
     /// Observed threads waiting for each other.
-    ObservedDeadlock { threads: Vec<ThreadRef> },
+    ObservedDeadlock {
+        /// The threads of the cycle.
+        threads: Vec<ThreadRef>,
+    },
     /// Observed threads blocked in no cycle, and the calls they were blocked in.
     ObservedStall {
+        /// The blocked threads.
         threads: Vec<ThreadRef>,
+        /// The calls they were blocked in.
         calls: Vec<BlockingCall>,
     },
     /// A thread made a blocking call (`call`, a family of C functions) while holding `locks`;
     /// the longest such call took `longest_ns` (`None`: none was seen to return).
     BlockingUnderLock {
+        /// The thread.
         thread: ThreadRef,
+        /// The call's family.
         call: HazardCall,
+        /// The locks held, outermost first.
         locks: Vec<LockRef>,
+        /// The longest such call, when one returned.
         longest_ns: Option<u64>,
     },
     /// A signal handler takes `lock`; `holder`: a thread also holds it outside any handler
     /// with the signal unblocked (the handler can interrupt it there).
     SignalUnsafeLock {
+        /// The signal's name (`SIGUSR1`).
         signal: String,
+        /// The handler function.
         function: String,
+        /// The lock the handler takes.
         lock: LockRef,
+        /// A thread that holds it outside any handler with the signal unblocked.
         holder: Option<ThreadRef>,
     },
 }
@@ -88,9 +130,13 @@ pub enum Message {
 /// What a thread that holds a lock waits for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WaitFor {
+    /// A join of a thread.
     Join,
+    /// A barrier, by name.
     Barrier(String),
+    /// A condition variable, by name.
     Condition(String),
+    /// A semaphore, by name.
     Semaphore(String),
     /// A pipe, socketpair or eventfd read (`pipe #2 (fd 5)`).
     Handoff(String),
@@ -103,20 +149,24 @@ pub enum RaceMemory {
     Variable(String),
     /// An offset in a heap block, and where the block was allocated.
     HeapBlock {
+        /// Offset of the access in the block.
         offset: u64,
+        /// Size of the block.
         size: u64,
+        /// Where the block was allocated.
         allocated_at: String,
     },
+    /// Memory the trace does not name: its address.
     Address(u64),
 }
 
 /// One access of a race as the message names it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RaceSide {
-    pub kind: AccessKind,
-    pub thread: ThreadRef,
+    pub(crate) kind: AccessKind,
+    pub(crate) thread: ThreadRef,
     /// The site's location (`worker (bank.c:53)`).
-    pub at: String,
+    pub(crate) at: String,
 }
 
 impl fmt::Display for Message {
@@ -252,7 +302,7 @@ impl fmt::Display for Message {
 
 impl WaitFor {
     /// What the holder does, waiting for `other`: `joins thread 2 "worker"`.
-    pub fn text(&self, other: &ThreadRef) -> String {
+    pub(crate) fn text(&self, other: &ThreadRef) -> String {
         match self {
             WaitFor::Join => format!("joins {other}"),
             WaitFor::Barrier(name) => {

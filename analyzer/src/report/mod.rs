@@ -1,6 +1,6 @@
 //! What `foresight analyze` reports, as data: the findings and the summary. [`text`], [`json`]
 //! and [`sarif`] render it, `baseline.rs` keys it, `suppressions.rs` matches it. A finding is
-//! the fields every kind has plus a [`Detail`] per kind; each pass builds its own findings
+//! the fields every kind has plus a `Detail` per kind; each pass builds its own findings
 //! (with the helpers of `describe.rs`). These types are the JSON schema
 //! (`docs/report-schema.md`, written by `json.rs`): a change of a field is a change of
 //! `REPORT_VERSION`.
@@ -43,14 +43,18 @@ pub fn signal_name(signal: i32) -> String {
     format!("{name} (signal {signal})")
 }
 
-pub const REPORT_SCHEMA: &str = "foresight-report";
-pub const REPORT_VERSION: u32 = 1;
+pub(crate) const REPORT_SCHEMA: &str = "foresight-report";
+pub(crate) const REPORT_VERSION: u32 = 1;
 
+/// What `foresight analyze` found in one or more traces: the JSON report's document
+/// (`docs/report-schema.md`), before a renderer prints it.
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
-    pub schema: &'static str,
-    pub version: u32,
+    pub(crate) schema: &'static str,
+    pub(crate) version: u32,
+    /// One summary per trace analysed, in the order given.
     pub traces: Vec<TraceSummary>,
+    /// The counts over all traces.
     pub summary: Summary,
     /// The strongly connected components of the lock-order graph that have cycles: what each
     /// holds, and how many of its cycles the findings list.
@@ -60,19 +64,24 @@ pub struct Report {
     pub hints: Vec<String>,
     /// What `hints` were made of, to add up over the segments of a trace.
     #[serde(skip)]
-    pub hint_tally: crate::wrapper_hints::HintTally,
+    pub(crate) hint_tally: crate::wrapper_hints::HintTally,
+    /// The findings, in report order.
     pub findings: Vec<Finding>,
 }
 
+/// What one trace held.
 #[derive(Clone, Debug, Serialize)]
 pub struct TraceSummary {
+    /// The trace's path.
     pub path: String,
+    /// Events it recorded.
     pub events: u64,
-    pub threads: usize,
-    pub locks: usize,
+    pub(crate) threads: usize,
+    pub(crate) locks: usize,
+    /// Critical sections (outermost acquisitions) of its locks.
     pub critical_sections: usize,
     /// Memory accesses in the trace (a build with `foresight config` records them).
-    pub accesses: u64,
+    pub(crate) accesses: u64,
     /// Problems the reader found (a damaged or cut-short trace is analysed as far as it reads).
     pub warnings: Vec<String>,
     /// The trace is a flight recorder's window of its run (`record --keep-last`): what it
@@ -87,7 +96,7 @@ pub struct TraceSummary {
 #[derive(Clone, Debug, Serialize)]
 pub struct WindowSummary {
     /// The bound the window was kept within, bytes.
-    pub keep_last: u64,
+    pub(crate) keep_last: u64,
     /// Events recorded before the window and dropped.
     pub events_dropped: u64,
     /// Threads that lost events to it.
@@ -96,22 +105,28 @@ pub struct WindowSummary {
     pub earlier_edges: usize,
     /// The window is a snapshot taken on this signal while the process ran on (`record
     /// --dump-on`); `None`: written when the process ended.
-    pub snapshot_signal: Option<u32>,
+    pub(crate) snapshot_signal: Option<u32>,
 }
 
+/// The counts of a report: findings by verdict, what the searches covered, and where a budget
+/// cut them.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Summary {
     /// Findings of verdict `observed`: deadlocks and stalls the run was really in when its
     /// trace ended.
-    pub observed: usize,
+    pub(crate) observed: usize,
+    /// Findings of verdict `predicted`.
     pub predicted: usize,
+    /// Findings of verdict `potential`.
     pub potential: usize,
+    /// Lock classes of the merged lock-order graph.
     pub lock_classes: usize,
+    /// Edges of the merged lock-order graph.
     pub lock_order_edges: usize,
     /// Class-level elementary cycles found (those that can block: read-read breaks a cycle).
     pub class_cycles: usize,
     /// The longest cycle searched for (`--max-cycle-length`); `null`: any length.
-    pub max_cycle_length: Option<usize>,
+    pub(crate) max_cycle_length: Option<usize>,
     /// The cycle search budget ran out: longer or later cycles may be missing.
     pub cycle_search_truncated: bool,
     /// `max_cycle_length` stopped the search in a component with longer paths: longer cycles
@@ -120,39 +135,42 @@ pub struct Summary {
     /// Lock cycles counted in `components` but not listed in `findings` (a component lists a
     /// few of each verdict, shortest first; `--all` up to `options::ALL_CYCLES_LISTED`).
     pub unlisted_predicted: u64,
+    /// The same for potential lock cycles.
     pub unlisted_potential: u64,
     /// `--all` listed this many lock cycles of a verdict in some component and only counted
     /// the rest (`options::ALL_CYCLES_LISTED`); `null`: nothing was cut from the listing.
     pub listing_cap: Option<usize>,
     /// Instance-level candidate patterns checked with the sync-preserving closure.
-    pub candidates_checked: u64,
+    pub(crate) candidates_checked: u64,
     /// The candidate budget ran out: some cycles were reported as potential without every
     /// candidate being checked.
-    pub candidate_budget_exhausted: bool,
+    pub(crate) candidate_budget_exhausted: bool,
     /// `rank-violation` findings (verdict `violation`).
     pub rank_violations: usize,
     /// `blocking-under-lock` findings (verdict `hazard`).
-    pub hazards: usize,
+    pub(crate) hazards: usize,
     /// Findings removed by the suppressions file (not in `findings`).
-    pub suppressed: usize,
+    pub(crate) suppressed: usize,
     /// `race` findings (verdict `predicted`), and pairs of sites that only lock hand-offs
     /// order, which the sync-preserving closure was asked about.
-    pub races: usize,
+    pub(crate) races: usize,
+    /// Race candidates: pairs of lines that only lock hand-offs order, asked of the closure.
     pub race_candidates: usize,
     /// Race candidates checked with the closure, and whether the budget ran out first.
     pub race_candidates_checked: u64,
+    /// The race candidate budget ran out before every candidate was checked.
     pub race_budget_exhausted: bool,
     /// Pairs of sites with more candidate instances than were kept, none of those kept
     /// confirmed: a race only an unkept instance shows is missed.
-    pub race_pairs_capped: usize,
+    pub(crate) race_pairs_capped: usize,
     /// Pairs of lines the sync-reversal search was asked about (candidates no other rule
     /// reported), and those it left unchecked because its budget ran out.
-    pub reversal_candidates: usize,
-    pub reversal_unchecked: usize,
+    pub(crate) reversal_candidates: usize,
+    pub(crate) reversal_unchecked: usize,
     /// Segments the traces were analysed in (`--segment-events`; 0: each trace whole), and
     /// the events of a segment. Predictions reorder events within one segment.
     pub segments: usize,
-    pub segment_events: u64,
+    pub(crate) segment_events: u64,
 }
 
 /// A strongly connected component of the lock-order graph with cycles: every lock cycle lies
@@ -161,21 +179,25 @@ pub struct Summary {
 #[derive(Clone, Debug, Serialize)]
 pub struct ComponentSummary {
     /// 1, 2, … in the order of the graph's classes.
-    pub id: usize,
+    pub(crate) id: usize,
+    /// Lock classes in the component.
     pub classes: usize,
     /// The first classes of the component (at most 32).
-    pub class_names: Vec<String>,
+    pub(crate) class_names: Vec<String>,
     /// Edges between classes of the component.
     pub edges: usize,
     /// Cycles that can block, of up to `max_cycle_length` locks; `cycles_by_length[i]` have
     /// i + 1 locks. When `search_cut`, at least these.
-    pub cycles: u64,
+    pub(crate) cycles: u64,
+    /// Cycles by length: `cycles_by_length[i]` have i + 1 locks.
     pub cycles_by_length: Vec<u64>,
     /// Distinct predicted deadlocks, and cycles no predicted deadlock covers (potential).
     pub predicted: u64,
+    /// Cycles no predicted deadlock covers.
     pub potential: u64,
     /// How many of each are in `findings`.
     pub listed_predicted: usize,
+    /// How many potential cycles are in `findings`.
     pub listed_potential: usize,
     /// Prediction stopped in this component once enough deadlocks were predicted to list, or
     /// kept no more reasons: some potential cycles were not checked at instance level.
@@ -187,6 +209,7 @@ pub struct ComponentSummary {
     /// Pairs of classes taken in both orders, and the most seen of them (by the rarer of the
     /// two orders).
     pub inversions: usize,
+    /// The most seen of them, at most a few.
     pub top_inversions: Vec<Inversion>,
 }
 
@@ -194,7 +217,8 @@ pub struct ComponentSummary {
 /// `counts[1]` times the other way.
 #[derive(Clone, Debug, Serialize)]
 pub struct Inversion {
-    pub classes: [String; 2],
+    pub(crate) classes: [String; 2],
+    /// How often each order was seen.
     pub counts: [u64; 2],
 }
 
@@ -219,7 +243,9 @@ pub struct Inversion {
 pub enum Verdict {
     /// It happened: the threads were blocked so when the trace ended (`observed.rs`).
     Observed,
+    /// A reordering of a recorded run reaches it (the witness says which).
     Predicted,
+    /// An inconsistent order or a wait for which no reordering reaching the deadlock was found.
     Potential,
     /// A declared discipline was broken (a rank annotation): not a prediction, a rule.
     Violation,
@@ -230,7 +256,7 @@ pub enum Verdict {
 
 impl Verdict {
     /// The name the reports give it.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         self.into()
     }
 }
@@ -258,8 +284,10 @@ impl Report {
 /// A finding: the fields every kind has, and the details of its kind.
 #[derive(Clone, Debug)]
 pub struct Finding {
-    pub id: usize,
+    pub(crate) id: usize,
+    /// What kind of defect (`deadlock`, `race`, …).
     pub kind: Kind,
+    /// How sure it is.
     pub verdict: Verdict,
     /// The rule that produced the finding (see `docs/report-schema.md`).
     pub rule: Rule,
@@ -267,14 +295,15 @@ pub struct Finding {
     pub message: Message,
     /// Why it is predicted, or why it is only potential.
     pub reason: String,
+    /// The traces it was found in.
     pub traces: Vec<String>,
     /// The reordering that reaches it, where there is one.
     pub witness: Option<Witness>,
     /// Distinct instance-level occurrences folded into this finding.
-    pub occurrences: u64,
+    pub(crate) occurrences: u64,
     /// Every site involved (for JSON consumers, SARIF, the baseline key, suppressions).
     pub locations: Vec<FindingLocation>,
-    pub detail: Detail,
+    pub(crate) detail: Detail,
 }
 
 impl Finding {
@@ -343,7 +372,7 @@ impl Finding {
     }
 
     /// The blocking call of a `blocking-under-lock` finding (JSON's `blocking`).
-    pub fn blocking(&self) -> Option<&BlockingReport> {
+    pub(crate) fn blocking(&self) -> Option<&BlockingReport> {
         match &self.detail {
             Detail::Blocking(b) => Some(b),
             _ => None,
@@ -351,7 +380,7 @@ impl Finding {
     }
 
     /// The handler and the lock of a `signal-unsafe-lock` finding (JSON's `signal`).
-    pub fn signal(&self) -> Option<&SignalReport> {
+    pub(crate) fn signal(&self) -> Option<&SignalReport> {
         match &self.detail {
             Detail::Signal(r) => Some(r),
             _ => None,
@@ -371,7 +400,7 @@ impl Finding {
 /// renderers (`text.rs`, `json.rs`, `sarif.rs`) and the baseline key (`baseline.rs`) work from
 /// it.
 #[derive(Clone, Debug)]
-pub enum Detail {
+pub(crate) enum Detail {
     /// Locks taken in a cycle: `deadlock` (predicted in one trace) or `potential-deadlock`
     /// (class level). `cycle`: the classes in order (the last → first edge implied); `edges`:
     /// one per edge, in cycle order.
@@ -430,17 +459,30 @@ pub enum Detail {
 #[serde(rename_all = "kebab-case")]
 #[strum(serialize_all = "kebab-case")]
 pub enum Kind {
+    /// A predicted lock cycle.
     Deadlock,
+    /// A lock-order cycle with no predicted instance.
     PotentialDeadlock,
+    /// A thread holds a lock while joining a thread that needs it.
     JoinDeadlock,
+    /// A thread holds a lock at a barrier that another participant reaches only after taking it.
     BarrierDeadlock,
+    /// A thread holds a lock while waiting on a condition, a semaphore or a hand-off read whose
+    /// waker needs that lock first.
     WaitDeadlock,
+    /// A read-recursive rwlock acquisition while another thread write-locks it.
     RwlockDeadlock,
+    /// A lock acquired against the declared ranks.
     RankViolation,
+    /// A data race.
     Race,
+    /// Threads were blocked waiting for each other when the trace ended.
     ObservedDeadlock,
+    /// Threads were blocked, in no cycle, when the run was stopped.
     ObservedStall,
+    /// Locks held across a call that can block for as long as another thread decides.
     BlockingUnderLock,
+    /// A lock taken in a signal handler that can interrupt a holder of the same lock.
     SignalUnsafeLock,
 }
 
@@ -471,23 +513,42 @@ impl Kind {
 #[serde(rename_all = "kebab-case")]
 #[strum(serialize_all = "kebab-case")]
 pub enum Rule {
+    /// `deadlock`: a cycle of acquisitions whose sync-preserving closure avoids every request.
     LockCycle,
+    /// `potential-deadlock`: a class-level cycle with no predicted instance.
     LockOrder,
+    /// `potential-deadlock`: locks of one class nested, with no instance-level cycle.
     SameClassNesting,
+    /// `join-deadlock`.
     JoinWhileHolding,
+    /// `barrier-deadlock`.
     BarrierWhileHolding,
+    /// `wait-deadlock` on a condition variable.
     CondWaitWhileHolding,
+    /// `wait-deadlock` on a semaphore.
     SemWaitWhileHolding,
+    /// `wait-deadlock` in a read of a pipe, socketpair or eventfd.
     HandoffReadWhileHolding,
+    /// `rwlock-deadlock`.
     RwlockReadRecursion,
+    /// `rank-violation`.
     LockRank,
+    /// `race`: nothing orders the two accesses in the recorded run (C11 happens-before).
     HappensBefore,
+    /// `race`: the run ordered the accesses only through lock hand-offs, and a reordering that
+    /// keeps every critical section's order runs them back to back.
     SyncPreserving,
+    /// `race`: a reordering that runs later critical sections on a lock first enables both.
     SyncReversal,
+    /// `observed-deadlock`: a thread requesting a non-recursive lock it holds.
     BlockedSelfLock,
+    /// `observed-deadlock`: a cycle of lock requests, each held by the next thread.
     BlockedLockCycle,
+    /// `observed-deadlock`: a cycle with a join or a once in it.
     BlockedWaitCycle,
+    /// `observed-stall`.
     BlockedWait,
+    /// `blocking-under-lock`.
     BlockingWhileHolding,
     /// A lock class taken in a signal's handler and, elsewhere, with that signal unblocked.
     HandlerInterruptsHolder,
@@ -519,18 +580,31 @@ pub enum Role {
     Holds,
     /// Where a lock was requested while the other was held.
     Requests,
+    /// Where a thread was joined.
     Joins,
+    /// Where the joined thread exited.
     Exits,
+    /// Where a thread waited (condition, semaphore, hand-off read).
     Waits,
+    /// Where a thread arrived at a barrier.
     Arrives,
+    /// Where a condition was signalled.
     Signals,
+    /// Where a semaphore was posted.
     Posts,
+    /// Where a read lock was taken.
     ReadLocks,
+    /// Where the same thread took the read lock again.
     ReadLocksAgain,
+    /// Where a write lock was requested.
     WriteLocks,
+    /// Where memory was read.
     Reads,
+    /// Where memory was written (or a hand-off channel, by a wait's waker).
     Writes,
+    /// Where memory was read atomically.
     AtomicReads,
+    /// Where memory was written atomically.
     AtomicWrites,
     /// Where a block was freed (or reallocated) while another thread's access to it was
     /// unordered with the free.
@@ -567,11 +641,15 @@ impl Role {
 #[serde(rename_all = "lowercase")]
 #[strum(serialize_all = "lowercase")]
 pub enum AccessKind {
+    /// A plain read.
     Read,
+    /// A plain write.
     Write,
+    /// An atomic read (it races only with a plain access).
     #[serde(rename = "atomic read")]
     #[strum(serialize = "atomic read")]
     AtomicRead,
+    /// An atomic write (it races only with a plain access).
     #[serde(rename = "atomic write")]
     #[strum(serialize = "atomic write")]
     AtomicWrite,
@@ -597,7 +675,7 @@ pub enum AccessKind {
 )]
 #[serde(rename_all = "kebab-case")]
 #[strum(serialize_all = "kebab-case")]
-pub enum WaitCall {
+pub(crate) enum WaitCall {
     Join,
     Barrier,
     Condition,
@@ -626,9 +704,13 @@ pub enum WaitCall {
 #[serde(rename_all = "kebab-case")]
 #[strum(serialize_all = "kebab-case")]
 pub enum ThreadState {
+    /// Blocked in a call with no time limit.
     Blocked,
+    /// Blocked in a timed call (it would have returned by itself).
     BlockedWithTimeout,
+    /// Running (not blocked in a recorded call).
     Running,
+    /// Exited.
     Exited,
 }
 
@@ -651,18 +733,25 @@ pub enum ThreadState {
 #[serde(rename_all = "kebab-case")]
 #[strum(serialize_all = "kebab-case")]
 pub enum BlockingCall {
+    /// Requesting a lock (or a rwlock's write side).
     Lock,
+    /// Requesting a rwlock's read side.
     ReadLock,
+    /// Joining a thread.
     Join,
+    /// Waiting on a condition variable.
     Condition,
+    /// Waiting at a barrier.
     Barrier,
+    /// Waiting on a semaphore.
     Semaphore,
+    /// Waiting for a once initialiser another thread runs.
     Once,
 }
 
 impl BlockingCall {
     /// The name the reports give it (`read-lock`).
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         self.into()
     }
 }
@@ -684,7 +773,7 @@ impl BlockingCall {
 )]
 #[serde(rename_all = "lowercase")]
 #[strum(serialize_all = "lowercase")]
-pub enum LockMode {
+pub(crate) enum LockMode {
     Write,
     Read,
 }
@@ -693,7 +782,7 @@ pub enum LockMode {
 /// it. Not the analyzer's index of the thread in a run (which a segment numbers anew).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(transparent)]
-pub struct ThreadId(pub u32);
+pub(crate) struct ThreadId(pub u32);
 
 impl std::fmt::Display for ThreadId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -706,8 +795,8 @@ impl std::fmt::Display for ThreadId {
 /// Reports print it as `thread 2 "worker"`; findings compare threads by it, not by that text.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ThreadRef {
-    pub id: ThreadId,
-    pub name: Option<String>,
+    pub(crate) id: ThreadId,
+    pub(crate) name: Option<String>,
 }
 
 impl std::fmt::Display for ThreadRef {
@@ -729,13 +818,14 @@ impl Serialize for ThreadRef {
 /// A lock's object id in its trace (`foresight dump` shows it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(transparent)]
-pub struct LockId(pub u32);
+pub(crate) struct LockId(pub u32);
 
 /// A lock a finding refers to: its id and its name (its variable when static, else its kind
 /// and id). Reports print the name.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct LockRef {
-    pub id: LockId,
+    pub(crate) id: LockId,
+    /// Its name as reports print it.
     pub name: String,
 }
 
@@ -755,43 +845,48 @@ impl Serialize for LockRef {
 /// A source location involved in a finding.
 #[derive(Clone, Debug, Serialize)]
 pub struct FindingLocation {
+    /// The source file, when symbolised.
     pub file: Option<String>,
+    /// The source line, when symbolised.
     pub line: Option<u32>,
-    pub function: Option<String>,
-    pub thread: ThreadRef,
+    pub(crate) function: Option<String>,
+    pub(crate) thread: ThreadRef,
+    /// What the site did in the finding.
     pub role: Role,
-    pub trace: String,
+    pub(crate) trace: String,
     /// Where the site's function was called from, when known (`sites.rs`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub called_from: Option<CallerReport>,
+    pub(crate) called_from: Option<CallerReport>,
 }
 
+/// A site as reports show it: where, and the stack that led there.
 #[derive(Clone, Debug, Serialize)]
 pub struct SiteReport {
-    pub location: String,
-    pub file: Option<String>,
+    pub(crate) location: String,
+    pub(crate) file: Option<String>,
+    /// The source line, when symbolised.
     pub line: Option<u32>,
-    pub function: Option<String>,
+    pub(crate) function: Option<String>,
     /// The frames from the user's outward (`sites.rs`), innermost first.
-    pub stack: Vec<String>,
+    pub(crate) stack: Vec<String>,
     /// Every recorded frame and every call inlined in it, innermost first, the standard
     /// library's and the wrappers' included.
-    pub full_stack: Vec<String>,
+    pub(crate) full_stack: Vec<String>,
     /// Where the site's function was called from, when known (`sites.rs`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub called_from: Option<CallerReport>,
+    pub(crate) called_from: Option<CallerReport>,
 }
 
 /// The caller of a site's function: JSON's `called_from`.
 #[derive(Clone, Debug, Serialize)]
-pub struct CallerReport {
-    pub location: String,
-    pub file: Option<String>,
-    pub line: Option<u32>,
-    pub function: Option<String>,
+pub(crate) struct CallerReport {
+    pub(crate) location: String,
+    pub(crate) file: Option<String>,
+    pub(crate) line: Option<u32>,
+    pub(crate) function: Option<String>,
     /// Only the caller of the site's first occurrence is known (a trace recorded one frame
     /// per site): other occurrences may have come from elsewhere.
-    pub first_call_only: bool,
+    pub(crate) first_call_only: bool,
 }
 
 impl From<crate::sites::Caller> for CallerReport {
@@ -823,71 +918,75 @@ impl From<Location> for SiteReport {
 /// A lock held at some point, where it was acquired.
 #[derive(Clone, Debug, Serialize)]
 pub struct HeldLock {
+    /// The lock.
     pub lock: LockRef,
-    pub class: String,
-    pub mode: LockMode,
-    pub site: SiteReport,
+    pub(crate) class: String,
+    pub(crate) mode: LockMode,
+    pub(crate) site: SiteReport,
 }
 
 /// One edge of a cycle: `thread` held `held` and requested `lock`.
 #[derive(Clone, Debug, Serialize)]
 pub struct EdgeReport {
-    pub from_class: String,
-    pub to_class: String,
-    pub trace: String,
-    pub thread: ThreadRef,
-    pub held: HeldLock,
-    pub lock: LockRef,
-    pub mode: LockMode,
-    pub site: SiteReport,
+    pub(crate) from_class: String,
+    pub(crate) to_class: String,
+    pub(crate) trace: String,
+    pub(crate) thread: ThreadRef,
+    pub(crate) held: HeldLock,
+    pub(crate) lock: LockRef,
+    pub(crate) mode: LockMode,
+    pub(crate) site: SiteReport,
     /// Every lock held at the request (the held set).
-    pub held_set: Vec<HeldLock>,
+    pub(crate) held_set: Vec<HeldLock>,
     /// Event positions in the thread: the held lock's acquire and the request.
-    pub held_position: u32,
-    pub request_position: u32,
+    pub(crate) held_position: u32,
+    pub(crate) request_position: u32,
     /// How many times the class edge was seen in all traces.
-    pub edge_count: u64,
+    pub(crate) edge_count: u64,
     /// The edge was seen only before a flight recorder's window (its summary, FORMAT.md
     /// §7.15): no event positions, the held set is the held lock alone.
-    pub earlier: bool,
+    pub(crate) earlier: bool,
 }
 
 /// A wait that holds locks hostage.
 #[derive(Clone, Debug, Serialize)]
 pub struct WaitReport {
-    pub wait: WaitCall,
-    pub trace: String,
-    pub thread: ThreadRef,
-    pub object: String,
-    pub site: SiteReport,
-    pub position: u32,
+    pub(crate) wait: WaitCall,
+    pub(crate) trace: String,
+    pub(crate) thread: ThreadRef,
+    pub(crate) object: String,
+    pub(crate) site: SiteReport,
+    pub(crate) position: u32,
+    /// The locks the waiting thread holds.
     pub held: Vec<HeldLock>,
     /// The thread the wait depends on, its acquisition of the held lock, and what it would do
     /// after (exit, arrive, signal, post).
-    pub other_thread: ThreadRef,
-    pub other_lock: LockRef,
-    pub other_site: SiteReport,
-    pub other_position: u32,
-    pub other_then: Option<SiteReport>,
+    pub(crate) other_thread: ThreadRef,
+    pub(crate) other_lock: LockRef,
+    pub(crate) other_site: SiteReport,
+    pub(crate) other_position: u32,
+    pub(crate) other_then: Option<SiteReport>,
 }
 
 /// The reordered schedule prefix that reaches the deadlock.
 #[derive(Clone, Debug, Serialize)]
 pub struct Witness {
-    pub trace: String,
+    pub(crate) trace: String,
+    /// Each thread's part of the reordering.
     pub threads: Vec<WitnessThread>,
     /// Lock operations of the prefix, in the order the witness runs them (the last ones).
     pub schedule: Vec<String>,
-    pub schedule_truncated: bool,
+    pub(crate) schedule_truncated: bool,
 }
 
+/// One thread of a witness.
 #[derive(Clone, Debug, Serialize)]
 pub struct WitnessThread {
-    pub thread: ThreadRef,
+    pub(crate) thread: ThreadRef,
     /// The thread runs its first `prefix_events` events…
-    pub prefix_events: u32,
+    pub(crate) prefix_events: u32,
     /// …holding these locks at the end…
-    pub holds: Vec<String>,
+    pub(crate) holds: Vec<String>,
     /// …and then blocks here (empty for threads that just run their prefix).
     pub blocks: Option<String>,
 }
@@ -896,58 +995,63 @@ pub struct WitnessThread {
 #[derive(Clone, Debug, Serialize)]
 pub struct RaceReport {
     /// Where the earlier access starts.
-    pub address: String,
+    pub(crate) address: String,
     /// The static variable and element (`counters[3]`), when the trace's symbols name it.
     pub variable: Option<VariableReport>,
     /// The heap block the memory belongs to, when it is heap memory.
     pub block: Option<BlockReport>,
+    /// The two accesses, the earlier in the trace first.
     pub accesses: [AccessReport; 2],
 }
 
 /// A heap block, from the recorder's allocation events.
 #[derive(Clone, Debug, Serialize)]
 pub struct BlockReport {
+    /// Size of the block in bytes.
     pub size: u64,
     /// Offset of the earlier access in the block.
     pub offset: u64,
+    /// Where it was allocated.
     pub allocated_at: SiteReport,
-    pub thread: ThreadRef,
+    pub(crate) thread: ThreadRef,
 }
 
 /// One access of a race.
 #[derive(Clone, Debug, Serialize)]
 pub struct AccessReport {
+    /// What the access did.
     pub kind: AccessKind,
+    /// Bytes accessed.
     pub size: u32,
-    pub address: String,
-    pub thread: ThreadRef,
+    pub(crate) address: String,
+    pub(crate) thread: ThreadRef,
     /// Position of the access in its thread (`foresight dump --thread`).
-    pub position: u32,
-    pub site: SiteReport,
+    pub(crate) position: u32,
+    pub(crate) site: SiteReport,
     /// The locks the thread held (`name (read)` for the read side of an rwlock).
     pub locks_held: Vec<String>,
 }
 
 /// A lock held across a blocking call: JSON's `blocking`.
 #[derive(Clone, Debug, Serialize)]
-pub struct BlockingReport {
+pub(crate) struct BlockingReport {
     /// The call's family (`read`, `recv`, `sleep`, …).
-    pub call: HazardCall,
-    pub thread: ThreadRef,
+    pub(crate) call: HazardCall,
+    pub(crate) thread: ThreadRef,
     /// Where the call was made.
-    pub site: SiteReport,
+    pub(crate) site: SiteReport,
     /// The locks held across it, outermost first.
-    pub held: Vec<HeldLock>,
+    pub(crate) held: Vec<HeldLock>,
     /// Their classes, outermost first (JSON's `cycle`, the baseline key's and the
     /// suppressions' classes).
-    pub lock_classes: Vec<String>,
+    pub(crate) lock_classes: Vec<String>,
     /// The longest such call seen, in nanoseconds; null when none was seen to return.
-    pub longest_ns: Option<u64>,
+    pub(crate) longest_ns: Option<u64>,
     /// The longest wait such a call asked for (a sleep's duration, a poll's timeout), in
     /// nanoseconds; null when one had no limit, or took none.
-    pub timeout_ns: Option<u64>,
+    pub(crate) timeout_ns: Option<u64>,
     /// How many such calls the traces hold.
-    pub calls: u64,
+    pub(crate) calls: u64,
 }
 
 /// The family of a blocking call made under a lock: JSON's `blocking.call`, the suppressions'
@@ -971,21 +1075,34 @@ pub struct BlockingReport {
 #[serde(rename_all = "snake_case")]
 #[strum(serialize_all = "snake_case")]
 pub enum HazardCall {
+    /// `read`, `readv` on a pipe, FIFO or socket.
     Read,
+    /// `write`, `writev` on a pipe, FIFO or socket.
     Write,
+    /// `recv`, `recvfrom`, `recvmsg`.
     Recv,
+    /// `send`, `sendmsg`.
     Send,
+    /// `accept`, `accept4`.
     Accept,
+    /// `connect`.
     Connect,
+    /// `poll`, `ppoll`.
     Poll,
+    /// `select`.
     Select,
+    /// `epoll_wait`, `epoll_pwait`.
     EpollWait,
+    /// A sleep (`sleep`, `usleep`, `nanosleep`, `clock_nanosleep`).
     Sleep,
+    /// A wait for a child (`wait`, `waitpid`, `wait4`, `waitid`).
     Waitpid,
+    /// `fsync`, `fdatasync`.
     Fsync,
 }
 
 impl HazardCall {
+    /// The name the reports give it (`epoll_wait`).
     pub fn name(self) -> &'static str {
         self.into()
     }
@@ -1013,33 +1130,33 @@ impl From<foresight_trace::event::BlockingCall> for HazardCall {
 
 /// A lock a signal handler takes: JSON's `signal`.
 #[derive(Clone, Debug, Serialize)]
-pub struct SignalReport {
+pub(crate) struct SignalReport {
     /// The signal's number and name (`SIGUSR1`, `SIGRTMIN+2`).
-    pub signal: u8,
-    pub signal_name: String,
+    pub(crate) signal: u8,
+    pub(crate) signal_name: String,
     /// What the handler called (`pthread_mutex_lock`, …).
-    pub function: String,
-    pub lock: LockRef,
+    pub(crate) function: String,
+    pub(crate) lock: LockRef,
     /// The lock's class (the suppressions' and the baseline key's).
-    pub lock_classes: Vec<String>,
+    pub(crate) lock_classes: Vec<String>,
     /// Where the handler took it.
-    pub handler: SignalSite,
+    pub(crate) handler: SignalSite,
     /// Where the lock was held outside any handler with the signal unblocked
     /// (`handler-interrupts-holder`); null for `lock-in-handler`.
-    pub holder: Option<SignalSite>,
+    pub(crate) holder: Option<SignalSite>,
 }
 
 /// A site of a `signal-unsafe-lock` finding and the thread seen there.
 #[derive(Clone, Debug, Serialize)]
-pub struct SignalSite {
-    pub thread: ThreadRef,
-    pub mode: LockMode,
-    pub site: SiteReport,
+pub(crate) struct SignalSite {
+    pub(crate) thread: ThreadRef,
+    pub(crate) mode: LockMode,
+    pub(crate) site: SiteReport,
 }
 
 /// A signal's name as `kill -l` gives it (`SIGUSR1`; real-time ones from glibc's `SIGRTMIN`,
 /// 34: `SIGRTMIN+2`).
-pub fn signal_short_name(signal: u8) -> String {
+pub(crate) fn signal_short_name(signal: u8) -> String {
     const NAMES: [&str; 32] = [
         "",
         "SIGHUP",
@@ -1085,15 +1202,15 @@ pub fn signal_short_name(signal: u8) -> String {
 /// What the run was really doing when its trace ended: threads blocked for good.
 #[derive(Clone, Debug, Serialize)]
 pub struct ObservedReport {
-    pub trace: String,
+    pub(crate) trace: String,
     /// How the trace ended: the process's end, or why recording stopped.
-    pub ended: String,
+    pub(crate) ended: String,
     /// The threads of the cycle in wait-for order: each waits for the next, the last for the
     /// first (one thread: it waits for itself). Empty for a stall.
     pub cycle: Vec<ThreadRef>,
     /// The lock classes the cycle's threads request, in the cycle's order (JSON's `cycle`,
     /// the baseline key's classes); empty when the cycle has no lock request, and for stalls.
-    pub lock_classes: Vec<String>,
+    pub(crate) lock_classes: Vec<String>,
     /// Every thread involved: the cycle's first, then those blocked behind them, then the
     /// holders that were not blocked (running, exited, in a timed wait).
     pub threads: Vec<BlockedThread>,
@@ -1102,16 +1219,17 @@ pub struct ObservedReport {
 /// One thread of an observed deadlock or stall.
 #[derive(Clone, Debug, Serialize)]
 pub struct BlockedThread {
-    pub thread: ThreadRef,
+    pub(crate) thread: ThreadRef,
+    /// How the thread was when the trace ended.
     pub state: ThreadState,
     /// The call it was blocked in: `lock`, `read-lock`, `join`, `condition`, `barrier`,
     /// `semaphore`, `once`; null when not blocked in a recorded call.
     pub waits: Option<BlockingCall>,
     /// What that call waits on (a lock, a thread, a condition…).
-    pub object: Option<String>,
-    pub site: Option<SiteReport>,
+    pub(crate) object: Option<String>,
+    pub(crate) site: Option<SiteReport>,
     /// Position of the call in the thread (`foresight dump --thread`).
-    pub position: Option<u32>,
+    pub(crate) position: Option<u32>,
     /// Every lock it held.
     pub held: Vec<HeldLock>,
     /// The threads it waits for, where the trace says (the holders of the lock, the joined
@@ -1124,7 +1242,8 @@ pub struct BlockedThread {
 pub struct VariableReport {
     /// With the path to the element accessed: `counters[3]`, `cfg.limits.max`.
     pub name: String,
-    pub file: Option<String>,
+    pub(crate) file: Option<String>,
+    /// The line of its declaration, when known.
     pub line: Option<u32>,
 }
 

@@ -56,7 +56,7 @@ pub fn write(
 }
 
 /// The report as SARIF; `source_root` (absolute) is where relative file URIs start.
-pub fn to_value(
+pub(crate) fn to_value(
     report: &Report,
     baseline_state: Option<&dyn Fn(&Finding) -> &'static str>,
     source_root: Option<&Path>,

@@ -18,10 +18,12 @@ pub struct Style {
     pub full_stacks: bool,
 }
 
+/// Writes `report` for a terminal, with the default [`Style`].
 pub fn write(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
     write_with(out, report, Style::default())
 }
 
+/// Writes `report` for a terminal, showing stacks as `style` says.
 pub fn write_with(out: &mut impl Write, report: &Report, style: Style) -> std::io::Result<()> {
     // Names come from traces and packs: no control character of theirs reaches the terminal.
     let mut escaped = crate::escape::Escaping::new(out);
