@@ -2,14 +2,15 @@
 # Records a real, distribution-packaged multithreaded program and reports what recording costs.
 #
 # Installs the package if it is missing (apt-get; says so clearly when it cannot), generates the
-# input, runs the program plainly and under `foresight record` RUNS times each, and prints the
-# median wall time of both, the overhead ratio, the trace size, trace bytes per second of
-# recorded run time, and the threads/locks/sites part of `foresight stats`.
+# input, runs the program plainly and under `foresight record` RUNS times each, taking turns,
+# and prints the median wall and CPU time of both, the overhead ratios, the trace size, trace
+# bytes per second of recorded run time, and the threads/locks/sites part of `foresight stats`.
 #
 # Usage: scripts/real-program.sh [PROGRAM] [RUNS]
+#        scripts/real-program.sh -- COMMAND [ARGS...]   (any command; RUNS from the environment)
 #   PROGRAM: pigz (default; `pigz -p 2` on 64 MiB), pbzip2 (`pbzip2 -p2` on 16 MiB),
 #            sysbench-threads, sysbench-mutex (2 threads each)
-#   RUNS:    runs of each configuration (default 5); the median is reported
+#   RUNS:    runs of each configuration (default 5); the medians are reported
 # Environment: CARGO_TARGET_DIR (default <workspace>/target), FORESIGHT (a `foresight` binary
 # to use instead of building one; libforesight_rt.so must be next to it).
 #
@@ -22,10 +23,21 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/.." && pwd)"
 program="${1:-pigz}"
-runs="${2:-5}"
+if [[ "$program" == "--" ]]; then
+  shift
+  if [[ $# -eq 0 ]]; then
+    echo "usage: $0 -- COMMAND [ARGS...]" >&2
+    exit 2
+  fi
+  cmd=("$@")
+  runs="${RUNS:-5}"
+else
+  runs="${2:-5}"
+fi
 target="${CARGO_TARGET_DIR:-$root/target}"
 
 case "$program" in
+--) package="" ;;
 pigz) package=pigz ;;
 pbzip2) package=pbzip2 ;;
 sysbench-threads | sysbench-mutex) package=sysbench ;;
@@ -35,7 +47,7 @@ sysbench-threads | sysbench-mutex) package=sysbench ;;
   ;;
 esac
 
-if ! command -v "$package" >/dev/null 2>&1; then
+if [[ -n "$package" ]] && ! command -v "$package" >/dev/null 2>&1; then
   echo "$package is not installed; installing it with apt-get" >&2
   sudo=""
   if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
@@ -47,7 +59,9 @@ if ! command -v "$package" >/dev/null 2>&1; then
     exit 1
   fi
 fi
-bin="$(command -v "$package")"
+if [[ -n "$package" ]]; then
+  bin="$(command -v "$package")"
+fi
 
 if [[ -n "${FORESIGHT:-}" ]]; then
   foresight="$FORESIGHT"
@@ -81,40 +95,75 @@ sysbench-threads) cmd=("$bin" threads --threads=2 --events=2000 --time=0 run) ;;
 sysbench-mutex) cmd=("$bin" mutex --threads=2 --mutex-locks=20000 run) ;;
 esac
 
-# Wall-clock seconds of one run of "$@" (stdout discarded), measured by /usr/bin/time when it
-# is there (what anyone can reproduce), else by the shell's clock.
-wall() {
-  if [[ -x /usr/bin/time ]]; then
-    /usr/bin/time -f %e -o "$work/time" "$@" >/dev/null 2>"$work/stderr" || {
+# One run of "$@" (stdout discarded): "wall cpu" in seconds, cpu being user + system time of
+# the run and its children. perf stat's task-clock when perf can count (milliseconds of
+# resolution: the runs of a short program are tens of them), else /usr/bin/time (10 ms), else
+# the shell's clock and no CPU time ("-").
+if perf stat -e task-clock true >/dev/null 2>&1; then
+  timer=perf
+elif [[ -x /usr/bin/time ]]; then
+  timer=time
+else
+  timer=clock
+fi
+measure() {
+  local s e
+  case "$timer" in
+  perf)
+    # Its "time elapsed" runs from the command's start to its end, perf's own start excluded.
+    LC_ALL=C perf stat -e task-clock -o "$work/time" "$@" >/dev/null 2>"$work/stderr" || {
       cat "$work/stderr" >&2
       return 1
     }
-    cat "$work/time"
-  else
-    local s e
+    awk '$2 == "msec" && $3 == "task-clock" { gsub(",", "", $1); c = $1 / 1000 }
+      $2 == "seconds" && $3 == "time" && $4 == "elapsed" { w = $1 }
+      END { printf "%.4f %.4f\n", w, c }' "$work/time"
+    ;;
+  time)
+    /usr/bin/time -f "%e %U %S" -o "$work/time" "$@" >/dev/null 2>"$work/stderr" || {
+      cat "$work/stderr" >&2
+      return 1
+    }
+    awk '{ printf "%s %.2f\n", $1, $2 + $3 }' "$work/time"
+    ;;
+  clock)
     s=$(date +%s.%N)
     "$@" >/dev/null 2>"$work/stderr" || {
       cat "$work/stderr" >&2
       return 1
     }
     e=$(date +%s.%N)
-    echo "$e - $s" | bc -l
-  fi
+    echo "$(echo "$e - $s" | bc -l) -"
+    ;;
+  esac
 }
 
 median() { sort -g | awk '{ v[NR] = $1 } END { m = int((NR + 1) / 2); print (NR % 2) ? v[m] : (v[m] + v[m + 1]) / 2 }'; }
 
 echo "program   ${cmd[*]}"
-echo "runs      $runs of each"
-plain=$(for _ in $(seq "$runs"); do wall "${cmd[@]}"; done | median)
+echo "runs      $runs of each, taking turns (plain, recorded, plain, ...); load $(cut -d' ' -f1-3 /proc/loadavg)"
 trace="$work/run.trace"
-recorded=$(for _ in $(seq "$runs"); do wall "$foresight" record -o "$trace" -- "${cmd[@]}"; done | median)
+: >"$work/plain"
+: >"$work/recorded"
+# Taking turns: a drift of the machine's speed (other work starting or ending) affects both
+# configurations alike.
+for _ in $(seq "$runs"); do
+  measure "${cmd[@]}" >>"$work/plain"
+  rm -f "$trace"
+  measure "$foresight" record -o "$trace" -- "${cmd[@]}" >>"$work/recorded"
+done
+plain=$(cut -d' ' -f1 "$work/plain" | median)
+recorded=$(cut -d' ' -f1 "$work/recorded" | median)
+plain_cpu=$(cut -d' ' -f2 "$work/plain" | median)
+recorded_cpu=$(cut -d' ' -f2 "$work/recorded" | median)
 size=$(stat -c %s "$trace")
 
-awk -v p="$plain" -v r="$recorded" -v s="$size" 'BEGIN {
-  printf "plain     %.3f s (median)\n", p
-  printf "recorded  %.3f s (median, including symbolisation)\n", r
-  printf "overhead  %.2fx\n", (p > 0 ? r / p : 0)
+awk -v p="$plain" -v r="$recorded" -v pc="$plain_cpu" -v rc="$recorded_cpu" -v s="$size" -v timer="$timer" 'BEGIN {
+  printf "plain     %.3f s wall, %s s CPU (medians)\n", p, pc
+  printf "recorded  %.3f s wall, %s s CPU (medians; `foresight record` end to end, symbolisation included)\n", r, rc
+  printf "overhead  %.2fx wall", (p > 0 ? r / p : 0)
+  if (pc > 0) printf ", %.2fx CPU", rc / pc
+  printf " (CPU time from %s)\n", timer
   printf "trace     %d bytes (%.1f MiB)\n", s, s / 1048576
   printf "rate      %.1f MiB of trace per second of recorded run time\n", (r > 0 ? s / r / 1048576 : 0)
 }'

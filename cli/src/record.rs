@@ -260,11 +260,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut written = Vec::new();
     let mut silent = 0usize;
     // A process that executed a program the runtime could not enter (static, set-user-ID)
-    // has no later trace of its pid: its trace, however silent, is what says so.
-    let pids: Vec<u32> = traces
-        .iter()
-        .filter_map(|(_, p)| TraceFile::open(p).ok().map(|f| f.header().pid))
-        .collect();
+    // has no later trace of its pid: its trace, however silent, is what says so. Only a
+    // child's trace asks (the root's is kept whatever it holds): a run of one process opens
+    // its trace once fewer.
+    let pids: Vec<u32> = if traces.len() > 1 {
+        traces
+            .iter()
+            .filter_map(|(_, p)| TraceFile::open(p).ok().map(|f| f.header().pid))
+            .collect()
+    } else {
+        Vec::new()
+    };
     let continued = |pid: u32| pids.iter().filter(|&&p| p == pid).count() > 1;
     for (suffix, path) in &traces {
         let mut name = shown.clone().into_os_string();
@@ -288,6 +294,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         report_snapshots(&output, &shown, &args);
     }
     Ok(ExitCode::from(code))
+}
+
+/// How `record` symbolises the traces of its run: without waiting for the disk (`fsync`). The
+/// runtime writes a trace as any program writes a file, and the kernel writes it back in its
+/// time; a sync after the tables were appended, alone among the trace's writes, made every
+/// `record` wait for the trace's pages to reach the disk (milliseconds, and hundreds of them
+/// on a busy disk) for no guarantee the events had.
+fn record_symbolize_options() -> SymbolizeOptions {
+    SymbolizeOptions {
+        sync: false,
+        ..SymbolizeOptions::default()
+    }
 }
 
 /// What became of one trace of the run.
@@ -382,7 +400,7 @@ fn prepare_trace(
     if running {
         warn(&"its process is still running; not symbolised (run `foresight record` again once it ended, or symbolise later)");
     } else if !args.no_symbolize {
-        match symbolize_in_place(path, &SymbolizeOptions::default()) {
+        match symbolize_in_place(path, &record_symbolize_options()) {
             Ok(s) => {
                 for w in s.warnings() {
                     warn(&w);
@@ -506,7 +524,7 @@ fn report_snapshots(output: &Path, shown: &Path, args: &Args) {
             .unwrap_or_default();
         let shown = shown.with_file_name(name);
         if !args.no_symbolize {
-            if let Err(e) = symbolize_in_place(&path, &SymbolizeOptions::default()) {
+            if let Err(e) = symbolize_in_place(&path, &record_symbolize_options()) {
                 say!(
                     "foresight: warning: {}: not symbolised: {e}",
                     shown.display()

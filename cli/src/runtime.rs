@@ -5,7 +5,12 @@
 //! use the runtime is written into the private cache (`cache.rs`) as
 //! `<cache>/runtime-<hash>/libforesight_rt.so`: under a temporary name, then renamed into place
 //! (a concurrent `record` never sees half a file, and a program that has the old copy mapped
-//! keeps it). A copy already there is used only if its bytes are the embedded ones.
+//! keeps it). A copy already there is used only if its bytes are the embedded ones: compared
+//! byte for byte once, after which a stamp beside it (`libforesight_rt.so.checked`: its
+//! device, inode, size, modification and change times then) stands for the comparison for as
+//! long as the file's are the same, so that `record` does not read the whole runtime on every
+//! run. No write, rename or `chmod` leaves a file's change time as it was, and `utimes` cannot
+//! set it.
 //!
 //! Lookup order, first found wins:
 //! 1. `FORESIGHT_RUNTIME=/path/to/libforesight_rt.so`: the user's explicit choice.
@@ -93,14 +98,15 @@ pub fn put_in_place(root: &Path, bytes: &[u8], hash: &str) -> anyhow::Result<Pat
         );
     }
     create_private_dir(&dir).map_err(|e| anyhow!("{e:#}; {way_out}"))?;
-    if let Err(why) = cached_copy_is(&path, bytes) {
+    let stamp = dir.join(STAMP_NAME);
+    if let Err(why) = cached_copy_is(&path, bytes, &stamp) {
         if let Some(why) = why {
             say!(
                 "foresight: {}: {why}; writing the runtime there anew",
                 path.display()
             );
         }
-        write_atomically(&dir, &path, bytes).map_err(|e| {
+        write_atomically(&dir, &path, bytes, 0o700).map_err(|e| {
             anyhow!(
                 "cannot put the foresight runtime in place at {}: {e}; {way_out}",
                 path.display()
@@ -118,9 +124,78 @@ pub fn put_in_place(root: &Path, bytes: &[u8], hash: &str) -> anyhow::Result<Pat
     Ok(path)
 }
 
+/// The stamp of a cached runtime whose bytes were found to be the embedded ones.
+const STAMP_NAME: &str = "libforesight_rt.so.checked";
+
+/// How old a file's change time must be before its stamp is written: the kernel stamps files
+/// with a clock that advances in ticks of some milliseconds, so a change made in the same tick
+/// as the one the stamp notes would leave the change time as noted (as git treats an index
+/// entry as racily clean).
+const STAMP_SETTLED: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// What identifies one state of a file's contents: device, inode, size, modification and
+/// change times (seconds and nanoseconds), as the stamp writes them.
+fn file_state(meta: &std::fs::Metadata) -> String {
+    use std::os::unix::fs::MetadataExt;
+    format!(
+        "foresight-runtime-checked 1 {} {} {} {}.{:09} {}.{:09}\n",
+        meta.dev(),
+        meta.ino(),
+        meta.len(),
+        meta.mtime(),
+        meta.mtime_nsec(),
+        meta.ctime(),
+        meta.ctime_nsec()
+    )
+}
+
+/// Whether the stamp at `stamp` notes `meta`'s state (a missing, unreadable or foreign stamp
+/// notes nothing: the bytes are then compared).
+fn stamp_notes(stamp: &Path, meta: &std::fs::Metadata) -> bool {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let Ok(file) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(stamp)
+    else {
+        return false;
+    };
+    let private_file = file
+        .metadata()
+        .is_ok_and(|m| m.is_file() && super::safe_fs::not_private(&m).is_none());
+    let mut noted = String::new();
+    private_file && file.take(256).read_to_string(&mut noted).is_ok() && noted == file_state(meta)
+}
+
+/// Notes `meta`'s state in the stamp, once its change time is `settle` old (`STAMP_SETTLED`);
+/// a stamp that cannot be written only means the bytes are compared again next time.
+fn write_stamp(dir: &Path, stamp: &Path, meta: &std::fs::Metadata, settle: std::time::Duration) {
+    let settled = std::time::SystemTime::UNIX_EPOCH
+        .checked_add(change_time(meta))
+        .and_then(|changed| changed.elapsed().ok())
+        .is_some_and(|age| age >= settle);
+    if settled {
+        let _ = write_atomically(dir, stamp, file_state(meta).as_bytes(), 0o600);
+    }
+}
+
+/// The file's change time, since the epoch (zero if before it).
+fn change_time(meta: &std::fs::Metadata) -> std::time::Duration {
+    use std::os::unix::fs::MetadataExt;
+    match (
+        u64::try_from(meta.ctime()),
+        u32::try_from(meta.ctime_nsec()),
+    ) {
+        (Ok(s), Ok(ns)) => std::time::Duration::new(s, ns),
+        _ => std::time::Duration::ZERO,
+    }
+}
+
 /// `Ok` when `path` is a regular file of the user's, writable by no one else, holding
-/// `bytes`; else why not (`None`: there is no file, or an older runtime: nothing to say).
-fn cached_copy_is(path: &Path, bytes: &[u8]) -> Result<(), Option<String>> {
+/// `bytes` (compared, or noted so by `stamp` for the file as it is now); else why not
+/// (`None`: there is no file, or an older runtime: nothing to say).
+fn cached_copy_is(path: &Path, bytes: &[u8], stamp: &Path) -> Result<(), Option<String>> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     let file = match std::fs::OpenOptions::new()
@@ -150,6 +225,9 @@ fn cached_copy_is(path: &Path, bytes: &[u8]) -> Result<(), Option<String>> {
     if meta.len() != bytes.len() as u64 {
         return Err(None);
     }
+    if stamp_notes(stamp, &meta) {
+        return Ok(());
+    }
     let mut held = Vec::with_capacity(bytes.len());
     file.take(bytes.len() as u64 + 1)
         .read_to_end(&mut held)
@@ -157,18 +235,28 @@ fn cached_copy_is(path: &Path, bytes: &[u8]) -> Result<(), Option<String>> {
     if held != bytes {
         return Err(None);
     }
+    if let Some(dir) = path.parent() {
+        write_stamp(dir, stamp, &meta, STAMP_SETTLED);
+    }
     Ok(())
 }
 
-fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// Writes `bytes` as `path` (in `dir`) with permissions `mode`: a new file written beside
+/// it, then renamed over it.
+fn write_atomically(dir: &Path, path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = dir.join(format!(".{RUNTIME_NAME}.{}.{n}.tmp", std::process::id()));
+    let name = path.file_name().unwrap_or(RUNTIME_NAME.as_ref());
+    let tmp = dir.join(format!(
+        ".{}.{}.{n}.tmp",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
     let written = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
-        .mode(0o700)
+        .mode(mode)
         .open(&tmp)
         .and_then(|mut f| {
             f.write_all(bytes)?;
@@ -432,8 +520,8 @@ pub fn check_target(program: &OsStr) -> anyhow::Result<()> {
 /// `-static-libtsan`). The stub `foresight config` links defines `__tsan_init` too, but hidden:
 /// in the program it is a local symbol, and the program refers to foresight's runtime table.
 pub fn sanitizer_in(path: &Path) -> Option<SanitizerFound> {
-    use object::read::elf::{Dyn, ElfFile64};
-    use object::{Endianness, Object, ObjectSymbol};
+    use object::read::elf::{Dyn, ElfFile64, SectionHeader, Sym};
+    use object::Endianness;
     let file = std::fs::File::open(path).ok()?;
     let data = object::ReadCache::new(file);
     let elf = ElfFile64::<Endianness, _>::parse(&data).ok()?;
@@ -458,15 +546,32 @@ pub fn sanitizer_in(path: &Path) -> Option<SanitizerFound> {
             }
         }
     }
-    let foresight_stub = elf
-        .symbols()
-        .chain(elf.dynamic_symbols())
-        .any(|s| s.name() == Ok("__foresight_tsan_runtime_v1"));
-    for symbol in elf.dynamic_symbols().chain(elf.symbols()) {
-        if !symbol.is_definition() || !symbol.is_global() {
+    // (name, a global definition), the dynamic table first. Each table's names are read at
+    // once: read one at a time through the cache, they cost two system calls each, thousands
+    // for a program that keeps its symbol table (4 ms of SQLite's `record`).
+    let mut symbols: Vec<(&[u8], bool)> = Vec::new();
+    for table in [elf.elf_dynamic_symbol_table(), elf.elf_symbol_table()] {
+        let Ok(names) = sections
+            .section(table.string_section())
+            .and_then(|s| s.data(endian, &data))
+        else {
+            continue;
+        };
+        let strings = object::read::StringTable::new(names, 0, names.len() as u64);
+        for sym in table.symbols() {
+            if let Ok(name) = sym.name(endian, strings) {
+                symbols.push((name, sym.is_definition(endian) && !sym.is_local()));
+            }
+        }
+    }
+    let foresight_stub = symbols
+        .iter()
+        .any(|&(name, _)| name == b"__foresight_tsan_runtime_v1");
+    for &(name, global_definition) in &symbols {
+        if !global_definition {
             continue;
         }
-        let Ok(name) = symbol.name() else {
+        let Ok(name) = std::str::from_utf8(name) else {
             continue;
         };
         let found = Sanitizer::ALL.iter().find(|e| e.4 == name);
@@ -665,6 +770,41 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, vec![OsString::from(RUNTIME_NAME)]);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_stamp_stands_for_the_comparison_only_while_the_copy_is_unchanged() {
+        let root = temp("stamp");
+        let p = put_in_place(&root, b"runtime bytes", "00cd").unwrap();
+        let dir = p.parent().unwrap();
+        let stamp = dir.join(STAMP_NAME);
+        // Just written: its change time is too recent to be noted.
+        put_in_place(&root, b"runtime bytes", "00cd").unwrap();
+        assert!(
+            !stamp.exists(),
+            "a copy changed a moment ago is not stamped"
+        );
+        let meta = std::fs::metadata(&p).unwrap();
+        write_stamp(dir, &stamp, &meta, std::time::Duration::ZERO);
+        assert_eq!(std::fs::read_to_string(&stamp).unwrap(), file_state(&meta));
+        // The stamp stands for the comparison: the bytes are not read again.
+        assert_eq!(cached_copy_is(&p, b"runtime bytez", &stamp), Ok(()));
+        // Changed after the stamp (the same length): the stamp no longer notes the file, the
+        // bytes are compared, and the copy is replaced.
+        std::fs::write(&p, b"runtime bytez").unwrap();
+        assert_eq!(cached_copy_is(&p, b"runtime bytes", &stamp), Err(None));
+        put_in_place(&root, b"runtime bytes", "00cd").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"runtime bytes");
+        // A stamp that is a link, or another user's, or garbage, notes nothing.
+        std::fs::remove_file(&stamp).unwrap();
+        let meta = std::fs::metadata(&p).unwrap();
+        std::fs::write(root.join("elsewhere"), file_state(&meta)).unwrap();
+        std::os::unix::fs::symlink(root.join("elsewhere"), &stamp).unwrap();
+        assert!(!stamp_notes(&stamp, &meta));
+        std::fs::remove_file(&stamp).unwrap();
+        std::fs::write(&stamp, "foresight-runtime-checked 1 0 0 0 0.0 0.0\n").unwrap();
+        assert!(!stamp_notes(&stamp, &meta));
         std::fs::remove_dir_all(&root).unwrap();
     }
 

@@ -187,6 +187,49 @@ fn a_copy_of_the_binary_alone_records_with_the_cache_in_home() {
     cached_runtime(&chosen);
 }
 
+/// The cached runtime is compared with the embedded one once, then stamped; a copy changed
+/// after its stamp is compared again, found different and replaced (never loaded).
+#[test]
+fn a_stamped_runtime_changed_afterwards_is_replaced() {
+    let dir = harness::fresh_dir("stamp");
+    let cache = dir.join("cache");
+    let prog = threaded_program(&dir, &[]);
+    let bin = Path::new(env!("CARGO_BIN_EXE_foresight"));
+    let record = |trace: &str| {
+        let o = foresight(bin, &dir)
+            .env("FORESIGHT_CACHE_DIR", &cache)
+            .args(["record", "-o", trace, "--"])
+            .arg(&prog)
+            .output()
+            .unwrap();
+        assert_recorded(&dir, &o, trace);
+        o
+    };
+    record("t1.trace");
+    let rt = cached_runtime(&cache);
+    let stamp = rt.with_file_name("libforesight_rt.so.checked");
+    assert!(
+        !stamp.exists(),
+        "a copy written a moment ago is not stamped yet"
+    );
+    // Once its change time is settled, the next run compares it and stamps it.
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    record("t2.trace");
+    assert!(stamp.exists(), "the compared copy is stamped");
+    let good = std::fs::read(&rt).unwrap();
+    // The same length, other bytes: its change time moved, so the stamp no longer vouches
+    // for it.
+    let mut bad = good.clone();
+    let last = bad.len() - 1;
+    bad[last] ^= 0xff;
+    std::fs::write(&rt, &bad).unwrap();
+    record("t3.trace");
+    assert!(
+        std::fs::read(&rt).unwrap() == good,
+        "the changed copy was replaced by the embedded runtime"
+    );
+}
+
 #[test]
 fn a_noexec_cache_is_refused_with_the_way_out() {
     let Some(fs) = Tmpfs::mount_with_flags("noexec-cache", "16m", libc::MS_NOEXEC) else {

@@ -17,7 +17,9 @@
 # Valgrind runs use N/VG_DIV iterations (it is 50-200x slower); their time is scaled by VG_DIV
 # before the ratio is computed. Each figure is the median of REPS runs (VG_REPS for valgrind);
 # the native runs take turns. Contended runs vary a lot between runs on a shared machine (the
-# scheduler decides how often the lock changes hands): quote the medians.
+# scheduler decides how often the lock changes hands): quote the medians. With perf, the floor's
+# and `foresight record`'s CPU time (user + system) is measured too, and their ratio printed
+# ("CPU vs floor"): steadier than wall time when other work shares the cores.
 #
 # Usage: recorder/bench/lock_overhead.sh [N] (default 1000000); env REPS (9), VG_REPS (3), VG_DIV (20),
 # CARGO_TARGET_DIR (default <workspace>/target).
@@ -42,9 +44,21 @@ cc -O2 -shared -fPIC -o "$work/interposer.so" "$here/interposer.c" -ldl
 cc -O2 -shared -fPIC -DTRYLOCK_FIRST -o "$work/interposer-trylock.so" "$here/interposer.c" -ldl
 cc -O2 -shared -fPIC -DRECORD_RAW -o "$work/interposer-raw.so" "$here/interposer.c" -ldl
 
-# wall time (seconds) of one run of "$@"
+# CPU time (user + system, the run and its children) of the native runs as well as their wall
+# time: on a shared machine the wall time of a contended run is mostly the scheduler's.
+# perf stat's task-clock when perf can count, else none ("-").
+if perf stat -e task-clock true >/dev/null 2>&1; then cpu_timer=perf; else cpu_timer=none; fi
+
+# wall time (seconds) of one run of "$@"; with CPU=FILE, its CPU seconds appended to FILE. With
+# perf, the wall time is perf's, from the command's start to its end (perf's own start excluded).
 wall() {
   local s e
+  if [[ "$cpu_timer" == perf ]]; then
+    LC_ALL=C perf stat -e task-clock -o "$work/perf" "$@" >/dev/null 2>&1
+    awk '$2 == "msec" && $3 == "task-clock" { gsub(",", "", $1); print $1 / 1000 }' "$work/perf" >>"${CPU:-/dev/null}"
+    awk '$2 == "seconds" && $3 == "time" && $4 == "elapsed" { print $1 }' "$work/perf"
+    return
+  fi
   s=$(date +%s.%N)
   "$@" >/dev/null 2>&1
   e=$(date +%s.%N)
@@ -63,17 +77,17 @@ for layout in shared private; do
   # The native configurations take turns, so that a drift of the machine's speed affects them
   # alike; each figure is the median of its REPS runs.
   : >"$work/plain"; : >"$work/int"; : >"$work/inttry"; : >"$work/intraw"; : >"$work/rec"
-  : >"$work/glob"; : >"$work/e2e"
+  : >"$work/glob"; : >"$work/e2e"; : >"$work/intraw-cpu"; : >"$work/e2e-cpu"
   for _ in $(seq "$REPS"); do
     wall "${exe[@]}" >>"$work/plain"
     wall env LD_PRELOAD="$work/interposer.so" "${exe[@]}" >>"$work/int"
     wall env LD_PRELOAD="$work/interposer-trylock.so" "${exe[@]}" >>"$work/inttry"
-    wall env LD_PRELOAD="$work/interposer-raw.so" "${exe[@]}" >>"$work/intraw"
+    CPU="$work/intraw-cpu" wall env LD_PRELOAD="$work/interposer-raw.so" "${exe[@]}" >>"$work/intraw"
     wall env LD_PRELOAD="$so" FORESIGHT_OUTPUT="$work/t-$layout" "${exe[@]}" >>"$work/rec"
     rm -f "$work"/t-*
     wall env LD_PRELOAD="$so" FORESIGHT_ORDERING=global FORESIGHT_OUTPUT="$work/g-$layout" "${exe[@]}" >>"$work/glob"
     rm -f "$work"/g-*
-    wall env ${RT_SO:+FORESIGHT_RUNTIME="$so"} "$foresight" record -o "$work/e-$layout" -- "${exe[@]}" >>"$work/e2e"
+    CPU="$work/e2e-cpu" wall env ${RT_SO:+FORESIGHT_RUNTIME="$so"} "$foresight" record -o "$work/e-$layout" -- "${exe[@]}" >>"$work/e2e"
     rm -f "$work"/e-*
   done
   plain=$(median <"$work/plain")
@@ -92,6 +106,12 @@ for layout in shared private; do
     printf "%-8s %-22s %10.3f %7.2fx\n" "$layout" "$name" "$t" "$(echo "$t / $plain" | bc -l)"
   done
   printf "%-8s %-22s %10s %7.2fx\n" "$layout" "foresight-record" "vs floor" "$(echo "$e2e / $intraw" | bc -l)"
+  if [[ "$cpu_timer" == perf ]]; then
+    floor_cpu=$(median <"$work/intraw-cpu")
+    e2e_cpu=$(median <"$work/e2e-cpu")
+    printf "%-8s %-22s %10s %7.2fx (CPU: %.3f s against %.3f s)\n" "$layout" "foresight-record" "CPU vs floor" \
+      "$(echo "$e2e_cpu / $floor_cpu" | bc -l)" "$e2e_cpu" "$floor_cpu"
+  fi
 done
 exe=("$work/lock_overhead" "$N" wrapped)
 : >"$work/plain"; : >"$work/rec"; : >"$work/deep"

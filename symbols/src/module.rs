@@ -10,7 +10,7 @@
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
 use std::fs::OpenOptions;
-use std::io::Read;
+use std::os::unix::fs::FileExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -105,7 +105,11 @@ pub(crate) fn resolve(
     runs: &DataRuns,
     opts: &SymbolizeOptions,
 ) -> Result<ModuleOutcome, SkipReason> {
-    let data = read_regular_file(path).map_err(SkipReason::Unreadable)?;
+    // A runtime library's frames are never a report's site (the analyzer looks through them
+    // to the program's caller): its symbol table names them, and its line information, often
+    // a separate compressed debug file larger than the program's, is not read.
+    let line_info = !is_runtime_library(&path.to_string_lossy());
+    let data = read_module(path, line_info).map_err(SkipReason::Unreadable)?;
     let obj = object::File::parse(&*data).map_err(|e| SkipReason::NotElf(e.to_string()))?;
     let build_id = obj
         .build_id()
@@ -134,7 +138,7 @@ pub(crate) fn resolve(
     let mut dwarf_obj = &obj;
     let mut extra_symbols = None;
     if !has_dwarf(&obj) {
-        if let Some((p, d)) = find_debug_file(build_id, &opts.debug_dirs) {
+        if let Some((p, d)) = find_debug_file(build_id, &opts.debug_dirs, line_info) {
             debug_data = d;
             match object::File::parse(&*debug_data) {
                 Ok(o) if o.build_id().ok().flatten() == Some(build_id) => {
@@ -149,10 +153,6 @@ pub(crate) fn resolve(
             }
         }
     }
-    // A runtime library's frames are never a report's site (the analyzer looks through them
-    // to the program's caller): its symbol table names them, and its line information, often
-    // a separate compressed debug file larger than the program's, is not read.
-    let line_info = !is_runtime_library(&path.to_string_lossy());
     let sections = if line_info {
         load_dwarf_sections(dwarf_obj)
     } else {
@@ -278,9 +278,141 @@ fn unnamed_granules(data: &DataRuns, map: &AddressMap, vars: &[&Sym<'_>]) -> u64
     unnamed
 }
 
-/// Reads a module without blocking on a FIFO or a device and without unbounded allocation.
-fn read_regular_file(path: &Path) -> Result<Vec<u8>, String> {
-    let mut f = OpenOptions::new()
+/// Reads the parts of the module at `path` that symbolisation uses, into a buffer of the
+/// file's size: the ELF and program headers, the notes, the section headers and every section
+/// but code (`SHF_EXECINSTR`) and, unless `dwarf`, the DWARF sections (`.debug_*`,
+/// `.zdebug_*`: only a compressed one's header). The rest stays zero, and costs nothing: the
+/// pages of a zeroed allocation that are never touched are never faulted in. (The runtime's
+/// and the C library's code, and the C library's separate DWARF, which no runtime library's
+/// symbolisation reads, were most of what `record` read after the program ended.) A file
+/// that is not ELF, or whose headers are not as expected, is read whole.
+fn read_module(path: &Path, dwarf: bool) -> Result<Vec<u8>, String> {
+    let (f, len) = open_regular_file(path)?;
+    let mut buf = vec![0u8; len as usize];
+    let head = buf.len().min(64);
+    let sparse = f.read_exact_at(&mut buf[..head], 0).is_ok()
+        && match object::FileKind::parse(&buf[..head]) {
+            Ok(object::FileKind::Elf64) => {
+                read_parts::<object::elf::FileHeader64<object::Endianness>>(&f, &mut buf, dwarf)
+            }
+            Ok(object::FileKind::Elf32) => {
+                read_parts::<object::elf::FileHeader32<object::Endianness>>(&f, &mut buf, dwarf)
+            }
+            _ => None,
+        }
+        .is_some();
+    if !sparse {
+        f.read_exact_at(&mut buf, 0)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(buf)
+}
+
+/// `read_module`'s parts of an ELF file; `None` when its headers are not as expected (the
+/// caller then reads it whole).
+fn read_parts<Elf: object::read::elf::FileHeader<Endian = object::Endianness>>(
+    f: &std::fs::File,
+    buf: &mut [u8],
+    dwarf: bool,
+) -> Option<()> {
+    use object::elf::{PT_NOTE, SHF_COMPRESSED, SHF_EXECINSTR, SHN_XINDEX, SHT_NOBITS};
+    use object::read::elf::{ProgramHeader, SectionHeader};
+    let read = |buf: &mut [u8], offset: u64, size: u64| -> Option<()> {
+        let end = offset
+            .checked_add(size)
+            .filter(|&e| e <= buf.len() as u64)?;
+        f.read_exact_at(&mut buf[offset as usize..end as usize], offset)
+            .ok()
+    };
+    let (endian, phoff, phlen, shoff, shlen, shstrndx) = {
+        let h = Elf::parse(&*buf).ok()?;
+        let endian = h.endian().ok()?;
+        let (phnum, shnum) = (h.e_phnum(endian), h.e_shnum(endian));
+        let shstrndx = h.e_shstrndx(endian);
+        // Extended numbering (more than 0xfff0 sections or 0xffff segments): read whole.
+        if phnum == 0xffff
+            || (shnum == 0 && h.e_shoff(endian).into() != 0)
+            || shstrndx == SHN_XINDEX
+        {
+            return None;
+        }
+        (
+            endian,
+            h.e_phoff(endian).into(),
+            u64::from(h.e_phentsize(endian)) * u64::from(phnum),
+            h.e_shoff(endian).into(),
+            u64::from(h.e_shentsize(endian)) * u64::from(shnum),
+            usize::from(shstrndx),
+        )
+    };
+    read(buf, phoff, phlen)?;
+    read(buf, shoff, shlen)?;
+    let h = Elf::parse(&*buf).ok()?;
+    let notes: Vec<(u64, u64)> = h
+        .program_headers(endian, &*buf)
+        .ok()?
+        .iter()
+        .filter(|p| p.p_type(endian) == PT_NOTE)
+        .map(|p| (p.p_offset(endian).into(), p.p_filesz(endian).into()))
+        .collect();
+    // (name offset, type, flags, offset, size) of each section.
+    let sections: Vec<(u32, u32, u64, u64, u64)> = h
+        .section_headers(endian, &*buf)
+        .ok()?
+        .iter()
+        .map(|s| {
+            (
+                s.sh_name(endian),
+                s.sh_type(endian),
+                s.sh_flags(endian).into(),
+                s.sh_offset(endian).into(),
+                s.sh_size(endian).into(),
+            )
+        })
+        .collect();
+    for (offset, size) in notes {
+        read(buf, offset, size)?;
+    }
+    let names = match sections.get(shstrndx) {
+        Some(&(_, t, _, offset, size)) if t != SHT_NOBITS => {
+            read(buf, offset, size)?;
+            Some((offset, size))
+        }
+        _ => None,
+    };
+    let is_dwarf = |buf: &[u8], name: u32| -> bool {
+        let Some((offset, size)) = names else {
+            return false;
+        };
+        let Some(from) = offset
+            .checked_add(u64::from(name))
+            .filter(|_| u64::from(name) < size)
+        else {
+            return false;
+        };
+        let tail = &buf[from as usize..(offset + size) as usize];
+        tail.starts_with(b".debug_") || tail.starts_with(b".zdebug_")
+    };
+    for (i, &(name, kind, flags, offset, size)) in sections.iter().enumerate() {
+        if i == shstrndx || kind == SHT_NOBITS || flags & u64::from(SHF_EXECINSTR) != 0 {
+            continue;
+        }
+        if !dwarf && is_dwarf(buf, name) {
+            // The header of a compressed one says how large it is (`has_dwarf`).
+            if flags & u64::from(SHF_COMPRESSED) != 0 {
+                read(buf, offset, size.min(64))?;
+            }
+            continue;
+        }
+        read(buf, offset, size)?;
+    }
+    Some(())
+}
+
+/// Opens a module without blocking on a FIFO or a device, and refuses one too large to read
+/// into memory: the file and its length.
+fn open_regular_file(path: &Path) -> Result<(std::fs::File, u64), String> {
+    let f = OpenOptions::new()
         .read(true)
         // A path in a hostile trace may name a FIFO: opening one for reading would block.
         .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
@@ -300,15 +432,11 @@ fn read_regular_file(path: &Path) -> Result<Vec<u8>, String> {
             MAX_MODULE_LEN
         ));
     }
-    let mut buf = Vec::with_capacity(meta.len() as usize);
-    (&mut f)
-        .take(MAX_MODULE_LEN)
-        .read_to_end(&mut buf)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok(buf)
+    Ok((f, meta.len()))
 }
 
-fn find_debug_file(build_id: &[u8], dirs: &[PathBuf]) -> Option<(PathBuf, Vec<u8>)> {
+/// The separate debug file of the build `build_id` in `dirs`, read as `read_module` reads.
+fn find_debug_file(build_id: &[u8], dirs: &[PathBuf], dwarf: bool) -> Option<(PathBuf, Vec<u8>)> {
     if build_id.len() < 2 {
         return None;
     }
@@ -318,7 +446,7 @@ fn find_debug_file(build_id: &[u8], dirs: &[PathBuf]) -> Option<(PathBuf, Vec<u8
             .join(".build-id")
             .join(&hex[..2])
             .join(format!("{}.debug", &hex[2..]));
-        read_regular_file(&p).ok().map(|d| (p, d))
+        read_module(&p, dwarf).ok().map(|d| (p, d))
     })
 }
 
