@@ -24,15 +24,21 @@ use foresight_trace::event::SiteId;
 use crate::config::MAX_STACK_DEPTH;
 use crate::sites;
 
-/// Entries of the dedup cache (16 bytes each, in sets of two): enough for the working set of
-/// one epoch of a tight loop, small enough to stay in the first-level cache beside the
-/// program's data.
-const DEDUP: usize = 1 << 11;
-/// Entries of the access-site cache (return address → site id), 64 KiB a thread: a miss
-/// probes the global site table (4 MiB, a cache miss of its own), and SQLite's hot loops
-/// touch a few thousand access instructions (at 512 entries the misses were 12% of its
-/// recording's CPU time, under 3% at 4,096; docs/perf/real_programs.md).
-const SITE_CACHE: usize = 1 << 12;
+/// Entries of the dedup cache (16 bytes each, in sets of two), 64 KiB a thread: enough for
+/// the working set of one epoch of a tight loop. Half as many took SQLite's recording 6% more
+/// CPU time, twice as many 3% more (docs/perf/real_programs.md).
+const DEDUP: usize = 1 << 12;
+/// Sets of the access-site cache (return address → site id), two ways of 8 bytes each, 64
+/// KiB a thread: a miss probes the global site table (4 MiB, a cache miss of its own), and
+/// SQLite's hot loops touch a few thousand of its 6,200 access instructions (at 512
+/// direct-mapped entries the misses were 12% of its recording's CPU time, 5% at 4,096, under
+/// 1% in 4,096 sets of two; docs/perf/real_programs.md).
+const SITE_SETS: usize = 1 << 12;
+/// A cached site is `tag << SITE_BITS | (site + 1)`, where the tag is the instruction's bits
+/// above the set index (the set index gives back the rest: `site_slot`); 0 is an empty way.
+const SITE_BITS: u32 = 28;
+/// Sites at or above this are not cached (never reached: the global table has 2^18 slots).
+const SITE_LIMIT: u64 = (1 << SITE_BITS) - 1;
 /// Frames the shadow stack keeps; deeper calls are counted but not stored.
 const STACK: usize = 256;
 
@@ -138,15 +144,24 @@ pub struct AccessState {
     /// Sites are single return addresses (`--stack-depth 1`): the only case `probe` handles.
     shallow: bool,
     dedup: DedupTable,
-    sites: [(usize, SiteId); SITE_CACHE],
+    sites: [[u64; 2]; SITE_SETS],
     stack: [usize; STACK],
     /// Frames entered and not left (may exceed `STACK`).
     depth: usize,
 }
 
+/// The set of instruction `pc` in the site cache, and the tag its ways hold for it: the set
+/// is the low bits of `pc` folded with the next ones (instructions a page apart do not share
+/// a set), and the tag the bits above the low ones, which with the set gives `pc` back: a tag
+/// match is an exact match. `None` for an instruction beyond `PC_LIMIT` or 0 (not cached).
 #[inline(always)]
-fn site_index(pc: usize) -> usize {
-    (pc ^ (pc >> 12)) & (SITE_CACHE - 1)
+fn site_slot(pc: usize) -> Option<(usize, u64)> {
+    if pc >= PC_LIMIT || pc == 0 {
+        return None;
+    }
+    let shift = SITE_SETS.trailing_zeros();
+    let set = (pc ^ (pc >> shift)) & (SITE_SETS - 1);
+    Some((set, ((pc >> shift) as u64) << SITE_BITS))
 }
 
 impl AccessState {
@@ -278,12 +293,30 @@ impl AccessState {
     /// The site of access instruction `pc` when the thread's cache knows it.
     #[inline(always)]
     pub fn cached_site(&self, pc: usize) -> Option<SiteId> {
-        let (k, s) = self.sites[site_index(pc)];
-        (k == pc && pc != 0).then_some(s)
+        let (set, tag) = site_slot(pc)?;
+        let [first, second] = self.sites[set];
+        // A way holds `tag | (site + 1)`: xor with the tag leaves `site + 1`, in 1..=SITE_LIMIT,
+        // exactly when the tag is the instruction's and the way is not empty.
+        let first = (first ^ tag).wrapping_sub(1);
+        if first < SITE_LIMIT {
+            return Some(first as SiteId);
+        }
+        let second = (second ^ tag).wrapping_sub(1);
+        (second < SITE_LIMIT).then_some(second as SiteId)
     }
 
+    /// Caches `site` for `pc` in the first way of its set, the first way's moving to the
+    /// second: the set keeps the two instructions that missed last.
     pub fn cache_site(&mut self, pc: usize, site: SiteId) {
-        self.sites[site_index(pc)] = (pc, site);
+        let Some((set, tag)) = site_slot(pc) else {
+            return;
+        };
+        if u64::from(site) >= SITE_LIMIT {
+            return;
+        }
+        let ways = &mut self.sites[set];
+        ways[1] = ways[0];
+        ways[0] = tag | (u64::from(site) + 1);
     }
 
     #[inline(always)]
@@ -317,7 +350,7 @@ impl AccessState {
     pub fn reset_for_child(&mut self) {
         self.dedup.0.fill(DedupEntry { addr: 0, key: 0 });
         self.generation = 0;
-        self.sites.fill((0, 0));
+        self.sites.fill([0, 0]);
     }
 }
 
@@ -424,6 +457,41 @@ mod tests {
             let repeat = a.repeat(addr, who, 8 << 1, 1);
             assert!(!(first && repeat), "access {i} was first and dropped");
         }
+    }
+
+    #[test]
+    fn the_site_cache_answers_only_for_the_instruction_it_holds() {
+        let mut a = AccessState::new();
+        let pc = 0x5555_5555_71a3usize;
+        assert_eq!(a.cached_site(pc), None, "empty");
+        a.cache_site(pc, 0);
+        assert_eq!(a.cached_site(pc), Some(0));
+        // Instructions of the same set: the two last cached stay, each with its own site.
+        let shift = SITE_SETS.trailing_zeros();
+        let same_set = |k: usize| pc ^ (k << shift) ^ k;
+        assert_eq!(site_slot(same_set(1)).unwrap().0, site_slot(pc).unwrap().0);
+        a.cache_site(same_set(1), 7);
+        assert_eq!(a.cached_site(pc), Some(0));
+        assert_eq!(a.cached_site(same_set(1)), Some(7));
+        a.cache_site(same_set(2), 9);
+        assert_eq!(a.cached_site(pc), None, "evicted");
+        assert_eq!(a.cached_site(same_set(1)), Some(7));
+        assert_eq!(a.cached_site(same_set(2)), Some(9));
+        assert_eq!(a.cached_site(same_set(3)), None, "never cached");
+        let big = (SITE_LIMIT - 1) as SiteId;
+        a.cache_site(pc, big);
+        assert_eq!(a.cached_site(pc), Some(big));
+        a.cache_site(pc + 1, SiteId::MAX);
+        assert_eq!(a.cached_site(pc + 1), None, "too large to cache");
+        a.cache_site(PC_LIMIT, 3);
+        assert_eq!(a.cached_site(PC_LIMIT), None, "beyond the key's bits");
+        assert_eq!(a.cached_site(0), None);
+        a.reset_for_child();
+        assert_eq!(
+            a.cached_site(same_set(1)),
+            None,
+            "forgotten in a fork child"
+        );
     }
 
     #[test]

@@ -1099,6 +1099,10 @@ mod tests {
             1 << 56,
             (1 << 56) - 1,
         ];
+        // Every length's edges.
+        for k in 1..=9 {
+            values.extend([(1u64 << (7 * k)) - 1, 1 << (7 * k), (1 << (7 * k)) + 1]);
+        }
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
         for shift in 0..64 {
             x = x

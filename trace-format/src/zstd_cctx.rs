@@ -38,6 +38,11 @@ const MIN_HASH_LOG: u32 = 16;
 // thread affinity (zstd contexts may be used from any thread, one at a time: `&mut self`).
 unsafe impl Send for StaticCCtx {}
 
+/// `level` clamped to zstd's levels.
+fn clamp_level(level: i32) -> i32 {
+    level.clamp(zstd_safe::min_c_level(), zstd_safe::max_c_level())
+}
+
 /// `Some` when zstd's return `code` is not an error.
 fn succeeded(code: usize) -> Option<()> {
     // SAFETY: a pure function of its argument.
@@ -46,9 +51,11 @@ fn succeeded(code: usize) -> Option<()> {
 
 impl StaticCCtx {
     /// A context for `level` (zstd's levels, clamped to those it has) and inputs of at most
-    /// `max_src` bytes; `None` if its memory cannot be had.
+    /// `max_src` bytes, which `set_level` may also switch to any faster level (whose tables
+    /// are no larger: zstd's negative levels keep level 1's); `None` if its memory cannot be
+    /// had.
     pub fn new(level: i32, max_src: usize) -> Option<Self> {
-        let level = level.clamp(zstd_safe::min_c_level(), zstd_safe::max_c_level());
+        let level = clamp_level(level);
         // The level's hash table is made `MIN_HASH_LOG` bits wide if it is narrower.
         // SAFETY: a pure function of its arguments (no pointers).
         let widen = unsafe { sys::ZSTD_getCParams(level, 256 << 10, 0) }.hashLog < MIN_HASH_LOG;
@@ -106,6 +113,22 @@ impl StaticCCtx {
         Some(Self {
             _workspace: workspace,
             cctx,
+        })
+    }
+
+    /// Compresses the next frames at `level` (clamped as in `new`), at most the level the
+    /// context was made for (its workspace holds no larger tables; a larger one would make
+    /// every compression fail). The hash table's width stays. `None` if zstd refused, the
+    /// level then unchanged.
+    pub fn set_level(&mut self, level: i32) -> Option<()> {
+        // SAFETY: `cctx` is a live context in `self._workspace` (see `new`), used by nobody
+        // else (`&mut self`); setting a parameter between frames allocates nothing.
+        succeeded(unsafe {
+            sys::ZSTD_CCtx_setParameter(
+                self.cctx.as_ptr(),
+                sys::ZSTD_cParameter::ZSTD_c_compressionLevel,
+                clamp_level(level),
+            )
         })
     }
 
