@@ -38,7 +38,7 @@
 //! [`Trace::merged`]: crate::Trace::merged
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::BinaryHeap;
 use std::path::{Path, PathBuf};
 
 use crate::codec::{Decoder, DecoderState, PLACEHOLDER};
@@ -76,15 +76,19 @@ pub struct TraceStream {
     orphan_problems: Vec<Problem>,
     /// Threads with event chunks, by thread id.
     threads: Vec<ThreadPlan>,
+    /// Every events chunk, by thread (`ThreadPlan`).
+    chunks: Vec<ChunkLoc>,
     chunk_count: usize,
     table_chunk_count: usize,
     refs: ReferenceCheck,
 }
 
-/// The event chunks of one thread, in (sequence, file offset) order.
+/// The event chunks of one thread, in (sequence, file offset) order: `chunks[from..to]` of
+/// the stream's index (one list for every thread: a program may have created 10^5).
 struct ThreadPlan {
     thread: ThreadId,
-    chunks: Vec<ChunkLoc>,
+    from: usize,
+    to: usize,
 }
 
 /// Where an event chunk is. Its prefix is read again, checked, with its payload.
@@ -176,7 +180,7 @@ impl TraceStream {
 
     fn build(path: PathBuf, source: Source) -> Result<Self, TraceError> {
         let s = scan(&path, &source, true)?;
-        let mut by_thread: BTreeMap<ThreadId, Vec<ChunkLoc>> = BTreeMap::new();
+        let mut located: Vec<(ThreadId, ChunkLoc)> = Vec::new();
         let mut orphan_problems = Vec::new();
         let mut buf = Vec::new();
         for (c, prefix) in s.chunks.iter().zip(&s.prefixes) {
@@ -184,14 +188,17 @@ impl TraceStream {
                 continue;
             }
             match prefix {
-                Some(prefix) => by_thread.entry(prefix.thread).or_default().push(ChunkLoc {
-                    offset: c.offset,
-                    payload_len: c.payload_len,
-                    payload_crc: c.payload_crc,
-                    sequence: prefix.sequence,
-                    declared_events: prefix.event_count,
-                    codec: c.codec,
-                }),
+                Some(prefix) => located.push((
+                    prefix.thread,
+                    ChunkLoc {
+                        offset: c.offset,
+                        payload_len: c.payload_len,
+                        payload_crc: c.payload_crc,
+                        sequence: prefix.sequence,
+                        declared_events: prefix.event_count,
+                        codec: c.codec,
+                    },
+                )),
                 // Shorter than an events prefix: its checksum or its prefix is reported now.
                 None => {
                     let problem =
@@ -208,14 +215,21 @@ impl TraceStream {
                 }
             }
         }
-        let threads = by_thread
-            .into_iter()
-            .map(|(thread, mut chunks)| {
-                chunks.sort_by_key(|c| (c.sequence, c.offset));
-                chunks.shrink_to_fit();
-                ThreadPlan { thread, chunks }
-            })
-            .collect();
+        // By thread, then (sequence, offset): no two chunks have the same offset.
+        located.sort_unstable_by_key(|(thread, c)| (*thread, c.sequence, c.offset));
+        let mut threads: Vec<ThreadPlan> = Vec::new();
+        for (i, (thread, _)) in located.iter().enumerate() {
+            match threads.last_mut() {
+                Some(plan) if plan.thread == *thread => plan.to = i + 1,
+                _ => threads.push(ThreadPlan {
+                    thread: *thread,
+                    from: i,
+                    to: i + 1,
+                }),
+            }
+        }
+        threads.shrink_to_fit();
+        let chunks = located.into_iter().map(|(_, c)| c).collect();
         let table_chunk_count = s
             .chunks
             .iter()
@@ -234,9 +248,14 @@ impl TraceStream {
             problems: s.problems,
             orphan_problems,
             threads,
+            chunks,
             chunk_count: s.chunks.len(),
             table_chunk_count,
         })
+    }
+
+    fn chunks_of(&self, plan: &ThreadPlan) -> &[ChunkLoc] {
+        &self.chunks[plan.from..plan.to]
     }
 
     pub fn path(&self) -> &Path {
@@ -308,9 +327,8 @@ impl TraceStream {
     /// without decoding a chunk (time and memory follow the chunk index, not the events). The prefixes are not checked against their
     /// chunks' checksums here; a damaged chunk still counts what it declared.
     pub fn declared_events(&self) -> u64 {
-        self.threads
+        self.chunks
             .iter()
-            .flat_map(|t| &t.chunks)
             .fold(0u64, |n, c| n.saturating_add(u64::from(c.declared_events)))
     }
 
@@ -326,7 +344,7 @@ impl TraceStream {
         let all = self
             .threads
             .binary_search_by_key(&thread, |t| t.thread)
-            .map_or(&[][..], |i| &self.threads[i].chunks[..]);
+            .map_or(&[][..], |i| self.chunks_of(&self.threads[i]));
         let (skipped, kept) = all.split_at(all.len().saturating_sub(chunks));
         let mut cursor = Cursor::new(thread, kept, self.tables.first_sequence(thread));
         if let Some(first) = kept.first().filter(|_| !skipped.is_empty()) {
@@ -921,7 +939,8 @@ impl<'a> MergedStream<'a> {
         let mut threads = Vec::with_capacity(stream.threads.len());
         let mut scratch = Cursor::new(0, &[], 0);
         for (i, t) in stream.threads.iter().enumerate() {
-            let mut c = Cursor::new(t.thread, &t.chunks, stream.tables.first_sequence(t.thread));
+            let chunks = stream.chunks_of(t);
+            let mut c = Cursor::new(t.thread, chunks, stream.tables.first_sequence(t.thread));
             c.plan = i as u32;
             scratch.lend_buffers(&mut c);
             let place = if !c.refill(&mut ctx) {
@@ -1016,12 +1035,13 @@ impl<'a> MergedStream<'a> {
         let stream = self.stream;
         let t = &stream.threads[plan];
         let state = self.threads[plan];
-        let mut c = Cursor::new(t.thread, &t.chunks, stream.tables.first_sequence(t.thread));
+        let chunks = stream.chunks_of(t);
+        let mut c = Cursor::new(t.thread, chunks, stream.tables.first_sequence(t.thread));
         c.plan = plan as u32;
         c.next_chunk = chunk;
         // Its sequence and the thread table were checked, and its bytes counted in the
         // summary, at the first read.
-        c.expected_sequence = t.chunks[chunk].sequence;
+        c.expected_sequence = chunks[chunk].sequence;
         c.any_chunk = true;
         c.first_batch = false;
         c.rereading = true;
