@@ -264,6 +264,11 @@ impl HbBuilder {
             return;
         }
         self.exited[thread] = true;
+        // Its stored clocks are complete: no room kept for more (10^5 short threads each
+        // with a list grown for four).
+        if let Some(list) = self.receives.get_mut(thread) {
+            list.shrink_to_fit();
+        }
         if let Some(slot) = self.slots.slot_of(thread) {
             if self.slots.holder(slot) == Some(thread as u32) {
                 self.free_slots.push(slot as u32);
