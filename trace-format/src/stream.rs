@@ -229,7 +229,8 @@ impl TraceStream {
             }
         }
         threads.shrink_to_fit();
-        let chunks = located.into_iter().map(|(_, c)| c).collect();
+        // A list of its own, of the exact length (not the sorted pairs' room, reused).
+        let chunks: Vec<ChunkLoc> = located.iter().map(|(_, c)| *c).collect();
         let table_chunk_count = s
             .chunks
             .iter()
