@@ -173,6 +173,8 @@ impl HbBuilder {
     /// This builder, keeping only the current clocks (see [`HbBuilder::streaming`]).
     pub fn without_snapshots(mut self) -> Self {
         self.snapshots = false;
+        // No receive is stored: no list per thread either (a program may have created 10^5).
+        self.receives = Vec::new();
         self
     }
 
@@ -262,6 +264,11 @@ impl HbBuilder {
             return;
         }
         self.exited[thread] = true;
+        // Its stored clocks are complete: no room kept for more (10^5 short threads each
+        // with a list grown for four).
+        if let Some(list) = self.receives.get_mut(thread) {
+            list.shrink_to_fit();
+        }
         if let Some(slot) = self.slots.slot_of(thread) {
             if self.slots.holder(slot) == Some(thread as u32) {
                 self.free_slots.push(slot as u32);
@@ -694,13 +701,14 @@ pub struct HbPass {
     /// With lock edges: per thread, the locks it holds (object, mode, recursion depth), to know
     /// which channel a release publishes on.
     held: Vec<Vec<(u32, Mode, u32)>>,
-    /// With atomic edges, per thread: the clock at its last release fence, which its later
+    /// With atomic edges, by thread: the clock at its last release fence, which its later
     /// relaxed stores publish (C11 7.17.4: a release fence before a store makes the store
     /// release what preceded the fence)…
-    release_fence: Vec<Option<VectorClock>>,
+    release_fence: HashMap<u32, VectorClock>,
     /// …and what its relaxed loads since the last acquire fence could have read, which the
-    /// next acquire fence takes.
-    acquire_pending: Vec<VectorClock>,
+    /// next acquire fence takes. Both by thread id, for the few threads that use fences and
+    /// relaxed atomics: not a slot per thread ever created.
+    acquire_pending: HashMap<u32, VectorClock>,
     /// With hand-off edges: the writes not yet read, per channel.
     handoffs: HandoffQueues,
 }
@@ -717,8 +725,8 @@ impl HbPass {
             builder,
             edges,
             held: vec![Vec::new(); threads],
-            release_fence: vec![None; threads],
-            acquire_pending: vec![VectorClock::default(); threads],
+            release_fence: HashMap::new(),
+            acquire_pending: HashMap::new(),
             handoffs: HandoffQueues::new(),
         }
     }
@@ -882,6 +890,22 @@ impl Pass for HbPass {
 }
 
 impl HbPass {
+    /// A thread exited: what is kept for it alone goes, so that memory follows the threads
+    /// alive. Its pending relaxed loads and its last release fence can publish nothing more
+    /// (an event after the exit is a damaged trace's); the locks it still holds stay, for
+    /// their releases' modes.
+    fn exited(&mut self, t: usize) {
+        if self.held.get(t).is_some_and(Vec::is_empty) {
+            self.held[t] = Vec::new();
+        }
+        if !self.release_fence.is_empty() {
+            self.release_fence.remove(&(t as u32));
+        }
+        if !self.acquire_pending.is_empty() {
+            self.acquire_pending.remove(&(t as u32));
+        }
+    }
+
     /// Every event but those [`Pass::handle`] settles inline.
     #[inline(never)]
     fn handle_sync(&mut self, ev: &StreamEvent) {
@@ -904,7 +928,10 @@ impl HbPass {
                 b.place_child(t, c as usize);
                 b.send(t, Channel::Fork(c as usize))
             }
-            Op::ThreadExit => b.exit(t),
+            Op::ThreadExit => {
+                b.exit(t);
+                self.exited(t);
+            }
             Op::Join {
                 child: Some(c),
                 joined: true,
@@ -995,7 +1022,7 @@ impl HbPass {
                     b.receive(t, pos, &channel);
                 } else if a.loads && atomic {
                     if let Some(sent) = b.published(&channel) {
-                        self.acquire_pending[t].join(sent);
+                        self.acquire_pending.entry(t as u32).or_default().join(sent);
                     }
                 }
                 if a.loads && reads_from {
@@ -1007,7 +1034,7 @@ impl HbPass {
                 if a.release && atomic {
                     b.send(t, channel);
                 } else if a.stores && atomic {
-                    if let Some(fence) = &self.release_fence[t] {
+                    if let Some(fence) = self.release_fence.get(&(t as u32)) {
                         b.send_clock(channel, fence);
                     }
                 }
@@ -1016,11 +1043,11 @@ impl HbPass {
                 acquire, release, ..
             } if self.edges.contains(EdgeKinds::ATOMIC) => {
                 if acquire {
-                    let pending = std::mem::take(&mut self.acquire_pending[t]);
+                    let pending = self.acquire_pending.remove(&(t as u32)).unwrap_or_default();
                     b.receive_clock(t, pos, &pending);
                 }
                 if release {
-                    self.release_fence[t] = Some(b.clock(t).clone());
+                    self.release_fence.insert(t as u32, b.clock(t).clone());
                 }
             }
             _ => {}

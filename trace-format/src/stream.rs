@@ -16,14 +16,15 @@
 //! A heap over the threads' next events picks the next one; the thread that just gave an event
 //! keeps giving while its next event still comes first, without touching the heap.
 //!
-//! **Memory.** Per thread that is giving events: one chunk payload (at most the chunk size;
-//! 64 MiB for a hostile file, the format's limit) and [`BATCH`] decoded events. A thread whose
-//! turn has not come keeps its first event and, of its chunk, at most a few KiB: a larger
-//! chunk is let go and read again (and checked against its checksum again) when the turn
-//! comes; a thread that has ended keeps nothing. Plus the
-//! index (24 bytes per events chunk), the tables, and the problems found. Nothing grows with
-//! the number of events, and a program that created 10^5 short threads over its life costs a
-//! cursor's few hundred bytes per thread, not a chunk per thread.
+//! **Memory.** Per thread that is giving events: a cursor, with one chunk payload (at most the
+//! chunk size; 64 MiB for a hostile file, the format's limit) and [`BATCH`] decoded events. A
+//! thread whose turn has not come is a heap entry (its first event's key) and a few words:
+//! where its first chunk is, and what the pass learnt of it; its chunk is read again (and
+//! checked against its checksum again) when the turn comes. A thread that has ended keeps its
+//! summary, and hands its cursor's buffers to the next thread to start. Plus the index (24
+//! bytes per events chunk), the tables, and the problems found. Nothing grows with the number
+//! of events, and a program that created 10^5 short threads over its life costs about 100
+//! bytes per thread, and a cursor per thread running at once.
 //!
 //! **Same answers as the decoding reader.** Each thread's events, their indices, the merged
 //! order, and the problems are those of [`Trace`] on the same bytes, with two exceptions that
@@ -37,7 +38,7 @@
 //! [`Trace::merged`]: crate::Trace::merged
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::BinaryHeap;
 use std::path::{Path, PathBuf};
 
 use crate::codec::{Decoder, DecoderState, PLACEHOLDER};
@@ -58,12 +59,6 @@ use crate::tables::{Header, Tables, Trailer};
 /// tight; a batch costs `BATCH * 32` bytes per thread.
 pub const BATCH: usize = 256;
 
-/// A waiting thread lets its chunk go only when the chunk's bytes are at least this many: a
-/// smaller one costs less to keep than to read, check and decompress again (a cursor itself
-/// is a few hundred bytes), and a program of 10^5 threads of a few events each has chunks of
-/// a few hundred bytes.
-const PARK_FROM_BYTES: usize = 4096;
-
 /// A trace opened for streaming: header, tables and trailer read, event chunks located.
 pub struct TraceStream {
     path: PathBuf,
@@ -81,15 +76,19 @@ pub struct TraceStream {
     orphan_problems: Vec<Problem>,
     /// Threads with event chunks, by thread id.
     threads: Vec<ThreadPlan>,
+    /// Every events chunk, by thread (`ThreadPlan`).
+    chunks: Vec<ChunkLoc>,
     chunk_count: usize,
     table_chunk_count: usize,
     refs: ReferenceCheck,
 }
 
-/// The event chunks of one thread, in (sequence, file offset) order.
+/// The event chunks of one thread, in (sequence, file offset) order: `chunks[from..to]` of
+/// the stream's index (one list for every thread: a program may have created 10^5).
 struct ThreadPlan {
     thread: ThreadId,
-    chunks: Vec<ChunkLoc>,
+    from: usize,
+    to: usize,
 }
 
 /// Where an event chunk is. Its prefix is read again, checked, with its payload.
@@ -181,7 +180,7 @@ impl TraceStream {
 
     fn build(path: PathBuf, source: Source) -> Result<Self, TraceError> {
         let s = scan(&path, &source, true)?;
-        let mut by_thread: BTreeMap<ThreadId, Vec<ChunkLoc>> = BTreeMap::new();
+        let mut located: Vec<(ThreadId, ChunkLoc)> = Vec::new();
         let mut orphan_problems = Vec::new();
         let mut buf = Vec::new();
         for (c, prefix) in s.chunks.iter().zip(&s.prefixes) {
@@ -189,14 +188,17 @@ impl TraceStream {
                 continue;
             }
             match prefix {
-                Some(prefix) => by_thread.entry(prefix.thread).or_default().push(ChunkLoc {
-                    offset: c.offset,
-                    payload_len: c.payload_len,
-                    payload_crc: c.payload_crc,
-                    sequence: prefix.sequence,
-                    declared_events: prefix.event_count,
-                    codec: c.codec,
-                }),
+                Some(prefix) => located.push((
+                    prefix.thread,
+                    ChunkLoc {
+                        offset: c.offset,
+                        payload_len: c.payload_len,
+                        payload_crc: c.payload_crc,
+                        sequence: prefix.sequence,
+                        declared_events: prefix.event_count,
+                        codec: c.codec,
+                    },
+                )),
                 // Shorter than an events prefix: its checksum or its prefix is reported now.
                 None => {
                     let problem =
@@ -213,14 +215,22 @@ impl TraceStream {
                 }
             }
         }
-        let threads = by_thread
-            .into_iter()
-            .map(|(thread, mut chunks)| {
-                chunks.sort_by_key(|c| (c.sequence, c.offset));
-                chunks.shrink_to_fit();
-                ThreadPlan { thread, chunks }
-            })
-            .collect();
+        // By thread, then (sequence, offset): no two chunks have the same offset.
+        located.sort_unstable_by_key(|(thread, c)| (*thread, c.sequence, c.offset));
+        let mut threads: Vec<ThreadPlan> = Vec::new();
+        for (i, (thread, _)) in located.iter().enumerate() {
+            match threads.last_mut() {
+                Some(plan) if plan.thread == *thread => plan.to = i + 1,
+                _ => threads.push(ThreadPlan {
+                    thread: *thread,
+                    from: i,
+                    to: i + 1,
+                }),
+            }
+        }
+        threads.shrink_to_fit();
+        // A list of its own, of the exact length (not the sorted pairs' room, reused).
+        let chunks: Vec<ChunkLoc> = located.iter().map(|(_, c)| *c).collect();
         let table_chunk_count = s
             .chunks
             .iter()
@@ -239,9 +249,14 @@ impl TraceStream {
             problems: s.problems,
             orphan_problems,
             threads,
+            chunks,
             chunk_count: s.chunks.len(),
             table_chunk_count,
         })
+    }
+
+    fn chunks_of(&self, plan: &ThreadPlan) -> &[ChunkLoc] {
+        &self.chunks[plan.from..plan.to]
     }
 
     pub fn path(&self) -> &Path {
@@ -297,7 +312,7 @@ impl TraceStream {
     /// Every event in the causal merged order: by key, then thread, then position in the
     /// thread, as [`crate::Trace::merged`] gives them.
     pub fn merged(&self) -> MergedStream<'_> {
-        let mut ctx = Ctx {
+        let ctx = Ctx {
             source: &self.source,
             tables: &self.tables,
             refs: &self.refs,
@@ -306,28 +321,15 @@ impl TraceStream {
             references: 0,
             shrunk_to: None,
         };
-        let mut cursors: Vec<Cursor<'_>> = self
-            .threads
-            .iter()
-            .map(|t| Cursor::new(t.thread, &t.chunks, self.tables.first_sequence(t.thread)))
-            .collect();
-        for c in cursors.iter_mut() {
-            if c.refill(&mut ctx) {
-                c.park();
-            } else {
-                c.finish();
-            }
-        }
-        MergedStream::new(self, ctx, cursors)
+        MergedStream::new(self, ctx)
     }
 
     /// The events the chunks' prefixes declare, in all: what a summary of the trace says
     /// without decoding a chunk (time and memory follow the chunk index, not the events). The prefixes are not checked against their
     /// chunks' checksums here; a damaged chunk still counts what it declared.
     pub fn declared_events(&self) -> u64 {
-        self.threads
+        self.chunks
             .iter()
-            .flat_map(|t| &t.chunks)
             .fold(0u64, |n, c| n.saturating_add(u64::from(c.declared_events)))
     }
 
@@ -343,7 +345,7 @@ impl TraceStream {
         let all = self
             .threads
             .binary_search_by_key(&thread, |t| t.thread)
-            .map_or(&[][..], |i| &self.threads[i].chunks[..]);
+            .map_or(&[][..], |i| self.chunks_of(&self.threads[i]));
         let (skipped, kept) = all.split_at(all.len().saturating_sub(chunks));
         let mut cursor = Cursor::new(thread, kept, self.tables.first_sequence(thread));
         if let Some(first) = kept.first().filter(|_| !skipped.is_empty()) {
@@ -439,6 +441,17 @@ impl Ctx<'_> {
     }
 }
 
+/// A chunk whose bytes are no longer those the trace was opened (or first read) with.
+fn changed_while_reading(loc: &ChunkLoc) -> Problem {
+    Problem {
+        offset: loc.offset,
+        kind: ProblemKind::ReadError {
+            len: u64::from(loc.payload_len),
+            why: "the chunk changed while the trace was being read".into(),
+        },
+    }
+}
+
 /// The chunk a cursor is decoding.
 struct Chunk {
     offset: u64,
@@ -489,12 +502,14 @@ struct Cursor<'a> {
     any_chunk: bool,
     finished: bool,
     /// The first batch is the thread's first event alone: the merge needs every thread's next
-    /// event from the start, and a process that created 10^5 short threads has a cursor for
-    /// each; the others decode a batch only once their thread's turn comes.
+    /// event from the start, and a process that created 10^5 short threads has 10^5 of them;
+    /// a batch is decoded once the thread's turn comes.
     first_batch: bool,
-    /// The current chunk's bytes were let go after the first event (`park`): they are read,
-    /// checked and decompressed again when the thread's turn comes.
-    parked: bool,
+    /// The thread's index in [`TraceStream::threads`] (the merged stream's name for it).
+    plan: u32,
+    /// The next chunk loaded was read, checked and counted before (a waiting thread's, whose
+    /// turn has come): a failed check now means that the file changed.
+    rereading: bool,
 }
 
 impl<'a> Cursor<'a> {
@@ -527,72 +542,23 @@ impl<'a> Cursor<'a> {
             any_chunk: false,
             finished: false,
             first_batch: true,
-            parked: false,
+            plan: 0,
+            rereading: false,
         }
     }
 
-    /// Lets the current chunk's bytes go while the thread waits for its turn: the merge holds
-    /// every thread's first event from the start, and a process that created 10^5 short
-    /// threads would otherwise hold a chunk (and its decompressed events) for each of them,
-    /// most of which start long after. The head event stays in the batch.
-    fn park(&mut self) {
-        self.parked = self.chunk.is_some()
-            && self.payload.capacity() + self.plain.capacity() >= PARK_FROM_BYTES;
-        if !self.parked {
-            return;
+    /// Gives this cursor's buffers to `to`, emptied: a merge of many short threads reads one
+    /// thread after another, and their buffers need not be allocated anew for each.
+    fn lend_buffers(&mut self, to: &mut Cursor<'_>) {
+        for (from, to) in [
+            (&mut self.payload, &mut to.payload),
+            (&mut self.plain, &mut to.plain),
+        ] {
+            std::mem::swap(from, to);
+            to.clear();
         }
-        self.payload = Vec::new();
-        self.plain = Vec::new();
-    }
-
-    /// Reads the parked chunk again and checks it against the checksum the scan found, as its
-    /// first read did; false (the chunk dropped, the problem reported) when the bytes are no
-    /// longer there or no longer the same.
-    #[cold]
-    fn unpark(&mut self, ctx: &mut Ctx<'_>) -> bool {
-        self.parked = false;
-        let Some(body_len) = self.chunk.as_ref().map(|c| c.body_len) else {
-            return false;
-        };
-        let loc = self.chunks[self.next_chunk - 1];
-        let len = loc.payload_len as usize;
-        let same = match ctx
-            .source
-            .bytes_at(loc.payload_offset(), len, &mut self.payload)
-        {
-            Ok(payload) => {
-                check_events_payload(loc.offset, loc.payload_crc, payload).is_ok()
-                    && (loc.codec == CODEC_STORED
-                        || decompress_events(loc.codec, payload, &mut self.plain)
-                            .is_ok_and(|body| body.len() == body_len))
-            }
-            Err(failure) => {
-                ctx.read_failed(&loc, failure);
-                self.chunk = None;
-                return false;
-            }
-        };
-        if !same {
-            ctx.problems.push(Problem {
-                offset: loc.offset,
-                kind: ProblemKind::ReadError {
-                    len: len as u64,
-                    why: "the chunk changed while the trace was being read".into(),
-                },
-            });
-            self.chunk = None;
-        }
-        same
-    }
-
-    /// The thread has no more events: its buffers go, so that memory follows the threads
-    /// still running.
-    fn finish(&mut self) {
-        self.finished = true;
-        self.payload = Vec::new();
-        self.plain = Vec::new();
-        self.batch = Vec::new();
-        self.at = 0;
+        std::mem::swap(&mut self.batch, &mut to.batch);
+        to.batch.clear();
     }
 
     #[inline(always)]
@@ -631,6 +597,7 @@ impl<'a> Cursor<'a> {
     fn load_next_chunk(&mut self, ctx: &mut Ctx<'_>) -> bool {
         while let Some(loc) = self.chunks.get(self.next_chunk) {
             self.next_chunk += 1;
+            let rereading = std::mem::take(&mut self.rereading);
             let len = loc.payload_len as usize;
             let compressed = loc.codec != CODEC_STORED;
             // A block that does not decompress costs its chunk, which still takes its place
@@ -663,6 +630,10 @@ impl<'a> Cursor<'a> {
                         prefix
                     }
                     Ok(prefix) => prefix,
+                    Err(_) if rereading => {
+                        ctx.problems.push(changed_while_reading(loc));
+                        continue;
+                    }
                     Err(problem) => {
                         ctx.problems.push(problem);
                         continue;
@@ -676,13 +647,7 @@ impl<'a> Cursor<'a> {
             if prefix.thread != self.thread || prefix.sequence != loc.sequence {
                 // The checksum holds, so these bytes were written as they are: the file
                 // changed between the scan and this read.
-                ctx.problems.push(Problem {
-                    offset: loc.offset,
-                    kind: ProblemKind::ReadError {
-                        len: len as u64,
-                        why: "the chunk changed while the trace was being read".into(),
-                    },
-                });
+                ctx.problems.push(changed_while_reading(loc));
                 continue;
             }
             let body_len = if let Some((_, declared)) = &broken {
@@ -730,11 +695,13 @@ impl<'a> Cursor<'a> {
                     });
                 }
             }
-            self.summary.end_ns = prefix.end_ns;
-            self.summary.encoded_bytes += body_len as u64;
-            self.summary.stored_bytes += (len - EVENTS_PREFIX_LEN) as u64;
-            self.summary.compressed_chunks += compressed as u32;
-            self.summary.zstd_chunks += (loc.codec == CODEC_ZSTD) as u32;
+            if !rereading {
+                self.summary.end_ns = prefix.end_ns;
+                self.summary.encoded_bytes += body_len as u64;
+                self.summary.stored_bytes += (len - EVENTS_PREFIX_LEN) as u64;
+                self.summary.compressed_chunks += compressed as u32;
+                self.summary.zstd_chunks += (loc.codec == CODEC_ZSTD) as u32;
+            }
             let keys_backwards = (prefix.base_key < self.last_key).then_some(Problem {
                 offset: loc.offset,
                 kind: ProblemKind::KeysBackwards {
@@ -788,10 +755,6 @@ impl<'a> Cursor<'a> {
     /// Decodes up to `BATCH` events of the current chunk into `batch`, which then holds just
     /// those; ends the chunk when its bytes are done or an event does not decode.
     fn decode_batch(&mut self, ctx: &mut Ctx<'_>) {
-        if self.parked && !self.unpark(ctx) {
-            self.batch.clear();
-            return;
-        }
         let Some(c) = self.chunk.as_mut() else {
             return;
         };
@@ -907,8 +870,17 @@ impl<'a> Cursor<'a> {
 pub struct MergedStream<'a> {
     stream: &'a TraceStream,
     ctx: Ctx<'a>,
+    /// The cursors of the threads that are giving events; a finished thread's slot (and its
+    /// buffers) goes to the next thread whose turn comes (`free`).
     cursors: Vec<Cursor<'a>>,
-    /// The next event of every unfinished thread but `current`'s: (key, thread, cursor).
+    free: Vec<u32>,
+    /// Per thread of [`TraceStream::threads`]: where it is, and what the pass learnt of it
+    /// (kept while it waits and once it has ended; an open cursor keeps its own).
+    threads: Vec<ThreadState>,
+    /// Events given by the threads that have ended.
+    given_by_finished: u64,
+    /// The next event of every unfinished thread but `current`'s: (key, thread, index of the
+    /// thread in [`TraceStream::threads`]).
     heap: BinaryHeap<Reverse<(u64, ThreadId, u32)>>,
     /// The cursor whose head comes next; `NONE` when every thread is done.
     current: usize,
@@ -938,28 +910,183 @@ pub struct EventRun<'a> {
 
 const NONE: usize = usize::MAX;
 
+/// One thread's place in the merge.
+#[derive(Clone, Copy, Debug)]
+enum Place {
+    /// Its first event is in the heap and nothing else of it is held: its cursor is made
+    /// again, from `chunks[chunk]` (read and checked again), when its turn comes.
+    Waiting { chunk: u32 },
+    /// Giving events from `cursors[slot]`.
+    Open { slot: u32 },
+    /// No more events; `used`: some chunk of it passed its checks.
+    Finished { used: bool },
+}
+
+#[derive(Clone, Copy, Debug)]
+struct ThreadState {
+    place: Place,
+    /// What the pass learnt of the thread while it is not open.
+    summary: ThreadSummary,
+}
+
 impl<'a> MergedStream<'a> {
-    fn new(stream: &'a TraceStream, ctx: Ctx<'a>, cursors: Vec<Cursor<'a>>) -> Self {
-        let mut heap = BinaryHeap::with_capacity(cursors.len());
-        for (i, c) in cursors.iter().enumerate() {
-            if !c.finished {
+    /// Every thread's first event is decoded, since the merge must compare them all; then a
+    /// thread whose first chunk has more to give lets its cursor go and waits as a heap entry
+    /// and a few words (a process that created 10^5 short threads over its life has them all
+    /// from the start), and is read again from that chunk when its turn comes.
+    fn new(stream: &'a TraceStream, mut ctx: Ctx<'a>) -> Self {
+        let mut heap = BinaryHeap::new();
+        let mut cursors = Vec::new();
+        let mut threads = Vec::with_capacity(stream.threads.len());
+        let mut scratch = Cursor::new(0, &[], 0);
+        for (i, t) in stream.threads.iter().enumerate() {
+            let chunks = stream.chunks_of(t);
+            let mut c = Cursor::new(t.thread, chunks, stream.tables.first_sequence(t.thread));
+            c.plan = i as u32;
+            scratch.lend_buffers(&mut c);
+            let place = if !c.refill(&mut ctx) {
+                Place::Finished { used: c.any_chunk }
+            } else if c.chunk.is_some() {
+                // The chunk's checks so far (its prefix, the sequence, the thread table) are
+                // not made again when it is read again: they hold for the same bytes.
                 heap.push(Reverse((c.head().key, c.thread, i as u32)));
-            }
+                Place::Waiting {
+                    chunk: (c.next_chunk - 1) as u32,
+                }
+            } else {
+                // Its first chunk ended with its first event (and had its end-of-chunk
+                // checks): the cursor is kept rather than the chunk read and checked twice.
+                heap.push(Reverse((c.head().key, c.thread, i as u32)));
+                cursors.push(c);
+                threads.push(ThreadState {
+                    place: Place::Open {
+                        slot: (cursors.len() - 1) as u32,
+                    },
+                    summary: ThreadSummary::default(),
+                });
+                continue;
+            };
+            c.lend_buffers(&mut scratch);
+            threads.push(ThreadState {
+                place,
+                summary: c.summary,
+            });
         }
-        let current = heap.pop().map_or(NONE, |Reverse((_, _, i))| i as usize);
         let mut m = MergedStream {
             stream,
             ctx,
             cursors,
+            free: Vec::new(),
+            threads,
+            given_by_finished: 0,
             heap,
-            current,
+            current: NONE,
             bound: (0, 0),
             ordering: None,
             run_given: false,
             deferred_check: None,
         };
+        m.current = m.take_lead();
         m.bound = m.heap_bound();
         m
+    }
+
+    /// Pops the heap's top, opening its thread's cursor if it was waiting, and returns the
+    /// cursor, or `NONE` when no thread is left. A thread read again whose first event is no
+    /// longer what it was (the file changed under the reader, which is reported) goes back to
+    /// the heap at its new place.
+    fn take_lead(&mut self) -> usize {
+        match self.heap.pop() {
+            Some(Reverse((_, _, plan))) => self.lead(plan),
+            None => NONE,
+        }
+    }
+
+    /// The cursor of thread `plan`, just taken from the heap's top (see `take_lead`).
+    #[inline]
+    fn lead(&mut self, mut plan: u32) -> usize {
+        loop {
+            match self.threads[plan as usize].place {
+                // Its head is the key it had in the heap.
+                Place::Open { slot } => return slot as usize,
+                Place::Waiting { chunk } => {
+                    if let Some(slot) = self.reopen(plan as usize, chunk as usize) {
+                        let cur = &self.cursors[slot];
+                        let head = (cur.head().key, cur.thread);
+                        match self.heap.peek() {
+                            Some(Reverse((key, thread, _))) if (*key, *thread) < head => {
+                                self.heap.push(Reverse((head.0, head.1, plan)));
+                            }
+                            _ => return slot,
+                        }
+                    }
+                }
+                Place::Finished { .. } => {}
+            }
+            match self.heap.pop() {
+                Some(Reverse((_, _, next))) => plan = next,
+                None => return NONE,
+            }
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn reopen(&mut self, plan: usize, chunk: usize) -> Option<usize> {
+        let stream = self.stream;
+        let t = &stream.threads[plan];
+        let state = self.threads[plan];
+        let chunks = stream.chunks_of(t);
+        let mut c = Cursor::new(t.thread, chunks, stream.tables.first_sequence(t.thread));
+        c.plan = plan as u32;
+        c.next_chunk = chunk;
+        // Its sequence and the thread table were checked, and its bytes counted in the
+        // summary, at the first read.
+        c.expected_sequence = chunks[chunk].sequence;
+        c.any_chunk = true;
+        c.first_batch = false;
+        c.rereading = true;
+        c.summary = state.summary;
+        let slot = match self.free.pop() {
+            Some(slot) => {
+                let slot = slot as usize;
+                self.cursors[slot].lend_buffers(&mut c);
+                self.cursors[slot] = c;
+                slot
+            }
+            None => {
+                self.cursors.push(c);
+                self.cursors.len() - 1
+            }
+        };
+        self.threads[plan].place = Place::Open { slot: slot as u32 };
+        let cur = &mut self.cursors[slot];
+        if cur.refill(&mut self.ctx) {
+            Some(slot)
+        } else {
+            self.close(slot);
+            None
+        }
+    }
+
+    /// The thread of cursor `slot` has no more events: its summary is kept, its slot freed.
+    fn close(&mut self, slot: usize) {
+        let cur = &mut self.cursors[slot];
+        let given = cur.counted_given();
+        cur.finished = true;
+        cur.at = 0;
+        cur.batch.clear();
+        self.given_by_finished += given;
+        self.threads[cur.plan as usize] = ThreadState {
+            place: Place::Finished {
+                used: cur.any_chunk,
+            },
+            summary: ThreadSummary {
+                events: given,
+                ..cur.summary
+            },
+        };
+        self.free.push(slot as u32);
     }
 
     /// The next events of the merged order that come from one thread: as many as come before
@@ -1101,18 +1228,28 @@ impl<'a> MergedStream<'a> {
 
     /// Events given so far.
     pub fn events_given(&self) -> u64 {
-        self.cursors.iter().map(Cursor::counted_given).sum()
+        self.given_by_finished
+            + self
+                .cursors
+                .iter()
+                .filter(|c| !c.finished)
+                .map(Cursor::counted_given)
+                .sum::<u64>()
     }
 
     /// What the pass learnt of each thread with a usable chunk so far, by thread id.
     pub fn thread_summaries(&self) -> impl Iterator<Item = ThreadSummary> + '_ {
-        self.cursors
-            .iter()
-            .filter(|c| c.any_chunk)
-            .map(|c| ThreadSummary {
-                events: c.counted_given(),
-                ..c.summary
-            })
+        self.threads.iter().filter_map(|t| match t.place {
+            Place::Waiting { .. } | Place::Finished { used: true } => Some(t.summary),
+            Place::Finished { used: false } => None,
+            Place::Open { slot } => {
+                let c = &self.cursors[slot as usize];
+                c.any_chunk.then(|| ThreadSummary {
+                    events: c.counted_given(),
+                    ..c.summary
+                })
+            }
+        })
     }
 
     /// Whether `thread` has events still to come.
@@ -1120,7 +1257,7 @@ impl<'a> MergedStream<'a> {
         self.stream
             .threads
             .binary_search_by_key(&thread, |t| t.thread)
-            .is_ok_and(|i| !self.cursors[i].finished)
+            .is_ok_and(|i| !matches!(self.threads[i].place, Place::Finished { .. }))
     }
 
     /// The current thread's next event is not in its batch or does not come first: refill the
@@ -1130,20 +1267,21 @@ impl<'a> MergedStream<'a> {
         let cur = &mut self.cursors[c];
         if cur.at < cur.batch.len() || cur.refill(&mut self.ctx) {
             let head = (cur.head().key, cur.thread);
+            let plan = cur.plan;
+            let mut next = None;
             if let Some(mut top) = self.heap.peek_mut() {
                 let Reverse((key, thread, other)) = *top;
                 if (key, thread) < head {
-                    *top = Reverse((head.0, head.1, c as u32));
-                    drop(top);
-                    self.current = other as usize;
+                    *top = Reverse((head.0, head.1, plan));
+                    next = Some(other);
                 }
             }
+            if let Some(other) = next {
+                self.current = self.lead(other);
+            }
         } else {
-            cur.finish();
-            self.current = self
-                .heap
-                .pop()
-                .map_or(NONE, |Reverse((_, _, i))| i as usize);
+            self.close(c);
+            self.current = self.take_lead();
         }
         self.bound = self.heap_bound();
     }
@@ -1248,5 +1386,56 @@ impl Iterator for ThreadStream<'_> {
             self.cursor.chunks = &[];
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::builder::TraceBuilder;
+
+    /// A thread per request, one after another: the merge must see every thread's first event
+    /// from the start, but holds a cursor only for the threads giving events, so that its
+    /// memory follows the threads that run at once, not those created over the program's life.
+    #[test]
+    fn threads_that_wait_for_their_turn_hold_no_cursor() {
+        let mut b = TraceBuilder::new("requests");
+        let main = b.main_thread();
+        let site = b.site("main", "requests.c", 3);
+        let m = b.mutex("m");
+        let requests = 500;
+        for _ in 0..requests {
+            let w = b.spawn(main, site, "w");
+            b.lock(w, m, site);
+            b.unlock(w, m, site);
+            b.exit(w);
+            b.join(main, w, site);
+        }
+        b.exit(main);
+        let bytes = b.finish();
+        let expected: Vec<_> = Trace::from_bytes("requests", bytes.clone())
+            .unwrap()
+            .merged_owned()
+            .collect();
+        let stream = TraceStream::from_bytes("requests", bytes).unwrap();
+        let mut merged = stream.merged();
+        let mut got = Vec::new();
+        let mut most_open = 0;
+        while let Some(e) = merged.next() {
+            got.push(e);
+            let open = merged.cursors.iter().filter(|c| !c.finished).count();
+            most_open = most_open.max(open);
+        }
+        assert_eq!(got, expected);
+        assert!(merged.problems().is_empty(), "{:?}", merged.problems());
+        assert_eq!(merged.events_given(), expected.len() as u64);
+        assert_eq!(merged.thread_summaries().count(), requests + 1);
+        // main and the request it waits for (plus one whose turn is being handed on).
+        assert!(most_open <= 3, "{most_open} cursors open at once");
+        assert!(
+            merged.cursors.len() <= 3,
+            "{} cursors",
+            merged.cursors.len()
+        );
     }
 }

@@ -198,6 +198,13 @@ impl<'t> LockSections<'t> {
                     self.locks[h.lock as usize].monitor = true;
                 }
             }
+            // A thread that exited holding nothing lets its room go: memory follows the
+            // threads alive, not those created over the program's life.
+            Op::ThreadExit => {
+                if let Some(held) = self.held.get_mut(t as usize).filter(|h| h.is_empty()) {
+                    *held = Vec::new();
+                }
+            }
             _ => {}
         }
     }

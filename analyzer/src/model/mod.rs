@@ -761,7 +761,7 @@ impl<'t> ModelPass<'t> {
     /// out (`graph`, which reports no race).
     pub fn with_race_memory(mut self, bytes: u64) -> Self {
         self.race_memory = bytes;
-        self.keep_marks = bytes != 0 && self.marks_source.is_none();
+        self.keep_marks(bytes != 0 && self.marks_source.is_none());
         self
     }
 
@@ -774,12 +774,23 @@ impl<'t> ModelPass<'t> {
         self
     }
 
+    /// Whether the walk keeps the marks; a walk that does not holds no entry per thread for
+    /// them (a program may have created 10^5 threads).
+    fn keep_marks(&mut self, keep: bool) {
+        self.keep_marks = keep;
+        self.marks = if keep {
+            AccessMarks::new(self.threads.len(), &self.start)
+        } else {
+            AccessMarks::default()
+        };
+    }
+
     /// The trace can be read again (a file): each segment's marks of where threads read and
     /// write are read from `source` when an analysis first asks for them, not kept by the
     /// walk (`marks.rs`), so that a walk whose segments never need them does not pay for them.
     pub fn with_marks_from(mut self, source: Arc<dyn MarksSource>) -> Self {
         self.marks_source = Some(source);
-        self.keep_marks = false;
+        self.keep_marks(false);
         self
     }
 
@@ -788,7 +799,7 @@ impl<'t> ModelPass<'t> {
     /// reads-from edges every prediction needs: nothing may be predicted from them.
     pub fn lock_order_only(mut self) -> Self {
         self.race_memory = 0;
-        self.keep_marks = false;
+        self.keep_marks(false);
         self.hb = HbPass::new(
             self.threads.len(),
             EdgeKinds::DEADLOCK.without(EdgeKinds::READS_FROM),

@@ -165,7 +165,8 @@ impl PendingCalls {
             }
             Op::ThreadExit => {
                 self.exited[t] = true;
-                self.open[t].clear();
+                // Its room goes too: memory follows the threads alive, not those created.
+                self.open[t] = Vec::new();
             }
             Op::Exec { site } => self.exec = Some((t, site)),
             _ => {}

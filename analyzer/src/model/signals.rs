@@ -4,6 +4,8 @@
 //! for which signal) and which signals the thread blocked then. Only threads with such events
 //! have points; a trace without them costs a match per event.
 
+use foldhash::{HashMap, HashMapExt};
+
 use crate::stream::{Op, StreamEvent};
 
 /// A thread's signal context from one of its events on.
@@ -23,20 +25,21 @@ impl SignalContext {
 }
 
 /// The change points of every thread: `(position, context from there on)`, in position order.
+/// Only threads with such events have an entry.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct SignalContexts {
-    threads: Vec<Vec<(u32, SignalContext)>>,
+    threads: HashMap<u32, Vec<(u32, SignalContext)>>,
 }
 
 impl SignalContexts {
     /// Whether no thread ever ran a handler or blocked a signal here.
     pub(crate) fn is_empty(&self) -> bool {
-        self.threads.iter().all(Vec::is_empty)
+        self.threads.values().all(Vec::is_empty)
     }
 
     /// The context of `thread` at its event `pos`.
     pub(crate) fn at(&self, thread: u32, pos: u32) -> SignalContext {
-        let Some(points) = self.threads.get(thread as usize) else {
+        let Some(points) = self.threads.get(&thread) else {
             return SignalContext::default();
         };
         match points.partition_point(|&(p, _)| p <= pos) {
@@ -46,64 +49,75 @@ impl SignalContexts {
     }
 }
 
-/// The visitor that collects them.
+/// The visitor that collects them. By thread id, for the threads that have signal events: a
+/// program may have created 10^5 threads, few of which take a signal.
 pub(super) struct SignalScan {
-    /// Per thread: the handlers it is in, innermost last.
-    handlers: Vec<Vec<u8>>,
-    blocked: Vec<u64>,
-    points: Vec<Vec<(u32, SignalContext)>>,
+    threads: usize,
+    /// Per thread: the handlers it is in, innermost last, and its mask.
+    states: HashMap<u32, (Vec<u8>, u64)>,
+    points: HashMap<u32, Vec<(u32, SignalContext)>>,
 }
 
 impl SignalScan {
     pub fn new(threads: usize) -> Self {
         SignalScan {
-            handlers: vec![Vec::new(); threads],
-            blocked: vec![0; threads],
-            points: vec![Vec::new(); threads],
+            threads,
+            states: HashMap::new(),
+            points: HashMap::new(),
         }
     }
 
     #[inline]
     pub fn handle(&mut self, ev: &StreamEvent) {
-        let t = ev.thread as usize;
-        if t >= self.handlers.len() {
+        let t = ev.thread;
+        if t as usize >= self.threads {
             return;
         }
         match ev.op {
-            Op::SignalEnter { signal } => self.handlers[t].push(signal),
+            Op::SignalEnter { signal } => self.states.entry(t).or_default().0.push(signal),
             Op::SignalExit { signal } => {
                 // A handler left by siglongjmp never wrote its exit: an outer handler's exit
                 // ends it too.
-                if let Some(i) = self.handlers[t].iter().rposition(|&s| s == signal) {
-                    self.handlers[t].truncate(i);
+                let handlers = &mut self.states.entry(t).or_default().0;
+                if let Some(i) = handlers.iter().rposition(|&s| s == signal) {
+                    handlers.truncate(i);
                 }
             }
-            Op::SignalMask { blocked } => self.blocked[t] = blocked,
+            Op::SignalMask { blocked } => self.states.entry(t).or_default().1 = blocked,
+            // Its last event: no later segment starts inside its handler or with its mask.
+            Op::ThreadExit => {
+                if !self.states.is_empty() {
+                    self.states.remove(&t);
+                }
+                return;
+            }
             _ => return,
         }
         let now = self.context(t);
-        self.points[t].push((ev.pos, now));
+        self.points.entry(t).or_default().push((ev.pos, now));
     }
 
-    fn context(&self, t: usize) -> SignalContext {
-        SignalContext {
-            handler: self.handlers[t].last().copied().unwrap_or(0),
-            blocked: self.blocked[t],
-        }
+    fn context(&self, t: u32) -> SignalContext {
+        self.states
+            .get(&t)
+            .map_or(SignalContext::default(), |(handlers, blocked)| {
+                SignalContext {
+                    handler: handlers.last().copied().unwrap_or(0),
+                    blocked: *blocked,
+                }
+            })
     }
 
     /// Ends a segment: its points; the next segment starts with each thread's context as it
     /// stands (a handler still running, a mask still set).
     pub fn cut(&mut self) -> SignalContexts {
         let done = std::mem::take(&mut self.points);
-        self.points = (0..self.handlers.len())
-            .map(|t| {
+        self.points = self
+            .states
+            .keys()
+            .filter_map(|&t| {
                 let now = self.context(t);
-                if now == SignalContext::default() {
-                    Vec::new()
-                } else {
-                    vec![(0, now)]
-                }
+                (now != SignalContext::default()).then(|| (t, vec![(0, now)]))
             })
             .collect();
         SignalContexts { threads: done }
