@@ -100,9 +100,10 @@ FS_API void __tsan_init(void) {
  * about what its own work does (docs/perf/real_programs.md). So on x86-64 a function that has
  * nothing to report unmakes the call that reached it: when the 5 bytes before its return
  * address are a `call rel32` to itself (the compiler's call, resolved by the linker to this
- * hidden copy), it overwrites them, once, with an instruction that does nothing the program can
- * see, and that site never calls again (docs/decisions/0024). With the runtime present
- * (`foresight record`) nothing is ever patched; FORESIGHT_NO_PATCH=1 turns patching off. */
+ * hidden copy), it overwrites the call's opcode, once, making an instruction of the same length
+ * that does nothing the program can see, and that site never calls again (docs/decisions/0024).
+ * With the runtime present (`foresight record`) nothing is ever patched; FORESIGHT_NO_PATCH=1
+ * turns patching off. */
 #ifdef FS_PATCHES
 /* Weak, like the runtime table: the stub still needs nothing to link, and without them (no C
  * library) nothing is patched. */
@@ -161,32 +162,22 @@ static long fs_mprotect(void *page, unsigned long len, unsigned long prot) {
     return r;
 }
 
-/* The replacement for the 5-byte call at `at`, written by one atomic store of the aligned
- * 8-byte word that holds it (other threads execute the old instruction or the new one, never a
- * mix): a 5-byte NOP when the call lies inside one word; else `jmp .+5` when its first two
- * bytes do; else, the opcode alone becoming `test eax, imm32` (5 bytes, the call's own
- * displacement as its immediate), which changes only the flags, which no call preserves. */
+/* The call at `at` becomes `test eax, imm32` (opcode a9, the call's displacement as its
+ * immediate): one byte is written, so another thread executes the old instruction or the new
+ * one, never a mix, and both are 5 bytes long, so no instruction boundary moves. The test
+ * changes only the flags, which no call preserves. (A 5-byte NOP, with `jmp .+5` where the call
+ * straddles an aligned 8-byte word, was measured slower: docs/decisions/0024.) */
 static void fs_patch_site(unsigned char *at) {
-    unsigned shift = ((uintptr_t)at & 7) * 8;
-    uint64_t *word = (uint64_t *)((uintptr_t)at & ~(uintptr_t)7);
-    /* Little-endian: the first byte is the lowest. */
-    uint64_t with = shift <= 24 ? 0x0000441f0fULL /* 0f 1f 44 00 00 */
-                    : shift <= 48 ? 0x03ebULL     /* eb 03 */
-                                  : 0xa9ULL;      /* a9 */
-    uint64_t mask = shift <= 24 ? 0xffffffffffULL : shift <= 48 ? 0xffffULL : 0xffULL;
-    void *page = (void *)((uintptr_t)word & ~(FS_PAGE - 1));
+    void *page = (void *)((uintptr_t)at & ~(FS_PAGE - 1));
     int writable = fs_text_prot & PROT_WRITE;
-    uint64_t old, new;
+    unsigned char call = 0xe8;
     /* Never remove execution: other threads may be running this page. */
     if (!writable && fs_mprotect(page, FS_PAGE, PROT_READ | PROT_WRITE | PROT_EXEC)) {
         __atomic_store_n(&fs_patch_off, 1, __ATOMIC_RELAXED);
         return;
     }
-    old = __atomic_load_n(word, __ATOMIC_RELAXED);
-    new = (old & ~(mask << shift)) | with << shift;
-    /* Checked again under the lock: another thread may have patched the site since. */
-    if ((old >> shift & 0xff) == 0xe8)
-        __atomic_compare_exchange_n(word, &old, new, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED);
+    /* Compared again under the lock: another thread may have patched the site since. */
+    __atomic_compare_exchange_n(at, &call, 0xa9, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED);
     if (!writable && fs_mprotect(page, FS_PAGE, fs_text_prot))
         __atomic_store_n(&fs_patch_off, 1, __ATOMIC_RELAXED);
 }
