@@ -162,31 +162,61 @@ static long fs_mprotect(void *page, unsigned long len, unsigned long prot) {
     return r;
 }
 
-/* The call at `at` becomes `test eax, imm32` (opcode a9, the call's displacement as its
+/* Sites found, waiting to be patched together: the pages' protection changes twice per batch,
+ * not per site (each change is a system call, and a TLB flush on every core running the
+ * program: per site, they cost SQLite's start more than its own work). A batch is patched when
+ * it is full, or as soon as one of its sites is called again, so that a site calls twice, not
+ * more (unless it finds the lock taken). Under fs_patch_lock. */
+#define FS_BATCH 64
+static unsigned char *fs_batch[FS_BATCH];
+static unsigned fs_batched;
+
+/* Each call in the batch becomes `test eax, imm32` (opcode a9, the call's displacement as its
  * immediate): one byte is written, so another thread executes the old instruction or the new
  * one, never a mix, and both are 5 bytes long, so no instruction boundary moves. The test
  * changes only the flags, which no call preserves. (A 5-byte NOP, with `jmp .+5` where the call
  * straddles an aligned 8-byte word, was measured slower: docs/decisions/0024.) */
-static void fs_patch_site(unsigned char *at) {
-    void *page = (void *)((uintptr_t)at & ~(FS_PAGE - 1));
+static void fs_patch_batch(void) {
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (unsigned i = 0; i < fs_batched; i++) {
+        uintptr_t at = (uintptr_t)fs_batch[i];
+        lo = at < lo ? at : lo;
+        hi = at > hi ? at : hi;
+    }
+    /* The pages from the first site to the last: all in this module's executable segment. */
+    void *first = (void *)(lo & ~(FS_PAGE - 1));
+    unsigned long len = (hi & ~(FS_PAGE - 1)) + FS_PAGE - (lo & ~(FS_PAGE - 1));
     int writable = fs_text_prot & PROT_WRITE;
-    unsigned char call = 0xe8;
-    /* Never remove execution: other threads may be running this page. */
-    if (!writable && fs_mprotect(page, FS_PAGE, PROT_READ | PROT_WRITE | PROT_EXEC)) {
+    unsigned n = fs_batched;
+    fs_batched = 0;
+    /* Never remove execution: other threads may be running these pages. */
+    if (!writable && fs_mprotect(first, len, PROT_READ | PROT_WRITE | PROT_EXEC)) {
         __atomic_store_n(&fs_patch_off, 1, __ATOMIC_RELAXED);
         return;
     }
-    /* Compared again under the lock: another thread may have patched the site since. */
-    __atomic_compare_exchange_n(at, &call, 0xa9, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED);
-    if (!writable && fs_mprotect(page, FS_PAGE, fs_text_prot))
+    for (unsigned i = 0; i < n; i++) {
+        unsigned char call = 0xe8;
+        __atomic_compare_exchange_n(fs_batch[i], &call, 0xa9, 0, __ATOMIC_SEQ_CST,
+                                    __ATOMIC_RELAXED);
+    }
+    if (!writable && fs_mprotect(first, len, fs_text_prot))
         __atomic_store_n(&fs_patch_off, 1, __ATOMIC_RELAXED);
 }
 
 static __attribute__((noinline)) void fs_patch_locked(unsigned char *at) {
     if (__atomic_exchange_n(&fs_patch_lock, 1, __ATOMIC_ACQUIRE))
         return;
-    if (!__atomic_load_n(&fs_patch_off, __ATOMIC_RELAXED))
-        fs_patch_site(at);
+    if (!__atomic_load_n(&fs_patch_off, __ATOMIC_RELAXED)) {
+        unsigned i = 0;
+        while (i < fs_batched && fs_batch[i] != at)
+            i++;
+        int again = i < fs_batched;
+        if (!again)
+            fs_batch[fs_batched++] = at;
+        /* Called again (a loop's second turn), or a full batch. */
+        if (again || fs_batched == FS_BATCH)
+            fs_patch_batch();
+    }
     __atomic_store_n(&fs_patch_lock, 0, __ATOMIC_RELEASE);
 }
 
