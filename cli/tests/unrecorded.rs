@@ -3,7 +3,8 @@
 //! run in threads and across a fork and exec, still computes what it should
 //! (`fixtures/instrumented/uncalled.c` counts the calls left in its own machine code). Under
 //! `foresight record` nothing is patched and every access reaches the runtime, in the child
-//! too; `FORESIGHT_NO_PATCH=1` keeps every call. A missing compiler fails in CI.
+//! too; `FORESIGHT_NO_PATCH=1` keeps every call, and so does a system that refuses writable
+//! code (seccomp, as a W^X policy). A missing compiler fails in CI.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -37,7 +38,12 @@ fn lines(out: &Output, prefix: &str) -> (String, u32, u32) {
 }
 
 fn unrecorded(exe: &Path, no_patch: Option<&str>) -> Output {
+    unrecorded_with(exe, &[], no_patch)
+}
+
+fn unrecorded_with(exe: &Path, args: &[&str], no_patch: Option<&str>) -> Output {
     let mut cmd = Command::new(exe);
+    cmd.args(args);
     cmd.env_remove("LD_PRELOAD")
         .env_remove("FORESIGHT_NO_PATCH");
     if let Some(v) = no_patch {
@@ -104,6 +110,25 @@ fn without_the_runtime_the_calls_are_patched_out_and_results_stay_right() {
             if cfg!(target_arch = "x86_64") {
                 let (_, _, after) = lines(&unrecorded(&exe, Some("0")), "");
                 assert_eq!(after, 0, "{what}: FORESIGHT_NO_PATCH=0");
+            }
+        }
+    }
+}
+
+#[test]
+fn where_code_cannot_be_made_writable_the_calls_stay_and_results_stay_right() {
+    for c in Compiler::ALL {
+        if !harness::compiler_available(c) {
+            continue;
+        }
+        for (what, exe) in builds(c) {
+            // seccomp refuses mprotect(PROT_WRITE | PROT_EXEC), to the program and its child.
+            let out = unrecorded_with(&exe, &["refuse"], None);
+            for who in ["", "child"] {
+                let (total, before, after) = lines(&out, who);
+                assert_eq!(total, "600000", "{what} {who}");
+                assert!(before >= 1, "{what} {who}");
+                assert_eq!(after, before, "{what} {who}: patched under W^X");
             }
         }
     }

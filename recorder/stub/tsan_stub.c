@@ -189,9 +189,11 @@ static void fs_patch_batch(void) {
     int writable = fs_text_prot & PROT_WRITE;
     unsigned n = fs_batched;
     fs_batched = 0;
-    /* Never remove execution: other threads may be running these pages. */
+    /* Never remove execution: other threads may be running these pages. A refusal may have
+     * come after part of the span changed: all of it is restored. */
     if (!writable && fs_mprotect(first, len, PROT_READ | PROT_WRITE | PROT_EXEC)) {
         __atomic_store_n(&fs_patch_off, 1, __ATOMIC_RELAXED);
+        fs_mprotect(first, len, fs_text_prot);
         return;
     }
     for (unsigned i = 0; i < n; i++) {
