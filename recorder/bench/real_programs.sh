@@ -20,6 +20,9 @@
 #   fs-callers  (only when RUNS names it) the same built with `foresight config --callers`
 #               (function entries and exits instrumented, as before they were left out),
 #               not recorded
+#   fs-base     (only when RUNS names it) the same objects linked with the stub of another
+#               foresight, BASE_FORESIGHT (e.g. main's), not recorded: a change to the stub
+#               measured against it in the same turns
 #   record      `foresight record --no-symbolize -o T -- PROG` end to end (with SYMBOLIZE=1,
 #               symbolised as by default)
 #   record-base (only when RUNS names it) the same with the runtime BASE_RUNTIME (another
@@ -36,7 +39,7 @@
 # env: REPS (3), MIB (32), ROWS (20000), PROGRAMS ("zstd2 zstd4 sqlite"), CC (gcc),
 #      RUNS (the runs to take turns at, default "plain tsan fs-norec record"; the ratios need
 #      plain and tsan),
-#      BASE_RUNTIME (for record-base), ANALYZE (1; 0 skips the analysis), SYMBOLIZE (0), CARGO_TARGET_DIR (default
+#      BASE_RUNTIME (for record-base), BASE_FORESIGHT (for fs-base), ANALYZE (1; 0 skips the analysis), SYMBOLIZE (0), CARGO_TARGET_DIR (default
 #      <workspace>/target), WORK (a directory to keep the sources and builds in between runs;
 #      default a temporary one, removed at exit).
 # Installs GNU time with apt-get when /usr/bin/time is missing (as root). Takes 20 minutes to
@@ -125,6 +128,16 @@ declare -A libs=([plain]="" [tsan]="-fsanitize=thread" [fs]="$fs_libs" [fsc]="$f
 RUNS="${RUNS:-plain tsan fs-norec record}"
 builds="plain tsan fs"
 case " $RUNS " in *" fs-callers "*) builds+=" fsc" ;; esac
+case " $RUNS " in *" fs-base "*)
+  builds+=" fsb"
+  # A stub directory of its own (one per compiler, which each foresight rewrites as its own);
+  # both flags, since -L in the compile flags names the directory gcc's -ltsan is taken from.
+  base() { FORESIGHT_CACHE_DIR="$work/cache-base" \
+    "${BASE_FORESIGHT:?fs-base needs BASE_FORESIGHT}" config --cc "$CC" "$@"; }
+  cflags[fsb]="$(base --cflags)"
+  libs[fsb]="$(base --libs)"
+  ;;
+esac
 cc_id="$("$CC" --version | head -1)"
 obj() { # LIBRARY BUILD SOURCE EXTRA_FLAGS -> path of the object
   local key o
@@ -145,8 +158,10 @@ bin="$work/bin"
 mkdir -p "$bin"
 sqlite_flags="-DSQLITE_THREADSAFE=1 -DSQLITE_OMIT_LOAD_EXTENSION"
 for b in $builds; do
-  zo="$(obj zstd "$b" "$src/zstd/zstd.c" "")"
-  so="$(obj sqlite "$b" "$src/sqlite/sqlite3.c" "$sqlite_flags")"
+  ob="$b"
+  [ "$b" = fsb ] && ob=fs # the same objects as fs, another stub
+  zo="$(obj zstd "$ob" "$src/zstd/zstd.c" "")"
+  so="$(obj sqlite "$ob" "$src/sqlite/sqlite3.c" "$sqlite_flags")"
   # shellcheck disable=SC2086
   "$CC" -O2 -g -pthread ${cflags[$b]} -I"$src/zstd" -o "$bin/zstd-$b" "$here/zstd_mt.c" "$zo" \
     ${libs[$b]}
@@ -197,6 +212,7 @@ for rep in $(seq "$REPS"); do
       tsan) run[0]="${cmd[0]/-B/-tsan}" ;;
       fs-norec) run[0]="${cmd[0]/-B/-fs}" ;;
       fs-callers) run[0]="${cmd[0]/-B/-fsc}" ;;
+      fs-base) run[0]="${cmd[0]/-B/-fsb}" ;;
       record | record-base)
         run[0]="${cmd[0]/-B/-fs}"
         rm -f "$work/$p.trace"*

@@ -6,7 +6,8 @@
  * performed with the memory order the program asked for) and, only when the foresight runtime
  * (libforesight_rt.so, LD_PRELOADed by `foresight record`) is loaded, reports the access to it
  * through the table it exports. Without the runtime the table's weak reference is null: an
- * access costs a load and a branch, and the program depends on no foresight library at all.
+ * access costs a load and a branch (and on x86-64, once per call site, the call is patched out:
+ * see "calls that need not be made"), and the program depends on no foresight library at all.
  *
  * The whole file is ONE object: `foresight config` compiles it into a one-member archive, so
  * that whichever of its symbols the linker looks for first (gcc's libtsan_preinit.o asks for
@@ -19,6 +20,16 @@
  * symbol name carries the version (_v1), so a program built against another layout never
  * binds to it and simply runs unrecorded. Keep the two in step.
  */
+#if defined(__x86_64__) && defined(__linux__)
+#define FS_PATCHES 1
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* dl_iterate_phdr */
+#endif
+#include <link.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#endif
 #include <stddef.h>
 #include <stdint.h>
 
@@ -83,10 +94,161 @@ FS_API void __tsan_init(void) {
         t->init();
 }
 
+/* --- calls that need not be made ------------------------------------------------------------- */
+
+/* Without the runtime, a plain access's call does nothing, yet the call itself costs the program
+ * about what its own work does (docs/perf/real_programs.md). So on x86-64 a function that has
+ * nothing to report unmakes the call that reached it: when the 5 bytes before its return
+ * address are a `call rel32` to itself (the compiler's call, resolved by the linker to this
+ * hidden copy), it overwrites the call's opcode, once, making an instruction of the same length
+ * that does nothing the program can see, and that site never calls again (docs/decisions/0024).
+ * With the runtime present (`foresight record`) nothing is ever patched; FORESIGHT_NO_PATCH=1
+ * turns patching off. */
+#ifdef FS_PATCHES
+/* Weak, like the runtime table: the stub still needs nothing to link, and without them (no C
+ * library) nothing is patched. */
+#pragma weak getenv
+#pragma weak dl_iterate_phdr
+
+/* Page size is 4 KiB on every x86-64 Linux. */
+#define FS_PAGE 4096UL
+
+/* This module's executable segment: only call sites inside it are patched. Set by the
+ * constructor; 0 before (sites that run earlier are patched when they run again). */
+static uintptr_t fs_text_start, fs_text_end;
+static int fs_text_prot;
+/* Set for good: turned off by the user, or the system refused a writable code page. */
+static int fs_patch_off;
+/* One patcher at a time; a thread (or a signal handler) that finds it taken leaves its site for
+ * another time. */
+static int fs_patch_lock;
+
+static int fs_find_text(struct dl_phdr_info *info, size_t size, void *self) {
+    (void)size;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        uintptr_t start = info->dlpi_addr + ph->p_vaddr;
+        if (ph->p_type != PT_LOAD || (uintptr_t)self < start ||
+            (uintptr_t)self >= start + ph->p_memsz)
+            continue;
+        /* A segment that cannot be read is not looked at. */
+        if ((ph->p_flags & (PF_R | PF_X)) == (PF_R | PF_X)) {
+            fs_text_prot = PROT_READ | PROT_EXEC | (ph->p_flags & PF_W ? PROT_WRITE : 0);
+            fs_text_start = start;
+            __atomic_store_n(&fs_text_end, start + ph->p_memsz, __ATOMIC_RELEASE);
+        }
+        return 1;
+    }
+    return 0;
+}
+
+__attribute__((constructor)) static void fs_patch_init(void) {
+    const char *off = getenv ? getenv("FORESIGHT_NO_PATCH") : 0;
+    if ((off && *off && !(off[0] == '0' && !off[1])) || !dl_iterate_phdr) {
+        __atomic_store_n(&fs_patch_off, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    dl_iterate_phdr(fs_find_text, (void *)&fs_find_text);
+}
+
+/* mprotect, as a system call: errno is never touched, and no wrapper of the C library's (a
+ * sandbox's, a tracer's) sees code pages change. Returns 0 or -errno. */
+static long fs_mprotect(void *page, unsigned long len, unsigned long prot) {
+    long r;
+    __asm__ volatile("syscall"
+                     : "=a"(r)
+                     : "0"((long)SYS_mprotect), "D"(page), "S"(len), "d"(prot)
+                     : "rcx", "r11", "memory");
+    return r;
+}
+
+/* Sites found, waiting to be patched together: the pages' protection changes twice per batch,
+ * not per site (each change is a system call, and a TLB flush on every core running the
+ * program: per site, they cost SQLite's start more than its own work). A batch is patched when
+ * it is full, or as soon as one of its sites is called again, so that a site calls twice, not
+ * more (unless it finds the lock taken). Under fs_patch_lock. */
+#define FS_BATCH 64
+static unsigned char *fs_batch[FS_BATCH];
+static unsigned fs_batched;
+
+/* Each call in the batch becomes `test eax, imm32` (opcode a9, the call's displacement as its
+ * immediate): one byte is written, so another thread executes the old instruction or the new
+ * one, never a mix, and both are 5 bytes long, so no instruction boundary moves. The test
+ * changes only the flags, which no call preserves. (A 5-byte NOP, with `jmp .+5` where the call
+ * straddles an aligned 8-byte word, was measured slower: docs/decisions/0024.) */
+static void fs_patch_batch(void) {
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (unsigned i = 0; i < fs_batched; i++) {
+        uintptr_t at = (uintptr_t)fs_batch[i];
+        lo = at < lo ? at : lo;
+        hi = at > hi ? at : hi;
+    }
+    /* The pages from the first site to the last: all in this module's executable segment. */
+    void *first = (void *)(lo & ~(FS_PAGE - 1));
+    unsigned long len = (hi & ~(FS_PAGE - 1)) + FS_PAGE - (lo & ~(FS_PAGE - 1));
+    int writable = fs_text_prot & PROT_WRITE;
+    unsigned n = fs_batched;
+    fs_batched = 0;
+    /* Never remove execution: other threads may be running these pages. A refusal may have
+     * come after part of the span changed: all of it is restored. */
+    if (!writable && fs_mprotect(first, len, PROT_READ | PROT_WRITE | PROT_EXEC)) {
+        __atomic_store_n(&fs_patch_off, 1, __ATOMIC_RELAXED);
+        fs_mprotect(first, len, fs_text_prot);
+        return;
+    }
+    for (unsigned i = 0; i < n; i++) {
+        unsigned char call = 0xe8;
+        __atomic_compare_exchange_n(fs_batch[i], &call, 0xa9, 0, __ATOMIC_SEQ_CST,
+                                    __ATOMIC_RELAXED);
+    }
+    if (!writable && fs_mprotect(first, len, fs_text_prot))
+        __atomic_store_n(&fs_patch_off, 1, __ATOMIC_RELAXED);
+}
+
+static __attribute__((noinline)) void fs_patch_locked(unsigned char *at) {
+    if (__atomic_exchange_n(&fs_patch_lock, 1, __ATOMIC_ACQUIRE))
+        return;
+    if (!__atomic_load_n(&fs_patch_off, __ATOMIC_RELAXED)) {
+        unsigned i = 0;
+        while (i < fs_batched && fs_batch[i] != at)
+            i++;
+        int again = i < fs_batched;
+        if (!again)
+            fs_batch[fs_batched++] = at;
+        /* Called again (a loop's second turn), or a full batch. */
+        if (again || fs_batched == FS_BATCH)
+            fs_patch_batch();
+    }
+    __atomic_store_n(&fs_patch_lock, 0, __ATOMIC_RELEASE);
+}
+
+/* Called, runtime absent, by a function with nothing to do, with its return address and
+ * itself. A site it cannot patch (a call through the GOT, a breakpoint on it) costs these few
+ * tests on every call. */
+static __attribute__((noinline)) void fs_uncall(unsigned char *ret, void *self) {
+    unsigned char *at = ret - 5;
+    uintptr_t end = __atomic_load_n(&fs_text_end, __ATOMIC_ACQUIRE);
+    int32_t rel;
+    if ((uintptr_t)at < fs_text_start || (uintptr_t)ret > end || at[0] != 0xe8)
+        return;
+    __builtin_memcpy(&rel, at + 1, 4);
+    if (ret + rel == (unsigned char *)self)
+        fs_patch_locked(at);
+}
+/* Patching turned off costs one more load and branch, not the call into fs_uncall. */
+#define FS_UNCALL(self)                                                                         \
+    do {                                                                                        \
+        if (!__atomic_load_n(&fs_patch_off, __ATOMIC_RELAXED))                                  \
+            fs_uncall((unsigned char *)__builtin_return_address(0), (void *)(self));            \
+    } while (0)
+#else
+#define FS_UNCALL(self) ((void)0)
+#endif
+
 /* --- plain accesses -------------------------------------------------------------------------- */
 
-/* Not recorded is what must cost least: a load, a test and a return (the expectation keeps
- * the compiler from computing the call's arguments before the test). */
+/* Not recorded is what must cost least: a load, a test and the call's patching, once (the
+ * expectation keeps the compiler from computing the call's arguments before the test). */
 #define FS_ABSENT(t) __builtin_expect((t) == 0, 1)
 
 static inline __attribute__((always_inline)) void fs_access(void *a, uintptr_t size,
@@ -101,11 +263,20 @@ static inline __attribute__((always_inline)) void fs_access(void *a, uintptr_t s
 #define FS_ACCESS(name, size, write)                                                            \
     FS_API void name(void *a) {                                                                 \
         struct foresight_tsan_runtime *t = RT;                                                  \
-        if (FS_ABSENT(t))                                                                       \
+        if (FS_ABSENT(t)) {                                                                     \
+            FS_UNCALL(name);                                                                    \
             return;                                                                             \
+        }                                                                                       \
         t->access(a, (uintptr_t)(size) << 1 | (write), FS_PC);                                  \
     }                                                                                           \
-    FS_API void name##_pc(void *a, void *pc) { fs_access(a, size, write, pc); }
+    FS_API void name##_pc(void *a, void *pc) {                                                  \
+        struct foresight_tsan_runtime *t = RT;                                                  \
+        if (FS_ABSENT(t)) {                                                                     \
+            FS_UNCALL(name##_pc);                                                               \
+            return;                                                                             \
+        }                                                                                       \
+        t->access(a, (uintptr_t)(size) << 1 | (write), pc);                                     \
+    }
 
 #define FS_SIZES(prefix, write)                                                                 \
     FS_ACCESS(prefix##1, 1, write)                                                              \
@@ -129,15 +300,22 @@ FS_SIZES(__tsan_volatile_write, 1)
 #define FS_READ_WRITE(name, size)                                                               \
     FS_API void name(void *a) {                                                                 \
         struct foresight_tsan_runtime *t = RT;                                                  \
-        if (FS_ABSENT(t))                                                                       \
+        if (FS_ABSENT(t)) {                                                                     \
+            FS_UNCALL(name);                                                                    \
             return;                                                                             \
+        }                                                                                       \
         void *pc = FS_PC;                                                                       \
         t->access(a, (uintptr_t)(size) << 1, pc);                                               \
         t->access(a, (uintptr_t)(size) << 1 | 1, pc);                                           \
     }                                                                                           \
     FS_API void name##_pc(void *a, void *pc) {                                                  \
-        fs_access(a, size, 0, pc);                                                              \
-        fs_access(a, size, 1, pc);                                                              \
+        struct foresight_tsan_runtime *t = RT;                                                  \
+        if (FS_ABSENT(t)) {                                                                     \
+            FS_UNCALL(name##_pc);                                                               \
+            return;                                                                             \
+        }                                                                                       \
+        t->access(a, (uintptr_t)(size) << 1, pc);                                               \
+        t->access(a, (uintptr_t)(size) << 1 | 1, pc);                                           \
     }
 
 FS_READ_WRITE(__tsan_read_write1, 1)
@@ -175,23 +353,43 @@ FS_API void __tsan_write_range_pc(void *a, uintptr_t size, void *pc) {
  * does, a store of the value already there is no write (destructors of a class hierarchy
  * rewrite it on the way down). */
 FS_API void __tsan_vptr_update(void **vptr_p, void *new_val) {
-    if (!FS_ABSENT(RT) && *vptr_p != new_val)
-        fs_access(vptr_p, sizeof(void *), 1, FS_PC);
+    struct foresight_tsan_runtime *t = RT;
+    if (FS_ABSENT(t)) {
+        FS_UNCALL(__tsan_vptr_update);
+        return;
+    }
+    if (*vptr_p != new_val)
+        t->access(vptr_p, sizeof(void *) << 1 | 1, FS_PC);
 }
-FS_API void __tsan_vptr_read(void **vptr_p) { fs_access(vptr_p, sizeof(void *), 0, FS_PC); }
+FS_API void __tsan_vptr_read(void **vptr_p) {
+    struct foresight_tsan_runtime *t = RT;
+    if (FS_ABSENT(t)) {
+        FS_UNCALL(__tsan_vptr_read);
+        return;
+    }
+    t->access(vptr_p, sizeof(void *) << 1, FS_PC);
+}
 
 /* --- call stack ------------------------------------------------------------------------------ */
 
 FS_API void __tsan_func_entry(void *pc) {
     struct foresight_tsan_runtime *t = RT;
-    if (FS_ABSENT(t) || !(t->flags & FS_WANTS_FUNC_ENTRY))
+    if (FS_ABSENT(t)) {
+        FS_UNCALL(__tsan_func_entry);
+        return;
+    }
+    if (!(t->flags & FS_WANTS_FUNC_ENTRY))
         return;
     t->func_entry(pc);
 }
 
 FS_API void __tsan_func_exit(void) {
     struct foresight_tsan_runtime *t = RT;
-    if (FS_ABSENT(t) || !(t->flags & FS_WANTS_FUNC_ENTRY))
+    if (FS_ABSENT(t)) {
+        FS_UNCALL(__tsan_func_exit);
+        return;
+    }
+    if (!(t->flags & FS_WANTS_FUNC_ENTRY))
         return;
     t->func_exit();
 }
