@@ -686,15 +686,6 @@ impl Merger {
     }
 }
 
-/// Merges per-trace analyses given in the order of the traces.
-pub fn merge(parts: Vec<TraceAnalysis>, opts: &Options) -> Report {
-    let mut m = Merger::new(opts);
-    for p in parts {
-        m.add(p);
-    }
-    m.finish()
-}
-
 /// The order of a report: deadlocks before races, each by verdict, shortest cycle first; rank
 /// violations last, in the order found (a broken declared rule, not a deadlock found).
 pub(crate) fn in_report_order(findings: Vec<Finding>) -> Vec<Finding> {
