@@ -21,11 +21,9 @@ use crate::frame::{
 use crate::zstd_cctx::StaticCCtx;
 
 /// What the decoded length takes in a compressed payload, after the events prefix.
-pub const DECODED_LEN_BYTES: usize = 4;
+pub(crate) const DECODED_LEN_BYTES: usize = 4;
 /// Where the compressed block (LZ4 block or zstd frame) starts in a compressed payload.
 pub const BLOCK_START: usize = EVENTS_PREFIX_LEN + DECODED_LEN_BYTES;
-/// The same, by its name from when LZ4 was the only codec.
-pub const LZ4_BLOCK_START: usize = BLOCK_START;
 
 /// When and how a chunk is compressed (`foresight record --compress`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -87,7 +85,7 @@ impl CompressMode {
     /// The least a chunk must shrink (compressed × this ≤ plain) for the modes that back off
     /// to keep compressing: LZ4 is cheap but gains little on hard traces; zstd gains more
     /// and its chunks are worth keeping at a smaller ratio.
-    pub fn min_ratio(self) -> Option<usize> {
+    pub(crate) fn min_ratio(self) -> Option<usize> {
         match self {
             Self::Auto => Some(AUTO_MIN_RATIO_ZSTD),
             Self::Lz4 => Some(AUTO_MIN_RATIO),
@@ -97,11 +95,11 @@ impl CompressMode {
 }
 
 /// `lz4` keeps compressing while chunks shrink at least this much.
-pub const AUTO_MIN_RATIO: usize = 4;
+pub(crate) const AUTO_MIN_RATIO: usize = 4;
 /// `auto` (zstd) keeps compressing while chunks shrink at least this much.
-pub const AUTO_MIN_RATIO_ZSTD: usize = 2;
+pub(crate) const AUTO_MIN_RATIO_ZSTD: usize = 2;
 /// The most chunks `auto` writes plain, after chunks that shrank less, before it probes again.
-pub const AUTO_BACKOFF_CHUNKS: u32 = 16;
+pub(crate) const AUTO_BACKOFF_CHUNKS: u32 = 16;
 
 /// The zstd level the recorder compresses at unless told otherwise (`FORESIGHT_ZSTD_LEVEL`):
 /// docs/decisions/0004-zstd-level-1-in-a-static-context.md and docs/perf/compression.md for the
@@ -248,13 +246,13 @@ pub enum CompressProblem {
 /// The largest decoded length a compressed block of `stored` bytes may declare: an LZ4 block
 /// expands at most 255×; a zstd frame at most 32 768× (each block of at most 128 KiB takes
 /// at least a 3-byte header and one byte, FORMAT.md §5.3).
-pub fn max_decoded_len(codec: u8, stored: usize) -> u64 {
+pub(crate) fn max_decoded_len(codec: u8, stored: usize) -> u64 {
     let factor = if codec == CODEC_ZSTD { 32_768 } else { 255 };
     (stored as u64 * factor + 16).min(MAX_PAYLOAD_LEN as u64)
 }
 
 /// The decoded length a compressed events payload declares, checked against its bounds.
-pub fn decoded_len(codec: u8, payload: &[u8]) -> Result<usize, CompressProblem> {
+pub(crate) fn decoded_len(codec: u8, payload: &[u8]) -> Result<usize, CompressProblem> {
     if payload.len() < BLOCK_START {
         return Err(CompressProblem::TooShort(payload.len()));
     }

@@ -23,7 +23,7 @@ use crate::event::StringId;
 use crate::tables::{DataType, DataVariable, ModuleInfo, Tables, TypeShape};
 
 /// How far a layout walk goes: a hostile trace may describe a type that contains itself.
-pub const MAX_PATH_STEPS: usize = 64;
+pub(crate) const MAX_PATH_STEPS: usize = 64;
 
 /// Variables looked at before an address when they may overlap (aliases, a variable inside
 /// another): the symbolisation pass writes non-overlapping ones, so the first usually answers.

@@ -138,7 +138,7 @@ impl std::fmt::Display for Problem {
 impl Problem {
     /// True for problems after which the file holds fewer events than its writer wrote: the
     /// trailer's count is then not expected to match.
-    pub fn loses_events(&self) -> bool {
+    pub(crate) fn loses_events(&self) -> bool {
         self.is_damage() || matches!(self.kind, ProblemKind::ShrankWhileReading { .. })
     }
 

@@ -5,7 +5,7 @@
 pub const FILE_MAGIC: [u8; 8] = *b"\x7fFSTRACE";
 /// The major version of a trace that uses no required feature (FORMAT.md §2.1): what this
 /// crate writes unless it may compress.
-pub const VERSION_MAJOR: u16 = 1;
+pub(crate) const VERSION_MAJOR: u16 = 1;
 /// The major version of a trace that uses required features (its prefix lists them).
 pub const VERSION_MAJOR_FEATURES: u16 = 2;
 /// The minor version this crate writes, in the one minor sequence shared by all majors.
@@ -20,7 +20,7 @@ pub const FEATURE_COMPRESSED_CHUNKS: u64 = 1;
 /// FORMAT.md §5.3); always set together with bit 0.
 pub const FEATURE_ZSTD_CHUNKS: u64 = 2;
 /// Every required feature this reader knows.
-pub const KNOWN_FEATURES: u64 = FEATURE_COMPRESSED_CHUNKS | FEATURE_ZSTD_CHUNKS;
+pub(crate) const KNOWN_FEATURES: u64 = FEATURE_COMPRESSED_CHUNKS | FEATURE_ZSTD_CHUNKS;
 
 /// Where the header starts in a file of this major version.
 pub fn prefix_len(major: u16) -> usize {
@@ -54,7 +54,7 @@ pub const CODEC_LZ4: u8 = 1;
 pub const CODEC_ZSTD: u8 = 2;
 
 /// The codec's name, for `stats` and for problems.
-pub fn codec_name(codec: u8) -> &'static str {
+pub(crate) fn codec_name(codec: u8) -> &'static str {
     match codec {
         CODEC_STORED => "stored",
         CODEC_LZ4 => "LZ4",
@@ -63,14 +63,14 @@ pub fn codec_name(codec: u8) -> &'static str {
     }
 }
 /// A header larger than this is refused before it is read.
-pub const MAX_HEADER_LEN: u32 = 1 << 20;
+pub(crate) const MAX_HEADER_LEN: u32 = 1 << 20;
 
 /// The first four bytes of every chunk; a reader that lost its place searches for them.
-pub const CHUNK_MAGIC: [u8; 4] = *b"\xf5CHK";
+pub(crate) const CHUNK_MAGIC: [u8; 4] = *b"\xf5CHK";
 /// Magic, kind, flags, reserved, payload length, payload checksum, header checksum.
 pub const CHUNK_HEADER_LEN: usize = 4 + 1 + 1 + 2 + 4 + 4 + 4;
 /// A chunk payload larger than this is refused before it is read.
-pub const MAX_PAYLOAD_LEN: u32 = 64 << 20;
+pub(crate) const MAX_PAYLOAD_LEN: u32 = 64 << 20;
 
 /// Thread, chunk sequence number, base key, event count, start and end time.
 pub const EVENTS_PREFIX_LEN: usize = 4 + 4 + 8 + 4 + 8 + 8;
@@ -85,7 +85,7 @@ pub enum ChunkKind {
 }
 
 impl ChunkKind {
-    pub fn to_byte(self) -> u8 {
+    pub(crate) fn to_byte(self) -> u8 {
         match self {
             Self::Events => 1,
             Self::Table => 2,
@@ -94,7 +94,7 @@ impl ChunkKind {
         }
     }
 
-    pub fn from_byte(b: u8) -> Self {
+    pub(crate) fn from_byte(b: u8) -> Self {
         match b {
             1 => Self::Events,
             2 => Self::Table,
@@ -120,7 +120,7 @@ pub struct EventsPrefix {
 }
 
 impl EventsPrefix {
-    pub fn write_to(&self, out: &mut [u8]) {
+    pub(crate) fn write_to(&self, out: &mut [u8]) {
         out[0..4].copy_from_slice(&self.thread.to_le_bytes());
         out[4..8].copy_from_slice(&self.sequence.to_le_bytes());
         out[8..16].copy_from_slice(&self.base_key.to_le_bytes());
@@ -169,7 +169,7 @@ pub struct ChunkHeader {
     pub kind: ChunkKind,
     pub flags: u8,
     pub payload_len: u32,
-    pub payload_crc: u32,
+    pub(crate) payload_crc: u32,
 }
 
 /// Why bytes are not a chunk header.
@@ -209,7 +209,7 @@ pub struct ChunkRef {
     /// Offset and length of the payload.
     pub payload_offset: u64,
     pub payload_len: u32,
-    pub payload_crc: u32,
+    pub(crate) payload_crc: u32,
     /// How the payload is stored (FORMAT.md §5.3): `CODEC_STORED` in every 1.x file.
     pub codec: u8,
 }

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 
-use crate::codec::{Decoder, EventSlot, EXTENSION_TAGS, KEY_FLAG, PLACEHOLDER};
+use crate::codec::{Decoder, EventSlot, PLACEHOLDER};
 use crate::compress::{decoded_len, decompress_events};
 use crate::error::{Problem, ProblemKind, TraceError};
 use crate::event::{Event, ThreadId};
@@ -29,7 +29,7 @@ pub struct ChunkSpan {
     /// Offset of the chunk header in the file.
     pub offset: u64,
     /// Index of the chunk's first event in the thread's event list.
-    pub first_event: u32,
+    pub(crate) first_event: u32,
     pub start_ns: u64,
     pub end_ns: u64,
 }
@@ -852,11 +852,6 @@ impl<'a> Iterator for Merged<'a> {
             event,
         })
     }
-}
-
-/// Whether `raw` (a tag byte) starts an extension event; exposed for tools that scan bytes.
-pub fn is_extension_tag(raw: u8) -> bool {
-    EXTENSION_TAGS.contains(&(raw & !KEY_FLAG))
 }
 
 #[cfg(test)]

@@ -22,9 +22,9 @@ use crate::varint;
 use crate::writer::ChunkWriter;
 
 /// Extension tag of a region-begin marker.
-pub const REGION_BEGIN: u8 = 0x61;
+pub(crate) const REGION_BEGIN: u8 = 0x61;
 /// Extension tag of a region-end marker.
-pub const REGION_END: u8 = 0x62;
+pub(crate) const REGION_END: u8 = 0x62;
 
 /// Which end of a region a marker is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

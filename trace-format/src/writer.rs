@@ -154,11 +154,6 @@ impl ChunkWriter {
         self.state.key
     }
 
-    /// Chunks flushed so far (the sequence number of the current one).
-    pub fn chunks_flushed(&self) -> u32 {
-        self.sequence
-    }
-
     /// The wall-clock time given for the current chunk's first event (`set_start_ns`).
     pub fn start_ns(&self) -> u64 {
         self.start_ns
@@ -834,18 +829,6 @@ impl<'a> TableChunkBuf<'a> {
     }
 }
 
-/// Encodes `records` as one table chunk into `buf`, without allocating: the chunk's length,
-/// or `None` when they do not fit.
-pub fn table_chunk_into(records: &[TableRecord], buf: &mut [u8]) -> Option<usize> {
-    let mut chunk = TableChunkBuf::new(buf)?;
-    for r in records {
-        if !chunk.push(r) {
-            return None;
-        }
-    }
-    Some(chunk.framed().len())
-}
-
 /// One framed record (tag, length, body) at the start of `out`; its length.
 fn record_into(record: &TableRecord, out: &mut [u8]) -> Option<usize> {
     // The body goes after room for the tag and the longest length varint (a u32 takes at
@@ -1016,7 +999,7 @@ impl<W: Write> TraceWriter<W> {
     }
 
     /// A chunk writer for this trace (compressing as the trace allows).
-    pub fn chunk_writer(&self, thread: ThreadId, chunk_bytes: usize) -> ChunkWriter {
+    pub(crate) fn chunk_writer(&self, thread: ThreadId, chunk_bytes: usize) -> ChunkWriter {
         ChunkWriter::with_compression(thread, chunk_bytes, self.compress)
     }
 
@@ -1121,6 +1104,18 @@ mod tests {
 
     use super::*;
     use crate::tables::EndReason;
+
+    /// Encodes `records` as one table chunk into `buf`, as the recorder's allocation-free
+    /// paths do: the chunk's length, or `None` when they do not fit.
+    fn table_chunk_into(records: &[TableRecord], buf: &mut [u8]) -> Option<usize> {
+        let mut chunk = TableChunkBuf::new(buf)?;
+        for r in records {
+            if !chunk.push(r) {
+                return None;
+            }
+        }
+        Some(chunk.framed().len())
+    }
 
     #[test]
     fn table_chunk_into_matches_the_table_writer() {
