@@ -37,7 +37,7 @@ use crate::report::{
 /// A cycle no single trace has whole, to list: (length, most seen first, its classes).
 type CrossCycle = (usize, std::cmp::Reverse<u64>, Vec<usize>);
 
-/// One trace analysed alone, as [`merge`] needs it.
+/// One trace analysed alone, as [`Merger`] needs it.
 pub struct TraceAnalysis {
     pub(crate) report: Report,
     edges: Vec<EdgeWitness>,
