@@ -17,6 +17,7 @@ pub(crate) const EXTENSION_TAGS: std::ops::RangeInclusive<u8> = 0x60..=0x7f;
 /// The most bytes one event takes.
 pub(crate) const MAX_EVENT_LEN: usize = 1 + 6 * varint::MAX_LEN;
 
+/// The tag byte of each event kind (FORMAT.md §6); the extension tags are public for tools and tests that write extension events by hand.
 pub mod tag {
     pub(crate) const THREAD_START: u8 = 0x01;
     pub(crate) const THREAD_EXIT: u8 = 0x02;
@@ -68,15 +69,15 @@ pub mod tag {
     pub(crate) const READ_1: u8 = 0x40;
     /// `WRITE_1 + n` writes `1 << n` bytes, n in 0..=4; `WRITE_1 + 5` writes another size.
     pub(crate) const WRITE_1: u8 = 0x48;
-    pub const ATOMIC: u8 = 0x50;
+    pub(crate) const ATOMIC: u8 = 0x50;
     pub(crate) const FENCE: u8 = 0x51;
-    pub const ALLOC: u8 = 0x52;
-    pub const FREE: u8 = 0x53;
+    pub(crate) const ALLOC: u8 = 0x52;
+    pub(crate) const FREE: u8 = 0x53;
     pub(crate) const LOCK_CLASS_NAME: u8 = 0x58;
     pub(crate) const LOCK_SUBCLASS: u8 = 0x59;
     pub(crate) const LOCK_RANK: u8 = 0x5a;
-    pub const HAPPENS_BEFORE: u8 = 0x5b;
-    pub const HAPPENS_AFTER: u8 = 0x5c;
+    pub(crate) const HAPPENS_BEFORE: u8 = 0x5b;
+    pub(crate) const HAPPENS_AFTER: u8 = 0x5c;
     /// Extension (version 1.3): the generation of the barrier arrival just before it.
     pub(crate) const ARRIVAL_GENERATION: u8 = 0x60;
     /// Extension (version 1.10): a blocking call begins.
@@ -104,7 +105,7 @@ fn varint_len(x: u64) -> usize {
 
 /// The delta state of one chunk, shared by its encoder and decoder.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct DeltaState {
+pub(crate) struct DeltaState {
     pub key: u64,
     pub addr: u64,
     pub(crate) mem_site: u32,
@@ -123,27 +124,41 @@ impl DeltaState {
 /// Why an event could not be encoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum EncodeError {
+    /// A thread's keys must not decrease.
     #[error("event key {key} is lower than the previous key {previous} of the same thread")]
-    KeyWentBackwards { key: u64, previous: u64 },
+    KeyWentBackwards {
+        /// The key of the event refused.
+        key: u64,
+        /// The key of the thread's event before it.
+        previous: u64,
+    },
 }
 
 /// Why bytes could not be decoded as an event, and where (offset into the event bytes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DecodeError {
+    /// Offset of the bad event in the event bytes.
     pub offset: usize,
+    /// What is wrong with it.
     pub what: DecodeProblem,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+/// What is wrong with the bytes of an event.
 pub enum DecodeProblem {
+    /// The bytes end inside the event.
     #[error("the event is cut short")]
     Truncated,
+    /// A varint is longer than 10 bytes or not minimal.
     #[error("a number is too large or not minimally encoded")]
     BadNumber,
+    /// A tag this version does not know, outside the extension range.
     #[error("unknown event tag {0:#04x}")]
     UnknownTag(u8),
+    /// A field does not fit its type (a thread id above `u32`, an unknown lock mode).
     #[error("a field is out of range")]
     FieldOutOfRange,
+    /// The key delta takes the key past `u64::MAX`.
     #[error("the key delta overflows")]
     KeyOverflow,
 }
@@ -178,7 +193,11 @@ fn size_class(size: u32) -> Option<u8> {
 
 /// Appends the encoding of `ev` to `out`.
 #[inline]
-pub fn encode(out: &mut Vec<u8>, st: &mut DeltaState, ev: &Event) -> Result<(), EncodeError> {
+pub(crate) fn encode(
+    out: &mut Vec<u8>,
+    st: &mut DeltaState,
+    ev: &Event,
+) -> Result<(), EncodeError> {
     use tag::*;
     use EventKind::*;
     if ev.key < st.key {
@@ -818,6 +837,7 @@ impl DecoderState {
 }
 
 impl<'a> Decoder<'a> {
+    /// A decoder for the event bytes `buf` of one chunk, whose thread's last key before it was `base_key`.
     pub fn new(buf: &'a [u8], base_key: u64) -> Self {
         Self::resume(buf, DecoderState::starting_at(base_key))
     }
@@ -850,6 +870,7 @@ impl<'a> Decoder<'a> {
         }
     }
 
+    /// How many bytes of `buf` were decoded.
     pub fn position(&self) -> usize {
         self.pos
     }
@@ -946,7 +967,7 @@ impl<'a> Decoder<'a> {
     }
 
     /// Decodes the next event; `Ok(None)` at the end of the bytes. Extension events are not
-    /// skipped: call [`Decoder::skip_extension`] first, or use [`Decoder::for_each`].
+    /// skipped: call `Decoder::skip_extension` first, or use [`Decoder::for_each`].
     #[inline]
     pub fn next_event(&mut self) -> Result<Option<Event>, DecodeError> {
         if let Some(ev) = self.pending.take() {
@@ -1597,9 +1618,9 @@ impl<'a> Decoder<'a> {
 
     /// Skips an extension event (tag in `EXTENSION_TAGS`) at the cursor, if there is one.
     /// Returns whether it skipped.
-    #[inline(never)]
     /// After a barrier arrival: the generation extension that follows it, if there is one
     /// (it is consumed; one naming another barrier is left for the loop to skip).
+    #[inline(never)]
     fn arrival_generation(
         &mut self,
         barrier: crate::ObjectId,

@@ -31,9 +31,9 @@ pub enum CompressMode {
     /// Never: the trace is written as 1.x, as before compression existed.
     Never,
     /// zstd; store a chunk plain when that does not pay, and after a chunk that shrank less
-    /// than [`CompressMode::min_ratio`]× write the next chunks plain without trying: one after
+    /// than `CompressMode::min_ratio`× write the next chunks plain without trying: one after
     /// a first such chunk, then twice as many after each further one in a row, at most
-    /// [`AUTO_BACKOFF_CHUNKS`]; a chunk that shrinks enough starts over.
+    /// `AUTO_BACKOFF_CHUNKS`; a chunk that shrinks enough starts over.
     #[default]
     Auto,
     /// zstd on every chunk; store it compressed whenever that is smaller.
@@ -55,6 +55,7 @@ impl CompressMode {
         }
     }
 
+    /// The mode's name, as `--compress` spells it.
     pub fn name(self) -> &'static str {
         match self {
             Self::Never => "never",
@@ -159,6 +160,7 @@ impl Compressor {
         })
     }
 
+    /// The mode this compressor was made for.
     pub fn mode(&self) -> CompressMode {
         self.mode
     }
@@ -218,27 +220,43 @@ impl Compressor {
 /// Why a compressed chunk's events cannot be had.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum CompressProblem {
+    /// The payload is shorter than its decoded-length field.
     #[error("the compressed payload is too short ({0} bytes) to hold its decoded length")]
     TooShort(usize),
+    /// The decoded length cannot come from so few compressed bytes (a decompression bomb or damage).
     #[error(
         "decoded length {declared} is impossible for {stored} compressed bytes (at most {max})"
     )]
     BadLength {
+        /// The decoded length the payload declares.
         declared: u32,
+        /// Compressed bytes stored.
         stored: usize,
+        /// The largest decoded length those bytes can give.
         max: u64,
     },
+    /// The codec refused the block.
     #[error("the {} block is damaged: {why}", codec_name(*codec))]
-    Damaged { codec: u8, why: String },
+    Damaged {
+        /// The codec (`CODEC_LZ4`, `CODEC_ZSTD`).
+        codec: u8,
+        /// What the codec said.
+        why: String,
+    },
+    /// The block decompressed to another length than declared.
     #[error(
         "the {} block decompresses to {found} bytes, not the {declared} it declares",
         codec_name(*codec)
     )]
     WrongLength {
+        /// The codec.
         codec: u8,
+        /// The decoded length the payload declares.
         declared: u32,
+        /// The length it decompressed to.
         found: usize,
     },
+    /// A codec byte this version does not know.
     #[error("unknown codec {0}")]
     UnknownCodec(u8),
 }

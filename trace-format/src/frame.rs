@@ -76,9 +76,13 @@ pub(crate) const MAX_PAYLOAD_LEN: u32 = 64 << 20;
 pub const EVENTS_PREFIX_LEN: usize = 4 + 4 + 8 + 4 + 8 + 8;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// What a chunk holds (the kind byte of its header).
 pub enum ChunkKind {
+    /// Events of one thread.
     Events,
+    /// Table records.
     Table,
+    /// The trailer.
     Trailer,
     /// A kind this reader does not know; it is skipped.
     Unknown(u8),
@@ -107,15 +111,18 @@ impl ChunkKind {
 /// The fixed prefix of an event chunk's payload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EventsPrefix {
+    /// The thread whose events the chunk holds.
     pub thread: u32,
     /// 0 for the first chunk of a thread, then 1, 2, …: a gap means a chunk was lost.
     pub sequence: u32,
     /// The key of the thread's last event before this chunk (0 before its first).
     pub base_key: u64,
+    /// Events in the chunk (extension events not counted).
     pub event_count: u32,
     /// Wall-clock time of the first and last event, nanoseconds since the Unix epoch (0 when
     /// the producer has no clock).
     pub start_ns: u64,
+    /// Wall-clock time of the last event, as `start_ns`.
     pub end_ns: u64,
 }
 
@@ -129,6 +136,7 @@ impl EventsPrefix {
         out[28..36].copy_from_slice(&self.end_ns.to_le_bytes());
     }
 
+    /// Parses the prefix at the start of `b`; `None` when `b` is too short.
     pub fn read_from(b: &[u8]) -> Option<Self> {
         if b.len() < EVENTS_PREFIX_LEN {
             return None;
@@ -166,8 +174,11 @@ pub fn write_chunk_header_coded(header: &mut [u8], kind: ChunkKind, codec: u8, p
 /// A parsed chunk header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ChunkHeader {
+    /// What the chunk holds.
     pub kind: ChunkKind,
+    /// The codec byte (`CODEC_STORED` in a 1.x file).
     pub flags: u8,
+    /// Bytes of payload after the header.
     pub payload_len: u32,
     pub(crate) payload_crc: u32,
 }
@@ -175,11 +186,15 @@ pub struct ChunkHeader {
 /// Why bytes are not a chunk header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ChunkHeaderProblem {
+    /// The bytes do not start with the chunk magic.
     NoMagic,
+    /// The header's own checksum does not match.
     BadChecksum,
+    /// The payload length is above `MAX_PAYLOAD_LEN`.
     TooLarge(u32),
 }
 
+/// Parses the chunk header at the start of `b`, checking its magic, its checksum and its length.
 pub fn read_chunk_header(b: &[u8]) -> Result<ChunkHeader, ChunkHeaderProblem> {
     if b.len() < CHUNK_HEADER_LEN || b[0..4] != CHUNK_MAGIC {
         return Err(ChunkHeaderProblem::NoMagic);
@@ -205,9 +220,11 @@ pub fn read_chunk_header(b: &[u8]) -> Result<ChunkHeader, ChunkHeaderProblem> {
 pub struct ChunkRef {
     /// Offset of the chunk header.
     pub offset: u64,
+    /// What the chunk holds.
     pub kind: ChunkKind,
     /// Offset and length of the payload.
     pub payload_offset: u64,
+    /// Bytes of payload.
     pub payload_len: u32,
     pub(crate) payload_crc: u32,
     /// How the payload is stored (FORMAT.md §5.3): `CODEC_STORED` in every 1.x file.

@@ -3,7 +3,7 @@
 //! shows up here as a lock acquired while another thread holds it, a thread that runs before it
 //! was created, and so on.
 //!
-//! [`Checker`] takes the merged order one event at a time, so that it runs inside a streaming
+//! `Checker` takes the merged order one event at a time, so that it runs inside a streaming
 //! pass (`MergedStream::with_ordering_check`) as well as over a decoded
 //! [`Trace`] ([`check`]). Its state is per thread and per synchronisation object, never per
 //! event.

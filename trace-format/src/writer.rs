@@ -140,6 +140,7 @@ impl ChunkWriter {
             .map_or(CompressMode::Never, Compressor::mode)
     }
 
+    /// The thread whose events this writer encodes.
     pub fn thread(&self) -> ThreadId {
         self.thread
     }
@@ -308,7 +309,7 @@ impl ChunkWriter {
     /// at `key` (FORMAT.md §6.4, tag `0x1C`/`0x1D`): the request takes the previous key, as
     /// a request pushed on its own would. One event in the bytes, two for every reader (and
     /// in the chunk's event count). For a producer that knows the lock was taken without
-    /// waiting; [`encode`](crate::codec::encode) never produces it, and the pushes of a request
+    /// waiting; `codec::encode` never produces it, and the pushes of a request
     /// and then its acquisition give it (see [`push`](Self::push)).
     #[inline(always)]
     pub fn push_lock_immediate(
@@ -719,6 +720,7 @@ pub struct TableWriter {
 }
 
 impl TableWriter {
+    /// An empty table chunk.
     pub fn new() -> Self {
         let mut buf = Vec::with_capacity(4096);
         buf.resize(CHUNK_HEADER_LEN, 0);
@@ -729,6 +731,7 @@ impl TableWriter {
         }
     }
 
+    /// Whether no record was pushed since the last flush.
     pub fn is_empty(&self) -> bool {
         self.records == 0
     }
@@ -738,6 +741,7 @@ impl TableWriter {
         self.buf.len().saturating_sub(CHUNK_HEADER_LEN)
     }
 
+    /// Appends one record.
     pub fn push(&mut self, record: &TableRecord) {
         if self.buf.len() < CHUNK_HEADER_LEN {
             self.buf.resize(CHUNK_HEADER_LEN, 0);
@@ -797,6 +801,7 @@ impl<'a> TableChunkBuf<'a> {
         })
     }
 
+    /// Whether it holds no record.
     pub fn is_empty(&self) -> bool {
         self.len == CHUNK_HEADER_LEN
     }
@@ -824,6 +829,7 @@ impl<'a> TableChunkBuf<'a> {
         &self.buf[..self.len]
     }
 
+    /// Empties it for the next chunk.
     pub fn clear(&mut self) {
         self.len = CHUNK_HEADER_LEN;
     }
@@ -1003,6 +1009,7 @@ impl<W: Write> TraceWriter<W> {
         ChunkWriter::with_compression(thread, chunk_bytes, self.compress)
     }
 
+    /// Appends a table record; the table chunk is written once it holds 32 KiB.
     pub fn table(&mut self, record: &TableRecord) -> io::Result<()> {
         self.tables.push(record);
         if self.tables.pending_bytes() > 32 << 10 {
@@ -1011,6 +1018,7 @@ impl<W: Write> TraceWriter<W> {
         Ok(())
     }
 
+    /// Writes the pending table records as one chunk.
     pub fn flush_tables(&mut self) -> io::Result<()> {
         let out = &mut self.out;
         self.tables
