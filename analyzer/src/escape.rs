@@ -11,12 +11,6 @@
 use std::borrow::Cow;
 use std::io::{self, Write};
 
-/// `s` with every control character escaped, line ends and tabs included: one field on one
-/// line.
-pub fn controls(s: &str) -> Cow<'_, str> {
-    escape(s, false)
-}
-
 /// `s` with every control character but the line end escaped: a message of several lines.
 pub fn controls_keep_lines(s: &str) -> Cow<'_, str> {
     escape(s, true)
@@ -83,8 +77,8 @@ fn escape(s: &str, keep_lines: bool) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-/// A writer that escapes what [`controls`] escapes in what goes through it, line ends and
-/// tabs excepted (the report's own layout): wrapped around a whole text report, so that no
+/// A writer that escapes every control and invisible character in what goes through it, line
+/// ends and tabs excepted (the report's own layout): wrapped around a whole text report, so that no
 /// field of it can be missed. What goes through is UTF-8 (Rust strings), but a character may
 /// arrive split over two writes: the bytes of an unfinished one wait for the next write. A
 /// byte that is not UTF-8 is shown as `\x..`.
@@ -165,6 +159,12 @@ impl<W: Write> Write for Escaping<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `s` with every control character escaped, line ends and tabs included: one field on one
+    /// line.
+    fn controls(s: &str) -> Cow<'_, str> {
+        escape(s, false)
+    }
 
     #[test]
     fn control_characters_are_escaped_and_the_rest_kept() {

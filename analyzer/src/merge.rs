@@ -37,7 +37,7 @@ use crate::report::{
 /// A cycle no single trace has whole, to list: (length, most seen first, its classes).
 type CrossCycle = (usize, std::cmp::Reverse<u64>, Vec<usize>);
 
-/// One trace analysed alone, as [`merge`] needs it.
+/// One trace analysed alone, as [`Merger`] needs it.
 pub struct TraceAnalysis {
     pub(crate) report: Report,
     edges: Vec<EdgeWitness>,
@@ -684,15 +684,6 @@ impl Merger {
             self.add_part(p, i > 0);
         }
     }
-}
-
-/// Merges per-trace analyses given in the order of the traces.
-pub fn merge(parts: Vec<TraceAnalysis>, opts: &Options) -> Report {
-    let mut m = Merger::new(opts);
-    for p in parts {
-        m.add(p);
-    }
-    m.finish()
 }
 
 /// The order of a report: deadlocks before races, each by verdict, shortest cycle first; rank

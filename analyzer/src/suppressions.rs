@@ -88,8 +88,6 @@ pub struct Suppressions {
 pub struct Applied {
     /// Findings each entry matched.
     pub matched: Vec<u64>,
-    /// Findings removed from the report.
-    pub removed: usize,
 }
 
 impl Suppressions {
@@ -179,10 +177,9 @@ impl Suppressions {
             }
             keep
         });
-        let removed = before - report.findings.len();
-        report.summary.suppressed += removed;
+        report.summary.suppressed += before - report.findings.len();
         report.recount();
-        Applied { matched, removed }
+        Applied { matched }
     }
 }
 

@@ -32,6 +32,7 @@ const MODULE_BASE: u64 = 0x40_0000;
 const MODULE_SIZE: u64 = 0x10_0000;
 const DATA_START: u64 = 0x8_0000;
 
+/// Builds a trace in memory, thread by thread, for tests and examples: tables, events with keys that respect the ordering invariant, and a trailer.
 pub struct TraceBuilder {
     name: String,
     strings: HashMap<String, StringId>,
@@ -89,6 +90,7 @@ impl TraceBuilder {
         self
     }
 
+    /// Interns `s` in the string table: its id (the same id for the same text).
     pub fn string(&mut self, s: &str) -> StringId {
         if let Some(&id) = self.strings.get(s) {
             return id;
@@ -316,6 +318,7 @@ impl TraceBuilder {
         id
     }
 
+    /// A new mutex named `name` (its static variable): its object id.
     pub fn mutex(&mut self, name: &str) -> ObjectId {
         self.object(ObjectKind::Mutex, name)
     }
@@ -343,19 +346,23 @@ impl TraceBuilder {
         self.lock_mode(t, lock, LockMode::Exclusive, site);
     }
 
+    /// Request then acquire, in `mode`.
     pub fn lock_mode(&mut self, t: ThreadId, lock: ObjectId, mode: LockMode, site: SiteId) {
         self.event(t, EventKind::LockRequest { lock, mode, site });
         self.event(t, EventKind::LockAcquired { lock, mode });
     }
 
+    /// Releases `lock`.
     pub fn unlock(&mut self, t: ThreadId, lock: ObjectId, site: SiteId) {
         self.event(t, EventKind::LockRelease { lock, site });
     }
 
+    /// A read of `size` bytes at `addr`.
     pub fn read(&mut self, t: ThreadId, addr: u64, size: u32, site: SiteId) {
         self.event(t, EventKind::Read { addr, size, site });
     }
 
+    /// A write of `size` bytes at `addr`.
     pub fn write(&mut self, t: ThreadId, addr: u64, size: u32, site: SiteId) {
         self.event(t, EventKind::Write { addr, size, site });
     }

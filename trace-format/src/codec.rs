@@ -11,76 +11,75 @@ use crate::event::{
 use crate::varint::{self, unzigzag, zigzag, VarintError};
 
 /// Bit 7 of a tag: a key delta follows.
-pub const KEY_FLAG: u8 = 0x80;
+pub(crate) const KEY_FLAG: u8 = 0x80;
 /// Tags in this range carry a varint length and may be skipped by readers that do not know them.
-pub const EXTENSION_TAGS: std::ops::RangeInclusive<u8> = 0x60..=0x7f;
+pub(crate) const EXTENSION_TAGS: std::ops::RangeInclusive<u8> = 0x60..=0x7f;
 /// The most bytes one event takes.
-pub const MAX_EVENT_LEN: usize = 1 + 6 * varint::MAX_LEN;
+pub(crate) const MAX_EVENT_LEN: usize = 1 + 6 * varint::MAX_LEN;
 
+/// The tag byte of each event kind (FORMAT.md §6); the extension tags are public for tools and tests that write extension events by hand.
 pub mod tag {
-    pub const THREAD_START: u8 = 0x01;
-    pub const THREAD_EXIT: u8 = 0x02;
-    pub const THREAD_CREATE: u8 = 0x03;
-    pub const JOIN_REQUEST: u8 = 0x04;
-    pub const JOIN_END: u8 = 0x05;
-    pub const JOIN_FAILED: u8 = 0x06;
-    pub const THREAD_DETACH: u8 = 0x07;
-    pub const FORK: u8 = 0x08;
-    pub const EXEC: u8 = 0x09;
-    pub const LOCK_REQUEST: u8 = 0x10;
-    pub const LOCK_REQUEST_SHARED: u8 = 0x11;
-    pub const LOCK_ACQUIRED: u8 = 0x12;
-    pub const LOCK_ACQUIRED_SHARED: u8 = 0x13;
-    pub const LOCK_FAILED: u8 = 0x14;
-    pub const TRYLOCK: u8 = 0x15;
-    pub const TRYLOCK_SHARED: u8 = 0x16;
-    pub const TRYLOCK_FAILED: u8 = 0x17;
-    pub const TRYLOCK_SHARED_FAILED: u8 = 0x18;
-    pub const LOCK_RELEASE: u8 = 0x19;
-    pub const OBJECT_INIT: u8 = 0x1a;
-    pub const OBJECT_DESTROY: u8 = 0x1b;
+    pub(crate) const THREAD_START: u8 = 0x01;
+    pub(crate) const THREAD_EXIT: u8 = 0x02;
+    pub(crate) const THREAD_CREATE: u8 = 0x03;
+    pub(crate) const JOIN_REQUEST: u8 = 0x04;
+    pub(crate) const JOIN_END: u8 = 0x05;
+    pub(crate) const JOIN_FAILED: u8 = 0x06;
+    pub(crate) const THREAD_DETACH: u8 = 0x07;
+    pub(crate) const FORK: u8 = 0x08;
+    pub(crate) const EXEC: u8 = 0x09;
+    pub(crate) const LOCK_REQUEST: u8 = 0x10;
+    pub(crate) const LOCK_REQUEST_SHARED: u8 = 0x11;
+    pub(crate) const LOCK_ACQUIRED: u8 = 0x12;
+    pub(crate) const LOCK_ACQUIRED_SHARED: u8 = 0x13;
+    pub(crate) const LOCK_FAILED: u8 = 0x14;
+    pub(crate) const TRYLOCK: u8 = 0x15;
+    pub(crate) const TRYLOCK_SHARED: u8 = 0x16;
+    pub(crate) const TRYLOCK_FAILED: u8 = 0x17;
+    pub(crate) const TRYLOCK_SHARED_FAILED: u8 = 0x18;
+    pub(crate) const LOCK_RELEASE: u8 = 0x19;
+    pub(crate) const OBJECT_INIT: u8 = 0x1a;
+    pub(crate) const OBJECT_DESTROY: u8 = 0x1b;
     /// Producer shorthand, never produced by [`encode`](super::encode): a lock-request
     /// immediately followed by its lock-acquired (the lock was free). Decodes into those two
     /// events: the request at the previous key, the acquisition at the event's key.
-    pub const LOCK_IMMEDIATE: u8 = 0x1c;
-    pub const LOCK_IMMEDIATE_SHARED: u8 = 0x1d;
-    pub const COND_WAIT: u8 = 0x20;
-    pub const COND_WOKEN: u8 = 0x21;
-    pub const COND_TIMED_OUT: u8 = 0x22;
-    pub const COND_SIGNAL: u8 = 0x23;
-    pub const COND_BROADCAST: u8 = 0x24;
-    pub const BARRIER_INIT: u8 = 0x28;
-    pub const BARRIER_ARRIVE: u8 = 0x29;
-    pub const BARRIER_DEPART: u8 = 0x2a;
-    pub const BARRIER_DEPART_SERIAL: u8 = 0x2b;
-    pub const ONCE_BEGIN: u8 = 0x30;
-    pub const ONCE_RUN: u8 = 0x31;
-    pub const ONCE_END: u8 = 0x32;
-    pub const ONCE_SKIP: u8 = 0x33;
-    pub const SEM_INIT: u8 = 0x38;
-    pub const SEM_POST: u8 = 0x39;
-    pub const SEM_WAIT: u8 = 0x3a;
-    pub const SEM_ACQUIRED: u8 = 0x3b;
-    pub const SEM_WAIT_FAILED: u8 = 0x3c;
-    pub const SEM_TRY: u8 = 0x3d;
-    pub const SEM_TRY_FAILED: u8 = 0x3e;
-    /// `READ_1 + n` reads `1 << n` bytes, n in 0..=4.
-    pub const READ_1: u8 = 0x40;
-    pub const READ_N: u8 = 0x45;
-    /// `WRITE_1 + n` writes `1 << n` bytes, n in 0..=4.
-    pub const WRITE_1: u8 = 0x48;
-    pub const WRITE_N: u8 = 0x4d;
-    pub const ATOMIC: u8 = 0x50;
-    pub const FENCE: u8 = 0x51;
-    pub const ALLOC: u8 = 0x52;
-    pub const FREE: u8 = 0x53;
-    pub const LOCK_CLASS_NAME: u8 = 0x58;
-    pub const LOCK_SUBCLASS: u8 = 0x59;
-    pub const LOCK_RANK: u8 = 0x5a;
-    pub const HAPPENS_BEFORE: u8 = 0x5b;
-    pub const HAPPENS_AFTER: u8 = 0x5c;
+    pub(crate) const LOCK_IMMEDIATE: u8 = 0x1c;
+    pub(crate) const LOCK_IMMEDIATE_SHARED: u8 = 0x1d;
+    pub(crate) const COND_WAIT: u8 = 0x20;
+    pub(crate) const COND_WOKEN: u8 = 0x21;
+    pub(crate) const COND_TIMED_OUT: u8 = 0x22;
+    pub(crate) const COND_SIGNAL: u8 = 0x23;
+    pub(crate) const COND_BROADCAST: u8 = 0x24;
+    pub(crate) const BARRIER_INIT: u8 = 0x28;
+    pub(crate) const BARRIER_ARRIVE: u8 = 0x29;
+    pub(crate) const BARRIER_DEPART: u8 = 0x2a;
+    pub(crate) const BARRIER_DEPART_SERIAL: u8 = 0x2b;
+    pub(crate) const ONCE_BEGIN: u8 = 0x30;
+    pub(crate) const ONCE_RUN: u8 = 0x31;
+    pub(crate) const ONCE_END: u8 = 0x32;
+    pub(crate) const ONCE_SKIP: u8 = 0x33;
+    pub(crate) const SEM_INIT: u8 = 0x38;
+    pub(crate) const SEM_POST: u8 = 0x39;
+    pub(crate) const SEM_WAIT: u8 = 0x3a;
+    pub(crate) const SEM_ACQUIRED: u8 = 0x3b;
+    pub(crate) const SEM_WAIT_FAILED: u8 = 0x3c;
+    pub(crate) const SEM_TRY: u8 = 0x3d;
+    pub(crate) const SEM_TRY_FAILED: u8 = 0x3e;
+    /// `READ_1 + n` reads `1 << n` bytes, n in 0..=4; `READ_1 + 5` reads another size.
+    pub(crate) const READ_1: u8 = 0x40;
+    /// `WRITE_1 + n` writes `1 << n` bytes, n in 0..=4; `WRITE_1 + 5` writes another size.
+    pub(crate) const WRITE_1: u8 = 0x48;
+    pub(crate) const ATOMIC: u8 = 0x50;
+    pub(crate) const FENCE: u8 = 0x51;
+    pub(crate) const ALLOC: u8 = 0x52;
+    pub(crate) const FREE: u8 = 0x53;
+    pub(crate) const LOCK_CLASS_NAME: u8 = 0x58;
+    pub(crate) const LOCK_SUBCLASS: u8 = 0x59;
+    pub(crate) const LOCK_RANK: u8 = 0x5a;
+    pub(crate) const HAPPENS_BEFORE: u8 = 0x5b;
+    pub(crate) const HAPPENS_AFTER: u8 = 0x5c;
     /// Extension (version 1.3): the generation of the barrier arrival just before it.
-    pub const ARRIVAL_GENERATION: u8 = 0x60;
+    pub(crate) const ARRIVAL_GENERATION: u8 = 0x60;
     /// Extension (version 1.10): a blocking call begins.
     pub const BLOCKING_BEGIN: u8 = 0x63;
     /// Extension (version 1.10): the blocking call ended.
@@ -106,10 +105,10 @@ fn varint_len(x: u64) -> usize {
 
 /// The delta state of one chunk, shared by its encoder and decoder.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct DeltaState {
+pub(crate) struct DeltaState {
     pub key: u64,
     pub addr: u64,
-    pub mem_site: u32,
+    pub(crate) mem_site: u32,
 }
 
 impl DeltaState {
@@ -125,27 +124,41 @@ impl DeltaState {
 /// Why an event could not be encoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum EncodeError {
+    /// A thread's keys must not decrease.
     #[error("event key {key} is lower than the previous key {previous} of the same thread")]
-    KeyWentBackwards { key: u64, previous: u64 },
+    KeyWentBackwards {
+        /// The key of the event refused.
+        key: u64,
+        /// The key of the thread's event before it.
+        previous: u64,
+    },
 }
 
 /// Why bytes could not be decoded as an event, and where (offset into the event bytes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DecodeError {
+    /// Offset of the bad event in the event bytes.
     pub offset: usize,
+    /// What is wrong with it.
     pub what: DecodeProblem,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+/// What is wrong with the bytes of an event.
 pub enum DecodeProblem {
+    /// The bytes end inside the event.
     #[error("the event is cut short")]
     Truncated,
+    /// A varint is longer than 10 bytes or not minimal.
     #[error("a number is too large or not minimally encoded")]
     BadNumber,
+    /// A tag this version does not know, outside the extension range.
     #[error("unknown event tag {0:#04x}")]
     UnknownTag(u8),
+    /// A field does not fit its type (a thread id above `u32`, an unknown lock mode).
     #[error("a field is out of range")]
     FieldOutOfRange,
+    /// The key delta takes the key past `u64::MAX`.
     #[error("the key delta overflows")]
     KeyOverflow,
 }
@@ -180,7 +193,11 @@ fn size_class(size: u32) -> Option<u8> {
 
 /// Appends the encoding of `ev` to `out`.
 #[inline]
-pub fn encode(out: &mut Vec<u8>, st: &mut DeltaState, ev: &Event) -> Result<(), EncodeError> {
+pub(crate) fn encode(
+    out: &mut Vec<u8>,
+    st: &mut DeltaState,
+    ev: &Event,
+) -> Result<(), EncodeError> {
     use tag::*;
     use EventKind::*;
     if ev.key < st.key {
@@ -605,7 +622,7 @@ const MEMORY_WINDOW: usize = 1 + 4 * 8;
 
 /// A place [`Decoder::decode_to`] writes an event into: an event (a reused buffer) or an
 /// uninitialised slot (the decoding reader's window of a thread's vector).
-pub trait EventSlot {
+pub(crate) trait EventSlot {
     fn set(&mut self, ev: Event);
 }
 
@@ -624,14 +641,14 @@ impl EventSlot for std::mem::MaybeUninit<Event> {
 }
 
 /// An event to fill buffers with before [`Decoder::decode_to`] writes over them.
-pub const PLACEHOLDER: Event = Event {
+pub(crate) const PLACEHOLDER: Event = Event {
     key: 0,
     kind: EventKind::ThreadStart,
 };
 
 /// What one call of [`Decoder::decode_to`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Batch {
+pub(crate) struct Batch {
     /// Events written, to the first slots.
     pub events: usize,
     /// The key of the last event written, if any.
@@ -639,7 +656,7 @@ pub struct Batch {
     /// The event that did not decode; decoding stopped there.
     pub error: Option<DecodeError>,
     /// How many of `events` are extension events (not counted in the chunk's event count).
-    pub extensions: usize,
+    pub(crate) extensions: usize,
 }
 
 /// The key (after the delta, when `FLAG`: bit 7 of the tag) and `N` fields (one or two) of the
@@ -820,6 +837,7 @@ impl DecoderState {
 }
 
 impl<'a> Decoder<'a> {
+    /// A decoder for the event bytes `buf` of one chunk, whose thread's last key before it was `base_key`.
     pub fn new(buf: &'a [u8], base_key: u64) -> Self {
         Self::resume(buf, DecoderState::starting_at(base_key))
     }
@@ -852,18 +870,19 @@ impl<'a> Decoder<'a> {
         }
     }
 
+    /// How many bytes of `buf` were decoded.
     pub fn position(&self) -> usize {
         self.pos
     }
 
     /// One more than the largest object id in the events decoded so far; 0 if none named one.
-    pub fn objects_below(&self) -> u64 {
+    pub(crate) fn objects_below(&self) -> u64 {
         self.objects_below
     }
 
     /// One more than the largest site id of a synchronisation event decoded so far (memory
     /// access sites are code addresses, not table ids); 0 if none.
-    pub fn sites_below(&self) -> u64 {
+    pub(crate) fn sites_below(&self) -> u64 {
         self.sites_below
     }
 
@@ -881,7 +900,7 @@ impl<'a> Decoder<'a> {
         Ok(id)
     }
 
-    pub fn is_at_end(&self) -> bool {
+    pub(crate) fn is_at_end(&self) -> bool {
         self.pos >= self.buf.len() && self.pending.is_none()
     }
 
@@ -948,7 +967,7 @@ impl<'a> Decoder<'a> {
     }
 
     /// Decodes the next event; `Ok(None)` at the end of the bytes. Extension events are not
-    /// skipped: call [`Decoder::skip_extension`] first, or use [`Decoder::for_each`].
+    /// skipped: call `Decoder::skip_extension` first, or use [`Decoder::for_each`].
     #[inline]
     pub fn next_event(&mut self) -> Result<Option<Event>, DecodeError> {
         if let Some(ev) = self.pending.take() {
@@ -1011,7 +1030,7 @@ impl<'a> Decoder<'a> {
     /// loop that reads the bytes a word at a time (`fast_run`); every other event goes through
     /// the general decoder.
     #[inline]
-    pub fn decode_to<S: EventSlot>(&mut self, out: &mut [S]) -> Batch {
+    pub(crate) fn decode_to<S: EventSlot>(&mut self, out: &mut [S]) -> Batch {
         let mut done = Batch {
             events: 0,
             last_key: None,
@@ -1599,9 +1618,9 @@ impl<'a> Decoder<'a> {
 
     /// Skips an extension event (tag in `EXTENSION_TAGS`) at the cursor, if there is one.
     /// Returns whether it skipped.
-    #[inline(never)]
     /// After a barrier arrival: the generation extension that follows it, if there is one
     /// (it is consumed; one naming another barrier is left for the loop to skip).
+    #[inline(never)]
     fn arrival_generation(
         &mut self,
         barrier: crate::ObjectId,
@@ -1722,7 +1741,7 @@ impl<'a> Decoder<'a> {
         })
     }
 
-    pub fn skip_extension(&mut self) -> Result<bool, DecodeError> {
+    pub(crate) fn skip_extension(&mut self) -> Result<bool, DecodeError> {
         let start = self.pos;
         let Some(&raw) = self.buf.get(self.pos) else {
             return Ok(false);

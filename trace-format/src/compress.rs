@@ -21,11 +21,9 @@ use crate::frame::{
 use crate::zstd_cctx::StaticCCtx;
 
 /// What the decoded length takes in a compressed payload, after the events prefix.
-pub const DECODED_LEN_BYTES: usize = 4;
+pub(crate) const DECODED_LEN_BYTES: usize = 4;
 /// Where the compressed block (LZ4 block or zstd frame) starts in a compressed payload.
 pub const BLOCK_START: usize = EVENTS_PREFIX_LEN + DECODED_LEN_BYTES;
-/// The same, by its name from when LZ4 was the only codec.
-pub const LZ4_BLOCK_START: usize = BLOCK_START;
 
 /// When and how a chunk is compressed (`foresight record --compress`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -33,9 +31,9 @@ pub enum CompressMode {
     /// Never: the trace is written as 1.x, as before compression existed.
     Never,
     /// zstd; store a chunk plain when that does not pay, and after a chunk that shrank less
-    /// than [`CompressMode::min_ratio`]× write the next chunks plain without trying: one after
+    /// than `CompressMode::min_ratio`× write the next chunks plain without trying: one after
     /// a first such chunk, then twice as many after each further one in a row, at most
-    /// [`AUTO_BACKOFF_CHUNKS`]; a chunk that shrinks enough starts over.
+    /// `AUTO_BACKOFF_CHUNKS`; a chunk that shrinks enough starts over.
     #[default]
     Auto,
     /// zstd on every chunk; store it compressed whenever that is smaller.
@@ -57,6 +55,7 @@ impl CompressMode {
         }
     }
 
+    /// The mode's name, as `--compress` spells it.
     pub fn name(self) -> &'static str {
         match self {
             Self::Never => "never",
@@ -87,7 +86,7 @@ impl CompressMode {
     /// The least a chunk must shrink (compressed × this ≤ plain) for the modes that back off
     /// to keep compressing: LZ4 is cheap but gains little on hard traces; zstd gains more
     /// and its chunks are worth keeping at a smaller ratio.
-    pub fn min_ratio(self) -> Option<usize> {
+    pub(crate) fn min_ratio(self) -> Option<usize> {
         match self {
             Self::Auto => Some(AUTO_MIN_RATIO_ZSTD),
             Self::Lz4 => Some(AUTO_MIN_RATIO),
@@ -97,11 +96,11 @@ impl CompressMode {
 }
 
 /// `lz4` keeps compressing while chunks shrink at least this much.
-pub const AUTO_MIN_RATIO: usize = 4;
+pub(crate) const AUTO_MIN_RATIO: usize = 4;
 /// `auto` (zstd) keeps compressing while chunks shrink at least this much.
-pub const AUTO_MIN_RATIO_ZSTD: usize = 2;
+pub(crate) const AUTO_MIN_RATIO_ZSTD: usize = 2;
 /// The most chunks `auto` writes plain, after chunks that shrank less, before it probes again.
-pub const AUTO_BACKOFF_CHUNKS: u32 = 16;
+pub(crate) const AUTO_BACKOFF_CHUNKS: u32 = 16;
 
 /// The zstd level the recorder compresses at unless told otherwise (`FORESIGHT_ZSTD_LEVEL`):
 /// docs/decisions/0004-zstd-level-1-in-a-static-context.md and docs/perf/compression.md for the
@@ -177,6 +176,7 @@ impl Compressor {
         })
     }
 
+    /// The mode this compressor was made for.
     pub fn mode(&self) -> CompressMode {
         self.mode
     }
@@ -245,27 +245,43 @@ impl Compressor {
 /// Why a compressed chunk's events cannot be had.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum CompressProblem {
+    /// The payload is shorter than its decoded-length field.
     #[error("the compressed payload is too short ({0} bytes) to hold its decoded length")]
     TooShort(usize),
+    /// The decoded length cannot come from so few compressed bytes (a decompression bomb or damage).
     #[error(
         "decoded length {declared} is impossible for {stored} compressed bytes (at most {max})"
     )]
     BadLength {
+        /// The decoded length the payload declares.
         declared: u32,
+        /// Compressed bytes stored.
         stored: usize,
+        /// The largest decoded length those bytes can give.
         max: u64,
     },
+    /// The codec refused the block.
     #[error("the {} block is damaged: {why}", codec_name(*codec))]
-    Damaged { codec: u8, why: String },
+    Damaged {
+        /// The codec (`CODEC_LZ4`, `CODEC_ZSTD`).
+        codec: u8,
+        /// What the codec said.
+        why: String,
+    },
+    /// The block decompressed to another length than declared.
     #[error(
         "the {} block decompresses to {found} bytes, not the {declared} it declares",
         codec_name(*codec)
     )]
     WrongLength {
+        /// The codec.
         codec: u8,
+        /// The decoded length the payload declares.
         declared: u32,
+        /// The length it decompressed to.
         found: usize,
     },
+    /// A codec byte this version does not know.
     #[error("unknown codec {0}")]
     UnknownCodec(u8),
 }
@@ -273,13 +289,13 @@ pub enum CompressProblem {
 /// The largest decoded length a compressed block of `stored` bytes may declare: an LZ4 block
 /// expands at most 255×; a zstd frame at most 32 768× (each block of at most 128 KiB takes
 /// at least a 3-byte header and one byte, FORMAT.md §5.3).
-pub fn max_decoded_len(codec: u8, stored: usize) -> u64 {
+pub(crate) fn max_decoded_len(codec: u8, stored: usize) -> u64 {
     let factor = if codec == CODEC_ZSTD { 32_768 } else { 255 };
     (stored as u64 * factor + 16).min(MAX_PAYLOAD_LEN as u64)
 }
 
 /// The decoded length a compressed events payload declares, checked against its bounds.
-pub fn decoded_len(codec: u8, payload: &[u8]) -> Result<usize, CompressProblem> {
+pub(crate) fn decoded_len(codec: u8, payload: &[u8]) -> Result<usize, CompressProblem> {
     if payload.len() < BLOCK_START {
         return Err(CompressProblem::TooShort(payload.len()));
     }

@@ -23,7 +23,7 @@ use crate::event::StringId;
 use crate::tables::{DataType, DataVariable, ModuleInfo, Tables, TypeShape};
 
 /// How far a layout walk goes: a hostile trace may describe a type that contains itself.
-pub const MAX_PATH_STEPS: usize = 64;
+pub(crate) const MAX_PATH_STEPS: usize = 64;
 
 /// Variables looked at before an address when they may overlap (aliases, a variable inside
 /// another): the symbolisation pass writes non-overlapping ones, so the first usually answers.
@@ -41,9 +41,11 @@ pub struct DataSymbol<'t> {
     pub name: String,
     /// Run-time address and size of the element named.
     pub element_addr: u64,
+    /// Size in bytes of the element named.
     pub element_size: u64,
     /// Where the variable is declared, when known (line 0: unknown).
     pub file: Option<&'t str>,
+    /// The line of the declaration (0: unknown).
     pub line: u32,
 }
 
@@ -66,6 +68,7 @@ pub struct ElementPath {
     pub path: String,
     /// The element's first byte and size, relative to the variable.
     pub start: u64,
+    /// Size in bytes of the element.
     pub size: u64,
     /// How far into the element the access starts.
     pub rest: u64,
@@ -85,7 +88,9 @@ impl ElementPath {
 /// Where layouts and member names come from: the trace's tables, or a symboliser's own tables
 /// before it writes them.
 pub trait TypeTable {
+    /// The type with id `id`, if the table has it.
     fn data_type(&self, id: u32) -> Option<&DataType>;
+    /// The text of member name `id`, if the table has it.
     fn member_name(&self, id: StringId) -> Option<&str>;
 }
 
@@ -100,7 +105,7 @@ impl TypeTable for Tables {
 }
 
 /// The element at `offset` (with `len` bytes from there, at least one) of a value of `size`
-/// bytes and type `ty`, found by walking the type's layout. Bounded by [`MAX_PATH_STEPS`]; any
+/// bytes and type `ty`, found by walking the type's layout. Bounded by `MAX_PATH_STEPS`; any
 /// inconsistency (an index past the array, an offset no member covers, a missing type) stops
 /// the walk where it is, so the answer is always a prefix of the true path.
 pub fn element_path(

@@ -17,7 +17,9 @@ pub type StringId = u32;
 /// Shared (read) or exclusive (write) acquisition of a lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum LockMode {
+    /// Exclusive (write) acquisition: a mutex, a write lock.
     Exclusive,
+    /// Shared (read) acquisition of a rwlock.
     Shared,
 }
 
@@ -33,15 +35,22 @@ pub enum WaitOutcome {
 /// C11/C++11 memory orders, as the ThreadSanitizer ABI numbers them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum MemoryOrder {
+    /// `memory_order_relaxed`.
     Relaxed = 0,
+    /// `memory_order_consume`.
     Consume = 1,
+    /// `memory_order_acquire`.
     Acquire = 2,
+    /// `memory_order_release`.
     Release = 3,
+    /// `memory_order_acq_rel`.
     AcqRel = 4,
+    /// `memory_order_seq_cst`.
     SeqCst = 5,
 }
 
 impl MemoryOrder {
+    /// The order with ThreadSanitizer's number `v`; `None` for a number it does not define.
     pub fn from_u8(v: u8) -> Option<Self> {
         Some(match v {
             0 => Self::Relaxed,
@@ -58,7 +67,9 @@ impl MemoryOrder {
 /// The kind of an atomic access.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AtomicOp {
+    /// An atomic load.
     Load,
+    /// An atomic store.
     Store,
     /// Read-modify-write (exchange, fetch-add and friends).
     Rmw,
@@ -82,6 +93,7 @@ pub enum BlockingCall {
     Send = 3,
     /// `accept`, `accept4`.
     Accept = 4,
+    /// `connect`.
     Connect = 5,
     /// `poll`, `ppoll`.
     Poll = 6,
@@ -98,6 +110,7 @@ pub enum BlockingCall {
 }
 
 impl BlockingCall {
+    /// Every call family, in code order.
     pub const ALL: [BlockingCall; 12] = [
         Self::Read,
         Self::Write,
@@ -119,6 +132,7 @@ impl BlockingCall {
         Self::ALL.get(usize::try_from(code).ok()?).copied()
     }
 
+    /// The call's code in an event body.
     pub fn code(self) -> u8 {
         self as u8
     }
@@ -159,6 +173,7 @@ pub enum ChannelKind {
 }
 
 impl ChannelKind {
+    /// Every channel kind, in code order.
     pub const ALL: [ChannelKind; 4] = [
         Self::Pipe,
         Self::StreamSocket,
@@ -171,6 +186,7 @@ impl ChannelKind {
         Self::ALL.get(usize::try_from(code).ok()?).copied()
     }
 
+    /// The kind's code in an event body.
     pub fn code(self) -> u8 {
         self as u8
     }
@@ -197,7 +213,9 @@ impl ChannelKind {
 /// key; the merged order breaks ties by thread and by position within the thread.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Event {
+    /// Orders the event across threads (FORMAT.md, "The ordering invariant").
     pub key: u64,
+    /// What happened.
     pub kind: EventKind,
 }
 
@@ -212,220 +230,325 @@ pub enum EventKind {
     ThreadExit,
     /// This thread created `child`.
     ThreadCreate {
+        /// The thread created.
         child: ThreadId,
+        /// Where in the program (the site table).
         site: SiteId,
     },
     /// This thread is about to wait for `child` to finish.
     JoinRequest {
+        /// The thread waited for.
         child: ThreadId,
+        /// Where in the program (the site table).
         site: SiteId,
     },
     /// The join of `child` returned; `joined` is false for a failed `tryjoin`/`timedjoin`.
     JoinEnd {
+        /// The thread waited for.
         child: ThreadId,
+        /// Whether the join took the thread (false: a failed `tryjoin`/`timedjoin`).
         joined: bool,
     },
     /// This thread detached `child`.
     ThreadDetach {
+        /// The thread detached.
         child: ThreadId,
+        /// Where in the program (the site table).
         site: SiteId,
     },
     /// The process forked; the child process writes its own trace.
     Fork {
+        /// The child process's id.
         child_pid: u32,
+        /// Where in the program (the site table).
         site: SiteId,
     },
     /// The process is about to `exec`.
     Exec {
+        /// Where in the program (the site table).
         site: SiteId,
     },
 
     // --- locks (mutex, recursive mutex, rwlock, spinlock) ------------------------------------
     /// About to block acquiring `lock`.
     LockRequest {
+        /// The lock.
         lock: ObjectId,
+        /// Shared or exclusive.
         mode: LockMode,
+        /// Where in the program (the site table).
         site: SiteId,
     },
     /// The pending request of this thread for `lock` was granted. Its site is the request's.
     LockAcquired {
+        /// The lock.
         lock: ObjectId,
+        /// Shared or exclusive.
         mode: LockMode,
     },
     /// The pending request for `lock` ended without it (timeout, `EDEADLK`, …).
     LockFailed {
+        /// The lock.
         lock: ObjectId,
+        /// The `errno` the call failed with.
         errno: u32,
     },
     /// A non-blocking attempt (`trylock`); it never waits.
     LockTry {
+        /// The lock.
         lock: ObjectId,
+        /// Shared or exclusive.
         mode: LockMode,
+        /// Where in the program (the site table).
         site: SiteId,
+        /// Whether the lock was taken.
         acquired: bool,
     },
     /// `lock` released by this thread (one level of a recursive mutex).
     LockRelease {
+        /// The lock.
         lock: ObjectId,
+        /// Where in the program (the site table).
         site: SiteId,
     },
     /// `lock` initialised; its class key is in the object table.
     ObjectInit {
+        /// The object initialised.
         object: ObjectId,
+        /// Where in the program (the site table).
         site: SiteId,
     },
     /// `object` destroyed; its id is never used again.
     ObjectDestroy {
+        /// The object destroyed.
         object: ObjectId,
+        /// Where in the program (the site table).
         site: SiteId,
     },
 
     // --- condition variables ------------------------------------------------------------------
     /// Entering a wait: `mutex` is released, the thread blocks on `cond`.
     CondWaitBegin {
+        /// The condition variable.
         cond: ObjectId,
+        /// The mutex the wait releases and holds again.
         mutex: ObjectId,
+        /// Where in the program (the site table).
         site: SiteId,
     },
     /// The wait returned with `mutex` held again.
     CondWaitEnd {
+        /// The condition variable.
         cond: ObjectId,
+        /// The mutex the wait releases and holds again.
         mutex: ObjectId,
+        /// How the wait ended.
         outcome: WaitOutcome,
     },
+    /// A `pthread_cond_signal` of `cond`.
     CondSignal {
+        /// The condition variable.
         cond: ObjectId,
+        /// Where in the program (the site table).
         site: SiteId,
     },
+    /// A `pthread_cond_broadcast` of `cond`.
     CondBroadcast {
+        /// The condition variable.
         cond: ObjectId,
+        /// Where in the program (the site table).
         site: SiteId,
     },
 
     // --- barriers -----------------------------------------------------------------------------
+    /// `barrier` initialised for `count` threads.
     BarrierInit {
+        /// The barrier.
         barrier: ObjectId,
+        /// The number of threads each generation waits for.
         count: u32,
+        /// Where in the program (the site table).
         site: SiteId,
     },
     /// Arrival at the barrier. `generation`, when the recorder says (version 1.3, an extension
     /// after the arrival, §6.6), is the generation the arrival belongs to: known even when the
     /// thread never returns from the wait (the process ended first).
     BarrierWaitBegin {
+        /// The barrier.
         barrier: ObjectId,
+        /// Where in the program (the site table).
         site: SiteId,
+        /// The generation of this arrival, when the recorder wrote it.
         generation: Option<u64>,
     },
     /// Departure from generation `generation`; `serial` for the one thread that got
     /// `PTHREAD_BARRIER_SERIAL_THREAD`.
     BarrierWaitEnd {
+        /// The barrier.
         barrier: ObjectId,
+        /// The generation this departure ends.
         generation: u64,
+        /// Whether this thread got `PTHREAD_BARRIER_SERIAL_THREAD`.
         serial: bool,
     },
 
     // --- pthread_once ---------------------------------------------------------------------------
+    /// This thread called `pthread_once` on `once`.
     OnceBegin {
+        /// The `pthread_once_t`.
         once: ObjectId,
+        /// Where in the program (the site table).
         site: SiteId,
     },
     /// This thread runs the initialiser.
     OnceRun {
+        /// The `pthread_once_t`.
         once: ObjectId,
     },
     /// The initialiser returned.
     OnceEnd {
+        /// The `pthread_once_t`.
         once: ObjectId,
     },
     /// Another thread ran (or is running and finished) the initialiser; this call did nothing.
     OnceSkip {
+        /// The `pthread_once_t`.
         once: ObjectId,
     },
 
     // --- semaphores ---------------------------------------------------------------------------
+    /// `sem` initialised to `value`.
     SemInit {
+        /// The semaphore.
         sem: ObjectId,
+        /// The initial count.
         value: u32,
+        /// Where in the program (the site table).
         site: SiteId,
     },
+    /// A `sem_post` of `sem`.
     SemPost {
+        /// The semaphore.
         sem: ObjectId,
+        /// Where in the program (the site table).
         site: SiteId,
     },
     /// About to block in `sem_wait`/`sem_timedwait`.
     SemWaitBegin {
+        /// The semaphore.
         sem: ObjectId,
+        /// Where in the program (the site table).
         site: SiteId,
     },
     /// The wait returned; `acquired` is false on timeout or error.
     SemWaitEnd {
+        /// The semaphore.
         sem: ObjectId,
+        /// Whether the semaphore was decremented.
         acquired: bool,
     },
     /// `sem_trywait`; it never waits.
     SemTry {
+        /// The semaphore.
         sem: ObjectId,
+        /// Where in the program (the site table).
         site: SiteId,
+        /// Whether the semaphore was decremented.
         acquired: bool,
     },
 
     // --- memory -------------------------------------------------------------------------------
+    /// A plain read of `size` bytes at `addr`.
     Read {
+        /// The first byte accessed.
         addr: u64,
+        /// Bytes accessed.
         size: u32,
+        /// Where in the program (the site table).
         site: SiteId,
     },
+    /// A plain write of `size` bytes at `addr`.
     Write {
+        /// The first byte accessed.
         addr: u64,
+        /// Bytes accessed.
         size: u32,
+        /// Where in the program (the site table).
         site: SiteId,
     },
+    /// An atomic access of `size` bytes at `addr`.
     Atomic {
+        /// Which atomic operation.
         op: AtomicOp,
+        /// The first byte accessed.
         addr: u64,
+        /// Bytes accessed.
         size: u32,
+        /// Its memory order.
         order: MemoryOrder,
+        /// Where in the program (the site table).
         site: SiteId,
     },
+    /// An atomic fence.
     Fence {
+        /// Its memory order.
         order: MemoryOrder,
+        /// Where in the program (the site table).
         site: SiteId,
     },
+    /// A heap block of `size` bytes allocated at `addr` (`malloc` and friends).
     Alloc {
+        /// The block's first byte.
         addr: u64,
+        /// The block's size in bytes.
         size: u64,
+        /// Where in the program (the site table).
         site: SiteId,
     },
+    /// The heap block at `addr` freed.
     Free {
+        /// The block's first byte.
         addr: u64,
+        /// Where in the program (the site table).
         site: SiteId,
     },
 
     // --- annotations --------------------------------------------------------------------------
     /// The program named the class of `lock`.
     LockClassName {
+        /// The lock.
         lock: ObjectId,
+        /// The class name (the string table).
         name: StringId,
     },
     /// Instances of one class nested by a stated rule: this instance is at nesting level
     /// `subclass`.
     LockSubclass {
+        /// The lock.
         lock: ObjectId,
+        /// The nesting level.
         subclass: u32,
     },
     /// Declared rank of `lock`: locks must be acquired in increasing rank.
     LockRank {
+        /// The lock.
         lock: ObjectId,
+        /// The declared rank.
         rank: u32,
     },
     /// User-declared happens-before edge: everything before this event in this thread happens
     /// before everything after a `HappensAfter` with the same `tag`.
     HappensBefore {
+        /// Pairs a `HappensBefore` with the `HappensAfter` events it orders.
         tag: u64,
+        /// Where in the program (the site table).
         site: SiteId,
     },
+    /// The other end of a `HappensBefore` with the same `tag`: everything after it happens after that event.
     HappensAfter {
+        /// Pairs a `HappensBefore` with the `HappensAfter` events it orders.
         tag: u64,
+        /// Where in the program (the site table).
         site: SiteId,
     },
 
@@ -435,13 +558,18 @@ pub enum EventKind {
     /// extension event: not counted in a chunk's event count, and only a reader that asks for
     /// extensions sees it.
     BlockingBegin {
+        /// Which family of calls.
         call: BlockingCall,
+        /// Where in the program (the site table).
         site: SiteId,
+        /// The longest wait the call asked for, in nanoseconds; `None`: no limit.
         timeout_ns: Option<u64>,
     },
     /// The blocking call this thread began last returned, after `duration_ns`.
     BlockingEnd {
+        /// Which family of calls.
         call: BlockingCall,
+        /// How long the call took, in nanoseconds.
         duration_ns: u64,
     },
 
@@ -449,15 +577,18 @@ pub enum EventKind {
     /// The thread starts running the program's handler for `signal`: its events up to the
     /// matching `SignalExit` were recorded inside the handler.
     SignalEnter {
+        /// The signal number.
         signal: u8,
     },
     /// The handler for `signal` returned.
     SignalExit {
+        /// The signal number.
         signal: u8,
     },
     /// The thread's signal mask changed (`pthread_sigmask`, `sigprocmask`), or a thread started
     /// with signals blocked: bit `s - 1` of `blocked` is set when signal `s` is blocked.
     SignalMask {
+        /// Bit `s - 1` is set when signal `s` is blocked.
         blocked: u64,
     },
     // --- hand-offs through a pipe, socketpair or eventfd (extension events, §6.6.1) -----------
@@ -465,19 +596,29 @@ pub enum EventKind {
     /// `channel` through descriptor `fd`, at `site`. A release: its key is fresh, taken before
     /// the real call, so every read that took these bytes comes after it in the merged order.
     HandoffWrite {
+        /// The hand-off channel, numbered by the recorder.
         channel: u32,
+        /// What the channel is.
         kind: ChannelKind,
+        /// The file descriptor of the call.
         fd: u32,
+        /// Bytes written (an eventfd: counter units).
         amount: u64,
+        /// Where in the program (the site table).
         site: SiteId,
     },
     /// The thread took `amount` bytes (units; a datagram channel: one message of `amount`
     /// bytes) out of `channel`: the oldest written and not yet taken. An acquire.
     HandoffRead {
+        /// The hand-off channel, numbered by the recorder.
         channel: u32,
+        /// What the channel is.
         kind: ChannelKind,
+        /// The file descriptor of the call.
         fd: u32,
+        /// Bytes taken (an eventfd: counter units; a datagram channel: the message's size).
         amount: u64,
+        /// Where in the program (the site table).
         site: SiteId,
     },
 }
@@ -485,18 +626,31 @@ pub enum EventKind {
 /// The coarse category of an event, for statistics and filters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Category {
+    /// Thread creation, join, detach, exit, fork and exec.
     Thread,
+    /// Lock requests, acquisitions and releases, object lifetimes.
     Lock,
+    /// Condition-variable waits and wake-ups.
     Condition,
+    /// Barrier arrivals and departures.
     Barrier,
+    /// `pthread_once`.
     Once,
+    /// Semaphore operations.
     Semaphore,
+    /// Plain reads and writes.
     Memory,
+    /// Atomic accesses and fences.
     Atomic,
+    /// Heap allocations and frees.
     Allocation,
+    /// Lock classes, ranks and happens-before annotations.
     Annotation,
+    /// Blocking calls.
     Blocking,
+    /// Signal handlers and masks.
     Signal,
+    /// Hand-offs through pipes, socketpairs and eventfds.
     Handoff,
 }
 
@@ -621,6 +775,7 @@ impl EventKind {
         }
     }
 
+    /// The event's coarse category.
     pub fn category(&self) -> Category {
         use EventKind::*;
         match self {

@@ -5,7 +5,7 @@
 pub const FILE_MAGIC: [u8; 8] = *b"\x7fFSTRACE";
 /// The major version of a trace that uses no required feature (FORMAT.md §2.1): what this
 /// crate writes unless it may compress.
-pub const VERSION_MAJOR: u16 = 1;
+pub(crate) const VERSION_MAJOR: u16 = 1;
 /// The major version of a trace that uses required features (its prefix lists them).
 pub const VERSION_MAJOR_FEATURES: u16 = 2;
 /// The minor version this crate writes, in the one minor sequence shared by all majors.
@@ -20,7 +20,7 @@ pub const FEATURE_COMPRESSED_CHUNKS: u64 = 1;
 /// FORMAT.md §5.3); always set together with bit 0.
 pub const FEATURE_ZSTD_CHUNKS: u64 = 2;
 /// Every required feature this reader knows.
-pub const KNOWN_FEATURES: u64 = FEATURE_COMPRESSED_CHUNKS | FEATURE_ZSTD_CHUNKS;
+pub(crate) const KNOWN_FEATURES: u64 = FEATURE_COMPRESSED_CHUNKS | FEATURE_ZSTD_CHUNKS;
 
 /// Where the header starts in a file of this major version.
 pub fn prefix_len(major: u16) -> usize {
@@ -54,7 +54,7 @@ pub const CODEC_LZ4: u8 = 1;
 pub const CODEC_ZSTD: u8 = 2;
 
 /// The codec's name, for `stats` and for problems.
-pub fn codec_name(codec: u8) -> &'static str {
+pub(crate) fn codec_name(codec: u8) -> &'static str {
     match codec {
         CODEC_STORED => "stored",
         CODEC_LZ4 => "LZ4",
@@ -63,29 +63,33 @@ pub fn codec_name(codec: u8) -> &'static str {
     }
 }
 /// A header larger than this is refused before it is read.
-pub const MAX_HEADER_LEN: u32 = 1 << 20;
+pub(crate) const MAX_HEADER_LEN: u32 = 1 << 20;
 
 /// The first four bytes of every chunk; a reader that lost its place searches for them.
-pub const CHUNK_MAGIC: [u8; 4] = *b"\xf5CHK";
+pub(crate) const CHUNK_MAGIC: [u8; 4] = *b"\xf5CHK";
 /// Magic, kind, flags, reserved, payload length, payload checksum, header checksum.
 pub const CHUNK_HEADER_LEN: usize = 4 + 1 + 1 + 2 + 4 + 4 + 4;
 /// A chunk payload larger than this is refused before it is read.
-pub const MAX_PAYLOAD_LEN: u32 = 64 << 20;
+pub(crate) const MAX_PAYLOAD_LEN: u32 = 64 << 20;
 
 /// Thread, chunk sequence number, base key, event count, start and end time.
 pub const EVENTS_PREFIX_LEN: usize = 4 + 4 + 8 + 4 + 8 + 8;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// What a chunk holds (the kind byte of its header).
 pub enum ChunkKind {
+    /// Events of one thread.
     Events,
+    /// Table records.
     Table,
+    /// The trailer.
     Trailer,
     /// A kind this reader does not know; it is skipped.
     Unknown(u8),
 }
 
 impl ChunkKind {
-    pub fn to_byte(self) -> u8 {
+    pub(crate) fn to_byte(self) -> u8 {
         match self {
             Self::Events => 1,
             Self::Table => 2,
@@ -94,7 +98,7 @@ impl ChunkKind {
         }
     }
 
-    pub fn from_byte(b: u8) -> Self {
+    pub(crate) fn from_byte(b: u8) -> Self {
         match b {
             1 => Self::Events,
             2 => Self::Table,
@@ -107,20 +111,23 @@ impl ChunkKind {
 /// The fixed prefix of an event chunk's payload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EventsPrefix {
+    /// The thread whose events the chunk holds.
     pub thread: u32,
     /// 0 for the first chunk of a thread, then 1, 2, …: a gap means a chunk was lost.
     pub sequence: u32,
     /// The key of the thread's last event before this chunk (0 before its first).
     pub base_key: u64,
+    /// Events in the chunk (extension events not counted).
     pub event_count: u32,
     /// Wall-clock time of the first and last event, nanoseconds since the Unix epoch (0 when
     /// the producer has no clock).
     pub start_ns: u64,
+    /// Wall-clock time of the last event, as `start_ns`.
     pub end_ns: u64,
 }
 
 impl EventsPrefix {
-    pub fn write_to(&self, out: &mut [u8]) {
+    pub(crate) fn write_to(&self, out: &mut [u8]) {
         out[0..4].copy_from_slice(&self.thread.to_le_bytes());
         out[4..8].copy_from_slice(&self.sequence.to_le_bytes());
         out[8..16].copy_from_slice(&self.base_key.to_le_bytes());
@@ -129,6 +136,7 @@ impl EventsPrefix {
         out[28..36].copy_from_slice(&self.end_ns.to_le_bytes());
     }
 
+    /// Parses the prefix at the start of `b`; `None` when `b` is too short.
     pub fn read_from(b: &[u8]) -> Option<Self> {
         if b.len() < EVENTS_PREFIX_LEN {
             return None;
@@ -166,20 +174,27 @@ pub fn write_chunk_header_coded(header: &mut [u8], kind: ChunkKind, codec: u8, p
 /// A parsed chunk header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ChunkHeader {
+    /// What the chunk holds.
     pub kind: ChunkKind,
+    /// The codec byte (`CODEC_STORED` in a 1.x file).
     pub flags: u8,
+    /// Bytes of payload after the header.
     pub payload_len: u32,
-    pub payload_crc: u32,
+    pub(crate) payload_crc: u32,
 }
 
 /// Why bytes are not a chunk header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ChunkHeaderProblem {
+    /// The bytes do not start with the chunk magic.
     NoMagic,
+    /// The header's own checksum does not match.
     BadChecksum,
+    /// The payload length is above `MAX_PAYLOAD_LEN`.
     TooLarge(u32),
 }
 
+/// Parses the chunk header at the start of `b`, checking its magic, its checksum and its length.
 pub fn read_chunk_header(b: &[u8]) -> Result<ChunkHeader, ChunkHeaderProblem> {
     if b.len() < CHUNK_HEADER_LEN || b[0..4] != CHUNK_MAGIC {
         return Err(ChunkHeaderProblem::NoMagic);
@@ -205,11 +220,13 @@ pub fn read_chunk_header(b: &[u8]) -> Result<ChunkHeader, ChunkHeaderProblem> {
 pub struct ChunkRef {
     /// Offset of the chunk header.
     pub offset: u64,
+    /// What the chunk holds.
     pub kind: ChunkKind,
     /// Offset and length of the payload.
     pub payload_offset: u64,
+    /// Bytes of payload.
     pub payload_len: u32,
-    pub payload_crc: u32,
+    pub(crate) payload_crc: u32,
     /// How the payload is stored (FORMAT.md §5.3): `CODEC_STORED` in every 1.x file.
     pub codec: u8,
 }

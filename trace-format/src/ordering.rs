@@ -3,7 +3,7 @@
 //! shows up here as a lock acquired while another thread holds it, a thread that runs before it
 //! was created, and so on.
 //!
-//! [`Checker`] takes the merged order one event at a time, so that it runs inside a streaming
+//! `Checker` takes the merged order one event at a time, so that it runs inside a streaming
 //! pass (`MergedStream::with_ordering_check`) as well as over a decoded
 //! [`Trace`] ([`check`]). Its state is per thread and per synchronisation object, never per
 //! event.
@@ -119,7 +119,7 @@ pub fn check(trace: &Trace) -> Vec<Problem> {
 }
 
 /// The ordering invariant checked one merged event at a time.
-pub struct Checker<'t> {
+pub(crate) struct Checker<'t> {
     tables: &'t Tables,
     listed: Vec<Problem>,
     total: usize,
@@ -173,7 +173,7 @@ impl<'t> Checker<'t> {
     /// before it (it only notes the thread's first event): memory events, lock requests and
     /// every other kind that changes no state the check keeps.
     #[inline]
-    pub fn ignores_past_thread_switch(kind: &EventKind) -> bool {
+    pub(crate) fn ignores_past_thread_switch(kind: &EventKind) -> bool {
         matches!(
             kind,
             EventKind::Read { .. }
@@ -203,7 +203,7 @@ impl<'t> Checker<'t> {
     /// Lock acquisitions and releases, most of what it looks at in a lock-heavy trace, are
     /// checked here; every other kind in [`Checker::observe_other`].
     #[inline]
-    pub fn observe(
+    pub(crate) fn observe(
         &mut self,
         thread: ThreadId,
         event: &Event,

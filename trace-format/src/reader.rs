@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 
-use crate::codec::{Decoder, EventSlot, EXTENSION_TAGS, KEY_FLAG, PLACEHOLDER};
+use crate::codec::{Decoder, EventSlot, PLACEHOLDER};
 use crate::compress::{decoded_len, decompress_events};
 use crate::error::{Problem, ProblemKind, TraceError};
 use crate::event::{Event, ThreadId};
@@ -29,16 +29,21 @@ pub struct ChunkSpan {
     /// Offset of the chunk header in the file.
     pub offset: u64,
     /// Index of the chunk's first event in the thread's event list.
-    pub first_event: u32,
+    pub(crate) first_event: u32,
+    /// Wall-clock time of the chunk's first event (0: no clock).
     pub start_ns: u64,
+    /// Wall-clock time of its last event.
     pub end_ns: u64,
 }
 
 /// The events of one thread, in program order.
 #[derive(Clone, Debug, Default)]
 pub struct ThreadEvents {
+    /// The thread.
     pub thread: ThreadId,
+    /// Its events, in program order.
     pub events: Vec<Event>,
+    /// The chunks they came from, in order.
     pub chunks: Vec<ChunkSpan>,
     /// Encoded bytes of this thread's events (payloads of its chunks after their prefixes,
     /// decompressed).
@@ -80,16 +85,25 @@ pub struct TraceFile {
 
 /// A decoded trace.
 pub struct Trace {
+    /// The file read.
     pub path: PathBuf,
+    /// Format version, major and minor.
     pub version: (u16, u16),
+    /// The file header.
     pub header: Header,
+    /// The side tables.
     pub tables: Tables,
+    /// The trailer, when the trace ended cleanly.
     pub trailer: Option<Trailer>,
     /// Sorted by thread id.
     pub threads: Vec<ThreadEvents>,
+    /// What was wrong in the file; the reader kept what it could.
     pub problems: Vec<Problem>,
+    /// Bytes of the file.
     pub file_len: u64,
+    /// Chunks of every kind.
     pub chunk_count: usize,
+    /// Table chunks.
     pub table_chunk_count: usize,
     /// Bytes of the file header (magic, version, header record).
     pub header_len: u64,
@@ -105,6 +119,7 @@ impl TraceFile {
         Self::parse(path, source)
     }
 
+    /// Opens a trace held in memory; `name` names it in errors.
     pub fn from_bytes(name: impl Into<PathBuf>, bytes: Vec<u8>) -> Result<Self, TraceError> {
         Self::parse(name.into(), Source::Memory(bytes))
     }
@@ -125,26 +140,32 @@ impl TraceFile {
         })
     }
 
+    /// The file opened.
     pub fn path(&self) -> &Path {
         &self.path
     }
 
+    /// The file header.
     pub fn header(&self) -> &Header {
         &self.header
     }
 
+    /// The side tables.
     pub fn tables(&self) -> &Tables {
         &self.tables
     }
 
+    /// Where each chunk is, in file order.
     pub fn chunks(&self) -> &[ChunkRef] {
         &self.chunks
     }
 
+    /// The trailer, when the trace ended cleanly.
     pub fn trailer(&self) -> Option<&Trailer> {
         self.trailer.as_ref()
     }
 
+    /// What was wrong in the file.
     pub fn problems(&self) -> &[Problem] {
         &self.problems
     }
@@ -540,11 +561,13 @@ pub(crate) fn check_events_payload(
 /// The events of one chunk, as [`TraceFile::for_each_chunk`] hands them over.
 #[derive(Clone, Copy, Debug)]
 pub struct ChunkEvents<'a> {
+    /// The thread.
     pub thread: ThreadId,
     /// The chunk's number within its thread.
     pub sequence: u32,
     /// Byte offset of the chunk header.
     pub offset: u64,
+    /// The chunk's events.
     pub events: &'a [Event],
 }
 
@@ -790,6 +813,7 @@ impl Trace {
         Ok(TraceFile::parse(path, Source::Memory(bytes))?.decode())
     }
 
+    /// Decodes a trace held in memory; `name` names it in errors.
     pub fn from_bytes(name: impl Into<PathBuf>, bytes: Vec<u8>) -> Result<Self, TraceError> {
         Ok(TraceFile::from_bytes(name, bytes)?.decode())
     }
@@ -799,10 +823,12 @@ impl Trace {
         self.trailer.is_some() && self.problems.iter().all(|p| !p.is_damage())
     }
 
+    /// Events of every thread.
     pub fn event_count(&self) -> u64 {
         self.threads.iter().map(|t| t.events.len() as u64).sum()
     }
 
+    /// The events of thread `id`.
     pub fn thread(&self, id: ThreadId) -> Option<&ThreadEvents> {
         self.threads
             .binary_search_by_key(&id, |t| t.thread)
@@ -825,12 +851,15 @@ impl Trace {
 /// One event of the merged stream.
 #[derive(Clone, Copy, Debug)]
 pub struct MergedEvent<'a> {
+    /// The thread.
     pub thread: ThreadId,
     /// Position in the thread's event list.
     pub index: usize,
+    /// The event.
     pub event: &'a Event,
 }
 
+/// The events of a [`Trace`] in the merged order: [`Trace::merged`].
 pub struct Merged<'a> {
     trace: &'a Trace,
     heap: BinaryHeap<Reverse<(u64, ThreadId, usize, usize)>>,
@@ -852,11 +881,6 @@ impl<'a> Iterator for Merged<'a> {
             event,
         })
     }
-}
-
-/// Whether `raw` (a tag byte) starts an extension event; exposed for tools that scan bytes.
-pub fn is_extension_tag(raw: u8) -> bool {
-    EXTENSION_TAGS.contains(&(raw & !KEY_FLAG))
 }
 
 #[cfg(test)]

@@ -22,23 +22,27 @@ use crate::varint;
 use crate::writer::ChunkWriter;
 
 /// Extension tag of a region-begin marker.
-pub const REGION_BEGIN: u8 = 0x61;
+pub(crate) const REGION_BEGIN: u8 = 0x61;
 /// Extension tag of a region-end marker.
-pub const REGION_END: u8 = 0x62;
+pub(crate) const REGION_END: u8 = 0x62;
 
 /// Which end of a region a marker is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RegionKind {
+    /// `begin`.
     Begin,
+    /// `end`.
     End,
 }
 
 /// One marker, where its thread's events put it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RegionMarker {
+    /// Begin or end.
     pub kind: RegionKind,
     /// Its key: the merged order puts it among the events as if it were one (FORMAT.md §6.3).
     pub key: u64,
+    /// Where the program marked it.
     pub site: SiteId,
     /// How many events of its thread come before it: it sits just before the thread's event of
     /// this index (`StreamEvent::index`).
@@ -142,6 +146,7 @@ impl RegionMarkers {
         })
     }
 
+    /// The file read.
     pub fn path(&self) -> &Path {
         &self.path
     }

@@ -552,7 +552,7 @@ fn read_table_records(payload: &[u8], base: u64, tables: &mut Tables, problems: 
 /// A site (tag 4): `id` and `frames` of version 1.0, then `first_caller` (version 1.13) when
 /// the record has it; a record written before 1.13 ends after `frames` and reads as having
 /// no first caller.
-pub fn decode_site(body: &[u8]) -> Result<SiteInfo, String> {
+pub(crate) fn decode_site(body: &[u8]) -> Result<SiteInfo, String> {
     #[derive(serde::Deserialize)]
     struct Since10 {
         id: u32,
@@ -576,7 +576,7 @@ pub fn decode_site(body: &[u8]) -> Result<SiteInfo, String> {
 /// A recording window (tag 12): the five fields of version 1.6, then `snapshot_signal`
 /// (version 1.8) when the record has it — postcard has no defaults for missing trailing
 /// fields, so a 1.6/1.7 record, which ends after `keep_last`, reads as not a snapshot.
-pub fn decode_window(body: &[u8]) -> Result<RecordingWindow, String> {
+pub(crate) fn decode_window(body: &[u8]) -> Result<RecordingWindow, String> {
     #[derive(serde::Deserialize)]
     struct Since16 {
         thread: u32,

@@ -16,7 +16,10 @@ pub enum Ordering {
     GlobalSequence,
     /// Keys are readings of a clock shared by all cores (e.g. an invariant TSC), taken inside
     /// the critical window; `ticks_per_second` converts them to time. Ties are possible.
-    Clock { ticks_per_second: u64 },
+    Clock {
+        /// Clock ticks per second.
+        ticks_per_second: u64,
+    },
     /// Keys are Lamport clocks: each thread keeps a counter and each synchronisation object
     /// remembers the largest key released through it; an acquire takes
     /// `max(thread, object) + 1`. Causally ordered events get increasing keys; concurrent ones
@@ -33,12 +36,15 @@ pub const RECORDER_PRODUCER: &str = "foresight-recorder";
 pub struct Header {
     /// Who wrote the trace, e.g. `foresight-recorder 0.1.0`.
     pub producer: String,
+    /// The recorded process's id.
     pub pid: u32,
+    /// Its parent's process id.
     pub parent_pid: u32,
     /// The recorded command line.
     pub command: Vec<String>,
     /// Wall-clock start of recording, nanoseconds since the Unix epoch.
     pub start_unix_ns: u64,
+    /// How the keys order events across threads.
     pub ordering: Ordering,
     /// Size in bytes of a pointer of the recorded program.
     pub pointer_width: u8,
@@ -49,18 +55,28 @@ pub struct Header {
 /// What kind of synchronisation object an object id names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum ObjectKind {
+    /// A `pthread_mutex_t` of the default or normal type.
     Mutex,
+    /// A recursive mutex: its owner may lock it again.
     RecursiveMutex,
+    /// An error-checking mutex: a relock fails with `EDEADLK`.
     ErrorCheckMutex,
+    /// A `pthread_rwlock_t`.
     RwLock,
+    /// A `pthread_spinlock_t`.
     SpinLock,
+    /// A condition variable.
     Condition,
+    /// A `pthread_barrier_t`.
     Barrier,
+    /// A `pthread_once_t`.
     Once,
+    /// A semaphore (`sem_t`).
     Semaphore,
 }
 
 impl ObjectKind {
+    /// Whether a thread can hold it (a mutex of any type, a rwlock, a spinlock).
     pub fn is_lock(self) -> bool {
         matches!(
             self,
@@ -72,6 +88,7 @@ impl ObjectKind {
         )
     }
 
+    /// The kind's name, as reports and `dump` spell it.
     pub fn name(self) -> &'static str {
         match self {
             Self::Mutex => "mutex",
@@ -102,37 +119,47 @@ pub enum ClassKey {
 /// One synchronisation object: an address with one lifetime.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ObjectInfo {
+    /// The object's id, as events name it.
     pub id: ObjectId,
+    /// What it is.
     pub kind: ObjectKind,
+    /// Its address in the recorded process.
     pub address: u64,
     /// How many objects lived at this address before this one (0 for the first).
     pub generation: u32,
+    /// The class it belongs to: what lock-order analysis groups objects by.
     pub class: ClassKey,
 }
 
 /// One thread of the recorded process.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ThreadInfo {
+    /// The thread's id, as events name it.
     pub id: ThreadId,
     /// The kernel thread id.
     pub os_tid: u32,
     /// The creating thread; `None` for the main thread (or a thread the recorder did not see
     /// created).
     pub parent: Option<ThreadId>,
+    /// The thread's name, when the program set one.
     pub name: Option<StringId>,
 }
 
 /// A code address: a module and an offset into it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Frame {
+    /// The module's id.
     pub module: u32,
+    /// Offset from the module's load address.
     pub offset: u64,
 }
 
 /// A call site: the return address of the hooked call first, then its callers.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SiteInfo {
+    /// The site's id, as events name it.
     pub id: SiteId,
+    /// Return addresses, innermost first.
     pub frames: Vec<Frame>,
     /// Version 1.13 (appended, skippable): the caller of the function the last frame is in,
     /// at the site's first occurrence, when `frames` holds no callers (one frame per site,
@@ -144,21 +171,28 @@ pub struct SiteInfo {
 /// A loaded module (the executable, a shared library).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ModuleInfo {
+    /// The module's id, as frames name it.
     pub id: u32,
+    /// Its file path.
     pub path: StringId,
     /// The GNU build-id note, when the module has one.
     pub build_id: Vec<u8>,
     /// Load address of the module in the recorded process.
     pub base: u64,
+    /// Bytes mapped.
     pub size: u64,
 }
 
 /// One source location of a code address; inlined calls give several, innermost first.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SourceLocation {
+    /// The function, when known.
     pub function: Option<StringId>,
+    /// The source file, when known.
     pub file: Option<StringId>,
+    /// The line (0: unknown).
     pub line: u32,
+    /// The column (0: unknown).
     pub column: u32,
 }
 
@@ -166,14 +200,18 @@ pub struct SourceLocation {
 /// address (a static lock) the location's `function` is the name of the variable.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FrameSymbol {
+    /// The address.
     pub frame: Frame,
+    /// Its source locations, innermost first.
     pub locations: Vec<SourceLocation>,
 }
 
 /// One interned string.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StringEntry {
+    /// The string's id.
     pub id: StringId,
+    /// The text.
     pub text: String,
 }
 
@@ -183,8 +221,11 @@ pub struct StringEntry {
 /// exit, process exit, exec).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AccessCounts {
+    /// The thread.
     pub thread: ThreadId,
+    /// Accesses that reached the recorder.
     pub executed: u64,
+    /// Accesses written to the trace.
     pub recorded: u64,
 }
 
@@ -193,6 +234,7 @@ pub struct AccessCounts {
 /// accesses touched. Its address is a module and an offset, as a [`Frame`]'s.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DataVariable {
+    /// The module it is in.
     pub module: u32,
     /// Offset of the variable's first byte from the module's load address.
     pub offset: u64,
@@ -202,6 +244,7 @@ pub struct DataVariable {
     pub name: StringId,
     /// String id of the file that declares it, and the line (0 if unknown).
     pub file: Option<StringId>,
+    /// The line of the declaration (0: unknown).
     pub line: u32,
     /// The [`DataType`] that lays it out; `None` when it has no parts to name (a scalar, a
     /// pointer) or nothing is known of its type (a name from the ELF symbol table).
@@ -214,6 +257,7 @@ pub struct DataVariable {
 pub struct DataType {
     /// Type id, used by [`DataVariable::ty`], [`TypeShape::Array`] and [`DataMember::ty`].
     pub id: u32,
+    /// What it is made of.
     pub shape: TypeShape,
 }
 
@@ -223,12 +267,18 @@ pub enum TypeShape {
     /// `count` elements of `element_size` bytes (a C array; a multi-dimensional array is an
     /// array of arrays). `count` is `None` when unknown (`extern int x[]`, a flexible member).
     Array {
+        /// The element type, when it has a record.
         element: Option<u32>,
+        /// Bytes of one element.
         element_size: u64,
+        /// Elements, when known.
         count: Option<u64>,
     },
     /// Members at byte offsets (a struct, union or class; base classes are unnamed members).
-    Record { members: Vec<DataMember> },
+    Record {
+        /// The members, by offset.
+        members: Vec<DataMember>,
+    },
 }
 
 /// One member of a [`TypeShape::Record`].
@@ -241,6 +291,7 @@ pub struct DataMember {
     pub offset: u64,
     /// Bytes it occupies (a bit-field: the bytes its bits touch).
     pub size: u64,
+    /// Its type, when it has a record.
     pub ty: Option<u32>,
 }
 
@@ -249,7 +300,9 @@ pub struct DataMember {
 /// no `thread-exit` event; this record says what it was doing (FORMAT.md §7.12).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ThreadEnd {
+    /// The thread.
     pub thread: ThreadId,
+    /// What it was doing.
     pub state: ThreadEndState,
 }
 
@@ -274,6 +327,7 @@ pub enum ThreadEndState {
 pub struct RecordingStopped {
     /// When it stopped, nanoseconds since the Unix epoch.
     pub unix_ns: u64,
+    /// Why it stopped.
     pub cause: StopCause,
 }
 
@@ -282,14 +336,23 @@ pub struct RecordingStopped {
 pub enum StopCause {
     /// A write to the trace failed with this `errno` (`ENOSPC`: the disk is full, `EDQUOT`,
     /// `EIO`, …): the events after it are not in the trace; the program ran on.
-    WriteFailed { errno: i32 },
+    WriteFailed {
+        /// The write's `errno`.
+        errno: i32,
+    },
     /// The next write would have made the file larger than the process may write
     /// (`RLIMIT_FSIZE`, `ulimit -f`), `limit` bytes: the program ran on.
-    FileSizeLimit { limit: u64 },
+    FileSizeLimit {
+        /// The limit, bytes.
+        limit: u64,
+    },
     /// No thread recorded an event for `ms` milliseconds (`foresight record --hang-timeout`):
     /// the trace was completed and the program stopped. `ms` 0: `foresight record` was killed
     /// while the run went on, and the run was stopped with it.
-    HangTimeout { ms: u64 },
+    HangTimeout {
+        /// The timeout, milliseconds (0: the recorder was killed).
+        ms: u64,
+    },
 }
 
 /// The trace holds a window of the run, per thread (version 1.6; FORMAT.md §7.14): what the
@@ -297,6 +360,7 @@ pub enum StopCause {
 /// A trace with at least one such record is a window; a thread without one lost nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RecordingWindow {
+    /// The thread.
     pub thread: ThreadId,
     /// The sequence number of the thread's first chunk in the window (its chunks before it
     /// were dropped, not lost): a reader expects the thread's chunks from here.
@@ -318,13 +382,18 @@ pub struct RecordingWindow {
 /// a thread holding `held` requested `requested`, `count` times before the window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EarlierLockOrder {
+    /// The lock held.
     pub held: ObjectId,
+    /// The lock requested while `held` was held.
     pub requested: ObjectId,
+    /// How many times.
     pub count: u64,
     /// One thread that took the pair, the site where it acquired `held` and where it
     /// requested `requested` (its first time).
     pub thread: ThreadId,
+    /// Where that thread acquired `held`.
     pub held_site: SiteId,
+    /// Where it requested `requested`.
     pub site: SiteId,
 }
 
@@ -332,18 +401,31 @@ pub struct EarlierLockOrder {
 /// reader skips the tags it does not know (a later minor version may add some).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TableRecord {
+    /// An interned string.
     String(StringEntry),
+    /// A thread.
     Thread(ThreadInfo),
+    /// A synchronisation object.
     Object(ObjectInfo),
+    /// A call site.
     Site(SiteInfo),
+    /// A loaded module.
     Module(ModuleInfo),
+    /// The symbols of a code or data address.
     Symbol(FrameSymbol),
+    /// A thread's access counts.
     AccessCounts(AccessCounts),
+    /// A static variable.
     DataVariable(DataVariable),
+    /// A type layout.
     DataType(DataType),
+    /// A thread that had not exited.
     ThreadEnd(ThreadEnd),
+    /// Recording stopped early.
     RecordingStopped(RecordingStopped),
+    /// A thread's flight-recorder window.
     RecordingWindow(RecordingWindow),
+    /// A lock-order edge from before the window.
     EarlierLockOrder(EarlierLockOrder),
 }
 
@@ -371,11 +453,20 @@ impl TableRecord {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EndReason {
     /// `main` returned or `exit` was called.
-    Exit { status: i32 },
+    Exit {
+        /// The exit status.
+        status: i32,
+    },
     /// `_exit` was called.
-    ImmediateExit { status: i32 },
+    ImmediateExit {
+        /// The exit status.
+        status: i32,
+    },
     /// A signal (`SIGINT`, `SIGTERM`) ended the process.
-    Signal { signal: i32 },
+    Signal {
+        /// The signal number.
+        signal: i32,
+    },
     /// The trace was written by a tool (builder, import), not a recorded process.
     Synthetic,
 }
@@ -383,10 +474,13 @@ pub enum EndReason {
 /// The last chunk of a trace that ended cleanly.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Trailer {
+    /// Wall-clock end of recording, nanoseconds since the Unix epoch.
     pub end_unix_ns: u64,
+    /// How recording ended.
     pub reason: EndReason,
     /// Event chunks written, and events in them: a reader compares them with what it found.
     pub event_chunks: u64,
+    /// Events in them.
     pub events: u64,
     /// Events the recorder could not write (for example because the disk was full).
     pub events_lost: u64,
@@ -395,11 +489,17 @@ pub struct Trailer {
 /// The side tables of a trace.
 #[derive(Clone, Debug, Default)]
 pub struct Tables {
+    /// Interned strings by id.
     pub strings: HashMap<StringId, String>,
+    /// Threads by id.
     pub threads: BTreeMap<ThreadId, ThreadInfo>,
+    /// Synchronisation objects by id.
     pub objects: HashMap<ObjectId, ObjectInfo>,
+    /// Call sites by id.
     pub sites: HashMap<SiteId, SiteInfo>,
+    /// Loaded modules by id.
     pub modules: BTreeMap<u32, ModuleInfo>,
+    /// Symbols of the addresses the symbolisation pass resolved.
     pub symbols: HashMap<Frame, FrameSymbol>,
     /// Memory accesses per thread, executed and recorded (the sum of its `AccessCounts`
     /// records; FORMAT.md §7.8).
@@ -445,6 +545,7 @@ impl Tables {
             .find(|&s| s != 0)
     }
 
+    /// The text of string `id`.
     pub fn string(&self, id: StringId) -> Option<&str> {
         self.strings.get(&id).map(String::as_str)
     }
@@ -466,6 +567,7 @@ impl Tables {
         self.describe_frame(frame)
     }
 
+    /// `function (file:line)` when symbolised, else `module+0xoffset`.
     pub fn describe_frame(&self, frame: &Frame) -> String {
         if let Some(loc) = self.symbols.get(frame).and_then(|s| s.locations.first()) {
             let function = loc.function.and_then(|f| self.string(f));
@@ -510,6 +612,7 @@ impl Tables {
         format!("{}#{id}", info.kind.name())
     }
 
+    /// The name the program gave thread `id`, if any.
     pub fn thread_name(&self, id: ThreadId) -> Option<&str> {
         self.threads.get(&id)?.name.and_then(|n| self.string(n))
     }

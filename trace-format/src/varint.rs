@@ -1,7 +1,7 @@
 //! LEB128 variable-length integers, the unit of the event encoding.
 
 /// Bytes a `u64` takes at most.
-pub const MAX_LEN: usize = 10;
+pub(crate) const MAX_LEN: usize = 10;
 
 /// Appends `v` to `out`. `out` must have `MAX_LEN` bytes of spare capacity for the writer's
 /// no-reallocation promise to hold; correctness does not depend on it.
@@ -15,12 +15,12 @@ pub fn put(out: &mut Vec<u8>, mut v: u64) {
 }
 
 #[inline]
-pub fn zigzag(v: i64) -> u64 {
+pub(crate) fn zigzag(v: i64) -> u64 {
     ((v << 1) ^ (v >> 63)) as u64
 }
 
 #[inline]
-pub fn unzigzag(v: u64) -> i64 {
+pub(crate) fn unzigzag(v: u64) -> i64 {
     ((v >> 1) as i64) ^ -((v & 1) as i64)
 }
 
@@ -63,7 +63,7 @@ pub fn get(buf: &[u8], pos: &mut usize) -> Result<u64, VarintError> {
 /// The number at the start of `word` (eight bytes, little-endian) and its length, when it ends
 /// within them and is minimal; `None` otherwise (longer, or not minimal: [`get`] tells which).
 #[inline(always)]
-pub fn from_word(word: u64) -> Option<(u64, usize)> {
+pub(crate) fn from_word(word: u64) -> Option<(u64, usize)> {
     if word & 0x80 == 0 {
         return Some((word & 0x7f, 1));
     }

@@ -140,6 +140,7 @@ impl ChunkWriter {
             .map_or(CompressMode::Never, Compressor::mode)
     }
 
+    /// The thread whose events this writer encodes.
     pub fn thread(&self) -> ThreadId {
         self.thread
     }
@@ -152,11 +153,6 @@ impl ChunkWriter {
     /// The key of the last event pushed (0 before the first).
     pub fn last_key(&self) -> u64 {
         self.state.key
-    }
-
-    /// Chunks flushed so far (the sequence number of the current one).
-    pub fn chunks_flushed(&self) -> u32 {
-        self.sequence
     }
 
     /// The wall-clock time given for the current chunk's first event (`set_start_ns`).
@@ -313,7 +309,7 @@ impl ChunkWriter {
     /// at `key` (FORMAT.md §6.4, tag `0x1C`/`0x1D`): the request takes the previous key, as
     /// a request pushed on its own would. One event in the bytes, two for every reader (and
     /// in the chunk's event count). For a producer that knows the lock was taken without
-    /// waiting; [`encode`](crate::codec::encode) never produces it, and the pushes of a request
+    /// waiting; `codec::encode` never produces it, and the pushes of a request
     /// and then its acquisition give it (see [`push`](Self::push)).
     #[inline(always)]
     pub fn push_lock_immediate(
@@ -724,6 +720,7 @@ pub struct TableWriter {
 }
 
 impl TableWriter {
+    /// An empty table chunk.
     pub fn new() -> Self {
         let mut buf = Vec::with_capacity(4096);
         buf.resize(CHUNK_HEADER_LEN, 0);
@@ -734,6 +731,7 @@ impl TableWriter {
         }
     }
 
+    /// Whether no record was pushed since the last flush.
     pub fn is_empty(&self) -> bool {
         self.records == 0
     }
@@ -743,6 +741,7 @@ impl TableWriter {
         self.buf.len().saturating_sub(CHUNK_HEADER_LEN)
     }
 
+    /// Appends one record.
     pub fn push(&mut self, record: &TableRecord) {
         if self.buf.len() < CHUNK_HEADER_LEN {
             self.buf.resize(CHUNK_HEADER_LEN, 0);
@@ -802,6 +801,7 @@ impl<'a> TableChunkBuf<'a> {
         })
     }
 
+    /// Whether it holds no record.
     pub fn is_empty(&self) -> bool {
         self.len == CHUNK_HEADER_LEN
     }
@@ -829,21 +829,10 @@ impl<'a> TableChunkBuf<'a> {
         &self.buf[..self.len]
     }
 
+    /// Empties it for the next chunk.
     pub fn clear(&mut self) {
         self.len = CHUNK_HEADER_LEN;
     }
-}
-
-/// Encodes `records` as one table chunk into `buf`, without allocating: the chunk's length,
-/// or `None` when they do not fit.
-pub fn table_chunk_into(records: &[TableRecord], buf: &mut [u8]) -> Option<usize> {
-    let mut chunk = TableChunkBuf::new(buf)?;
-    for r in records {
-        if !chunk.push(r) {
-            return None;
-        }
-    }
-    Some(chunk.framed().len())
 }
 
 /// One framed record (tag, length, body) at the start of `out`; its length.
@@ -1016,10 +1005,11 @@ impl<W: Write> TraceWriter<W> {
     }
 
     /// A chunk writer for this trace (compressing as the trace allows).
-    pub fn chunk_writer(&self, thread: ThreadId, chunk_bytes: usize) -> ChunkWriter {
+    pub(crate) fn chunk_writer(&self, thread: ThreadId, chunk_bytes: usize) -> ChunkWriter {
         ChunkWriter::with_compression(thread, chunk_bytes, self.compress)
     }
 
+    /// Appends a table record; the table chunk is written once it holds 32 KiB.
     pub fn table(&mut self, record: &TableRecord) -> io::Result<()> {
         self.tables.push(record);
         if self.tables.pending_bytes() > 32 << 10 {
@@ -1028,6 +1018,7 @@ impl<W: Write> TraceWriter<W> {
         Ok(())
     }
 
+    /// Writes the pending table records as one chunk.
     pub fn flush_tables(&mut self) -> io::Result<()> {
         let out = &mut self.out;
         self.tables
@@ -1125,6 +1116,18 @@ mod tests {
 
     use super::*;
     use crate::tables::EndReason;
+
+    /// Encodes `records` as one table chunk into `buf`, as the recorder's allocation-free
+    /// paths do: the chunk's length, or `None` when they do not fit.
+    fn table_chunk_into(records: &[TableRecord], buf: &mut [u8]) -> Option<usize> {
+        let mut chunk = TableChunkBuf::new(buf)?;
+        for r in records {
+            if !chunk.push(r) {
+                return None;
+            }
+        }
+        Some(chunk.framed().len())
+    }
 
     #[test]
     fn table_chunk_into_matches_the_table_writer() {

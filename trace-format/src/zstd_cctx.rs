@@ -16,7 +16,7 @@ use std::ptr::NonNull;
 use zstd_safe::zstd_sys as sys;
 
 /// A zstd compression context in a workspace of its own, for one compression level.
-pub struct StaticCCtx {
+pub(crate) struct StaticCCtx {
     /// The context's memory; never read from Rust, so it is left uninitialised (zstd does not
     /// read what it has not written, whatever a static workspace holds). `u64` for the 8-byte
     /// alignment `ZSTD_initStaticCCtx` requires.

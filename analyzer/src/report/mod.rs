@@ -1101,13 +1101,6 @@ pub enum HazardCall {
     Fsync,
 }
 
-impl HazardCall {
-    /// The name the reports give it (`epoll_wait`).
-    pub fn name(self) -> &'static str {
-        self.into()
-    }
-}
-
 impl From<foresight_trace::event::BlockingCall> for HazardCall {
     fn from(c: foresight_trace::event::BlockingCall) -> Self {
         use foresight_trace::event::BlockingCall as B;
