@@ -29,8 +29,6 @@ pub mod region;
 pub mod runtime_library;
 mod scan;
 mod source;
-// The merged stream is being reworked; its items' docs follow with that work.
-#[allow(missing_docs)]
 pub mod stream;
 pub mod tables;
 pub mod varint;

@@ -115,9 +115,11 @@ impl ChunkLoc {
 /// with the byte offset of the event's chunk for messages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StreamEvent {
+    /// The thread that ran the event.
     pub thread: ThreadId,
     /// Position in the thread's events (what `Trace::threads[..].events` would index).
     pub index: usize,
+    /// The event as decoded.
     pub event: Event,
     /// Byte offset of the header of the chunk that holds the event.
     pub chunk_offset: u64,
@@ -141,6 +143,7 @@ impl Trace {
 /// What the merged pass learnt of one thread.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ThreadSummary {
+    /// The thread summarised.
     pub thread: ThreadId,
     /// Events given so far (all of them once the stream is exhausted).
     pub events: u64,
@@ -154,6 +157,7 @@ pub struct ThreadSummary {
     pub zstd_chunks: u32,
     /// Wall-clock times of the first and of the last of those chunks (0 when unknown).
     pub start_ns: u64,
+    /// See `start_ns`.
     pub end_ns: u64,
 }
 
@@ -259,14 +263,17 @@ impl TraceStream {
         &self.chunks[plan.from..plan.to]
     }
 
+    /// The file the stream reads, for messages.
     pub fn path(&self) -> &Path {
         &self.path
     }
 
+    /// The format version of the file, major and minor (FORMAT.md §2.1).
     pub fn version(&self) -> (u16, u16) {
         self.version
     }
 
+    /// The file's header.
     pub fn header(&self) -> &Header {
         &self.header
     }
@@ -281,10 +288,12 @@ impl TraceStream {
         self.file_len
     }
 
+    /// Every table of the file (threads, locks, sites, modules, …), read before any event.
     pub fn tables(&self) -> &Tables {
         &self.tables
     }
 
+    /// The trailer, when the trace ended cleanly.
     pub fn trailer(&self) -> Option<&Trailer> {
         self.trailer.as_ref()
     }
@@ -294,6 +303,7 @@ impl TraceStream {
         self.chunk_count
     }
 
+    /// Chunks located that hold tables.
     pub fn table_chunk_count(&self) -> usize {
         self.table_chunk_count
     }
@@ -900,9 +910,11 @@ pub struct MergedStream<'a> {
 /// [`MergedStream::next_run`] gives.
 #[derive(Clone, Copy, Debug)]
 pub struct EventRun<'a> {
+    /// The thread that ran the events.
     pub thread: ThreadId,
     /// Position in the thread of the first event.
     pub first_index: usize,
+    /// The events, in program order.
     pub events: &'a [Event],
     /// Byte offset of the header of the chunk that holds the events.
     pub chunk_offset: u64,
