@@ -34,9 +34,11 @@ int main(int argc, char **argv) {
     pthread_t threads[2];
     if (argc > 1)
         failing_job = atoi(argv[1]);
+    /* Taken before the workers start, so that they cannot both finish before main waits:
+     * the wait below runs on every run. */
+    pthread_mutex_lock(&queue_lock); /* EXECUTED */
     for (long i = 0; i < 2; i++)
         pthread_create(&threads[i], NULL, worker, (void *)i);
-    pthread_mutex_lock(&queue_lock); /* EXECUTED */
     while (done < 2)
         pthread_cond_wait(&done_cond, &queue_lock); /* EXECUTED */
     pthread_mutex_unlock(&queue_lock);
