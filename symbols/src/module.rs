@@ -626,25 +626,52 @@ fn variable_decls(
         let Ok(unit) = dwarf.unit(header) else {
             continue;
         };
-        let mut entries = unit.entries();
-        // The enclosing subprograms of the current entry: (depth, name).
-        let mut functions: Vec<(isize, Option<String>)> = Vec::new();
-        let mut depth: isize = 0;
-        while let Ok(Some((delta, e))) = entries.next_dfs() {
-            depth += delta;
+        // Entries are read raw, their attributes skipped, but for the variables' locations:
+        // only a variable asked for is read in full.
+        let Ok(mut entries) = unit.entries_raw(None) else {
+            continue;
+        };
+        // The enclosing subprograms of the current entry: (depth, offset).
+        let mut functions: Vec<(isize, TypeOffset)> = Vec::new();
+        while !entries.is_empty() {
+            let depth = entries.next_depth();
+            let offset = entries.next_offset();
+            let abbrev = match entries.read_abbreviation() {
+                Ok(Some(a)) => a,
+                Ok(None) => continue,
+                Err(_) => break,
+            };
             while functions.last().is_some_and(|&(d, _)| d >= depth) {
                 functions.pop();
             }
-            if e.tag() == gimli::DW_TAG_subprogram {
-                functions.push((depth, attr_string(dwarf, &unit, e, gimli::DW_AT_name)));
+            let mut location = None;
+            if abbrev.tag() == gimli::DW_TAG_variable {
+                let mut ok = true;
+                for spec in abbrev.attributes() {
+                    match entries.read_attribute(*spec) {
+                        Ok(a) if a.name() == gimli::DW_AT_location && location.is_none() => {
+                            location = Some(a.value());
+                        }
+                        Ok(_) => {}
+                        Err(_) => {
+                            ok = false;
+                            break;
+                        }
+                    }
+                }
+                if !ok {
+                    break;
+                }
+            } else {
+                if entries.skip_attributes(abbrev.attributes()).is_err() {
+                    break;
+                }
+                if abbrev.tag() == gimli::DW_TAG_subprogram {
+                    functions.push((depth, offset));
+                }
                 continue;
             }
-            if e.tag() != gimli::DW_TAG_variable {
-                continue;
-            }
-            let Ok(Some(gimli::AttributeValue::Exprloc(expr))) =
-                e.attr_value(gimli::DW_AT_location)
-            else {
+            let Some(gimli::AttributeValue::Exprloc(expr)) = location else {
                 continue;
             };
             let mut ops = expr.operations(unit.encoding());
@@ -665,6 +692,10 @@ fn variable_decls(
             {
                 continue;
             }
+            let Ok(e) = unit.entry(offset) else {
+                continue;
+            };
+            let e = &e;
             // A definition that points at its declaration (C++ static members, namespace
             // variables declared `extern` first) may carry only the location.
             let spec = match e.attr_value(gimli::DW_AT_specification).ok().flatten() {
@@ -695,7 +726,10 @@ fn variable_decls(
                 address,
                 VarDecl {
                     name,
-                    scope: functions.last().and_then(|(_, n)| n.clone()),
+                    scope: functions.last().and_then(|&(_, f)| {
+                        let f = unit.entry(f).ok()?;
+                        attr_string(dwarf, &unit, &f, gimli::DW_AT_name)
+                    }),
                     in_function: !functions.is_empty(),
                     file,
                     line,
