@@ -43,6 +43,8 @@ pub(crate) mod shadow;
 mod site_sets;
 mod state;
 
+use std::collections::VecDeque;
+
 use foresight_trace::tables::Tables;
 use foresight_trace::SiteId;
 
@@ -114,8 +116,8 @@ pub struct Candidates {
     found: Vec<Found>,
     /// The latest [`LATEST_INSTANCES`] instances found (some may also be among the first),
     /// and where.
-    latest: Vec<Pair>,
-    latest_found: Vec<Found>,
+    latest: VecDeque<Pair>,
+    latest_found: VecDeque<Found>,
 }
 
 impl Candidates {

@@ -18,6 +18,15 @@
 //! [`CELL_CAPACITY`] entries, beyond which the oldest entry already ordered before the
 //! newcomer goes first (then the oldest), and the evictions are counted by line.
 //!
+//! **Covered entries.** Before a full granule evicts, it drops the entries each line of which
+//! a newer entry of the same thread, kind and locks holds with every byte of theirs
+//! ([`Cell::drop_covered`]); an entry widened to more bytes of its line drops the line's older
+//! entries within them at once. Whatever a later access would report of such an entry (its
+//! line, unordered or a candidate), the newer one reports too: a later position of the same
+//! thread is ordered before no more accesses than an earlier one, and the same locks exclude
+//! the same ones. A granule one thread reads from the same lines in epoch after epoch (a
+//! compressor's window, job after job) so keeps its lines' newest epoch instead of evicting.
+//!
 //! Bytes are tracked within a granule by a mask, so that two threads writing neighbouring bytes
 //! of one word (two `char` fields of a struct) do not race.
 //!
@@ -53,6 +62,11 @@ use foldhash::HashMap;
 
 use super::granules::GranuleTable;
 use super::site_sets::{Lines, SiteSets};
+
+/// Evictions a full granule makes after a look for covered entries found none, before it
+/// looks again: a granule of many threads or lines seldom has any, and the look costs the
+/// square of its entries.
+const COVERED_WAIT: u8 = 8;
 
 /// How many entries a granule keeps.
 pub(crate) const CELL_CAPACITY: usize = 16;
@@ -297,6 +311,9 @@ struct Cell {
     /// Bit `i`: entry `i` stands for accesses of several lines merged within one epoch of its
     /// thread, and its `site` is the id of their set ([`SiteSets`]).
     merged: u16,
+    /// Evictions left before a full cell looks for covered entries again, after a look found
+    /// none ([`Cell::drop_covered`] costs the square of the entries).
+    covered_wait: u8,
 }
 
 #[derive(Clone, Debug)]
@@ -453,13 +470,18 @@ impl Cell {
 
     /// Keeps the entries `keep(entry, merged)` says, in order.
     fn retain(&mut self, keep: impl Fn(&Entry, bool) -> bool) {
+        self.retain_at(|_, e, merged| keep(e, merged));
+    }
+
+    /// Keeps the entries `keep(index, entry, merged)` says, in order.
+    fn retain_at(&mut self, keep: impl Fn(usize, &Entry, bool) -> bool) {
         let merged = self.merged;
         let mut still_merged = 0u16;
         let mut kept = 0;
         let entries = self.entries_mut();
         for i in 0..entries.len() {
             let m = merged >> i & 1 != 0;
-            if keep(&entries[i], m) {
+            if keep(i, &entries[i], m) {
                 entries[kept] = entries[i];
                 still_merged |= u16::from(m) << kept;
                 kept += 1;
@@ -471,6 +493,67 @@ impl Cell {
         }
         self.merged = still_merged;
         self.resummarise();
+    }
+}
+
+impl Cell {
+    /// Drops the entries each line of which a newer entry of the same thread, kind and locks
+    /// holds, with every byte of theirs: whatever a later access would report of such an
+    /// entry (a line of its thread, unordered or a candidate), the newer one reports too, since
+    /// a later position is ordered before no more than an earlier one and the same locks
+    /// exclude the same accesses. A granule one thread reads from many lines over many epochs
+    /// so keeps each line's newest epoch, not every epoch until it is full. Only the entries
+    /// of `thread` and `kind` (the newcomer's, which needs the room) are looked at. Returns
+    /// how many went.
+    #[cold]
+    #[inline(never)]
+    fn drop_covered(&mut self, sets: &SiteSets, thread: u32, kind: AccessKind) -> usize {
+        const KEY_BITS: u32 = THREAD_BITS | 3 << KIND_SHIFT;
+        let key = thread | (kind as u32) << KIND_SHIFT;
+        let entries = self.entries();
+        if entries.iter().filter(|e| e.tkm & KEY_BITS == key).count() < 2 {
+            return 0;
+        }
+        let lines = |i: usize| -> &[u32] {
+            if self.is_merged(i) {
+                sets.set(entries[i].site)
+            } else {
+                std::slice::from_ref(&entries[i].site)
+            }
+        };
+        let mut covered = 0u64;
+        for (i, e) in entries.iter().enumerate() {
+            if e.tkm & KEY_BITS != key {
+                continue;
+            }
+            let newer = |o: &Entry| {
+                o.pos > e.pos
+                    && (o.tkm ^ e.tkm) & KEY_BITS == 0
+                    && o.lockset == e.lockset
+                    && o.mask() & e.mask() == e.mask()
+            };
+            if !entries.iter().any(newer) {
+                continue;
+            }
+            let held = |line: u32| {
+                entries.iter().enumerate().any(|(j, o)| {
+                    newer(o)
+                        && if self.is_merged(j) {
+                            sets.set(o.site).binary_search(&line).is_ok()
+                        } else {
+                            o.site == line
+                        }
+                })
+            };
+            if lines(i).iter().all(|&l| held(l)) {
+                covered |= 1 << i;
+            }
+        }
+        if covered == 0 {
+            return 0;
+        }
+        self.retain_at(|i, _, _| covered >> i & 1 == 0);
+        covered.count_ones() as usize
     }
 }
 
@@ -497,39 +580,36 @@ fn merge(
     access: &ShadowAccess,
     since: u32,
     mask: u8,
+    tidy: bool,
 ) -> bool {
     const KEY_BITS: u32 = THREAD_BITS | 3 << KIND_SHIFT;
     let same = access.thread | (access.kind as u32) << KIND_SHIFT;
     let exact = same | u32::from(mask) << MASK_SHIFT;
-    let partner = cell.entries().iter().enumerate().rev().find_map(|(i, e)| {
+    // The line's own entry of the epoch first (its bytes widen, no set grows), else the
+    // newest of the same bytes (without `tidy`: the newest of either, as before).
+    let mut same_bytes = None;
+    let mut partner = None;
+    for (i, e) in cell.entries().iter().enumerate().rev() {
         if e.pos < since || e.lockset != access.lockset || (e.tkm ^ same) & KEY_BITS != 0 {
-            None
-        } else if e.tkm == exact {
-            Some((i, false))
-        } else if !cell.is_merged(i) && e.site == access.site {
-            Some((i, true))
-        } else {
-            None
+            continue;
         }
-    });
-    let Some((i, widen)) = partner else {
+        if !tidy && e.tkm == exact {
+            partner = Some((i, false));
+            break;
+        }
+        if !cell.is_merged(i) && e.site == access.site {
+            partner = Some((i, true));
+            break;
+        }
+        if same_bytes.is_none() && e.tkm == exact {
+            same_bytes = Some((i, false));
+        }
+    }
+    let Some((i, own_line)) = partner.or(same_bytes) else {
         return false;
     };
-    if widen {
-        let e = &mut cell.entries_mut()[i];
-        let bytes = e.mask() | mask;
-        // The reported start and size stay those of the access with the lowest byte here, so
-        // that the start is found again from the bytes (`Entry::start`).
-        let (start_low, size) = if mask.trailing_zeros() <= e.mask().trailing_zeros() {
-            (access.addr as u32, access.size)
-        } else {
-            (e.start_low, e.size)
-        };
-        e.update(access, bytes);
-        e.start_low = start_low;
-        e.size = size;
-        // Entries of the line with fewer bytes may remain from earlier epochs.
-        cell.nested = true;
+    if own_line {
+        widen(cell, i, access, mask, tidy);
         return true;
     }
     let Some(set) = sets.union(cell.lines(i), access.site) else {
@@ -540,6 +620,64 @@ fn merge(
     e.site = set;
     cell.merged |= 1 << i;
     true
+}
+
+/// Widens entry `i`, of the access's line, thread, kind and locks from its epoch, to the
+/// access's bytes too: every later access is ordered with both or with neither, so the entry
+/// stands for both, at the access's position.
+/// With `tidy`, the line's older entries it now covers go ([`drop_within`]); without, the cell
+/// is only marked as holding nested entries.
+fn widen(cell: &mut Cell, i: usize, access: &ShadowAccess, mask: u8, tidy: bool) {
+    {
+        let e = &mut cell.entries_mut()[i];
+        let bytes = e.mask() | mask;
+        // The reported start and size stay those of the access with the lowest byte here, so
+        // that the start is found again from the bytes (`Entry::start`).
+        let (start_low, size) = if mask.trailing_zeros() <= e.mask().trailing_zeros() {
+            (access.addr as u32, access.size)
+        } else {
+            (e.start_low, e.size)
+        };
+        let grew = bytes != e.mask();
+        e.update(access, bytes);
+        e.start_low = start_low;
+        e.size = size;
+        if !tidy {
+            // Entries of the line with fewer bytes may remain from earlier epochs.
+            cell.nested = true;
+            return;
+        }
+        if !grew {
+            return;
+        }
+    }
+    drop_within(cell, i);
+}
+
+/// Entry `i` (of one line) widened: drops the older entries of its thread, kind, line and locks
+/// whose bytes it now holds (whatever a later access would report of them, it reports too,
+/// from a later position), and notes when entries of the line nest in it otherwise.
+fn drop_within(cell: &mut Cell, i: usize) {
+    const KEY_BITS: u32 = THREAD_BITS | 3 << KIND_SHIFT;
+    let w = cell.entries()[i];
+    let bytes = w.mask();
+    let mut covered = 0u64;
+    let mut nests = false;
+    for (j, o) in cell.entries().iter().enumerate() {
+        if j == i || cell.is_merged(j) || (o.tkm ^ w.tkm) & KEY_BITS != 0 || o.site != w.site {
+            continue;
+        }
+        let theirs = o.mask();
+        if theirs & !bytes == 0 && o.lockset == w.lockset && o.pos < w.pos {
+            covered |= 1 << j;
+        } else if theirs & bytes == theirs || theirs & bytes == bytes {
+            nests = true;
+        }
+    }
+    cell.nested |= nests;
+    if covered != 0 {
+        cell.retain_at(|j, _, _| covered >> j & 1 == 0);
+    }
 }
 
 /// Counts the lines of an entry dropped.
@@ -630,6 +768,14 @@ pub(crate) struct Shadow {
     fruitless: u32,
     /// Collections made.
     pub(crate) collections: u64,
+    /// Entries that newer ones of their thread made redundant, dropped from full granules
+    /// instead of evicting ([`Cell::drop_covered`]).
+    pub(crate) covered_dropped: u64,
+    /// Whether a full granule drops the entries newer ones cover before evicting
+    /// ([`Cell::drop_covered`]), a widened entry the older ones of its line it covers
+    /// ([`drop_within`]), and a merge prefers the line's own entry; off only in tests that
+    /// compare with the shadow before it.
+    tidy: bool,
     /// Entries dropped by collections: ordered before every thread, they can race with nothing.
     pub(crate) settled_dropped: u64,
 }
@@ -684,6 +830,8 @@ impl Shadow {
             fruitless: 0,
             collections: 0,
             settled_dropped: 0,
+            covered_dropped: 0,
+            tidy: true,
         }
     }
 
@@ -959,12 +1107,11 @@ impl Shadow {
         if !cell.others_may_conflict(t, !reads) || reads && cell.read_is_clean(t) {
             // The usual case: only the supersession to find, most often an entry of the same
             // line and bytes, which is then the only one superseded (when none is nested).
-            let entries = cell.entries();
             let exact = same | u32::from(mask) << MASK_SHIFT;
             let found = if cell.nested {
                 None
             } else {
-                entries
+                cell.entries()
                     .iter()
                     .position(|e| e.tkm == exact && e.site == site)
                     .filter(|&i| !cell.is_merged(i))
@@ -973,7 +1120,7 @@ impl Shadow {
                 superseded = 1;
                 last_superseded = i;
             } else {
-                for (i, e) in entries.iter().enumerate() {
+                for (i, e) in cell.entries().iter().enumerate() {
                     // A merged entry's `site` is a set's id: it is superseded by nothing.
                     if (e.tkm ^ same) & KEY_BITS == 0
                         && e.site == site
@@ -1072,17 +1219,29 @@ impl Shadow {
                     INLINE
                 };
                 let len = cell.entries().len();
-                let full = len >= capacity;
+                let mut full = len >= capacity;
                 // Pushing would move the entries to a vector of their own.
                 let would_spill = !spilled && len >= INLINE;
                 if (full || would_spill || cell.merged != 0)
-                    && merge(cell, &mut self.sets, access, since, mask)
+                    && merge(cell, &mut self.sets, access, since, mask, self.tidy)
                 {
                     if !reads {
                         cell.wrote(t);
                     }
                     self.merged += 1;
                     return true;
+                }
+                if full && self.tidy {
+                    if cell.covered_wait == 0 {
+                        let dropped = cell.drop_covered(&self.sets, t, access.kind);
+                        self.covered_dropped += dropped as u64;
+                        full = cell.entries().len() >= capacity;
+                        if dropped == 0 {
+                            cell.covered_wait = COVERED_WAIT;
+                        }
+                    } else {
+                        cell.covered_wait -= 1;
+                    }
                 }
                 if full {
                     let victim = cell
@@ -1760,6 +1919,143 @@ mod tests {
             }
             let _ = collections;
         }
+
+        /// A shadow that merges within epochs in spilled granules and drops covered entries
+        /// from full ones reports, for every access, the same earlier threads and lines as
+        /// the shadow before it (until that one evicts), and as every earlier access checked
+        /// one by one (until it evicts itself): a few granules, touched by three threads from
+        /// eight lines at every offset and size, across many epochs.
+        #[test]
+        fn tidy_granules_change_no_verdict(
+            steps in proptest::collection::vec(busy_step(), 1..600)
+        ) {
+            let mut before = Shadow::new();
+            before.tidy = false;
+            let mut after = Shadow::new();
+            let mut every: Vec<ShadowAccess> = Vec::new();
+            let mut c = Clocks { pos: [0; 3], knows: [[0; 3]; 3], since: [0; 3] };
+            for s in steps {
+                match s {
+                    Step::Access { thread, site, write, addr, size } => {
+                        let t = thread as usize;
+                        let kind = match (write, site % 5 == 4) {
+                            (false, false) => AccessKind::Read,
+                            (true, false) => AccessKind::Write,
+                            (false, true) => AccessKind::AtomicRead,
+                            (true, true) => AccessKind::AtomicWrite,
+                        };
+                        let a = acc(thread, c.pos[t], site, kind, addr, size);
+                        c.pos[t] += 1;
+                        let knows = c.knows[t];
+                        let mut seen = [Vec::new(), Vec::new()];
+                        for (shadow, seen) in [&mut before, &mut after].into_iter().zip(&mut seen) {
+                            shadow.access(
+                                &a,
+                                c.since[t],
+                                |u, pos, _| (knows[u as usize] <= pos).then_some(Verdict::Unordered),
+                                |e, _, _| seen.push((e.thread, e.site)),
+                                |u, pos| knows[u as usize] > pos,
+                                |u, pos| knows[u as usize] > pos,
+                            );
+                            seen.sort_unstable();
+                            seen.dedup();
+                        }
+                        let end = |x: &ShadowAccess| x.addr + u64::from(x.size);
+                        let mut expected: Vec<(u32, u32)> = every
+                            .iter()
+                            .filter(|e| {
+                                e.thread != thread
+                                    && e.addr < end(&a)
+                                    && a.addr < end(e)
+                                    && e.kind.conflicts(kind)
+                                    && knows[e.thread as usize] <= e.pos
+                            })
+                            .map(|e| (e.thread, e.site))
+                            .collect();
+                        expected.sort_unstable();
+                        expected.dedup();
+                        every.push(a);
+                        if before.evicted.total == 0 {
+                            proptest::prop_assert_eq!(&seen[0], &seen[1], "{:?}", a);
+                        }
+                        if after.evicted.total == 0 {
+                            proptest::prop_assert_eq!(&seen[1], &expected, "{:?}", a);
+                        } else {
+                            break;
+                        }
+                    }
+                    Step::Sync { from, to } => {
+                        let (f, t) = (from as usize, to as usize);
+                        c.pos[f] += 1;
+                        let mut learnt = c.knows[f];
+                        learnt[f] = c.pos[f];
+                        for (k, l) in c.knows[t].iter_mut().zip(learnt) {
+                            *k = (*k).max(l);
+                        }
+                        c.pos[t] += 1;
+                        c.since[f] = c.pos[f];
+                        c.since[t] = c.pos[t];
+                    }
+                    Step::Collect => {}
+                }
+            }
+        }
+    }
+
+    /// One step of a run that keeps a few granules busy: three threads, eight lines, every
+    /// offset and size within 24 bytes, and synchronisations that end epochs.
+    fn busy_step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        prop_oneof![
+            12 => (0..3u32, 0..8u32, proptest::bool::weighted(0.2), 0..24u64, 1..=8u32)
+                .prop_map(|(thread, site, write, addr, size)| Step::Access {
+                    thread,
+                    site,
+                    write,
+                    addr: 0x1000 + addr,
+                    size,
+                }),
+            1 => (0..3u32, 1..3u32).prop_map(|(from, d)| Step::Sync { from, to: (from + d) % 3 }),
+        ]
+    }
+
+    #[test]
+    fn a_full_granule_drops_what_newer_entries_cover_before_evicting() {
+        // One thread reads a word from twelve lines in each of twenty epochs: each epoch's
+        // lines merge into an entry of several lines, which nothing supersedes, so the granule
+        // fills with one per epoch. Full, it drops those whose lines a newer one holds with
+        // the same bytes, where the shadow before evicted them (counted as dropped).
+        let run = |tidy: bool| {
+            let mut s = Shadow::new();
+            s.tidy = tidy;
+            let mut pos = 0;
+            for _ in 0..20 {
+                let since = pos;
+                for site in 0..12 {
+                    s.access(
+                        &acc(0, pos, site, AccessKind::Read, 0x2000, 8),
+                        since,
+                        |_, _, _| None,
+                        |_, _, _| {},
+                        |_, _| false,
+                        |_, _| false,
+                    );
+                    pos += 1;
+                }
+                pos += 1;
+            }
+            s
+        };
+        assert!(run(false).evicted.total > 0);
+        let mut s = run(true);
+        assert_eq!(s.evicted.total, 0);
+        assert!(s.covered_dropped > 0);
+        // Every line is still seen by another thread's write.
+        let seen = reports(&mut s, acc(1, 0, 99, AccessKind::Write, 0x2000, 8));
+        let mut lines: Vec<u32> = seen.iter().map(|e| e.site).collect();
+        lines.sort_unstable();
+        lines.dedup();
+        assert_eq!(lines, (0..12).collect::<Vec<_>>());
     }
 
     #[test]

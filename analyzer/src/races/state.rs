@@ -77,8 +77,8 @@ impl Findings {
                     instances: Vec::new(),
                     count: 0,
                     found: Vec::new(),
-                    latest: Vec::new(),
-                    latest_found: Vec::new(),
+                    latest: Default::default(),
+                    latest_found: Default::default(),
                 });
                 c.count += 1;
                 c.keep(found, describe);
@@ -99,11 +99,13 @@ impl Candidates {
             return;
         }
         let pair = describe();
-        if in_latest {
-            self.keep_latest(found, pair.clone());
-        }
-        if in_first {
-            self.keep_first(found, pair);
+        match (in_first, in_latest) {
+            (true, true) => {
+                self.keep_latest(found, pair.clone());
+                self.keep_first(found, pair);
+            }
+            (true, false) => self.keep_first(found, pair),
+            _ => self.keep_latest(found, pair),
         }
     }
 
@@ -124,9 +126,10 @@ impl Candidates {
         if self.latest_found.len() < LATEST_INSTANCES || at > 0 {
             self.latest_found.insert(at, found);
             self.latest.insert(at, pair);
+            // The usual instance is the newest: a ring, not a shift of every instance kept.
             if self.latest.len() > LATEST_INSTANCES {
-                self.latest_found.remove(0);
-                self.latest.remove(0);
+                self.latest_found.pop_front();
+                self.latest.pop_front();
             }
         }
     }
