@@ -1857,6 +1857,39 @@ mod tests {
                 })
                 .collect()
         }
+
+        /// `from` synchronises with `to`: `to` learns what `from` knows, and both begin an epoch.
+        fn sync(&mut self, from: u32, to: u32) {
+            let (f, t) = (from as usize, to as usize);
+            self.pos[f] += 1;
+            let mut learnt = self.knows[f];
+            learnt[f] = self.pos[f];
+            for (k, l) in self.knows[t].iter_mut().zip(learnt) {
+                *k = (*k).max(l);
+            }
+            self.pos[t] += 1;
+            self.since[f] = self.pos[f];
+            self.since[t] = self.pos[t];
+        }
+
+        /// The earlier threads and lines `shadow` reports for `a` (a thread's access, after
+        /// its position was counted), as a sorted set.
+        fn seen_by(&self, shadow: &mut Shadow, a: &ShadowAccess) -> Vec<(u32, u32)> {
+            let t = a.thread as usize;
+            let knows = self.knows[t];
+            let mut seen = Vec::new();
+            shadow.access(
+                a,
+                self.since[t],
+                |u, pos, _| (knows[u as usize] <= pos).then_some(Verdict::Unordered),
+                |e, _, _| seen.push((e.thread, e.site)),
+                |u, pos| knows[u as usize] > pos,
+                |u, pos| knows[u as usize] > pos,
+            );
+            seen.sort_unstable();
+            seen.dedup();
+            seen
+        }
     }
 
     proptest::proptest! {
@@ -1877,34 +1910,10 @@ mod tests {
                         let kind = if write { AccessKind::Write } else { AccessKind::Read };
                         let a = acc(thread, c.pos[t], site, kind, addr, size);
                         c.pos[t] += 1;
-                        let knows = c.knows[t];
-                        let mut seen = [Vec::new(), Vec::new()];
-                        for (shadow, seen) in [&mut plain, &mut collected].into_iter().zip(&mut seen) {
-                            shadow.access(
-                                &a,
-                                c.since[t],
-                                |u, pos, _| (knows[u as usize] <= pos).then_some(Verdict::Unordered),
-                                |e, _, _| seen.push((e.thread, e.site)),
-                                |u, pos| knows[u as usize] > pos,
-                                |u, pos| knows[u as usize] > pos,
-                            );
-                            seen.sort_unstable();
-                            seen.dedup();
-                        }
+                        let seen = [c.seen_by(&mut plain, &a), c.seen_by(&mut collected, &a)];
                         proptest::prop_assert_eq!(&seen[0], &seen[1], "{:?}", a);
                     }
-                    Step::Sync { from, to } => {
-                        let (f, t) = (from as usize, to as usize);
-                        c.pos[f] += 1;
-                        let mut learnt = c.knows[f];
-                        learnt[f] = c.pos[f];
-                        for (k, l) in c.knows[t].iter_mut().zip(learnt) {
-                            *k = (*k).max(l);
-                        }
-                        c.pos[t] += 1;
-                        c.since[f] = c.pos[f];
-                        c.since[t] = c.pos[t];
-                    }
+                    Step::Sync { from, to } => c.sync(from, to),
                     Step::Collect => {
                         collected.collect(&c.floors());
                         collections += 1;
@@ -1947,19 +1956,7 @@ mod tests {
                         let a = acc(thread, c.pos[t], site, kind, addr, size);
                         c.pos[t] += 1;
                         let knows = c.knows[t];
-                        let mut seen = [Vec::new(), Vec::new()];
-                        for (shadow, seen) in [&mut before, &mut after].into_iter().zip(&mut seen) {
-                            shadow.access(
-                                &a,
-                                c.since[t],
-                                |u, pos, _| (knows[u as usize] <= pos).then_some(Verdict::Unordered),
-                                |e, _, _| seen.push((e.thread, e.site)),
-                                |u, pos| knows[u as usize] > pos,
-                                |u, pos| knows[u as usize] > pos,
-                            );
-                            seen.sort_unstable();
-                            seen.dedup();
-                        }
+                        let seen = [c.seen_by(&mut before, &a), c.seen_by(&mut after, &a)];
                         let end = |x: &ShadowAccess| x.addr + u64::from(x.size);
                         let mut expected: Vec<(u32, u32)> = every
                             .iter()
@@ -1984,18 +1981,7 @@ mod tests {
                             break;
                         }
                     }
-                    Step::Sync { from, to } => {
-                        let (f, t) = (from as usize, to as usize);
-                        c.pos[f] += 1;
-                        let mut learnt = c.knows[f];
-                        learnt[f] = c.pos[f];
-                        for (k, l) in c.knows[t].iter_mut().zip(learnt) {
-                            *k = (*k).max(l);
-                        }
-                        c.pos[t] += 1;
-                        c.since[f] = c.pos[f];
-                        c.since[t] = c.pos[t];
-                    }
+                    Step::Sync { from, to } => c.sync(from, to),
                     Step::Collect => {}
                 }
             }
