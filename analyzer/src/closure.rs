@@ -228,9 +228,8 @@ impl<'r> ClosureState<'r> {
             while moved {
                 moved = false;
                 for t in 0..n {
-                    let receives = run.hb.receives(t);
-                    while let Some((pos, clock)) = receives.get(self.receive_cursor[t]) {
-                        if *pos >= self.frontier[t] {
+                    while let Some((pos, clock)) = run.hb.receive(t, self.receive_cursor[t]) {
+                        if pos >= self.frontier[t] {
                             break;
                         }
                         self.steps += 1;

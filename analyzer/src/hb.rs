@@ -28,8 +28,8 @@ use crate::vector_clock::{Slots, VectorClock};
 /// clock differs only in its own entry, which is the event's position + 1.
 #[derive(Debug, Default)]
 pub struct HappensBefore {
-    /// Per thread: (position, clock at that event), by position.
-    receives: Vec<Vec<(u32, VectorClock)>>,
+    /// The clock at each receive event.
+    receives: StoredClocks,
     /// Which thread each clock entry speaks of (`vector_clock.rs`).
     slots: Slots,
     /// False when the clocks outgrew their memory budget and were abandoned: then nothing may
@@ -40,13 +40,103 @@ pub struct HappensBefore {
     pub writes_not_followed: u64,
 }
 
+/// A stored receive: the event's position and where its clock's entries sit in
+/// [`StoredClocks::entries`].
+#[derive(Clone, Copy, Debug)]
+struct Receive {
+    pos: u32,
+    start: u32,
+    len: u32,
+}
+
+/// The clocks stored at receive events. Their entries share one buffer rather than each
+/// having an allocation of its own: a thread-per-request program stores two or three small
+/// clocks per request, and for those the allocation and the `Vec` header cost more than the
+/// entries.
+#[derive(Debug, Default)]
+struct StoredClocks {
+    /// Per thread: its receives, by position.
+    threads: Vec<Vec<Receive>>,
+    /// The entries of every stored clock, one clock after another.
+    entries: Vec<u32>,
+}
+
+impl StoredClocks {
+    fn new(threads: usize) -> Self {
+        Self {
+            threads: vec![Vec::new(); threads],
+            entries: Vec::new(),
+        }
+    }
+
+    fn entries_of(&self, r: &Receive) -> &[u32] {
+        &self.entries[r.start as usize..(r.start + r.len) as usize]
+    }
+
+    /// The last receive of `thread` at or before `pos`.
+    fn before(&self, thread: usize, pos: u32) -> Option<&[u32]> {
+        let list = self.threads.get(thread)?;
+        let i = list.partition_point(|r| r.pos <= pos);
+        i.checked_sub(1).map(|i| self.entries_of(&list[i]))
+    }
+
+    /// Stores `clock` with its entry `slot` set to `raw` as the clock of receive `pos` of
+    /// `thread` (a later one than any stored for it). False when the buffer is out of offsets.
+    fn push(&mut self, thread: usize, pos: u32, clock: &[u32], slot: usize, raw: u32) -> bool {
+        let start = self.entries.len();
+        let len = clock.len().max(slot + 1);
+        let Ok(end) = u32::try_from(start + len) else {
+            return false;
+        };
+        self.entries.extend_from_slice(clock);
+        self.entries.resize(end as usize, 0);
+        self.entries[start + slot] = raw;
+        self.threads[thread].push(Receive {
+            pos,
+            start: start as u32,
+            len: len as u32,
+        });
+        true
+    }
+
+    /// Joins `clock` into the last stored clock of `thread` and sets its entry `slot` to
+    /// `raw`; returns how many entries it grew by, or `None` when the buffer is out of offsets.
+    fn grow_last(&mut self, thread: usize, clock: &[u32], slot: usize, raw: u32) -> Option<usize> {
+        let last = *self.threads[thread].last()?;
+        let (start, len) = (last.start as usize, last.len as usize);
+        let new_len = len.max(clock.len()).max(slot + 1);
+        if new_len > len && start + len != self.entries.len() {
+            // Not at the buffer's end (a second receive of an event comes right after the
+            // first, so this is not expected): the grown clock goes to the end.
+            let mut moved = self.entries[start..start + len].to_vec();
+            moved.resize(new_len, 0);
+            let new_start = self.entries.len();
+            u32::try_from(new_start + new_len).ok()?;
+            self.entries.extend_from_slice(&moved);
+            self.threads[thread].last_mut()?.start = new_start as u32;
+        } else if new_len > len {
+            u32::try_from(start + new_len).ok()?;
+            self.entries.resize(start + new_len, 0);
+        }
+        let r = self.threads[thread].last_mut()?;
+        r.len = new_len as u32;
+        let start = r.start as usize;
+        let stored = &mut self.entries[start..start + new_len];
+        for (mine, &theirs) in stored.iter_mut().zip(clock) {
+            *mine = (*mine).max(theirs);
+        }
+        stored[slot] = raw;
+        Some(new_len - len)
+    }
+}
+
 impl HappensBefore {
     /// The clock of event `pos` of `thread`, own entry included.
     pub fn clock_at(&self, thread: usize, pos: u32) -> VectorClock {
-        let mut clock = match self.receive_before(thread, pos) {
-            Some(c) => c.clone(),
-            None => VectorClock::default(),
-        };
+        let mut clock = VectorClock::default();
+        if let Some(c) = self.receive_before(thread, pos) {
+            clock.join_entries(c);
+        }
         if let Some(slot) = self.slots.slot_of(thread) {
             clock.set(slot, self.slots.raw(thread, pos + 1));
         }
@@ -56,27 +146,33 @@ impl HappensBefore {
     /// How many events of `thread` happen before (or at) the event of `clock`, a clock of
     /// this trace.
     #[inline]
-    pub fn prefix(&self, clock: &VectorClock, thread: usize) -> u32 {
-        self.slots.prefix(clock, thread)
+    pub fn prefix(&self, clock: &[u32], thread: usize) -> u32 {
+        self.slots.prefix_in(clock, thread)
     }
 
     /// The threads `clock` knows of, with their prefix lengths (see [`Slots::known`]: a
     /// thread whose slot a later thread took over is known whole through that thread's
     /// first receive).
-    pub fn known<'a>(&'a self, clock: &'a VectorClock) -> impl Iterator<Item = (usize, u32)> + 'a {
+    pub fn known<'a>(&'a self, clock: &'a [u32]) -> impl Iterator<Item = (usize, u32)> + 'a {
         self.slots.known(clock)
     }
 
-    /// The stored clock of the last receive at or before `pos` in `thread`.
-    pub fn receive_before(&self, thread: usize, pos: u32) -> Option<&VectorClock> {
-        let list = self.receives.get(thread)?;
-        let i = list.partition_point(|(p, _)| *p <= pos);
-        i.checked_sub(1).map(|i| &list[i].1)
+    /// The stored clock (its entries, by slot) of the last receive at or before `pos` in
+    /// `thread`.
+    pub fn receive_before(&self, thread: usize, pos: u32) -> Option<&[u32]> {
+        self.receives.before(thread, pos)
     }
 
-    /// The receives of a thread, by position (the closure walks them).
-    pub fn receives(&self, thread: usize) -> &[(u32, VectorClock)] {
-        self.receives.get(thread).map_or(&[], |v| v.as_slice())
+    /// The `i`th receive of a thread, by position: its position and its stored clock (the
+    /// closure walks them).
+    pub fn receive(&self, thread: usize, i: usize) -> Option<(u32, &[u32])> {
+        let r = self.receives.threads.get(thread)?.get(i)?;
+        Some((r.pos, self.receives.entries_of(r)))
+    }
+
+    /// How many receives of a thread are stored.
+    pub fn receive_count(&self, thread: usize) -> usize {
+        self.receives.threads.get(thread).map_or(0, Vec::len)
     }
 
     /// Whether event (`a_thread`, `a_pos`) happens before (`b_thread`, `b_pos`).
@@ -85,7 +181,7 @@ impl HappensBefore {
             return a_pos < b_pos;
         }
         self.receive_before(b_thread, b_pos)
-            .is_some_and(|c| self.slots.prefix(c, a_thread) > a_pos)
+            .is_some_and(|c| self.slots.prefix_in(c, a_thread) > a_pos)
     }
 }
 
@@ -129,7 +225,7 @@ pub struct HbBuilder {
     /// The lock channels by object id (`2 * lock`, `+ 1` for its readers; ids below
     /// [`DIRECT_LOCKS`]): the most frequent sends and receives, looked up without hashing.
     lock_channels: Vec<Option<VectorClock>>,
-    receives: Vec<Vec<(u32, VectorClock)>>,
+    receives: StoredClocks,
     /// Whether receives are stored (the clocks of the whole trace, which the closure walks) or
     /// only the current clocks are kept (a streaming pass reads them as it goes).
     snapshots: bool,
@@ -156,7 +252,7 @@ impl HbBuilder {
             free_slots: Vec::new(),
             channels: HashMap::new(),
             lock_channels: Vec::new(),
-            receives: vec![Vec::new(); threads],
+            receives: StoredClocks::new(threads),
             snapshots: true,
             last_write: LastWriters::new(),
         }
@@ -174,7 +270,7 @@ impl HbBuilder {
     pub fn without_snapshots(mut self) -> Self {
         self.snapshots = false;
         // No receive is stored: no list per thread either (a program may have created 10^5).
-        self.receives = Vec::new();
+        self.receives = StoredClocks::default();
         self
     }
 
@@ -226,10 +322,8 @@ impl HbBuilder {
         // The reader learns what the writer knew at the write: the writer's last receive
         // before it, joined in place (a read from another thread must not allocate), and the
         // write itself, which is news (checked above), so the clock grows.
-        let list = &self.receives[writer];
-        let i = list.partition_point(|(p, _)| *p <= at);
-        if let Some(i) = i.checked_sub(1) {
-            self.current[thread].join(&list[i].1);
+        if let Some(stored) = self.receives.before(writer, at) {
+            self.current[thread].join_entries(stored);
         }
         let slot = self.place(writer);
         let raw = self.slots.raw(writer, at + 1);
@@ -266,7 +360,7 @@ impl HbBuilder {
         self.exited[thread] = true;
         // Its stored clocks are complete: no room kept for more (10^5 short threads each
         // with a list grown for four).
-        if let Some(list) = self.receives.get_mut(thread) {
+        if let Some(list) = self.receives.threads.get_mut(thread) {
             list.shrink_to_fit();
         }
         if let Some(slot) = self.slots.slot_of(thread) {
@@ -496,7 +590,7 @@ impl HbBuilder {
     #[cold]
     fn abandon(&mut self) {
         self.overflowed = true;
-        self.receives = vec![Vec::new(); self.receives.len()];
+        self.receives = StoredClocks::new(self.receives.threads.len());
         self.channels = HashMap::new();
         self.lock_channels = Vec::new();
         self.current = vec![VectorClock::default(); self.current.len()];
@@ -512,23 +606,25 @@ impl HbBuilder {
         // A second receive at the same event (a read spanning granules of several writes, a
         // write acquisition joining both of a lock's channels) grows the snapshot stored for
         // it: the clock only grew since, and no closure asks for the clock between the two.
-        if let Some((at, stored)) = self.receives[thread].last_mut() {
-            if *at == pos {
-                let before = stored.entries().len();
-                stored.join(&self.current[thread]);
-                stored.set(slot, raw);
-                let grown = stored.entries().len() - before;
-                self.charge(grown);
-                return;
+        if self.receives.threads[thread]
+            .last()
+            .is_some_and(|r| r.pos == pos)
+        {
+            let clock = self.current[thread].entries();
+            match self.receives.grow_last(thread, clock, slot, raw) {
+                Some(grown) => self.charge(grown),
+                None => self.abandon(),
             }
+            return;
         }
         self.charge(self.current[thread].entries().len());
         if self.overflowed {
             return;
         }
-        let mut snapshot = self.current[thread].clone();
-        snapshot.set(slot, raw);
-        self.receives[thread].push((pos, snapshot));
+        let clock = self.current[thread].entries();
+        if !self.receives.push(thread, pos, clock, slot, raw) {
+            self.abandon();
+        }
     }
 
     pub fn finish(self) -> HappensBefore {
@@ -548,7 +644,15 @@ impl HbBuilder {
     /// only entries below the segment's start, which every closure of it already has). The
     /// budget applies per segment; once overflowed, the clocks stay abandoned.
     pub fn cut(&mut self) -> HappensBefore {
-        let receives = self.receives.iter_mut().map(std::mem::take).collect();
+        let receives = StoredClocks {
+            threads: self
+                .receives
+                .threads
+                .iter_mut()
+                .map(std::mem::take)
+                .collect(),
+            entries: std::mem::take(&mut self.receives.entries),
+        };
         if !self.overflowed {
             self.stored = 0;
         }
@@ -1060,6 +1164,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_stored_clock_grown_away_from_the_buffer_end_moves_and_the_others_stay() {
+        let mut stored = StoredClocks::new(2);
+        assert!(stored.push(0, 3, &[4, 1], 0, 4));
+        assert!(stored.push(1, 0, &[4], 1, 1));
+        assert_eq!(stored.grow_last(0, &[2, 0, 7], 0, 5), Some(1));
+        assert_eq!(stored.before(0, 3), Some(&[5, 1, 7][..]));
+        assert_eq!(stored.before(0, 2), None);
+        assert_eq!(stored.before(1, 9), Some(&[4, 1][..]));
+        assert_eq!(stored.grow_last(1, &[0, 0], 1, 2), Some(0));
+        assert_eq!(stored.before(1, 0), Some(&[4, 2][..]));
+        assert_eq!(stored.before(0, 3), Some(&[5, 1, 7][..]));
+    }
+
+    #[test]
     fn fork_orders_the_parent_prefix_before_the_child() {
         let mut b = HbBuilder::new(2);
         b.step(0, 0);
@@ -1266,7 +1384,7 @@ mod tests {
         b.step(0, 5);
         b.read(0, 5, 0x10, 24);
         let hb = b.finish();
-        assert_eq!(hb.receives(0).len(), 1, "one stored clock for the read");
+        assert_eq!(hb.receive_count(0), 1, "one stored clock for the read");
         assert!(hb.happens_before(1, 2, 0, 5));
         assert!(hb.happens_before(2, 1, 0, 5));
         assert!(!hb.happens_before(1, 3, 0, 5));

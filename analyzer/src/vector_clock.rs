@@ -40,12 +40,17 @@ impl VectorClock {
 
     /// Pointwise maximum; returns whether any entry grew.
     pub fn join(&mut self, other: &VectorClock) -> bool {
-        if other.0.len() > self.0.len() {
-            self.0.resize(other.0.len(), 0);
+        self.join_entries(&other.0)
+    }
+
+    /// [`VectorClock::join`] with a clock given by its raw entries (a stored one).
+    pub fn join_entries(&mut self, other: &[u32]) -> bool {
+        if other.len() > self.0.len() {
+            self.0.resize(other.len(), 0);
         }
         // Branch-free, so that the compiler does several entries at a time.
         let mut grew = false;
-        for (mine, &theirs) in self.0.iter_mut().zip(&other.0) {
+        for (mine, &theirs) in self.0.iter_mut().zip(other) {
             grew |= theirs > *mine;
             *mine = (*mine).max(theirs);
         }
@@ -161,19 +166,25 @@ impl Slots {
     /// How many events of `thread` happen before (or at) the clock's event.
     #[inline]
     pub fn prefix(&self, clock: &VectorClock, thread: usize) -> u32 {
+        self.prefix_in(clock.entries(), thread)
+    }
+
+    /// [`Slots::prefix`] of a clock given by its raw entries (a stored one).
+    #[inline]
+    pub fn prefix_in(&self, entries: &[u32], thread: usize) -> u32 {
         let Some(p) = self.places.get(thread) else {
             return 0;
         };
-        let v = clock.get(p.slot as usize);
+        let v = entries.get(p.slot as usize).copied().unwrap_or(0);
         v.min(p.end).saturating_sub(p.offset)
     }
 
     /// The threads a clock knows of, each with its prefix length: per slot, the latest holder
     /// the clock knows any event of. Its predecessors in the slot are known whole (they happen
-    /// before its first event, whose stored clock says so).
-    pub fn known<'a>(&'a self, clock: &'a VectorClock) -> impl Iterator<Item = (usize, u32)> + 'a {
-        clock
-            .entries()
+    /// before its first event, whose stored clock says so). The clock is given by its raw
+    /// entries (a stored one, or [`VectorClock::entries`]).
+    pub fn known<'a>(&'a self, entries: &'a [u32]) -> impl Iterator<Item = (usize, u32)> + 'a {
+        entries
             .iter()
             .enumerate()
             .filter(|&(_, &v)| v > 0)
@@ -219,9 +230,15 @@ mod tests {
         assert_eq!(slots.prefix(&clock, 1), 5, "the old thread whole");
         assert_eq!(slots.prefix(&clock, 2), 2);
         assert_eq!(slots.prefix(&clock, 9), 0, "a thread never placed");
-        assert_eq!(slots.known(&clock).collect::<Vec<_>>(), vec![(2, 2)]);
+        assert_eq!(
+            slots.known(clock.entries()).collect::<Vec<_>>(),
+            vec![(2, 2)]
+        );
         clock.set(1, 5);
-        assert_eq!(slots.known(&clock).collect::<Vec<_>>(), vec![(1, 5)]);
+        assert_eq!(
+            slots.known(clock.entries()).collect::<Vec<_>>(),
+            vec![(1, 5)]
+        );
         assert!(slots.handed_on(1) && !slots.handed_on(2));
     }
 }

@@ -249,9 +249,8 @@ pub(crate) fn reversal(
     loop {
         let mut moved = false;
         for t in 0..n {
-            let receives = run.hb.receives(t);
-            while let Some((pos, clock)) = receives.get(receive_cursor[t]) {
-                if *pos >= frontier[t] {
+            while let Some((pos, clock)) = run.hb.receive(t, receive_cursor[t]) {
+                if pos >= frontier[t] {
                     break;
                 }
                 steps += 1;
@@ -427,7 +426,7 @@ pub(crate) fn reversal(
             return Err(refuse(steps));
         }
     }
-    let known: Vec<&crate::vector_clock::VectorClock> = tails
+    let known: Vec<&[u32]> = tails
         .iter()
         .filter_map(|&(t, s, _)| run.hb.receive_before(t as usize, s.saturating_sub(1)))
         .collect();
