@@ -41,6 +41,7 @@ use foresight_trace::writer::{trailer_chunk, TableWriter};
 use foresight_trace::{StringId, TraceError};
 
 mod append;
+mod code;
 mod module;
 mod touched;
 

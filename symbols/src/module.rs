@@ -24,6 +24,7 @@ use object::{
     CompressionFormat, Object, ObjectKind, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind,
 };
 
+use crate::code;
 use crate::{SkipReason, SymbolizeOptions, Use};
 
 /// Module files larger than this are not read (they are read into memory, not mapped).
@@ -161,9 +162,6 @@ pub(crate) fn resolve(
     let dwarf = sections
         .as_ref()
         .map(|s| dwarf_view(s, dwarf_obj.is_little_endian()));
-    let ctx = dwarf
-        .as_ref()
-        .and_then(|d| addr2line::Context::from_arc_dwarf(Arc::clone(d)).ok());
     let symbols = SymbolTable::new(std::iter::once(&obj).chain(extra_symbols));
 
     // The static variables asked for: those holding a static lock, and those holding accessed
@@ -190,15 +188,48 @@ pub(crate) fn resolve(
         (name, decl)
     };
 
+    // A return address points after the call: look up the call itself.
+    let code_probe = |offset: u64| {
+        map.vaddr(offset)
+            .and_then(|v| v.checked_sub(1))
+            .filter(|&v| map.contains(v))
+    };
+    let mut probes: Vec<u64> = frames
+        .iter()
+        .filter(|(_, u)| *u == Use::Code)
+        .filter_map(|(f, _)| code_probe(f.offset))
+        .collect();
+    probes.sort_unstable();
+    probes.dedup();
+    let lookups = dwarf.as_deref().and_then(|d| code::find_frames(d, &probes));
+    // addr2line answers what the lookup above could not parse.
+    let ctx = std::cell::OnceCell::new();
+    let addr2line_ctx = || {
+        ctx.get_or_init(|| {
+            dwarf
+                .as_ref()
+                .and_then(|d| addr2line::Context::from_arc_dwarf(Arc::clone(d)).ok())
+        })
+        .as_ref()
+    };
+
     let mut resolved = Vec::with_capacity(frames.len());
     for &(frame, usage) in frames {
         let locs = match usage {
-            Use::Code => map
-                .vaddr(frame.offset)
-                // A return address points after the call: look up the call itself.
-                .and_then(|v| v.checked_sub(1))
-                .filter(|&v| map.contains(v))
-                .map(|probe| resolve_code(ctx.as_ref(), &symbols, probe, opts.demangle))
+            Use::Code => code_probe(frame.offset)
+                .map(|probe| {
+                    let found = probes
+                        .binary_search(&probe)
+                        .ok()
+                        .and_then(|i| lookups.as_ref()?.get(i));
+                    let dwarf_frames = match found {
+                        Some(code::Lookup::Frames(f)) => {
+                            f.iter().map(|f| located(f, opts.demangle)).collect()
+                        }
+                        _ => addr2line_frames(addr2line_ctx(), probe, opts.demangle),
+                    };
+                    name_code(dwarf_frames, &symbols, probe, opts.demangle)
+                })
                 .unwrap_or_default(),
             Use::Data => map
                 .vaddr(frame.offset)
@@ -1034,9 +1065,28 @@ fn file_name(
     Some(path.to_string_lossy().into_owned())
 }
 
-fn resolve_code(
+/// A frame of `code::find_frames` as a location, its function named as `addr2line_frames`
+/// names it.
+fn located(f: &code::RawFrame<'_>, demangle: bool) -> ResolvedLocation {
+    let function = f.name.map(|n| {
+        let raw = String::from_utf8_lossy(n.slice());
+        if demangle {
+            lambda_named(&addr2line::demangle_auto(raw, f.lang))
+        } else {
+            raw.into_owned()
+        }
+    });
+    ResolvedLocation {
+        function,
+        file: f.file.clone(),
+        line: f.line.unwrap_or(0),
+        column: f.column.unwrap_or(0),
+    }
+}
+
+/// The frames addr2line gives for `probe`, innermost first.
+fn addr2line_frames(
     ctx: Option<&addr2line::Context<Reader<'_>>>,
-    symbols: &SymbolTable<'_>,
     probe: u64,
     demangle: bool,
 ) -> Vec<ResolvedLocation> {
@@ -1072,6 +1122,18 @@ fn resolve_code(
             }
         }
     }
+    locs
+}
+
+/// Completes the DWARF frames of `probe` (innermost first) from the symbol table: a lambda's
+/// name, and the function when DWARF does not name it.
+fn name_code(
+    mut locs: Vec<ResolvedLocation>,
+    symbols: &SymbolTable<'_>,
+    probe: u64,
+    demangle: bool,
+) -> Vec<ResolvedLocation> {
+    locs.truncate(MAX_INLINE_DEPTH);
     // GCC describes a lambda's call operator by its bare name, with no linkage name: the
     // outermost frame is the function the code belongs to, which the symbol table names in
     // full (`main::{lambda()#1}::operator()() const`, read `lambda in main`); an inlined one
@@ -1330,6 +1392,60 @@ fn without_parameters(name: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::{display_name, lambda_named};
+
+    /// Every `stride`-th address of `path`'s code, looked up by `code::find_frames` and by
+    /// addr2line: the frames must be the same, inlined ones included. Returns how many
+    /// addresses had frames.
+    fn same_frames_as_addr2line(path: &std::path::Path, stride: u64) -> usize {
+        use super::{
+            addr2line_frames, code, dwarf_view, load_dwarf_sections, located, read_module,
+        };
+        use object::{Object, ObjectSection, SectionKind};
+        let data = read_module(path, true).unwrap();
+        let obj = object::File::parse(&*data).unwrap();
+        let sections = load_dwarf_sections(&obj).expect("the module has DWARF");
+        let dwarf = dwarf_view(&sections, obj.is_little_endian());
+        let ctx = addr2line::Context::from_arc_dwarf(std::sync::Arc::clone(&dwarf)).unwrap();
+        let mut probes: Vec<u64> = obj
+            .sections()
+            .filter(|s| s.kind() == SectionKind::Text)
+            .flat_map(|s| (s.address()..s.address() + s.size()).step_by(stride as usize))
+            .collect();
+        probes.sort_unstable();
+        probes.dedup();
+        let lookups = code::find_frames(&dwarf, &probes).expect("the units parse");
+        let mut resolved = 0;
+        for (&probe, lookup) in probes.iter().zip(&lookups) {
+            let code::Lookup::Frames(frames) = lookup else {
+                panic!("{}: {probe:#x}: not parsed", path.display());
+            };
+            for demangle in [true, false] {
+                let ours: Vec<_> = frames.iter().map(|f| located(f, demangle)).collect();
+                let theirs = addr2line_frames(Some(&ctx), probe, demangle);
+                assert_eq!(ours, theirs, "{}: {probe:#x}", path.display());
+            }
+            resolved += usize::from(!frames.is_empty());
+        }
+        resolved
+    }
+
+    #[test]
+    fn code_frames_are_addr2line_ones() {
+        // This test program: Rust, many units, deep inlining.
+        let exe = std::env::current_exe().unwrap();
+        assert!(same_frames_as_addr2line(&exe, 61) > 1000);
+        // More modules to compare, such as a C program built as one unit:
+        // FORESIGHT_COMPARE_FRAMES=/path/a:/path/b.
+        if let Some(list) = std::env::var_os("FORESIGHT_COMPARE_FRAMES") {
+            for path in std::env::split_paths(&list) {
+                let n = same_frames_as_addr2line(&path, 3);
+                eprintln!(
+                    "{}: {n} addresses with frames, as addr2line",
+                    path.display()
+                );
+            }
+        }
+    }
 
     #[test]
     fn lambdas_are_named_by_their_enclosing_function() {
