@@ -14,7 +14,9 @@
 //!   is therefore not seen: an address that no function holds is looked up again with the full
 //!   walk;
 //! - the line program runs once for all the unit's addresses, keeping the rows of only the
-//!   sequences that hold one of them.
+//!   sequences that hold one of them, and stops once its rows are past the last address asked
+//!   (files that the rest of a DWARF 4 program would define with `DW_LNE_define_file`, which
+//!   compilers no longer emit, are then not known to an inlined call's `DW_AT_call_file`).
 //!
 //! Anything that fails to parse sends its addresses back to the caller, which asks addr2line
 //! (so a malformed unit costs what it did, and answers what it did).
@@ -747,6 +749,12 @@ impl LinePass {
         let mut sequences = Vec::new();
         let mut kept: Vec<Vec<Row>> = Vec::new();
         let mut current: Vec<Row> = Vec::new();
+        // The probes no finished sequence holds, sorted. Once the sequence being read holds
+        // them all and its rows are past the last of them, the rest of the program cannot
+        // change their rows (addresses only grow within a sequence, and sequences do not
+        // overlap): the run stops there, which for a few addresses near the start of a large
+        // unit is most of the program left unread.
+        let mut waiting: Vec<u64> = probes.to_vec();
         let mut rows = program.rows();
         while let Some((_, row)) = rows.next_row()? {
             if row.end_sequence() {
@@ -755,6 +763,7 @@ impl LinePass {
                     let i = probes.partition_point(|&p| p < start);
                     let holds = probes.get(i).is_some_and(|&p| p < end);
                     let index = if holds {
+                        waiting.retain(|&p| p < start || p >= end);
                         kept.push(mem::take(&mut current));
                         Some(kept.len() - 1)
                     } else {
@@ -762,10 +771,24 @@ impl LinePass {
                         None
                     };
                     sequences.push((start, end, index));
+                    if waiting.is_empty() && !probes.is_empty() {
+                        break;
+                    }
                 }
                 continue;
             }
             let address = row.address();
+            if let (Some(start), Some(&first), Some(&last)) = (
+                current.first().map(|r| r.address),
+                waiting.first(),
+                waiting.last(),
+            ) {
+                if start <= first && last < address {
+                    kept.push(mem::take(&mut current));
+                    sequences.push((start, address, Some(kept.len() - 1)));
+                    break;
+                }
+            }
             let file = row.file_index();
             let line = row.line().map_or(0, NonZeroU64::get) as u32;
             let column = match row.column() {
