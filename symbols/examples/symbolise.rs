@@ -1,10 +1,11 @@
 //! What symbolising a trace costs, as `foresight record` does it when the program ends:
 //! symbolises fresh copies of a trace (recorded with `foresight record --no-symbolize`) and
 //! prints the median wall-clock and CPU time (CPU time, of all threads, is what a busy machine
-//! disturbs less).
+//! disturbs less), reading the modules (a first recording of a build: cold) and from a frame
+//! cache that a first run filled (`SymbolizeOptions::frame_cache`: warm), taking turns.
 //!
 //! Usage: `cargo run --release -p foresight-symbols --example symbolise -- TRACE [REPS]`
-//! (REPS: 11). The copies are written next to TRACE and removed.
+//! (REPS: 11). The copies and the cache are written next to TRACE and removed.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -35,25 +36,43 @@ fn main() {
         .next()
         .map_or(11, |r| r.parse().expect("REPS is a number"));
     let copy = trace.with_extension("symbolise-copy");
-    let opts = SymbolizeOptions {
+    let cache = trace.with_extension("symbolise-cache");
+    let _ = std::fs::remove_dir_all(&cache);
+    std::fs::create_dir_all(&cache).expect("create the frame cache directory");
+    let cold = SymbolizeOptions {
         sync: false,
         ..Default::default()
     };
-    let (mut wall, mut cpus) = (Vec::new(), Vec::new());
-    let mut frames = 0;
-    for _ in 0..reps {
+    let warm = SymbolizeOptions {
+        frame_cache: Some(cache.clone()),
+        ..cold.clone()
+    };
+    let run = |opts: &SymbolizeOptions| {
         std::fs::copy(&trace, &copy).expect("copy the trace");
         let (started, before) = (Instant::now(), cpu());
-        let s = symbolize_in_place(&copy, &opts).expect("symbolise");
-        wall.push(started.elapsed());
-        cpus.push(cpu() - before);
-        frames = s.symbolised;
+        let s = symbolize_in_place(&copy, opts).expect("symbolise");
+        (started.elapsed(), cpu() - before, s.symbolised)
+    };
+    // Fills the cache.
+    run(&warm);
+    let (mut times, mut frames) = ([Vec::new(), Vec::new(), Vec::new(), Vec::new()], [0, 0]);
+    for _ in 0..reps {
+        for (k, opts) in [&cold, &warm].into_iter().enumerate() {
+            let (wall, cpu, n) = run(opts);
+            times[2 * k].push(wall);
+            times[2 * k + 1].push(cpu);
+            frames[k] = n;
+        }
     }
     let _ = std::fs::remove_file(&copy);
+    let _ = std::fs::remove_dir_all(&cache);
+    let [cold_wall, cold_cpu, warm_wall, warm_cpu] = times.map(|t| median(t).as_secs_f64() * 1e3);
     println!(
-        "{}: {frames} frames symbolised; symbolising took {:.1} ms (median of {reps}), {:.1} ms of CPU",
+        "{}: medians of {reps} runs taking turns: {} frames symbolised in {cold_wall:.1} ms \
+         ({cold_cpu:.1} ms of CPU) reading the modules; {} in {warm_wall:.1} ms ({warm_cpu:.1} ms \
+         of CPU) from the frame cache",
         trace.display(),
-        median(wall).as_secs_f64() * 1e3,
-        median(cpus).as_secs_f64() * 1e3,
+        frames[0],
+        frames[1],
     );
 }

@@ -24,6 +24,7 @@ use object::{
     CompressionFormat, Object, ObjectKind, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind,
 };
 
+use crate::cache::FrameCache;
 use crate::code;
 use crate::{SkipReason, SymbolizeOptions, Use};
 
@@ -110,6 +111,21 @@ pub(crate) fn resolve(
     // to the program's caller): its symbol table names them, and its line information, often
     // a separate compressed debug file larger than the program's, is not read.
     let line_info = !is_runtime_library(&path.to_string_lossy());
+    let mut cache = opts
+        .frame_cache
+        .as_deref()
+        .filter(|_| !info.build_id.is_empty())
+        .map(|dir| FrameCache::open(dir, &info.build_id, opts));
+    // Without data to name, a build whose frames were all resolved before is not read.
+    if runs.is_empty() {
+        if let Some(resolved) = cache.as_ref().and_then(|c| c.get_all(frames)) {
+            return Ok(ModuleOutcome {
+                resolved,
+                data: ModuleData::default(),
+                notes: Vec::new(),
+            });
+        }
+    }
     let data = read_module(path, line_info).map_err(SkipReason::Unreadable)?;
     let obj = object::File::parse(&*data).map_err(|e| SkipReason::NotElf(e.to_string()))?;
     let build_id = obj
@@ -275,6 +291,11 @@ pub(crate) fn resolve(
     }
     out.unnamed_granules = unnamed_granules(runs, &map, &touched);
     out.types = types;
+    // A module that needed a note (a debug file ignored) is resolved again next time.
+    if let Some(cache) = cache.as_mut().filter(|_| notes.is_empty()) {
+        cache.add(frames, &resolved);
+        cache.save();
+    }
     Ok(ModuleOutcome {
         resolved,
         data: out,
@@ -311,7 +332,8 @@ fn unnamed_granules(data: &DataRuns, map: &AddressMap, vars: &[&Sym<'_>]) -> u64
 
 /// Reads the parts of the module at `path` that symbolisation uses, into a buffer of the
 /// file's size: the ELF and program headers, the notes, the section headers and every section
-/// but code (`SHF_EXECINSTR`) and, unless `dwarf`, the DWARF sections (`.debug_*`,
+/// but code (`SHF_EXECINSTR`), the DWARF that nothing here reads (location lists, call frames,
+/// macros, name indexes) and, unless `dwarf`, the other DWARF sections (`.debug_*`,
 /// `.zdebug_*`: only a compressed one's header). The rest stays zero, and costs nothing: the
 /// pages of a zeroed allocation that are never touched are never faulted in. (The runtime's
 /// and the C library's code, and the C library's separate DWARF, which no runtime library's
@@ -424,8 +446,43 @@ fn read_parts<Elf: object::read::elf::FileHeader<Endian = object::Endianness>>(
         let tail = &buf[from as usize..(offset + size) as usize];
         tail.starts_with(b".debug_") || tail.starts_with(b".zdebug_")
     };
+    // DWARF that nothing here reads: location lists (a third of an optimised C program's
+    // DWARF), call frames, macros, name indexes.
+    let is_unused_dwarf = |buf: &[u8], name: u32| -> bool {
+        let Some((offset, size)) = names else {
+            return false;
+        };
+        let Some(from) = offset
+            .checked_add(u64::from(name))
+            .filter(|_| u64::from(name) < size)
+        else {
+            return false;
+        };
+        let tail = &buf[from as usize..(offset + size) as usize];
+        let tail = tail
+            .strip_prefix(b".z")
+            .or(tail.strip_prefix(b"."))
+            .unwrap_or(tail);
+        let name = tail.split(|&b| b == 0).next().unwrap_or_default();
+        [
+            &b"debug_loc"[..],
+            b"debug_loclists",
+            b"debug_frame",
+            b"debug_macro",
+            b"debug_macinfo",
+            b"debug_pubnames",
+            b"debug_pubtypes",
+            b"debug_gnu_pubnames",
+            b"debug_gnu_pubtypes",
+            b"debug_names",
+        ]
+        .contains(&name)
+    };
     for (i, &(name, kind, flags, offset, size)) in sections.iter().enumerate() {
         if i == shstrndx || kind == SHT_NOBITS || flags & u64::from(SHF_EXECINSTR) != 0 {
+            continue;
+        }
+        if is_unused_dwarf(buf, name) {
             continue;
         }
         if !dwarf && is_dwarf(buf, name) {
@@ -562,9 +619,16 @@ fn load_dwarf_sections<'a>(obj: &object::File<'a>) -> Option<gimli::DwarfSection
     if !has_dwarf(obj) {
         return None;
     }
-    gimli::DwarfSections::load(|id: gimli::SectionId| -> Result<_, gimli::Error> {
-        Ok(section_data(obj, id.name()).unwrap_or(Cow::Borrowed(&[])))
-    })
+    gimli::DwarfSections::load(
+        |id: gimli::SectionId| -> Result<Cow<'a, [u8]>, gimli::Error> {
+            use gimli::SectionId::{DebugLoc, DebugLocLists, DebugMacinfo, DebugMacro};
+            // Not read here (nor by `read_module`).
+            if matches!(id, DebugLoc | DebugLocLists | DebugMacinfo | DebugMacro) {
+                return Ok(Cow::Borrowed(&[]));
+            }
+            Ok(section_data(obj, id.name()).unwrap_or(Cow::Borrowed(&[])))
+        },
+    )
     .ok()
 }
 
