@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use foresight_trace::tables::Frame;
 
@@ -105,9 +106,13 @@ impl FrameCache {
         for key in keys {
             encode(&mut bytes, *key, &self.entries[key]);
         }
-        let temp = self
-            .path
-            .with_extension(format!("{}.partial", std::process::id()));
+        // Unique to this process and save, so that two writers never share a temporary file.
+        static SAVES: AtomicU64 = AtomicU64::new(0);
+        let temp = self.path.with_extension(format!(
+            "{}.{}.partial",
+            std::process::id(),
+            SAVES.fetch_add(1, Ordering::Relaxed)
+        ));
         let written = std::fs::File::create(&temp)
             .and_then(|mut f| f.write_all(&bytes))
             .and_then(|()| std::fs::rename(&temp, &self.path));
