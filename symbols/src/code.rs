@@ -22,6 +22,8 @@
 //! (so a malformed unit costs what it did, and answers what it did).
 
 use std::cmp::Ordering;
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, HashMap};
 use std::mem;
 use std::num::NonZeroU64;
 
@@ -61,17 +63,14 @@ pub(crate) fn find_frames<'a>(
     let mut answers: Vec<Option<Lookup<'a>>> = probes.iter().map(|_| None).collect();
     let mut round = 0;
     loop {
-        let mut batches: Vec<(usize, Vec<usize>)> = Vec::new();
+        let mut batches: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
         for (i, answer) in answers.iter_mut().enumerate() {
             if answer.is_some() {
                 continue;
             }
             match candidates[i].get(round) {
                 None => *answer = Some(Lookup::Frames(Vec::new())),
-                Some(&u) => match batches.iter_mut().find(|(bu, _)| *bu == u) {
-                    Some((_, list)) => list.push(i),
-                    None => batches.push((u, vec![i])),
-                },
+                Some(&u) => batches.entry(u).or_default().push(i),
             }
         }
         if batches.is_empty() {
@@ -338,7 +337,7 @@ impl<'a> Units<'a> {
             holders = probes.iter().map(|&p| functions.find(p)).collect();
         }
         let lines = LinePass::run(uref, probes)?;
-        let mut parsed: Vec<(usize, Function<'a>)> = Vec::new();
+        let mut parsed: HashMap<usize, Function<'a>> = HashMap::new();
         let mut out = Vec::with_capacity(probes.len());
         for (k, (&probe, holder)) in probes.iter().zip(&holders).enumerate() {
             let location = lines.as_ref().and_then(|l| l.location(k));
@@ -354,13 +353,9 @@ impl<'a> Units<'a> {
                 }));
                 continue;
             };
-            let function = match parsed.iter().position(|(i, _)| *i == f) {
-                Some(p) => &parsed[p].1,
-                None => {
-                    let parsed_fn = Function::parse(self, uref, functions.offsets[f])?;
-                    parsed.push((f, parsed_fn));
-                    &parsed[parsed.len() - 1].1
-                }
+            let function = match parsed.entry(f) {
+                Entry::Occupied(e) => e.into_mut(),
+                Entry::Vacant(e) => e.insert(Function::parse(self, uref, functions.offsets[f])?),
             };
             let inlined = function.inlined_at(probe);
             let mut frames = Vec::with_capacity(inlined.len() + 1);
@@ -763,7 +758,9 @@ impl LinePass {
                     let i = probes.partition_point(|&p| p < start);
                     let holds = probes.get(i).is_some_and(|&p| p < end);
                     let index = if holds {
-                        waiting.retain(|&p| p < start || p >= end);
+                        let from = waiting.partition_point(|&p| p < start);
+                        let to = waiting.partition_point(|&p| p < end).max(from);
+                        waiting.drain(from..to);
                         kept.push(mem::take(&mut current));
                         Some(kept.len() - 1)
                     } else {
