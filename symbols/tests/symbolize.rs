@@ -399,6 +399,62 @@ fn a_second_trace_of_the_same_build_is_symbolised_from_the_frame_cache() {
 }
 
 #[test]
+fn damaged_debug_information_never_panics_nor_hangs() {
+    use object::ObjectSection;
+    let Some(p) = compile("damaged-dwarf", &[]) else {
+        return;
+    };
+    let original = std::fs::read(&p.exe).unwrap();
+    let spans: Vec<(usize, usize)> = {
+        let obj = object::File::parse(&*original).unwrap();
+        [
+            ".debug_info",
+            ".debug_line",
+            ".debug_abbrev",
+            ".debug_rnglists",
+            ".debug_aranges",
+        ]
+        .iter()
+        .filter_map(|n| obj.section_by_name(n)?.file_range())
+        .map(|(o, n)| (o as usize, n as usize))
+        .filter(|&(_, n)| n > 0)
+        .collect()
+    };
+    assert!(spans.len() >= 3, "the program has DWARF");
+    let damaged = p.dir.join("damaged");
+    // A fixed generator: the same damage on every run.
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for round in 0..60 {
+        let mut bytes = original.clone();
+        for _ in 0..1 + round % 8 {
+            let (at, len) = spans[next() as usize % spans.len()];
+            bytes[at + next() as usize % len] = next() as u8;
+        }
+        std::fs::write(&damaged, &bytes).unwrap();
+        let path = write(
+            &p.dir,
+            "damaged.trace",
+            &trace_for(&damaged, &p.build_id, p.bias, &p),
+        );
+        let s = symbolize_in_place(&path, &opts()).unwrap();
+        assert!(
+            !s.modules_skipped
+                .iter()
+                .any(|m| matches!(m.reason, SkipReason::Malformed(_))),
+            "round {round}: {:?}",
+            s.warnings()
+        );
+        Trace::open(&path).unwrap();
+    }
+}
+
+#[test]
 fn a_module_of_another_build_is_skipped_with_a_warning() {
     let Some(p) = compile("mismatch", &[]) else {
         return;
