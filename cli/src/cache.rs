@@ -104,3 +104,32 @@ pub fn fnv1a(parts: &[&[u8]]) -> u64 {
     }
     h
 }
+
+/// The variable that turns the frame cache off (`off` or `0`).
+pub const FRAME_CACHE_VAR: &str = "FORESIGHT_FRAME_CACHE";
+
+/// Where `record` keeps the frames it resolved, per module build
+/// (`SymbolizeOptions::frame_cache`): `frames-<stamp>` in the cache root, the stamp naming this
+/// foresight executable (its version, size and modification time), so that a rebuilt
+/// foresight, which may name frames differently, starts afresh. `None` when turned off or when
+/// the directory cannot be made: symbolisation then reads every module, as it did before.
+pub fn frame_cache_dir() -> Option<PathBuf> {
+    if std::env::var_os(FRAME_CACHE_VAR).is_some_and(|v| v == "off" || v == "0") {
+        return None;
+    }
+    let exe = std::fs::metadata(std::env::current_exe().ok()?).ok()?;
+    let modified = exe
+        .modified()
+        .ok()?
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_nanos();
+    let stamp = fnv1a(&[
+        env!("CARGO_PKG_VERSION").as_bytes(),
+        &exe.len().to_le_bytes(),
+        &modified.to_le_bytes(),
+    ]);
+    let dir = cache_root().ok()?.join(format!("frames-{stamp:016x}"));
+    create_private_dir(&dir).ok()?;
+    Some(dir)
+}

@@ -43,7 +43,10 @@ with foresight's (build it with `foresight config`'s flags instead).
 Forked children and programs the command executes are recorded too (unless --no-follow), each \
 into PATH.<pid> or PATH.<pid>.<n>. An existing PATH and its PATH.<pid>[.<n>] siblings are \
 removed first (only if they are foresight traces or empty). After the run every trace is \
-symbolised (function, file, line) so it can be analysed without the binaries.
+symbolised (function, file, line) so it can be analysed without the binaries. The frames \
+resolved are kept per module build (build-id) in the cache directory, frames-<stamp>/, so that \
+the next recording of the same build names them without reading its debug information; \
+FORESIGHT_FRAME_CACHE=off turns that off.
 
 Ctrl-C reaches the command (it is in the same process group); foresight waits for it, and the \
 trace is completed as the command ends. SIGINT, SIGQUIT, SIGTERM and SIGHUP (and the signal of \
@@ -300,10 +303,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 /// runtime writes a trace as any program writes a file, and the kernel writes it back in its
 /// time; a sync after the tables were appended, alone among the trace's writes, made every
 /// `record` wait for the trace's pages to reach the disk (milliseconds, and hundreds of them
-/// on a busy disk) for no guarantee the events had.
+/// on a busy disk) for no guarantee the events had. With the frame cache, a second recording
+/// of the same build reads none of its modules.
 fn record_symbolize_options() -> SymbolizeOptions {
     SymbolizeOptions {
         sync: false,
+        frame_cache: super::cache::frame_cache_dir(),
         ..SymbolizeOptions::default()
     }
 }

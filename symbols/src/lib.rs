@@ -41,6 +41,8 @@ use foresight_trace::writer::{trailer_chunk, TableWriter};
 use foresight_trace::{StringId, TraceError};
 
 mod append;
+mod cache;
+mod code;
 mod module;
 mod touched;
 
@@ -59,6 +61,11 @@ pub struct SymbolizeOptions {
     /// Name the static variables that memory accesses touched (`FORMAT.md` §7.9): costs one
     /// streaming pass over the trace's events.
     pub data: bool,
+    /// A directory where the frames resolved for each module build are kept, so that the
+    /// next symbolisation of a trace of the same build reads no module and no DWARF for them
+    /// (`cache.rs`). It must be this build of foresight's own: entries are not revised when
+    /// the way frames are named changes. `None`: every module is read.
+    pub frame_cache: Option<PathBuf>,
 }
 
 impl Default for SymbolizeOptions {
@@ -68,6 +75,7 @@ impl Default for SymbolizeOptions {
             debug_dirs: vec![PathBuf::from("/usr/lib/debug")],
             sync: true,
             data: true,
+            frame_cache: None,
         }
     }
 }
@@ -288,7 +296,7 @@ pub enum SymbolizeError {
 
 /// How a frame is used, which decides how it is resolved.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Use {
+pub(crate) enum Use {
     /// A return address (a site frame): look up `offset - 1`, DWARF lines and inlining.
     Code,
     /// The address of a static lock: the symbol table's object that contains it.

@@ -24,6 +24,8 @@ use object::{
     CompressionFormat, Object, ObjectKind, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind,
 };
 
+use crate::cache::FrameCache;
+use crate::code;
 use crate::{SkipReason, SymbolizeOptions, Use};
 
 /// Module files larger than this are not read (they are read into memory, not mapped).
@@ -109,6 +111,21 @@ pub(crate) fn resolve(
     // to the program's caller): its symbol table names them, and its line information, often
     // a separate compressed debug file larger than the program's, is not read.
     let line_info = !is_runtime_library(&path.to_string_lossy());
+    let mut cache = opts
+        .frame_cache
+        .as_deref()
+        .filter(|_| !info.build_id.is_empty())
+        .map(|dir| FrameCache::open(dir, &info.build_id, opts));
+    // Without data to name, a build whose frames were all resolved before is not read.
+    if runs.is_empty() {
+        if let Some(resolved) = cache.as_ref().and_then(|c| c.get_all(frames)) {
+            return Ok(ModuleOutcome {
+                resolved,
+                data: ModuleData::default(),
+                notes: Vec::new(),
+            });
+        }
+    }
     let data = read_module(path, line_info).map_err(SkipReason::Unreadable)?;
     let obj = object::File::parse(&*data).map_err(|e| SkipReason::NotElf(e.to_string()))?;
     let build_id = obj
@@ -161,9 +178,6 @@ pub(crate) fn resolve(
     let dwarf = sections
         .as_ref()
         .map(|s| dwarf_view(s, dwarf_obj.is_little_endian()));
-    let ctx = dwarf
-        .as_ref()
-        .and_then(|d| addr2line::Context::from_arc_dwarf(Arc::clone(d)).ok());
     let symbols = SymbolTable::new(std::iter::once(&obj).chain(extra_symbols));
 
     // The static variables asked for: those holding a static lock, and those holding accessed
@@ -190,15 +204,48 @@ pub(crate) fn resolve(
         (name, decl)
     };
 
+    // A return address points after the call: look up the call itself.
+    let code_probe = |offset: u64| {
+        map.vaddr(offset)
+            .and_then(|v| v.checked_sub(1))
+            .filter(|&v| map.contains(v))
+    };
+    let mut probes: Vec<u64> = frames
+        .iter()
+        .filter(|(_, u)| *u == Use::Code)
+        .filter_map(|(f, _)| code_probe(f.offset))
+        .collect();
+    probes.sort_unstable();
+    probes.dedup();
+    let lookups = dwarf.as_deref().and_then(|d| code::find_frames(d, &probes));
+    // addr2line answers what the lookup above could not parse.
+    let ctx = std::cell::OnceCell::new();
+    let addr2line_ctx = || {
+        ctx.get_or_init(|| {
+            dwarf
+                .as_ref()
+                .and_then(|d| addr2line::Context::from_arc_dwarf(Arc::clone(d)).ok())
+        })
+        .as_ref()
+    };
+
     let mut resolved = Vec::with_capacity(frames.len());
     for &(frame, usage) in frames {
         let locs = match usage {
-            Use::Code => map
-                .vaddr(frame.offset)
-                // A return address points after the call: look up the call itself.
-                .and_then(|v| v.checked_sub(1))
-                .filter(|&v| map.contains(v))
-                .map(|probe| resolve_code(ctx.as_ref(), &symbols, probe, opts.demangle))
+            Use::Code => code_probe(frame.offset)
+                .map(|probe| {
+                    let found = probes
+                        .binary_search(&probe)
+                        .ok()
+                        .and_then(|i| lookups.as_ref()?.get(i));
+                    let dwarf_frames = match found {
+                        Some(code::Lookup::Frames(f)) => {
+                            f.iter().map(|f| located(f, opts.demangle)).collect()
+                        }
+                        _ => addr2line_frames(addr2line_ctx(), probe, opts.demangle),
+                    };
+                    name_code(dwarf_frames, &symbols, probe, opts.demangle)
+                })
                 .unwrap_or_default(),
             Use::Data => map
                 .vaddr(frame.offset)
@@ -244,6 +291,11 @@ pub(crate) fn resolve(
     }
     out.unnamed_granules = unnamed_granules(runs, &map, &touched);
     out.types = types;
+    // A module that needed a note (a debug file ignored) is resolved again next time.
+    if let Some(cache) = cache.as_mut().filter(|_| notes.is_empty()) {
+        cache.add(frames, &resolved);
+        cache.save();
+    }
     Ok(ModuleOutcome {
         resolved,
         data: out,
@@ -280,7 +332,8 @@ fn unnamed_granules(data: &DataRuns, map: &AddressMap, vars: &[&Sym<'_>]) -> u64
 
 /// Reads the parts of the module at `path` that symbolisation uses, into a buffer of the
 /// file's size: the ELF and program headers, the notes, the section headers and every section
-/// but code (`SHF_EXECINSTR`) and, unless `dwarf`, the DWARF sections (`.debug_*`,
+/// but code (`SHF_EXECINSTR`), the DWARF that nothing here reads (location lists, call frames,
+/// macros, name indexes) and, unless `dwarf`, the other DWARF sections (`.debug_*`,
 /// `.zdebug_*`: only a compressed one's header). The rest stays zero, and costs nothing: the
 /// pages of a zeroed allocation that are never touched are never faulted in. (The runtime's
 /// and the C library's code, and the C library's separate DWARF, which no runtime library's
@@ -393,8 +446,43 @@ fn read_parts<Elf: object::read::elf::FileHeader<Endian = object::Endianness>>(
         let tail = &buf[from as usize..(offset + size) as usize];
         tail.starts_with(b".debug_") || tail.starts_with(b".zdebug_")
     };
+    // DWARF that nothing here reads: location lists (a third of an optimised C program's
+    // DWARF), call frames, macros, name indexes.
+    let is_unused_dwarf = |buf: &[u8], name: u32| -> bool {
+        let Some((offset, size)) = names else {
+            return false;
+        };
+        let Some(from) = offset
+            .checked_add(u64::from(name))
+            .filter(|_| u64::from(name) < size)
+        else {
+            return false;
+        };
+        let tail = &buf[from as usize..(offset + size) as usize];
+        let tail = tail
+            .strip_prefix(b".z")
+            .or(tail.strip_prefix(b"."))
+            .unwrap_or(tail);
+        let name = tail.split(|&b| b == 0).next().unwrap_or_default();
+        [
+            &b"debug_loc"[..],
+            b"debug_loclists",
+            b"debug_frame",
+            b"debug_macro",
+            b"debug_macinfo",
+            b"debug_pubnames",
+            b"debug_pubtypes",
+            b"debug_gnu_pubnames",
+            b"debug_gnu_pubtypes",
+            b"debug_names",
+        ]
+        .contains(&name)
+    };
     for (i, &(name, kind, flags, offset, size)) in sections.iter().enumerate() {
         if i == shstrndx || kind == SHT_NOBITS || flags & u64::from(SHF_EXECINSTR) != 0 {
+            continue;
+        }
+        if is_unused_dwarf(buf, name) {
             continue;
         }
         if !dwarf && is_dwarf(buf, name) {
@@ -531,9 +619,16 @@ fn load_dwarf_sections<'a>(obj: &object::File<'a>) -> Option<gimli::DwarfSection
     if !has_dwarf(obj) {
         return None;
     }
-    gimli::DwarfSections::load(|id: gimli::SectionId| -> Result<_, gimli::Error> {
-        Ok(section_data(obj, id.name()).unwrap_or(Cow::Borrowed(&[])))
-    })
+    gimli::DwarfSections::load(
+        |id: gimli::SectionId| -> Result<Cow<'a, [u8]>, gimli::Error> {
+            use gimli::SectionId::{DebugLoc, DebugLocLists, DebugMacinfo, DebugMacro};
+            // Not read here (nor by `read_module`).
+            if matches!(id, DebugLoc | DebugLocLists | DebugMacinfo | DebugMacro) {
+                return Ok(Cow::Borrowed(&[]));
+            }
+            Ok(section_data(obj, id.name()).unwrap_or(Cow::Borrowed(&[])))
+        },
+    )
     .ok()
 }
 
@@ -1034,9 +1129,28 @@ fn file_name(
     Some(path.to_string_lossy().into_owned())
 }
 
-fn resolve_code(
+/// A frame of `code::find_frames` as a location, its function named as `addr2line_frames`
+/// names it.
+fn located(f: &code::RawFrame<'_>, demangle: bool) -> ResolvedLocation {
+    let function = f.name.map(|n| {
+        let raw = String::from_utf8_lossy(n.slice());
+        if demangle {
+            lambda_named(&addr2line::demangle_auto(raw, f.lang))
+        } else {
+            raw.into_owned()
+        }
+    });
+    ResolvedLocation {
+        function,
+        file: f.file.clone(),
+        line: f.line.unwrap_or(0),
+        column: f.column.unwrap_or(0),
+    }
+}
+
+/// The frames addr2line gives for `probe`, innermost first.
+fn addr2line_frames(
     ctx: Option<&addr2line::Context<Reader<'_>>>,
-    symbols: &SymbolTable<'_>,
     probe: u64,
     demangle: bool,
 ) -> Vec<ResolvedLocation> {
@@ -1072,6 +1186,18 @@ fn resolve_code(
             }
         }
     }
+    locs
+}
+
+/// Completes the DWARF frames of `probe` (innermost first) from the symbol table: a lambda's
+/// name, and the function when DWARF does not name it.
+fn name_code(
+    mut locs: Vec<ResolvedLocation>,
+    symbols: &SymbolTable<'_>,
+    probe: u64,
+    demangle: bool,
+) -> Vec<ResolvedLocation> {
+    locs.truncate(MAX_INLINE_DEPTH);
     // GCC describes a lambda's call operator by its bare name, with no linkage name: the
     // outermost frame is the function the code belongs to, which the symbol table names in
     // full (`main::{lambda()#1}::operator()() const`, read `lambda in main`); an inlined one
@@ -1330,6 +1456,74 @@ fn without_parameters(name: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::{display_name, lambda_named};
+
+    /// Every `stride`-th address of `path`'s code, looked up by `code::find_frames` and by
+    /// addr2line: the frames must be the same, inlined ones included. Returns how many
+    /// addresses had frames.
+    fn same_frames_as_addr2line(path: &std::path::Path, stride: u64) -> usize {
+        use super::{
+            addr2line_frames, code, dwarf_view, load_dwarf_sections, located, read_module,
+        };
+        use object::{Object, ObjectSection, SectionKind};
+        let data = read_module(path, true).unwrap();
+        let obj = object::File::parse(&*data).unwrap();
+        let sections = load_dwarf_sections(&obj).expect("the module has DWARF");
+        let dwarf = dwarf_view(&sections, obj.is_little_endian());
+        let ctx = addr2line::Context::from_arc_dwarf(std::sync::Arc::clone(&dwarf)).unwrap();
+        let mut probes: Vec<u64> = obj
+            .sections()
+            .filter(|s| s.kind() == SectionKind::Text)
+            .flat_map(|s| (s.address()..s.address() + s.size()).step_by(stride as usize))
+            .collect();
+        probes.sort_unstable();
+        probes.dedup();
+        // All of them, and few (as a trace asks: the line program is then read only as far as
+        // they need).
+        let few: Vec<u64> = probes[..probes.len() / 50]
+            .iter()
+            .step_by(7)
+            .copied()
+            .collect();
+        let some: Vec<u64> = probes[..probes.len() / 2]
+            .iter()
+            .step_by(97)
+            .copied()
+            .collect();
+        let mut resolved = 0;
+        for (set, probes) in [("all", &probes), ("few", &few), ("some", &some)] {
+            let lookups = code::find_frames(&dwarf, probes).expect("the units parse");
+            for (&probe, lookup) in probes.iter().zip(&lookups) {
+                let code::Lookup::Frames(frames) = lookup else {
+                    panic!("{}: {probe:#x}: not parsed", path.display());
+                };
+                for demangle in [true, false] {
+                    let ours: Vec<_> = frames.iter().map(|f| located(f, demangle)).collect();
+                    let theirs = addr2line_frames(Some(&ctx), probe, demangle);
+                    assert_eq!(ours, theirs, "{}: {probe:#x} ({set})", path.display());
+                }
+                resolved += usize::from(set == "all" && !frames.is_empty());
+            }
+        }
+        resolved
+    }
+
+    #[test]
+    fn code_frames_are_addr2line_ones() {
+        // This test program: Rust, many units, deep inlining.
+        let exe = std::env::current_exe().unwrap();
+        assert!(same_frames_as_addr2line(&exe, 61) > 1000);
+        // More modules to compare, such as a C program built as one unit:
+        // FORESIGHT_COMPARE_FRAMES=/path/a:/path/b.
+        if let Some(list) = std::env::var_os("FORESIGHT_COMPARE_FRAMES") {
+            for path in std::env::split_paths(&list) {
+                let n = same_frames_as_addr2line(&path, 3);
+                eprintln!(
+                    "{}: {n} addresses with frames, as addr2line",
+                    path.display()
+                );
+            }
+        }
+    }
 
     #[test]
     fn lambdas_are_named_by_their_enclosing_function() {

@@ -350,6 +350,111 @@ fn running_twice_adds_nothing() {
 }
 
 #[test]
+fn a_second_trace_of_the_same_build_is_symbolised_from_the_frame_cache() {
+    let Some(p) = compile("cache", &[]) else {
+        return;
+    };
+    let bytes = trace_for(&p.exe, &p.build_id, p.bias, &p);
+    let cache = p.dir.join("frames");
+    std::fs::create_dir_all(&cache).unwrap();
+    let cached = SymbolizeOptions {
+        frame_cache: Some(cache.clone()),
+        ..opts()
+    };
+    let plain = write(&p.dir, "plain.trace", &bytes);
+    symbolize_in_place(&plain, &opts()).unwrap();
+    let expected = std::fs::read(&plain).unwrap();
+
+    let first = write(&p.dir, "first.trace", &bytes);
+    assert_eq!(symbolize_in_place(&first, &cached).unwrap().symbolised, 4);
+    assert_eq!(std::fs::read(&first).unwrap(), expected);
+    let files: Vec<_> = std::fs::read_dir(&cache).unwrap().collect();
+    assert_eq!(files.len(), 1, "one file for the build");
+
+    // The module is gone: only the cache can name the frames.
+    let moved = p.dir.join("moved-away");
+    std::fs::rename(&p.exe, &moved).unwrap();
+    let second = write(&p.dir, "second.trace", &bytes);
+    let s = symbolize_in_place(&second, &cached).unwrap();
+    assert!(s.warnings().is_empty(), "{:?}", s.warnings());
+    assert_eq!(s.symbolised, 4);
+    assert_eq!(
+        std::fs::read(&second).unwrap(),
+        expected,
+        "the same records"
+    );
+    assert_symbolised(&Trace::open(&second).unwrap());
+
+    // A damaged cache is ignored (and replaced): the module is read again.
+    let file = files[0].as_ref().unwrap().path();
+    std::fs::write(&file, b"foresight resolved frames 1\n\x01garbage").unwrap();
+    std::fs::rename(&moved, &p.exe).unwrap();
+    let third = write(&p.dir, "third.trace", &bytes);
+    assert_eq!(symbolize_in_place(&third, &cached).unwrap().symbolised, 4);
+    assert_eq!(std::fs::read(&third).unwrap(), expected);
+    std::fs::rename(&p.exe, &moved).unwrap();
+    let fourth = write(&p.dir, "fourth.trace", &bytes);
+    assert_eq!(symbolize_in_place(&fourth, &cached).unwrap().symbolised, 4);
+    assert_eq!(std::fs::read(&fourth).unwrap(), expected);
+}
+
+#[test]
+fn damaged_debug_information_never_panics_nor_hangs() {
+    use object::ObjectSection;
+    let Some(p) = compile("damaged-dwarf", &[]) else {
+        return;
+    };
+    let original = std::fs::read(&p.exe).unwrap();
+    let spans: Vec<(usize, usize)> = {
+        let obj = object::File::parse(&*original).unwrap();
+        [
+            ".debug_info",
+            ".debug_line",
+            ".debug_abbrev",
+            ".debug_rnglists",
+            ".debug_aranges",
+        ]
+        .iter()
+        .filter_map(|n| obj.section_by_name(n)?.file_range())
+        .map(|(o, n)| (o as usize, n as usize))
+        .filter(|&(_, n)| n > 0)
+        .collect()
+    };
+    assert!(spans.len() >= 3, "the program has DWARF");
+    let damaged = p.dir.join("damaged");
+    // A fixed generator: the same damage on every run.
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for round in 0..60 {
+        let mut bytes = original.clone();
+        for _ in 0..1 + round % 8 {
+            let (at, len) = spans[next() as usize % spans.len()];
+            bytes[at + next() as usize % len] = next() as u8;
+        }
+        std::fs::write(&damaged, &bytes).unwrap();
+        let path = write(
+            &p.dir,
+            "damaged.trace",
+            &trace_for(&damaged, &p.build_id, p.bias, &p),
+        );
+        let s = symbolize_in_place(&path, &opts()).unwrap();
+        assert!(
+            !s.modules_skipped
+                .iter()
+                .any(|m| matches!(m.reason, SkipReason::Malformed(_))),
+            "round {round}: {:?}",
+            s.warnings()
+        );
+        Trace::open(&path).unwrap();
+    }
+}
+
+#[test]
 fn a_module_of_another_build_is_skipped_with_a_warning() {
     let Some(p) = compile("mismatch", &[]) else {
         return;

@@ -1,0 +1,245 @@
+//! The frames already resolved for a build, kept between symbolisations
+//! (`SymbolizeOptions::frame_cache`): a second recording of the same program names its sites
+//! from here, without reading the module or its DWARF.
+//!
+//! One file per module build (the build-id the trace recorded) and per way of resolving
+//! (demangling, debug directories, whether a separate debug file is there): every frame asked
+//! of that build so far, by module offset and use, with its locations. The entries were
+//! resolved from the recorded build, so they hold whatever file is now at the module's path.
+//! The file is as untrusted as a trace: one that does not parse, or is too large, is ignored
+//! (and replaced); it is replaced whole, by a rename, so that a reader never sees half of it.
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use foresight_trace::tables::Frame;
+
+use crate::module::ResolvedLocation;
+use crate::{SymbolizeOptions, Use};
+
+const MAGIC: &[u8] = b"foresight resolved frames 1\n";
+/// Files larger than this are not read.
+const MAX_FILE_LEN: u64 = 64 << 20;
+/// Locations of one frame; more means a damaged file.
+const MAX_LOCATIONS: u32 = 1024;
+const NONE: u32 = u32::MAX;
+
+pub(crate) struct FrameCache {
+    path: PathBuf,
+    entries: HashMap<(bool, u64), Vec<ResolvedLocation>>,
+    changed: bool,
+}
+
+impl FrameCache {
+    /// The cache of the build `build_id` in `dir` (empty if there is none yet, or it does not
+    /// parse).
+    pub(crate) fn open(dir: &Path, build_id: &[u8], opts: &SymbolizeOptions) -> Self {
+        let hex: String = build_id.iter().map(|b| format!("{b:02x}")).collect();
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        opts.demangle.hash(&mut h);
+        for d in &opts.debug_dirs {
+            d.hash(&mut h);
+            // A separate debug file installed later changes what the module resolves to.
+            if hex.len() > 2 {
+                d.join(".build-id")
+                    .join(&hex[..2])
+                    .join(format!("{}.debug", &hex[2..]))
+                    .exists()
+                    .hash(&mut h);
+            }
+        }
+        let path = dir.join(format!("{hex}-{:016x}.frames", h.finish()));
+        let entries = std::fs::File::open(&path)
+            .ok()
+            .filter(|f| f.metadata().is_ok_and(|m| m.len() <= MAX_FILE_LEN))
+            .and_then(|f| {
+                let mut bytes = Vec::new();
+                std::io::Read::read_to_end(&mut std::io::BufReader::new(f), &mut bytes).ok()?;
+                decode(&bytes)
+            })
+            .unwrap_or_default();
+        Self {
+            path,
+            entries,
+            changed: false,
+        }
+    }
+
+    /// The locations of every frame of `frames`, if the cache has them all.
+    pub(crate) fn get_all(
+        &self,
+        frames: &[(Frame, Use)],
+    ) -> Option<Vec<(Frame, Vec<ResolvedLocation>)>> {
+        frames
+            .iter()
+            .map(|&(f, u)| Some((f, self.entries.get(&(u == Use::Data, f.offset))?.clone())))
+            .collect()
+    }
+
+    /// Adds what `resolved` (in the order of `frames`) says.
+    pub(crate) fn add(
+        &mut self,
+        frames: &[(Frame, Use)],
+        resolved: &[(Frame, Vec<ResolvedLocation>)],
+    ) {
+        for ((f, u), (_, locs)) in frames.iter().zip(resolved) {
+            let key = (*u == Use::Data, f.offset);
+            if let std::collections::hash_map::Entry::Vacant(e) = self.entries.entry(key) {
+                e.insert(locs.clone());
+                self.changed = true;
+            }
+        }
+    }
+
+    /// Writes the file if anything was added. A cache that cannot be written costs only the
+    /// next symbolisation's time.
+    pub(crate) fn save(&self) {
+        if !self.changed {
+            return;
+        }
+        let mut bytes = MAGIC.to_vec();
+        let mut keys: Vec<&(bool, u64)> = self.entries.keys().collect();
+        keys.sort();
+        for key in keys {
+            encode(&mut bytes, *key, &self.entries[key]);
+        }
+        // Unique to this process and save, so that two writers never share a temporary file.
+        static SAVES: AtomicU64 = AtomicU64::new(0);
+        let temp = self.path.with_extension(format!(
+            "{}.{}.partial",
+            std::process::id(),
+            SAVES.fetch_add(1, Ordering::Relaxed)
+        ));
+        let written = std::fs::File::create(&temp)
+            .and_then(|mut f| f.write_all(&bytes))
+            .and_then(|()| std::fs::rename(&temp, &self.path));
+        if written.is_err() {
+            let _ = std::fs::remove_file(&temp);
+        }
+    }
+}
+
+fn put_str(out: &mut Vec<u8>, s: Option<&str>) {
+    match s {
+        Some(s) => {
+            out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+            out.extend_from_slice(s.as_bytes());
+        }
+        None => out.extend_from_slice(&NONE.to_le_bytes()),
+    }
+}
+
+fn encode(out: &mut Vec<u8>, (data, offset): (bool, u64), locs: &[ResolvedLocation]) {
+    out.push(u8::from(data));
+    out.extend_from_slice(&offset.to_le_bytes());
+    out.extend_from_slice(&(locs.len() as u32).to_le_bytes());
+    for l in locs {
+        put_str(out, l.function.as_deref());
+        put_str(out, l.file.as_deref());
+        out.extend_from_slice(&l.line.to_le_bytes());
+        out.extend_from_slice(&l.column.to_le_bytes());
+    }
+}
+
+struct Cursor<'a>(&'a [u8]);
+
+impl Cursor<'_> {
+    fn take(&mut self, n: usize) -> Option<&[u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Some(head)
+    }
+
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
+    }
+
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+
+    /// `Some(None)` for an absent string; `None` when the bytes are not a string.
+    fn string(&mut self) -> Option<Option<String>> {
+        match self.u32()? {
+            NONE => Some(None),
+            n => Some(Some(
+                std::str::from_utf8(self.take(n as usize)?)
+                    .ok()?
+                    .to_string(),
+            )),
+        }
+    }
+}
+
+type Entries = HashMap<(bool, u64), Vec<ResolvedLocation>>;
+
+fn decode(bytes: &[u8]) -> Option<Entries> {
+    let mut c = Cursor(bytes.strip_prefix(MAGIC)?);
+    let mut entries = HashMap::new();
+    while !c.0.is_empty() {
+        let data = match c.take(1)?[0] {
+            0 => false,
+            1 => true,
+            _ => return None,
+        };
+        let offset = c.u64()?;
+        let n = c.u32()?;
+        if n > MAX_LOCATIONS {
+            return None;
+        }
+        let mut locs = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            locs.push(ResolvedLocation {
+                function: c.string()?,
+                file: c.string()?,
+                line: c.u32()?,
+                column: c.u32()?,
+            });
+        }
+        entries.insert((data, offset), locs);
+    }
+    Some(entries)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_survive_a_round_trip_and_damage_is_ignored() {
+        let locs = vec![
+            ResolvedLocation {
+                function: Some("sqlite3_mutex_enter".into()),
+                file: Some("/src/sqlite3.c".into()),
+                line: 29058,
+                column: 3,
+            },
+            ResolvedLocation {
+                function: None,
+                file: None,
+                line: 0,
+                column: 0,
+            },
+        ];
+        let mut bytes = MAGIC.to_vec();
+        encode(&mut bytes, (false, 0x1234), &locs);
+        encode(&mut bytes, (true, 0x40), &[]);
+        let back = decode(&bytes).unwrap();
+        assert_eq!(back[&(false, 0x1234)], locs);
+        assert!(back[&(true, 0x40)].is_empty());
+        for cut in 0..bytes.len() {
+            // Cut anywhere but between entries, the file does not parse.
+            let d = decode(&bytes[..cut]);
+            assert!(d.is_none() || d.unwrap().len() < 2, "cut at {cut}");
+        }
+        let mut bad = bytes.clone();
+        bad[MAGIC.len()] = 7;
+        assert!(decode(&bad).is_none());
+    }
+}
