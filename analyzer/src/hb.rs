@@ -211,6 +211,8 @@ pub struct HbBuilder {
     stored: usize,
     budget: usize,
     overflowed: bool,
+    /// The current clock of each slot's holder, by slot: a slot's clock goes to the thread it is
+    /// handed on to, so these follow the threads alive at once, not the threads ever created.
     current: Vec<VectorClock>,
     /// Events of each thread seen so far.
     seen: Vec<u32>,
@@ -244,8 +246,9 @@ impl HbBuilder {
             stored: 0,
             budget,
             overflowed: false,
-            // Empty clocks grow as they learn: memory follows what threads know of each other.
-            current: vec![VectorClock::default(); threads],
+            // One clock per slot, made as slots are: memory follows the threads alive at once
+            // and what they know of each other.
+            current: Vec::new(),
             seen: vec![0; threads],
             slots: Slots::default(),
             exited: vec![false; threads],
@@ -316,18 +319,19 @@ impl HbBuilder {
             return;
         };
         let writer = writer as usize;
-        if writer == thread || self.slots.prefix(&self.current[thread], writer) > at {
+        if writer == thread || self.knows_prefix(thread, writer) > at {
             return;
         }
         // The reader learns what the writer knew at the write: the writer's last receive
         // before it, joined in place (a read from another thread must not allocate), and the
         // write itself, which is news (checked above), so the clock grows.
+        let mine = self.place(thread);
         if let Some(stored) = self.receives.before(writer, at) {
-            self.current[thread].join_entries(stored);
+            self.current[mine].join_entries(stored);
         }
         let slot = self.place(writer);
         let raw = self.slots.raw(writer, at + 1);
-        self.current[thread].set(slot, raw);
+        self.current[mine].set(slot, raw);
         self.record(thread, pos);
     }
 
@@ -373,10 +377,11 @@ impl HbBuilder {
     /// Gives the thread `child` that `parent` is creating a slot: the slot of a thread that
     /// exited and that the parent knows whole (it joined it, or learnt of its exit otherwise),
     /// else a new one. A thread's slot is never handed on while the new thread could run
-    /// beside it, so the clocks stay exact.
-    pub fn place_child(&mut self, parent: usize, child: usize) {
-        if self.overflowed || child >= self.current.len() || self.slots.slot_of(child).is_some() {
-            return;
+    /// beside it, so the clocks stay exact. Returns the slot when it was handed on: what the
+    /// caller keeps by slot for its old holder goes.
+    pub fn place_child(&mut self, parent: usize, child: usize) -> Option<usize> {
+        if self.overflowed || child >= self.seen.len() || self.slots.slot_of(child).is_some() {
+            return None;
         }
         self.place(parent);
         // Most recent exits first; a slot whose holder is not known whole yet stays a
@@ -397,40 +402,71 @@ impl HbBuilder {
             }
             let length = self.seen[holder];
             let end = self.slots.raw(holder, length);
-            if self.slots.prefix(&self.current[parent], holder) < length || end > u32::MAX / 2 {
+            if self.knows_prefix(parent, holder) < length || end > u32::MAX / 2 {
                 continue;
             }
             self.free_slots.swap_remove(i);
             self.slots.hand_on(slot, child, end);
             // Nothing may join the old thread again (a second join, or a join of a detached
-            // thread, is undefined): its clock is not needed any more.
-            self.current[holder] = VectorClock::default();
-            return;
+            // thread, is undefined): its clock is not needed any more, and the slot's clock
+            // starts afresh for the child (keeping its room).
+            if let Some(clock) = self.current.get_mut(slot) {
+                clock.clear();
+            }
+            return Some(slot);
         }
         self.slots.place_fresh(child);
+        None
     }
 
     /// Gives the thread a new slot if it has none (the first thread, one whose creation the
-    /// trace does not have).
+    /// trace does not have), and its slot a clock; returns the slot, which indexes the
+    /// thread's current clock.
     #[inline]
     fn place(&mut self, thread: usize) -> usize {
-        match self.slots.slot_of(thread) {
+        let slot = match self.slots.slot_of(thread) {
             Some(s) => s,
             None => self.slots.place_fresh(thread),
+        };
+        if slot >= self.current.len() {
+            self.current.resize_with(slot + 1, VectorClock::default);
         }
+        slot
+    }
+
+    /// The slot of `thread` (given one if it has none): what the pass keeps per thread alive
+    /// is kept by it.
+    #[inline]
+    pub(crate) fn slot(&mut self, thread: usize) -> usize {
+        self.place(thread)
+    }
+
+    /// The slot of `thread` while it holds it: none before it has one or after it went on.
+    #[inline]
+    pub(crate) fn held_slot(&self, thread: usize) -> Option<usize> {
+        let slot = self.slots.slot_of(thread)?;
+        (!self.slots.handed_on(thread)).then_some(slot)
+    }
+
+    /// The current clock of `thread`: none for a thread without a slot yet (it has received
+    /// nothing) or one whose slot went on to another thread (its clock was let go then).
+    #[inline]
+    fn current_of(&self, thread: usize) -> Option<&VectorClock> {
+        self.current.get(self.held_slot(thread)?)
     }
 
     fn own(&mut self, thread: usize) -> &VectorClock {
         let slot = self.place(thread);
         let raw = self.slots.raw(thread, self.seen[thread]);
-        self.current[thread].set(slot, raw);
-        &self.current[thread]
+        self.current[slot].set(slot, raw);
+        &self.current[slot]
     }
 
     /// Whether the thread's latest clock knows the first `prefix` events of `other`.
     #[inline]
     pub fn knows_prefix(&self, thread: usize, other: usize) -> u32 {
-        self.slots.prefix(&self.current[thread], other)
+        self.current_of(thread)
+            .map_or(0, |clock| self.slots.prefix(clock, other))
     }
 
     /// Publishes the thread's clock (as of its current event) on `channel`.
@@ -439,15 +475,16 @@ impl HbBuilder {
             return;
         }
         self.own(thread);
+        let slot = self.place(thread);
         if self.snapshots {
-            self.charge(self.current[thread].entries().len());
+            self.charge(self.current[slot].entries().len());
             if self.overflowed {
                 return;
             }
         }
         // Joined from the thread's own clock in place: a send per lock release must not
         // allocate.
-        let clock = &self.current[thread];
+        let clock = &self.current[slot];
         let grown = publish(&mut self.channels, &mut self.lock_channels, channel, clock);
         if !self.snapshots {
             // Only what the channels hold: a send into a known channel costs nothing new.
@@ -483,7 +520,8 @@ impl HbBuilder {
         if self.overflowed {
             return;
         }
-        if self.current[thread].join(clock) {
+        let slot = self.place(thread);
+        if self.current[slot].join(clock) {
             self.record(thread, pos);
         }
     }
@@ -493,6 +531,7 @@ impl HbBuilder {
         if self.overflowed {
             return;
         }
+        let slot = self.place(thread);
         let sent = match lock_slot(channel) {
             Some(i) => self.lock_channels.get(i).and_then(Option::as_ref),
             None => self.channels.get(channel),
@@ -500,7 +539,7 @@ impl HbBuilder {
         let Some(sent) = sent else {
             return;
         };
-        if self.current[thread].join(sent) {
+        if self.current[slot].join(sent) {
             self.record(thread, pos);
         }
     }
@@ -522,8 +561,9 @@ impl HbBuilder {
             return;
         }
         let i = 2 * lock as usize;
+        let slot = self.place(thread);
         let grew = match self.lock_channels.get(i) {
-            Some(Some(sent)) => self.current[thread].join(sent),
+            Some(Some(sent)) => self.current[slot].join(sent),
             _ => false,
         };
         if grew {
@@ -531,7 +571,7 @@ impl HbBuilder {
         }
         if write {
             let grew = match self.lock_channels.get(i + 1) {
-                Some(Some(sent)) => self.current[thread].join(sent),
+                Some(Some(sent)) => self.current[slot].join(sent),
                 _ => false,
             };
             if grew {
@@ -553,16 +593,26 @@ impl HbBuilder {
 
     /// Joins the whole clock of `child` (a join returned).
     pub fn receive_thread(&mut self, thread: usize, pos: u32, child: usize) {
-        if self.overflowed || child == thread || child >= self.current.len() {
+        if self.overflowed || child == thread || child >= self.seen.len() {
             return;
         }
+        // A child whose slot went on already was let go (joining it again is undefined):
+        // there is nothing of it to join.
+        if self.slots.handed_on(child) {
+            return;
+        }
+        let theirs = self.place(child);
         self.own(child);
-        let (mine, sent) = if thread < child {
-            let (a, b) = self.current.split_at_mut(child);
-            (&mut a[thread], &b[0])
+        let mine = self.place(thread);
+        if mine == theirs {
+            return;
+        }
+        let (mine, sent) = if mine < theirs {
+            let (a, b) = self.current.split_at_mut(theirs);
+            (&mut a[mine], &b[0])
         } else {
-            let (a, b) = self.current.split_at_mut(thread);
-            (&mut b[0], &a[child])
+            let (a, b) = self.current.split_at_mut(mine);
+            (&mut b[0], &a[theirs])
         };
         if mine.join(sent) {
             self.record(thread, pos);
@@ -593,7 +643,7 @@ impl HbBuilder {
         self.receives = StoredClocks::new(self.receives.threads.len());
         self.channels = HashMap::new();
         self.lock_channels = Vec::new();
-        self.current = vec![VectorClock::default(); self.current.len()];
+        self.current = Vec::new();
         self.last_write = LastWriters::new();
         self.free_slots = Vec::new();
     }
@@ -610,18 +660,18 @@ impl HbBuilder {
             .last()
             .is_some_and(|r| r.pos == pos)
         {
-            let clock = self.current[thread].entries();
+            let clock = self.current[slot].entries();
             match self.receives.grow_last(thread, clock, slot, raw) {
                 Some(grown) => self.charge(grown),
                 None => self.abandon(),
             }
             return;
         }
-        self.charge(self.current[thread].entries().len());
+        self.charge(self.current[slot].entries().len());
         if self.overflowed {
             return;
         }
-        let clock = self.current[thread].entries();
+        let clock = self.current[slot].entries();
         if !self.receives.push(thread, pos, clock, slot, raw) {
             self.abandon();
         }
@@ -802,8 +852,8 @@ impl std::ops::BitOr for EdgeKinds {
 pub struct HbPass {
     builder: HbBuilder,
     edges: EdgeKinds,
-    /// With lock edges: per thread, the locks it holds (object, mode, recursion depth), to know
-    /// which channel a release publishes on.
+    /// With lock edges: per thread alive, by its slot (`HbBuilder::slot`), the locks it holds
+    /// (object, mode, recursion depth), to know which channel a release publishes on.
     held: Vec<Vec<(u32, Mode, u32)>>,
     /// With atomic edges, by thread: the clock at its last release fence, which its later
     /// relaxed stores publish (C11 7.17.4: a release fence before a store makes the store
@@ -824,11 +874,10 @@ impl HbPass {
 
     /// A pass over a builder made by the caller (a smaller clock budget, in tests).
     pub fn with_builder(builder: HbBuilder, edges: EdgeKinds) -> Self {
-        let threads = builder.current.len();
         HbPass {
             builder,
             edges,
-            held: vec![Vec::new(); threads],
+            held: Vec::new(),
             release_fence: HashMap::new(),
             acquire_pending: HashMap::new(),
             handoffs: HandoffQueues::new(),
@@ -864,7 +913,10 @@ impl HbPass {
     /// first.
     #[inline]
     pub fn held(&self, thread: usize) -> &[(u32, Mode, u32)] {
-        self.held.get(thread).map_or(&[], Vec::as_slice)
+        self.builder
+            .held_slot(thread)
+            .and_then(|slot| self.held.get(slot))
+            .map_or(&[], Vec::as_slice)
     }
 
     /// The clocks stored since the last cut ([`HbBuilder::cut`]); the walk goes on.
@@ -907,10 +959,20 @@ impl HbPass {
         }
     }
 
+    /// The locks `t` holds, for a change.
+    #[inline]
+    fn held_by(&mut self, t: usize) -> &mut Vec<(u32, Mode, u32)> {
+        let slot = self.builder.slot(t);
+        if slot >= self.held.len() {
+            self.held.resize_with(slot + 1, Vec::new);
+        }
+        &mut self.held[slot]
+    }
+
     /// Lock edges: an acquisition joins the releases it must follow (a re-entry of a held lock
     /// joins nothing new).
     fn acquire(&mut self, t: usize, pos: u32, lock: u32, mode: Mode) {
-        let held = &mut self.held[t];
+        let held = self.held_by(t);
         if let Some(h) = held.iter_mut().rev().find(|h| h.0 == lock) {
             h.2 += 1;
             return;
@@ -922,7 +984,7 @@ impl HbPass {
     /// Lock edges: the outermost release publishes the thread's clock (a release of a lock the
     /// trace never showed taken counts as a write release).
     fn release(&mut self, t: usize, lock: u32) {
-        let held = &mut self.held[t];
+        let held = self.held_by(t);
         let mode = match held.iter().rposition(|h| h.0 == lock) {
             Some(i) => {
                 held[i].2 -= 1;
@@ -997,11 +1059,8 @@ impl HbPass {
     /// A thread exited: what is kept for it alone goes, so that memory follows the threads
     /// alive. Its pending relaxed loads and its last release fence can publish nothing more
     /// (an event after the exit is a damaged trace's); the locks it still holds stay, for
-    /// their releases' modes.
+    /// their releases' modes, until its slot goes on to another thread.
     fn exited(&mut self, t: usize) {
-        if self.held.get(t).is_some_and(Vec::is_empty) {
-            self.held[t] = Vec::new();
-        }
         if !self.release_fence.is_empty() {
             self.release_fence.remove(&(t as u32));
         }
@@ -1029,7 +1088,11 @@ impl HbPass {
                 b.write(t, pos, addr, size)
             }
             Op::Create { child: Some(c), .. } if create_join => {
-                b.place_child(t, c as usize);
+                if let Some(slot) = b.place_child(t, c as usize) {
+                    if let Some(held) = self.held.get_mut(slot) {
+                        held.clear();
+                    }
+                }
                 b.send(t, Channel::Fork(c as usize))
             }
             Op::ThreadExit => {
