@@ -46,6 +46,7 @@ use crate::stream::{mode_of, EventSource, Mode, Op, Pass, Stream, StreamEvent};
 mod annotations;
 mod blocking;
 mod heap;
+mod live;
 mod locks;
 mod marks;
 mod monitors;
@@ -59,6 +60,7 @@ use annotations::Annotations;
 pub(crate) use blocking::HeldBlocking;
 use blocking::HeldBlockingCalls;
 use heap::HeapBlocks;
+pub(crate) use locks::ThreadAcquisitions;
 use locks::{LockSections, SegmentLocks};
 pub use marks::MarksSource;
 pub(crate) use marks::{AccessMarks, SegmentMarks};
@@ -227,7 +229,7 @@ pub struct Run {
     /// Backing store of every `held` range.
     pub(crate) held_pool: Vec<u32>,
     /// Per thread: acquisition indices in program order.
-    pub(crate) thread_acquisitions: Vec<Vec<u32>>,
+    pub(crate) thread_acquisitions: ThreadAcquisitions,
     /// Per (thread, lock): acquisition indices in program order.
     pub(crate) by_thread_lock: IndexMap<(u32, u32), Vec<u32>>,
     /// Per lock: the threads that acquire it.
