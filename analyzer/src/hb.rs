@@ -52,20 +52,39 @@ struct Receive {
 /// The clocks stored at receive events. Their entries share one buffer rather than each
 /// having an allocation of its own: a thread-per-request program stores two or three small
 /// clocks per request, and for those the allocation and the `Vec` header cost more than the
-/// entries.
+/// entries. So do the lists of receives: a running thread's is a list of its own, an exited
+/// thread's is moved to one list of every closed one, so that a thread costs 8 bytes (where
+/// its receives are) plus its receives, whatever the number of threads created.
 #[derive(Debug, Default)]
 struct StoredClocks {
-    /// Per thread: its receives, by position.
-    threads: Vec<Vec<Receive>>,
+    /// Per thread: where its receives (by position) are.
+    threads: Vec<ReceiveList>,
+    /// The receives of the threads whose lists were closed, one list after another.
+    closed: Vec<Receive>,
+    /// The lists of the threads still receiving, and lists emptied for the next thread.
+    open: Vec<Vec<Receive>>,
+    /// Lists of `open` that no thread uses.
+    free: Vec<u32>,
     /// The entries of every stored clock, one clock after another.
     entries: Vec<u32>,
 }
 
+/// Where a thread's receives are: `len` receives of `StoredClocks::closed` from `start`, or
+/// (`start == OPEN`) the list `len` of `StoredClocks::open`.
+#[derive(Clone, Copy, Debug)]
+struct ReceiveList {
+    start: u32,
+    len: u32,
+}
+
+const OPEN: u32 = u32::MAX;
+const NO_RECEIVES: ReceiveList = ReceiveList { start: 0, len: 0 };
+
 impl StoredClocks {
     fn new(threads: usize) -> Self {
         Self {
-            threads: vec![Vec::new(); threads],
-            entries: Vec::new(),
+            threads: vec![NO_RECEIVES; threads],
+            ..Self::default()
         }
     }
 
@@ -73,9 +92,95 @@ impl StoredClocks {
         &self.entries[r.start as usize..(r.start + r.len) as usize]
     }
 
+    /// The receives of `thread`, by position.
+    #[inline]
+    fn list(&self, thread: usize) -> &[Receive] {
+        match self.threads.get(thread) {
+            None => &[],
+            Some(&ReceiveList { start: OPEN, len }) => &self.open[len as usize],
+            Some(r) => &self.closed[r.start as usize..(r.start + r.len) as usize],
+        }
+    }
+
+    /// The list of `thread` to add to: its open list, made (from its closed receives, if it
+    /// has any: an event after its exit, in a damaged trace) if it has none.
+    fn open_list(&mut self, thread: usize) -> &mut Vec<Receive> {
+        let r = self.threads[thread];
+        if r.start == OPEN {
+            return &mut self.open[r.len as usize];
+        }
+        let i = match self.free.pop() {
+            Some(i) => i as usize,
+            None => {
+                self.open.push(Vec::new());
+                self.open.len() - 1
+            }
+        };
+        let closed = &self.closed[r.start as usize..(r.start + r.len) as usize];
+        self.open[i].extend_from_slice(closed);
+        self.threads[thread] = ReceiveList {
+            start: OPEN,
+            len: i as u32,
+        };
+        &mut self.open[i]
+    }
+
+    /// The thread exited: its receives are complete, and move to the closed ones; its list
+    /// goes to the next thread.
+    fn close(&mut self, thread: usize) {
+        let Some(&ReceiveList {
+            start: OPEN,
+            len: i,
+        }) = self.threads.get(thread)
+        else {
+            return;
+        };
+        let list = &mut self.open[i as usize];
+        let start = self.closed.len();
+        let Ok(end) = u32::try_from(start + list.len()) else {
+            // Out of offsets (more than 2^32 receives): it stays open.
+            return;
+        };
+        self.closed.append(list);
+        self.free.push(i);
+        self.threads[thread] = ReceiveList {
+            start: start as u32,
+            len: end - start as u32,
+        };
+    }
+
+    /// The receives stored so far, every list closed, for a segment; these lists start empty
+    /// (the threads still receiving keep theirs, emptied).
+    fn take(&mut self) -> StoredClocks {
+        let mut closed = std::mem::take(&mut self.closed);
+        let threads = self
+            .threads
+            .iter_mut()
+            .map(|r| match *r {
+                ReceiveList { start: OPEN, len } => {
+                    let list = &mut self.open[len as usize];
+                    let start = closed.len() as u32;
+                    closed.append(list);
+                    ReceiveList {
+                        start,
+                        len: closed.len() as u32 - start,
+                    }
+                }
+                _ => std::mem::replace(r, NO_RECEIVES),
+            })
+            .collect();
+        StoredClocks {
+            threads,
+            closed,
+            open: Vec::new(),
+            free: Vec::new(),
+            entries: std::mem::take(&mut self.entries),
+        }
+    }
+
     /// The last receive of `thread` at or before `pos`.
     fn before(&self, thread: usize, pos: u32) -> Option<&[u32]> {
-        let list = self.threads.get(thread)?;
+        let list = self.list(thread);
         let i = list.partition_point(|r| r.pos <= pos);
         i.checked_sub(1).map(|i| self.entries_of(&list[i]))
     }
@@ -91,7 +196,7 @@ impl StoredClocks {
         self.entries.extend_from_slice(clock);
         self.entries.resize(end as usize, 0);
         self.entries[start + slot] = raw;
-        self.threads[thread].push(Receive {
+        self.open_list(thread).push(Receive {
             pos,
             start: start as u32,
             len: len as u32,
@@ -102,7 +207,7 @@ impl StoredClocks {
     /// Joins `clock` into the last stored clock of `thread` and sets its entry `slot` to
     /// `raw`; returns how many entries it grew by, or `None` when the buffer is out of offsets.
     fn grow_last(&mut self, thread: usize, clock: &[u32], slot: usize, raw: u32) -> Option<usize> {
-        let last = *self.threads[thread].last()?;
+        let last = *self.list(thread).last()?;
         let (start, len) = (last.start as usize, last.len as usize);
         let new_len = len.max(clock.len()).max(slot + 1);
         if new_len > len && start + len != self.entries.len() {
@@ -113,12 +218,12 @@ impl StoredClocks {
             let new_start = self.entries.len();
             u32::try_from(new_start + new_len).ok()?;
             self.entries.extend_from_slice(&moved);
-            self.threads[thread].last_mut()?.start = new_start as u32;
+            self.open_list(thread).last_mut()?.start = new_start as u32;
         } else if new_len > len {
             u32::try_from(start + new_len).ok()?;
             self.entries.resize(start + new_len, 0);
         }
-        let r = self.threads[thread].last_mut()?;
+        let r = self.open_list(thread).last_mut()?;
         r.len = new_len as u32;
         let start = r.start as usize;
         let stored = &mut self.entries[start..start + new_len];
@@ -166,13 +271,13 @@ impl HappensBefore {
     /// The `i`th receive of a thread, by position: its position and its stored clock (the
     /// closure walks them).
     pub fn receive(&self, thread: usize, i: usize) -> Option<(u32, &[u32])> {
-        let r = self.receives.threads.get(thread)?.get(i)?;
+        let r = self.receives.list(thread).get(i)?;
         Some((r.pos, self.receives.entries_of(r)))
     }
 
     /// How many receives of a thread are stored.
     pub fn receive_count(&self, thread: usize) -> usize {
-        self.receives.threads.get(thread).map_or(0, Vec::len)
+        self.receives.list(thread).len()
     }
 
     /// Whether event (`a_thread`, `a_pos`) happens before (`b_thread`, `b_pos`).
@@ -362,11 +467,9 @@ impl HbBuilder {
             return;
         }
         self.exited[thread] = true;
-        // Its stored clocks are complete: no room kept for more (10^5 short threads each
-        // with a list grown for four).
-        if let Some(list) = self.receives.threads.get_mut(thread) {
-            list.shrink_to_fit();
-        }
+        // Its stored clocks are complete: their list joins the closed ones (10^5 short
+        // threads would each keep a list of its own).
+        self.receives.close(thread);
         if let Some(slot) = self.slots.slot_of(thread) {
             if self.slots.holder(slot) == Some(thread as u32) {
                 self.free_slots.push(slot as u32);
@@ -656,7 +759,9 @@ impl HbBuilder {
         // A second receive at the same event (a read spanning granules of several writes, a
         // write acquisition joining both of a lock's channels) grows the snapshot stored for
         // it: the clock only grew since, and no closure asks for the clock between the two.
-        if self.receives.threads[thread]
+        if self
+            .receives
+            .list(thread)
             .last()
             .is_some_and(|r| r.pos == pos)
         {
@@ -694,15 +799,7 @@ impl HbBuilder {
     /// only entries below the segment's start, which every closure of it already has). The
     /// budget applies per segment; once overflowed, the clocks stay abandoned.
     pub fn cut(&mut self) -> HappensBefore {
-        let receives = StoredClocks {
-            threads: self
-                .receives
-                .threads
-                .iter_mut()
-                .map(std::mem::take)
-                .collect(),
-            entries: std::mem::take(&mut self.receives.entries),
-        };
+        let receives = self.receives.take();
         if !self.overflowed {
             self.stored = 0;
         }
@@ -1225,6 +1322,34 @@ impl HbPass {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn receives_read_the_same_once_their_thread_exited_and_after_a_cut() {
+        let mut stored = StoredClocks::new(3);
+        assert!(stored.push(0, 1, &[2], 0, 2));
+        assert!(stored.push(1, 0, &[2], 1, 1));
+        assert!(stored.push(0, 5, &[3, 1], 0, 6));
+        stored.close(0);
+        // Thread 2 takes the list thread 0 let go, emptied.
+        assert!(stored.push(2, 0, &[6, 1], 2, 1));
+        assert_eq!(stored.list(0).len(), 2);
+        assert_eq!(stored.before(0, 4), Some(&[2][..]));
+        assert_eq!(stored.before(0, 9), Some(&[6, 1][..]));
+        assert_eq!(stored.before(2, 0), Some(&[6, 1, 1][..]));
+        // A damaged trace's receive after the exit reopens the list, the earlier ones kept.
+        assert!(stored.push(0, 7, &[6, 1], 0, 8));
+        assert_eq!(stored.list(0).len(), 3);
+        assert_eq!(stored.before(0, 5), Some(&[6, 1][..]));
+        let segment = stored.take();
+        assert_eq!(segment.before(1, 0), Some(&[2, 1][..]));
+        assert_eq!(segment.before(0, 7), Some(&[8, 1][..]));
+        assert_eq!(segment.list(2).len(), 1);
+        // The walk goes on with empty lists; a running thread keeps receiving.
+        assert!(stored.list(0).is_empty() && stored.list(1).is_empty());
+        assert!(stored.push(1, 4, &[9, 3], 1, 5));
+        assert_eq!(stored.before(1, 4), Some(&[9, 5][..]));
+        assert_eq!(stored.list(1).len(), 1);
+    }
 
     #[test]
     fn a_stored_clock_grown_away_from_the_buffer_end_moves_and_the_others_stay() {
