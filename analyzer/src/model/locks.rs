@@ -104,7 +104,7 @@ pub(super) struct LockSections<'t> {
     /// Filled from `acquisitions` when the walk ends.
     pub thread_acquisitions: ThreadAcquisitions,
     /// Filled from `pairs` when the walk (or a segment) ends.
-    pub by_thread_lock: IndexMap<(u32, u32), Vec<u32>>,
+    pub by_thread_lock: PairAcquisitions,
     pairs: PairLists,
     pub read_recursions: Vec<ReadRecursion>,
     pub rank_violations: Vec<RankViolation>,
@@ -125,7 +125,7 @@ pub(super) struct SegmentLocks {
     pub acquisitions: Vec<Acquisition>,
     pub held_pool: Vec<u32>,
     pub thread_acquisitions: ThreadAcquisitions,
-    pub by_thread_lock: IndexMap<(u32, u32), Vec<u32>>,
+    pub by_thread_lock: PairAcquisitions,
     pub read_recursions: Vec<ReadRecursion>,
     pub rank_violations: Vec<RankViolation>,
 }
@@ -183,7 +183,7 @@ impl<'t> LockSections<'t> {
             acquisitions: Vec::new(),
             held_pool: Vec::new(),
             thread_acquisitions: ThreadAcquisitions::default(),
-            by_thread_lock: IndexMap::default(),
+            by_thread_lock: PairAcquisitions::default(),
             pairs: PairLists::default(),
             read_recursions: Vec::new(),
             rank_violations: Vec::new(),
@@ -432,7 +432,7 @@ impl<'t> LockSections<'t> {
             held: h,
             subclass: self.locks[lock as usize].subclass,
         });
-        if self.pairs.push(thread, lock, index) {
+        if self.pairs.push(thread, lock) {
             self.lock_threads[lock as usize].push(thread);
         }
     }
@@ -500,17 +500,16 @@ impl<'t> LockSections<'t> {
                 vec![Vec::new(); self.locks.len()],
             ),
             thread_acquisitions: ThreadAcquisitions::by_thread(&acquisitions, threads),
+            by_thread_lock: self.pairs.take(&acquisitions),
             acquisitions,
             held_pool: std::mem::take(&mut self.held_pool),
-            by_thread_lock: self.pairs.take(),
             read_recursions: std::mem::take(&mut self.read_recursions),
             rank_violations: std::mem::take(&mut self.rank_violations),
         };
         for &old in &open {
             let mut a = segment.acquisitions[old as usize].clone();
             a.held = 0..0;
-            let index = self.acquisitions.len() as u32;
-            if self.pairs.push(a.thread, a.lock, index) {
+            if self.pairs.push(a.thread, a.lock) {
                 self.lock_threads[a.lock as usize].push(a.thread);
             }
             self.acquisitions.push(a);
@@ -563,66 +562,108 @@ impl<'t> LockSections<'t> {
                 site,
             );
         }
-        self.by_thread_lock = self.pairs.take();
+        self.by_thread_lock = self.pairs.take(&self.acquisitions);
         self.thread_acquisitions =
             ThreadAcquisitions::by_thread(&self.acquisitions, self.requests.threads());
         self
     }
 }
 
-/// Per (thread, lock): the thread's acquisitions of the lock, in order — what the run's
-/// `by_thread_lock` holds, kept so that a thread taking a lock it took last finds its list
-/// without hashing (the lock-heavy walk's most frequent case).
+/// Which (thread, lock) pairs have acquisitions so far, each with its number; the lists
+/// themselves are made from the acquisitions when the segment ends ([`PairLists::take`]),
+/// not grown one per pair as the walk goes (a thread per request makes a pair per thread).
 #[derive(Default)]
 struct PairLists {
     index: IndexMap<(u32, u32), u32>,
-    lists: Vec<Vec<u32>>,
-    /// Per lock (dense index): the thread that acquired it last, and that pair's list.
-    last: Vec<(u32, u32)>,
+    /// Per lock (dense index): the thread that acquired it last.
+    last: Vec<u32>,
 }
 
 impl PairLists {
-    /// Adds acquisition `acq` to the list of (`thread`, `lock`); returns whether the list is
-    /// new (the thread's first acquisition of the lock).
+    /// Notes acquisition of `lock` by `thread`; returns whether the pair is new (the
+    /// thread's first acquisition of the lock).
     #[inline(always)]
-    fn push(&mut self, thread: u32, lock: u32, acq: u32) -> bool {
-        if let Some(&(t, list)) = self.last.get(lock as usize) {
-            if t == thread {
-                self.lists[list as usize].push(acq);
-                return false;
-            }
+    fn push(&mut self, thread: u32, lock: u32) -> bool {
+        if self.last.get(lock as usize) == Some(&thread) {
+            return false;
         }
-        self.push_looked_up(thread, lock, acq)
+        self.push_looked_up(thread, lock)
     }
 
     #[inline(never)]
-    fn push_looked_up(&mut self, thread: u32, lock: u32, acq: u32) -> bool {
-        let next = self.lists.len() as u32;
-        let (list, new) = match self.index.entry((thread, lock)) {
-            std::collections::hash_map::Entry::Occupied(e) => (*e.get(), false),
+    fn push_looked_up(&mut self, thread: u32, lock: u32) -> bool {
+        let next = self.index.len() as u32;
+        let new = match self.index.entry((thread, lock)) {
+            std::collections::hash_map::Entry::Occupied(_) => false,
             std::collections::hash_map::Entry::Vacant(e) => {
                 e.insert(next);
-                self.lists.push(Vec::new());
-                (next, true)
+                true
             }
         };
-        self.lists[list as usize].push(acq);
         let l = lock as usize;
         if self.last.len() <= l {
-            self.last.resize(l + 1, (u32::MAX, 0));
+            self.last.resize(l + 1, u32::MAX);
         }
-        self.last[l] = (thread, list);
+        self.last[l] = thread;
         new
     }
 
-    /// The lists so far, by (thread, lock); starts afresh.
-    fn take(&mut self) -> IndexMap<(u32, u32), Vec<u32>> {
-        let mut lists = std::mem::take(&mut self.lists);
+    /// The lists of `acquisitions` (every one noted since the last take, in order) by
+    /// (thread, lock); starts afresh.
+    fn take(&mut self, acquisitions: &[Acquisition]) -> PairAcquisitions {
         self.last.clear();
-        std::mem::take(&mut self.index)
-            .into_iter()
-            .map(|(k, i)| (k, std::mem::take(&mut lists[i as usize])))
-            .collect()
+        let index = std::mem::take(&mut self.index);
+        let group = |a: &Acquisition| index.get(&(a.thread, a.lock)).copied();
+        let mut starts = vec![0u32; index.len() + 1];
+        for g in acquisitions.iter().filter_map(group) {
+            starts[g as usize + 1] += 1;
+        }
+        for g in 0..index.len() {
+            starts[g + 1] += starts[g];
+        }
+        let mut next = starts.clone();
+        let mut indices = vec![0u32; starts[index.len()] as usize];
+        for (i, a) in acquisitions.iter().enumerate() {
+            if let Some(g) = group(a) {
+                let at = &mut next[g as usize];
+                indices[*at as usize] = i as u32;
+                *at += 1;
+            }
+        }
+        PairAcquisitions {
+            index,
+            starts,
+            indices,
+        }
+    }
+}
+
+/// Per (thread, lock) pair: the indices of its acquisitions in program order, every list in
+/// one, grouped like [`ThreadAcquisitions`].
+#[derive(Clone, Debug, Default)]
+pub(crate) struct PairAcquisitions {
+    /// (thread, lock) → its group.
+    index: IndexMap<(u32, u32), u32>,
+    /// Per group, where it starts in `indices`; one more at the end.
+    starts: Vec<u32>,
+    indices: Vec<u32>,
+}
+
+impl PairAcquisitions {
+    /// The acquisitions of `lock` by `thread`, in program order, if it has any.
+    pub fn get(&self, &(thread, lock): &(u32, u32)) -> Option<&[u32]> {
+        let g = *self.index.get(&(thread, lock))? as usize;
+        Some(&self.indices[self.starts[g] as usize..self.starts[g + 1] as usize])
+    }
+}
+
+impl std::ops::Index<&(u32, u32)> for PairAcquisitions {
+    type Output = [u32];
+
+    /// The acquisitions of a (thread, lock) pair that has some.
+    fn index(&self, pair: &(u32, u32)) -> &[u32] {
+        self.get(pair)
+            .expect("a (thread, lock) pair with acquisitions")
     }
 }
 

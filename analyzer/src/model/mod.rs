@@ -60,8 +60,8 @@ use annotations::Annotations;
 pub(crate) use blocking::HeldBlocking;
 use blocking::HeldBlockingCalls;
 use heap::HeapBlocks;
-pub(crate) use locks::ThreadAcquisitions;
 use locks::{LockSections, SegmentLocks};
+pub(crate) use locks::{PairAcquisitions, ThreadAcquisitions};
 pub use marks::MarksSource;
 pub(crate) use marks::{AccessMarks, SegmentMarks};
 pub use monitors::MonitorScan;
@@ -231,7 +231,7 @@ pub struct Run {
     /// Per thread: acquisition indices in program order.
     pub(crate) thread_acquisitions: ThreadAcquisitions,
     /// Per (thread, lock): acquisition indices in program order.
-    pub(crate) by_thread_lock: IndexMap<(u32, u32), Vec<u32>>,
+    pub(crate) by_thread_lock: PairAcquisitions,
     /// Per lock: the threads that acquire it.
     pub(crate) lock_threads: Vec<Vec<u32>>,
     /// The locks acquired by two threads or more: the only ones the lock rule can apply to.
