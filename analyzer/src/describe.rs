@@ -172,7 +172,10 @@ pub(crate) fn earlier_edge_locations(run: &Run, index: u32) -> [FindingLocation;
 /// of the prefix in the order they run.
 pub(crate) fn witness(run: &Run, closure: &Closure, next: &[(PatternEvent, String)]) -> Witness {
     const SCHEDULE_LINES: usize = 24;
-    let mut threads = Vec::new();
+    // Room for every thread listed, made once: a closure over a program that created 10^5
+    // threads lists most of them, and a list grown by doubling would leave a third unused.
+    let listed = closure.frontier.iter().filter(|&&f| f > 0).count() + next.len();
+    let mut threads = Vec::with_capacity(listed);
     for (t, &f) in closure.frontier.iter().enumerate() {
         let blocks = next
             .iter()

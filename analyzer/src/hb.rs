@@ -52,20 +52,39 @@ struct Receive {
 /// The clocks stored at receive events. Their entries share one buffer rather than each
 /// having an allocation of its own: a thread-per-request program stores two or three small
 /// clocks per request, and for those the allocation and the `Vec` header cost more than the
-/// entries.
+/// entries. So do the lists of receives: a running thread's is a list of its own, an exited
+/// thread's is moved to one list of every closed one, so that a thread costs 8 bytes (where
+/// its receives are) plus its receives, whatever the number of threads created.
 #[derive(Debug, Default)]
 struct StoredClocks {
-    /// Per thread: its receives, by position.
-    threads: Vec<Vec<Receive>>,
+    /// Per thread: where its receives (by position) are.
+    threads: Vec<ReceiveList>,
+    /// The receives of the threads whose lists were closed, one list after another.
+    closed: Vec<Receive>,
+    /// The lists of the threads still receiving, and lists emptied for the next thread.
+    open: Vec<Vec<Receive>>,
+    /// Lists of `open` that no thread uses.
+    free: Vec<u32>,
     /// The entries of every stored clock, one clock after another.
     entries: Vec<u32>,
 }
 
+/// Where a thread's receives are: `len` receives of `StoredClocks::closed` from `start`, or
+/// (`start == OPEN`) the list `len` of `StoredClocks::open`.
+#[derive(Clone, Copy, Debug)]
+struct ReceiveList {
+    start: u32,
+    len: u32,
+}
+
+const OPEN: u32 = u32::MAX;
+const NO_RECEIVES: ReceiveList = ReceiveList { start: 0, len: 0 };
+
 impl StoredClocks {
     fn new(threads: usize) -> Self {
         Self {
-            threads: vec![Vec::new(); threads],
-            entries: Vec::new(),
+            threads: vec![NO_RECEIVES; threads],
+            ..Self::default()
         }
     }
 
@@ -73,9 +92,95 @@ impl StoredClocks {
         &self.entries[r.start as usize..(r.start + r.len) as usize]
     }
 
+    /// The receives of `thread`, by position.
+    #[inline]
+    fn list(&self, thread: usize) -> &[Receive] {
+        match self.threads.get(thread) {
+            None => &[],
+            Some(&ReceiveList { start: OPEN, len }) => &self.open[len as usize],
+            Some(r) => &self.closed[r.start as usize..(r.start + r.len) as usize],
+        }
+    }
+
+    /// The list of `thread` to add to: its open list, made (from its closed receives, if it
+    /// has any: an event after its exit, in a damaged trace) if it has none.
+    fn open_list(&mut self, thread: usize) -> &mut Vec<Receive> {
+        let r = self.threads[thread];
+        if r.start == OPEN {
+            return &mut self.open[r.len as usize];
+        }
+        let i = match self.free.pop() {
+            Some(i) => i as usize,
+            None => {
+                self.open.push(Vec::new());
+                self.open.len() - 1
+            }
+        };
+        let closed = &self.closed[r.start as usize..(r.start + r.len) as usize];
+        self.open[i].extend_from_slice(closed);
+        self.threads[thread] = ReceiveList {
+            start: OPEN,
+            len: i as u32,
+        };
+        &mut self.open[i]
+    }
+
+    /// The thread exited: its receives are complete, and move to the closed ones; its list
+    /// goes to the next thread.
+    fn close(&mut self, thread: usize) {
+        let Some(&ReceiveList {
+            start: OPEN,
+            len: i,
+        }) = self.threads.get(thread)
+        else {
+            return;
+        };
+        let list = &mut self.open[i as usize];
+        let start = self.closed.len();
+        let Ok(end) = u32::try_from(start + list.len()) else {
+            // Out of offsets (more than 2^32 receives): it stays open.
+            return;
+        };
+        self.closed.append(list);
+        self.free.push(i);
+        self.threads[thread] = ReceiveList {
+            start: start as u32,
+            len: end - start as u32,
+        };
+    }
+
+    /// The receives stored so far, every list closed, for a segment; these lists start empty
+    /// (the threads still receiving keep theirs, emptied).
+    fn take(&mut self) -> StoredClocks {
+        let mut closed = std::mem::take(&mut self.closed);
+        let threads = self
+            .threads
+            .iter_mut()
+            .map(|r| match *r {
+                ReceiveList { start: OPEN, len } => {
+                    let list = &mut self.open[len as usize];
+                    let start = closed.len() as u32;
+                    closed.append(list);
+                    ReceiveList {
+                        start,
+                        len: closed.len() as u32 - start,
+                    }
+                }
+                _ => std::mem::replace(r, NO_RECEIVES),
+            })
+            .collect();
+        StoredClocks {
+            threads,
+            closed,
+            open: Vec::new(),
+            free: Vec::new(),
+            entries: std::mem::take(&mut self.entries),
+        }
+    }
+
     /// The last receive of `thread` at or before `pos`.
     fn before(&self, thread: usize, pos: u32) -> Option<&[u32]> {
-        let list = self.threads.get(thread)?;
+        let list = self.list(thread);
         let i = list.partition_point(|r| r.pos <= pos);
         i.checked_sub(1).map(|i| self.entries_of(&list[i]))
     }
@@ -91,7 +196,7 @@ impl StoredClocks {
         self.entries.extend_from_slice(clock);
         self.entries.resize(end as usize, 0);
         self.entries[start + slot] = raw;
-        self.threads[thread].push(Receive {
+        self.open_list(thread).push(Receive {
             pos,
             start: start as u32,
             len: len as u32,
@@ -102,7 +207,7 @@ impl StoredClocks {
     /// Joins `clock` into the last stored clock of `thread` and sets its entry `slot` to
     /// `raw`; returns how many entries it grew by, or `None` when the buffer is out of offsets.
     fn grow_last(&mut self, thread: usize, clock: &[u32], slot: usize, raw: u32) -> Option<usize> {
-        let last = *self.threads[thread].last()?;
+        let last = *self.list(thread).last()?;
         let (start, len) = (last.start as usize, last.len as usize);
         let new_len = len.max(clock.len()).max(slot + 1);
         if new_len > len && start + len != self.entries.len() {
@@ -113,12 +218,12 @@ impl StoredClocks {
             let new_start = self.entries.len();
             u32::try_from(new_start + new_len).ok()?;
             self.entries.extend_from_slice(&moved);
-            self.threads[thread].last_mut()?.start = new_start as u32;
+            self.open_list(thread).last_mut()?.start = new_start as u32;
         } else if new_len > len {
             u32::try_from(start + new_len).ok()?;
             self.entries.resize(start + new_len, 0);
         }
-        let r = self.threads[thread].last_mut()?;
+        let r = self.open_list(thread).last_mut()?;
         r.len = new_len as u32;
         let start = r.start as usize;
         let stored = &mut self.entries[start..start + new_len];
@@ -166,13 +271,13 @@ impl HappensBefore {
     /// The `i`th receive of a thread, by position: its position and its stored clock (the
     /// closure walks them).
     pub fn receive(&self, thread: usize, i: usize) -> Option<(u32, &[u32])> {
-        let r = self.receives.threads.get(thread)?.get(i)?;
+        let r = self.receives.list(thread).get(i)?;
         Some((r.pos, self.receives.entries_of(r)))
     }
 
     /// How many receives of a thread are stored.
     pub fn receive_count(&self, thread: usize) -> usize {
-        self.receives.threads.get(thread).map_or(0, Vec::len)
+        self.receives.list(thread).len()
     }
 
     /// Whether event (`a_thread`, `a_pos`) happens before (`b_thread`, `b_pos`).
@@ -211,6 +316,8 @@ pub struct HbBuilder {
     stored: usize,
     budget: usize,
     overflowed: bool,
+    /// The current clock of each slot's holder, by slot: a slot's clock goes to the thread it is
+    /// handed on to, so these follow the threads alive at once, not the threads ever created.
     current: Vec<VectorClock>,
     /// Events of each thread seen so far.
     seen: Vec<u32>,
@@ -244,8 +351,9 @@ impl HbBuilder {
             stored: 0,
             budget,
             overflowed: false,
-            // Empty clocks grow as they learn: memory follows what threads know of each other.
-            current: vec![VectorClock::default(); threads],
+            // One clock per slot, made as slots are: memory follows the threads alive at once
+            // and what they know of each other.
+            current: Vec::new(),
             seen: vec![0; threads],
             slots: Slots::default(),
             exited: vec![false; threads],
@@ -316,18 +424,19 @@ impl HbBuilder {
             return;
         };
         let writer = writer as usize;
-        if writer == thread || self.slots.prefix(&self.current[thread], writer) > at {
+        if writer == thread || self.knows_prefix(thread, writer) > at {
             return;
         }
         // The reader learns what the writer knew at the write: the writer's last receive
         // before it, joined in place (a read from another thread must not allocate), and the
         // write itself, which is news (checked above), so the clock grows.
+        let mine = self.place(thread);
         if let Some(stored) = self.receives.before(writer, at) {
-            self.current[thread].join_entries(stored);
+            self.current[mine].join_entries(stored);
         }
         let slot = self.place(writer);
         let raw = self.slots.raw(writer, at + 1);
-        self.current[thread].set(slot, raw);
+        self.current[mine].set(slot, raw);
         self.record(thread, pos);
     }
 
@@ -358,11 +467,9 @@ impl HbBuilder {
             return;
         }
         self.exited[thread] = true;
-        // Its stored clocks are complete: no room kept for more (10^5 short threads each
-        // with a list grown for four).
-        if let Some(list) = self.receives.threads.get_mut(thread) {
-            list.shrink_to_fit();
-        }
+        // Its stored clocks are complete: their list joins the closed ones (10^5 short
+        // threads would each keep a list of its own).
+        self.receives.close(thread);
         if let Some(slot) = self.slots.slot_of(thread) {
             if self.slots.holder(slot) == Some(thread as u32) {
                 self.free_slots.push(slot as u32);
@@ -373,10 +480,11 @@ impl HbBuilder {
     /// Gives the thread `child` that `parent` is creating a slot: the slot of a thread that
     /// exited and that the parent knows whole (it joined it, or learnt of its exit otherwise),
     /// else a new one. A thread's slot is never handed on while the new thread could run
-    /// beside it, so the clocks stay exact.
-    pub fn place_child(&mut self, parent: usize, child: usize) {
-        if self.overflowed || child >= self.current.len() || self.slots.slot_of(child).is_some() {
-            return;
+    /// beside it, so the clocks stay exact. Returns the slot when it was handed on: what the
+    /// caller keeps by slot for its old holder goes.
+    pub fn place_child(&mut self, parent: usize, child: usize) -> Option<usize> {
+        if self.overflowed || child >= self.seen.len() || self.slots.slot_of(child).is_some() {
+            return None;
         }
         self.place(parent);
         // Most recent exits first; a slot whose holder is not known whole yet stays a
@@ -397,40 +505,71 @@ impl HbBuilder {
             }
             let length = self.seen[holder];
             let end = self.slots.raw(holder, length);
-            if self.slots.prefix(&self.current[parent], holder) < length || end > u32::MAX / 2 {
+            if self.knows_prefix(parent, holder) < length || end > u32::MAX / 2 {
                 continue;
             }
             self.free_slots.swap_remove(i);
             self.slots.hand_on(slot, child, end);
             // Nothing may join the old thread again (a second join, or a join of a detached
-            // thread, is undefined): its clock is not needed any more.
-            self.current[holder] = VectorClock::default();
-            return;
+            // thread, is undefined): its clock is not needed any more, and the slot's clock
+            // starts afresh for the child (keeping its room).
+            if let Some(clock) = self.current.get_mut(slot) {
+                clock.clear();
+            }
+            return Some(slot);
         }
         self.slots.place_fresh(child);
+        None
     }
 
     /// Gives the thread a new slot if it has none (the first thread, one whose creation the
-    /// trace does not have).
+    /// trace does not have), and its slot a clock; returns the slot, which indexes the
+    /// thread's current clock.
     #[inline]
     fn place(&mut self, thread: usize) -> usize {
-        match self.slots.slot_of(thread) {
+        let slot = match self.slots.slot_of(thread) {
             Some(s) => s,
             None => self.slots.place_fresh(thread),
+        };
+        if slot >= self.current.len() {
+            self.current.resize_with(slot + 1, VectorClock::default);
         }
+        slot
+    }
+
+    /// The slot of `thread` (given one if it has none): what the pass keeps per thread alive
+    /// is kept by it.
+    #[inline]
+    pub(crate) fn slot(&mut self, thread: usize) -> usize {
+        self.place(thread)
+    }
+
+    /// The slot of `thread` while it holds it: none before it has one or after it went on.
+    #[inline]
+    pub(crate) fn held_slot(&self, thread: usize) -> Option<usize> {
+        let slot = self.slots.slot_of(thread)?;
+        (!self.slots.handed_on(thread)).then_some(slot)
+    }
+
+    /// The current clock of `thread`: none for a thread without a slot yet (it has received
+    /// nothing) or one whose slot went on to another thread (its clock was let go then).
+    #[inline]
+    fn current_of(&self, thread: usize) -> Option<&VectorClock> {
+        self.current.get(self.held_slot(thread)?)
     }
 
     fn own(&mut self, thread: usize) -> &VectorClock {
         let slot = self.place(thread);
         let raw = self.slots.raw(thread, self.seen[thread]);
-        self.current[thread].set(slot, raw);
-        &self.current[thread]
+        self.current[slot].set(slot, raw);
+        &self.current[slot]
     }
 
     /// Whether the thread's latest clock knows the first `prefix` events of `other`.
     #[inline]
     pub fn knows_prefix(&self, thread: usize, other: usize) -> u32 {
-        self.slots.prefix(&self.current[thread], other)
+        self.current_of(thread)
+            .map_or(0, |clock| self.slots.prefix(clock, other))
     }
 
     /// Publishes the thread's clock (as of its current event) on `channel`.
@@ -439,15 +578,16 @@ impl HbBuilder {
             return;
         }
         self.own(thread);
+        let slot = self.place(thread);
         if self.snapshots {
-            self.charge(self.current[thread].entries().len());
+            self.charge(self.current[slot].entries().len());
             if self.overflowed {
                 return;
             }
         }
         // Joined from the thread's own clock in place: a send per lock release must not
         // allocate.
-        let clock = &self.current[thread];
+        let clock = &self.current[slot];
         let grown = publish(&mut self.channels, &mut self.lock_channels, channel, clock);
         if !self.snapshots {
             // Only what the channels hold: a send into a known channel costs nothing new.
@@ -483,7 +623,8 @@ impl HbBuilder {
         if self.overflowed {
             return;
         }
-        if self.current[thread].join(clock) {
+        let slot = self.place(thread);
+        if self.current[slot].join(clock) {
             self.record(thread, pos);
         }
     }
@@ -493,6 +634,7 @@ impl HbBuilder {
         if self.overflowed {
             return;
         }
+        let slot = self.place(thread);
         let sent = match lock_slot(channel) {
             Some(i) => self.lock_channels.get(i).and_then(Option::as_ref),
             None => self.channels.get(channel),
@@ -500,7 +642,7 @@ impl HbBuilder {
         let Some(sent) = sent else {
             return;
         };
-        if self.current[thread].join(sent) {
+        if self.current[slot].join(sent) {
             self.record(thread, pos);
         }
     }
@@ -522,8 +664,9 @@ impl HbBuilder {
             return;
         }
         let i = 2 * lock as usize;
+        let slot = self.place(thread);
         let grew = match self.lock_channels.get(i) {
-            Some(Some(sent)) => self.current[thread].join(sent),
+            Some(Some(sent)) => self.current[slot].join(sent),
             _ => false,
         };
         if grew {
@@ -531,7 +674,7 @@ impl HbBuilder {
         }
         if write {
             let grew = match self.lock_channels.get(i + 1) {
-                Some(Some(sent)) => self.current[thread].join(sent),
+                Some(Some(sent)) => self.current[slot].join(sent),
                 _ => false,
             };
             if grew {
@@ -553,16 +696,26 @@ impl HbBuilder {
 
     /// Joins the whole clock of `child` (a join returned).
     pub fn receive_thread(&mut self, thread: usize, pos: u32, child: usize) {
-        if self.overflowed || child == thread || child >= self.current.len() {
+        if self.overflowed || child == thread || child >= self.seen.len() {
             return;
         }
+        // A child whose slot went on already was let go (joining it again is undefined):
+        // there is nothing of it to join.
+        if self.slots.handed_on(child) {
+            return;
+        }
+        let theirs = self.place(child);
         self.own(child);
-        let (mine, sent) = if thread < child {
-            let (a, b) = self.current.split_at_mut(child);
-            (&mut a[thread], &b[0])
+        let mine = self.place(thread);
+        if mine == theirs {
+            return;
+        }
+        let (mine, sent) = if mine < theirs {
+            let (a, b) = self.current.split_at_mut(theirs);
+            (&mut a[mine], &b[0])
         } else {
-            let (a, b) = self.current.split_at_mut(thread);
-            (&mut b[0], &a[child])
+            let (a, b) = self.current.split_at_mut(mine);
+            (&mut b[0], &a[theirs])
         };
         if mine.join(sent) {
             self.record(thread, pos);
@@ -593,7 +746,7 @@ impl HbBuilder {
         self.receives = StoredClocks::new(self.receives.threads.len());
         self.channels = HashMap::new();
         self.lock_channels = Vec::new();
-        self.current = vec![VectorClock::default(); self.current.len()];
+        self.current = Vec::new();
         self.last_write = LastWriters::new();
         self.free_slots = Vec::new();
     }
@@ -606,22 +759,24 @@ impl HbBuilder {
         // A second receive at the same event (a read spanning granules of several writes, a
         // write acquisition joining both of a lock's channels) grows the snapshot stored for
         // it: the clock only grew since, and no closure asks for the clock between the two.
-        if self.receives.threads[thread]
+        if self
+            .receives
+            .list(thread)
             .last()
             .is_some_and(|r| r.pos == pos)
         {
-            let clock = self.current[thread].entries();
+            let clock = self.current[slot].entries();
             match self.receives.grow_last(thread, clock, slot, raw) {
                 Some(grown) => self.charge(grown),
                 None => self.abandon(),
             }
             return;
         }
-        self.charge(self.current[thread].entries().len());
+        self.charge(self.current[slot].entries().len());
         if self.overflowed {
             return;
         }
-        let clock = self.current[thread].entries();
+        let clock = self.current[slot].entries();
         if !self.receives.push(thread, pos, clock, slot, raw) {
             self.abandon();
         }
@@ -644,15 +799,7 @@ impl HbBuilder {
     /// only entries below the segment's start, which every closure of it already has). The
     /// budget applies per segment; once overflowed, the clocks stay abandoned.
     pub fn cut(&mut self) -> HappensBefore {
-        let receives = StoredClocks {
-            threads: self
-                .receives
-                .threads
-                .iter_mut()
-                .map(std::mem::take)
-                .collect(),
-            entries: std::mem::take(&mut self.receives.entries),
-        };
+        let receives = self.receives.take();
         if !self.overflowed {
             self.stored = 0;
         }
@@ -802,8 +949,8 @@ impl std::ops::BitOr for EdgeKinds {
 pub struct HbPass {
     builder: HbBuilder,
     edges: EdgeKinds,
-    /// With lock edges: per thread, the locks it holds (object, mode, recursion depth), to know
-    /// which channel a release publishes on.
+    /// With lock edges: per thread alive, by its slot (`HbBuilder::slot`), the locks it holds
+    /// (object, mode, recursion depth), to know which channel a release publishes on.
     held: Vec<Vec<(u32, Mode, u32)>>,
     /// With atomic edges, by thread: the clock at its last release fence, which its later
     /// relaxed stores publish (C11 7.17.4: a release fence before a store makes the store
@@ -824,11 +971,10 @@ impl HbPass {
 
     /// A pass over a builder made by the caller (a smaller clock budget, in tests).
     pub fn with_builder(builder: HbBuilder, edges: EdgeKinds) -> Self {
-        let threads = builder.current.len();
         HbPass {
             builder,
             edges,
-            held: vec![Vec::new(); threads],
+            held: Vec::new(),
             release_fence: HashMap::new(),
             acquire_pending: HashMap::new(),
             handoffs: HandoffQueues::new(),
@@ -864,7 +1010,10 @@ impl HbPass {
     /// first.
     #[inline]
     pub fn held(&self, thread: usize) -> &[(u32, Mode, u32)] {
-        self.held.get(thread).map_or(&[], Vec::as_slice)
+        self.builder
+            .held_slot(thread)
+            .and_then(|slot| self.held.get(slot))
+            .map_or(&[], Vec::as_slice)
     }
 
     /// The clocks stored since the last cut ([`HbBuilder::cut`]); the walk goes on.
@@ -907,10 +1056,20 @@ impl HbPass {
         }
     }
 
+    /// The locks `t` holds, for a change.
+    #[inline]
+    fn held_by(&mut self, t: usize) -> &mut Vec<(u32, Mode, u32)> {
+        let slot = self.builder.slot(t);
+        if slot >= self.held.len() {
+            self.held.resize_with(slot + 1, Vec::new);
+        }
+        &mut self.held[slot]
+    }
+
     /// Lock edges: an acquisition joins the releases it must follow (a re-entry of a held lock
     /// joins nothing new).
     fn acquire(&mut self, t: usize, pos: u32, lock: u32, mode: Mode) {
-        let held = &mut self.held[t];
+        let held = self.held_by(t);
         if let Some(h) = held.iter_mut().rev().find(|h| h.0 == lock) {
             h.2 += 1;
             return;
@@ -922,7 +1081,7 @@ impl HbPass {
     /// Lock edges: the outermost release publishes the thread's clock (a release of a lock the
     /// trace never showed taken counts as a write release).
     fn release(&mut self, t: usize, lock: u32) {
-        let held = &mut self.held[t];
+        let held = self.held_by(t);
         let mode = match held.iter().rposition(|h| h.0 == lock) {
             Some(i) => {
                 held[i].2 -= 1;
@@ -997,11 +1156,8 @@ impl HbPass {
     /// A thread exited: what is kept for it alone goes, so that memory follows the threads
     /// alive. Its pending relaxed loads and its last release fence can publish nothing more
     /// (an event after the exit is a damaged trace's); the locks it still holds stay, for
-    /// their releases' modes.
+    /// their releases' modes, until its slot goes on to another thread.
     fn exited(&mut self, t: usize) {
-        if self.held.get(t).is_some_and(Vec::is_empty) {
-            self.held[t] = Vec::new();
-        }
         if !self.release_fence.is_empty() {
             self.release_fence.remove(&(t as u32));
         }
@@ -1029,7 +1185,11 @@ impl HbPass {
                 b.write(t, pos, addr, size)
             }
             Op::Create { child: Some(c), .. } if create_join => {
-                b.place_child(t, c as usize);
+                if let Some(slot) = b.place_child(t, c as usize) {
+                    if let Some(held) = self.held.get_mut(slot) {
+                        held.clear();
+                    }
+                }
                 b.send(t, Channel::Fork(c as usize))
             }
             Op::ThreadExit => {
@@ -1162,6 +1322,34 @@ impl HbPass {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn receives_read_the_same_once_their_thread_exited_and_after_a_cut() {
+        let mut stored = StoredClocks::new(3);
+        assert!(stored.push(0, 1, &[2], 0, 2));
+        assert!(stored.push(1, 0, &[2], 1, 1));
+        assert!(stored.push(0, 5, &[3, 1], 0, 6));
+        stored.close(0);
+        // Thread 2 takes the list thread 0 let go, emptied.
+        assert!(stored.push(2, 0, &[6, 1], 2, 1));
+        assert_eq!(stored.list(0).len(), 2);
+        assert_eq!(stored.before(0, 4), Some(&[2][..]));
+        assert_eq!(stored.before(0, 9), Some(&[6, 1][..]));
+        assert_eq!(stored.before(2, 0), Some(&[6, 1, 1][..]));
+        // A damaged trace's receive after the exit reopens the list, the earlier ones kept.
+        assert!(stored.push(0, 7, &[6, 1], 0, 8));
+        assert_eq!(stored.list(0).len(), 3);
+        assert_eq!(stored.before(0, 5), Some(&[6, 1][..]));
+        let segment = stored.take();
+        assert_eq!(segment.before(1, 0), Some(&[2, 1][..]));
+        assert_eq!(segment.before(0, 7), Some(&[8, 1][..]));
+        assert_eq!(segment.list(2).len(), 1);
+        // The walk goes on with empty lists; a running thread keeps receiving.
+        assert!(stored.list(0).is_empty() && stored.list(1).is_empty());
+        assert!(stored.push(1, 4, &[9, 3], 1, 5));
+        assert_eq!(stored.before(1, 4), Some(&[9, 5][..]));
+        assert_eq!(stored.list(1).len(), 1);
+    }
 
     #[test]
     fn a_stored_clock_grown_away_from_the_buffer_end_moves_and_the_others_stay() {

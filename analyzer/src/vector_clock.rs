@@ -57,6 +57,11 @@ impl VectorClock {
         grew
     }
 
+    /// Forgets every entry, keeping the room (a slot's clock handed on to a new thread).
+    pub fn clear(&mut self) {
+        self.0.clear();
+    }
+
     /// Whether every entry of `self` is at most the matching entry of `other`.
     pub fn le(&self, other: &VectorClock) -> bool {
         self.0.iter().enumerate().all(|(i, &v)| v <= other.get(i))

@@ -3,6 +3,7 @@
 //! wrappers need `--wrapper` when recording. Read from the runs, after the walk.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use foresight_trace::event::SiteId;
 
@@ -45,27 +46,28 @@ struct LineTally {
     /// Some thread took two different locks there.
     one_thread_several: bool,
     /// Until then: the lock each thread (its trace, its id) took there first, kept across the
-    /// segments of a trace (a thread's two calls may be in two segments).
-    first_lock: BTreeMap<(String, u32), String>,
+    /// segments of a trace (a thread's two calls may be in two segments). The names are shared
+    /// by every entry of a trace and of a lock: a program that created 10^5 threads has an
+    /// entry for each.
+    first_lock: BTreeMap<(Arc<str>, u32), Arc<str>>,
     /// The line is in a thread's start routine (its caller is where threads start).
     thread_entry: bool,
 }
 
 impl LineTally {
-    fn took(&mut self, trace: &str, thread: u32, lock: &str) {
+    fn took(&mut self, trace: &Arc<str>, thread: u32, lock: &Arc<str>) {
         if self.one_thread_several {
             return;
         }
-        match self.first_lock.get(&(trace.to_string(), thread)) {
-            None => {
-                self.first_lock
-                    .insert((trace.to_string(), thread), lock.to_string());
+        match self.first_lock.entry((Arc::clone(trace), thread)) {
+            std::collections::btree_map::Entry::Vacant(e) => {
+                e.insert(Arc::clone(lock));
             }
-            Some(first) if first != lock => {
+            std::collections::btree_map::Entry::Occupied(first) if first.get() != lock => {
                 self.one_thread_several = true;
                 self.first_lock.clear();
             }
-            Some(_) => {}
+            std::collections::btree_map::Entry::Occupied(_) => {}
         }
     }
 }
@@ -113,13 +115,17 @@ impl HintTally {
             e.thread_entry |= is_thread_entry(loc);
             line_of_site.insert(site, key);
         }
+        let source: Arc<str> = Arc::from(run.source.as_str());
+        let mut lock_names: Vec<Option<Arc<str>>> = vec![None; run.locks.len()];
         for (site, lock, thread) in taken.threads {
-            let (Some(line), Some(lock)) = (line_of_site.get(&site), run.locks.get(lock as usize))
+            let (Some(line), Some(l)) = (line_of_site.get(&site), run.locks.get(lock as usize))
             else {
                 continue;
             };
             if let Some(e) = t.lines.get_mut(line) {
-                e.took(&run.source, thread, &lock.name);
+                let name =
+                    lock_names[lock as usize].get_or_insert_with(|| Arc::from(l.name.as_str()));
+                e.took(&source, thread, name);
             }
         }
         t

@@ -420,6 +420,13 @@ fn read_tables_and_trailer(
             }
         }
     }
+    // The per-thread tables, built again from their sorted entries: a map filled one key at a
+    // time keeps its nodes half full, one built from sorted entries fills them (about a third
+    // less memory for a program that created 10^5 threads).
+    tables.threads = std::mem::take(&mut tables.threads).into_iter().collect();
+    tables.access_counts = std::mem::take(&mut tables.access_counts)
+        .into_iter()
+        .collect();
     // A snapshot (FORMAT.md §7.14) has no trailer by design: the process went on.
     if trailer.is_none() && tables.snapshot_signal().is_none() {
         problems.push(Problem {

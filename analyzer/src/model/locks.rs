@@ -19,6 +19,7 @@ use foresight_trace::tables::Tables;
 
 use super::annotations::Annotations;
 use super::heap::HeapBlocks;
+use super::live::Live;
 use super::{AcquireHow, Acquisition, IndexMap, LockModel, Mode, RankViolation, ReadRecursion};
 use crate::stream::{Op, StreamEvent};
 
@@ -100,16 +101,18 @@ pub(super) struct LockSections<'t> {
     pub acquisitions: Vec<Acquisition>,
     /// Backing store of every `held` range (also the waits').
     pub held_pool: Vec<u32>,
-    pub thread_acquisitions: Vec<Vec<u32>>,
+    /// Filled from `acquisitions` when the walk ends.
+    pub thread_acquisitions: ThreadAcquisitions,
     /// Filled from `pairs` when the walk (or a segment) ends.
-    pub by_thread_lock: IndexMap<(u32, u32), Vec<u32>>,
+    pub by_thread_lock: PairAcquisitions,
     pairs: PairLists,
     pub read_recursions: Vec<ReadRecursion>,
     pub rank_violations: Vec<RankViolation>,
-    held: Vec<Vec<HeldEntry>>,
-    /// Per thread: its lock request waiting for an outcome, and the site of its last
-    /// condition wait (one slot per thread: one bounds check per lock event).
-    requests: Vec<Request>,
+    /// Per thread alive: the locks it holds, outermost first.
+    held: Live<Vec<HeldEntry>>,
+    /// Per thread alive: its lock request waiting for an outcome, and the site of its last
+    /// condition wait.
+    requests: Live<Request>,
     /// The first acquisitions of this segment, open at its start (`cut`).
     pub carried: u32,
     /// Locks known to be monitors before the walk (`monitors.rs`).
@@ -121,10 +124,53 @@ pub(super) struct SegmentLocks {
     pub lock_threads: Vec<Vec<u32>>,
     pub acquisitions: Vec<Acquisition>,
     pub held_pool: Vec<u32>,
-    pub thread_acquisitions: Vec<Vec<u32>>,
-    pub by_thread_lock: IndexMap<(u32, u32), Vec<u32>>,
+    pub thread_acquisitions: ThreadAcquisitions,
+    pub by_thread_lock: PairAcquisitions,
     pub read_recursions: Vec<ReadRecursion>,
     pub rank_violations: Vec<RankViolation>,
+}
+
+/// Per thread, the indices of its acquisitions in program order: every index in one list,
+/// grouped by thread, and where each thread's group starts. Made once per segment from the
+/// acquisitions ([`ThreadAcquisitions::by_thread`]) rather than grown as a list per thread
+/// during the walk: 4 bytes a thread instead of a list and its allocation, for a program that
+/// created 10^5 threads.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ThreadAcquisitions {
+    /// Per thread, where its group starts in `indices`; one more at the end.
+    starts: Vec<u32>,
+    indices: Vec<u32>,
+}
+
+impl ThreadAcquisitions {
+    /// The acquisitions of each of `threads` threads, in the order of `acquisitions` (which is
+    /// each thread's program order).
+    pub fn by_thread(acquisitions: &[Acquisition], threads: usize) -> Self {
+        let mut starts = vec![0u32; threads + 1];
+        for a in acquisitions {
+            starts[a.thread as usize + 1] += 1;
+        }
+        for t in 0..threads {
+            starts[t + 1] += starts[t];
+        }
+        let mut next = starts.clone();
+        let mut indices = vec![0u32; acquisitions.len()];
+        for (i, a) in acquisitions.iter().enumerate() {
+            let at = &mut next[a.thread as usize];
+            indices[*at as usize] = i as u32;
+            *at += 1;
+        }
+        ThreadAcquisitions { starts, indices }
+    }
+}
+
+impl std::ops::Index<usize> for ThreadAcquisitions {
+    type Output = [u32];
+
+    /// The acquisitions of thread `t`, in program order.
+    fn index(&self, t: usize) -> &[u32] {
+        &self.indices[self.starts[t] as usize..self.starts[t + 1] as usize]
+    }
 }
 
 impl<'t> LockSections<'t> {
@@ -136,13 +182,13 @@ impl<'t> LockSections<'t> {
             lock_threads: Vec::new(),
             acquisitions: Vec::new(),
             held_pool: Vec::new(),
-            thread_acquisitions: vec![Vec::new(); threads],
-            by_thread_lock: IndexMap::default(),
+            thread_acquisitions: ThreadAcquisitions::default(),
+            by_thread_lock: PairAcquisitions::default(),
             pairs: PairLists::default(),
             read_recursions: Vec::new(),
             rank_violations: Vec::new(),
-            held: (0..threads).map(|_| Vec::new()).collect(),
-            requests: vec![Request::default(); threads],
+            held: Live::new(threads),
+            requests: Live::new(threads),
             carried: 0,
             known_monitors: Default::default(),
         }
@@ -158,7 +204,7 @@ impl<'t> LockSections<'t> {
         let (t, pos, seq) = (ev.thread, ev.pos, ev.seq);
         match ev.op {
             Op::LockRequest { lock, mode, site } => self.lock_request(t, lock, mode, site, pos),
-            Op::LockFailed { .. } => self.requests[t as usize].pending = None,
+            Op::LockFailed { .. } => self.requests.get_mut(t as usize).pending = None,
             Op::LockAcquired { lock, mode } => {
                 self.lock_acquired(t, lock, mode, pos, seq, annotations, heap)
             }
@@ -173,7 +219,7 @@ impl<'t> LockSections<'t> {
             }
             Op::LockRelease { lock, .. } => self.lock_released(t, lock, pos),
             Op::CondWaitBegin { mutex, site, .. } => {
-                self.requests[t as usize].cond_site = site;
+                self.requests.get_mut(t as usize).cond_site = site;
                 if let Some(l) = self.index(mutex) {
                     self.locks[l as usize].monitor = true;
                     self.release(t, l, pos);
@@ -181,7 +227,7 @@ impl<'t> LockSections<'t> {
             }
             Op::CondWaitEnd { mutex, .. } => {
                 let l = self.lock_of(mutex, annotations, heap);
-                let site = self.requests[t as usize].cond_site;
+                let site = self.requests.get(t as usize).map_or(0, |r| r.cond_site);
                 self.acquire(
                     t,
                     l,
@@ -194,15 +240,21 @@ impl<'t> LockSections<'t> {
                 );
             }
             Op::CondSignal { .. } => {
-                if let Some(h) = self.held[t as usize].last() {
+                if let Some(h) = self.held.get(t as usize).and_then(|h| h.last()) {
                     self.locks[h.lock as usize].monitor = true;
                 }
             }
-            // A thread that exited holding nothing lets its room go: memory follows the
-            // threads alive, not those created over the program's life.
+            // A thread that exited holding nothing and waiting for nothing lets its room go
+            // to a later thread: memory follows the threads alive, not those created over the
+            // program's life. (A lock it still holds is released by no one; a request still
+            // waiting is the walk's end's.)
             Op::ThreadExit => {
-                if let Some(held) = self.held.get_mut(t as usize).filter(|h| h.is_empty()) {
-                    *held = Vec::new();
+                let t = t as usize;
+                if self.held.get(t).is_some_and(Vec::is_empty) {
+                    self.held.release(t, Vec::clear);
+                }
+                if self.requests.get(t).is_some_and(|r| r.pending.is_none()) {
+                    self.requests.release(t, |r| *r = Request::default());
                 }
             }
             _ => {}
@@ -212,7 +264,7 @@ impl<'t> LockSections<'t> {
     /// A lock request: what [`LockSections::handle`] does with one.
     #[inline(always)]
     pub fn lock_request(&mut self, t: u32, lock: ObjectId, mode: Mode, site: SiteId, pos: u32) {
-        let r = &mut self.requests[t as usize];
+        let r = self.requests.get_mut(t as usize);
         r.pending = Some((lock, pos));
         r.site = site;
         r.mode = mode;
@@ -231,7 +283,7 @@ impl<'t> LockSections<'t> {
         annotations: &Annotations,
         heap: &HeapBlocks,
     ) {
-        let r = &mut self.requests[t as usize];
+        let r = self.requests.get_mut(t as usize);
         let site = r.site;
         let request = match r.pending.take() {
             Some((l, p)) if l == lock => p,
@@ -252,8 +304,13 @@ impl<'t> LockSections<'t> {
     /// Copies the thread's held acquisitions (outermost first) into the pool.
     pub fn push_held(&mut self, thread: u32) -> std::ops::Range<u32> {
         let start = self.held_pool.len() as u32;
-        self.held_pool
-            .extend(self.held[thread as usize].iter().map(|h| h.acq));
+        self.held_pool.extend(
+            self.held
+                .get(thread as usize)
+                .into_iter()
+                .flatten()
+                .map(|h| h.acq),
+        );
         start..self.held_pool.len() as u32
     }
 
@@ -315,7 +372,7 @@ impl<'t> LockSections<'t> {
         seq: u64,
         site: SiteId,
     ) {
-        let held = &mut self.held[thread as usize];
+        let held = self.held.get_mut(thread as usize);
         if let Some(h) = held.iter_mut().find(|h| h.lock == lock) {
             // Re-acquired while held: a recursive mutex, or a recursive read of an rwlock. Only
             // the outermost acquisition is a critical section.
@@ -375,15 +432,14 @@ impl<'t> LockSections<'t> {
             held: h,
             subclass: self.locks[lock as usize].subclass,
         });
-        self.thread_acquisitions[thread as usize].push(index);
-        if self.pairs.push(thread, lock, index) {
+        if self.pairs.push(thread, lock) {
             self.lock_threads[lock as usize].push(thread);
         }
     }
 
     #[inline(always)]
     fn release(&mut self, thread: u32, lock: u32, pos: u32) {
-        let held = &mut self.held[thread as usize];
+        let held = self.held.get_mut(thread as usize);
         let Some(i) = held.iter().rposition(|h| h.lock == lock) else {
             return;
         };
@@ -434,36 +490,32 @@ impl<'t> LockSections<'t> {
     /// lock after their release; a release without its acquire in the segment finds them. The
     /// lock table, held stacks and pending requests go on.
     pub fn cut(&mut self) -> SegmentLocks {
-        let threads = self.held.len();
-        let mut open: Vec<u32> = self.held.iter().flatten().map(|h| h.acq).collect();
+        let threads = self.held.threads();
+        let mut open: Vec<u32> = self.held.entries().flatten().map(|h| h.acq).collect();
         open.sort_unstable();
+        let acquisitions = std::mem::take(&mut self.acquisitions);
         let segment = SegmentLocks {
             lock_threads: std::mem::replace(
                 &mut self.lock_threads,
                 vec![Vec::new(); self.locks.len()],
             ),
-            acquisitions: std::mem::take(&mut self.acquisitions),
+            thread_acquisitions: ThreadAcquisitions::by_thread(&acquisitions, threads),
+            by_thread_lock: self.pairs.take(&acquisitions),
+            acquisitions,
             held_pool: std::mem::take(&mut self.held_pool),
-            thread_acquisitions: std::mem::replace(
-                &mut self.thread_acquisitions,
-                vec![Vec::new(); threads],
-            ),
-            by_thread_lock: self.pairs.take(),
             read_recursions: std::mem::take(&mut self.read_recursions),
             rank_violations: std::mem::take(&mut self.rank_violations),
         };
         for &old in &open {
             let mut a = segment.acquisitions[old as usize].clone();
             a.held = 0..0;
-            let index = self.acquisitions.len() as u32;
-            self.thread_acquisitions[a.thread as usize].push(index);
-            if self.pairs.push(a.thread, a.lock, index) {
+            if self.pairs.push(a.thread, a.lock) {
                 self.lock_threads[a.lock as usize].push(a.thread);
             }
             self.acquisitions.push(a);
         }
         let renumber = |old: u32| open.binary_search(&old).expect("an open section") as u32;
-        for h in self.held.iter_mut().flatten() {
+        for h in self.held.entries_mut().flatten() {
             h.acq = renumber(h.acq);
             h.max_rank = h.max_rank.map(|(r, a)| (r, renumber(a)));
         }
@@ -488,80 +540,130 @@ impl<'t> LockSections<'t> {
     }
 
     pub fn finish(mut self, annotations: &Annotations, heap: &HeapBlocks, events: u64) -> Self {
-        for t in 0..self.requests.len() {
-            if let Some((lock, request)) = self.requests[t].pending {
-                let l = self.lock_of(lock, annotations, heap);
-                let (mode, site) = (self.requests[t].mode, self.requests[t].site);
-                self.acquire(
-                    t as u32,
-                    l,
-                    mode,
-                    AcquireHow::Blocking,
-                    request,
-                    u32::MAX,
-                    events,
-                    site,
-                );
-            }
+        for t in 0..self.requests.threads() {
+            let Some(&Request {
+                pending: Some((lock, request)),
+                mode,
+                site,
+                ..
+            }) = self.requests.get(t)
+            else {
+                continue;
+            };
+            let l = self.lock_of(lock, annotations, heap);
+            self.acquire(
+                t as u32,
+                l,
+                mode,
+                AcquireHow::Blocking,
+                request,
+                u32::MAX,
+                events,
+                site,
+            );
         }
-        self.by_thread_lock = self.pairs.take();
+        self.by_thread_lock = self.pairs.take(&self.acquisitions);
+        self.thread_acquisitions =
+            ThreadAcquisitions::by_thread(&self.acquisitions, self.requests.threads());
         self
     }
 }
 
-/// Per (thread, lock): the thread's acquisitions of the lock, in order — what the run's
-/// `by_thread_lock` holds, kept so that a thread taking a lock it took last finds its list
-/// without hashing (the lock-heavy walk's most frequent case).
+/// Which (thread, lock) pairs have acquisitions so far, each with its number; the lists
+/// themselves are made from the acquisitions when the segment ends ([`PairLists::take`]),
+/// not grown one per pair as the walk goes (a thread per request makes a pair per thread).
 #[derive(Default)]
 struct PairLists {
     index: IndexMap<(u32, u32), u32>,
-    lists: Vec<Vec<u32>>,
-    /// Per lock (dense index): the thread that acquired it last, and that pair's list.
-    last: Vec<(u32, u32)>,
+    /// Per lock (dense index): the thread that acquired it last.
+    last: Vec<u32>,
 }
 
 impl PairLists {
-    /// Adds acquisition `acq` to the list of (`thread`, `lock`); returns whether the list is
-    /// new (the thread's first acquisition of the lock).
+    /// Notes acquisition of `lock` by `thread`; returns whether the pair is new (the
+    /// thread's first acquisition of the lock).
     #[inline(always)]
-    fn push(&mut self, thread: u32, lock: u32, acq: u32) -> bool {
-        if let Some(&(t, list)) = self.last.get(lock as usize) {
-            if t == thread {
-                self.lists[list as usize].push(acq);
-                return false;
-            }
+    fn push(&mut self, thread: u32, lock: u32) -> bool {
+        if self.last.get(lock as usize) == Some(&thread) {
+            return false;
         }
-        self.push_looked_up(thread, lock, acq)
+        self.push_looked_up(thread, lock)
     }
 
     #[inline(never)]
-    fn push_looked_up(&mut self, thread: u32, lock: u32, acq: u32) -> bool {
-        let next = self.lists.len() as u32;
-        let (list, new) = match self.index.entry((thread, lock)) {
-            std::collections::hash_map::Entry::Occupied(e) => (*e.get(), false),
+    fn push_looked_up(&mut self, thread: u32, lock: u32) -> bool {
+        let next = self.index.len() as u32;
+        let new = match self.index.entry((thread, lock)) {
+            std::collections::hash_map::Entry::Occupied(_) => false,
             std::collections::hash_map::Entry::Vacant(e) => {
                 e.insert(next);
-                self.lists.push(Vec::new());
-                (next, true)
+                true
             }
         };
-        self.lists[list as usize].push(acq);
         let l = lock as usize;
         if self.last.len() <= l {
-            self.last.resize(l + 1, (u32::MAX, 0));
+            self.last.resize(l + 1, u32::MAX);
         }
-        self.last[l] = (thread, list);
+        self.last[l] = thread;
         new
     }
 
-    /// The lists so far, by (thread, lock); starts afresh.
-    fn take(&mut self) -> IndexMap<(u32, u32), Vec<u32>> {
-        let mut lists = std::mem::take(&mut self.lists);
+    /// The lists of `acquisitions` (every one noted since the last take, in order) by
+    /// (thread, lock); starts afresh.
+    fn take(&mut self, acquisitions: &[Acquisition]) -> PairAcquisitions {
         self.last.clear();
-        std::mem::take(&mut self.index)
-            .into_iter()
-            .map(|(k, i)| (k, std::mem::take(&mut lists[i as usize])))
-            .collect()
+        let index = std::mem::take(&mut self.index);
+        let group = |a: &Acquisition| index.get(&(a.thread, a.lock)).copied();
+        let mut starts = vec![0u32; index.len() + 1];
+        for g in acquisitions.iter().filter_map(group) {
+            starts[g as usize + 1] += 1;
+        }
+        for g in 0..index.len() {
+            starts[g + 1] += starts[g];
+        }
+        let mut next = starts.clone();
+        let mut indices = vec![0u32; starts[index.len()] as usize];
+        for (i, a) in acquisitions.iter().enumerate() {
+            if let Some(g) = group(a) {
+                let at = &mut next[g as usize];
+                indices[*at as usize] = i as u32;
+                *at += 1;
+            }
+        }
+        PairAcquisitions {
+            index,
+            starts,
+            indices,
+        }
+    }
+}
+
+/// Per (thread, lock) pair: the indices of its acquisitions in program order, every list in
+/// one, grouped like [`ThreadAcquisitions`].
+#[derive(Clone, Debug, Default)]
+pub(crate) struct PairAcquisitions {
+    /// (thread, lock) → its group.
+    index: IndexMap<(u32, u32), u32>,
+    /// Per group, where it starts in `indices`; one more at the end.
+    starts: Vec<u32>,
+    indices: Vec<u32>,
+}
+
+impl PairAcquisitions {
+    /// The acquisitions of `lock` by `thread`, in program order, if it has any.
+    pub fn get(&self, &(thread, lock): &(u32, u32)) -> Option<&[u32]> {
+        let g = *self.index.get(&(thread, lock))? as usize;
+        Some(&self.indices[self.starts[g] as usize..self.starts[g + 1] as usize])
+    }
+}
+
+impl std::ops::Index<&(u32, u32)> for PairAcquisitions {
+    type Output = [u32];
+
+    /// The acquisitions of a (thread, lock) pair that has some.
+    fn index(&self, pair: &(u32, u32)) -> &[u32] {
+        self.get(pair)
+            .expect("a (thread, lock) pair with acquisitions")
     }
 }
 

@@ -46,6 +46,7 @@ use crate::stream::{mode_of, EventSource, Mode, Op, Pass, Stream, StreamEvent};
 mod annotations;
 mod blocking;
 mod heap;
+mod live;
 mod locks;
 mod marks;
 mod monitors;
@@ -60,6 +61,7 @@ pub(crate) use blocking::HeldBlocking;
 use blocking::HeldBlockingCalls;
 use heap::HeapBlocks;
 use locks::{LockSections, SegmentLocks};
+pub(crate) use locks::{PairAcquisitions, ThreadAcquisitions};
 pub use marks::MarksSource;
 pub(crate) use marks::{AccessMarks, SegmentMarks};
 pub use monitors::MonitorScan;
@@ -227,9 +229,9 @@ pub struct Run {
     /// Backing store of every `held` range.
     pub(crate) held_pool: Vec<u32>,
     /// Per thread: acquisition indices in program order.
-    pub(crate) thread_acquisitions: Vec<Vec<u32>>,
+    pub(crate) thread_acquisitions: ThreadAcquisitions,
     /// Per (thread, lock): acquisition indices in program order.
-    pub(crate) by_thread_lock: IndexMap<(u32, u32), Vec<u32>>,
+    pub(crate) by_thread_lock: PairAcquisitions,
     /// Per lock: the threads that acquire it.
     pub(crate) lock_threads: Vec<Vec<u32>>,
     /// The locks acquired by two threads or more: the only ones the lock rule can apply to.

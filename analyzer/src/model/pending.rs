@@ -14,6 +14,7 @@ use foresight_trace::event::{ObjectId, SiteId};
 use foresight_trace::tables::Tables;
 use foresight_trace::tables::{EndReason, RecordingStopped, ThreadEndState};
 
+use super::live::Live;
 use super::{Mode, ThreadModel};
 use crate::stream::{Op, StreamEvent};
 
@@ -96,7 +97,8 @@ pub(crate) struct RunEnd {
 }
 
 pub(super) struct PendingCalls {
-    open: Vec<Vec<PendingCall>>,
+    /// Per thread alive: the calls it is in, innermost last.
+    open: Live<Vec<PendingCall>>,
     exited: Vec<bool>,
     once_runners: HashMap<ObjectId, u32>,
     /// The last `exec` (thread, site), until its thread records anything after it (the exec
@@ -107,7 +109,7 @@ pub(super) struct PendingCalls {
 impl PendingCalls {
     pub fn new(threads: usize) -> Self {
         PendingCalls {
-            open: vec![Vec::new(); threads],
+            open: Live::new(threads),
             exited: vec![false; threads],
             once_runners: HashMap::new(),
             exec: None,
@@ -165,8 +167,9 @@ impl PendingCalls {
             }
             Op::ThreadExit => {
                 self.exited[t] = true;
-                // Its room goes too: memory follows the threads alive, not those created.
-                self.open[t] = Vec::new();
+                // Its room goes to a later thread: memory follows the threads alive, not
+                // those created.
+                self.open.release(t, Vec::clear);
             }
             Op::Exec { site } => self.exec = Some((t, site)),
             _ => {}
@@ -207,7 +210,7 @@ impl PendingCalls {
 
     #[inline]
     fn open(&mut self, t: usize, call: PendingCall) {
-        let open = &mut self.open[t];
+        let open = self.open.get_mut(t);
         if open.len() == MAX_NESTED {
             open.remove(0);
         }
@@ -218,7 +221,9 @@ impl PendingCalls {
     /// after it (which a well-formed trace has closed already) are done.
     #[inline]
     fn close(&mut self, t: usize, is: impl Fn(Blocking) -> bool) {
-        let open = &mut self.open[t];
+        let Some(open) = self.open.get_mut_if_any(t) else {
+            return;
+        };
         if let Some(i) = open.iter().rposition(|c| is(c.what)) {
             open.truncate(i);
         }
@@ -236,7 +241,9 @@ impl PendingCalls {
                 .iter()
                 .map(|t| tables.thread_ends.get(&t.id).copied())
                 .collect(),
-            pending: self.open.iter().map(|o| o.last().copied()).collect(),
+            pending: (0..self.open.threads())
+                .map(|t| self.open.get(t).and_then(|o| o.last().copied()))
+                .collect(),
             exited: self.exited,
             once_runners: self.once_runners,
             reason,
