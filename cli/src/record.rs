@@ -24,7 +24,7 @@ use foresight_trace::{TraceFile, TraceStream};
 use foresight_analyzer::report::counted;
 use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGQUIT, SIGTERM};
 
-use super::run_files::{siblings, snapshots};
+use super::run_files::{siblings, siblings_and_snapshots, snapshots};
 use super::runtime::{check_target, find_runtime, ld_preload};
 use super::safe_fs::untrusted_file;
 
@@ -733,14 +733,15 @@ fn prepare_output(output: &Path) -> anyhow::Result<Vec<PathBuf>> {
         ),
     }
     let mut kept = Vec::new();
+    let (stale_siblings, stale_snapshots) = siblings_and_snapshots(output);
     // A previous run's snapshots (this run numbers its own from 1).
-    for p in snapshots(output) {
+    for p in stale_snapshots {
         if let Existing::Ours = existing(&p) {
             std::fs::remove_file(&p)
                 .with_context(|| format!("cannot remove the previous snapshot {}", p.display()))?;
         }
     }
-    for (_, p) in siblings(output) {
+    for (_, p) in stale_siblings {
         match existing(&p) {
             Existing::Ours => std::fs::remove_file(&p)
                 .with_context(|| format!("cannot remove the previous trace {}", p.display()))?,

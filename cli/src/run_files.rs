@@ -77,13 +77,44 @@ pub fn siblings(output: &Path) -> Vec<(String, PathBuf)> {
         let suffix = sibling_suffix(base, name)?.to_string();
         Some((suffix, output.with_file_name(name)))
     });
+    sort_siblings(&mut found);
+    found
+}
+
+fn sort_siblings(found: &mut [(String, PathBuf)]) {
     found.sort_by_key(|(s, _)| {
         s.split('.')
             .filter(|p| !p.is_empty())
             .map(|p| p.parse::<u64>().unwrap_or(u64::MAX))
             .collect::<Vec<_>>()
     });
-    found
+}
+
+/// `siblings` and `snapshots` of `output` from one listing of its directory (a directory of
+/// thousands of files, as `/tmp` often is, takes a millisecond or more to list).
+pub fn siblings_and_snapshots(output: &Path) -> (Vec<(String, PathBuf)>, Vec<PathBuf>) {
+    enum Found {
+        Sibling(String, PathBuf),
+        Snapshot(PathBuf),
+    }
+    let found = names_beside(output, |base, name| {
+        if is_snapshot_of(base, name) {
+            Some(Found::Snapshot(output.with_file_name(name)))
+        } else {
+            let suffix = sibling_suffix(base, name)?.to_string();
+            Some(Found::Sibling(suffix, output.with_file_name(name)))
+        }
+    });
+    let (mut siblings, mut snapshots) = (Vec::new(), Vec::new());
+    for f in found {
+        match f {
+            Found::Sibling(suffix, p) => siblings.push((suffix, p)),
+            Found::Snapshot(p) => snapshots.push(p),
+        }
+    }
+    sort_siblings(&mut siblings);
+    snapshots.sort();
+    (siblings, snapshots)
 }
 
 /// Whether `name` is a `--dump-on` snapshot of the run `base`: `base.snapshot-<n>`, or the
@@ -284,6 +315,31 @@ pub fn expand(paths: &[PathBuf], root_only: bool) -> anyhow::Result<Vec<Input>> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_listing_finds_what_the_two_find() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in [
+            "t",
+            "t.12",
+            "t.12.3",
+            "t.9",
+            "t.snapshot-2",
+            "t.12.snapshot-1",
+            "t.x",
+            "u.12",
+            "t.12.3.4",
+        ] {
+            std::fs::write(dir.path().join(name), b"").unwrap();
+        }
+        let output = dir.path().join("t");
+        let (found_siblings, found_snapshots) = siblings_and_snapshots(&output);
+        assert_eq!(found_siblings, siblings(&output));
+        assert_eq!(found_snapshots, snapshots(&output));
+        let suffixes: Vec<_> = found_siblings.iter().map(|(s, _)| s.as_str()).collect();
+        assert_eq!(suffixes, [".9", ".12", ".12.3"]);
+        assert_eq!(found_snapshots.len(), 2);
+    }
 
     #[test]
     fn sibling_names() {

@@ -72,6 +72,14 @@ impl RealFn {
         self.resolve()
     }
 
+    /// The real function's address if it was resolved already (no attempt otherwise): for a
+    /// hot path that leaves the resolution to its out-of-line path.
+    #[inline(always)]
+    pub fn resolved(&self) -> Option<usize> {
+        let a = self.addr.load(Ordering::Relaxed);
+        (a != 0).then_some(a)
+    }
+
     /// Resolves the symbol now, if it is not yet (see the module's comment).
     pub fn resolve_at_load(&self) {
         let _ = self.try_get();
@@ -187,6 +195,14 @@ impl<F: Copy> Typed<F> {
         let a = self.raw.try_get()?;
         // SAFETY: `new`'s contract: F is the fn-pointer type of the symbol, one pointer wide
         // (checked when this is compiled), and `a` is that symbol's non-null address.
+        Some(unsafe { std::mem::transmute_copy::<usize, F>(&a) })
+    }
+
+    /// The typed function pointer if it was resolved already (`RealFn::resolved`).
+    #[inline(always)]
+    pub fn resolved(&self) -> Option<F> {
+        let a = self.raw.resolved()?;
+        // SAFETY: as in `try_get`.
         Some(unsafe { std::mem::transmute_copy::<usize, F>(&a) })
     }
 

@@ -1,5 +1,6 @@
-//! Lamport clocks for synchronisation through plain memory addresses: atomic operations,
-//! allocation and free (address reuse), and the happens-before annotations. These need no
+//! Lamport clocks for synchronisation through plain memory addresses: atomic operations and
+//! the happens-before annotations (allocation and free have a smaller table of their own,
+//! `hooks/heap.rs`). These need no
 //! object id, only a clock per address, so the addresses share a fixed table of stripes by
 //! hash: two addresses on one stripe only order their events more than needed, never less
 //! (a shared clock is the larger of the two), which keeps the merged order a linear

@@ -22,7 +22,8 @@
 //! Everything here runs on cold paths: the first time an address is classified (then a
 //! lock-free table answers), and the first time a module's symbols are needed (read from its
 //! file with positioned reads, never mapped: functions only, 24 bytes each; names are read
-//! from the file when an address is looked up).
+//! with them when the string table is small, else from the file when an address is looked
+//! up).
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -218,13 +219,20 @@ pub fn is_standard_machinery(name: &str) -> bool {
 }
 
 /// The function symbols of one module: sorted `(start, end, name offset)` in its string
-/// table, which stays in the file.
+/// table, which is kept in memory when it is small (`NAMES_KEPT`), else stays in the file.
 struct Functions {
     file: String,
     strtab_offset: u64,
     strtab_size: u64,
     ranges: Vec<(u64, u64, u32)>,
+    /// The string table, when it is at most `NAMES_KEPT` bytes: a program whose lock calls
+    /// come from a wrapper classifies one address per calling function (SQLite: 120), and
+    /// each would otherwise open the file and read it again.
+    names: Option<Vec<u8>>,
 }
+
+/// The largest string table kept in memory (SQLite's amalgamation: 34 KiB).
+const NAMES_KEPT: u64 = 1 << 20;
 
 /// Per module id: its functions, once loaded (`None`: no symbol table found).
 static SYMBOLS: SpinLock<Vec<Option<Option<Functions>>>> = SpinLock::new(Vec::new());
@@ -242,6 +250,21 @@ fn function_name(m: &modules::ModuleFile, vaddr: u64) -> Option<String> {
     if vaddr < start || vaddr >= end || u64::from(name) >= f.strtab_size {
         return None;
     }
+    name_at(f, name)
+}
+
+/// The name at offset `name` of the module's string table.
+fn name_at(f: &Functions, name: u32) -> Option<String> {
+    let Some(names) = &f.names else {
+        return name_from_file(f, name);
+    };
+    let from = names.get(name as usize..)?;
+    let len = from.iter().position(|&b| b == 0)?;
+    Some(String::from_utf8_lossy(&from[..len]).into_owned())
+}
+
+/// `name_at` for a string table left in the file.
+fn name_from_file(f: &Functions, name: u32) -> Option<String> {
     let file = File::open(&f.file).ok()?;
     let mut buf = [0u8; 4096];
     let want = (f.strtab_size - u64::from(name)).min(buf.len() as u64) as usize;
@@ -325,12 +348,22 @@ fn read_functions(path: &str, kind: u32) -> Option<Functions> {
         done += n;
     }
     ranges.sort_unstable();
+    let names = (strtab_size <= NAMES_KEPT)
+        .then(|| read_names(&file, strtab_offset, strtab_size))
+        .flatten();
     Some(Functions {
         file: path.to_string(),
         strtab_offset,
         strtab_size,
         ranges,
+        names,
     })
+}
+
+fn read_names(file: &File, offset: u64, size: u64) -> Option<Vec<u8>> {
+    let mut names = vec![0u8; usize::try_from(size).ok()?];
+    file.read_exact_at(&mut names, offset).ok()?;
+    Some(names)
 }
 
 #[cfg(test)]
@@ -378,5 +411,25 @@ mod tests {
         let f = read_functions(exe.to_str().unwrap(), SHT_SYMTAB).expect("a symbol table");
         assert!(f.ranges.len() > 100);
         assert!(f.ranges.windows(2).all(|w| w[0].0 <= w[1].0));
+    }
+
+    #[test]
+    fn names_kept_in_memory_are_the_names_in_the_file() {
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let mut f = read_functions(exe.to_str().unwrap(), SHT_SYMTAB).expect("a symbol table");
+        let file = File::open(&f.file).unwrap();
+        f.names = read_names(&file, f.strtab_offset, f.strtab_size);
+        assert!(f.names.is_some());
+        assert!(f
+            .ranges
+            .iter()
+            .any(|r| name_at(&f, r.2).is_some_and(|n| n.contains("names_kept_in_memory"))));
+        // A thousand of them compared (each read from the file opens it).
+        let step = (f.ranges.len() / 1000).max(1);
+        let sample: Vec<u32> = f.ranges.iter().step_by(step).map(|r| r.2).collect();
+        let kept: Vec<_> = sample.iter().map(|&n| name_at(&f, n)).collect();
+        f.names = None;
+        let read: Vec<_> = sample.iter().map(|&n| name_at(&f, n)).collect();
+        assert_eq!(kept, read);
     }
 }

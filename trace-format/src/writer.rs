@@ -51,8 +51,10 @@ pub struct ChunkWriter {
 /// Both ids must fit two varint bytes (below 2^14).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PackedFields {
-    /// The object's varint, then the site's, little-endian from the low byte.
-    bytes: u32,
+    /// The object's varint, then the site's, little-endian from bit 16: where they go in a
+    /// keyed event's first word (tag, key delta, fields), so that the lane's push only ORs
+    /// in the tag and the delta.
+    shifted: u64,
     object_len: u8,
     len: u8,
 }
@@ -60,7 +62,7 @@ pub struct PackedFields {
 impl PackedFields {
     /// Object 0 at site 0: a placeholder for a slot that holds none.
     pub const EMPTY: Self = Self {
-        bytes: 0,
+        shifted: 0,
         object_len: 1,
         len: 2,
     };
@@ -77,7 +79,7 @@ impl PackedFields {
         let (o, object_len) = two(object)?;
         let (s, site_len) = two(site)?;
         Some(Self {
-            bytes: o | s << (8 * object_len),
+            shifted: u64::from(o | s << (8 * object_len)) << 16,
             object_len,
             len: object_len + site_len,
         })
@@ -85,11 +87,17 @@ impl PackedFields {
 
     /// The object's id.
     fn object(self) -> ObjectId {
+        let bytes = self.bytes();
         if self.object_len == 1 {
-            self.bytes & 0x7f
+            bytes & 0x7f
         } else {
-            (self.bytes & 0x7f) | (self.bytes >> 8 & 0x7f) << 7
+            (bytes & 0x7f) | (bytes >> 8 & 0x7f) << 7
         }
+    }
+
+    /// The two varints, from the low byte.
+    fn bytes(self) -> u32 {
+        (self.shifted >> 16) as u32
     }
 
     /// The object's bytes alone (a lock-acquired names no site).
@@ -97,7 +105,7 @@ impl PackedFields {
     fn object_only(self) -> Self {
         let mask = if self.object_len == 1 { 0xff } else { 0xffff };
         Self {
-            bytes: self.bytes & mask,
+            shifted: self.shifted & mask << 16,
             object_len: self.object_len,
             len: self.object_len,
         }
@@ -424,10 +432,10 @@ impl ChunkWriter {
         }
         let delta = key.wrapping_sub(self.state.key);
         let (word, n) = if delta == 0 && unkeyed_ok {
-            (t as u64 | (f.bytes as u64) << 8, 1 + f.len as usize)
+            (t as u64 | f.shifted >> 8, 1 + f.len as usize)
         } else if delta.wrapping_sub(1) < 0x7f {
             let head = (t | crate::codec::KEY_FLAG) as u64 | delta << 8;
-            (head | (f.bytes as u64) << 16, 2 + f.len as usize)
+            (head | f.shifted, 2 + f.len as usize)
         } else {
             return false;
         };

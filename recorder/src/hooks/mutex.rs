@@ -66,11 +66,13 @@ impl ProgramMutex {
     }
 
     pub(crate) fn kind(self) -> ObjectKind {
-        match self.word(KIND_WORD) & 3 {
-            1 => ObjectKind::RecursiveMutex,
-            2 => ObjectKind::ErrorCheckMutex,
-            _ => ObjectKind::Mutex,
-        }
+        kind_of_word(self.word(KIND_WORD))
+    }
+
+    /// The kind word, read once for a hook that needs both the type and the flags.
+    #[inline(always)]
+    fn kind_word(self) -> c_int {
+        self.word(KIND_WORD)
     }
 
     fn owned_by(self, t: &ThreadState) -> bool {
@@ -84,7 +86,12 @@ impl ProgramMutex {
     /// a normal or adaptive one. Either word holds the caller's own tid exactly when it holds
     /// the mutex, so the answer does not race with other threads.
     pub(crate) fn unlock_fails(self, t: &ThreadState) -> bool {
-        let kind = self.word(KIND_WORD);
+        self.unlock_fails_as(self.word(KIND_WORD), t)
+    }
+
+    /// `unlock_fails` with the kind word read already (`kind_word`).
+    #[inline(always)]
+    fn unlock_fails_as(self, kind: c_int, t: &ThreadState) -> bool {
         if kind & KIND_ROBUST != 0 {
             (self.word(LOCK_WORD) & FUTEX_TID_MASK) as u32 != t.os_tid.get()
         } else {
@@ -101,6 +108,16 @@ impl ProgramMutex {
     #[inline(always)]
     fn trylock_first_ok(self) -> bool {
         self.word(KIND_WORD) & KIND_ROBUST_PI_PP == 0
+    }
+}
+
+/// The mutex type a glibc kind word names.
+#[inline(always)]
+fn kind_of_word(kind: c_int) -> ObjectKind {
+    match kind & 3 {
+        1 => ObjectKind::RecursiveMutex,
+        2 => ObjectKind::ErrorCheckMutex,
+        _ => ObjectKind::Mutex,
     }
 }
 
@@ -344,7 +361,8 @@ pub(crate) fn attempt(
 }
 
 /// The shared shape of a release: the event (and the object's clock) before the real call,
-/// which is then the last thing the hook does.
+/// which is then the last thing the hook does. Both ways end in a tail call (the real call,
+/// or the general path that makes it), so that the lane runs without saving a register.
 #[inline(always)]
 pub(crate) fn release(
     addr: usize,
@@ -353,7 +371,22 @@ pub(crate) fn release(
     owned: impl Fn(ObjectKind, &ThreadState) -> bool + Copy,
     call: impl FnOnce() -> c_int,
 ) -> c_int {
-    record_release(addr, ra, kind_of, owned);
+    if release_on_lane(addr, ra, kind_of, owned) {
+        return call();
+    }
+    release_general(addr, ra, kind_of, owned, call)
+}
+
+/// `release` off the lane, out of line.
+#[inline(never)]
+fn release_general(
+    addr: usize,
+    ra: usize,
+    kind_of: impl Fn() -> ObjectKind + Copy,
+    owned: impl Fn(ObjectKind, &ThreadState) -> bool + Copy,
+    call: impl FnOnce() -> c_int,
+) -> c_int {
+    record_release_general(addr, ra, kind_of, owned);
     call()
 }
 
@@ -365,20 +398,32 @@ pub(crate) fn record_release(
     kind_of: impl Fn() -> ObjectKind + Copy,
     owned: impl Fn(ObjectKind, &ThreadState) -> bool + Copy,
 ) {
-    if let Some(t) = thread_state::current() {
-        if t.enter() {
-            let done = t.lane_pair(addr, ra).is_some_and(|p| {
-                let kind = kind_of();
-                // Not owned: nothing to record (the real call fails), and nothing more to do.
-                !owned(kind, &t) || t.lane_release(p, kind == ObjectKind::RwLock)
-            });
-            t.leave();
-            if done {
-                return;
-            }
-        }
+    if !release_on_lane(addr, ra, kind_of, owned) {
+        record_release_general(addr, ra, kind_of, owned);
     }
-    record_release_general(addr, ra, kind_of, owned);
+}
+
+/// The release's event on the lane; false when the general path must record it.
+#[inline(always)]
+fn release_on_lane(
+    addr: usize,
+    ra: usize,
+    kind_of: impl Fn() -> ObjectKind + Copy,
+    owned: impl Fn(ObjectKind, &ThreadState) -> bool + Copy,
+) -> bool {
+    let Some(t) = thread_state::current() else {
+        return false;
+    };
+    if !t.enter() {
+        return false;
+    }
+    let done = t.lane_pair(addr, ra).is_some_and(|p| {
+        let kind = kind_of();
+        // Not owned: nothing to record (the real call fails), and nothing more to do.
+        !owned(kind, &t) || t.lane_release(p, kind == ObjectKind::RwLock)
+    });
+    t.leave();
+    done
 }
 
 #[inline(never)]
@@ -473,20 +518,68 @@ unsafe extern "C-unwind" fn mutex_trylock(m: M, ra: usize) -> c_int {
 }
 
 unsafe extern "C-unwind" fn mutex_unlock(m: M, ra: usize) -> c_int {
+    // The lane, then the real call as a tail call: the usual unlock saves no register. Every
+    // other case (the real function not resolved yet, the lane refused) is `unlock_general`.
+    if REAL_UNLOCK.resolved().is_some() {
+        // SAFETY: the program's mutex argument, used during this call.
+        let pm = unsafe { ProgramMutex::new(m) };
+        // Read once, before any session (`probe`): the type and the flags both come from it.
+        let kind = pm.kind_word();
+        let recorded = release_on_lane(
+            m as usize,
+            ra,
+            move || kind_of_word(kind),
+            // A mutex whose owner is checked reports EPERM to a non-owner: no release then.
+            move |_, t| !pm.unlock_fails_as(kind, t),
+        );
+        if recorded {
+            // Loaded again rather than kept in a register across the lane (a resolved
+            // address stays).
+            if let Some(real) = REAL_UNLOCK.resolved() {
+                // SAFETY: the real function with the caller's argument.
+                return unsafe { real(m) };
+            }
+            // SAFETY: forwarded: the caller's argument.
+            return unsafe { unlock_unrecorded(m) };
+        }
+    }
+    // SAFETY: forwarded: the caller's arguments.
+    unsafe { unlock_general(m, ra) }
+}
+
+/// `pthread_mutex_unlock` whose release is recorded already.
+///
+/// # Safety
+/// `m` is the caller's argument.
+#[inline(never)]
+unsafe fn unlock_unrecorded(m: M) -> c_int {
+    match REAL_UNLOCK.try_get() {
+        // SAFETY: the real function with the caller's argument.
+        Some(real) => unsafe { real(m) },
+        None => 0,
+    }
+}
+
+/// `pthread_mutex_unlock` off the lane: the general path records the release.
+///
+/// # Safety
+/// `m` and `ra` are the caller's arguments.
+#[inline(never)]
+unsafe fn unlock_general(m: M, ra: usize) -> c_int {
     let Some(real) = REAL_UNLOCK.try_get() else {
         return 0;
     };
     // SAFETY: the program's mutex argument, used during this call.
     let pm = unsafe { ProgramMutex::new(m) };
-    release(
+    let kind = pm.kind_word();
+    record_release_general(
         m as usize,
         ra,
-        move || pm.kind(),
-        // A mutex whose owner is checked reports EPERM to a non-owner: no release then.
-        move |_, t| !pm.unlock_fails(t),
-        // SAFETY: the real function with the caller's argument.
-        || unsafe { real(m) },
-    )
+        move || kind_of_word(kind),
+        move |_, t| !pm.unlock_fails_as(kind, t),
+    );
+    // SAFETY: the real function with the caller's argument.
+    unsafe { real(m) }
 }
 
 unsafe extern "C-unwind" fn mutex_init(m: M, a: *const pthread_mutexattr_t, ra: usize) -> c_int {

@@ -273,12 +273,11 @@ impl ThreadState {
     }
 
     /// One more lock held (`locks_held`): a plain load and store, never a read-modify-write
-    /// (only the owner writes it).
+    /// (only the owner writes it), and no saturation test (64 bits never wrap here).
     #[inline(always)]
     pub(super) fn note_acquired(&self) {
         let n = self.locks_held.load(Ordering::Relaxed);
-        self.locks_held
-            .store(n.saturating_add(1), Ordering::Relaxed);
+        self.locks_held.store(n.wrapping_add(1), Ordering::Relaxed);
     }
 
     /// One lock fewer; a release whose acquisition was not recorded leaves 0.

@@ -81,8 +81,9 @@ pub struct ThreadState {
     waiting: AtomicU8,
     /// How many lock acquisitions this thread has recorded and not yet released (a
     /// condition wait releases and takes back its mutex): a blocking call is recorded only
-    /// while it is above 0. Written by the owner with plain loads and stores.
-    locks_held: AtomicU32,
+    /// while it is above 0. Written by the owner with plain loads and stores; 64 bits, so that
+    /// an acquisition adds one without a test (no program holds 2^64 locks).
+    locks_held: AtomicU64,
     clock: UnsafeCell<u64>,
     writer: UnsafeCell<ChunkWriter>,
     pub os_tid: Cell<u32>,
@@ -166,7 +167,7 @@ impl ThreadState {
             buf_lock: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             waiting: AtomicU8::new(0),
-            locks_held: AtomicU32::new(0),
+            locks_held: AtomicU64::new(0),
             clock: UnsafeCell::new(clock),
             writer: UnsafeCell::new(new_writer(tid)),
             os_tid: Cell::new(0),
