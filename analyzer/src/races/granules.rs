@@ -90,6 +90,12 @@ impl<V: Default> GranuleTable<V> {
         held
     }
 
+    /// Whether holding one more granule would grow the table (past three quarters full).
+    #[inline(always)]
+    pub fn at_load_limit(&self) -> bool {
+        (self.len + 1) * 4 > self.keys.len() * 3
+    }
+
     /// Whether holding one more granule would need more than `max_slots` slots.
     #[inline(always)]
     pub fn full_at(&self, max_slots: usize) -> bool {

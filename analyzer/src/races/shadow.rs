@@ -557,6 +557,56 @@ impl Cell {
     }
 }
 
+impl Cell {
+    /// A new entry of thread and kind `key`, line `site` and locks `lockset` went into a cell
+    /// whose entries nest: drops the older entries of that thread, kind, line and locks every
+    /// byte of which newer ones of them hold between them, and if any went, says again
+    /// whether any entries nest. Whatever a later access would report of such an entry (its line,
+    /// unordered or a candidate), the newer entry holding the byte they share reports too: a
+    /// later position of one thread is ordered before no more accesses than an earlier one,
+    /// and the same locks exclude the same ones. A word a thread widened to all its bytes in
+    /// one epoch and reads half by half in the next so goes back to entries that each access
+    /// finds by its exact bytes, instead of every access scanning the cell for good.
+    #[cold]
+    #[inline(never)]
+    fn settle_nesting(&mut self, key: u32, site: u32, lockset: u32) {
+        const KEY_BITS: u32 = THREAD_BITS | 3 << KIND_SHIFT;
+        let entries = self.entries();
+        let of_line =
+            |i: usize, e: &Entry| !self.is_merged(i) && e.tkm & KEY_BITS == key && e.site == site;
+        let mut covered = 0u64;
+        for (i, e) in entries.iter().enumerate() {
+            if !of_line(i, e) || e.lockset != lockset {
+                continue;
+            }
+            let newer_bytes = entries
+                .iter()
+                .enumerate()
+                .filter(|&(j, o)| of_line(j, o) && o.lockset == lockset && o.pos > e.pos)
+                .fold(0u8, |bytes, (_, o)| bytes | o.mask());
+            if e.mask() & !newer_bytes == 0 {
+                covered |= 1 << i;
+            }
+        }
+        if covered == 0 {
+            // Still nested (a full cell of many lines, most often): the pairs are not looked at.
+            return;
+        }
+        self.retain_at(|i, _, _| covered >> i & 1 == 0);
+        // As `push` judges it: the `site` of every entry, a set's id for a merged one, which
+        // can only find nesting where there is none.
+        let entries = self.entries();
+        self.nested = entries.iter().enumerate().any(|(i, a)| {
+            entries.iter().enumerate().any(|(j, b)| {
+                i != j
+                    && (a.tkm ^ b.tkm) & KEY_BITS == 0
+                    && a.site == b.site
+                    && a.mask() & b.mask() == a.mask()
+            })
+        });
+    }
+}
+
 /// What the shadow says of a conflicting pair, judged by the caller's orders.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
@@ -802,6 +852,15 @@ fn span_mask(addr: u64, end: u64, first: u64, last: u64, granule: u64) -> u8 {
     (((1u32 << (hi + 1)) - 1) & !((1u32 << lo) - 1)) as u8
 }
 
+/// Whether one more granule's entries may spill to a vector, for a table of `slots` slots
+/// with `spilled` granules spilled: spilled entries take at most half the budget, the rest is
+/// for granules.
+#[inline]
+fn spill_room(slots: usize, spilled: usize, budget: usize) -> bool {
+    slots * SLOT_BYTES + spilled * SPILL_BYTES + SPILL_BYTES <= budget
+        && (spilled + 1) * SPILL_BYTES <= budget / 2
+}
+
 /// The 8-byte granules an access touches, and its byte mask in each.
 #[inline]
 pub(crate) fn granule_span(addr: u64, size: u32) -> (u64, u64) {
@@ -851,8 +910,7 @@ impl Shadow {
     /// half the budget, the rest is for granules.
     #[inline]
     fn spill_room(&self) -> bool {
-        self.bytes() + SPILL_BYTES <= self.budget
-            && (self.spilled + 1) * SPILL_BYTES <= self.budget / 2
+        spill_room(self.cells.slots(), self.spilled, self.budget)
     }
 
     /// What the shadow was asked to hold since the last collection: granules, spilled
@@ -916,6 +974,7 @@ impl Shadow {
     }
 
     /// Bytes the shadow takes now (the table's slots and the spilled entries).
+    #[cfg(test)]
     pub(crate) fn bytes(&self) -> usize {
         self.cells.slots() * SLOT_BYTES + self.spilled * SPILL_BYTES
     }
@@ -1087,14 +1146,23 @@ impl Shadow {
         let t = access.thread;
         let same = t | (access.kind as u32) << KIND_SHIFT;
         let site = access.site;
-        // Spilled entries take at most half the budget: the rest is for granules.
-        let spill_room = self.spill_room();
-        if self.cells.full_at(self.max_slots()) && self.spilled * SPILL_BYTES >= self.budget / 4 {
-            self.compact();
-        }
-        let Some(cell) = self.cells.cell_within(granule, self.max_slots()) else {
-            self.full = true;
-            return false;
+        // Whether the granule may spill is judged by the shadow before this access (before a
+        // compaction or growth it may cause), but only asked when a new entry has no room.
+        let (slots_before, spilled_before) = (self.cells.slots(), self.spilled);
+        // Only a table at its load limit may grow or need room: the usual access looks up
+        // its granule and nothing else.
+        let cell = if self.cells.at_load_limit() {
+            if self.cells.full_at(self.max_slots()) && self.spilled * SPILL_BYTES >= self.budget / 4
+            {
+                self.compact();
+            }
+            let Some(cell) = self.cells.cell_within(granule, self.max_slots()) else {
+                self.full = true;
+                return false;
+            };
+            cell
+        } else {
+            self.cells.cell(granule)
         };
         // Entries of this thread, site and kind that the newcomer covers: superseded.
         let mut superseded = 0usize;
@@ -1213,7 +1281,7 @@ impl Shadow {
             0 => {
                 let spilled = cell.is_spilled();
                 // Without room to spill, a granule keeps what fits in its cell.
-                let capacity = if spilled || spill_room {
+                let capacity = if spilled || spill_room(slots_before, spilled_before, self.budget) {
                     CELL_CAPACITY
                 } else {
                     INLINE
@@ -1255,6 +1323,9 @@ impl Shadow {
                 cell.push(Entry::new(access, mask));
                 if !spilled && cell.is_spilled() {
                     self.spilled += 1;
+                }
+                if cell.nested && self.tidy {
+                    cell.settle_nesting(same, access.site, access.lockset);
                 }
             }
             _ => {
@@ -2042,6 +2113,59 @@ mod tests {
         lines.sort_unstable();
         lines.dedup();
         assert_eq!(lines, (0..12).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_word_widened_in_one_epoch_and_read_by_halves_in_the_next_stops_nesting() {
+        // One thread reads and writes both halves of a word, epoch after epoch (a private
+        // array of 4-byte elements). The first epoch widens its two entries to the whole word
+        // (two fit in the cell); the next one's halves nest in them until both halves are
+        // back, when the widened entries go and every access finds its entry by its bytes.
+        let mut s = Shadow::new();
+        let mut pos = 0;
+        for epoch in 0..3 {
+            let since = pos;
+            for _ in 0..2 {
+                for (site, kind, addr) in [
+                    (1, AccessKind::Read, 0x2000),
+                    (2, AccessKind::Write, 0x2000),
+                    (1, AccessKind::Read, 0x2004),
+                    (2, AccessKind::Write, 0x2004),
+                ] {
+                    s.access(
+                        &acc(0, pos, site, kind, addr, 4),
+                        since,
+                        |_, _, _| None,
+                        |_, _, _| {},
+                        |_, _| false,
+                        |_, _| false,
+                    );
+                    pos += 1;
+                }
+            }
+            pos += 1;
+            let cell = s.cells.get(0x2000 >> 3).unwrap();
+            if epoch > 0 {
+                assert!(!cell.nested, "epoch {epoch}");
+                assert_eq!(cell.entries().len(), 4);
+            }
+        }
+        // Another thread's write of the word still meets both lines at their newest halves.
+        let mut seen: Vec<(u32, u32, u64)> =
+            reports(&mut s, acc(1, 0, 99, AccessKind::Write, 0x2000, 8))
+                .iter()
+                .map(|e| (e.site, e.pos, e.addr))
+                .collect();
+        seen.sort_unstable();
+        assert_eq!(
+            seen,
+            vec![
+                (1, 22, 0x2000),
+                (1, 24, 0x2004),
+                (2, 23, 0x2000),
+                (2, 25, 0x2004)
+            ]
+        );
     }
 
     #[test]
