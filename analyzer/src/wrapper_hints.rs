@@ -414,6 +414,7 @@ mod tests {
             site,
             held: 0..0,
             subclass: 0,
+            pair: 0,
         };
         let mut run = Run::default();
         run.locks = (0..3).map(lock).collect();

@@ -132,7 +132,7 @@ pub(super) struct SegmentLocks {
 
 /// Per thread, the indices of its acquisitions in program order: every index in one list,
 /// grouped by thread, and where each thread's group starts. Made once per segment from the
-/// acquisitions ([`ThreadAcquisitions::by_thread`]) rather than grown as a list per thread
+/// acquisitions (`PairLists::take`) rather than grown as a list per thread
 /// during the walk: 4 bytes a thread instead of a list and its allocation, for a program that
 /// created 10^5 threads.
 #[derive(Clone, Debug, Default)]
@@ -140,28 +140,6 @@ pub(crate) struct ThreadAcquisitions {
     /// Per thread, where its group starts in `indices`; one more at the end.
     starts: Vec<u32>,
     indices: Vec<u32>,
-}
-
-impl ThreadAcquisitions {
-    /// The acquisitions of each of `threads` threads, in the order of `acquisitions` (which is
-    /// each thread's program order).
-    pub fn by_thread(acquisitions: &[Acquisition], threads: usize) -> Self {
-        let mut starts = vec![0u32; threads + 1];
-        for a in acquisitions {
-            starts[a.thread as usize + 1] += 1;
-        }
-        for t in 0..threads {
-            starts[t + 1] += starts[t];
-        }
-        let mut next = starts.clone();
-        let mut indices = vec![0u32; acquisitions.len()];
-        for (i, a) in acquisitions.iter().enumerate() {
-            let at = &mut next[a.thread as usize];
-            indices[*at as usize] = i as u32;
-            *at += 1;
-        }
-        ThreadAcquisitions { starts, indices }
-    }
 }
 
 impl std::ops::Index<usize> for ThreadAcquisitions {
@@ -419,6 +397,7 @@ impl<'t> LockSections<'t> {
         if self.acquisitions.len() == self.acquisitions.capacity() {
             self.make_room();
         }
+        let (new_pair, pair) = self.pairs.push(thread, lock);
         self.acquisitions.push(Acquisition {
             thread,
             lock,
@@ -431,8 +410,9 @@ impl<'t> LockSections<'t> {
             site,
             held: h,
             subclass: self.locks[lock as usize].subclass,
+            pair,
         });
-        if self.pairs.push(thread, lock) {
+        if new_pair {
             self.lock_threads[lock as usize].push(thread);
         }
     }
@@ -494,13 +474,14 @@ impl<'t> LockSections<'t> {
         let mut open: Vec<u32> = self.held.entries().flatten().map(|h| h.acq).collect();
         open.sort_unstable();
         let acquisitions = std::mem::take(&mut self.acquisitions);
+        let (thread_acquisitions, by_thread_lock) = self.pairs.take(&acquisitions, threads);
         let segment = SegmentLocks {
             lock_threads: std::mem::replace(
                 &mut self.lock_threads,
                 vec![Vec::new(); self.locks.len()],
             ),
-            thread_acquisitions: ThreadAcquisitions::by_thread(&acquisitions, threads),
-            by_thread_lock: self.pairs.take(&acquisitions),
+            thread_acquisitions,
+            by_thread_lock,
             acquisitions,
             held_pool: std::mem::take(&mut self.held_pool),
             read_recursions: std::mem::take(&mut self.read_recursions),
@@ -509,7 +490,9 @@ impl<'t> LockSections<'t> {
         for &old in &open {
             let mut a = segment.acquisitions[old as usize].clone();
             a.held = 0..0;
-            if self.pairs.push(a.thread, a.lock) {
+            let (new_pair, pair) = self.pairs.push(a.thread, a.lock);
+            a.pair = pair;
+            if new_pair {
                 self.lock_threads[a.lock as usize].push(a.thread);
             }
             self.acquisitions.push(a);
@@ -562,9 +545,8 @@ impl<'t> LockSections<'t> {
                 site,
             );
         }
-        self.by_thread_lock = self.pairs.take(&self.acquisitions);
-        self.thread_acquisitions =
-            ThreadAcquisitions::by_thread(&self.acquisitions, self.requests.threads());
+        (self.thread_acquisitions, self.by_thread_lock) =
+            self.pairs.take(&self.acquisitions, self.requests.threads());
         self
     }
 }
@@ -575,67 +557,105 @@ impl<'t> LockSections<'t> {
 #[derive(Default)]
 struct PairLists {
     index: IndexMap<(u32, u32), u32>,
-    /// Per lock (dense index): the thread that acquired it last.
-    last: Vec<u32>,
+    /// Per lock (dense index): the thread that acquired it last and their pair's number.
+    last: Vec<(u32, u32)>,
+    /// Per pair: its acquisitions noted so far.
+    pair_counts: Vec<u32>,
+    /// Per thread: its acquisitions noted so far.
+    thread_counts: Vec<u32>,
 }
 
 impl PairLists {
-    /// Notes acquisition of `lock` by `thread`; returns whether the pair is new (the
-    /// thread's first acquisition of the lock).
+    /// Notes an acquisition of `lock` by `thread`; returns whether the pair is new (the
+    /// thread's first acquisition of the lock in the segment) and its number.
     #[inline(always)]
-    fn push(&mut self, thread: u32, lock: u32) -> bool {
-        if self.last.get(lock as usize) == Some(&thread) {
-            return false;
+    fn push(&mut self, thread: u32, lock: u32) -> (bool, u32) {
+        let pair = match self.last.get(lock as usize) {
+            Some(&(t, pair)) if t == thread => {
+                self.pair_counts[pair as usize] += 1;
+                (false, pair)
+            }
+            _ => self.push_looked_up(thread, lock),
+        };
+        let t = thread as usize;
+        if self.thread_counts.len() <= t {
+            self.thread_counts.resize(t + 1, 0);
         }
-        self.push_looked_up(thread, lock)
+        self.thread_counts[t] += 1;
+        pair
     }
 
     #[inline(never)]
-    fn push_looked_up(&mut self, thread: u32, lock: u32) -> bool {
+    fn push_looked_up(&mut self, thread: u32, lock: u32) -> (bool, u32) {
         let next = self.index.len() as u32;
-        let new = match self.index.entry((thread, lock)) {
-            std::collections::hash_map::Entry::Occupied(_) => false,
+        let (new, pair) = match self.index.entry((thread, lock)) {
+            std::collections::hash_map::Entry::Occupied(e) => (false, *e.get()),
             std::collections::hash_map::Entry::Vacant(e) => {
                 e.insert(next);
-                true
+                self.pair_counts.push(0);
+                (true, next)
             }
         };
+        self.pair_counts[pair as usize] += 1;
         let l = lock as usize;
         if self.last.len() <= l {
-            self.last.resize(l + 1, u32::MAX);
+            self.last.resize(l + 1, (u32::MAX, 0));
         }
-        self.last[l] = thread;
-        new
+        self.last[l] = (thread, pair);
+        (new, pair)
     }
 
-    /// The lists of `acquisitions` (every one noted since the last take, in order) by
-    /// (thread, lock); starts afresh.
-    fn take(&mut self, acquisitions: &[Acquisition]) -> PairAcquisitions {
+    /// The lists of `acquisitions` (every one noted since the last take, in order) by thread
+    /// (of `threads`) and by (thread, lock), made in one pass from the counts kept as they
+    /// were noted; starts afresh.
+    fn take(
+        &mut self,
+        acquisitions: &[Acquisition],
+        threads: usize,
+    ) -> (ThreadAcquisitions, PairAcquisitions) {
         self.last.clear();
         let index = std::mem::take(&mut self.index);
-        let group = |a: &Acquisition| index.get(&(a.thread, a.lock)).copied();
-        let mut starts = vec![0u32; index.len() + 1];
-        for g in acquisitions.iter().filter_map(group) {
-            starts[g as usize + 1] += 1;
-        }
-        for g in 0..index.len() {
-            starts[g + 1] += starts[g];
-        }
-        let mut next = starts.clone();
-        let mut indices = vec![0u32; starts[index.len()] as usize];
+        let mut thread_counts = std::mem::take(&mut self.thread_counts);
+        thread_counts.resize(threads.max(thread_counts.len()), 0);
+        let mut pair_next = starts_of(std::mem::take(&mut self.pair_counts));
+        let mut thread_next = starts_of(thread_counts);
+        let pair_starts = pair_next.clone();
+        let thread_starts = thread_next.clone();
+        let mut by_pair = vec![0u32; acquisitions.len()];
+        let mut by_thread = vec![0u32; acquisitions.len()];
         for (i, a) in acquisitions.iter().enumerate() {
-            if let Some(g) = group(a) {
-                let at = &mut next[g as usize];
-                indices[*at as usize] = i as u32;
-                *at += 1;
-            }
+            let at = &mut pair_next[a.pair as usize];
+            by_pair[*at as usize] = i as u32;
+            *at += 1;
+            let at = &mut thread_next[a.thread as usize];
+            by_thread[*at as usize] = i as u32;
+            *at += 1;
         }
-        PairAcquisitions {
-            index,
-            starts,
-            indices,
-        }
+        (
+            ThreadAcquisitions {
+                starts: thread_starts,
+                indices: by_thread,
+            },
+            PairAcquisitions {
+                index,
+                starts: pair_starts,
+                indices: by_pair,
+            },
+        )
     }
+}
+
+/// Where each group starts, given the groups' sizes: their running sums from 0, one more at
+/// the end.
+fn starts_of(mut counts: Vec<u32>) -> Vec<u32> {
+    let mut sum = 0;
+    for c in &mut counts {
+        let n = *c;
+        *c = sum;
+        sum += n;
+    }
+    counts.push(sum);
+    counts
 }
 
 /// Per (thread, lock) pair: the indices of its acquisitions in program order, every list in

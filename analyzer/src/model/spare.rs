@@ -63,6 +63,7 @@ mod tests {
                 site: 0,
                 held: 0..0,
                 subclass: 0,
+                pair: 0,
             },
             3,
         ));
