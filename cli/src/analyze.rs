@@ -481,17 +481,7 @@ fn stream_run(
     let tables = stream.tables();
     let ids: Vec<ThreadId> = stream.threads().collect();
     let stream_walk = Stream::of_stream(stream);
-    let threads = ids
-        .iter()
-        .map(|&id| ThreadModel {
-            id,
-            name: tables
-                .thread_name(id)
-                .map(str::to_string)
-                .unwrap_or_else(|| format!("thread-{id}")),
-            len: 0,
-        })
-        .collect();
+    let threads = ThreadModel::named(tables, ids.iter().map(|&id| (id, 0)));
     // The trailer says how many events to expect when the recording ended cleanly.
     let expected = stream.trailer().map(|t| t.events);
     let mut monitors = MonitorScan::default();
@@ -534,7 +524,8 @@ fn stream_run(
         b.set_message(format!("reading {name}"));
         b
     });
-    let mut merged = stream.merged().with_ordering_check();
+    // Only each thread's event count is read back from the summaries (below).
+    let mut merged = stream.merged_event_counts().with_ordering_check();
     let mut progress = |done| {
         if let Some(b) = &bar {
             b.set_position(done);
