@@ -451,7 +451,11 @@ pub fn load_run(
     race_memory: u64,
     on_segment: &mut dyn FnMut(Run),
 ) -> anyhow::Result<(Run, Vec<String>)> {
-    let stream = Arc::new(input.open_stream()?);
+    let mut stream = input.open_stream()?;
+    // The analysis reads no access counts: kept, they would be 10^5 entries for a process
+    // that created 10^5 threads.
+    stream.forget_access_counts();
+    let stream = Arc::new(stream);
     let run = stream_run(
         &stream,
         &input.name,

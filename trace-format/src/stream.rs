@@ -309,6 +309,12 @@ impl TraceStream {
         &self.tables
     }
 
+    /// Lets the tables' per-thread access counts go, for a pass that does not report them
+    /// (they are what `stats` shows): a process that created 10^5 threads has 10^5 of them.
+    pub fn forget_access_counts(&mut self) {
+        self.tables.access_counts = Default::default();
+    }
+
     /// The trailer, when the trace ended cleanly.
     pub fn trailer(&self) -> Option<&Trailer> {
         self.trailer.as_ref()
