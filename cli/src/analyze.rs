@@ -451,7 +451,11 @@ pub fn load_run(
     race_memory: u64,
     on_segment: &mut dyn FnMut(Run),
 ) -> anyhow::Result<(Run, Vec<String>)> {
-    let stream = Arc::new(input.open_stream()?);
+    let mut stream = input.open_stream()?;
+    // The analysis reads no access counts: kept, they would be 10^5 entries for a process
+    // that created 10^5 threads.
+    stream.forget_access_counts();
+    let stream = Arc::new(stream);
     let run = stream_run(
         &stream,
         &input.name,
@@ -481,17 +485,7 @@ fn stream_run(
     let tables = stream.tables();
     let ids: Vec<ThreadId> = stream.threads().collect();
     let stream_walk = Stream::of_stream(stream);
-    let threads = ids
-        .iter()
-        .map(|&id| ThreadModel {
-            id,
-            name: tables
-                .thread_name(id)
-                .map(str::to_string)
-                .unwrap_or_else(|| format!("thread-{id}")),
-            len: 0,
-        })
-        .collect();
+    let threads = ThreadModel::named(tables, ids.iter().map(|&id| (id, 0)));
     // The trailer says how many events to expect when the recording ended cleanly.
     let expected = stream.trailer().map(|t| t.events);
     let mut monitors = MonitorScan::default();
@@ -534,7 +528,8 @@ fn stream_run(
         b.set_message(format!("reading {name}"));
         b
     });
-    let mut merged = stream.merged().with_ordering_check();
+    // Only each thread's event count is read back from the summaries (below).
+    let mut merged = stream.merged_event_counts().with_ordering_check();
     let mut progress = |done| {
         if let Some(b) = &bar {
             b.set_position(done);

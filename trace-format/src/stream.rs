@@ -21,10 +21,12 @@
 //! thread whose turn has not come is a heap entry (its first event's key) and a few words:
 //! where its first chunk is, and what the pass learnt of it; its chunk is read again (and
 //! checked against its checksum again) when the turn comes. A thread that has ended keeps its
-//! summary, and hands its cursor's buffers to the next thread to start. Plus the index (24
-//! bytes per events chunk), the tables, and the problems found. Nothing grows with the number
-//! of events, and a program that created 10^5 short threads over its life costs about 100
-//! bytes per thread, and a cursor per thread running at once.
+//! summary (only its event count, 16 bytes with its place, for a pass that asks for no more:
+//! [`TraceStream::merged_event_counts`]), and hands its cursor's buffers to the next thread to
+//! start. Plus the index (16 bytes per thread and 24 per events chunk), the tables, and the
+//! problems found. Nothing grows with the number of events, and a program that created 10^5
+//! short threads over its life costs about 70 bytes per thread (120 with the bytes and times
+//! of its summary), and a cursor per thread running at once.
 //!
 //! **Same answers as the decoding reader.** Each thread's events, their indices, the merged
 //! order, and the problems are those of [`Trace`] on the same bytes, with two exceptions that
@@ -83,31 +85,41 @@ pub struct TraceStream {
     refs: ReferenceCheck,
 }
 
-/// The event chunks of one thread, in (sequence, file offset) order: `chunks[from..to]` of
-/// the stream's index (one list for every thread: a program may have created 10^5).
+/// The event chunks of one thread, in (sequence, file offset) order: the stream's index from
+/// `from` to the next thread's `from` (one list for every thread: a program may have created
+/// 10^5; 16 bytes a thread).
 struct ThreadPlan {
     thread: ThreadId,
     from: usize,
-    to: usize,
 }
 
-/// Where an event chunk is. Its prefix is read again, checked, with its payload.
+/// Where an event chunk is (24 bytes). Its prefix is read again, checked, with its payload.
 #[derive(Clone, Copy, Debug)]
 struct ChunkLoc {
-    offset: u64,
+    /// The chunk header's offset in the low 56 bits (a file of 64 PiB at most), how the payload
+    /// is stored (FORMAT.md §5.3) in the high 8: [`ChunkLoc::offset`], [`ChunkLoc::codec`].
+    offset_codec: u64,
     payload_len: u32,
     payload_crc: u32,
     sequence: u32,
     /// The events its prefix declares (not yet checked against the checksum): what
     /// [`TraceStream::declared_events`] adds up without decoding.
     declared_events: u32,
-    /// How the payload is stored (FORMAT.md §5.3).
-    codec: u8,
 }
 
+const OFFSET_BITS: u32 = 56;
+
 impl ChunkLoc {
+    fn offset(&self) -> u64 {
+        self.offset_codec & ((1 << OFFSET_BITS) - 1)
+    }
+
+    fn codec(&self) -> u8 {
+        (self.offset_codec >> OFFSET_BITS) as u8
+    }
+
     fn payload_offset(&self) -> u64 {
-        self.offset + crate::frame::CHUNK_HEADER_LEN as u64
+        self.offset() + crate::frame::CHUNK_HEADER_LEN as u64
     }
 }
 
@@ -195,12 +207,12 @@ impl TraceStream {
                 Some(prefix) => located.push((
                     prefix.thread,
                     ChunkLoc {
-                        offset: c.offset,
+                        // A chunk is in the file read, so its offset fits in 56 bits.
+                        offset_codec: c.offset | (u64::from(c.codec) << OFFSET_BITS),
                         payload_len: c.payload_len,
                         payload_crc: c.payload_crc,
                         sequence: prefix.sequence,
                         declared_events: prefix.event_count,
-                        codec: c.codec,
                     },
                 )),
                 // Shorter than an events prefix: its checksum or its prefix is reported now.
@@ -220,15 +232,14 @@ impl TraceStream {
             }
         }
         // By thread, then (sequence, offset): no two chunks have the same offset.
-        located.sort_unstable_by_key(|(thread, c)| (*thread, c.sequence, c.offset));
+        located.sort_unstable_by_key(|(thread, c)| (*thread, c.sequence, c.offset()));
         let mut threads: Vec<ThreadPlan> = Vec::new();
         for (i, (thread, _)) in located.iter().enumerate() {
             match threads.last_mut() {
-                Some(plan) if plan.thread == *thread => plan.to = i + 1,
+                Some(plan) if plan.thread == *thread => {}
                 _ => threads.push(ThreadPlan {
                     thread: *thread,
                     from: i,
-                    to: i + 1,
                 }),
             }
         }
@@ -259,8 +270,13 @@ impl TraceStream {
         })
     }
 
-    fn chunks_of(&self, plan: &ThreadPlan) -> &[ChunkLoc] {
-        &self.chunks[plan.from..plan.to]
+    /// The chunks of `self.threads[plan]`.
+    fn chunks_of(&self, plan: usize) -> &[ChunkLoc] {
+        let to = self
+            .threads
+            .get(plan + 1)
+            .map_or(self.chunks.len(), |next| next.from);
+        &self.chunks[self.threads[plan].from..to]
     }
 
     /// The file the stream reads, for messages.
@@ -293,6 +309,12 @@ impl TraceStream {
         &self.tables
     }
 
+    /// Lets the tables' per-thread access counts go, for a pass that does not report them
+    /// (they are what `stats` shows): a process that created 10^5 threads has 10^5 of them.
+    pub fn forget_access_counts(&mut self) {
+        self.tables.access_counts = Default::default();
+    }
+
     /// The trailer, when the trace ended cleanly.
     pub fn trailer(&self) -> Option<&Trailer> {
         self.trailer.as_ref()
@@ -322,6 +344,10 @@ impl TraceStream {
     /// Every event in the causal merged order: by key, then thread, then position in the
     /// thread, as [`crate::Trace::merged`] gives them.
     pub fn merged(&self) -> MergedStream<'_> {
+        self.merged_keeping(true)
+    }
+
+    fn merged_keeping(&self, keep_bytes: bool) -> MergedStream<'_> {
         let ctx = Ctx {
             source: &self.source,
             tables: &self.tables,
@@ -331,7 +357,15 @@ impl TraceStream {
             references: 0,
             shrunk_to: None,
         };
-        MergedStream::new(self, ctx)
+        MergedStream::new(self, ctx, keep_bytes)
+    }
+
+    /// [`TraceStream::merged`] for a pass that needs only each thread's event count of the
+    /// summaries: what it keeps of a thread that is waiting or has ended is its place and its
+    /// event count (16 bytes), not its bytes and times too, and
+    /// [`MergedStream::thread_summaries`] gives those as 0.
+    pub fn merged_event_counts(&self) -> MergedStream<'_> {
+        self.merged_keeping(false)
     }
 
     /// The events the chunks' prefixes declare, in all: what a summary of the trace says
@@ -355,7 +389,7 @@ impl TraceStream {
         let all = self
             .threads
             .binary_search_by_key(&thread, |t| t.thread)
-            .map_or(&[][..], |i| self.chunks_of(&self.threads[i]));
+            .map_or(&[][..], |i| self.chunks_of(i));
         let (skipped, kept) = all.split_at(all.len().saturating_sub(chunks));
         let mut cursor = Cursor::new(thread, kept, self.tables.first_sequence(thread));
         if let Some(first) = kept.first().filter(|_| !skipped.is_empty()) {
@@ -427,7 +461,7 @@ impl Ctx<'_> {
     /// chunk it cut: a chunk that starts past the end already seen needs no report of its own.
     fn read_failed(&mut self, loc: &ChunkLoc, failure: ReadFailure) {
         if let ReadFailure::Short { got } = failure {
-            if self.shrunk_to.is_some_and(|end| loc.offset >= end) {
+            if self.shrunk_to.is_some_and(|end| loc.offset() >= end) {
                 return;
             }
             let end = loc.payload_offset() + got as u64;
@@ -435,7 +469,7 @@ impl Ctx<'_> {
         }
         let len = loc.payload_len as usize;
         self.problems
-            .push(payload_read_problem(loc.offset, len, failure));
+            .push(payload_read_problem(loc.offset(), len, failure));
     }
 
     /// Keeps the reference problems bounded: only the first `MAX_REFERENCE_REPORTS` by offset
@@ -454,7 +488,7 @@ impl Ctx<'_> {
 /// A chunk whose bytes are no longer those the trace was opened (or first read) with.
 fn changed_while_reading(loc: &ChunkLoc) -> Problem {
     Problem {
-        offset: loc.offset,
+        offset: loc.offset(),
         kind: ProblemKind::ReadError {
             len: u64::from(loc.payload_len),
             why: "the chunk changed while the trace was being read".into(),
@@ -609,7 +643,7 @@ impl<'a> Cursor<'a> {
             self.next_chunk += 1;
             let rereading = std::mem::take(&mut self.rereading);
             let len = loc.payload_len as usize;
-            let compressed = loc.codec != CODEC_STORED;
+            let compressed = loc.codec() != CODEC_STORED;
             // A block that does not decompress costs its chunk, which still takes its place
             // in the thread's sequence (as in the decoding reader, which finds it later).
             let mut broken = None;
@@ -617,24 +651,25 @@ impl<'a> Cursor<'a> {
                 .source
                 .bytes_at(loc.payload_offset(), len, &mut self.payload)
             {
-                Ok(payload) => match check_events_payload(loc.offset, loc.payload_crc, payload) {
+                Ok(payload) => match check_events_payload(loc.offset(), loc.payload_crc, payload) {
                     Ok(prefix) if compressed => {
                         // A decoded length out of bounds: the chunk is not planned at all.
-                        if let Err(why) = decoded_len(loc.codec, payload) {
+                        if let Err(why) = decoded_len(loc.codec(), payload) {
                             ctx.problems.push(Problem {
-                                offset: loc.offset,
+                                offset: loc.offset(),
                                 kind: ProblemKind::BadCompressedChunk(why),
                             });
                             continue;
                         }
-                        match decompress_events(loc.codec, payload, &mut self.plain) {
+                        match decompress_events(loc.codec(), payload, &mut self.plain) {
                             Ok(body) => {
                                 let n = body.len();
                                 self.plain.truncate(n);
                             }
                             Err(why) => {
                                 self.plain.clear();
-                                broken = Some((why, decoded_len(loc.codec, payload).unwrap_or(0)));
+                                broken =
+                                    Some((why, decoded_len(loc.codec(), payload).unwrap_or(0)));
                             }
                         }
                         prefix
@@ -673,7 +708,7 @@ impl<'a> Cursor<'a> {
             let sequence = prefix.sequence;
             if self.any_chunk && sequence < self.expected_sequence {
                 ctx.problems.push(Problem {
-                    offset: loc.offset,
+                    offset: loc.offset(),
                     kind: ProblemKind::DuplicateChunk {
                         thread: self.thread,
                         sequence,
@@ -683,7 +718,7 @@ impl<'a> Cursor<'a> {
             }
             if sequence > self.expected_sequence {
                 ctx.problems.push(Problem {
-                    offset: loc.offset,
+                    offset: loc.offset(),
                     kind: ProblemKind::MissingChunks {
                         thread: self.thread,
                         from: self.expected_sequence,
@@ -697,7 +732,7 @@ impl<'a> Cursor<'a> {
                 self.summary.start_ns = prefix.start_ns;
                 if !ctx.tables.threads.contains_key(&self.thread) {
                     ctx.thread_refs.push(Problem {
-                        offset: loc.offset,
+                        offset: loc.offset(),
                         kind: ProblemKind::Reference(format!(
                             "thread {} has events but no entry in the thread table",
                             self.thread
@@ -710,10 +745,10 @@ impl<'a> Cursor<'a> {
                 self.summary.encoded_bytes += body_len as u64;
                 self.summary.stored_bytes += (len - EVENTS_PREFIX_LEN) as u64;
                 self.summary.compressed_chunks += compressed as u32;
-                self.summary.zstd_chunks += (loc.codec == CODEC_ZSTD) as u32;
+                self.summary.zstd_chunks += (loc.codec() == CODEC_ZSTD) as u32;
             }
             let keys_backwards = (prefix.base_key < self.last_key).then_some(Problem {
-                offset: loc.offset,
+                offset: loc.offset(),
                 kind: ProblemKind::KeysBackwards {
                     thread: self.thread,
                     previous: self.last_key,
@@ -722,14 +757,14 @@ impl<'a> Cursor<'a> {
             });
             if let Some((why, _)) = broken {
                 ctx.problems.push(Problem {
-                    offset: loc.offset,
+                    offset: loc.offset(),
                     kind: ProblemKind::BadCompressedChunk(why),
                 });
                 ctx.problems.extend(keys_backwards);
                 continue;
             }
             self.chunk = Some(Chunk {
-                offset: loc.offset,
+                offset: loc.offset(),
                 body_offset: loc.payload_offset() + EVENTS_PREFIX_LEN as u64,
                 body_len,
                 compressed,
@@ -884,9 +919,13 @@ pub struct MergedStream<'a> {
     /// buffers) goes to the next thread whose turn comes (`free`).
     cursors: Vec<Cursor<'a>>,
     free: Vec<u32>,
-    /// Per thread of [`TraceStream::threads`]: where it is, and what the pass learnt of it
-    /// (kept while it waits and once it has ended; an open cursor keeps its own).
+    /// Per thread of [`TraceStream::threads`]: where it is, and its event count once ended
+    /// (an open cursor keeps its own summary).
     threads: Vec<ThreadState>,
+    /// Per thread of [`TraceStream::threads`], the bytes and times of its summary while it
+    /// waits and once it has ended; `None` when the pass asked for event counts only
+    /// ([`TraceStream::merged_event_counts`]).
+    bytes: Option<Vec<ThreadBytes>>,
     /// Events given by the threads that have ended.
     given_by_finished: u64,
     /// The next event of every unfinished thread but `current`'s: (key, thread, index of the
@@ -934,11 +973,50 @@ enum Place {
     Finished { used: bool },
 }
 
+/// What the merge keeps of a thread while no cursor is open for it (16 bytes; a process may
+/// have created 10^5 threads): the rest of its summary is in [`MergedStream::bytes`], when kept.
 #[derive(Clone, Copy, Debug)]
 struct ThreadState {
     place: Place,
-    /// What the pass learnt of the thread while it is not open.
-    summary: ThreadSummary,
+    /// Events given (once it has ended).
+    events: u64,
+}
+
+/// The part of a [`ThreadSummary`] that only a pass that reports bytes and times needs.
+#[derive(Clone, Copy, Debug, Default)]
+struct ThreadBytes {
+    encoded_bytes: u64,
+    stored_bytes: u64,
+    compressed_chunks: u32,
+    zstd_chunks: u32,
+    start_ns: u64,
+    end_ns: u64,
+}
+
+impl ThreadBytes {
+    fn of(s: &ThreadSummary) -> Self {
+        ThreadBytes {
+            encoded_bytes: s.encoded_bytes,
+            stored_bytes: s.stored_bytes,
+            compressed_chunks: s.compressed_chunks,
+            zstd_chunks: s.zstd_chunks,
+            start_ns: s.start_ns,
+            end_ns: s.end_ns,
+        }
+    }
+
+    fn summary(&self, thread: ThreadId, events: u64) -> ThreadSummary {
+        ThreadSummary {
+            thread,
+            events,
+            encoded_bytes: self.encoded_bytes,
+            stored_bytes: self.stored_bytes,
+            compressed_chunks: self.compressed_chunks,
+            zstd_chunks: self.zstd_chunks,
+            start_ns: self.start_ns,
+            end_ns: self.end_ns,
+        }
+    }
 }
 
 impl<'a> MergedStream<'a> {
@@ -946,13 +1024,14 @@ impl<'a> MergedStream<'a> {
     /// thread whose first chunk has more to give lets its cursor go and waits as a heap entry
     /// and a few words (a process that created 10^5 short threads over its life has them all
     /// from the start), and is read again from that chunk when its turn comes.
-    fn new(stream: &'a TraceStream, mut ctx: Ctx<'a>) -> Self {
-        let mut heap = BinaryHeap::new();
+    fn new(stream: &'a TraceStream, mut ctx: Ctx<'a>, keep_bytes: bool) -> Self {
+        let mut heap = BinaryHeap::with_capacity(stream.threads.len());
         let mut cursors = Vec::new();
         let mut threads = Vec::with_capacity(stream.threads.len());
+        let mut bytes = keep_bytes.then(|| Vec::with_capacity(stream.threads.len()));
         let mut scratch = Cursor::new(0, &[], 0);
         for (i, t) in stream.threads.iter().enumerate() {
-            let chunks = stream.chunks_of(t);
+            let chunks = stream.chunks_of(i);
             let mut c = Cursor::new(t.thread, chunks, stream.tables.first_sequence(t.thread));
             c.plan = i as u32;
             scratch.lend_buffers(&mut c);
@@ -974,15 +1053,21 @@ impl<'a> MergedStream<'a> {
                     place: Place::Open {
                         slot: (cursors.len() - 1) as u32,
                     },
-                    summary: ThreadSummary::default(),
+                    events: 0,
                 });
+                if let Some(bytes) = &mut bytes {
+                    bytes.push(ThreadBytes::default());
+                }
                 continue;
             };
             c.lend_buffers(&mut scratch);
             threads.push(ThreadState {
                 place,
-                summary: c.summary,
+                events: c.summary.events,
             });
+            if let Some(bytes) = &mut bytes {
+                bytes.push(ThreadBytes::of(&c.summary));
+            }
         }
         let mut m = MergedStream {
             stream,
@@ -990,6 +1075,7 @@ impl<'a> MergedStream<'a> {
             cursors,
             free: Vec::new(),
             threads,
+            bytes,
             given_by_finished: 0,
             heap,
             current: NONE,
@@ -1048,7 +1134,7 @@ impl<'a> MergedStream<'a> {
         let stream = self.stream;
         let t = &stream.threads[plan];
         let state = self.threads[plan];
-        let chunks = stream.chunks_of(t);
+        let chunks = stream.chunks_of(plan);
         let mut c = Cursor::new(t.thread, chunks, stream.tables.first_sequence(t.thread));
         c.plan = plan as u32;
         c.next_chunk = chunk;
@@ -1058,7 +1144,7 @@ impl<'a> MergedStream<'a> {
         c.any_chunk = true;
         c.first_batch = false;
         c.rereading = true;
-        c.summary = state.summary;
+        c.summary = self.summary_of(plan, state);
         let slot = match self.free.pop() {
             Some(slot) => {
                 let slot = slot as usize;
@@ -1089,16 +1175,31 @@ impl<'a> MergedStream<'a> {
         cur.at = 0;
         cur.batch.clear();
         self.given_by_finished += given;
-        self.threads[cur.plan as usize] = ThreadState {
+        let plan = cur.plan as usize;
+        self.threads[plan] = ThreadState {
             place: Place::Finished {
                 used: cur.any_chunk,
             },
-            summary: ThreadSummary {
-                events: given,
-                ..cur.summary
-            },
+            events: given,
         };
+        if let Some(bytes) = &mut self.bytes {
+            bytes[plan] = ThreadBytes::of(&cur.summary);
+        }
         self.free.push(slot as u32);
+    }
+
+    /// The summary of thread `plan`, in `state` (not open): its bytes and times are 0 when
+    /// they are not kept.
+    fn summary_of(&self, plan: usize, state: ThreadState) -> ThreadSummary {
+        let thread = self.stream.threads[plan].thread;
+        match &self.bytes {
+            Some(bytes) => bytes[plan].summary(thread, state.events),
+            None => ThreadSummary {
+                thread,
+                events: state.events,
+                ..ThreadSummary::default()
+            },
+        }
     }
 
     /// The next events of the merged order that come from one thread: as many as come before
@@ -1249,19 +1350,35 @@ impl<'a> MergedStream<'a> {
                 .sum::<u64>()
     }
 
-    /// What the pass learnt of each thread with a usable chunk so far, by thread id.
+    /// What the pass learnt of each thread with a usable chunk so far, by thread id (only the
+    /// thread and its events, the rest 0, from [`TraceStream::merged_event_counts`]).
     pub fn thread_summaries(&self) -> impl Iterator<Item = ThreadSummary> + '_ {
-        self.threads.iter().filter_map(|t| match t.place {
-            Place::Waiting { .. } | Place::Finished { used: true } => Some(t.summary),
-            Place::Finished { used: false } => None,
-            Place::Open { slot } => {
-                let c = &self.cursors[slot as usize];
-                c.any_chunk.then(|| ThreadSummary {
-                    events: c.counted_given(),
-                    ..c.summary
-                })
-            }
-        })
+        self.threads
+            .iter()
+            .enumerate()
+            .filter_map(|(plan, &t)| match t.place {
+                Place::Waiting { .. } | Place::Finished { used: true } => {
+                    Some(self.summary_of(plan, t))
+                }
+                Place::Finished { used: false } => None,
+                Place::Open { slot } => {
+                    let c = &self.cursors[slot as usize];
+                    c.any_chunk.then(|| {
+                        let summary = ThreadSummary {
+                            events: c.counted_given(),
+                            ..c.summary
+                        };
+                        match self.bytes {
+                            Some(_) => summary,
+                            None => ThreadSummary {
+                                thread: summary.thread,
+                                events: summary.events,
+                                ..ThreadSummary::default()
+                            },
+                        }
+                    })
+                }
+            })
     }
 
     /// Whether `thread` has events still to come.
@@ -1449,5 +1566,22 @@ mod tests {
             "{} cursors",
             merged.cursors.len()
         );
+        // A pass that asks for event counts only gets the same events and counts, and keeps
+        // 16 bytes for each thread not open.
+        let mut counting = stream.merged_event_counts();
+        let again: Vec<_> = counting.by_ref().collect();
+        assert_eq!(again, expected);
+        assert!(counting.bytes.is_none());
+        let full: Vec<_> = merged.thread_summaries().collect();
+        let counts: Vec<_> = counting.thread_summaries().collect();
+        assert_eq!(counts.len(), full.len());
+        for (c, f) in counts.iter().zip(&full) {
+            assert_eq!((c.thread, c.events), (f.thread, f.events));
+            assert_eq!(c.encoded_bytes, 0);
+        }
+        assert!(full.iter().all(|f| f.encoded_bytes > 0));
+        assert_eq!(std::mem::size_of::<ThreadState>(), 16);
+        assert_eq!(std::mem::size_of::<ChunkLoc>(), 24);
+        assert_eq!(std::mem::size_of::<ThreadPlan>(), 16);
     }
 }

@@ -150,15 +150,54 @@ pub(crate) struct RankViolation {
     pub(crate) rank: u32,
 }
 
-/// A thread of the trace, at its dense index (the trace's order of threads).
+/// A thread of the trace, at its dense index (the trace's order of threads): 24 bytes and
+/// no name of its own (a process may have created 10^5 threads, most of them with no name
+/// or one that many share).
 #[derive(Clone, Debug)]
 pub struct ThreadModel {
     /// The trace's id of the thread.
     pub id: foresight_trace::ThreadId,
-    /// Its name in reports (`thread-N` when the trace names none).
-    pub name: String,
+    /// The name the program gave it, shared by every thread of that name; see
+    /// [`ThreadModel::name`].
+    pub given_name: Option<Arc<str>>,
     /// Events the trace recorded for it (0 when the model was built from a stream).
     pub len: u32,
+}
+
+impl ThreadModel {
+    /// Its name in reports: the one the program gave it, or `thread-N`.
+    pub fn name(&self) -> std::borrow::Cow<'_, str> {
+        match &self.given_name {
+            Some(name) => std::borrow::Cow::Borrowed(name),
+            None => std::borrow::Cow::Owned(format!("thread-{}", self.id)),
+        }
+    }
+
+    /// The threads `threads` (id, events recorded), named from `tables`, each name once.
+    pub fn named(
+        tables: &Tables,
+        threads: impl Iterator<Item = (foresight_trace::ThreadId, u32)>,
+    ) -> Vec<ThreadModel> {
+        // Keyed by string ids, from the tables rather than the events.
+        let mut names: HashMap<foresight_trace::StringId, Arc<str>> = HashMap::default();
+        threads
+            .map(|(id, len)| {
+                let given_name = tables.threads.get(&id).and_then(|t| t.name).and_then(|n| {
+                    if let Some(name) = names.get(&n) {
+                        return Some(name.clone());
+                    }
+                    let name: Arc<str> = tables.string(n)?.into();
+                    names.insert(n, name.clone());
+                    Some(name)
+                });
+                ThreadModel {
+                    id,
+                    given_name,
+                    len,
+                }
+            })
+            .collect()
+    }
 }
 
 /// What a blocking wait waits for.
@@ -380,7 +419,7 @@ impl Run {
 
     pub(crate) fn thread_label(&self, t: u32) -> String {
         let th = &self.threads[t as usize];
-        format!("thread {} \"{}\"", th.id, th.name)
+        format!("thread {} \"{}\"", th.id, th.name())
     }
 }
 
@@ -727,7 +766,7 @@ impl<'t> ModelPass<'t> {
             .threads()
             .map(|id| ThreadModel {
                 id,
-                name: format!("thread-{id}"),
+                given_name: None,
                 len: 0,
             })
             .collect();
@@ -815,18 +854,13 @@ impl<'t> ModelPass<'t> {
 
     pub(crate) fn for_trace(trace: &'t Trace) -> Self {
         let tables = &trace.tables;
-        let threads = trace
-            .threads
-            .iter()
-            .map(|t| ThreadModel {
-                id: t.thread,
-                name: tables
-                    .thread_name(t.thread)
-                    .map(str::to_string)
-                    .unwrap_or_else(|| format!("thread-{}", t.thread)),
-                len: t.events.len() as u32,
-            })
-            .collect();
+        let threads = ThreadModel::named(
+            tables,
+            trace
+                .threads
+                .iter()
+                .map(|t| (t.thread, t.events.len() as u32)),
+        );
         Self::new(
             tables,
             trace.path.display().to_string(),
