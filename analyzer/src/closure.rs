@@ -159,7 +159,7 @@ impl<'r> ClosureState<'r> {
         let run = self.run;
         let in_prefix: usize = (0..run.threads.len())
             .map(|t| {
-                run.thread_acquisitions[t]
+                run.thread_acquisitions(t)
                     .partition_point(|&a| run.acquisitions[a as usize].acquired < self.frontier[t])
             })
             .sum();
@@ -252,7 +252,7 @@ impl<'r> ClosureState<'r> {
             let mut raised = false;
             if self.walk {
                 for t in 0..n {
-                    let acquisitions = &run.thread_acquisitions[t];
+                    let acquisitions = run.thread_acquisitions(t);
                     while let Some(&a) = acquisitions.get(self.acquisition_cursor[t]) {
                         let acq = &run.acquisitions[a as usize];
                         if acq.acquired >= self.frontier[t] {
@@ -300,7 +300,7 @@ fn lock_rule(
     let threads = &run.lock_threads[lock as usize];
     let mut last: Vec<(u32, u32, Option<u32>)> = Vec::with_capacity(threads.len());
     for &t in threads {
-        let list = &run.by_thread_lock[&(t, lock)];
+        let list = run.pair_acquisitions_of(t, lock);
         let inside =
             list.partition_point(|&a| run.acquisitions[a as usize].acquired < frontier[t as usize]);
         if inside == 0 {
@@ -406,7 +406,7 @@ fn monitor_rule(
             if u == t {
                 continue;
             }
-            let list = &run.by_thread_lock[&(u, lock)];
+            let list = run.pair_acquisitions_of(u, lock);
             let before = list.partition_point(|&a| run.acquisitions[a as usize].seq < seq_t);
             let Some(&a_u) = before.checked_sub(1).and_then(|i| list.get(i)) else {
                 continue;
@@ -442,7 +442,7 @@ fn raise(
 /// The acquisitions a thread holds at the closure's frontier.
 pub fn open_at_frontier(run: &Run, closure: &Closure, thread: u32) -> Vec<u32> {
     let f = closure.frontier[thread as usize];
-    run.thread_acquisitions[thread as usize]
+    run.thread_acquisitions(thread as usize)
         .iter()
         .copied()
         .filter(|&a| {

@@ -206,7 +206,7 @@ pub(crate) fn witness(run: &Run, closure: &Closure, next: &[(PatternEvent, Strin
     // the trace order of what it contains.
     let mut ops: Vec<(u64, u32)> = Vec::new();
     for (t, &f) in closure.frontier.iter().enumerate() {
-        for &a in &run.thread_acquisitions[t] {
+        for &a in run.thread_acquisitions(t) {
             if run.acquisitions[a as usize].acquired >= f {
                 break;
             }

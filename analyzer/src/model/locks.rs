@@ -101,10 +101,8 @@ pub(super) struct LockSections<'t> {
     pub acquisitions: Vec<Acquisition>,
     /// Backing store of every `held` range (also the waits').
     pub held_pool: Vec<u32>,
-    /// Filled from `acquisitions` when the walk ends.
-    pub thread_acquisitions: ThreadAcquisitions,
-    /// Filled from `pairs` when the walk (or a segment) ends.
-    pub by_thread_lock: PairAcquisitions,
+    /// Handed over by `pairs` when the walk ends.
+    pub lists: AcquisitionLists,
     pairs: PairLists,
     pub read_recursions: Vec<ReadRecursion>,
     pub rank_violations: Vec<RankViolation>,
@@ -124,31 +122,9 @@ pub(super) struct SegmentLocks {
     pub lock_threads: Vec<Vec<u32>>,
     pub acquisitions: Vec<Acquisition>,
     pub held_pool: Vec<u32>,
-    pub thread_acquisitions: ThreadAcquisitions,
-    pub by_thread_lock: PairAcquisitions,
+    pub lists: AcquisitionLists,
     pub read_recursions: Vec<ReadRecursion>,
     pub rank_violations: Vec<RankViolation>,
-}
-
-/// Per thread, the indices of its acquisitions in program order: every index in one list,
-/// grouped by thread, and where each thread's group starts. Made once per segment from the
-/// acquisitions (`PairLists::take`) rather than grown as a list per thread
-/// during the walk: 4 bytes a thread instead of a list and its allocation, for a program that
-/// created 10^5 threads.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct ThreadAcquisitions {
-    /// Per thread, where its group starts in `indices`; one more at the end.
-    starts: Vec<u32>,
-    indices: Vec<u32>,
-}
-
-impl std::ops::Index<usize> for ThreadAcquisitions {
-    type Output = [u32];
-
-    /// The acquisitions of thread `t`, in program order.
-    fn index(&self, t: usize) -> &[u32] {
-        &self.indices[self.starts[t] as usize..self.starts[t + 1] as usize]
-    }
 }
 
 impl<'t> LockSections<'t> {
@@ -160,8 +136,7 @@ impl<'t> LockSections<'t> {
             lock_threads: Vec::new(),
             acquisitions: Vec::new(),
             held_pool: Vec::new(),
-            thread_acquisitions: ThreadAcquisitions::default(),
-            by_thread_lock: PairAcquisitions::default(),
+            lists: AcquisitionLists::default(),
             pairs: PairLists::default(),
             read_recursions: Vec::new(),
             rank_violations: Vec::new(),
@@ -474,14 +449,13 @@ impl<'t> LockSections<'t> {
         let mut open: Vec<u32> = self.held.entries().flatten().map(|h| h.acq).collect();
         open.sort_unstable();
         let acquisitions = std::mem::take(&mut self.acquisitions);
-        let (thread_acquisitions, by_thread_lock) = self.pairs.take(&acquisitions, threads);
+        let lists = self.pairs.take(threads);
         let segment = SegmentLocks {
             lock_threads: std::mem::replace(
                 &mut self.lock_threads,
                 vec![Vec::new(); self.locks.len()],
             ),
-            thread_acquisitions,
-            by_thread_lock,
+            lists,
             acquisitions,
             held_pool: std::mem::take(&mut self.held_pool),
             read_recursions: std::mem::take(&mut self.read_recursions),
@@ -545,14 +519,13 @@ impl<'t> LockSections<'t> {
                 site,
             );
         }
-        (self.thread_acquisitions, self.by_thread_lock) =
-            self.pairs.take(&self.acquisitions, self.requests.threads());
+        self.lists = self.pairs.take(self.requests.threads());
         self
     }
 }
 
 /// Which (thread, lock) pairs have acquisitions so far, each with its number; the lists
-/// themselves are made from the acquisitions when the segment ends ([`PairLists::take`]),
+/// themselves are made from the acquisitions when an analysis asks ([`AcquisitionLists`]),
 /// not grown one per pair as the walk goes (a thread per request makes a pair per thread).
 #[derive(Default)]
 struct PairLists {
@@ -605,43 +578,18 @@ impl PairLists {
         (new, pair)
     }
 
-    /// The lists of `acquisitions` (every one noted since the last take, in order) by thread
-    /// (of `threads`) and by (thread, lock), made in one pass from the counts kept as they
-    /// were noted; starts afresh.
-    fn take(
-        &mut self,
-        acquisitions: &[Acquisition],
-        threads: usize,
-    ) -> (ThreadAcquisitions, PairAcquisitions) {
+    /// What the lists of the acquisitions noted since the last take (by thread, of `threads`,
+    /// and by pair) are made from; starts afresh.
+    fn take(&mut self, threads: usize) -> AcquisitionLists {
         self.last.clear();
-        let index = std::mem::take(&mut self.index);
         let mut thread_counts = std::mem::take(&mut self.thread_counts);
         thread_counts.resize(threads.max(thread_counts.len()), 0);
-        let mut pair_next = starts_of(std::mem::take(&mut self.pair_counts));
-        let mut thread_next = starts_of(thread_counts);
-        let pair_starts = pair_next.clone();
-        let thread_starts = thread_next.clone();
-        let mut by_pair = vec![0u32; acquisitions.len()];
-        let mut by_thread = vec![0u32; acquisitions.len()];
-        for (i, a) in acquisitions.iter().enumerate() {
-            let at = &mut pair_next[a.pair as usize];
-            by_pair[*at as usize] = i as u32;
-            *at += 1;
-            let at = &mut thread_next[a.thread as usize];
-            by_thread[*at as usize] = i as u32;
-            *at += 1;
+        AcquisitionLists {
+            pairs: std::mem::take(&mut self.index),
+            pair_counts: std::mem::take(&mut self.pair_counts),
+            thread_counts,
+            built: std::sync::OnceLock::new(),
         }
-        (
-            ThreadAcquisitions {
-                starts: thread_starts,
-                indices: by_thread,
-            },
-            PairAcquisitions {
-                index,
-                starts: pair_starts,
-                indices: by_pair,
-            },
-        )
     }
 }
 
@@ -658,32 +606,92 @@ fn starts_of(mut counts: Vec<u32>) -> Vec<u32> {
     counts
 }
 
-/// Per (thread, lock) pair: the indices of its acquisitions in program order, every list in
-/// one, grouped like [`ThreadAcquisitions`].
-#[derive(Clone, Debug, Default)]
-pub(crate) struct PairAcquisitions {
-    /// (thread, lock) → its group.
-    index: IndexMap<(u32, u32), u32>,
-    /// Per group, where it starts in `indices`; one more at the end.
-    starts: Vec<u32>,
-    indices: Vec<u32>,
+/// A segment's acquisitions by thread and by (thread, lock) pair, each list in program order.
+/// The counts and each acquisition's pair number are kept as the walk notes them
+/// ([`PairLists`]); the lists are made in one pass over the acquisitions when an analysis first
+/// asks for one. Many segments are never asked (no lock-order cycle to check, no race candidate
+/// under a lock), and the pass reads every acquisition record again: on a lock-heavy trace it
+/// was a tenth of the analysis. Lists grown per thread during the walk instead would cost a list
+/// and its allocation for each of the 10^5 threads of a thread-per-request program.
+#[derive(Debug, Default)]
+pub(crate) struct AcquisitionLists {
+    /// (thread, lock) → its pair number.
+    pairs: IndexMap<(u32, u32), u32>,
+    pair_counts: Vec<u32>,
+    thread_counts: Vec<u32>,
+    built: std::sync::OnceLock<BuiltLists>,
 }
 
-impl PairAcquisitions {
-    /// The acquisitions of `lock` by `thread`, in program order, if it has any.
-    pub fn get(&self, &(thread, lock): &(u32, u32)) -> Option<&[u32]> {
-        let g = *self.index.get(&(thread, lock))? as usize;
-        Some(&self.indices[self.starts[g] as usize..self.starts[g + 1] as usize])
+/// Every list in one vector per grouping, and where each group starts (one more at the end).
+#[derive(Debug, Default)]
+struct BuiltLists {
+    thread_starts: Vec<u32>,
+    by_thread: Vec<u32>,
+    pair_starts: Vec<u32>,
+    by_pair: Vec<u32>,
+}
+
+impl AcquisitionLists {
+    fn built(&self, acquisitions: &[Acquisition]) -> &BuiltLists {
+        self.built.get_or_init(|| {
+            let mut thread_counts = self.thread_counts.clone();
+            // A run put together by hand (tests) noted nothing: count its acquisitions here.
+            if thread_counts.iter().map(|&c| c as usize).sum::<usize>() != acquisitions.len() {
+                thread_counts.clear();
+                for a in acquisitions {
+                    let t = a.thread as usize;
+                    if thread_counts.len() <= t {
+                        thread_counts.resize(t + 1, 0);
+                    }
+                    thread_counts[t] += 1;
+                }
+            }
+            let mut pair_next = starts_of(self.pair_counts.clone());
+            let mut thread_next = starts_of(thread_counts);
+            let pair_starts = pair_next.clone();
+            let thread_starts = thread_next.clone();
+            let mut by_pair = vec![0u32; pair_starts.last().map_or(0, |&n| n as usize)];
+            let mut by_thread = vec![0u32; acquisitions.len()];
+            for (i, a) in acquisitions.iter().enumerate() {
+                if let Some(at) = pair_next.get_mut(a.pair as usize) {
+                    if let Some(slot) = by_pair.get_mut(*at as usize) {
+                        *slot = i as u32;
+                        *at += 1;
+                    }
+                }
+                let at = &mut thread_next[a.thread as usize];
+                by_thread[*at as usize] = i as u32;
+                *at += 1;
+            }
+            BuiltLists {
+                thread_starts,
+                by_thread,
+                pair_starts,
+                by_pair,
+            }
+        })
     }
-}
 
-impl std::ops::Index<&(u32, u32)> for PairAcquisitions {
-    type Output = [u32];
+    /// The acquisitions of thread `t` (indices into `acquisitions`, the segment's), in
+    /// program order.
+    pub(crate) fn of_thread<'a>(&'a self, acquisitions: &[Acquisition], t: usize) -> &'a [u32] {
+        let b = self.built(acquisitions);
+        match (b.thread_starts.get(t), b.thread_starts.get(t + 1)) {
+            (Some(&s), Some(&e)) => &b.by_thread[s as usize..e as usize],
+            _ => &[],
+        }
+    }
 
-    /// The acquisitions of a (thread, lock) pair that has some.
-    fn index(&self, pair: &(u32, u32)) -> &[u32] {
-        self.get(pair)
-            .expect("a (thread, lock) pair with acquisitions")
+    /// The acquisitions of `lock` by `thread`, in program order, if it has any.
+    pub(crate) fn of_pair<'a>(
+        &'a self,
+        acquisitions: &[Acquisition],
+        thread: u32,
+        lock: u32,
+    ) -> Option<&'a [u32]> {
+        let g = *self.pairs.get(&(thread, lock))? as usize;
+        let b = self.built(acquisitions);
+        Some(&b.by_pair[b.pair_starts[g] as usize..b.pair_starts[g + 1] as usize])
     }
 }
 

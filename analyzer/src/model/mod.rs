@@ -60,8 +60,8 @@ use annotations::Annotations;
 pub(crate) use blocking::HeldBlocking;
 use blocking::HeldBlockingCalls;
 use heap::HeapBlocks;
+pub(crate) use locks::AcquisitionLists;
 use locks::{LockSections, SegmentLocks};
-pub(crate) use locks::{PairAcquisitions, ThreadAcquisitions};
 pub use marks::MarksSource;
 pub(crate) use marks::{AccessMarks, SegmentMarks};
 pub use monitors::MonitorScan;
@@ -271,10 +271,9 @@ pub struct Run {
     pub acquisitions: Vec<Acquisition>,
     /// Backing store of every `held` range.
     pub(crate) held_pool: Vec<u32>,
-    /// Per thread: acquisition indices in program order.
-    pub(crate) thread_acquisitions: ThreadAcquisitions,
-    /// Per (thread, lock): acquisition indices in program order.
-    pub(crate) by_thread_lock: PairAcquisitions,
+    /// Per thread and per (thread, lock): acquisition indices in program order
+    /// ([`Run::thread_acquisitions`], [`Run::pair_acquisitions`]).
+    pub(crate) acquisition_lists: AcquisitionLists,
     /// Per lock: the threads that acquire it.
     pub(crate) lock_threads: Vec<Vec<u32>>,
     /// The locks acquired by two threads or more: the only ones the lock rule can apply to.
@@ -379,6 +378,23 @@ impl Drop for Run {
 }
 
 impl Run {
+    /// The acquisitions of thread `t` (indices into `acquisitions`), in program order.
+    pub(crate) fn thread_acquisitions(&self, t: usize) -> &[u32] {
+        self.acquisition_lists.of_thread(&self.acquisitions, t)
+    }
+
+    /// The acquisitions of `lock` by `thread`, in program order, if it has any.
+    pub(crate) fn pair_acquisitions(&self, thread: u32, lock: u32) -> Option<&[u32]> {
+        self.acquisition_lists
+            .of_pair(&self.acquisitions, thread, lock)
+    }
+
+    /// The acquisitions of `lock` by a `thread` that has some.
+    pub(crate) fn pair_acquisitions_of(&self, thread: u32, lock: u32) -> &[u32] {
+        self.pair_acquisitions(thread, lock)
+            .expect("a (thread, lock) pair with acquisitions")
+    }
+
     /// The acquisitions `acq`'s thread held when it requested `acq`, outermost first.
     pub fn held(&self, acq: &Acquisition) -> &[u32] {
         &self.held_pool[acq.held.start as usize..acq.held.end as usize]
@@ -973,8 +989,7 @@ impl Pass for ModelPass<'_> {
             lock_threads: locks.lock_threads,
             acquisitions: locks.acquisitions,
             held_pool: locks.held_pool,
-            thread_acquisitions: locks.thread_acquisitions,
-            by_thread_lock: locks.by_thread_lock,
+            lists: locks.lists,
             read_recursions: locks.read_recursions,
             rank_violations: locks.rank_violations,
         };
@@ -1156,8 +1171,7 @@ impl<'t> ModelPass<'t> {
             locks,
             acquisitions: segment.acquisitions,
             held_pool: segment.held_pool,
-            thread_acquisitions: segment.thread_acquisitions,
-            by_thread_lock: segment.by_thread_lock,
+            acquisition_lists: segment.lists,
             lock_threads: segment.lock_threads,
             contended_locks,
             waits,

@@ -265,7 +265,7 @@ pub(crate) fn reversal(
                 }
                 receive_cursor[t] += 1;
             }
-            let acquisitions = &run.thread_acquisitions[t];
+            let acquisitions = run.thread_acquisitions(t);
             while let Some(&a) = acquisitions.get(acquisition_cursor[t]) {
                 let acq = &run.acquisitions[a as usize];
                 if acq.acquired >= frontier[t] {
@@ -301,7 +301,7 @@ pub(crate) fn reversal(
     let mut tail: [Option<u32>; 2] = [None, None];
     let mut reversed: Vec<(u32, u32)> = Vec::new();
     for (i, p) in pattern.iter().enumerate() {
-        for &h in &run.thread_acquisitions[p.thread as usize] {
+        for &h in run.thread_acquisitions(p.thread as usize) {
             let held = &run.acquisitions[h as usize];
             if held.acquired >= p.pos {
                 break;
@@ -313,7 +313,7 @@ pub(crate) fn reversal(
                 if u == p.thread {
                     continue;
                 }
-                for &a in &run.by_thread_lock[&(u, held.lock)] {
+                for &a in run.pair_acquisitions_of(u, held.lock) {
                     let other = &run.acquisitions[a as usize];
                     steps += 1;
                     if !in_s(u, other.acquired) {
@@ -379,7 +379,7 @@ pub(crate) fn reversal(
     };
     let mut by_lock: HashMap<u32, Vec<Section>> = HashMap::new();
     for t in 0..n as u32 {
-        for &a in &run.thread_acquisitions[t as usize] {
+        for &a in run.thread_acquisitions(t as usize) {
             let acq = &run.acquisitions[a as usize];
             if !in_s(t, acq.acquired) {
                 break;
@@ -505,7 +505,8 @@ fn witness(run: &Run, pair: &Pair, r: &Reordering) -> Witness {
         if f == 0 && blocks.is_none() {
             continue;
         }
-        let holds = run.thread_acquisitions[t as usize]
+        let holds = run
+            .thread_acquisitions(t as usize)
             .iter()
             .map(|&a| &run.acquisitions[a as usize])
             .filter(|a| a.acquired < f && a.release.is_none_or(|rel| rel >= f))
@@ -528,7 +529,7 @@ fn witness(run: &Run, pair: &Pair, r: &Reordering) -> Witness {
     let mut ops: Vec<((u8, u64), u32)> = Vec::new();
     for (t, &f) in r.frontier.iter().enumerate() {
         let tail = tail_of(t as u32);
-        for &a in &run.thread_acquisitions[t] {
+        for &a in run.thread_acquisitions(t) {
             let acq = &run.acquisitions[a as usize];
             if acq.acquired >= f {
                 break;

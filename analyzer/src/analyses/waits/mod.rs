@@ -166,7 +166,7 @@ fn candidates(run: &Run, wait: &Wait) -> Vec<WaitCandidate> {
     for &h in held {
         let ha = &run.acquisitions[h as usize];
         for &(other, before, then) in &others {
-            let Some(list) = run.by_thread_lock.get(&(other, ha.lock)) else {
+            let Some(list) = run.pair_acquisitions(other, ha.lock) else {
                 continue;
             };
             let eligible: Vec<u32> = list
@@ -432,7 +432,7 @@ pub(crate) fn rwlock_findings(run: &Run, budget: &mut Budget) -> Vec<Finding> {
         let mut writers: Vec<u32> = run.lock_threads[rr.lock as usize]
             .iter()
             .filter(|&&t| t != rr.thread)
-            .flat_map(|&t| run.by_thread_lock[&(t, rr.lock)].iter().copied())
+            .flat_map(|&t| run.pair_acquisitions_of(t, rr.lock).iter().copied())
             .filter(|&a| {
                 let a = &run.acquisitions[a as usize];
                 a.mode == Mode::Write && a.how != AcquireHow::Try
