@@ -17,8 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use foresight_trace::tables::Frame;
 
-use crate::module::ResolvedLocation;
-use crate::{SymbolizeOptions, Use};
+use crate::{ResolvedLocation, SymbolizeOptions, Use};
 
 const MAGIC: &[u8] = b"foresight resolved frames 1\n";
 /// Files larger than this are not read.

@@ -46,7 +46,16 @@ mod code;
 mod module;
 mod touched;
 
-use module::{ModuleData, ResolvedLocation};
+use module::ModuleData;
+
+/// One source location, before its strings are interned into the trace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ResolvedLocation {
+    pub function: Option<String>,
+    pub file: Option<String>,
+    pub line: u32,
+    pub column: u32,
+}
 
 /// How to symbolise.
 #[derive(Clone, Debug)]

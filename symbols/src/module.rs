@@ -26,21 +26,12 @@ use object::{
 
 use crate::cache::FrameCache;
 use crate::code;
-use crate::{SkipReason, SymbolizeOptions, Use};
+use crate::{ResolvedLocation, SkipReason, SymbolizeOptions, Use};
 
 /// Module files larger than this are not read (they are read into memory, not mapped).
 const MAX_MODULE_LEN: u64 = 4 << 30;
 /// Inlined frames kept for one address; more means a malformed file.
 const MAX_INLINE_DEPTH: usize = 64;
-
-/// One source location, before its strings are interned into the trace.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct ResolvedLocation {
-    pub function: Option<String>,
-    pub file: Option<String>,
-    pub line: u32,
-    pub column: u32,
-}
 
 pub(crate) struct ModuleOutcome {
     /// Every frame asked for; an empty list when nothing was found.
