@@ -50,9 +50,14 @@ pub struct LastWriters {
     writes_not_followed: u64,
 }
 
-/// Pages remembered in `recent`: 4 MiB of the program's memory when they are consecutive, so
-/// that the tables a compressor probes at random mostly skip the map.
+/// Pages remembered in `recent` at most: 4 MiB of the program's memory when they are
+/// consecutive, so that the tables a compressor probes at random mostly skip the map.
 const RECENT: usize = 1 << 14;
+/// Pages remembered in `recent` at first (16 KiB): the table grows fourfold whenever the pages
+/// outnumber its slots, up to [`RECENT`], so that a program touching little memory does not
+/// pay the largest table (256 KiB, as much again as the rest of the analysis of a 10^8-event
+/// trace of one shared array).
+const RECENT_FIRST: usize = 1 << 10;
 
 impl Default for LastWriters {
     fn default() -> Self {
@@ -71,7 +76,7 @@ impl LastWriters {
             pages: Vec::new(),
             index: HashMap::new(),
             // Made with the first page: a builder that never sees a write (the race pass's
-            // clocks, most traces' atomics) keeps none of its 256 KiB.
+            // clocks, most traces' atomics) keeps none.
             recent: Box::default(),
             max_pages: bytes / PAGE_BYTES,
             writes_not_followed: 0,
@@ -92,7 +97,8 @@ impl LastWriters {
             // No page yet.
             return None;
         }
-        let recent = &mut self.recent[page as usize % RECENT];
+        let mask = self.recent.len() - 1;
+        let recent = &mut self.recent[page as usize & mask];
         let i = if recent.0 == page {
             recent.1
         } else {
@@ -160,9 +166,10 @@ impl LastWriters {
     #[inline]
     fn page_for_write(&mut self, page: u64) -> Option<u32> {
         if self.recent.is_empty() {
-            self.recent = vec![(u64::MAX, 0); RECENT].into_boxed_slice();
+            self.recent = vec![(u64::MAX, 0); RECENT_FIRST].into_boxed_slice();
         }
-        let recent = &mut self.recent[page as usize % RECENT];
+        let slot = page as usize & (self.recent.len() - 1);
+        let recent = self.recent[slot];
         if recent.0 == page {
             return Some(recent.1);
         }
@@ -173,10 +180,16 @@ impl LastWriters {
                 let next = self.pages.len() as u32;
                 self.index.insert(page, next);
                 self.pages.push([(NONE, 0); PAGE_GRANULES]);
+                if self.pages.len() > self.recent.len() && self.recent.len() < RECENT {
+                    // A cache: the larger table starts empty and fills as pages are found.
+                    let len = (self.recent.len() * 4).min(RECENT);
+                    self.recent = vec![(u64::MAX, 0); len].into_boxed_slice();
+                }
                 next
             }
         };
-        *recent = (page, i);
+        let slot = page as usize & (self.recent.len() - 1);
+        self.recent[slot] = (page, i);
         Some(i)
     }
 }
@@ -184,6 +197,25 @@ impl LastWriters {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_recent_table_grows_with_the_pages_and_every_page_is_still_found() {
+        let mut w = LastWriters::new();
+        let p = PAGE_GRANULES as u64;
+        let pages = (RECENT_FIRST * 20) as u64;
+        for n in 0..pages {
+            w.set(n * 3 * p + 1, n * 3 * p + 1, (n as u32, 1));
+        }
+        assert_eq!(
+            w.recent.len(),
+            RECENT,
+            "grown fourfold twice, to the largest table"
+        );
+        for n in (0..pages).rev() {
+            assert_eq!(w.get(n * 3 * p + 1), Some((n as u32, 1)), "page {n}");
+            assert_eq!(w.get(n * 3 * p), None);
+        }
+    }
 
     #[test]
     fn writes_are_found_granule_by_granule_across_pages() {
