@@ -424,32 +424,24 @@ fn read_parts<Elf: object::read::elf::FileHeader<Endian = object::Endianness>>(
         }
         _ => None,
     };
-    let is_dwarf = |buf: &[u8], name: u32| -> bool {
-        let Some((offset, size)) = names else {
-            return false;
-        };
-        let Some(from) = offset
+    // The name at `name` in the section-name table, and what follows it there.
+    fn section_name(buf: &[u8], names: Option<(u64, u64)>, name: u32) -> Option<&[u8]> {
+        let (offset, size) = names?;
+        let from = offset
             .checked_add(u64::from(name))
-            .filter(|_| u64::from(name) < size)
-        else {
-            return false;
-        };
-        let tail = &buf[from as usize..(offset + size) as usize];
-        tail.starts_with(b".debug_") || tail.starts_with(b".zdebug_")
+            .filter(|_| u64::from(name) < size)?;
+        Some(&buf[from as usize..(offset + size) as usize])
+    }
+    let is_dwarf = |buf: &[u8], name: u32| -> bool {
+        section_name(buf, names, name)
+            .is_some_and(|tail| tail.starts_with(b".debug_") || tail.starts_with(b".zdebug_"))
     };
     // DWARF that nothing here reads: location lists (a third of an optimised C program's
     // DWARF), call frames, macros, name indexes.
     let is_unused_dwarf = |buf: &[u8], name: u32| -> bool {
-        let Some((offset, size)) = names else {
+        let Some(tail) = section_name(buf, names, name) else {
             return false;
         };
-        let Some(from) = offset
-            .checked_add(u64::from(name))
-            .filter(|_| u64::from(name) < size)
-        else {
-            return false;
-        };
-        let tail = &buf[from as usize..(offset + size) as usize];
         let tail = tail
             .strip_prefix(b".z")
             .or(tail.strip_prefix(b"."))
