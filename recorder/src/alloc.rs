@@ -138,15 +138,9 @@ unsafe impl GlobalAlloc for RtAlloc {
     /// only fault in every page (a thread's compressed-chunk buffer is 257 KiB, of which a
     /// chunk's output touches a fraction). A small one may be a reused block: zeroed here.
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        if class_of(&layout).is_none() {
-            if layout.align() > PAGE {
-                return ptr::null_mut();
-            }
-            return map(round_pages(layout.size()));
-        }
         // SAFETY: the caller's contract, forwarded (a non-zero size).
         let p = unsafe { self.alloc(layout) };
-        if !p.is_null() {
+        if !p.is_null() && class_of(&layout).is_some() {
             // SAFETY: `alloc` gave at least `layout.size()` writable bytes at `p`.
             unsafe { p.write_bytes(0, layout.size()) };
         }
