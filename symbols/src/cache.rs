@@ -13,7 +13,6 @@ use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use foresight_trace::tables::Frame;
 
@@ -105,19 +104,14 @@ impl FrameCache {
         for key in keys {
             encode(&mut bytes, *key, &self.entries[key]);
         }
-        // Unique to this process and save, so that two writers never share a temporary file.
-        static SAVES: AtomicU64 = AtomicU64::new(0);
-        let temp = self.path.with_extension(format!(
-            "{}.{}.partial",
-            std::process::id(),
-            SAVES.fetch_add(1, Ordering::Relaxed)
-        ));
-        let written = std::fs::File::create(&temp)
-            .and_then(|mut f| f.write_all(&bytes))
-            .and_then(|()| std::fs::rename(&temp, &self.path));
-        if written.is_err() {
-            let _ = std::fs::remove_file(&temp);
-        }
+        // A private file of a name no other writer has, renamed over the cache when whole: a
+        // reader sees the old file or the new one, never a part.
+        let Some(dir) = self.path.parent() else {
+            return;
+        };
+        let _ = tempfile::NamedTempFile::new_in(dir)
+            .and_then(|mut f| f.write_all(&bytes).map(|()| f))
+            .and_then(|f| f.persist(&self.path).map_err(|e| e.error));
     }
 }
 
