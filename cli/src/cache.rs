@@ -111,8 +111,10 @@ pub const FRAME_CACHE_VAR: &str = "FORESIGHT_FRAME_CACHE";
 /// Where `record` keeps the frames it resolved, per module build
 /// (`SymbolizeOptions::frame_cache`): `frames-<stamp>` in the cache root, the stamp naming this
 /// foresight executable (its version, size and modification time), so that a rebuilt
-/// foresight, which may name frames differently, starts afresh. `None` when turned off or when
-/// the directory cannot be made: symbolisation then reads every module, as it did before.
+/// foresight, which may name frames differently, starts afresh — and removes the directories
+/// of other foresight executables, which would otherwise pile up with every upgrade or rebuild.
+/// `None` when turned off or when the directory cannot be made: symbolisation then reads every
+/// module, as it did before.
 pub fn frame_cache_dir() -> Option<PathBuf> {
     if std::env::var_os(FRAME_CACHE_VAR).is_some_and(|v| v == "off" || v == "0") {
         return None;
@@ -129,7 +131,28 @@ pub fn frame_cache_dir() -> Option<PathBuf> {
         &exe.len().to_le_bytes(),
         &modified.to_le_bytes(),
     ]);
-    let dir = cache_root().ok()?.join(format!("frames-{stamp:016x}"));
+    let root = cache_root().ok()?;
+    let name = format!("frames-{stamp:016x}");
+    let dir = root.join(&name);
+    let fresh = !dir.exists();
     create_private_dir(&dir).ok()?;
+    if fresh {
+        remove_other_frame_caches(&root, &name);
+    }
     Some(dir)
+}
+
+/// Removes the `frames-*` directories of `root` but `keep`. Best effort: a recording by another
+/// foresight that loses its directory this way only resolves its frames again.
+fn remove_other_frame_caches(root: &Path, keep: &str) {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with("frames-") && name != keep && e.file_type().is_ok_and(|t| t.is_dir()) {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
 }

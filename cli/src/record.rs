@@ -45,7 +45,8 @@ into PATH.<pid> or PATH.<pid>.<n>. An existing PATH and its PATH.<pid>[.<n>] sib
 removed first (only if they are foresight traces or empty). After the run every trace is \
 symbolised (function, file, line) so it can be analysed without the binaries. The frames \
 resolved are kept per module build (build-id) in the cache directory, frames-<stamp>/, so that \
-the next recording of the same build names them without reading its debug information; \
+the next recording of the same build names them without reading its debug information (the \
+256 builds used last; another foresight executable's directory is removed); \
 FORESIGHT_FRAME_CACHE=off turns that off.
 
 Ctrl-C reaches the command (it is in the same process group); foresight waits for it, and the \

@@ -1,6 +1,6 @@
 //! `foresight record` keeps the frames it resolved per module build in its cache directory
 //! (`frames-<stamp>/`), names the sites of a second recording of the same build the same way,
-//! and keeps nothing with `FORESIGHT_FRAME_CACHE=off`.
+//! keeps nothing with `FORESIGHT_FRAME_CACHE=off`, and leaves no other executable's frames behind.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -94,4 +94,26 @@ fn a_second_recording_of_a_build_is_named_from_the_frame_cache_unless_turned_off
     );
     assert_eq!(site_names(&dir.join("third.trace")), first);
     assert!(frame_files(&off).is_empty(), "{:?}", frame_files(&off));
+}
+
+#[test]
+fn the_frame_cache_of_another_foresight_executable_is_removed() {
+    let dir = fresh_dir("frame-cache-stale");
+    let cache = dir.join("cache");
+    // What an upgraded or rebuilt foresight finds of the one before it.
+    let stale = cache.join("frames-00000000deadbeef");
+    std::fs::create_dir_all(&stale).unwrap();
+    std::fs::write(stale.join("0-0.frames"), b"resolved by another build").unwrap();
+    let unrelated = cache.join("notes");
+    std::fs::write(&unrelated, b"not foresight's frames").unwrap();
+    record(&dir, &cache, &[], "first.trace");
+    assert!(!stale.exists(), "the other executable's frames are gone");
+    assert!(
+        unrelated.exists(),
+        "nothing else in the cache directory is touched"
+    );
+    assert!(
+        !frame_files(&cache).is_empty(),
+        "this executable's frames are kept"
+    );
 }

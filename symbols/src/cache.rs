@@ -8,6 +8,11 @@
 //! resolved from the recorded build, so they hold whatever file is now at the module's path.
 //! The file is as untrusted as a trace: one that does not parse, or is too large, is ignored
 //! (and replaced); it is replaced whole, by a rename, so that a reader never sees half of it.
+//!
+//! A directory keeps the files of at most [`MAX_FILES`] builds: a program rebuilt and recorded
+//! again and again would otherwise leave a file for every build. The files written or used
+//! longest ago go first; a file in use is touched at most once a day, so that its time says
+//! when it was last used without a write at every recording.
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -24,11 +29,17 @@ const MAX_FILE_LEN: u64 = 64 << 20;
 /// Locations of one frame; more means a damaged file.
 const MAX_LOCATIONS: u32 = 1024;
 const NONE: u32 = u32::MAX;
+/// Builds whose frames one directory keeps.
+pub(crate) const MAX_FILES: usize = 256;
+/// A file used is touched when its time is older than this.
+const TOUCH_AFTER: std::time::Duration = std::time::Duration::from_secs(24 * 60 * 60);
 
 pub(crate) struct FrameCache {
     path: PathBuf,
     entries: HashMap<(bool, u64), Vec<ResolvedLocation>>,
     changed: bool,
+    /// The file was there when opened (a new one may push an old one out).
+    existed: bool,
 }
 
 impl FrameCache {
@@ -50,8 +61,12 @@ impl FrameCache {
             }
         }
         let path = dir.join(format!("{hex}-{:016x}.frames", h.finish()));
-        let entries = std::fs::File::open(&path)
-            .ok()
+        let file = std::fs::File::open(&path).ok();
+        let existed = file.is_some();
+        if let Some(f) = &file {
+            touch_if_old(f, &path);
+        }
+        let entries = file
             .filter(|f| f.metadata().is_ok_and(|m| m.len() <= MAX_FILE_LEN))
             .and_then(|f| {
                 let mut bytes = Vec::new();
@@ -63,6 +78,7 @@ impl FrameCache {
             path,
             entries,
             changed: false,
+            existed,
         }
     }
 
@@ -109,9 +125,47 @@ impl FrameCache {
         let Some(dir) = self.path.parent() else {
             return;
         };
-        let _ = tempfile::NamedTempFile::new_in(dir)
+        let written = tempfile::NamedTempFile::new_in(dir)
             .and_then(|mut f| f.write_all(&bytes).map(|()| f))
             .and_then(|f| f.persist(&self.path).map_err(|e| e.error));
+        if written.is_ok() && !self.existed {
+            keep_newest(dir, MAX_FILES);
+        }
+    }
+}
+
+/// Sets the modification time of the cache file `f` (at `path`) to now when it is older than
+/// [`TOUCH_AFTER`]: it was used, and [`keep_newest`] goes by that time.
+fn touch_if_old(f: &std::fs::File, path: &Path) {
+    let now = std::time::SystemTime::now();
+    let old = f
+        .metadata()
+        .and_then(|m| m.modified())
+        .is_ok_and(|t| now.duration_since(t).is_ok_and(|age| age > TOUCH_AFTER));
+    if old {
+        if let Ok(w) = std::fs::OpenOptions::new().write(true).open(path) {
+            let _ = w.set_modified(now);
+        }
+    }
+}
+
+/// Removes the oldest `.frames` files of `dir` (by modification time) until `keep` are left.
+/// Best effort: a file another recording removes first, or that cannot be removed, is passed.
+pub(crate) fn keep_newest(dir: &Path, keep: usize) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut files: Vec<(std::time::SystemTime, PathBuf)> = entries
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "frames"))
+        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .collect();
+    if files.len() <= keep {
+        return;
+    }
+    files.sort();
+    for (_, path) in &files[..files.len() - keep] {
+        let _ = std::fs::remove_file(path);
     }
 }
 
@@ -234,5 +288,35 @@ mod tests {
         let mut bad = bytes.clone();
         bad[MAGIC.len()] = 7;
         assert!(decode(&bad).is_none());
+    }
+
+    #[test]
+    fn a_directory_keeps_the_newest_files_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let day = std::time::Duration::from_secs(24 * 60 * 60);
+        let now = std::time::SystemTime::now();
+        for i in 0..6u32 {
+            let f = std::fs::File::create(dir.path().join(format!("{i}.frames"))).unwrap();
+            // File 0 is the newest, file 5 the oldest.
+            f.set_modified(now - day * i).unwrap();
+        }
+        std::fs::write(dir.path().join("other"), b"not a cache file").unwrap();
+        keep_newest(dir.path(), 4);
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            ["0.frames", "1.frames", "2.frames", "3.frames", "other"]
+        );
+
+        // A file used after a day is touched, and so kept over newer ones.
+        let old = dir.path().join("3.frames");
+        touch_if_old(&std::fs::File::open(&old).unwrap(), &old);
+        keep_newest(dir.path(), 1);
+        assert!(old.exists());
+        assert!(!dir.path().join("0.frames").exists());
     }
 }
