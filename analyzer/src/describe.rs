@@ -7,7 +7,7 @@ use crate::lock_graph::LockOrderGraph;
 use crate::model::{Acquisition, Run};
 use crate::report::{
     EdgeReport, FindingLocation, HeldLock, LockId, LockMode, LockRef, Role, SiteReport, ThreadId,
-    ThreadRef, Witness, WitnessThread,
+    ThreadRef, Witness, WitnessOthers, WitnessThread, LISTED_WHOLE_THREADS,
 };
 use crate::stream::Mode;
 
@@ -172,36 +172,21 @@ pub(crate) fn earlier_edge_locations(run: &Run, index: u32) -> [FindingLocation;
 /// of the prefix in the order they run.
 pub(crate) fn witness(run: &Run, closure: &Closure, next: &[(PatternEvent, String)]) -> Witness {
     const SCHEDULE_LINES: usize = 24;
-    // Room for every thread listed, made once: a closure over a program that created 10^5
-    // threads lists most of them, and a list grown by doubling would leave a third unused.
-    let listed = closure.frontier.iter().filter(|&&f| f > 0).count() + next.len();
-    let mut threads = Vec::with_capacity(listed);
-    for (t, &f) in closure.frontier.iter().enumerate() {
-        let blocks = next
-            .iter()
-            .find(|(b, _)| b.thread as usize == t)
-            .map(|(_, what)| what.clone());
-        if f == 0 && blocks.is_none() {
-            continue;
-        }
-        let holds = open_at_frontier(run, closure, t as u32)
-            .iter()
-            .map(|&a| {
-                let a = &run.acquisitions[a as usize];
-                format!(
-                    "{} (acquired at {})",
-                    run.locks[a.lock as usize].name,
-                    run.location(a.site).text
-                )
-            })
-            .collect();
-        threads.push(WitnessThread {
-            thread: thread(run, t as u32),
-            prefix_events: f,
-            holds,
-            blocks,
-        });
-    }
+    let (threads, others) = witness_threads(
+        run,
+        &closure.frontier,
+        |t| {
+            next.iter()
+                .find(|(b, _)| b.thread == t)
+                .map(|(_, what)| what.clone())
+        },
+        |t, _| {
+            open_at_frontier(run, closure, t)
+                .iter()
+                .map(|&a| held_text(run, a))
+                .collect()
+        },
+    );
     // Lock operations inside the prefix, in trace order: a sync-preserving reordering keeps
     // the trace order of what it contains.
     let mut ops: Vec<(u64, u32)> = Vec::new();
@@ -230,9 +215,78 @@ pub(crate) fn witness(run: &Run, closure: &Closure, next: &[(PatternEvent, Strin
     Witness {
         trace: run.source.clone(),
         threads,
+        others,
         schedule,
         schedule_truncated: truncated,
     }
+}
+
+/// A lock a witness thread holds at the end of its prefix: `m (acquired at f (a.c:3))`.
+pub(crate) fn held_text(run: &Run, acquisition: u32) -> String {
+    let a = &run.acquisitions[acquisition as usize];
+    format!(
+        "{} (acquired at {})",
+        run.locks[a.lock as usize].name,
+        run.location(a.site).text
+    )
+}
+
+/// The threads of a witness whose prefixes are `frontier`: each thread that runs part of its
+/// life, holds a lock at the end (`holds`) or makes the pattern's next step (`blocks`); and
+/// the threads that run their whole recorded life holding nothing, listed too when there are
+/// [`LISTED_WHOLE_THREADS`] or fewer, else counted in one entry. A program that made a thread
+/// per request has 10^5 of those in a closure, each run as recorded: a list of them would be
+/// most of the report and of its memory, and tell a reader nothing their count and ids do not.
+pub(crate) fn witness_threads(
+    run: &Run,
+    frontier: &[u32],
+    blocks: impl Fn(u32) -> Option<String>,
+    holds: impl Fn(u32, u32) -> Vec<String>,
+) -> (Vec<WitnessThread>, Option<WitnessOthers>) {
+    // The threads listed whatever happens (with their dense index), and the dense indices of
+    // those that run whole: an entry is made for the latter only if they are listed.
+    let mut listed: Vec<(u32, WitnessThread)> = Vec::new();
+    let mut whole: Vec<u32> = Vec::new();
+    for (t, &f) in frontier.iter().enumerate() {
+        let t = t as u32;
+        let blocks = blocks(t);
+        if f == 0 && blocks.is_none() {
+            continue;
+        }
+        let holds = holds(t, f);
+        if blocks.is_none() && holds.is_empty() && run.whole_life(t) == Some(f) {
+            whole.push(t);
+            continue;
+        }
+        listed.push((
+            t,
+            WitnessThread {
+                thread: thread(run, t),
+                prefix_events: f,
+                holds,
+                blocks,
+            },
+        ));
+    }
+    if whole.len() > LISTED_WHOLE_THREADS {
+        let events = whole.iter().map(|&t| u64::from(frontier[t as usize])).sum();
+        let ids = whole.iter().map(|&t| run.threads[t as usize].id).collect();
+        let threads = listed.into_iter().map(|(_, w)| w).collect();
+        return (threads, Some(WitnessOthers::of(ids, events)));
+    }
+    listed.extend(whole.into_iter().map(|t| {
+        (
+            t,
+            WitnessThread {
+                thread: thread(run, t),
+                prefix_events: frontier[t as usize],
+                holds: Vec::new(),
+                blocks: None,
+            },
+        )
+    }));
+    listed.sort_unstable_by_key(|&(t, _)| t);
+    (listed.into_iter().map(|(_, w)| w).collect(), None)
 }
 
 /// A cycle's names in order, back to the first: `A → B → A`.

@@ -308,6 +308,11 @@ pub struct Run {
     /// segment is an execution as it ran, and only the segment's events are reordered
     /// (`closure.rs`, `walk`).
     pub(crate) start: Vec<u32>,
+    /// Per thread whose exit is in the trace up to this run's end: how many events it
+    /// recorded, all of them (0 for a thread still running there or that recorded no exit).
+    /// A witness counts the threads it runs whole instead of listing each
+    /// (`describe::witness_threads`).
+    pub(crate) lives: Vec<u32>,
     /// The first `carried` acquisitions were open when the segment started (their request and
     /// acquire are in an earlier segment, their lock-order edges counted there).
     pub(crate) carried: u32,
@@ -431,6 +436,12 @@ impl Run {
     #[inline]
     pub(crate) fn start_of(&self, t: u32) -> u32 {
         self.start.get(t as usize).copied().unwrap_or(0)
+    }
+
+    /// Thread `t`'s events, when the trace up to this run's end has every one of them (it
+    /// exited there).
+    pub(crate) fn whole_life(&self, t: u32) -> Option<u32> {
+        self.lives.get(t as usize).copied().filter(|&n| n > 0)
     }
 
     pub(crate) fn thread_label(&self, t: u32) -> String {
@@ -980,6 +991,7 @@ impl Pass for ModelPass<'_> {
 
     fn finish(mut self) -> Run {
         let earlier = self.earlier_edges();
+        let lives = self.lives();
         let marks = self.segment_marks();
         let locks = self
             .locks
@@ -1021,6 +1033,7 @@ impl Pass for ModelPass<'_> {
             parts,
         );
         run.earlier = earlier;
+        run.lives = lives;
         run
     }
 }
@@ -1044,6 +1057,7 @@ impl<'t> ModelPass<'t> {
     /// cut; what crosses the cut stays in the pass.
     fn cut(&mut self) -> Run {
         let earlier = self.earlier_edges();
+        let lives = self.lives();
         let carried_here = self.locks.carried;
         let segment = self.locks.cut();
         let parts = RunParts {
@@ -1072,9 +1086,19 @@ impl<'t> ModelPass<'t> {
             parts,
         );
         run.earlier = earlier;
+        run.lives = lives;
         run.segments_follow = true;
         self.segments += 1;
         run
+    }
+
+    /// Per thread that has exited, its events so far: all it recorded ([`Run::lives`]).
+    fn lives(&self) -> Vec<u32> {
+        self.seen
+            .iter()
+            .zip(self.pending.exited())
+            .map(|(&seen, &exited)| if exited { seen } else { 0 })
+            .collect()
     }
 
     /// The marks of the segment that ends here: those the walk kept, or where to read them.
@@ -1196,6 +1220,7 @@ impl<'t> ModelPass<'t> {
             window: WindowInfo::of(tables),
             recording: crate::recording::RecordingFacts::of(tables),
             start,
+            lives: Vec::new(),
             carried,
             segment: segment_index,
             segments_follow: false,

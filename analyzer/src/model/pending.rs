@@ -176,6 +176,11 @@ impl PendingCalls {
         }
     }
 
+    /// Per thread: it has a `thread-exit` among the events so far.
+    pub fn exited(&self) -> &[bool] {
+        &self.exited
+    }
+
     /// Thread `t` records an event: an exec of its before this one did not replace the
     /// program.
     #[inline(always)]

@@ -972,11 +972,79 @@ pub struct WaitReport {
 #[derive(Clone, Debug, Serialize)]
 pub struct Witness {
     pub(crate) trace: String,
-    /// Each thread's part of the reordering.
+    /// Each thread's part of the reordering, but for the threads counted in `others`.
     pub threads: Vec<WitnessThread>,
+    /// The threads that run their whole recorded life, holding nothing, counted rather than
+    /// listed when there are more than [`LISTED_WHOLE_THREADS`] of them (a program that made
+    /// a thread per request); `None` when every thread is in `threads`.
+    pub others: Option<WitnessOthers>,
     /// Lock operations of the prefix, in the order the witness runs them (the last ones).
     pub schedule: Vec<String>,
     pub(crate) schedule_truncated: bool,
+}
+
+/// A witness lists each thread that runs its whole recorded life holding nothing when there
+/// are at most this many of them (every small program's witness reads as before); more are
+/// counted in [`Witness::others`].
+pub const LISTED_WHOLE_THREADS: usize = 8;
+
+/// The threads of a witness that run every event they recorded (their exit included) and
+/// hold nothing at the end: they run as recorded, and what is left to say is which they are.
+#[derive(Clone, Debug, Serialize)]
+pub struct WitnessOthers {
+    /// How many threads.
+    pub threads: u64,
+    /// Their events, all together.
+    pub events: u64,
+    /// Their trace ids, as ranges `[first, last]` (inclusive), in increasing order.
+    pub ids: Vec<[u32; 2]>,
+}
+
+impl WitnessOthers {
+    /// Counts the threads of `ids` (trace ids, any order) that run `events` events in all.
+    pub(crate) fn of(mut ids: Vec<u32>, events: u64) -> Self {
+        ids.sort_unstable();
+        ids.dedup();
+        let mut ranges: Vec<[u32; 2]> = Vec::new();
+        for id in &ids {
+            match ranges.last_mut() {
+                Some(r) if r[1].checked_add(1) == Some(*id) => r[1] = *id,
+                _ => ranges.push([*id, *id]),
+            }
+        }
+        WitnessOthers {
+            threads: ids.len() as u64,
+            events,
+            ids: ranges,
+        }
+    }
+
+    /// The ids as text: `2–991, 993–996, 1000`.
+    pub(crate) fn ids_text(&self) -> String {
+        let mut s = String::new();
+        for (i, [first, last]) in self.ids.iter().enumerate() {
+            if i > 0 {
+                s.push_str(", ");
+            }
+            if first == last {
+                s.push_str(&first.to_string());
+            } else {
+                s.push_str(&format!("{first}–{last}"));
+            }
+        }
+        s
+    }
+
+    /// One line for humans, exact enough to replay: which threads, and that they run whole.
+    pub(crate) fn text(&self) -> String {
+        format!(
+            "{} other threads run their whole recorded lives, holding nothing ({} events in \
+             all): threads {}",
+            self.threads,
+            self.events,
+            self.ids_text()
+        )
+    }
 }
 
 /// One thread of a witness.
@@ -1244,6 +1312,20 @@ pub struct VariableReport {
 mod tests {
     use super::*;
     use strum::VariantArray;
+
+    #[test]
+    fn the_threads_a_witness_counts_are_named_by_ranges_of_ids() {
+        let others = WitnessOthers::of(vec![9, 3, 4, 5, 12, 10, 7, 4], 70);
+        assert_eq!(others.threads, 7);
+        assert_eq!(others.ids, [[3, 5], [7, 7], [9, 10], [12, 12]]);
+        assert_eq!(others.ids_text(), "3–5, 7, 9–10, 12");
+        assert_eq!(
+            serde_json::to_value(&others).unwrap(),
+            serde_json::json!({"threads": 7, "events": 70, "ids": [[3, 5], [7, 7], [9, 10], [12, 12]]})
+        );
+        let edge = WitnessOthers::of(vec![u32::MAX, u32::MAX - 1, 0], 3);
+        assert_eq!(edge.ids, [[0, 0], [u32::MAX - 1, u32::MAX]]);
+    }
 
     /// serde names the enums in JSON and strum in text: one rename rule, two derives, so a
     /// test keeps them the same name.

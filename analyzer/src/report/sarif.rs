@@ -317,7 +317,7 @@ fn uri(path: &str) -> String {
 /// then where it blocks (a deadlock) or the access it makes next (a race).
 fn code_flow(f: &Finding, root: Option<&Path>) -> Option<Value> {
     let w = f.witness.as_ref()?;
-    let flows: Vec<Value> = w
+    let mut flows: Vec<Value> = w
         .threads
         .iter()
         .map(|t| {
@@ -358,6 +358,20 @@ fn code_flow(f: &Finding, root: Option<&Path>) -> Option<Value> {
             })
         })
         .collect();
+    if let Some(others) = &w.others {
+        // One flow for the threads that run whole, with their ids for a tool to replay.
+        let text = others.text();
+        flows.push(json!({
+            "id": "others",
+            "message": { "text": text },
+            "locations": [flow_step(None, &text, "run", root)],
+            "properties": {
+                "threads": others.threads,
+                "events": others.events,
+                "ids": others.ids,
+            },
+        }));
+    }
     if flows.is_empty() {
         return None;
     }

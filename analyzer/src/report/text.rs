@@ -569,6 +569,9 @@ fn finding(
                 counted(t.prefix_events, "event", "events")
             )?;
         }
+        if let Some(others) = &w.others {
+            writeln!(out, "    {}", others.text())?;
+        }
         writeln!(
             out,
             "    schedule{}:",

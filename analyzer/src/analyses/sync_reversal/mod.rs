@@ -50,7 +50,7 @@ use crate::analyses::races::{describe_address, finding, line_key, verb, LineKey}
 use crate::closure::{Budget, PatternEvent};
 use crate::model::Run;
 use crate::races::Pair;
-use crate::report::{Finding, Kind, Message, Rule, Witness, WitnessThread};
+use crate::report::{Finding, Kind, Message, Rule, Witness};
 use crate::stream::Mode;
 
 /// Closure steps (receives and acquisitions visited, sections checked) one part may spend on
@@ -493,38 +493,27 @@ fn witness(run: &Run, pair: &Pair, r: &Reordering) -> Witness {
             .find(|(p, _)| p.thread == t)
             .and_then(|(_, s)| s)
     };
-    let mut threads = Vec::new();
-    for (t, &f) in r.frontier.iter().enumerate() {
-        let t = t as u32;
-        let blocks = r
-            .pattern
-            .iter()
-            .zip(pair.iter())
-            .find(|(p, _)| p.thread == t)
-            .map(|(_, a)| access_text(run, a));
-        if f == 0 && blocks.is_none() {
-            continue;
-        }
-        let holds = run
-            .thread_acquisitions(t as usize)
-            .iter()
-            .map(|&a| &run.acquisitions[a as usize])
-            .filter(|a| a.acquired < f && a.release.is_none_or(|rel| rel >= f))
-            .map(|a| {
-                format!(
-                    "{} (acquired at {})",
-                    run.locks[a.lock as usize].name,
-                    run.location(a.site).text
-                )
-            })
-            .collect();
-        threads.push(WitnessThread {
-            thread: crate::describe::thread(run, t),
-            prefix_events: f,
-            holds,
-            blocks,
-        });
-    }
+    let (threads, others) = crate::describe::witness_threads(
+        run,
+        &r.frontier,
+        |t| {
+            r.pattern
+                .iter()
+                .zip(pair.iter())
+                .find(|(p, _)| p.thread == t)
+                .map(|(_, a)| access_text(run, a))
+        },
+        |t, f| {
+            run.thread_acquisitions(t as usize)
+                .iter()
+                .filter(|&&a| {
+                    let a = &run.acquisitions[a as usize];
+                    a.acquired < f && a.release.is_none_or(|rel| rel >= f)
+                })
+                .map(|&a| crate::describe::held_text(run, a))
+                .collect()
+        },
+    );
     // Lock operations of S: the part without the tails in trace order, then the tails.
     let mut ops: Vec<((u8, u64), u32)> = Vec::new();
     for (t, &f) in r.frontier.iter().enumerate() {
@@ -570,6 +559,7 @@ fn witness(run: &Run, pair: &Pair, r: &Reordering) -> Witness {
     Witness {
         trace: run.source.clone(),
         threads,
+        others,
         schedule,
         schedule_truncated: truncated,
     }
