@@ -90,7 +90,9 @@ pub struct TraceStream {
 /// 10^5; 16 bytes a thread).
 struct ThreadPlan {
     thread: ThreadId,
-    from: usize,
+    /// Its first chunk in [`TraceStream::chunks`] (8 bytes a thread, not 16: a process may
+    /// have created 10^5 threads).
+    from: u32,
 }
 
 /// Where an event chunk is (24 bytes). Its prefix is read again, checked, with its payload.
@@ -195,8 +197,15 @@ impl TraceStream {
     }
 
     fn build(path: PathBuf, source: Source) -> Result<Self, TraceError> {
-        let s = scan(&path, &source, true)?;
-        let mut located: Vec<(ThreadId, ChunkLoc)> = Vec::new();
+        let mut s = scan(&path, &source, true)?;
+        let chunk_count = s.chunks.len();
+        let table_chunk_count = s
+            .chunks
+            .iter()
+            .filter(|c| c.kind == ChunkKind::Table)
+            .count();
+        let events = s.prefixes.iter().filter(|p| p.is_some()).count();
+        let mut located: Vec<(ThreadId, ChunkLoc)> = Vec::with_capacity(events);
         let mut orphan_problems = Vec::new();
         let mut buf = Vec::new();
         for (c, prefix) in s.chunks.iter().zip(&s.prefixes) {
@@ -231,26 +240,37 @@ impl TraceStream {
                 }
             }
         }
+        // The file's chunk list is let go before the index is made of what it located: a
+        // process that created 10^5 threads left 2·10^5 chunks.
+        s.chunks = Vec::new();
+        s.prefixes = Vec::new();
+        if u32::try_from(located.len()).is_err() {
+            return Err(TraceError::Io {
+                path,
+                error: std::io::Error::other(format!(
+                    "{} event chunks, more than the {} this reader indexes",
+                    located.len(),
+                    u32::MAX
+                )),
+            });
+        }
         // By thread, then (sequence, offset): no two chunks have the same offset.
         located.sort_unstable_by_key(|(thread, c)| (*thread, c.sequence, c.offset()));
-        let mut threads: Vec<ThreadPlan> = Vec::new();
+        let thread_count = located.windows(2).filter(|w| w[0].0 != w[1].0).count()
+            + usize::from(!located.is_empty());
+        let mut threads: Vec<ThreadPlan> = Vec::with_capacity(thread_count);
         for (i, (thread, _)) in located.iter().enumerate() {
             match threads.last_mut() {
                 Some(plan) if plan.thread == *thread => {}
                 _ => threads.push(ThreadPlan {
                     thread: *thread,
-                    from: i,
+                    from: i as u32,
                 }),
             }
         }
-        threads.shrink_to_fit();
         // A list of its own, of the exact length (not the sorted pairs' room, reused).
         let chunks: Vec<ChunkLoc> = located.iter().map(|(_, c)| *c).collect();
-        let table_chunk_count = s
-            .chunks
-            .iter()
-            .filter(|c| c.kind == ChunkKind::Table)
-            .count();
+        drop(located);
         Ok(TraceStream {
             path,
             source,
@@ -265,7 +285,7 @@ impl TraceStream {
             orphan_problems,
             threads,
             chunks,
-            chunk_count: s.chunks.len(),
+            chunk_count,
             table_chunk_count,
         })
     }
@@ -275,8 +295,8 @@ impl TraceStream {
         let to = self
             .threads
             .get(plan + 1)
-            .map_or(self.chunks.len(), |next| next.from);
-        &self.chunks[self.threads[plan].from..to]
+            .map_or(self.chunks.len(), |next| next.from as usize);
+        &self.chunks[self.threads[plan].from as usize..to]
     }
 
     /// The file the stream reads, for messages.
@@ -1582,6 +1602,6 @@ mod tests {
         assert!(full.iter().all(|f| f.encoded_bytes > 0));
         assert_eq!(std::mem::size_of::<ThreadState>(), 16);
         assert_eq!(std::mem::size_of::<ChunkLoc>(), 24);
-        assert_eq!(std::mem::size_of::<ThreadPlan>(), 16);
+        assert_eq!(std::mem::size_of::<ThreadPlan>(), 8);
     }
 }
