@@ -59,13 +59,30 @@ struct LineTally {
 }
 
 /// The lock each thread of a trace took first at a line (an index of
-/// [`HintTally::lock_names`]), by the thread's dense index from `from` on: 4 bytes a thread,
-/// not a map entry each, since a program may create 10^5 threads. A segment's cover the
-/// threads it has, which a thread-per-request program creates one after another.
-#[derive(Clone, Debug, Default)]
-struct ThreadLocks {
-    from: u32,
-    first: Vec<u32>,
+/// [`HintTally::lock_names`]): by the thread's dense index from `from` on, 4 bytes a thread,
+/// not a map entry each, since a program may create 10^5 threads (a segment's cover the
+/// threads it has, which a thread-per-request program creates one after another); in a map
+/// once the threads that took a lock there are too few for their span (a line that two
+/// threads far apart take).
+#[derive(Clone, Debug)]
+enum ThreadLocks {
+    ByIndex {
+        from: u32,
+        first: Vec<u32>,
+        /// Entries of `first` that are not `NONE`.
+        taken: u32,
+    },
+    Sparse(HashMap<u32, u32>),
+}
+
+impl Default for ThreadLocks {
+    fn default() -> Self {
+        ThreadLocks::ByIndex {
+            from: 0,
+            first: Vec::new(),
+            taken: 0,
+        }
+    }
 }
 
 impl ThreadLocks {
@@ -73,33 +90,59 @@ impl ThreadLocks {
 
     /// Thread `thread` took lock `lock` there: whether it took another one there before.
     fn took(&mut self, thread: u32, lock: u32) -> bool {
-        if self.first.is_empty() {
-            self.from = thread;
-        } else if thread < self.from {
-            let more = (self.from - thread) as usize;
-            self.first
-                .splice(0..0, std::iter::repeat_n(Self::NONE, more));
-            self.from = thread;
+        let ThreadLocks::ByIndex { from, first, taken } = self else {
+            let ThreadLocks::Sparse(map) = self else {
+                unreachable!()
+            };
+            return *map.entry(thread).or_insert(lock) != lock;
+        };
+        let (start, end) = if first.is_empty() {
+            (thread, thread + 1)
+        } else {
+            (
+                (*from).min(thread),
+                (*from + first.len() as u32).max(thread + 1),
+            )
+        };
+        // At most 16 bytes for each thread that took a lock there, as a map would take.
+        if (end - start) as u64 > 4 * (u64::from(*taken) + 1) + 64 {
+            let map: HashMap<u32, u32> = self.taken().collect();
+            *self = ThreadLocks::Sparse(map);
+            return self.took(thread, lock);
         }
-        let i = (thread - self.from) as usize;
-        if i >= self.first.len() {
-            self.first.resize(i + 1, Self::NONE);
+        if first.is_empty() {
+            *from = thread;
+        } else if thread < *from {
+            let more = (*from - thread) as usize;
+            first.splice(0..0, std::iter::repeat_n(Self::NONE, more));
+            *from = thread;
         }
-        match self.first[i] {
+        let i = (thread - *from) as usize;
+        if i >= first.len() {
+            first.resize(i + 1, Self::NONE);
+        }
+        match first[i] {
             Self::NONE => {
-                self.first[i] = lock;
+                first[i] = lock;
+                *taken += 1;
                 false
             }
-            first => first != lock,
+            earlier => earlier != lock,
         }
     }
 
-    fn taken(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
-        self.first
-            .iter()
-            .enumerate()
-            .filter(|(_, &l)| l != Self::NONE)
-            .map(|(i, &l)| (self.from + i as u32, l))
+    /// (thread, lock) of every thread that took a lock there.
+    fn taken(&self) -> Box<dyn Iterator<Item = (u32, u32)> + '_> {
+        match self {
+            ThreadLocks::ByIndex { from, first, .. } => Box::new(
+                first
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, &l)| l != Self::NONE)
+                    .map(move |(i, &l)| (*from + i as u32, l)),
+            ),
+            ThreadLocks::Sparse(map) => Box::new(map.iter().map(|(&t, &l)| (t, l))),
+        }
     }
 }
 
@@ -520,6 +563,14 @@ mod tests {
         several.add(segment(&[(5, "m1")], true));
         assert!(several.lines[&line].one_thread_several);
         assert!(several.lines[&line].first_lock.is_empty());
+        // Two threads far apart: a map, not a list of 10^5.
+        let mut far = segment(&[(3, "m1"), (100_000, "m2")], false);
+        assert!(matches!(
+            far.lines[&line].first_lock[0].1,
+            ThreadLocks::Sparse(_)
+        ));
+        far.add(segment(&[(100_000, "m2"), (3, "m2")], false));
+        assert!(far.lines[&line].one_thread_several);
         // The trace's last segment lets go of what its threads took first.
         tally.add(segment(&[(11, "m1")], true));
         assert!(!tally.lines[&line].one_thread_several);
