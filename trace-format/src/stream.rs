@@ -23,9 +23,9 @@
 //! checked against its checksum again) when the turn comes. A thread that has ended keeps its
 //! summary (only its event count, 16 bytes with its place, for a pass that asks for no more:
 //! [`TraceStream::merged_event_counts`]), and hands its cursor's buffers to the next thread to
-//! start. Plus the index (16 bytes per thread and 24 per events chunk), the tables, and the
+//! start. Plus the index (8 bytes per thread and 24 per events chunk), the tables, and the
 //! problems found. Nothing grows with the number of events, and a program that created 10^5
-//! short threads over its life costs about 70 bytes per thread (120 with the bytes and times
+//! short threads over its life costs about 60 bytes per thread (100 with the bytes and times
 //! of its summary), and a cursor per thread running at once.
 //!
 //! **Same answers as the decoding reader.** Each thread's events, their indices, the merged
@@ -87,7 +87,7 @@ pub struct TraceStream {
 
 /// The event chunks of one thread, in (sequence, file offset) order: the stream's index from
 /// `from` to the next thread's `from` (one list for every thread: a program may have created
-/// 10^5; 16 bytes a thread).
+/// 10^5).
 struct ThreadPlan {
     thread: ThreadId,
     /// Its first chunk in [`TraceStream::chunks`] (8 bytes a thread, not 16: a process may
