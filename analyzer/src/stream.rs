@@ -995,29 +995,37 @@ impl BarrierGenerations {
 /// Trace thread id → dense index (looked up for every event).
 struct ThreadIndex {
     small: Vec<u32>,
-    large: HashMap<ThreadId, usize>,
+    large: HashMap<ThreadId, u32>,
 }
 
 impl ThreadIndex {
     const NONE: u32 = u32::MAX;
-    /// Ids up to this are looked up in a table; larger ones (unusual) in a map.
+    /// Ids below this, or below 4 per thread, are looked up in a table (4 bytes an id: the
+    /// recorder numbers threads from 0, and a process may create 10^5 of them); larger ones
+    /// (unusual) in a map.
     const TABLE: u32 = 1 << 16;
 
     fn new(ids: impl IntoIterator<Item = ThreadId>) -> Self {
+        let ids = ids.into_iter();
+        let table = u32::try_from(ids.size_hint().0.saturating_mul(4))
+            .unwrap_or(u32::MAX)
+            .max(Self::TABLE);
         let mut ix = ThreadIndex {
             small: Vec::new(),
             large: HashMap::new(),
         };
-        for (i, id) in ids.into_iter().enumerate() {
-            if id < Self::TABLE {
+        for (i, id) in ids.enumerate() {
+            let i = i as u32;
+            if id < table {
                 if ix.small.len() <= id as usize {
                     ix.small.resize(id as usize + 1, Self::NONE);
                 }
-                ix.small[id as usize] = i as u32;
+                ix.small[id as usize] = i;
             } else {
                 ix.large.insert(id, i);
             }
         }
+        ix.small.shrink_to_fit();
         ix
     }
 
@@ -1026,7 +1034,7 @@ impl ThreadIndex {
         match self.small.get(id as usize) {
             Some(&i) if i != Self::NONE => Some(i as usize),
             Some(_) => None,
-            None => self.large.get(&id).copied(),
+            None => self.large.get(&id).map(|&i| i as usize),
         }
     }
 }

@@ -37,6 +37,12 @@ pub struct HintTally {
     unrecorded: BTreeMap<String, u64>,
     /// Acquisitions at sites with a function but no file and line, per function.
     without_lines: BTreeMap<String, u64>,
+    /// The lock names the lines' threads took first, each once: [`ThreadLocks`] names them by
+    /// their index here.
+    lock_names: Vec<Arc<str>>,
+    lock_ids: HashMap<Arc<str>, u32>,
+    /// The traces whose last segment is in: no thread of theirs takes a lock any more.
+    ended: Vec<Arc<str>>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -45,29 +51,117 @@ struct LineTally {
     locks: BTreeSet<String>,
     /// Some thread took two different locks there.
     one_thread_several: bool,
-    /// Until then: the lock each thread (its trace, its id) took there first, kept across the
-    /// segments of a trace (a thread's two calls may be in two segments). The names are shared
-    /// by every entry of a trace and of a lock: a program that created 10^5 threads has an
-    /// entry for each.
-    first_lock: BTreeMap<(Arc<str>, u32), Arc<str>>,
+    /// Until then, per trace: the lock each thread took there first, kept across the segments
+    /// of a trace (a thread's two calls may be in two segments), until its last segment.
+    first_lock: Vec<(Arc<str>, ThreadLocks)>,
     /// The line is in a thread's start routine (its caller is where threads start).
     thread_entry: bool,
 }
 
+/// The lock each thread of a trace took first at a line (an index of
+/// [`HintTally::lock_names`]): by the thread's dense index from `from` on, 4 bytes a thread,
+/// not a map entry each, since a program may create 10^5 threads (a segment's cover the
+/// threads it has, which a thread-per-request program creates one after another); in a map
+/// once the threads that took a lock there are too few for their span (a line that two
+/// threads far apart take).
+#[derive(Clone, Debug)]
+enum ThreadLocks {
+    ByIndex {
+        from: u32,
+        first: Vec<u32>,
+        /// Entries of `first` that are not `NONE`.
+        taken: u32,
+    },
+    Sparse(HashMap<u32, u32>),
+}
+
+impl Default for ThreadLocks {
+    fn default() -> Self {
+        ThreadLocks::ByIndex {
+            from: 0,
+            first: Vec::new(),
+            taken: 0,
+        }
+    }
+}
+
+impl ThreadLocks {
+    const NONE: u32 = u32::MAX;
+
+    /// Thread `thread` took lock `lock` there: whether it took another one there before.
+    fn took(&mut self, thread: u32, lock: u32) -> bool {
+        let ThreadLocks::ByIndex { from, first, taken } = self else {
+            let ThreadLocks::Sparse(map) = self else {
+                unreachable!()
+            };
+            return *map.entry(thread).or_insert(lock) != lock;
+        };
+        let (start, end) = if first.is_empty() {
+            (thread, thread + 1)
+        } else {
+            (
+                (*from).min(thread),
+                (*from + first.len() as u32).max(thread + 1),
+            )
+        };
+        // At most 16 bytes for each thread that took a lock there, as a map would take.
+        if (end - start) as u64 > 4 * (u64::from(*taken) + 1) + 64 {
+            let map: HashMap<u32, u32> = self.taken().collect();
+            *self = ThreadLocks::Sparse(map);
+            return self.took(thread, lock);
+        }
+        if first.is_empty() {
+            *from = thread;
+        } else if thread < *from {
+            let more = (*from - thread) as usize;
+            first.splice(0..0, std::iter::repeat_n(Self::NONE, more));
+            *from = thread;
+        }
+        let i = (thread - *from) as usize;
+        if i >= first.len() {
+            first.resize(i + 1, Self::NONE);
+        }
+        match first[i] {
+            Self::NONE => {
+                first[i] = lock;
+                *taken += 1;
+                false
+            }
+            earlier => earlier != lock,
+        }
+    }
+
+    /// (thread, lock) of every thread that took a lock there.
+    fn taken(&self) -> Box<dyn Iterator<Item = (u32, u32)> + '_> {
+        match self {
+            ThreadLocks::ByIndex { from, first, .. } => Box::new(
+                first
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, &l)| l != Self::NONE)
+                    .map(move |(i, &l)| (*from + i as u32, l)),
+            ),
+            ThreadLocks::Sparse(map) => Box::new(map.iter().map(|(&t, &l)| (t, l))),
+        }
+    }
+}
+
 impl LineTally {
-    fn took(&mut self, trace: &Arc<str>, thread: u32, lock: &Arc<str>) {
+    fn took(&mut self, trace: &Arc<str>, thread: u32, lock: u32) {
         if self.one_thread_several {
             return;
         }
-        match self.first_lock.entry((Arc::clone(trace), thread)) {
-            std::collections::btree_map::Entry::Vacant(e) => {
-                e.insert(Arc::clone(lock));
+        let at = match self.first_lock.iter().position(|(t, _)| t == trace) {
+            Some(at) => at,
+            None => {
+                self.first_lock
+                    .push((Arc::clone(trace), ThreadLocks::default()));
+                self.first_lock.len() - 1
             }
-            std::collections::btree_map::Entry::Occupied(first) if first.get() != lock => {
-                self.one_thread_several = true;
-                self.first_lock.clear();
-            }
-            std::collections::btree_map::Entry::Occupied(_) => {}
+        };
+        if self.first_lock[at].1.took(thread, lock) {
+            self.one_thread_several = true;
+            self.first_lock = Vec::new();
         }
     }
 }
@@ -79,6 +173,18 @@ impl HintTally {
             tally.add(Self::of_run(run));
         }
         tally
+    }
+
+    /// The index of lock name `name` in [`HintTally::lock_names`].
+    fn lock_id(&mut self, name: &str) -> u32 {
+        if let Some(&id) = self.lock_ids.get(name) {
+            return id;
+        }
+        let name: Arc<str> = Arc::from(name);
+        let id = self.lock_names.len() as u32;
+        self.lock_names.push(Arc::clone(&name));
+        self.lock_ids.insert(name, id);
+        id
     }
 
     fn of_run(run: &Run) -> Self {
@@ -116,17 +222,25 @@ impl HintTally {
             line_of_site.insert(site, key);
         }
         let source: Arc<str> = Arc::from(run.source.as_str());
-        let mut lock_names: Vec<Option<Arc<str>>> = vec![None; run.locks.len()];
-        for (site, lock, thread) in taken.threads {
+        let mut lock_ids: Vec<Option<u32>> = vec![None; run.locks.len()];
+        // By thread, so that a line's threads are noted from the first one on.
+        let mut threads = taken.threads;
+        threads.sort_unstable_by_key(|&(_, _, thread)| thread);
+        for (site, lock, thread) in threads {
             let (Some(line), Some(l)) = (line_of_site.get(&site), run.locks.get(lock as usize))
             else {
                 continue;
             };
+            let id = match lock_ids[lock as usize] {
+                Some(id) => id,
+                None => *lock_ids[lock as usize].insert(t.lock_id(&l.name)),
+            };
             if let Some(e) = t.lines.get_mut(line) {
-                let name =
-                    lock_names[lock as usize].get_or_insert_with(|| Arc::from(l.name.as_str()));
-                e.took(&source, thread, name);
+                e.took(&source, thread, id);
             }
+        }
+        if !run.segments_follow {
+            t.ended.push(source);
         }
         t
     }
@@ -134,15 +248,34 @@ impl HintTally {
     /// Adds another run's, segment's or trace's counts.
     pub fn add(&mut self, other: HintTally) {
         self.total += other.total;
+        let ids: Vec<u32> = other
+            .lock_names
+            .iter()
+            .map(|name| self.lock_id(name))
+            .collect();
         for (key, l) in other.lines {
             let e = self.lines.entry(key).or_default();
             e.acquisitions += l.acquisitions;
             e.locks.extend(l.locks);
             e.one_thread_several |= l.one_thread_several;
-            for ((trace, thread), lock) in l.first_lock {
-                e.took(&trace, thread, &lock);
+            for (trace, threads) in &l.first_lock {
+                for (thread, lock) in threads.taken() {
+                    e.took(trace, thread, ids[lock as usize]);
+                }
             }
             e.thread_entry |= l.thread_entry;
+        }
+        // A trace that ended takes no lock any more: what its threads took first is let go.
+        if !other.ended.is_empty() {
+            for l in self.lines.values_mut() {
+                l.first_lock
+                    .retain(|(trace, _)| !other.ended.contains(trace));
+            }
+            for trace in other.ended {
+                if !self.ended.contains(&trace) {
+                    self.ended.push(trace);
+                }
+            }
         }
         for (f, n) in other.unrecorded {
             *self.unrecorded.entry(f).or_default() += n;
@@ -386,6 +519,63 @@ fn acquisitions_by_lock_and_site_in_lists(run: &Run) -> Vec<((SiteId, u32), u64)
 mod tests {
     use super::*;
     use crate::sites::Location;
+
+    #[test]
+    fn a_thread_taking_two_locks_at_a_line_is_seen_across_segments_until_its_trace_ends() {
+        let trace: Arc<str> = Arc::from("requests.trace");
+        let line = ("handle".to_string(), "server.c:12".to_string());
+        let segment = |took: &[(u32, &str)], ended: bool| {
+            let mut t = HintTally::default();
+            for &(thread, lock) in took {
+                let id = t.lock_id(lock);
+                t.lines
+                    .entry(line.clone())
+                    .or_default()
+                    .took(&trace, thread, id);
+            }
+            if ended {
+                t.ended.push(Arc::clone(&trace));
+            }
+            t
+        };
+        let threads = |t: &HintTally| -> Vec<(u32, String)> {
+            t.lines[&line]
+                .first_lock
+                .iter()
+                .flat_map(|(_, l)| l.taken())
+                .map(|(thread, id)| (thread, t.lock_names[id as usize].to_string()))
+                .collect()
+        };
+        let mut tally = segment(&[(7, "m1"), (9, "m2")], false);
+        // A later segment names its locks in another order, and has a thread below the
+        // first one's.
+        tally.add(segment(&[(5, "m2"), (7, "m1"), (9, "m2")], false));
+        assert!(!tally.lines[&line].one_thread_several);
+        assert_eq!(
+            threads(&tally),
+            [
+                (5, "m2".to_string()),
+                (7, "m1".to_string()),
+                (9, "m2".to_string())
+            ]
+        );
+        let mut several = tally.clone();
+        several.add(segment(&[(5, "m1")], true));
+        assert!(several.lines[&line].one_thread_several);
+        assert!(several.lines[&line].first_lock.is_empty());
+        // Two threads far apart: a map, not a list of 10^5.
+        let mut far = segment(&[(3, "m1"), (100_000, "m2")], false);
+        assert!(matches!(
+            far.lines[&line].first_lock[0].1,
+            ThreadLocks::Sparse(_)
+        ));
+        far.add(segment(&[(100_000, "m2"), (3, "m2")], false));
+        assert!(far.lines[&line].one_thread_several);
+        // The trace's last segment lets go of what its threads took first.
+        tally.add(segment(&[(11, "m1")], true));
+        assert!(!tally.lines[&line].one_thread_several);
+        assert!(tally.lines[&line].first_lock.is_empty());
+    }
 
     #[test]
     fn acquisitions_counted_by_table_and_by_lists_agree() {

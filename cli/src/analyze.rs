@@ -483,14 +483,13 @@ fn stream_run(
     on_segment: &mut dyn FnMut(Run),
 ) -> (Run, Vec<Problem>) {
     let tables = stream.tables();
-    let ids: Vec<ThreadId> = stream.threads().collect();
     let stream_walk = Stream::of_stream(stream);
-    let threads = ThreadModel::named(tables, ids.iter().map(|&id| (id, 0)));
+    let threads = ThreadModel::named(tables, stream.threads().map(|id| (id, 0)));
     // The trailer says how many events to expect when the recording ended cleanly.
     let expected = stream.trailer().map(|t| t.events);
     let mut monitors = MonitorScan::default();
     if foresight_analyzer::analysis::will_be_cut(tables, expected, segment_events) {
-        for &id in &ids {
+        for id in stream.threads() {
             monitors.scan_thread(stream.thread_events(id).map(|e| e.kind));
         }
     }
@@ -554,12 +553,13 @@ fn stream_run(
     if let Some(b) = bar {
         b.finish_and_clear();
     }
-    // By id, not by a search per thread: a process may have created 10^5 threads.
-    let index: std::collections::HashMap<ThreadId, usize> =
-        ids.iter().enumerate().map(|(i, &id)| (id, i)).collect();
+    // The run's threads are the stream's, in the same order (by id), as are the summaries:
+    // one pass over both, not a map of 10^5 threads.
+    let mut threads = run.threads.iter_mut().peekable();
     for s in merged.thread_summaries() {
-        if let Some(&i) = index.get(&s.thread) {
-            run.threads[i].len = s.events.min(u32::MAX as u64) as u32;
+        while threads.next_if(|t| t.id < s.thread).is_some() {}
+        if let Some(t) = threads.next_if(|t| t.id == s.thread) {
+            t.len = s.events.min(u32::MAX as u64) as u32;
         }
     }
     (run, merged.problems())

@@ -20,15 +20,23 @@ pub fn open_file(path: &Path) -> anyhow::Result<TraceStream> {
     }
     // The error names the file and the byte offset already.
     let stream = TraceStream::open(path)?;
-    Ok(symbolised_copy(path, &stream).unwrap_or(stream))
+    if !needs_symbols(&stream) {
+        return Ok(stream);
+    }
+    // Let go before the copy is symbolised and opened, so that the two streams' tables and
+    // chunk indices (tens of MB for a process that created 10^5 threads) are not held at
+    // once; the trace is opened again if the copy cannot be made.
+    drop(stream);
+    match symbolised_copy(path) {
+        Some(symbolised) => Ok(symbolised),
+        None => Ok(TraceStream::open(path)?),
+    }
 }
 
 /// A trace whose call sites were not symbolised when it was recorded (`foresight record` was
 /// killed before it could, or ran with `--no-symbolize`) while binaries it names are still
-/// where they were: symbolised on a private copy (`tempfile`, removed once the stream has it
-/// open), so that findings name their lines; the trace itself is not written to. Said on
-/// stderr. `None`: nothing to do, or it could not be done (the sites stay `module+offset`).
-fn symbolised_copy(path: &Path, stream: &TraceStream) -> Option<TraceStream> {
+/// where they were: [`symbolised_copy`] can name their lines.
+fn needs_symbols(stream: &TraceStream) -> bool {
     let tables = stream.tables();
     // A trace symbolised once has symbols of functions or variables (the C library's frames
     // may have none); one never symbolised has none at all, but for the source locations a
@@ -39,7 +47,7 @@ fn symbolised_copy(path: &Path, stream: &TraceStream) -> Option<TraceStream> {
         .values()
         .any(|s| s.locations.iter().any(|l| l.function.is_some()))
     {
-        return None;
+        return false;
     }
     let present = |module: u32| {
         tables
@@ -50,14 +58,17 @@ fn symbolised_copy(path: &Path, stream: &TraceStream) -> Option<TraceStream> {
                 !foresight_trace::runtime_library::is_runtime_library(p) && Path::new(p).is_file()
             })
     };
-    if !tables
+    tables
         .sites
         .values()
         .flat_map(|s| &s.frames)
         .any(|f| present(f.module))
-    {
-        return None;
-    }
+}
+
+/// The trace at `path` ([`needs_symbols`]) symbolised on a private copy (`tempfile`, removed
+/// once the stream has it open), so that findings name their lines; the trace itself is not
+/// written to. Said on stderr. `None`: it could not be done (the sites stay `module+offset`).
+fn symbolised_copy(path: &Path) -> Option<TraceStream> {
     let mut temp = tempfile::Builder::new()
         .prefix("foresight-symbols-")
         .suffix(".trace")

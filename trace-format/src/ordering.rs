@@ -33,8 +33,8 @@ struct BarrierState {
     departing: Option<u64>,
 }
 
-/// Ids below this are kept in tables indexed by id ([`LockTable`], [`Started`]); the recorder
-/// numbers threads and objects from 0, so a real trace's ids are small, and a hostile trace's
+/// Object ids below this are kept in tables indexed by id ([`LockTable`]); the recorder
+/// numbers objects from 0, so a real trace's ids are small, and a hostile trace's
 /// huge ones go to maps instead of making a huge table.
 const DIRECT_IDS: u32 = 1 << 16;
 
@@ -77,24 +77,43 @@ impl LockTable {
     }
 }
 
-/// The threads that have had an event, by thread id.
+/// Thread ids below this are kept in [`ThreadSet`]'s bits (512 KiB at most): the recorder
+/// numbers threads from 0, and a process may create 10^5 of them over its life.
+const DIRECT_THREADS: u32 = 1 << 22;
+
+/// A set of threads by id: a bit each, for the ids a recorder gives; a hostile trace's huge
+/// ones in a map instead of making a huge table.
 #[derive(Default)]
-struct Started {
-    small: Vec<bool>,
+struct ThreadSet {
+    small: Vec<u64>,
     large: HashSet<ThreadId>,
 }
 
-impl Started {
+impl ThreadSet {
+    #[inline]
+    fn contains(&self, thread: ThreadId) -> bool {
+        if thread >= DIRECT_THREADS {
+            return self.large.contains(&thread);
+        }
+        self.small
+            .get(thread as usize / 64)
+            .is_some_and(|w| w & (1 << (thread % 64)) != 0)
+    }
+
     /// Notes `thread`; returns whether it is new.
     fn insert(&mut self, thread: ThreadId) -> bool {
-        if thread >= DIRECT_IDS {
+        if thread >= DIRECT_THREADS {
             return self.large.insert(thread);
         }
-        let i = thread as usize;
-        if i >= self.small.len() {
-            self.small.resize(i + 1, false);
+        let w = thread as usize / 64;
+        if w >= self.small.len() {
+            // By doubling, as a thread-per-request program's ids come one after another.
+            self.small.resize((w + 1).max(2 * self.small.len()), 0);
         }
-        !std::mem::replace(&mut self.small[i], true)
+        let bit = 1 << (thread % 64);
+        let new = self.small[w] & bit == 0;
+        self.small[w] |= bit;
+        new
     }
 }
 
@@ -123,8 +142,9 @@ pub(crate) struct Checker<'t> {
     tables: &'t Tables,
     listed: Vec<Problem>,
     total: usize,
-    seen_create: HashSet<ThreadId>,
-    started: Started,
+    seen_create: ThreadSet,
+    /// The threads that have had an event.
+    started: ThreadSet,
     /// Threads that started before any `thread-create` named them, with the offset of their
     /// first event: reported if a creation of them comes later.
     started_uncreated: HashMap<ThreadId, u64>,
@@ -143,8 +163,8 @@ impl<'t> Checker<'t> {
             tables,
             listed: Vec::new(),
             total: 0,
-            seen_create: HashSet::new(),
-            started: Started::default(),
+            seen_create: ThreadSet::default(),
+            started: ThreadSet::default(),
             started_uncreated: HashMap::new(),
             locks: LockTable::default(),
             barriers: HashMap::new(),
@@ -231,10 +251,7 @@ impl<'t> Checker<'t> {
     fn switch_to(&mut self, t: ThreadId, at: u64) {
         self.last_thread = Some(t);
         // A thread seen before (all but a thread's first run) changes nothing.
-        if self.started.small.get(t as usize) == Some(&true) {
-            return;
-        }
-        if self.started.insert(t) && !self.seen_create.contains(&t) {
+        if self.started.insert(t) && !self.seen_create.contains(t) {
             self.started_uncreated.insert(t, at);
         }
     }
@@ -492,5 +509,32 @@ impl<'t> Checker<'t> {
             });
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thread_set_holds_small_ids_as_bits_and_huge_ones_apart() {
+        let mut set = ThreadSet::default();
+        for id in [
+            0,
+            63,
+            64,
+            100_000,
+            DIRECT_THREADS - 1,
+            DIRECT_THREADS,
+            u32::MAX,
+        ] {
+            assert!(!set.contains(id));
+            assert!(set.insert(id), "{id} is new");
+            assert!(set.contains(id));
+            assert!(!set.insert(id), "{id} is there already");
+        }
+        assert!(!set.contains(1) && !set.contains(65) && !set.contains(99_999));
+        assert_eq!(set.large.len(), 2);
+        assert!(set.small.len() <= (DIRECT_THREADS / 64) as usize);
     }
 }

@@ -33,15 +33,25 @@ pub(crate) struct Scanned {
     pub header_len: u64,
     /// Every chunk with a good header, in file order.
     pub chunks: Vec<ChunkRef>,
-    /// For each chunk of `chunks`, the events prefix it gives (not yet checked against the
-    /// payload checksum), when asked for and the chunk is an events chunk long enough to have
-    /// a prefix; empty when not asked for.
-    pub prefixes: Vec<Option<EventsPrefix>>,
+    /// For each chunk of `chunks`, what its events prefix says of it (not yet checked against
+    /// the payload checksum), when asked for and the chunk is an events chunk long enough to
+    /// have a prefix; empty when not asked for.
+    pub prefixes: Vec<Option<ChunkOwner>>,
     pub tables: Tables,
     pub trailer: Option<Trailer>,
     pub problems: Vec<Problem>,
     /// Where the bytes end, as far as the scan could read.
     pub file_len: u64,
+}
+
+/// What the readers that locate each thread's chunks take from an events chunk's prefix: 16
+/// bytes a chunk rather than the whole prefix's 56, since a process that created 10^5 threads
+/// left 10^5 chunks or more.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ChunkOwner {
+    pub thread: u32,
+    pub sequence: u32,
+    pub event_count: u32,
 }
 
 /// How many bytes the damaged-region search reads at a time.
@@ -164,7 +174,7 @@ fn locate_chunks(
     coded: bool,
     want_prefixes: bool,
     chunks: &mut Vec<ChunkRef>,
-    prefixes: &mut Vec<Option<EventsPrefix>>,
+    prefixes: &mut Vec<Option<ChunkOwner>>,
     problems: &mut Vec<Problem>,
 ) -> u64 {
     let mut end = source.len();
@@ -227,7 +237,11 @@ fn locate_chunks(
                 if want_prefixes {
                     prefixes.push(match h.kind {
                         ChunkKind::Events if h.payload_len as usize >= EVENTS_PREFIX_LEN => {
-                            EventsPrefix::read_from(&head[CHUNK_HEADER_LEN..])
+                            EventsPrefix::read_from(&head[CHUNK_HEADER_LEN..]).map(|p| ChunkOwner {
+                                thread: p.thread,
+                                sequence: p.sequence,
+                                event_count: p.event_count,
+                            })
                         }
                         _ => None,
                     });
@@ -420,10 +434,10 @@ fn read_tables_and_trailer(
             }
         }
     }
-    // The per-thread tables, built again from their sorted entries: a map filled one key at a
+    tables.threads.finish();
+    // The access counts, built again from their sorted entries: a map filled one key at a
     // time keeps its nodes half full, one built from sorted entries fills them (about a third
     // less memory for a program that created 10^5 threads).
-    tables.threads = std::mem::take(&mut tables.threads).into_iter().collect();
     tables.access_counts = std::mem::take(&mut tables.access_counts)
         .into_iter()
         .collect();
@@ -490,8 +504,14 @@ fn read_table_records(payload: &[u8], base: u64, tables: &mut Tables, problems: 
         let result = match tag {
             1 => decode_record::<StringEntry>(body)
                 .map(|r| insert_first!(tables.strings, r.id, r.text, dup("string", r.id as u64))),
-            2 => decode_record::<ThreadInfo>(body)
-                .map(|r| insert_first!(tables.threads, r.id, r, dup("thread", r.id as u64))),
+            2 => decode_record::<ThreadInfo>(body).map(|r| {
+                let id = r.id;
+                if tables.threads.contains_key(&id) {
+                    dup("thread", id as u64)
+                } else {
+                    tables.threads.insert(r)
+                }
+            }),
             3 => decode_record::<ObjectInfo>(body)
                 .map(|r| insert_first!(tables.objects, r.id, r, dup("object", r.id as u64))),
             4 => decode_site(body)

@@ -23,9 +23,9 @@
 //! checked against its checksum again) when the turn comes. A thread that has ended keeps its
 //! summary (only its event count, 16 bytes with its place, for a pass that asks for no more:
 //! [`TraceStream::merged_event_counts`]), and hands its cursor's buffers to the next thread to
-//! start. Plus the index (16 bytes per thread and 24 per events chunk), the tables, and the
+//! start. Plus the index (8 bytes per thread and 24 per events chunk), the tables, and the
 //! problems found. Nothing grows with the number of events, and a program that created 10^5
-//! short threads over its life costs about 70 bytes per thread (120 with the bytes and times
+//! short threads over its life costs about 60 bytes per thread (100 with the bytes and times
 //! of its summary), and a cursor per thread running at once.
 //!
 //! **Same answers as the decoding reader.** Each thread's events, their indices, the merged
@@ -87,10 +87,12 @@ pub struct TraceStream {
 
 /// The event chunks of one thread, in (sequence, file offset) order: the stream's index from
 /// `from` to the next thread's `from` (one list for every thread: a program may have created
-/// 10^5; 16 bytes a thread).
+/// 10^5).
 struct ThreadPlan {
     thread: ThreadId,
-    from: usize,
+    /// Its first chunk in [`TraceStream::chunks`] (8 bytes a thread, not 16: a process may
+    /// have created 10^5 threads).
+    from: u32,
 }
 
 /// Where an event chunk is (24 bytes). Its prefix is read again, checked, with its payload.
@@ -195,8 +197,15 @@ impl TraceStream {
     }
 
     fn build(path: PathBuf, source: Source) -> Result<Self, TraceError> {
-        let s = scan(&path, &source, true)?;
-        let mut located: Vec<(ThreadId, ChunkLoc)> = Vec::new();
+        let mut s = scan(&path, &source, true)?;
+        let chunk_count = s.chunks.len();
+        let table_chunk_count = s
+            .chunks
+            .iter()
+            .filter(|c| c.kind == ChunkKind::Table)
+            .count();
+        let events = s.prefixes.iter().filter(|p| p.is_some()).count();
+        let mut located: Vec<(ThreadId, ChunkLoc)> = Vec::with_capacity(events);
         let mut orphan_problems = Vec::new();
         let mut buf = Vec::new();
         for (c, prefix) in s.chunks.iter().zip(&s.prefixes) {
@@ -231,26 +240,37 @@ impl TraceStream {
                 }
             }
         }
+        // The file's chunk list is let go before the index is made of what it located: a
+        // process that created 10^5 threads left 2·10^5 chunks.
+        s.chunks = Vec::new();
+        s.prefixes = Vec::new();
+        if u32::try_from(located.len()).is_err() {
+            return Err(TraceError::Io {
+                path,
+                error: std::io::Error::other(format!(
+                    "{} event chunks, more than the {} this reader indexes",
+                    located.len(),
+                    u32::MAX
+                )),
+            });
+        }
         // By thread, then (sequence, offset): no two chunks have the same offset.
         located.sort_unstable_by_key(|(thread, c)| (*thread, c.sequence, c.offset()));
-        let mut threads: Vec<ThreadPlan> = Vec::new();
+        let thread_count = located.windows(2).filter(|w| w[0].0 != w[1].0).count()
+            + usize::from(!located.is_empty());
+        let mut threads: Vec<ThreadPlan> = Vec::with_capacity(thread_count);
         for (i, (thread, _)) in located.iter().enumerate() {
             match threads.last_mut() {
                 Some(plan) if plan.thread == *thread => {}
                 _ => threads.push(ThreadPlan {
                     thread: *thread,
-                    from: i,
+                    from: i as u32,
                 }),
             }
         }
-        threads.shrink_to_fit();
         // A list of its own, of the exact length (not the sorted pairs' room, reused).
         let chunks: Vec<ChunkLoc> = located.iter().map(|(_, c)| *c).collect();
-        let table_chunk_count = s
-            .chunks
-            .iter()
-            .filter(|c| c.kind == ChunkKind::Table)
-            .count();
+        drop(located);
         Ok(TraceStream {
             path,
             source,
@@ -265,7 +285,7 @@ impl TraceStream {
             orphan_problems,
             threads,
             chunks,
-            chunk_count: s.chunks.len(),
+            chunk_count,
             table_chunk_count,
         })
     }
@@ -275,8 +295,8 @@ impl TraceStream {
         let to = self
             .threads
             .get(plan + 1)
-            .map_or(self.chunks.len(), |next| next.from);
-        &self.chunks[self.threads[plan].from..to]
+            .map_or(self.chunks.len(), |next| next.from as usize);
+        &self.chunks[self.threads[plan].from as usize..to]
     }
 
     /// The file the stream reads, for messages.
@@ -928,9 +948,8 @@ pub struct MergedStream<'a> {
     bytes: Option<Vec<ThreadBytes>>,
     /// Events given by the threads that have ended.
     given_by_finished: u64,
-    /// The next event of every unfinished thread but `current`'s: (key, thread, index of the
-    /// thread in [`TraceStream::threads`]).
-    heap: BinaryHeap<Reverse<(u64, ThreadId, u32)>>,
+    /// The next event of every unfinished thread but `current`'s.
+    heap: BinaryHeap<Reverse<NextEvent>>,
     /// The cursor whose head comes next; `NONE` when every thread is done.
     current: usize,
     /// (key, thread) of the heap's top: the current thread keeps the lead while its next
@@ -960,6 +979,33 @@ pub struct EventRun<'a> {
 }
 
 const NONE: usize = usize::MAX;
+
+/// A thread's next event in the merge's heap: its key, and the thread's index in
+/// [`TraceStream::threads`], which are in the order of their ids, so that the entries are in
+/// the merged order (key, then thread). 12 bytes, not the 16 of a (key, thread, index) tuple:
+/// a process that created 10^5 threads has them all in the heap from the start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct NextEvent {
+    key_high: u32,
+    key_low: u32,
+    plan: u32,
+}
+
+impl NextEvent {
+    #[inline]
+    fn new(key: u64, plan: u32) -> Self {
+        NextEvent {
+            key_high: (key >> 32) as u32,
+            key_low: key as u32,
+            plan,
+        }
+    }
+
+    #[inline]
+    fn key(self) -> u64 {
+        (u64::from(self.key_high) << 32) | u64::from(self.key_low)
+    }
+}
 
 /// One thread's place in the merge.
 #[derive(Clone, Copy, Debug)]
@@ -1040,14 +1086,14 @@ impl<'a> MergedStream<'a> {
             } else if c.chunk.is_some() {
                 // The chunk's checks so far (its prefix, the sequence, the thread table) are
                 // not made again when it is read again: they hold for the same bytes.
-                heap.push(Reverse((c.head().key, c.thread, i as u32)));
+                heap.push(Reverse(NextEvent::new(c.head().key, i as u32)));
                 Place::Waiting {
                     chunk: (c.next_chunk - 1) as u32,
                 }
             } else {
                 // Its first chunk ended with its first event (and had its end-of-chunk
                 // checks): the cursor is kept rather than the chunk read and checked twice.
-                heap.push(Reverse((c.head().key, c.thread, i as u32)));
+                heap.push(Reverse(NextEvent::new(c.head().key, i as u32)));
                 cursors.push(c);
                 threads.push(ThreadState {
                     place: Place::Open {
@@ -1095,7 +1141,7 @@ impl<'a> MergedStream<'a> {
     /// the heap at its new place.
     fn take_lead(&mut self) -> usize {
         match self.heap.pop() {
-            Some(Reverse((_, _, plan))) => self.lead(plan),
+            Some(Reverse(next)) => self.lead(next.plan),
             None => NONE,
         }
     }
@@ -1109,11 +1155,10 @@ impl<'a> MergedStream<'a> {
                 Place::Open { slot } => return slot as usize,
                 Place::Waiting { chunk } => {
                     if let Some(slot) = self.reopen(plan as usize, chunk as usize) {
-                        let cur = &self.cursors[slot];
-                        let head = (cur.head().key, cur.thread);
+                        let head = NextEvent::new(self.cursors[slot].head().key, plan);
                         match self.heap.peek() {
-                            Some(Reverse((key, thread, _))) if (*key, *thread) < head => {
-                                self.heap.push(Reverse((head.0, head.1, plan)));
+                            Some(Reverse(next)) if *next < head => {
+                                self.heap.push(Reverse(head));
                             }
                             _ => return slot,
                         }
@@ -1122,7 +1167,7 @@ impl<'a> MergedStream<'a> {
                 Place::Finished { .. } => {}
             }
             match self.heap.pop() {
-                Some(Reverse((_, _, next))) => plan = next,
+                Some(Reverse(next)) => plan = next.plan,
                 None => return NONE,
             }
         }
@@ -1298,7 +1343,9 @@ impl<'a> MergedStream<'a> {
     fn heap_bound(&self) -> (u64, ThreadId) {
         self.heap
             .peek()
-            .map_or((u64::MAX, ThreadId::MAX), |Reverse((k, t, _))| (*k, *t))
+            .map_or((u64::MAX, ThreadId::MAX), |Reverse(next)| {
+                (next.key(), self.stream.threads[next.plan as usize].thread)
+            })
     }
 
     /// Also checks the ordering invariant as events go by (`ordering.rs`); its breaks join
@@ -1395,14 +1442,13 @@ impl<'a> MergedStream<'a> {
     fn step(&mut self, c: usize) {
         let cur = &mut self.cursors[c];
         if cur.at < cur.batch.len() || cur.refill(&mut self.ctx) {
-            let head = (cur.head().key, cur.thread);
-            let plan = cur.plan;
+            let head = NextEvent::new(cur.head().key, cur.plan);
             let mut next = None;
             if let Some(mut top) = self.heap.peek_mut() {
-                let Reverse((key, thread, other)) = *top;
-                if (key, thread) < head {
-                    *top = Reverse((head.0, head.1, plan));
-                    next = Some(other);
+                let Reverse(other) = *top;
+                if other < head {
+                    *top = Reverse(head);
+                    next = Some(other.plan);
                 }
             }
             if let Some(other) = next {
@@ -1582,6 +1628,10 @@ mod tests {
         assert!(full.iter().all(|f| f.encoded_bytes > 0));
         assert_eq!(std::mem::size_of::<ThreadState>(), 16);
         assert_eq!(std::mem::size_of::<ChunkLoc>(), 24);
-        assert_eq!(std::mem::size_of::<ThreadPlan>(), 16);
+        assert_eq!(std::mem::size_of::<ThreadPlan>(), 8);
+        assert_eq!(std::mem::size_of::<NextEvent>(), 12);
+        assert!(NextEvent::new(1 << 32, 0) > NextEvent::new((1 << 32) - 1, 7));
+        assert!(NextEvent::new(5, 2) > NextEvent::new(5, 1));
+        assert_eq!(NextEvent::new(u64::MAX - 3, 0).key(), u64::MAX - 3);
     }
 }

@@ -486,13 +486,107 @@ pub struct Trailer {
     pub events_lost: u64,
 }
 
+/// The threads' records by id, with a map's look-ups: a list sorted by id (24 bytes a thread,
+/// and a process may create 10^5 threads) while the records come in id order, as a recorder
+/// writes them; the few that do not wait in a map until the tables are read
+/// ([`ThreadTable::finish`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ThreadTable {
+    sorted: Vec<ThreadInfo>,
+    out_of_order: BTreeMap<ThreadId, ThreadInfo>,
+}
+
+impl ThreadTable {
+    /// The record of thread `id`.
+    pub fn get(&self, id: &ThreadId) -> Option<&ThreadInfo> {
+        match self.sorted.binary_search_by_key(id, |t| t.id) {
+            Ok(i) => Some(&self.sorted[i]),
+            Err(_) => self.out_of_order.get(id),
+        }
+    }
+
+    /// Whether thread `id` has a record.
+    pub fn contains_key(&self, id: &ThreadId) -> bool {
+        self.get(id).is_some()
+    }
+
+    /// Adds thread `info.id`'s record, replacing one of the same id.
+    pub fn insert(&mut self, info: ThreadInfo) {
+        match self.sorted.last() {
+            Some(last) if last.id >= info.id => {
+                match self.sorted.binary_search_by_key(&info.id, |t| t.id) {
+                    Ok(i) => self.sorted[i] = info,
+                    Err(_) => {
+                        self.out_of_order.insert(info.id, info);
+                    }
+                }
+            }
+            _ if self.out_of_order.is_empty() => self.sorted.push(info),
+            _ => {
+                self.out_of_order.insert(info.id, info);
+            }
+        }
+    }
+
+    /// Merges the records that came out of id order into the sorted list.
+    pub fn finish(&mut self) {
+        if self.out_of_order.is_empty() {
+            self.sorted.shrink_to_fit();
+            return;
+        }
+        let sorted = std::mem::take(&mut self.sorted);
+        let more = std::mem::take(&mut self.out_of_order);
+        let mut merged = Vec::with_capacity(sorted.len() + more.len());
+        let mut more = more.into_values().peekable();
+        for t in sorted {
+            while let Some(m) = more.next_if(|m| m.id < t.id) {
+                merged.push(m);
+            }
+            merged.push(t);
+        }
+        merged.extend(more);
+        self.sorted = merged;
+    }
+
+    /// Threads with a record.
+    pub fn len(&self) -> usize {
+        self.sorted.len() + self.out_of_order.len()
+    }
+
+    /// No thread has a record.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The records by id.
+    pub fn values(&self) -> impl Iterator<Item = &ThreadInfo> + '_ {
+        let mut sorted = self.sorted.iter().peekable();
+        let mut more = self.out_of_order.values().peekable();
+        std::iter::from_fn(move || match (sorted.peek(), more.peek()) {
+            (Some(a), Some(b)) if b.id < a.id => more.next(),
+            (Some(_), _) => sorted.next(),
+            (None, _) => more.next(),
+        })
+    }
+
+    /// The threads' ids, in order.
+    pub fn keys(&self) -> impl Iterator<Item = &ThreadId> + '_ {
+        self.values().map(|t| &t.id)
+    }
+
+    /// (id, record) by id.
+    pub fn iter(&self) -> impl Iterator<Item = (&ThreadId, &ThreadInfo)> + '_ {
+        self.values().map(|t| (&t.id, t))
+    }
+}
+
 /// The side tables of a trace.
 #[derive(Clone, Debug, Default)]
 pub struct Tables {
     /// Interned strings by id.
     pub strings: HashMap<StringId, String>,
     /// Threads by id.
-    pub threads: BTreeMap<ThreadId, ThreadInfo>,
+    pub threads: ThreadTable,
     /// Synchronisation objects by id.
     pub objects: HashMap<ObjectId, ObjectInfo>,
     /// Call sites by id.
@@ -620,4 +714,43 @@ impl Tables {
 
 fn short_path(p: &str) -> &str {
     p.rsplit('/').next().unwrap_or(p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thread_table_looks_up_and_lists_by_id_whatever_order_its_records_came_in() {
+        let info = |id, os_tid| ThreadInfo {
+            id,
+            os_tid,
+            parent: None,
+            name: None,
+        };
+        let mut table = ThreadTable::default();
+        for id in [0, 1, 5, 9, 3, 2, 12, 7] {
+            table.insert(info(id, 100 + id));
+        }
+        // A record of an id already there replaces it, in order or not.
+        table.insert(info(5, 55));
+        table.insert(info(3, 33));
+        let ids = [0, 1, 2, 3, 5, 7, 9, 12];
+        let check = |table: &ThreadTable| {
+            assert_eq!(table.len(), ids.len());
+            assert_eq!(table.keys().copied().collect::<Vec<_>>(), ids);
+            assert_eq!(
+                table.iter().map(|(&id, t)| (id, t.id)).collect::<Vec<_>>(),
+                ids.map(|id| (id, id))
+            );
+            assert_eq!(table.get(&5).map(|t| t.os_tid), Some(55));
+            assert_eq!(table.get(&3).map(|t| t.os_tid), Some(33));
+            assert_eq!(table.get(&7).map(|t| t.os_tid), Some(107));
+            assert!(!table.contains_key(&4) && !table.contains_key(&13));
+        };
+        check(&table);
+        table.finish();
+        assert!(table.out_of_order.is_empty());
+        check(&table);
+    }
 }

@@ -150,7 +150,7 @@ pub(crate) struct RankViolation {
     pub(crate) rank: u32,
 }
 
-/// A thread of the trace, at its dense index (the trace's order of threads): 24 bytes and
+/// A thread of the trace, at its dense index (the trace's order of threads): 16 bytes and
 /// no name of its own (a process may have created 10^5 threads, most of them with no name
 /// or one that many share).
 #[derive(Clone, Debug)]
@@ -158,8 +158,8 @@ pub struct ThreadModel {
     /// The trace's id of the thread.
     pub id: foresight_trace::ThreadId,
     /// The name the program gave it, shared by every thread of that name; see
-    /// [`ThreadModel::name`].
-    pub given_name: Option<Arc<str>>,
+    /// [`ThreadModel::name`] (one pointer: an `Arc<str>` would be two).
+    pub given_name: Option<Arc<String>>,
     /// Events the trace recorded for it (0 when the model was built from a stream).
     pub len: u32,
 }
@@ -168,7 +168,7 @@ impl ThreadModel {
     /// Its name in reports: the one the program gave it, or `thread-N`.
     pub fn name(&self) -> std::borrow::Cow<'_, str> {
         match &self.given_name {
-            Some(name) => std::borrow::Cow::Borrowed(name),
+            Some(name) => std::borrow::Cow::Borrowed(name.as_str()),
             None => std::borrow::Cow::Owned(format!("thread-{}", self.id)),
         }
     }
@@ -179,14 +179,14 @@ impl ThreadModel {
         threads: impl Iterator<Item = (foresight_trace::ThreadId, u32)>,
     ) -> Vec<ThreadModel> {
         // Keyed by string ids, from the tables rather than the events.
-        let mut names: HashMap<foresight_trace::StringId, Arc<str>> = HashMap::default();
+        let mut names: HashMap<foresight_trace::StringId, Arc<String>> = HashMap::default();
         threads
             .map(|(id, len)| {
                 let given_name = tables.threads.get(&id).and_then(|t| t.name).and_then(|n| {
                     if let Some(name) = names.get(&n) {
                         return Some(name.clone());
                     }
-                    let name: Arc<str> = tables.string(n)?.into();
+                    let name = Arc::new(tables.string(n)?.to_string());
                     names.insert(n, name.clone());
                     Some(name)
                 });
