@@ -19,7 +19,8 @@
 # the native runs take turns. Contended runs vary a lot between runs on a shared machine (the
 # scheduler decides how often the lock changes hands): quote the medians. With perf, the floor's
 # and `foresight record`'s CPU time (user + system) is measured too, and their ratio printed
-# ("CPU vs floor"): steadier than wall time when other work shares the cores.
+# ("CPU vs floor"), and the runtime's alone (the "recorder" row's: the difference is `record`'s
+# own start and end): steadier than wall time when other work shares the cores.
 #
 # Usage: recorder/bench/lock_overhead.sh [N] (default 1000000); env REPS (9), VG_REPS (3), VG_DIV (20),
 # CARGO_TARGET_DIR (default <workspace>/target).
@@ -77,13 +78,13 @@ for layout in shared private; do
   # The native configurations take turns, so that a drift of the machine's speed affects them
   # alike; each figure is the median of its REPS runs.
   : >"$work/plain"; : >"$work/int"; : >"$work/inttry"; : >"$work/intraw"; : >"$work/rec"
-  : >"$work/glob"; : >"$work/e2e"; : >"$work/intraw-cpu"; : >"$work/e2e-cpu"
+  : >"$work/glob"; : >"$work/e2e"; : >"$work/intraw-cpu"; : >"$work/e2e-cpu"; : >"$work/rec-cpu"
   for _ in $(seq "$REPS"); do
     wall "${exe[@]}" >>"$work/plain"
     wall env LD_PRELOAD="$work/interposer.so" "${exe[@]}" >>"$work/int"
     wall env LD_PRELOAD="$work/interposer-trylock.so" "${exe[@]}" >>"$work/inttry"
     CPU="$work/intraw-cpu" wall env LD_PRELOAD="$work/interposer-raw.so" "${exe[@]}" >>"$work/intraw"
-    wall env LD_PRELOAD="$so" FORESIGHT_OUTPUT="$work/t-$layout" "${exe[@]}" >>"$work/rec"
+    CPU="$work/rec-cpu" wall env LD_PRELOAD="$so" FORESIGHT_OUTPUT="$work/t-$layout" "${exe[@]}" >>"$work/rec"
     rm -f "$work"/t-*
     wall env LD_PRELOAD="$so" FORESIGHT_ORDERING=global FORESIGHT_OUTPUT="$work/g-$layout" "${exe[@]}" >>"$work/glob"
     rm -f "$work"/g-*
@@ -109,6 +110,9 @@ for layout in shared private; do
   if [[ "$cpu_timer" == perf ]]; then
     floor_cpu=$(median <"$work/intraw-cpu")
     e2e_cpu=$(median <"$work/e2e-cpu")
+    rec_cpu=$(median <"$work/rec-cpu")
+    printf "%-8s %-22s %10s %7.2fx (CPU: %.3f s against %.3f s)\n" "$layout" "recorder" "CPU vs floor" \
+      "$(echo "$rec_cpu / $floor_cpu" | bc -l)" "$rec_cpu" "$floor_cpu"
     printf "%-8s %-22s %10s %7.2fx (CPU: %.3f s against %.3f s)\n" "$layout" "foresight-record" "CPU vs floor" \
       "$(echo "$e2e_cpu / $floor_cpu" | bc -l)" "$e2e_cpu" "$floor_cpu"
   fi
