@@ -821,7 +821,7 @@ impl<'t> ModelPass<'t> {
             annotations: Annotations::new(tables),
             heap: HeapBlocks::new(tables),
             locks: LockSections::new(tables, n),
-            waits: HeldWaits::new(n),
+            waits: HeldWaits::new(),
             blocking: HeldBlockingCalls::new(n),
             signals: SignalScan::new(n),
             senders: Senders::new(n),
