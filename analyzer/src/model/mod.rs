@@ -824,7 +824,7 @@ impl<'t> ModelPass<'t> {
             waits: HeldWaits::new(),
             blocking: HeldBlockingCalls::new(n),
             signals: SignalScan::new(n),
-            senders: Senders::new(n),
+            senders: Senders::new(),
             pending: PendingCalls::new(n),
             marks: AccessMarks::new(n, &[]),
             marks_source: None,
