@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use foresight_analyzer::analysis::analyze;
-use foresight_analyzer::model::{walk, ModelPass, DEFAULT_SEGMENT_EVENTS};
+use foresight_analyzer::model::{walk, ModelPass, SegmentBounds};
 use foresight_analyzer::options::Options;
 use foresight_analyzer::races::RacePass;
 use foresight_analyzer::stream::{Op, Pass, Runs, Stream, StreamEvent};
@@ -110,7 +110,7 @@ fn main() {
                 model,
                 Runs(&mut merged),
                 &mut |_| {},
-                DEFAULT_SEGMENT_EVENTS,
+                SegmentBounds::default(),
                 &mut |_| {},
                 None,
             );
@@ -127,7 +127,7 @@ fn main() {
                 model,
                 Runs(&mut merged),
                 &mut |_| {},
-                0,
+                SegmentBounds::of_events(0),
                 &mut |_| {},
                 None,
             );

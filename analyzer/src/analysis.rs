@@ -248,33 +248,56 @@ impl<'o> SegmentFold<'o> {
     }
 }
 
-/// Whether a trace of `events` events (unknown: `None`) will be cut into segments and has
-/// conditions, so that its monitor locks must be known before the walk (`model/monitors.rs`).
+/// Whether a trace of `events` events (unknown: `None`) and `threads` threads may be cut into
+/// segments and has conditions, so that its monitor locks must be known before the walk
+/// (`model/monitors.rs`).
 pub fn will_be_cut(
     tables: &foresight_trace::tables::Tables,
     events: Option<u64>,
-    segment_events: u64,
+    threads: usize,
+    bounds: crate::model::SegmentBounds,
 ) -> bool {
-    segment_events > 0
-        && events.is_none_or(|n| n > segment_events)
+    bounds.may_cut(events, threads)
         && tables
             .objects
             .values()
             .any(|o| o.kind == foresight_trace::tables::ObjectKind::Condition)
 }
 
-/// Analyses a decoded trace in segments of `segment_events` events (0: whole), as `foresight
-/// analyze --segment-events` does with a file's stream.
+/// Analyses a decoded trace in segments of `segment_events` events (0: whole) and the default
+/// bound on threads, as `foresight analyze --segment-events` does with a file's stream.
 pub fn analyze_in_segments(
     trace: &foresight_trace::Trace,
     wrappers: &crate::sites::Wrappers,
     opts: &Options,
     segment_events: u64,
 ) -> Report {
+    analyze_in_bounds(
+        trace,
+        wrappers,
+        opts,
+        crate::model::SegmentBounds::of_events(segment_events),
+    )
+}
+
+/// Analyses a decoded trace in segments cut at `bounds`, as `foresight analyze
+/// --segment-events --segment-threads` does with a file's stream.
+pub fn analyze_in_bounds(
+    trace: &foresight_trace::Trace,
+    wrappers: &crate::sites::Wrappers,
+    opts: &Options,
+    bounds: crate::model::SegmentBounds,
+) -> Report {
+    let segment_events = bounds.events;
     use crate::model::{walk, ModelPass, MonitorScan};
     let stream = crate::stream::Stream::of_trace(trace);
     let mut monitors = MonitorScan::default();
-    if will_be_cut(&trace.tables, Some(trace.event_count()), segment_events) {
+    if will_be_cut(
+        &trace.tables,
+        Some(trace.event_count()),
+        trace.threads.len(),
+        bounds,
+    ) {
         for t in &trace.threads {
             monitors.scan_thread(t.events.iter().map(|e| &e.kind));
         }
@@ -294,7 +317,7 @@ pub fn analyze_in_segments(
         model,
         trace.merged().map(|m| (m.thread, m.index, m.event.kind)),
         &mut |_| {},
-        segment_events,
+        bounds,
         &mut |run| fold.segment(run),
         None,
     );

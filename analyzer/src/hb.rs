@@ -16,6 +16,7 @@
 //! only ever removes predictions: it keeps them sound.
 
 use foldhash::{HashMap, HashMapExt};
+use std::sync::Arc;
 
 use crate::handoffs::HandoffQueues;
 use crate::last_writers::LastWriters;
@@ -31,7 +32,7 @@ pub struct HappensBefore {
     /// The clock at each receive event.
     receives: StoredClocks,
     /// Which thread each clock entry speaks of (`vector_clock.rs`).
-    slots: Slots,
+    slots: Arc<Slots>,
     /// False when the clocks outgrew their memory budget and were abandoned: then nothing may
     /// be predicted from this trace (missing edges would make predictions unsound).
     pub complete: bool,
@@ -322,8 +323,10 @@ pub struct HbBuilder {
     /// Events of each thread seen so far.
     seen: Vec<u32>,
     /// Which thread each clock entry speaks of: a thread's slot is handed on to a thread
-    /// created after it ended, when the creator knows all of it (`vector_clock.rs`).
-    slots: Slots,
+    /// created after it ended, when the creator knows all of it (`vector_clock.rs`). Shared
+    /// with the run of the segment last cut ([`HbBuilder::cut`]), which is analysed and dropped
+    /// before the walk places another thread: a cut copies no table of every thread.
+    slots: Arc<Slots>,
     /// Per thread: whether its last event so far is its exit.
     exited: Vec<bool>,
     /// Slots whose holder exited, candidates for a thread about to be created.
@@ -355,7 +358,7 @@ impl HbBuilder {
             // and what they know of each other.
             current: Vec::new(),
             seen: vec![0; threads],
-            slots: Slots::default(),
+            slots: Arc::default(),
             exited: vec![false; threads],
             free_slots: Vec::new(),
             channels: HashMap::new(),
@@ -509,7 +512,7 @@ impl HbBuilder {
                 continue;
             }
             self.free_slots.swap_remove(i);
-            self.slots.hand_on(slot, child, end);
+            Arc::make_mut(&mut self.slots).hand_on(slot, child, end);
             // Nothing may join the old thread again (a second join, or a join of a detached
             // thread, is undefined): its clock is not needed any more, and the slot's clock
             // starts afresh for the child (keeping its room).
@@ -518,7 +521,7 @@ impl HbBuilder {
             }
             return Some(slot);
         }
-        self.slots.place_fresh(child);
+        Arc::make_mut(&mut self.slots).place_fresh(child);
         None
     }
 
@@ -529,7 +532,7 @@ impl HbBuilder {
     fn place(&mut self, thread: usize) -> usize {
         let slot = match self.slots.slot_of(thread) {
             Some(s) => s,
-            None => self.slots.place_fresh(thread),
+            None => Arc::make_mut(&mut self.slots).place_fresh(thread),
         };
         if slot >= self.current.len() {
             self.current.resize_with(slot + 1, VectorClock::default);

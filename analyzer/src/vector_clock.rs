@@ -97,8 +97,9 @@ const UNPLACED: Place = Place {
 pub struct Slots {
     /// By dense thread index; threads not placed yet have `slot == u32::MAX`.
     places: Vec<Place>,
-    /// By slot: its threads, in order, with their offsets.
-    holders: Vec<Vec<(u32, u32)>>,
+    /// By slot: its threads, in order (their offsets, which grow along the list, are in
+    /// `places`: 4 bytes a thread here).
+    holders: Vec<Vec<u32>>,
 }
 
 impl Slots {
@@ -113,7 +114,7 @@ impl Slots {
 
     /// The thread that holds `slot` now.
     pub fn holder(&self, slot: usize) -> Option<u32> {
-        self.holders.get(slot)?.last().map(|&(t, _)| t)
+        self.holders.get(slot)?.last().copied()
     }
 
     /// The slot's entry before `thread`'s first event.
@@ -128,7 +129,7 @@ impl Slots {
             return s;
         }
         let slot = self.holders.len();
-        self.holders.push(vec![(thread as u32, 0)]);
+        self.holders.push(vec![thread as u32]);
         self.put(thread, slot as u32, 0);
         slot
     }
@@ -138,10 +139,10 @@ impl Slots {
     /// before `thread`.
     pub fn hand_on(&mut self, slot: usize, thread: usize, offset: u32) {
         debug_assert!(self.slot_of(thread).is_none());
-        if let Some(&(old, _)) = self.holders[slot].last() {
+        if let Some(&old) = self.holders[slot].last() {
             self.places[old as usize].end = offset;
         }
-        self.holders[slot].push((thread as u32, offset));
+        self.holders[slot].push(thread as u32);
         self.put(thread, slot as u32, offset);
     }
 
@@ -195,10 +196,10 @@ impl Slots {
             .filter(|&(_, &v)| v > 0)
             .filter_map(move |(slot, &v)| {
                 let holders = self.holders.get(slot)?;
-                let i = holders.partition_point(|&(_, offset)| offset < v);
-                let (thread, offset) = holders[i.checked_sub(1)?];
-                let end = self.places[thread as usize].end;
-                Some((thread as usize, v.min(end) - offset))
+                let i = holders.partition_point(|&t| self.places[t as usize].offset < v);
+                let thread = holders[i.checked_sub(1)?];
+                let place = &self.places[thread as usize];
+                Some((thread as usize, v.min(place.end) - place.offset))
             })
     }
 }

@@ -15,7 +15,10 @@ use foresight_trace::{ThreadId, TraceStream};
 use foresight_analyzer::analysis::analyze;
 use foresight_analyzer::analysis::SegmentFold;
 use foresight_analyzer::merge::{Merger, TraceAnalysis};
-use foresight_analyzer::model::{ModelPass, MonitorScan, Run, ThreadModel, DEFAULT_SEGMENT_EVENTS};
+use foresight_analyzer::model::{
+    ModelPass, MonitorScan, Run, SegmentBounds, ThreadModel, DEFAULT_SEGMENT_EVENTS,
+    DEFAULT_SEGMENT_THREADS,
+};
 use foresight_analyzer::options::{Options, ALL_CYCLES_LISTED};
 use foresight_analyzer::report::{self, Report};
 use foresight_analyzer::sites::Wrappers;
@@ -164,6 +167,14 @@ pub struct AnalysisArgs {
     /// segments is potential.
     #[arg(long, default_value_t = DEFAULT_SEGMENT_EVENTS, value_name = "N")]
     segment_events: u64,
+    /// Cut a segment early, before the first event of a thread, once N threads started in it
+    /// (0: cut by events only).
+    ///
+    /// A program that starts a thread per request keeps what each request did until its
+    /// segment is analysed; this bounds that memory by threads, where `--segment-events` bounds
+    /// it by events.
+    #[arg(long, default_value_t = DEFAULT_SEGMENT_THREADS, value_name = "N")]
+    segment_threads: u64,
     /// Memory for the race analysis of each trace, MiB: its shadow of the memory the program
     /// touched and its heap blocks.
     ///
@@ -325,22 +336,20 @@ pub fn analyze_traces(traces: &[PathBuf], args: &AnalysisArgs) -> anyhow::Result
         ..Options::default()
     };
     let segment_events = args.segment_events;
+    let bounds = SegmentBounds {
+        events: segment_events,
+        threads: args.segment_threads,
+    };
     let mut report = if traces.len() > 1 {
-        analyze_many(traces, &wrappers, &opts, segment_events, race_memory, tty)?
+        analyze_many(traces, &wrappers, &opts, bounds, race_memory, tty)?
     } else {
         let mut fold = SegmentFold::folding(&opts, segment_events);
         let mut on_segment = |run: Run| fold.segment(run);
         let mut runs = Vec::new();
         let mut warnings = Vec::new();
         for input in traces {
-            let (run, problems) = load_run(
-                input,
-                &wrappers,
-                tty,
-                segment_events,
-                race_memory,
-                &mut on_segment,
-            )?;
+            let (run, problems) =
+                load_run(input, &wrappers, tty, bounds, race_memory, &mut on_segment)?;
             runs.push(run);
             warnings.push(problems);
         }
@@ -392,10 +401,11 @@ fn analyze_many(
     traces: &[Input],
     wrappers: &Wrappers,
     opts: &Options,
-    segment_events: u64,
+    bounds: SegmentBounds,
     race_memory: u64,
     tty: bool,
 ) -> anyhow::Result<Report> {
+    let segment_events = bounds.events;
     use rayon::prelude::*;
     let bar = tty.then(|| {
         let b = ProgressBar::new(traces.len() as u64).with_style(
@@ -416,14 +426,10 @@ fn analyze_many(
             .par_iter()
             .map(|input| {
                 let mut fold = SegmentFold::new(opts, segment_events);
-                let (run, warnings) = load_run(
-                    input,
-                    wrappers,
-                    false,
-                    segment_events,
-                    race_memory,
-                    &mut |r| fold.segment(r),
-                )?;
+                let (run, warnings) =
+                    load_run(input, wrappers, false, bounds, race_memory, &mut |r| {
+                        fold.segment(r)
+                    })?;
                 let parts = fold.into_parts(run, warnings);
                 if let Some(b) = &bar {
                     b.inc(1);
@@ -441,13 +447,13 @@ fn analyze_many(
     Ok(merger.finish())
 }
 
-/// Reads one trace into its model, in segments of `segment_events` (0: whole): every segment
+/// Reads one trace into its model, in segments cut at `bounds` (events 0: whole): every segment
 /// but the last goes to `on_segment` as it is cut; the last is returned.
 pub fn load_run(
     input: &Input,
     wrappers: &Wrappers,
     tty: bool,
-    segment_events: u64,
+    bounds: SegmentBounds,
     race_memory: u64,
     on_segment: &mut dyn FnMut(Run),
 ) -> anyhow::Result<(Run, Vec<String>)> {
@@ -461,7 +467,7 @@ pub fn load_run(
         &input.name,
         wrappers,
         tty,
-        segment_events,
+        bounds,
         race_memory,
         on_segment,
     );
@@ -478,7 +484,7 @@ fn stream_run(
     name: &str,
     wrappers: &Wrappers,
     tty: bool,
-    segment_events: u64,
+    bounds: SegmentBounds,
     race_memory: u64,
     on_segment: &mut dyn FnMut(Run),
 ) -> (Run, Vec<Problem>) {
@@ -488,7 +494,8 @@ fn stream_run(
     // The trailer says how many events to expect when the recording ended cleanly.
     let expected = stream.trailer().map(|t| t.events);
     let mut monitors = MonitorScan::default();
-    if foresight_analyzer::analysis::will_be_cut(tables, expected, segment_events) {
+    if foresight_analyzer::analysis::will_be_cut(tables, expected, stream.threads().count(), bounds)
+    {
         for id in stream.threads() {
             monitors.scan_thread(stream.thread_events(id).map(|e| e.kind));
         }
@@ -546,7 +553,7 @@ fn stream_run(
         model,
         Runs(&mut merged),
         &mut progress,
-        segment_events,
+        bounds,
         on_segment,
         Some(&replay),
     );

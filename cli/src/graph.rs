@@ -9,7 +9,7 @@ use std::process::{Command, ExitCode, Stdio};
 use anyhow::{bail, Context};
 
 use foresight_analyzer::lock_graph::LockOrderGraph;
-use foresight_analyzer::model::{Run, DEFAULT_SEGMENT_EVENTS};
+use foresight_analyzer::model::{Run, SegmentBounds, DEFAULT_SEGMENT_EVENTS};
 
 use super::analyze::{load_run, SiteArgs};
 use super::dot::write_dot;
@@ -66,7 +66,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     for input in &inputs {
         // The graph reports no race: a race budget of 0 leaves the race analysis out.
-        let (last, _) = load_run(input, &wrappers, tty, args.segment_events, 0, &mut add)?;
+        let (last, _) = load_run(
+            input,
+            &wrappers,
+            tty,
+            SegmentBounds::of_events(args.segment_events),
+            0,
+            &mut add,
+        )?;
         add(last);
     }
     let dot = write_dot(&graph, &first_sites, args.scc_only);

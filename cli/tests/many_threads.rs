@@ -2,11 +2,11 @@
 //! its life with at most 8 alive, built with `foresight config` (gcc at `-O1`), recorded with
 //! `foresight record` and analysed with `foresight analyze --format json`. The clocks reuse
 //! the slots of joined threads (`analyzer/src/vector_clock.rs`), so the whole trace is
-//! analysed: the race of the last two requests and the lock inversion of two late ones are
-//! found, line by line as the program's annotations say, and nothing else. The 10^5-thread
-//! run, with its memory and time, is `analyzer/bench/many_threads.sh`. A witness counts the
-//! threads it runs whole instead of listing each (builder traces below, and the deadlock's
-//! witness of the recorded program).
+//! analysed, in two segments (a segment is cut once 16,384 threads started in it): the race of
+//! the last two requests and the lock inversion of two late ones are found, line by line as the
+//! program's annotations say, and nothing else. The 10^5-thread run, with its memory and time,
+//! is `analyzer/bench/many_threads.sh`. A witness counts the threads it runs whole instead of
+//! listing each (builder traces below, and the deadlock's witness of the recorded program).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -79,6 +79,11 @@ fn a_thread_per_request_is_analysed_whole_and_its_late_race_and_deadlock_found()
         summary["threads"].as_u64(),
         Some(REQUESTS.parse::<u64>().unwrap() + 1),
         "every thread is in the trace"
+    );
+    assert_eq!(
+        report["summary"]["segments"].as_u64(),
+        Some(2),
+        "cut once 16,384 threads started"
     );
     let warnings = summary["warnings"].to_string();
     assert!(

@@ -781,7 +781,7 @@ fn streamed(
         model,
         Runs(&mut merged),
         &mut |_| {},
-        segment_events,
+        foresight_analyzer::model::SegmentBounds::of_events(segment_events),
         &mut |r| runs.push(r),
         replay.map(|_| &again as _),
     );

@@ -6,8 +6,8 @@ mod common;
 
 use common::T;
 use foresight_analyzer::analysis::analyze;
-use foresight_analyzer::analysis::analyze_in_segments;
-use foresight_analyzer::model::build_run;
+use foresight_analyzer::analysis::{analyze_in_bounds, analyze_in_segments};
+use foresight_analyzer::model::{build_run, SegmentBounds, DEFAULT_SEGMENT_EVENTS};
 use foresight_analyzer::options::Options;
 use foresight_analyzer::report::{Finding, Report, Rule, Verdict};
 use foresight_analyzer::sites::Wrappers;
@@ -437,6 +437,75 @@ fn a_lock_that_becomes_a_monitor_later_is_one_in_earlier_segments() {
     let r = segmented(&trace, cut);
     assert!(r.summary.segments >= 2, "{}", show(&r));
     assert_eq!(joins(&r), 0, "{}", show(&r));
+}
+
+#[test]
+fn a_segment_cut_by_the_threads_started_in_it_knows_the_later_monitors() {
+    // As above, but the trace is short: the cut comes from the threads started in the segment
+    // (`--segment-threads`), before a third thread's first event, between the join and the
+    // signal that makes m a monitor. The walk must scan for monitors all the same.
+    let mut t = T::new();
+    let l = t.b.mutex("L");
+    let m = t.b.mutex("m");
+    let own = t.b.mutex("own");
+    let c =
+        t.b.object(foresight_trace::tables::ObjectKind::Condition, "c");
+    let child = t.spawn("child");
+    let main = t.main;
+    t.lock(child, l, 10);
+    t.unlock(child, l);
+    t.lock(child, m, 11);
+    t.unlock(child, m);
+    t.b.exit(child);
+    t.lock(main, m, 20);
+    t.unlock(main, m);
+    t.lock(main, l, 21);
+    let s = t.at(22);
+    t.b.join(main, child, s);
+    t.unlock(main, l);
+    let late = t.spawn("late");
+    t.filler(late, own, 2);
+    t.lock(main, m, 30);
+    let s = t.at(31);
+    t.b.event(main, EventKind::CondSignal { cond: c, site: s });
+    t.unlock(main, m);
+    let trace = t.trace();
+    let joins = |r: &Report| {
+        r.findings
+            .iter()
+            .filter(|f| f.rule == Rule::JoinWhileHolding && f.verdict == Verdict::Predicted)
+            .count()
+    };
+    let bounds = |threads| SegmentBounds {
+        events: DEFAULT_SEGMENT_EVENTS,
+        threads,
+    };
+    let analysed = |threads| {
+        analyze_in_bounds(
+            &trace,
+            &Wrappers::default(),
+            &Options::default(),
+            bounds(threads),
+        )
+    };
+    // Main and the child start in the first segment; the late thread's start is cut off.
+    let r = analysed(2);
+    assert_eq!(r.summary.segments, 2, "{}", show(&r));
+    assert_eq!(joins(&r), 0, "{}", show(&r));
+    assert!(
+        r.findings.iter().any(|f| f.rule == Rule::JoinWhileHolding),
+        "the join is a (potential) finding: {}",
+        show(&r)
+    );
+    // With room for the three threads, or no bound on threads, the trace is whole.
+    for threads in [3, 0] {
+        let r = analysed(threads);
+        assert_eq!(
+            json(&r),
+            json(&whole(&trace)),
+            "{threads} threads a segment"
+        );
+    }
 }
 
 #[test]

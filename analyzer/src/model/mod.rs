@@ -476,7 +476,7 @@ pub fn build_run_with(trace: &Trace, wrappers: &Wrappers, progress: &mut dyn FnM
         model,
         trace.merged().map(|m| (m.thread, m.index, m.event.kind)),
         progress,
-        0,
+        SegmentBounds::of_events(0),
         &mut |_| {},
         None,
     )
@@ -486,6 +486,45 @@ pub fn build_run_with(trace: &Trace, wrappers: &Wrappers, progress: &mut dyn FnM
 /// bytes an event on a lock-heavy trace: some 100 MB).
 pub const DEFAULT_SEGMENT_EVENTS: u64 = 4 << 20;
 
+/// The default of `--segment-threads`: the threads that may start in one segment before it is
+/// cut. What a segment keeps of a thread that started in it — its start, its stored receive
+/// clocks, its sections, its pending calls — is kept until the segment is analysed, whether the
+/// thread still runs or not; a program that runs a thread per request would otherwise keep
+/// every request since the last cut (16,384 of them are about 5 MB of model).
+pub const DEFAULT_SEGMENT_THREADS: u64 = 1 << 14;
+
+/// When the walk cuts a trace into segments ([`walk`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentBounds {
+    /// Events in a segment (0: one segment, the whole trace, whatever `threads` says).
+    pub events: u64,
+    /// Threads that start in a segment (0: no bound).
+    pub threads: u64,
+}
+
+impl SegmentBounds {
+    /// Segments of `events` events and the default bound on threads.
+    pub fn of_events(events: u64) -> Self {
+        SegmentBounds {
+            events,
+            threads: DEFAULT_SEGMENT_THREADS,
+        }
+    }
+
+    /// Whether a trace of `events` events (unknown: `None`) and `threads` threads may be cut.
+    pub fn may_cut(&self, events: Option<u64>, threads: usize) -> bool {
+        self.events > 0
+            && (events.is_none_or(|n| n > self.events)
+                || (self.threads > 0 && threads as u64 > self.threads))
+    }
+}
+
+impl Default for SegmentBounds {
+    fn default() -> Self {
+        Self::of_events(DEFAULT_SEGMENT_EVENTS)
+    }
+}
+
 /// The events of the walk again from the start, in the same merged order (thread id,
 /// position in the thread, event): a second read of the same file.
 pub(crate) type Replay<'r> =
@@ -493,8 +532,9 @@ pub(crate) type Replay<'r> =
 
 /// The walk of one trace, the one entry every command and library caller uses: reads the
 /// events once into the model and the race pass, side by side, in segments of
-/// `segment_events` events (0: one segment, the whole trace): each time that many events were read, the model of those events is handed to
-/// `on_segment` as a [`Run`] of its own, which the caller analyses like a whole trace and
+/// `bounds.events` events (0: one segment, the whole trace): each time that many events were
+/// read, or before the first event of a thread once `bounds.threads` threads started in the
+/// segment, the model of the segment's events is handed to `on_segment` as a [`Run`] of its own, which the caller analyses like a whole trace and
 /// drops, and the walk goes on with what crosses the cut — current clocks, the lock table,
 /// the locks held (their sections become the next segment's first acquisitions), pending
 /// calls, annotations, semaphore counts, the race pass's shadow memory. Returns the last
@@ -520,7 +560,7 @@ pub fn walk(
     model: ModelPass<'_>,
     events: impl EventSource,
     progress: &mut dyn FnMut(u64),
-    segment_events: u64,
+    bounds: SegmentBounds,
     on_segment: &mut dyn FnMut(Run),
     replay: Option<Replay<'_>>,
 ) -> Run {
@@ -540,8 +580,10 @@ pub fn walk(
         races,
         without_races,
         replay,
-        every: segment_events,
+        every: bounds.events,
+        every_threads: if bounds.events > 0 { bounds.threads } else { 0 },
         in_segment: 0,
+        started: 0,
         handed_out: 0,
         on_segment,
     };
@@ -559,7 +601,8 @@ pub fn walk(
     run
 }
 
-/// The model and the race pass, cut every `every` events.
+/// The model and the race pass, cut every `every` events and before the first event of a
+/// thread once `every_threads` started in the segment.
 struct Segmented<'t, 'f, 's, 'r> {
     stream: &'s Stream<'s>,
     model: ModelPass<'t>,
@@ -569,7 +612,11 @@ struct Segmented<'t, 'f, 's, 'r> {
     without_races: bool,
     replay: Option<Replay<'r>>,
     every: u64,
+    /// 0: no bound on the threads of a segment.
+    every_threads: u64,
     in_segment: u64,
+    /// Threads whose first event is in the segment.
+    started: u64,
     /// Events of the segments handed out.
     handed_out: u64,
     on_segment: &'f mut dyn FnMut(Run),
@@ -609,6 +656,9 @@ impl Pass for Segmented<'_, '_, '_, '_> {
         if self.in_segment == self.every && self.every > 0 {
             self.cut();
         }
+        if ev.pos == 0 {
+            self.thread_starts();
+        }
         self.handle_one(ev);
         self.in_segment += 1;
     }
@@ -627,6 +677,12 @@ impl Pass for Segmented<'_, '_, '_, '_> {
         seq: u64,
         events: &[foresight_trace::event::Event],
     ) {
+        if first == 0 && !events.is_empty() {
+            if self.every > 0 && self.in_segment == self.every {
+                self.cut();
+            }
+            self.thread_starts();
+        }
         let mut done = 0;
         while done < events.len() {
             // As in `handle`: the cut comes before the first event of the next segment.
@@ -695,6 +751,16 @@ impl Segmented<'_, '_, '_, '_> {
         }
     }
 
+    /// A thread's first event comes next: the segment is cut first when it holds as many
+    /// threads' starts as it may.
+    #[inline]
+    fn thread_starts(&mut self) {
+        if self.every_threads > 0 && self.started == self.every_threads {
+            self.cut();
+        }
+        self.started += 1;
+    }
+
     /// Ends the segment: its run to `on_segment`.
     #[cold]
     #[inline(never)]
@@ -707,6 +773,7 @@ impl Segmented<'_, '_, '_, '_> {
         };
         self.handed_out += self.in_segment;
         self.in_segment = 0;
+        self.started = 0;
         (self.on_segment)(run);
     }
 }
@@ -765,10 +832,10 @@ impl<'t> ModelPass<'t> {
             annotations: Annotations::new(tables),
             heap: HeapBlocks::new(tables),
             locks: LockSections::new(tables, n),
-            waits: HeldWaits::new(n),
+            waits: HeldWaits::new(),
             blocking: HeldBlockingCalls::new(n),
             signals: SignalScan::new(n),
-            senders: Senders::new(n),
+            senders: Senders::new(),
             pending: PendingCalls::new(n),
             marks: AccessMarks::new(n, &[]),
             marks_source: None,

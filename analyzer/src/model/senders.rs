@@ -21,8 +21,9 @@ pub(super) struct Senders {
     pub handoffs: Handoffs,
     /// Per channel: amount written minus amount read, as `balance` for semaphores.
     handoff_balance: HashMap<u32, SemBalance>,
-    /// Per thread: the site of its last semaphore wait (the take's site).
-    wait_site: Vec<SiteId>,
+    /// By thread in a semaphore wait: the wait's site (the take's site). Only the threads
+    /// waiting have an entry: a program may create 10^5 threads over its life.
+    wait_site: HashMap<u32, SiteId>,
     /// Per semaphore: posts minus successful waits so far, the lowest that balance has been,
     /// and the balance at the start of the current segment (`cut`).
     balance: HashMap<ObjectId, SemBalance>,
@@ -49,7 +50,7 @@ struct SemBalance {
 }
 
 impl Senders {
-    pub fn new(threads: usize) -> Self {
+    pub fn new() -> Self {
         Senders {
             signals: HashMap::new(),
             posts: HashMap::new(),
@@ -58,7 +59,7 @@ impl Senders {
             arrivals: HashMap::new(),
             handoffs: Handoffs::default(),
             handoff_balance: HashMap::new(),
-            wait_site: vec![0; threads],
+            wait_site: HashMap::new(),
             balance: HashMap::new(),
             segmented: false,
         }
@@ -116,12 +117,19 @@ impl Senders {
                     -(amount.min(i64::MAX as u64) as i64),
                 );
             }
-            Op::SemWaitBegin { site, .. } => self.wait_site[ev.thread as usize] = site,
+            Op::SemWaitBegin { site, .. } => {
+                self.wait_site.insert(ev.thread, site);
+            }
+            Op::SemWaitEnd {
+                acquired: false, ..
+            } => {
+                self.wait_site.remove(&ev.thread);
+            }
             Op::SemWaitEnd {
                 sem,
                 acquired: true,
             } => {
-                let site = self.wait_site[ev.thread as usize];
+                let site = self.wait_site.remove(&ev.thread).unwrap_or(0);
                 self.sem_takes.entry(sem).or_default().push(point(site));
                 self.count(sem, -1);
             }
@@ -192,7 +200,7 @@ impl Senders {
             arrivals: std::mem::take(&mut self.arrivals),
             handoffs,
             handoff_balance: HashMap::new(),
-            wait_site: Vec::new(),
+            wait_site: HashMap::new(),
             balance: HashMap::new(),
             segmented: true,
         }

@@ -11,24 +11,25 @@
 use foresight_trace::event::BlockingCall;
 
 use super::locks::LockSections;
-use super::{Wait, WaitKind};
+use super::{IndexMap, Wait, WaitKind};
 use crate::stream::{Op, StreamEvent};
 
 pub(super) struct HeldWaits {
     waits: Vec<Wait>,
-    /// Per thread: the index a wait entered last would have (`usize::MAX`: none), which a
-    /// timeout marks if the wait was recorded.
-    entered: Vec<usize>,
-    /// Per thread: the blocking read it is in (position and site of its blocking-begin).
-    reading: Vec<Option<(u32, foresight_trace::SiteId)>>,
+    /// By thread in a condition or semaphore wait: the index the wait would have, which a
+    /// timeout marks if the wait was recorded. Only the threads waiting have an entry: a
+    /// program may create 10^5 threads over its life.
+    entered: IndexMap<u32, usize>,
+    /// By thread in a blocking read: the position and site of its blocking-begin.
+    reading: IndexMap<u32, (u32, foresight_trace::SiteId)>,
 }
 
 impl HeldWaits {
-    pub fn new(threads: usize) -> Self {
+    pub fn new() -> Self {
         HeldWaits {
             waits: Vec::new(),
-            entered: vec![usize::MAX; threads],
-            reading: vec![None; threads],
+            entered: IndexMap::default(),
+            reading: IndexMap::default(),
         }
     }
 
@@ -41,14 +42,14 @@ impl HeldWaits {
                 site,
             } => self.enter(locks, t, pos, WaitKind::Join { child: c }, site),
             Op::CondWaitBegin { cond, mutex, site } => {
-                self.entered[t as usize] = self.waits.len();
+                self.entered.insert(t, self.waits.len());
                 self.enter(locks, t, pos, WaitKind::Condition { cond, mutex }, site);
             }
             Op::CondWaitEnd { timed_out, .. } => {
                 if timed_out {
                     self.mark_timed_out(t);
                 }
-                self.entered[t as usize] = usize::MAX;
+                self.entered.remove(&t);
             }
             Op::BarrierArrive {
                 barrier,
@@ -65,25 +66,24 @@ impl HeldWaits {
                 site,
             ),
             Op::SemWaitBegin { sem, site } => {
-                self.entered[t as usize] = self.waits.len();
+                self.entered.insert(t, self.waits.len());
                 self.enter(locks, t, pos, WaitKind::Semaphore { sem }, site);
             }
             Op::BlockingBegin { call, site, .. } => {
                 let read = matches!(call, BlockingCall::Read | BlockingCall::Recv);
-                if let Some(r) = self.reading.get_mut(t as usize) {
-                    *r = read.then_some((pos, site));
+                if read {
+                    self.reading.insert(t, (pos, site));
+                } else {
+                    self.reading.remove(&t);
                 }
             }
             Op::BlockingEnd { .. } => {
-                if let Some(r) = self.reading.get_mut(t as usize) {
-                    *r = None;
-                }
+                self.reading.remove(&t);
             }
             Op::HandoffRead {
                 channel, kind, fd, ..
             } => {
-                if let Some((begin, site)) = self.reading.get_mut(t as usize).and_then(Option::take)
-                {
+                if let Some((begin, site)) = self.reading.remove(&t) {
                     let kind = WaitKind::Handoff { channel, kind, fd };
                     self.enter(locks, t, begin, kind, site);
                 }
@@ -92,7 +92,7 @@ impl HeldWaits {
                 if !acquired {
                     self.mark_timed_out(t);
                 }
-                self.entered[t as usize] = usize::MAX;
+                self.entered.remove(&t);
             }
             _ => {}
         }
@@ -122,7 +122,10 @@ impl HeldWaits {
 
     /// The wait the thread entered last ended by a timeout.
     fn mark_timed_out(&mut self, thread: u32) {
-        if let Some(w) = self.waits.get_mut(self.entered[thread as usize]) {
+        let Some(&entered) = self.entered.get(&thread) else {
+            return;
+        };
+        if let Some(w) = self.waits.get_mut(entered) {
             if w.thread == thread {
                 w.timed_out = true;
             }
@@ -135,14 +138,12 @@ impl HeldWaits {
     pub fn cut(&mut self) -> Vec<Wait> {
         // A read begun before the cut is a wait of the segment it began in: its channel is
         // not known there, so it is left out.
-        self.reading.iter_mut().for_each(|r| *r = None);
+        self.reading.clear();
         let waits_now = &self.waits;
         let open: Vec<usize> = self
             .entered
-            .iter_mut()
-            .enumerate()
-            .map(|(t, e)| (t, std::mem::replace(e, usize::MAX)))
-            .filter(|&(t, e)| waits_now.get(e).is_some_and(|w| w.thread as usize == t))
+            .drain()
+            .filter(|&(t, e)| waits_now.get(e).is_some_and(|w| w.thread == t))
             .map(|(_, e)| e)
             .collect();
         let waits = std::mem::take(&mut self.waits);
