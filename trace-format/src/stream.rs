@@ -6,8 +6,8 @@
 //! headers, and the events prefix that follows each events chunk header, but skips the event
 //! payloads; it reads table chunks and the trailer in full, since tables must be complete
 //! before any event is interpreted (`FORMAT.md` §4.3). What it keeps of the event chunks is an
-//! index: per thread, where each chunk is, in sequence order (about 24 bytes per chunk, a
-//! chunk being 64 KiB as the recorder writes them).
+//! index: per thread, where each chunk is, in sequence order (16 bytes per chunk, a chunk
+//! being 64 KiB as the recorder writes them; its prefix is read again with its payload).
 //!
 //! [`TraceStream::merged`] then gives every event in the order of [`Trace::merged`] — by key,
 //! then thread, then position in the thread — with one cursor per thread: the payload of the
@@ -23,10 +23,10 @@
 //! checked against its checksum again) when the turn comes. A thread that has ended keeps its
 //! summary (only its event count, 16 bytes with its place, for a pass that asks for no more:
 //! [`TraceStream::merged_event_counts`]), and hands its cursor's buffers to the next thread to
-//! start. Plus the index (8 bytes per thread and 24 per events chunk), the tables, and the
+//! start. Plus the index (8 bytes per thread and 16 per events chunk), the tables, and the
 //! problems found. Nothing grows with the number of events, and a program that created 10^5
-//! short threads over its life costs about 60 bytes per thread (100 with the bytes and times
-//! of its summary), and a cursor per thread running at once.
+//! short threads over its life (two chunks each) costs about 70 bytes per thread (110 with
+//! the bytes and times of its summary), and a cursor per thread running at once.
 //!
 //! **Same answers as the decoding reader.** Each thread's events, their indices, the merged
 //! order, and the problems are those of [`Trace`] on the same bytes, with two exceptions that
@@ -47,7 +47,7 @@ use crate::codec::{Decoder, DecoderState, PLACEHOLDER};
 use crate::compress::{decoded_len, decompress_events};
 use crate::error::{Problem, ProblemKind, TraceError};
 use crate::event::{Event, ThreadId};
-use crate::frame::{ChunkKind, CODEC_STORED, CODEC_ZSTD, EVENTS_PREFIX_LEN};
+use crate::frame::{ChunkKind, EventsPrefix, CODEC_STORED, CODEC_ZSTD, EVENTS_PREFIX_LEN};
 use crate::ordering::Checker;
 use crate::reader::{
     check_events_payload, keep_first_shrink, limit_reference_reports, ReferenceCheck, Trace,
@@ -80,6 +80,8 @@ pub struct TraceStream {
     threads: Vec<ThreadPlan>,
     /// Every events chunk, by thread (`ThreadPlan`).
     chunks: Vec<ChunkLoc>,
+    /// The events the chunks' prefixes declare, added up by the scan.
+    declared_events: u64,
     chunk_count: usize,
     table_chunk_count: usize,
     refs: ReferenceCheck,
@@ -95,7 +97,9 @@ struct ThreadPlan {
     from: u32,
 }
 
-/// Where an event chunk is (24 bytes). Its prefix is read again, checked, with its payload.
+/// Where an event chunk is (16 bytes: a process that created 10^5 threads left 2·10^5
+/// chunks). Its prefix (sequence, declared events) is not kept: it is read again, checked,
+/// with its payload, and the chunks were put in sequence order when the index was made.
 #[derive(Clone, Copy, Debug)]
 struct ChunkLoc {
     /// The chunk header's offset in the low 56 bits (a file of 64 PiB at most), how the payload
@@ -103,10 +107,6 @@ struct ChunkLoc {
     offset_codec: u64,
     payload_len: u32,
     payload_crc: u32,
-    sequence: u32,
-    /// The events its prefix declares (not yet checked against the checksum): what
-    /// [`TraceStream::declared_events`] adds up without decoding.
-    declared_events: u32,
 }
 
 const OFFSET_BITS: u32 = 56;
@@ -205,7 +205,8 @@ impl TraceStream {
             .filter(|c| c.kind == ChunkKind::Table)
             .count();
         let events = s.prefixes.iter().filter(|p| p.is_some()).count();
-        let mut located: Vec<(ThreadId, ChunkLoc)> = Vec::with_capacity(events);
+        let mut located: Vec<(ThreadId, u32, ChunkLoc)> = Vec::with_capacity(events);
+        let mut declared_events = 0u64;
         let mut orphan_problems = Vec::new();
         let mut buf = Vec::new();
         for (c, prefix) in s.chunks.iter().zip(&s.prefixes) {
@@ -213,17 +214,21 @@ impl TraceStream {
                 continue;
             }
             match prefix {
-                Some(prefix) => located.push((
-                    prefix.thread,
-                    ChunkLoc {
-                        // A chunk is in the file read, so its offset fits in 56 bits.
-                        offset_codec: c.offset | (u64::from(c.codec) << OFFSET_BITS),
-                        payload_len: c.payload_len,
-                        payload_crc: c.payload_crc,
-                        sequence: prefix.sequence,
-                        declared_events: prefix.event_count,
-                    },
-                )),
+                Some(prefix) => {
+                    // Not yet checked against the checksum: what `declared_events` tells
+                    // without decoding.
+                    declared_events = declared_events.saturating_add(u64::from(prefix.event_count));
+                    located.push((
+                        prefix.thread,
+                        prefix.sequence,
+                        ChunkLoc {
+                            // A chunk is in the file read, so its offset fits in 56 bits.
+                            offset_codec: c.offset | (u64::from(c.codec) << OFFSET_BITS),
+                            payload_len: c.payload_len,
+                            payload_crc: c.payload_crc,
+                        },
+                    ))
+                }
                 // Shorter than an events prefix: its checksum or its prefix is reported now.
                 None => {
                     let problem =
@@ -255,11 +260,11 @@ impl TraceStream {
             });
         }
         // By thread, then (sequence, offset): no two chunks have the same offset.
-        located.sort_unstable_by_key(|(thread, c)| (*thread, c.sequence, c.offset()));
+        located.sort_unstable_by_key(|(thread, sequence, c)| (*thread, *sequence, c.offset()));
         let thread_count = located.windows(2).filter(|w| w[0].0 != w[1].0).count()
             + usize::from(!located.is_empty());
         let mut threads: Vec<ThreadPlan> = Vec::with_capacity(thread_count);
-        for (i, (thread, _)) in located.iter().enumerate() {
+        for (i, (thread, _, _)) in located.iter().enumerate() {
             match threads.last_mut() {
                 Some(plan) if plan.thread == *thread => {}
                 _ => threads.push(ThreadPlan {
@@ -269,7 +274,7 @@ impl TraceStream {
             }
         }
         // A list of its own, of the exact length (not the sorted pairs' room, reused).
-        let chunks: Vec<ChunkLoc> = located.iter().map(|(_, c)| *c).collect();
+        let chunks: Vec<ChunkLoc> = located.iter().map(|(_, _, c)| *c).collect();
         drop(located);
         Ok(TraceStream {
             path,
@@ -285,6 +290,7 @@ impl TraceStream {
             orphan_problems,
             threads,
             chunks,
+            declared_events,
             chunk_count,
             table_chunk_count,
         })
@@ -392,9 +398,15 @@ impl TraceStream {
     /// without decoding a chunk (time and memory follow the chunk index, not the events). The prefixes are not checked against their
     /// chunks' checksums here; a damaged chunk still counts what it declared.
     pub fn declared_events(&self) -> u64 {
-        self.chunks
-            .iter()
-            .fold(0u64, |n, c| n.saturating_add(u64::from(c.declared_events)))
+        self.declared_events
+    }
+
+    /// The events prefix of chunk `loc`, read again (not checked against the checksum, as the
+    /// scan's was not); `None` when it cannot be read.
+    fn prefix_of(&self, loc: &ChunkLoc, buf: &mut Vec<u8>) -> Option<EventsPrefix> {
+        let len = EVENTS_PREFIX_LEN.min(loc.payload_len as usize);
+        let bytes = self.source.bytes_at(loc.payload_offset(), len, buf).ok()?;
+        EventsPrefix::read_from(bytes)
     }
 
     /// The events of one thread, in program order, read as the merged pass reads them.
@@ -413,10 +425,18 @@ impl TraceStream {
         let (skipped, kept) = all.split_at(all.len().saturating_sub(chunks));
         let mut cursor = Cursor::new(thread, kept, self.tables.first_sequence(thread));
         if let Some(first) = kept.first().filter(|_| !skipped.is_empty()) {
-            cursor.expected_sequence = first.sequence;
+            // A few chunks' prefixes, read again: the index keeps none (a chunk whose prefix
+            // no longer reads counts no events, and is reported when the cursor reaches it).
+            let mut buf = Vec::new();
+            if let Some(prefix) = self.prefix_of(first, &mut buf) {
+                cursor.expected_sequence = prefix.sequence;
+            }
             cursor.index = skipped
                 .iter()
-                .map(|c| c.declared_events as usize)
+                .map(|c| {
+                    self.prefix_of(c, &mut buf)
+                        .map_or(0, |p| p.event_count as usize)
+                })
                 .fold(0usize, usize::saturating_add);
         }
         ThreadStream {
@@ -525,6 +545,8 @@ struct Chunk {
     /// The body is the cursor's decompressed `plain` bytes (FORMAT.md §5.3).
     compressed: bool,
     thread: ThreadId,
+    /// Its prefix's: where a thread that waits for its turn is read again from.
+    sequence: u32,
     base_key: u64,
     declared: u32,
     /// Events that may be kept: a chunk holding more than it declared keeps only that many,
@@ -709,9 +731,11 @@ impl<'a> Cursor<'a> {
                     continue;
                 }
             };
-            if prefix.thread != self.thread || prefix.sequence != loc.sequence {
+            if prefix.thread != self.thread
+                || (rereading && prefix.sequence != self.expected_sequence)
+            {
                 // The checksum holds, so these bytes were written as they are: the file
-                // changed between the scan and this read.
+                // changed between the scan (or the first read) and this read.
                 ctx.problems.push(changed_while_reading(loc));
                 continue;
             }
@@ -789,6 +813,7 @@ impl<'a> Cursor<'a> {
                 body_len,
                 compressed,
                 thread: self.thread,
+                sequence,
                 base_key: prefix.base_key,
                 declared: prefix.event_count,
                 // Every event takes at least one byte.
@@ -1007,25 +1032,29 @@ impl NextEvent {
     }
 }
 
-/// One thread's place in the merge.
+/// One thread's place in the merge, and what the merge keeps of it while no cursor is open
+/// for it (16 bytes; a process may have created 10^5 threads): the rest of its summary is in
+/// [`MergedStream::bytes`], when kept.
 #[derive(Clone, Copy, Debug)]
-enum Place {
-    /// Its first event is in the heap and nothing else of it is held: its cursor is made
-    /// again, from `chunks[chunk]` (read and checked again), when its turn comes.
-    Waiting { chunk: u32 },
+enum ThreadState {
+    /// Its first event is in the heap and nothing else of it is held (no event given yet):
+    /// its cursor is made again, from `chunks[chunk]` (read and checked again, its prefix
+    /// declaring `sequence`), when its turn comes.
+    Waiting { chunk: u32, sequence: u32 },
     /// Giving events from `cursors[slot]`.
     Open { slot: u32 },
     /// No more events; `used`: some chunk of it passed its checks.
-    Finished { used: bool },
+    Finished { used: bool, events: u64 },
 }
 
-/// What the merge keeps of a thread while no cursor is open for it (16 bytes; a process may
-/// have created 10^5 threads): the rest of its summary is in [`MergedStream::bytes`], when kept.
-#[derive(Clone, Copy, Debug)]
-struct ThreadState {
-    place: Place,
-    /// Events given (once it has ended).
-    events: u64,
+impl ThreadState {
+    /// Events given, as far as this state knows (an open cursor counts its own).
+    fn events(self) -> u64 {
+        match self {
+            ThreadState::Finished { events, .. } => events,
+            ThreadState::Waiting { .. } | ThreadState::Open { .. } => 0,
+        }
+    }
 }
 
 /// The part of a [`ThreadSummary`] that only a pass that reports bytes and times needs.
@@ -1081,25 +1110,26 @@ impl<'a> MergedStream<'a> {
             let mut c = Cursor::new(t.thread, chunks, stream.tables.first_sequence(t.thread));
             c.plan = i as u32;
             scratch.lend_buffers(&mut c);
-            let place = if !c.refill(&mut ctx) {
-                Place::Finished { used: c.any_chunk }
-            } else if c.chunk.is_some() {
+            let state = if !c.refill(&mut ctx) {
+                ThreadState::Finished {
+                    used: c.any_chunk,
+                    events: c.summary.events,
+                }
+            } else if let Some(chunk) = &c.chunk {
                 // The chunk's checks so far (its prefix, the sequence, the thread table) are
                 // not made again when it is read again: they hold for the same bytes.
                 heap.push(Reverse(NextEvent::new(c.head().key, i as u32)));
-                Place::Waiting {
+                ThreadState::Waiting {
                     chunk: (c.next_chunk - 1) as u32,
+                    sequence: chunk.sequence,
                 }
             } else {
                 // Its first chunk ended with its first event (and had its end-of-chunk
                 // checks): the cursor is kept rather than the chunk read and checked twice.
                 heap.push(Reverse(NextEvent::new(c.head().key, i as u32)));
                 cursors.push(c);
-                threads.push(ThreadState {
-                    place: Place::Open {
-                        slot: (cursors.len() - 1) as u32,
-                    },
-                    events: 0,
+                threads.push(ThreadState::Open {
+                    slot: (cursors.len() - 1) as u32,
                 });
                 if let Some(bytes) = &mut bytes {
                     bytes.push(ThreadBytes::default());
@@ -1107,10 +1137,7 @@ impl<'a> MergedStream<'a> {
                 continue;
             };
             c.lend_buffers(&mut scratch);
-            threads.push(ThreadState {
-                place,
-                events: c.summary.events,
-            });
+            threads.push(state);
             if let Some(bytes) = &mut bytes {
                 bytes.push(ThreadBytes::of(&c.summary));
             }
@@ -1150,11 +1177,11 @@ impl<'a> MergedStream<'a> {
     #[inline]
     fn lead(&mut self, mut plan: u32) -> usize {
         loop {
-            match self.threads[plan as usize].place {
+            match self.threads[plan as usize] {
                 // Its head is the key it had in the heap.
-                Place::Open { slot } => return slot as usize,
-                Place::Waiting { chunk } => {
-                    if let Some(slot) = self.reopen(plan as usize, chunk as usize) {
+                ThreadState::Open { slot } => return slot as usize,
+                ThreadState::Waiting { chunk, sequence } => {
+                    if let Some(slot) = self.reopen(plan as usize, chunk as usize, sequence) {
                         let head = NextEvent::new(self.cursors[slot].head().key, plan);
                         match self.heap.peek() {
                             Some(Reverse(next)) if *next < head => {
@@ -1164,7 +1191,7 @@ impl<'a> MergedStream<'a> {
                         }
                     }
                 }
-                Place::Finished { .. } => {}
+                ThreadState::Finished { .. } => {}
             }
             match self.heap.pop() {
                 Some(Reverse(next)) => plan = next.plan,
@@ -1175,7 +1202,7 @@ impl<'a> MergedStream<'a> {
 
     #[cold]
     #[inline(never)]
-    fn reopen(&mut self, plan: usize, chunk: usize) -> Option<usize> {
+    fn reopen(&mut self, plan: usize, chunk: usize, sequence: u32) -> Option<usize> {
         let stream = self.stream;
         let t = &stream.threads[plan];
         let state = self.threads[plan];
@@ -1185,7 +1212,7 @@ impl<'a> MergedStream<'a> {
         c.next_chunk = chunk;
         // Its sequence and the thread table were checked, and its bytes counted in the
         // summary, at the first read.
-        c.expected_sequence = chunks[chunk].sequence;
+        c.expected_sequence = sequence;
         c.any_chunk = true;
         c.first_batch = false;
         c.rereading = true;
@@ -1202,7 +1229,7 @@ impl<'a> MergedStream<'a> {
                 self.cursors.len() - 1
             }
         };
-        self.threads[plan].place = Place::Open { slot: slot as u32 };
+        self.threads[plan] = ThreadState::Open { slot: slot as u32 };
         let cur = &mut self.cursors[slot];
         if cur.refill(&mut self.ctx) {
             Some(slot)
@@ -1221,10 +1248,8 @@ impl<'a> MergedStream<'a> {
         cur.batch.clear();
         self.given_by_finished += given;
         let plan = cur.plan as usize;
-        self.threads[plan] = ThreadState {
-            place: Place::Finished {
-                used: cur.any_chunk,
-            },
+        self.threads[plan] = ThreadState::Finished {
+            used: cur.any_chunk,
             events: given,
         };
         if let Some(bytes) = &mut self.bytes {
@@ -1238,10 +1263,10 @@ impl<'a> MergedStream<'a> {
     fn summary_of(&self, plan: usize, state: ThreadState) -> ThreadSummary {
         let thread = self.stream.threads[plan].thread;
         match &self.bytes {
-            Some(bytes) => bytes[plan].summary(thread, state.events),
+            Some(bytes) => bytes[plan].summary(thread, state.events()),
             None => ThreadSummary {
                 thread,
-                events: state.events,
+                events: state.events(),
                 ..ThreadSummary::default()
             },
         }
@@ -1403,12 +1428,12 @@ impl<'a> MergedStream<'a> {
         self.threads
             .iter()
             .enumerate()
-            .filter_map(|(plan, &t)| match t.place {
-                Place::Waiting { .. } | Place::Finished { used: true } => {
+            .filter_map(|(plan, &t)| match t {
+                ThreadState::Waiting { .. } | ThreadState::Finished { used: true, .. } => {
                     Some(self.summary_of(plan, t))
                 }
-                Place::Finished { used: false } => None,
-                Place::Open { slot } => {
+                ThreadState::Finished { used: false, .. } => None,
+                ThreadState::Open { slot } => {
                     let c = &self.cursors[slot as usize];
                     c.any_chunk.then(|| {
                         let summary = ThreadSummary {
@@ -1433,7 +1458,7 @@ impl<'a> MergedStream<'a> {
         self.stream
             .threads
             .binary_search_by_key(&thread, |t| t.thread)
-            .is_ok_and(|i| !matches!(self.threads[i].place, Place::Finished { .. }))
+            .is_ok_and(|i| !matches!(self.threads[i], ThreadState::Finished { .. }))
     }
 
     /// The current thread's next event is not in its batch or does not come first: refill the
@@ -1627,7 +1652,7 @@ mod tests {
         }
         assert!(full.iter().all(|f| f.encoded_bytes > 0));
         assert_eq!(std::mem::size_of::<ThreadState>(), 16);
-        assert_eq!(std::mem::size_of::<ChunkLoc>(), 24);
+        assert_eq!(std::mem::size_of::<ChunkLoc>(), 16);
         assert_eq!(std::mem::size_of::<ThreadPlan>(), 8);
         assert_eq!(std::mem::size_of::<NextEvent>(), 12);
         assert!(NextEvent::new(1 << 32, 0) > NextEvent::new((1 << 32) - 1, 7));
