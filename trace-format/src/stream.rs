@@ -6,8 +6,9 @@
 //! headers, and the events prefix that follows each events chunk header, but skips the event
 //! payloads; it reads table chunks and the trailer in full, since tables must be complete
 //! before any event is interpreted (`FORMAT.md` §4.3). What it keeps of the event chunks is an
-//! index: per thread, where each chunk is, in sequence order (16 bytes per chunk, a chunk
-//! being 64 KiB as the recorder writes them; its prefix is read again with its payload).
+//! index: per thread, where each chunk is, in sequence order (12 bytes per chunk, a chunk
+//! being 64 KiB as the recorder writes them; its header and prefix are read again, in the
+//! same read as its payload).
 //!
 //! [`TraceStream::merged`] then gives every event in the order of [`Trace::merged`] — by key,
 //! then thread, then position in the thread — with one cursor per thread: the payload of the
@@ -23,9 +24,9 @@
 //! checked against its checksum again) when the turn comes. A thread that has ended keeps its
 //! summary (only its event count, 16 bytes with its place, for a pass that asks for no more:
 //! [`TraceStream::merged_event_counts`]), and hands its cursor's buffers to the next thread to
-//! start. Plus the index (8 bytes per thread and 16 per events chunk), the tables, and the
+//! start. Plus the index (8 bytes per thread and 12 per events chunk), the tables, and the
 //! problems found. Nothing grows with the number of events, and a program that created 10^5
-//! short threads over its life (two chunks each) costs about 70 bytes per thread (110 with
+//! short threads over its life (two chunks each) costs about 60 bytes per thread (100 with
 //! the bytes and times of its summary), and a cursor per thread running at once.
 //!
 //! **Same answers as the decoding reader.** Each thread's events, their indices, the merged
@@ -47,7 +48,10 @@ use crate::codec::{Decoder, DecoderState, PLACEHOLDER};
 use crate::compress::{decoded_len, decompress_events};
 use crate::error::{Problem, ProblemKind, TraceError};
 use crate::event::{Event, ThreadId};
-use crate::frame::{ChunkKind, EventsPrefix, CODEC_STORED, CODEC_ZSTD, EVENTS_PREFIX_LEN};
+use crate::frame::{
+    read_chunk_header, ChunkKind, EventsPrefix, CHUNK_HEADER_LEN, CODEC_STORED, CODEC_ZSTD,
+    EVENTS_PREFIX_LEN,
+};
 use crate::ordering::Checker;
 use crate::reader::{
     check_events_payload, keep_first_shrink, limit_reference_reports, ReferenceCheck, Trace,
@@ -97,27 +101,39 @@ struct ThreadPlan {
     from: u32,
 }
 
-/// Where an event chunk is (16 bytes: a process that created 10^5 threads left 2·10^5
-/// chunks). Its prefix (sequence, declared events) is not kept: it is read again, checked,
-/// with its payload, and the chunks were put in sequence order when the index was made.
+/// Where an event chunk is (12 bytes: a process that created 10^5 threads left 2·10^5
+/// chunks). Its header (with the payload's checksum) and its prefix (sequence, declared
+/// events) are not kept: they are read again with its payload, in the same read, and checked;
+/// the chunks were put in sequence order when the index was made.
 #[derive(Clone, Copy, Debug)]
 struct ChunkLoc {
-    /// The chunk header's offset in the low 56 bits (a file of 64 PiB at most), how the payload
-    /// is stored (FORMAT.md §5.3) in the high 8: [`ChunkLoc::offset`], [`ChunkLoc::codec`].
-    offset_codec: u64,
+    /// The chunk header's offset in 56 bits (a file of 64 PiB at most), how the payload is
+    /// stored (FORMAT.md §5.3) in the high 8 of `offset_high_codec`: [`ChunkLoc::offset`],
+    /// [`ChunkLoc::codec`]. Two words, not a `u64`, so that the entry is 12 bytes.
+    offset_low: u32,
+    offset_high_codec: u32,
     payload_len: u32,
-    payload_crc: u32,
 }
 
-const OFFSET_BITS: u32 = 56;
+const OFFSET_HIGH_BITS: u32 = 24;
 
 impl ChunkLoc {
+    fn new(offset: u64, codec: u8, payload_len: u32) -> Self {
+        ChunkLoc {
+            offset_low: offset as u32,
+            offset_high_codec: ((offset >> 32) as u32 & ((1 << OFFSET_HIGH_BITS) - 1))
+                | (u32::from(codec) << OFFSET_HIGH_BITS),
+            payload_len,
+        }
+    }
+
     fn offset(&self) -> u64 {
-        self.offset_codec & ((1 << OFFSET_BITS) - 1)
+        (u64::from(self.offset_high_codec & ((1 << OFFSET_HIGH_BITS) - 1)) << 32)
+            | u64::from(self.offset_low)
     }
 
     fn codec(&self) -> u8 {
-        (self.offset_codec >> OFFSET_BITS) as u8
+        (self.offset_high_codec >> OFFSET_HIGH_BITS) as u8
     }
 
     fn payload_offset(&self) -> u64 {
@@ -221,12 +237,8 @@ impl TraceStream {
                     located.push((
                         prefix.thread,
                         prefix.sequence,
-                        ChunkLoc {
-                            // A chunk is in the file read, so its offset fits in 56 bits.
-                            offset_codec: c.offset | (u64::from(c.codec) << OFFSET_BITS),
-                            payload_len: c.payload_len,
-                            payload_crc: c.payload_crc,
-                        },
+                        // A chunk is in the file read, so its offset fits in 56 bits.
+                        ChunkLoc::new(c.offset, c.codec, c.payload_len),
                     ))
                 }
                 // Shorter than an events prefix: its checksum or its prefix is reported now.
@@ -689,48 +701,77 @@ impl<'a> Cursor<'a> {
             // A block that does not decompress costs its chunk, which still takes its place
             // in the thread's sequence (as in the decoding reader, which finds it later).
             let mut broken = None;
-            let prefix = match ctx
-                .source
-                .bytes_at(loc.payload_offset(), len, &mut self.payload)
-            {
-                Ok(payload) => match check_events_payload(loc.offset(), loc.payload_crc, payload) {
-                    Ok(prefix) if compressed => {
-                        // A decoded length out of bounds: the chunk is not planned at all.
-                        if let Err(why) = decoded_len(loc.codec(), payload) {
-                            ctx.problems.push(Problem {
-                                offset: loc.offset(),
-                                kind: ProblemKind::BadCompressedChunk(why),
-                            });
-                            continue;
-                        }
-                        match decompress_events(loc.codec(), payload, &mut self.plain) {
-                            Ok(body) => {
-                                let n = body.len();
-                                self.plain.truncate(n);
+            // The header is read with the payload: the index does not keep its checksum.
+            let prefix =
+                match ctx
+                    .source
+                    .bytes_at(loc.offset(), CHUNK_HEADER_LEN + len, &mut self.payload)
+                {
+                    Ok(bytes) => {
+                        let (header, payload) = bytes.split_at(CHUNK_HEADER_LEN);
+                        let crc = match read_chunk_header(header) {
+                            // The scan found this header, and a 2.x chunk's codec in it (a 1.x
+                            // file's byte 5 is no codec).
+                            Ok(h)
+                                if h.kind == ChunkKind::Events
+                                    && h.payload_len == loc.payload_len
+                                    && (h.flags == loc.codec() || loc.codec() == CODEC_STORED) =>
+                            {
+                                h.payload_crc
                             }
-                            Err(why) => {
-                                self.plain.clear();
-                                broken =
-                                    Some((why, decoded_len(loc.codec(), payload).unwrap_or(0)));
+                            _ => {
+                                ctx.problems.push(changed_while_reading(loc));
+                                continue;
+                            }
+                        };
+                        match check_events_payload(loc.offset(), crc, payload) {
+                            Ok(prefix) if compressed => {
+                                // A decoded length out of bounds: the chunk is not planned at all.
+                                if let Err(why) = decoded_len(loc.codec(), payload) {
+                                    ctx.problems.push(Problem {
+                                        offset: loc.offset(),
+                                        kind: ProblemKind::BadCompressedChunk(why),
+                                    });
+                                    continue;
+                                }
+                                match decompress_events(loc.codec(), payload, &mut self.plain) {
+                                    Ok(body) => {
+                                        let n = body.len();
+                                        self.plain.truncate(n);
+                                    }
+                                    Err(why) => {
+                                        self.plain.clear();
+                                        broken = Some((
+                                            why,
+                                            decoded_len(loc.codec(), payload).unwrap_or(0),
+                                        ));
+                                    }
+                                }
+                                prefix
+                            }
+                            Ok(prefix) => prefix,
+                            Err(_) if rereading => {
+                                ctx.problems.push(changed_while_reading(loc));
+                                continue;
+                            }
+                            Err(problem) => {
+                                ctx.problems.push(problem);
+                                continue;
                             }
                         }
-                        prefix
                     }
-                    Ok(prefix) => prefix,
-                    Err(_) if rereading => {
-                        ctx.problems.push(changed_while_reading(loc));
+                    Err(failure) => {
+                        // Reported as the payload's read (the scan read the header).
+                        let failure = match failure {
+                            ReadFailure::Short { got } => ReadFailure::Short {
+                                got: got.saturating_sub(CHUNK_HEADER_LEN),
+                            },
+                            failure => failure,
+                        };
+                        ctx.read_failed(loc, failure);
                         continue;
                     }
-                    Err(problem) => {
-                        ctx.problems.push(problem);
-                        continue;
-                    }
-                },
-                Err(failure) => {
-                    ctx.read_failed(loc, failure);
-                    continue;
-                }
-            };
+                };
             if prefix.thread != self.thread
                 || (rereading && prefix.sequence != self.expected_sequence)
             {
@@ -838,7 +879,11 @@ impl<'a> Cursor<'a> {
         }
         match source {
             Source::Memory(b) => &b[c.body_offset as usize..c.body_offset as usize + c.body_len],
-            Source::File { .. } => &payload[EVENTS_PREFIX_LEN..EVENTS_PREFIX_LEN + c.body_len],
+            // The cursor's buffer holds the chunk's header, then its payload.
+            Source::File { .. } => {
+                let from = CHUNK_HEADER_LEN + EVENTS_PREFIX_LEN;
+                &payload[from..from + c.body_len]
+            }
         }
     }
 
@@ -1652,7 +1697,9 @@ mod tests {
         }
         assert!(full.iter().all(|f| f.encoded_bytes > 0));
         assert_eq!(std::mem::size_of::<ThreadState>(), 16);
-        assert_eq!(std::mem::size_of::<ChunkLoc>(), 16);
+        assert_eq!(std::mem::size_of::<ChunkLoc>(), 12);
+        let far = ChunkLoc::new((1 << 56) - 21, CODEC_ZSTD, 7);
+        assert_eq!((far.offset(), far.codec()), ((1 << 56) - 21, CODEC_ZSTD));
         assert_eq!(std::mem::size_of::<ThreadPlan>(), 8);
         assert_eq!(std::mem::size_of::<NextEvent>(), 12);
         assert!(NextEvent::new(1 << 32, 0) > NextEvent::new((1 << 32) - 1, 7));
