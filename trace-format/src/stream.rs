@@ -6,8 +6,9 @@
 //! headers, and the events prefix that follows each events chunk header, but skips the event
 //! payloads; it reads table chunks and the trailer in full, since tables must be complete
 //! before any event is interpreted (`FORMAT.md` §4.3). What it keeps of the event chunks is an
-//! index: per thread, where each chunk is, in sequence order (about 24 bytes per chunk, a
-//! chunk being 64 KiB as the recorder writes them).
+//! index: per thread, where each chunk is, in sequence order (12 bytes per chunk, a chunk
+//! being 64 KiB as the recorder writes them; its header and prefix are read again, in the
+//! same read as its payload).
 //!
 //! [`TraceStream::merged`] then gives every event in the order of [`Trace::merged`] — by key,
 //! then thread, then position in the thread — with one cursor per thread: the payload of the
@@ -21,12 +22,12 @@
 //! thread whose turn has not come is a heap entry (its first event's key) and a few words:
 //! where its first chunk is, and what the pass learnt of it; its chunk is read again (and
 //! checked against its checksum again) when the turn comes. A thread that has ended keeps its
-//! summary (only its event count, 16 bytes with its place, for a pass that asks for no more:
+//! summary (only its event count, 12 bytes with its place, for a pass that asks for no more:
 //! [`TraceStream::merged_event_counts`]), and hands its cursor's buffers to the next thread to
-//! start. Plus the index (8 bytes per thread and 24 per events chunk), the tables, and the
+//! start. Plus the index (8 bytes per thread and 12 per events chunk), the tables, and the
 //! problems found. Nothing grows with the number of events, and a program that created 10^5
-//! short threads over its life costs about 60 bytes per thread (100 with the bytes and times
-//! of its summary), and a cursor per thread running at once.
+//! short threads over its life (two chunks each) costs about 56 bytes per thread (96 with
+//! the bytes and times of its summary), and a cursor per thread running at once.
 //!
 //! **Same answers as the decoding reader.** Each thread's events, their indices, the merged
 //! order, and the problems are those of [`Trace`] on the same bytes, with two exceptions that
@@ -47,7 +48,10 @@ use crate::codec::{Decoder, DecoderState, PLACEHOLDER};
 use crate::compress::{decoded_len, decompress_events};
 use crate::error::{Problem, ProblemKind, TraceError};
 use crate::event::{Event, ThreadId};
-use crate::frame::{ChunkKind, CODEC_STORED, CODEC_ZSTD, EVENTS_PREFIX_LEN};
+use crate::frame::{
+    read_chunk_header, ChunkKind, EventsPrefix, CHUNK_HEADER_LEN, CODEC_STORED, CODEC_ZSTD,
+    EVENTS_PREFIX_LEN,
+};
 use crate::ordering::Checker;
 use crate::reader::{
     check_events_payload, keep_first_shrink, limit_reference_reports, ReferenceCheck, Trace,
@@ -80,6 +84,8 @@ pub struct TraceStream {
     threads: Vec<ThreadPlan>,
     /// Every events chunk, by thread (`ThreadPlan`).
     chunks: Vec<ChunkLoc>,
+    /// The events the chunks' prefixes declare, added up by the scan.
+    declared_events: u64,
     chunk_count: usize,
     table_chunk_count: usize,
     refs: ReferenceCheck,
@@ -95,29 +101,39 @@ struct ThreadPlan {
     from: u32,
 }
 
-/// Where an event chunk is (24 bytes). Its prefix is read again, checked, with its payload.
+/// Where an event chunk is (12 bytes: a process that created 10^5 threads left 2·10^5
+/// chunks). Its header (with the payload's checksum) and its prefix (sequence, declared
+/// events) are not kept: they are read again with its payload, in the same read, and checked;
+/// the chunks were put in sequence order when the index was made.
 #[derive(Clone, Copy, Debug)]
 struct ChunkLoc {
-    /// The chunk header's offset in the low 56 bits (a file of 64 PiB at most), how the payload
-    /// is stored (FORMAT.md §5.3) in the high 8: [`ChunkLoc::offset`], [`ChunkLoc::codec`].
-    offset_codec: u64,
+    /// The chunk header's offset in 56 bits (a file of 64 PiB at most), how the payload is
+    /// stored (FORMAT.md §5.3) in the high 8 of `offset_high_codec`: [`ChunkLoc::offset`],
+    /// [`ChunkLoc::codec`]. Two words, not a `u64`, so that the entry is 12 bytes.
+    offset_low: u32,
+    offset_high_codec: u32,
     payload_len: u32,
-    payload_crc: u32,
-    sequence: u32,
-    /// The events its prefix declares (not yet checked against the checksum): what
-    /// [`TraceStream::declared_events`] adds up without decoding.
-    declared_events: u32,
 }
 
-const OFFSET_BITS: u32 = 56;
+const OFFSET_HIGH_BITS: u32 = 24;
 
 impl ChunkLoc {
+    fn new(offset: u64, codec: u8, payload_len: u32) -> Self {
+        ChunkLoc {
+            offset_low: offset as u32,
+            offset_high_codec: ((offset >> 32) as u32 & ((1 << OFFSET_HIGH_BITS) - 1))
+                | (u32::from(codec) << OFFSET_HIGH_BITS),
+            payload_len,
+        }
+    }
+
     fn offset(&self) -> u64 {
-        self.offset_codec & ((1 << OFFSET_BITS) - 1)
+        (u64::from(self.offset_high_codec & ((1 << OFFSET_HIGH_BITS) - 1)) << 32)
+            | u64::from(self.offset_low)
     }
 
     fn codec(&self) -> u8 {
-        (self.offset_codec >> OFFSET_BITS) as u8
+        (self.offset_high_codec >> OFFSET_HIGH_BITS) as u8
     }
 
     fn payload_offset(&self) -> u64 {
@@ -205,7 +221,8 @@ impl TraceStream {
             .filter(|c| c.kind == ChunkKind::Table)
             .count();
         let events = s.prefixes.iter().filter(|p| p.is_some()).count();
-        let mut located: Vec<(ThreadId, ChunkLoc)> = Vec::with_capacity(events);
+        let mut located: Vec<(ThreadId, u32, ChunkLoc)> = Vec::with_capacity(events);
+        let mut declared_events = 0u64;
         let mut orphan_problems = Vec::new();
         let mut buf = Vec::new();
         for (c, prefix) in s.chunks.iter().zip(&s.prefixes) {
@@ -213,17 +230,17 @@ impl TraceStream {
                 continue;
             }
             match prefix {
-                Some(prefix) => located.push((
-                    prefix.thread,
-                    ChunkLoc {
+                Some(prefix) => {
+                    // Not yet checked against the checksum: what `declared_events` tells
+                    // without decoding.
+                    declared_events = declared_events.saturating_add(u64::from(prefix.event_count));
+                    located.push((
+                        prefix.thread,
+                        prefix.sequence,
                         // A chunk is in the file read, so its offset fits in 56 bits.
-                        offset_codec: c.offset | (u64::from(c.codec) << OFFSET_BITS),
-                        payload_len: c.payload_len,
-                        payload_crc: c.payload_crc,
-                        sequence: prefix.sequence,
-                        declared_events: prefix.event_count,
-                    },
-                )),
+                        ChunkLoc::new(c.offset, c.codec, c.payload_len),
+                    ))
+                }
                 // Shorter than an events prefix: its checksum or its prefix is reported now.
                 None => {
                     let problem =
@@ -255,11 +272,11 @@ impl TraceStream {
             });
         }
         // By thread, then (sequence, offset): no two chunks have the same offset.
-        located.sort_unstable_by_key(|(thread, c)| (*thread, c.sequence, c.offset()));
+        located.sort_unstable_by_key(|(thread, sequence, c)| (*thread, *sequence, c.offset()));
         let thread_count = located.windows(2).filter(|w| w[0].0 != w[1].0).count()
             + usize::from(!located.is_empty());
         let mut threads: Vec<ThreadPlan> = Vec::with_capacity(thread_count);
-        for (i, (thread, _)) in located.iter().enumerate() {
+        for (i, (thread, _, _)) in located.iter().enumerate() {
             match threads.last_mut() {
                 Some(plan) if plan.thread == *thread => {}
                 _ => threads.push(ThreadPlan {
@@ -269,7 +286,7 @@ impl TraceStream {
             }
         }
         // A list of its own, of the exact length (not the sorted pairs' room, reused).
-        let chunks: Vec<ChunkLoc> = located.iter().map(|(_, c)| *c).collect();
+        let chunks: Vec<ChunkLoc> = located.iter().map(|(_, _, c)| *c).collect();
         drop(located);
         Ok(TraceStream {
             path,
@@ -285,6 +302,7 @@ impl TraceStream {
             orphan_problems,
             threads,
             chunks,
+            declared_events,
             chunk_count,
             table_chunk_count,
         })
@@ -382,7 +400,7 @@ impl TraceStream {
 
     /// [`TraceStream::merged`] for a pass that needs only each thread's event count of the
     /// summaries: what it keeps of a thread that is waiting or has ended is its place and its
-    /// event count (16 bytes), not its bytes and times too, and
+    /// event count (12 bytes with its place), not its bytes and times too, and
     /// [`MergedStream::thread_summaries`] gives those as 0.
     pub fn merged_event_counts(&self) -> MergedStream<'_> {
         self.merged_keeping(false)
@@ -392,9 +410,15 @@ impl TraceStream {
     /// without decoding a chunk (time and memory follow the chunk index, not the events). The prefixes are not checked against their
     /// chunks' checksums here; a damaged chunk still counts what it declared.
     pub fn declared_events(&self) -> u64 {
-        self.chunks
-            .iter()
-            .fold(0u64, |n, c| n.saturating_add(u64::from(c.declared_events)))
+        self.declared_events
+    }
+
+    /// The events prefix of chunk `loc`, read again (not checked against the checksum, as the
+    /// scan's was not); `None` when it cannot be read.
+    fn prefix_of(&self, loc: &ChunkLoc, buf: &mut Vec<u8>) -> Option<EventsPrefix> {
+        let len = EVENTS_PREFIX_LEN.min(loc.payload_len as usize);
+        let bytes = self.source.bytes_at(loc.payload_offset(), len, buf).ok()?;
+        EventsPrefix::read_from(bytes)
     }
 
     /// The events of one thread, in program order, read as the merged pass reads them.
@@ -413,10 +437,18 @@ impl TraceStream {
         let (skipped, kept) = all.split_at(all.len().saturating_sub(chunks));
         let mut cursor = Cursor::new(thread, kept, self.tables.first_sequence(thread));
         if let Some(first) = kept.first().filter(|_| !skipped.is_empty()) {
-            cursor.expected_sequence = first.sequence;
+            // A few chunks' prefixes, read again: the index keeps none (a chunk whose prefix
+            // no longer reads counts no events, and is reported when the cursor reaches it).
+            let mut buf = Vec::new();
+            if let Some(prefix) = self.prefix_of(first, &mut buf) {
+                cursor.expected_sequence = prefix.sequence;
+            }
             cursor.index = skipped
                 .iter()
-                .map(|c| c.declared_events as usize)
+                .map(|c| {
+                    self.prefix_of(c, &mut buf)
+                        .map_or(0, |p| p.event_count as usize)
+                })
                 .fold(0usize, usize::saturating_add);
         }
         ThreadStream {
@@ -525,6 +557,8 @@ struct Chunk {
     /// The body is the cursor's decompressed `plain` bytes (FORMAT.md §5.3).
     compressed: bool,
     thread: ThreadId,
+    /// Its prefix's: where a thread that waits for its turn is read again from.
+    sequence: u32,
     base_key: u64,
     declared: u32,
     /// Events that may be kept: a chunk holding more than it declared keeps only that many,
@@ -667,51 +701,82 @@ impl<'a> Cursor<'a> {
             // A block that does not decompress costs its chunk, which still takes its place
             // in the thread's sequence (as in the decoding reader, which finds it later).
             let mut broken = None;
-            let prefix = match ctx
-                .source
-                .bytes_at(loc.payload_offset(), len, &mut self.payload)
+            // The header is read with the payload: the index does not keep its checksum.
+            let prefix =
+                match ctx
+                    .source
+                    .bytes_at(loc.offset(), CHUNK_HEADER_LEN + len, &mut self.payload)
+                {
+                    Ok(bytes) => {
+                        let (header, payload) = bytes.split_at(CHUNK_HEADER_LEN);
+                        let crc = match read_chunk_header(header) {
+                            // The scan found this header, and a 2.x chunk's codec in it (a 1.x
+                            // file's byte 5 is no codec).
+                            Ok(h)
+                                if h.kind == ChunkKind::Events
+                                    && h.payload_len == loc.payload_len
+                                    && (h.flags == loc.codec() || loc.codec() == CODEC_STORED) =>
+                            {
+                                h.payload_crc
+                            }
+                            _ => {
+                                ctx.problems.push(changed_while_reading(loc));
+                                continue;
+                            }
+                        };
+                        match check_events_payload(loc.offset(), crc, payload) {
+                            Ok(prefix) if compressed => {
+                                // A decoded length out of bounds: the chunk is not planned at all.
+                                if let Err(why) = decoded_len(loc.codec(), payload) {
+                                    ctx.problems.push(Problem {
+                                        offset: loc.offset(),
+                                        kind: ProblemKind::BadCompressedChunk(why),
+                                    });
+                                    continue;
+                                }
+                                match decompress_events(loc.codec(), payload, &mut self.plain) {
+                                    Ok(body) => {
+                                        let n = body.len();
+                                        self.plain.truncate(n);
+                                    }
+                                    Err(why) => {
+                                        self.plain.clear();
+                                        broken = Some((
+                                            why,
+                                            decoded_len(loc.codec(), payload).unwrap_or(0),
+                                        ));
+                                    }
+                                }
+                                prefix
+                            }
+                            Ok(prefix) => prefix,
+                            Err(_) if rereading => {
+                                ctx.problems.push(changed_while_reading(loc));
+                                continue;
+                            }
+                            Err(problem) => {
+                                ctx.problems.push(problem);
+                                continue;
+                            }
+                        }
+                    }
+                    Err(failure) => {
+                        // Reported as the payload's read (the scan read the header).
+                        let failure = match failure {
+                            ReadFailure::Short { got } => ReadFailure::Short {
+                                got: got.saturating_sub(CHUNK_HEADER_LEN),
+                            },
+                            failure => failure,
+                        };
+                        ctx.read_failed(loc, failure);
+                        continue;
+                    }
+                };
+            if prefix.thread != self.thread
+                || (rereading && prefix.sequence != self.expected_sequence)
             {
-                Ok(payload) => match check_events_payload(loc.offset(), loc.payload_crc, payload) {
-                    Ok(prefix) if compressed => {
-                        // A decoded length out of bounds: the chunk is not planned at all.
-                        if let Err(why) = decoded_len(loc.codec(), payload) {
-                            ctx.problems.push(Problem {
-                                offset: loc.offset(),
-                                kind: ProblemKind::BadCompressedChunk(why),
-                            });
-                            continue;
-                        }
-                        match decompress_events(loc.codec(), payload, &mut self.plain) {
-                            Ok(body) => {
-                                let n = body.len();
-                                self.plain.truncate(n);
-                            }
-                            Err(why) => {
-                                self.plain.clear();
-                                broken =
-                                    Some((why, decoded_len(loc.codec(), payload).unwrap_or(0)));
-                            }
-                        }
-                        prefix
-                    }
-                    Ok(prefix) => prefix,
-                    Err(_) if rereading => {
-                        ctx.problems.push(changed_while_reading(loc));
-                        continue;
-                    }
-                    Err(problem) => {
-                        ctx.problems.push(problem);
-                        continue;
-                    }
-                },
-                Err(failure) => {
-                    ctx.read_failed(loc, failure);
-                    continue;
-                }
-            };
-            if prefix.thread != self.thread || prefix.sequence != loc.sequence {
                 // The checksum holds, so these bytes were written as they are: the file
-                // changed between the scan and this read.
+                // changed between the scan (or the first read) and this read.
                 ctx.problems.push(changed_while_reading(loc));
                 continue;
             }
@@ -789,6 +854,7 @@ impl<'a> Cursor<'a> {
                 body_len,
                 compressed,
                 thread: self.thread,
+                sequence,
                 base_key: prefix.base_key,
                 declared: prefix.event_count,
                 // Every event takes at least one byte.
@@ -813,7 +879,11 @@ impl<'a> Cursor<'a> {
         }
         match source {
             Source::Memory(b) => &b[c.body_offset as usize..c.body_offset as usize + c.body_len],
-            Source::File { .. } => &payload[EVENTS_PREFIX_LEN..EVENTS_PREFIX_LEN + c.body_len],
+            // The cursor's buffer holds the chunk's header, then its payload.
+            Source::File { .. } => {
+                let from = CHUNK_HEADER_LEN + EVENTS_PREFIX_LEN;
+                &payload[from..from + c.body_len]
+            }
         }
     }
 
@@ -941,7 +1011,7 @@ pub struct MergedStream<'a> {
     free: Vec<u32>,
     /// Per thread of [`TraceStream::threads`]: where it is, and its event count once ended
     /// (an open cursor keeps its own summary).
-    threads: Vec<ThreadState>,
+    threads: Vec<PackedState>,
     /// Per thread of [`TraceStream::threads`], the bytes and times of its summary while it
     /// waits and once it has ended; `None` when the pass asked for event counts only
     /// ([`TraceStream::merged_event_counts`]).
@@ -1007,25 +1077,73 @@ impl NextEvent {
     }
 }
 
-/// One thread's place in the merge.
+/// One thread's place in the merge, and what the merge keeps of it while no cursor is open
+/// for it (kept as a [`PackedState`]): the rest of its summary is in [`MergedStream::bytes`],
+/// when kept.
 #[derive(Clone, Copy, Debug)]
-enum Place {
-    /// Its first event is in the heap and nothing else of it is held: its cursor is made
-    /// again, from `chunks[chunk]` (read and checked again), when its turn comes.
-    Waiting { chunk: u32 },
+enum ThreadState {
+    /// Its first event is in the heap and nothing else of it is held (no event given yet):
+    /// its cursor is made again, from `chunks[chunk]` (read and checked again, its prefix
+    /// declaring `sequence`), when its turn comes.
+    Waiting { chunk: u32, sequence: u32 },
     /// Giving events from `cursors[slot]`.
     Open { slot: u32 },
     /// No more events; `used`: some chunk of it passed its checks.
-    Finished { used: bool },
+    Finished { used: bool, events: u64 },
 }
 
-/// What the merge keeps of a thread while no cursor is open for it (16 bytes; a process may
-/// have created 10^5 threads): the rest of its summary is in [`MergedStream::bytes`], when kept.
+/// A [`ThreadState`] in 12 bytes, not the enum's 16 (a process may have created 10^5 threads):
+/// two words of its fields and one for which state it is.
 #[derive(Clone, Copy, Debug)]
-struct ThreadState {
-    place: Place,
-    /// Events given (once it has ended).
-    events: u64,
+struct PackedState {
+    fields: [u32; 2],
+    state: u32,
+}
+
+const WAITING: u32 = 0;
+const OPEN: u32 = 1;
+const FINISHED_USED: u32 = 2;
+const FINISHED_UNUSED: u32 = 3;
+
+impl PackedState {
+    fn get(self) -> ThreadState {
+        let [a, b] = self.fields;
+        match self.state {
+            WAITING => ThreadState::Waiting {
+                chunk: a,
+                sequence: b,
+            },
+            OPEN => ThreadState::Open { slot: a },
+            finished => ThreadState::Finished {
+                used: finished == FINISHED_USED,
+                events: (u64::from(b) << 32) | u64::from(a),
+            },
+        }
+    }
+}
+
+impl From<ThreadState> for PackedState {
+    fn from(t: ThreadState) -> Self {
+        let (fields, state) = match t {
+            ThreadState::Waiting { chunk, sequence } => ([chunk, sequence], WAITING),
+            ThreadState::Open { slot } => ([slot, 0], OPEN),
+            ThreadState::Finished { used, events } => (
+                [events as u32, (events >> 32) as u32],
+                if used { FINISHED_USED } else { FINISHED_UNUSED },
+            ),
+        };
+        PackedState { fields, state }
+    }
+}
+
+impl ThreadState {
+    /// Events given, as far as this state knows (an open cursor counts its own).
+    fn events(self) -> u64 {
+        match self {
+            ThreadState::Finished { events, .. } => events,
+            ThreadState::Waiting { .. } | ThreadState::Open { .. } => 0,
+        }
+    }
 }
 
 /// The part of a [`ThreadSummary`] that only a pass that reports bytes and times needs.
@@ -1081,36 +1199,34 @@ impl<'a> MergedStream<'a> {
             let mut c = Cursor::new(t.thread, chunks, stream.tables.first_sequence(t.thread));
             c.plan = i as u32;
             scratch.lend_buffers(&mut c);
-            let place = if !c.refill(&mut ctx) {
-                Place::Finished { used: c.any_chunk }
-            } else if c.chunk.is_some() {
+            let state = if !c.refill(&mut ctx) {
+                ThreadState::Finished {
+                    used: c.any_chunk,
+                    events: c.summary.events,
+                }
+            } else if let Some(chunk) = &c.chunk {
                 // The chunk's checks so far (its prefix, the sequence, the thread table) are
                 // not made again when it is read again: they hold for the same bytes.
                 heap.push(Reverse(NextEvent::new(c.head().key, i as u32)));
-                Place::Waiting {
+                ThreadState::Waiting {
                     chunk: (c.next_chunk - 1) as u32,
+                    sequence: chunk.sequence,
                 }
             } else {
                 // Its first chunk ended with its first event (and had its end-of-chunk
                 // checks): the cursor is kept rather than the chunk read and checked twice.
                 heap.push(Reverse(NextEvent::new(c.head().key, i as u32)));
                 cursors.push(c);
-                threads.push(ThreadState {
-                    place: Place::Open {
-                        slot: (cursors.len() - 1) as u32,
-                    },
-                    events: 0,
-                });
+                threads.push(PackedState::from(ThreadState::Open {
+                    slot: (cursors.len() - 1) as u32,
+                }));
                 if let Some(bytes) = &mut bytes {
                     bytes.push(ThreadBytes::default());
                 }
                 continue;
             };
             c.lend_buffers(&mut scratch);
-            threads.push(ThreadState {
-                place,
-                events: c.summary.events,
-            });
+            threads.push(PackedState::from(state));
             if let Some(bytes) = &mut bytes {
                 bytes.push(ThreadBytes::of(&c.summary));
             }
@@ -1150,11 +1266,11 @@ impl<'a> MergedStream<'a> {
     #[inline]
     fn lead(&mut self, mut plan: u32) -> usize {
         loop {
-            match self.threads[plan as usize].place {
+            match self.threads[plan as usize].get() {
                 // Its head is the key it had in the heap.
-                Place::Open { slot } => return slot as usize,
-                Place::Waiting { chunk } => {
-                    if let Some(slot) = self.reopen(plan as usize, chunk as usize) {
+                ThreadState::Open { slot } => return slot as usize,
+                ThreadState::Waiting { chunk, sequence } => {
+                    if let Some(slot) = self.reopen(plan as usize, chunk as usize, sequence) {
                         let head = NextEvent::new(self.cursors[slot].head().key, plan);
                         match self.heap.peek() {
                             Some(Reverse(next)) if *next < head => {
@@ -1164,7 +1280,7 @@ impl<'a> MergedStream<'a> {
                         }
                     }
                 }
-                Place::Finished { .. } => {}
+                ThreadState::Finished { .. } => {}
             }
             match self.heap.pop() {
                 Some(Reverse(next)) => plan = next.plan,
@@ -1175,17 +1291,17 @@ impl<'a> MergedStream<'a> {
 
     #[cold]
     #[inline(never)]
-    fn reopen(&mut self, plan: usize, chunk: usize) -> Option<usize> {
+    fn reopen(&mut self, plan: usize, chunk: usize, sequence: u32) -> Option<usize> {
         let stream = self.stream;
         let t = &stream.threads[plan];
-        let state = self.threads[plan];
+        let state = self.threads[plan].get();
         let chunks = stream.chunks_of(plan);
         let mut c = Cursor::new(t.thread, chunks, stream.tables.first_sequence(t.thread));
         c.plan = plan as u32;
         c.next_chunk = chunk;
         // Its sequence and the thread table were checked, and its bytes counted in the
         // summary, at the first read.
-        c.expected_sequence = chunks[chunk].sequence;
+        c.expected_sequence = sequence;
         c.any_chunk = true;
         c.first_batch = false;
         c.rereading = true;
@@ -1202,7 +1318,7 @@ impl<'a> MergedStream<'a> {
                 self.cursors.len() - 1
             }
         };
-        self.threads[plan].place = Place::Open { slot: slot as u32 };
+        self.threads[plan] = ThreadState::Open { slot: slot as u32 }.into();
         let cur = &mut self.cursors[slot];
         if cur.refill(&mut self.ctx) {
             Some(slot)
@@ -1221,12 +1337,11 @@ impl<'a> MergedStream<'a> {
         cur.batch.clear();
         self.given_by_finished += given;
         let plan = cur.plan as usize;
-        self.threads[plan] = ThreadState {
-            place: Place::Finished {
-                used: cur.any_chunk,
-            },
+        self.threads[plan] = ThreadState::Finished {
+            used: cur.any_chunk,
             events: given,
-        };
+        }
+        .into();
         if let Some(bytes) = &mut self.bytes {
             bytes[plan] = ThreadBytes::of(&cur.summary);
         }
@@ -1238,10 +1353,10 @@ impl<'a> MergedStream<'a> {
     fn summary_of(&self, plan: usize, state: ThreadState) -> ThreadSummary {
         let thread = self.stream.threads[plan].thread;
         match &self.bytes {
-            Some(bytes) => bytes[plan].summary(thread, state.events),
+            Some(bytes) => bytes[plan].summary(thread, state.events()),
             None => ThreadSummary {
                 thread,
-                events: state.events,
+                events: state.events(),
                 ..ThreadSummary::default()
             },
         }
@@ -1403,12 +1518,12 @@ impl<'a> MergedStream<'a> {
         self.threads
             .iter()
             .enumerate()
-            .filter_map(|(plan, &t)| match t.place {
-                Place::Waiting { .. } | Place::Finished { used: true } => {
+            .filter_map(|(plan, t)| match t.get() {
+                t @ (ThreadState::Waiting { .. } | ThreadState::Finished { used: true, .. }) => {
                     Some(self.summary_of(plan, t))
                 }
-                Place::Finished { used: false } => None,
-                Place::Open { slot } => {
+                ThreadState::Finished { used: false, .. } => None,
+                ThreadState::Open { slot } => {
                     let c = &self.cursors[slot as usize];
                     c.any_chunk.then(|| {
                         let summary = ThreadSummary {
@@ -1433,7 +1548,7 @@ impl<'a> MergedStream<'a> {
         self.stream
             .threads
             .binary_search_by_key(&thread, |t| t.thread)
-            .is_ok_and(|i| !matches!(self.threads[i].place, Place::Finished { .. }))
+            .is_ok_and(|i| !matches!(self.threads[i].get(), ThreadState::Finished { .. }))
     }
 
     /// The current thread's next event is not in its batch or does not come first: refill the
@@ -1613,7 +1728,7 @@ mod tests {
             merged.cursors.len()
         );
         // A pass that asks for event counts only gets the same events and counts, and keeps
-        // 16 bytes for each thread not open.
+        // 12 bytes for each thread not open.
         let mut counting = stream.merged_event_counts();
         let again: Vec<_> = counting.by_ref().collect();
         assert_eq!(again, expected);
@@ -1626,8 +1741,30 @@ mod tests {
             assert_eq!(c.encoded_bytes, 0);
         }
         assert!(full.iter().all(|f| f.encoded_bytes > 0));
-        assert_eq!(std::mem::size_of::<ThreadState>(), 16);
-        assert_eq!(std::mem::size_of::<ChunkLoc>(), 24);
+        assert_eq!(std::mem::size_of::<PackedState>(), 12);
+        for state in [
+            ThreadState::Waiting {
+                chunk: 7,
+                sequence: u32::MAX,
+            },
+            ThreadState::Open { slot: 3 },
+            ThreadState::Finished {
+                used: true,
+                events: (5 << 32) | 9,
+            },
+            ThreadState::Finished {
+                used: false,
+                events: 0,
+            },
+        ] {
+            assert_eq!(
+                format!("{:?}", PackedState::from(state).get()),
+                format!("{state:?}")
+            );
+        }
+        assert_eq!(std::mem::size_of::<ChunkLoc>(), 12);
+        let far = ChunkLoc::new((1 << 56) - 21, CODEC_ZSTD, 7);
+        assert_eq!((far.offset(), far.codec()), ((1 << 56) - 21, CODEC_ZSTD));
         assert_eq!(std::mem::size_of::<ThreadPlan>(), 8);
         assert_eq!(std::mem::size_of::<NextEvent>(), 12);
         assert!(NextEvent::new(1 << 32, 0) > NextEvent::new((1 << 32) - 1, 7));

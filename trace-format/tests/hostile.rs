@@ -378,3 +378,38 @@ fn a_waiting_threads_chunk_that_changes_before_its_turn_is_reported() {
     assert_eq!(given(&merged.by_ref().collect::<Vec<_>>()), 0);
     assert!(merged.problems().iter().any(|p| p.offset == chunk));
 }
+
+#[test]
+fn a_waiting_threads_chunk_header_that_changes_before_its_turn_is_reported() {
+    // The stream's index keeps no chunk header: it is read again with the payload. A header
+    // that no longer passes its own checksum (its payload's checksum changed) is the file
+    // changing under the reader, whatever the payload now holds.
+    let dir = TempDir::new("waiting-header");
+    let path = dir.0.join("run.trace");
+    let bytes = threads_one_after_another(6);
+    std::fs::write(&path, &bytes).unwrap();
+    let stream = TraceStream::open(&path).unwrap();
+    let all: Vec<_> = stream.merged().collect();
+    let last = all.iter().map(|e| e.thread).max().unwrap();
+    let chunk = all.iter().find(|e| e.thread == last).unwrap().chunk_offset;
+    let n = all.iter().filter(|e| e.thread == last).count();
+
+    let mut merged = stream.merged();
+    let mut changed = bytes.clone();
+    // The payload checksum's first byte (magic, kind, flags, reserved, length, checksum).
+    changed[chunk as usize + 12] ^= 0xFF;
+    std::fs::write(&path, &changed).unwrap();
+    let now: Vec<_> = merged.by_ref().collect();
+    assert!(
+        now.iter().all(|e| e.thread != last),
+        "nothing of the changed chunk"
+    );
+    assert_eq!(now.len(), all.len() - n);
+    let problems = merged.problems();
+    assert!(
+        problems.iter().any(|p| p.offset == chunk
+            && p.to_string()
+                .contains("the chunk changed while the trace was being read")),
+        "{problems:?}"
+    );
+}
