@@ -562,7 +562,10 @@ fn stream_run(
     }
     // The run's threads are the stream's, in the same order (by id), as are the summaries:
     // one pass over both, not a map of 10^5 threads.
-    let mut threads = run.threads.iter_mut().peekable();
+    // The walk is over: no segment's run shares the table any more, so it is not copied.
+    let mut threads = std::sync::Arc::make_mut(&mut run.threads)
+        .iter_mut()
+        .peekable();
     for s in merged.thread_summaries() {
         while threads.next_if(|t| t.id < s.thread).is_some() {}
         if let Some(t) = threads.next_if(|t| t.id == s.thread) {

@@ -24,6 +24,7 @@ use std::sync::{Arc, OnceLock};
 use foresight_trace::event::{AtomicOp, EventKind, WaitOutcome};
 use foresight_trace::ThreadId;
 
+use crate::model::ThreadModel;
 use crate::stream::{Op, StreamEvent};
 
 /// Accesses of a segment whose bytes are kept (24 bytes each); past it only the marks are,
@@ -363,8 +364,8 @@ pub(crate) struct SegmentMarks {
 /// Where a segment's marks are read from when they are first needed.
 struct Later {
     source: Arc<dyn MarksSource>,
-    /// The walk's dense threads' ids.
-    threads: Vec<ThreadId>,
+    /// The walk's dense threads (the table every segment's run shares).
+    threads: Arc<[ThreadModel]>,
     /// Per dense thread, where the segment starts (empty: at 0) and ends.
     start: Vec<u32>,
     end: Vec<u32>,
@@ -392,7 +393,7 @@ impl SegmentMarks {
     /// `source` when first asked for.
     pub(crate) fn read_later(
         source: Arc<dyn MarksSource>,
-        threads: Vec<ThreadId>,
+        threads: Arc<[ThreadModel]>,
         start: Vec<u32>,
         end: Vec<u32>,
     ) -> Self {
@@ -419,7 +420,7 @@ impl SegmentMarks {
 impl Later {
     fn read(&self) -> AccessMarks {
         let mut marks = AccessMarks::new(self.threads.len(), &self.start);
-        for (t, &id) in self.threads.iter().enumerate() {
+        for (t, id) in self.threads.iter().map(|th| th.id).enumerate() {
             let from = self.start.get(t).copied().unwrap_or(0);
             let to = self.end.get(t).copied().unwrap_or(0);
             if from >= to {
@@ -448,6 +449,17 @@ impl Later {
 mod tests {
     use super::*;
     use crate::stream::{BarrierGenerations, Stream};
+
+    /// The walk's thread table for threads `ids`, unnamed.
+    fn unnamed(ids: &[ThreadId]) -> Arc<[ThreadModel]> {
+        ids.iter()
+            .map(|&id| ThreadModel {
+                id,
+                given_name: None,
+                len: 0,
+            })
+            .collect()
+    }
     use foresight_trace::event::{LockMode, MemoryOrder};
 
     /// Every kind the marks keep, and some they do not.
@@ -567,7 +579,8 @@ mod tests {
                 }
             }
         }
-        let later = SegmentMarks::read_later(Arc::new(Events(threads)), vec![10, 11], start, end);
+        let later =
+            SegmentMarks::read_later(Arc::new(Events(threads)), unnamed(&[10, 11]), start, end);
         let read = later.get();
         for t in 0..2 {
             for from in 0..kinds.len() as u32 + 2 {
@@ -584,7 +597,7 @@ mod tests {
     #[test]
     fn a_thread_shorter_when_read_again_moves_nothing() {
         let source = Events(vec![(1, vec![EventKind::ThreadStart; 4])]);
-        let marks = SegmentMarks::read_later(Arc::new(source), vec![1], vec![], vec![10]);
+        let marks = SegmentMarks::read_later(Arc::new(source), unnamed(&[1]), vec![], vec![10]);
         assert!(marks.get().fragile_in(0, 0, 1));
     }
 

@@ -263,8 +263,9 @@ pub(crate) struct ReadRecursion {
 pub struct Run {
     /// The trace's path, for reports.
     pub(crate) source: String,
-    /// The trace's threads, by dense index.
-    pub threads: Vec<ThreadModel>,
+    /// The trace's threads, by dense index: one table shared by every segment's run (a
+    /// program may have created 10^5 threads).
+    pub threads: Arc<[ThreadModel]>,
     /// The lock objects, by dense lock index.
     pub locks: Vec<LockModel>,
     /// Every critical section; the lock graph and the analyses name them by index here.
@@ -784,7 +785,7 @@ impl Segmented<'_, '_, '_, '_> {
 pub struct ModelPass<'t> {
     tables: &'t Tables,
     source: String,
-    threads: Vec<ThreadModel>,
+    threads: Arc<[ThreadModel]>,
     events: u64,
     hb: HbPass,
     annotations: Annotations<'t>,
@@ -826,7 +827,7 @@ impl<'t> ModelPass<'t> {
         ModelPass {
             tables,
             source,
-            threads,
+            threads: threads.into(),
             events,
             hb: HbPass::new(n, EdgeKinds::DEADLOCK),
             annotations: Annotations::new(tables),
@@ -1173,7 +1174,7 @@ impl<'t> ModelPass<'t> {
         match &self.marks_source {
             Some(source) if self.race_memory != 0 => SegmentMarks::read_later(
                 source.clone(),
-                self.threads.iter().map(|t| t.id).collect(),
+                self.threads.clone(),
                 self.start.clone(),
                 self.seen.clone(),
             ),
@@ -1211,7 +1212,7 @@ impl<'t> ModelPass<'t> {
         tables: &Tables,
         wrappers: &Wrappers,
         source: &str,
-        threads: &[ThreadModel],
+        threads: &Arc<[ThreadModel]>,
         sites_cache: &mut Option<Arc<HashMap<SiteId, Location>>>,
         names_cache: &mut Option<Arc<HashMap<ObjectId, String>>>,
         annotations: &Annotations,
@@ -1258,7 +1259,7 @@ impl<'t> ModelPass<'t> {
             .collect();
         Run {
             source: source.to_string(),
-            threads: threads.to_vec(),
+            threads: threads.clone(),
             locks,
             acquisitions: segment.acquisitions,
             held_pool: segment.held_pool,
