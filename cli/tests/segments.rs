@@ -387,13 +387,14 @@ fn a_race_whose_first_access_is_before_the_cut_is_not_predicted() {
     assert!(races(&r).is_empty(), "{}", show(&r));
 }
 
-#[test]
-fn a_lock_that_becomes_a_monitor_later_is_one_in_earlier_segments() {
-    // The child takes L, then marks itself done under m; main waits until it sees that under m
-    // and then joins it holding L. Whole, m is a monitor (main signals a condition holding it,
-    // at the end): main's section on m comes after the child's, so the join cannot come
-    // before the child's request of L. The segment of the join is cut before the signal: it
-    // must know m is a monitor all the same, or it would predict a join deadlock.
+/// The child takes L, then marks itself done under m; main waits until it sees that under m
+/// and then joins it holding L. Whole, m is a monitor (main signals a condition holding it,
+/// at the end): main's section on m comes after the child's, so the join cannot come before
+/// the child's request of L. `between` adds events between the join and the signal (where a
+/// segment is cut); the trace and main's thread are returned.
+fn monitor_known_only_after_the_join(
+    between: impl FnOnce(&mut T, ThreadId, ObjectId),
+) -> (Trace, ThreadId, ObjectId) {
     let mut t = T::new();
     let l = t.b.mutex("L");
     let m = t.b.mutex("m");
@@ -413,20 +414,30 @@ fn a_lock_that_becomes_a_monitor_later_is_one_in_earlier_segments() {
     let s = t.at(22);
     t.b.join(main, child, s);
     t.unlock(main, l);
-    t.filler(main, own, 10);
+    between(&mut t, main, own);
     t.lock(main, m, 30);
     let s = t.at(31);
     t.b.event(main, EventKind::CondSignal { cond: c, site: s });
     t.unlock(main, m);
-    let trace = t.trace();
+    (t.trace(), main, own)
+}
+
+/// Join-while-holding findings predicted (not merely potential).
+fn predicted_joins(r: &Report) -> usize {
+    r.findings
+        .iter()
+        .filter(|f| f.rule == Rule::JoinWhileHolding && f.verdict == Verdict::Predicted)
+        .count()
+}
+
+#[test]
+fn a_lock_that_becomes_a_monitor_later_is_one_in_earlier_segments() {
+    // The segment of the join is cut before the signal: it must know m is a monitor all the
+    // same, or it would predict a join deadlock.
+    let (trace, main, own) =
+        monitor_known_only_after_the_join(|t, main, own| t.filler(main, own, 10));
     let w = whole(&trace);
-    let joins = |r: &Report| {
-        r.findings
-            .iter()
-            .filter(|f| f.rule == Rule::JoinWhileHolding && f.verdict == Verdict::Predicted)
-            .count()
-    };
-    assert_eq!(joins(&w), 0, "{}", show(&w));
+    assert_eq!(predicted_joins(&w), 0, "{}", show(&w));
     assert!(
         w.findings.iter().any(|f| f.rule == Rule::JoinWhileHolding),
         "the join is a (potential) finding: {}",
@@ -436,7 +447,7 @@ fn a_lock_that_becomes_a_monitor_later_is_one_in_earlier_segments() {
     assert!(at(&trace, main, |k| matches!(k, EventKind::CondSignal { .. })) >= cut);
     let r = segmented(&trace, cut);
     assert!(r.summary.segments >= 2, "{}", show(&r));
-    assert_eq!(joins(&r), 0, "{}", show(&r));
+    assert_eq!(predicted_joins(&r), 0, "{}", show(&r));
 }
 
 #[test]
@@ -444,38 +455,10 @@ fn a_segment_cut_by_the_threads_started_in_it_knows_the_later_monitors() {
     // As above, but the trace is short: the cut comes from the threads started in the segment
     // (`--segment-threads`), before a third thread's first event, between the join and the
     // signal that makes m a monitor. The walk must scan for monitors all the same.
-    let mut t = T::new();
-    let l = t.b.mutex("L");
-    let m = t.b.mutex("m");
-    let own = t.b.mutex("own");
-    let c =
-        t.b.object(foresight_trace::tables::ObjectKind::Condition, "c");
-    let child = t.spawn("child");
-    let main = t.main;
-    t.lock(child, l, 10);
-    t.unlock(child, l);
-    t.lock(child, m, 11);
-    t.unlock(child, m);
-    t.b.exit(child);
-    t.lock(main, m, 20);
-    t.unlock(main, m);
-    t.lock(main, l, 21);
-    let s = t.at(22);
-    t.b.join(main, child, s);
-    t.unlock(main, l);
-    let late = t.spawn("late");
-    t.filler(late, own, 2);
-    t.lock(main, m, 30);
-    let s = t.at(31);
-    t.b.event(main, EventKind::CondSignal { cond: c, site: s });
-    t.unlock(main, m);
-    let trace = t.trace();
-    let joins = |r: &Report| {
-        r.findings
-            .iter()
-            .filter(|f| f.rule == Rule::JoinWhileHolding && f.verdict == Verdict::Predicted)
-            .count()
-    };
+    let (trace, _, _) = monitor_known_only_after_the_join(|t, _, own| {
+        let late = t.spawn("late");
+        t.filler(late, own, 2);
+    });
     let bounds = |threads| SegmentBounds {
         events: DEFAULT_SEGMENT_EVENTS,
         threads,
@@ -491,7 +474,7 @@ fn a_segment_cut_by_the_threads_started_in_it_knows_the_later_monitors() {
     // Main and the child start in the first segment; the late thread's start is cut off.
     let r = analysed(2);
     assert_eq!(r.summary.segments, 2, "{}", show(&r));
-    assert_eq!(joins(&r), 0, "{}", show(&r));
+    assert_eq!(predicted_joins(&r), 0, "{}", show(&r));
     assert!(
         r.findings.iter().any(|f| f.rule == Rule::JoinWhileHolding),
         "the join is a (potential) finding: {}",

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use foresight_trace::builder::TraceBuilder;
 use foresight_trace::stream::TraceStream;
-use foresight_trace::{ProblemKind, Trace, TraceError, TraceFile};
+use foresight_trace::{ProblemKind, ThreadId, Trace, TraceError, TraceFile};
 
 /// A directory of its own for each test, removed at the end.
 struct TempDir(PathBuf);
@@ -335,81 +335,95 @@ fn threads_one_after_another(n: usize) -> Vec<u8> {
     b.finish()
 }
 
-#[test]
-fn a_waiting_threads_chunk_that_changes_before_its_turn_is_reported() {
-    let dir = TempDir::new("waiting");
+/// What a merged pass gave after a byte of a waiting thread's chunk changed.
+struct ChangedWhileWaiting {
+    _dir: TempDir,
+    path: PathBuf,
+    /// The offset of the last thread's chunk, which changed.
+    chunk: u64,
+    last: ThreadId,
+    /// Events the pass gave over the unchanged file, and of those the last thread's.
+    before: usize,
+    of_last: usize,
+    /// Events the pass gave once the chunk changed, and its problems.
+    after: Vec<foresight_trace::stream::StreamEvent>,
+    problems: Vec<foresight_trace::Problem>,
+}
+
+/// Six threads one after another; a merged pass decodes the last thread's first event, to
+/// place it, and lets the thread's chunk go until its turn; the byte at `at(chunk)` changes
+/// meanwhile.
+fn change_a_waiting_chunk(name: &str, at: impl Fn(usize) -> usize) -> ChangedWhileWaiting {
+    let dir = TempDir::new(name);
     let path = dir.0.join("run.trace");
     let bytes = threads_one_after_another(6);
     std::fs::write(&path, &bytes).unwrap();
     let stream = TraceStream::open(&path).unwrap();
     let all: Vec<_> = stream.merged().collect();
     let last = all.iter().map(|e| e.thread).max().unwrap();
-    let given = |events: &[foresight_trace::stream::StreamEvent]| {
-        events.iter().filter(|e| e.thread == last).count()
-    };
     let chunk = all.iter().find(|e| e.thread == last).unwrap().chunk_offset;
-    let n = given(&all);
-    assert!(n > 10, "{n} events: the locks and unlocks, at least");
-
-    // The merged pass decodes the last thread's first event, to place it, and lets the
-    // thread's chunk go until its turn; the chunk changes meanwhile. Read again, it no longer
-    // passes its checksum: none of its events is given, the first one included.
+    let of_last = all.iter().filter(|e| e.thread == last).count();
     let mut merged = stream.merged();
     let mut changed = bytes.clone();
-    let at = chunk as usize
-        + foresight_trace::frame::CHUNK_HEADER_LEN
-        + foresight_trace::frame::EVENTS_PREFIX_LEN;
-    changed[at] ^= 0xFF;
+    changed[at(chunk as usize)] ^= 0xFF;
     std::fs::write(&path, &changed).unwrap();
-    let now: Vec<_> = merged.by_ref().collect();
-    assert_eq!(given(&now), 0, "nothing of the changed chunk");
-    assert_eq!(now.len(), all.len() - n);
-    let problems = merged.problems();
+    let after: Vec<_> = merged.by_ref().collect();
+    ChangedWhileWaiting {
+        path: path.clone(),
+        _dir: dir,
+        chunk,
+        last,
+        before: all.len(),
+        of_last,
+        after,
+        problems: merged.problems(),
+    }
+}
+
+impl ChangedWhileWaiting {
+    /// Nothing of the changed chunk was given, the first event included, and the pass said
+    /// the file changed under it.
+    fn assert_reported(&self) {
+        assert!(
+            self.after.iter().all(|e| e.thread != self.last),
+            "nothing of the changed chunk"
+        );
+        assert_eq!(self.after.len(), self.before - self.of_last);
+        assert!(
+            self.problems.iter().any(|p| p.offset == self.chunk
+                && p.to_string()
+                    .contains("the chunk changed while the trace was being read")),
+            "{:?}",
+            self.problems
+        );
+    }
+}
+
+#[test]
+fn a_waiting_threads_chunk_that_changes_before_its_turn_is_reported() {
+    // Read again, the chunk no longer passes its checksum.
+    let c = change_a_waiting_chunk("waiting", |chunk| {
+        chunk + foresight_trace::frame::CHUNK_HEADER_LEN + foresight_trace::frame::EVENTS_PREFIX_LEN
+    });
     assert!(
-        problems.iter().any(|p| p.offset == chunk
-            && p.to_string()
-                .contains("the chunk changed while the trace was being read")),
-        "{problems:?}"
+        c.of_last > 10,
+        "{} events: the locks and unlocks, at least",
+        c.of_last
     );
+    c.assert_reported();
 
     // Read again from the start, the changed chunk is damaged and named as such.
-    let again = TraceStream::open(&path).unwrap();
+    let again = TraceStream::open(&c.path).unwrap();
     let mut merged = again.merged();
-    assert_eq!(given(&merged.by_ref().collect::<Vec<_>>()), 0);
-    assert!(merged.problems().iter().any(|p| p.offset == chunk));
+    assert!(merged.by_ref().all(|e| e.thread != c.last));
+    assert!(merged.problems().iter().any(|p| p.offset == c.chunk));
 }
 
 #[test]
 fn a_waiting_threads_chunk_header_that_changes_before_its_turn_is_reported() {
     // The stream's index keeps no chunk header: it is read again with the payload. A header
     // that no longer passes its own checksum (its payload's checksum changed) is the file
-    // changing under the reader, whatever the payload now holds.
-    let dir = TempDir::new("waiting-header");
-    let path = dir.0.join("run.trace");
-    let bytes = threads_one_after_another(6);
-    std::fs::write(&path, &bytes).unwrap();
-    let stream = TraceStream::open(&path).unwrap();
-    let all: Vec<_> = stream.merged().collect();
-    let last = all.iter().map(|e| e.thread).max().unwrap();
-    let chunk = all.iter().find(|e| e.thread == last).unwrap().chunk_offset;
-    let n = all.iter().filter(|e| e.thread == last).count();
-
-    let mut merged = stream.merged();
-    let mut changed = bytes.clone();
-    // The payload checksum's first byte (magic, kind, flags, reserved, length, checksum).
-    changed[chunk as usize + 12] ^= 0xFF;
-    std::fs::write(&path, &changed).unwrap();
-    let now: Vec<_> = merged.by_ref().collect();
-    assert!(
-        now.iter().all(|e| e.thread != last),
-        "nothing of the changed chunk"
-    );
-    assert_eq!(now.len(), all.len() - n);
-    let problems = merged.problems();
-    assert!(
-        problems.iter().any(|p| p.offset == chunk
-            && p.to_string()
-                .contains("the chunk changed while the trace was being read")),
-        "{problems:?}"
-    );
+    // changing under the reader, whatever the payload now holds. The payload checksum's first
+    // byte: magic, kind, flags, reserved, length, checksum.
+    change_a_waiting_chunk("waiting-header", |chunk| chunk + 12).assert_reported();
 }
