@@ -27,6 +27,10 @@ pub struct Found {
 /// The most threads whose settled entries a collection looks for ([`RaceState::collect`]).
 const COLLECT_MAX_THREADS: usize = 4096;
 
+/// A thread's lockset id to be interned again at its next access. Never an interned id, which
+/// is an index of the interned sets; were it one, that set would only be looked up again.
+const STALE_LOCKSET: u32 = u32::MAX;
+
 /// Bytes a live heap block takes in the map of blocks (its key and value, with the tree's
 /// share of a node).
 const BLOCK_BYTES: usize = 2 * (8 + std::mem::size_of::<Block>());
@@ -143,10 +147,11 @@ pub struct RaceState {
     without_locks: HbPass,
     pub shadow: Shadow,
     pub locksets: Locksets,
-    /// Per thread: the lockset id of the locks it holds (`None` while stale: interned at the
-    /// thread's next access, so lock-only stretches intern nothing). The locks held are those
-    /// `with_locks` keeps to know which channel a release publishes on.
-    lockset: Vec<Option<u32>>,
+    /// Per thread: the lockset id of the locks it holds ([`STALE_LOCKSET`] while stale:
+    /// interned at the thread's next access, so lock-only stretches intern nothing). The locks
+    /// held are those `with_locks` keeps to know which channel a release publishes on. Four
+    /// bytes a thread ever created, not an `Option`'s eight.
+    lockset: Vec<u32>,
     /// Per thread: the first position of its current epoch, after its last event other than a
     /// plain access (what it learns or publishes changes only at those).
     epoch: Vec<u32>,
@@ -183,7 +188,7 @@ impl RaceState {
             without_locks: HbPass::streaming(threads, EdgeKinds::SYNC),
             shadow: Shadow::with_budget(budget - budget / 8),
             locksets: Locksets::new(),
-            lockset: vec![Some(Locksets::EMPTY); threads],
+            lockset: vec![Locksets::EMPTY; threads],
             epoch: vec![0; threads],
             heap: BTreeMap::new(),
             max_blocks: budget / 8 / BLOCK_BYTES,
@@ -305,15 +310,15 @@ impl RaceState {
     /// next access).
     #[inline]
     fn relock(&mut self, t: usize) {
-        self.lockset[t] = None;
+        self.lockset[t] = STALE_LOCKSET;
     }
 
     /// The id of the locks thread `t` holds now.
     #[inline]
     fn lockset_of(&mut self, t: usize) -> u32 {
         match self.lockset[t] {
-            Some(id) => id,
-            None => self.intern_lockset(t),
+            STALE_LOCKSET => self.intern_lockset(t),
+            id => id,
         }
     }
 
@@ -329,7 +334,7 @@ impl RaceState {
             })
             .collect();
         let id = self.locksets.intern(&set);
-        self.lockset[t] = Some(id);
+        self.lockset[t] = id;
         id
     }
 
