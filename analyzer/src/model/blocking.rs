@@ -6,6 +6,7 @@ use foresight_trace::event::BlockingCall;
 use foresight_trace::SiteId;
 
 use super::locks::LockSections;
+use super::IndexMap;
 use crate::stream::{Op, StreamEvent};
 
 /// A blocking call entered while holding locks.
@@ -24,23 +25,21 @@ pub(crate) struct HeldBlocking {
     pub(crate) duration_ns: Option<u64>,
 }
 
+#[derive(Default)]
 pub(super) struct HeldBlockingCalls {
     calls: Vec<HeldBlocking>,
-    /// Per thread: the index of the call it is in (`usize::MAX`: none).
-    open: Vec<usize>,
+    /// Per thread inside a call it entered holding locks: the call's index. Only those: a
+    /// program may have created 10^5 threads, and few are inside such a call at once.
+    open: IndexMap<u32, usize>,
 }
 
 impl HeldBlockingCalls {
-    pub fn new(threads: usize) -> Self {
-        HeldBlockingCalls {
-            calls: Vec::new(),
-            open: vec![usize::MAX; threads],
-        }
+    pub fn new() -> Self {
+        Self::default()
     }
 
     #[inline]
     pub fn handle(&mut self, ev: &StreamEvent, locks: &mut LockSections) {
-        let t = ev.thread as usize;
         match ev.op {
             Op::BlockingBegin {
                 call,
@@ -48,8 +47,8 @@ impl HeldBlockingCalls {
                 timeout_ns,
             } => {
                 let held = locks.push_held(ev.thread);
-                let slot = if held.is_empty() {
-                    usize::MAX
+                if held.is_empty() {
+                    self.open.remove(&ev.thread);
                 } else {
                     self.calls.push(HeldBlocking {
                         thread: ev.thread,
@@ -59,17 +58,13 @@ impl HeldBlockingCalls {
                         held,
                         duration_ns: None,
                     });
-                    self.calls.len() - 1
-                };
-                if let Some(o) = self.open.get_mut(t) {
-                    *o = slot;
+                    self.open.insert(ev.thread, self.calls.len() - 1);
                 }
             }
             Op::BlockingEnd { call, duration_ns } => {
-                let Some(o) = self.open.get_mut(t) else {
+                let Some(i) = self.open.remove(&ev.thread) else {
                     return;
                 };
-                let i = std::mem::replace(o, usize::MAX);
                 if let Some(c) = self.calls.get_mut(i) {
                     if c.thread == ev.thread && c.call == call {
                         c.duration_ns = Some(duration_ns);
@@ -82,7 +77,7 @@ impl HeldBlockingCalls {
 
     /// Ends a segment of the walk: its calls (one still open at the cut keeps no duration).
     pub fn cut(&mut self) -> Vec<HeldBlocking> {
-        self.open.iter_mut().for_each(|o| *o = usize::MAX);
+        self.open.clear();
         std::mem::take(&mut self.calls)
     }
 

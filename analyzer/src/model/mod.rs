@@ -834,7 +834,7 @@ impl<'t> ModelPass<'t> {
             heap: HeapBlocks::new(tables),
             locks: LockSections::new(tables, n),
             waits: HeldWaits::new(),
-            blocking: HeldBlockingCalls::new(n),
+            blocking: HeldBlockingCalls::new(),
             signals: SignalScan::new(n),
             senders: Senders::new(),
             pending: PendingCalls::new(n),
