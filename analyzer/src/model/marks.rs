@@ -115,6 +115,12 @@ impl AccessMarks {
         }
     }
 
+    /// No table of threads was made yet (the marks of a segment with no event in them).
+    #[inline]
+    pub(crate) fn unmade(&self) -> bool {
+        self.threads.is_empty()
+    }
+
     /// Notes what the event does to memory (or what its outcome depended on).
     #[inline]
     pub(crate) fn handle(&mut self, ev: &StreamEvent) {
@@ -366,9 +372,10 @@ struct Later {
     source: Arc<dyn MarksSource>,
     /// The walk's dense threads (the table every segment's run shares).
     threads: Arc<[ThreadModel]>,
-    /// Per dense thread, where the segment starts (empty: at 0) and ends.
-    start: Vec<u32>,
-    end: Vec<u32>,
+    /// Per dense thread, where the segment starts (empty: at 0) and ends: the tables the
+    /// segment's run and its neighbours share.
+    start: Arc<[u32]>,
+    end: Arc<[u32]>,
 }
 
 impl std::fmt::Debug for SegmentMarks {
@@ -394,8 +401,8 @@ impl SegmentMarks {
     pub(crate) fn read_later(
         source: Arc<dyn MarksSource>,
         threads: Arc<[ThreadModel]>,
-        start: Vec<u32>,
-        end: Vec<u32>,
+        start: Arc<[u32]>,
+        end: Arc<[u32]>,
     ) -> Self {
         SegmentMarks {
             marks: OnceLock::new(),
@@ -579,8 +586,12 @@ mod tests {
                 }
             }
         }
-        let later =
-            SegmentMarks::read_later(Arc::new(Events(threads)), unnamed(&[10, 11]), start, end);
+        let later = SegmentMarks::read_later(
+            Arc::new(Events(threads)),
+            unnamed(&[10, 11]),
+            start.into(),
+            end.into(),
+        );
         let read = later.get();
         for t in 0..2 {
             for from in 0..kinds.len() as u32 + 2 {
@@ -597,7 +608,12 @@ mod tests {
     #[test]
     fn a_thread_shorter_when_read_again_moves_nothing() {
         let source = Events(vec![(1, vec![EventKind::ThreadStart; 4])]);
-        let marks = SegmentMarks::read_later(Arc::new(source), unnamed(&[1]), vec![], vec![10]);
+        let marks = SegmentMarks::read_later(
+            Arc::new(source),
+            unnamed(&[1]),
+            Arc::default(),
+            vec![10].into(),
+        );
         assert!(marks.get().fragile_in(0, 0, 1));
     }
 

@@ -308,12 +308,12 @@ pub struct Run {
     /// whole trace, every thread from 0). Every closure starts there: the trace up to the
     /// segment is an execution as it ran, and only the segment's events are reordered
     /// (`closure.rs`, `walk`).
-    pub(crate) start: Vec<u32>,
+    /// Shared with the previous segment's run, whose end it is.
+    pub(crate) start: Arc<[u32]>,
     /// Per thread whose exit is in the trace up to this run's end: how many events it
-    /// recorded, all of them (0 for a thread still running there or that recorded no exit).
-    /// A witness counts the threads it runs whole instead of listing each
-    /// (`describe::witness_threads`).
-    pub(crate) lives: Vec<u32>,
+    /// recorded, all of them. A witness counts the threads it runs whole instead of listing
+    /// each (`describe::witness_threads`).
+    pub(crate) lives: Lives,
     /// The first `carried` acquisitions were open when the segment started (their request and
     /// acquire are in an earlier segment, their lock-order edges counted there).
     pub(crate) carried: u32,
@@ -335,6 +335,44 @@ pub struct Run {
     /// What the trace's tables tell of the program's synchronisation: its language runtime,
     /// its semaphores (the coverage notes start from these).
     pub(crate) recording: crate::recording::RecordingFacts,
+}
+
+/// The threads that exited in the trace up to a run's end, with their events: the run's end
+/// positions, shared with its marks and the next segment's start, and a bit per thread for
+/// whether it exited (4 bytes and a bit per thread ever created, where a list of its own
+/// would be 4 more bytes per thread for each segment alive).
+#[derive(Debug, Default)]
+pub(crate) struct Lives {
+    /// Per thread, its events up to the run's end.
+    ends: Arc<[u32]>,
+    /// Bit `t % 64` of word `t / 64`: thread `t` exited.
+    exited: Box<[u64]>,
+}
+
+impl Lives {
+    fn new(ends: Arc<[u32]>, exited: &[bool]) -> Self {
+        let mut bits = vec![0u64; exited.len().div_ceil(64)];
+        for (t, _) in exited.iter().enumerate().filter(|(_, &e)| e) {
+            bits[t / 64] |= 1 << (t % 64);
+        }
+        Lives {
+            ends,
+            exited: bits.into(),
+        }
+    }
+
+    /// Thread `t`'s events, all of them, when it exited (and recorded some).
+    fn of(&self, t: u32) -> Option<u32> {
+        let t = t as usize;
+        let exited = self
+            .exited
+            .get(t / 64)
+            .is_some_and(|w| w >> (t % 64) & 1 == 1);
+        if !exited {
+            return None;
+        }
+        self.ends.get(t).copied().filter(|&n| n > 0)
+    }
 }
 
 /// A lock-order edge seen before the flight recorder's window: a thread holding `held`
@@ -442,7 +480,7 @@ impl Run {
     /// Thread `t`'s events, when the trace up to this run's end has every one of them (it
     /// exited there).
     pub(crate) fn whole_life(&self, t: u32) -> Option<u32> {
-        self.lives.get(t as usize).copied().filter(|&n| n > 0)
+        self.lives.of(t)
     }
 
     pub(crate) fn thread_label(&self, t: u32) -> String {
@@ -810,8 +848,9 @@ pub struct ModelPass<'t> {
     race_pass: bool,
     /// Per thread, events seen so far: where the next segment starts.
     seen: Vec<u32>,
-    /// Where the current segment starts (empty before the first cut).
-    start: Vec<u32>,
+    /// Where the current segment starts (empty before the first cut): the end of the segment
+    /// before it.
+    start: Arc<[u32]>,
     /// Segments handed out so far.
     segments: usize,
     /// Named once, shared by every segment's run.
@@ -838,7 +877,7 @@ impl<'t> ModelPass<'t> {
             signals: SignalScan::new(n),
             senders: Senders::new(),
             pending: PendingCalls::new(n),
-            marks: AccessMarks::new(n, &[]),
+            marks: AccessMarks::default(),
             marks_source: None,
             keep_marks: true,
             wrappers: Wrappers::default(),
@@ -847,7 +886,7 @@ impl<'t> ModelPass<'t> {
             race_memory: crate::races::DEFAULT_MEMORY_MIB << 20,
             race_pass: true,
             seen: vec![0; n],
-            start: Vec::new(),
+            start: Arc::default(),
             segments: 0,
             sites: None,
             object_names: None,
@@ -915,14 +954,12 @@ impl<'t> ModelPass<'t> {
     }
 
     /// Whether the walk keeps the marks; a walk that does not holds no entry per thread for
-    /// them (a program may have created 10^5 threads).
+    /// them (a program may have created 10^5 threads). One that does makes its table at the
+    /// first event (`handle_other`), not while the model is being set up, when a later
+    /// setting may drop it again.
     fn keep_marks(&mut self, keep: bool) {
         self.keep_marks = keep;
-        self.marks = if keep {
-            AccessMarks::new(self.threads.len(), &self.start)
-        } else {
-            AccessMarks::default()
-        };
+        self.marks = AccessMarks::default();
     }
 
     /// The trace can be read again (a file): each segment's marks of where threads read and
@@ -1033,6 +1070,9 @@ impl ModelPass<'_> {
         self.hb.handle(ev);
         self.heap.handle(ev);
         if self.keep_marks {
+            if self.marks.unmade() {
+                self.marks = AccessMarks::new(self.threads.len(), &self.start);
+            }
             self.marks.handle(ev);
         }
         // Reads and writes matter to the model only through the clocks' reads-from.
@@ -1059,8 +1099,9 @@ impl Pass for ModelPass<'_> {
 
     fn finish(mut self) -> Run {
         let earlier = self.earlier_edges();
-        let lives = self.lives();
-        let marks = self.segment_marks();
+        let end: Arc<[u32]> = self.seen.as_slice().into();
+        let lives = Lives::new(end.clone(), self.pending.exited());
+        let marks = self.segment_marks(&end);
         let locks = self
             .locks
             .finish(&self.annotations, &self.heap, self.events);
@@ -1125,7 +1166,8 @@ impl<'t> ModelPass<'t> {
     /// cut; what crosses the cut stays in the pass.
     fn cut(&mut self) -> Run {
         let earlier = self.earlier_edges();
-        let lives = self.lives();
+        let end: Arc<[u32]> = self.seen.as_slice().into();
+        let lives = Lives::new(end.clone(), self.pending.exited());
         let carried_here = self.locks.carried;
         let segment = self.locks.cut();
         let parts = RunParts {
@@ -1137,10 +1179,10 @@ impl<'t> ModelPass<'t> {
             blocking: self.blocking.cut(),
             signal_contexts: self.signals.cut(),
             senders: self.senders.cut(),
-            marks: self.segment_marks(),
+            marks: self.segment_marks(&end),
             end: RunEnd::default(),
         };
-        let start = std::mem::replace(&mut self.start, self.seen.clone());
+        let start = std::mem::replace(&mut self.start, end);
         let mut run = Self::assemble(
             self.tables,
             &self.wrappers,
@@ -1160,23 +1202,15 @@ impl<'t> ModelPass<'t> {
         run
     }
 
-    /// Per thread that has exited, its events so far: all it recorded ([`Run::lives`]).
-    fn lives(&self) -> Vec<u32> {
-        self.seen
-            .iter()
-            .zip(self.pending.exited())
-            .map(|(&seen, &exited)| if exited { seen } else { 0 })
-            .collect()
-    }
-
-    /// The marks of the segment that ends here: those the walk kept, or where to read them.
-    fn segment_marks(&mut self) -> SegmentMarks {
+    /// The marks of the segment that ends here (at `end`): those the walk kept, or where to
+    /// read them.
+    fn segment_marks(&mut self, end: &Arc<[u32]>) -> SegmentMarks {
         match &self.marks_source {
             Some(source) if self.race_memory != 0 => SegmentMarks::read_later(
                 source.clone(),
                 self.threads.clone(),
                 self.start.clone(),
-                self.seen.clone(),
+                end.clone(),
             ),
             _ => SegmentMarks::kept(self.marks.cut(&self.seen)),
         }
@@ -1216,7 +1250,7 @@ impl<'t> ModelPass<'t> {
         sites_cache: &mut Option<Arc<HashMap<SiteId, Location>>>,
         names_cache: &mut Option<Arc<HashMap<ObjectId, String>>>,
         annotations: &Annotations,
-        start: Vec<u32>,
+        start: Arc<[u32]>,
         segment_index: usize,
         parts: RunParts,
     ) -> Run {
@@ -1288,7 +1322,7 @@ impl<'t> ModelPass<'t> {
             window: WindowInfo::of(tables),
             recording: crate::recording::RecordingFacts::of(tables),
             start,
-            lives: Vec::new(),
+            lives: Lives::default(),
             carried,
             segment: segment_index,
             segments_follow: false,
