@@ -1,7 +1,8 @@
 //! The table that holds the shadow memory's cells, keyed by granule: open addressing with
-//! linear probing over two parallel arrays (the keys, probed alone, then the cells), so that
-//! the usual lookup — a granule already tracked — reads one key and the cell beside it, with
-//! no allocation, no control bytes and no hasher state to build per access.
+//! linear probing over one array of slots, each a granule's key beside its cell, so that the
+//! usual lookup — a granule already tracked, found at its home — reads one slot (one cache
+//! miss where a granule not in cache cost two with the keys apart: the key, then the cell),
+//! with no allocation, no control bytes and no hasher state to build per access.
 //!
 //! Granules come from an untrusted trace, so the hash is keyed by a random value drawn per
 //! table (as foldhash does) before the multiplication whose high bits pick the slot: a
@@ -11,17 +12,33 @@
 
 use std::hash::BuildHasher;
 
-/// No granule: `addr >> 3` is below 2^61.
-const EMPTY: u64 = u64::MAX;
+/// No granule. A slot holds its granule plus one (`addr >> 3` is below 2^61), so that an
+/// empty slot is all zero bytes with an empty cell: a table freshly allocated is zeroed
+/// memory the system maps on first touch, and the slots of a sparse table that no probe
+/// reaches cost no resident memory.
+const EMPTY: u64 = 0;
 
 /// The smallest table allocated (slots).
 const MIN_SLOTS: usize = 64;
 
+/// A granule's key and its cell, side by side: the probe that finds the key has the cell's
+/// first bytes in the same cache line.
+#[derive(Debug, Clone, Default)]
+struct Slot<V> {
+    /// The granule plus one, or [`EMPTY`].
+    key: u64,
+    cell: V,
+}
+
+/// Bytes a slot of a table of `V` takes (what the shadow's budget counts per slot).
+pub const fn slot_bytes<V>() -> usize {
+    std::mem::size_of::<Slot<V>>()
+}
+
 /// Cells of type `V` keyed by granule.
 #[derive(Debug)]
 pub struct GranuleTable<V> {
-    keys: Vec<u64>,
-    cells: Vec<V>,
+    slots: Vec<Slot<V>>,
     len: usize,
     /// The most granules held at once.
     peak: usize,
@@ -40,8 +57,7 @@ impl<V: Default> GranuleTable<V> {
     pub fn new() -> Self {
         let seed = std::collections::hash_map::RandomState::new().hash_one(0x6a09_e667_u64);
         GranuleTable {
-            keys: Vec::new(),
-            cells: Vec::new(),
+            slots: Vec::new(),
             len: 0,
             peak: 0,
             bits: 0,
@@ -61,18 +77,18 @@ impl<V: Default> GranuleTable<V> {
 
     /// Slots allocated (held or free).
     pub fn slots(&self) -> usize {
-        self.keys.len()
+        self.slots.len()
     }
 
     /// The cell of `granule` if it has one, or a fresh one if holding it needs no more than
     /// `max_slots` slots; `None` when the table would have to grow past them.
     #[inline(always)]
     pub fn cell_within(&mut self, granule: u64, max_slots: usize) -> Option<&mut V> {
-        if (self.len + 1) * 4 > self.keys.len() * 3 {
-            let grown = (self.keys.len() * 2).max(MIN_SLOTS);
+        if (self.len + 1) * 4 > self.slots.len() * 3 {
+            let grown = (self.slots.len() * 2).max(MIN_SLOTS);
             if grown > max_slots {
                 let i = self.slot_of(granule)?;
-                return Some(&mut self.cells[i]);
+                return Some(&mut self.slots[i].cell);
             }
         }
         Some(self.cell(granule))
@@ -81,10 +97,11 @@ impl<V: Default> GranuleTable<V> {
     /// The granules held in `[first, last]`, in order.
     pub fn granules_in(&self, first: u64, last: u64) -> Vec<u64> {
         let mut held: Vec<u64> = self
-            .keys
+            .slots
             .iter()
-            .copied()
-            .filter(|&k| k != EMPTY && first <= k && k <= last)
+            .filter(|s| s.key != EMPTY)
+            .map(|s| s.key - 1)
+            .filter(|&g| first <= g && g <= last)
             .collect();
         held.sort_unstable();
         held
@@ -93,31 +110,30 @@ impl<V: Default> GranuleTable<V> {
     /// Whether holding one more granule would grow the table (past three quarters full).
     #[inline(always)]
     pub fn at_load_limit(&self) -> bool {
-        (self.len + 1) * 4 > self.keys.len() * 3
+        (self.len + 1) * 4 > self.slots.len() * 3
     }
 
     /// Whether holding one more granule would need more than `max_slots` slots.
     #[inline(always)]
     pub fn full_at(&self, max_slots: usize) -> bool {
-        (self.len + 1) * 4 > self.keys.len() * 3 && (self.keys.len() * 2).max(MIN_SLOTS) > max_slots
+        (self.len + 1) * 4 > self.slots.len() * 3
+            && (self.slots.len() * 2).max(MIN_SLOTS) > max_slots
     }
 
     /// The cells held, to change.
     pub fn values_mut(&mut self) -> impl Iterator<Item = &mut V> {
-        self.keys
-            .iter()
-            .zip(self.cells.iter_mut())
-            .filter(|(k, _)| **k != EMPTY)
-            .map(|(_, v)| v)
+        self.slots
+            .iter_mut()
+            .filter(|s| s.key != EMPTY)
+            .map(|s| &mut s.cell)
     }
 
     /// The cells held.
     pub fn values(&self) -> impl Iterator<Item = &V> {
-        self.keys
+        self.slots
             .iter()
-            .zip(&self.cells)
-            .filter(|(k, _)| **k != EMPTY)
-            .map(|(_, v)| v)
+            .filter(|s| s.key != EMPTY)
+            .map(|s| &s.cell)
     }
 
     #[inline]
@@ -126,26 +142,42 @@ impl<V: Default> GranuleTable<V> {
         (h >> (64 - self.bits)) as usize
     }
 
+    /// Reads the home slots' keys of `first..=last` (at most eight) before any of them is
+    /// needed, so that a buffer read or copied over several granules waits for their cache
+    /// misses together rather than one after another (the keys' values are not used).
+    #[inline(always)]
+    pub fn touch(&self, first: u64, last: u64) {
+        if self.slots.is_empty() {
+            return;
+        }
+        let mut keys = 0u64;
+        for g in first..=last.min(first + 7) {
+            keys ^= self.slots[self.home(g)].key;
+        }
+        std::hint::black_box(keys);
+    }
+
     /// The cell of `granule`, a fresh one (`V::default()`) if it had none. Always inlined:
     /// every access looks its granule up, and where the check was compiled apart (the split
     /// race pass's back) the call left out of it cost some 20 instructions an access.
     #[inline(always)]
     pub fn cell(&mut self, granule: u64) -> &mut V {
-        if (self.len + 1) * 4 > self.keys.len() * 3 {
+        if (self.len + 1) * 4 > self.slots.len() * 3 {
             self.grow();
         }
-        let mask = self.keys.len() - 1;
+        let mask = self.slots.len() - 1;
+        let key = granule + 1;
         let mut i = self.home(granule);
         loop {
-            let k = self.keys[i];
-            if k == granule {
-                return &mut self.cells[i];
+            let k = self.slots[i].key;
+            if k == key {
+                return &mut self.slots[i].cell;
             }
             if k == EMPTY {
-                self.keys[i] = granule;
+                self.slots[i].key = key;
                 self.len += 1;
                 self.peak = self.peak.max(self.len);
-                return &mut self.cells[i];
+                return &mut self.slots[i].cell;
             }
             i = (i + 1) & mask;
         }
@@ -155,11 +187,12 @@ impl<V: Default> GranuleTable<V> {
         if self.len == 0 {
             return None;
         }
-        let mask = self.keys.len() - 1;
+        let mask = self.slots.len() - 1;
+        let key = granule + 1;
         let mut i = self.home(granule);
         loop {
-            let k = self.keys[i];
-            if k == granule {
+            let k = self.slots[i].key;
+            if k == key {
                 return Some(i);
             }
             if k == EMPTY {
@@ -172,7 +205,7 @@ impl<V: Default> GranuleTable<V> {
     /// Drops the cell of `granule`, if any, and hands it back.
     pub fn remove(&mut self, granule: u64) -> Option<V> {
         let i = self.slot_of(granule)?;
-        let cell = std::mem::take(&mut self.cells[i]);
+        let cell = std::mem::take(&mut self.slots[i].cell);
         self.vacate(i);
         Some(cell)
     }
@@ -180,18 +213,17 @@ impl<V: Default> GranuleTable<V> {
     /// Empties slot `i`, then moves back every later key of its run that may live closer to
     /// its home, so that no lookup stops early at the hole.
     fn vacate(&mut self, mut hole: usize) {
-        let mask = self.keys.len() - 1;
-        self.keys[hole] = EMPTY;
-        self.cells[hole] = V::default();
+        let mask = self.slots.len() - 1;
+        self.slots[hole] = Slot::default();
         self.len -= 1;
         let mut i = hole;
         loop {
             i = (i + 1) & mask;
-            let k = self.keys[i];
+            let k = self.slots[i].key;
             if k == EMPTY {
                 return;
             }
-            let home = self.home(k);
+            let home = self.home(k - 1);
             // `k` may move to the hole when its home is not in (hole, i], cyclically.
             let stays = if hole <= i {
                 hole < home && home <= i
@@ -199,9 +231,8 @@ impl<V: Default> GranuleTable<V> {
                 hole < home || home <= i
             };
             if !stays {
-                self.keys[hole] = k;
-                self.keys[i] = EMPTY;
-                self.cells.swap(hole, i);
+                // The hole is empty (`EMPTY` and a default cell): swapped, slot `i` is too.
+                self.slots.swap(hole, i);
                 hole = i;
             }
         }
@@ -212,8 +243,8 @@ impl<V: Default> GranuleTable<V> {
     /// see a cell it kept twice (a removal can move one back into the slot looked at).
     pub fn retain_cells(&mut self, mut keep: impl FnMut(&mut V) -> bool) {
         let mut i = 0;
-        while i < self.keys.len() {
-            if self.keys[i] != EMPTY && !keep(&mut self.cells[i]) {
+        while i < self.slots.len() {
+            if self.slots[i].key != EMPTY && !keep(&mut self.slots[i].cell) {
                 // Removal moves later keys of the run back, possibly into slot `i` (never
                 // into one looked at already but `i`, except from a run that wrapped around,
                 // whose cells were looked at already): look at `i` again.
@@ -226,27 +257,29 @@ impl<V: Default> GranuleTable<V> {
 
     /// Keeps only the granules `keep` says yes to.
     pub fn retain(&mut self, keep: impl Fn(u64) -> bool) {
-        let old_keys = std::mem::take(&mut self.keys);
-        let old_cells = std::mem::take(&mut self.cells);
+        let old = std::mem::take(&mut self.slots);
         let bits = self.bits;
-        self.len = 0;
         self.bits = 0;
-        let kept: Vec<(u64, V)> = old_keys
-            .into_iter()
-            .zip(old_cells)
-            .filter(|(k, _)| *k != EMPTY && keep(*k))
-            .collect();
+        // Gathered apart, not in the old slots' place (`collect` would reuse their
+        // allocation): the old table is freed before the new one is allocated.
+        let mut kept: Vec<Slot<V>> = Vec::with_capacity(self.len);
+        kept.extend(
+            old.into_iter()
+                .filter(|s| s.key != EMPTY && keep(s.key - 1)),
+        );
+        self.len = 0;
         self.allocate(bits.max(MIN_SLOTS.trailing_zeros()));
-        for (k, v) in kept {
-            *self.cell(k) = v;
+        for s in kept {
+            *self.cell(s.key - 1) = s.cell;
         }
     }
 
     fn allocate(&mut self, bits: u32) {
         let slots = 1usize << bits;
         self.bits = bits;
-        self.keys = vec![EMPTY; slots];
-        self.cells = std::iter::repeat_with(V::default).take(slots).collect();
+        // Written as the default slot (all zero bytes) over and over, the allocation is
+        // zeroed memory that the system maps on first touch.
+        self.slots = std::iter::repeat_with(Slot::default).take(slots).collect();
     }
 
     #[cold]
@@ -256,20 +289,19 @@ impl<V: Default> GranuleTable<V> {
         } else {
             self.bits + 1
         };
-        let old_keys = std::mem::take(&mut self.keys);
-        let old_cells = std::mem::take(&mut self.cells);
+        let old = std::mem::take(&mut self.slots);
         self.len = 0;
         self.allocate(bits);
-        for (k, v) in old_keys.into_iter().zip(old_cells) {
-            if k != EMPTY {
-                *self.cell(k) = v;
+        for s in old {
+            if s.key != EMPTY {
+                *self.cell(s.key - 1) = s.cell;
             }
         }
     }
 
     /// The cell of `granule`, if it has one.
     pub fn get(&self, granule: u64) -> Option<&V> {
-        self.slot_of(granule).map(|i| &self.cells[i])
+        self.slot_of(granule).map(|i| &self.slots[i].cell)
     }
 }
 
@@ -322,6 +354,93 @@ mod tests {
         }
         for g in 0x1000..0x1000 + 3000 {
             assert_eq!(t.get(g), want.get(&g));
+        }
+    }
+
+    /// One operation on a table, on a granule picked among a few clustered ones, the lowest
+    /// and the highest a trace can name (a slot holds its granule plus one).
+    #[derive(Clone, Debug)]
+    enum Op {
+        Cell(u64, u64),
+        Within(u64, u64, usize),
+        Remove(u64),
+        Retain(u64),
+        RetainCells(u64),
+    }
+
+    fn granule() -> impl proptest::strategy::Strategy<Value = u64> {
+        use proptest::prelude::*;
+        prop_oneof![
+            8 => 0x2000..0x2100u64,
+            1 => Just(0u64),
+            1 => Just((1u64 << 61) - 1),
+            1 => any::<u64>().prop_map(|g| g >> 3),
+        ]
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        prop_oneof![
+            8 => (granule(), any::<u64>()).prop_map(|(g, v)| Op::Cell(g, v)),
+            2 => (granule(), any::<u64>(), 0..600usize).prop_map(|(g, v, m)| Op::Within(g, v, m)),
+            4 => granule().prop_map(Op::Remove),
+            1 => (2..9u64).prop_map(Op::Retain),
+            1 => (2..9u64).prop_map(Op::RetainCells),
+        ]
+    }
+
+    proptest::proptest! {
+        /// The table of slots (key beside cell) holds what a map holds through every
+        /// operation the shadow makes, granules 0 and 2^61 - 1 included, and refuses a new
+        /// granule only when holding it would grow past the slots allowed.
+        #[test]
+        fn slots_hold_what_a_map_holds(ops in proptest::collection::vec(op(), 1..800)) {
+            let mut t: GranuleTable<u64> = GranuleTable::new();
+            let mut want: HashMap<u64, u64> = HashMap::new();
+            for op in ops {
+                match op {
+                    Op::Cell(g, v) => {
+                        *t.cell(g) ^= v;
+                        *want.entry(g).or_default() ^= v;
+                    }
+                    Op::Within(g, v, max) => {
+                        let grows = t.at_load_limit() && (t.slots() * 2).max(MIN_SLOTS) > max;
+                        match t.cell_within(g, max) {
+                            Some(c) => {
+                                *c ^= v;
+                                *want.entry(g).or_default() ^= v;
+                            }
+                            None => proptest::prop_assert!(grows && !want.contains_key(&g)),
+                        }
+                    }
+                    Op::Remove(g) => {
+                        proptest::prop_assert_eq!(t.remove(g), want.remove(&g));
+                    }
+                    Op::Retain(m) => {
+                        t.retain(|g| g % m != 0);
+                        want.retain(|g, _| g % m != 0);
+                    }
+                    Op::RetainCells(m) => {
+                        // The change is idempotent: `keep` may see a cell it kept twice.
+                        let keep = |v: &mut u64| {
+                            *v |= 1 << 63;
+                            (*v & !(1 << 63)) % m != 0
+                        };
+                        t.retain_cells(keep);
+                        want.retain(|_, v| keep(v));
+                    }
+                }
+                proptest::prop_assert_eq!(t.len(), want.len());
+                proptest::prop_assert!(t.len() * 4 <= t.slots() * 3);
+            }
+            for (g, v) in &want {
+                proptest::prop_assert_eq!(t.get(*g), Some(v));
+            }
+            let mut held: Vec<u64> = want.keys().copied().collect();
+            held.sort_unstable();
+            proptest::prop_assert_eq!(t.granules_in(0, u64::MAX), held);
+            let near: Vec<u64> = want.keys().copied().filter(|g| (0x2000..0x2100).contains(g)).collect();
+            proptest::prop_assert_eq!(t.granules_in(0x2000, 0x20ff).len(), near.len());
         }
     }
 }
