@@ -19,14 +19,15 @@
 //!
 //! **Memory.** Per thread that is giving events: a cursor, with one chunk payload (at most the
 //! chunk size; 64 MiB for a hostile file, the format's limit) and [`BATCH`] decoded events. A
-//! thread whose turn has not come is a heap entry (its first event's key) and a few words:
+//! thread whose turn has not come is its first event's key in a list of the waiting threads
+//! in the merged order (about 3 bytes: only the list's first is in the heap) and a few words:
 //! where its first chunk is, and what the pass learnt of it; its chunk is read again (and
 //! checked against its checksum again) when the turn comes. A thread that has ended keeps its
 //! summary (only its event count, 12 bytes with its place, for a pass that asks for no more:
 //! [`TraceStream::merged_event_counts`]), and hands its cursor's buffers to the next thread to
 //! start. Plus the index (8 bytes per thread and 12 per events chunk), the tables, and the
 //! problems found. Nothing grows with the number of events, and a program that created 10^5
-//! short threads over its life (two chunks each) costs about 56 bytes per thread (96 with
+//! short threads over its life (two chunks each) costs about 47 bytes per thread (87 with
 //! the bytes and times of its summary), and a cursor per thread running at once.
 //!
 //! **Same answers as the decoding reader.** Each thread's events, their indices, the merged
@@ -60,6 +61,7 @@ use crate::reader::{
 use crate::scan::{payload_read_problem, scan};
 use crate::source::{ReadFailure, Source};
 use crate::tables::{Header, Tables, Trailer};
+use crate::varint;
 
 /// How many events a cursor decodes at a time. Decoding in batches keeps the decoder's loop
 /// tight; a batch costs `BATCH * 32` bytes per thread.
@@ -1018,8 +1020,17 @@ pub struct MergedStream<'a> {
     bytes: Option<Vec<ThreadBytes>>,
     /// Events given by the threads that have ended.
     given_by_finished: u64,
-    /// The next event of every unfinished thread but `current`'s.
+    /// The next event of every unfinished thread but `current`'s and those in `pending`.
     heap: BinaryHeap<Reverse<NextEvent>>,
+    /// The first events of the threads that wait for their first turn, in the merged order
+    /// from `pending_at` on: each the varint of its key's step from the one before and the
+    /// zigzag varint of its thread's (about 3 bytes a thread, not a heap entry of 12, since a
+    /// process that created 10^5 short threads has them all waiting from the start). Only
+    /// the first of them, `admitted`, is in the heap: the others come after it.
+    pending: Vec<u8>,
+    pending_at: usize,
+    /// The last entry taken from `pending` (its key and thread the base of the next one's).
+    admitted: NextEvent,
     /// The cursor whose head comes next; `NONE` when every thread is done.
     current: usize,
     /// (key, thread) of the heap's top: the current thread keeps the lead while its next
@@ -1049,11 +1060,12 @@ pub struct EventRun<'a> {
 }
 
 const NONE: usize = usize::MAX;
+/// No thread of [`TraceStream::threads`].
+const NO_PLAN: u32 = u32::MAX;
 
 /// A thread's next event in the merge's heap: its key, and the thread's index in
 /// [`TraceStream::threads`], which are in the order of their ids, so that the entries are in
-/// the merged order (key, then thread). 12 bytes, not the 16 of a (key, thread, index) tuple:
-/// a process that created 10^5 threads has them all in the heap from the start.
+/// the merged order (key, then thread). 12 bytes, not the 16 of a (key, thread, index) tuple.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct NextEvent {
     key_high: u32,
@@ -1082,9 +1094,9 @@ impl NextEvent {
 /// when kept.
 #[derive(Clone, Copy, Debug)]
 enum ThreadState {
-    /// Its first event is in the heap and nothing else of it is held (no event given yet):
-    /// its cursor is made again, from `chunks[chunk]` (read and checked again, its prefix
-    /// declaring `sequence`), when its turn comes.
+    /// Its first event is in the heap, or in [`MergedStream::pending`], and nothing else of
+    /// it is held (no event given yet): its cursor is made again, from `chunks[chunk]` (read
+    /// and checked again, its prefix declaring `sequence`), when its turn comes.
     Waiting { chunk: u32, sequence: u32 },
     /// Giving events from `cursors[slot]`.
     Open { slot: u32 },
@@ -1184,12 +1196,14 @@ impl ThreadBytes {
 }
 
 impl<'a> MergedStream<'a> {
-    /// Every thread's first event is decoded, since the merge must compare them all; then a
-    /// thread whose first chunk has more to give lets its cursor go and waits as a heap entry
-    /// and a few words (a process that created 10^5 short threads over its life has them all
-    /// from the start), and is read again from that chunk when its turn comes.
+    /// Every thread's first event is decoded, since the merge must put them in order; then a
+    /// thread whose first chunk has more to give lets its cursor go and waits as its first
+    /// event's key in the list of waiting threads and a few words (a process that created
+    /// 10^5 short threads over its life has them all from the start), and is read again from
+    /// that chunk when its turn comes.
     fn new(stream: &'a TraceStream, mut ctx: Ctx<'a>, keep_bytes: bool) -> Self {
-        let mut heap = BinaryHeap::with_capacity(stream.threads.len());
+        let mut heap = BinaryHeap::new();
+        let mut firsts = Vec::with_capacity(stream.threads.len());
         let mut cursors = Vec::new();
         let mut threads = Vec::with_capacity(stream.threads.len());
         let mut bytes = keep_bytes.then(|| Vec::with_capacity(stream.threads.len()));
@@ -1207,7 +1221,7 @@ impl<'a> MergedStream<'a> {
             } else if let Some(chunk) = &c.chunk {
                 // The chunk's checks so far (its prefix, the sequence, the thread table) are
                 // not made again when it is read again: they hold for the same bytes.
-                heap.push(Reverse(NextEvent::new(c.head().key, i as u32)));
+                firsts.push(NextEvent::new(c.head().key, i as u32));
                 ThreadState::Waiting {
                     chunk: (c.next_chunk - 1) as u32,
                     sequence: chunk.sequence,
@@ -1231,6 +1245,17 @@ impl<'a> MergedStream<'a> {
                 bytes.push(ThreadBytes::of(&c.summary));
             }
         }
+        firsts.sort_unstable();
+        let mut pending = Vec::new();
+        let mut before = NextEvent::new(0, NO_PLAN);
+        for next in &firsts {
+            varint::put(&mut pending, next.key() - before.key());
+            let step = i64::from(next.plan) - i64::from(before.plan);
+            varint::put(&mut pending, ((step << 1) ^ (step >> 63)) as u64);
+            before = *next;
+        }
+        drop(firsts);
+        pending.shrink_to_fit();
         let mut m = MergedStream {
             stream,
             ctx,
@@ -1240,15 +1265,36 @@ impl<'a> MergedStream<'a> {
             bytes,
             given_by_finished: 0,
             heap,
+            pending,
+            pending_at: 0,
+            admitted: NextEvent::new(0, NO_PLAN),
             current: NONE,
             bound: (0, 0),
             ordering: None,
             run_given: false,
             deferred_check: None,
         };
+        m.admit_next();
         m.current = m.take_lead();
         m.bound = m.heap_bound();
         m
+    }
+
+    /// Puts the first event of the next waiting thread of `pending` in the heap.
+    #[cold]
+    #[inline(never)]
+    fn admit_next(&mut self) {
+        if self.pending_at == self.pending.len() {
+            self.admitted = NextEvent::new(0, NO_PLAN);
+            return;
+        }
+        // The list was written by `new`: it reads back.
+        let mut step = || varint::get(&self.pending, &mut self.pending_at).unwrap_or(0);
+        let key = self.admitted.key().wrapping_add(step());
+        let plan = step();
+        let plan = i64::from(self.admitted.plan) + ((plan >> 1) as i64 ^ -((plan & 1) as i64));
+        self.admitted = NextEvent::new(key, plan as u32);
+        self.heap.push(Reverse(self.admitted));
     }
 
     /// Pops the heap's top, opening its thread's cursor if it was waiting, and returns the
@@ -1262,10 +1308,15 @@ impl<'a> MergedStream<'a> {
         }
     }
 
-    /// The cursor of thread `plan`, just taken from the heap's top (see `take_lead`).
+    /// The cursor of thread `plan`, just taken from the heap's top (see `take_lead`). When it
+    /// is the waiting thread of `pending` in the heap, the next one there goes in: its first
+    /// event comes after this one's, and before those of the threads still waiting.
     #[inline]
     fn lead(&mut self, mut plan: u32) -> usize {
         loop {
+            if plan == self.admitted.plan {
+                self.admit_next();
+            }
             match self.threads[plan as usize].get() {
                 // Its head is the key it had in the heap.
                 ThreadState::Open { slot } => return slot as usize,
@@ -1684,6 +1735,44 @@ mod tests {
     use super::*;
     use crate::builder::TraceBuilder;
 
+    /// Threads that start in the reverse order of their ids, and two at the same time: the
+    /// list of waiting threads gives their first events in the merged order all the same.
+    #[test]
+    fn waiting_threads_start_in_the_merged_order_not_by_id() {
+        let mut b = TraceBuilder::new("reversed");
+        let main = b.main_thread();
+        let site = b.site("main", "reversed.c", 3);
+        let m = b.mutex("m");
+        let workers: Vec<_> = (0..40).map(|_| b.spawn(main, site, "w")).collect();
+        for pair in workers.rchunks(2) {
+            for &w in pair {
+                b.lock(w, m, site);
+                b.write(w, 0x1000, 8, site);
+                b.unlock(w, m, site);
+            }
+            for &w in pair {
+                b.read(w, 0x2000, 8, site);
+                b.exit(w);
+            }
+        }
+        for &w in &workers {
+            b.join(main, w, site);
+        }
+        b.exit(main);
+        let bytes = b.finish();
+        let expected: Vec<_> = Trace::from_bytes("reversed", bytes.clone())
+            .unwrap()
+            .merged_owned()
+            .collect();
+        let stream = TraceStream::from_bytes("reversed", bytes).unwrap();
+        let mut merged = stream.merged();
+        let got: Vec<_> = merged.by_ref().collect();
+        assert_eq!(got, expected);
+        assert!(merged.problems().is_empty(), "{:?}", merged.problems());
+        let counted: Vec<_> = stream.merged_event_counts().collect();
+        assert_eq!(counted, expected);
+    }
+
     /// A thread per request, one after another: the merge must see every thread's first event
     /// from the start, but holds a cursor only for the threads giving events, so that its
     /// memory follows the threads that run at once, not those created over the program's life.
@@ -1709,6 +1798,13 @@ mod tests {
             .collect();
         let stream = TraceStream::from_bytes("requests", bytes).unwrap();
         let mut merged = stream.merged();
+        // The waiting threads are a few bytes each in a list, not entries of the heap.
+        assert!(merged.heap.len() <= 2, "{} in the heap", merged.heap.len());
+        assert!(
+            merged.pending.len() <= 3 * requests,
+            "{}",
+            merged.pending.len()
+        );
         let mut got = Vec::new();
         let mut most_open = 0;
         while let Some(e) = merged.next() {
