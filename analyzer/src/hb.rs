@@ -358,7 +358,7 @@ impl HbBuilder {
             // and what they know of each other.
             current: Vec::new(),
             seen: vec![0; threads],
-            slots: Arc::default(),
+            slots: Arc::new(Slots::for_threads(threads)),
             exited: vec![false; threads],
             free_slots: Vec::new(),
             channels: HashMap::new(),

@@ -73,29 +73,33 @@ impl VectorClock {
     }
 }
 
-/// Where a thread's events sit in its slot.
+/// Where a thread's events sit in its slot: 8 bytes a thread ever created. Where they end is
+/// not kept: it is where the slot's next holder starts, found in the slot's holder list when a
+/// clock knows more of the slot than the thread had (the thread's slot was handed on).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Place {
+    /// The slot, with [`HANDED_ON`] set once the slot went on to another thread.
     slot: u32,
     /// The slot's entry before the thread's first event.
     offset: u32,
-    /// The slot's entry after the thread's last event, once the slot was handed on
-    /// (`u32::MAX` before).
-    end: u32,
 }
 
+/// The bit of [`Place::slot`] that says the slot was handed on.
+const HANDED_ON: u32 = 1 << 31;
+
+/// A thread not placed yet: its slot indexes no clock entry (there are fewer slots than
+/// [`HANDED_ON`]), so every clock knows none of it.
 const UNPLACED: Place = Place {
-    slot: u32::MAX,
+    slot: HANDED_ON - 1,
     offset: 0,
-    end: 0,
 };
 
 /// Which thread holds which slot, and from which entry on: what turns a clock's raw entries
-/// into prefix lengths of threads. It grows by a few bytes per thread ever created; clocks
-/// grow with the slots.
+/// into prefix lengths of threads. It grows by 12 bytes per thread ever created (its place, and
+/// its line in its slot's holder list); clocks grow with the slots.
 #[derive(Clone, Debug, Default)]
 pub struct Slots {
-    /// By dense thread index; threads not placed yet have `slot == u32::MAX`.
+    /// By dense thread index; threads not placed yet are [`UNPLACED`].
     places: Vec<Place>,
     /// By slot: its threads, in order (their offsets, which grow along the list, are in
     /// `places`: 4 bytes a thread here).
@@ -103,11 +107,20 @@ pub struct Slots {
 }
 
 impl Slots {
+    /// Room for the places of `threads` threads made at once: the table is not grown by
+    /// doubling (a quarter of it would stay unused at 10^5 threads).
+    pub fn for_threads(threads: usize) -> Self {
+        Self {
+            places: vec![UNPLACED; threads],
+            holders: Vec::new(),
+        }
+    }
+
     /// The slot of `thread`, if it has one.
     #[inline]
     pub fn slot_of(&self, thread: usize) -> Option<usize> {
         match self.places.get(thread) {
-            Some(p) if p.slot != u32::MAX => Some(p.slot as usize),
+            Some(p) if *p != UNPLACED => Some((p.slot & !HANDED_ON) as usize),
             _ => None,
         }
     }
@@ -129,18 +142,21 @@ impl Slots {
             return s;
         }
         let slot = self.holders.len();
+        // There are never more slots than threads, and a trace's thread count is far below.
+        debug_assert!(slot < UNPLACED.slot as usize);
         self.holders.push(vec![thread as u32]);
         self.put(thread, slot as u32, 0);
         slot
     }
 
     /// Hands `slot` on to `thread`, whose events count from `offset` on (the slot's last
-    /// holder ended there). The caller has checked that the whole of that holder happens
-    /// before `thread`.
+    /// holder ended there, after at least one event). The caller has checked that the whole
+    /// of that holder happens before `thread`.
     pub fn hand_on(&mut self, slot: usize, thread: usize, offset: u32) {
         debug_assert!(self.slot_of(thread).is_none());
         if let Some(&old) = self.holders[slot].last() {
-            self.places[old as usize].end = offset;
+            debug_assert!(self.places[old as usize].offset < offset);
+            self.places[old as usize].slot |= HANDED_ON;
         }
         self.holders[slot].push(thread as u32);
         self.put(thread, slot as u32, offset);
@@ -149,18 +165,30 @@ impl Slots {
     /// Whether the slot of `thread` was handed on to another thread.
     #[inline]
     pub fn handed_on(&self, thread: usize) -> bool {
-        self.places.get(thread).is_some_and(|p| p.end != u32::MAX)
+        self.places
+            .get(thread)
+            .is_some_and(|p| *p != UNPLACED && p.slot & HANDED_ON != 0)
     }
 
     fn put(&mut self, thread: usize, slot: u32, offset: u32) {
         if thread >= self.places.len() {
             self.places.resize(thread + 1, UNPLACED);
         }
-        self.places[thread] = Place {
-            slot,
-            offset,
-            end: u32::MAX,
+        self.places[thread] = Place { slot, offset };
+    }
+
+    /// The slot's entry after the last event of `thread`, whose slot was handed on: where
+    /// the next holder starts. Offsets grow along a slot's holder list, so the thread is
+    /// found by its own offset.
+    #[cold]
+    fn end_of(&self, thread: usize, place: Place) -> u32 {
+        let Some(holders) = self.holders.get((place.slot & !HANDED_ON) as usize) else {
+            return u32::MAX;
         };
+        let i = holders.partition_point(|&t| self.places[t as usize].offset < place.offset);
+        let mine = holders[i..].iter().position(|&t| t as usize == thread);
+        mine.and_then(|j| holders.get(i + j + 1))
+            .map_or(u32::MAX, |&next| self.places[next as usize].offset)
     }
 
     /// The raw entry that says "the first `prefix` events of `thread`" (`thread` placed).
@@ -178,11 +206,20 @@ impl Slots {
     /// [`Slots::prefix`] of a clock given by its raw entries (a stored one).
     #[inline]
     pub fn prefix_in(&self, entries: &[u32], thread: usize) -> u32 {
-        let Some(p) = self.places.get(thread) else {
+        let Some(&p) = self.places.get(thread) else {
             return 0;
         };
-        let v = entries.get(p.slot as usize).copied().unwrap_or(0);
-        v.min(p.end).saturating_sub(p.offset)
+        let v = entries
+            .get((p.slot & !HANDED_ON) as usize)
+            .copied()
+            .unwrap_or(0);
+        if v <= p.offset {
+            return 0;
+        }
+        if p.slot & HANDED_ON == 0 {
+            return v - p.offset;
+        }
+        v.min(self.end_of(thread, p)) - p.offset
     }
 
     /// The threads a clock knows of, each with its prefix length: per slot, the latest holder
@@ -198,8 +235,11 @@ impl Slots {
                 let holders = self.holders.get(slot)?;
                 let i = holders.partition_point(|&t| self.places[t as usize].offset < v);
                 let thread = holders[i.checked_sub(1)?];
-                let place = &self.places[thread as usize];
-                Some((thread as usize, v.min(place.end) - place.offset))
+                let offset = self.places[thread as usize].offset;
+                let end = holders
+                    .get(i)
+                    .map_or(u32::MAX, |&next| self.places[next as usize].offset);
+                Some((thread as usize, v.min(end) - offset))
             })
     }
 }
@@ -246,5 +286,38 @@ mod tests {
             vec![(1, 5)]
         );
         assert!(slots.handed_on(1) && !slots.handed_on(2));
+    }
+
+    #[test]
+    fn a_thread_between_two_holders_of_a_slot_ends_where_the_next_one_starts() {
+        let mut slots = Slots::for_threads(2);
+        assert_eq!(slots.place_fresh(0), 0);
+        // Threads 1, 2, 3 hold slot 0 one after another, with 4, 3 and 6 events.
+        slots.hand_on(0, 1, 4);
+        slots.hand_on(0, 2, 7);
+        slots.hand_on(0, 3, 10);
+        let mut clock = VectorClock::default();
+        clock.set(0, 12);
+        assert_eq!(
+            [0, 1, 2, 3].map(|t| slots.prefix(&clock, t)),
+            [4, 3, 3, 2],
+            "every earlier holder whole, the last by prefix"
+        );
+        clock.set(0, 6);
+        assert_eq!([0, 1, 2, 3].map(|t| slots.prefix(&clock, t)), [4, 2, 0, 0]);
+        assert_eq!(
+            slots.known(clock.entries()).collect::<Vec<_>>(),
+            vec![(1, 2)]
+        );
+        clock.set(0, 7);
+        assert_eq!(
+            slots.known(clock.entries()).collect::<Vec<_>>(),
+            vec![(1, 3)]
+        );
+        assert_eq!(slots.offset_of(2), 7);
+        assert_eq!(slots.holder(0), Some(3));
+        assert!(slots.handed_on(2) && !slots.handed_on(3));
+        assert_eq!(slots.slot_of(2), Some(0));
+        assert_eq!(slots.slot_of(5), None);
     }
 }
