@@ -125,6 +125,16 @@ impl Slots {
         }
     }
 
+    /// The slot of `thread` while it holds it, else an index no slot has (one look at its
+    /// place, for the walk's every event).
+    #[inline]
+    pub fn held_index(&self, thread: usize) -> usize {
+        // An unplaced thread's slot and a handed-on one's (its flag set) are past every slot.
+        self.places
+            .get(thread)
+            .map_or(usize::MAX, |p| p.slot as usize)
+    }
+
     /// The thread that holds `slot` now.
     pub fn holder(&self, slot: usize) -> Option<u32> {
         self.holders.get(slot)?.last().copied()
