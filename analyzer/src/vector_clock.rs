@@ -73,33 +73,30 @@ impl VectorClock {
     }
 }
 
-/// Where a thread's events sit in its slot: 8 bytes a thread ever created. Where they end is
-/// not kept: it is where the slot's next holder starts, found in the slot's holder list when a
-/// clock knows more of the slot than the thread had (the thread's slot was handed on).
+/// Where a thread's events sit in its slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Place {
-    /// The slot, with [`HANDED_ON`] set once the slot went on to another thread.
     slot: u32,
     /// The slot's entry before the thread's first event.
     offset: u32,
+    /// The slot's entry after the thread's last event, once the slot was handed on
+    /// (`u32::MAX` before).
+    end: u32,
 }
 
-/// The bit of [`Place::slot`] that says the slot was handed on.
-const HANDED_ON: u32 = 1 << 31;
-
-/// A thread not placed yet: its slot indexes no clock entry (there are fewer slots than
-/// [`HANDED_ON`]), so every clock knows none of it.
 const UNPLACED: Place = Place {
-    slot: HANDED_ON - 1,
+    slot: u32::MAX,
     offset: 0,
+    end: 0,
 };
 
 /// Which thread holds which slot, and from which entry on: what turns a clock's raw entries
-/// into prefix lengths of threads. It grows by 12 bytes per thread ever created (its place, and
-/// its line in its slot's holder list); clocks grow with the slots.
+/// into prefix lengths of threads. It grows by 16 bytes per thread ever created (its place,
+/// made for every thread at once, and its line in its slot's holder list); clocks grow with
+/// the slots.
 #[derive(Clone, Debug, Default)]
 pub struct Slots {
-    /// By dense thread index; threads not placed yet are [`UNPLACED`].
+    /// By dense thread index; threads not placed yet have `slot == u32::MAX`.
     places: Vec<Place>,
     /// By slot: its threads, in order (their offsets, which grow along the list, are in
     /// `places`: 4 bytes a thread here).
@@ -116,23 +113,24 @@ impl Slots {
         }
     }
 
-    /// The slot of `thread`, if it has one.
-    #[inline]
-    pub fn slot_of(&self, thread: usize) -> Option<usize> {
-        match self.places.get(thread) {
-            Some(p) if *p != UNPLACED => Some((p.slot & !HANDED_ON) as usize),
-            _ => None,
-        }
-    }
-
     /// The slot of `thread` while it holds it, else an index no slot has (one look at its
     /// place, for the walk's every event).
     #[inline]
     pub fn held_index(&self, thread: usize) -> usize {
-        // An unplaced thread's slot and a handed-on one's (its flag set) are past every slot.
-        self.places
-            .get(thread)
-            .map_or(usize::MAX, |p| p.slot as usize)
+        match self.places.get(thread) {
+            // An unplaced thread's slot is past every slot.
+            Some(p) if p.end == u32::MAX => p.slot as usize,
+            _ => usize::MAX,
+        }
+    }
+
+    /// The slot of `thread`, if it has one.
+    #[inline]
+    pub fn slot_of(&self, thread: usize) -> Option<usize> {
+        match self.places.get(thread) {
+            Some(p) if p.slot != u32::MAX => Some(p.slot as usize),
+            _ => None,
+        }
     }
 
     /// The thread that holds `slot` now.
@@ -152,21 +150,18 @@ impl Slots {
             return s;
         }
         let slot = self.holders.len();
-        // There are never more slots than threads, and a trace's thread count is far below.
-        debug_assert!(slot < UNPLACED.slot as usize);
         self.holders.push(vec![thread as u32]);
         self.put(thread, slot as u32, 0);
         slot
     }
 
     /// Hands `slot` on to `thread`, whose events count from `offset` on (the slot's last
-    /// holder ended there, after at least one event). The caller has checked that the whole
-    /// of that holder happens before `thread`.
+    /// holder ended there). The caller has checked that the whole of that holder happens
+    /// before `thread`.
     pub fn hand_on(&mut self, slot: usize, thread: usize, offset: u32) {
         debug_assert!(self.slot_of(thread).is_none());
         if let Some(&old) = self.holders[slot].last() {
-            debug_assert!(self.places[old as usize].offset < offset);
-            self.places[old as usize].slot |= HANDED_ON;
+            self.places[old as usize].end = offset;
         }
         self.holders[slot].push(thread as u32);
         self.put(thread, slot as u32, offset);
@@ -175,30 +170,18 @@ impl Slots {
     /// Whether the slot of `thread` was handed on to another thread.
     #[inline]
     pub fn handed_on(&self, thread: usize) -> bool {
-        self.places
-            .get(thread)
-            .is_some_and(|p| *p != UNPLACED && p.slot & HANDED_ON != 0)
+        self.places.get(thread).is_some_and(|p| p.end != u32::MAX)
     }
 
     fn put(&mut self, thread: usize, slot: u32, offset: u32) {
         if thread >= self.places.len() {
             self.places.resize(thread + 1, UNPLACED);
         }
-        self.places[thread] = Place { slot, offset };
-    }
-
-    /// The slot's entry after the last event of `thread`, whose slot was handed on: where
-    /// the next holder starts. Offsets grow along a slot's holder list, so the thread is
-    /// found by its own offset.
-    #[cold]
-    fn end_of(&self, thread: usize, place: Place) -> u32 {
-        let Some(holders) = self.holders.get((place.slot & !HANDED_ON) as usize) else {
-            return u32::MAX;
+        self.places[thread] = Place {
+            slot,
+            offset,
+            end: u32::MAX,
         };
-        let i = holders.partition_point(|&t| self.places[t as usize].offset < place.offset);
-        let mine = holders[i..].iter().position(|&t| t as usize == thread);
-        mine.and_then(|j| holders.get(i + j + 1))
-            .map_or(u32::MAX, |&next| self.places[next as usize].offset)
     }
 
     /// The raw entry that says "the first `prefix` events of `thread`" (`thread` placed).
@@ -216,20 +199,11 @@ impl Slots {
     /// [`Slots::prefix`] of a clock given by its raw entries (a stored one).
     #[inline]
     pub fn prefix_in(&self, entries: &[u32], thread: usize) -> u32 {
-        let Some(&p) = self.places.get(thread) else {
+        let Some(p) = self.places.get(thread) else {
             return 0;
         };
-        let v = entries
-            .get((p.slot & !HANDED_ON) as usize)
-            .copied()
-            .unwrap_or(0);
-        if v <= p.offset {
-            return 0;
-        }
-        if p.slot & HANDED_ON == 0 {
-            return v - p.offset;
-        }
-        v.min(self.end_of(thread, p)) - p.offset
+        let v = entries.get(p.slot as usize).copied().unwrap_or(0);
+        v.min(p.end).saturating_sub(p.offset)
     }
 
     /// The threads a clock knows of, each with its prefix length: per slot, the latest holder
@@ -245,11 +219,8 @@ impl Slots {
                 let holders = self.holders.get(slot)?;
                 let i = holders.partition_point(|&t| self.places[t as usize].offset < v);
                 let thread = holders[i.checked_sub(1)?];
-                let offset = self.places[thread as usize].offset;
-                let end = holders
-                    .get(i)
-                    .map_or(u32::MAX, |&next| self.places[next as usize].offset);
-                Some((thread as usize, v.min(end) - offset))
+                let place = &self.places[thread as usize];
+                Some((thread as usize, v.min(place.end) - place.offset))
             })
     }
 }
