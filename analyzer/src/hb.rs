@@ -58,8 +58,12 @@ struct Receive {
 /// its receives are) plus its receives, whatever the number of threads created.
 #[derive(Debug, Default)]
 struct StoredClocks {
-    /// Per thread: where its receives (by position) are.
+    /// Per thread from `first` on: where its receives (by position) are.
     threads: Vec<ReceiveList>,
+    /// The thread `threads` starts at: a segment's clocks ([`StoredClocks::take`]) have a
+    /// line for the threads from its first to its last that received in it, not for every
+    /// thread of the trace (a segment of a thread-per-request program has a few of them).
+    first: usize,
     /// The receives of the threads whose lists were closed, one list after another.
     closed: Vec<Receive>,
     /// The lists of the threads still receiving, and lists emptied for the next thread.
@@ -96,7 +100,7 @@ impl StoredClocks {
     /// The receives of `thread`, by position.
     #[inline]
     fn list(&self, thread: usize) -> &[Receive] {
-        match self.threads.get(thread) {
+        match self.threads.get(thread.wrapping_sub(self.first)) {
             None => &[],
             Some(&ReceiveList { start: OPEN, len }) => &self.open[len as usize],
             Some(r) => &self.closed[r.start as usize..(r.start + r.len) as usize],
@@ -153,11 +157,12 @@ impl StoredClocks {
     /// The receives stored so far, every list closed, for a segment; these lists start empty
     /// (the threads still receiving keep theirs, emptied).
     fn take(&mut self) -> StoredClocks {
+        debug_assert_eq!(self.first, 0, "the builder's own clocks have every thread");
         let mut closed = std::mem::take(&mut self.closed);
-        let threads = self
-            .threads
-            .iter_mut()
-            .map(|r| match *r {
+        let mut threads = Vec::new();
+        let mut first = None;
+        for (thread, r) in self.threads.iter_mut().enumerate() {
+            let list = match *r {
                 ReceiveList { start: OPEN, len } => {
                     let list = &mut self.open[len as usize];
                     let start = closed.len() as u32;
@@ -168,10 +173,20 @@ impl StoredClocks {
                     }
                 }
                 _ => std::mem::replace(r, NO_RECEIVES),
-            })
-            .collect();
+            };
+            if list.len == 0 && first.is_none() {
+                continue;
+            }
+            first.get_or_insert(thread);
+            threads.push(list);
+        }
+        while threads.last().is_some_and(|r: &ReceiveList| r.len == 0) {
+            threads.pop();
+        }
+        threads.shrink_to_fit();
         StoredClocks {
             threads,
+            first: first.unwrap_or(0),
             closed,
             open: Vec::new(),
             free: Vec::new(),
