@@ -58,8 +58,12 @@ struct Receive {
 /// its receives are) plus its receives, whatever the number of threads created.
 #[derive(Debug, Default)]
 struct StoredClocks {
-    /// Per thread: where its receives (by position) are.
+    /// Per thread from `first` on: where its receives (by position) are.
     threads: Vec<ReceiveList>,
+    /// The thread `threads` starts at: a segment's clocks ([`StoredClocks::take`]) have a
+    /// line for the threads from its first to its last that received in it, not for every
+    /// thread of the trace (a segment of a thread-per-request program has a few of them).
+    first: usize,
     /// The receives of the threads whose lists were closed, one list after another.
     closed: Vec<Receive>,
     /// The lists of the threads still receiving, and lists emptied for the next thread.
@@ -96,7 +100,7 @@ impl StoredClocks {
     /// The receives of `thread`, by position.
     #[inline]
     fn list(&self, thread: usize) -> &[Receive] {
-        match self.threads.get(thread) {
+        match self.threads.get(thread.wrapping_sub(self.first)) {
             None => &[],
             Some(&ReceiveList { start: OPEN, len }) => &self.open[len as usize],
             Some(r) => &self.closed[r.start as usize..(r.start + r.len) as usize],
@@ -153,11 +157,12 @@ impl StoredClocks {
     /// The receives stored so far, every list closed, for a segment; these lists start empty
     /// (the threads still receiving keep theirs, emptied).
     fn take(&mut self) -> StoredClocks {
+        debug_assert_eq!(self.first, 0, "the builder's own clocks have every thread");
         let mut closed = std::mem::take(&mut self.closed);
-        let threads = self
-            .threads
-            .iter_mut()
-            .map(|r| match *r {
+        let mut threads = Vec::new();
+        let mut first = None;
+        for (thread, r) in self.threads.iter_mut().enumerate() {
+            let list = match *r {
                 ReceiveList { start: OPEN, len } => {
                     let list = &mut self.open[len as usize];
                     let start = closed.len() as u32;
@@ -168,10 +173,20 @@ impl StoredClocks {
                     }
                 }
                 _ => std::mem::replace(r, NO_RECEIVES),
-            })
-            .collect();
+            };
+            if list.len == 0 && first.is_none() {
+                continue;
+            }
+            first.get_or_insert(thread);
+            threads.push(list);
+        }
+        while threads.last().is_some_and(|r: &ReceiveList| r.len == 0) {
+            threads.pop();
+        }
+        threads.shrink_to_fit();
         StoredClocks {
             threads,
+            first: first.unwrap_or(0),
             closed,
             open: Vec::new(),
             free: Vec::new(),
@@ -320,15 +335,16 @@ pub struct HbBuilder {
     /// The current clock of each slot's holder, by slot: a slot's clock goes to the thread it is
     /// handed on to, so these follow the threads alive at once, not the threads ever created.
     current: Vec<VectorClock>,
-    /// Events of each thread seen so far.
-    seen: Vec<u32>,
+    /// How many threads the trace has (dense indices below it).
+    threads: usize,
+    /// By slot: what the builder keeps of its holder (the threads alive, and those whose slot
+    /// no thread took yet), not a table of every thread ever created.
+    holders: Vec<Holder>,
     /// Which thread each clock entry speaks of: a thread's slot is handed on to a thread
     /// created after it ended, when the creator knows all of it (`vector_clock.rs`). Shared
     /// with the run of the segment last cut ([`HbBuilder::cut`]), which is analysed and dropped
     /// before the walk places another thread: a cut copies no table of every thread.
     slots: Arc<Slots>,
-    /// Per thread: whether its last event so far is its exit.
-    exited: Vec<bool>,
     /// Slots whose holder exited, candidates for a thread about to be created.
     free_slots: Vec<u32>,
     channels: HashMap<Channel, VectorClock>,
@@ -357,9 +373,9 @@ impl HbBuilder {
             // One clock per slot, made as slots are: memory follows the threads alive at once
             // and what they know of each other.
             current: Vec::new(),
-            seen: vec![0; threads],
-            slots: Arc::default(),
-            exited: vec![false; threads],
+            threads,
+            holders: Vec::new(),
+            slots: Arc::new(Slots::for_threads(threads)),
             free_slots: Vec::new(),
             channels: HashMap::new(),
             lock_channels: Vec::new(),
@@ -446,19 +462,36 @@ impl HbBuilder {
     /// Every event goes through here, in merged order, before `send`/`receive` for it.
     #[inline]
     pub fn step(&mut self, thread: usize, pos: u32) {
-        self.seen[thread] = pos + 1;
-        if self.exited[thread] {
-            self.after_exit(thread);
+        // One look at the thread's place: a thread holding its slot finds its state there; one
+        // not placed yet or whose slot went on has no slot index of a holder.
+        if let Some(holder) = self.holders.get_mut(self.slots.held_index(thread)) {
+            holder.seen = pos + 1;
+            holder.exited = false;
+            return;
         }
+        self.step_unheld(thread, pos);
     }
 
-    /// An event of a thread after its exit (a hostile or damaged trace): its slot may not be
-    /// handed on any more, and if it was, its clock entries are ambiguous, so the clocks are
-    /// abandoned as when they outgrow their budget.
+    /// [`HbBuilder::step`] of a thread without a slot yet, or whose slot went on.
     #[cold]
-    fn after_exit(&mut self, thread: usize) {
-        self.exited[thread] = false;
+    fn step_unheld(&mut self, thread: usize, pos: u32) {
+        let slot = self.place(thread);
         if self.slots.handed_on(thread) {
+            self.after_hand_on();
+            return;
+        }
+        let holder = &mut self.holders[slot];
+        holder.seen = pos + 1;
+        holder.exited = false;
+    }
+
+    /// An event of a thread whose slot went on to another thread, after its exit (a hostile
+    /// or damaged trace): its clock entries are ambiguous, so the clocks are abandoned as when
+    /// they outgrow their budget. (An event after an exit whose slot is still held only keeps
+    /// the slot from being handed on: `step` clears `exited`.)
+    #[cold]
+    fn after_hand_on(&mut self) {
+        if !self.overflowed {
             self.abandon();
         }
     }
@@ -466,15 +499,17 @@ impl HbBuilder {
     /// The thread's exit (its last event): its slot may go to a thread created once the whole
     /// of it is known to the creator.
     pub fn exit(&mut self, thread: usize) {
-        if self.overflowed || thread >= self.exited.len() {
+        if self.overflowed || thread >= self.threads {
             return;
         }
-        self.exited[thread] = true;
         // Its stored clocks are complete: their list joins the closed ones (10^5 short
         // threads would each keep a list of its own).
         self.receives.close(thread);
         if let Some(slot) = self.slots.slot_of(thread) {
             if self.slots.holder(slot) == Some(thread as u32) {
+                if let Some(holder) = self.holders.get_mut(slot) {
+                    holder.exited = true;
+                }
                 self.free_slots.push(slot as u32);
             }
         }
@@ -486,7 +521,7 @@ impl HbBuilder {
     /// beside it, so the clocks stay exact. Returns the slot when it was handed on: what the
     /// caller keeps by slot for its old holder goes.
     pub fn place_child(&mut self, parent: usize, child: usize) -> Option<usize> {
-        if self.overflowed || child >= self.seen.len() || self.slots.slot_of(child).is_some() {
+        if self.overflowed || child >= self.threads || self.slots.slot_of(child).is_some() {
             return None;
         }
         self.place(parent);
@@ -502,17 +537,21 @@ impl HbBuilder {
                 self.free_slots.swap_remove(i);
                 continue;
             };
-            if !self.exited[holder] {
+            let Some(&Holder {
+                seen: length,
+                exited: true,
+            }) = self.holders.get(slot)
+            else {
                 self.free_slots.swap_remove(i);
                 continue;
-            }
-            let length = self.seen[holder];
+            };
             let end = self.slots.raw(holder, length);
             if self.knows_prefix(parent, holder) < length || end > u32::MAX / 2 {
                 continue;
             }
             self.free_slots.swap_remove(i);
             Arc::make_mut(&mut self.slots).hand_on(slot, child, end);
+            self.holders[slot] = Holder::default();
             // Nothing may join the old thread again (a second join, or a join of a detached
             // thread, is undefined): its clock is not needed any more, and the slot's clock
             // starts afresh for the child (keeping its room).
@@ -536,6 +575,9 @@ impl HbBuilder {
         };
         if slot >= self.current.len() {
             self.current.resize_with(slot + 1, VectorClock::default);
+        }
+        if slot >= self.holders.len() {
+            self.holders.resize(slot + 1, Holder::default());
         }
         slot
     }
@@ -563,7 +605,7 @@ impl HbBuilder {
 
     fn own(&mut self, thread: usize) -> &VectorClock {
         let slot = self.place(thread);
-        let raw = self.slots.raw(thread, self.seen[thread]);
+        let raw = self.slots.raw(thread, self.holders[slot].seen);
         self.current[slot].set(slot, raw);
         &self.current[slot]
     }
@@ -699,7 +741,7 @@ impl HbBuilder {
 
     /// Joins the whole clock of `child` (a join returned).
     pub fn receive_thread(&mut self, thread: usize, pos: u32, child: usize) {
-        if self.overflowed || child == thread || child >= self.seen.len() {
+        if self.overflowed || child == thread || child >= self.threads {
             return;
         }
         // A child whose slot went on already was let go (joining it again is undefined):
@@ -814,6 +856,15 @@ impl HbBuilder {
             writes_not_followed: 0,
         }
     }
+}
+
+/// What [`HbBuilder`] keeps of a slot's holder.
+#[derive(Clone, Copy, Debug, Default)]
+struct Holder {
+    /// Its events seen so far.
+    seen: u32,
+    /// Whether its last event so far is its exit.
+    exited: bool,
 }
 
 /// Locks whose channels live in `HbBuilder::lock_channels`. The recorder numbers objects from

@@ -91,8 +91,9 @@ const UNPLACED: Place = Place {
 };
 
 /// Which thread holds which slot, and from which entry on: what turns a clock's raw entries
-/// into prefix lengths of threads. It grows by a few bytes per thread ever created; clocks
-/// grow with the slots.
+/// into prefix lengths of threads. It grows by 16 bytes per thread ever created (its place,
+/// made for every thread at once, and its line in its slot's holder list); clocks grow with
+/// the slots.
 #[derive(Clone, Debug, Default)]
 pub struct Slots {
     /// By dense thread index; threads not placed yet have `slot == u32::MAX`.
@@ -103,6 +104,26 @@ pub struct Slots {
 }
 
 impl Slots {
+    /// Room for the places of `threads` threads made at once: the table is not grown by
+    /// doubling (a quarter of it would stay unused at 10^5 threads).
+    pub fn for_threads(threads: usize) -> Self {
+        Self {
+            places: vec![UNPLACED; threads],
+            holders: Vec::new(),
+        }
+    }
+
+    /// The slot of `thread` while it holds it, else an index no slot has (one look at its
+    /// place, for the walk's every event).
+    #[inline]
+    pub fn held_index(&self, thread: usize) -> usize {
+        match self.places.get(thread) {
+            // An unplaced thread's slot is past every slot.
+            Some(p) if p.end == u32::MAX => p.slot as usize,
+            _ => usize::MAX,
+        }
+    }
+
     /// The slot of `thread`, if it has one.
     #[inline]
     pub fn slot_of(&self, thread: usize) -> Option<usize> {
@@ -246,5 +267,38 @@ mod tests {
             vec![(1, 5)]
         );
         assert!(slots.handed_on(1) && !slots.handed_on(2));
+    }
+
+    #[test]
+    fn a_thread_between_two_holders_of_a_slot_ends_where_the_next_one_starts() {
+        let mut slots = Slots::for_threads(2);
+        assert_eq!(slots.place_fresh(0), 0);
+        // Threads 1, 2, 3 hold slot 0 one after another, with 4, 3 and 6 events.
+        slots.hand_on(0, 1, 4);
+        slots.hand_on(0, 2, 7);
+        slots.hand_on(0, 3, 10);
+        let mut clock = VectorClock::default();
+        clock.set(0, 12);
+        assert_eq!(
+            [0, 1, 2, 3].map(|t| slots.prefix(&clock, t)),
+            [4, 3, 3, 2],
+            "every earlier holder whole, the last by prefix"
+        );
+        clock.set(0, 6);
+        assert_eq!([0, 1, 2, 3].map(|t| slots.prefix(&clock, t)), [4, 2, 0, 0]);
+        assert_eq!(
+            slots.known(clock.entries()).collect::<Vec<_>>(),
+            vec![(1, 2)]
+        );
+        clock.set(0, 7);
+        assert_eq!(
+            slots.known(clock.entries()).collect::<Vec<_>>(),
+            vec![(1, 3)]
+        );
+        assert_eq!(slots.offset_of(2), 7);
+        assert_eq!(slots.holder(0), Some(3));
+        assert!(slots.handed_on(2) && !slots.handed_on(3));
+        assert_eq!(slots.slot_of(2), Some(0));
+        assert_eq!(slots.slot_of(5), None);
     }
 }
