@@ -1531,6 +1531,44 @@ mod tests {
     }
 
     #[test]
+    fn each_builder_hands_a_slot_on_from_what_its_own_edges_tell_the_creator() {
+        // A reaper joins t1 and tells main through a lock-protected flag; main then creates
+        // t2. Only the builders whose edges carry that news (a lock's, a read's) know t1 whole
+        // at the creation: the slot assignments of the three builders differ.
+        let build = || {
+            let mut b = TraceBuilder::new("t");
+            let main = b.main_thread();
+            let s = b.site("f", "t.c", 1);
+            let m = b.mutex("m");
+            let t1 = b.spawn(main, s, "t1");
+            let reaper = b.spawn(main, s, "reaper");
+            b.join(reaper, t1, s);
+            b.lock(reaper, m, s);
+            b.write(reaper, 0x20, 4, s);
+            b.unlock(reaper, m, s);
+            b.lock(main, m, s);
+            b.read(main, 0x20, 4, s);
+            b.unlock(main, m, s);
+            let t2 = b.spawn(main, s, "t2");
+            b.write(t2, 0x10, 4, s);
+            b
+        };
+        let (t1, t2) = (1, 3);
+        for (edges, hands_on) in [
+            (EdgeKinds::SYNC, false),
+            (RACES, true),
+            (EdgeKinds::DEADLOCK, true),
+        ] {
+            let hb = clocks(build(), edges);
+            assert_eq!(
+                hb.slots.slot_of(t1) == hb.slots.slot_of(t2),
+                hands_on,
+                "t2 continues t1's slot with {edges:?}"
+            );
+        }
+    }
+
+    #[test]
     fn an_event_after_an_exit_whose_slot_was_handed_on_abandons_the_clocks() {
         let mut b = TraceBuilder::new("t");
         let main = b.main_thread();
