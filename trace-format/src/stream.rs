@@ -1735,6 +1735,13 @@ mod tests {
     use super::*;
     use crate::builder::TraceBuilder;
 
+    /// The stream of `bytes`, and the merged order of the reader that decodes the whole trace.
+    fn stream_and_whole_order(name: &str, bytes: Vec<u8>) -> (TraceStream, Vec<StreamEvent>) {
+        let whole = Trace::from_bytes(name, bytes.clone()).unwrap();
+        let expected = whole.merged_owned().collect();
+        (TraceStream::from_bytes(name, bytes).unwrap(), expected)
+    }
+
     /// Threads that start in the reverse order of their ids, and two at the same time: the
     /// list of waiting threads gives their first events in the merged order all the same.
     #[test]
@@ -1759,12 +1766,7 @@ mod tests {
             b.join(main, w, site);
         }
         b.exit(main);
-        let bytes = b.finish();
-        let expected: Vec<_> = Trace::from_bytes("reversed", bytes.clone())
-            .unwrap()
-            .merged_owned()
-            .collect();
-        let stream = TraceStream::from_bytes("reversed", bytes).unwrap();
+        let (stream, expected) = stream_and_whole_order("reversed", b.finish());
         let mut merged = stream.merged();
         let got: Vec<_> = merged.by_ref().collect();
         assert_eq!(got, expected);
@@ -1791,12 +1793,7 @@ mod tests {
             b.join(main, w, site);
         }
         b.exit(main);
-        let bytes = b.finish();
-        let expected: Vec<_> = Trace::from_bytes("requests", bytes.clone())
-            .unwrap()
-            .merged_owned()
-            .collect();
-        let stream = TraceStream::from_bytes("requests", bytes).unwrap();
+        let (stream, expected) = stream_and_whole_order("requests", b.finish());
         let mut merged = stream.merged();
         // The waiting threads are a few bytes each in a list, not entries of the heap.
         assert!(merged.heap.len() <= 2, "{} in the heap", merged.heap.len());
