@@ -7,6 +7,8 @@
 //! having happened. A line `// foresight-observed: KIND RULE` gives the kind and rule every
 //! observed finding of the program must have.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -87,23 +89,14 @@ struct Reported {
 }
 
 fn analyse(litmus: &Litmus, trace: &Path) -> Reported {
-    let out = Command::new(env!("CARGO_BIN_EXE_foresight"))
-        .args(["analyze", "--format", "json"])
-        .arg(trace)
-        .output()
-        .expect("run foresight analyze");
-    assert!(
-        out.status.success(),
-        "foresight analyze failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let stdout = common::analyze_ok(&["--format", "json"], trace);
+    let report: serde_json::Value = serde_json::from_slice(&stdout).unwrap();
     let mut found = Reported {
         observed: BTreeSet::new(),
         other: BTreeSet::new(),
         kinds: BTreeSet::new(),
         findings: Vec::new(),
-        report: String::from_utf8_lossy(&out.stdout).into_owned(),
+        report: String::from_utf8_lossy(&stdout).into_owned(),
     };
     for f in report["findings"].as_array().expect("findings") {
         let observed = f["verdict"] == "observed";

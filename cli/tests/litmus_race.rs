@@ -5,6 +5,8 @@
 //! line of the program may be — neither a `// NORACE` line nor a line without an annotation.
 //! A program whose annotations are all `NORACE` so asserts that nothing is reported at all.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
@@ -17,18 +19,9 @@ fn fixtures_dir() -> PathBuf {
 
 /// The lines of `litmus`'s file that race findings name, and the whole report.
 fn reported_lines(litmus: &Litmus, trace: &Path) -> (BTreeSet<u32>, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_foresight"))
-        .args(["analyze", "--format", "json"])
-        .arg(trace)
-        .output()
-        .expect("run foresight analyze");
-    assert!(
-        out.status.success(),
-        "foresight analyze failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = common::analyze_ok(&["--format", "json"], trace);
     let report: serde_json::Value =
-        serde_json::from_slice(&out.stdout).expect("the JSON report parses");
+        serde_json::from_slice(&stdout).expect("the JSON report parses");
     let mut lines = BTreeSet::new();
     for finding in report["findings"].as_array().expect("findings is an array") {
         if finding["kind"] != "race" {
@@ -44,7 +37,7 @@ fn reported_lines(litmus: &Litmus, trace: &Path) -> (BTreeSet<u32>, String) {
             }
         }
     }
-    (lines, String::from_utf8_lossy(&out.stdout).into_owned())
+    (lines, String::from_utf8_lossy(&stdout).into_owned())
 }
 
 fn check_with(name: &str, compiler: Compiler, opt: &str) {

@@ -8,6 +8,8 @@
 //! is `analyzer/bench/many_threads.sh`. A witness counts the threads it runs whole instead of
 //! listing each (builder traces below, and the deadlock's witness of the recorded program).
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
@@ -213,18 +215,7 @@ fn requests_then_inversion_and_race(served: u32) -> Vec<u8> {
 }
 
 fn analyze(trace: &Path, args: &[&str]) -> String {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_foresight"))
-        .arg("analyze")
-        .args(args)
-        .arg(trace)
-        .output()
-        .expect("run foresight analyze");
-    assert!(
-        out.status.success(),
-        "foresight analyze failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("UTF-8 report")
+    String::from_utf8(common::analyze_ok(args, trace)).expect("UTF-8 report")
 }
 
 /// The witnesses of `report` (JSON), by the kind of their finding.

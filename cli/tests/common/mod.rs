@@ -1,9 +1,11 @@
 //! A trace builder with a site per line number, shared by the integration tests that write
 //! short builder traces (`deadlock.rs`, `observed.rs`, `segments.rs`); each adds its own
-//! methods to [`T`].
+//! methods to [`T`]. And [`analyze_ok`], which runs `foresight analyze` as a user does.
 
 // Each test binary uses part of it.
 #![allow(dead_code)]
+
+use std::path::Path;
 
 use foresight_trace::builder::TraceBuilder;
 use foresight_trace::event::{EventKind, LockMode, ObjectId, SiteId, ThreadId};
@@ -53,4 +55,20 @@ impl T {
     pub fn ev(&mut self, t: ThreadId, kind: EventKind) {
         self.b.event(t, kind);
     }
+}
+
+/// The report of `foresight analyze ARGS TRACE`, which must succeed.
+pub fn analyze_ok(args: &[&str], trace: &Path) -> Vec<u8> {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_foresight"))
+        .arg("analyze")
+        .args(args)
+        .arg(trace)
+        .output()
+        .expect("run foresight analyze");
+    assert!(
+        out.status.success(),
+        "foresight analyze failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
 }
