@@ -1251,7 +1251,7 @@ impl<'a> MergedStream<'a> {
         for next in &firsts {
             varint::put(&mut pending, next.key() - before.key());
             let step = i64::from(next.plan) - i64::from(before.plan);
-            varint::put(&mut pending, ((step << 1) ^ (step >> 63)) as u64);
+            varint::put(&mut pending, varint::zigzag(step));
             before = *next;
         }
         drop(firsts);
@@ -1291,8 +1291,7 @@ impl<'a> MergedStream<'a> {
         // The list was written by `new`: it reads back.
         let mut step = || varint::get(&self.pending, &mut self.pending_at).unwrap_or(0);
         let key = self.admitted.key().wrapping_add(step());
-        let plan = step();
-        let plan = i64::from(self.admitted.plan) + ((plan >> 1) as i64 ^ -((plan & 1) as i64));
+        let plan = i64::from(self.admitted.plan) + varint::unzigzag(step());
         self.admitted = NextEvent::new(key, plan as u32);
         self.heap.push(Reverse(self.admitted));
     }
