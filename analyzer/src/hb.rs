@@ -228,7 +228,11 @@ impl ReceiveStore {
     /// receiving keep their lists, emptied.
     fn take(&mut self) -> StoredClocks {
         let mut receives = std::mem::take(&mut self.closed);
-        let mut threads: Vec<(u32, ReceiveList)> = self.closed_of.drain().collect();
+        // The map of closed threads goes with the segment: the next one's is made as its
+        // threads exit (it is a segment's threads, not a table kept for the walk).
+        let closed_of = std::mem::take(&mut self.closed_of);
+        let mut threads = Vec::with_capacity(closed_of.len() + self.open.len());
+        threads.extend(closed_of);
         for (thread, list) in &mut self.open {
             if list.is_empty() {
                 continue;
@@ -244,10 +248,15 @@ impl ReceiveStore {
             ));
         }
         threads.sort_unstable_by_key(|&(t, _)| t);
+        // The buffers grew by doubling: the segment keeps what it uses (cut in place, not
+        // copied), and the next segment's grow afresh.
+        receives.shrink_to_fit();
+        let mut entries = std::mem::take(&mut self.entries);
+        entries.shrink_to_fit();
         StoredClocks {
             threads,
             receives,
-            entries: std::mem::take(&mut self.entries),
+            entries,
         }
     }
 
