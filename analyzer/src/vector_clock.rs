@@ -73,7 +73,7 @@ impl VectorClock {
     }
 }
 
-/// Where a thread's events sit in its slot. Where they end is
+/// Where a thread's events sit in its slot: 8 bytes a thread ever created. Where they end is
 /// not kept: it is where the slot's next holder starts, which only [`Slots::prefix_in`] asks
 /// for (from the holder lists, which a builder of stored clocks keeps); a question about one
 /// of the thread's events (`raw`, [`Slots::reach`]) needs only where they start.
@@ -105,110 +105,15 @@ impl Place {
     }
 }
 
-/// The places of every thread: 6 bytes each while slots fit in 16 bits (the threads alive at
-/// once, which is what slots follow), 8 once a trace needs more.
-#[derive(Clone, Debug)]
-enum Places {
-    Narrow(Vec<NarrowPlace>),
-    Wide(Vec<Place>),
-}
-
-/// A [`Place`] whose slot fits in 16 bits (`u16::MAX`: unplaced).
-#[derive(Clone, Copy, Debug)]
-#[repr(C, packed(2))]
-struct NarrowPlace {
-    slot: u16,
-    offset: u32,
-}
-
-const NARROW_UNPLACED: NarrowPlace = NarrowPlace {
-    slot: u16::MAX,
-    offset: 0,
-};
-
-impl Default for Places {
-    fn default() -> Self {
-        Places::Narrow(Vec::new())
-    }
-}
-
-impl Places {
-    fn new(threads: usize) -> Self {
-        Places::Narrow(vec![NARROW_UNPLACED; threads])
-    }
-
-    fn len(&self) -> usize {
-        match self {
-            Places::Narrow(v) => v.len(),
-            Places::Wide(v) => v.len(),
-        }
-    }
-
-    #[inline]
-    fn get(&self, thread: usize) -> Option<Place> {
-        match self {
-            Places::Narrow(v) => v.get(thread).map(|&NarrowPlace { slot, offset }| Place {
-                slot: if slot == u16::MAX {
-                    u32::MAX
-                } else {
-                    u32::from(slot)
-                },
-                offset,
-            }),
-            Places::Wide(v) => v.get(thread).copied(),
-        }
-    }
-
-    /// The place of a thread below `len`.
-    #[inline]
-    fn at(&self, thread: usize) -> Place {
-        self.get(thread).expect("a placed thread")
-    }
-
-    fn set(&mut self, thread: usize, place: Place) {
-        if thread >= self.len() {
-            match self {
-                Places::Narrow(v) => v.resize(thread + 1, NARROW_UNPLACED),
-                Places::Wide(v) => v.resize(thread + 1, UNPLACED),
-            }
-        }
-        let narrow = u16::try_from(place.slot).ok().filter(|&s| s != u16::MAX);
-        if let (Places::Narrow(_), None) = (&*self, narrow) {
-            if place.slot != u32::MAX {
-                // More slots than 16 bits hold: every place widens, once.
-                let wide = (0..self.len()).map(|t| self.at(t)).collect();
-                *self = Places::Wide(wide);
-            }
-        }
-        match self {
-            Places::Narrow(v) => {
-                v[thread] = NarrowPlace {
-                    slot: narrow.unwrap_or(u16::MAX),
-                    offset: place.offset,
-                }
-            }
-            Places::Wide(v) => v[thread] = place,
-        }
-    }
-
-    /// Marks the thread's slot as gone on to another thread.
-    fn mark_handed_on(&mut self, thread: usize) {
-        match self {
-            Places::Narrow(v) => v[thread].offset |= HANDED_ON,
-            Places::Wide(v) => v[thread].offset |= HANDED_ON,
-        }
-    }
-}
-
 /// Which thread holds which slot, and from which entry on: what turns a clock's raw entries
-/// into prefix lengths of threads. It grows by 6 bytes per thread ever created (its place,
-/// made for every thread at once; 8 past 2^16 - 1 slots), and by 4 more where the holders of each slot are listed
+/// into prefix lengths of threads. It grows by 8 bytes per thread ever created (its place,
+/// made for every thread at once), and by 4 more where the holders of each slot are listed
 /// (the builder of stored clocks, whose readers ask which thread an entry speaks of); clocks
 /// grow with the slots.
 #[derive(Clone, Debug, Default)]
 pub struct Slots {
     /// By dense thread index; threads not placed yet have `slot == u32::MAX`.
-    places: Places,
+    places: Vec<Place>,
     /// By slot: the thread that holds it now.
     holder: Vec<u32>,
     /// By slot: its threads, in order (their offsets, which grow along the list, are in
@@ -222,7 +127,7 @@ impl Slots {
     /// not listed: a clock's entry is read by thread ([`Slots::reach`]), not by slot.
     pub fn for_threads(threads: usize) -> Self {
         Self {
-            places: Places::new(threads),
+            places: vec![UNPLACED; threads],
             holder: Vec::new(),
             holders: None,
         }
@@ -294,7 +199,7 @@ impl Slots {
         debug_assert!(self.slot_of(thread).is_none());
         debug_assert!(offset < HANDED_ON);
         let old = std::mem::replace(&mut self.holder[slot], thread as u32);
-        self.places.mark_handed_on(old as usize);
+        self.places[old as usize].offset |= HANDED_ON;
         if let Some(holders) = &mut self.holders {
             holders[slot].push(thread as u32);
         }
@@ -308,7 +213,10 @@ impl Slots {
     }
 
     fn put(&mut self, thread: usize, slot: u32, offset: u32) {
-        self.places.set(thread, Place { slot, offset });
+        if thread >= self.places.len() {
+            self.places.resize(thread + 1, UNPLACED);
+        }
+        self.places[thread] = Place { slot, offset };
     }
 
     /// The raw entry that says "the first `prefix` events of `thread`" (`thread` placed).
@@ -343,7 +251,7 @@ impl Slots {
     /// list; without one ([`Slots::listing_holders`]) the answer is [`Slots::reach`]'s.
     #[inline]
     pub fn prefix_in(&self, entries: &[u32], thread: usize) -> u32 {
-        let Some(p) = self.places.get(thread) else {
+        let Some(&p) = self.places.get(thread) else {
             return 0;
         };
         let mut v = entries.get(p.slot as usize).copied().unwrap_or(0);
@@ -360,9 +268,9 @@ impl Slots {
         let Some(list) = self.holders.as_ref().and_then(|h| h.get(p.slot as usize)) else {
             return u32::MAX;
         };
-        let next = list.partition_point(|&t| self.places.at(t as usize).start() <= p.start());
+        let next = list.partition_point(|&t| self.places[t as usize].start() <= p.start());
         list.get(next)
-            .map_or(u32::MAX, |&t| self.places.at(t as usize).start())
+            .map_or(u32::MAX, |&t| self.places[t as usize].start())
     }
 
     /// The threads a clock knows of, each with its prefix length: per slot, the latest holder
@@ -381,9 +289,9 @@ impl Slots {
                 let holders = holders.get(slot)?;
                 // The next holder (if any) starts at or past `v`: the one found is not known
                 // past its end.
-                let i = holders.partition_point(|&t| self.places.at(t as usize).start() < v);
+                let i = holders.partition_point(|&t| self.places[t as usize].start() < v);
                 let thread = holders[i.checked_sub(1)?];
-                Some((thread as usize, v - self.places.at(thread as usize).start()))
+                Some((thread as usize, v - self.places[thread as usize].start()))
             })
     }
 }
@@ -463,26 +371,6 @@ mod tests {
         assert!(slots.handed_on(2) && !slots.handed_on(3));
         assert_eq!(slots.slot_of(2), Some(0));
         assert_eq!(slots.slot_of(5), None);
-    }
-
-    #[test]
-    fn places_widen_once_slots_outgrow_16_bits_and_read_the_same() {
-        let threads = 70_000;
-        let mut slots = Slots::for_threads(threads).listing_holders();
-        for t in 0..threads {
-            assert_eq!(slots.place_fresh(t), t);
-        }
-        // Thread 70000 (past the table) continues slot 65536 after its holder's 3 events.
-        slots.hand_on(65_536, threads, 3);
-        let mut clock = VectorClock::default();
-        clock.set(65_534, 2);
-        clock.set(65_536, 5);
-        assert_eq!(slots.prefix(&clock, 65_534), 2);
-        assert_eq!(slots.prefix(&clock, 65_536), 3);
-        assert_eq!(slots.prefix(&clock, threads), 2);
-        assert_eq!(slots.slot_of(threads), Some(65_536));
-        assert_eq!(slots.held_index(65_536), usize::MAX);
-        assert_eq!(slots.slot_of(threads + 1), None);
     }
 
     #[test]
