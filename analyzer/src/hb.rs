@@ -671,7 +671,8 @@ impl HbBuilder {
     /// nothing) or one whose slot went on to another thread (its clock was let go then).
     #[inline]
     fn current_of(&self, thread: usize) -> Option<&VectorClock> {
-        self.current.get(self.held_slot(thread)?)
+        // One look at the thread's place (the race pass asks at each access).
+        self.current.get(self.slots.held_index(thread))
     }
 
     fn own(&mut self, thread: usize) -> &VectorClock {
