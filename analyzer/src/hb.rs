@@ -41,8 +41,8 @@ pub struct HappensBefore {
     pub writes_not_followed: u64,
 }
 
-/// A stored receive: the event's position and where its clock's entries sit in
-/// [`StoredClocks::entries`].
+/// A stored receive: the event's position and where its clock's entries sit in the buffer of
+/// entries.
 #[derive(Clone, Copy, Debug)]
 struct Receive {
     pos: u32,
@@ -50,49 +50,30 @@ struct Receive {
     len: u32,
 }
 
-/// The clocks stored at receive events. Their entries share one buffer rather than each
-/// having an allocation of its own: a thread-per-request program stores two or three small
-/// clocks per request, and for those the allocation and the `Vec` header cost more than the
-/// entries. So do the lists of receives: a running thread's is a list of its own, an exited
-/// thread's is moved to one list of every closed one, so that a thread costs 8 bytes (where
-/// its receives are) plus its receives, whatever the number of threads created.
-#[derive(Debug, Default)]
-struct StoredClocks {
-    /// Per thread from `first` on: where its receives (by position) are.
-    threads: Vec<ReceiveList>,
-    /// The thread `threads` starts at: a segment's clocks ([`StoredClocks::take`]) have a
-    /// line for the threads from its first to its last that received in it, not for every
-    /// thread of the trace (a segment of a thread-per-request program has a few of them).
-    first: usize,
-    /// The receives of the threads whose lists were closed, one list after another.
-    closed: Vec<Receive>,
-    /// The lists of the threads still receiving, and lists emptied for the next thread.
-    open: Vec<Vec<Receive>>,
-    /// Lists of `open` that no thread uses.
-    free: Vec<u32>,
-    /// The entries of every stored clock, one clock after another.
-    entries: Vec<u32>,
-}
-
-/// Where a thread's receives are: `len` receives of `StoredClocks::closed` from `start`, or
-/// (`start == OPEN`) the list `len` of `StoredClocks::open`.
+/// Where a thread's receives are: `len` receives of the closed ones from `start`.
 #[derive(Clone, Copy, Debug)]
 struct ReceiveList {
     start: u32,
     len: u32,
 }
 
-const OPEN: u32 = u32::MAX;
-const NO_RECEIVES: ReceiveList = ReceiveList { start: 0, len: 0 };
+/// The clocks stored at the receive events of a segment (or of the whole walk), for the
+/// analyses after it. Their entries share one buffer rather than each having an allocation of
+/// its own (a thread-per-request program stores two or three small clocks per request, and for
+/// those the allocation and the `Vec` header cost more than the entries), and so do the lists
+/// of receives, one after another. A thread with receives in the segment costs 12 bytes (who
+/// and where), a thread without none: no table of every thread of the trace.
+#[derive(Debug, Default)]
+struct StoredClocks {
+    /// The threads with receives, by thread, each with where its list is in `receives`.
+    threads: Vec<(u32, ReceiveList)>,
+    /// Every thread's receives, by position, one list after another.
+    receives: Vec<Receive>,
+    /// The entries of every stored clock, one clock after another.
+    entries: Vec<u32>,
+}
 
 impl StoredClocks {
-    fn new(threads: usize) -> Self {
-        Self {
-            threads: vec![NO_RECEIVES; threads],
-            ..Self::default()
-        }
-    }
-
     fn entries_of(&self, r: &Receive) -> &[u32] {
         &self.entries[r.start as usize..(r.start + r.len) as usize]
     }
@@ -100,98 +81,22 @@ impl StoredClocks {
     /// The receives of `thread`, by position.
     #[inline]
     fn list(&self, thread: usize) -> &[Receive] {
-        match self.threads.get(thread.wrapping_sub(self.first)) {
-            None => &[],
-            Some(&ReceiveList { start: OPEN, len }) => &self.open[len as usize],
-            Some(r) => &self.closed[r.start as usize..(r.start + r.len) as usize],
-        }
-    }
-
-    /// The list of `thread` to add to: its open list, made (from its closed receives, if it
-    /// has any: an event after its exit, in a damaged trace) if it has none.
-    fn open_list(&mut self, thread: usize) -> &mut Vec<Receive> {
-        let r = self.threads[thread];
-        if r.start == OPEN {
-            return &mut self.open[r.len as usize];
-        }
-        let i = match self.free.pop() {
-            Some(i) => i as usize,
-            None => {
-                self.open.push(Vec::new());
-                self.open.len() - 1
-            }
+        let Some(&(first, _)) = self.threads.first() else {
+            return &[];
         };
-        let closed = &self.closed[r.start as usize..(r.start + r.len) as usize];
-        self.open[i].extend_from_slice(closed);
-        self.threads[thread] = ReceiveList {
-            start: OPEN,
-            len: i as u32,
+        // Threads with receives are mostly consecutive: try where it would be then.
+        let guess = (thread as u32).wrapping_sub(first) as usize;
+        let found = match self.threads.get(guess) {
+            Some(&(t, r)) if t as usize == thread => Some(r),
+            _ => self
+                .threads
+                .binary_search_by_key(&(thread as u32), |&(t, _)| t)
+                .ok()
+                .map(|i| self.threads[i].1),
         };
-        &mut self.open[i]
-    }
-
-    /// The thread exited: its receives are complete, and move to the closed ones; its list
-    /// goes to the next thread.
-    fn close(&mut self, thread: usize) {
-        let Some(&ReceiveList {
-            start: OPEN,
-            len: i,
-        }) = self.threads.get(thread)
-        else {
-            return;
-        };
-        let list = &mut self.open[i as usize];
-        let start = self.closed.len();
-        let Ok(end) = u32::try_from(start + list.len()) else {
-            // Out of offsets (more than 2^32 receives): it stays open.
-            return;
-        };
-        self.closed.append(list);
-        self.free.push(i);
-        self.threads[thread] = ReceiveList {
-            start: start as u32,
-            len: end - start as u32,
-        };
-    }
-
-    /// The receives stored so far, every list closed, for a segment; these lists start empty
-    /// (the threads still receiving keep theirs, emptied).
-    fn take(&mut self) -> StoredClocks {
-        debug_assert_eq!(self.first, 0, "the builder's own clocks have every thread");
-        let mut closed = std::mem::take(&mut self.closed);
-        let mut threads = Vec::new();
-        let mut first = None;
-        for (thread, r) in self.threads.iter_mut().enumerate() {
-            let list = match *r {
-                ReceiveList { start: OPEN, len } => {
-                    let list = &mut self.open[len as usize];
-                    let start = closed.len() as u32;
-                    closed.append(list);
-                    ReceiveList {
-                        start,
-                        len: closed.len() as u32 - start,
-                    }
-                }
-                _ => std::mem::replace(r, NO_RECEIVES),
-            };
-            if list.len == 0 && first.is_none() {
-                continue;
-            }
-            first.get_or_insert(thread);
-            threads.push(list);
-        }
-        while threads.last().is_some_and(|r: &ReceiveList| r.len == 0) {
-            threads.pop();
-        }
-        threads.shrink_to_fit();
-        StoredClocks {
-            threads,
-            first: first.unwrap_or(0),
-            closed,
-            open: Vec::new(),
-            free: Vec::new(),
-            entries: std::mem::take(&mut self.entries),
-        }
+        found.map_or(&[], |r| {
+            &self.receives[r.start as usize..(r.start + r.len) as usize]
+        })
     }
 
     /// The last receive of `thread` at or before `pos`.
@@ -200,10 +105,165 @@ impl StoredClocks {
         let i = list.partition_point(|r| r.pos <= pos);
         i.checked_sub(1).map(|i| self.entries_of(&list[i]))
     }
+}
 
-    /// Stores `clock` with its entry `slot` set to `raw` as the clock of receive `pos` of
-    /// `thread` (a later one than any stored for it). False when the buffer is out of offsets.
-    fn push(&mut self, thread: usize, pos: u32, clock: &[u32], slot: usize, raw: u32) -> bool {
+/// The receives the builder stores as it goes: a running thread's list is one of its own,
+/// found by the thread's slot (lists follow the threads alive); an exited thread's is moved to
+/// one list of every closed one, found by thread in a map of the threads closed in the segment.
+/// Nothing is kept per thread ever created: a segment ([`ReceiveStore::take`]) takes what was
+/// stored, and the walk goes on with the running threads' lists emptied.
+#[derive(Debug, Default)]
+struct ReceiveStore {
+    /// By slot: the list of `open` its holder adds to, if any.
+    open_of_slot: Vec<u32>,
+    /// The lists of the threads still receiving (each with its thread), and lists emptied for
+    /// the next thread.
+    open: Vec<(u32, Vec<Receive>)>,
+    /// Lists of `open` that no thread uses.
+    free: Vec<u32>,
+    /// The receives of the threads whose lists were closed, one list after another.
+    closed: Vec<Receive>,
+    /// Where in `closed` each thread closed in this segment has its receives.
+    closed_of: HashMap<u32, ReceiveList>,
+    /// The entries of every stored clock, one clock after another.
+    entries: Vec<u32>,
+}
+
+const NO_LIST: u32 = u32::MAX;
+
+impl ReceiveStore {
+    /// The receives of `thread` (whose slot is `slot`, if it has one), by position.
+    #[inline]
+    fn list(&self, thread: usize, slot: Option<usize>) -> &[Receive] {
+        if let Some(&i) = slot.and_then(|s| self.open_of_slot.get(s)) {
+            if let Some((t, list)) = self.open.get(i as usize) {
+                if *t as usize == thread {
+                    return list;
+                }
+            }
+        }
+        match self.closed_of.get(&(thread as u32)) {
+            Some(r) => &self.closed[r.start as usize..(r.start + r.len) as usize],
+            None => &[],
+        }
+    }
+
+    fn entries_of(&self, r: &Receive) -> &[u32] {
+        &self.entries[r.start as usize..(r.start + r.len) as usize]
+    }
+
+    /// The last receive of `thread` at or before `pos`.
+    fn before(&self, thread: usize, slot: Option<usize>, pos: u32) -> Option<&[u32]> {
+        let list = self.list(thread, slot);
+        let i = list.partition_point(|r| r.pos <= pos);
+        i.checked_sub(1).map(|i| self.entries_of(&list[i]))
+    }
+
+    /// The list of `thread` (in `slot`) to add to: its open list, made (from its closed
+    /// receives, if it has any: an event after its exit, in a damaged trace) if it has none.
+    fn open_list(&mut self, thread: usize, slot: usize) -> Option<&mut Vec<Receive>> {
+        if slot >= self.open_of_slot.len() {
+            self.open_of_slot.resize(slot + 1, NO_LIST);
+        }
+        let i = self.open_of_slot[slot];
+        if i != NO_LIST {
+            if self.open[i as usize].0 as usize == thread {
+                return Some(&mut self.open[i as usize].1);
+            }
+            // The slot's earlier holder did not close its list (no exit in the trace).
+            if !self.close_list(i) {
+                return None;
+            }
+        }
+        let i = match self.free.pop() {
+            Some(i) => i as usize,
+            None => {
+                self.open.push((0, Vec::new()));
+                self.open.len() - 1
+            }
+        };
+        self.open[i].0 = thread as u32;
+        if let Some(r) = self.closed_of.remove(&(thread as u32)) {
+            let closed = &self.closed[r.start as usize..(r.start + r.len) as usize];
+            self.open[i].1.extend_from_slice(closed);
+        }
+        self.open_of_slot[slot] = i as u32;
+        Some(&mut self.open[i].1)
+    }
+
+    /// Moves the open list `i` to the closed ones; false when out of offsets (more than 2^32
+    /// receives).
+    fn close_list(&mut self, i: u32) -> bool {
+        let (thread, list) = &mut self.open[i as usize];
+        let start = self.closed.len();
+        let Ok(end) = u32::try_from(start + list.len()) else {
+            return false;
+        };
+        self.closed.append(list);
+        self.closed_of.insert(
+            *thread,
+            ReceiveList {
+                start: start as u32,
+                len: end - start as u32,
+            },
+        );
+        self.free.push(i);
+        true
+    }
+
+    /// The thread in `slot` exited: its receives are complete, and move to the closed ones;
+    /// its list goes to the next thread. False when out of offsets.
+    fn close(&mut self, thread: usize, slot: usize) -> bool {
+        let Some(&i) = self.open_of_slot.get(slot) else {
+            return true;
+        };
+        if i == NO_LIST || self.open[i as usize].0 as usize != thread {
+            return true;
+        }
+        self.open_of_slot[slot] = NO_LIST;
+        self.close_list(i)
+    }
+
+    /// The receives stored so far, every list closed, for a segment; the threads still
+    /// receiving keep their lists, emptied.
+    fn take(&mut self) -> StoredClocks {
+        let mut receives = std::mem::take(&mut self.closed);
+        // The map of closed threads goes with the segment: the next one's is made as its
+        // threads exit (it is a segment's threads, not a table kept for the walk).
+        let closed_of = std::mem::take(&mut self.closed_of);
+        let mut threads = Vec::with_capacity(closed_of.len() + self.open.len());
+        threads.extend(closed_of);
+        for (thread, list) in &mut self.open {
+            if list.is_empty() {
+                continue;
+            }
+            let start = receives.len() as u32;
+            receives.append(list);
+            threads.push((
+                *thread,
+                ReceiveList {
+                    start,
+                    len: receives.len() as u32 - start,
+                },
+            ));
+        }
+        threads.sort_unstable_by_key(|&(t, _)| t);
+        // The buffers grew by doubling: the segment keeps what it uses (cut in place, not
+        // copied), and the next segment's grow afresh.
+        receives.shrink_to_fit();
+        let mut entries = std::mem::take(&mut self.entries);
+        entries.shrink_to_fit();
+        StoredClocks {
+            threads,
+            receives,
+            entries,
+        }
+    }
+
+    /// Stores `clock` with its entry `slot` (the thread's own) set to `raw` as the clock of
+    /// receive `pos` of `thread` (a later one than any stored for it). False when the buffer
+    /// is out of offsets.
+    fn push(&mut self, thread: usize, slot: usize, pos: u32, clock: &[u32], raw: u32) -> bool {
         let start = self.entries.len();
         let len = clock.len().max(slot + 1);
         let Ok(end) = u32::try_from(start + len) else {
@@ -212,7 +272,10 @@ impl StoredClocks {
         self.entries.extend_from_slice(clock);
         self.entries.resize(end as usize, 0);
         self.entries[start + slot] = raw;
-        self.open_list(thread).push(Receive {
+        let Some(list) = self.open_list(thread, slot) else {
+            return false;
+        };
+        list.push(Receive {
             pos,
             start: start as u32,
             len: len as u32,
@@ -220,10 +283,11 @@ impl StoredClocks {
         true
     }
 
-    /// Joins `clock` into the last stored clock of `thread` and sets its entry `slot` to
-    /// `raw`; returns how many entries it grew by, or `None` when the buffer is out of offsets.
-    fn grow_last(&mut self, thread: usize, clock: &[u32], slot: usize, raw: u32) -> Option<usize> {
-        let last = *self.list(thread).last()?;
+    /// Joins `clock` into the last stored clock of `thread` and sets its entry `slot` (the
+    /// thread's own) to `raw`; returns how many entries it grew by, or `None` when the buffer
+    /// is out of offsets.
+    fn grow_last(&mut self, thread: usize, slot: usize, clock: &[u32], raw: u32) -> Option<usize> {
+        let last = *self.list(thread, Some(slot)).last()?;
         let (start, len) = (last.start as usize, last.len as usize);
         let new_len = len.max(clock.len()).max(slot + 1);
         if new_len > len && start + len != self.entries.len() {
@@ -234,12 +298,12 @@ impl StoredClocks {
             let new_start = self.entries.len();
             u32::try_from(new_start + new_len).ok()?;
             self.entries.extend_from_slice(&moved);
-            self.open_list(thread).last_mut()?.start = new_start as u32;
+            self.open_list(thread, slot)?.last_mut()?.start = new_start as u32;
         } else if new_len > len {
             u32::try_from(start + new_len).ok()?;
             self.entries.resize(start + new_len, 0);
         }
-        let r = self.open_list(thread).last_mut()?;
+        let r = self.open_list(thread, slot)?.last_mut()?;
         r.len = new_len as u32;
         let start = r.start as usize;
         let stored = &mut self.entries[start..start + new_len];
@@ -302,7 +366,7 @@ impl HappensBefore {
             return a_pos < b_pos;
         }
         self.receive_before(b_thread, b_pos)
-            .is_some_and(|c| self.slots.prefix_in(c, a_thread) > a_pos)
+            .is_some_and(|c| self.slots.reach(c, a_thread) > a_pos)
     }
 }
 
@@ -351,7 +415,7 @@ pub struct HbBuilder {
     /// The lock channels by object id (`2 * lock`, `+ 1` for its readers; ids below
     /// [`DIRECT_LOCKS`]): the most frequent sends and receives, looked up without hashing.
     lock_channels: Vec<Option<VectorClock>>,
-    receives: StoredClocks,
+    receives: ReceiveStore,
     /// Whether receives are stored (the clocks of the whole trace, which the closure walks) or
     /// only the current clocks are kept (a streaming pass reads them as it goes).
     snapshots: bool,
@@ -375,11 +439,13 @@ impl HbBuilder {
             current: Vec::new(),
             threads,
             holders: Vec::new(),
-            slots: Arc::new(Slots::for_threads(threads)),
+            // The stored clocks' readers ask which thread an entry speaks of: the slots list
+            // their holders (a streaming builder's do not, `without_snapshots`).
+            slots: Arc::new(Slots::for_threads(threads).listing_holders()),
             free_slots: Vec::new(),
             channels: HashMap::new(),
             lock_channels: Vec::new(),
-            receives: StoredClocks::new(threads),
+            receives: ReceiveStore::default(),
             snapshots: true,
             last_write: LastWriters::new(),
         }
@@ -396,8 +462,10 @@ impl HbBuilder {
     /// This builder, keeping only the current clocks (see [`HbBuilder::streaming`]).
     pub fn without_snapshots(mut self) -> Self {
         self.snapshots = false;
-        // No receive is stored: no list per thread either (a program may have created 10^5).
-        self.receives = StoredClocks::default();
+        // Nothing reads a stored clock: nothing asks which thread a slot's entry speaks of.
+        if let Some(slots) = Arc::get_mut(&mut self.slots) {
+            slots.stop_listing_holders();
+        }
         self
     }
 
@@ -450,7 +518,7 @@ impl HbBuilder {
         // before it, joined in place (a read from another thread must not allocate), and the
         // write itself, which is news (checked above), so the clock grows.
         let mine = self.place(thread);
-        if let Some(stored) = self.receives.before(writer, at) {
+        if let Some(stored) = self.receives.before(writer, self.slots.slot_of(writer), at) {
             self.current[mine].join_entries(stored);
         }
         let slot = self.place(writer);
@@ -502,10 +570,13 @@ impl HbBuilder {
         if self.overflowed || thread >= self.threads {
             return;
         }
-        // Its stored clocks are complete: their list joins the closed ones (10^5 short
-        // threads would each keep a list of its own).
-        self.receives.close(thread);
         if let Some(slot) = self.slots.slot_of(thread) {
+            // Its stored clocks are complete: their list joins the closed ones (10^5 short
+            // threads would each keep a list of its own).
+            if !self.receives.close(thread, slot) {
+                self.abandon();
+                return;
+            }
             if self.slots.holder(slot) == Some(thread as u32) {
                 if let Some(holder) = self.holders.get_mut(slot) {
                     holder.exited = true;
@@ -600,7 +671,8 @@ impl HbBuilder {
     /// nothing) or one whose slot went on to another thread (its clock was let go then).
     #[inline]
     fn current_of(&self, thread: usize) -> Option<&VectorClock> {
-        self.current.get(self.held_slot(thread)?)
+        // One look at the thread's place (the race pass asks at each access).
+        self.current.get(self.slots.held_index(thread))
     }
 
     fn own(&mut self, thread: usize) -> &VectorClock {
@@ -610,11 +682,13 @@ impl HbBuilder {
         &self.current[slot]
     }
 
-    /// Whether the thread's latest clock knows the first `prefix` events of `other`.
+    /// How far the thread's latest clock reaches into `other` ([`Slots::reach`]): it knows
+    /// the event of `other` at `pos` when this is above `pos`. Exact while `other` holds its
+    /// slot; for one whose slot went on, at least its length once all of it is known.
     #[inline]
     pub fn knows_prefix(&self, thread: usize, other: usize) -> u32 {
         self.current_of(thread)
-            .map_or(0, |clock| self.slots.prefix(clock, other))
+            .map_or(0, |clock| self.slots.reach(clock.entries(), other))
     }
 
     /// Publishes the thread's clock (as of its current event) on `channel`.
@@ -788,7 +862,7 @@ impl HbBuilder {
     #[cold]
     fn abandon(&mut self) {
         self.overflowed = true;
-        self.receives = StoredClocks::new(self.receives.threads.len());
+        self.receives = ReceiveStore::default();
         self.channels = HashMap::new();
         self.lock_channels = Vec::new();
         self.current = Vec::new();
@@ -806,12 +880,12 @@ impl HbBuilder {
         // it: the clock only grew since, and no closure asks for the clock between the two.
         if self
             .receives
-            .list(thread)
+            .list(thread, Some(slot))
             .last()
             .is_some_and(|r| r.pos == pos)
         {
             let clock = self.current[slot].entries();
-            match self.receives.grow_last(thread, clock, slot, raw) {
+            match self.receives.grow_last(thread, slot, clock, raw) {
                 Some(grown) => self.charge(grown),
                 None => self.abandon(),
             }
@@ -822,14 +896,15 @@ impl HbBuilder {
             return;
         }
         let clock = self.current[slot].entries();
-        if !self.receives.push(thread, pos, clock, slot, raw) {
+        if !self.receives.push(thread, slot, pos, clock, raw) {
             self.abandon();
         }
     }
 
     pub fn finish(self) -> HappensBefore {
+        let mut receives = self.receives;
         HappensBefore {
-            receives: self.receives,
+            receives: receives.take(),
             slots: self.slots,
             complete: !self.overflowed,
             writes_not_followed: self.last_write.writes_not_followed(),
@@ -1054,7 +1129,9 @@ impl HbPass {
     }
 
     /// How many events of `other` happen before the latest handled event of `thread` (the
-    /// thread's own entry may lag behind).
+    /// thread's own entry may lag behind), for a comparison with a position of `other`: once
+    /// the slot of `other` went on, any value at least its length says "all of it"
+    /// ([`HbBuilder::knows_prefix`]).
     #[inline]
     pub fn knows_prefix(&self, thread: u32, other: u32) -> u32 {
         self.builder.knows_prefix(thread as usize, other as usize)
@@ -1379,44 +1456,58 @@ mod tests {
 
     #[test]
     fn receives_read_the_same_once_their_thread_exited_and_after_a_cut() {
-        let mut stored = StoredClocks::new(3);
-        assert!(stored.push(0, 1, &[2], 0, 2));
-        assert!(stored.push(1, 0, &[2], 1, 1));
-        assert!(stored.push(0, 5, &[3, 1], 0, 6));
-        stored.close(0);
-        // Thread 2 takes the list thread 0 let go, emptied.
-        assert!(stored.push(2, 0, &[6, 1], 2, 1));
-        assert_eq!(stored.list(0).len(), 2);
-        assert_eq!(stored.before(0, 4), Some(&[2][..]));
-        assert_eq!(stored.before(0, 9), Some(&[6, 1][..]));
-        assert_eq!(stored.before(2, 0), Some(&[6, 1, 1][..]));
-        // A damaged trace's receive after the exit reopens the list, the earlier ones kept.
-        assert!(stored.push(0, 7, &[6, 1], 0, 8));
-        assert_eq!(stored.list(0).len(), 3);
-        assert_eq!(stored.before(0, 5), Some(&[6, 1][..]));
+        let mut stored = ReceiveStore::default();
+        // Threads 0 and 1 in slots 0 and 1.
+        assert!(stored.push(0, 0, 1, &[2], 2));
+        assert!(stored.push(1, 1, 0, &[2], 1));
+        assert!(stored.push(0, 0, 5, &[3, 1], 6));
+        assert!(stored.close(0, 0));
+        // Thread 2 takes slot 0 and the list thread 0 let go, emptied.
+        assert!(stored.push(2, 0, 0, &[6, 1], 7));
+        assert_eq!(stored.list(0, Some(0)).len(), 2);
+        assert_eq!(stored.before(0, Some(0), 4), Some(&[2][..]));
+        assert_eq!(stored.before(0, Some(0), 9), Some(&[6, 1][..]));
+        assert_eq!(stored.before(2, Some(0), 0), Some(&[7, 1][..]));
+        assert_eq!(
+            stored.list(2, None).len(),
+            0,
+            "an open list is found by its slot"
+        );
+        // A damaged trace's receive after the exit (its slot not handed on: thread 3 in
+        // slot 2) reopens the list, the earlier ones kept.
+        assert!(stored.push(3, 2, 0, &[1], 1));
+        assert!(stored.close(3, 2));
+        assert!(stored.push(3, 2, 7, &[6, 1], 8));
+        assert_eq!(stored.list(3, Some(2)).len(), 2);
+        assert_eq!(stored.before(3, Some(2), 5), Some(&[1, 0, 1][..]));
         let segment = stored.take();
         assert_eq!(segment.before(1, 0), Some(&[2, 1][..]));
-        assert_eq!(segment.before(0, 7), Some(&[8, 1][..]));
+        assert_eq!(segment.before(0, 7), Some(&[6, 1][..]));
+        assert_eq!(segment.before(3, 7), Some(&[6, 1, 8][..]));
         assert_eq!(segment.list(2).len(), 1);
+        assert_eq!(segment.list(4).len(), 0);
         // The walk goes on with empty lists; a running thread keeps receiving.
-        assert!(stored.list(0).is_empty() && stored.list(1).is_empty());
-        assert!(stored.push(1, 4, &[9, 3], 1, 5));
-        assert_eq!(stored.before(1, 4), Some(&[9, 5][..]));
-        assert_eq!(stored.list(1).len(), 1);
+        assert!(stored.list(0, Some(0)).is_empty() && stored.list(1, Some(1)).is_empty());
+        assert!(stored.push(1, 1, 4, &[9, 3], 5));
+        assert_eq!(stored.before(1, Some(1), 4), Some(&[9, 5][..]));
+        assert_eq!(stored.list(1, Some(1)).len(), 1);
+        let next = stored.take();
+        assert_eq!(next.list(1).len(), 1);
+        assert_eq!(next.list(0).len(), 0);
     }
 
     #[test]
     fn a_stored_clock_grown_away_from_the_buffer_end_moves_and_the_others_stay() {
-        let mut stored = StoredClocks::new(2);
-        assert!(stored.push(0, 3, &[4, 1], 0, 4));
-        assert!(stored.push(1, 0, &[4], 1, 1));
-        assert_eq!(stored.grow_last(0, &[2, 0, 7], 0, 5), Some(1));
-        assert_eq!(stored.before(0, 3), Some(&[5, 1, 7][..]));
-        assert_eq!(stored.before(0, 2), None);
-        assert_eq!(stored.before(1, 9), Some(&[4, 1][..]));
-        assert_eq!(stored.grow_last(1, &[0, 0], 1, 2), Some(0));
-        assert_eq!(stored.before(1, 0), Some(&[4, 2][..]));
-        assert_eq!(stored.before(0, 3), Some(&[5, 1, 7][..]));
+        let mut stored = ReceiveStore::default();
+        assert!(stored.push(0, 0, 3, &[4, 1], 4));
+        assert!(stored.push(1, 1, 0, &[4], 1));
+        assert_eq!(stored.grow_last(0, 0, &[2, 0, 7], 5), Some(1));
+        assert_eq!(stored.before(0, Some(0), 3), Some(&[5, 1, 7][..]));
+        assert_eq!(stored.before(0, Some(0), 2), None);
+        assert_eq!(stored.before(1, Some(1), 9), Some(&[4, 1][..]));
+        assert_eq!(stored.grow_last(1, 1, &[0, 0], 2), Some(0));
+        assert_eq!(stored.before(1, Some(1), 0), Some(&[4, 2][..]));
+        assert_eq!(stored.before(0, Some(0), 3), Some(&[5, 1, 7][..]));
     }
 
     #[test]

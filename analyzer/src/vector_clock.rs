@@ -73,44 +73,78 @@ impl VectorClock {
     }
 }
 
-/// Where a thread's events sit in its slot.
+/// Where a thread's events sit in its slot: 8 bytes a thread ever created. Where they end is
+/// not kept: it is where the slot's next holder starts, which only [`Slots::prefix_in`] asks
+/// for (from the holder lists, which a builder of stored clocks keeps); a question about one
+/// of the thread's events (`raw`, [`Slots::reach`]) needs only where they start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Place {
     slot: u32,
-    /// The slot's entry before the thread's first event.
+    /// The slot's entry before the thread's first event, with [`HANDED_ON`] set once the
+    /// slot went on to another thread (offsets stay below it: `HbBuilder::place_child` hands
+    /// a slot on only below `u32::MAX / 2`).
     offset: u32,
-    /// The slot's entry after the thread's last event, once the slot was handed on
-    /// (`u32::MAX` before).
-    end: u32,
 }
+
+const HANDED_ON: u32 = 1 << 31;
 
 const UNPLACED: Place = Place {
     slot: u32::MAX,
     offset: 0,
-    end: 0,
 };
 
+impl Place {
+    #[inline]
+    fn start(self) -> u32 {
+        self.offset & !HANDED_ON
+    }
+
+    #[inline]
+    fn handed_on(self) -> bool {
+        self.offset & HANDED_ON != 0
+    }
+}
+
 /// Which thread holds which slot, and from which entry on: what turns a clock's raw entries
-/// into prefix lengths of threads. It grows by 16 bytes per thread ever created (its place,
-/// made for every thread at once, and its line in its slot's holder list); clocks grow with
-/// the slots.
+/// into prefix lengths of threads. It grows by 8 bytes per thread ever created (its place,
+/// made for every thread at once), and by 4 more where the holders of each slot are listed
+/// (the builder of stored clocks, whose readers ask which thread an entry speaks of); clocks
+/// grow with the slots.
 #[derive(Clone, Debug, Default)]
 pub struct Slots {
     /// By dense thread index; threads not placed yet have `slot == u32::MAX`.
     places: Vec<Place>,
+    /// By slot: the thread that holds it now.
+    holder: Vec<u32>,
     /// By slot: its threads, in order (their offsets, which grow along the list, are in
-    /// `places`: 4 bytes a thread here).
-    holders: Vec<Vec<u32>>,
+    /// `places`), when kept ([`Slots::listing_holders`]).
+    holders: Option<Vec<Vec<u32>>>,
 }
 
 impl Slots {
     /// Room for the places of `threads` threads made at once: the table is not grown by
-    /// doubling (a quarter of it would stay unused at 10^5 threads).
+    /// doubling (a quarter of it would stay unused at 10^5 threads). Each slot's holders are
+    /// not listed: a clock's entry is read by thread ([`Slots::reach`]), not by slot.
     pub fn for_threads(threads: usize) -> Self {
         Self {
             places: vec![UNPLACED; threads],
-            holders: Vec::new(),
+            holder: Vec::new(),
+            holders: None,
         }
+    }
+
+    /// These slots, listing each slot's holders from now on (before any thread is placed):
+    /// what [`Slots::known`] and [`Slots::prefix_in`] read.
+    pub fn listing_holders(mut self) -> Self {
+        debug_assert!(self.holder.is_empty());
+        self.holders = Some(Vec::new());
+        self
+    }
+
+    /// These slots, not listing each slot's holders (before any thread is placed).
+    pub fn stop_listing_holders(&mut self) {
+        debug_assert!(self.holder.is_empty());
+        self.holders = None;
     }
 
     /// The slot of `thread` while it holds it, else an index no slot has (one look at its
@@ -119,7 +153,7 @@ impl Slots {
     pub fn held_index(&self, thread: usize) -> usize {
         match self.places.get(thread) {
             // An unplaced thread's slot is past every slot.
-            Some(p) if p.end == u32::MAX => p.slot as usize,
+            Some(p) if !p.handed_on() => p.slot as usize,
             _ => usize::MAX,
         }
     }
@@ -135,13 +169,13 @@ impl Slots {
 
     /// The thread that holds `slot` now.
     pub fn holder(&self, slot: usize) -> Option<u32> {
-        self.holders.get(slot)?.last().copied()
+        self.holder.get(slot).copied()
     }
 
     /// The slot's entry before `thread`'s first event.
     #[inline]
     pub fn offset_of(&self, thread: usize) -> u32 {
-        self.places.get(thread).map_or(0, |p| p.offset)
+        self.places.get(thread).map_or(0, |p| p.start())
     }
 
     /// Gives `thread` a slot of its own, if it has none yet.
@@ -149,39 +183,40 @@ impl Slots {
         if let Some(s) = self.slot_of(thread) {
             return s;
         }
-        let slot = self.holders.len();
-        self.holders.push(vec![thread as u32]);
+        let slot = self.holder.len();
+        self.holder.push(thread as u32);
+        if let Some(holders) = &mut self.holders {
+            holders.push(vec![thread as u32]);
+        }
         self.put(thread, slot as u32, 0);
         slot
     }
 
     /// Hands `slot` on to `thread`, whose events count from `offset` on (the slot's last
-    /// holder ended there). The caller has checked that the whole of that holder happens
-    /// before `thread`.
+    /// holder ended there; below [`HANDED_ON`]). The caller has checked that the whole of that
+    /// holder happens before `thread`.
     pub fn hand_on(&mut self, slot: usize, thread: usize, offset: u32) {
         debug_assert!(self.slot_of(thread).is_none());
-        if let Some(&old) = self.holders[slot].last() {
-            self.places[old as usize].end = offset;
+        debug_assert!(offset < HANDED_ON);
+        let old = std::mem::replace(&mut self.holder[slot], thread as u32);
+        self.places[old as usize].offset |= HANDED_ON;
+        if let Some(holders) = &mut self.holders {
+            holders[slot].push(thread as u32);
         }
-        self.holders[slot].push(thread as u32);
         self.put(thread, slot as u32, offset);
     }
 
     /// Whether the slot of `thread` was handed on to another thread.
     #[inline]
     pub fn handed_on(&self, thread: usize) -> bool {
-        self.places.get(thread).is_some_and(|p| p.end != u32::MAX)
+        self.places.get(thread).is_some_and(|p| p.handed_on())
     }
 
     fn put(&mut self, thread: usize, slot: u32, offset: u32) {
         if thread >= self.places.len() {
             self.places.resize(thread + 1, UNPLACED);
         }
-        self.places[thread] = Place {
-            slot,
-            offset,
-            end: u32::MAX,
-        };
+        self.places[thread] = Place { slot, offset };
     }
 
     /// The raw entry that says "the first `prefix` events of `thread`" (`thread` placed).
@@ -190,37 +225,73 @@ impl Slots {
         self.offset_of(thread).saturating_add(prefix)
     }
 
-    /// How many events of `thread` happen before (or at) the clock's event.
+    /// How far a clock (by its raw entries) reaches into `thread`: the number of its events
+    /// that happen before (or at) the clock's event while `thread` holds its slot, and at
+    /// least its length once its slot went on and the clock knows all of it. Exact for what
+    /// it is asked about one of the thread's events: whether the clock knows the event at
+    /// `pos` is `reach > pos` (the event's raw entry is below the slot's next holder's
+    /// first). One look at the thread's place, so the race pass asks it at each access.
     #[inline]
-    pub fn prefix(&self, clock: &VectorClock, thread: usize) -> u32 {
-        self.prefix_in(clock.entries(), thread)
-    }
-
-    /// [`Slots::prefix`] of a clock given by its raw entries (a stored one).
-    #[inline]
-    pub fn prefix_in(&self, entries: &[u32], thread: usize) -> u32 {
+    pub fn reach(&self, entries: &[u32], thread: usize) -> u32 {
         let Some(p) = self.places.get(thread) else {
             return 0;
         };
         let v = entries.get(p.slot as usize).copied().unwrap_or(0);
-        v.min(p.end).saturating_sub(p.offset)
+        v.saturating_sub(p.start())
+    }
+
+    /// How many events of `thread` happen before (or at) the clock's event.
+    #[cfg(test)]
+    pub fn prefix(&self, clock: &VectorClock, thread: usize) -> u32 {
+        self.prefix_in(clock.entries(), thread)
+    }
+
+    /// [`Slots::prefix`] of a clock given by its raw entries (a stored one). A thread whose
+    /// slot went on ends where the next holder starts, which is read from the slot's holder
+    /// list; without one ([`Slots::listing_holders`]) the answer is [`Slots::reach`]'s.
+    #[inline]
+    pub fn prefix_in(&self, entries: &[u32], thread: usize) -> u32 {
+        let Some(&p) = self.places.get(thread) else {
+            return 0;
+        };
+        let mut v = entries.get(p.slot as usize).copied().unwrap_or(0);
+        if p.handed_on() && v > p.start() {
+            v = v.min(self.end_of(p));
+        }
+        v.saturating_sub(p.start())
+    }
+
+    /// The slot's entry after the last event of a thread whose slot went on: the next holder's
+    /// offset.
+    #[cold]
+    fn end_of(&self, p: Place) -> u32 {
+        let Some(list) = self.holders.as_ref().and_then(|h| h.get(p.slot as usize)) else {
+            return u32::MAX;
+        };
+        let next = list.partition_point(|&t| self.places[t as usize].start() <= p.start());
+        list.get(next)
+            .map_or(u32::MAX, |&t| self.places[t as usize].start())
     }
 
     /// The threads a clock knows of, each with its prefix length: per slot, the latest holder
     /// the clock knows any event of. Its predecessors in the slot are known whole (they happen
     /// before its first event, whose stored clock says so). The clock is given by its raw
-    /// entries (a stored one, or [`VectorClock::entries`]).
+    /// entries (a stored one, or [`VectorClock::entries`]); the slots list their holders
+    /// ([`Slots::listing_holders`]).
     pub fn known<'a>(&'a self, entries: &'a [u32]) -> impl Iterator<Item = (usize, u32)> + 'a {
+        debug_assert!(self.holders.is_some() || self.holder.is_empty());
+        let holders = self.holders.as_deref().unwrap_or(&[]);
         entries
             .iter()
             .enumerate()
             .filter(|&(_, &v)| v > 0)
             .filter_map(move |(slot, &v)| {
-                let holders = self.holders.get(slot)?;
-                let i = holders.partition_point(|&t| self.places[t as usize].offset < v);
+                let holders = holders.get(slot)?;
+                // The next holder (if any) starts at or past `v`: the one found is not known
+                // past its end.
+                let i = holders.partition_point(|&t| self.places[t as usize].start() < v);
                 let thread = holders[i.checked_sub(1)?];
-                let place = &self.places[thread as usize];
-                Some((thread as usize, v.min(place.end) - place.offset))
+                Some((thread as usize, v - self.places[thread as usize].start()))
             })
     }
 }
@@ -244,7 +315,7 @@ mod tests {
 
     #[test]
     fn a_slot_handed_on_reads_as_the_old_thread_whole_and_the_new_one_by_prefix() {
-        let mut slots = Slots::default();
+        let mut slots = Slots::default().listing_holders();
         assert_eq!(slots.place_fresh(0), 0);
         assert_eq!(slots.place_fresh(1), 1);
         // Thread 1 had 5 events; thread 2 continues its slot.
@@ -271,7 +342,7 @@ mod tests {
 
     #[test]
     fn a_thread_between_two_holders_of_a_slot_ends_where_the_next_one_starts() {
-        let mut slots = Slots::for_threads(2);
+        let mut slots = Slots::for_threads(2).listing_holders();
         assert_eq!(slots.place_fresh(0), 0);
         // Threads 1, 2, 3 hold slot 0 one after another, with 4, 3 and 6 events.
         slots.hand_on(0, 1, 4);
@@ -300,5 +371,34 @@ mod tests {
         assert!(slots.handed_on(2) && !slots.handed_on(3));
         assert_eq!(slots.slot_of(2), Some(0));
         assert_eq!(slots.slot_of(5), None);
+    }
+
+    #[test]
+    fn slots_without_holder_lists_answer_questions_about_events_alike() {
+        let mut listed = Slots::for_threads(4).listing_holders();
+        let mut unlisted = Slots::for_threads(4);
+        for slots in [&mut listed, &mut unlisted] {
+            slots.place_fresh(0);
+            // Threads 1, 2, 3 hold slot 1 one after another, with 4, 3 and 6 events.
+            slots.place_fresh(1);
+            slots.hand_on(1, 2, 4);
+            slots.hand_on(1, 3, 7);
+            assert_eq!(slots.holder(1), Some(3));
+            assert!(slots.handed_on(1) && slots.handed_on(2) && !slots.handed_on(3));
+            assert_eq!(slots.held_index(2), usize::MAX);
+            assert_eq!(slots.held_index(3), 1);
+        }
+        for v in 0..=14 {
+            let clock = [0, v];
+            for t in 0..4 {
+                let (exact, reach) = (listed.prefix_in(&clock, t), unlisted.reach(&clock, t));
+                assert_eq!(reach, listed.reach(&clock, t));
+                let length = [0, 4, 3, u32::MAX][t];
+                for pos in 0..length.min(20) {
+                    assert_eq!(exact > pos, reach > pos, "thread {t} at {pos}, entry {v}");
+                }
+                assert_eq!(exact, reach.min(length));
+            }
+        }
     }
 }
