@@ -19,7 +19,7 @@ use foresight_trace::tables::Tables;
 
 use super::annotations::Annotations;
 use super::heap::HeapBlocks;
-use super::live::Live;
+use super::live::{Alive, BySlot};
 use super::{AcquireHow, Acquisition, IndexMap, LockModel, Mode, RankViolation, ReadRecursion};
 use crate::stream::{Op, StreamEvent};
 
@@ -106,11 +106,14 @@ pub(super) struct LockSections<'t> {
     pairs: PairLists,
     pub read_recursions: Vec<ReadRecursion>,
     pub rank_violations: Vec<RankViolation>,
-    /// Per thread alive: the locks it holds, outermost first.
-    held: Live<Vec<HeldEntry>>,
-    /// Per thread alive: its lock request waiting for an outcome, and the site of its last
+    /// The slot of each thread alive, by which the two tables below (and the pending calls',
+    /// `pending.rs`) keep it.
+    pub alive: Alive,
+    /// Per slot: the locks its thread holds, outermost first.
+    held: BySlot<Vec<HeldEntry>>,
+    /// Per slot: its thread's lock request waiting for an outcome, and the site of its last
     /// condition wait.
-    requests: Live<Request>,
+    requests: BySlot<Request>,
     /// The first acquisitions of this segment, open at its start (`cut`).
     pub carried: u32,
     /// Locks known to be monitors before the walk (`monitors.rs`).
@@ -140,8 +143,9 @@ impl<'t> LockSections<'t> {
             pairs: PairLists::default(),
             read_recursions: Vec::new(),
             rank_violations: Vec::new(),
-            held: Live::new(threads),
-            requests: Live::new(threads),
+            alive: Alive::new(threads),
+            held: BySlot::default(),
+            requests: BySlot::default(),
             carried: 0,
             known_monitors: Default::default(),
         }
@@ -152,14 +156,21 @@ impl<'t> LockSections<'t> {
         self.index.get(object)
     }
 
+    /// One event of the thread in slot `s`.
     #[inline]
-    pub fn handle(&mut self, ev: &StreamEvent, annotations: &Annotations, heap: &HeapBlocks) {
+    pub fn handle(
+        &mut self,
+        ev: &StreamEvent,
+        s: usize,
+        annotations: &Annotations,
+        heap: &HeapBlocks,
+    ) {
         let (t, pos, seq) = (ev.thread, ev.pos, ev.seq);
         match ev.op {
-            Op::LockRequest { lock, mode, site } => self.lock_request(t, lock, mode, site, pos),
-            Op::LockFailed { .. } => self.requests.get_mut(t as usize).pending = None,
+            Op::LockRequest { lock, mode, site } => self.lock_request(s, lock, mode, site, pos),
+            Op::LockFailed { .. } => self.requests.get_mut(s).pending = None,
             Op::LockAcquired { lock, mode } => {
-                self.lock_acquired(t, lock, mode, pos, seq, annotations, heap)
+                self.lock_acquired(t, s, lock, mode, pos, seq, annotations, heap)
             }
             Op::LockTry {
                 lock,
@@ -168,21 +179,22 @@ impl<'t> LockSections<'t> {
                 acquired: true,
             } => {
                 let l = self.lock_of(lock, annotations, heap);
-                self.acquire(t, l, mode, AcquireHow::Try, pos, pos, seq, site);
+                self.acquire(t, s, l, mode, AcquireHow::Try, pos, pos, seq, site);
             }
-            Op::LockRelease { lock, .. } => self.lock_released(t, lock, pos),
+            Op::LockRelease { lock, .. } => self.lock_released(s, lock, pos),
             Op::CondWaitBegin { mutex, site, .. } => {
-                self.requests.get_mut(t as usize).cond_site = site;
+                self.requests.get_mut(s).cond_site = site;
                 if let Some(l) = self.index(mutex) {
                     self.locks[l as usize].monitor = true;
-                    self.release(t, l, pos);
+                    self.release(s, l, pos);
                 }
             }
             Op::CondWaitEnd { mutex, .. } => {
                 let l = self.lock_of(mutex, annotations, heap);
-                let site = self.requests.get(t as usize).map_or(0, |r| r.cond_site);
+                let site = self.requests.get(s).map_or(0, |r| r.cond_site);
                 self.acquire(
                     t,
+                    s,
                     l,
                     Mode::Write,
                     AcquireHow::CondReacquire,
@@ -193,31 +205,31 @@ impl<'t> LockSections<'t> {
                 );
             }
             Op::CondSignal { .. } => {
-                if let Some(h) = self.held.get(t as usize).and_then(|h| h.last()) {
+                if let Some(h) = self.held.get(s).and_then(|h| h.last()) {
                     self.locks[h.lock as usize].monitor = true;
                 }
             }
-            // A thread that exited holding nothing and waiting for nothing lets its room go
+            // A thread that exited holding nothing and waiting for nothing lets its slot go
             // to a later thread: memory follows the threads alive, not those created over the
             // program's life. (A lock it still holds is released by no one; a request still
-            // waiting is the walk's end's.)
+            // waiting is the walk's end's: such a thread keeps its slot.)
             Op::ThreadExit => {
-                let t = t as usize;
-                if self.held.get(t).is_some_and(Vec::is_empty) {
-                    self.held.release(t, Vec::clear);
-                }
-                if self.requests.get(t).is_some_and(|r| r.pending.is_none()) {
-                    self.requests.release(t, |r| *r = Request::default());
+                let idle = self.held.get(s).is_none_or(Vec::is_empty)
+                    && self.requests.get(s).is_none_or(|r| r.pending.is_none());
+                if idle {
+                    self.held.get_mut(s).clear();
+                    *self.requests.get_mut(s) = Request::default();
+                    self.alive.release(t as usize);
                 }
             }
             _ => {}
         }
     }
 
-    /// A lock request: what [`LockSections::handle`] does with one.
+    /// A lock request of the thread in slot `s`: what [`LockSections::handle`] does with one.
     #[inline(always)]
-    pub fn lock_request(&mut self, t: u32, lock: ObjectId, mode: Mode, site: SiteId, pos: u32) {
-        let r = self.requests.get_mut(t as usize);
+    pub fn lock_request(&mut self, s: usize, lock: ObjectId, mode: Mode, site: SiteId, pos: u32) {
+        let r = self.requests.get_mut(s);
         r.pending = Some((lock, pos));
         r.site = site;
         r.mode = mode;
@@ -229,6 +241,7 @@ impl<'t> LockSections<'t> {
     pub fn lock_acquired(
         &mut self,
         t: u32,
+        s: usize,
         lock: ObjectId,
         mode: Mode,
         pos: u32,
@@ -236,34 +249,33 @@ impl<'t> LockSections<'t> {
         annotations: &Annotations,
         heap: &HeapBlocks,
     ) {
-        let r = self.requests.get_mut(t as usize);
+        let r = self.requests.get_mut(s);
         let site = r.site;
         let request = match r.pending.take() {
             Some((l, p)) if l == lock => p,
             _ => pos,
         };
         let l = self.lock_of(lock, annotations, heap);
-        self.acquire(t, l, mode, AcquireHow::Blocking, request, pos, seq, site);
+        self.acquire(t, s, l, mode, AcquireHow::Blocking, request, pos, seq, site);
     }
 
-    /// A lock released: what [`LockSections::handle`] does with one.
+    /// A lock released by the thread in slot `s`: what [`LockSections::handle`] does with one.
     #[inline(always)]
-    pub fn lock_released(&mut self, t: u32, lock: ObjectId, pos: u32) {
+    pub fn lock_released(&mut self, s: usize, lock: ObjectId, pos: u32) {
         if let Some(l) = self.index(lock) {
-            self.release(t, l, pos);
+            self.release(s, l, pos);
         }
     }
 
     /// Copies the thread's held acquisitions (outermost first) into the pool.
     pub fn push_held(&mut self, thread: u32) -> std::ops::Range<u32> {
         let start = self.held_pool.len() as u32;
-        self.held_pool.extend(
-            self.held
-                .get(thread as usize)
-                .into_iter()
-                .flatten()
-                .map(|h| h.acq),
-        );
+        let held = self
+            .alive
+            .get(thread as usize)
+            .and_then(|s| self.held.get(s));
+        self.held_pool
+            .extend(held.into_iter().flatten().map(|h| h.acq));
         start..self.held_pool.len() as u32
     }
 
@@ -317,6 +329,7 @@ impl<'t> LockSections<'t> {
     fn acquire(
         &mut self,
         thread: u32,
+        slot: usize,
         lock: u32,
         mode: Mode,
         how: AcquireHow,
@@ -325,7 +338,7 @@ impl<'t> LockSections<'t> {
         seq: u64,
         site: SiteId,
     ) {
-        let held = self.held.get_mut(thread as usize);
+        let held = self.held.get_mut(slot);
         if let Some(h) = held.iter_mut().find(|h| h.lock == lock) {
             // Re-acquired while held: a recursive mutex, or a recursive read of an rwlock. Only
             // the outermost acquisition is a critical section.
@@ -393,8 +406,8 @@ impl<'t> LockSections<'t> {
     }
 
     #[inline(always)]
-    fn release(&mut self, thread: u32, lock: u32, pos: u32) {
-        let held = self.held.get_mut(thread as usize);
+    fn release(&mut self, slot: usize, lock: u32, pos: u32) {
+        let held = self.held.get_mut(slot);
         let Some(i) = held.iter().rposition(|h| h.lock == lock) else {
             return;
         };
@@ -445,7 +458,7 @@ impl<'t> LockSections<'t> {
     /// lock after their release; a release without its acquire in the segment finds them. The
     /// lock table, held stacks and pending requests go on.
     pub fn cut(&mut self) -> SegmentLocks {
-        let threads = self.held.threads();
+        let threads = self.alive.threads();
         let mut open: Vec<u32> = self.held.entries().flatten().map(|h| h.acq).collect();
         open.sort_unstable();
         let acquisitions = std::mem::take(&mut self.acquisitions);
@@ -497,19 +510,23 @@ impl<'t> LockSections<'t> {
     }
 
     pub fn finish(mut self, annotations: &Annotations, heap: &HeapBlocks, events: u64) -> Self {
-        for t in 0..self.requests.threads() {
+        for t in 0..self.alive.threads() {
+            let Some(s) = self.alive.get(t) else {
+                continue;
+            };
             let Some(&Request {
                 pending: Some((lock, request)),
                 mode,
                 site,
                 ..
-            }) = self.requests.get(t)
+            }) = self.requests.get(s)
             else {
                 continue;
             };
             let l = self.lock_of(lock, annotations, heap);
             self.acquire(
                 t as u32,
+                s,
                 l,
                 mode,
                 AcquireHow::Blocking,
@@ -519,7 +536,7 @@ impl<'t> LockSections<'t> {
                 site,
             );
         }
-        self.lists = self.pairs.take(self.requests.threads());
+        self.lists = self.pairs.take(self.alive.threads());
         self
     }
 }

@@ -46,7 +46,7 @@ use crate::stream::{mode_of, EventSource, Mode, Op, Pass, Stream, StreamEvent};
 mod annotations;
 mod blocking;
 mod heap;
-mod live;
+pub(crate) mod live;
 mod locks;
 mod marks;
 mod monitors;
@@ -350,14 +350,11 @@ pub(crate) struct Lives {
 }
 
 impl Lives {
-    fn new(ends: Arc<[u32]>, exited: &[bool]) -> Self {
-        let mut bits = vec![0u64; exited.len().div_ceil(64)];
-        for (t, _) in exited.iter().enumerate().filter(|(_, &e)| e) {
-            bits[t / 64] |= 1 << (t % 64);
-        }
+    /// `exited`: bit `t % 64` of word `t / 64` set when thread `t` exited.
+    fn new(ends: Arc<[u32]>, exited: &[u64]) -> Self {
         Lives {
             ends,
-            exited: bits.into(),
+            exited: exited.into(),
         }
     }
 
@@ -1033,25 +1030,29 @@ impl ModelPass<'_> {
     #[inline(always)]
     fn lock_request(&mut self, t: u32, pos: u32, lock: ObjectId, mode: Mode, site: SiteId) {
         self.hb.lock_wait(t as usize, pos);
-        self.locks.lock_request(t, lock, mode, site, pos);
-        self.pending.lock_request(t as usize, pos, site, lock, mode);
+        let s = self.locks.alive.slot(t as usize);
+        self.locks.lock_request(s, lock, mode, site, pos);
+        self.pending
+            .lock_request(t as usize, s, pos, site, lock, mode);
     }
 
     /// A lock acquired past its thread's first event, but for `seen`.
     #[inline(always)]
     fn lock_acquired(&mut self, t: u32, pos: u32, seq: u64, lock: ObjectId, mode: Mode) {
         self.hb.lock_acquired(t as usize, pos, lock, mode);
+        let s = self.locks.alive.slot(t as usize);
         let (annotations, heap) = (&self.annotations, &self.heap);
         self.locks
-            .lock_acquired(t, lock, mode, pos, seq, annotations, heap);
-        self.pending.lock_outcome(t as usize, lock);
+            .lock_acquired(t, s, lock, mode, pos, seq, annotations, heap);
+        self.pending.lock_outcome(s, lock);
     }
 
     /// A lock released past its thread's first event, but for `seen`.
     #[inline(always)]
     fn lock_released(&mut self, t: u32, pos: u32, lock: ObjectId) {
         self.hb.lock_released(t as usize, pos, lock);
-        self.locks.lock_released(t, lock, pos);
+        let s = self.locks.alive.slot(t as usize);
+        self.locks.lock_released(s, lock, pos);
     }
 
     /// Thread `t` has been seen up to position `next` (excluded): where the next segment
@@ -1079,13 +1080,16 @@ impl ModelPass<'_> {
         if matches!(ev.op, Op::Read { .. } | Op::Write { .. }) {
             return;
         }
+        // The thread's slot in the tables of the threads alive; the lock sections give it
+        // back at the thread's exit, after which the pending calls only reset its entry.
+        let s = self.locks.alive.slot(ev.thread as usize);
         self.annotations.handle(ev, &mut self.locks);
-        self.locks.handle(ev, &self.annotations, &self.heap);
+        self.locks.handle(ev, s, &self.annotations, &self.heap);
         self.waits.handle(ev, &mut self.locks);
         self.blocking.handle(ev, &mut self.locks);
         self.signals.handle(ev);
         self.senders.handle(ev);
-        self.pending.handle(ev);
+        self.pending.handle(ev, s);
     }
 }
 
@@ -1102,6 +1106,15 @@ impl Pass for ModelPass<'_> {
         let end: Arc<[u32]> = self.seen.as_slice().into();
         let lives = Lives::new(end.clone(), self.pending.exited());
         let marks = self.segment_marks(&end);
+        // The threads' end needs their slots (held by the lock sections) before `finish`
+        // takes the sections.
+        let run_end = self.pending.finish(
+            &self.locks.alive,
+            self.tables,
+            &self.threads,
+            self.end_reason,
+            self.process,
+        );
         let locks = self
             .locks
             .finish(&self.annotations, &self.heap, self.events);
@@ -1125,9 +1138,7 @@ impl Pass for ModelPass<'_> {
             senders: self.senders.finish(),
             marks,
             // Only the last segment (or the whole trace) has the trace's end.
-            end: self
-                .pending
-                .finish(self.tables, &self.threads, self.end_reason, self.process),
+            end: run_end,
         };
         let mut run = Self::assemble(
             self.tables,
