@@ -34,7 +34,7 @@ pub(crate) fn thread(run: &Run, t: u32) -> ThreadRef {
     let th = &run.threads[t as usize];
     ThreadRef {
         id: ThreadId(th.id),
-        name: Some(th.name().into_owned()),
+        name: Some(run.thread_name(t).into_owned()),
     }
 }
 

@@ -490,7 +490,7 @@ fn stream_run(
 ) -> (Run, Vec<Problem>) {
     let tables = stream.tables();
     let stream_walk = Stream::of_stream(stream);
-    let threads = ThreadModel::named(tables, stream.threads().map(|id| (id, 0)));
+    let threads = ThreadModel::of_ids(stream.threads().map(|id| (id, 0)));
     // The trailer says how many events to expect when the recording ended cleanly.
     let expected = stream.trailer().map(|t| t.events);
     let mut monitors = MonitorScan::default();

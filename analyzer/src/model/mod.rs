@@ -150,53 +150,67 @@ pub(crate) struct RankViolation {
     pub(crate) rank: u32,
 }
 
-/// A thread of the trace, at its dense index (the trace's order of threads): 16 bytes and
-/// no name of its own (a process may have created 10^5 threads, most of them with no name
-/// or one that many share).
+/// A thread of the trace, at its dense index (the trace's order of threads): 8 bytes, its
+/// name kept apart ([`ThreadNames`]: a process may have created 10^5 threads, most of them
+/// with no name or one that many share).
 #[derive(Clone, Debug)]
 pub struct ThreadModel {
     /// The trace's id of the thread.
     pub id: foresight_trace::ThreadId,
-    /// The name the program gave it, shared by every thread of that name; see
-    /// [`ThreadModel::name`] (one pointer: an `Arc<str>` would be two).
-    pub given_name: Option<Arc<String>>,
     /// Events the trace recorded for it (0 when the model was built from a stream).
     pub len: u32,
 }
 
 impl ThreadModel {
-    /// Its name in reports: the one the program gave it, or `thread-N`.
-    pub fn name(&self) -> std::borrow::Cow<'_, str> {
-        match &self.given_name {
-            Some(name) => std::borrow::Cow::Borrowed(name.as_str()),
-            None => std::borrow::Cow::Owned(format!("thread-{}", self.id)),
+    /// The threads `threads` (id, events recorded); the model names them from the trace's
+    /// tables ([`ThreadNames`]).
+    pub fn of_ids(threads: impl Iterator<Item = (foresight_trace::ThreadId, u32)>) -> Vec<Self> {
+        threads.map(|(id, len)| ThreadModel { id, len }).collect()
+    }
+}
+
+/// The names the program gave its threads, for the threads that have one: 8 bytes for each
+/// such thread and each name once, where a name per thread would be a pointer for every
+/// thread of the trace.
+#[derive(Debug, Default)]
+pub(crate) struct ThreadNames {
+    /// (dense index of a named thread, its name's index in `names`), by dense index.
+    named: Vec<(u32, u32)>,
+    names: Vec<String>,
+}
+
+impl ThreadNames {
+    /// The names `tables` gives `threads` (dense order).
+    fn of(tables: &Tables, threads: &[ThreadModel]) -> Self {
+        // Keyed by string ids, from the tables rather than the events.
+        let mut index: HashMap<foresight_trace::StringId, u32> = HashMap::default();
+        let mut names = ThreadNames::default();
+        for (t, th) in threads.iter().enumerate() {
+            let Some(n) = tables.threads.get(&th.id).and_then(|i| i.name) else {
+                continue;
+            };
+            let at = match index.get(&n) {
+                Some(&at) => at,
+                None => {
+                    let Some(name) = tables.string(n) else {
+                        continue;
+                    };
+                    let at = names.names.len() as u32;
+                    names.names.push(name.to_string());
+                    index.insert(n, at);
+                    at
+                }
+            };
+            names.named.push((t as u32, at));
         }
+        names.named.shrink_to_fit();
+        names
     }
 
-    /// The threads `threads` (id, events recorded), named from `tables`, each name once.
-    pub fn named(
-        tables: &Tables,
-        threads: impl Iterator<Item = (foresight_trace::ThreadId, u32)>,
-    ) -> Vec<ThreadModel> {
-        // Keyed by string ids, from the tables rather than the events.
-        let mut names: HashMap<foresight_trace::StringId, Arc<String>> = HashMap::default();
-        threads
-            .map(|(id, len)| {
-                let given_name = tables.threads.get(&id).and_then(|t| t.name).and_then(|n| {
-                    if let Some(name) = names.get(&n) {
-                        return Some(name.clone());
-                    }
-                    let name = Arc::new(tables.string(n)?.to_string());
-                    names.insert(n, name.clone());
-                    Some(name)
-                });
-                ThreadModel {
-                    id,
-                    given_name,
-                    len,
-                }
-            })
-            .collect()
+    /// The name the program gave thread `t`, if any.
+    fn get(&self, t: u32) -> Option<&str> {
+        let i = self.named.binary_search_by_key(&t, |&(u, _)| u).ok()?;
+        self.names.get(self.named[i].1 as usize).map(String::as_str)
     }
 }
 
@@ -266,6 +280,8 @@ pub struct Run {
     /// The trace's threads, by dense index: one table shared by every segment's run (a
     /// program may have created 10^5 threads).
     pub threads: Arc<[ThreadModel]>,
+    /// The names the program gave them, shared like `threads` ([`Run::thread_name`]).
+    pub(crate) thread_names: Arc<ThreadNames>,
     /// The lock objects, by dense lock index.
     pub locks: Vec<LockModel>,
     /// Every critical section; the lock graph and the analyses name them by index here.
@@ -482,7 +498,15 @@ impl Run {
 
     pub(crate) fn thread_label(&self, t: u32) -> String {
         let th = &self.threads[t as usize];
-        format!("thread {} \"{}\"", th.id, th.name())
+        format!("thread {} \"{}\"", th.id, self.thread_name(t))
+    }
+
+    /// Thread `t`'s name in reports: the one the program gave it, or `thread-N`.
+    pub fn thread_name(&self, t: u32) -> std::borrow::Cow<'_, str> {
+        match self.thread_names.get(t) {
+            Some(name) => std::borrow::Cow::Borrowed(name),
+            None => std::borrow::Cow::Owned(format!("thread-{}", self.threads[t as usize].id)),
+        }
     }
 }
 
@@ -821,6 +845,7 @@ pub struct ModelPass<'t> {
     tables: &'t Tables,
     source: String,
     threads: Arc<[ThreadModel]>,
+    thread_names: Arc<ThreadNames>,
     events: u64,
     hb: HbPass,
     annotations: Annotations<'t>,
@@ -863,6 +888,7 @@ impl<'t> ModelPass<'t> {
         ModelPass {
             tables,
             source,
+            thread_names: Arc::new(ThreadNames::of(tables, &threads)),
             threads: threads.into(),
             events,
             hb: HbPass::new(n, EdgeKinds::DEADLOCK),
@@ -895,13 +921,11 @@ impl<'t> ModelPass<'t> {
     pub fn of_stream(stream: &'t foresight_trace::TraceStream, source: &str) -> Self {
         let threads = stream
             .threads()
-            .map(|id| ThreadModel {
-                id,
-                given_name: None,
-                len: 0,
-            })
+            .map(|id| ThreadModel { id, len: 0 })
             .collect();
-        Self::new(stream.tables(), source.to_string(), threads, 0)
+        let mut model = Self::new(stream.tables(), source.to_string(), threads, 0);
+        model.thread_names = Arc::default();
+        model
     }
 
     /// The trace's monitor locks, scanned before a walk that is cut into segments
@@ -983,8 +1007,7 @@ impl<'t> ModelPass<'t> {
 
     pub(crate) fn for_trace(trace: &'t Trace) -> Self {
         let tables = &trace.tables;
-        let threads = ThreadModel::named(
-            tables,
+        let threads = ThreadModel::of_ids(
             trace
                 .threads
                 .iter()
@@ -1154,6 +1177,7 @@ impl Pass for ModelPass<'_> {
         );
         run.earlier = earlier;
         run.lives = lives;
+        run.thread_names = self.thread_names.clone();
         run
     }
 }
@@ -1208,6 +1232,7 @@ impl<'t> ModelPass<'t> {
         );
         run.earlier = earlier;
         run.lives = lives;
+        run.thread_names = self.thread_names.clone();
         run.segments_follow = true;
         self.segments += 1;
         run
@@ -1305,6 +1330,7 @@ impl<'t> ModelPass<'t> {
         Run {
             source: source.to_string(),
             threads: threads.clone(),
+            thread_names: Arc::default(),
             locks,
             acquisitions: segment.acquisitions,
             held_pool: segment.held_pool,
