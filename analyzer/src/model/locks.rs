@@ -458,11 +458,10 @@ impl<'t> LockSections<'t> {
     /// lock after their release; a release without its acquire in the segment finds them. The
     /// lock table, held stacks and pending requests go on.
     pub fn cut(&mut self) -> SegmentLocks {
-        let threads = self.alive.threads();
         let mut open: Vec<u32> = self.held.entries().flatten().map(|h| h.acq).collect();
         open.sort_unstable();
         let acquisitions = std::mem::take(&mut self.acquisitions);
-        let lists = self.pairs.take(threads);
+        let lists = self.pairs.take();
         let segment = SegmentLocks {
             lock_threads: std::mem::replace(
                 &mut self.lock_threads,
@@ -536,7 +535,7 @@ impl<'t> LockSections<'t> {
                 site,
             );
         }
-        self.lists = self.pairs.take(self.alive.threads());
+        self.lists = self.pairs.take();
         self
     }
 }
@@ -549,10 +548,10 @@ struct PairLists {
     index: IndexMap<(u32, u32), u32>,
     /// Per lock (dense index): the thread that acquired it last and their pair's number.
     last: Vec<(u32, u32)>,
-    /// Per pair: its acquisitions noted so far.
+    /// Per pair: its acquisitions noted so far. (Nothing is counted by thread: a table by
+    /// thread would have an entry for every thread of the trace in every segment; a thread's
+    /// acquisitions are those of its pairs.)
     pair_counts: Vec<u32>,
-    /// Per thread: its acquisitions noted so far.
-    thread_counts: Vec<u32>,
 }
 
 impl PairLists {
@@ -560,19 +559,13 @@ impl PairLists {
     /// thread's first acquisition of the lock in the segment) and its number.
     #[inline(always)]
     fn push(&mut self, thread: u32, lock: u32) -> (bool, u32) {
-        let pair = match self.last.get(lock as usize) {
+        match self.last.get(lock as usize) {
             Some(&(t, pair)) if t == thread => {
                 self.pair_counts[pair as usize] += 1;
                 (false, pair)
             }
             _ => self.push_looked_up(thread, lock),
-        };
-        let t = thread as usize;
-        if self.thread_counts.len() <= t {
-            self.thread_counts.resize(t + 1, 0);
         }
-        self.thread_counts[t] += 1;
-        pair
     }
 
     #[inline(never)]
@@ -595,16 +588,13 @@ impl PairLists {
         (new, pair)
     }
 
-    /// What the lists of the acquisitions noted since the last take (by thread, of `threads`,
-    /// and by pair) are made from; starts afresh.
-    fn take(&mut self, threads: usize) -> AcquisitionLists {
+    /// What the lists of the acquisitions noted since the last take (by thread and by pair)
+    /// are made from; starts afresh.
+    fn take(&mut self) -> AcquisitionLists {
         self.last.clear();
-        let mut thread_counts = std::mem::take(&mut self.thread_counts);
-        thread_counts.resize(threads.max(thread_counts.len()), 0);
         AcquisitionLists {
             pairs: std::mem::take(&mut self.index),
             pair_counts: std::mem::take(&mut self.pair_counts),
-            thread_counts,
             built: std::sync::OnceLock::new(),
         }
     }
@@ -635,13 +625,14 @@ pub(crate) struct AcquisitionLists {
     /// (thread, lock) → its pair number.
     pairs: IndexMap<(u32, u32), u32>,
     pair_counts: Vec<u32>,
-    thread_counts: Vec<u32>,
     built: std::sync::OnceLock<BuiltLists>,
 }
 
 /// Every list in one vector per grouping, and where each group starts (one more at the end).
 #[derive(Debug, Default)]
 struct BuiltLists {
+    /// The threads with acquisitions in the segment, ascending: the groups of `by_thread`.
+    threads: Vec<u32>,
     thread_starts: Vec<u32>,
     by_thread: Vec<u32>,
     pair_starts: Vec<u32>,
@@ -651,17 +642,34 @@ struct BuiltLists {
 impl AcquisitionLists {
     fn built(&self, acquisitions: &[Acquisition]) -> &BuiltLists {
         self.built.get_or_init(|| {
-            let mut thread_counts = self.thread_counts.clone();
-            // A run put together by hand (tests) noted nothing: count its acquisitions here.
-            if thread_counts.iter().map(|&c| c as usize).sum::<usize>() != acquisitions.len() {
-                thread_counts.clear();
-                for a in acquisitions {
-                    let t = a.thread as usize;
-                    if thread_counts.len() <= t {
-                        thread_counts.resize(t + 1, 0);
-                    }
-                    thread_counts[t] += 1;
+            // The pairs' numbers hold when the walk noted every acquisition; a run put
+            // together by hand (tests) noted none, and its threads are read from the
+            // acquisitions themselves.
+            let noted =
+                self.pair_counts.iter().map(|&c| c as usize).sum::<usize>() == acquisitions.len();
+            let mut threads: Vec<u32> = if noted {
+                self.pairs.keys().map(|&(t, _)| t).collect()
+            } else {
+                acquisitions.iter().map(|a| a.thread).collect()
+            };
+            threads.sort_unstable();
+            threads.dedup();
+            let ordinal = |t: u32| threads.binary_search(&t).unwrap_or(0);
+            // Each pair's thread, by its place in `threads`: one look-up per pair, not per
+            // acquisition.
+            let mut pair_thread = vec![0u32; if noted { self.pair_counts.len() } else { 0 }];
+            for (&(t, _), &p) in &self.pairs {
+                if let Some(o) = pair_thread.get_mut(p as usize) {
+                    *o = ordinal(t) as u32;
                 }
+            }
+            let thread_of = |a: &Acquisition| match pair_thread.get(a.pair as usize) {
+                Some(&o) if noted => o as usize,
+                _ => ordinal(a.thread),
+            };
+            let mut thread_counts = vec![0u32; threads.len()];
+            for a in acquisitions {
+                thread_counts[thread_of(a)] += 1;
             }
             let mut pair_next = starts_of(self.pair_counts.clone());
             let mut thread_next = starts_of(thread_counts);
@@ -676,11 +684,12 @@ impl AcquisitionLists {
                         *at += 1;
                     }
                 }
-                let at = &mut thread_next[a.thread as usize];
+                let at = &mut thread_next[thread_of(a)];
                 by_thread[*at as usize] = i as u32;
                 *at += 1;
             }
             BuiltLists {
+                threads,
                 thread_starts,
                 by_thread,
                 pair_starts,
@@ -693,7 +702,10 @@ impl AcquisitionLists {
     /// program order.
     pub(crate) fn of_thread<'a>(&'a self, acquisitions: &[Acquisition], t: usize) -> &'a [u32] {
         let b = self.built(acquisitions);
-        match (b.thread_starts.get(t), b.thread_starts.get(t + 1)) {
+        let Ok(o) = u32::try_from(t).map_or(Err(0), |t| b.threads.binary_search(&t)) else {
+            return &[];
+        };
+        match (b.thread_starts.get(o), b.thread_starts.get(o + 1)) {
             (Some(&s), Some(&e)) => &b.by_thread[s as usize..e as usize],
             _ => &[],
         }
