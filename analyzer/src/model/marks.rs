@@ -459,7 +459,7 @@ mod tests {
 
     /// The walk's thread table for threads `ids`, unnamed.
     fn unnamed(ids: &[ThreadId]) -> Arc<[ThreadModel]> {
-        ids.iter().map(|&id| ThreadModel { id, len: 0 }).collect()
+        ids.iter().map(|&id| ThreadModel { id }).collect()
     }
     use foresight_trace::event::{LockMode, MemoryOrder};
 

@@ -150,22 +150,20 @@ pub(crate) struct RankViolation {
     pub(crate) rank: u32,
 }
 
-/// A thread of the trace, at its dense index (the trace's order of threads): 8 bytes, its
-/// name kept apart ([`ThreadNames`]: a process may have created 10^5 threads, most of them
-/// with no name or one that many share).
+/// A thread of the trace, at its dense index (the trace's order of threads): its id, 4
+/// bytes, its name kept apart ([`ThreadNames`]: a process may have created 10^5 threads,
+/// most of them with no name or one that many share).
 #[derive(Clone, Debug)]
 pub struct ThreadModel {
     /// The trace's id of the thread.
     pub id: foresight_trace::ThreadId,
-    /// Events the trace recorded for it (0 when the model was built from a stream).
-    pub len: u32,
 }
 
 impl ThreadModel {
-    /// The threads `threads` (id, events recorded); the model names them from the trace's
-    /// tables ([`ThreadNames`]).
-    pub fn of_ids(threads: impl Iterator<Item = (foresight_trace::ThreadId, u32)>) -> Vec<Self> {
-        threads.map(|(id, len)| ThreadModel { id, len }).collect()
+    /// The threads of these ids; the model names them from the trace's tables
+    /// ([`ThreadNames`]).
+    pub fn of_ids(ids: impl Iterator<Item = foresight_trace::ThreadId>) -> Vec<Self> {
+        ids.map(|id| ThreadModel { id }).collect()
     }
 }
 
@@ -919,10 +917,7 @@ impl<'t> ModelPass<'t> {
     /// A model of a streamed trace whose threads are named by their ids (`thread-N`), for
     /// tests and benchmarks that do not read the threads' names from the tables.
     pub fn of_stream(stream: &'t foresight_trace::TraceStream, source: &str) -> Self {
-        let threads = stream
-            .threads()
-            .map(|id| ThreadModel { id, len: 0 })
-            .collect();
+        let threads = stream.threads().map(|id| ThreadModel { id }).collect();
         let mut model = Self::new(stream.tables(), source.to_string(), threads, 0);
         model.thread_names = Arc::default();
         model
@@ -1007,12 +1002,7 @@ impl<'t> ModelPass<'t> {
 
     pub(crate) fn for_trace(trace: &'t Trace) -> Self {
         let tables = &trace.tables;
-        let threads = ThreadModel::of_ids(
-            trace
-                .threads
-                .iter()
-                .map(|t| (t.thread, t.events.len() as u32)),
-        );
+        let threads = ThreadModel::of_ids(trace.threads.iter().map(|t| t.thread));
         Self::new(
             tables,
             trace.path.display().to_string(),
