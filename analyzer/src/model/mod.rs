@@ -833,6 +833,7 @@ impl Segmented<'_, '_, '_, '_> {
         self.in_segment = 0;
         self.started = 0;
         (self.on_segment)(run);
+        self.model.resume();
     }
 }
 
@@ -866,7 +867,8 @@ pub struct ModelPass<'t> {
     race_memory: u64,
     /// The walk runs the race pass (off only to measure the rest of the walk alone).
     race_pass: bool,
-    /// Per thread, events seen so far: where the next segment starts.
+    /// Per thread, events seen so far: where the next segment starts (empty while a segment
+    /// cut off is analysed).
     seen: Vec<u32>,
     /// Where the current segment starts (empty before the first cut): the end of the segment
     /// before it.
@@ -1225,7 +1227,15 @@ impl<'t> ModelPass<'t> {
         run.thread_names = self.thread_names.clone();
         run.segments_follow = true;
         self.segments += 1;
+        // While the segment is analysed, where the walk stands is the run's end (the next
+        // segment's start): not kept twice ([`ModelPass::resume`]).
+        self.seen = Vec::new();
         run
+    }
+
+    /// The walk goes on after a cut: where it stands, from the segment's end.
+    fn resume(&mut self) {
+        self.seen = self.start.to_vec();
     }
 
     /// The marks of the segment that ends here (at `end`): those the walk kept, or where to
