@@ -737,6 +737,45 @@ fn higher_rank(a: Option<(u32, u32)>, b: Option<(u32, u32)>) -> Option<(u32, u32
 mod tests {
     use super::*;
 
+    fn acquisition(thread: u32, lock: u32, pair: u32) -> Acquisition {
+        Acquisition {
+            thread,
+            lock,
+            mode: Mode::Write,
+            how: AcquireHow::Blocking,
+            request: 0,
+            acquired: 0,
+            release: None,
+            seq: 0,
+            site: 0,
+            held: 0..0,
+            subclass: 0,
+            pair,
+        }
+    }
+
+    #[test]
+    fn a_threads_acquisitions_are_grouped_from_its_pairs_whatever_its_index() {
+        let mut pairs = PairLists::default();
+        let mut acquisitions = Vec::new();
+        for (thread, lock) in [(70_000, 0), (3, 0), (70_000, 1), (70_000, 0), (3, 1)] {
+            let (_, pair) = pairs.push(thread, lock);
+            acquisitions.push(acquisition(thread, lock, pair));
+        }
+        let lists = pairs.take();
+        assert_eq!(lists.of_thread(&acquisitions, 70_000), &[0, 2, 3]);
+        assert_eq!(lists.of_thread(&acquisitions, 3), &[1, 4]);
+        assert!(lists.of_thread(&acquisitions, 4).is_empty());
+        assert!(lists.of_thread(&acquisitions, usize::MAX).is_empty());
+        assert_eq!(lists.of_pair(&acquisitions, 70_000, 0), Some(&[0, 3][..]));
+        assert_eq!(lists.of_pair(&acquisitions, 3, 1), Some(&[4][..]));
+        assert_eq!(lists.of_pair(&acquisitions, 3, 2), None);
+        // A run put together by hand noted nothing: its threads come from its acquisitions.
+        let by_hand = AcquisitionLists::default();
+        assert_eq!(by_hand.of_thread(&acquisitions, 70_000), &[0, 2, 3]);
+        assert_eq!(by_hand.of_thread(&acquisitions, 3), &[1, 4]);
+    }
+
     #[test]
     fn lock_ids_small_and_huge_find_their_index() {
         let mut ix = LockIndex::default();

@@ -381,19 +381,20 @@ impl RaceState {
         }
     }
 
-    /// The access as the shadow keeps it: with the lockset its thread holds now.
+    /// The access as the shadow keeps it: with the lockset its thread holds now; and the
+    /// thread's slot.
     #[inline(always)]
     fn shadow_access(
         &mut self,
         t: u32,
-        slot: usize,
         pos: u32,
         addr: u64,
         size: u32,
         site: SiteId,
         kind: AccessKind,
-    ) -> ShadowAccess {
-        ShadowAccess {
+    ) -> (ShadowAccess, usize) {
+        let slot = self.alive.slot(t as usize);
+        let access = ShadowAccess {
             thread: t,
             pos,
             site,
@@ -401,7 +402,8 @@ impl RaceState {
             kind,
             addr,
             size,
-        }
+        };
+        (access, slot)
     }
 
     /// Checks an access against the shadow memory and records it there; its conflicts are
@@ -416,8 +418,7 @@ impl RaceState {
         site: SiteId,
         kind: AccessKind,
     ) -> ShadowAccess {
-        let slot = self.alive.slot(t as usize);
-        let access = self.shadow_access(t, slot, pos, addr, size, site, kind);
+        let (access, slot) = self.shadow_access(t, pos, addr, size, site, kind);
         // Only other threads' entries are read: the clocks as they stand will do. Most
         // accesses look at none of them.
         let (with_locks, without_locks) = (&self.with_locks, &self.without_locks);
@@ -454,8 +455,7 @@ impl RaceState {
             return;
         };
         let size = u32::try_from(block.size).unwrap_or(u32::MAX);
-        let slot = self.alive.slot(thread as usize);
-        let access = self.shadow_access(thread, slot, pos, addr, size, site, AccessKind::Free);
+        let (access, _) = self.shadow_access(thread, pos, addr, size, site, AccessKind::Free);
         let (with_locks, without_locks) = (&self.with_locks, &self.without_locks);
         let locksets = &self.locksets;
         let found = &mut self.found;
