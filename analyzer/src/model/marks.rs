@@ -374,8 +374,8 @@ struct Later {
     threads: Arc<[ThreadModel]>,
     /// Per dense thread, where the segment starts (empty: at 0) and ends: the tables the
     /// segment's run and its neighbours share.
-    start: Arc<[u32]>,
-    end: Arc<[u32]>,
+    start: Arc<Vec<u32>>,
+    end: Arc<Vec<u32>>,
 }
 
 impl std::fmt::Debug for SegmentMarks {
@@ -401,8 +401,8 @@ impl SegmentMarks {
     pub(crate) fn read_later(
         source: Arc<dyn MarksSource>,
         threads: Arc<[ThreadModel]>,
-        start: Arc<[u32]>,
-        end: Arc<[u32]>,
+        start: Arc<Vec<u32>>,
+        end: Arc<Vec<u32>>,
     ) -> Self {
         SegmentMarks {
             marks: OnceLock::new(),

@@ -323,7 +323,7 @@ pub struct Run {
     /// segment is an execution as it ran, and only the segment's events are reordered
     /// (`closure.rs`, `walk`).
     /// Shared with the previous segment's run, whose end it is.
-    pub(crate) start: Arc<[u32]>,
+    pub(crate) start: Arc<Vec<u32>>,
     /// Per thread whose exit is in the trace up to this run's end: how many events it
     /// recorded, all of them. A witness counts the threads it runs whole instead of listing
     /// each (`describe::witness_threads`).
@@ -358,14 +358,14 @@ pub struct Run {
 #[derive(Debug, Default)]
 pub(crate) struct Lives {
     /// Per thread, its events up to the run's end.
-    ends: Arc<[u32]>,
+    ends: Arc<Vec<u32>>,
     /// Bit `t % 64` of word `t / 64`: thread `t` exited.
     exited: Box<[u64]>,
 }
 
 impl Lives {
     /// `exited`: bit `t % 64` of word `t / 64` set when thread `t` exited.
-    fn new(ends: Arc<[u32]>, exited: &[u64]) -> Self {
+    fn new(ends: Arc<Vec<u32>>, exited: &[u64]) -> Self {
         Lives {
             ends,
             exited: exited.into(),
@@ -872,7 +872,7 @@ pub struct ModelPass<'t> {
     seen: Vec<u32>,
     /// Where the current segment starts (empty before the first cut): the end of the segment
     /// before it.
-    start: Arc<[u32]>,
+    start: Arc<Vec<u32>>,
     /// Segments handed out so far.
     segments: usize,
     /// Named once, shared by every segment's run.
@@ -1118,7 +1118,8 @@ impl Pass for ModelPass<'_> {
 
     fn finish(mut self) -> Run {
         let earlier = self.earlier_edges();
-        let end: Arc<[u32]> = self.seen.as_slice().into();
+        // The positions themselves, not a copy: the walk takes them back at `resume`.
+        let end = Arc::new(std::mem::take(&mut self.seen));
         let lives = Lives::new(end.clone(), self.pending.exited());
         let marks = self.segment_marks(&end);
         // The threads' end needs their slots (held by the lock sections) before `finish`
@@ -1193,7 +1194,8 @@ impl<'t> ModelPass<'t> {
     /// cut; what crosses the cut stays in the pass.
     fn cut(&mut self) -> Run {
         let earlier = self.earlier_edges();
-        let end: Arc<[u32]> = self.seen.as_slice().into();
+        // The positions themselves, not a copy: the walk takes them back at `resume`.
+        let end = Arc::new(std::mem::take(&mut self.seen));
         let lives = Lives::new(end.clone(), self.pending.exited());
         let carried_here = self.locks.carried;
         let segment = self.locks.cut();
@@ -1227,9 +1229,6 @@ impl<'t> ModelPass<'t> {
         run.thread_names = self.thread_names.clone();
         run.segments_follow = true;
         self.segments += 1;
-        // While the segment is analysed, where the walk stands is the run's end (the next
-        // segment's start): not kept twice ([`ModelPass::resume`]).
-        self.seen = Vec::new();
         run
     }
 
@@ -1240,7 +1239,7 @@ impl<'t> ModelPass<'t> {
 
     /// The marks of the segment that ends here (at `end`): those the walk kept, or where to
     /// read them.
-    fn segment_marks(&mut self, end: &Arc<[u32]>) -> SegmentMarks {
+    fn segment_marks(&mut self, end: &Arc<Vec<u32>>) -> SegmentMarks {
         match &self.marks_source {
             Some(source) if self.race_memory != 0 => SegmentMarks::read_later(
                 source.clone(),
@@ -1248,7 +1247,7 @@ impl<'t> ModelPass<'t> {
                 self.start.clone(),
                 end.clone(),
             ),
-            _ => SegmentMarks::kept(self.marks.cut(&self.seen)),
+            _ => SegmentMarks::kept(self.marks.cut(end)),
         }
     }
 
@@ -1286,7 +1285,7 @@ impl<'t> ModelPass<'t> {
         sites_cache: &mut Option<Arc<HashMap<SiteId, Location>>>,
         names_cache: &mut Option<Arc<HashMap<ObjectId, String>>>,
         annotations: &Annotations,
-        start: Arc<[u32]>,
+        start: Arc<Vec<u32>>,
         segment_index: usize,
         parts: RunParts,
     ) -> Run {
