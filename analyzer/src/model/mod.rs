@@ -167,6 +167,85 @@ impl ThreadModel {
     }
 }
 
+/// The trace's threads by dense index (the trace's order of threads): their ids, as a range
+/// when they are consecutive — a recorder numbers the threads it sees start, so a process that
+/// created 10^5 threads costs nothing here — or listed.
+#[derive(Clone, Debug)]
+pub enum ThreadIds {
+    /// Dense index `t` is id `first + t`.
+    Range {
+        /// The id of the first thread.
+        first: foresight_trace::ThreadId,
+        /// How many threads.
+        count: u32,
+    },
+    /// Dense index `t` is id `ids[t]`.
+    List(Arc<[foresight_trace::ThreadId]>),
+}
+
+impl Default for ThreadIds {
+    fn default() -> Self {
+        ThreadIds::Range { first: 0, count: 0 }
+    }
+}
+
+impl ThreadIds {
+    /// The threads of `threads`, in their order.
+    pub fn of(threads: &[ThreadModel]) -> Self {
+        let consecutive = threads
+            .windows(2)
+            .all(|w| w[0].id.checked_add(1) == Some(w[1].id));
+        match (threads.first(), u32::try_from(threads.len())) {
+            (None, _) => ThreadIds::default(),
+            (Some(first), Ok(count)) if consecutive => ThreadIds::Range {
+                first: first.id,
+                count,
+            },
+            _ => ThreadIds::List(threads.iter().map(|t| t.id).collect()),
+        }
+    }
+
+    /// How many threads.
+    pub fn len(&self) -> usize {
+        match self {
+            ThreadIds::Range { count, .. } => *count as usize,
+            ThreadIds::List(ids) => ids.len(),
+        }
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The id of the thread at dense index `t` (panics past the last, as an index would).
+    pub fn id(&self, t: usize) -> foresight_trace::ThreadId {
+        match self {
+            ThreadIds::Range { first, count } => {
+                assert!(t < *count as usize, "thread {t} of {count}");
+                first + t as u32
+            }
+            ThreadIds::List(ids) => ids[t],
+        }
+    }
+
+    /// The ids, in dense order.
+    pub fn iter(&self) -> impl Iterator<Item = foresight_trace::ThreadId> + '_ {
+        (0..self.len()).map(|t| self.id(t))
+    }
+
+    /// The dense index of the thread of id `id`, if the trace has it.
+    pub fn position(&self, id: foresight_trace::ThreadId) -> Option<usize> {
+        match self {
+            ThreadIds::Range { first, count } => {
+                let t = id.checked_sub(*first)?;
+                (t < *count).then_some(t as usize)
+            }
+            ThreadIds::List(ids) => ids.iter().position(|&x| x == id),
+        }
+    }
+}
+
 /// The names the program gave its threads, for the threads that have one: 8 bytes for each
 /// such thread and each name once, where a name per thread would be a pointer for every
 /// thread of the trace.
@@ -277,7 +356,7 @@ pub struct Run {
     pub(crate) source: String,
     /// The trace's threads, by dense index: one table shared by every segment's run (a
     /// program may have created 10^5 threads).
-    pub threads: Arc<[ThreadModel]>,
+    pub threads: ThreadIds,
     /// The names the program gave them, shared like `threads` ([`Run::thread_name`]).
     pub(crate) thread_names: Arc<ThreadNames>,
     /// The lock objects, by dense lock index.
@@ -495,15 +574,15 @@ impl Run {
     }
 
     pub(crate) fn thread_label(&self, t: u32) -> String {
-        let th = &self.threads[t as usize];
-        format!("thread {} \"{}\"", th.id, self.thread_name(t))
+        let id = self.threads.id(t as usize);
+        format!("thread {id} \"{}\"", self.thread_name(t))
     }
 
     /// Thread `t`'s name in reports: the one the program gave it, or `thread-N`.
     pub fn thread_name(&self, t: u32) -> std::borrow::Cow<'_, str> {
         match self.thread_names.get(t) {
             Some(name) => std::borrow::Cow::Borrowed(name),
-            None => std::borrow::Cow::Owned(format!("thread-{}", self.threads[t as usize].id)),
+            None => std::borrow::Cow::Owned(format!("thread-{}", self.threads.id(t as usize))),
         }
     }
 }
@@ -843,7 +922,7 @@ impl Segmented<'_, '_, '_, '_> {
 pub struct ModelPass<'t> {
     tables: &'t Tables,
     source: String,
-    threads: Arc<[ThreadModel]>,
+    threads: ThreadIds,
     thread_names: Arc<ThreadNames>,
     events: u64,
     hb: HbPass,
@@ -889,7 +968,7 @@ impl<'t> ModelPass<'t> {
             tables,
             source,
             thread_names: Arc::new(ThreadNames::of(tables, &threads)),
-            threads: threads.into(),
+            threads: ThreadIds::of(&threads),
             events,
             hb: HbPass::new(n, EdgeKinds::DEADLOCK),
             annotations: Annotations::new(tables),
@@ -1281,7 +1360,7 @@ impl<'t> ModelPass<'t> {
         tables: &Tables,
         wrappers: &Wrappers,
         source: &str,
-        threads: &Arc<[ThreadModel]>,
+        threads: &ThreadIds,
         sites_cache: &mut Option<Arc<HashMap<SiteId, Location>>>,
         names_cache: &mut Option<Arc<HashMap<ObjectId, String>>>,
         annotations: &Annotations,
@@ -1422,4 +1501,32 @@ fn convert_sites(tables: &Tables, wrappers: &Wrappers) -> HashMap<SiteId, Locati
         .keys()
         .map(|&id| (id, crate::sites::user_location(tables, id, wrappers)))
         .collect()
+}
+
+#[cfg(test)]
+mod thread_ids_tests {
+    use super::{ThreadIds, ThreadModel};
+
+    fn of(ids: &[u32]) -> ThreadIds {
+        let threads: Vec<ThreadModel> = ids.iter().map(|&id| ThreadModel { id }).collect();
+        ThreadIds::of(&threads)
+    }
+
+    #[test]
+    fn consecutive_ids_are_a_range_and_others_a_list_with_the_same_answers() {
+        let range = of(&[5, 6, 7]);
+        assert!(matches!(range, ThreadIds::Range { first: 5, count: 3 }));
+        let list = of(&[5, 7, 9]);
+        assert!(matches!(list, ThreadIds::List(_)));
+        for (ids, t) in [(&range, [5, 6, 7]), (&list, [5, 7, 9])] {
+            assert_eq!(ids.len(), 3);
+            assert_eq!(ids.iter().collect::<Vec<_>>(), t);
+            assert_eq!(ids.id(1), t[1]);
+            assert_eq!(ids.position(t[2]), Some(2));
+            assert_eq!(ids.position(4), None);
+            assert_eq!(ids.position(100), None);
+        }
+        assert!(of(&[]).is_empty());
+        assert_eq!(of(&[u32::MAX]).id(0), u32::MAX);
+    }
 }

@@ -15,7 +15,7 @@ use foresight_trace::tables::Tables;
 use foresight_trace::tables::{EndReason, RecordingStopped, ThreadEndState};
 
 use super::live::{Alive, BySlot};
-use super::{Mode, ThreadModel};
+use super::{Mode, ThreadIds};
 use crate::stream::{Op, StreamEvent};
 
 /// Blocking calls kept open per thread (a signal handler inside a wait inside a handler…).
@@ -262,14 +262,14 @@ impl PendingCalls {
         self,
         alive: &Alive,
         tables: &Tables,
-        threads: &[ThreadModel],
+        threads: &ThreadIds,
         reason: Option<EndReason>,
         process: Option<(u32, u64)>,
     ) -> RunEnd {
         RunEnd {
             states: threads
                 .iter()
-                .map(|t| tables.thread_ends.get(&t.id).copied())
+                .map(|id| tables.thread_ends.get(&id).copied())
                 .collect(),
             pending: (0..alive.threads())
                 .map(|t| {
