@@ -308,7 +308,7 @@ mod tests {
         let trace = Trace::from_bytes("t.trace", b.finish()).unwrap();
         let run = build_run(&trace, &mut |_| {});
         let pairs = |thread: ThreadId, held: ObjectId| -> Vec<(u32, u32)> {
-            let dense = run.threads.iter().position(|x| x.id == thread).unwrap() as u32;
+            let dense = run.threads.position(thread).unwrap() as u32;
             run.acquisitions
                 .iter()
                 .enumerate()

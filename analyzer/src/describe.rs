@@ -31,10 +31,9 @@ pub(crate) fn lock(run: &Run, l: u32) -> LockRef {
 /// The run's thread `t` (its index in the run) as findings refer to it: the boundary where
 /// the model's index becomes the trace's id.
 pub(crate) fn thread(run: &Run, t: u32) -> ThreadRef {
-    let th = &run.threads[t as usize];
     ThreadRef {
-        id: ThreadId(th.id),
-        name: Some(th.name().into_owned()),
+        id: ThreadId(run.threads.id(t as usize)),
+        name: Some(run.thread_name(t).into_owned()),
     }
 }
 
@@ -139,7 +138,7 @@ pub(crate) fn earlier_edge_report(run: &Run, graph: &LockOrderGraph, index: u32)
 
 /// A thread by its trace id, which may have no events in the window.
 fn earlier_thread(run: &Run, id: foresight_trace::event::ThreadId) -> ThreadRef {
-    match run.threads.iter().position(|t| t.id == id) {
+    match run.threads.position(id) {
         Some(t) => thread(run, t as u32),
         None => ThreadRef {
             id: ThreadId(id),
@@ -270,7 +269,7 @@ pub(crate) fn witness_threads(
     }
     if whole.len() > LISTED_WHOLE_THREADS {
         let events = whole.iter().map(|&t| u64::from(frontier[t as usize])).sum();
-        let ids = whole.iter().map(|&t| run.threads[t as usize].id).collect();
+        let ids = whole.iter().map(|&t| run.threads.id(t as usize)).collect();
         let threads = listed.into_iter().map(|(_, w)| w).collect();
         return (threads, Some(WitnessOthers::of(ids, events)));
     }

@@ -490,7 +490,7 @@ fn stream_run(
 ) -> (Run, Vec<Problem>) {
     let tables = stream.tables();
     let stream_walk = Stream::of_stream(stream);
-    let threads = ThreadModel::named(tables, stream.threads().map(|id| (id, 0)));
+    let threads = ThreadModel::of_ids(stream.threads());
     // The trailer says how many events to expect when the recording ended cleanly.
     let expected = stream.trailer().map(|t| t.events);
     let mut monitors = MonitorScan::default();
@@ -548,7 +548,7 @@ fn stream_run(
     let replay = || -> Box<dyn Iterator<Item = (ThreadId, usize, EventKind)> + '_> {
         Box::new(stream.merged().map(|e| (e.thread, e.index, e.event.kind)))
     };
-    let mut run = foresight_analyzer::model::walk(
+    let run = foresight_analyzer::model::walk(
         &stream_walk,
         model,
         Runs(&mut merged),
@@ -559,18 +559,6 @@ fn stream_run(
     );
     if let Some(b) = bar {
         b.finish_and_clear();
-    }
-    // The run's threads are the stream's, in the same order (by id), as are the summaries:
-    // one pass over both, not a map of 10^5 threads.
-    // The walk is over: no segment's run shares the table any more, so it is not copied.
-    let mut threads = std::sync::Arc::make_mut(&mut run.threads)
-        .iter_mut()
-        .peekable();
-    for s in merged.thread_summaries() {
-        while threads.next_if(|t| t.id < s.thread).is_some() {}
-        if let Some(t) = threads.next_if(|t| t.id == s.thread) {
-            t.len = s.events.min(u32::MAX as u64) as u32;
-        }
     }
     (run, merged.problems())
 }

@@ -1,97 +1,121 @@
 //! Per-thread state for the threads alive. A program that creates a thread per request has
 //! created 10^5 threads by the end while 8 ran at once: a table with an entry per thread ever
-//! created costs its entry size for each, one that hands a thread's entry on once the thread
-//! exited costs 4 bytes for each and an entry per thread alive.
+//! created costs its entry size for each. The model's tables are kept by *slot* instead: a
+//! dense index of the threads alive, handed out at a thread's first event and taken back once
+//! it exited holding no lock and waiting for none (no later event of the trace needs its
+//! state: a join names the thread it waits for, but reads none of these tables). One index
+//! ([`Alive`], 4 bytes per thread ever created) serves every table, each of which holds an
+//! entry per slot ([`BySlot`]).
 
-/// An entry per thread that has one, made at the thread's first use and handed on to a later
-/// thread when [`Live::release`]d (its value reset, its room kept).
+/// Which slot each thread holds, if any.
 #[derive(Debug)]
-pub(super) struct Live<T> {
-    /// Per thread ever created (dense index): where its entry is, or [`NONE`].
+pub(crate) struct Alive {
+    /// Per thread ever created (dense index): its slot, or [`NONE`].
     at: Vec<u32>,
-    entries: Vec<T>,
-    /// Entries released, for the next thread that needs one.
+    /// Slots given back, for the next thread that starts.
     free: Vec<u32>,
+    /// Slots handed out so far.
+    slots: u32,
 }
 
 const NONE: u32 = u32::MAX;
 
-impl<T: Default> Live<T> {
-    /// A table for `threads` threads, none with an entry yet.
+impl Alive {
+    /// An index for `threads` threads, none with a slot yet.
     pub fn new(threads: usize) -> Self {
-        Live {
+        Alive {
             at: vec![NONE; threads],
-            entries: Vec::new(),
             free: Vec::new(),
+            slots: 0,
         }
     }
 
-    /// How many threads the table is for.
+    /// How many threads the index is for.
     pub fn threads(&self) -> usize {
         self.at.len()
     }
 
-    /// The entry of thread `t`, if it has one.
-    #[inline]
-    pub fn get(&self, t: usize) -> Option<&T> {
+    /// Thread `t`'s slot, handed out now if it has none.
+    #[inline(always)]
+    pub fn slot(&mut self, t: usize) -> usize {
         match self.at[t] {
-            NONE => None,
-            i => Some(&self.entries[i as usize]),
+            NONE => self.hand_out(t),
+            s => s as usize,
         }
     }
 
-    /// The entry of thread `t`, made (as `T::default()`) if it has none.
+    /// Thread `t`'s slot, if it holds one.
     #[inline]
-    pub fn get_mut(&mut self, t: usize) -> &mut T {
-        match self.at[t] {
-            NONE => self.make(t),
-            i => &mut self.entries[i as usize],
-        }
-    }
-
-    /// The entry of thread `t` to change, if it has one.
-    #[inline]
-    pub fn get_mut_if_any(&mut self, t: usize) -> Option<&mut T> {
-        match self.at[t] {
-            NONE => None,
-            i => Some(&mut self.entries[i as usize]),
+    pub fn get(&self, t: usize) -> Option<usize> {
+        match self.at.get(t) {
+            Some(&NONE) | None => None,
+            Some(&s) => Some(s as usize),
         }
     }
 
     #[cold]
     #[inline(never)]
-    fn make(&mut self, t: usize) -> &mut T {
-        let i = match self.free.pop() {
-            Some(i) => i,
-            None => {
-                self.entries.push(T::default());
-                (self.entries.len() - 1) as u32
-            }
-        };
-        self.at[t] = i;
-        &mut self.entries[i as usize]
+    fn hand_out(&mut self, t: usize) -> usize {
+        let s = self.free.pop().unwrap_or_else(|| {
+            self.slots += 1;
+            self.slots - 1
+        });
+        self.at[t] = s;
+        s as usize
     }
 
-    /// Thread `t` needs its entry no more: `reset` makes it as new (keeping its room) and it
-    /// goes to the next thread that needs one.
-    pub fn release(&mut self, t: usize, reset: impl FnOnce(&mut T)) {
-        let i = self.at[t];
-        if i == NONE {
-            return;
+    /// Thread `t` needs its slot no more; the tables keyed by slot must have reset its
+    /// entries, which go to the next thread that starts.
+    pub fn release(&mut self, t: usize) {
+        let s = self.at[t];
+        if s != NONE {
+            self.at[t] = NONE;
+            self.free.push(s);
         }
-        reset(&mut self.entries[i as usize]);
-        self.at[t] = NONE;
-        self.free.push(i);
+    }
+}
+
+/// A table of one entry per slot of an [`Alive`] index, made (as `T::default()`) when first
+/// asked for.
+#[derive(Debug, Default)]
+pub(crate) struct BySlot<T>(Vec<T>);
+
+impl<T: Default> BySlot<T> {
+    /// The entry of slot `s`, if it was made.
+    #[inline]
+    pub fn get(&self, s: usize) -> Option<&T> {
+        self.0.get(s)
     }
 
-    /// Every entry, those released included (as reset).
+    /// The entry of slot `s`, made if it was not.
+    #[inline(always)]
+    pub fn get_mut(&mut self, s: usize) -> &mut T {
+        if s >= self.0.len() {
+            self.grow(s);
+        }
+        &mut self.0[s]
+    }
+
+    /// The entry of slot `s` to change, if it was made.
+    #[inline]
+    pub fn get_mut_if_any(&mut self, s: usize) -> Option<&mut T> {
+        self.0.get_mut(s)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn grow(&mut self, s: usize) {
+        self.0.resize_with(s + 1, T::default);
+    }
+
+    /// Every entry, those of slots given back included (as reset).
     pub fn entries_mut(&mut self) -> impl Iterator<Item = &mut T> {
-        self.entries.iter_mut()
+        self.0.iter_mut()
     }
 
-    /// Every entry, those released included (as reset).
+    /// Every entry, those of slots given back included (as reset).
     pub fn entries(&self) -> impl Iterator<Item = &T> {
-        self.entries.iter()
+        self.0.iter()
     }
 }
 
@@ -100,27 +124,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_entry_released_goes_to_the_next_thread_reset() {
-        let mut live: Live<Vec<u32>> = Live::new(4);
-        assert!(live.get(0).is_none());
-        live.get_mut(0).push(7);
-        live.get_mut(1).push(8);
-        assert_eq!(live.get(0).map(Vec::as_slice), Some(&[7][..]));
-        live.release(0, Vec::clear);
-        assert!(live.get(0).is_none());
-        assert!(
-            live.get_mut(2).is_empty(),
-            "a released entry comes back reset"
-        );
-        live.get_mut(2).push(9);
+    fn a_slot_given_back_goes_to_the_next_thread() {
+        let mut alive = Alive::new(4);
+        let mut held: BySlot<Vec<u32>> = BySlot::default();
+        assert_eq!(alive.get(0), None);
+        let s0 = alive.slot(0);
+        held.get_mut(s0).push(7);
+        let s1 = alive.slot(1);
+        held.get_mut(s1).push(8);
+        assert_ne!(s0, s1);
+        assert_eq!(alive.slot(0), s0, "a thread keeps its slot");
+        held.get_mut(s0).clear();
+        alive.release(0);
+        assert_eq!(alive.get(0), None);
+        let s2 = alive.slot(2);
+        assert_eq!(s2, s0, "the slot given back is handed on");
+        assert!(held.get_mut(s2).is_empty());
+        assert_eq!(held.entries().count(), 2, "two slots for three threads");
+        assert_eq!(held.get(s1).map(Vec::as_slice), Some(&[8][..]));
+        alive.release(3);
+        assert_eq!(alive.threads(), 4);
         assert_eq!(
-            live.entries().count(),
-            2,
-            "the released entry was handed on"
+            alive.get(9),
+            None,
+            "a thread the index is not for holds none"
         );
-        assert_eq!(live.get(1).map(Vec::as_slice), Some(&[8][..]));
-        assert_eq!(live.get(2).map(Vec::as_slice), Some(&[9][..]));
-        live.release(3, Vec::clear);
-        assert_eq!(live.threads(), 4);
     }
 }

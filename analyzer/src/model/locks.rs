@@ -19,7 +19,7 @@ use foresight_trace::tables::Tables;
 
 use super::annotations::Annotations;
 use super::heap::HeapBlocks;
-use super::live::Live;
+use super::live::{Alive, BySlot};
 use super::{AcquireHow, Acquisition, IndexMap, LockModel, Mode, RankViolation, ReadRecursion};
 use crate::stream::{Op, StreamEvent};
 
@@ -106,11 +106,14 @@ pub(super) struct LockSections<'t> {
     pairs: PairLists,
     pub read_recursions: Vec<ReadRecursion>,
     pub rank_violations: Vec<RankViolation>,
-    /// Per thread alive: the locks it holds, outermost first.
-    held: Live<Vec<HeldEntry>>,
-    /// Per thread alive: its lock request waiting for an outcome, and the site of its last
+    /// The slot of each thread alive, by which the two tables below (and the pending calls',
+    /// `pending.rs`) keep it.
+    pub alive: Alive,
+    /// Per slot: the locks its thread holds, outermost first.
+    held: BySlot<Vec<HeldEntry>>,
+    /// Per slot: its thread's lock request waiting for an outcome, and the site of its last
     /// condition wait.
-    requests: Live<Request>,
+    requests: BySlot<Request>,
     /// The first acquisitions of this segment, open at its start (`cut`).
     pub carried: u32,
     /// Locks known to be monitors before the walk (`monitors.rs`).
@@ -140,8 +143,9 @@ impl<'t> LockSections<'t> {
             pairs: PairLists::default(),
             read_recursions: Vec::new(),
             rank_violations: Vec::new(),
-            held: Live::new(threads),
-            requests: Live::new(threads),
+            alive: Alive::new(threads),
+            held: BySlot::default(),
+            requests: BySlot::default(),
             carried: 0,
             known_monitors: Default::default(),
         }
@@ -152,14 +156,21 @@ impl<'t> LockSections<'t> {
         self.index.get(object)
     }
 
+    /// One event of the thread in slot `s`.
     #[inline]
-    pub fn handle(&mut self, ev: &StreamEvent, annotations: &Annotations, heap: &HeapBlocks) {
+    pub fn handle(
+        &mut self,
+        ev: &StreamEvent,
+        s: usize,
+        annotations: &Annotations,
+        heap: &HeapBlocks,
+    ) {
         let (t, pos, seq) = (ev.thread, ev.pos, ev.seq);
         match ev.op {
-            Op::LockRequest { lock, mode, site } => self.lock_request(t, lock, mode, site, pos),
-            Op::LockFailed { .. } => self.requests.get_mut(t as usize).pending = None,
+            Op::LockRequest { lock, mode, site } => self.lock_request(s, lock, mode, site, pos),
+            Op::LockFailed { .. } => self.requests.get_mut(s).pending = None,
             Op::LockAcquired { lock, mode } => {
-                self.lock_acquired(t, lock, mode, pos, seq, annotations, heap)
+                self.lock_acquired(t, s, lock, mode, pos, seq, annotations, heap)
             }
             Op::LockTry {
                 lock,
@@ -168,21 +179,22 @@ impl<'t> LockSections<'t> {
                 acquired: true,
             } => {
                 let l = self.lock_of(lock, annotations, heap);
-                self.acquire(t, l, mode, AcquireHow::Try, pos, pos, seq, site);
+                self.acquire(t, s, l, mode, AcquireHow::Try, pos, pos, seq, site);
             }
-            Op::LockRelease { lock, .. } => self.lock_released(t, lock, pos),
+            Op::LockRelease { lock, .. } => self.lock_released(s, lock, pos),
             Op::CondWaitBegin { mutex, site, .. } => {
-                self.requests.get_mut(t as usize).cond_site = site;
+                self.requests.get_mut(s).cond_site = site;
                 if let Some(l) = self.index(mutex) {
                     self.locks[l as usize].monitor = true;
-                    self.release(t, l, pos);
+                    self.release(s, l, pos);
                 }
             }
             Op::CondWaitEnd { mutex, .. } => {
                 let l = self.lock_of(mutex, annotations, heap);
-                let site = self.requests.get(t as usize).map_or(0, |r| r.cond_site);
+                let site = self.requests.get(s).map_or(0, |r| r.cond_site);
                 self.acquire(
                     t,
+                    s,
                     l,
                     Mode::Write,
                     AcquireHow::CondReacquire,
@@ -193,31 +205,31 @@ impl<'t> LockSections<'t> {
                 );
             }
             Op::CondSignal { .. } => {
-                if let Some(h) = self.held.get(t as usize).and_then(|h| h.last()) {
+                if let Some(h) = self.held.get(s).and_then(|h| h.last()) {
                     self.locks[h.lock as usize].monitor = true;
                 }
             }
-            // A thread that exited holding nothing and waiting for nothing lets its room go
+            // A thread that exited holding nothing and waiting for nothing lets its slot go
             // to a later thread: memory follows the threads alive, not those created over the
             // program's life. (A lock it still holds is released by no one; a request still
-            // waiting is the walk's end's.)
+            // waiting is the walk's end's: such a thread keeps its slot.)
             Op::ThreadExit => {
-                let t = t as usize;
-                if self.held.get(t).is_some_and(Vec::is_empty) {
-                    self.held.release(t, Vec::clear);
-                }
-                if self.requests.get(t).is_some_and(|r| r.pending.is_none()) {
-                    self.requests.release(t, |r| *r = Request::default());
+                let idle = self.held.get(s).is_none_or(Vec::is_empty)
+                    && self.requests.get(s).is_none_or(|r| r.pending.is_none());
+                if idle {
+                    self.held.get_mut(s).clear();
+                    *self.requests.get_mut(s) = Request::default();
+                    self.alive.release(t as usize);
                 }
             }
             _ => {}
         }
     }
 
-    /// A lock request: what [`LockSections::handle`] does with one.
+    /// A lock request of the thread in slot `s`: what [`LockSections::handle`] does with one.
     #[inline(always)]
-    pub fn lock_request(&mut self, t: u32, lock: ObjectId, mode: Mode, site: SiteId, pos: u32) {
-        let r = self.requests.get_mut(t as usize);
+    pub fn lock_request(&mut self, s: usize, lock: ObjectId, mode: Mode, site: SiteId, pos: u32) {
+        let r = self.requests.get_mut(s);
         r.pending = Some((lock, pos));
         r.site = site;
         r.mode = mode;
@@ -229,6 +241,7 @@ impl<'t> LockSections<'t> {
     pub fn lock_acquired(
         &mut self,
         t: u32,
+        s: usize,
         lock: ObjectId,
         mode: Mode,
         pos: u32,
@@ -236,34 +249,33 @@ impl<'t> LockSections<'t> {
         annotations: &Annotations,
         heap: &HeapBlocks,
     ) {
-        let r = self.requests.get_mut(t as usize);
+        let r = self.requests.get_mut(s);
         let site = r.site;
         let request = match r.pending.take() {
             Some((l, p)) if l == lock => p,
             _ => pos,
         };
         let l = self.lock_of(lock, annotations, heap);
-        self.acquire(t, l, mode, AcquireHow::Blocking, request, pos, seq, site);
+        self.acquire(t, s, l, mode, AcquireHow::Blocking, request, pos, seq, site);
     }
 
-    /// A lock released: what [`LockSections::handle`] does with one.
+    /// A lock released by the thread in slot `s`: what [`LockSections::handle`] does with one.
     #[inline(always)]
-    pub fn lock_released(&mut self, t: u32, lock: ObjectId, pos: u32) {
+    pub fn lock_released(&mut self, s: usize, lock: ObjectId, pos: u32) {
         if let Some(l) = self.index(lock) {
-            self.release(t, l, pos);
+            self.release(s, l, pos);
         }
     }
 
     /// Copies the thread's held acquisitions (outermost first) into the pool.
     pub fn push_held(&mut self, thread: u32) -> std::ops::Range<u32> {
         let start = self.held_pool.len() as u32;
-        self.held_pool.extend(
-            self.held
-                .get(thread as usize)
-                .into_iter()
-                .flatten()
-                .map(|h| h.acq),
-        );
+        let held = self
+            .alive
+            .get(thread as usize)
+            .and_then(|s| self.held.get(s));
+        self.held_pool
+            .extend(held.into_iter().flatten().map(|h| h.acq));
         start..self.held_pool.len() as u32
     }
 
@@ -317,6 +329,7 @@ impl<'t> LockSections<'t> {
     fn acquire(
         &mut self,
         thread: u32,
+        slot: usize,
         lock: u32,
         mode: Mode,
         how: AcquireHow,
@@ -325,7 +338,7 @@ impl<'t> LockSections<'t> {
         seq: u64,
         site: SiteId,
     ) {
-        let held = self.held.get_mut(thread as usize);
+        let held = self.held.get_mut(slot);
         if let Some(h) = held.iter_mut().find(|h| h.lock == lock) {
             // Re-acquired while held: a recursive mutex, or a recursive read of an rwlock. Only
             // the outermost acquisition is a critical section.
@@ -393,8 +406,8 @@ impl<'t> LockSections<'t> {
     }
 
     #[inline(always)]
-    fn release(&mut self, thread: u32, lock: u32, pos: u32) {
-        let held = self.held.get_mut(thread as usize);
+    fn release(&mut self, slot: usize, lock: u32, pos: u32) {
+        let held = self.held.get_mut(slot);
         let Some(i) = held.iter().rposition(|h| h.lock == lock) else {
             return;
         };
@@ -445,11 +458,10 @@ impl<'t> LockSections<'t> {
     /// lock after their release; a release without its acquire in the segment finds them. The
     /// lock table, held stacks and pending requests go on.
     pub fn cut(&mut self) -> SegmentLocks {
-        let threads = self.held.threads();
         let mut open: Vec<u32> = self.held.entries().flatten().map(|h| h.acq).collect();
         open.sort_unstable();
         let acquisitions = std::mem::take(&mut self.acquisitions);
-        let lists = self.pairs.take(threads);
+        let lists = self.pairs.take();
         let segment = SegmentLocks {
             lock_threads: std::mem::replace(
                 &mut self.lock_threads,
@@ -497,19 +509,23 @@ impl<'t> LockSections<'t> {
     }
 
     pub fn finish(mut self, annotations: &Annotations, heap: &HeapBlocks, events: u64) -> Self {
-        for t in 0..self.requests.threads() {
+        for t in 0..self.alive.threads() {
+            let Some(s) = self.alive.get(t) else {
+                continue;
+            };
             let Some(&Request {
                 pending: Some((lock, request)),
                 mode,
                 site,
                 ..
-            }) = self.requests.get(t)
+            }) = self.requests.get(s)
             else {
                 continue;
             };
             let l = self.lock_of(lock, annotations, heap);
             self.acquire(
                 t as u32,
+                s,
                 l,
                 mode,
                 AcquireHow::Blocking,
@@ -519,7 +535,7 @@ impl<'t> LockSections<'t> {
                 site,
             );
         }
-        self.lists = self.pairs.take(self.requests.threads());
+        self.lists = self.pairs.take();
         self
     }
 }
@@ -532,10 +548,10 @@ struct PairLists {
     index: IndexMap<(u32, u32), u32>,
     /// Per lock (dense index): the thread that acquired it last and their pair's number.
     last: Vec<(u32, u32)>,
-    /// Per pair: its acquisitions noted so far.
+    /// Per pair: its acquisitions noted so far. (Nothing is counted by thread: a table by
+    /// thread would have an entry for every thread of the trace in every segment; a thread's
+    /// acquisitions are those of its pairs.)
     pair_counts: Vec<u32>,
-    /// Per thread: its acquisitions noted so far.
-    thread_counts: Vec<u32>,
 }
 
 impl PairLists {
@@ -543,19 +559,13 @@ impl PairLists {
     /// thread's first acquisition of the lock in the segment) and its number.
     #[inline(always)]
     fn push(&mut self, thread: u32, lock: u32) -> (bool, u32) {
-        let pair = match self.last.get(lock as usize) {
+        match self.last.get(lock as usize) {
             Some(&(t, pair)) if t == thread => {
                 self.pair_counts[pair as usize] += 1;
                 (false, pair)
             }
             _ => self.push_looked_up(thread, lock),
-        };
-        let t = thread as usize;
-        if self.thread_counts.len() <= t {
-            self.thread_counts.resize(t + 1, 0);
         }
-        self.thread_counts[t] += 1;
-        pair
     }
 
     #[inline(never)]
@@ -578,16 +588,13 @@ impl PairLists {
         (new, pair)
     }
 
-    /// What the lists of the acquisitions noted since the last take (by thread, of `threads`,
-    /// and by pair) are made from; starts afresh.
-    fn take(&mut self, threads: usize) -> AcquisitionLists {
+    /// What the lists of the acquisitions noted since the last take (by thread and by pair)
+    /// are made from; starts afresh.
+    fn take(&mut self) -> AcquisitionLists {
         self.last.clear();
-        let mut thread_counts = std::mem::take(&mut self.thread_counts);
-        thread_counts.resize(threads.max(thread_counts.len()), 0);
         AcquisitionLists {
             pairs: std::mem::take(&mut self.index),
             pair_counts: std::mem::take(&mut self.pair_counts),
-            thread_counts,
             built: std::sync::OnceLock::new(),
         }
     }
@@ -618,13 +625,14 @@ pub(crate) struct AcquisitionLists {
     /// (thread, lock) → its pair number.
     pairs: IndexMap<(u32, u32), u32>,
     pair_counts: Vec<u32>,
-    thread_counts: Vec<u32>,
     built: std::sync::OnceLock<BuiltLists>,
 }
 
 /// Every list in one vector per grouping, and where each group starts (one more at the end).
 #[derive(Debug, Default)]
 struct BuiltLists {
+    /// The threads with acquisitions in the segment, ascending: the groups of `by_thread`.
+    threads: Vec<u32>,
     thread_starts: Vec<u32>,
     by_thread: Vec<u32>,
     pair_starts: Vec<u32>,
@@ -634,17 +642,34 @@ struct BuiltLists {
 impl AcquisitionLists {
     fn built(&self, acquisitions: &[Acquisition]) -> &BuiltLists {
         self.built.get_or_init(|| {
-            let mut thread_counts = self.thread_counts.clone();
-            // A run put together by hand (tests) noted nothing: count its acquisitions here.
-            if thread_counts.iter().map(|&c| c as usize).sum::<usize>() != acquisitions.len() {
-                thread_counts.clear();
-                for a in acquisitions {
-                    let t = a.thread as usize;
-                    if thread_counts.len() <= t {
-                        thread_counts.resize(t + 1, 0);
-                    }
-                    thread_counts[t] += 1;
+            // The pairs' numbers hold when the walk noted every acquisition; a run put
+            // together by hand (tests) noted none, and its threads are read from the
+            // acquisitions themselves.
+            let noted =
+                self.pair_counts.iter().map(|&c| c as usize).sum::<usize>() == acquisitions.len();
+            let mut threads: Vec<u32> = if noted {
+                self.pairs.keys().map(|&(t, _)| t).collect()
+            } else {
+                acquisitions.iter().map(|a| a.thread).collect()
+            };
+            threads.sort_unstable();
+            threads.dedup();
+            let ordinal = |t: u32| threads.binary_search(&t).unwrap_or(0);
+            // Each pair's thread, by its place in `threads`: one look-up per pair, not per
+            // acquisition.
+            let mut pair_thread = vec![0u32; if noted { self.pair_counts.len() } else { 0 }];
+            for (&(t, _), &p) in &self.pairs {
+                if let Some(o) = pair_thread.get_mut(p as usize) {
+                    *o = ordinal(t) as u32;
                 }
+            }
+            let thread_of = |a: &Acquisition| match pair_thread.get(a.pair as usize) {
+                Some(&o) if noted => o as usize,
+                _ => ordinal(a.thread),
+            };
+            let mut thread_counts = vec![0u32; threads.len()];
+            for a in acquisitions {
+                thread_counts[thread_of(a)] += 1;
             }
             let mut pair_next = starts_of(self.pair_counts.clone());
             let mut thread_next = starts_of(thread_counts);
@@ -659,11 +684,12 @@ impl AcquisitionLists {
                         *at += 1;
                     }
                 }
-                let at = &mut thread_next[a.thread as usize];
+                let at = &mut thread_next[thread_of(a)];
                 by_thread[*at as usize] = i as u32;
                 *at += 1;
             }
             BuiltLists {
+                threads,
                 thread_starts,
                 by_thread,
                 pair_starts,
@@ -676,7 +702,10 @@ impl AcquisitionLists {
     /// program order.
     pub(crate) fn of_thread<'a>(&'a self, acquisitions: &[Acquisition], t: usize) -> &'a [u32] {
         let b = self.built(acquisitions);
-        match (b.thread_starts.get(t), b.thread_starts.get(t + 1)) {
+        let Ok(o) = u32::try_from(t).map_or(Err(0), |t| b.threads.binary_search(&t)) else {
+            return &[];
+        };
+        match (b.thread_starts.get(o), b.thread_starts.get(o + 1)) {
             (Some(&s), Some(&e)) => &b.by_thread[s as usize..e as usize],
             _ => &[],
         }
@@ -707,6 +736,45 @@ fn higher_rank(a: Option<(u32, u32)>, b: Option<(u32, u32)>) -> Option<(u32, u32
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn acquisition(thread: u32, lock: u32, pair: u32) -> Acquisition {
+        Acquisition {
+            thread,
+            lock,
+            mode: Mode::Write,
+            how: AcquireHow::Blocking,
+            request: 0,
+            acquired: 0,
+            release: None,
+            seq: 0,
+            site: 0,
+            held: 0..0,
+            subclass: 0,
+            pair,
+        }
+    }
+
+    #[test]
+    fn a_threads_acquisitions_are_grouped_from_its_pairs_whatever_its_index() {
+        let mut pairs = PairLists::default();
+        let mut acquisitions = Vec::new();
+        for (thread, lock) in [(70_000, 0), (3, 0), (70_000, 1), (70_000, 0), (3, 1)] {
+            let (_, pair) = pairs.push(thread, lock);
+            acquisitions.push(acquisition(thread, lock, pair));
+        }
+        let lists = pairs.take();
+        assert_eq!(lists.of_thread(&acquisitions, 70_000), &[0, 2, 3]);
+        assert_eq!(lists.of_thread(&acquisitions, 3), &[1, 4]);
+        assert!(lists.of_thread(&acquisitions, 4).is_empty());
+        assert!(lists.of_thread(&acquisitions, usize::MAX).is_empty());
+        assert_eq!(lists.of_pair(&acquisitions, 70_000, 0), Some(&[0, 3][..]));
+        assert_eq!(lists.of_pair(&acquisitions, 3, 1), Some(&[4][..]));
+        assert_eq!(lists.of_pair(&acquisitions, 3, 2), None);
+        // A run put together by hand noted nothing: its threads come from its acquisitions.
+        let by_hand = AcquisitionLists::default();
+        assert_eq!(by_hand.of_thread(&acquisitions, 70_000), &[0, 2, 3]);
+        assert_eq!(by_hand.of_thread(&acquisitions, 3), &[1, 4]);
+    }
 
     #[test]
     fn lock_ids_small_and_huge_find_their_index() {

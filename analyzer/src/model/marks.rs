@@ -24,7 +24,6 @@ use std::sync::{Arc, OnceLock};
 use foresight_trace::event::{AtomicOp, EventKind, WaitOutcome};
 use foresight_trace::ThreadId;
 
-use crate::model::ThreadModel;
 use crate::stream::{Op, StreamEvent};
 
 /// Accesses of a segment whose bytes are kept (24 bytes each); past it only the marks are,
@@ -371,11 +370,11 @@ pub(crate) struct SegmentMarks {
 struct Later {
     source: Arc<dyn MarksSource>,
     /// The walk's dense threads (the table every segment's run shares).
-    threads: Arc<[ThreadModel]>,
+    threads: crate::model::ThreadIds,
     /// Per dense thread, where the segment starts (empty: at 0) and ends: the tables the
     /// segment's run and its neighbours share.
-    start: Arc<[u32]>,
-    end: Arc<[u32]>,
+    start: Arc<Vec<u32>>,
+    end: Arc<Vec<u32>>,
 }
 
 impl std::fmt::Debug for SegmentMarks {
@@ -400,9 +399,9 @@ impl SegmentMarks {
     /// `source` when first asked for.
     pub(crate) fn read_later(
         source: Arc<dyn MarksSource>,
-        threads: Arc<[ThreadModel]>,
-        start: Arc<[u32]>,
-        end: Arc<[u32]>,
+        threads: crate::model::ThreadIds,
+        start: Arc<Vec<u32>>,
+        end: Arc<Vec<u32>>,
     ) -> Self {
         SegmentMarks {
             marks: OnceLock::new(),
@@ -427,7 +426,7 @@ impl SegmentMarks {
 impl Later {
     fn read(&self) -> AccessMarks {
         let mut marks = AccessMarks::new(self.threads.len(), &self.start);
-        for (t, id) in self.threads.iter().map(|th| th.id).enumerate() {
+        for (t, id) in self.threads.iter().enumerate() {
             let from = self.start.get(t).copied().unwrap_or(0);
             let to = self.end.get(t).copied().unwrap_or(0);
             if from >= to {
@@ -458,14 +457,12 @@ mod tests {
     use crate::stream::{BarrierGenerations, Stream};
 
     /// The walk's thread table for threads `ids`, unnamed.
-    fn unnamed(ids: &[ThreadId]) -> Arc<[ThreadModel]> {
-        ids.iter()
-            .map(|&id| ThreadModel {
-                id,
-                given_name: None,
-                len: 0,
-            })
-            .collect()
+    fn unnamed(ids: &[ThreadId]) -> crate::model::ThreadIds {
+        let threads: Vec<crate::model::ThreadModel> = ids
+            .iter()
+            .map(|&id| crate::model::ThreadModel { id })
+            .collect();
+        crate::model::ThreadIds::of(&threads)
     }
     use foresight_trace::event::{LockMode, MemoryOrder};
 

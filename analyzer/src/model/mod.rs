@@ -46,7 +46,7 @@ use crate::stream::{mode_of, EventSource, Mode, Op, Pass, Stream, StreamEvent};
 mod annotations;
 mod blocking;
 mod heap;
-mod live;
+pub(crate) mod live;
 mod locks;
 mod marks;
 mod monitors;
@@ -150,53 +150,144 @@ pub(crate) struct RankViolation {
     pub(crate) rank: u32,
 }
 
-/// A thread of the trace, at its dense index (the trace's order of threads): 16 bytes and
-/// no name of its own (a process may have created 10^5 threads, most of them with no name
-/// or one that many share).
+/// A thread of the trace, at its dense index (the trace's order of threads): its id, 4
+/// bytes, its name kept apart ([`ThreadNames`]: a process may have created 10^5 threads,
+/// most of them with no name or one that many share).
 #[derive(Clone, Debug)]
 pub struct ThreadModel {
     /// The trace's id of the thread.
     pub id: foresight_trace::ThreadId,
-    /// The name the program gave it, shared by every thread of that name; see
-    /// [`ThreadModel::name`] (one pointer: an `Arc<str>` would be two).
-    pub given_name: Option<Arc<String>>,
-    /// Events the trace recorded for it (0 when the model was built from a stream).
-    pub len: u32,
 }
 
 impl ThreadModel {
-    /// Its name in reports: the one the program gave it, or `thread-N`.
-    pub fn name(&self) -> std::borrow::Cow<'_, str> {
-        match &self.given_name {
-            Some(name) => std::borrow::Cow::Borrowed(name.as_str()),
-            None => std::borrow::Cow::Owned(format!("thread-{}", self.id)),
+    /// The threads of these ids; the model names them from the trace's tables
+    /// ([`ThreadNames`]).
+    pub fn of_ids(ids: impl Iterator<Item = foresight_trace::ThreadId>) -> Vec<Self> {
+        ids.map(|id| ThreadModel { id }).collect()
+    }
+}
+
+/// The trace's threads by dense index (the trace's order of threads): their ids, as a range
+/// when they are consecutive — a recorder numbers the threads it sees start, so a process that
+/// created 10^5 threads costs nothing here — or listed.
+#[derive(Clone, Debug)]
+pub enum ThreadIds {
+    /// Dense index `t` is id `first + t`.
+    Range {
+        /// The id of the first thread.
+        first: foresight_trace::ThreadId,
+        /// How many threads.
+        count: u32,
+    },
+    /// Dense index `t` is id `ids[t]`.
+    List(Arc<[foresight_trace::ThreadId]>),
+}
+
+impl Default for ThreadIds {
+    fn default() -> Self {
+        ThreadIds::Range { first: 0, count: 0 }
+    }
+}
+
+impl ThreadIds {
+    /// The threads of `threads`, in their order.
+    pub fn of(threads: &[ThreadModel]) -> Self {
+        let consecutive = threads
+            .windows(2)
+            .all(|w| w[0].id.checked_add(1) == Some(w[1].id));
+        match (threads.first(), u32::try_from(threads.len())) {
+            (None, _) => ThreadIds::default(),
+            (Some(first), Ok(count)) if consecutive => ThreadIds::Range {
+                first: first.id,
+                count,
+            },
+            _ => ThreadIds::List(threads.iter().map(|t| t.id).collect()),
         }
     }
 
-    /// The threads `threads` (id, events recorded), named from `tables`, each name once.
-    pub fn named(
-        tables: &Tables,
-        threads: impl Iterator<Item = (foresight_trace::ThreadId, u32)>,
-    ) -> Vec<ThreadModel> {
+    /// How many threads.
+    pub fn len(&self) -> usize {
+        match self {
+            ThreadIds::Range { count, .. } => *count as usize,
+            ThreadIds::List(ids) => ids.len(),
+        }
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The id of the thread at dense index `t` (panics past the last, as an index would).
+    pub fn id(&self, t: usize) -> foresight_trace::ThreadId {
+        match self {
+            ThreadIds::Range { first, count } => {
+                assert!(t < *count as usize, "thread {t} of {count}");
+                first + t as u32
+            }
+            ThreadIds::List(ids) => ids[t],
+        }
+    }
+
+    /// The ids, in dense order.
+    pub fn iter(&self) -> impl Iterator<Item = foresight_trace::ThreadId> + '_ {
+        (0..self.len()).map(|t| self.id(t))
+    }
+
+    /// The dense index of the thread of id `id`, if the trace has it.
+    pub fn position(&self, id: foresight_trace::ThreadId) -> Option<usize> {
+        match self {
+            ThreadIds::Range { first, count } => {
+                let t = id.checked_sub(*first)?;
+                (t < *count).then_some(t as usize)
+            }
+            ThreadIds::List(ids) => ids.iter().position(|&x| x == id),
+        }
+    }
+}
+
+/// The names the program gave its threads, for the threads that have one: 8 bytes for each
+/// such thread and each name once, where a name per thread would be a pointer for every
+/// thread of the trace.
+#[derive(Debug, Default)]
+pub(crate) struct ThreadNames {
+    /// (dense index of a named thread, its name's index in `names`), by dense index.
+    named: Vec<(u32, u32)>,
+    names: Vec<String>,
+}
+
+impl ThreadNames {
+    /// The names `tables` gives `threads` (dense order).
+    fn of(tables: &Tables, threads: &[ThreadModel]) -> Self {
         // Keyed by string ids, from the tables rather than the events.
-        let mut names: HashMap<foresight_trace::StringId, Arc<String>> = HashMap::default();
-        threads
-            .map(|(id, len)| {
-                let given_name = tables.threads.get(&id).and_then(|t| t.name).and_then(|n| {
-                    if let Some(name) = names.get(&n) {
-                        return Some(name.clone());
-                    }
-                    let name = Arc::new(tables.string(n)?.to_string());
-                    names.insert(n, name.clone());
-                    Some(name)
-                });
-                ThreadModel {
-                    id,
-                    given_name,
-                    len,
+        let mut index: HashMap<foresight_trace::StringId, u32> = HashMap::default();
+        let mut names = ThreadNames::default();
+        for (t, th) in threads.iter().enumerate() {
+            let Some(n) = tables.threads.get(&th.id).and_then(|i| i.name) else {
+                continue;
+            };
+            let at = match index.get(&n) {
+                Some(&at) => at,
+                None => {
+                    let Some(name) = tables.string(n) else {
+                        continue;
+                    };
+                    let at = names.names.len() as u32;
+                    names.names.push(name.to_string());
+                    index.insert(n, at);
+                    at
                 }
-            })
-            .collect()
+            };
+            names.named.push((t as u32, at));
+        }
+        names.named.shrink_to_fit();
+        names
+    }
+
+    /// The name the program gave thread `t`, if any.
+    fn get(&self, t: u32) -> Option<&str> {
+        let i = self.named.binary_search_by_key(&t, |&(u, _)| u).ok()?;
+        self.names.get(self.named[i].1 as usize).map(String::as_str)
     }
 }
 
@@ -265,7 +356,9 @@ pub struct Run {
     pub(crate) source: String,
     /// The trace's threads, by dense index: one table shared by every segment's run (a
     /// program may have created 10^5 threads).
-    pub threads: Arc<[ThreadModel]>,
+    pub threads: ThreadIds,
+    /// The names the program gave them, shared like `threads` ([`Run::thread_name`]).
+    pub(crate) thread_names: Arc<ThreadNames>,
     /// The lock objects, by dense lock index.
     pub locks: Vec<LockModel>,
     /// Every critical section; the lock graph and the analyses name them by index here.
@@ -309,7 +402,7 @@ pub struct Run {
     /// segment is an execution as it ran, and only the segment's events are reordered
     /// (`closure.rs`, `walk`).
     /// Shared with the previous segment's run, whose end it is.
-    pub(crate) start: Arc<[u32]>,
+    pub(crate) start: Arc<Vec<u32>>,
     /// Per thread whose exit is in the trace up to this run's end: how many events it
     /// recorded, all of them. A witness counts the threads it runs whole instead of listing
     /// each (`describe::witness_threads`).
@@ -344,20 +437,17 @@ pub struct Run {
 #[derive(Debug, Default)]
 pub(crate) struct Lives {
     /// Per thread, its events up to the run's end.
-    ends: Arc<[u32]>,
+    ends: Arc<Vec<u32>>,
     /// Bit `t % 64` of word `t / 64`: thread `t` exited.
     exited: Box<[u64]>,
 }
 
 impl Lives {
-    fn new(ends: Arc<[u32]>, exited: &[bool]) -> Self {
-        let mut bits = vec![0u64; exited.len().div_ceil(64)];
-        for (t, _) in exited.iter().enumerate().filter(|(_, &e)| e) {
-            bits[t / 64] |= 1 << (t % 64);
-        }
+    /// `exited`: bit `t % 64` of word `t / 64` set when thread `t` exited.
+    fn new(ends: Arc<Vec<u32>>, exited: &[u64]) -> Self {
         Lives {
             ends,
-            exited: bits.into(),
+            exited: exited.into(),
         }
     }
 
@@ -484,8 +574,16 @@ impl Run {
     }
 
     pub(crate) fn thread_label(&self, t: u32) -> String {
-        let th = &self.threads[t as usize];
-        format!("thread {} \"{}\"", th.id, th.name())
+        let id = self.threads.id(t as usize);
+        format!("thread {id} \"{}\"", self.thread_name(t))
+    }
+
+    /// Thread `t`'s name in reports: the one the program gave it, or `thread-N`.
+    pub fn thread_name(&self, t: u32) -> std::borrow::Cow<'_, str> {
+        match self.thread_names.get(t) {
+            Some(name) => std::borrow::Cow::Borrowed(name),
+            None => std::borrow::Cow::Owned(format!("thread-{}", self.threads.id(t as usize))),
+        }
     }
 }
 
@@ -814,6 +912,7 @@ impl Segmented<'_, '_, '_, '_> {
         self.in_segment = 0;
         self.started = 0;
         (self.on_segment)(run);
+        self.model.resume();
     }
 }
 
@@ -823,7 +922,8 @@ impl Segmented<'_, '_, '_, '_> {
 pub struct ModelPass<'t> {
     tables: &'t Tables,
     source: String,
-    threads: Arc<[ThreadModel]>,
+    threads: ThreadIds,
+    thread_names: Arc<ThreadNames>,
     events: u64,
     hb: HbPass,
     annotations: Annotations<'t>,
@@ -846,11 +946,12 @@ pub struct ModelPass<'t> {
     race_memory: u64,
     /// The walk runs the race pass (off only to measure the rest of the walk alone).
     race_pass: bool,
-    /// Per thread, events seen so far: where the next segment starts.
+    /// Per thread, events seen so far: where the next segment starts (empty while a segment
+    /// cut off is analysed).
     seen: Vec<u32>,
     /// Where the current segment starts (empty before the first cut): the end of the segment
     /// before it.
-    start: Arc<[u32]>,
+    start: Arc<Vec<u32>>,
     /// Segments handed out so far.
     segments: usize,
     /// Named once, shared by every segment's run.
@@ -866,7 +967,8 @@ impl<'t> ModelPass<'t> {
         ModelPass {
             tables,
             source,
-            threads: threads.into(),
+            thread_names: Arc::new(ThreadNames::of(tables, &threads)),
+            threads: ThreadIds::of(&threads),
             events,
             hb: HbPass::new(n, EdgeKinds::DEADLOCK),
             annotations: Annotations::new(tables),
@@ -896,15 +998,10 @@ impl<'t> ModelPass<'t> {
     /// A model of a streamed trace whose threads are named by their ids (`thread-N`), for
     /// tests and benchmarks that do not read the threads' names from the tables.
     pub fn of_stream(stream: &'t foresight_trace::TraceStream, source: &str) -> Self {
-        let threads = stream
-            .threads()
-            .map(|id| ThreadModel {
-                id,
-                given_name: None,
-                len: 0,
-            })
-            .collect();
-        Self::new(stream.tables(), source.to_string(), threads, 0)
+        let threads = stream.threads().map(|id| ThreadModel { id }).collect();
+        let mut model = Self::new(stream.tables(), source.to_string(), threads, 0);
+        model.thread_names = Arc::default();
+        model
     }
 
     /// The trace's monitor locks, scanned before a walk that is cut into segments
@@ -986,13 +1083,7 @@ impl<'t> ModelPass<'t> {
 
     pub(crate) fn for_trace(trace: &'t Trace) -> Self {
         let tables = &trace.tables;
-        let threads = ThreadModel::named(
-            tables,
-            trace
-                .threads
-                .iter()
-                .map(|t| (t.thread, t.events.len() as u32)),
-        );
+        let threads = ThreadModel::of_ids(trace.threads.iter().map(|t| t.thread));
         Self::new(
             tables,
             trace.path.display().to_string(),
@@ -1033,25 +1124,29 @@ impl ModelPass<'_> {
     #[inline(always)]
     fn lock_request(&mut self, t: u32, pos: u32, lock: ObjectId, mode: Mode, site: SiteId) {
         self.hb.lock_wait(t as usize, pos);
-        self.locks.lock_request(t, lock, mode, site, pos);
-        self.pending.lock_request(t as usize, pos, site, lock, mode);
+        let s = self.locks.alive.slot(t as usize);
+        self.locks.lock_request(s, lock, mode, site, pos);
+        self.pending
+            .lock_request(t as usize, s, pos, site, lock, mode);
     }
 
     /// A lock acquired past its thread's first event, but for `seen`.
     #[inline(always)]
     fn lock_acquired(&mut self, t: u32, pos: u32, seq: u64, lock: ObjectId, mode: Mode) {
         self.hb.lock_acquired(t as usize, pos, lock, mode);
+        let s = self.locks.alive.slot(t as usize);
         let (annotations, heap) = (&self.annotations, &self.heap);
         self.locks
-            .lock_acquired(t, lock, mode, pos, seq, annotations, heap);
-        self.pending.lock_outcome(t as usize, lock);
+            .lock_acquired(t, s, lock, mode, pos, seq, annotations, heap);
+        self.pending.lock_outcome(s, lock);
     }
 
     /// A lock released past its thread's first event, but for `seen`.
     #[inline(always)]
     fn lock_released(&mut self, t: u32, pos: u32, lock: ObjectId) {
         self.hb.lock_released(t as usize, pos, lock);
-        self.locks.lock_released(t, lock, pos);
+        let s = self.locks.alive.slot(t as usize);
+        self.locks.lock_released(s, lock, pos);
     }
 
     /// Thread `t` has been seen up to position `next` (excluded): where the next segment
@@ -1079,13 +1174,16 @@ impl ModelPass<'_> {
         if matches!(ev.op, Op::Read { .. } | Op::Write { .. }) {
             return;
         }
+        // The thread's slot in the tables of the threads alive; the lock sections give it
+        // back at the thread's exit, after which the pending calls only reset its entry.
+        let s = self.locks.alive.slot(ev.thread as usize);
         self.annotations.handle(ev, &mut self.locks);
-        self.locks.handle(ev, &self.annotations, &self.heap);
+        self.locks.handle(ev, s, &self.annotations, &self.heap);
         self.waits.handle(ev, &mut self.locks);
         self.blocking.handle(ev, &mut self.locks);
         self.signals.handle(ev);
         self.senders.handle(ev);
-        self.pending.handle(ev);
+        self.pending.handle(ev, s);
     }
 }
 
@@ -1099,9 +1197,19 @@ impl Pass for ModelPass<'_> {
 
     fn finish(mut self) -> Run {
         let earlier = self.earlier_edges();
-        let end: Arc<[u32]> = self.seen.as_slice().into();
+        // The positions themselves, not a copy: the walk takes them back at `resume`.
+        let end = Arc::new(std::mem::take(&mut self.seen));
         let lives = Lives::new(end.clone(), self.pending.exited());
         let marks = self.segment_marks(&end);
+        // The threads' end needs their slots (held by the lock sections) before `finish`
+        // takes the sections.
+        let run_end = self.pending.finish(
+            &self.locks.alive,
+            self.tables,
+            &self.threads,
+            self.end_reason,
+            self.process,
+        );
         let locks = self
             .locks
             .finish(&self.annotations, &self.heap, self.events);
@@ -1125,9 +1233,7 @@ impl Pass for ModelPass<'_> {
             senders: self.senders.finish(),
             marks,
             // Only the last segment (or the whole trace) has the trace's end.
-            end: self
-                .pending
-                .finish(self.tables, &self.threads, self.end_reason, self.process),
+            end: run_end,
         };
         let mut run = Self::assemble(
             self.tables,
@@ -1143,6 +1249,7 @@ impl Pass for ModelPass<'_> {
         );
         run.earlier = earlier;
         run.lives = lives;
+        run.thread_names = self.thread_names.clone();
         run
     }
 }
@@ -1166,7 +1273,8 @@ impl<'t> ModelPass<'t> {
     /// cut; what crosses the cut stays in the pass.
     fn cut(&mut self) -> Run {
         let earlier = self.earlier_edges();
-        let end: Arc<[u32]> = self.seen.as_slice().into();
+        // The positions themselves, not a copy: the walk takes them back at `resume`.
+        let end = Arc::new(std::mem::take(&mut self.seen));
         let lives = Lives::new(end.clone(), self.pending.exited());
         let carried_here = self.locks.carried;
         let segment = self.locks.cut();
@@ -1197,14 +1305,20 @@ impl<'t> ModelPass<'t> {
         );
         run.earlier = earlier;
         run.lives = lives;
+        run.thread_names = self.thread_names.clone();
         run.segments_follow = true;
         self.segments += 1;
         run
     }
 
+    /// The walk goes on after a cut: where it stands, from the segment's end.
+    fn resume(&mut self) {
+        self.seen = self.start.to_vec();
+    }
+
     /// The marks of the segment that ends here (at `end`): those the walk kept, or where to
     /// read them.
-    fn segment_marks(&mut self, end: &Arc<[u32]>) -> SegmentMarks {
+    fn segment_marks(&mut self, end: &Arc<Vec<u32>>) -> SegmentMarks {
         match &self.marks_source {
             Some(source) if self.race_memory != 0 => SegmentMarks::read_later(
                 source.clone(),
@@ -1212,7 +1326,7 @@ impl<'t> ModelPass<'t> {
                 self.start.clone(),
                 end.clone(),
             ),
-            _ => SegmentMarks::kept(self.marks.cut(&self.seen)),
+            _ => SegmentMarks::kept(self.marks.cut(end)),
         }
     }
 
@@ -1246,11 +1360,11 @@ impl<'t> ModelPass<'t> {
         tables: &Tables,
         wrappers: &Wrappers,
         source: &str,
-        threads: &Arc<[ThreadModel]>,
+        threads: &ThreadIds,
         sites_cache: &mut Option<Arc<HashMap<SiteId, Location>>>,
         names_cache: &mut Option<Arc<HashMap<ObjectId, String>>>,
         annotations: &Annotations,
-        start: Arc<[u32]>,
+        start: Arc<Vec<u32>>,
         segment_index: usize,
         parts: RunParts,
     ) -> Run {
@@ -1294,6 +1408,7 @@ impl<'t> ModelPass<'t> {
         Run {
             source: source.to_string(),
             threads: threads.clone(),
+            thread_names: Arc::default(),
             locks,
             acquisitions: segment.acquisitions,
             held_pool: segment.held_pool,
@@ -1386,4 +1501,32 @@ fn convert_sites(tables: &Tables, wrappers: &Wrappers) -> HashMap<SiteId, Locati
         .keys()
         .map(|&id| (id, crate::sites::user_location(tables, id, wrappers)))
         .collect()
+}
+
+#[cfg(test)]
+mod thread_ids_tests {
+    use super::{ThreadIds, ThreadModel};
+
+    fn of(ids: &[u32]) -> ThreadIds {
+        let threads: Vec<ThreadModel> = ids.iter().map(|&id| ThreadModel { id }).collect();
+        ThreadIds::of(&threads)
+    }
+
+    #[test]
+    fn consecutive_ids_are_a_range_and_others_a_list_with_the_same_answers() {
+        let range = of(&[5, 6, 7]);
+        assert!(matches!(range, ThreadIds::Range { first: 5, count: 3 }));
+        let list = of(&[5, 7, 9]);
+        assert!(matches!(list, ThreadIds::List(_)));
+        for (ids, t) in [(&range, [5, 6, 7]), (&list, [5, 7, 9])] {
+            assert_eq!(ids.len(), 3);
+            assert_eq!(ids.iter().collect::<Vec<_>>(), t);
+            assert_eq!(ids.id(1), t[1]);
+            assert_eq!(ids.position(t[2]), Some(2));
+            assert_eq!(ids.position(4), None);
+            assert_eq!(ids.position(100), None);
+        }
+        assert!(of(&[]).is_empty());
+        assert_eq!(of(&[u32::MAX]).id(0), u32::MAX);
+    }
 }

@@ -14,8 +14,8 @@ use foresight_trace::event::{ObjectId, SiteId};
 use foresight_trace::tables::Tables;
 use foresight_trace::tables::{EndReason, RecordingStopped, ThreadEndState};
 
-use super::live::Live;
-use super::{Mode, ThreadModel};
+use super::live::{Alive, BySlot};
+use super::{Mode, ThreadIds};
 use crate::stream::{Op, StreamEvent};
 
 /// Blocking calls kept open per thread (a signal handler inside a wait inside a handler…).
@@ -97,9 +97,10 @@ pub(crate) struct RunEnd {
 }
 
 pub(super) struct PendingCalls {
-    /// Per thread alive: the calls it is in, innermost last.
-    open: Live<Vec<PendingCall>>,
-    exited: Vec<bool>,
+    /// Per slot of a thread alive (`LockSections::alive`): the calls it is in, innermost last.
+    open: BySlot<Vec<PendingCall>>,
+    /// Bit `t % 64` of word `t / 64`: thread `t` has a `thread-exit` among the events so far.
+    exited: Vec<u64>,
     once_runners: HashMap<ObjectId, u32>,
     /// The last `exec` (thread, site), until its thread records anything after it (the exec
     /// failed).
@@ -109,15 +110,16 @@ pub(super) struct PendingCalls {
 impl PendingCalls {
     pub fn new(threads: usize) -> Self {
         PendingCalls {
-            open: Live::new(threads),
-            exited: vec![false; threads],
+            open: BySlot::default(),
+            exited: vec![0; threads.div_ceil(64)],
             once_runners: HashMap::new(),
             exec: None,
         }
     }
 
+    /// One event of the thread in slot `slot`.
     #[inline]
-    pub fn handle(&mut self, ev: &StreamEvent) {
+    pub fn handle(&mut self, ev: &StreamEvent, slot: usize) {
         let t = ev.thread as usize;
         self.after_exec(t);
         let begin = |site, what| PendingCall {
@@ -126,58 +128,70 @@ impl PendingCalls {
             what,
         };
         match ev.op {
-            Op::LockRequest { lock, mode, site } => self.lock_request(t, ev.pos, site, lock, mode),
-            Op::LockAcquired { lock, .. } | Op::LockFailed { lock } => self.lock_outcome(t, lock),
-            Op::JoinRequest { child, site } => self.open(t, begin(site, Blocking::Join { child })),
+            Op::LockRequest { lock, mode, site } => {
+                self.lock_request(t, slot, ev.pos, site, lock, mode)
+            }
+            Op::LockAcquired { lock, .. } | Op::LockFailed { lock } => {
+                self.lock_outcome(slot, lock)
+            }
+            Op::JoinRequest { child, site } => {
+                self.open(slot, begin(site, Blocking::Join { child }))
+            }
             Op::Join { child, .. } => self.close(
-                t,
+                slot,
                 |w| matches!(w, Blocking::Join { child: c } if c == child),
             ),
             Op::CondWaitBegin { cond, mutex, site } => {
-                self.open(t, begin(site, Blocking::Condition { cond, mutex }))
+                self.open(slot, begin(site, Blocking::Condition { cond, mutex }))
             }
             Op::CondWaitEnd { cond, .. } => self.close(
-                t,
+                slot,
                 |w| matches!(w, Blocking::Condition { cond: c, .. } if c == cond),
             ),
             Op::BarrierArrive { barrier, site, .. } => {
-                self.open(t, begin(site, Blocking::Barrier { barrier }))
+                self.open(slot, begin(site, Blocking::Barrier { barrier }))
             }
             Op::BarrierDepart { barrier, .. } => self.close(
-                t,
+                slot,
                 |w| matches!(w, Blocking::Barrier { barrier: b } if b == barrier),
             ),
             Op::SemWaitBegin { sem, site } => {
-                self.open(t, begin(site, Blocking::Semaphore { sem }))
+                self.open(slot, begin(site, Blocking::Semaphore { sem }))
             }
             Op::SemWaitEnd { sem, .. } => self.close(
-                t,
+                slot,
                 |w| matches!(w, Blocking::Semaphore { sem: s } if s == sem),
             ),
-            Op::OnceBegin { once, site } => self.open(t, begin(site, Blocking::Once { once })),
+            Op::OnceBegin { once, site } => self.open(slot, begin(site, Blocking::Once { once })),
             Op::OnceRun { once } => {
-                self.close(t, |w| matches!(w, Blocking::Once { once: o } if o == once));
+                self.close(
+                    slot,
+                    |w| matches!(w, Blocking::Once { once: o } if o == once),
+                );
                 self.once_runners.insert(once, t as u32);
             }
-            Op::OnceSkip { once } => {
-                self.close(t, |w| matches!(w, Blocking::Once { once: o } if o == once))
-            }
+            Op::OnceSkip { once } => self.close(
+                slot,
+                |w| matches!(w, Blocking::Once { once: o } if o == once),
+            ),
             Op::OnceEnd { once } => {
                 self.once_runners.remove(&once);
             }
             Op::ThreadExit => {
-                self.exited[t] = true;
-                // Its room goes to a later thread: memory follows the threads alive, not
-                // those created.
-                self.open.release(t, Vec::clear);
+                if let Some(w) = self.exited.get_mut(t / 64) {
+                    *w |= 1 << (t % 64);
+                }
+                // Its slot may go to a later thread (`LockSections`): memory follows the
+                // threads alive, not those created.
+                self.open.get_mut(slot).clear();
             }
             Op::Exec { site } => self.exec = Some((t, site)),
             _ => {}
         }
     }
 
-    /// Per thread: it has a `thread-exit` among the events so far.
-    pub fn exited(&self) -> &[bool] {
+    /// Bit `t % 64` of word `t / 64`: thread `t` has a `thread-exit` among the events so far.
+    pub fn exited(&self) -> &[u64] {
         &self.exited
     }
 
@@ -192,10 +206,18 @@ impl PendingCalls {
 
     /// A lock request: what [`PendingCalls::handle`] does with one.
     #[inline(always)]
-    pub fn lock_request(&mut self, t: usize, pos: u32, site: SiteId, lock: ObjectId, mode: Mode) {
+    pub fn lock_request(
+        &mut self,
+        t: usize,
+        s: usize,
+        pos: u32,
+        site: SiteId,
+        lock: ObjectId,
+        mode: Mode,
+    ) {
         self.after_exec(t);
         self.open(
-            t,
+            s,
             PendingCall {
                 pos,
                 site,
@@ -204,18 +226,19 @@ impl PendingCalls {
         )
     }
 
-    /// A lock acquired or failed: what [`PendingCalls::handle`] does with one.
+    /// A lock acquired or failed by the thread in slot `s`: what [`PendingCalls::handle`]
+    /// does with one.
     #[inline(always)]
-    pub fn lock_outcome(&mut self, t: usize, lock: ObjectId) {
+    pub fn lock_outcome(&mut self, s: usize, lock: ObjectId) {
         self.close(
-            t,
+            s,
             |w| matches!(w, Blocking::Lock { lock: l, .. } if l == lock),
         )
     }
 
     #[inline]
-    fn open(&mut self, t: usize, call: PendingCall) {
-        let open = self.open.get_mut(t);
+    fn open(&mut self, s: usize, call: PendingCall) {
+        let open = self.open.get_mut(s);
         if open.len() == MAX_NESTED {
             open.remove(0);
         }
@@ -225,8 +248,8 @@ impl PendingCalls {
     /// The outcome of the innermost open call that `is` matches: it and the calls opened
     /// after it (which a well-formed trace has closed already) are done.
     #[inline]
-    fn close(&mut self, t: usize, is: impl Fn(Blocking) -> bool) {
-        let Some(open) = self.open.get_mut_if_any(t) else {
+    fn close(&mut self, s: usize, is: impl Fn(Blocking) -> bool) {
+        let Some(open) = self.open.get_mut_if_any(s) else {
             return;
         };
         if let Some(i) = open.iter().rposition(|c| is(c.what)) {
@@ -234,22 +257,29 @@ impl PendingCalls {
         }
     }
 
+    /// The run's end; `alive` says which slot each thread holds.
     pub fn finish(
         self,
+        alive: &Alive,
         tables: &Tables,
-        threads: &[ThreadModel],
+        threads: &ThreadIds,
         reason: Option<EndReason>,
         process: Option<(u32, u64)>,
     ) -> RunEnd {
         RunEnd {
             states: threads
                 .iter()
-                .map(|t| tables.thread_ends.get(&t.id).copied())
+                .map(|id| tables.thread_ends.get(&id).copied())
                 .collect(),
-            pending: (0..self.open.threads())
-                .map(|t| self.open.get(t).and_then(|o| o.last().copied()))
+            pending: (0..alive.threads())
+                .map(|t| {
+                    let s = alive.get(t)?;
+                    self.open.get(s).and_then(|o| o.last().copied())
+                })
                 .collect(),
-            exited: self.exited,
+            exited: (0..alive.threads())
+                .map(|t| self.exited[t / 64] >> (t % 64) & 1 == 1)
+                .collect(),
             once_runners: self.once_runners,
             reason,
             stopped: tables.recording_stopped,

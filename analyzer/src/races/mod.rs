@@ -147,8 +147,11 @@ pub struct RacePass<'t> {
     /// The trace has more threads than the shadow memory tells apart, or the events the pass
     /// was fed again were not those of the walk ([`RacePass::abandon`]): nothing is concluded.
     too_many_threads: bool,
-    /// Per thread: its creation is in the trace (the first thread needs none).
-    created: Vec<bool>,
+    /// Bit `t % 64` of word `t / 64`: thread `t`'s creation is in the trace (the first
+    /// thread needs none).
+    created: Vec<u64>,
+    /// Threads of the trace.
+    threads: usize,
     /// Accesses of threads whose creation the trace lacks, left out.
     orphan_accesses: u64,
     /// Accesses counted in the outputs of earlier segments (`cut`).
@@ -194,7 +197,14 @@ impl<'t> RacePass<'t> {
             state: RaceState::new(threads, budget),
             accesses: 0,
             too_many_threads: threads > shadow::MAX_THREADS,
-            created: (0..threads).map(|t| t == 0).collect(),
+            created: {
+                let mut bits = vec![0u64; threads.div_ceil(64)];
+                if let Some(w) = bits.first_mut() {
+                    *w = 1;
+                }
+                bits
+            },
+            threads,
             orphan_accesses: 0,
             accesses_reported: 0,
             off: budget == 0,
@@ -240,10 +250,10 @@ impl<'t> RacePass<'t> {
     /// Whether the trace holds the creation of the event's thread (the first thread needs none).
     #[inline]
     fn created_thread(&self, ev: &StreamEvent) -> bool {
+        let t = ev.thread as usize;
         self.created
-            .get(ev.thread as usize)
-            .copied()
-            .unwrap_or(false)
+            .get(t / 64)
+            .is_some_and(|w| w >> (t % 64) & 1 == 1)
     }
 
     #[inline]
@@ -258,7 +268,7 @@ impl<'t> RacePass<'t> {
         if !self.too_many_threads {
             let (first, last) = shadow::granule_span(addr, size);
             if self.state.shadow.wants_collection(last - first + 1) {
-                self.state.collect(&self.created);
+                self.state.collect(self.threads, &self.created);
             }
             self.state
                 .access((ev.thread, ev.pos, ev.seq), addr, size, site, kind);
@@ -291,8 +301,9 @@ impl Pass for RacePass<'_> {
                 self.state.sync(ev);
             }
             Op::Create { child: Some(c), .. } => {
-                if let Some(created) = self.created.get_mut(c as usize) {
-                    *created = true;
+                let c = c as usize;
+                if c < self.threads {
+                    self.created[c / 64] |= 1 << (c % 64);
                 }
                 self.state.sync(ev);
             }

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use foresight_trace::SiteId;
 
 use crate::hb::{EdgeKinds, HbPass};
+use crate::model::live::{Alive, BySlot};
 use crate::stream::{Mode, Op, Pass, StreamEvent};
 
 use super::locksets::{Held, Locksets};
@@ -147,14 +148,10 @@ pub struct RaceState {
     without_locks: HbPass,
     pub shadow: Shadow,
     pub locksets: Locksets,
-    /// Per thread: the lockset id of the locks it holds ([`STALE_LOCKSET`] while stale:
-    /// interned at the thread's next access, so lock-only stretches intern nothing). The locks
-    /// held are those `with_locks` keeps to know which channel a release publishes on. Four
-    /// bytes a thread ever created, not an `Option`'s eight.
-    lockset: Vec<u32>,
-    /// Per thread: the first position of its current epoch, after its last event other than a
-    /// plain access (what it learns or publishes changes only at those).
-    epoch: Vec<u32>,
+    /// The slot of each thread alive in `threads`, given back at its exit: 4 bytes a thread
+    /// ever created, and the entry per thread alive.
+    alive: Alive,
+    threads: BySlot<ThreadState>,
     heap: BTreeMap<u64, Block>,
     /// The most live heap blocks tracked (an eighth of the memory budget), and the blocks
     /// left untracked for want of room.
@@ -173,6 +170,27 @@ pub struct RaceState {
     freed: BTreeMap<u64, (u32, u32, Block)>,
 }
 
+/// What the race pass keeps of a thread alive, by its slot.
+#[derive(Clone, Copy, Debug)]
+struct ThreadState {
+    /// The lockset id of the locks it holds ([`STALE_LOCKSET`] while stale: interned at the
+    /// thread's next access, so lock-only stretches intern nothing). The locks held are those
+    /// `with_locks` keeps to know which channel a release publishes on.
+    lockset: u32,
+    /// The first position of its current epoch, after its last event other than a plain
+    /// access (what it learns or publishes changes only at those).
+    epoch: u32,
+}
+
+impl Default for ThreadState {
+    fn default() -> Self {
+        ThreadState {
+            lockset: Locksets::EMPTY,
+            epoch: 0,
+        }
+    }
+}
+
 /// Blocks up to this size keep their free in the shadow (one entry per 8 bytes).
 const KEPT_FREE_BYTES: u64 = 64;
 /// Frees kept in the shadow at most; past it a free is only checked against what came before.
@@ -188,8 +206,8 @@ impl RaceState {
             without_locks: HbPass::streaming(threads, EdgeKinds::SYNC),
             shadow: Shadow::with_budget(budget - budget / 8),
             locksets: Locksets::new(),
-            lockset: vec![Locksets::EMPTY; threads],
-            epoch: vec![0; threads],
+            alive: Alive::new(threads),
+            threads: BySlot::default(),
             heap: BTreeMap::new(),
             max_blocks: budget / 8 / BLOCK_BYTES,
             untracked_blocks: 0,
@@ -201,20 +219,20 @@ impl RaceState {
     }
 
     /// Makes room in the shadow memory ([`Shadow::collect`]): drops the entries every thread
-    /// in `live` (those created so far; the others will inherit their creator's clock) has
-    /// ordered before it by both orders, so that no later access can race with them or be a
-    /// candidate with them. A thread's own entries need no order with itself.
+    /// in `live` (bit `t % 64` of word `t / 64`: those of the `threads` created so far; the
+    /// others will inherit their creator's clock) has ordered before it by both orders, so
+    /// that no later access can race with them or be a candidate with them. A thread's own
+    /// entries need no order with itself.
     #[cold]
     #[inline(never)]
-    pub fn collect(&mut self, live: &[bool]) {
-        let threads = live.len();
+    pub fn collect(&mut self, threads: usize, live: &[u64]) {
         if threads > COLLECT_MAX_THREADS {
             // The floors would cost threads² per collection: none, only the mark.
             self.shadow.collect(&[]);
             return;
         }
         let mut floor = vec![u32::MAX; threads];
-        for u in (0..threads).filter(|&u| live[u]) {
+        for u in (0..threads).filter(|&u| live[u / 64] >> (u % 64) & 1 == 1) {
             for (t, f) in floor.iter_mut().enumerate() {
                 if t != u {
                     // By thread, not by clock entry: a slot may have passed to a later thread.
@@ -248,10 +266,9 @@ impl RaceState {
                 | Op::LockSubclass { .. }
                 | Op::LockRank { .. }
         );
-        if !metadata {
-            if let Some(e) = self.epoch.get_mut(t) {
-                *e = ev.pos.saturating_add(1);
-            }
+        if !metadata && t < self.alive.threads() {
+            let s = self.alive.slot(t);
+            self.threads.get_mut(s).epoch = ev.pos.saturating_add(1);
         }
         match ev.op {
             // The held set may have changed (a re-entry changes nothing, and interns to the
@@ -287,7 +304,7 @@ impl RaceState {
                 if let Some(b) = self.heap.remove(&addr) {
                     self.shadow.forget(b.addr, b.size);
                     let room = self.freed.len() < KEPT_FREES || self.freed.contains_key(&b.addr);
-                    if (1..=KEPT_FREE_BYTES).contains(&b.size) && room && t < self.epoch.len() {
+                    if (1..=KEPT_FREE_BYTES).contains(&b.size) && room && t < self.alive.threads() {
                         // Nothing is left there to conflict with: this only stores the free.
                         let _ = self.check(
                             ev.thread,
@@ -302,6 +319,14 @@ impl RaceState {
                     }
                 }
             }
+            // No event of the thread follows (a join names it, but reads none of this): its
+            // slot goes to a later thread.
+            Op::ThreadExit => {
+                if let Some(s) = self.alive.get(t) {
+                    *self.threads.get_mut(s) = ThreadState::default();
+                    self.alive.release(t);
+                }
+            }
             _ => {}
         }
     }
@@ -310,20 +335,21 @@ impl RaceState {
     /// next access).
     #[inline]
     fn relock(&mut self, t: usize) {
-        self.lockset[t] = STALE_LOCKSET;
+        let s = self.alive.slot(t);
+        self.threads.get_mut(s).lockset = STALE_LOCKSET;
     }
 
-    /// The id of the locks thread `t` holds now.
+    /// The id of the locks thread `t` (in slot `s`) holds now.
     #[inline]
-    fn lockset_of(&mut self, t: usize) -> u32 {
-        match self.lockset[t] {
-            STALE_LOCKSET => self.intern_lockset(t),
+    fn lockset_of(&mut self, t: usize, s: usize) -> u32 {
+        match self.threads.get_mut(s).lockset {
+            STALE_LOCKSET => self.intern_lockset(t, s),
             id => id,
         }
     }
 
     #[cold]
-    fn intern_lockset(&mut self, t: usize) -> u32 {
+    fn intern_lockset(&mut self, t: usize, s: usize) -> u32 {
         let set: Vec<Held> = self
             .with_locks
             .held(t)
@@ -334,7 +360,7 @@ impl RaceState {
             })
             .collect();
         let id = self.locksets.intern(&set);
-        self.lockset[t] = id;
+        self.threads.get_mut(s).lockset = id;
         id
     }
 
@@ -355,7 +381,8 @@ impl RaceState {
         }
     }
 
-    /// The access as the shadow keeps it: with the lockset its thread holds now.
+    /// The access as the shadow keeps it: with the lockset its thread holds now; and the
+    /// thread's slot.
     #[inline(always)]
     fn shadow_access(
         &mut self,
@@ -365,16 +392,18 @@ impl RaceState {
         size: u32,
         site: SiteId,
         kind: AccessKind,
-    ) -> ShadowAccess {
-        ShadowAccess {
+    ) -> (ShadowAccess, usize) {
+        let slot = self.alive.slot(t as usize);
+        let access = ShadowAccess {
             thread: t,
             pos,
             site,
-            lockset: self.lockset_of(t as usize),
+            lockset: self.lockset_of(t as usize, slot),
             kind,
             addr,
             size,
-        }
+        };
+        (access, slot)
     }
 
     /// Checks an access against the shadow memory and records it there; its conflicts are
@@ -389,7 +418,7 @@ impl RaceState {
         site: SiteId,
         kind: AccessKind,
     ) -> ShadowAccess {
-        let access = self.shadow_access(t, pos, addr, size, site, kind);
+        let (access, slot) = self.shadow_access(t, pos, addr, size, site, kind);
         // Only other threads' entries are read: the clocks as they stand will do. Most
         // accesses look at none of them.
         let (with_locks, without_locks) = (&self.with_locks, &self.without_locks);
@@ -397,7 +426,7 @@ impl RaceState {
         let without_locks = move |u: u32| without_locks.knows_prefix(t, u);
         let locksets = &self.locksets;
         let found = &mut self.found;
-        let since = self.epoch.get(t as usize).copied().unwrap_or(u32::MAX);
+        let since = self.threads.get(slot).map_or(0, |e| e.epoch);
         self.shadow.access(
             &access,
             since,
@@ -426,7 +455,7 @@ impl RaceState {
             return;
         };
         let size = u32::try_from(block.size).unwrap_or(u32::MAX);
-        let access = self.shadow_access(thread, pos, addr, size, site, AccessKind::Free);
+        let (access, _) = self.shadow_access(thread, pos, addr, size, site, AccessKind::Free);
         let (with_locks, without_locks) = (&self.with_locks, &self.without_locks);
         let locksets = &self.locksets;
         let found = &mut self.found;
