@@ -39,6 +39,7 @@
 
 mod granules;
 pub(crate) mod locksets;
+mod pages;
 pub(crate) mod shadow;
 mod site_sets;
 mod state;
@@ -267,7 +268,7 @@ impl<'t> RacePass<'t> {
         }
         if !self.too_many_threads {
             let (first, last) = shadow::granule_span(addr, size);
-            if self.state.shadow.wants_collection(last - first + 1) {
+            if self.state.shadow.wants_collection(first, last) {
                 self.state.collect(self.threads, &self.created);
             }
             self.state
