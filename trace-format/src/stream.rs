@@ -355,6 +355,12 @@ impl TraceStream {
         self.tables.access_counts = Default::default();
     }
 
+    /// Lets the thread table's kernel thread ids and parents go, for a pass that does not
+    /// report them ([`crate::tables::ThreadTable::forget_details`]): 8 bytes a thread.
+    pub fn forget_thread_details(&mut self) {
+        self.tables.threads.forget_details();
+    }
+
     /// The trailer, when the trace ended cleanly.
     pub fn trailer(&self) -> Option<&Trailer> {
         self.trailer.as_ref()
