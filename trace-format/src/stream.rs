@@ -213,7 +213,7 @@ impl Iterator for ChunkList<'_> {
 
 /// Where an event chunk is, as its [`ChunkList`] entry says.
 #[derive(Clone, Copy, Debug)]
-struct ChunkLoc {
+pub(crate) struct ChunkLoc {
     /// The chunk header's offset in 56 bits (a file of 64 PiB at most), how the payload is
     /// stored (FORMAT.md §5.3) in the high 8 of `offset_high_codec`: [`ChunkLoc::offset`],
     /// [`ChunkLoc::codec`]. Two words, not a `u64`, so that the entry is 12 bytes.
@@ -225,7 +225,7 @@ struct ChunkLoc {
 const OFFSET_HIGH_BITS: u32 = 24;
 
 impl ChunkLoc {
-    fn new(offset: u64, codec: u8, payload_len: u32) -> Self {
+    pub(crate) fn new(offset: u64, codec: u8, payload_len: u32) -> Self {
         ChunkLoc {
             offset_low: offset as u32,
             offset_high_codec: ((offset >> 32) as u32 & ((1 << OFFSET_HIGH_BITS) - 1))
@@ -234,7 +234,7 @@ impl ChunkLoc {
         }
     }
 
-    fn offset(&self) -> u64 {
+    pub(crate) fn offset(&self) -> u64 {
         (u64::from(self.offset_high_codec & ((1 << OFFSET_HIGH_BITS) - 1)) << 32)
             | u64::from(self.offset_low)
     }
@@ -324,54 +324,37 @@ impl TraceStream {
     }
 
     fn build(path: PathBuf, source: Source) -> Result<Self, TraceError> {
-        let mut s = scan(&path, &source, true)?;
-        let chunk_count = s.chunks.len();
+        let mut s = scan(&path, &source, crate::scan::Want::Located)?;
+        // The events chunks with a prefix are apart, 20 bytes each: a process that created
+        // 10^5 threads left 10^5 of them, and as many table chunks.
+        let mut located = std::mem::take(&mut s.located.chunks);
+        let chunk_count = s.chunks.len() + located.len();
         let table_chunk_count = s
             .chunks
             .iter()
             .filter(|c| c.kind == ChunkKind::Table)
             .count();
-        let events = s.prefixes.iter().filter(|p| p.is_some()).count();
-        let mut located: Vec<(ThreadId, u32, ChunkLoc)> = Vec::with_capacity(events);
-        let mut declared_events = 0u64;
+        // Not yet checked against the checksums: what `declared_events` tells without
+        // decoding.
+        let declared_events = s.located.declared;
         let mut orphan_problems = Vec::new();
         let mut buf = Vec::new();
-        for (c, prefix) in s.chunks.iter().zip(&s.prefixes) {
-            if c.kind != ChunkKind::Events {
-                continue;
-            }
-            match prefix {
-                Some(prefix) => {
-                    // Not yet checked against the checksum: what `declared_events` tells
-                    // without decoding.
-                    declared_events = declared_events.saturating_add(u64::from(prefix.event_count));
-                    located.push((
-                        prefix.thread,
-                        prefix.sequence,
-                        // A chunk is in the file read, so its offset fits in 56 bits.
-                        ChunkLoc::new(c.offset, c.codec, c.payload_len),
-                    ))
-                }
-                // Shorter than an events prefix: its checksum or its prefix is reported now.
-                None => {
-                    let problem =
-                        match source.bytes_at(c.payload_offset, c.payload_len as usize, &mut buf) {
-                            Ok(payload) => check_events_payload(c.offset, c.payload_crc, payload)
-                                .err()
-                                .unwrap_or(Problem {
-                                    offset: c.offset,
-                                    kind: ProblemKind::BadEventsPrefix,
-                                }),
-                            Err(f) => payload_read_problem(c.offset, c.payload_len as usize, f),
-                        };
-                    orphan_problems.push(problem);
-                }
-            }
+        // The events chunks left in the list are shorter than an events prefix: their
+        // checksum or their prefix is reported now.
+        for c in s.chunks.iter().filter(|c| c.kind == ChunkKind::Events) {
+            let problem = match source.bytes_at(c.payload_offset, c.payload_len as usize, &mut buf)
+            {
+                Ok(payload) => check_events_payload(c.offset, c.payload_crc, payload)
+                    .err()
+                    .unwrap_or(Problem {
+                        offset: c.offset,
+                        kind: ProblemKind::BadEventsPrefix,
+                    }),
+                Err(f) => payload_read_problem(c.offset, c.payload_len as usize, f),
+            };
+            orphan_problems.push(problem);
         }
-        // The file's chunk list is let go before the index is made of what it located: a
-        // process that created 10^5 threads left 2·10^5 chunks.
         s.chunks = Vec::new();
-        s.prefixes = Vec::new();
         if u32::try_from(located.len()).is_err() {
             return Err(TraceError::Io {
                 path,
