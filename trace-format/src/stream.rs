@@ -23,12 +23,12 @@
 //! in the merged order (about 3 bytes: only the list's first is in the heap) and a few words:
 //! where its first chunk is, and what the pass learnt of it; its chunk is read again (and
 //! checked against its checksum again) when the turn comes. A thread that has ended keeps its
-//! summary (only its event count, 8 bytes with its place, for a pass that asks for no more:
+//! summary (only its event count, 4 bytes with its place, for a pass that asks for no more:
 //! [`TraceStream::merged_event_counts`]), and hands its cursor's buffers to the next thread to
-//! start. Plus the index (4 bytes per thread, its id none while the ids have no gap, and
+//! start. Plus the index (a byte per thread, its id none while the ids have no gap, and
 //! about 5 per events chunk), the tables, and the problems found. Nothing grows with the
 //! number of events, and a program that created 10^5 short threads over its life (one chunk
-//! each) costs about 20 bytes per thread (60 with the bytes and times of its summary), and a
+//! each) costs about 12 bytes per thread (52 with the bytes and times of its summary), and a
 //! cursor per thread running at once.
 //!
 //! **Same answers as the decoding reader.** Each thread's events, their indices, the merged
@@ -86,10 +86,12 @@ pub struct TraceStream {
     /// Threads with event chunks, by thread id (a range of ids, as a recorder numbers them,
     /// takes no room).
     threads: PlanIds,
-    /// Per thread of `threads`, where its entries start in `index` (4 bytes a thread: a process
-    /// may have created 10^5 threads); they end where the next thread's start.
-    plan_from: Vec<u32>,
-    /// Every events chunk, by thread, in (sequence, file offset) order: [`ChunkList`] entries.
+    /// Where the entries of threads `PLAN_GROUP * g` on start in `index`, for each `g`: a
+    /// thread's are found from there, past the few threads before it in its group (a word a
+    /// thread would be 0.4 MB for a process that created 10^5 threads).
+    group_from: Vec<u32>,
+    /// Every events chunk, by thread, in (sequence, file offset) order: per thread, the number
+    /// of its chunks, then their [`ChunkList`] entries.
     index: Vec<u8>,
     /// The events the chunks' prefixes declare, added up by the scan.
     declared_events: u64,
@@ -167,7 +169,12 @@ struct ChunkList<'a> {
     at: usize,
     /// Where the chunk before ends; `None` before the first.
     end: Option<u64>,
+    /// Entries left.
+    left: usize,
 }
+
+/// Threads of [`TraceStream::index`] found from one place of [`TraceStream::group_from`].
+const PLAN_GROUP: usize = 16;
 
 impl ChunkList<'_> {
     /// Writes `loc`'s entry after that of the chunk that ends at `end` (`None`: the thread's
@@ -188,11 +195,12 @@ impl Iterator for ChunkList<'_> {
     type Item = ChunkLoc;
 
     fn next(&mut self) -> Option<ChunkLoc> {
+        self.left = self.left.checked_sub(1)?;
         // The entries were written by `put`: they read back.
         let mut field = || match varint::get(self.bytes, &mut self.at) {
             Ok(v) => Some(v),
             Err(_) => {
-                self.at = self.bytes.len();
+                self.left = 0;
                 None
             }
         };
@@ -370,16 +378,21 @@ impl TraceStream {
         let thread_count = located.windows(2).filter(|w| w[0].0 != w[1].0).count()
             + usize::from(!located.is_empty());
         let mut threads = PlanIds::default();
-        let mut plan_from: Vec<u32> = Vec::with_capacity(thread_count);
+        let mut group_from: Vec<u32> = Vec::with_capacity(thread_count.div_ceil(PLAN_GROUP));
         let mut index = Vec::new();
-        let mut end = None;
-        for (thread, _, c) in &located {
-            if threads.len() == 0 || threads.get(threads.len() - 1) != *thread {
-                threads.push(*thread);
-                plan_from.push(index.len() as u32);
-                end = None;
+        let mut from = 0;
+        while let Some(&(thread, _, _)) = located.get(from) {
+            let to = from + located[from..].partition_point(|l| l.0 == thread);
+            if threads.len() % PLAN_GROUP == 0 {
+                group_from.push(index.len() as u32);
             }
-            end = Some(ChunkList::put(&mut index, end, c));
+            threads.push(thread);
+            varint::put(&mut index, (to - from) as u64);
+            let mut end = None;
+            for (_, _, c) in &located[from..to] {
+                end = Some(ChunkList::put(&mut index, end, c));
+            }
+            from = to;
         }
         drop(located);
         if u32::try_from(index.len()).is_err() {
@@ -409,7 +422,7 @@ impl TraceStream {
             problems: s.problems,
             orphan_problems,
             threads,
-            plan_from,
+            group_from,
             index,
             declared_events,
             chunk_count,
@@ -419,15 +432,19 @@ impl TraceStream {
 
     /// The chunks of thread `plan` (of `self.threads`).
     fn chunks_of(&self, plan: usize) -> ChunkList<'_> {
-        let to = self
-            .plan_from
-            .get(plan + 1)
-            .map_or(self.index.len(), |&next| next as usize);
-        ChunkList {
-            bytes: &self.index[self.plan_from[plan] as usize..to],
-            at: 0,
+        let mut list = ChunkList {
+            bytes: &self.index,
+            at: self.group_from[plan / PLAN_GROUP] as usize,
             end: None,
+            left: 0,
+        };
+        // The index was written by `build`: it reads back.
+        for _ in 0..=plan % PLAN_GROUP {
+            list.by_ref().for_each(drop);
+            list.end = None;
+            list.left = varint::get(list.bytes, &mut list.at).unwrap_or(0) as usize;
         }
+        list
     }
 
     /// The file the stream reads, for messages.
@@ -519,7 +536,7 @@ impl TraceStream {
 
     /// [`TraceStream::merged`] for a pass that needs only each thread's event count of the
     /// summaries: what it keeps of a thread that is waiting or has ended is its place and its
-    /// event count (8 bytes with its place), not its bytes and times too, and
+    /// event count (4 bytes with its place), not its bytes and times too, and
     /// [`MergedStream::thread_summaries`] gives those as 0.
     pub fn merged_event_counts(&self) -> MergedStream<'_> {
         self.merged_keeping(false)
@@ -1144,8 +1161,8 @@ pub struct MergedStream<'a> {
     /// Per thread of [`TraceStream::threads`]: where it is, and its event count once ended
     /// (an open cursor keeps its own summary).
     threads: Vec<PackedState>,
-    /// The sequences of waiting threads that do not fit their [`PackedState`], by thread.
-    far_sequences: BTreeMap<u32, u32>,
+    /// The states whose fields do not fit their [`PackedState`], by thread.
+    far_states: BTreeMap<u32, u64>,
     /// Per thread of [`TraceStream::threads`], the bytes and times of its summary while it
     /// waits and once it has ended; `None` when the pass asked for event counts only
     /// ([`TraceStream::merged_event_counts`]).
@@ -1236,67 +1253,82 @@ enum ThreadState {
     Finished { used: bool, events: u64 },
 }
 
-/// A [`ThreadState`] in 8 bytes, not the enum's 16 (a process may have created 10^5 threads):
-/// which state it is in the top two bits, its fields below. A waiting thread's sequence takes
-/// 30 bits; one that does not fit (only a damaged or forged file numbers a thread's chunks
-/// so far) is kept in a map of the merge's, [`MergedStream::far_sequences`]. A finished
-/// thread's event count takes 62 (no file holds 2^62 events).
+/// A [`ThreadState`] in 4 bytes, not the enum's 16 (a process may have created 10^5 threads):
+/// which state it is in the top two bits, its fields in the 30 below — a waiting thread's
+/// chunk and sequence 15 bits each, an open one's slot, a finished one's event count. A
+/// state whose fields do not fit (a thread of 2^30 events or more, a sequence of 2^15, which
+/// only a thread of 2^15 chunks reaches) is in a map of the merge's,
+/// [`MergedStream::far_states`], its fields then [`FAR`].
 #[derive(Clone, Copy, Debug)]
-struct PackedState(u64);
+struct PackedState(u32);
 
-const WAITING: u64 = 0;
-const OPEN: u64 = 1;
-const FINISHED_USED: u64 = 2;
-const FINISHED_UNUSED: u64 = 3;
-const STATE_SHIFT: u32 = 62;
-const FIELDS: u64 = (1 << STATE_SHIFT) - 1;
-/// A waiting thread's sequence field when its sequence is in the map.
-const SEQUENCE_FAR: u32 = (1 << 30) - 1;
+const WAITING: u32 = 0;
+const OPEN: u32 = 1;
+const FINISHED_USED: u32 = 2;
+const FINISHED_UNUSED: u32 = 3;
+const STATE_SHIFT: u32 = 30;
+/// The fields of a state kept in the map.
+const FAR: u32 = (1 << STATE_SHIFT) - 1;
+/// A waiting thread's chunk and sequence are below this to be packed (and not make `FAR`).
+const WAITING_FIELD: u32 = 1 << 15;
 
 impl PackedState {
-    /// `state` of thread `plan`, packed; a sequence too large for it goes to `far`.
-    fn pack(state: ThreadState, plan: u32, far: &mut BTreeMap<u32, u32>) -> Self {
-        let (which, fields) = match state {
+    /// `state` of thread `plan`, packed; fields too large for it go to `far`.
+    fn pack(state: ThreadState, plan: u32, far: &mut BTreeMap<u32, u64>) -> Self {
+        let (which, wide) = match state {
             ThreadState::Waiting { chunk, sequence } => {
-                let packed = if sequence < SEQUENCE_FAR {
-                    sequence
-                } else {
-                    far.insert(plan, sequence);
-                    SEQUENCE_FAR
-                };
-                (WAITING, (u64::from(packed) << 32) | u64::from(chunk))
+                if chunk < WAITING_FIELD && sequence < WAITING_FIELD - 1 {
+                    let fields = (sequence << 15) | chunk;
+                    return PackedState((WAITING << STATE_SHIFT) | fields);
+                }
+                (WAITING, (u64::from(sequence) << 32) | u64::from(chunk))
             }
             ThreadState::Open { slot } => (OPEN, u64::from(slot)),
-            ThreadState::Finished { used, events } => (
-                if used { FINISHED_USED } else { FINISHED_UNUSED },
-                events.min(FIELDS),
-            ),
+            ThreadState::Finished { used, events } => {
+                (if used { FINISHED_USED } else { FINISHED_UNUSED }, events)
+            }
+        };
+        let fields = if wide < u64::from(FAR) {
+            wide as u32
+        } else {
+            far.insert(plan, wide);
+            FAR
         };
         PackedState((which << STATE_SHIFT) | fields)
     }
 
     /// The state of thread `plan`, packed with `far`.
     #[inline]
-    fn unpack(self, plan: u32, far: &BTreeMap<u32, u32>) -> ThreadState {
-        let fields = self.0 & FIELDS;
-        match self.0 >> STATE_SHIFT {
-            WAITING => {
-                let sequence = (fields >> 32) as u32;
-                ThreadState::Waiting {
-                    chunk: fields as u32,
-                    sequence: if sequence == SEQUENCE_FAR {
-                        far.get(&plan).copied().unwrap_or(sequence)
-                    } else {
-                        sequence
-                    },
-                }
-            }
-            OPEN => ThreadState::Open {
-                slot: fields as u32,
+    fn unpack(self, plan: u32, far: &BTreeMap<u32, u64>) -> ThreadState {
+        let fields = self.0 & FAR;
+        let which = self.0 >> STATE_SHIFT;
+        if fields == FAR {
+            return Self::unpack_far(which, far.get(&plan).copied().unwrap_or(0));
+        }
+        match which {
+            WAITING => ThreadState::Waiting {
+                chunk: fields & (WAITING_FIELD - 1),
+                sequence: fields >> 15,
             },
+            OPEN => ThreadState::Open { slot: fields },
             which => ThreadState::Finished {
                 used: which == FINISHED_USED,
-                events: fields,
+                events: u64::from(fields),
+            },
+        }
+    }
+
+    #[cold]
+    fn unpack_far(which: u32, wide: u64) -> ThreadState {
+        match which {
+            WAITING => ThreadState::Waiting {
+                chunk: wide as u32,
+                sequence: (wide >> 32) as u32,
+            },
+            OPEN => ThreadState::Open { slot: wide as u32 },
+            which => ThreadState::Finished {
+                used: which == FINISHED_USED,
+                events: wide,
             },
         }
     }
@@ -1360,7 +1392,7 @@ impl<'a> MergedStream<'a> {
         let mut firsts = Vec::with_capacity(stream.threads.len());
         let mut cursors = Vec::new();
         let mut threads = Vec::with_capacity(stream.threads.len());
-        let mut far_sequences = BTreeMap::new();
+        let mut far_states = BTreeMap::new();
         let mut bytes = keep_bytes.then(|| Vec::with_capacity(stream.threads.len()));
         let mut scratch = Cursor::new(0, ChunkList::default(), 0);
         for (i, thread) in stream.threads.iter().enumerate() {
@@ -1389,14 +1421,14 @@ impl<'a> MergedStream<'a> {
                 let open = ThreadState::Open {
                     slot: (cursors.len() - 1) as u32,
                 };
-                threads.push(PackedState::pack(open, i as u32, &mut far_sequences));
+                threads.push(PackedState::pack(open, i as u32, &mut far_states));
                 if let Some(bytes) = &mut bytes {
                     bytes.push(ThreadBytes::default());
                 }
                 continue;
             };
             c.lend_buffers(&mut scratch);
-            threads.push(PackedState::pack(state, i as u32, &mut far_sequences));
+            threads.push(PackedState::pack(state, i as u32, &mut far_states));
             if let Some(bytes) = &mut bytes {
                 bytes.push(ThreadBytes::of(&c.summary));
             }
@@ -1418,7 +1450,7 @@ impl<'a> MergedStream<'a> {
             cursors,
             free: Vec::new(),
             threads,
-            far_sequences,
+            far_states,
             bytes,
             given_by_finished: 0,
             heap,
@@ -1440,11 +1472,11 @@ impl<'a> MergedStream<'a> {
     /// Where thread `plan` is.
     #[inline]
     fn state(&self, plan: usize) -> ThreadState {
-        self.threads[plan].unpack(plan as u32, &self.far_sequences)
+        self.threads[plan].unpack(plan as u32, &self.far_states)
     }
 
     fn set_state(&mut self, plan: usize, state: ThreadState) {
-        self.threads[plan] = PackedState::pack(state, plan as u32, &mut self.far_sequences);
+        self.threads[plan] = PackedState::pack(state, plan as u32, &mut self.far_states);
     }
 
     /// Puts the first event of the next waiting thread of `pending` in the heap.
@@ -1736,7 +1768,7 @@ impl<'a> MergedStream<'a> {
     /// thread and its events, the rest 0, from [`TraceStream::merged_event_counts`]).
     pub fn thread_summaries(&self) -> impl Iterator<Item = ThreadSummary> + '_ {
         self.threads.iter().enumerate().filter_map(|(plan, t)| {
-            match t.unpack(plan as u32, &self.far_sequences) {
+            match t.unpack(plan as u32, &self.far_states) {
                 t @ (ThreadState::Waiting { .. } | ThreadState::Finished { used: true, .. }) => {
                     Some(self.summary_of(plan, t))
                 }
@@ -1989,7 +2021,7 @@ mod tests {
             merged.cursors.len()
         );
         // A pass that asks for event counts only gets the same events and counts, and keeps
-        // 8 bytes for each thread not open.
+        // 4 bytes for each thread not open.
         let mut counting = stream.merged_event_counts();
         let again: Vec<_> = counting.by_ref().collect();
         assert_eq!(again, expected);
@@ -2002,7 +2034,7 @@ mod tests {
             assert_eq!(c.encoded_bytes, 0);
         }
         assert!(full.iter().all(|f| f.encoded_bytes > 0));
-        assert_eq!(std::mem::size_of::<PackedState>(), 8);
+        assert_eq!(std::mem::size_of::<PackedState>(), 4);
         let mut far = BTreeMap::new();
         for (plan, state) in [
             ThreadState::Waiting {
@@ -2011,12 +2043,29 @@ mod tests {
             },
             ThreadState::Waiting {
                 chunk: u32::MAX,
-                sequence: SEQUENCE_FAR - 1,
+                sequence: 0,
+            },
+            ThreadState::Waiting {
+                chunk: WAITING_FIELD - 1,
+                sequence: WAITING_FIELD - 2,
+            },
+            ThreadState::Waiting {
+                chunk: 0,
+                sequence: WAITING_FIELD - 1,
             },
             ThreadState::Open { slot: 3 },
+            ThreadState::Open { slot: u32::MAX },
             ThreadState::Finished {
                 used: true,
                 events: (5 << 32) | 9,
+            },
+            ThreadState::Finished {
+                used: true,
+                events: u64::from(FAR) - 1,
+            },
+            ThreadState::Finished {
+                used: false,
+                events: u64::from(FAR),
             },
             ThreadState::Finished {
                 used: false,
@@ -2032,7 +2081,7 @@ mod tests {
                 format!("{state:?}")
             );
         }
-        assert_eq!(far.len(), 1);
+        assert_eq!(far.len(), 6);
         assert_eq!(std::mem::size_of::<ChunkLoc>(), 12);
         let far = ChunkLoc::new((1 << 56) - 21, CODEC_ZSTD, 7);
         assert_eq!((far.offset(), far.codec()), ((1 << 56) - 21, CODEC_ZSTD));
@@ -2057,6 +2106,7 @@ mod tests {
             bytes: &index,
             at: 0,
             end: None,
+            left: locs.len(),
         };
         let again: Vec<_> = list
             .map(|c| (c.offset(), c.codec(), c.payload_len))
@@ -2070,7 +2120,7 @@ mod tests {
         assert_eq!(stream.threads.len(), requests + 1);
         assert!(stream.threads.listed.is_empty());
         assert!(
-            stream.index.len() + 4 * stream.plan_from.len() <= 12 * (requests + 1),
+            stream.index.len() + 4 * stream.group_from.len() <= 8 * (requests + 1),
             "{} bytes",
             stream.index.len()
         );
