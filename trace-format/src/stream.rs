@@ -157,7 +157,8 @@ impl PlanIds {
 }
 
 /// One thread's entries of the stream's chunk index, read in order: each chunk's header
-/// offset (the first one's as it is, the next ones' from where the chunk before ends, zigzag),
+/// offset (the first one of a group of threads as it is, the next ones from where the chunk
+/// before ends, zigzag),
 /// its codec, and its payload length, as varints: about 5 bytes a chunk, where a process that
 /// created 10^5 threads left 10^5 chunks or more. Its header (with the payload's checksum) and
 /// its prefix (sequence, declared events) are not kept: they are read again with its payload,
@@ -177,8 +178,8 @@ struct ChunkList<'a> {
 const PLAN_GROUP: usize = 16;
 
 impl ChunkList<'_> {
-    /// Writes `loc`'s entry after that of the chunk that ends at `end` (`None`: the thread's
-    /// first); returns where `loc` ends.
+    /// Writes `loc`'s entry after that of the chunk that ends at `end` (`None`: the first of
+    /// a group of threads); returns where `loc` ends.
     fn put(index: &mut Vec<u8>, end: Option<u64>, loc: &ChunkLoc) -> u64 {
         match end {
             None => varint::put(index, loc.offset()),
@@ -381,14 +382,15 @@ impl TraceStream {
         let mut group_from: Vec<u32> = Vec::with_capacity(thread_count.div_ceil(PLAN_GROUP));
         let mut index = Vec::new();
         let mut from = 0;
+        let mut end = None;
         while let Some(&(thread, _, _)) = located.get(from) {
             let to = from + located[from..].partition_point(|l| l.0 == thread);
             if threads.len() % PLAN_GROUP == 0 {
                 group_from.push(index.len() as u32);
+                end = None;
             }
             threads.push(thread);
             varint::put(&mut index, (to - from) as u64);
-            let mut end = None;
             for (_, _, c) in &located[from..to] {
                 end = Some(ChunkList::put(&mut index, end, c));
             }
@@ -441,7 +443,6 @@ impl TraceStream {
         // The index was written by `build`: it reads back.
         for _ in 0..=plan % PLAN_GROUP {
             list.by_ref().for_each(drop);
-            list.end = None;
             list.left = varint::get(list.bytes, &mut list.at).unwrap_or(0) as usize;
         }
         list
