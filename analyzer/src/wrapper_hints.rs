@@ -148,23 +148,28 @@ impl ThreadLocks {
                 }
                 first[i] = Self::NONE;
                 *taken -= 1;
-                if i == 0 {
-                    // The list starts at its first thread alive.
-                    let gone = first
-                        .iter()
-                        .position(|&l| l != Self::NONE)
-                        .unwrap_or(first.len());
-                    first.drain(..gone);
-                    *from = if first.is_empty() {
-                        0
-                    } else {
-                        *from + gone as u32
-                    };
-                }
             }
             ThreadLocks::Sparse(map) => {
                 map.remove(&thread);
             }
+        }
+    }
+
+    /// Starts the list at its first thread alive, once the threads that exited are
+    /// forgotten (once for them all: a thread per request exits in order, and moving the list
+    /// for each would cost its length each time).
+    fn compact(&mut self) {
+        if let ThreadLocks::ByIndex { from, first, .. } = self {
+            let gone = first
+                .iter()
+                .position(|&l| l != Self::NONE)
+                .unwrap_or(first.len());
+            first.drain(..gone);
+            *from = if first.is_empty() {
+                0
+            } else {
+                *from + gone as u32
+            };
         }
     }
 
@@ -325,6 +330,7 @@ impl HintTally {
                     for &thread in exited {
                         threads.forget(thread);
                     }
+                    threads.compact();
                 }
             }
             e.thread_entry |= l.thread_entry;
