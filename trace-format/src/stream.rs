@@ -175,7 +175,7 @@ struct ChunkList<'a> {
 }
 
 /// Threads of [`TraceStream::index`] found from one place of [`TraceStream::group_from`].
-const PLAN_GROUP: usize = 16;
+const PLAN_GROUP: usize = 4;
 
 impl ChunkList<'_> {
     /// Writes `loc`'s entry after that of the chunk that ends at `end` (`None`: the first of
@@ -446,6 +446,25 @@ impl TraceStream {
             list.left = varint::get(list.bytes, &mut list.at).unwrap_or(0) as usize;
         }
         list
+    }
+
+    /// The chunks of every thread, in order: one pass over the index, not a search from its
+    /// group's start for each.
+    fn all_chunks(&self) -> impl Iterator<Item = ChunkList<'_>> + '_ {
+        let mut walker = ChunkList {
+            bytes: &self.index,
+            at: 0,
+            end: None,
+            left: 0,
+        };
+        (0..self.threads.len()).map(move |plan| {
+            walker.by_ref().for_each(drop);
+            if plan % PLAN_GROUP == 0 {
+                walker.end = None;
+            }
+            walker.left = varint::get(walker.bytes, &mut walker.at).unwrap_or(0) as usize;
+            walker
+        })
     }
 
     /// The file the stream reads, for messages.
@@ -1396,8 +1415,7 @@ impl<'a> MergedStream<'a> {
         let mut far_states = BTreeMap::new();
         let mut bytes = keep_bytes.then(|| Vec::with_capacity(stream.threads.len()));
         let mut scratch = Cursor::new(0, ChunkList::default(), 0);
-        for (i, thread) in stream.threads.iter().enumerate() {
-            let chunks = stream.chunks_of(i);
+        for ((i, thread), chunks) in stream.threads.iter().enumerate().zip(stream.all_chunks()) {
             let mut c = Cursor::new(thread, chunks, stream.tables.first_sequence(thread));
             c.plan = i as u32;
             scratch.lend_buffers(&mut c);
