@@ -994,27 +994,47 @@ impl BarrierGenerations {
 
 /// Trace thread id → dense index (looked up for every event).
 struct ThreadIndex {
+    /// The ids are `first..first + len`, in order (a recorder numbers its threads from 0 on):
+    /// no table at all, where a process may have created 10^5 threads.
+    range: Option<(ThreadId, u32)>,
     small: Vec<u32>,
     large: HashMap<ThreadId, u32>,
 }
 
 impl ThreadIndex {
     const NONE: u32 = u32::MAX;
-    /// Ids below this, or below 4 per thread, are looked up in a table (4 bytes an id: the
-    /// recorder numbers threads from 0, and a process may create 10^5 of them); larger ones
-    /// (unusual) in a map.
+    /// Ids below this, or below 4 per thread, are looked up in a table (4 bytes an id);
+    /// larger ones (unusual) in a map.
     const TABLE: u32 = 1 << 16;
 
     fn new(ids: impl IntoIterator<Item = ThreadId>) -> Self {
-        let ids = ids.into_iter();
+        let mut ids = ids.into_iter().peekable();
         let table = u32::try_from(ids.size_hint().0.saturating_mul(4))
             .unwrap_or(u32::MAX)
             .max(Self::TABLE);
         let mut ix = ThreadIndex {
+            range: None,
             small: Vec::new(),
             large: HashMap::new(),
         };
-        for (i, id) in ids.enumerate() {
+        // As far as the ids are a range.
+        let mut range: Option<(ThreadId, u32)> = None;
+        while let Some(&id) = ids.peek() {
+            match range {
+                None => range = Some((id, 1)),
+                Some((first, len)) if u64::from(first) + u64::from(len) == u64::from(id) => {
+                    range = Some((first, len + 1));
+                }
+                Some(_) => break,
+            }
+            ids.next();
+        }
+        if ids.peek().is_none() {
+            ix.range = range;
+            return ix;
+        }
+        let before = range.map_or(0..0, |(first, len)| first..first + len);
+        for (i, id) in before.chain(ids).enumerate() {
             let i = i as u32;
             if id < table {
                 if ix.small.len() <= id as usize {
@@ -1031,6 +1051,10 @@ impl ThreadIndex {
 
     #[inline]
     fn get(&self, id: ThreadId) -> Option<usize> {
+        if let Some((first, len)) = self.range {
+            let i = id.wrapping_sub(first);
+            return (i < len).then_some(i as usize);
+        }
         match self.small.get(id as usize) {
             Some(&i) if i != Self::NONE => Some(i as usize),
             Some(_) => None,
@@ -1070,6 +1094,25 @@ mod tests {
         assert_eq!(g.generation(3, 2), None);
         assert_eq!(g.generation(3, 3), Some(9));
         assert_eq!(g.generation(3, 6), None);
+    }
+
+    #[test]
+    fn a_thread_index_of_a_range_of_ids_keeps_no_table() {
+        let ix = ThreadIndex::new(5..100_005);
+        assert!(ix.small.is_empty() && ix.large.is_empty());
+        assert_eq!(ix.get(5), Some(0));
+        assert_eq!(ix.get(100_004), Some(99_999));
+        assert_eq!(ix.get(4), None);
+        assert_eq!(ix.get(100_005), None);
+        // A gap: the ids before it and after it in a table and a map.
+        let ids = [0, 1, 2, 7, 8, 1 << 20];
+        let ix = ThreadIndex::new(ids);
+        assert!(ix.range.is_none());
+        for (i, id) in ids.into_iter().enumerate() {
+            assert_eq!(ix.get(id), Some(i));
+        }
+        assert_eq!(ix.get(3), None);
+        assert_eq!(ix.get(1 << 19), None);
     }
 
     #[test]

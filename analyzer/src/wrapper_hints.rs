@@ -52,8 +52,13 @@ struct LineTally {
     /// Some thread took two different locks there.
     one_thread_several: bool,
     /// Until then, per trace: the lock each thread took there first, kept across the segments
-    /// of a trace (a thread's two calls may be in two segments), until its last segment.
+    /// of a trace (a thread's two calls may be in two segments) while the thread lives: a
+    /// thread that has exited takes no lock any more (a program may create 10^5 threads, a
+    /// few alive at a time).
     first_lock: Vec<(Arc<str>, ThreadLocks)>,
+    /// Per trace, the threads that took a lock there and exited in the run counted (sorted):
+    /// [`HintTally::add`] lets what they took go once it has counted it.
+    exited: Vec<(Arc<str>, Vec<u32>)>,
     /// The line is in a thread's start routine (its caller is where threads start).
     thread_entry: bool,
 }
@@ -131,6 +136,43 @@ impl ThreadLocks {
         }
     }
 
+    /// Thread `thread` exited: it takes no lock there any more.
+    fn forget(&mut self, thread: u32) {
+        match self {
+            ThreadLocks::ByIndex { from, first, taken } => {
+                let Some(i) = thread.checked_sub(*from).map(|i| i as usize) else {
+                    return;
+                };
+                if first.get(i).is_none_or(|&l| l == Self::NONE) {
+                    return;
+                }
+                first[i] = Self::NONE;
+                *taken -= 1;
+            }
+            ThreadLocks::Sparse(map) => {
+                map.remove(&thread);
+            }
+        }
+    }
+
+    /// Starts the list at its first thread alive, once the threads that exited are
+    /// forgotten (once for them all: a thread per request exits in order, and moving the list
+    /// for each would cost its length each time).
+    fn compact(&mut self) {
+        if let ThreadLocks::ByIndex { from, first, .. } = self {
+            let gone = first
+                .iter()
+                .position(|&l| l != Self::NONE)
+                .unwrap_or(first.len());
+            first.drain(..gone);
+            *from = if first.is_empty() {
+                0
+            } else {
+                *from + gone as u32
+            };
+        }
+    }
+
     /// (thread, lock) of every thread that took a lock there.
     fn taken(&self) -> Box<dyn Iterator<Item = (u32, u32)> + '_> {
         match self {
@@ -162,6 +204,23 @@ impl LineTally {
         if self.first_lock[at].1.took(thread, lock) {
             self.one_thread_several = true;
             self.first_lock = Vec::new();
+            self.exited = Vec::new();
+        }
+    }
+
+    /// Thread `thread` of `trace`, which took a lock there, has exited (threads come in
+    /// order).
+    fn exited_in(&mut self, trace: &Arc<str>, thread: u32) {
+        let at = match self.exited.iter().position(|(t, _)| t == trace) {
+            Some(at) => at,
+            None => {
+                self.exited.push((Arc::clone(trace), Vec::new()));
+                self.exited.len() - 1
+            }
+        };
+        let threads = &mut self.exited[at].1;
+        if threads.last() != Some(&thread) {
+            threads.push(thread);
         }
     }
 }
@@ -237,6 +296,9 @@ impl HintTally {
             };
             if let Some(e) = t.lines.get_mut(line) {
                 e.took(&source, thread, id);
+                if run.whole_life(thread).is_some() && !e.one_thread_several {
+                    e.exited_in(&source, thread);
+                }
             }
         }
         if !run.segments_follow {
@@ -261,6 +323,14 @@ impl HintTally {
             for (trace, threads) in &l.first_lock {
                 for (thread, lock) in threads.taken() {
                     e.took(trace, thread, ids[lock as usize]);
+                }
+            }
+            for (trace, exited) in &l.exited {
+                if let Some((_, threads)) = e.first_lock.iter_mut().find(|(t, _)| t == trace) {
+                    for &thread in exited {
+                        threads.forget(thread);
+                    }
+                    threads.compact();
                 }
             }
             e.thread_entry |= l.thread_entry;
@@ -571,6 +641,25 @@ mod tests {
         ));
         far.add(segment(&[(100_000, "m2"), (3, "m2")], false));
         assert!(far.lines[&line].one_thread_several);
+        // A thread that exited takes no lock any more: what it took first is let go, and
+        // the list starts at the first thread alive.
+        let mut alive = segment(&[(20, "m1"), (21, "m2")], false);
+        let mut exits = segment(&[(20, "m1"), (22, "m1")], false);
+        for thread in [20, 22] {
+            exits
+                .lines
+                .get_mut(&line)
+                .unwrap()
+                .exited_in(&trace, thread);
+        }
+        alive.add(exits);
+        assert_eq!(threads(&alive), [(21, "m2".to_string())]);
+        assert!(matches!(
+            alive.lines[&line].first_lock[0].1,
+            ThreadLocks::ByIndex { from: 21, .. }
+        ));
+        alive.add(segment(&[(21, "m1")], false));
+        assert!(alive.lines[&line].one_thread_several);
         // The trace's last segment lets go of what its threads took first.
         tally.add(segment(&[(11, "m1")], true));
         assert!(!tally.lines[&line].one_thread_several);

@@ -461,6 +461,8 @@ pub fn load_run(
     // The analysis reads no access counts: kept, they would be 10^5 entries for a process
     // that created 10^5 threads.
     stream.forget_access_counts();
+    // Nor the threads' kernel ids and parents (`stats` shows them).
+    stream.forget_thread_details();
     let stream = Arc::new(stream);
     let run = stream_run(
         &stream,

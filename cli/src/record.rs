@@ -353,7 +353,7 @@ fn is_silent(f: &TraceFile, continued: &dyn Fn(u32) -> bool) -> bool {
 
 /// The trace's (one) thread ended with an `exec`: the process became another program.
 fn ends_in_exec(f: &TraceFile) -> bool {
-    f.tables().threads.keys().any(|&id| {
+    f.tables().threads.keys().any(|id| {
         matches!(
             f.thread_events(id).0.events.last().map(|e| &e.kind),
             Some(foresight_trace::EventKind::Exec { .. })

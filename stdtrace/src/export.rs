@@ -112,7 +112,7 @@ impl<'a> Namer<'a> {
         // neither.
         let thread_names: Vec<(ThreadId, Option<String>)> = stream
             .threads()
-            .chain(tables.threads.keys().copied())
+            .chain(tables.threads.keys())
             .collect::<std::collections::BTreeSet<_>>()
             .into_iter()
             .map(|id| (id, tables.thread_name(id).map(str::to_string)))

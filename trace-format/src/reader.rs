@@ -125,7 +125,7 @@ impl TraceFile {
     }
 
     fn parse(path: PathBuf, source: Source) -> Result<Self, TraceError> {
-        let s = scan(&path, &source, false)?;
+        let s = scan(&path, &source, crate::scan::Want::Chunks)?;
         Ok(TraceFile {
             path,
             source,

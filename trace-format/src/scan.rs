@@ -18,6 +18,7 @@ use crate::frame::{
     VERSION_MAJOR, VERSION_MAJOR_FEATURES,
 };
 use crate::source::{ReadFailure, Source};
+use crate::stream::ChunkLoc;
 use crate::tables::{
     AccessCounts, DataType, DataVariable, EarlierLockOrder, Frame, FrameSymbol, Header, ModuleInfo,
     ObjectInfo, RecordingStopped, RecordingWindow, SiteInfo, StringEntry, Tables, ThreadEnd,
@@ -37,6 +38,9 @@ pub(crate) struct Scanned {
     /// the payload checksum), when asked for and the chunk is an events chunk long enough to
     /// have a prefix; empty when not asked for.
     pub prefixes: Vec<Option<ChunkOwner>>,
+    /// The events chunks with a prefix, when [`Want::Located`] asked for them apart: they are
+    /// then neither in `chunks` nor in `prefixes`.
+    pub located: LocatedEvents,
     pub tables: Tables,
     pub trailer: Option<Trailer>,
     pub problems: Vec<Problem>,
@@ -54,16 +58,41 @@ pub(crate) struct ChunkOwner {
     pub event_count: u32,
 }
 
+/// What the scan keeps of the chunks it locates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Want {
+    /// Every chunk.
+    Chunks,
+    /// Every chunk, and what each events chunk's prefix says.
+    Prefixes,
+    /// The events chunks with a prefix apart, in [`LocatedEvents`] (20 bytes a chunk, not a
+    /// chunk's 32 and a prefix's 16: a process that created 10^5 threads left 10^5 of them
+    /// and as many table chunks), the others as `Chunks` does.
+    Located,
+}
+
+/// The events chunks with a prefix, in file order: (thread, sequence, where), as the prefix
+/// says (not yet checked against the payload checksum), and the events they declare in all.
+#[derive(Debug, Default)]
+pub(crate) struct LocatedEvents {
+    pub chunks: Vec<(u32, u32, ChunkLoc)>,
+    pub declared: u64,
+}
+
+/// What [`locate_chunks`] found, as [`Want`] asks.
+#[derive(Default)]
+struct Found {
+    chunks: Vec<ChunkRef>,
+    prefixes: Vec<Option<ChunkOwner>>,
+    located: LocatedEvents,
+}
+
 /// How many bytes the damaged-region search reads at a time.
 const SEARCH_WINDOW: usize = 64 << 10;
 
 /// Reads the file prefix and header, locates the chunks and reads the tables and the trailer.
 /// Only a bad prefix or header, or a failure to read them, is an error.
-pub(crate) fn scan(
-    path: &Path,
-    source: &Source,
-    want_prefixes: bool,
-) -> Result<Scanned, TraceError> {
+pub(crate) fn scan(path: &Path, source: &Source, want: Want) -> Result<Scanned, TraceError> {
     let mut buf = Vec::new();
     let io = |error| TraceError::Io {
         path: path.to_path_buf(),
@@ -140,24 +169,34 @@ pub(crate) fn scan(
         .map_err(|e| bad(prefix_len as u64, &format!("cannot decode the header: {e}")))?;
 
     let mut problems = Vec::new();
-    let mut chunks = Vec::new();
-    let mut prefixes = Vec::new();
+    let mut found = Found::default();
     let file_len = locate_chunks(
         source,
         hend,
         major >= VERSION_MAJOR_FEATURES,
-        want_prefixes,
-        &mut chunks,
-        &mut prefixes,
+        want,
+        &mut found,
         &mut problems,
     );
-    let (tables, trailer) = read_tables_and_trailer(source, &chunks, file_len, &mut problems);
+    let Found {
+        chunks,
+        prefixes,
+        located,
+    } = found;
+    let (tables, trailer) = read_tables_and_trailer(
+        source,
+        &chunks,
+        located.chunks.iter().map(|(_, _, c)| c.offset()),
+        file_len,
+        &mut problems,
+    );
     Ok(Scanned {
         version: (major, minor),
         header,
         header_len: hend,
         chunks,
         prefixes,
+        located,
         tables,
         trailer,
         problems,
@@ -172,11 +211,15 @@ fn locate_chunks(
     source: &Source,
     start: u64,
     coded: bool,
-    want_prefixes: bool,
-    chunks: &mut Vec<ChunkRef>,
-    prefixes: &mut Vec<Option<ChunkOwner>>,
+    keep: Want,
+    found: &mut Found,
     problems: &mut Vec<Problem>,
 ) -> u64 {
+    let Found {
+        chunks,
+        prefixes,
+        located,
+    } = found;
     let mut end = source.len();
     let mut pos = start;
     let mut buf = Vec::new();
@@ -225,6 +268,26 @@ fn locate_chunks(
                     pos = chunk_end;
                     continue;
                 }
+                let prefix = match h.kind {
+                    ChunkKind::Events
+                        if keep != Want::Chunks && h.payload_len as usize >= EVENTS_PREFIX_LEN =>
+                    {
+                        EventsPrefix::read_from(&head[CHUNK_HEADER_LEN..]).map(|p| ChunkOwner {
+                            thread: p.thread,
+                            sequence: p.sequence,
+                            event_count: p.event_count,
+                        })
+                    }
+                    _ => None,
+                };
+                if let (Want::Located, Some(p)) = (keep, &prefix) {
+                    // A chunk is in the file read, so its offset fits in 56 bits.
+                    let at = ChunkLoc::new(pos, codec, h.payload_len);
+                    located.chunks.push((p.thread, p.sequence, at));
+                    located.declared = located.declared.saturating_add(u64::from(p.event_count));
+                    pos = chunk_end;
+                    continue;
+                }
                 chunks.push(ChunkRef {
                     offset: pos,
                     kind: h.kind,
@@ -234,17 +297,8 @@ fn locate_chunks(
                     // Byte 5 is a codec only in a 2.x file; a 1.x reader ignored it.
                     codec,
                 });
-                if want_prefixes {
-                    prefixes.push(match h.kind {
-                        ChunkKind::Events if h.payload_len as usize >= EVENTS_PREFIX_LEN => {
-                            EventsPrefix::read_from(&head[CHUNK_HEADER_LEN..]).map(|p| ChunkOwner {
-                                thread: p.thread,
-                                sequence: p.sequence,
-                                event_count: p.event_count,
-                            })
-                        }
-                        _ => None,
-                    });
+                if keep == Want::Prefixes {
+                    prefixes.push(prefix);
                 }
                 pos = chunk_end;
             }
@@ -369,9 +423,13 @@ pub(crate) fn payload_read_problem(chunk_offset: u64, len: usize, failure: ReadF
 
 /// Reads every table chunk and the trailer, in file order. Tables must be complete before any
 /// event is interpreted (`FORMAT.md` §4.3), so this runs before events are decoded.
+/// Reads the table chunks and the trailer of `chunks`; `located` are the offsets of the
+/// events chunks located apart ([`Want::Located`]), in file order, looked at for data after
+/// the trailer as the events chunks of `chunks` are.
 fn read_tables_and_trailer(
     source: &Source,
     chunks: &[ChunkRef],
+    located: impl Iterator<Item = u64>,
     file_len: u64,
     problems: &mut Vec<Problem>,
 ) -> (Tables, Option<Trailer>) {
@@ -379,16 +437,23 @@ fn read_tables_and_trailer(
     let mut trailer = None;
     let mut trailer_at: Option<u64> = None;
     let mut buf = Vec::new();
-    for c in chunks {
-        if let Some(t) = trailer_at {
-            if t < c.offset {
+    let after_trailer = |offset: u64, trailer_at: &mut Option<u64>, problems: &mut Vec<Problem>| {
+        if let Some(t) = *trailer_at {
+            if t < offset {
                 problems.push(Problem {
-                    offset: c.offset,
+                    offset,
                     kind: ProblemKind::DataAfterTrailer,
                 });
-                trailer_at = None; // report once
+                *trailer_at = None; // report once
             }
         }
+    };
+    let mut located = located.peekable();
+    for c in chunks {
+        while let Some(offset) = located.next_if(|&o| o < c.offset) {
+            after_trailer(offset, &mut trailer_at, problems);
+        }
+        after_trailer(c.offset, &mut trailer_at, problems);
         match c.kind {
             ChunkKind::Table | ChunkKind::Trailer => {
                 let payload =
@@ -433,6 +498,9 @@ fn read_tables_and_trailer(
                 });
             }
         }
+    }
+    for offset in located {
+        after_trailer(offset, &mut trailer_at, problems);
     }
     tables.threads.finish();
     // The access counts, built again from their sorted entries: a map filled one key at a

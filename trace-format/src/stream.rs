@@ -6,9 +6,9 @@
 //! headers, and the events prefix that follows each events chunk header, but skips the event
 //! payloads; it reads table chunks and the trailer in full, since tables must be complete
 //! before any event is interpreted (`FORMAT.md` §4.3). What it keeps of the event chunks is an
-//! index: per thread, where each chunk is, in sequence order (12 bytes per chunk, a chunk
-//! being 64 KiB as the recorder writes them; its header and prefix are read again, in the
-//! same read as its payload).
+//! index: per thread, where each chunk is, in sequence order (a few bytes of varints per
+//! chunk, a chunk being 64 KiB as the recorder writes them; its header and prefix are read
+//! again, in the same read as its payload).
 //!
 //! [`TraceStream::merged`] then gives every event in the order of [`Trace::merged`] — by key,
 //! then thread, then position in the thread — with one cursor per thread: the payload of the
@@ -23,12 +23,13 @@
 //! in the merged order (about 3 bytes: only the list's first is in the heap) and a few words:
 //! where its first chunk is, and what the pass learnt of it; its chunk is read again (and
 //! checked against its checksum again) when the turn comes. A thread that has ended keeps its
-//! summary (only its event count, 12 bytes with its place, for a pass that asks for no more:
+//! summary (only its event count, 4 bytes with its place, for a pass that asks for no more:
 //! [`TraceStream::merged_event_counts`]), and hands its cursor's buffers to the next thread to
-//! start. Plus the index (8 bytes per thread and 12 per events chunk), the tables, and the
-//! problems found. Nothing grows with the number of events, and a program that created 10^5
-//! short threads over its life (two chunks each) costs about 47 bytes per thread (87 with
-//! the bytes and times of its summary), and a cursor per thread running at once.
+//! start. Plus the index (a byte per thread, its id none while the ids have no gap, and
+//! about 5 per events chunk), the tables, and the problems found. Nothing grows with the
+//! number of events, and a program that created 10^5 short threads over its life (one chunk
+//! each) costs about 12 bytes per thread (52 with the bytes and times of its summary), and a
+//! cursor per thread running at once.
 //!
 //! **Same answers as the decoding reader.** Each thread's events, their indices, the merged
 //! order, and the problems are those of [`Trace`] on the same bytes, with two exceptions that
@@ -42,7 +43,7 @@
 //! [`Trace::merged`]: crate::Trace::merged
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BTreeMap, BinaryHeap};
 use std::path::{Path, PathBuf};
 
 use crate::codec::{Decoder, DecoderState, PLACEHOLDER};
@@ -82,10 +83,16 @@ pub struct TraceStream {
     /// Problems of event chunks too short to name their thread (found by the scan, reported
     /// with the chunks' own problems).
     orphan_problems: Vec<Problem>,
-    /// Threads with event chunks, by thread id.
-    threads: Vec<ThreadPlan>,
-    /// Every events chunk, by thread (`ThreadPlan`).
-    chunks: Vec<ChunkLoc>,
+    /// Threads with event chunks, by thread id (a range of ids, as a recorder numbers them,
+    /// takes no room).
+    threads: PlanIds,
+    /// Where the entries of threads `PLAN_GROUP * g` on start in `index`, for each `g`: a
+    /// thread's are found from there, past the few threads before it in its group (a word a
+    /// thread would be 0.4 MB for a process that created 10^5 threads).
+    group_from: Vec<u32>,
+    /// Every events chunk, by thread, in (sequence, file offset) order: per thread, the number
+    /// of its chunks, then their [`ChunkList`] entries.
+    index: Vec<u8>,
     /// The events the chunks' prefixes declare, added up by the scan.
     declared_events: u64,
     chunk_count: usize,
@@ -93,22 +100,129 @@ pub struct TraceStream {
     refs: ReferenceCheck,
 }
 
-/// The event chunks of one thread, in (sequence, file offset) order: the stream's index from
-/// `from` to the next thread's `from` (one list for every thread: a program may have created
-/// 10^5).
-struct ThreadPlan {
-    thread: ThreadId,
-    /// Its first chunk in [`TraceStream::chunks`] (8 bytes a thread, not 16: a process may
-    /// have created 10^5 threads).
-    from: u32,
+/// The ids of the threads with event chunks, in order: `first..first + len` while they have no
+/// gap (a recorder numbers its threads from 0 on), else listed.
+#[derive(Debug, Default)]
+struct PlanIds {
+    first: ThreadId,
+    len: usize,
+    /// Empty while the ids are a range.
+    listed: Vec<ThreadId>,
 }
 
-/// Where an event chunk is (12 bytes: a process that created 10^5 threads left 2·10^5
-/// chunks). Its header (with the payload's checksum) and its prefix (sequence, declared
-/// events) are not kept: they are read again with its payload, in the same read, and checked;
-/// the chunks were put in sequence order when the index was made.
+impl PlanIds {
+    /// Adds `id`, larger than the ids before it.
+    fn push(&mut self, id: ThreadId) {
+        if self.listed.is_empty() {
+            if self.len == 0 {
+                self.first = id;
+                self.len = 1;
+                return;
+            }
+            if u64::from(self.first) + self.len as u64 == u64::from(id) {
+                self.len += 1;
+                return;
+            }
+            self.listed = self.iter().collect();
+        }
+        self.listed.push(id);
+        self.len += 1;
+    }
+
+    #[inline]
+    fn get(&self, plan: usize) -> ThreadId {
+        if self.listed.is_empty() {
+            self.first + plan as ThreadId
+        } else {
+            self.listed[plan]
+        }
+    }
+
+    fn find(&self, id: ThreadId) -> Option<usize> {
+        if self.listed.is_empty() {
+            let at = id.checked_sub(self.first)? as usize;
+            (at < self.len).then_some(at)
+        } else {
+            self.listed.binary_search(&id).ok()
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn iter(&self) -> impl Iterator<Item = ThreadId> + '_ {
+        (0..self.len).map(|plan| self.get(plan))
+    }
+}
+
+/// One thread's entries of the stream's chunk index, read in order: each chunk's header
+/// offset (the first one of a group of threads as it is, the next ones from where the chunk
+/// before ends, zigzag),
+/// its codec, and its payload length, as varints: about 5 bytes a chunk, where a process that
+/// created 10^5 threads left 10^5 chunks or more. Its header (with the payload's checksum) and
+/// its prefix (sequence, declared events) are not kept: they are read again with its payload,
+/// in the same read, and checked; the chunks were put in sequence order when the index was
+/// made.
+#[derive(Clone, Copy, Debug, Default)]
+struct ChunkList<'a> {
+    bytes: &'a [u8],
+    at: usize,
+    /// Where the chunk before ends; `None` before the first.
+    end: Option<u64>,
+    /// Entries left.
+    left: usize,
+}
+
+/// Threads of [`TraceStream::index`] found from one place of [`TraceStream::group_from`].
+const PLAN_GROUP: usize = 4;
+
+impl ChunkList<'_> {
+    /// Writes `loc`'s entry after that of the chunk that ends at `end` (`None`: the first of
+    /// a group of threads); returns where `loc` ends.
+    fn put(index: &mut Vec<u8>, end: Option<u64>, loc: &ChunkLoc) -> u64 {
+        match end {
+            None => varint::put(index, loc.offset()),
+            // Offsets are below 2^56.
+            Some(end) => varint::put(index, varint::zigzag(loc.offset() as i64 - end as i64)),
+        }
+        index.push(loc.codec());
+        varint::put(index, u64::from(loc.payload_len));
+        loc.end()
+    }
+}
+
+impl Iterator for ChunkList<'_> {
+    type Item = ChunkLoc;
+
+    fn next(&mut self) -> Option<ChunkLoc> {
+        self.left = self.left.checked_sub(1)?;
+        // The entries were written by `put`: they read back.
+        let mut field = || match varint::get(self.bytes, &mut self.at) {
+            Ok(v) => Some(v),
+            Err(_) => {
+                self.left = 0;
+                None
+            }
+        };
+        let place = field()?;
+        let offset = match self.end {
+            None => place,
+            Some(end) => (end as i64).wrapping_add(varint::unzigzag(place)) as u64,
+        };
+        let codec = *self.bytes.get(self.at)?;
+        self.at += 1;
+        let mut field = || varint::get(self.bytes, &mut self.at).ok();
+        let payload_len = field()? as u32;
+        let loc = ChunkLoc::new(offset, codec, payload_len);
+        self.end = Some(loc.end());
+        Some(loc)
+    }
+}
+
+/// Where an event chunk is, as its [`ChunkList`] entry says.
 #[derive(Clone, Copy, Debug)]
-struct ChunkLoc {
+pub(crate) struct ChunkLoc {
     /// The chunk header's offset in 56 bits (a file of 64 PiB at most), how the payload is
     /// stored (FORMAT.md §5.3) in the high 8 of `offset_high_codec`: [`ChunkLoc::offset`],
     /// [`ChunkLoc::codec`]. Two words, not a `u64`, so that the entry is 12 bytes.
@@ -120,7 +234,7 @@ struct ChunkLoc {
 const OFFSET_HIGH_BITS: u32 = 24;
 
 impl ChunkLoc {
-    fn new(offset: u64, codec: u8, payload_len: u32) -> Self {
+    pub(crate) fn new(offset: u64, codec: u8, payload_len: u32) -> Self {
         ChunkLoc {
             offset_low: offset as u32,
             offset_high_codec: ((offset >> 32) as u32 & ((1 << OFFSET_HIGH_BITS) - 1))
@@ -129,7 +243,7 @@ impl ChunkLoc {
         }
     }
 
-    fn offset(&self) -> u64 {
+    pub(crate) fn offset(&self) -> u64 {
         (u64::from(self.offset_high_codec & ((1 << OFFSET_HIGH_BITS) - 1)) << 32)
             | u64::from(self.offset_low)
     }
@@ -140,6 +254,10 @@ impl ChunkLoc {
 
     fn payload_offset(&self) -> u64 {
         self.offset() + crate::frame::CHUNK_HEADER_LEN as u64
+    }
+
+    fn end(&self) -> u64 {
+        self.payload_offset() + u64::from(self.payload_len)
     }
 }
 
@@ -215,54 +333,37 @@ impl TraceStream {
     }
 
     fn build(path: PathBuf, source: Source) -> Result<Self, TraceError> {
-        let mut s = scan(&path, &source, true)?;
-        let chunk_count = s.chunks.len();
+        let mut s = scan(&path, &source, crate::scan::Want::Located)?;
+        // The events chunks with a prefix are apart, 20 bytes each: a process that created
+        // 10^5 threads left 10^5 of them, and as many table chunks.
+        let mut located = std::mem::take(&mut s.located.chunks);
+        let chunk_count = s.chunks.len() + located.len();
         let table_chunk_count = s
             .chunks
             .iter()
             .filter(|c| c.kind == ChunkKind::Table)
             .count();
-        let events = s.prefixes.iter().filter(|p| p.is_some()).count();
-        let mut located: Vec<(ThreadId, u32, ChunkLoc)> = Vec::with_capacity(events);
-        let mut declared_events = 0u64;
+        // Not yet checked against the checksums: what `declared_events` tells without
+        // decoding.
+        let declared_events = s.located.declared;
         let mut orphan_problems = Vec::new();
         let mut buf = Vec::new();
-        for (c, prefix) in s.chunks.iter().zip(&s.prefixes) {
-            if c.kind != ChunkKind::Events {
-                continue;
-            }
-            match prefix {
-                Some(prefix) => {
-                    // Not yet checked against the checksum: what `declared_events` tells
-                    // without decoding.
-                    declared_events = declared_events.saturating_add(u64::from(prefix.event_count));
-                    located.push((
-                        prefix.thread,
-                        prefix.sequence,
-                        // A chunk is in the file read, so its offset fits in 56 bits.
-                        ChunkLoc::new(c.offset, c.codec, c.payload_len),
-                    ))
-                }
-                // Shorter than an events prefix: its checksum or its prefix is reported now.
-                None => {
-                    let problem =
-                        match source.bytes_at(c.payload_offset, c.payload_len as usize, &mut buf) {
-                            Ok(payload) => check_events_payload(c.offset, c.payload_crc, payload)
-                                .err()
-                                .unwrap_or(Problem {
-                                    offset: c.offset,
-                                    kind: ProblemKind::BadEventsPrefix,
-                                }),
-                            Err(f) => payload_read_problem(c.offset, c.payload_len as usize, f),
-                        };
-                    orphan_problems.push(problem);
-                }
-            }
+        // The events chunks left in the list are shorter than an events prefix: their
+        // checksum or their prefix is reported now.
+        for c in s.chunks.iter().filter(|c| c.kind == ChunkKind::Events) {
+            let problem = match source.bytes_at(c.payload_offset, c.payload_len as usize, &mut buf)
+            {
+                Ok(payload) => check_events_payload(c.offset, c.payload_crc, payload)
+                    .err()
+                    .unwrap_or(Problem {
+                        offset: c.offset,
+                        kind: ProblemKind::BadEventsPrefix,
+                    }),
+                Err(f) => payload_read_problem(c.offset, c.payload_len as usize, f),
+            };
+            orphan_problems.push(problem);
         }
-        // The file's chunk list is let go before the index is made of what it located: a
-        // process that created 10^5 threads left 2·10^5 chunks.
         s.chunks = Vec::new();
-        s.prefixes = Vec::new();
         if u32::try_from(located.len()).is_err() {
             return Err(TraceError::Io {
                 path,
@@ -277,19 +378,39 @@ impl TraceStream {
         located.sort_unstable_by_key(|(thread, sequence, c)| (*thread, *sequence, c.offset()));
         let thread_count = located.windows(2).filter(|w| w[0].0 != w[1].0).count()
             + usize::from(!located.is_empty());
-        let mut threads: Vec<ThreadPlan> = Vec::with_capacity(thread_count);
-        for (i, (thread, _, _)) in located.iter().enumerate() {
-            match threads.last_mut() {
-                Some(plan) if plan.thread == *thread => {}
-                _ => threads.push(ThreadPlan {
-                    thread: *thread,
-                    from: i as u32,
-                }),
+        let mut threads = PlanIds::default();
+        let mut group_from: Vec<u32> = Vec::with_capacity(thread_count.div_ceil(PLAN_GROUP));
+        let mut index = Vec::new();
+        let mut from = 0;
+        let mut end = None;
+        while let Some(&(thread, _, _)) = located.get(from) {
+            let to = from + located[from..].partition_point(|l| l.0 == thread);
+            if threads.len() % PLAN_GROUP == 0 {
+                group_from.push(index.len() as u32);
+                end = None;
             }
+            threads.push(thread);
+            varint::put(&mut index, (to - from) as u64);
+            for (_, _, c) in &located[from..to] {
+                end = Some(ChunkList::put(&mut index, end, c));
+            }
+            from = to;
         }
-        // A list of its own, of the exact length (not the sorted pairs' room, reused).
-        let chunks: Vec<ChunkLoc> = located.iter().map(|(_, _, c)| *c).collect();
         drop(located);
+        if u32::try_from(index.len()).is_err() {
+            return Err(TraceError::Io {
+                path,
+                error: std::io::Error::other(format!(
+                    "an index of {} bytes for the event chunks, more than the {} this reader \
+                     keeps",
+                    index.len(),
+                    u32::MAX
+                )),
+            });
+        }
+        // Of the exact length (not the doubling's room).
+        index.shrink_to_fit();
+        threads.listed.shrink_to_fit();
         Ok(TraceStream {
             path,
             source,
@@ -303,20 +424,47 @@ impl TraceStream {
             problems: s.problems,
             orphan_problems,
             threads,
-            chunks,
+            group_from,
+            index,
             declared_events,
             chunk_count,
             table_chunk_count,
         })
     }
 
-    /// The chunks of `self.threads[plan]`.
-    fn chunks_of(&self, plan: usize) -> &[ChunkLoc] {
-        let to = self
-            .threads
-            .get(plan + 1)
-            .map_or(self.chunks.len(), |next| next.from as usize);
-        &self.chunks[self.threads[plan].from as usize..to]
+    /// The chunks of thread `plan` (of `self.threads`).
+    fn chunks_of(&self, plan: usize) -> ChunkList<'_> {
+        let mut list = ChunkList {
+            bytes: &self.index,
+            at: self.group_from[plan / PLAN_GROUP] as usize,
+            end: None,
+            left: 0,
+        };
+        // The index was written by `build`: it reads back.
+        for _ in 0..=plan % PLAN_GROUP {
+            list.by_ref().for_each(drop);
+            list.left = varint::get(list.bytes, &mut list.at).unwrap_or(0) as usize;
+        }
+        list
+    }
+
+    /// The chunks of every thread, in order: one pass over the index, not a search from its
+    /// group's start for each.
+    fn all_chunks(&self) -> impl Iterator<Item = ChunkList<'_>> + '_ {
+        let mut walker = ChunkList {
+            bytes: &self.index,
+            at: 0,
+            end: None,
+            left: 0,
+        };
+        (0..self.threads.len()).map(move |plan| {
+            walker.by_ref().for_each(drop);
+            if plan % PLAN_GROUP == 0 {
+                walker.end = None;
+            }
+            walker.left = varint::get(walker.bytes, &mut walker.at).unwrap_or(0) as usize;
+            walker
+        })
     }
 
     /// The file the stream reads, for messages.
@@ -355,6 +503,12 @@ impl TraceStream {
         self.tables.access_counts = Default::default();
     }
 
+    /// Lets the thread table's kernel thread ids and parents go, for a pass that does not
+    /// report them ([`crate::tables::ThreadTable::forget_details`]): 8 bytes a thread.
+    pub fn forget_thread_details(&mut self) {
+        self.tables.threads.forget_details();
+    }
+
     /// The trailer, when the trace ended cleanly.
     pub fn trailer(&self) -> Option<&Trailer> {
         self.trailer.as_ref()
@@ -378,7 +532,7 @@ impl TraceStream {
 
     /// The threads that have event chunks, by id.
     pub fn threads(&self) -> impl Iterator<Item = ThreadId> + '_ {
-        self.threads.iter().map(|t| t.thread)
+        self.threads.iter()
     }
 
     /// Every event in the causal merged order: by key, then thread, then position in the
@@ -402,7 +556,7 @@ impl TraceStream {
 
     /// [`TraceStream::merged`] for a pass that needs only each thread's event count of the
     /// summaries: what it keeps of a thread that is waiting or has ended is its place and its
-    /// event count (12 bytes with its place), not its bytes and times too, and
+    /// event count (4 bytes with its place), not its bytes and times too, and
     /// [`MergedStream::thread_summaries`] gives those as 0.
     pub fn merged_event_counts(&self) -> MergedStream<'_> {
         self.merged_keeping(false)
@@ -434,24 +588,35 @@ impl TraceStream {
     pub fn thread_tail(&self, thread: ThreadId, chunks: usize) -> ThreadStream<'_> {
         let all = self
             .threads
-            .binary_search_by_key(&thread, |t| t.thread)
-            .map_or(&[][..], |i| self.chunks_of(i));
-        let (skipped, kept) = all.split_at(all.len().saturating_sub(chunks));
-        let mut cursor = Cursor::new(thread, kept, self.tables.first_sequence(thread));
-        if let Some(first) = kept.first().filter(|_| !skipped.is_empty()) {
+            .find(thread)
+            .map_or_else(ChunkList::default, |plan| self.chunks_of(plan));
+        // The chunks skipped, when some are: they are counted first.
+        let skipped = if chunks == usize::MAX {
+            0
+        } else {
+            all.count().saturating_sub(chunks)
+        };
+        let mut kept = all;
+        let mut skipped_events = 0usize;
+        let mut buf = Vec::new();
+        for _ in 0..skipped {
             // A few chunks' prefixes, read again: the index keeps none (a chunk whose prefix
             // no longer reads counts no events, and is reported when the cursor reaches it).
-            let mut buf = Vec::new();
-            if let Some(prefix) = self.prefix_of(first, &mut buf) {
-                cursor.expected_sequence = prefix.sequence;
+            if let Some(c) = kept.next() {
+                skipped_events = skipped_events.saturating_add(
+                    self.prefix_of(&c, &mut buf)
+                        .map_or(0, |p| p.event_count as usize),
+                );
             }
-            cursor.index = skipped
-                .iter()
-                .map(|c| {
-                    self.prefix_of(c, &mut buf)
-                        .map_or(0, |p| p.event_count as usize)
-                })
-                .fold(0usize, usize::saturating_add);
+        }
+        let mut cursor = Cursor::new(thread, kept, self.tables.first_sequence(thread));
+        if skipped > 0 {
+            if let Some(first) = kept.next() {
+                if let Some(prefix) = self.prefix_of(&first, &mut buf) {
+                    cursor.expected_sequence = prefix.sequence;
+                }
+                cursor.index = skipped_events;
+            }
         }
         ThreadStream {
             stream: self,
@@ -578,7 +743,8 @@ struct Chunk {
 /// One thread's position in its events.
 struct Cursor<'a> {
     thread: ThreadId,
-    chunks: &'a [ChunkLoc],
+    chunks: ChunkList<'a>,
+    /// Chunks taken from `chunks`.
     next_chunk: usize,
     /// The current chunk's payload when it is read from a file.
     payload: Vec<u8>,
@@ -618,7 +784,7 @@ impl<'a> Cursor<'a> {
         self.index.saturating_sub(self.extensions) as u64
     }
 
-    fn new(thread: ThreadId, chunks: &'a [ChunkLoc], first_sequence: u32) -> Self {
+    fn new(thread: ThreadId, chunks: ChunkList<'a>, first_sequence: u32) -> Self {
         Cursor {
             thread,
             chunks,
@@ -695,7 +861,8 @@ impl<'a> Cursor<'a> {
 
     /// Reads, checks and starts the thread's next usable chunk; false when there is none.
     fn load_next_chunk(&mut self, ctx: &mut Ctx<'_>) -> bool {
-        while let Some(loc) = self.chunks.get(self.next_chunk) {
+        for loc in self.chunks.by_ref() {
+            let loc = &loc;
             self.next_chunk += 1;
             let rereading = std::mem::take(&mut self.rereading);
             let len = loc.payload_len as usize;
@@ -1014,6 +1181,8 @@ pub struct MergedStream<'a> {
     /// Per thread of [`TraceStream::threads`]: where it is, and its event count once ended
     /// (an open cursor keeps its own summary).
     threads: Vec<PackedState>,
+    /// The states whose fields do not fit their [`PackedState`], by thread.
+    far_states: BTreeMap<u32, u64>,
     /// Per thread of [`TraceStream::threads`], the bytes and times of its summary while it
     /// waits and once it has ended; `None` when the pass asked for event counts only
     /// ([`TraceStream::merged_event_counts`]).
@@ -1104,47 +1273,84 @@ enum ThreadState {
     Finished { used: bool, events: u64 },
 }
 
-/// A [`ThreadState`] in 12 bytes, not the enum's 16 (a process may have created 10^5 threads):
-/// two words of its fields and one for which state it is.
+/// A [`ThreadState`] in 4 bytes, not the enum's 16 (a process may have created 10^5 threads):
+/// which state it is in the top two bits, its fields in the 30 below — a waiting thread's
+/// chunk and sequence 15 bits each, an open one's slot, a finished one's event count. A
+/// state whose fields do not fit (a thread of 2^30 events or more, a sequence of 2^15, which
+/// only a thread of 2^15 chunks reaches) is in a map of the merge's,
+/// [`MergedStream::far_states`], its fields then [`FAR`].
 #[derive(Clone, Copy, Debug)]
-struct PackedState {
-    fields: [u32; 2],
-    state: u32,
-}
+struct PackedState(u32);
 
 const WAITING: u32 = 0;
 const OPEN: u32 = 1;
 const FINISHED_USED: u32 = 2;
 const FINISHED_UNUSED: u32 = 3;
+const STATE_SHIFT: u32 = 30;
+/// The fields of a state kept in the map.
+const FAR: u32 = (1 << STATE_SHIFT) - 1;
+/// A waiting thread's chunk and sequence are below this to be packed (and not make `FAR`).
+const WAITING_FIELD: u32 = 1 << 15;
 
 impl PackedState {
-    fn get(self) -> ThreadState {
-        let [a, b] = self.fields;
-        match self.state {
+    /// `state` of thread `plan`, packed; fields too large for it go to `far`.
+    fn pack(state: ThreadState, plan: u32, far: &mut BTreeMap<u32, u64>) -> Self {
+        let (which, wide) = match state {
+            ThreadState::Waiting { chunk, sequence } => {
+                if chunk < WAITING_FIELD && sequence < WAITING_FIELD - 1 {
+                    let fields = (sequence << 15) | chunk;
+                    return PackedState((WAITING << STATE_SHIFT) | fields);
+                }
+                (WAITING, (u64::from(sequence) << 32) | u64::from(chunk))
+            }
+            ThreadState::Open { slot } => (OPEN, u64::from(slot)),
+            ThreadState::Finished { used, events } => {
+                (if used { FINISHED_USED } else { FINISHED_UNUSED }, events)
+            }
+        };
+        let fields = if wide < u64::from(FAR) {
+            wide as u32
+        } else {
+            far.insert(plan, wide);
+            FAR
+        };
+        PackedState((which << STATE_SHIFT) | fields)
+    }
+
+    /// The state of thread `plan`, packed with `far`.
+    #[inline]
+    fn unpack(self, plan: u32, far: &BTreeMap<u32, u64>) -> ThreadState {
+        let fields = self.0 & FAR;
+        let which = self.0 >> STATE_SHIFT;
+        if fields == FAR {
+            return Self::unpack_far(which, far.get(&plan).copied().unwrap_or(0));
+        }
+        match which {
             WAITING => ThreadState::Waiting {
-                chunk: a,
-                sequence: b,
+                chunk: fields & (WAITING_FIELD - 1),
+                sequence: fields >> 15,
             },
-            OPEN => ThreadState::Open { slot: a },
-            finished => ThreadState::Finished {
-                used: finished == FINISHED_USED,
-                events: (u64::from(b) << 32) | u64::from(a),
+            OPEN => ThreadState::Open { slot: fields },
+            which => ThreadState::Finished {
+                used: which == FINISHED_USED,
+                events: u64::from(fields),
             },
         }
     }
-}
 
-impl From<ThreadState> for PackedState {
-    fn from(t: ThreadState) -> Self {
-        let (fields, state) = match t {
-            ThreadState::Waiting { chunk, sequence } => ([chunk, sequence], WAITING),
-            ThreadState::Open { slot } => ([slot, 0], OPEN),
-            ThreadState::Finished { used, events } => (
-                [events as u32, (events >> 32) as u32],
-                if used { FINISHED_USED } else { FINISHED_UNUSED },
-            ),
-        };
-        PackedState { fields, state }
+    #[cold]
+    fn unpack_far(which: u32, wide: u64) -> ThreadState {
+        match which {
+            WAITING => ThreadState::Waiting {
+                chunk: wide as u32,
+                sequence: (wide >> 32) as u32,
+            },
+            OPEN => ThreadState::Open { slot: wide as u32 },
+            which => ThreadState::Finished {
+                used: which == FINISHED_USED,
+                events: wide,
+            },
+        }
     }
 }
 
@@ -1206,11 +1412,11 @@ impl<'a> MergedStream<'a> {
         let mut firsts = Vec::with_capacity(stream.threads.len());
         let mut cursors = Vec::new();
         let mut threads = Vec::with_capacity(stream.threads.len());
+        let mut far_states = BTreeMap::new();
         let mut bytes = keep_bytes.then(|| Vec::with_capacity(stream.threads.len()));
-        let mut scratch = Cursor::new(0, &[], 0);
-        for (i, t) in stream.threads.iter().enumerate() {
-            let chunks = stream.chunks_of(i);
-            let mut c = Cursor::new(t.thread, chunks, stream.tables.first_sequence(t.thread));
+        let mut scratch = Cursor::new(0, ChunkList::default(), 0);
+        for ((i, thread), chunks) in stream.threads.iter().enumerate().zip(stream.all_chunks()) {
+            let mut c = Cursor::new(thread, chunks, stream.tables.first_sequence(thread));
             c.plan = i as u32;
             scratch.lend_buffers(&mut c);
             let state = if !c.refill(&mut ctx) {
@@ -1231,16 +1437,17 @@ impl<'a> MergedStream<'a> {
                 // checks): the cursor is kept rather than the chunk read and checked twice.
                 heap.push(Reverse(NextEvent::new(c.head().key, i as u32)));
                 cursors.push(c);
-                threads.push(PackedState::from(ThreadState::Open {
+                let open = ThreadState::Open {
                     slot: (cursors.len() - 1) as u32,
-                }));
+                };
+                threads.push(PackedState::pack(open, i as u32, &mut far_states));
                 if let Some(bytes) = &mut bytes {
                     bytes.push(ThreadBytes::default());
                 }
                 continue;
             };
             c.lend_buffers(&mut scratch);
-            threads.push(PackedState::from(state));
+            threads.push(PackedState::pack(state, i as u32, &mut far_states));
             if let Some(bytes) = &mut bytes {
                 bytes.push(ThreadBytes::of(&c.summary));
             }
@@ -1262,6 +1469,7 @@ impl<'a> MergedStream<'a> {
             cursors,
             free: Vec::new(),
             threads,
+            far_states,
             bytes,
             given_by_finished: 0,
             heap,
@@ -1278,6 +1486,16 @@ impl<'a> MergedStream<'a> {
         m.current = m.take_lead();
         m.bound = m.heap_bound();
         m
+    }
+
+    /// Where thread `plan` is.
+    #[inline]
+    fn state(&self, plan: usize) -> ThreadState {
+        self.threads[plan].unpack(plan as u32, &self.far_states)
+    }
+
+    fn set_state(&mut self, plan: usize, state: ThreadState) {
+        self.threads[plan] = PackedState::pack(state, plan as u32, &mut self.far_states);
     }
 
     /// Puts the first event of the next waiting thread of `pending` in the heap.
@@ -1316,7 +1534,7 @@ impl<'a> MergedStream<'a> {
             if plan == self.admitted.plan {
                 self.admit_next();
             }
-            match self.threads[plan as usize].get() {
+            match self.state(plan as usize) {
                 // Its head is the key it had in the heap.
                 ThreadState::Open { slot } => return slot as usize,
                 ThreadState::Waiting { chunk, sequence } => {
@@ -1343,10 +1561,13 @@ impl<'a> MergedStream<'a> {
     #[inline(never)]
     fn reopen(&mut self, plan: usize, chunk: usize, sequence: u32) -> Option<usize> {
         let stream = self.stream;
-        let t = &stream.threads[plan];
-        let state = self.threads[plan].get();
-        let chunks = stream.chunks_of(plan);
-        let mut c = Cursor::new(t.thread, chunks, stream.tables.first_sequence(t.thread));
+        let thread = stream.threads.get(plan);
+        let state = self.state(plan);
+        let mut chunks = stream.chunks_of(plan);
+        for _ in 0..chunk {
+            chunks.next();
+        }
+        let mut c = Cursor::new(thread, chunks, stream.tables.first_sequence(thread));
         c.plan = plan as u32;
         c.next_chunk = chunk;
         // Its sequence and the thread table were checked, and its bytes counted in the
@@ -1368,7 +1589,7 @@ impl<'a> MergedStream<'a> {
                 self.cursors.len() - 1
             }
         };
-        self.threads[plan] = ThreadState::Open { slot: slot as u32 }.into();
+        self.set_state(plan, ThreadState::Open { slot: slot as u32 });
         let cur = &mut self.cursors[slot];
         if cur.refill(&mut self.ctx) {
             Some(slot)
@@ -1387,21 +1608,21 @@ impl<'a> MergedStream<'a> {
         cur.batch.clear();
         self.given_by_finished += given;
         let plan = cur.plan as usize;
-        self.threads[plan] = ThreadState::Finished {
+        let finished = ThreadState::Finished {
             used: cur.any_chunk,
             events: given,
-        }
-        .into();
+        };
         if let Some(bytes) = &mut self.bytes {
             bytes[plan] = ThreadBytes::of(&cur.summary);
         }
+        self.set_state(plan, finished);
         self.free.push(slot as u32);
     }
 
     /// The summary of thread `plan`, in `state` (not open): its bytes and times are 0 when
     /// they are not kept.
     fn summary_of(&self, plan: usize, state: ThreadState) -> ThreadSummary {
-        let thread = self.stream.threads[plan].thread;
+        let thread = self.stream.threads.get(plan);
         match &self.bytes {
             Some(bytes) => bytes[plan].summary(thread, state.events()),
             None => ThreadSummary {
@@ -1509,7 +1730,7 @@ impl<'a> MergedStream<'a> {
         self.heap
             .peek()
             .map_or((u64::MAX, ThreadId::MAX), |Reverse(next)| {
-                (next.key(), self.stream.threads[next.plan as usize].thread)
+                (next.key(), self.stream.threads.get(next.plan as usize))
             })
     }
 
@@ -1565,10 +1786,8 @@ impl<'a> MergedStream<'a> {
     /// What the pass learnt of each thread with a usable chunk so far, by thread id (only the
     /// thread and its events, the rest 0, from [`TraceStream::merged_event_counts`]).
     pub fn thread_summaries(&self) -> impl Iterator<Item = ThreadSummary> + '_ {
-        self.threads
-            .iter()
-            .enumerate()
-            .filter_map(|(plan, t)| match t.get() {
+        self.threads.iter().enumerate().filter_map(|(plan, t)| {
+            match t.unpack(plan as u32, &self.far_states) {
                 t @ (ThreadState::Waiting { .. } | ThreadState::Finished { used: true, .. }) => {
                     Some(self.summary_of(plan, t))
                 }
@@ -1590,15 +1809,16 @@ impl<'a> MergedStream<'a> {
                         }
                     })
                 }
-            })
+            }
+        })
     }
 
     /// Whether `thread` has events still to come.
     pub fn unfinished(&self, thread: ThreadId) -> bool {
         self.stream
             .threads
-            .binary_search_by_key(&thread, |t| t.thread)
-            .is_ok_and(|i| !matches!(self.threads[i].get(), ThreadState::Finished { .. }))
+            .find(thread)
+            .is_some_and(|i| !matches!(self.state(i), ThreadState::Finished { .. }))
     }
 
     /// The current thread's next event is not in its batch or does not come first: refill the
@@ -1723,7 +1943,7 @@ impl Iterator for ThreadStream<'_> {
             // Stay at the end: a later call must not move past it again.
             self.cursor.batch.clear();
             self.cursor.at = 0;
-            self.cursor.chunks = &[];
+            self.cursor.chunks = ChunkList::default();
             None
         }
     }
@@ -1820,7 +2040,7 @@ mod tests {
             merged.cursors.len()
         );
         // A pass that asks for event counts only gets the same events and counts, and keeps
-        // 12 bytes for each thread not open.
+        // 4 bytes for each thread not open.
         let mut counting = stream.merged_event_counts();
         let again: Vec<_> = counting.by_ref().collect();
         assert_eq!(again, expected);
@@ -1833,31 +2053,96 @@ mod tests {
             assert_eq!(c.encoded_bytes, 0);
         }
         assert!(full.iter().all(|f| f.encoded_bytes > 0));
-        assert_eq!(std::mem::size_of::<PackedState>(), 12);
-        for state in [
+        assert_eq!(std::mem::size_of::<PackedState>(), 4);
+        let mut far = BTreeMap::new();
+        for (plan, state) in [
             ThreadState::Waiting {
                 chunk: 7,
                 sequence: u32::MAX,
             },
+            ThreadState::Waiting {
+                chunk: u32::MAX,
+                sequence: 0,
+            },
+            ThreadState::Waiting {
+                chunk: WAITING_FIELD - 1,
+                sequence: WAITING_FIELD - 2,
+            },
+            ThreadState::Waiting {
+                chunk: 0,
+                sequence: WAITING_FIELD - 1,
+            },
             ThreadState::Open { slot: 3 },
+            ThreadState::Open { slot: u32::MAX },
             ThreadState::Finished {
                 used: true,
                 events: (5 << 32) | 9,
             },
             ThreadState::Finished {
+                used: true,
+                events: u64::from(FAR) - 1,
+            },
+            ThreadState::Finished {
+                used: false,
+                events: u64::from(FAR),
+            },
+            ThreadState::Finished {
                 used: false,
                 events: 0,
             },
-        ] {
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let packed = PackedState::pack(state, plan as u32, &mut far);
             assert_eq!(
-                format!("{:?}", PackedState::from(state).get()),
+                format!("{:?}", packed.unpack(plan as u32, &far)),
                 format!("{state:?}")
             );
         }
+        assert_eq!(far.len(), 6);
         assert_eq!(std::mem::size_of::<ChunkLoc>(), 12);
         let far = ChunkLoc::new((1 << 56) - 21, CODEC_ZSTD, 7);
         assert_eq!((far.offset(), far.codec()), ((1 << 56) - 21, CODEC_ZSTD));
-        assert_eq!(std::mem::size_of::<ThreadPlan>(), 8);
+        // A thread's chunks in the index: a few bytes each, read back in order, wherever
+        // they are.
+        let locs = [
+            ChunkLoc::new(1 << 40, CODEC_STORED, 65_536),
+            ChunkLoc::new(100, CODEC_ZSTD, 9),
+            ChunkLoc::new((1 << 56) - 21, CODEC_ZSTD, u32::MAX),
+            ChunkLoc::new(
+                (1 << 40) + 65_536 + CHUNK_HEADER_LEN as u64,
+                CODEC_STORED,
+                0,
+            ),
+        ];
+        let mut index = Vec::new();
+        let mut end = None;
+        for loc in &locs {
+            end = Some(ChunkList::put(&mut index, end, loc));
+        }
+        let list = ChunkList {
+            bytes: &index,
+            at: 0,
+            end: None,
+            left: locs.len(),
+        };
+        let again: Vec<_> = list
+            .map(|c| (c.offset(), c.codec(), c.payload_len))
+            .collect();
+        let expected: Vec<_> = locs
+            .iter()
+            .map(|c| (c.offset(), c.codec(), c.payload_len))
+            .collect();
+        assert_eq!(again, expected);
+        // The index of the 500 requests: a thread's plan and chunks about 10 bytes.
+        assert_eq!(stream.threads.len(), requests + 1);
+        assert!(stream.threads.listed.is_empty());
+        assert!(
+            stream.index.len() + 4 * stream.group_from.len() <= 8 * (requests + 1),
+            "{} bytes",
+            stream.index.len()
+        );
         assert_eq!(std::mem::size_of::<NextEvent>(), 12);
         assert!(NextEvent::new(1 << 32, 0) > NextEvent::new((1 << 32) - 1, 7));
         assert!(NextEvent::new(5, 2) > NextEvent::new(5, 1));

@@ -132,7 +132,7 @@ pub struct ObjectInfo {
 }
 
 /// One thread of the recorded process.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ThreadInfo {
     /// The thread's id, as events name it.
     pub id: ThreadId,
@@ -486,71 +486,236 @@ pub struct Trailer {
     pub events_lost: u64,
 }
 
-/// The threads' records by id, with a map's look-ups: a list sorted by id (24 bytes a thread,
-/// and a process may create 10^5 threads) while the records come in id order, as a recorder
-/// writes them; the few that do not wait in a map until the tables are read
-/// ([`ThreadTable::finish`]).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// The threads' records by id, packed (a process may create 10^5 threads): a record is a
+/// slot by its id from the first one's (a recorder numbers its threads from 0 on, and writes a
+/// thread's record whenever it likes, so they come in any order) with a bit for whether it is
+/// there, the kernel thread ids and parents are two words a slot (let go by
+/// [`ThreadTable::forget_details`] for a pass that does not report them), and the names are
+/// kept for the threads the program named only. Records whose id is far from the others (more
+/// empty slots than records), or whose parent is the one id a word cannot tell from none, are
+/// kept in a map.
+#[derive(Clone, Debug, Default)]
 pub struct ThreadTable {
-    sorted: Vec<ThreadInfo>,
-    out_of_order: BTreeMap<ThreadId, ThreadInfo>,
+    /// The id of slot 0.
+    first: ThreadId,
+    /// Bit `i % 64` of word `i / 64`: slot `i` holds a record.
+    present: Vec<u64>,
+    /// Records in slots.
+    slotted: usize,
+    /// Per slot; empty once the details are let go.
+    os_tids: Vec<u32>,
+    /// Per slot, [`NO_PARENT`] for none.
+    parents: Vec<u32>,
+    details_kept: bool,
+    /// (slot, name) of the slotted records with a name, by slot.
+    names: Vec<(u32, StringId)>,
+    other: BTreeMap<ThreadId, ThreadInfo>,
 }
 
+/// A slot's parent word for none: a record whose parent is this id is kept in the map.
+const NO_PARENT: u32 = u32::MAX;
+
+impl PartialEq for ThreadTable {
+    fn eq(&self, other: &Self) -> bool {
+        self.values().eq(other.values())
+    }
+}
+
+impl Eq for ThreadTable {}
+
 impl ThreadTable {
-    /// The record of thread `id`.
-    pub fn get(&self, id: &ThreadId) -> Option<&ThreadInfo> {
-        match self.sorted.binary_search_by_key(id, |t| t.id) {
-            Ok(i) => Some(&self.sorted[i]),
-            Err(_) => self.out_of_order.get(id),
+    fn slots(&self) -> usize {
+        self.present.len() * 64
+    }
+
+    fn is_present(&self, slot: usize) -> bool {
+        self.present
+            .get(slot / 64)
+            .is_some_and(|w| w >> (slot % 64) & 1 == 1)
+    }
+
+    /// The slot of `id`'s record, when it has one.
+    fn slot(&self, id: ThreadId) -> Option<usize> {
+        let slot = id.checked_sub(self.first)? as usize;
+        self.is_present(slot).then_some(slot)
+    }
+
+    fn name_at(&self, slot: usize) -> Option<StringId> {
+        self.names
+            .binary_search_by_key(&(slot as u32), |&(s, _)| s)
+            .ok()
+            .map(|i| self.names[i].1)
+    }
+
+    fn slotted_info(&self, slot: usize) -> ThreadInfo {
+        let (os_tid, parent) = if self.details_kept {
+            let parent = self.parents[slot];
+            (self.os_tids[slot], (parent != NO_PARENT).then_some(parent))
+        } else {
+            (0, None)
+        };
+        ThreadInfo {
+            id: self.first + slot as ThreadId,
+            os_tid,
+            parent,
+            name: self.name_at(slot),
+        }
+    }
+
+    /// The record of thread `id` (its kernel thread id 0 and parent none once
+    /// [`ThreadTable::forget_details`] let them go).
+    pub fn get(&self, id: &ThreadId) -> Option<ThreadInfo> {
+        match self.slot(*id) {
+            Some(slot) => Some(self.slotted_info(slot)),
+            None => self.other.get(id).copied(),
+        }
+    }
+
+    /// The name the program gave thread `id`, as a string id.
+    pub fn name(&self, id: ThreadId) -> Option<StringId> {
+        match self.slot(id) {
+            Some(slot) => self.name_at(slot),
+            None => self.other.get(&id)?.name,
         }
     }
 
     /// Whether thread `id` has a record.
     pub fn contains_key(&self, id: &ThreadId) -> bool {
-        self.get(id).is_some()
+        self.slot(*id).is_some() || self.other.contains_key(id)
     }
 
     /// Adds thread `info.id`'s record, replacing one of the same id.
     pub fn insert(&mut self, info: ThreadInfo) {
-        match self.sorted.last() {
-            Some(last) if last.id >= info.id => {
-                match self.sorted.binary_search_by_key(&info.id, |t| t.id) {
-                    Ok(i) => self.sorted[i] = info,
-                    Err(_) => {
-                        self.out_of_order.insert(info.id, info);
-                    }
-                }
+        if self.slotted == 0 && self.other.is_empty() {
+            *self = ThreadTable {
+                first: info.id,
+                details_kept: true,
+                ..ThreadTable::default()
+            };
+        }
+        if info.id < self.first && self.details_kept && !self.other.contains_key(&info.id) {
+            self.move_first_to(info.id);
+        }
+        let slot = info.id.checked_sub(self.first).map(|s| s as usize);
+        let fits = slot.filter(|&slot| {
+            self.details_kept
+                && info.parent != Some(NO_PARENT)
+                && !self.other.contains_key(&info.id)
+                // No more empty slots than records.
+                && (slot < self.slots() || slot < 2 * (self.slotted + 1) + 64)
+        });
+        let Some(slot) = fits else {
+            if let Some(slot) = self.slot(info.id) {
+                self.clear_slot(slot);
             }
-            _ if self.out_of_order.is_empty() => self.sorted.push(info),
-            _ => {
-                self.out_of_order.insert(info.id, info);
+            self.other.insert(info.id, info);
+            return;
+        };
+        if slot >= self.slots() {
+            let words = (slot / 64 + 1).max(2 * self.present.len());
+            self.present.resize(words, 0);
+            self.os_tids.resize(words * 64, 0);
+            self.parents.resize(words * 64, NO_PARENT);
+        }
+        if !self.is_present(slot) {
+            self.present[slot / 64] |= 1 << (slot % 64);
+            self.slotted += 1;
+        }
+        self.os_tids[slot] = info.os_tid;
+        self.parents[slot] = info.parent.unwrap_or(NO_PARENT);
+        let key = slot as u32;
+        match (
+            self.names.binary_search_by_key(&key, |&(s, _)| s),
+            info.name,
+        ) {
+            (Ok(i), Some(name)) => self.names[i].1 = name,
+            (Ok(i), None) => {
+                self.names.remove(i);
             }
+            (Err(i), Some(name)) => self.names.insert(i, (key, name)),
+            (Err(_), None) => {}
         }
     }
 
-    /// Merges the records that came out of id order into the sorted list.
-    pub fn finish(&mut self) {
-        if self.out_of_order.is_empty() {
-            self.sorted.shrink_to_fit();
+    /// Moves slot 0 down to `id` or below (by as many slots as there are, at least, so that
+    /// records that come in falling order move the slots a few times only), when the slots
+    /// up to the last record stay no more than twice the records.
+    fn move_first_to(&mut self, id: ThreadId) {
+        let need = (self.first - id) as usize;
+        let used = self
+            .present
+            .iter()
+            .rposition(|&w| w != 0)
+            .map_or(0, |w| (w + 1) * 64);
+        if used + need >= 2 * (self.slotted + 1) + 64 {
             return;
         }
-        let sorted = std::mem::take(&mut self.sorted);
-        let more = std::mem::take(&mut self.out_of_order);
-        let mut merged = Vec::with_capacity(sorted.len() + more.len());
-        let mut more = more.into_values().peekable();
-        for t in sorted {
-            while let Some(m) = more.next_if(|m| m.id < t.id) {
-                merged.push(m);
+        let shift = need.max(used).min(self.first as usize);
+        let old = std::mem::take(&mut self.present);
+        let words = (used + shift).div_ceil(64);
+        self.present = vec![0; words];
+        for (w, &word) in old.iter().enumerate() {
+            let mut word = word;
+            while word != 0 {
+                let slot = w * 64 + word.trailing_zeros() as usize + shift;
+                word &= word - 1;
+                self.present[slot / 64] |= 1 << (slot % 64);
             }
-            merged.push(t);
         }
-        merged.extend(more);
-        self.sorted = merged;
+        self.os_tids.truncate(used);
+        self.parents.truncate(used);
+        self.os_tids.splice(0..0, std::iter::repeat_n(0, shift));
+        self.parents
+            .splice(0..0, std::iter::repeat_n(NO_PARENT, shift));
+        self.os_tids.resize(words * 64, 0);
+        self.parents.resize(words * 64, NO_PARENT);
+        for (slot, _) in &mut self.names {
+            *slot += shift as u32;
+        }
+        self.first -= shift as ThreadId;
+    }
+
+    fn clear_slot(&mut self, slot: usize) {
+        self.present[slot / 64] &= !(1 << (slot % 64));
+        self.slotted -= 1;
+        if let Ok(i) = self.names.binary_search_by_key(&(slot as u32), |&(s, _)| s) {
+            self.names.remove(i);
+        }
+    }
+
+    /// Lets the room the records did not take go, once every record is in.
+    pub fn finish(&mut self) {
+        let used = self
+            .present
+            .iter()
+            .rposition(|&w| w != 0)
+            .map_or(0, |w| w + 1);
+        self.present.truncate(used);
+        self.present.shrink_to_fit();
+        if self.details_kept {
+            self.os_tids.truncate(used * 64);
+            self.os_tids.shrink_to_fit();
+            self.parents.truncate(used * 64);
+            self.parents.shrink_to_fit();
+        }
+        self.names.shrink_to_fit();
+    }
+
+    /// Lets the kernel thread ids and parents go, for a pass that does not report them (what
+    /// `stats` shows): [`ThreadTable::get`] gives 0 and none for them from then on.
+    pub fn forget_details(&mut self) {
+        self.os_tids = Vec::new();
+        self.parents = Vec::new();
+        self.details_kept = false;
+        for info in self.other.values_mut() {
+            info.os_tid = 0;
+            info.parent = None;
+        }
     }
 
     /// Threads with a record.
     pub fn len(&self) -> usize {
-        self.sorted.len() + self.out_of_order.len()
+        self.slotted + self.other.len()
     }
 
     /// No thread has a record.
@@ -559,24 +724,38 @@ impl ThreadTable {
     }
 
     /// The records by id.
-    pub fn values(&self) -> impl Iterator<Item = &ThreadInfo> + '_ {
-        let mut sorted = self.sorted.iter().peekable();
-        let mut more = self.out_of_order.values().peekable();
-        std::iter::from_fn(move || match (sorted.peek(), more.peek()) {
-            (Some(a), Some(b)) if b.id < a.id => more.next(),
-            (Some(_), _) => sorted.next(),
-            (None, _) => more.next(),
+    pub fn values(&self) -> impl Iterator<Item = ThreadInfo> + '_ {
+        let mut slotted = self
+            .present
+            .iter()
+            .enumerate()
+            .flat_map(|(w, &word)| {
+                let mut word = word;
+                std::iter::from_fn(move || {
+                    (word != 0).then(|| {
+                        let bit = word.trailing_zeros() as usize;
+                        word &= word - 1;
+                        w * 64 + bit
+                    })
+                })
+            })
+            .peekable();
+        let mut more = self.other.values().peekable();
+        std::iter::from_fn(move || match (slotted.peek(), more.peek()) {
+            (Some(&slot), Some(b)) if b.id < self.first + slot as ThreadId => more.next().copied(),
+            (Some(_), _) => slotted.next().map(|slot| self.slotted_info(slot)),
+            (None, _) => more.next().copied(),
         })
     }
 
     /// The threads' ids, in order.
-    pub fn keys(&self) -> impl Iterator<Item = &ThreadId> + '_ {
-        self.values().map(|t| &t.id)
+    pub fn keys(&self) -> impl Iterator<Item = ThreadId> + '_ {
+        self.values().map(|t| t.id)
     }
 
     /// (id, record) by id.
-    pub fn iter(&self) -> impl Iterator<Item = (&ThreadId, &ThreadInfo)> + '_ {
-        self.values().map(|t| (&t.id, t))
+    pub fn iter(&self) -> impl Iterator<Item = (ThreadId, ThreadInfo)> + '_ {
+        self.values().map(|t| (t.id, t))
     }
 }
 
@@ -708,7 +887,7 @@ impl Tables {
 
     /// The name the program gave thread `id`, if any.
     pub fn thread_name(&self, id: ThreadId) -> Option<&str> {
-        self.threads.get(&id)?.name.and_then(|n| self.string(n))
+        self.threads.name(id).and_then(|n| self.string(n))
     }
 }
 
@@ -725,32 +904,97 @@ mod tests {
         let info = |id, os_tid| ThreadInfo {
             id,
             os_tid,
-            parent: None,
-            name: None,
+            parent: id.checked_sub(1),
+            name: (id % 3 == 0).then_some(1000 + id),
         };
         let mut table = ThreadTable::default();
         for id in [0, 1, 5, 9, 3, 2, 12, 7] {
             table.insert(info(id, 100 + id));
         }
         // A record of an id already there replaces it, in order or not.
-        table.insert(info(5, 55));
-        table.insert(info(3, 33));
+        table.insert(ThreadInfo {
+            name: None,
+            ..info(5, 55)
+        });
+        table.insert(ThreadInfo {
+            name: Some(7),
+            ..info(3, 33)
+        });
         let ids = [0, 1, 2, 3, 5, 7, 9, 12];
         let check = |table: &ThreadTable| {
             assert_eq!(table.len(), ids.len());
-            assert_eq!(table.keys().copied().collect::<Vec<_>>(), ids);
+            assert_eq!(table.keys().collect::<Vec<_>>(), ids);
             assert_eq!(
-                table.iter().map(|(&id, t)| (id, t.id)).collect::<Vec<_>>(),
+                table.iter().map(|(id, t)| (id, t.id)).collect::<Vec<_>>(),
                 ids.map(|id| (id, id))
             );
-            assert_eq!(table.get(&5).map(|t| t.os_tid), Some(55));
-            assert_eq!(table.get(&3).map(|t| t.os_tid), Some(33));
-            assert_eq!(table.get(&7).map(|t| t.os_tid), Some(107));
+            assert_eq!(table.get(&5).map(|t| (t.os_tid, t.name)), Some((55, None)));
+            assert_eq!(
+                table.get(&3).map(|t| (t.os_tid, t.name)),
+                Some((33, Some(7)))
+            );
+            assert_eq!(table.get(&7), Some(info(7, 107)));
+            assert_eq!(table.get(&9), Some(info(9, 109)));
+            assert_eq!(table.name(12), Some(1012));
+            assert_eq!(table.name(7), None);
             assert!(!table.contains_key(&4) && !table.contains_key(&13));
         };
         check(&table);
         table.finish();
-        assert!(table.out_of_order.is_empty());
+        assert!(table.other.is_empty());
         check(&table);
+        table.forget_details();
+        assert_eq!(table.get(&9).map(|t| (t.os_tid, t.parent)), Some((0, None)));
+        assert_eq!(table.name(12), Some(1012));
+    }
+
+    #[test]
+    fn a_thread_table_slots_its_records_by_id_and_keeps_what_a_word_cannot_say() {
+        let info = |id, parent| ThreadInfo {
+            id,
+            os_tid: 7000 + id,
+            parent,
+            name: None,
+        };
+        let mut table = ThreadTable::default();
+        // Records in no particular order, as threads exit.
+        for id in (4..1000).rev().chain(1000..1200) {
+            table.insert(info(id, Some(3)));
+        }
+        assert!(table.other.is_empty());
+        // A parent whose id is a slot's "none", and an id far past the others, go to the map.
+        table.insert(info(1200, Some(u32::MAX)));
+        table.insert(info(1201, None));
+        table.insert(info(1_000_000, Some(1)));
+        // Below the first slot: the slots move.
+        table.insert(info(2, Some(1)));
+        table.finish();
+        assert_eq!(table.other.len(), 2);
+        assert!(table.parents.len() < 2 * 1300);
+        assert_eq!(table.len(), 1200);
+        assert_eq!(table.get(&1200), Some(info(1200, Some(u32::MAX))));
+        assert_eq!(table.get(&1201), Some(info(1201, None)));
+        assert_eq!(table.get(&1_000_000), Some(info(1_000_000, Some(1))));
+        assert_eq!(table.get(&2), Some(info(2, Some(1))));
+        assert_eq!(table.get(&4), Some(info(4, Some(3))));
+        assert!(!table.contains_key(&3) && !table.contains_key(&1202));
+        let again: Vec<ThreadInfo> = table.values().collect();
+        assert_eq!(again.len(), 1200);
+        assert!(again.windows(2).all(|w| w[0].id < w[1].id));
+        // A slotted record replaced by one whose parent does not fit a slot.
+        table.insert(info(10, Some(u32::MAX)));
+        assert_eq!(table.get(&10), Some(info(10, Some(u32::MAX))));
+        assert_eq!(table.get(&11), Some(info(11, Some(3))));
+        assert_eq!(table.values().count(), 1200);
+        // What a pass that does not report them lets go.
+        table.forget_details();
+        let bare = |id| ThreadInfo {
+            os_tid: 0,
+            parent: None,
+            ..info(id, None)
+        };
+        assert_eq!(table.get(&11), Some(bare(11)));
+        assert_eq!(table.get(&10), Some(bare(10)));
+        assert!(table.contains_key(&1_000_000));
     }
 }

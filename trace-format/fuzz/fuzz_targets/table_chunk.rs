@@ -50,7 +50,7 @@ fuzz_target!(|data: &[u8]| {
         for &o in t.objects.keys() {
             let _ = t.describe_object(o);
         }
-        for &id in t.threads.keys() {
+        for id in t.threads.keys() {
             let _ = t.thread_name(id);
         }
     }
