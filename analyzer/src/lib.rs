@@ -38,6 +38,7 @@ pub mod stream;
 pub mod suppressions;
 
 // The analyzer's own rooms: the analyses behind the registry and what they are built from.
+mod alive;
 mod analyses;
 mod closure;
 mod cycles;

@@ -19,8 +19,8 @@ use foresight_trace::tables::Tables;
 
 use super::annotations::Annotations;
 use super::heap::HeapBlocks;
-use super::live::{Alive, BySlot};
 use super::{AcquireHow, Acquisition, IndexMap, LockModel, Mode, RankViolation, ReadRecursion};
+use crate::alive::{Alive, BySlot};
 use crate::stream::{Op, StreamEvent};
 
 /// Lock object id → dense lock index, looked up at every lock operation. The recorder numbers

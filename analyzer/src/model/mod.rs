@@ -46,7 +46,6 @@ use crate::stream::{mode_of, EventSource, Mode, Op, Pass, Stream, StreamEvent};
 mod annotations;
 mod blocking;
 mod heap;
-pub(crate) mod live;
 mod locks;
 mod marks;
 mod monitors;

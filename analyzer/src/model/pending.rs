@@ -14,8 +14,8 @@ use foresight_trace::event::{ObjectId, SiteId};
 use foresight_trace::tables::Tables;
 use foresight_trace::tables::{EndReason, RecordingStopped, ThreadEndState};
 
-use super::live::{Alive, BySlot};
 use super::{Mode, ThreadIds};
+use crate::alive::{Alive, BySlot};
 use crate::stream::{Op, StreamEvent};
 
 /// Blocking calls kept open per thread (a signal handler inside a wait inside a handler…).

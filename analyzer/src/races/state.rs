@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 
 use foresight_trace::SiteId;
 
+use crate::alive::{Alive, BySlot};
 use crate::hb::{EdgeKinds, HbPass};
-use crate::model::live::{Alive, BySlot};
 use crate::stream::{Mode, Op, Pass, StreamEvent};
 
 use super::locksets::{Held, Locksets};

@@ -1,11 +1,11 @@
 //! Per-thread state for the threads alive. A program that creates a thread per request has
 //! created 10^5 threads by the end while 8 ran at once: a table with an entry per thread ever
-//! created costs its entry size for each. The model's tables are kept by *slot* instead: a
-//! dense index of the threads alive, handed out at a thread's first event and taken back once
-//! it exited holding no lock and waiting for none (no later event of the trace needs its
-//! state: a join names the thread it waits for, but reads none of these tables). One index
-//! ([`Alive`], 4 bytes per thread ever created) serves every table, each of which holds an
-//! entry per slot ([`BySlot`]).
+//! created costs its entry size for each. The model's and the race pass's tables are kept by
+//! *slot* instead: a dense index of the threads alive, handed out at a thread's first event and
+//! taken back once it exited holding no lock and waiting for none (no later event of the trace
+//! needs its state: a join names the thread it waits for, but reads none of these tables). One
+//! index ([`Alive`], 4 bytes per thread ever created) serves every table of its owner, each of
+//! which holds an entry per slot ([`BySlot`]).
 
 /// Which slot each thread holds, if any.
 #[derive(Debug)]
