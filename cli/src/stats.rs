@@ -404,8 +404,8 @@ fn write_accesses(
     if in_trace == 0 && counts.is_empty() {
         return Ok(());
     }
-    let executed: u64 = counts.values().map(|c| c.executed).sum();
-    let recorded: u64 = counts.values().map(|c| c.recorded).sum();
+    let executed: u64 = counts.iter().map(|c| c.executed).sum();
+    let recorded: u64 = counts.iter().map(|c| c.recorded).sum();
     writeln!(
         out,
         "accesses   {in_trace} in the trace ({} reads, {} writes)",
@@ -424,11 +424,11 @@ fn write_accesses(
             "  recorded             {recorded:>12}  ({} of executed; repeats within an epoch dropped)",
             percent(recorded, executed)
         )?;
-        for (t, c) in counts {
+        for c in counts.iter() {
             writeln!(
                 out,
                 "  {:<20} {:>12} executed, {:>12} recorded ({})",
-                thread_label(tables, *t),
+                thread_label(tables, c.thread),
                 c.executed,
                 c.recorded,
                 percent(c.recorded, c.executed)

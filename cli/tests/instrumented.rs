@@ -198,7 +198,7 @@ fn repeats_within_an_epoch_are_counted_and_dropped() {
         let worker = trace
             .tables
             .access_counts
-            .get(&1)
+            .get(1)
             .expect("the worker's counts");
         assert!(worker.executed >= 8000, "{who}: {worker:?}");
         assert!(worker.recorded < 64, "{who}: {worker:?}");

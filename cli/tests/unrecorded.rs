@@ -176,7 +176,7 @@ fn recorded_nothing_is_patched_and_every_access_reaches_the_runtime_in_the_child
                     let counts = trace
                         .tables
                         .access_counts
-                        .get(&thread)
+                        .get(thread)
                         .unwrap_or_else(|| panic!("{what} {}: T{thread}", path.display()));
                     assert!(
                         counts.executed >= 100_000,

@@ -18,13 +18,53 @@ use crate::frame::{
     VERSION_MAJOR, VERSION_MAJOR_FEATURES,
 };
 use crate::source::{ReadFailure, Source};
-use crate::stream::ChunkLoc;
 use crate::tables::{
     AccessCounts, DataType, DataVariable, EarlierLockOrder, Frame, FrameSymbol, Header, ModuleInfo,
     ObjectInfo, RecordingStopped, RecordingWindow, SiteInfo, StringEntry, Tables, ThreadEnd,
     ThreadInfo, Trailer,
 };
 use crate::varint;
+
+/// Where an event chunk is: what the scan finds and the stream's chunk index keeps.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ChunkLoc {
+    /// The chunk header's offset in 56 bits (a file of 64 PiB at most), how the payload is
+    /// stored (FORMAT.md §5.3) in the high 8 of `offset_high_codec`: [`ChunkLoc::offset`],
+    /// [`ChunkLoc::codec`]. Two words, not a `u64`, so that the entry is 12 bytes.
+    offset_low: u32,
+    offset_high_codec: u32,
+    pub(crate) payload_len: u32,
+}
+
+const OFFSET_HIGH_BITS: u32 = 24;
+
+impl ChunkLoc {
+    pub(crate) fn new(offset: u64, codec: u8, payload_len: u32) -> Self {
+        ChunkLoc {
+            offset_low: offset as u32,
+            offset_high_codec: ((offset >> 32) as u32 & ((1 << OFFSET_HIGH_BITS) - 1))
+                | (u32::from(codec) << OFFSET_HIGH_BITS),
+            payload_len,
+        }
+    }
+
+    pub(crate) fn offset(&self) -> u64 {
+        (u64::from(self.offset_high_codec & ((1 << OFFSET_HIGH_BITS) - 1)) << 32)
+            | u64::from(self.offset_low)
+    }
+
+    pub(crate) fn codec(&self) -> u8 {
+        (self.offset_high_codec >> OFFSET_HIGH_BITS) as u8
+    }
+
+    pub(crate) fn payload_offset(&self) -> u64 {
+        self.offset() + crate::frame::CHUNK_HEADER_LEN as u64
+    }
+
+    pub(crate) fn end(&self) -> u64 {
+        self.payload_offset() + u64::from(self.payload_len)
+    }
+}
 
 /// What the first look found.
 pub(crate) struct Scanned {
@@ -503,12 +543,7 @@ fn read_tables_and_trailer(
         after_trailer(offset, &mut trailer_at, problems);
     }
     tables.threads.finish();
-    // The access counts, built again from their sorted entries: a map filled one key at a
-    // time keeps its nodes half full, one built from sorted entries fills them (about a third
-    // less memory for a program that created 10^5 threads).
-    tables.access_counts = std::mem::take(&mut tables.access_counts)
-        .into_iter()
-        .collect();
+    tables.access_counts.finish();
     // A snapshot (FORMAT.md §7.14) has no trailer by design: the process went on.
     if trailer.is_none() && tables.snapshot_signal().is_none() {
         problems.push(Problem {
@@ -590,19 +625,8 @@ fn read_table_records(payload: &[u8], base: u64, tables: &mut Tables, problems: 
                 // A later symbolisation pass may refine an earlier one: the last one wins.
                 tables.symbols.insert(r.frame, r);
             }),
-            7 => decode_record::<AccessCounts>(body).map(|r| {
-                // Each record counts one stretch of the thread's recording: they add up.
-                let c = tables
-                    .access_counts
-                    .entry(r.thread)
-                    .or_insert(AccessCounts {
-                        thread: r.thread,
-                        executed: 0,
-                        recorded: 0,
-                    });
-                c.executed = c.executed.saturating_add(r.executed);
-                c.recorded = c.recorded.saturating_add(r.recorded);
-            }),
+            // Each record counts one stretch of the thread's recording: they add up.
+            7 => decode_record::<AccessCounts>(body).map(|r| tables.access_counts.push(r)),
             8 => decode_record::<DataVariable>(body).map(|r| {
                 // Written after recording, like symbols: a later pass may refine an earlier one.
                 tables.data_variables.insert((r.module, r.offset), r);

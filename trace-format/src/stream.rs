@@ -59,7 +59,7 @@ use crate::reader::{
     check_events_payload, keep_first_shrink, limit_reference_reports, ReferenceCheck, Trace,
     MAX_REFERENCE_REPORTS,
 };
-use crate::scan::{payload_read_problem, scan};
+use crate::scan::{payload_read_problem, scan, ChunkLoc};
 use crate::source::{ReadFailure, Source};
 use crate::tables::{Header, Tables, Trailer};
 use crate::varint;
@@ -217,47 +217,6 @@ impl Iterator for ChunkList<'_> {
         let loc = ChunkLoc::new(offset, codec, payload_len);
         self.end = Some(loc.end());
         Some(loc)
-    }
-}
-
-/// Where an event chunk is, as its [`ChunkList`] entry says.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct ChunkLoc {
-    /// The chunk header's offset in 56 bits (a file of 64 PiB at most), how the payload is
-    /// stored (FORMAT.md §5.3) in the high 8 of `offset_high_codec`: [`ChunkLoc::offset`],
-    /// [`ChunkLoc::codec`]. Two words, not a `u64`, so that the entry is 12 bytes.
-    offset_low: u32,
-    offset_high_codec: u32,
-    payload_len: u32,
-}
-
-const OFFSET_HIGH_BITS: u32 = 24;
-
-impl ChunkLoc {
-    pub(crate) fn new(offset: u64, codec: u8, payload_len: u32) -> Self {
-        ChunkLoc {
-            offset_low: offset as u32,
-            offset_high_codec: ((offset >> 32) as u32 & ((1 << OFFSET_HIGH_BITS) - 1))
-                | (u32::from(codec) << OFFSET_HIGH_BITS),
-            payload_len,
-        }
-    }
-
-    pub(crate) fn offset(&self) -> u64 {
-        (u64::from(self.offset_high_codec & ((1 << OFFSET_HIGH_BITS) - 1)) << 32)
-            | u64::from(self.offset_low)
-    }
-
-    fn codec(&self) -> u8 {
-        (self.offset_high_codec >> OFFSET_HIGH_BITS) as u8
-    }
-
-    fn payload_offset(&self) -> u64 {
-        self.offset() + crate::frame::CHUNK_HEADER_LEN as u64
-    }
-
-    fn end(&self) -> u64 {
-        self.payload_offset() + u64::from(self.payload_len)
     }
 }
 

@@ -229,6 +229,63 @@ pub struct AccessCounts {
     pub recorded: u64,
 }
 
+/// The memory accesses of every thread of a trace: each thread's [`AccessCounts`] records added
+/// up, in thread order. One entry of 24 bytes a thread, in one vector (a map's nodes took about
+/// 88 bytes a thread, 8.8 MB while a trace of a process that created 10^5 threads was opened).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AccessCountTable {
+    /// Records as read until [`AccessCountTable::finish`]; then one per thread, by thread.
+    counts: Vec<AccessCounts>,
+}
+
+impl AccessCountTable {
+    /// Takes a record as read. Records are added up by [`AccessCountTable::finish`], so that a
+    /// file whose records come in any order costs a sort, never a shift per record.
+    pub(crate) fn push(&mut self, record: AccessCounts) {
+        self.counts.push(record);
+    }
+
+    /// Sorts the records by thread and adds up each thread's.
+    pub(crate) fn finish(&mut self) {
+        if !self.counts.is_sorted_by_key(|c| c.thread) {
+            self.counts.sort_by_key(|c| c.thread);
+        }
+        self.counts.dedup_by(|later, kept| {
+            let same = later.thread == kept.thread;
+            if same {
+                kept.executed = kept.executed.saturating_add(later.executed);
+                kept.recorded = kept.recorded.saturating_add(later.recorded);
+            }
+            same
+        });
+        self.counts.shrink_to_fit();
+    }
+
+    /// The counts of `thread`, if the trace has any.
+    pub fn get(&self, thread: ThreadId) -> Option<&AccessCounts> {
+        self.counts
+            .binary_search_by_key(&thread, |c| c.thread)
+            .ok()
+            .map(|i| &self.counts[i])
+    }
+
+    /// Every thread's counts, in thread order.
+    pub fn iter(&self) -> std::slice::Iter<'_, AccessCounts> {
+        self.counts.iter()
+    }
+
+    /// How many threads have counts.
+    pub fn len(&self) -> usize {
+        self.counts.len()
+    }
+
+    /// Whether the trace has no access counts (a trace cut short, or one older than version
+    /// 1.1).
+    pub fn is_empty(&self) -> bool {
+        self.counts.is_empty()
+    }
+}
+
 /// A static variable of a module (FORMAT.md §7.9): a global, a file-level `static` or a
 /// function-level `static`, written by the symbolisation pass for the variables that memory
 /// accesses touched. Its address is a module and an offset, as a [`Frame`]'s.
@@ -776,7 +833,7 @@ pub struct Tables {
     pub symbols: HashMap<Frame, FrameSymbol>,
     /// Memory accesses per thread, executed and recorded (the sum of its `AccessCounts`
     /// records; FORMAT.md §7.8).
-    pub access_counts: BTreeMap<ThreadId, AccessCounts>,
+    pub access_counts: AccessCountTable,
     /// Static variables by (module, offset) (FORMAT.md §7.9); [`Tables::data_symbol`] names an
     /// address with them.
     pub data_variables: BTreeMap<(u32, u64), DataVariable>,

@@ -70,9 +70,9 @@ fn access_counts_of_a_thread_add_up() {
     let t = Trace::from_bytes("counts", bytes).unwrap();
     assert!(t.problems.is_empty(), "{:?}", t.problems);
     assert_eq!(t.version, (1, foresight_trace::frame::VERSION_MINOR));
-    let c0 = t.tables.access_counts[&0];
+    let c0 = t.tables.access_counts.get(0).unwrap();
     assert_eq!((c0.executed, c0.recorded), (17, 3));
-    let c1 = t.tables.access_counts[&1];
+    let c1 = t.tables.access_counts.get(1).unwrap();
     assert_eq!((c1.executed, c1.recorded), (5, 5));
 }
 
