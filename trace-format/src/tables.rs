@@ -232,6 +232,8 @@ pub struct AccessCounts {
 /// The memory accesses of every thread of a trace: each thread's [`AccessCounts`] records added
 /// up, in thread order. One entry of 24 bytes a thread, in one vector (a map's nodes took about
 /// 88 bytes a thread, 8.8 MB while a trace of a process that created 10^5 threads was opened).
+/// The vector is not shrunk to its length: that would copy it, while the one who keeps the
+/// table for long is `stats`, and `analyze` lets it go once the trace is open.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AccessCountTable {
     /// Records as read until [`AccessCountTable::finish`]; then one per thread, by thread.
@@ -258,7 +260,6 @@ impl AccessCountTable {
             }
             same
         });
-        self.counts.shrink_to_fit();
     }
 
     /// The counts of `thread`, if the trace has any.
