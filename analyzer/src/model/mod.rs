@@ -150,8 +150,8 @@ pub(crate) struct RankViolation {
 }
 
 /// A thread of the trace, at its dense index (the trace's order of threads): its id, 4
-/// bytes, its name kept apart ([`ThreadNames`]: a process may have created 10^5 threads,
-/// most of them with no name or one that many share).
+/// bytes, its name kept apart (`ThreadNames`, read with `Run::thread_name`: a process may
+/// have created 10^5 threads, most of them with no name or one that many share).
 #[derive(Clone, Debug)]
 pub struct ThreadModel {
     /// The trace's id of the thread.
@@ -160,7 +160,7 @@ pub struct ThreadModel {
 
 impl ThreadModel {
     /// The threads of these ids; the model names them from the trace's tables
-    /// ([`ThreadNames`]).
+    /// (`ThreadNames`).
     pub fn of_ids(ids: impl Iterator<Item = foresight_trace::ThreadId>) -> Vec<Self> {
         ids.map(|id| ThreadModel { id }).collect()
     }
