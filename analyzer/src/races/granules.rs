@@ -206,7 +206,7 @@ impl<V: Default> GranuleTable<V> {
 }
 
 #[cfg(test)]
-pub(super) mod tests {
+mod tests {
     use super::*;
     use foldhash::{HashMap, HashMapExt};
 
@@ -250,9 +250,7 @@ pub(super) mod tests {
         Remove(u64),
     }
 
-    /// A granule among a few clustered ones, the lowest and the highest a trace can name: what
-    /// the tables' properties (this one's and the page table's) are tried on.
-    pub(in crate::races) fn granule() -> impl proptest::strategy::Strategy<Value = u64> {
+    fn granule() -> impl proptest::strategy::Strategy<Value = u64> {
         use proptest::prelude::*;
         prop_oneof![
             8 => 0x2000..0x2100u64,

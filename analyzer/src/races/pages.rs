@@ -288,7 +288,6 @@ fn held_bits(mut held: u64) -> impl Iterator<Item = usize> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::granules::tests::granule;
     use super::*;
     use foldhash::{HashMap, HashMapExt};
 
@@ -301,6 +300,16 @@ mod tests {
         Remove(u64),
         Retain(u64),
         RetainCells(u64),
+    }
+
+    fn granule() -> impl proptest::strategy::Strategy<Value = u64> {
+        use proptest::prelude::*;
+        prop_oneof![
+            8 => 0x2000..0x2100u64,
+            1 => Just(0u64),
+            1 => Just((1u64 << 61) - 1),
+            1 => any::<u64>().prop_map(|g| g >> 3),
+        ]
     }
 
     fn op() -> impl proptest::strategy::Strategy<Value = Op> {
