@@ -1,9 +1,10 @@
-//! A table keyed by granule (or by page of granules: the shadow's index of pages,
-//! `pages.rs`): open addressing with linear probing over one array of slots, each a key beside
-//! its value, so that the usual lookup — a key already held, found at its home — reads one
-//! slot, with no allocation, no control bytes and no hasher state to build per access.
+//! The table that holds the shadow memory's cells, keyed by granule: open addressing with
+//! linear probing over one array of slots, each a granule's key beside its cell, so that the
+//! usual lookup — a granule already tracked, found at its home — reads one slot (one cache
+//! miss where a granule not in cache cost two with the keys apart: the key, then the cell),
+//! with no allocation, no control bytes and no hasher state to build per access.
 //!
-//! Keys come from an untrusted trace, so the hash is keyed by a random value drawn per
+//! Granules come from an untrusted trace, so the hash is keyed by a random value drawn per
 //! table (as foldhash does) before the multiplication whose high bits pick the slot: a
 //! trace cannot be crafted to make its granules collide. The table is at most three quarters
 //! full; removal shifts the following run back (no tombstones), so a table whose granules come
@@ -29,8 +30,7 @@ struct Slot<V> {
     cell: V,
 }
 
-/// Bytes a slot of a table of `V` takes (what the shadow's budget counts per slot of its
-/// index of pages).
+/// Bytes a slot of a table of `V` takes (what the shadow's budget counts per slot).
 pub const fn slot_bytes<V>() -> usize {
     std::mem::size_of::<Slot<V>>()
 }
@@ -40,6 +40,8 @@ pub const fn slot_bytes<V>() -> usize {
 pub struct GranuleTable<V> {
     slots: Vec<Slot<V>>,
     len: usize,
+    /// The most granules held at once.
+    peak: usize,
     /// log2 of the slots (0 while nothing is allocated).
     bits: u32,
     seed: u64,
@@ -57,15 +59,20 @@ impl<V: Default> GranuleTable<V> {
         GranuleTable {
             slots: Vec::new(),
             len: 0,
+            peak: 0,
             bits: 0,
             seed,
         }
     }
 
     /// Granules held.
-    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// The most granules held at once.
+    pub fn peak(&self) -> usize {
+        self.peak
     }
 
     /// Slots allocated (held or free).
@@ -73,19 +80,60 @@ impl<V: Default> GranuleTable<V> {
         self.slots.len()
     }
 
+    /// The cell of `granule` if it has one, or a fresh one if holding it needs no more than
+    /// `max_slots` slots; `None` when the table would have to grow past them.
+    #[inline(always)]
+    pub fn cell_within(&mut self, granule: u64, max_slots: usize) -> Option<&mut V> {
+        if (self.len + 1) * 4 > self.slots.len() * 3 {
+            let grown = (self.slots.len() * 2).max(MIN_SLOTS);
+            if grown > max_slots {
+                let i = self.slot_of(granule)?;
+                return Some(&mut self.slots[i].cell);
+            }
+        }
+        Some(self.cell(granule))
+    }
+
+    /// The granules held in `[first, last]`, in order.
+    pub fn granules_in(&self, first: u64, last: u64) -> Vec<u64> {
+        let mut held: Vec<u64> = self
+            .slots
+            .iter()
+            .filter(|s| s.key != EMPTY)
+            .map(|s| s.key - 1)
+            .filter(|&g| first <= g && g <= last)
+            .collect();
+        held.sort_unstable();
+        held
+    }
+
     /// Whether holding one more granule would grow the table (past three quarters full).
     #[inline(always)]
-    fn at_load_limit(&self) -> bool {
+    pub fn at_load_limit(&self) -> bool {
         (self.len + 1) * 4 > self.slots.len() * 3
     }
 
-    /// The slots the table would have after holding one more granule.
-    pub fn slots_for_one_more(&self) -> usize {
-        if self.at_load_limit() {
-            (self.slots.len() * 2).max(MIN_SLOTS)
-        } else {
-            self.slots.len()
-        }
+    /// Whether holding one more granule would need more than `max_slots` slots.
+    #[inline(always)]
+    pub fn full_at(&self, max_slots: usize) -> bool {
+        (self.len + 1) * 4 > self.slots.len() * 3
+            && (self.slots.len() * 2).max(MIN_SLOTS) > max_slots
+    }
+
+    /// The cells held, to change.
+    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut V> {
+        self.slots
+            .iter_mut()
+            .filter(|s| s.key != EMPTY)
+            .map(|s| &mut s.cell)
+    }
+
+    /// The cells held.
+    pub fn values(&self) -> impl Iterator<Item = &V> {
+        self.slots
+            .iter()
+            .filter(|s| s.key != EMPTY)
+            .map(|s| &s.cell)
     }
 
     #[inline]
@@ -94,12 +142,27 @@ impl<V: Default> GranuleTable<V> {
         (h >> (64 - self.bits)) as usize
     }
 
+    /// Reads the home slots' keys of `first..=last` (at most eight) before any of them is
+    /// needed, so that a buffer read or copied over several granules waits for their cache
+    /// misses together rather than one after another (the keys' values are not used).
+    #[inline(always)]
+    pub fn touch(&self, first: u64, last: u64) {
+        if self.slots.is_empty() {
+            return;
+        }
+        let mut keys = 0u64;
+        for g in first..=last.min(first + 7) {
+            keys ^= self.slots[self.home(g)].key;
+        }
+        std::hint::black_box(keys);
+    }
+
     /// The cell of `granule`, a fresh one (`V::default()`) if it had none. Always inlined:
     /// every access looks its granule up, and where the check was compiled apart (the split
     /// race pass's back) the call left out of it cost some 20 instructions an access.
     #[inline(always)]
     pub fn cell(&mut self, granule: u64) -> &mut V {
-        if self.at_load_limit() {
+        if (self.len + 1) * 4 > self.slots.len() * 3 {
             self.grow();
         }
         let mask = self.slots.len() - 1;
@@ -113,6 +176,7 @@ impl<V: Default> GranuleTable<V> {
             if k == EMPTY {
                 self.slots[i].key = key;
                 self.len += 1;
+                self.peak = self.peak.max(self.len);
                 return &mut self.slots[i].cell;
             }
             i = (i + 1) & mask;
@@ -174,6 +238,42 @@ impl<V: Default> GranuleTable<V> {
         }
     }
 
+    /// Keeps only the cells `keep` says yes to (it may change them first), in place: no
+    /// second table is allocated, so a table at its memory budget can shed cells. `keep` may
+    /// see a cell it kept twice (a removal can move one back into the slot looked at).
+    pub fn retain_cells(&mut self, mut keep: impl FnMut(&mut V) -> bool) {
+        let mut i = 0;
+        while i < self.slots.len() {
+            if self.slots[i].key != EMPTY && !keep(&mut self.slots[i].cell) {
+                // Removal moves later keys of the run back, possibly into slot `i` (never
+                // into one looked at already but `i`, except from a run that wrapped around,
+                // whose cells were looked at already): look at `i` again.
+                self.vacate(i);
+                continue;
+            }
+            i += 1;
+        }
+    }
+
+    /// Keeps only the granules `keep` says yes to.
+    pub fn retain(&mut self, keep: impl Fn(u64) -> bool) {
+        let old = std::mem::take(&mut self.slots);
+        let bits = self.bits;
+        self.bits = 0;
+        // Gathered apart, not in the old slots' place (`collect` would reuse their
+        // allocation): the old table is freed before the new one is allocated.
+        let mut kept: Vec<Slot<V>> = Vec::with_capacity(self.len);
+        kept.extend(
+            old.into_iter()
+                .filter(|s| s.key != EMPTY && keep(s.key - 1)),
+        );
+        self.len = 0;
+        self.allocate(bits.max(MIN_SLOTS.trailing_zeros()));
+        for s in kept {
+            *self.cell(s.key - 1) = s.cell;
+        }
+    }
+
     fn allocate(&mut self, bits: u32) {
         let slots = 1usize << bits;
         self.bits = bits;
@@ -232,6 +332,21 @@ mod tests {
                 *t.cell(g) += step;
                 *want.entry(g).or_default() += step;
             }
+            if step % 50_000 == 0 {
+                t.retain(|g| g % 7 != 0);
+                want.retain(|g, _| g % 7 != 0);
+            }
+            if step % 50_000 == 25_000 {
+                // In place, changing the cells kept.
+                t.retain_cells(|v| {
+                    *v |= 1;
+                    *v % 3 != 0
+                });
+                want.retain(|_, v| {
+                    *v |= 1;
+                    *v % 3 != 0
+                });
+            }
         }
         assert_eq!(t.len(), want.len());
         for (g, v) in &want {
@@ -247,7 +362,10 @@ mod tests {
     #[derive(Clone, Debug)]
     enum Op {
         Cell(u64, u64),
+        Within(u64, u64, usize),
         Remove(u64),
+        Retain(u64),
+        RetainCells(u64),
     }
 
     fn granule() -> impl proptest::strategy::Strategy<Value = u64> {
@@ -264,14 +382,17 @@ mod tests {
         use proptest::prelude::*;
         prop_oneof![
             8 => (granule(), any::<u64>()).prop_map(|(g, v)| Op::Cell(g, v)),
+            2 => (granule(), any::<u64>(), 0..600usize).prop_map(|(g, v, m)| Op::Within(g, v, m)),
             4 => granule().prop_map(Op::Remove),
+            1 => (2..9u64).prop_map(Op::Retain),
+            1 => (2..9u64).prop_map(Op::RetainCells),
         ]
     }
 
     proptest::proptest! {
-        /// The table of slots (key beside value) holds what a map holds through every
-        /// operation the index of pages makes, keys 0 and 2^61 - 1 included, and says how
-        /// many slots one more key takes before it grows.
+        /// The table of slots (key beside cell) holds what a map holds through every
+        /// operation the shadow makes, granules 0 and 2^61 - 1 included, and refuses a new
+        /// granule only when holding it would grow past the slots allowed.
         #[test]
         fn slots_hold_what_a_map_holds(ops in proptest::collection::vec(op(), 1..800)) {
             let mut t: GranuleTable<u64> = GranuleTable::new();
@@ -279,15 +400,34 @@ mod tests {
             for op in ops {
                 match op {
                     Op::Cell(g, v) => {
-                        let (after, held) = (t.slots_for_one_more(), want.contains_key(&g));
                         *t.cell(g) ^= v;
-                        if !held {
-                            proptest::prop_assert_eq!(t.slots(), after);
-                        }
                         *want.entry(g).or_default() ^= v;
+                    }
+                    Op::Within(g, v, max) => {
+                        let grows = t.at_load_limit() && (t.slots() * 2).max(MIN_SLOTS) > max;
+                        match t.cell_within(g, max) {
+                            Some(c) => {
+                                *c ^= v;
+                                *want.entry(g).or_default() ^= v;
+                            }
+                            None => proptest::prop_assert!(grows && !want.contains_key(&g)),
+                        }
                     }
                     Op::Remove(g) => {
                         proptest::prop_assert_eq!(t.remove(g), want.remove(&g));
+                    }
+                    Op::Retain(m) => {
+                        t.retain(|g| g % m != 0);
+                        want.retain(|g, _| g % m != 0);
+                    }
+                    Op::RetainCells(m) => {
+                        // The change is idempotent: `keep` may see a cell it kept twice.
+                        let keep = |v: &mut u64| {
+                            *v |= 1 << 63;
+                            (*v & !(1 << 63)) % m != 0
+                        };
+                        t.retain_cells(keep);
+                        want.retain(|_, v| keep(v));
                     }
                 }
                 proptest::prop_assert_eq!(t.len(), want.len());
@@ -296,6 +436,11 @@ mod tests {
             for (g, v) in &want {
                 proptest::prop_assert_eq!(t.get(*g), Some(v));
             }
+            let mut held: Vec<u64> = want.keys().copied().collect();
+            held.sort_unstable();
+            proptest::prop_assert_eq!(t.granules_in(0, u64::MAX), held);
+            let near: Vec<u64> = want.keys().copied().filter(|g| (0x2000..0x2100).contains(g)).collect();
+            proptest::prop_assert_eq!(t.granules_in(0x2000, 0x20ff).len(), near.len());
         }
     }
 }

@@ -39,7 +39,6 @@
 
 mod granules;
 pub(crate) mod locksets;
-mod pages;
 pub(crate) mod shadow;
 mod site_sets;
 mod state;
@@ -268,7 +267,7 @@ impl<'t> RacePass<'t> {
         }
         if !self.too_many_threads {
             let (first, last) = shadow::granule_span(addr, size);
-            if self.state.shadow.wants_collection(first, last) {
+            if self.state.shadow.wants_collection(last - first + 1) {
                 self.state.collect(self.threads, &self.created);
             }
             self.state

@@ -33,19 +33,19 @@
 //! **Layout.** An entry is 24 bytes: thread, kind and byte mask packed in one word, position,
 //! site, lockset, and the access's start and size for reports (the start as its low 32 bits:
 //! with the granule they give the whole address, [`Entry::start`]). A granule's first
-//! [`INLINE`] entries live in its cell, without an allocation of their own; a granule that
-//! needs more moves them to a vector. A cell also summarises its entries ([`Cell`]), so that
-//! most accesses look at none of them for conflicts. The cells are held by page
-//! (`pages.rs`): 64 consecutive granules' 88-byte cells in one block, found through a
-//! table of page numbers with the last page looked up remembered, so that a buffer read or
-//! copied in order finds each next cell beside the last without a probe. A page costs its
-//! whole block (about 5.6 KiB) however few of its granules are touched, plus a vector of
-//! [`CELL_CAPACITY`] entries for a granule that needs more than [`INLINE`].
+//! [`INLINE`] entries live in its cell, in the table's own slot (`granules.rs`), without an
+//! allocation of their own; a granule that needs more moves them to a vector. A cell also
+//! summarises its entries ([`Cell`]), so that most accesses look at none of them for
+//! conflicts. Per granule tracked: a 96-byte slot, its 8-byte key beside its 88-byte cell
+//! (one cache miss for both), in a table at most three quarters full (up to twice that just
+//! after it grew), plus a vector of [`CELL_CAPACITY`] entries for a granule that needs more
+//! than [`INLINE`]. An access over several granules (a buffer copied) reads their slots' keys
+//! first, so that their misses overlap.
 //!
 //! **Collection.** An entry whose position every other thread has ordered before it, by both
 //! orders the race pass judges with, can race with nothing any more (threads created later
 //! inherit their creator's clock, so they order it too): before the table grows past
-//! [`COLLECT_FROM_BYTES`], and whenever it is at the budget's limit, such entries are
+//! [`COLLECT_FROM_SLOTS`] slots, and whenever it is at the budget's limit, such entries are
 //! dropped and the granules left empty go ([`Shadow::collect`]). A buffer one thread filled
 //! before starting the threads that read it, or a job's memory once its result was handed
 //! back, so stops costing a slot: the table holds the memory whose last accesses some thread
@@ -62,9 +62,7 @@
 
 use foldhash::HashMap;
 
-#[cfg(test)]
-use super::pages::page_bytes;
-use super::pages::PageTable;
+use super::granules::GranuleTable;
 use super::site_sets::{Lines, SiteSets};
 
 /// Evictions a full granule makes after a look for covered entries found none, before it
@@ -82,23 +80,19 @@ pub(crate) const INLINE: usize = 2;
 
 const _: () = assert!(std::mem::size_of::<Cell>() <= 88);
 
-/// Bytes a page of the table takes: its cells and what holds them.
-#[cfg(test)]
-const PAGE_BYTES: usize = page_bytes::<Cell>();
+/// Bytes a slot of the granule table takes: its key and its cell.
+const SLOT_BYTES: usize = 8 + std::mem::size_of::<Cell>();
+
+const _: () = assert!(super::granules::slot_bytes::<Cell>() == SLOT_BYTES);
 
 /// Bytes a granule's entries take once they move to a vector of their own (with the
 /// allocator's header).
 const SPILL_BYTES: usize = CELL_CAPACITY * std::mem::size_of::<Entry>() + 16;
 
-/// A full table compacts the spilled granules ([`Shadow::compact`]) once their vectors take a
-/// `COMPACT_FROM`th of the budget: below that, compacting often would cost more than the room
-/// it makes.
-const COMPACT_FROM: usize = 16;
-
 /// The smallest table that is collected before it grows ([`Shadow::wants_collection`]; 6 MiB
-/// of pages): below it, growing costs less than looking for settled entries. At the budget's
+/// of slots): below it, growing costs less than looking for settled entries. At the budget's
 /// limit the table is collected whatever its size.
-pub(crate) const COLLECT_FROM_BYTES: usize = 6 << 20;
+pub(crate) const COLLECT_FROM_SLOTS: usize = 1 << 16;
 
 /// The least a collection waits for (granules, spills and cuts asked for since the last one),
 /// however small the table.
@@ -803,7 +797,7 @@ pub(crate) struct FoundAt {
 /// [`CELL_CAPACITY`].
 #[derive(Debug)]
 pub(crate) struct Shadow {
-    cells: PageTable<Cell>,
+    cells: GranuleTable<Cell>,
     /// The sets of lines that merged entries stand for.
     sets: SiteSets,
     /// Entries merged into another of their thread, kind and bytes within one epoch, instead
@@ -862,12 +856,12 @@ fn span_mask(addr: u64, end: u64, first: u64, last: u64, granule: u64) -> u8 {
     (((1u32 << (hi + 1)) - 1) & !((1u32 << lo) - 1)) as u8
 }
 
-/// Whether one more granule's entries may spill to a vector, for a table of `table_bytes`
+/// Whether one more granule's entries may spill to a vector, for a table of `slots` slots
 /// with `spilled` granules spilled: spilled entries take at most half the budget, the rest is
 /// for granules.
 #[inline]
-fn spill_room(table_bytes: usize, spilled: usize, budget: usize) -> bool {
-    table_bytes + spilled * SPILL_BYTES + SPILL_BYTES <= budget
+fn spill_room(slots: usize, spilled: usize, budget: usize) -> bool {
+    slots * SLOT_BYTES + spilled * SPILL_BYTES + SPILL_BYTES <= budget
         && (spilled + 1) * SPILL_BYTES <= budget / 2
 }
 
@@ -887,7 +881,7 @@ impl Shadow {
     /// A shadow that takes at most `budget` bytes.
     pub(crate) fn with_budget(budget: usize) -> Self {
         Shadow {
-            cells: PageTable::new(),
+            cells: GranuleTable::new(),
             sets: SiteSets::default(),
             merged: 0,
             evicted: SiteCounts::default(),
@@ -904,29 +898,23 @@ impl Shadow {
         }
     }
 
-    /// Whether a collection ([`Shadow::collect`]) is due before an access over
-    /// `first..=last`: it needs a page the table does not hold, and the table takes at least
-    /// [`COLLECT_FROM_BYTES`] or has no room for one more page within the budget (or no
-    /// granule may spill), and an eighth of the table's capacity more was asked for since the
-    /// last one.
+    /// Whether a collection ([`Shadow::collect`]) is due before an access over `granules`
+    /// granules: if they were all new, the table of at least [`COLLECT_FROM_SLOTS`] slots
+    /// would grow or find no room within the budget, and an eighth of the table's slots more
+    /// were asked for since the last one.
     #[inline]
-    pub(crate) fn wants_collection(&mut self, first: u64, last: u64) -> bool {
-        let new_page = !self.cells.holds_page_of(first) || !self.cells.holds_page_of(last);
-        let grows = new_page && (self.cells.bytes() >= COLLECT_FROM_BYTES || !self.page_room());
-        (grows || !self.spill_room()) && self.collection_due(self.cells.capacity())
-    }
-
-    /// Whether one more page fits within the budget's room.
-    #[inline]
-    fn page_room(&self) -> bool {
-        self.cells.bytes() + self.cells.page_cost() <= self.max_bytes()
+    pub(crate) fn wants_collection(&self, granules: u64) -> bool {
+        let (slots, len) = (self.cells.slots(), self.cells.len());
+        let grows = (len as u64).saturating_add(granules).saturating_mul(4) > slots as u64 * 3
+            && (slots >= COLLECT_FROM_SLOTS || self.cells.full_at(self.max_slots()));
+        (grows || !self.spill_room()) && self.collection_due(slots)
     }
 
     /// Whether one more granule's entries may spill to a vector: spilled entries take at most
     /// half the budget, the rest is for granules.
     #[inline]
     fn spill_room(&self) -> bool {
-        spill_room(self.cells.bytes(), self.spilled, self.budget)
+        spill_room(self.cells.slots(), self.spilled, self.budget)
     }
 
     /// What the shadow was asked to hold since the last collection: granules, spilled
@@ -939,8 +927,8 @@ impl Shadow {
     }
 
     #[cold]
-    fn collection_due(&self, capacity: usize) -> bool {
-        let wait = ((capacity / 8).max(MIN_SLOTS_BETWEEN_COLLECTIONS) as u64) << self.fruitless;
+    fn collection_due(&self, slots: usize) -> bool {
+        let wait = ((slots / 8).max(MIN_SLOTS_BETWEEN_COLLECTIONS) as u64) << self.fruitless;
         self.asked() >= self.collected_at.saturating_add(wait)
     }
 
@@ -989,16 +977,16 @@ impl Shadow {
         self.collections += 1;
     }
 
-    /// Bytes the shadow takes now (the table's pages and the spilled entries).
+    /// Bytes the shadow takes now (the table's slots and the spilled entries).
     #[cfg(test)]
     pub(crate) fn bytes(&self) -> usize {
-        self.cells.bytes() + self.spilled * SPILL_BYTES
+        self.cells.slots() * SLOT_BYTES + self.spilled * SPILL_BYTES
     }
 
-    /// The most bytes the table may take with the budget's room.
+    /// The most slots the table may take with the budget's room.
     #[inline]
-    fn max_bytes(&self) -> usize {
-        self.budget.saturating_sub(self.spilled * SPILL_BYTES)
+    fn max_slots(&self) -> usize {
+        self.budget.saturating_sub(self.spilled * SPILL_BYTES) / SLOT_BYTES
     }
 
     /// Granules tracked now (the live shared footprint).
@@ -1099,6 +1087,8 @@ impl Shadow {
         let end = access.addr.saturating_add(u64::from(access.size.max(1)));
         let mut reported = Reported::default();
         let mut all_tracked = true;
+        // The granules' slots are far apart in the table: their misses overlap.
+        self.cells.touch(first, last);
         let mut granule = first;
         while granule <= last {
             if self.full && last - granule >= self.cells.len() as u64 {
@@ -1164,23 +1154,21 @@ impl Shadow {
         let site = access.site;
         // Whether the granule may spill is judged by the shadow before this access (before a
         // compaction or growth it may cause), but only asked when a new entry has no room.
-        let (bytes_before, spilled_before) = (self.cells.bytes(), self.spilled);
-        // Only a granule of a page not held needs room: the usual access finds its page (most
-        // often the last one looked up) and its cell in it.
-        let cell = if self.cells.holds_page_of(granule) {
-            self.cells.cell(granule)
-        } else {
-            // The pages and the spilled vectors share the budget as they grow: vectors worth a
-            // sixteenth of it give their oldest entries up before new memory is left
-            // unchecked (at a quarter, zstd's 32 MiB run left 27% more accesses unchecked).
-            if !self.page_room() && self.spilled * SPILL_BYTES >= self.budget / COMPACT_FROM {
+        let (slots_before, spilled_before) = (self.cells.slots(), self.spilled);
+        // Only a table at its load limit may grow or need room: the usual access looks up
+        // its granule and nothing else.
+        let cell = if self.cells.at_load_limit() {
+            if self.cells.full_at(self.max_slots()) && self.spilled * SPILL_BYTES >= self.budget / 4
+            {
                 self.compact();
             }
-            let Some(cell) = self.cells.cell_within(granule, self.max_bytes()) else {
+            let Some(cell) = self.cells.cell_within(granule, self.max_slots()) else {
                 self.full = true;
                 return false;
             };
             cell
+        } else {
+            self.cells.cell(granule)
         };
         // Entries of this thread, site and kind that the newcomer covers: superseded.
         let mut superseded = 0usize;
@@ -1299,7 +1287,7 @@ impl Shadow {
             0 => {
                 let spilled = cell.is_spilled();
                 // Without room to spill, a granule keeps what fits in its cell.
-                let capacity = if spilled || spill_room(bytes_before, spilled_before, self.budget) {
+                let capacity = if spilled || spill_room(slots_before, spilled_before, self.budget) {
                     CELL_CAPACITY
                 } else {
                     INLINE
@@ -1768,11 +1756,10 @@ mod tests {
 
     #[test]
     fn a_full_budget_compacts_spilled_granules_before_leaving_memory_unchecked() {
-        // Two pages and their index (64 slots of 16 bytes), and sixteen spilled granules.
-        let budget = 2 * PAGE_BYTES + 1024 + 16 * SPILL_BYTES;
+        let budget = 64 * SLOT_BYTES + 8 * SPILL_BYTES;
         let mut s = Shadow::with_budget(budget);
-        // Sixteen granules of one page read from eight lines each: they spill.
-        for g in 0..16u64 {
+        // Eight granules read from eight lines each: they spill.
+        for g in 0..8u64 {
             for site in 0..8 {
                 check(
                     &mut s,
@@ -1780,10 +1767,9 @@ mod tests {
                 );
             }
         }
-        assert_eq!(s.spilled, 16);
-        // New granules, four pages of them: the second page fits, the third only once the
-        // spilled granules give their oldest entries up (counted by line), and what finds no
-        // room then is counted.
+        assert_eq!(s.spilled, 8);
+        // New granules, until the table is at its limit: the spilled granules give their
+        // oldest entries up first (counted by line), then what finds no room is counted.
         for g in 0..200u64 {
             check(
                 &mut s,
@@ -1792,8 +1778,8 @@ mod tests {
             assert!(s.bytes() <= budget, "{} > {budget}", s.bytes());
         }
         assert_eq!(s.spilled, 0);
-        assert_eq!(s.evicted.total, 16 * (8 - INLINE as u64));
-        assert_eq!(s.evicted.by_site[&0], 16);
+        assert_eq!(s.evicted.total, 8 * (8 - INLINE as u64));
+        assert_eq!(s.evicted.by_site[&0], 8);
         assert!(s.untracked.accesses.total > 0);
         assert_eq!(
             s.untracked.accesses.most(1),
