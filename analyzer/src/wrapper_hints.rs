@@ -668,8 +668,7 @@ mod tests {
 
     #[test]
     fn acquisitions_counted_by_table_and_by_lists_agree() {
-        use crate::model::{AcquireHow, Acquisition, LockModel};
-        use crate::stream::Mode;
+        use crate::model::{Acquisition, LockModel};
         use foresight_trace::tables::ObjectKind;
         let lock = |object| LockModel {
             object,
@@ -681,20 +680,7 @@ mod tests {
             monitor: false,
             block: None,
         };
-        let acquisition = |lock, site| Acquisition {
-            thread: 0,
-            lock,
-            mode: Mode::Write,
-            how: AcquireHow::Blocking,
-            request: 0,
-            acquired: 0,
-            release: None,
-            seq: 0,
-            site,
-            held: 0..0,
-            subclass: 0,
-            pair: 0,
-        };
+        let acquisition = |lock, site| Acquisition::blocking_write(0, lock, site, 0);
         let mut run = Run::default();
         run.locks = (0..3).map(lock).collect();
         // Site 7 is not named: its acquisitions are left out.

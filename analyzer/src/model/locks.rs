@@ -738,20 +738,7 @@ mod tests {
     use super::*;
 
     fn acquisition(thread: u32, lock: u32, pair: u32) -> Acquisition {
-        Acquisition {
-            thread,
-            lock,
-            mode: Mode::Write,
-            how: AcquireHow::Blocking,
-            request: 0,
-            acquired: 0,
-            release: None,
-            seq: 0,
-            site: 0,
-            held: 0..0,
-            subclass: 0,
-            pair,
-        }
+        Acquisition::blocking_write(thread, lock, 0, pair)
     }
 
     #[test]

@@ -113,6 +113,28 @@ pub struct Acquisition {
     pub(crate) pair: u32,
 }
 
+#[cfg(test)]
+impl Acquisition {
+    /// A blocking write acquisition of `lock` by `thread` at `site`, its events and what it
+    /// held all zero: what the unit tests build runs and tables of.
+    pub(crate) fn blocking_write(thread: u32, lock: u32, site: SiteId, pair: u32) -> Self {
+        Acquisition {
+            thread,
+            lock,
+            mode: Mode::Write,
+            how: AcquireHow::Blocking,
+            request: 0,
+            acquired: 0,
+            release: None,
+            seq: 0,
+            site,
+            held: 0..0,
+            subclass: 0,
+            pair,
+        }
+    }
+}
+
 /// A lock object of the trace.
 #[derive(Clone, Debug)]
 pub struct LockModel {

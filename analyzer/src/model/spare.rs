@@ -51,20 +51,7 @@ mod tests {
         // No other test of this crate builds a table this large, so the one taken is ours.
         let mut table: Vec<Acquisition> = Vec::with_capacity(KEPT_FROM);
         table.extend(std::iter::repeat_n(
-            Acquisition {
-                thread: 0,
-                lock: 0,
-                mode: crate::stream::Mode::Write,
-                how: crate::model::AcquireHow::Blocking,
-                request: 0,
-                acquired: 0,
-                release: None,
-                seq: 0,
-                site: 0,
-                held: 0..0,
-                subclass: 0,
-                pair: 0,
-            },
+            Acquisition::blocking_write(0, 0, 0, 0),
             3,
         ));
         let storage = table.as_ptr();
