@@ -457,10 +457,11 @@ pub fn load_run(
     race_memory: u64,
     on_segment: &mut dyn FnMut(Run),
 ) -> anyhow::Result<(Run, Vec<String>)> {
-    let mut stream = input.open_stream()?;
     // The analysis reads no access counts: kept, they would be 10^5 entries for a process
-    // that created 10^5 threads.
-    stream.forget_access_counts();
+    // that created 10^5 threads, held while the trace is opened.
+    let mut stream = input.open_stream_with(foresight_trace::StreamOptions {
+        access_counts: false,
+    })?;
     // Nor the threads' kernel ids and parents (`stats` shows them).
     stream.forget_thread_details();
     let stream = Arc::new(stream);

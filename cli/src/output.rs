@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use foresight_trace::{Problem, TraceStream};
+use foresight_trace::{Problem, StreamOptions, TraceStream};
 
 /// Opens a trace file for one streaming pass (`TraceStream`: memory bounded by the threads, not by
 /// the trace's length); an unreadable file is an error (exit code 2) that names it. The pass
@@ -13,13 +13,14 @@ use foresight_trace::{Problem, TraceStream};
 /// directory (`tempfile`: a name no one else chose, created with `O_EXCL`, mode 0600), removed
 /// as soon as the stream has it open (it reads through its descriptor), so that every command
 /// that reads a trace reads STD too. Commands open traces through `run_files` (`expand`,
-/// `single`, then `Input::open_stream`), the one caller of this.
-pub fn open_file(path: &Path) -> anyhow::Result<TraceStream> {
+/// `single`, then `Input::open_stream`), the one caller of this. The stream keeps of the tables
+/// what `options` asks for.
+pub fn open_file(path: &Path, options: StreamOptions) -> anyhow::Result<TraceStream> {
     if foresight_stdtrace::is_std_file(path).unwrap_or(false) {
-        return open_std(path);
+        return open_std(path, options);
     }
     // The error names the file and the byte offset already.
-    let stream = TraceStream::open(path)?;
+    let stream = TraceStream::open_with(path, options)?;
     if !needs_symbols(&stream) {
         return Ok(stream);
     }
@@ -27,9 +28,9 @@ pub fn open_file(path: &Path) -> anyhow::Result<TraceStream> {
     // chunk indices (tens of MB for a process that created 10^5 threads) are not held at
     // once; the trace is opened again if the copy cannot be made.
     drop(stream);
-    match symbolised_copy(path) {
+    match symbolised_copy(path, options) {
         Some(symbolised) => Ok(symbolised),
-        None => Ok(TraceStream::open(path)?),
+        None => Ok(TraceStream::open_with(path, options)?),
     }
 }
 
@@ -68,7 +69,7 @@ fn needs_symbols(stream: &TraceStream) -> bool {
 /// The trace at `path` ([`needs_symbols`]) symbolised on a private copy (`tempfile`, removed
 /// once the stream has it open), so that findings name their lines; the trace itself is not
 /// written to. Said on stderr. `None`: it could not be done (the sites stay `module+offset`).
-fn symbolised_copy(path: &Path) -> Option<TraceStream> {
+fn symbolised_copy(path: &Path, keep: StreamOptions) -> Option<TraceStream> {
     let mut temp = tempfile::Builder::new()
         .prefix("foresight-symbols-")
         .suffix(".trace")
@@ -83,7 +84,7 @@ fn symbolised_copy(path: &Path) -> Option<TraceStream> {
     let summary = foresight_symbols::symbolize_in_place(temp.path(), &options).ok()?;
     let file = std::fs::File::open(temp.path()).ok()?;
     drop(temp);
-    let symbolised = TraceStream::from_file(path, file).ok()?;
+    let symbolised = TraceStream::from_file_with(path, file, keep).ok()?;
     say!(
         "foresight: {}: not symbolised when it was recorded (`foresight record` was killed, or \
          --no-symbolize); its lines were read from the binaries it names, which are still there",
@@ -95,7 +96,7 @@ fn symbolised_copy(path: &Path) -> Option<TraceStream> {
     Some(symbolised)
 }
 
-fn open_std(path: &Path) -> anyhow::Result<TraceStream> {
+fn open_std(path: &Path, options: StreamOptions) -> anyhow::Result<TraceStream> {
     let temp = tempfile::Builder::new()
         .prefix("foresight-import-")
         .suffix(".trace")
@@ -109,7 +110,7 @@ fn open_std(path: &Path) -> anyhow::Result<TraceStream> {
             )
         })?;
     let imported = foresight_stdtrace::import_to_file(path, temp.as_file());
-    let opened = imported.map(|_| TraceStream::open(temp.path()));
+    let opened = imported.map(|_| TraceStream::open_with(temp.path(), options));
     drop(temp);
     match opened {
         Ok(stream) => Ok(stream?),

@@ -166,11 +166,16 @@ impl Pack {
 
     /// The trace `i`, checked, for one streaming pass: decompressed into a temporary file
     /// (unnamed, private), which the stream reads as it reads any trace file, so that memory
-    /// does not grow with the trace. The stream is named by the member's name.
-    pub fn open_member(&self, i: usize) -> anyhow::Result<foresight_trace::TraceStream> {
+    /// does not grow with the trace. The stream is named by the member's name, and keeps of
+    /// the tables what `options` asks for.
+    pub fn open_member(
+        &self,
+        i: usize,
+        options: foresight_trace::StreamOptions,
+    ) -> anyhow::Result<foresight_trace::TraceStream> {
         let file = self.unpack_to_temp(i)?;
         let name = self.manifest.traces[i].name.clone();
-        foresight_trace::TraceStream::from_file(name, file)
+        foresight_trace::TraceStream::from_file_with(name, file, options)
             .map_err(|e| anyhow!("{}: {e}", self.path.display()))
     }
 

@@ -8,7 +8,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use foresight_trace::frame::FILE_MAGIC;
-use foresight_trace::TraceStream;
+use foresight_trace::{StreamOptions, TraceStream};
 
 use super::output::open_file;
 use super::pack_file::{Pack, PACK_MAGIC};
@@ -41,9 +41,14 @@ impl Input {
     /// Opens the trace for one streaming pass (a packed one is decompressed into a temporary
     /// file and checked against its checksum first).
     pub fn open_stream(&self) -> anyhow::Result<TraceStream> {
+        self.open_stream_with(StreamOptions::default())
+    }
+
+    /// [`Input::open_stream`], keeping of the tables what `options` asks for.
+    pub fn open_stream_with(&self, options: StreamOptions) -> anyhow::Result<TraceStream> {
         match &self.source {
-            Source::File(p) => open_file(p),
-            Source::Packed { pack, member } => pack.open_member(*member),
+            Source::File(p) => open_file(p, options),
+            Source::Packed { pack, member } => pack.open_member(*member, options),
         }
     }
 

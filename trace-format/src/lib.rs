@@ -40,6 +40,6 @@ pub use data::DataSymbol;
 pub use error::{Problem, ProblemKind, TraceError};
 pub use event::{Event, EventKind, LockMode, ObjectId, SiteId, StringId, ThreadId};
 pub use reader::{Trace, TraceFile};
-pub use stream::{EventRun, StreamEvent, TraceStream};
+pub use stream::{EventRun, StreamEvent, StreamOptions, TraceStream};
 pub use tables::{Header, TableRecord, Trailer};
 pub use writer::{ChunkWriter, PackedFields, TableWriter, TraceWriter};

@@ -125,7 +125,7 @@ impl TraceFile {
     }
 
     fn parse(path: PathBuf, source: Source) -> Result<Self, TraceError> {
-        let s = scan(&path, &source, crate::scan::Want::Chunks)?;
+        let s = scan(&path, &source, crate::scan::Want::Chunks, true)?;
         Ok(TraceFile {
             path,
             source,

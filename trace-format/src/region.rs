@@ -110,7 +110,7 @@ impl RegionMarkers {
     }
 
     fn build(path: PathBuf, source: Source) -> Result<Self, TraceError> {
-        let s = scan(&path, &source, crate::scan::Want::Prefixes)?;
+        let s = scan(&path, &source, crate::scan::Want::Prefixes, true)?;
         let mut threads: BTreeMap<ThreadId, ThreadMarkers> = BTreeMap::new();
         for (c, prefix) in s.chunks.iter().zip(&s.prefixes) {
             if c.kind != ChunkKind::Events {

@@ -1,5 +1,6 @@
 //! The first look at a trace: check the file prefix and header, locate every chunk by reading
-//! chunk headers only (payloads are skipped), and read the table chunks and the trailer.
+//! chunk headers only (payloads are skipped), and read the table chunks and the trailer as it
+//! meets them.
 //! `TraceFile` and `TraceStream` both start here; what they do with event chunks differs.
 //!
 //! Reads go through [`Source`]: positioned reads of a file (only headers, table payloads and,
@@ -72,8 +73,12 @@ pub(crate) struct Scanned {
     pub header: Header,
     /// Bytes of the file prefix and header: where the first chunk starts.
     pub header_len: u64,
-    /// Every chunk with a good header, in file order.
+    /// Every chunk with a good header, in file order; with [`Want::Located`], only the events
+    /// chunks too short to have a prefix.
     pub chunks: Vec<ChunkRef>,
+    /// Chunks with a good header, of every kind, and of them the table chunks.
+    pub chunk_count: usize,
+    pub table_chunk_count: usize,
     /// For each chunk of `chunks`, what its events prefix says of it (not yet checked against
     /// the payload checksum), when asked for and the chunk is an events chunk long enough to
     /// have a prefix; empty when not asked for.
@@ -107,7 +112,9 @@ pub(crate) enum Want {
     Prefixes,
     /// The events chunks with a prefix apart, in [`LocatedEvents`] (20 bytes a chunk, not a
     /// chunk's 32 and a prefix's 16: a process that created 10^5 threads left 10^5 of them
-    /// and as many table chunks), the others as `Chunks` does.
+    /// and as many table chunks), the events chunks too short for a prefix as `Chunks` does,
+    /// and no other chunk: the tables and the trailer are read as the scan meets them, and a
+    /// list of 10^5 table chunks would be 4 MB only to be read once.
     Located,
 }
 
@@ -120,11 +127,13 @@ pub(crate) struct LocatedEvents {
 }
 
 /// What [`locate_chunks`] found, as [`Want`] asks.
-#[derive(Default)]
 struct Found {
     chunks: Vec<ChunkRef>,
     prefixes: Vec<Option<ChunkOwner>>,
     located: LocatedEvents,
+    chunk_count: usize,
+    table_chunk_count: usize,
+    tables: TableReader,
 }
 
 /// How many bytes the damaged-region search reads at a time.
@@ -132,7 +141,14 @@ const SEARCH_WINDOW: usize = 64 << 10;
 
 /// Reads the file prefix and header, locates the chunks and reads the tables and the trailer.
 /// Only a bad prefix or header, or a failure to read them, is an error.
-pub(crate) fn scan(path: &Path, source: &Source, want: Want) -> Result<Scanned, TraceError> {
+/// `access_counts`: whether the tables keep the access counts (FORMAT.md §7.8), which only
+/// some passes report; their records are checked either way.
+pub(crate) fn scan(
+    path: &Path,
+    source: &Source,
+    want: Want,
+    access_counts: bool,
+) -> Result<Scanned, TraceError> {
     let mut buf = Vec::new();
     let io = |error| TraceError::Io {
         path: path.to_path_buf(),
@@ -209,7 +225,14 @@ pub(crate) fn scan(path: &Path, source: &Source, want: Want) -> Result<Scanned, 
         .map_err(|e| bad(prefix_len as u64, &format!("cannot decode the header: {e}")))?;
 
     let mut problems = Vec::new();
-    let mut found = Found::default();
+    let mut found = Found {
+        chunks: Vec::new(),
+        prefixes: Vec::new(),
+        located: LocatedEvents::default(),
+        chunk_count: 0,
+        table_chunk_count: 0,
+        tables: TableReader::new(access_counts),
+    };
     let file_len = locate_chunks(
         source,
         hend,
@@ -222,19 +245,18 @@ pub(crate) fn scan(path: &Path, source: &Source, want: Want) -> Result<Scanned, 
         chunks,
         prefixes,
         located,
+        chunk_count,
+        table_chunk_count,
+        tables,
     } = found;
-    let (tables, trailer) = read_tables_and_trailer(
-        source,
-        &chunks,
-        located.chunks.iter().map(|(_, _, c)| c.offset()),
-        file_len,
-        &mut problems,
-    );
+    let (tables, trailer) = tables.finish(file_len, &mut problems);
     Ok(Scanned {
         version: (major, minor),
         header,
         header_len: hend,
         chunks,
+        chunk_count,
+        table_chunk_count,
         prefixes,
         located,
         tables,
@@ -259,6 +281,9 @@ fn locate_chunks(
         chunks,
         prefixes,
         located,
+        chunk_count,
+        table_chunk_count,
+        tables,
     } = found;
     let mut end = source.len();
     let mut pos = start;
@@ -320,7 +345,9 @@ fn locate_chunks(
                     }
                     _ => None,
                 };
+                *chunk_count += 1;
                 if let (Want::Located, Some(p)) = (keep, &prefix) {
+                    tables.pass(pos);
                     // A chunk is in the file read, so its offset fits in 56 bits.
                     let at = ChunkLoc::new(pos, codec, h.payload_len);
                     located.chunks.push((p.thread, p.sequence, at));
@@ -328,7 +355,7 @@ fn locate_chunks(
                     pos = chunk_end;
                     continue;
                 }
-                chunks.push(ChunkRef {
+                let chunk = ChunkRef {
                     offset: pos,
                     kind: h.kind,
                     payload_offset,
@@ -336,7 +363,16 @@ fn locate_chunks(
                     payload_crc: h.payload_crc,
                     // Byte 5 is a codec only in a 2.x file; a 1.x reader ignored it.
                     codec,
-                });
+                };
+                tables.read(source, &chunk);
+                if h.kind == ChunkKind::Table {
+                    *table_chunk_count += 1;
+                }
+                if keep == Want::Located && h.kind != ChunkKind::Events {
+                    pos = chunk_end;
+                    continue;
+                }
+                chunks.push(chunk);
                 if keep == Want::Prefixes {
                     prefixes.push(prefix);
                 }
@@ -461,69 +497,88 @@ pub(crate) fn payload_read_problem(chunk_offset: u64, len: usize, failure: ReadF
     }
 }
 
-/// Reads every table chunk and the trailer, in file order. Tables must be complete before any
-/// event is interpreted (`FORMAT.md` §4.3), so this runs before events are decoded.
-/// Reads the table chunks and the trailer of `chunks`; `located` are the offsets of the
-/// events chunks located apart ([`Want::Located`]), in file order, looked at for data after
-/// the trailer as the events chunks of `chunks` are.
-fn read_tables_and_trailer(
-    source: &Source,
-    chunks: &[ChunkRef],
-    located: impl Iterator<Item = u64>,
-    file_len: u64,
-    problems: &mut Vec<Problem>,
-) -> (Tables, Option<Trailer>) {
-    let mut tables = Tables::default();
-    let mut trailer = None;
-    let mut trailer_at: Option<u64> = None;
-    let mut buf = Vec::new();
-    let after_trailer = |offset: u64, trailer_at: &mut Option<u64>, problems: &mut Vec<Problem>| {
-        if let Some(t) = *trailer_at {
+/// Reads every table chunk and the trailer as the scan meets them, in file order. Tables must
+/// be complete before any event is interpreted (`FORMAT.md` §4.3): the scan is over before
+/// events are decoded. Its problems are kept apart from the framing problems the scan finds,
+/// and come after them.
+struct TableReader {
+    tables: Tables,
+    trailer: Option<Trailer>,
+    /// Where the trailer is, until a chunk after it is reported.
+    trailer_at: Option<u64>,
+    access_counts: bool,
+    buf: Vec<u8>,
+    problems: Vec<Problem>,
+}
+
+impl TableReader {
+    fn new(access_counts: bool) -> Self {
+        TableReader {
+            tables: Tables::default(),
+            trailer: None,
+            trailer_at: None,
+            access_counts,
+            buf: Vec::new(),
+            problems: Vec::new(),
+        }
+    }
+
+    /// A chunk with a good header at `offset`, of any kind: data after the trailer if the
+    /// trailer came before it.
+    fn pass(&mut self, offset: u64) {
+        if let Some(t) = self.trailer_at {
             if t < offset {
-                problems.push(Problem {
+                self.problems.push(Problem {
                     offset,
                     kind: ProblemKind::DataAfterTrailer,
                 });
-                *trailer_at = None; // report once
+                self.trailer_at = None; // report once
             }
         }
-    };
-    let mut located = located.peekable();
-    for c in chunks {
-        while let Some(offset) = located.next_if(|&o| o < c.offset) {
-            after_trailer(offset, &mut trailer_at, problems);
-        }
-        after_trailer(c.offset, &mut trailer_at, problems);
+    }
+
+    /// A chunk with a good header: a table chunk or the trailer is read.
+    fn read(&mut self, source: &Source, c: &ChunkRef) {
+        self.pass(c.offset);
         match c.kind {
             ChunkKind::Table | ChunkKind::Trailer => {
-                let payload =
-                    match source.bytes_at(c.payload_offset, c.payload_len as usize, &mut buf) {
-                        Ok(p) => p,
-                        Err(failure) => {
-                            problems.push(payload_read_problem(
-                                c.offset,
-                                c.payload_len as usize,
-                                failure,
-                            ));
-                            continue;
-                        }
-                    };
+                let payload = match source.bytes_at(
+                    c.payload_offset,
+                    c.payload_len as usize,
+                    &mut self.buf,
+                ) {
+                    Ok(p) => p,
+                    Err(failure) => {
+                        self.problems.push(payload_read_problem(
+                            c.offset,
+                            c.payload_len as usize,
+                            failure,
+                        ));
+                        return;
+                    }
+                };
                 if crc32fast::hash(payload) != c.payload_crc {
-                    problems.push(Problem {
+                    self.problems.push(Problem {
                         offset: c.offset,
                         kind: ProblemKind::BadChunkChecksum,
                     });
-                    continue;
+                    return;
                 }
                 if c.kind == ChunkKind::Table {
-                    read_table_records(payload, c.payload_offset, &mut tables, problems);
+                    read_table_records(
+                        payload,
+                        c.payload_offset,
+                        self.access_counts,
+                        &mut self.tables,
+                        &mut self.problems,
+                    );
                 } else {
                     match postcard::take_from_bytes::<Trailer>(payload) {
                         Ok((t, _)) => {
-                            trailer = Some(t);
-                            trailer_at = Some(c.offset);
+                            self.trailer = Some(t);
+                            self.trailer_at = Some(c.offset);
                         }
-                        Err(e) => problems.push(Problem {
+                        Err(e) => self.problems.push(Problem {
                             offset: c.offset,
                             kind: ProblemKind::BadTrailer { why: e.to_string() },
                         }),
@@ -532,26 +587,29 @@ fn read_tables_and_trailer(
             }
             ChunkKind::Events => {}
             ChunkKind::Unknown(kind) => {
-                problems.push(Problem {
+                self.problems.push(Problem {
                     offset: c.offset,
                     kind: ProblemKind::UnknownChunkKind { kind },
                 });
             }
         }
     }
-    for offset in located {
-        after_trailer(offset, &mut trailer_at, problems);
+
+    /// The tables and the trailer once every chunk is read; the problems found go after those
+    /// of `problems`.
+    fn finish(mut self, file_len: u64, problems: &mut Vec<Problem>) -> (Tables, Option<Trailer>) {
+        self.tables.threads.finish();
+        self.tables.access_counts.finish();
+        problems.append(&mut self.problems);
+        // A snapshot (FORMAT.md §7.14) has no trailer by design: the process went on.
+        if self.trailer.is_none() && self.tables.snapshot_signal().is_none() {
+            problems.push(Problem {
+                offset: file_len,
+                kind: ProblemKind::NoTrailer,
+            });
+        }
+        (self.tables, self.trailer)
     }
-    tables.threads.finish();
-    tables.access_counts.finish();
-    // A snapshot (FORMAT.md §7.14) has no trailer by design: the process went on.
-    if trailer.is_none() && tables.snapshot_signal().is_none() {
-        problems.push(Problem {
-            offset: file_len,
-            kind: ProblemKind::NoTrailer,
-        });
-    }
-    (tables, trailer)
 }
 
 /// Keeps the first definition of an id; a second one is reported.
@@ -567,7 +625,14 @@ macro_rules! insert_first {
     }};
 }
 
-fn read_table_records(payload: &[u8], base: u64, tables: &mut Tables, problems: &mut Vec<Problem>) {
+/// `access_counts`: whether the access counts are kept (they are checked either way).
+fn read_table_records(
+    payload: &[u8],
+    base: u64,
+    access_counts: bool,
+    tables: &mut Tables,
+    problems: &mut Vec<Problem>,
+) {
     let mut pos = 0usize;
     while pos < payload.len() {
         let at = base + pos as u64;
@@ -626,7 +691,11 @@ fn read_table_records(payload: &[u8], base: u64, tables: &mut Tables, problems: 
                 tables.symbols.insert(r.frame, r);
             }),
             // Each record counts one stretch of the thread's recording: they add up.
-            7 => decode_record::<AccessCounts>(body).map(|r| tables.access_counts.push(r)),
+            7 => decode_record::<AccessCounts>(body).map(|r| {
+                if access_counts {
+                    tables.access_counts.push(r)
+                }
+            }),
             8 => decode_record::<DataVariable>(body).map(|r| {
                 // Written after recording, like symbols: a later pass may refine an earlier one.
                 tables.data_variables.insert((r.module, r.offset), r);

@@ -68,6 +68,25 @@ use crate::varint;
 /// tight; a batch costs `BATCH * 32` bytes per thread.
 pub const BATCH: usize = 256;
 
+/// What [`TraceStream::open_with`] keeps of the tables beyond what the merged pass needs.
+/// [`StreamOptions::default`] keeps everything.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamOptions {
+    /// The per-thread access counts (FORMAT.md §7.8; what `stats` shows), in
+    /// [`Tables::access_counts`]. Not kept, their records are still read and a bad one is
+    /// reported as ever: a process that created 10^5 threads wrote 10^5 of them, 24 bytes
+    /// each, that a pass that does not report them need not hold while the trace is opened.
+    pub access_counts: bool,
+}
+
+impl Default for StreamOptions {
+    fn default() -> Self {
+        StreamOptions {
+            access_counts: true,
+        }
+    }
+}
+
 /// A trace opened for streaming: header, tables and trailer read, event chunks located.
 pub struct TraceStream {
     path: PathBuf,
@@ -273,43 +292,67 @@ pub struct ThreadSummary {
 impl TraceStream {
     /// Opens a trace file for streaming. Only a regular file is opened (`source.rs` says why).
     pub fn open(path: impl AsRef<Path>) -> Result<Self, TraceError> {
+        Self::open_with(path, StreamOptions::default())
+    }
+
+    /// [`TraceStream::open`], keeping of the tables what `options` asks for.
+    pub fn open_with(path: impl AsRef<Path>, options: StreamOptions) -> Result<Self, TraceError> {
         let path = path.as_ref().to_path_buf();
         let source = Source::open(&path)?;
-        Self::build(path, source)
+        Self::build(path, source, options)
     }
 
     /// Streams a trace from a file already open for reading (a temporary file that has no
     /// name of its own, say), called `name` in errors and problems. Only a regular file.
     pub fn from_file(name: impl Into<PathBuf>, file: std::fs::File) -> Result<Self, TraceError> {
+        Self::from_file_with(name, file, StreamOptions::default())
+    }
+
+    /// [`TraceStream::from_file`], keeping of the tables what `options` asks for.
+    pub fn from_file_with(
+        name: impl Into<PathBuf>,
+        file: std::fs::File,
+        options: StreamOptions,
+    ) -> Result<Self, TraceError> {
         let path = name.into();
         let source = Source::from_file(&path, file)?;
-        Self::build(path, source)
+        Self::build(path, source, options)
     }
 
     /// Streams a trace that is already in memory.
     pub fn from_bytes(name: impl Into<PathBuf>, bytes: Vec<u8>) -> Result<Self, TraceError> {
-        Self::build(name.into(), Source::Memory(bytes))
+        Self::from_bytes_with(name, bytes, StreamOptions::default())
     }
 
-    fn build(path: PathBuf, source: Source) -> Result<Self, TraceError> {
-        let mut s = scan(&path, &source, crate::scan::Want::Located)?;
+    /// [`TraceStream::from_bytes`], keeping of the tables what `options` asks for.
+    pub fn from_bytes_with(
+        name: impl Into<PathBuf>,
+        bytes: Vec<u8>,
+        options: StreamOptions,
+    ) -> Result<Self, TraceError> {
+        Self::build(name.into(), Source::Memory(bytes), options)
+    }
+
+    fn build(path: PathBuf, source: Source, options: StreamOptions) -> Result<Self, TraceError> {
+        let mut s = scan(
+            &path,
+            &source,
+            crate::scan::Want::Located,
+            options.access_counts,
+        )?;
         // The events chunks with a prefix are apart, 20 bytes each: a process that created
-        // 10^5 threads left 10^5 of them, and as many table chunks.
+        // 10^5 threads left 10^5 of them, and as many table chunks (read, counted, not kept).
         let mut located = std::mem::take(&mut s.located.chunks);
-        let chunk_count = s.chunks.len() + located.len();
-        let table_chunk_count = s
-            .chunks
-            .iter()
-            .filter(|c| c.kind == ChunkKind::Table)
-            .count();
+        let chunk_count = s.chunk_count;
+        let table_chunk_count = s.table_chunk_count;
         // Not yet checked against the checksums: what `declared_events` tells without
         // decoding.
         let declared_events = s.located.declared;
         let mut orphan_problems = Vec::new();
         let mut buf = Vec::new();
-        // The events chunks left in the list are shorter than an events prefix: their
+        // The chunks left in the list are events chunks shorter than an events prefix: their
         // checksum or their prefix is reported now.
-        for c in s.chunks.iter().filter(|c| c.kind == ChunkKind::Events) {
+        for c in &s.chunks {
             let problem = match source.bytes_at(c.payload_offset, c.payload_len as usize, &mut buf)
             {
                 Ok(payload) => check_events_payload(c.offset, c.payload_crc, payload)

@@ -4,7 +4,7 @@
 
 use foresight_trace::event::{Event, EventKind};
 use foresight_trace::tables::{AccessCounts, EndReason, Header, Ordering, ThreadInfo, Trailer};
-use foresight_trace::{ChunkWriter, TableRecord, Trace, TraceWriter};
+use foresight_trace::{ChunkWriter, StreamOptions, TableRecord, Trace, TraceStream, TraceWriter};
 
 fn header() -> Header {
     Header {
@@ -103,6 +103,53 @@ fn a_record_with_an_unknown_tag_is_skipped_as_a_1_0_reader_skips_tag_7() {
     assert!(t.problems.is_empty(), "{:?}", t.problems);
     assert!(t.tables.access_counts.is_empty());
     assert_eq!(t.tables.threads.len(), 2);
+}
+
+#[test]
+fn a_stream_that_keeps_no_access_counts_still_reports_a_bad_counts_record() {
+    let mut bytes = file(&[counts(1, 5, 5), counts(0, 1, 1)]);
+    let pos = bytes
+        .windows(4)
+        .position(|w| w == [7, 3, 0, 1])
+        .expect("the counts record: tag 7, length 3, thread 0, executed 1");
+    // A thread id whose varint does not end within the record.
+    bytes[pos + 2..pos + 5].copy_from_slice(&[0xff, 0xff, 0xff]);
+    let bytes = fix_checksums(bytes);
+    let kept = TraceStream::from_bytes("counts", bytes.clone()).unwrap();
+    let options = StreamOptions {
+        access_counts: false,
+    };
+    let not_kept = TraceStream::from_bytes_with("counts", bytes, options).unwrap();
+    let c1 = kept.tables().access_counts.get(1).unwrap();
+    assert_eq!((c1.executed, c1.recorded), (5, 5));
+    assert_eq!(kept.tables().access_counts.len(), 1);
+    assert!(not_kept.tables().access_counts.is_empty());
+    // The same problems, the bad record among them, at the same offset; the rest of the
+    // tables and the chunks the same.
+    let problems = |s: &TraceStream| {
+        s.scan_problems()
+            .iter()
+            .map(|p| p.to_string())
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        problems(&kept)
+            .iter()
+            .any(|p| p.contains("table record (tag 7)")),
+        "{:?}",
+        problems(&kept)
+    );
+    assert_eq!(problems(&kept), problems(&not_kept));
+    assert_eq!(kept.tables().threads, not_kept.tables().threads);
+    assert_eq!(
+        (kept.chunk_count(), kept.table_chunk_count()),
+        (not_kept.chunk_count(), not_kept.table_chunk_count())
+    );
+    assert_eq!(
+        kept.threads().collect::<Vec<_>>(),
+        not_kept.threads().collect::<Vec<_>>()
+    );
+    assert_eq!(kept.declared_events(), not_kept.declared_events());
 }
 
 /// Recomputes the checksums of every chunk (after a test changed a payload byte).
