@@ -499,12 +499,6 @@ impl TraceStream {
         &self.tables
     }
 
-    /// Lets the tables' per-thread access counts go, for a pass that does not report them
-    /// (they are what `stats` shows): a process that created 10^5 threads has 10^5 of them.
-    pub fn forget_access_counts(&mut self) {
-        self.tables.access_counts = Default::default();
-    }
-
     /// Lets the thread table's kernel thread ids and parents go, for a pass that does not
     /// report them ([`crate::tables::ThreadTable::forget_details`]): 8 bytes a thread.
     pub fn forget_thread_details(&mut self) {
