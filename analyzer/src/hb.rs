@@ -48,68 +48,73 @@ struct Receive {
     pos: u32,
     /// Byte offset of its encoded clock.
     start: u32,
-    /// Its clock's number of entries, with [`WHOLE`] set when the clock is stored as itself
-    /// rather than as differences from the thread's receive before it.
-    len: u32,
 }
-
-/// [`Receive::len`]'s mark of a clock stored whole.
-const WHOLE: u32 = 1 << 31;
 
 /// A thread's receives are stored whole at least this often, so that reading one decodes at
 /// most this many clocks.
 const WHOLE_EVERY: u32 = 8;
 
 impl Receive {
+    /// Whether its clock is stored as itself rather than as differences from the thread's
+    /// receive before it (the low bit of the encoding's first varint, [`put_clock`]).
     #[inline]
-    fn entries(self) -> usize {
-        (self.len & !WHOLE) as usize
-    }
-
-    #[inline]
-    fn whole(self) -> bool {
-        self.len & WHOLE != 0
+    fn whole(self, buf: &[u8]) -> bool {
+        buf.get(self.start as usize).is_some_and(|b| b & 1 != 0)
     }
 }
 
-/// Appends `clock` as differences from `base` (the thread's clock at its receive before, or
+fn put_varint(buf: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        buf.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    buf.push(v as u8);
+}
+
+fn get_varint(buf: &[u8], at: &mut usize) -> u64 {
+    let mut v = 0u64;
+    let mut shift = 0;
+    while let Some(&b) = buf.get(*at) {
+        *at += 1;
+        if shift < 64 {
+            v |= u64::from(b & 0x7f) << shift;
+        }
+        shift += 7;
+        if b & 0x80 == 0 {
+            break;
+        }
+    }
+    v
+}
+
+/// Appends `clock`: its number of entries and whether it is whole (`2 * len + whole`), then
+/// its entries as differences from `base` (the thread's clock at its receive before, or
 /// nothing for a clock stored whole), each a zigzag varint. A thread's clock changes in few
 /// entries and by little between two of its receives, while its raw entries are large
 /// (offsets that grow over every holder of a slot): at 10^5 threads a segment's clocks take
 /// 0.9 MB where their entries took 2.4.
-fn put_clock(buf: &mut Vec<u8>, clock: &[u32], base: &[u32]) {
+fn put_clock(buf: &mut Vec<u8>, clock: &[u32], base: &[u32], whole: bool) {
+    put_varint(buf, 2 * clock.len() as u64 + u64::from(whole));
     for (k, &v) in clock.iter().enumerate() {
         let d = i64::from(v) - i64::from(base.get(k).copied().unwrap_or(0));
-        let mut z = ((d << 1) ^ (d >> 63)) as u64;
-        while z >= 0x80 {
-            buf.push(z as u8 | 0x80);
-            z >>= 7;
-        }
-        buf.push(z as u8);
+        put_varint(buf, ((d << 1) ^ (d >> 63)) as u64);
     }
 }
 
 /// Applies the clock of `r` (stored by [`put_clock`]) to `out`, which holds its base.
 fn apply_clock(buf: &[u8], r: Receive, out: &mut Vec<u32>) {
-    let len = r.entries();
-    if r.whole() {
+    let mut at = r.start as usize;
+    let head = get_varint(buf, &mut at);
+    // A clock has at most an entry per thread (a `u32` index).
+    let len = usize::try_from(head / 2)
+        .unwrap_or(usize::MAX)
+        .min(u32::MAX as usize);
+    if head & 1 != 0 {
         out.clear();
     }
     out.resize(len.max(out.len()), 0);
-    let mut at = r.start as usize;
     for v in out.iter_mut().take(len) {
-        let mut z = 0u64;
-        let mut shift = 0;
-        while let Some(&b) = buf.get(at) {
-            at += 1;
-            if shift < 64 {
-                z |= u64::from(b & 0x7f) << shift;
-            }
-            shift += 7;
-            if b & 0x80 == 0 {
-                break;
-            }
-        }
+        let z = get_varint(buf, &mut at);
         let d = (z >> 1) as i64 ^ -((z & 1) as i64);
         *v = (i64::from(*v) + d) as u32;
     }
@@ -119,7 +124,7 @@ fn apply_clock(buf: &[u8], r: Receive, out: &mut Vec<u32>) {
 /// The clock of receive `i` of `list` into `out`: from the last one stored whole at or before
 /// it, the differences after it applied in turn.
 fn decode_clock(buf: &[u8], list: &[Receive], i: usize, out: &mut Vec<u32>) {
-    let first = list[..=i].iter().rposition(|r| r.whole()).unwrap_or(0);
+    let first = list[..=i].iter().rposition(|r| r.whole(buf)).unwrap_or(0);
     out.clear();
     for &r in &list[first..=i] {
         apply_clock(buf, r, out);
@@ -383,17 +388,15 @@ impl ReceiveStore {
     }
 
     /// Encodes the last clock of open list `i` (`list.last`) at the buffer's end, whole or
-    /// against `list.base`; returns its receive's start and length, or `None` when out of
-    /// offsets.
-    fn put_last(&mut self, i: usize, whole: bool) -> Option<(u32, u32)> {
+    /// against `list.base`; returns where it starts, or `None` when out of offsets.
+    fn put_last(&mut self, i: usize, whole: bool) -> Option<u32> {
         let list = &self.open[i];
         let start = u32::try_from(self.entries.len()).ok()?;
-        let len = u32::try_from(list.last.len()).ok().filter(|&l| l < WHOLE)?;
         let base: &[u32] = if whole { &[] } else { &list.base };
-        put_clock(&mut self.entries, &list.last, base);
+        put_clock(&mut self.entries, &list.last, base, whole);
         u32::try_from(self.entries.len()).ok()?;
         self.tail = start;
-        Some((start, if whole { len | WHOLE } else { len }))
+        Some(start)
     }
 
     /// Stores `clock` with its entry `slot` (the thread's own) set to `raw` as the clock of
@@ -419,10 +422,10 @@ impl ReceiveStore {
             list.since_whole += 1;
         }
         list.kept = true;
-        let Some((start, len)) = self.put_last(i, whole) else {
+        let Some(start) = self.put_last(i, whole) else {
             return false;
         };
-        self.open[i].receives.push(Receive { pos, start, len });
+        self.open[i].receives.push(Receive { pos, start });
         true
     }
 
@@ -460,10 +463,7 @@ impl ReceiveStore {
         if last.start == self.tail {
             self.entries.truncate(last.start as usize);
         }
-        let (start, len_mark) = self.put_last(i, whole)?;
-        let r = self.open[i].receives.last_mut()?;
-        r.start = start;
-        r.len = len_mark;
+        self.open[i].receives.last_mut()?.start = self.put_last(i, whole)?;
         Some(new_len - len)
     }
 }
