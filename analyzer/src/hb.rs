@@ -94,6 +94,8 @@ fn get_varint(buf: &[u8], at: &mut usize) -> u64 {
 /// (offsets that grow over every holder of a slot): at 10^5 threads a segment's clocks take
 /// 0.9 MB where their entries took 2.4.
 fn put_clock(buf: &mut Vec<u8>, clock: &[u32], base: &[u32], whole: bool) {
+    // At most 5 bytes an entry and 10 for the length.
+    buf.reserve(5 * clock.len() + 10);
     put_varint(buf, 2 * clock.len() as u64 + u64::from(whole));
     for (k, &v) in clock.iter().enumerate() {
         let d = i64::from(v) - i64::from(base.get(k).copied().unwrap_or(0));
@@ -177,11 +179,11 @@ impl StoredClocks {
     }
 
     /// The clock of the last receive of `thread` at or before `pos`, decoded into `out`.
-    fn before<'a>(&self, thread: usize, pos: u32, out: &'a mut Vec<u32>) -> Option<&'a [u32]> {
+    fn before<'a>(&self, thread: usize, pos: u32, out: &'a mut DecodedClock) -> Option<&'a [u32]> {
         let list = self.list(thread);
         let i = list.partition_point(|r| r.pos <= pos).checked_sub(1)?;
-        decode_clock(&self.entries, list, i, out);
-        Some(out)
+        self.decode(thread, list, i, out);
+        Some(&out.clock)
     }
 
     /// Receive `i` of `thread`: its position, and its clock decoded into `out`.
@@ -189,13 +191,48 @@ impl StoredClocks {
         &self,
         thread: usize,
         i: usize,
-        out: &'a mut Vec<u32>,
+        out: &'a mut DecodedClock,
     ) -> Option<(u32, &'a [u32])> {
         let list = self.list(thread);
         let r = list.get(i)?;
-        decode_clock(&self.entries, list, i, out);
-        Some((r.pos, out))
+        self.decode(thread, list, i, out);
+        Some((r.pos, &out.clock))
     }
+
+    fn decode(&self, thread: usize, list: &[Receive], i: usize, out: &mut DecodedClock) {
+        let tag = self.entries.as_ptr() as usize;
+        decode_cached(&self.entries, (tag, thread), list, i, out);
+    }
+}
+
+/// Receive `i` of a list (`key`: whose buffer, and which thread's list) into `out`: nothing
+/// to do when `out` holds it already (a write many threads read), only its differences when
+/// `out` holds the receive before it (the closure walks a thread's receives in order).
+fn decode_cached(
+    buf: &[u8],
+    key: (usize, usize),
+    list: &[Receive],
+    i: usize,
+    out: &mut DecodedClock,
+) {
+    match out.at {
+        Some((k, j)) if k == key && j == i => {}
+        Some((k, j)) if k == key && j + 1 == i && !list[i].whole(buf) => {
+            apply_clock(buf, list[i], &mut out.clock)
+        }
+        _ => decode_clock(buf, list, i, &mut out.clock),
+    }
+    out.at = Some((key, i));
+}
+
+/// A stored clock read back ([`HappensBefore::receive`], [`HappensBefore::receive_before`]),
+/// with which receive it is: reading the next receive of the same thread then decodes only
+/// what changed. A caller that asks often keeps one for its questions.
+#[derive(Debug, Default)]
+pub struct DecodedClock {
+    /// (the clocks' buffer, thread), and the receive's index in the thread's list.
+    at: Option<((usize, usize), usize)>,
+    clock: Vec<u32>,
 }
 
 /// A running thread's list of receives, and the clocks its next receive is stored against.
@@ -235,6 +272,9 @@ struct ReceiveStore {
     /// Where the clock encoded last starts: the one a second receive of its event grows in
     /// place.
     tail: u32,
+    /// Changes when a stored clock does (a grown one, a segment taken): a clock decoded
+    /// before ([`DecodedClock`]) is not read again then.
+    generation: usize,
 }
 
 const NO_LIST: u32 = u32::MAX;
@@ -268,7 +308,7 @@ impl ReceiveStore {
         thread: usize,
         slot: Option<usize>,
         pos: u32,
-        out: &'a mut Vec<u32>,
+        out: &'a mut DecodedClock,
     ) -> Option<&'a [u32]> {
         let open = self.open_of(thread, slot);
         let list = self.list(thread, slot);
@@ -276,8 +316,8 @@ impl ReceiveStore {
         match open {
             Some(l) if l.kept && i + 1 == list.len() => Some(&l.last),
             _ => {
-                decode_clock(&self.entries, list, i, out);
-                Some(out)
+                decode_cached(&self.entries, (self.generation, thread), list, i, out);
+                Some(&out.clock)
             }
         }
     }
@@ -380,6 +420,7 @@ impl ReceiveStore {
         let mut entries = std::mem::take(&mut self.entries);
         entries.shrink_to_fit();
         self.tail = NO_LIST;
+        self.generation = self.generation.wrapping_add(1);
         StoredClocks {
             threads,
             receives,
@@ -435,6 +476,7 @@ impl ReceiveStore {
     fn grow_last(&mut self, thread: usize, slot: usize, clock: &[u32], raw: u32) -> Option<usize> {
         let i = self.open_list(thread, slot)?;
         let last = *self.open[i].receives.last()?;
+        self.generation = self.generation.wrapping_add(1);
         let list = &mut self.open[i];
         if !list.kept {
             // Reopened from the closed lists: the last clock is read back and stored again
@@ -472,7 +514,7 @@ impl HappensBefore {
     /// The clock of event `pos` of `thread`, own entry included.
     pub fn clock_at(&self, thread: usize, pos: u32) -> VectorClock {
         let mut clock = VectorClock::default();
-        if let Some(c) = self.receive_before(thread, pos, &mut Vec::new()) {
+        if let Some(c) = self.receive_before(thread, pos, &mut DecodedClock::default()) {
             clock.join_entries(c);
         }
         if let Some(slot) = self.slots.slot_of(thread) {
@@ -496,13 +538,12 @@ impl HappensBefore {
     }
 
     /// The stored clock (its entries, by slot) of the last receive at or before `pos` in
-    /// `thread`, decoded into `buf` (clocks are stored encoded; a caller that asks often
-    /// keeps one buffer for its questions).
+    /// `thread`, decoded into `buf` (clocks are stored encoded).
     pub fn receive_before<'a>(
         &self,
         thread: usize,
         pos: u32,
-        buf: &'a mut Vec<u32>,
+        buf: &'a mut DecodedClock,
     ) -> Option<&'a [u32]> {
         self.receives.before(thread, pos, buf)
     }
@@ -513,7 +554,7 @@ impl HappensBefore {
         &self,
         thread: usize,
         i: usize,
-        buf: &'a mut Vec<u32>,
+        buf: &'a mut DecodedClock,
     ) -> Option<(u32, &'a [u32])> {
         self.receives.receive(thread, i, buf)
     }
@@ -528,7 +569,7 @@ impl HappensBefore {
         if a_thread == b_thread {
             return a_pos < b_pos;
         }
-        self.receive_before(b_thread, b_pos, &mut Vec::new())
+        self.receive_before(b_thread, b_pos, &mut DecodedClock::default())
             .is_some_and(|c| self.slots.reach(c, a_thread) > a_pos)
     }
 }
@@ -580,7 +621,7 @@ pub struct HbBuilder {
     lock_channels: Vec<Option<VectorClock>>,
     receives: ReceiveStore,
     /// Where a stored clock read back during the walk is decoded.
-    decoded: Vec<u32>,
+    decoded: DecodedClock,
     /// Whether receives are stored (the clocks of the whole trace, which the closure walks) or
     /// only the current clocks are kept (a streaming pass reads them as it goes).
     snapshots: bool,
@@ -611,7 +652,7 @@ impl HbBuilder {
             channels: HashMap::new(),
             lock_channels: Vec::new(),
             receives: ReceiveStore::default(),
-            decoded: Vec::new(),
+            decoded: DecodedClock::default(),
             snapshots: true,
             last_write: LastWriters::new(),
         }
@@ -1636,15 +1677,15 @@ mod tests {
         assert!(stored.push(2, 0, 0, &[6, 1], 7));
         assert_eq!(stored.list(0, Some(0)).len(), 2);
         assert_eq!(
-            stored.before(0, Some(0), 4, &mut Vec::new()),
+            stored.before(0, Some(0), 4, &mut DecodedClock::default()),
             Some(&[2][..])
         );
         assert_eq!(
-            stored.before(0, Some(0), 9, &mut Vec::new()),
+            stored.before(0, Some(0), 9, &mut DecodedClock::default()),
             Some(&[6, 1][..])
         );
         assert_eq!(
-            stored.before(2, Some(0), 0, &mut Vec::new()),
+            stored.before(2, Some(0), 0, &mut DecodedClock::default()),
             Some(&[7, 1][..])
         );
         assert_eq!(
@@ -1659,20 +1700,29 @@ mod tests {
         assert!(stored.push(3, 2, 7, &[6, 1], 8));
         assert_eq!(stored.list(3, Some(2)).len(), 2);
         assert_eq!(
-            stored.before(3, Some(2), 5, &mut Vec::new()),
+            stored.before(3, Some(2), 5, &mut DecodedClock::default()),
             Some(&[1, 0, 1][..])
         );
         let segment = stored.take();
-        assert_eq!(segment.before(1, 0, &mut Vec::new()), Some(&[2, 1][..]));
-        assert_eq!(segment.before(0, 7, &mut Vec::new()), Some(&[6, 1][..]));
-        assert_eq!(segment.before(3, 7, &mut Vec::new()), Some(&[6, 1, 8][..]));
+        assert_eq!(
+            segment.before(1, 0, &mut DecodedClock::default()),
+            Some(&[2, 1][..])
+        );
+        assert_eq!(
+            segment.before(0, 7, &mut DecodedClock::default()),
+            Some(&[6, 1][..])
+        );
+        assert_eq!(
+            segment.before(3, 7, &mut DecodedClock::default()),
+            Some(&[6, 1, 8][..])
+        );
         assert_eq!(segment.list(2).len(), 1);
         assert_eq!(segment.list(4).len(), 0);
         // The walk goes on with empty lists; a running thread keeps receiving.
         assert!(stored.list(0, Some(0)).is_empty() && stored.list(1, Some(1)).is_empty());
         assert!(stored.push(1, 1, 4, &[9, 3], 5));
         assert_eq!(
-            stored.before(1, Some(1), 4, &mut Vec::new()),
+            stored.before(1, Some(1), 4, &mut DecodedClock::default()),
             Some(&[9, 5][..])
         );
         assert_eq!(stored.list(1, Some(1)).len(), 1);
@@ -1688,21 +1738,24 @@ mod tests {
         assert!(stored.push(1, 1, 0, &[4], 1));
         assert_eq!(stored.grow_last(0, 0, &[2, 0, 7], 5), Some(1));
         assert_eq!(
-            stored.before(0, Some(0), 3, &mut Vec::new()),
+            stored.before(0, Some(0), 3, &mut DecodedClock::default()),
             Some(&[5, 1, 7][..])
         );
-        assert_eq!(stored.before(0, Some(0), 2, &mut Vec::new()), None);
         assert_eq!(
-            stored.before(1, Some(1), 9, &mut Vec::new()),
+            stored.before(0, Some(0), 2, &mut DecodedClock::default()),
+            None
+        );
+        assert_eq!(
+            stored.before(1, Some(1), 9, &mut DecodedClock::default()),
             Some(&[4, 1][..])
         );
         assert_eq!(stored.grow_last(1, 1, &[0, 0], 2), Some(0));
         assert_eq!(
-            stored.before(1, Some(1), 0, &mut Vec::new()),
+            stored.before(1, Some(1), 0, &mut DecodedClock::default()),
             Some(&[4, 2][..])
         );
         assert_eq!(
-            stored.before(0, Some(0), 3, &mut Vec::new()),
+            stored.before(0, Some(0), 3, &mut DecodedClock::default()),
             Some(&[5, 1, 7][..])
         );
     }
@@ -1740,7 +1793,7 @@ mod tests {
         }
         for (pos, clock) in &expected {
             assert_eq!(
-                stored.before(1, Some(1), *pos, &mut Vec::new()),
+                stored.before(1, Some(1), *pos, &mut DecodedClock::default()),
                 Some(&clock[..]),
                 "at {pos}, open"
             );
@@ -1754,11 +1807,42 @@ mod tests {
         last.push(6);
         expected.push((last_pos, last));
         let segment = stored.take();
-        let mut buf = Vec::new();
+        let mut buf = DecodedClock::default();
         for (i, (pos, clock)) in expected.iter().enumerate() {
             assert_eq!(segment.before(1, *pos, &mut buf), Some(&clock[..]));
             assert_eq!(segment.receive(1, i, &mut buf), Some((*pos, &clock[..])));
         }
+        // Read backwards, and with another thread's clock read in between.
+        for (i, (pos, clock)) in expected.iter().enumerate().rev() {
+            assert_eq!(segment.receive(1, i, &mut buf), Some((*pos, &clock[..])));
+            assert!(segment.before(0, u32::MAX, &mut buf).is_some());
+        }
+    }
+
+    #[test]
+    fn a_clock_read_back_during_the_walk_is_read_again_once_it_grew() {
+        let mut stored = ReceiveStore::default();
+        let mut buf = DecodedClock::default();
+        assert!(stored.push(0, 0, 1, &[5, 3], 6));
+        assert!(stored.push(0, 0, 4, &[5, 4], 7));
+        assert!(stored.push(1, 1, 0, &[2], 1));
+        // Thread 0's first receive, decoded (its last is the one kept with its list).
+        assert_eq!(stored.before(0, Some(0), 2, &mut buf), Some(&[6, 3][..]));
+        assert_eq!(stored.before(0, Some(0), 3, &mut buf), Some(&[6, 3][..]));
+        assert!(stored.push(0, 0, 9, &[5, 9], 8));
+        assert_eq!(stored.before(0, Some(0), 5, &mut buf), Some(&[7, 4][..]));
+        // The list closed and reopened (a damaged trace), its last receive grown: read anew.
+        assert!(stored.close(0, 0));
+        assert_eq!(stored.before(0, Some(0), 9, &mut buf), Some(&[8, 9][..]));
+        assert_eq!(stored.grow_last(0, 0, &[1, 10, 4], 8), Some(1));
+        assert_eq!(
+            stored.before(0, Some(0), 9, &mut buf),
+            Some(&[8, 10, 4][..])
+        );
+        assert_eq!(stored.before(0, Some(0), 4, &mut buf), Some(&[7, 4][..]));
+        let segment = stored.take();
+        assert_eq!(segment.before(0, 9, &mut buf), Some(&[8, 10, 4][..]));
+        assert_eq!(segment.before(1, 0, &mut buf), Some(&[2, 1][..]));
     }
 
     #[test]
@@ -1856,7 +1940,7 @@ mod tests {
                 !hb.happens_before(2, 1, 0, 5),
                 "nothing of t2 before main's end"
             );
-            let mut buf = Vec::new();
+            let mut buf = DecodedClock::default();
             let c = hb
                 .receive_before(2, 1, &mut buf)
                 .expect("t2's start received its creation");

@@ -246,7 +246,7 @@ pub(crate) fn reversal(
     // 1. The closure: receives and open sections, each visited once.
     let mut receive_cursor = vec![0usize; n];
     let mut acquisition_cursor = vec![0usize; n];
-    let mut clock_buf = Vec::new();
+    let mut clock_buf = crate::hb::DecodedClock::default();
     loop {
         let mut moved = false;
         for t in 0..n {
