@@ -4,14 +4,18 @@
 //! *slot* instead: a dense index of the threads alive, handed out at a thread's first event and
 //! taken back once it exited holding no lock and waiting for none (no later event of the trace
 //! needs its state: a join names the thread it waits for, but reads none of these tables). One
-//! index ([`Alive`], 4 bytes per thread ever created) serves every table of its owner, each of
+//! index ([`Alive`], 2 bytes per thread ever created) serves every table of its owner, each of
 //! which holds an entry per slot ([`BySlot`]).
 
 /// Which slot each thread holds, if any.
 #[derive(Debug)]
 pub(crate) struct Alive {
-    /// Per thread ever created (dense index): its slot, or [`NONE`].
-    at: Vec<u32>,
+    /// Per thread ever created (dense index): its slot, or [`NARROW_NONE`], while every slot
+    /// handed out fits 16 bits (threads alive at once, not ever created: a program has that
+    /// many at once rarely); 2 bytes a thread ever created.
+    at: Vec<u16>,
+    /// The same in 32 bits ([`NONE`] for none), once a slot does not fit: `at` is then empty.
+    wide: Vec<u32>,
     /// Slots given back, for the next thread that starts.
     free: Vec<u32>,
     /// Slots handed out so far.
@@ -19,12 +23,14 @@ pub(crate) struct Alive {
 }
 
 const NONE: u32 = u32::MAX;
+const NARROW_NONE: u16 = u16::MAX;
 
 impl Alive {
     /// An index for `threads` threads, none with a slot yet.
     pub fn new(threads: usize) -> Self {
         Alive {
-            at: vec![NONE; threads],
+            at: vec![NARROW_NONE; threads],
+            wide: Vec::new(),
             free: Vec::new(),
             slots: 0,
         }
@@ -32,24 +38,31 @@ impl Alive {
 
     /// How many threads the index is for.
     pub fn threads(&self) -> usize {
-        self.at.len()
+        self.at.len().max(self.wide.len())
     }
 
     /// Thread `t`'s slot, handed out now if it has none.
     #[inline(always)]
     pub fn slot(&mut self, t: usize) -> usize {
-        match self.at[t] {
-            NONE => self.hand_out(t),
-            s => s as usize,
+        match self.get(t) {
+            Some(s) => s,
+            None => self.hand_out(t),
         }
     }
 
     /// Thread `t`'s slot, if it holds one.
     #[inline]
     pub fn get(&self, t: usize) -> Option<usize> {
-        match self.at.get(t) {
-            Some(&NONE) | None => None,
-            Some(&s) => Some(s as usize),
+        if self.wide.is_empty() {
+            match self.at.get(t) {
+                Some(&NARROW_NONE) | None => None,
+                Some(&s) => Some(s as usize),
+            }
+        } else {
+            match self.wide.get(t) {
+                Some(&NONE) | None => None,
+                Some(&s) => Some(s as usize),
+            }
         }
     }
 
@@ -60,17 +73,32 @@ impl Alive {
             self.slots += 1;
             self.slots - 1
         });
-        self.at[t] = s;
+        if self.wide.is_empty() && s >= u32::from(NARROW_NONE) {
+            self.wide = self
+                .at
+                .iter()
+                .map(|&s| if s == NARROW_NONE { NONE } else { u32::from(s) })
+                .collect();
+            self.at = Vec::new();
+        }
+        self.set(t, s);
         s as usize
+    }
+
+    fn set(&mut self, t: usize, s: u32) {
+        if self.wide.is_empty() {
+            self.at[t] = if s == NONE { NARROW_NONE } else { s as u16 };
+        } else {
+            self.wide[t] = s;
+        }
     }
 
     /// Thread `t` needs its slot no more; the tables keyed by slot must have reset its
     /// entries, which go to the next thread that starts.
     pub fn release(&mut self, t: usize) {
-        let s = self.at[t];
-        if s != NONE {
-            self.at[t] = NONE;
-            self.free.push(s);
+        if let Some(s) = self.get(t) {
+            self.set(t, NONE);
+            self.free.push(s as u32);
         }
     }
 }
@@ -149,5 +177,27 @@ mod tests {
             None,
             "a thread the index is not for holds none"
         );
+    }
+
+    #[test]
+    fn slots_past_16_bits_keep_every_thread_s_slot() {
+        let threads = 70_000;
+        let mut alive = Alive::new(threads);
+        // Every thread alive at once: the slots outgrow the 16-bit table.
+        for t in (0..threads).rev() {
+            assert_eq!(alive.slot(t), threads - 1 - t);
+        }
+        for t in [0, 1, 4_463, 4_464, 4_465, threads - 1] {
+            assert_eq!(alive.get(t), Some(threads - 1 - t));
+        }
+        alive.release(4_464);
+        assert_eq!(alive.get(4_464), None);
+        assert_eq!(alive.get(4_465), Some(threads - 1 - 4_465));
+        alive.release(threads - 1);
+        let mut after = Alive::new(2);
+        assert_eq!(after.slot(1), 0);
+        after.release(1);
+        assert_eq!(after.slot(0), 0, "a slot given back in the narrow table");
+        assert_eq!((alive.threads(), after.threads()), (threads, 2));
     }
 }

@@ -181,7 +181,11 @@ impl<'r> ClosureState<'r> {
         // A pattern event that is itself a receive (the mutex re-taken when a condition wait
         // returns) has had its wake-up: what it received is in the closure, only its lock
         // blocks.
-        if let Some(clock) = self.run.hb.receive_before(t, b.pos) {
+        if let Some(clock) =
+            self.run
+                .hb
+                .receive_before(t, b.pos, &mut crate::hb::DecodedClock::default())
+        {
             for (u, v) in self.run.hb.known(clock) {
                 if u != t {
                     raise(&mut self.frontier, &self.limit, u, v, Reach::HappensBefore)?;
@@ -217,6 +221,7 @@ impl<'r> ClosureState<'r> {
     pub fn close(&mut self) -> Result<(), NotPredicted> {
         let run = self.run;
         let n = run.threads.len();
+        let mut clock_buf = crate::hb::DecodedClock::default();
         loop {
             if self.steps > self.max_steps {
                 return Err(NotPredicted::OutOfBudget);
@@ -228,7 +233,9 @@ impl<'r> ClosureState<'r> {
             while moved {
                 moved = false;
                 for t in 0..n {
-                    while let Some((pos, clock)) = run.hb.receive(t, self.receive_cursor[t]) {
+                    while let Some((pos, clock)) =
+                        run.hb.receive(t, self.receive_cursor[t], &mut clock_buf)
+                    {
                         if pos >= self.frontier[t] {
                             break;
                         }

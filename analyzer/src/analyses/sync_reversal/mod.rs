@@ -246,10 +246,11 @@ pub(crate) fn reversal(
     // 1. The closure: receives and open sections, each visited once.
     let mut receive_cursor = vec![0usize; n];
     let mut acquisition_cursor = vec![0usize; n];
+    let mut clock_buf = crate::hb::DecodedClock::default();
     loop {
         let mut moved = false;
         for t in 0..n {
-            while let Some((pos, clock)) = run.hb.receive(t, receive_cursor[t]) {
+            while let Some((pos, clock)) = run.hb.receive(t, receive_cursor[t], &mut clock_buf) {
                 if pos >= frontier[t] {
                     break;
                 }
@@ -359,7 +360,7 @@ pub(crate) fn reversal(
             continue;
         }
         steps += 1;
-        let Some(clock) = run.hb.receive_before(t as usize, end - 1) else {
+        let Some(clock) = run.hb.receive_before(t as usize, end - 1, &mut clock_buf) else {
             continue;
         };
         if tails
@@ -426,9 +427,13 @@ pub(crate) fn reversal(
             return Err(refuse(steps));
         }
     }
-    let known: Vec<&[u32]> = tails
+    let known: Vec<Vec<u32>> = tails
         .iter()
-        .filter_map(|&(t, s, _)| run.hb.receive_before(t as usize, s.saturating_sub(1)))
+        .filter_map(|&(t, s, _)| {
+            run.hb
+                .receive_before(t as usize, s.saturating_sub(1), &mut clock_buf)
+                .map(<[u32]>::to_vec)
+        })
         .collect();
     let every_tail_knows = known.len() == tails.len();
     for t in 0..n as u32 {
