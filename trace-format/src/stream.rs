@@ -1560,8 +1560,8 @@ impl<'a> MergedStream<'a> {
 
     /// The cursor of thread `plan`, just taken from the heap's top (see `take_lead`). When it
     /// is waiting (then the entry of a run of `pending` in the heap: a waiting thread enters
-    /// the heap only so), the next one of its run goes in: its first event comes after this
-    /// one's, and before those of the run's threads still waiting.
+    /// the heap only so), the next one of its run goes in (`reopen`): its first event comes
+    /// after this one's, and before those of the run's threads still waiting.
     #[inline]
     fn lead(&mut self, mut plan: u32) -> usize {
         loop {
@@ -1569,9 +1569,6 @@ impl<'a> MergedStream<'a> {
                 // Its head is the key it had in the heap.
                 ThreadState::Open { slot } => return slot as usize,
                 ThreadState::Waiting { chunk, sequence } => {
-                    if let Some(run) = self.runs.iter().position(|r| r.admitted.plan == plan) {
-                        self.admit_next(run);
-                    }
                     if let Some(slot) = self.reopen(plan as usize, chunk as usize, sequence) {
                         let head = NextEvent::new(self.cursors[slot].head().key, plan);
                         match self.heap.peek() {
@@ -1594,6 +1591,14 @@ impl<'a> MergedStream<'a> {
     #[cold]
     #[inline(never)]
     fn reopen(&mut self, plan: usize, chunk: usize, sequence: u32) -> Option<usize> {
+        // Here, not in `lead`, which the threads' every switch goes through.
+        if let Some(run) = self
+            .runs
+            .iter()
+            .position(|r| r.admitted.plan == plan as u32)
+        {
+            self.admit_next(run);
+        }
         let stream = self.stream;
         let thread = stream.threads.get(plan);
         let state = self.state(plan);
