@@ -547,9 +547,14 @@ fn stream_run(
     // One thread (decision 0006: a second one cost more than it hid on a two-core machine
     // that other work shares). The race pass joins the walk at the trace's first memory
     // access, fed what came before it from a second read of the file: a trace without
-    // accesses never pays for it.
+    // accesses never pays for it. The replay needs the events only, not each thread's bytes
+    // and times (40 bytes a thread ever created, held while the walk's own merge is too).
     let replay = || -> Box<dyn Iterator<Item = (ThreadId, usize, EventKind)> + '_> {
-        Box::new(stream.merged().map(|e| (e.thread, e.index, e.event.kind)))
+        Box::new(
+            stream
+                .merged_event_counts()
+                .map(|e| (e.thread, e.index, e.event.kind)),
+        )
     };
     let run = foresight_analyzer::model::walk(
         &stream_walk,

@@ -1187,15 +1187,15 @@ pub struct MergedStream<'a> {
     given_by_finished: u64,
     /// The next event of every unfinished thread but `current`'s and those in `pending`.
     heap: BinaryHeap<Reverse<NextEvent>>,
-    /// The first events of the threads that wait for their first turn, in the merged order
-    /// from `pending_at` on: each the varint of its key's step from the one before and the
-    /// zigzag varint of its thread's (about 3 bytes a thread, not a heap entry of 12, since a
-    /// process that created 10^5 short threads has them all waiting from the start). Only
-    /// the first of them, `admitted`, is in the heap: the others come after it.
+    /// The first events of the threads that wait for their first turn, in runs of up to
+    /// [`PENDING_RUN`] threads (of consecutive plans) each in the merged order: each entry the
+    /// varint of its key's step from the one before and the zigzag varint of its thread's
+    /// (about 3 bytes a thread, not a heap entry of 12, since a process that created 10^5
+    /// short threads has them all waiting from the start). Only the first entry of each run
+    /// left, its `admitted`, is in the heap: the run's others come after it. Sorted a run at a
+    /// time, so that starting the merge holds one run's entries, not every thread's.
     pending: Vec<u8>,
-    pending_at: usize,
-    /// The last entry taken from `pending` (its key and thread the base of the next one's).
-    admitted: NextEvent,
+    runs: Vec<PendingRun>,
     /// The cursor whose head comes next; `NONE` when every thread is done.
     current: usize,
     /// (key, thread) of the heap's top: the current thread keeps the lead while its next
@@ -1252,6 +1252,20 @@ impl NextEvent {
     fn key(self) -> u64 {
         (u64::from(self.key_high) << 32) | u64::from(self.key_low)
     }
+}
+
+/// Threads whose first events are sorted together into one run of [`MergedStream::pending`]:
+/// 12 bytes each while sorted (96 KiB), and one entry of the heap per run (13 for 10^5
+/// threads). Small in the crate's tests, so that they go through many runs.
+const PENDING_RUN: usize = if cfg!(test) { 16 } else { 8192 };
+
+/// One run of [`MergedStream::pending`]: where its next entry is, where it ends, and its last
+/// entry taken (in the heap; its key and thread the base of the next one's).
+#[derive(Clone, Copy, Debug)]
+struct PendingRun {
+    at: usize,
+    end: usize,
+    admitted: NextEvent,
 }
 
 /// One thread's place in the merge, and what the merge keeps of it while no cursor is open
@@ -1405,7 +1419,9 @@ impl<'a> MergedStream<'a> {
     /// that chunk when its turn comes.
     fn new(stream: &'a TraceStream, mut ctx: Ctx<'a>, keep_bytes: bool) -> Self {
         let mut heap = BinaryHeap::new();
-        let mut firsts = Vec::with_capacity(stream.threads.len());
+        let mut firsts = Vec::with_capacity(stream.threads.len().min(PENDING_RUN));
+        let mut pending = Vec::new();
+        let mut runs = Vec::new();
         let mut cursors = Vec::new();
         let mut threads = Vec::with_capacity(stream.threads.len());
         let mut far_states = BTreeMap::new();
@@ -1424,6 +1440,9 @@ impl<'a> MergedStream<'a> {
                 // The chunk's checks so far (its prefix, the sequence, the thread table) are
                 // not made again when it is read again: they hold for the same bytes.
                 firsts.push(NextEvent::new(c.head().key, i as u32));
+                if firsts.len() == PENDING_RUN {
+                    Self::put_run(&mut firsts, &mut pending, &mut runs);
+                }
                 ThreadState::Waiting {
                     chunk: (c.next_chunk - 1) as u32,
                     sequence: chunk.sequence,
@@ -1448,17 +1467,10 @@ impl<'a> MergedStream<'a> {
                 bytes.push(ThreadBytes::of(&c.summary));
             }
         }
-        firsts.sort_unstable();
-        let mut pending = Vec::new();
-        let mut before = NextEvent::new(0, NO_PLAN);
-        for next in &firsts {
-            varint::put(&mut pending, next.key() - before.key());
-            let step = i64::from(next.plan) - i64::from(before.plan);
-            varint::put(&mut pending, varint::zigzag(step));
-            before = *next;
-        }
+        Self::put_run(&mut firsts, &mut pending, &mut runs);
         drop(firsts);
         pending.shrink_to_fit();
+        runs.shrink_to_fit();
         let mut m = MergedStream {
             stream,
             ctx,
@@ -1470,15 +1482,16 @@ impl<'a> MergedStream<'a> {
             given_by_finished: 0,
             heap,
             pending,
-            pending_at: 0,
-            admitted: NextEvent::new(0, NO_PLAN),
+            runs,
             current: NONE,
             bound: (0, 0),
             ordering: None,
             run_given: false,
             deferred_check: None,
         };
-        m.admit_next();
+        for run in 0..m.runs.len() {
+            m.admit_next(run);
+        }
         m.current = m.take_lead();
         m.bound = m.heap_bound();
         m
@@ -1494,20 +1507,44 @@ impl<'a> MergedStream<'a> {
         self.threads[plan] = PackedState::pack(state, plan as u32, &mut self.far_states);
     }
 
-    /// Puts the first event of the next waiting thread of `pending` in the heap.
+    /// Sorts the first events of `firsts` into the merged order and writes them to `pending`
+    /// as a run of their own; `firsts` is left empty.
+    fn put_run(firsts: &mut Vec<NextEvent>, pending: &mut Vec<u8>, runs: &mut Vec<PendingRun>) {
+        if firsts.is_empty() {
+            return;
+        }
+        firsts.sort_unstable();
+        let at = pending.len();
+        let mut before = NextEvent::new(0, NO_PLAN);
+        for next in firsts.iter() {
+            varint::put(pending, next.key() - before.key());
+            let step = i64::from(next.plan) - i64::from(before.plan);
+            varint::put(pending, varint::zigzag(step));
+            before = *next;
+        }
+        firsts.clear();
+        runs.push(PendingRun {
+            at,
+            end: pending.len(),
+            admitted: NextEvent::new(0, NO_PLAN),
+        });
+    }
+
+    /// Puts the first event of the next waiting thread of run `run` of `pending` in the heap.
     #[cold]
     #[inline(never)]
-    fn admit_next(&mut self) {
-        if self.pending_at == self.pending.len() {
-            self.admitted = NextEvent::new(0, NO_PLAN);
+    fn admit_next(&mut self, run: usize) {
+        let r = &mut self.runs[run];
+        if r.at == r.end {
+            r.admitted = NextEvent::new(0, NO_PLAN);
             return;
         }
         // The list was written by `new`: it reads back.
-        let mut step = || varint::get(&self.pending, &mut self.pending_at).unwrap_or(0);
-        let key = self.admitted.key().wrapping_add(step());
-        let plan = i64::from(self.admitted.plan) + varint::unzigzag(step());
-        self.admitted = NextEvent::new(key, plan as u32);
-        self.heap.push(Reverse(self.admitted));
+        let mut step = || varint::get(&self.pending, &mut r.at).unwrap_or(0);
+        let key = r.admitted.key().wrapping_add(step());
+        let plan = i64::from(r.admitted.plan) + varint::unzigzag(step());
+        r.admitted = NextEvent::new(key, plan as u32);
+        self.heap.push(Reverse(r.admitted));
     }
 
     /// Pops the heap's top, opening its thread's cursor if it was waiting, and returns the
@@ -1522,14 +1559,12 @@ impl<'a> MergedStream<'a> {
     }
 
     /// The cursor of thread `plan`, just taken from the heap's top (see `take_lead`). When it
-    /// is the waiting thread of `pending` in the heap, the next one there goes in: its first
-    /// event comes after this one's, and before those of the threads still waiting.
+    /// is waiting (then the entry of a run of `pending` in the heap: a waiting thread enters
+    /// the heap only so), the next one of its run goes in (`reopen`): its first event comes
+    /// after this one's, and before those of the run's threads still waiting.
     #[inline]
     fn lead(&mut self, mut plan: u32) -> usize {
         loop {
-            if plan == self.admitted.plan {
-                self.admit_next();
-            }
             match self.state(plan as usize) {
                 // Its head is the key it had in the heap.
                 ThreadState::Open { slot } => return slot as usize,
@@ -1556,6 +1591,14 @@ impl<'a> MergedStream<'a> {
     #[cold]
     #[inline(never)]
     fn reopen(&mut self, plan: usize, chunk: usize, sequence: u32) -> Option<usize> {
+        // Here, not in `lead`, which the threads' every switch goes through.
+        if let Some(run) = self
+            .runs
+            .iter()
+            .position(|r| r.admitted.plan == plan as u32)
+        {
+            self.admit_next(run);
+        }
         let stream = self.stream;
         let thread = stream.threads.get(plan);
         let state = self.state(plan);
@@ -2010,8 +2053,14 @@ mod tests {
         b.exit(main);
         let (stream, expected) = stream_and_whole_order("requests", b.finish());
         let mut merged = stream.merged();
-        // The waiting threads are a few bytes each in a list, not entries of the heap.
-        assert!(merged.heap.len() <= 2, "{} in the heap", merged.heap.len());
+        // The waiting threads are a few bytes each in a list, not entries of the heap: one
+        // of them per run sorted apart (many runs here, since the tests' runs are short).
+        assert!(merged.runs.len() >= requests / PENDING_RUN);
+        assert!(
+            merged.heap.len() <= 2 + merged.runs.len(),
+            "{} in the heap",
+            merged.heap.len()
+        );
         assert!(
             merged.pending.len() <= 3 * requests,
             "{}",
