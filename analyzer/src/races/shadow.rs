@@ -410,7 +410,7 @@ fn thread_bit(thread: u32) -> u64 {
 /// Sets are interned, so an entry of the same set holds them all.
 fn held_by(
     sets: &SiteSets,
-    entries: &[Entry],
+    lines: &[u32],
     merged: u64,
     among: u64,
     set: u32,
@@ -421,9 +421,9 @@ fn held_by(
         return want.iter().all(|&line| {
             bits(among).any(|j| {
                 if merged >> j & 1 != 0 {
-                    sets.set(entries[j].site).binary_search(&line).is_ok()
+                    sets.set(lines[j]).binary_search(&line).is_ok()
                 } else {
-                    entries[j].site == line
+                    lines[j] == line
                 }
             })
         });
@@ -435,15 +435,15 @@ fn held_by(
     };
     let mut held = 0u64;
     for j in bits(among) {
-        let o = &entries[j];
+        let site = lines[j];
         if merged >> j & 1 == 0 {
-            if let Ok(a) = want.binary_search(&o.site) {
+            if let Ok(a) = want.binary_search(&site) {
                 held |= 1 << a;
             }
-        } else if o.site == set {
+        } else if site == set {
             return true;
         } else {
-            let have = sets.set(o.site);
+            let have = sets.set(site);
             let (mut a, mut b) = (0, 0);
             while a < want.len() && b < have.len() {
                 match want[a].cmp(&have[b]) {
@@ -731,67 +731,69 @@ impl Cell {
     fn covered(&self, sets: &SiteSets, thread: u32, kind: AccessKind) -> u64 {
         const KEY_BITS: u32 = THREAD_BITS | 3 << KIND_SHIFT;
         let key = thread | (kind as u32) << KIND_SHIFT;
-        let entries = self.entries();
-        let mut of_key = 0u64;
-        for (i, e) in entries.iter().enumerate() {
-            of_key |= u64::from(e.tkm & KEY_BITS == key) << i;
+        let n = self.len();
+        // The fields compared, in arrays: each entry's newer entries and those of its line
+        // are then found by comparing arrays (vector instructions), not by a pass per pair.
+        // A spilled cell's are read from its own arrays, without assembling its entries
+        // first. Slots past the last entry hold whatever they hold: only bits of entries
+        // of the key are ever used.
+        let (mut tkms, mut lines, mut positions, mut locks) = (
+            [0u32; CELL_CAPACITY],
+            [0u32; CELL_CAPACITY],
+            [0u32; CELL_CAPACITY],
+            [0u32; CELL_CAPACITY],
+        );
+        match &self.entries {
+            Entries::Spilled(_, s) => {
+                for j in 0..CELL_CAPACITY {
+                    tkms[j] = s.keys[j] as u32;
+                    lines[j] = (s.keys[j] >> 32) as u32;
+                    positions[j] = s.rest[j].pos;
+                    locks[j] = s.rest[j].lockset;
+                }
+            }
+            Entries::Inline(_, e) => {
+                for (j, e) in e.iter().enumerate().take(n) {
+                    tkms[j] = e.tkm;
+                    lines[j] = e.site;
+                    positions[j] = e.pos;
+                    locks[j] = e.lockset;
+                }
+            }
         }
+        let mut of_key = 0u64;
+        for (j, &tkm) in tkms.iter().enumerate() {
+            of_key |= u64::from(tkm & KEY_BITS == key) << j;
+        }
+        of_key &= (1u64 << n) - 1;
         if of_key.count_ones() < 2 {
             return 0;
         }
         let merged = u64::from(self.merged);
         let (one_line, of_sets) = (of_key & !merged, of_key & merged);
-        // The fields compared, in arrays: each entry's newer entries and those of its line
-        // are then found by comparing arrays (vector instructions), not by a pass per pair.
-        // A cell holds at most CELL_CAPACITY entries (`merged` has a bit for each); more
-        // would be compared one by one.
-        let in_arrays = entries.len() <= CELL_CAPACITY;
-        let (mut lines, mut positions, mut locks, mut masks) = (
-            [u32::MAX; CELL_CAPACITY],
-            [0u32; CELL_CAPACITY],
-            [u32::MAX; CELL_CAPACITY],
-            [0u32; CELL_CAPACITY],
-        );
-        if in_arrays {
-            for (j, e) in entries.iter().enumerate() {
-                lines[j] = e.site;
-                positions[j] = e.pos;
-                locks[j] = e.lockset;
-                masks[j] = u32::from(e.mask());
-            }
-        }
         let mut covered = 0u64;
         for i in bits(of_key) {
-            let e = &entries[i];
-            let (pos, lockset, mask, site) = (e.pos, e.lockset, u32::from(e.mask()), e.site);
+            let (pos, lockset, mask, site) =
+                (positions[i], locks[i], tkms[i] >> MASK_SHIFT, lines[i]);
             // Of the thread and kind, later, under the same locks, with every byte of `e`.
             let mut newer = 0u64;
             let mut of_line = 0u64;
-            if in_arrays {
-                for j in 0..CELL_CAPACITY {
-                    let n =
-                        (positions[j] > pos) & (locks[j] == lockset) & (masks[j] & mask == mask);
-                    newer |= u64::from(n) << j;
-                    of_line |= u64::from(lines[j] == site) << j;
-                }
-            } else {
-                for (j, o) in entries.iter().enumerate() {
-                    let n = (o.pos > pos)
-                        & (o.lockset == lockset)
-                        & (u32::from(o.mask()) & mask == mask);
-                    newer |= u64::from(n) << j;
-                    of_line |= u64::from(o.site == site) << j;
-                }
+            for j in 0..CELL_CAPACITY {
+                let n = (positions[j] > pos)
+                    & (locks[j] == lockset)
+                    & ((tkms[j] >> MASK_SHIFT) & mask == mask);
+                newer |= u64::from(n) << j;
+                of_line |= u64::from(lines[j] == site) << j;
             }
             newer &= of_key;
             let is_covered = if newer == 0 {
                 false
             } else if merged >> i & 1 != 0 {
-                held_by(sets, &entries, merged, newer, site, sets.set(site))
+                held_by(sets, &lines, merged, newer, site, sets.set(site))
             } else {
                 newer & of_line & one_line != 0
                     || bits(newer & of_sets)
-                        .any(|j| sets.set(entries[j].site).binary_search(&site).is_ok())
+                        .any(|j| sets.set(lines[j]).binary_search(&site).is_ok())
             };
             covered |= u64::from(is_covered) << i;
         }
