@@ -1517,10 +1517,14 @@ fn class_name(
 
 /// Every site of the trace, named at the user's frame (`sites.rs`).
 fn convert_sites(tables: &Tables, wrappers: &Wrappers) -> HashMap<SiteId, Location> {
-    tables
-        .sites
-        .keys()
-        .map(|&id| (id, crate::sites::user_location(tables, id, wrappers)))
+    // Named in one order whatever the tables' hash map's seed: the names outlive the segment
+    // they are made in, and where they land among its freed blocks decided whether a 10^5-thread
+    // run peaked at 18.5 or 20.4 MB (one run in three low, by the seed); in falling id order
+    // every run takes the low one (`docs/perf/many-threads.md`).
+    let mut ids: Vec<SiteId> = tables.sites.keys().copied().collect();
+    ids.sort_unstable_by(|a, b| b.cmp(a));
+    ids.into_iter()
+        .map(|id| (id, crate::sites::user_location(tables, id, wrappers)))
         .collect()
 }
 
