@@ -241,24 +241,16 @@ pub(crate) fn scan(
         &mut found,
         &mut problems,
     );
-    let Found {
-        chunks,
-        prefixes,
-        located,
-        chunk_count,
-        table_chunk_count,
-        tables,
-    } = found;
-    let (tables, trailer) = tables.finish(file_len, &mut problems);
+    let (tables, trailer) = found.tables.finish(file_len, &mut problems);
     Ok(Scanned {
         version: (major, minor),
         header,
         header_len: hend,
-        chunks,
-        chunk_count,
-        table_chunk_count,
-        prefixes,
-        located,
+        chunks: found.chunks,
+        chunk_count: found.chunk_count,
+        table_chunk_count: found.table_chunk_count,
+        prefixes: found.prefixes,
+        located: found.located,
         tables,
         trailer,
         problems,
