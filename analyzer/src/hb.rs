@@ -647,6 +647,16 @@ impl HbBuilder {
 
     /// A builder that gives up (and says so) past `budget` stored clock entries.
     pub fn with_budget(threads: usize, budget: usize) -> Self {
+        // The stored clocks' readers ask which thread an entry speaks of: the slots list
+        // their holders (a streaming builder's do not, `without_snapshots`).
+        Self::with_slots(
+            threads,
+            budget,
+            Slots::for_threads(threads).listing_holders(),
+        )
+    }
+
+    fn with_slots(threads: usize, budget: usize, slots: Slots) -> Self {
         Self {
             stored: 0,
             budget,
@@ -656,9 +666,7 @@ impl HbBuilder {
             current: Vec::new(),
             threads,
             holders: Vec::new(),
-            // The stored clocks' readers ask which thread an entry speaks of: the slots list
-            // their holders (a streaming builder's do not, `without_snapshots`).
-            slots: Arc::new(Slots::for_threads(threads).listing_holders()),
+            slots: Arc::new(slots),
             free_slots: Vec::new(),
             channels: HashMap::new(),
             lock_channels: Vec::new(),
@@ -674,16 +682,16 @@ impl HbBuilder {
     /// clock as it goes ([`HbBuilder::clock`]). The clocks it finishes with are empty, and it
     /// cannot follow reads-from (which reads the writer's stored clock).
     pub fn streaming(threads: usize) -> Self {
-        Self::new(threads).without_snapshots()
+        Self::with_slots(threads, CLOCK_ENTRY_BUDGET, Slots::default()).without_snapshots()
     }
 
     /// This builder, keeping only the current clocks (see [`HbBuilder::streaming`]).
     pub fn without_snapshots(mut self) -> Self {
         self.snapshots = false;
-        // Nothing reads a stored clock: nothing asks which thread a slot's entry speaks of.
-        if let Some(slots) = Arc::get_mut(&mut self.slots) {
-            slots.stop_listing_holders();
-        }
+        // Nothing reads a stored clock: nothing asks which thread a slot's entry speaks of,
+        // and the places of threads whose slot went on may be let go ([`HbBuilder::let_go`]).
+        debug_assert!(self.slots.holder(0).is_none());
+        self.slots = Arc::new(Slots::windowed(PLACES_WINDOW, self.threads));
         self
     }
 
@@ -765,11 +773,12 @@ impl HbBuilder {
     /// [`HbBuilder::step`] of a thread without a slot yet, or whose slot went on.
     #[cold]
     fn step_unheld(&mut self, thread: usize, pos: u32) {
-        let slot = self.place(thread);
+        // Before `place`: a thread let go has no slot to find, and must not be given one.
         if self.slots.handed_on(thread) {
             self.after_hand_on();
             return;
         }
+        let slot = self.place(thread);
         let holder = &mut self.holders[slot];
         holder.seen = pos + 1;
         holder.exited = false;
@@ -814,7 +823,7 @@ impl HbBuilder {
     /// beside it, so the clocks stay exact. Returns the slot when it was handed on: what the
     /// caller keeps by slot for its old holder goes.
     pub fn place_child(&mut self, parent: usize, child: usize) -> Option<usize> {
-        if self.overflowed || child >= self.threads || self.slots.slot_of(child).is_some() {
+        if self.overflowed || child >= self.threads || self.slots.placed(child) {
             return None;
         }
         self.place(parent);
@@ -909,8 +918,38 @@ impl HbBuilder {
     /// slot; for one whose slot went on, at least its length once all of it is known.
     #[inline]
     pub fn knows_prefix(&self, thread: usize, other: usize) -> u32 {
+        match self.slots.reach_in_table(&self.current, thread, other) {
+            Some(reach) => reach,
+            None => self.knows_prefix_outside(thread, other),
+        }
+    }
+
+    /// [`HbBuilder::knows_prefix`] when a thread's place is not in the table.
+    #[cold]
+    #[inline(never)]
+    fn knows_prefix_outside(&self, thread: usize, other: usize) -> u32 {
         self.current_of(thread)
             .map_or(0, |clock| self.slots.reach(clock.entries(), other))
+    }
+
+    /// Whether the table of places has grown to [`PLACES_WINDOW`] threads since its oldest
+    /// were last let go ([`HbBuilder::let_go`]).
+    #[inline]
+    pub fn wants_letting_go(&self) -> bool {
+        self.slots.wants_letting_go()
+    }
+
+    /// Lets go of the places of the threads whose slot went on and that `asked` does not
+    /// name, but the newest ([`Slots::let_go`]): the caller vouches that no
+    /// [`HbBuilder::knows_prefix`] will name them as `other` (no record of one of their events
+    /// is left to compare with a clock). A thread let go that has an event after all makes
+    /// the clocks abandoned, as any event of a thread whose slot went on does. Only for a
+    /// builder that stores no clocks (their readers find every holder's place).
+    pub fn let_go(&mut self, asked: impl Fn(usize) -> bool) {
+        if self.snapshots {
+            return;
+        }
+        Arc::make_mut(&mut self.slots).let_go(asked);
     }
 
     /// Publishes the thread's clock (as of its current event) on `channel`.
@@ -1169,6 +1208,10 @@ struct Holder {
 /// those above the bound go to the map (the table's worst case: 24 bytes a slot, 3 MiB).
 const DIRECT_LOCKS: u32 = 1 << 16;
 
+/// Threads whose places a builder that stores no clocks keeps in its table before it lets the
+/// older ones go ([`HbBuilder::let_go`]): 64 KiB of places.
+pub const PLACES_WINDOW: usize = 8192;
+
 /// Free slots a creation looks at: most are taken by the next thread; detached threads whose
 /// exit no creator learns of would otherwise make every creation slower.
 const FREE_SLOTS_LOOKED_AT: usize = 64;
@@ -1372,6 +1415,22 @@ impl HbPass {
     /// The clocks stored since the last cut ([`HbBuilder::cut`]); the walk goes on.
     pub fn cut(&mut self) -> HappensBefore {
         self.builder.cut()
+    }
+
+    /// See [`HbBuilder::wants_letting_go`].
+    #[inline]
+    pub fn wants_letting_go(&self) -> bool {
+        self.builder.wants_letting_go()
+    }
+
+    /// See [`HbBuilder::let_go`].
+    pub fn let_go(&mut self, asked: impl Fn(usize) -> bool) {
+        self.builder.let_go(asked)
+    }
+
+    /// Whether the place of `thread` was let go ([`HbBuilder::let_go`]).
+    pub fn let_go_of(&self, thread: usize) -> bool {
+        self.builder.slots.let_go_of(thread)
     }
 
     /// False once the clocks outgrew their budget: nothing may then be concluded from them.
@@ -1886,6 +1945,78 @@ mod tests {
             !hb.happens_before(0, 0, 3, 0),
             "nothing is claimed once abandoned"
         );
+    }
+
+    #[test]
+    fn a_streaming_builder_lets_go_of_places_nothing_asks_about_and_answers_the_rest_alike() {
+        // Thread 0 creates and joins one child after another; thread 1, alive throughout,
+        // learns of every third child's end by a tag. The caller still holds records of the
+        // events of every 1000th child (`asked`): their places must stay.
+        let children = 3 * PLACES_WINDOW;
+        let threads = children + 2;
+        let asked = |t: usize| t % 1000 == 7;
+        let mut whole = HbBuilder::streaming(threads);
+        let mut windowed = HbBuilder::streaming(threads);
+        let (mut pos0, mut pos1) = (0, 0);
+        for b in [&mut whole, &mut windowed] {
+            b.step(0, 0);
+            b.place_child(0, 1);
+            b.send(0, Channel::Fork(1));
+            b.step(1, 0);
+            b.receive(1, 0, &Channel::Fork(1));
+        }
+        let mut most_kept = 0;
+        for c in 2..threads {
+            pos0 += 1;
+            pos1 += 1;
+            for b in [&mut whole, &mut windowed] {
+                b.step(0, pos0);
+                b.place_child(0, c);
+                b.send(0, Channel::Fork(c));
+                b.step(c, 0);
+                b.receive(c, 0, &Channel::Fork(c));
+                b.forget(&Channel::Fork(c));
+                b.step(c, 1);
+                b.step(c, 2);
+                b.exit(c);
+                b.step(0, pos0 + 1);
+                b.receive_thread(0, pos0 + 1, c);
+                b.step(0, pos0 + 2);
+                if c % 3 == 0 {
+                    b.send(0, Channel::Tag(c as u64));
+                    b.step(1, pos1);
+                    b.receive(1, pos1, &Channel::Tag(c as u64));
+                }
+            }
+            pos0 += 2;
+            if windowed.wants_letting_go() {
+                windowed.let_go(asked);
+            }
+            most_kept = most_kept.max(windowed.slots.places_held());
+            // Thread 1, the newest child, and the oldest child asked about.
+            for u in [1, c, 7] {
+                for t in [0, 1] {
+                    for pos in [0, 1, 2, 3] {
+                        assert_eq!(
+                            whole.knows_prefix(t, u) > pos,
+                            windowed.knows_prefix(t, u) > pos,
+                            "does thread {t} know event {pos} of thread {u}, child {c} created"
+                        );
+                    }
+                }
+            }
+        }
+        assert!(whole.complete() && windowed.complete());
+        assert!(windowed.slots.let_go_of(500) && !windowed.slots.let_go_of(1007));
+        assert!(!whole.slots.let_go_of(500));
+        assert!(
+            most_kept <= PLACES_WINDOW + threads / 1000 + 2,
+            "{most_kept} places kept for {threads} threads"
+        );
+        // An event of a thread let go abandons the clocks, as one of a thread whose slot went
+        // on does.
+        windowed.step(500, 3);
+        assert!(!windowed.complete());
     }
 
     use crate::stream::Stream;

@@ -16,6 +16,8 @@
 //! Prefix lengths, rather than Lamport counters, let the sync-preserving closure (`closure.rs`)
 //! use a clock directly as a lower bound on how much of each thread a reordering must contain.
 
+use foldhash::{HashMap, HashMapExt};
+
 /// A vector clock indexed by slot ([`Slots`] says which thread a value belongs to).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct VectorClock(Vec<u32>);
@@ -109,16 +111,40 @@ impl Place {
 /// into prefix lengths of threads. It grows by 8 bytes per thread ever created (its place,
 /// made for every thread at once), and by 4 more where the holders of each slot are listed
 /// (the builder of stored clocks, whose readers ask which thread an entry speaks of); clocks
-/// grow with the slots.
-#[derive(Clone, Debug, Default)]
+/// grow with the slots. Where the holders are not listed, the places of threads whose slot
+/// went on can be let go once nothing will ask about their events ([`Slots::let_go`]): the
+/// table then holds the newest threads' places, and a map the older threads' still needed.
+#[derive(Clone, Debug)]
 pub struct Slots {
-    /// By dense thread index; threads not placed yet have `slot == u32::MAX`.
+    /// By dense thread index from `first` on; threads not placed yet have `slot == u32::MAX`.
     places: Vec<Place>,
+    /// The thread `places` starts with: below it, a thread's place is in `kept`, or was let go.
+    first: usize,
+    /// The places of threads below `first` that were not let go: those still holding their
+    /// slot (or without one yet), and those something may still ask about.
+    kept: HashMap<u32, Place>,
+    /// How many threads the table holds before its oldest are let go: 0 for a table that
+    /// keeps every place ([`Slots::for_threads`]).
+    window: usize,
+    /// The table's length at which [`Slots::wants_letting_go`] says so next.
+    let_go_at: usize,
     /// By slot: the thread that holds it now.
     holder: Vec<u32>,
     /// By slot: its threads, in order (their offsets, which grow along the list, are in
     /// `places`), when kept ([`Slots::listing_holders`]).
     holders: Option<Vec<Vec<u32>>>,
+}
+
+/// The place of a thread let go ([`Slots::let_go`]): its slot went on, and it has none now.
+const LET_GO: Place = Place {
+    slot: u32::MAX,
+    offset: HANDED_ON,
+};
+
+impl Default for Slots {
+    fn default() -> Self {
+        Self::for_threads(0)
+    }
 }
 
 impl Slots {
@@ -128,8 +154,23 @@ impl Slots {
     pub fn for_threads(threads: usize) -> Self {
         Self {
             places: vec![UNPLACED; threads],
+            first: 0,
+            kept: HashMap::new(),
+            window: 0,
+            let_go_at: usize::MAX,
             holder: Vec::new(),
             holders: None,
+        }
+    }
+
+    /// Places made as threads are placed, in a table of about `window` threads whose oldest
+    /// places are let go ([`Slots::let_go`]), for a trace of `threads` threads.
+    pub fn windowed(window: usize, threads: usize) -> Self {
+        Self {
+            places: Vec::with_capacity(window.min(threads)),
+            window,
+            let_go_at: window,
+            ..Self::for_threads(0)
         }
     }
 
@@ -141,30 +182,50 @@ impl Slots {
         self
     }
 
-    /// These slots, not listing each slot's holders (before any thread is placed).
-    pub fn stop_listing_holders(&mut self) {
-        debug_assert!(self.holder.is_empty());
-        self.holders = None;
+    /// The place of `thread`: none past the table (not placed yet). One look for a thread of
+    /// the table (a thread below it wraps past its end); below it, the map of those kept.
+    #[inline(always)]
+    fn place(&self, thread: usize) -> Option<Place> {
+        match self.places.get(thread.wrapping_sub(self.first)) {
+            Some(&p) => Some(p),
+            None => self.place_outside(thread),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn place_outside(&self, thread: usize) -> Option<Place> {
+        if thread >= self.first {
+            return None;
+        }
+        Some(self.kept.get(&(thread as u32)).copied().unwrap_or(LET_GO))
     }
 
     /// The slot of `thread` while it holds it, else an index no slot has (one look at its
     /// place, for the walk's every event).
     #[inline]
     pub fn held_index(&self, thread: usize) -> usize {
-        match self.places.get(thread) {
+        match self.place(thread) {
             // An unplaced thread's slot is past every slot.
             Some(p) if !p.handed_on() => p.slot as usize,
             _ => usize::MAX,
         }
     }
 
-    /// The slot of `thread`, if it has one.
+    /// The slot of `thread`, if it has one (a thread let go has none).
     #[inline]
     pub fn slot_of(&self, thread: usize) -> Option<usize> {
-        match self.places.get(thread) {
+        match self.place(thread) {
             Some(p) if p.slot != u32::MAX => Some(p.slot as usize),
             _ => None,
         }
+    }
+
+    /// Whether `thread` was ever placed (it has a slot, or had one and was let go).
+    #[inline]
+    pub fn placed(&self, thread: usize) -> bool {
+        self.place(thread)
+            .is_some_and(|p| p.slot != u32::MAX || p.handed_on())
     }
 
     /// The thread that holds `slot` now.
@@ -175,7 +236,7 @@ impl Slots {
     /// The slot's entry before `thread`'s first event.
     #[inline]
     pub fn offset_of(&self, thread: usize) -> u32 {
-        self.places.get(thread).map_or(0, |p| p.start())
+        self.place(thread).map_or(0, |p| p.start())
     }
 
     /// Gives `thread` a slot of its own, if it has none yet.
@@ -198,25 +259,87 @@ impl Slots {
     pub fn hand_on(&mut self, slot: usize, thread: usize, offset: u32) {
         debug_assert!(self.slot_of(thread).is_none());
         debug_assert!(offset < HANDED_ON);
-        let old = std::mem::replace(&mut self.holder[slot], thread as u32);
-        self.places[old as usize].offset |= HANDED_ON;
+        let old = std::mem::replace(&mut self.holder[slot], thread as u32) as usize;
+        // A slot's holder is never let go: its place is in the table or kept.
+        match old.checked_sub(self.first) {
+            Some(i) => self.places[i].offset |= HANDED_ON,
+            None => {
+                if let Some(p) = self.kept.get_mut(&(old as u32)) {
+                    p.offset |= HANDED_ON;
+                }
+            }
+        }
         if let Some(holders) = &mut self.holders {
             holders[slot].push(thread as u32);
         }
         self.put(thread, slot as u32, offset);
     }
 
+    /// Places the table and the map of those kept hold.
+    #[cfg(test)]
+    pub fn places_held(&self) -> usize {
+        self.places.len() + self.kept.len()
+    }
+
+    /// Whether the place of `thread` was let go ([`Slots::let_go`]).
+    #[inline]
+    pub fn let_go_of(&self, thread: usize) -> bool {
+        thread < self.first && !self.kept.contains_key(&(thread as u32))
+    }
+
     /// Whether the slot of `thread` was handed on to another thread.
     #[inline]
     pub fn handed_on(&self, thread: usize) -> bool {
-        self.places.get(thread).is_some_and(|p| p.handed_on())
+        self.place(thread).is_some_and(|p| p.handed_on())
     }
 
     fn put(&mut self, thread: usize, slot: u32, offset: u32) {
-        if thread >= self.places.len() {
-            self.places.resize(thread + 1, UNPLACED);
+        let place = Place { slot, offset };
+        let Some(i) = thread.checked_sub(self.first) else {
+            self.kept.insert(thread as u32, place);
+            return;
+        };
+        if i >= self.places.len() {
+            self.places.resize(i + 1, UNPLACED);
         }
-        self.places[thread] = Place { slot, offset };
+        self.places[i] = place;
+    }
+
+    /// Whether the table grew to its window since its oldest places were last let go (or
+    /// twice what it was when none could be).
+    #[inline]
+    pub fn wants_letting_go(&self) -> bool {
+        self.places.len() >= self.let_go_at
+    }
+
+    /// Lets go of the places of the table's oldest three quarters, and of those kept, whose
+    /// thread's slot went on and that `asked` does not name: the caller vouches that nothing
+    /// will ask where their events sit (every event of theirs was seen, and no record of one
+    /// is left to compare with a clock). The others below the table go to the map of those
+    /// kept; if they are so many that the map would take more than the table, the table stays
+    /// as it is, to be looked at again once it doubled. Not for slots that list their holders
+    /// (their readers find every holder's place).
+    pub fn let_go(&mut self, asked: impl Fn(usize) -> bool) {
+        debug_assert!(self.holders.is_none());
+        let let_go = |t: usize, p: &Place| p.handed_on() && !asked(t);
+        self.kept.retain(|&t, p| !let_go(t as usize, p));
+        let older = self.places.len() - self.places.len() / 4;
+        let first = self.first;
+        let kept = (self.places[..older].iter().enumerate())
+            .filter(|&(i, p)| !let_go(first + i, p))
+            .count();
+        // A thread kept in the map takes about twice its place in the table.
+        if kept * 2 > older {
+            self.let_go_at = self.places.len() * 2;
+            return;
+        }
+        for (i, p) in self.places.drain(..older).enumerate() {
+            if !let_go(first + i, &p) {
+                self.kept.insert((first + i) as u32, p);
+            }
+        }
+        self.first += older;
+        self.let_go_at = self.window.max(self.places.len() * 2);
     }
 
     /// The raw entry that says "the first `prefix` events of `thread`" (`thread` placed).
@@ -233,11 +356,34 @@ impl Slots {
     /// first). One look at the thread's place, so the race pass asks it at each access.
     #[inline]
     pub fn reach(&self, entries: &[u32], thread: usize) -> u32 {
-        let Some(p) = self.places.get(thread) else {
+        // A thread let go reads as none: nothing asks about its events any more.
+        let Some(p) = self.place(thread) else {
             return 0;
         };
         let v = entries.get(p.slot as usize).copied().unwrap_or(0);
         v.saturating_sub(p.start())
+    }
+
+    /// [`Slots::reach`] of the current clock of `thread` (`clocks` by slot) into `other`,
+    /// when both threads are in the table: the race pass asks at each access, and a look at
+    /// each place is all it takes. None when either is not (placed past it, or kept or let go
+    /// below it).
+    #[inline(always)]
+    pub fn reach_in_table(
+        &self,
+        clocks: &[VectorClock],
+        thread: usize,
+        other: usize,
+    ) -> Option<u32> {
+        let t = self.places.get(thread.wrapping_sub(self.first))?;
+        let o = self.places.get(other.wrapping_sub(self.first))?;
+        // A thread whose slot went on has no clock; one not placed yet has none either.
+        let clock = match t.handed_on() {
+            false => clocks.get(t.slot as usize),
+            true => None,
+        };
+        let v = clock.map_or(0, |c| c.get(o.slot as usize));
+        Some(v.saturating_sub(o.start()))
     }
 
     /// How many events of `thread` happen before (or at) the clock's event.
@@ -251,7 +397,7 @@ impl Slots {
     /// list; without one ([`Slots::listing_holders`]) the answer is [`Slots::reach`]'s.
     #[inline]
     pub fn prefix_in(&self, entries: &[u32], thread: usize) -> u32 {
-        let Some(&p) = self.places.get(thread) else {
+        let Some(p) = self.place(thread) else {
             return 0;
         };
         let mut v = entries.get(p.slot as usize).copied().unwrap_or(0);
@@ -265,6 +411,8 @@ impl Slots {
     /// offset.
     #[cold]
     fn end_of(&self, p: Place) -> u32 {
+        // Slots that list their holders let none go: every place is in the table.
+        debug_assert_eq!(self.first, 0);
         let Some(list) = self.holders.as_ref().and_then(|h| h.get(p.slot as usize)) else {
             return u32::MAX;
         };
@@ -280,6 +428,7 @@ impl Slots {
     /// ([`Slots::listing_holders`]).
     pub fn known<'a>(&'a self, entries: &'a [u32]) -> impl Iterator<Item = (usize, u32)> + 'a {
         debug_assert!(self.holders.is_some() || self.holder.is_empty());
+        debug_assert_eq!(self.first, 0);
         let holders = self.holders.as_deref().unwrap_or(&[]);
         entries
             .iter()

@@ -420,3 +420,65 @@ fn variable(tables: Option<&Tables>, access: &ShadowAccess) -> Option<Variable> 
 fn pair_key_of(p: &Pair) -> PairKey {
     state::pair_key(&p[0].access, &p[1].access)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hb::PLACES_WINDOW;
+    use crate::stream::Stream;
+    use foresight_trace::builder::TraceBuilder;
+    use foresight_trace::event::{AtomicOp, EventKind, MemoryOrder};
+    use foresight_trace::Trace;
+
+    #[test]
+    fn an_early_thread_s_access_is_judged_alike_after_the_clocks_let_older_threads_go() {
+        // Main creates and joins one child after another, more than the clocks' table of
+        // places holds; thread `watcher`, alive throughout, learns of child 7's end (main
+        // publishes after joining it) but not of child 9's. Each child writes a scratch word
+        // the others overwrite; child 7 and child 9 each write a word of their own, which
+        // `watcher` writes at the end: ordered after child 7's write, racing with child 9's.
+        let mut b = TraceBuilder::new("t");
+        let main = b.main_thread();
+        let s = b.site("f", "t.c", 1);
+        let watcher = b.spawn(main, s, "watcher");
+        let flag = |op, order| EventKind::Atomic {
+            op,
+            addr: 0x20,
+            size: 4,
+            order,
+            site: s,
+        };
+        for i in 0..3 * PLACES_WINDOW {
+            let child = b.spawn(main, s, "child");
+            b.write(child, 0x3000, 8, s);
+            match i {
+                7 => b.write(child, 0x1000, 8, s),
+                9 => b.write(child, 0x1008, 8, s),
+                _ => {}
+            }
+            b.join(main, child, s);
+            if i == 7 {
+                b.event(main, flag(AtomicOp::Store, MemoryOrder::Release));
+                b.event(watcher, flag(AtomicOp::Load, MemoryOrder::Acquire));
+            }
+        }
+        b.write(watcher, 0x1000, 8, s);
+        b.write(watcher, 0x1008, 8, s);
+        let trace = Trace::from_bytes("t.trace", b.finish()).expect("trace reads");
+        let mut pass = RacePass::new(trace.threads.len(), None, 64 << 20);
+        Stream::of_trace(&trace).drive(
+            trace.merged().map(|m| (m.thread, m.index, m.event.kind)),
+            &mut pass,
+            &mut |_| {},
+        );
+        assert!(pass.state.let_go_of(100), "an early child's place went");
+        let out = pass.finish();
+        assert!(out.complete);
+        let raced: Vec<u64> = out.races.iter().map(|r| r.first[0].access.addr).collect();
+        assert_eq!(
+            raced,
+            [0x1008],
+            "child 9's write races, child 7's is ordered"
+        );
+    }
+}

@@ -1225,6 +1225,21 @@ impl Shadow {
         self.collections += 1;
     }
 
+    /// Sets bit `t % 64` of word `t / 64` of `named` for every thread `t` an entry names
+    /// (threads past its end: none): the threads a later access may still ask about.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn name_threads(&self, named: &mut [u64]) {
+        for cell in self.cells.values() {
+            for i in 0..cell.len() {
+                let t = (cell.key(i) as u32 & THREAD_BITS) as usize;
+                if let Some(w) = named.get_mut(t / 64) {
+                    *w |= 1 << (t % 64);
+                }
+            }
+        }
+    }
+
     /// Bytes the shadow takes now (the table's slots and the spilled entries).
     #[cfg(test)]
     pub(crate) fn bytes(&self) -> usize {

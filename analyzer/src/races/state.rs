@@ -168,6 +168,11 @@ pub struct RaceState {
     /// after free by another thread); the pair is reported as the free's, with the block.
     /// Forgotten when the address is allocated again.
     freed: BTreeMap<u64, (u32, u32, Block)>,
+    /// A thread accessed memory after the clocks let its place go ([`RaceState::let_go`]):
+    /// after its exit, and after its slot went on (a damaged trace). Its entries could not be
+    /// compared with a clock: nothing is concluded, as when a sync event of such a thread
+    /// makes the clocks abandoned.
+    accessed_after_let_go: bool,
 }
 
 /// What the race pass keeps of a thread alive, by its slot.
@@ -215,6 +220,7 @@ impl RaceState {
             findings: Findings::default(),
             found: Vec::new(),
             freed: BTreeMap::new(),
+            accessed_after_let_go: false,
         }
     }
 
@@ -248,7 +254,32 @@ impl RaceState {
 
     /// False once a clock outgrew its budget.
     pub fn complete(&self) -> bool {
-        self.with_locks.complete() && self.without_locks.complete()
+        self.with_locks.complete() && self.without_locks.complete() && !self.accessed_after_let_go
+    }
+
+    /// Lets the clocks forget where the events of threads whose slot went on sit, but for
+    /// the threads the shadow memory still names: only an entry's thread is asked about as
+    /// another thread's (`knows_prefix(t, u)`, `u` an entry's), and a thread whose slot went
+    /// on has exited, so it makes no new entry (a damaged trace's that does makes the pass
+    /// conclude nothing: `accessed_after_let_go`). A program that creates a thread per
+    /// request so costs the two clocks 16 bytes a thread only while the shadow names it, or
+    /// while it is among the newest [`crate::hb::PLACES_WINDOW`].
+    #[cold]
+    #[inline(never)]
+    fn let_go(&mut self) {
+        let mut named = vec![0u64; self.alive.threads().div_ceil(64)];
+        self.shadow.name_threads(&mut named);
+        // A thread holding a slot here accessed memory since its exit (a damaged trace): it
+        // may again, without `start_accessing` to see it.
+        let alive = &self.alive;
+        let asked = |t: usize| {
+            named.get(t / 64).is_some_and(|w| w >> (t % 64) & 1 == 1) || alive.get(t).is_some()
+        };
+        for clocks in [&mut self.with_locks, &mut self.without_locks] {
+            if clocks.wants_letting_go() {
+                clocks.let_go(asked);
+            }
+        }
     }
 
     /// Every event but a plain read or write: the clocks, the locksets, the heap. An atomic
@@ -318,6 +349,13 @@ impl RaceState {
                         self.freed.insert(b.addr, (ev.thread, ev.pos, b));
                     }
                 }
+            }
+            // A slot may have gone on to the new thread: the table of places may have grown to
+            // where its oldest are let go.
+            Op::Create { .. }
+                if self.with_locks.wants_letting_go() || self.without_locks.wants_letting_go() =>
+            {
+                self.let_go()
             }
             // No event of the thread follows (a join names it, but reads none of this): its
             // slot goes to a later thread.
@@ -393,7 +431,10 @@ impl RaceState {
         site: SiteId,
         kind: AccessKind,
     ) -> (ShadowAccess, usize) {
-        let slot = self.alive.slot(t as usize);
+        let slot = match self.alive.get(t as usize) {
+            Some(s) => s,
+            None => self.start_accessing(t as usize),
+        };
         let access = ShadowAccess {
             thread: t,
             pos,
@@ -404,6 +445,23 @@ impl RaceState {
             size,
         };
         (access, slot)
+    }
+
+    /// Whether both clocks let the place of thread `t` go.
+    #[cfg(test)]
+    pub fn let_go_of(&self, t: usize) -> bool {
+        self.with_locks.let_go_of(t) && self.without_locks.let_go_of(t)
+    }
+
+    /// The slot of thread `t`, which holds none: its first access, or its first since it
+    /// exited.
+    #[cold]
+    #[inline(never)]
+    fn start_accessing(&mut self, t: usize) -> usize {
+        if self.with_locks.let_go_of(t) || self.without_locks.let_go_of(t) {
+            self.accessed_after_let_go = true;
+        }
+        self.alive.slot(t)
     }
 
     /// Checks an access against the shadow memory and records it there; its conflicts are
