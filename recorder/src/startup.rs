@@ -110,6 +110,7 @@ pub extern "C" fn init() {
     }
     *CONFIG.lock() = Some(cfg);
     thread::init_exit_key();
+    crate::hooks::mutex::check_own_trylock();
     quiesce::enable_fast_path();
     // SAFETY: registering handlers with the right signatures.
     unsafe {
@@ -144,6 +145,7 @@ extern "C" fn at_exit() {
 /// configuration's lock nests with none; the others in the order in which the runtime nests
 /// them).
 extern "C" fn fork_prepare() {
+    crate::hooks::mutex::pause_own_trylock();
     CONFIG.raw_lock();
     thread_state::lock_for_fork();
     modules::lock_for_fork();
@@ -162,6 +164,7 @@ extern "C" fn fork_parent() {
         thread_state::parent_after_fork();
         CONFIG.force_unlock();
     }
+    crate::hooks::mutex::resume_own_trylock();
 }
 
 extern "C" fn fork_child() {
@@ -234,6 +237,9 @@ extern "C" fn fork_child() {
         }));
         t.emit(EventKind::ThreadStart, Key::Tick);
     }
+    // The thread's kernel id is the child's from here (`reset_for_child`); until then, and
+    // in a child that records nothing, the lock hooks call the C library's attempt.
+    crate::hooks::mutex::resume_own_trylock();
     state::set_state(STATE_RECORDING);
     crate::signals::record_start_mask();
 }

@@ -1,5 +1,7 @@
 //! `pthread_mutex_*`: normal, recursive and error-checking mutexes.
 
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+
 use libc::{c_int, pthread_mutex_t, pthread_mutexattr_t, timespec};
 
 use foresight_trace::event::{EventKind, LockMode};
@@ -35,6 +37,10 @@ entry!(pthread_mutex_destroy, 1, mutex_destroy);
 const KIND_WORD: usize = 4;
 const OWNER_WORD: usize = 2;
 const LOCK_WORD: usize = 0;
+/// `__count`: a recursive mutex's levels.
+const COUNT_WORD: usize = 1;
+/// `__nusers`: the holders a lock adds and an unlock removes.
+const NUSERS_WORD: usize = 3;
 /// The holder's tid in a robust mutex's lock word (the other bits are waiter flags).
 const FUTEX_TID_MASK: c_int = 0x3fff_ffff;
 /// glibc's robust-mutex kind flag.
@@ -99,16 +105,189 @@ impl ProgramMutex {
         }
     }
 
-    /// Whether a successful `pthread_mutex_trylock` of the mutex is exactly what
-    /// `pthread_mutex_lock` would have done without waiting, and a failed one has no effect:
-    /// true for the normal, recursive, error-checking and adaptive types (an error-checking
-    /// mutex the caller owns gives `EBUSY`, and the real lock then gives `EDEADLK`; a
-    /// recursive one at its count limit gives `EAGAIN` both times), not for robust, PI or PP
-    /// mutexes.
+    /// The blocking hooks' attempt first (`blocking`'s `try_first`): whether the mutex was
+    /// free (or, recursive, the caller's already) and is now the caller's, exactly as the real
+    /// `pthread_mutex_trylock` would have left it. A private normal or recursive mutex
+    /// without flags (kind word 0 or 1: `PTHREAD_MUTEX_INITIALIZER`, a default or recursive
+    /// attribute) is taken here (`try_lock_own`) when the C library's own attempt was found
+    /// to do the same (`check_own_trylock`); any other through the real `trylock`, when a
+    /// successful one is exactly what `pthread_mutex_lock` would have done without waiting
+    /// and a failed one has no effect: true for the normal, recursive, error-checking and
+    /// adaptive types (an error-checking mutex the caller owns gives `EBUSY`, and the real
+    /// lock then gives `EDEADLK`; a recursive one at its count limit gives `EAGAIN` both
+    /// times), not for robust, PI or PP mutexes.
     #[inline(always)]
-    fn trylock_first_ok(self) -> bool {
-        self.word(KIND_WORD) & KIND_ROBUST_PI_PP == 0
+    fn try_first(self) -> bool {
+        let kind = self.kind_word();
+        if own_kind(kind) && OWN_TRYLOCK.load(Ordering::Relaxed) {
+            if let Some(t) = thread_state::current() {
+                return self.try_lock_own(kind, t.os_tid.get());
+            }
+        }
+        kind & KIND_ROBUST_PI_PP == 0
+            // SAFETY: the real function with the hooked call's mutex (`new`'s contract).
+            && REAL_TRYLOCK.try_get().is_some_and(|f| unsafe { f(self.0) } == 0)
     }
+
+    /// glibc's `pthread_mutex_trylock` of a mutex whose kind word is `kind`, 0 or 1
+    /// (`own_kind`), without the call. A recursive mutex the caller (`tid`, its kernel thread
+    /// id) holds: one more level, unless the count is at its limit. Otherwise, if the lock
+    /// word is 0, a compare-and-swap to 1 (acquire), then the holder's own writes: the owner
+    /// word, a recursive mutex's count (1), one more user. A held mutex is left alone. Only
+    /// while `OWN_TRYLOCK` says the C library does the same.
+    #[inline(always)]
+    fn try_lock_own(self, kind: c_int, tid: u32) -> bool {
+        let words = self.0.cast::<c_int>();
+        if kind == KIND_RECURSIVE && self.word(OWNER_WORD) as u32 == tid {
+            // SAFETY: the caller holds the mutex (its owner word is the caller's, which only
+            // the holder writes), and the holder changes the count with plain stores; the
+            // word is inside the valid mutex (`new`'s contract).
+            unsafe {
+                let count = words.add(COUNT_WORD);
+                let n = count.read_volatile() as u32;
+                if n == u32::MAX {
+                    return false;
+                }
+                count.write_volatile(n.wrapping_add(1) as c_int);
+            }
+            return true;
+        }
+        // SAFETY: `new`'s contract: the mutex is valid; its lock word is an aligned int that
+        // the C library itself reads and writes only atomically.
+        let lock = unsafe { AtomicI32::from_ptr(words.add(LOCK_WORD)) };
+        // As glibc's attempt: a load first, so that a held mutex's line is not taken from
+        // its holder.
+        if lock.load(Ordering::Relaxed) != 0
+            || lock
+                .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+        {
+            return false;
+        }
+        // SAFETY: the caller now holds the mutex, and the holder writes these words with
+        // plain stores (glibc's trylock and lock do); they are inside the valid mutex.
+        unsafe {
+            if kind == KIND_RECURSIVE {
+                words.add(COUNT_WORD).write_volatile(1);
+            }
+            let users = words.add(NUSERS_WORD);
+            users.write_volatile(users.read_volatile().wrapping_add(1));
+            words.add(OWNER_WORD).write_volatile(tid as c_int);
+        }
+        true
+    }
+}
+
+/// glibc's kind word of a private recursive mutex without flags.
+const KIND_RECURSIVE: c_int = 1;
+
+/// Whether a mutex of kind word `kind` may be taken by the hooks' own attempt
+/// (`try_lock_own`): a private normal or recursive one without flags.
+#[inline(always)]
+fn own_kind(kind: c_int) -> bool {
+    (kind as u32) <= KIND_RECURSIVE as u32
+}
+
+/// Whether the lock hooks take a free normal or recursive mutex themselves (`try_lock_own`)
+/// instead of calling the C library's `pthread_mutex_trylock`: the call, its dispatch on the
+/// mutex's type and the hook's saving of registers around it were a third of the
+/// instructions the runtime adds to an uncontended lock. Set by `check_own_trylock` at
+/// start-up when this C library's attempt leaves such mutexes exactly as `try_lock_own`
+/// does; cleared across `fork` (`pause_own_trylock`), whose child's first hooks may run
+/// before its thread id is known.
+static OWN_TRYLOCK: AtomicBool = AtomicBool::new(false);
+/// What `check_own_trylock` found, for `resume_own_trylock`.
+static OWN_TRYLOCK_CHECKED: AtomicBool = AtomicBool::new(false);
+
+/// Start-up, before the program's threads: whether the C library's `pthread_mutex_trylock`
+/// and `try_lock_own` leave the same bytes, on a default mutex (`PTHREAD_MUTEX_INITIALIZER`,
+/// all zero) and on a recursive one: taking it free, taking it again (recursive) or failing
+/// on it held (normal), and after the real unlocks. Anything else (another C library's
+/// layout, lock elision forced by a tunable, a changed implementation) keeps the real call.
+pub(crate) fn check_own_trylock() {
+    let ok = same_as_own_trylock(false) && same_as_own_trylock(true);
+    OWN_TRYLOCK_CHECKED.store(ok, Ordering::Relaxed);
+    OWN_TRYLOCK.store(ok, Ordering::Relaxed);
+}
+
+fn same_as_own_trylock(recursive: bool) -> bool {
+    let (Some(trylock), Some(unlock), Some(init)) = (
+        REAL_TRYLOCK.try_get(),
+        REAL_UNLOCK.try_get(),
+        REAL_INIT.try_get(),
+    ) else {
+        return false;
+    };
+    let tid = thread_state::gettid();
+    // SAFETY: an all-zero `pthread_mutex_t` is glibc's `PTHREAD_MUTEX_INITIALIZER`, and an
+    // all-zero attribute object is initialised by `pthread_mutexattr_init` below before use.
+    let (mut theirs, mut ours, mut attr): (pthread_mutex_t, pthread_mutex_t, pthread_mutexattr_t) =
+        unsafe { (std::mem::zeroed(), std::mem::zeroed(), std::mem::zeroed()) };
+    let t: M = &mut theirs;
+    let o: M = &mut ours;
+    let bytes = |m: &pthread_mutex_t| {
+        // SAFETY: a mutex is plain bytes to look at (a union over an int array, zeroed
+        // above: no byte is uninitialised).
+        unsafe {
+            std::slice::from_raw_parts(
+                (m as *const pthread_mutex_t).cast::<u8>(),
+                std::mem::size_of::<pthread_mutex_t>(),
+            )
+        }
+        .to_vec()
+    };
+    // SAFETY: both mutexes and the attribute object live in this frame and are used by this
+    // thread only; the real functions with those arguments.
+    unsafe {
+        if recursive {
+            if libc::pthread_mutexattr_init(&mut attr) != 0
+                || libc::pthread_mutexattr_settype(&mut attr, libc::PTHREAD_MUTEX_RECURSIVE) != 0
+                || init(t, &attr) != 0
+                || init(o, &attr) != 0
+            {
+                return false;
+            }
+            libc::pthread_mutexattr_destroy(&mut attr);
+        }
+        let before = bytes(&ours);
+        let pm = ProgramMutex::new(o);
+        let kind = pm.kind_word();
+        if !own_kind(kind) || (kind == KIND_RECURSIVE) != recursive || bytes(&theirs) != before {
+            return false;
+        }
+        // Free, then taken again (a recursive mutex) or held (a normal one).
+        if trylock(t) != 0 || !pm.try_lock_own(kind, tid) || bytes(&theirs) != bytes(&ours) {
+            return false;
+        }
+        let again = if recursive { 0 } else { libc::EBUSY };
+        if trylock(t) != again
+            || pm.try_lock_own(kind, tid) != recursive
+            || bytes(&theirs) != bytes(&ours)
+        {
+            return false;
+        }
+        for _ in 0..1 + usize::from(recursive) {
+            if unlock(t) != 0 || unlock(o) != 0 || bytes(&theirs) != bytes(&ours) {
+                return false;
+            }
+        }
+        bytes(&ours) == before
+    }
+}
+
+/// Before `fork` (the prepare handler): the lock hooks call the C library's attempt until
+/// `resume_own_trylock`, so that a mutex the child takes before its handlers ran gets the
+/// C library's idea of the child's thread id.
+pub(crate) fn pause_own_trylock() {
+    OWN_TRYLOCK.store(false, Ordering::Relaxed);
+}
+
+/// After `fork`, in the parent, and in the child once its thread's id is its own.
+pub(crate) fn resume_own_trylock() {
+    OWN_TRYLOCK.store(
+        OWN_TRYLOCK_CHECKED.load(Ordering::Relaxed),
+        Ordering::Relaxed,
+    );
 }
 
 /// The mutex type a glibc kind word names.
@@ -462,6 +641,57 @@ fn acquired(r: c_int) -> bool {
 unsafe extern "C-unwind" fn mutex_lock(m: M, ra: usize) -> c_int {
     // SAFETY: the program's mutex argument, used during this call.
     let pm = unsafe { ProgramMutex::new(m) };
+    // A normal or recursive mutex, taken by the hook's own attempt: the usual case calls
+    // nothing, so it saves and restores no register; every other case is a tail call.
+    let kind = pm.kind_word();
+    if own_kind(kind) && OWN_TRYLOCK.load(Ordering::Relaxed) {
+        if let Some(t) = thread_state::current() {
+            if !pm.try_lock_own(kind, t.os_tid.get()) {
+                // SAFETY: the real function, called with the caller's argument.
+                return unsafe {
+                    contended(
+                        m as usize,
+                        ra,
+                        LockMode::Exclusive,
+                        Wait::Untimed,
+                        move || kind_of_word(kind),
+                        move || REAL_LOCK.try_get().map_or(0, |real| real(m)),
+                        acquired,
+                        |r| r,
+                    )
+                };
+            }
+            if t.enter() {
+                let done = t
+                    .lane_pair(m as usize, ra)
+                    .is_some_and(|p| t.lane_lock_immediate(p, LockMode::Exclusive));
+                t.leave();
+                if done {
+                    return 0;
+                }
+            }
+            return own_taken_general(m as usize, ra, kind);
+        }
+    }
+    // SAFETY: forwarded: the caller's arguments.
+    unsafe { mutex_lock_other(m, ra) }
+}
+
+/// A mutex taken by the own attempt, recorded off the lane; the lock call's result.
+#[inline(never)]
+fn own_taken_general(addr: usize, ra: usize, kind: c_int) -> c_int {
+    taken_at_once_general(addr, ra, LockMode::Exclusive, move || kind_of_word(kind));
+    0
+}
+
+/// `pthread_mutex_lock` of any other mutex, or before the own attempt is checked.
+///
+/// # Safety
+/// `m` is the caller's argument.
+#[inline(never)]
+unsafe fn mutex_lock_other(m: M, ra: usize) -> c_int {
+    // SAFETY: the program's mutex argument, used during this call.
+    let pm = unsafe { ProgramMutex::new(m) };
     // SAFETY: the real functions, called with the caller's argument.
     unsafe {
         blocking(
@@ -470,7 +700,7 @@ unsafe extern "C-unwind" fn mutex_lock(m: M, ra: usize) -> c_int {
             LockMode::Exclusive,
             Wait::Untimed,
             move || pm.kind(),
-            || pm.trylock_first_ok() && REAL_TRYLOCK.try_get().is_some_and(|t| t(m) == 0),
+            || pm.try_first(),
             // None: inside dlsym's bootstrap, single-threaded, nothing to lock against.
             move || REAL_LOCK.try_get().map_or(0, |real| real(m)),
             acquired,
@@ -493,7 +723,7 @@ unsafe extern "C-unwind" fn mutex_timedlock(m: M, t: *const timespec, ra: usize)
             move || pm.kind(),
             // A free mutex is taken whatever the timeout (POSIX: the timeout is not checked
             // then), so the attempt first is exact here too.
-            || pm.trylock_first_ok() && REAL_TRYLOCK.try_get().is_some_and(|t| t(m) == 0),
+            || pm.try_first(),
             || real(m, t),
             acquired,
             |r| r,
@@ -603,4 +833,65 @@ unsafe extern "C-unwind" fn mutex_destroy(m: M, ra: usize) -> c_int {
     record_destroy(m as usize, ra);
     // SAFETY: the real function with the caller's argument.
     unsafe { real(m) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::UnsafeCell;
+    use std::sync::atomic::AtomicU32;
+
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[test]
+    fn own_attempt_leaves_a_mutex_as_the_c_library_does() {
+        assert!(same_as_own_trylock(false), "a default mutex");
+        assert!(same_as_own_trylock(true), "a recursive one");
+    }
+
+    #[test]
+    fn a_mutex_taken_by_the_own_attempt_is_waited_for_and_released_by_the_c_library() {
+        let (Some(lock), Some(unlock)) = (REAL_LOCK.try_get(), REAL_UNLOCK.try_get()) else {
+            panic!("the C library's mutex functions");
+        };
+        struct Shared(UnsafeCell<pthread_mutex_t>);
+        // SAFETY: the mutex is only used through the C library's thread-safe functions and
+        // the own attempt, which is as safe as its trylock.
+        unsafe impl Sync for Shared {}
+        impl Shared {
+            fn ptr(&self) -> M {
+                self.0.get()
+            }
+        }
+        // SAFETY: an all-zero mutex is `PTHREAD_MUTEX_INITIALIZER`.
+        let m = Shared(UnsafeCell::new(unsafe { std::mem::zeroed() }));
+        // SAFETY: the mutex lives until the scope's threads are joined.
+        let pm = unsafe { ProgramMutex::new(m.ptr()) };
+        let tid = thread_state::gettid();
+        assert!(pm.try_lock_own(0, tid), "a free mutex is taken");
+        assert_eq!(pm.word(OWNER_WORD) as u32, tid);
+        assert!(!pm.try_lock_own(0, tid), "a held one is not");
+        let stage = AtomicU32::new(0);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                stage.store(1, Ordering::SeqCst);
+                // SAFETY: the real lock and unlock of a valid mutex, on this thread.
+                unsafe {
+                    assert_eq!(lock(m.ptr()), 0);
+                    // The holder let it go before this lock returned.
+                    assert_eq!(stage.load(Ordering::SeqCst), 2);
+                    assert_eq!(unlock(m.ptr()), 0);
+                }
+            });
+            while stage.load(Ordering::SeqCst) == 0 {
+                std::thread::yield_now();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            stage.store(2, Ordering::SeqCst);
+            // SAFETY: this thread holds the mutex (taken above).
+            assert_eq!(unsafe { unlock(m.ptr()) }, 0);
+        });
+        assert!(pm.try_lock_own(0, tid), "free again");
+        // SAFETY: held by this thread.
+        assert_eq!(unsafe { unlock(m.ptr()) }, 0);
+    }
 }
