@@ -1468,6 +1468,27 @@ impl HbPass {
         }
     }
 
+    /// A plain read past the thread's first event, as [`Pass::handle`] settles it: with
+    /// reads-from, a step and the read's lookup of its writers; without, nothing.
+    #[inline(always)]
+    pub(crate) fn plain_read(&mut self, t: usize, pos: u32, addr: u64, size: u32) {
+        debug_assert!(pos != 0, "a thread's first event goes through `handle`");
+        if self.edges.contains(EdgeKinds::READS_FROM) {
+            self.builder.step(t, pos);
+            self.builder.read(t, pos, addr, size);
+        }
+    }
+
+    /// A plain write past the thread's first event, as [`Pass::handle`] settles it.
+    #[inline(always)]
+    pub(crate) fn plain_write(&mut self, t: usize, pos: u32, addr: u64, size: u32) {
+        debug_assert!(pos != 0, "a thread's first event goes through `handle`");
+        if self.edges.contains(EdgeKinds::READS_FROM) {
+            self.builder.step(t, pos);
+            self.builder.write(t, pos, addr, size);
+        }
+    }
+
     /// The locks `t` holds, for a change.
     #[inline]
     fn held_by(&mut self, t: usize) -> &mut Vec<(u32, Mode, u32)> {

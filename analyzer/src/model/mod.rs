@@ -1134,6 +1134,15 @@ impl ModelPass<'_> {
                     return self.lock_acquired(ev.thread, pos, ev.seq, lock, mode)
                 }
                 Op::LockRelease { lock, .. } => return self.lock_released(ev.thread, pos, lock),
+                // Plain reads and writes, most of an instrumented trace, matter to the model
+                // only through the clocks' reads-from (`handle_other`): settled here without
+                // a call, unless the walk keeps the marks.
+                Op::Read { addr, size, .. } if !self.keep_marks => {
+                    return self.hb.plain_read(t, pos, addr, size)
+                }
+                Op::Write { addr, size, .. } if !self.keep_marks => {
+                    return self.hb.plain_write(t, pos, addr, size)
+                }
                 _ => {}
             }
         }
