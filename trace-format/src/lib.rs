@@ -8,6 +8,7 @@
 //! - [`stream`]: the merged stream read from the file with positioned reads, in memory bounded
 //!   by the number of threads, not by the trace's length.
 //! - [`region`]: region markers (STD's `begin`/`end`), extension events the readers skip.
+//! - [`memory`]: advice to the kernel about the analysis's large tables (huge pages).
 //! - [`runtime_library`]: the C and C++ runtime libraries, known by file name.
 //! - [`name_glob`]: the `--wrapper` glob, matched against function names by the recorder and
 //!   the analyzer alike.
@@ -22,6 +23,7 @@ pub mod data;
 pub mod error;
 pub mod event;
 pub mod frame;
+pub mod memory;
 pub mod name_glob;
 pub mod ordering;
 pub mod reader;

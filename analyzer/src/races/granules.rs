@@ -21,6 +21,13 @@ const EMPTY: u64 = 0;
 /// The smallest table allocated (slots).
 const MIN_SLOTS: usize = 64;
 
+/// The smallest table backed by huge pages where the system has them (slots; 6 MiB of
+/// 96-byte slots): a granule's slot is found by hashing, so a large table is read at random,
+/// and with 4 KiB pages nearly every look-up of a granule not in cache also missed the TLB
+/// (a page walk, twice as long under a hypervisor). A table this large touches every one of
+/// its pages anyway, so huge pages hold no more of it; smaller tables are left as they were.
+const HUGE_PAGES_FROM_SLOTS: usize = 1 << 16;
+
 /// A granule's key and its cell, side by side: the probe that finds the key has the cell's
 /// first bytes in the same cache line.
 #[derive(Debug, Clone, Default)]
@@ -277,9 +284,16 @@ impl<V: Default> GranuleTable<V> {
     fn allocate(&mut self, bits: u32) {
         let slots = 1usize << bits;
         self.bits = bits;
-        // Written as the default slot (all zero bytes) over and over, the allocation is
-        // zeroed memory that the system maps on first touch.
-        self.slots = std::iter::repeat_with(Slot::default).take(slots).collect();
+        if slots < HUGE_PAGES_FROM_SLOTS {
+            // Written as the default slot (all zero bytes) over and over, the allocation is
+            // zeroed memory that the system maps on first touch.
+            self.slots = std::iter::repeat_with(Slot::default).take(slots).collect();
+            return;
+        }
+        let mut table = Vec::with_capacity(slots);
+        foresight_trace::memory::advise_huge_pages(table.spare_capacity_mut());
+        table.extend(std::iter::repeat_with(Slot::default).take(slots));
+        self.slots = table;
     }
 
     #[cold]
@@ -354,6 +368,47 @@ mod tests {
         }
         for g in 0x1000..0x1000 + 3000 {
             assert_eq!(t.get(g), want.get(&g));
+        }
+    }
+
+    /// Whether the mapping holding `addr` was advised to take huge pages (`hg` among its
+    /// flags in `/proc/self/smaps`).
+    fn advised_huge(addr: usize) -> bool {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut inside = false;
+        for line in smaps.lines() {
+            let range = line.split_whitespace().next().unwrap_or("");
+            if let Some((lo, hi)) = range.split_once('-') {
+                if let (Ok(lo), Ok(hi)) =
+                    (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
+                {
+                    inside = lo <= addr && addr < hi;
+                    continue;
+                }
+            }
+            if let Some(flags) = line.strip_prefix("VmFlags:").filter(|_| inside) {
+                return flags.split_whitespace().any(|f| f == "hg");
+            }
+        }
+        panic!("no mapping holds {addr:#x}");
+    }
+
+    #[test]
+    fn a_large_table_asks_for_huge_pages() {
+        if !std::path::Path::new("/sys/kernel/mm/transparent_hugepage/enabled").exists() {
+            // A kernel without transparent huge pages refuses the advice: nothing to see.
+            return;
+        }
+        // Slots of the shadow's size, so that the table spans whole huge pages.
+        let mut t: GranuleTable<[u64; 11]> = GranuleTable::new();
+        for g in 0..HUGE_PAGES_FROM_SLOTS as u64 {
+            t.cell(g * 977)[0] = g;
+        }
+        assert!(t.slots() > HUGE_PAGES_FROM_SLOTS);
+        let middle = t.slots.as_ptr() as usize + t.slots.len() * slot_bytes::<[u64; 11]>() / 2;
+        assert!(advised_huge(middle));
+        for g in (0..HUGE_PAGES_FROM_SLOTS as u64).step_by(101) {
+            assert_eq!(t.get(g * 977).map(|c| c[0]), Some(g));
         }
     }
 
