@@ -496,10 +496,18 @@ fn taken_by_lock_and_site(run: &Run) -> Taken {
                 bits[w] |= 1 << (a.thread % 64);
             }
         }
+        // Of the exact length: a segment of 16,384 threads that each take a lock lists as
+        // many, 12 bytes each, which doubling would have made room for twice.
+        let listed = counts
+            .iter()
+            .zip(&more)
+            .filter(|&(&n, _)| n > 0)
+            .map(|(_, bits)| 1 + bits.iter().map(|w| w.count_ones() as usize).sum::<usize>())
+            .sum();
         let mut taken = Taken {
             total,
             counts: Vec::new(),
-            threads: Vec::new(),
+            threads: Vec::with_capacity(listed),
         };
         for (i, &n) in counts.iter().enumerate() {
             if n == 0 {

@@ -23,13 +23,14 @@
 //! in the merged order (about 3 bytes: only the list's first is in the heap) and a few words:
 //! where its first chunk is, and what the pass learnt of it; its chunk is read again (and
 //! checked against its checksum again) when the turn comes. A thread that has ended keeps its
-//! summary (only its event count, 4 bytes with its place, for a pass that asks for no more:
-//! [`TraceStream::merged_event_counts`]), and hands its cursor's buffers to the next thread to
-//! start. Plus the index (a byte per thread, its id none while the ids have no gap, and
-//! about 5 per events chunk), the tables, and the problems found. Nothing grows with the
-//! number of events, and a program that created 10^5 short threads over its life (one chunk
-//! each) costs about 12 bytes per thread (52 with the bytes and times of its summary), and a
-//! cursor per thread running at once.
+//! summary (only its event count, 2 bytes with its place while it is below 16,383, for a pass
+//! that asks for no more: [`TraceStream::merged_event_counts`]), and hands its cursor's
+//! buffers to the next thread to start. Plus the index (a byte per thread where its entries
+//! are found, its id none while the ids have no gap, and about 4 per events chunk), the
+//! tables, and the problems found. Nothing grows with the number of events, and a program
+//! that created 10^5 short threads over its life (one chunk each) costs about 7 bytes per
+//! thread (47 with the bytes and times of its summary), and a cursor per thread running at
+//! once.
 //!
 //! **Same answers as the decoding reader.** Each thread's events, their indices, the merged
 //! order, and the problems are those of [`Trace`] on the same bytes, with two exceptions that
@@ -177,37 +178,57 @@ impl PlanIds {
 
 /// One thread's entries of the stream's chunk index, read in order: each chunk's header
 /// offset (the first one of a group of threads as it is, the next ones from where the chunk
-/// before ends, zigzag),
-/// its codec, and its payload length, as varints: about 5 bytes a chunk, where a process that
-/// created 10^5 threads left 10^5 chunks or more. Its header (with the payload's checksum) and
-/// its prefix (sequence, declared events) are not kept: they are read again with its payload,
-/// in the same read, and checked; the chunks were put in sequence order when the index was
-/// made.
+/// before ends, zigzag), then its payload length, its codec and whether it is the thread's
+/// last chunk in one more (a codec of [`CODEC_ESCAPE`] or above in a byte of its own), as
+/// varints: about 4 bytes a chunk, where a process that created 10^5 threads left 10^5 chunks
+/// or more. Its header (with the payload's checksum) and its prefix (sequence, declared
+/// events) are not kept: they are read again with its payload, in the same read, and checked;
+/// the chunks were put in sequence order when the index was made.
 #[derive(Clone, Copy, Debug, Default)]
 struct ChunkList<'a> {
     bytes: &'a [u8],
     at: usize,
     /// Where the chunk before ends; `None` before the first.
     end: Option<u64>,
-    /// Entries left.
-    left: usize,
+    /// An entry is left: the last one read was not the thread's last.
+    more: bool,
 }
 
 /// Threads of [`TraceStream::index`] found from one place of [`TraceStream::group_from`].
 const PLAN_GROUP: usize = 4;
 
-impl ChunkList<'_> {
+/// Codecs from this one on take a byte of their own in the index, after the entry's length.
+const CODEC_ESCAPE: u8 = 3;
+
+impl<'a> ChunkList<'a> {
     /// Writes `loc`'s entry after that of the chunk that ends at `end` (`None`: the first of
-    /// a group of threads); returns where `loc` ends.
-    fn put(index: &mut Vec<u8>, end: Option<u64>, loc: &ChunkLoc) -> u64 {
+    /// a group of threads), `last` when it is its thread's last; returns where `loc` ends.
+    fn put(index: &mut Vec<u8>, end: Option<u64>, loc: &ChunkLoc, last: bool) -> u64 {
         match end {
             None => varint::put(index, loc.offset()),
             // Offsets are below 2^56.
             Some(end) => varint::put(index, varint::zigzag(loc.offset() as i64 - end as i64)),
         }
-        index.push(loc.codec());
-        varint::put(index, u64::from(loc.payload_len));
+        let codec = loc.codec().min(CODEC_ESCAPE);
+        varint::put(
+            index,
+            (u64::from(loc.payload_len) << 3) | (u64::from(codec) << 1) | u64::from(last),
+        );
+        if codec == CODEC_ESCAPE {
+            index.push(loc.codec());
+        }
         loc.end()
+    }
+
+    /// The list of the thread whose entries start at `at` of `bytes`, after the chunk that
+    /// ends at `end` (`None`: the thread is the first of its group).
+    fn at(bytes: &'a [u8], at: usize, end: Option<u64>) -> Self {
+        ChunkList {
+            bytes,
+            at,
+            end,
+            more: true,
+        }
     }
 }
 
@@ -215,26 +236,25 @@ impl Iterator for ChunkList<'_> {
     type Item = ChunkLoc;
 
     fn next(&mut self) -> Option<ChunkLoc> {
-        self.left = self.left.checked_sub(1)?;
+        if !std::mem::take(&mut self.more) {
+            return None;
+        }
         // The entries were written by `put`: they read back.
-        let mut field = || match varint::get(self.bytes, &mut self.at) {
-            Ok(v) => Some(v),
-            Err(_) => {
-                self.left = 0;
-                None
-            }
-        };
+        let mut field = || varint::get(self.bytes, &mut self.at).ok();
         let place = field()?;
         let offset = match self.end {
             None => place,
             Some(end) => (end as i64).wrapping_add(varint::unzigzag(place)) as u64,
         };
-        let codec = *self.bytes.get(self.at)?;
-        self.at += 1;
-        let mut field = || varint::get(self.bytes, &mut self.at).ok();
-        let payload_len = field()? as u32;
-        let loc = ChunkLoc::new(offset, codec, payload_len);
+        let fields = field()?;
+        let mut codec = ((fields >> 1) & 3) as u8;
+        if codec == CODEC_ESCAPE {
+            codec = *self.bytes.get(self.at)?;
+            self.at += 1;
+        }
+        let loc = ChunkLoc::new(offset, codec, (fields >> 3) as u32);
         self.end = Some(loc.end());
+        self.more = fields & 1 == 0;
         Some(loc)
     }
 }
@@ -392,9 +412,8 @@ impl TraceStream {
                 end = None;
             }
             threads.push(thread);
-            varint::put(&mut index, (to - from) as u64);
-            for (_, _, c) in &located[from..to] {
-                end = Some(ChunkList::put(&mut index, end, c));
+            for (i, (_, _, c)) in located[from..to].iter().enumerate() {
+                end = Some(ChunkList::put(&mut index, end, c, from + i + 1 == to));
             }
             from = to;
         }
@@ -436,16 +455,15 @@ impl TraceStream {
 
     /// The chunks of thread `plan` (of `self.threads`).
     fn chunks_of(&self, plan: usize) -> ChunkList<'_> {
-        let mut list = ChunkList {
-            bytes: &self.index,
-            at: self.group_from[plan / PLAN_GROUP] as usize,
-            end: None,
-            left: 0,
-        };
+        let mut list = ChunkList::at(
+            &self.index,
+            self.group_from[plan / PLAN_GROUP] as usize,
+            None,
+        );
         // The index was written by `build`: it reads back.
-        for _ in 0..=plan % PLAN_GROUP {
+        for _ in 0..plan % PLAN_GROUP {
             list.by_ref().for_each(drop);
-            list.left = varint::get(list.bytes, &mut list.at).unwrap_or(0) as usize;
+            list.more = true;
         }
         list
     }
@@ -453,18 +471,15 @@ impl TraceStream {
     /// The chunks of every thread, in order: one pass over the index, not a search from its
     /// group's start for each.
     fn all_chunks(&self) -> impl Iterator<Item = ChunkList<'_>> + '_ {
-        let mut walker = ChunkList {
-            bytes: &self.index,
-            at: 0,
-            end: None,
-            left: 0,
-        };
+        let mut walker = ChunkList::at(&self.index, 0, None);
         (0..self.threads.len()).map(move |plan| {
-            walker.by_ref().for_each(drop);
+            if plan > 0 {
+                walker.by_ref().for_each(drop);
+            }
             if plan % PLAN_GROUP == 0 {
                 walker.end = None;
             }
-            walker.left = varint::get(walker.bytes, &mut walker.at).unwrap_or(0) as usize;
+            walker.more = true;
             walker
         })
     }
@@ -552,7 +567,7 @@ impl TraceStream {
 
     /// [`TraceStream::merged`] for a pass that needs only each thread's event count of the
     /// summaries: what it keeps of a thread that is waiting or has ended is its place and its
-    /// event count (4 bytes with its place), not its bytes and times too, and
+    /// event count (2 bytes with its place), not its bytes and times too, and
     /// [`MergedStream::thread_summaries`] gives those as 0.
     pub fn merged_event_counts(&self) -> MergedStream<'_> {
         self.merged_keeping(false)
@@ -1185,7 +1200,7 @@ pub struct MergedStream<'a> {
     bytes: Option<Vec<ThreadBytes>>,
     /// Events given by the threads that have ended.
     given_by_finished: u64,
-    /// The next event of every unfinished thread but `current`'s and those in `pending`.
+    /// The next event of every unfinished thread but `current`'s and those in `runs`.
     heap: BinaryHeap<Reverse<NextEvent>>,
     /// The first events of the threads that wait for their first turn, in runs of up to
     /// [`PENDING_RUN`] threads (of consecutive plans) each in the merged order: each entry the
@@ -1193,8 +1208,8 @@ pub struct MergedStream<'a> {
     /// (about 3 bytes a thread, not a heap entry of 12, since a process that created 10^5
     /// short threads has them all waiting from the start). Only the first entry of each run
     /// left, its `admitted`, is in the heap: the run's others come after it. Sorted a run at a
-    /// time, so that starting the merge holds one run's entries, not every thread's.
-    pending: Vec<u8>,
+    /// time, so that starting the merge holds one run's entries, not every thread's; each
+    /// run's bytes let go once all its threads have had their turn.
     runs: Vec<PendingRun>,
     /// The cursor whose head comes next; `NONE` when every thread is done.
     current: usize,
@@ -1225,6 +1240,8 @@ pub struct EventRun<'a> {
 }
 
 const NONE: usize = usize::MAX;
+/// A closed cursor's buffer larger than this is let go, not handed to the slot's next thread.
+const KEPT_BUFFER: usize = 64 << 10;
 /// No thread of [`TraceStream::threads`].
 const NO_PLAN: u32 = u32::MAX;
 
@@ -1254,17 +1271,18 @@ impl NextEvent {
     }
 }
 
-/// Threads whose first events are sorted together into one run of [`MergedStream::pending`]:
+/// Threads whose first events are sorted together into one run of [`MergedStream::runs`]:
 /// 12 bytes each while sorted (96 KiB), and one entry of the heap per run (13 for 10^5
 /// threads). Small in the crate's tests, so that they go through many runs.
 const PENDING_RUN: usize = if cfg!(test) { 16 } else { 8192 };
 
-/// One run of [`MergedStream::pending`]: where its next entry is, where it ends, and its last
+/// One run of [`MergedStream::runs`]: its entries, where its next entry is, and its last
 /// entry taken (in the heap; its key and thread the base of the next one's).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct PendingRun {
+    /// Empty once every entry has been taken.
+    entries: Box<[u8]>,
     at: usize,
-    end: usize,
     admitted: NextEvent,
 }
 
@@ -1273,7 +1291,7 @@ struct PendingRun {
 /// when kept.
 #[derive(Clone, Copy, Debug)]
 enum ThreadState {
-    /// Its first event is in the heap, or in [`MergedStream::pending`], and nothing else of
+    /// Its first event is in the heap, or in [`MergedStream::runs`], and nothing else of
     /// it is held (no event given yet): its cursor is made again, from `chunks[chunk]` (read
     /// and checked again, its prefix declaring `sequence`), when its turn comes.
     Waiting { chunk: u32, sequence: u32 },
@@ -1283,24 +1301,27 @@ enum ThreadState {
     Finished { used: bool, events: u64 },
 }
 
-/// A [`ThreadState`] in 4 bytes, not the enum's 16 (a process may have created 10^5 threads):
-/// which state it is in the top two bits, its fields in the 30 below — a waiting thread's
-/// chunk and sequence 15 bits each, an open one's slot, a finished one's event count. A
-/// state whose fields do not fit (a thread of 2^30 events or more, a sequence of 2^15, which
-/// only a thread of 2^15 chunks reaches) is in a map of the merge's,
-/// [`MergedStream::far_states`], its fields then [`FAR`].
+/// A [`ThreadState`] in 2 bytes, not the enum's 16 (a process may have created 10^5 threads):
+/// which state it is in the top two bits, its fields in the 14 below — a waiting thread's
+/// chunk and sequence 7 bits each, an open one's slot, a finished one's event count. A state
+/// whose fields do not fit (a thread of 16,383 events or more, a sequence of 127, which a
+/// thread of 127 chunks or a window's thread reaches) is in a map of the merge's,
+/// [`MergedStream::far_states`], its fields then [`FAR`]: few threads of a process that created
+/// 10^5 of them are long, and those few are read a chunk of events at a time.
 #[derive(Clone, Copy, Debug)]
-struct PackedState(u32);
+struct PackedState(u16);
 
-const WAITING: u32 = 0;
-const OPEN: u32 = 1;
-const FINISHED_USED: u32 = 2;
-const FINISHED_UNUSED: u32 = 3;
-const STATE_SHIFT: u32 = 30;
+const WAITING: u16 = 0;
+const OPEN: u16 = 1;
+const FINISHED_USED: u16 = 2;
+const FINISHED_UNUSED: u16 = 3;
+const STATE_SHIFT: u32 = 14;
 /// The fields of a state kept in the map.
-const FAR: u32 = (1 << STATE_SHIFT) - 1;
+const FAR: u16 = (1 << STATE_SHIFT) - 1;
+/// Bits of a waiting thread's chunk, and of its sequence, in a packed state.
+const WAITING_BITS: u32 = 7;
 /// A waiting thread's chunk and sequence are below this to be packed (and not make `FAR`).
-const WAITING_FIELD: u32 = 1 << 15;
+const WAITING_FIELD: u32 = 1 << WAITING_BITS;
 
 impl PackedState {
     /// `state` of thread `plan`, packed; fields too large for it go to `far`.
@@ -1308,8 +1329,8 @@ impl PackedState {
         let (which, wide) = match state {
             ThreadState::Waiting { chunk, sequence } => {
                 if chunk < WAITING_FIELD && sequence < WAITING_FIELD - 1 {
-                    let fields = (sequence << 15) | chunk;
-                    return PackedState((WAITING << STATE_SHIFT) | fields);
+                    let fields = (sequence << WAITING_BITS) | chunk;
+                    return PackedState((WAITING << STATE_SHIFT) | fields as u16);
                 }
                 (WAITING, (u64::from(sequence) << 32) | u64::from(chunk))
             }
@@ -1319,7 +1340,7 @@ impl PackedState {
             }
         };
         let fields = if wide < u64::from(FAR) {
-            wide as u32
+            wide as u16
         } else {
             far.insert(plan, wide);
             FAR
@@ -1335,10 +1356,11 @@ impl PackedState {
         if fields == FAR {
             return Self::unpack_far(which, far.get(&plan).copied().unwrap_or(0));
         }
+        let fields = u32::from(fields);
         match which {
             WAITING => ThreadState::Waiting {
                 chunk: fields & (WAITING_FIELD - 1),
-                sequence: fields >> 15,
+                sequence: fields >> WAITING_BITS,
             },
             OPEN => ThreadState::Open { slot: fields },
             which => ThreadState::Finished {
@@ -1349,7 +1371,7 @@ impl PackedState {
     }
 
     #[cold]
-    fn unpack_far(which: u32, wide: u64) -> ThreadState {
+    fn unpack_far(which: u16, wide: u64) -> ThreadState {
         match which {
             WAITING => ThreadState::Waiting {
                 chunk: wide as u32,
@@ -1420,7 +1442,6 @@ impl<'a> MergedStream<'a> {
     fn new(stream: &'a TraceStream, mut ctx: Ctx<'a>, keep_bytes: bool) -> Self {
         let mut heap = BinaryHeap::new();
         let mut firsts = Vec::with_capacity(stream.threads.len().min(PENDING_RUN));
-        let mut pending = Vec::new();
         let mut runs = Vec::new();
         let mut cursors = Vec::new();
         let mut threads = Vec::with_capacity(stream.threads.len());
@@ -1441,7 +1462,7 @@ impl<'a> MergedStream<'a> {
                 // not made again when it is read again: they hold for the same bytes.
                 firsts.push(NextEvent::new(c.head().key, i as u32));
                 if firsts.len() == PENDING_RUN {
-                    Self::put_run(&mut firsts, &mut pending, &mut runs);
+                    Self::put_run(&mut firsts, &mut runs);
                 }
                 ThreadState::Waiting {
                     chunk: (c.next_chunk - 1) as u32,
@@ -1467,9 +1488,8 @@ impl<'a> MergedStream<'a> {
                 bytes.push(ThreadBytes::of(&c.summary));
             }
         }
-        Self::put_run(&mut firsts, &mut pending, &mut runs);
+        Self::put_run(&mut firsts, &mut runs);
         drop(firsts);
-        pending.shrink_to_fit();
         runs.shrink_to_fit();
         let mut m = MergedStream {
             stream,
@@ -1481,7 +1501,6 @@ impl<'a> MergedStream<'a> {
             bytes,
             given_by_finished: 0,
             heap,
-            pending,
             runs,
             current: NONE,
             bound: (0, 0),
@@ -1504,43 +1523,50 @@ impl<'a> MergedStream<'a> {
     }
 
     fn set_state(&mut self, plan: usize, state: ThreadState) {
+        // A long thread's state that no longer needs the map (its chunk's was far, its slot
+        // is not) leaves no entry there.
+        if self.threads[plan].0 & FAR == FAR {
+            self.far_states.remove(&(plan as u32));
+        }
         self.threads[plan] = PackedState::pack(state, plan as u32, &mut self.far_states);
     }
 
-    /// Sorts the first events of `firsts` into the merged order and writes them to `pending`
-    /// as a run of their own; `firsts` is left empty.
-    fn put_run(firsts: &mut Vec<NextEvent>, pending: &mut Vec<u8>, runs: &mut Vec<PendingRun>) {
+    /// Sorts the first events of `firsts` into the merged order and writes them to a run of
+    /// their own; `firsts` is left empty.
+    fn put_run(firsts: &mut Vec<NextEvent>, runs: &mut Vec<PendingRun>) {
         if firsts.is_empty() {
             return;
         }
         firsts.sort_unstable();
-        let at = pending.len();
+        let mut entries = Vec::new();
         let mut before = NextEvent::new(0, NO_PLAN);
         for next in firsts.iter() {
-            varint::put(pending, next.key() - before.key());
+            varint::put(&mut entries, next.key() - before.key());
             let step = i64::from(next.plan) - i64::from(before.plan);
-            varint::put(pending, varint::zigzag(step));
+            varint::put(&mut entries, varint::zigzag(step));
             before = *next;
         }
         firsts.clear();
         runs.push(PendingRun {
-            at,
-            end: pending.len(),
+            entries: entries.into_boxed_slice(),
+            at: 0,
             admitted: NextEvent::new(0, NO_PLAN),
         });
     }
 
-    /// Puts the first event of the next waiting thread of run `run` of `pending` in the heap.
+    /// Puts the first event of the next waiting thread of run `run` in the heap.
     #[cold]
     #[inline(never)]
     fn admit_next(&mut self, run: usize) {
         let r = &mut self.runs[run];
-        if r.at == r.end {
+        if r.at == r.entries.len() {
             r.admitted = NextEvent::new(0, NO_PLAN);
+            r.entries = Box::default();
+            r.at = 0;
             return;
         }
         // The list was written by `new`: it reads back.
-        let mut step = || varint::get(&self.pending, &mut r.at).unwrap_or(0);
+        let mut step = || varint::get(&r.entries, &mut r.at).unwrap_or(0);
         let key = r.admitted.key().wrapping_add(step());
         let plan = i64::from(r.admitted.plan) + varint::unzigzag(step());
         r.admitted = NextEvent::new(key, plan as u32);
@@ -1559,7 +1585,7 @@ impl<'a> MergedStream<'a> {
     }
 
     /// The cursor of thread `plan`, just taken from the heap's top (see `take_lead`). When it
-    /// is waiting (then the entry of a run of `pending` in the heap: a waiting thread enters
+    /// is waiting (then the entry of a run of `runs` in the heap: a waiting thread enters
     /// the heap only so), the next one of its run goes in (`reopen`): its first event comes
     /// after this one's, and before those of the run's threads still waiting.
     #[inline]
@@ -1645,6 +1671,13 @@ impl<'a> MergedStream<'a> {
         cur.finished = true;
         cur.at = 0;
         cur.batch.clear();
+        // The slot's next threads get its buffers: a long thread's, sized for its largest
+        // chunk, would stay with short threads that never need them.
+        for buf in [&mut cur.payload, &mut cur.plain] {
+            if buf.capacity() > KEPT_BUFFER {
+                *buf = Vec::new();
+            }
+        }
         self.given_by_finished += given;
         let plan = cur.plan as usize;
         let finished = ThreadState::Finished {
@@ -2061,19 +2094,27 @@ mod tests {
             "{} in the heap",
             merged.heap.len()
         );
-        assert!(
-            merged.pending.len() <= 3 * requests,
-            "{}",
-            merged.pending.len()
-        );
+        let pending: usize = merged.runs.iter().map(|r| r.entries.len()).sum();
+        assert!(pending <= 3 * requests, "{pending}");
         let mut got = Vec::new();
         let mut most_open = 0;
+        let mut runs_let_go = Vec::new();
         while let Some(e) = merged.next() {
             got.push(e);
             let open = merged.cursors.iter().filter(|c| !c.finished).count();
             most_open = most_open.max(open);
+            runs_let_go.push(merged.runs.iter().filter(|r| r.entries.is_empty()).count());
         }
         assert_eq!(got, expected);
+        // A run's entries are let go once its threads have all had their turn, one run after
+        // another as the requests were created, not when the merge ends.
+        assert_eq!(runs_let_go.last(), Some(&merged.runs.len()));
+        let halfway = runs_let_go[runs_let_go.len() / 2];
+        assert!(
+            halfway > 0 && halfway < merged.runs.len(),
+            "{halfway} of {} runs let go halfway",
+            merged.runs.len()
+        );
         assert!(merged.problems().is_empty(), "{:?}", merged.problems());
         assert_eq!(merged.events_given(), expected.len() as u64);
         assert_eq!(merged.thread_summaries().count(), requests + 1);
@@ -2085,7 +2126,7 @@ mod tests {
             merged.cursors.len()
         );
         // A pass that asks for event counts only gets the same events and counts, and keeps
-        // 4 bytes for each thread not open.
+        // 2 bytes for each thread not open.
         let mut counting = stream.merged_event_counts();
         let again: Vec<_> = counting.by_ref().collect();
         assert_eq!(again, expected);
@@ -2098,7 +2139,7 @@ mod tests {
             assert_eq!(c.encoded_bytes, 0);
         }
         assert!(full.iter().all(|f| f.encoded_bytes > 0));
-        assert_eq!(std::mem::size_of::<PackedState>(), 4);
+        assert_eq!(std::mem::size_of::<PackedState>(), 2);
         let mut far = BTreeMap::new();
         for (plan, state) in [
             ThreadState::Waiting {
@@ -2154,6 +2195,9 @@ mod tests {
         let locs = [
             ChunkLoc::new(1 << 40, CODEC_STORED, 65_536),
             ChunkLoc::new(100, CODEC_ZSTD, 9),
+            // A codec this reader does not know is kept, to be reported as it is.
+            ChunkLoc::new(300, 200, 17),
+            ChunkLoc::new(400, CODEC_ESCAPE, 0),
             ChunkLoc::new((1 << 56) - 21, CODEC_ZSTD, u32::MAX),
             ChunkLoc::new(
                 (1 << 40) + 65_536 + CHUNK_HEADER_LEN as u64,
@@ -2163,15 +2207,10 @@ mod tests {
         ];
         let mut index = Vec::new();
         let mut end = None;
-        for loc in &locs {
-            end = Some(ChunkList::put(&mut index, end, loc));
+        for (i, loc) in locs.iter().enumerate() {
+            end = Some(ChunkList::put(&mut index, end, loc, i + 1 == locs.len()));
         }
-        let list = ChunkList {
-            bytes: &index,
-            at: 0,
-            end: None,
-            left: locs.len(),
-        };
+        let list = ChunkList::at(&index, 0, None);
         let again: Vec<_> = list
             .map(|c| (c.offset(), c.codec(), c.payload_len))
             .collect();
