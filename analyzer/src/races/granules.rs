@@ -371,28 +371,6 @@ mod tests {
         }
     }
 
-    /// Whether the mapping holding `addr` was advised to take huge pages (`hg` among its
-    /// flags in `/proc/self/smaps`).
-    fn advised_huge(addr: usize) -> bool {
-        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-        let mut inside = false;
-        for line in smaps.lines() {
-            let range = line.split_whitespace().next().unwrap_or("");
-            if let Some((lo, hi)) = range.split_once('-') {
-                if let (Ok(lo), Ok(hi)) =
-                    (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
-                {
-                    inside = lo <= addr && addr < hi;
-                    continue;
-                }
-            }
-            if let Some(flags) = line.strip_prefix("VmFlags:").filter(|_| inside) {
-                return flags.split_whitespace().any(|f| f == "hg");
-            }
-        }
-        panic!("no mapping holds {addr:#x}");
-    }
-
     #[test]
     fn a_large_table_asks_for_huge_pages() {
         if !std::path::Path::new("/sys/kernel/mm/transparent_hugepage/enabled").exists() {
@@ -406,7 +384,10 @@ mod tests {
         }
         assert!(t.slots() > HUGE_PAGES_FROM_SLOTS);
         let middle = t.slots.as_ptr() as usize + t.slots.len() * slot_bytes::<[u64; 11]>() / 2;
-        assert!(advised_huge(middle));
+        assert_eq!(
+            foresight_trace::memory::huge_pages_advised(middle),
+            Some(true)
+        );
         for g in (0..HUGE_PAGES_FROM_SLOTS as u64).step_by(101) {
             assert_eq!(t.get(g * 977).map(|c| c[0]), Some(g));
         }
