@@ -50,6 +50,7 @@ mod locks;
 mod marks;
 mod monitors;
 mod pending;
+mod segment_threads;
 mod senders;
 mod signals;
 mod spare;
@@ -67,6 +68,7 @@ pub use monitors::MonitorScan;
 use pending::PendingCalls;
 pub(crate) use pending::{Blocking, PendingCall, RunEnd};
 pub(crate) use senders::Handoffs;
+pub(crate) use segment_threads::SegmentThreads;
 use senders::Senders;
 pub(crate) use signals::SignalContexts;
 use signals::SignalScan;
@@ -428,6 +430,8 @@ pub struct Run {
     /// recorded, all of them. A witness counts the threads it runs whole instead of listing
     /// each (`describe::witness_threads`).
     pub(crate) lives: Lives,
+    /// The threads the closures keep state for, found when the first closure asks.
+    segment_threads: std::sync::OnceLock<SegmentThreads>,
     /// The first `carried` acquisitions were open when the segment started (their request and
     /// acquire are in an earlier segment, their lock-order edges counted there).
     pub(crate) carried: u32,
@@ -586,6 +590,20 @@ impl Run {
     #[inline]
     pub(crate) fn start_of(&self, t: u32) -> u32 {
         self.start.get(t as usize).copied().unwrap_or(0)
+    }
+
+    /// Whether thread `t` has events in this run's segment (true when the run does not know
+    /// where its threads end: a run put together by hand).
+    pub(crate) fn has_events_in_segment(&self, t: u32) -> bool {
+        self.lives
+            .ends
+            .get(t as usize)
+            .is_none_or(|&end| end > self.start_of(t))
+    }
+
+    /// The threads the segment's closures keep state for ([`SegmentThreads`]).
+    pub(crate) fn segment_threads(&self) -> &SegmentThreads {
+        self.segment_threads.get_or_init(|| SegmentThreads::of(self))
     }
 
     /// Thread `t`'s events, when the trace up to this run's end has every one of them (it
@@ -1468,6 +1486,7 @@ impl<'t> ModelPass<'t> {
             recording: crate::recording::RecordingFacts::of(tables),
             start,
             lives: Lives::default(),
+            segment_threads: std::sync::OnceLock::new(),
             carried,
             segment: segment_index,
             segments_follow: false,
