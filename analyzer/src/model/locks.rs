@@ -19,7 +19,9 @@ use foresight_trace::tables::Tables;
 
 use super::annotations::Annotations;
 use super::heap::HeapBlocks;
-use super::{AcquireHow, Acquisition, IndexMap, LockModel, Mode, RankViolation, ReadRecursion};
+use super::{
+    AcquireHow, Acquisition, IndexMap, LockModel, Mode, RankViolation, ReadRecursion, Sections,
+};
 use crate::alive::{Alive, BySlot};
 use crate::stream::{Op, StreamEvent};
 
@@ -98,7 +100,7 @@ pub(super) struct LockSections<'t> {
     pub locks: Vec<LockModel>,
     /// Per lock: the threads that acquire it.
     pub lock_threads: Vec<Vec<u32>>,
-    pub acquisitions: Vec<Acquisition>,
+    pub acquisitions: Sections,
     /// Backing store of every `held` range (also the waits').
     pub held_pool: Vec<u32>,
     /// Handed over by `pairs` when the walk ends.
@@ -123,7 +125,7 @@ pub(super) struct LockSections<'t> {
 /// What one segment's walk made of the locks ([`LockSections::cut`]).
 pub(super) struct SegmentLocks {
     pub lock_threads: Vec<Vec<u32>>,
-    pub acquisitions: Vec<Acquisition>,
+    pub acquisitions: Sections,
     pub held_pool: Vec<u32>,
     pub lists: AcquisitionLists,
     pub read_recursions: Vec<ReadRecursion>,
@@ -137,7 +139,7 @@ impl<'t> LockSections<'t> {
             index: LockIndex::default(),
             locks: Vec::new(),
             lock_threads: Vec::new(),
-            acquisitions: Vec::new(),
+            acquisitions: Sections::default(),
             held_pool: Vec::new(),
             lists: AcquisitionLists::default(),
             pairs: PairLists::default(),
@@ -382,9 +384,6 @@ impl<'t> LockSections<'t> {
             depth: 1,
             max_rank: higher_rank(below, rank.map(|r| (r, index))),
         });
-        if self.acquisitions.len() == self.acquisitions.capacity() {
-            self.make_room();
-        }
         let (new_pair, pair) = self.pairs.push(thread, lock);
         self.acquisitions.push(Acquisition {
             thread,
@@ -490,22 +489,6 @@ impl<'t> LockSections<'t> {
         }
         self.carried = open.len() as u32;
         segment
-    }
-
-    /// Room for one more acquisition: the storage of a dropped segment's table when there is
-    /// one large enough ([`super::spare`]), taken only now, when the segment before this one
-    /// has been analysed and dropped, so that only one such table is alive at a time.
-    #[cold]
-    #[inline(never)]
-    fn make_room(&mut self) {
-        let mut spare = super::spare::take();
-        if spare.capacity() > self.acquisitions.len() {
-            spare.append(&mut self.acquisitions);
-            self.acquisitions = spare;
-        } else {
-            super::spare::give(spare);
-            self.acquisitions.reserve(1);
-        }
     }
 
     pub fn finish(mut self, annotations: &Annotations, heap: &HeapBlocks, events: u64) -> Self {
@@ -646,7 +629,7 @@ struct BuiltLists {
 }
 
 impl AcquisitionLists {
-    fn built(&self, acquisitions: &[Acquisition]) -> &BuiltLists {
+    fn built(&self, acquisitions: &Sections) -> &BuiltLists {
         self.built.get_or_init(|| {
             // The pairs' numbers hold when the walk noted every acquisition; a run put
             // together by hand (tests) noted none, and its threads are read from the
@@ -706,7 +689,7 @@ impl AcquisitionLists {
 
     /// The acquisitions of thread `t` (indices into `acquisitions`, the segment's), in
     /// program order.
-    pub(crate) fn of_thread<'a>(&'a self, acquisitions: &[Acquisition], t: usize) -> &'a [u32] {
+    pub(crate) fn of_thread<'a>(&'a self, acquisitions: &Sections, t: usize) -> &'a [u32] {
         let b = self.built(acquisitions);
         let Ok(o) = u32::try_from(t).map_or(Err(0), |t| b.threads.binary_search(&t)) else {
             return &[];
@@ -720,7 +703,7 @@ impl AcquisitionLists {
     /// The acquisitions of `lock` by `thread`, in program order, if it has any.
     pub(crate) fn of_pair<'a>(
         &'a self,
-        acquisitions: &[Acquisition],
+        acquisitions: &Sections,
         thread: u32,
         lock: u32,
     ) -> Option<&'a [u32]> {
@@ -754,7 +737,7 @@ mod tests {
     #[test]
     fn a_threads_acquisitions_are_grouped_from_its_pairs_whatever_its_index() {
         let mut pairs = PairLists::default();
-        let mut acquisitions = Vec::new();
+        let mut acquisitions = Sections::default();
         for (thread, lock) in [(70_000, 0), (3, 0), (70_000, 1), (70_000, 0), (3, 1)] {
             let (_, pair) = pairs.push(thread, lock);
             acquisitions.push(acquisition(thread, lock, pair));

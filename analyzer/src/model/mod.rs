@@ -53,7 +53,7 @@ mod pending;
 mod segment_threads;
 mod senders;
 mod signals;
-mod spare;
+mod sections;
 mod waits;
 
 use annotations::Annotations;
@@ -69,6 +69,7 @@ use pending::PendingCalls;
 pub(crate) use pending::{Blocking, PendingCall, RunEnd};
 pub(crate) use senders::Handoffs;
 pub(crate) use segment_threads::SegmentThreads;
+pub use sections::Sections;
 use senders::Senders;
 pub(crate) use signals::SignalContexts;
 use signals::SignalScan;
@@ -385,7 +386,7 @@ pub struct Run {
     /// The lock objects, by dense lock index.
     pub locks: Vec<LockModel>,
     /// Every critical section; the lock graph and the analyses name them by index here.
-    pub acquisitions: Vec<Acquisition>,
+    pub acquisitions: Sections,
     /// Backing store of every `held` range.
     pub(crate) held_pool: Vec<u32>,
     /// Per thread and per (thread, lock): acquisition indices in program order
@@ -527,12 +528,6 @@ impl WindowInfo {
                 .count(),
             snapshot_signal: tables.snapshot_signal(),
         })
-    }
-}
-
-impl Drop for Run {
-    fn drop(&mut self) {
-        spare::give(std::mem::take(&mut self.acquisitions));
     }
 }
 
