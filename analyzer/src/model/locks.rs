@@ -384,7 +384,7 @@ impl<'t> LockSections<'t> {
             depth: 1,
             max_rank: higher_rank(below, rank.map(|r| (r, index))),
         });
-        let (new_pair, pair) = self.pairs.push(thread, lock);
+        let (new_pair, pair) = self.pairs.push(thread, slot, lock);
         self.acquisitions.push(Acquisition {
             thread,
             lock,
@@ -457,7 +457,13 @@ impl<'t> LockSections<'t> {
     /// lock after their release; a release without its acquire in the segment finds them. The
     /// lock table, held stacks and pending requests go on.
     pub fn cut(&mut self) -> SegmentLocks {
-        let mut open: Vec<u32> = self.held.entries().flatten().map(|h| h.acq).collect();
+        // (section, the slot of its thread), by section.
+        let mut open: Vec<(u32, usize)> = self
+            .held
+            .entries()
+            .enumerate()
+            .flat_map(|(slot, held)| held.iter().map(move |h| (h.acq, slot)))
+            .collect();
         open.sort_unstable();
         let acquisitions = std::mem::take(&mut self.acquisitions);
         let lists = self.pairs.take();
@@ -472,17 +478,20 @@ impl<'t> LockSections<'t> {
             read_recursions: std::mem::take(&mut self.read_recursions),
             rank_violations: std::mem::take(&mut self.rank_violations),
         };
-        for &old in &open {
+        for &(old, slot) in &open {
             let mut a = segment.acquisitions[old as usize].clone();
             a.held = 0..0;
-            let (new_pair, pair) = self.pairs.push(a.thread, a.lock);
+            let (new_pair, pair) = self.pairs.push(a.thread, slot, a.lock);
             a.pair = pair;
             if new_pair {
                 self.lock_threads[a.lock as usize].push(a.thread);
             }
             self.acquisitions.push(a);
         }
-        let renumber = |old: u32| open.binary_search(&old).expect("an open section") as u32;
+        let renumber = |old: u32| {
+            open.binary_search_by_key(&old, |&(a, _)| a)
+                .expect("an open section") as u32
+        };
         for h in self.held.entries_mut().flatten() {
             h.acq = renumber(h.acq);
             h.max_rank = h.max_rank.map(|(r, a)| (r, renumber(a)));
@@ -528,38 +537,64 @@ impl<'t> LockSections<'t> {
 /// not grown one per pair as the walk goes (a thread per request makes a pair per thread).
 #[derive(Default)]
 struct PairLists {
-    index: IndexMap<(u32, u32), u32>,
     /// Per lock (dense index): the thread that acquired it last and their pair's number.
     last: Vec<(u32, u32)>,
+    /// By slot of a thread alive: its first pairs of the segment, as (thread, lock, pair).
+    /// A thread's pairs are looked up only while it lives, so they are found where the thread
+    /// is, not in a map of every pair of the segment (a thread per request makes a pair per
+    /// thread: the map was the largest table of the walk after the sections and the clocks).
+    of_slot: BySlot<Vec<(u32, u32, u32)>>,
+    /// The pairs of a thread past its first [`PAIRS_BY_SLOT`].
+    more: IndexMap<(u32, u32), u32>,
+    /// Per pair, in the order they were made: its (thread, lock).
+    pairs: Vec<(u32, u32)>,
     /// Per pair: its acquisitions noted so far. (Nothing is counted by thread: a table by
     /// thread would have an entry for every thread of the trace in every segment; a thread's
     /// acquisitions are those of its pairs.)
     pair_counts: Vec<u32>,
 }
 
+/// Pairs of a thread kept by its slot and found by looking through them; more are in a map.
+const PAIRS_BY_SLOT: usize = 16;
+
 impl PairLists {
-    /// Notes an acquisition of `lock` by `thread`; returns whether the pair is new (the
-    /// thread's first acquisition of the lock in the segment) and its number.
+    /// Notes an acquisition of `lock` by `thread` (in `slot`); returns whether the pair is new
+    /// (the thread's first acquisition of the lock in the segment) and its number.
     #[inline(always)]
-    fn push(&mut self, thread: u32, lock: u32) -> (bool, u32) {
+    fn push(&mut self, thread: u32, slot: usize, lock: u32) -> (bool, u32) {
         match self.last.get(lock as usize) {
             Some(&(t, pair)) if t == thread => {
                 self.pair_counts[pair as usize] += 1;
                 (false, pair)
             }
-            _ => self.push_looked_up(thread, lock),
+            _ => self.push_looked_up(thread, slot, lock),
         }
     }
 
     #[inline(never)]
-    fn push_looked_up(&mut self, thread: u32, lock: u32) -> (bool, u32) {
-        let next = self.index.len() as u32;
-        let (new, pair) = match self.index.entry((thread, lock)) {
-            std::collections::hash_map::Entry::Occupied(e) => (false, *e.get()),
-            std::collections::hash_map::Entry::Vacant(e) => {
-                e.insert(next);
+    fn push_looked_up(&mut self, thread: u32, slot: usize, lock: u32) -> (bool, u32) {
+        let mine = self.of_slot.get_mut(slot);
+        // The slot's pairs are of its thread before, if it had one.
+        if mine.first().is_some_and(|&(t, _, _)| t != thread) {
+            mine.clear();
+        }
+        let found = match mine.iter().find(|&&(_, l, _)| l == lock) {
+            Some(&(_, _, pair)) => Some(pair),
+            None if mine.len() == PAIRS_BY_SLOT => self.more.get(&(thread, lock)).copied(),
+            None => None,
+        };
+        let (new, pair) = match found {
+            Some(pair) => (false, pair),
+            None => {
+                let pair = self.pairs.len() as u32;
+                self.pairs.push((thread, lock));
                 self.pair_counts.push(0);
-                (true, next)
+                if mine.len() < PAIRS_BY_SLOT {
+                    mine.push((thread, lock, pair));
+                } else {
+                    self.more.insert((thread, lock), pair);
+                }
+                (true, pair)
             }
         };
         self.pair_counts[pair as usize] += 1;
@@ -575,11 +610,18 @@ impl PairLists {
     /// are made from; starts afresh.
     fn take(&mut self) -> AcquisitionLists {
         self.last.clear();
-        // Sorted in a vector for the segment's readers: 12 bytes a pair where the map the walk
-        // looks them up in takes about twice that (a pair per thread of the segment in a
-        // thread-per-request program).
-        let mut pairs: Vec<((u32, u32), u32)> =
-            std::mem::take(&mut self.index).into_iter().collect();
+        for mine in self.of_slot.entries_mut() {
+            mine.clear();
+        }
+        self.more.clear();
+        // Sorted for the segment's readers: 12 bytes a pair.
+        let mut pairs: Vec<((u32, u32), u32)> = Vec::with_capacity(self.pairs.len());
+        pairs.extend(
+            std::mem::take(&mut self.pairs)
+                .into_iter()
+                .enumerate()
+                .map(|(p, key)| (key, p as u32)),
+        );
         pairs.sort_unstable();
         AcquisitionLists {
             pairs,
@@ -739,7 +781,7 @@ mod tests {
         let mut pairs = PairLists::default();
         let mut acquisitions = Sections::default();
         for (thread, lock) in [(70_000, 0), (3, 0), (70_000, 1), (70_000, 0), (3, 1)] {
-            let (_, pair) = pairs.push(thread, lock);
+            let (_, pair) = pairs.push(thread, thread as usize % 2, lock);
             acquisitions.push(acquisition(thread, lock, pair));
         }
         let lists = pairs.take();
@@ -754,6 +796,30 @@ mod tests {
         let by_hand = AcquisitionLists::default();
         assert_eq!(by_hand.of_thread(&acquisitions, 70_000), &[0, 2, 3]);
         assert_eq!(by_hand.of_thread(&acquisitions, 3), &[1, 4]);
+    }
+
+    #[test]
+    fn a_pair_is_found_again_past_the_pairs_kept_by_slot_and_not_for_the_slots_next_thread() {
+        let mut pairs = PairLists::default();
+        let locks = 3 * PAIRS_BY_SLOT as u32;
+        let made: Vec<u32> = (0..locks).map(|l| pairs.push(5, 0, l).1).collect();
+        assert_eq!(made, (0..locks).collect::<Vec<_>>());
+        // Thread 6 takes every lock in between, so that thread 5 is not the last holder.
+        for l in 0..locks {
+            pairs.push(6, 1, l);
+        }
+        for l in (0..locks).rev() {
+            assert_eq!(pairs.push(5, 0, l), (false, l), "lock {l}");
+        }
+        // Thread 7 takes slot 0 after thread 5: its pairs are its own.
+        assert_eq!(pairs.push(7, 0, 0), (true, 2 * locks));
+        assert_eq!(pairs.push(6, 1, 0), (false, locks));
+        assert_eq!(pairs.push(7, 0, 0), (false, 2 * locks));
+        let lists = pairs.take();
+        assert_eq!(lists.pairs.len(), 2 * locks as usize + 1);
+        assert!(lists.pairs.windows(2).all(|w| w[0].0 < w[1].0));
+        assert_eq!(lists.pair_counts[0], 2);
+        assert_eq!(lists.pair_counts[2 * locks as usize], 2);
     }
 
     #[test]
