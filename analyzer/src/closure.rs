@@ -309,8 +309,7 @@ impl<'r> ClosureState<'r> {
                         self.steps += 1;
                         for (u, v) in run.hb.known(clock) {
                             if u != t {
-                                moved |=
-                                    self.prefixes.raise(u as u32, v, Reach::HappensBefore)?;
+                                moved |= self.prefixes.raise(u as u32, v, Reach::HappensBefore)?;
                             }
                         }
                         self.receive_cursor[i] += 1;

@@ -286,7 +286,7 @@ struct ReceiveStore {
     /// before ([`DecodedClock`]) is not read again then.
     generation: usize,
     /// What the last segment taken stored (receives, bytes of clocks): the next segment's
-    /// buffers are made that large, and an eighth more, when it first stores one, rather
+    /// buffers are made that large, and a sixteenth more, when it first stores one, rather
     /// than grown from nothing. Grown by a quarter at a time, a buffer is copied a dozen
     /// times a segment, and at each copy the old buffer and the new one are both alive: at
     /// 10^5 threads one such moment was the heap's peak.
@@ -296,7 +296,7 @@ struct ReceiveStore {
 /// Room to make for a segment's buffer when it first needs some, the last segment having used
 /// `used`.
 fn first_room(used: usize) -> usize {
-    used + used / 8
+    used + used / 16
 }
 
 const NO_LIST: u32 = u32::MAX;

@@ -20,7 +20,8 @@ use foresight_trace::tables::Tables;
 use super::annotations::Annotations;
 use super::heap::HeapBlocks;
 use super::{
-    AcquireHow, Acquisition, IndexMap, LockModel, Mode, RankViolation, ReadRecursion, Sections,
+    room_as_before, AcquireHow, Acquisition, IndexMap, LockModel, Mode, RankViolation,
+    ReadRecursion, Sections,
 };
 use crate::alive::{Alive, BySlot};
 use crate::stream::{Op, StreamEvent};
@@ -548,6 +549,8 @@ struct PairLists {
     more: IndexMap<(u32, u32), u32>,
     /// Per pair, in the order they were made: its (thread, lock).
     pairs: Vec<(u32, u32)>,
+    /// How many pairs the last segment made.
+    pairs_before: usize,
     /// Per pair: its acquisitions noted so far. (Nothing is counted by thread: a table by
     /// thread would have an entry for every thread of the trace in every segment; a thread's
     /// acquisitions are those of its pairs.)
@@ -587,6 +590,8 @@ impl PairLists {
             Some(pair) => (false, pair),
             None => {
                 let pair = self.pairs.len() as u32;
+                room_as_before(&mut self.pairs, self.pairs_before);
+                room_as_before(&mut self.pair_counts, self.pairs_before);
                 self.pairs.push((thread, lock));
                 self.pair_counts.push(0);
                 if mine.len() < PAIRS_BY_SLOT {
@@ -614,18 +619,18 @@ impl PairLists {
             mine.clear();
         }
         self.more.clear();
-        // Sorted for the segment's readers: 12 bytes a pair.
-        let mut pairs: Vec<((u32, u32), u32)> = Vec::with_capacity(self.pairs.len());
-        pairs.extend(
-            std::mem::take(&mut self.pairs)
-                .into_iter()
-                .enumerate()
-                .map(|(p, key)| (key, p as u32)),
-        );
-        pairs.sort_unstable();
+        self.pairs_before = self.pairs.len();
+        let mut pairs = std::mem::take(&mut self.pairs);
+        pairs.shrink_to_fit();
+        let mut pair_counts = std::mem::take(&mut self.pair_counts);
+        pair_counts.shrink_to_fit();
+        // The segment's readers find a pair by (thread, lock): its numbers in that order.
+        let mut by_key: Vec<u32> = (0..pairs.len() as u32).collect();
+        by_key.sort_unstable_by_key(|&p| pairs[p as usize]);
         AcquisitionLists {
             pairs,
-            pair_counts: std::mem::take(&mut self.pair_counts),
+            by_key,
+            pair_counts,
             built: std::sync::OnceLock::new(),
         }
     }
@@ -653,8 +658,10 @@ fn starts_of(mut counts: Vec<u32>) -> Vec<u32> {
 /// and its allocation for each of the 10^5 threads of a thread-per-request program.
 #[derive(Debug, Default)]
 pub(crate) struct AcquisitionLists {
-    /// (thread, lock) → its pair number, sorted.
-    pairs: Vec<((u32, u32), u32)>,
+    /// Per pair number: its (thread, lock).
+    pairs: Vec<(u32, u32)>,
+    /// The pair numbers by (thread, lock).
+    by_key: Vec<u32>,
     pair_counts: Vec<u32>,
     built: std::sync::OnceLock<BuiltLists>,
 }
@@ -679,7 +686,7 @@ impl AcquisitionLists {
             let noted =
                 self.pair_counts.iter().map(|&c| c as usize).sum::<usize>() == acquisitions.len();
             let mut threads: Vec<u32> = if noted {
-                self.pairs.iter().map(|&((t, _), _)| t).collect()
+                self.pairs.iter().map(|&(t, _)| t).collect()
             } else {
                 acquisitions.iter().map(|a| a.thread).collect()
             };
@@ -689,10 +696,8 @@ impl AcquisitionLists {
             // Each pair's thread, by its place in `threads`: one look-up per pair, not per
             // acquisition.
             let mut pair_thread = vec![0u32; if noted { self.pair_counts.len() } else { 0 }];
-            for &((t, _), p) in &self.pairs {
-                if let Some(o) = pair_thread.get_mut(p as usize) {
-                    *o = ordinal(t) as u32;
-                }
+            for (o, &(t, _)) in pair_thread.iter_mut().zip(&self.pairs) {
+                *o = ordinal(t) as u32;
             }
             let thread_of = |a: &Acquisition| match pair_thread.get(a.pair as usize) {
                 Some(&o) if noted => o as usize,
@@ -750,10 +755,10 @@ impl AcquisitionLists {
         lock: u32,
     ) -> Option<&'a [u32]> {
         let i = self
-            .pairs
-            .binary_search_by_key(&(thread, lock), |&(k, _)| k)
+            .by_key
+            .binary_search_by_key(&(thread, lock), |&p| self.pairs[p as usize])
             .ok()?;
-        let g = self.pairs[i].1 as usize;
+        let g = self.by_key[i] as usize;
         let b = self.built(acquisitions);
         Some(&b.by_pair[b.pair_starts[g] as usize..b.pair_starts[g + 1] as usize])
     }
@@ -817,7 +822,12 @@ mod tests {
         assert_eq!(pairs.push(7, 0, 0), (false, 2 * locks));
         let lists = pairs.take();
         assert_eq!(lists.pairs.len(), 2 * locks as usize + 1);
-        assert!(lists.pairs.windows(2).all(|w| w[0].0 < w[1].0));
+        let keys: Vec<(u32, u32)> = lists
+            .by_key
+            .iter()
+            .map(|&p| lists.pairs[p as usize])
+            .collect();
+        assert!(keys.windows(2).all(|w| w[0] < w[1]));
         assert_eq!(lists.pair_counts[0], 2);
         assert_eq!(lists.pair_counts[2 * locks as usize], 2);
     }

@@ -50,10 +50,10 @@ mod locks;
 mod marks;
 mod monitors;
 mod pending;
+mod sections;
 mod segment_threads;
 mod senders;
 mod signals;
-mod sections;
 mod waits;
 
 use annotations::Annotations;
@@ -67,9 +67,9 @@ pub(crate) use marks::{AccessMarks, SegmentMarks};
 pub use monitors::MonitorScan;
 use pending::PendingCalls;
 pub(crate) use pending::{Blocking, PendingCall, RunEnd};
-pub(crate) use senders::Handoffs;
-pub(crate) use segment_threads::SegmentThreads;
 pub use sections::Sections;
+pub(crate) use segment_threads::SegmentThreads;
+pub(crate) use senders::Handoffs;
 use senders::Senders;
 pub(crate) use signals::SignalContexts;
 use signals::SignalScan;
@@ -632,7 +632,8 @@ impl Run {
 
     /// The threads the segment's closures keep state for ([`SegmentThreads`]).
     pub(crate) fn segment_threads(&self) -> &SegmentThreads {
-        self.segment_threads.get_or_init(|| SegmentThreads::of(self))
+        self.segment_threads
+            .get_or_init(|| SegmentThreads::of(self))
     }
 
     /// Thread `t`'s events, when the trace up to this run's end has every one of them (it
@@ -652,6 +653,18 @@ impl Run {
             Some(name) => std::borrow::Cow::Borrowed(name),
             None => std::borrow::Cow::Owned(format!("thread-{}", self.threads.id(t as usize))),
         }
+    }
+}
+
+/// Room for a segment's buffer that the last segment filled to `last`: once the buffer holds
+/// its first few items (those pushed at a cut, while the last segment's run is still being
+/// analysed), it is made as large as that and a sixteenth more in one step, rather than grown
+/// by doubling from nothing (up to half of a doubled buffer is unused at the segment's end,
+/// where the walk's heap peaks).
+#[inline]
+pub(crate) fn room_as_before<T>(buf: &mut Vec<T>, last: usize) {
+    if buf.len() == buf.capacity() && buf.len() >= 64 && buf.capacity() < last {
+        buf.reserve_exact(last + last / 16 - buf.len());
     }
 }
 
@@ -1028,6 +1041,8 @@ pub struct ModelPass<'t> {
     /// the position `touched_at` gives (`Starts`).
     touched: Vec<u64>,
     touched_at: Vec<(u32, u32)>,
+    /// How many threads the last segment had events of.
+    touched_before: usize,
     /// Segments handed out so far.
     segments: usize,
     /// Named once, shared by every segment's run.
@@ -1067,6 +1082,7 @@ impl<'t> ModelPass<'t> {
             cut_at: None,
             touched: vec![0; n.div_ceil(64)],
             touched_at: Vec::new(),
+            touched_before: 0,
             segments: 0,
             sites: None,
             object_names: None,
@@ -1246,6 +1262,7 @@ impl ModelPass<'_> {
         }
         if self.touched[w] & bit == 0 {
             self.touched[w] |= bit;
+            room_as_before(&mut self.touched_at, self.touched_before);
             self.touched_at.push((t, pos));
         }
     }
@@ -1260,7 +1277,10 @@ impl ModelPass<'_> {
         for &(t, _) in &self.touched_at {
             self.touched[(t / 64) as usize] &= !(1u64 << (t % 64));
         }
-        Starts::of_segment(std::mem::take(&mut self.touched_at))
+        self.touched_before = self.touched_at.len();
+        let mut at = std::mem::take(&mut self.touched_at);
+        at.shrink_to_fit();
+        Starts::of_segment(at)
     }
 
     /// Where the current segment starts in thread `t`, as far as the walk has gone.

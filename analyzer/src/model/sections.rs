@@ -109,7 +109,9 @@ static LARGEST: AtomicUsize = AtomicUsize::new(0);
 
 /// Keeps the full blocks of a dropped table for a later [`take_block`].
 fn give_blocks(blocks: &mut Vec<Vec<Acquisition>>) {
-    let largest = LARGEST.fetch_max(blocks.len(), Ordering::Relaxed).max(blocks.len());
+    let largest = LARGEST
+        .fetch_max(blocks.len(), Ordering::Relaxed)
+        .max(blocks.len());
     // A panic elsewhere while the lock was held cannot leave the list inconsistent.
     let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
     keep(&mut kept, blocks, 2 * largest);
@@ -155,7 +157,10 @@ mod tests {
         assert_eq!(s.get(7).map(|a| a.thread), Some(70_000));
         let threads: Vec<u32> = s.iter().map(|a| a.thread).collect();
         assert_eq!(threads.len(), s.len());
-        assert_eq!(threads[8..], (8..3 * BLOCK as u32 + 5).collect::<Vec<_>>()[..]);
+        assert_eq!(
+            threads[8..],
+            (8..3 * BLOCK as u32 + 5).collect::<Vec<_>>()[..]
+        );
     }
 
     #[test]
@@ -176,6 +181,10 @@ mod tests {
         assert!(whole.iter().all(|p| kept.iter().any(|b| b.as_ptr() == *p)));
         let mut small = vec![Vec::with_capacity(3)];
         keep(&mut kept, &mut small, 10);
-        assert_eq!(kept.len(), 3, "a block smaller than a whole one is not kept");
+        assert_eq!(
+            kept.len(),
+            3,
+            "a block smaller than a whole one is not kept"
+        );
     }
 }
