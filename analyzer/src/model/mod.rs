@@ -67,7 +67,7 @@ pub(crate) use marks::{AccessMarks, SegmentMarks};
 pub use monitors::MonitorScan;
 use pending::PendingCalls;
 pub(crate) use pending::{Blocking, PendingCall, RunEnd};
-pub use sections::Sections;
+pub use sections::{Iter as SectionsIter, Sections};
 pub(crate) use segment_threads::SegmentThreads;
 pub(crate) use senders::Handoffs;
 use senders::Senders;

@@ -49,26 +49,60 @@ impl Sections {
     }
 
     /// The sections in index order.
-    pub fn iter(&self) -> std::iter::Flatten<std::slice::Iter<'_, Vec<Acquisition>>> {
+    pub fn iter(&self) -> Iter<'_> {
         self.into_iter()
     }
 
+    #[inline]
     pub(crate) fn push(&mut self, a: Acquisition) {
         match self.blocks.last_mut() {
             Some(last) if last.len() < BLOCK => last.push(a),
-            _ => {
-                let mut block = if self.blocks.is_empty() {
-                    Vec::new()
-                } else {
-                    take_block()
-                };
-                block.push(a);
-                self.blocks.push(block);
-            }
+            _ => self.push_in_new_block(a),
         }
         self.len += 1;
     }
+
+    #[cold]
+    #[inline(never)]
+    fn push_in_new_block(&mut self, a: Acquisition) {
+        let mut block = if self.blocks.is_empty() {
+            Vec::new()
+        } else {
+            take_block()
+        };
+        block.push(a);
+        self.blocks.push(block);
+    }
 }
+
+/// The sections of a [`Sections`] in index order: a block's at a time, as a slice's.
+#[derive(Clone, Debug)]
+pub struct Iter<'a> {
+    blocks: std::slice::Iter<'a, Vec<Acquisition>>,
+    block: std::slice::Iter<'a, Acquisition>,
+    left: usize,
+}
+
+impl<'a> Iterator for Iter<'a> {
+    type Item = &'a Acquisition;
+
+    #[inline]
+    fn next(&mut self) -> Option<&'a Acquisition> {
+        loop {
+            if let Some(a) = self.block.next() {
+                self.left -= 1;
+                return Some(a);
+            }
+            self.block = self.blocks.next()?.iter();
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left, Some(self.left))
+    }
+}
+
+impl ExactSizeIterator for Iter<'_> {}
 
 impl Index<usize> for Sections {
     type Output = Acquisition;
@@ -88,10 +122,14 @@ impl IndexMut<usize> for Sections {
 
 impl<'a> IntoIterator for &'a Sections {
     type Item = &'a Acquisition;
-    type IntoIter = std::iter::Flatten<std::slice::Iter<'a, Vec<Acquisition>>>;
+    type IntoIter = Iter<'a>;
 
-    fn into_iter(self) -> Self::IntoIter {
-        self.blocks.iter().flatten()
+    fn into_iter(self) -> Iter<'a> {
+        Iter {
+            blocks: self.blocks.iter(),
+            block: [].iter(),
+            left: self.len,
+        }
     }
 }
 
