@@ -141,8 +141,10 @@ impl Drop for Sections {
 
 /// Blocks kept for later tables.
 static KEPT: Mutex<Vec<Vec<Acquisition>>> = Mutex::new(Vec::new());
-/// The most blocks one table has held: twice that are kept at most (segments of traces
-/// analysed in parallel each take theirs).
+/// The most blocks one table has held: as many are kept at most. (A table's first block is
+/// made at the cut, before the table before it is dropped: a bound of two tables' worth let
+/// the blocks not taken again pile up, a table's worth of them on a long trace. Segments of
+/// traces analysed in parallel share the kept blocks and make the rest.)
 static LARGEST: AtomicUsize = AtomicUsize::new(0);
 
 /// Keeps the full blocks of a dropped table for a later [`take_block`].
@@ -152,7 +154,7 @@ fn give_blocks(blocks: &mut Vec<Vec<Acquisition>>) {
         .max(blocks.len());
     // A panic elsewhere while the lock was held cannot leave the list inconsistent.
     let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
-    keep(&mut kept, blocks, 2 * largest);
+    keep(&mut kept, blocks, largest);
 }
 
 /// Moves the whole blocks of `blocks` to `kept`, emptied, while it has fewer than `most`.
