@@ -324,7 +324,8 @@ impl ClosedThreads {
         }
     }
 
-    /// Moves the recent ones into the sorted vector: merged from the back, in place.
+    /// Moves the recent ones into the sorted vector: merged from the back, in place, down to
+    /// where the smallest of them goes (they are mostly a little out of order, near the end).
     fn merge(&mut self) {
         if self.recent.is_empty() {
             return;
@@ -334,15 +335,16 @@ impl ClosedThreads {
         self.sorted
             .resize(old + more, (0, ReceiveList { start: 0, len: 0 }));
         let (mut i, mut j) = (old, more);
-        for k in (0..old + more).rev() {
-            let take_recent = j > 0 && (i == 0 || self.recent[j - 1].0 > self.sorted[i - 1].0);
-            self.sorted[k] = if take_recent {
-                j -= 1;
-                self.recent[j]
-            } else {
+        let mut k = old + more;
+        while j > 0 {
+            k -= 1;
+            if i > 0 && self.sorted[i - 1].0 > self.recent[j - 1].0 {
                 i -= 1;
-                self.sorted[i]
-            };
+                self.sorted[k] = self.sorted[i];
+            } else {
+                j -= 1;
+                self.sorted[k] = self.recent[j];
+            }
         }
         self.recent.clear();
     }
