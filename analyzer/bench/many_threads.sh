@@ -6,7 +6,8 @@
 # request count, and analysed by `foresight analyze --format json` under `/usr/bin/time -v`
 # (pinned to one CPU with taskset when it is there), ROUNDS times each, the counts alternated.
 # Prints per run: requests, events, CPU seconds (user + system), peak RSS, what was found;
-# then the medians. The traces are kept in BENCH_DIR between runs (never in git).
+# then the medians, and the median peak of the largest count against the smallest's (issue 31
+# asks at most 2x for 10^5 requests against 10^3). The traces are kept in BENCH_DIR between runs (never in git).
 #
 # Usage: analyzer/bench/many_threads.sh; env COUNTS ("1000 100000"), ROUNDS (5),
 # BENCH_DIR (<target>/many-threads), FORESIGHT (<target>/release/foresight, built if unset),
@@ -66,7 +67,7 @@ print(t["events"], found + (f" (warnings: {warn})" if warn else ""))
 PY
 )"
     events="${summary%% *}"
-    printf '%-9s %10s %9s %10s  %s\n' "$n" "$events" "$cpu" "$((kb / 1024))" "${summary#* }"
+    printf '%-9s %10s %9s %10.1f  %s\n' "$n" "$events" "$cpu" "$(awk -v k="$kb" 'BEGIN { print k / 1024 }')" "${summary#* }"
     echo "$n $events $cpu $kb" >>"$results"
   done
 done
@@ -80,5 +81,15 @@ for n in $COUNTS; do
       printf "%-9s %10s events  CPU %s s", n, e, cpu[m]; if (cpu[m] > 0) printf " (%.2f M events per CPU s)", e / cpu[m] / 1e6
     }'
   awk -v n="$n" '$1 == n { print $4 }' "$results" | sort -n | awk '
-    { kb[NR] = $1 } END { printf "  peak %d MiB\n", kb[int((NR + 1) / 2)] / 1024 }'
+    { kb[NR] = $1 } END { printf "  peak %.1f MiB\n", kb[int((NR + 1) / 2)] / 1024 }'
 done
+median_kb() {
+  awk -v n="$1" '$1 == n { print $4 }' "$results" | sort -n | awk '{ kb[NR] = $1 } END { print kb[int((NR + 1) / 2)] }'
+}
+set -- $COUNTS
+if [ $# -gt 1 ]; then
+  first="$1"
+  last="${!#}"
+  awk -v a="$(median_kb "$last")" -v b="$(median_kb "$first")" -v la="$last" -v lb="$first" \
+    'BEGIN { printf "peak at %s requests against %s: %.2fx\n", la, lb, a / b }'
+fi

@@ -45,7 +45,7 @@
 //! lock-only trace has no data dependencies); reads-from of plain memory is taken from the
 //! merged order, exact for accesses ordered by synchronisation but not for racy ones.
 
-use crate::model::{Acquisition, Run};
+use crate::model::{Acquisition, Run, SegmentThreads};
 use crate::stream::Mode;
 
 /// The pattern event of one thread: it must stay outside the closure.
@@ -104,21 +104,17 @@ pub fn sync_preserving_closure(
     }
     state.choose_strategy();
     state.close()?;
-    Ok(Closure {
-        frontier: state.frontier,
-    })
+    Ok(state.into_closure())
 }
 
 /// A closure being computed; it can be resumed after a pattern event moved later (as
 /// `deadlock::search_abstract_pattern` does), since every rule only ever adds events.
+///
+/// Its state is kept per slot of the segment's threads ([`SegmentThreads`]): a segment of a
+/// program that created 10^5 threads pays for the threads it runs, not for all of them.
 pub struct ClosureState<'r> {
     run: &'r Run,
-    /// Per thread, the length of the prefix in the closure. After a failed [`close`], the
-    /// frontier of the thread whose pattern event was reached is where the closure wanted to go.
-    ///
-    /// [`close`]: ClosureState::close
-    pub frontier: Vec<u32>,
-    limit: Vec<u32>,
+    prefixes: Prefixes<'r>,
     receive_cursor: Vec<usize>,
     acquisition_cursor: Vec<usize>,
     /// Find the locks the lock rule must look at by walking the acquisitions that enter the
@@ -131,15 +127,62 @@ pub struct ClosureState<'r> {
     max_steps: u64,
 }
 
+/// Per slot of the segment's threads, the length of the prefix in the closure and the
+/// position of the pattern event it must stay below. A thread without a slot has no event in
+/// the segment: its prefix is everything before the segment, and stays so.
+struct Prefixes<'r> {
+    run: &'r Run,
+    threads: &'r SegmentThreads,
+    frontier: Vec<u32>,
+    limit: Vec<u32>,
+}
+
+impl Prefixes<'_> {
+    /// The length of thread `t`'s prefix.
+    #[inline]
+    fn get(&self, t: u32) -> u32 {
+        match self.threads.slot(t) {
+            Some(i) => self.frontier[i],
+            None => self.run.start_of(t),
+        }
+    }
+
+    /// Raises the frontier of `u` to `to`; fails when that swallows a pattern event (the
+    /// frontier is still raised: it says how far the closure goes). Returns whether the
+    /// frontier moved.
+    #[inline]
+    fn raise(&mut self, u: u32, to: u32, why: Reach) -> Result<bool, NotPredicted> {
+        // A thread without a slot has no event in the segment, so nothing in it (a clock, a
+        // release) lies beyond its start.
+        let Some(i) = self.threads.slot(u) else {
+            return Ok(false);
+        };
+        if to <= self.frontier[i] {
+            return Ok(false);
+        }
+        self.frontier[i] = to;
+        if to > self.limit[i] {
+            return Err(NotPredicted::Reached { thread: u, by: why });
+        }
+        Ok(true)
+    }
+}
+
 impl<'r> ClosureState<'r> {
     pub fn new(run: &'r Run, max_steps: u64) -> Self {
-        let n = run.threads.len();
+        let threads = run.segment_threads();
+        let n = threads.len();
         ClosureState {
             run,
-            // A segment's closures start with the trace before it (`Run::start`): that prefix
-            // is an execution as it ran, and only the segment's events are reordered.
-            frontier: (0..n as u32).map(|t| run.start_of(t)).collect(),
-            limit: vec![u32::MAX; n],
+            prefixes: Prefixes {
+                run,
+                threads,
+                // A segment's closures start with the trace before it (`Run::start`): that
+                // prefix is an execution as it ran, and only the segment's events are
+                // reordered.
+                frontier: (0..n).map(|i| run.start_of(threads.thread(i))).collect(),
+                limit: vec![u32::MAX; n],
+            },
             receive_cursor: vec![0; n],
             acquisition_cursor: vec![0; n],
             walk: true,
@@ -150,6 +193,25 @@ impl<'r> ClosureState<'r> {
         }
     }
 
+    /// The length of thread `t`'s prefix in the closure. After a failed [`close`], the
+    /// frontier of the thread whose pattern event was reached is where the closure wanted to
+    /// go.
+    ///
+    /// [`close`]: ClosureState::close
+    pub fn frontier_of(&self, t: u32) -> u32 {
+        self.prefixes.get(t)
+    }
+
+    /// The closure reached, with a prefix length for every thread of the run.
+    pub fn into_closure(self) -> Closure {
+        let p = &self.prefixes;
+        Closure {
+            frontier: (0..self.run.threads.len() as u32)
+                .map(|t| p.get(t))
+                .collect(),
+        }
+    }
+
     /// Walking every acquisition that enters the closure costs the size of the closure;
     /// checking every contended lock each round costs the (lock, thread) pairs per round.
     /// Take the cheaper one for a closure computed once: early patterns have small closures,
@@ -157,10 +219,11 @@ impl<'r> ClosureState<'r> {
     /// its resumptions that is linear.)
     pub fn choose_strategy(&mut self) {
         let run = self.run;
-        let in_prefix: usize = (0..run.threads.len())
-            .map(|t| {
-                run.thread_acquisitions(t)
-                    .partition_point(|&a| run.acquisitions[a as usize].acquired < self.frontier[t])
+        let p = &self.prefixes;
+        let in_prefix: usize = (0..p.frontier.len())
+            .map(|i| {
+                run.thread_acquisitions(p.threads.thread(i) as usize)
+                    .partition_point(|&a| run.acquisitions[a as usize].acquired < p.frontier[i])
             })
             .sum();
         let per_round: usize = run
@@ -188,7 +251,7 @@ impl<'r> ClosureState<'r> {
         {
             for (u, v) in self.run.hb.known(clock) {
                 if u != t {
-                    raise(&mut self.frontier, &self.limit, u, v, Reach::HappensBefore)?;
+                    self.prefixes.raise(u as u32, v, Reach::HappensBefore)?;
                 }
             }
         }
@@ -199,28 +262,31 @@ impl<'r> ClosureState<'r> {
     /// closure (a race's access: its own reads-from edge is not a reason to run its writer
     /// first). It replaces the thread's previous pattern event, which must be earlier.
     pub fn exclude(&mut self, e: PatternEvent) -> Result<(), NotPredicted> {
-        let t = e.thread as usize;
-        if self.run.start_of(e.thread) > e.pos {
+        // A thread without a slot has no event in the segment: `e` is before it (or is no
+        // event of the run at all).
+        let slot = self.prefixes.threads.slot(e.thread);
+        let Some(i) = slot.filter(|_| self.run.start_of(e.thread) <= e.pos) else {
             return Err(NotPredicted::Reached {
                 thread: e.thread,
                 by: Reach::BeforeSegment,
             });
-        }
-        if self.frontier[t] > e.pos {
+        };
+        if self.prefixes.frontier[i] > e.pos {
             return Err(NotPredicted::Reached {
                 thread: e.thread,
                 by: Reach::HappensBefore,
             });
         }
-        self.limit[t] = e.pos;
-        self.frontier[t] = e.pos;
+        self.prefixes.limit[i] = e.pos;
+        self.prefixes.frontier[i] = e.pos;
         Ok(())
     }
 
     /// Runs the rules to their fixpoint; fails as soon as a pattern event would enter.
     pub fn close(&mut self) -> Result<(), NotPredicted> {
         let run = self.run;
-        let n = run.threads.len();
+        let threads = self.prefixes.threads;
+        let n = threads.len();
         let mut clock_buf = crate::hb::DecodedClock::default();
         loop {
             if self.steps > self.max_steps {
@@ -232,41 +298,36 @@ impl<'r> ClosureState<'r> {
             let mut moved = true;
             while moved {
                 moved = false;
-                for t in 0..n {
+                for i in 0..n {
+                    let t = threads.thread(i) as usize;
                     while let Some((pos, clock)) =
-                        run.hb.receive(t, self.receive_cursor[t], &mut clock_buf)
+                        run.hb.receive(t, self.receive_cursor[i], &mut clock_buf)
                     {
-                        if pos >= self.frontier[t] {
+                        if pos >= self.prefixes.frontier[i] {
                             break;
                         }
                         self.steps += 1;
                         for (u, v) in run.hb.known(clock) {
                             if u != t {
-                                moved |= raise(
-                                    &mut self.frontier,
-                                    &self.limit,
-                                    u,
-                                    v,
-                                    Reach::HappensBefore,
-                                )?;
+                                moved |= self.prefixes.raise(u as u32, v, Reach::HappensBefore)?;
                             }
                         }
-                        self.receive_cursor[t] += 1;
+                        self.receive_cursor[i] += 1;
                     }
                 }
             }
             // The lock rule.
             let mut raised = false;
             if self.walk {
-                for t in 0..n {
-                    let acquisitions = run.thread_acquisitions(t);
-                    while let Some(&a) = acquisitions.get(self.acquisition_cursor[t]) {
+                for i in 0..n {
+                    let acquisitions = run.thread_acquisitions(threads.thread(i) as usize);
+                    while let Some(&a) = acquisitions.get(self.acquisition_cursor[i]) {
                         let acq = &run.acquisitions[a as usize];
-                        if acq.acquired >= self.frontier[t] {
+                        if acq.acquired >= self.prefixes.frontier[i] {
                             break;
                         }
                         self.steps += 1;
-                        self.acquisition_cursor[t] += 1;
+                        self.acquisition_cursor[i] += 1;
                         if !self.is_dirty[acq.lock as usize] {
                             self.is_dirty[acq.lock as usize] = true;
                             self.dirty.push(acq.lock);
@@ -276,14 +337,14 @@ impl<'r> ClosureState<'r> {
                 while let Some(&lock) = self.dirty.last() {
                     self.steps += run.lock_threads[lock as usize].len() as u64;
                     // Stays dirty if the rule fails: a resumed closure checks it again.
-                    raised |= lock_rule(run, lock, &mut self.frontier, &self.limit)?;
+                    raised |= lock_rule(run, lock, &mut self.prefixes)?;
                     self.dirty.pop();
                     self.is_dirty[lock as usize] = false;
                 }
             } else {
                 for &lock in &run.contended_locks {
                     self.steps += run.lock_threads[lock as usize].len() as u64;
-                    raised |= lock_rule(run, lock, &mut self.frontier, &self.limit)?;
+                    raised |= lock_rule(run, lock, &mut self.prefixes)?;
                 }
             }
             if !raised {
@@ -298,18 +359,13 @@ impl<'r> ClosureState<'r> {
 /// writing one matters too (a read of another thread before it conflicts with it). Each
 /// conflicting pair (one writer at least) whose earlier acquisition is another thread's puts
 /// that acquisition's release in the closure. Returns whether the frontier moved.
-fn lock_rule(
-    run: &Run,
-    lock: u32,
-    frontier: &mut [u32],
-    limit: &[u32],
-) -> Result<bool, NotPredicted> {
+fn lock_rule(run: &Run, lock: u32, prefixes: &mut Prefixes) -> Result<bool, NotPredicted> {
     let threads = &run.lock_threads[lock as usize];
     let mut last: Vec<(u32, u32, Option<u32>)> = Vec::with_capacity(threads.len());
     for &t in threads {
         let list = run.pair_acquisitions_of(t, lock);
-        let inside =
-            list.partition_point(|&a| run.acquisitions[a as usize].acquired < frontier[t as usize]);
+        let f = prefixes.get(t);
+        let inside = list.partition_point(|&a| run.acquisitions[a as usize].acquired < f);
         if inside == 0 {
             continue;
         }
@@ -323,7 +379,7 @@ fn lock_rule(
     }
     let mut raised = false;
     if run.locks[lock as usize].monitor {
-        raised |= monitor_rule(run, lock, &last, frontier, limit)?;
+        raised |= monitor_rule(run, lock, &last, prefixes)?;
     }
     if last.len() < 2 {
         return Ok(raised);
@@ -344,7 +400,7 @@ fn lock_rule(
         let later_conflicting = after(&latest_write, u, a_u.seq)
             || (a_u.mode == Mode::Write && after(&latest_any, u, a_u.seq));
         if later_conflicting {
-            raised |= include_release(a_u, u, lock, frontier, limit)?;
+            raised |= include_release(a_u, u, lock, prefixes)?;
         }
     }
     Ok(raised)
@@ -378,17 +434,10 @@ fn include_release(
     acq: &Acquisition,
     u: u32,
     lock: u32,
-    frontier: &mut [u32],
-    limit: &[u32],
+    prefixes: &mut Prefixes,
 ) -> Result<bool, NotPredicted> {
     match acq.release {
-        Some(rel) => raise(
-            frontier,
-            limit,
-            u as usize,
-            rel + 1,
-            Reach::LockOrder { lock },
-        ),
+        Some(rel) => prefixes.raise(u, rel + 1, Reach::LockOrder { lock }),
         None => Err(NotPredicted::Reached {
             thread: u,
             by: Reach::NeverReleased { lock },
@@ -403,8 +452,7 @@ fn monitor_rule(
     run: &Run,
     lock: u32,
     last: &[(u32, u32, Option<u32>)],
-    frontier: &mut [u32],
-    limit: &[u32],
+    prefixes: &mut Prefixes,
 ) -> Result<bool, NotPredicted> {
     let mut raised = false;
     for &(t, a_t, _) in last {
@@ -418,32 +466,10 @@ fn monitor_rule(
             let Some(&a_u) = before.checked_sub(1).and_then(|i| list.get(i)) else {
                 continue;
             };
-            raised |= include_release(&run.acquisitions[a_u as usize], u, lock, frontier, limit)?;
+            raised |= include_release(&run.acquisitions[a_u as usize], u, lock, prefixes)?;
         }
     }
     Ok(raised)
-}
-
-/// Raises the frontier of `u` to `to`; fails when that swallows a pattern event (the frontier
-/// is still raised: it says how far the closure goes). Returns whether the frontier moved.
-fn raise(
-    frontier: &mut [u32],
-    limit: &[u32],
-    u: usize,
-    to: u32,
-    why: Reach,
-) -> Result<bool, NotPredicted> {
-    if to <= frontier[u] {
-        return Ok(false);
-    }
-    frontier[u] = to;
-    if to > limit[u] {
-        return Err(NotPredicted::Reached {
-            thread: u as u32,
-            by: why,
-        });
-    }
-    Ok(true)
 }
 
 /// The acquisitions a thread holds at the closure's frontier.
@@ -472,9 +498,7 @@ pub fn closure_before(run: &Run, events: &[PatternEvent]) -> Result<Closure, Not
     }
     state.choose_strategy();
     state.close()?;
-    Ok(Closure {
-        frontier: state.frontier,
-    })
+    Ok(state.into_closure())
 }
 
 impl Closure {

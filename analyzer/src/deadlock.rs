@@ -50,8 +50,7 @@ pub(crate) fn search_abstract_pattern(
     let mut last_reason = Reach::HappensBefore;
     loop {
         while let Some(i) = pending.pop() {
-            let t = threads[i] as usize;
-            let f = state.frontier[t];
+            let f = state.frontier_of(threads[i]);
             index[i] += components[i][index[i]..].partition_point(|o| request(o) < f);
             let Some(occurrence) = components[i].get(index[i]) else {
                 return Err(NotPredicted::Reached {
@@ -75,13 +74,7 @@ pub(crate) fn search_abstract_pattern(
                     requests: (0..k).map(|i| components[i][index[i]].1).collect(),
                 };
                 let steps = state.steps;
-                return Ok((
-                    candidate,
-                    Closure {
-                        frontier: state.frontier,
-                    },
-                    steps,
-                ));
+                return Ok((candidate, state.into_closure(), steps));
             }
             Err(e) => resume_or_fail(e, &component_of, &mut pending, &mut last_reason)?,
         }

@@ -19,7 +19,10 @@ use foresight_trace::tables::Tables;
 
 use super::annotations::Annotations;
 use super::heap::HeapBlocks;
-use super::{AcquireHow, Acquisition, IndexMap, LockModel, Mode, RankViolation, ReadRecursion};
+use super::{
+    room_as_before, AcquireHow, Acquisition, IndexMap, LockModel, Mode, RankViolation,
+    ReadRecursion, Sections,
+};
 use crate::alive::{Alive, BySlot};
 use crate::stream::{Op, StreamEvent};
 
@@ -98,7 +101,7 @@ pub(super) struct LockSections<'t> {
     pub locks: Vec<LockModel>,
     /// Per lock: the threads that acquire it.
     pub lock_threads: Vec<Vec<u32>>,
-    pub acquisitions: Vec<Acquisition>,
+    pub acquisitions: Sections,
     /// Backing store of every `held` range (also the waits').
     pub held_pool: Vec<u32>,
     /// Handed over by `pairs` when the walk ends.
@@ -123,7 +126,7 @@ pub(super) struct LockSections<'t> {
 /// What one segment's walk made of the locks ([`LockSections::cut`]).
 pub(super) struct SegmentLocks {
     pub lock_threads: Vec<Vec<u32>>,
-    pub acquisitions: Vec<Acquisition>,
+    pub acquisitions: Sections,
     pub held_pool: Vec<u32>,
     pub lists: AcquisitionLists,
     pub read_recursions: Vec<ReadRecursion>,
@@ -137,7 +140,7 @@ impl<'t> LockSections<'t> {
             index: LockIndex::default(),
             locks: Vec::new(),
             lock_threads: Vec::new(),
-            acquisitions: Vec::new(),
+            acquisitions: Sections::default(),
             held_pool: Vec::new(),
             lists: AcquisitionLists::default(),
             pairs: PairLists::default(),
@@ -382,10 +385,7 @@ impl<'t> LockSections<'t> {
             depth: 1,
             max_rank: higher_rank(below, rank.map(|r| (r, index))),
         });
-        if self.acquisitions.len() == self.acquisitions.capacity() {
-            self.make_room();
-        }
-        let (new_pair, pair) = self.pairs.push(thread, lock);
+        let (new_pair, pair) = self.pairs.push(thread, slot, lock);
         self.acquisitions.push(Acquisition {
             thread,
             lock,
@@ -458,7 +458,13 @@ impl<'t> LockSections<'t> {
     /// lock after their release; a release without its acquire in the segment finds them. The
     /// lock table, held stacks and pending requests go on.
     pub fn cut(&mut self) -> SegmentLocks {
-        let mut open: Vec<u32> = self.held.entries().flatten().map(|h| h.acq).collect();
+        // (section, the slot of its thread), by section.
+        let mut open: Vec<(u32, usize)> = self
+            .held
+            .entries()
+            .enumerate()
+            .flat_map(|(slot, held)| held.iter().map(move |h| (h.acq, slot)))
+            .collect();
         open.sort_unstable();
         let acquisitions = std::mem::take(&mut self.acquisitions);
         let lists = self.pairs.take();
@@ -473,39 +479,26 @@ impl<'t> LockSections<'t> {
             read_recursions: std::mem::take(&mut self.read_recursions),
             rank_violations: std::mem::take(&mut self.rank_violations),
         };
-        for &old in &open {
+        for &(old, slot) in &open {
             let mut a = segment.acquisitions[old as usize].clone();
             a.held = 0..0;
-            let (new_pair, pair) = self.pairs.push(a.thread, a.lock);
+            let (new_pair, pair) = self.pairs.push(a.thread, slot, a.lock);
             a.pair = pair;
             if new_pair {
                 self.lock_threads[a.lock as usize].push(a.thread);
             }
             self.acquisitions.push(a);
         }
-        let renumber = |old: u32| open.binary_search(&old).expect("an open section") as u32;
+        let renumber = |old: u32| {
+            open.binary_search_by_key(&old, |&(a, _)| a)
+                .expect("an open section") as u32
+        };
         for h in self.held.entries_mut().flatten() {
             h.acq = renumber(h.acq);
             h.max_rank = h.max_rank.map(|(r, a)| (r, renumber(a)));
         }
         self.carried = open.len() as u32;
         segment
-    }
-
-    /// Room for one more acquisition: the storage of a dropped segment's table when there is
-    /// one large enough ([`super::spare`]), taken only now, when the segment before this one
-    /// has been analysed and dropped, so that only one such table is alive at a time.
-    #[cold]
-    #[inline(never)]
-    fn make_room(&mut self) {
-        let mut spare = super::spare::take();
-        if spare.capacity() > self.acquisitions.len() {
-            spare.append(&mut self.acquisitions);
-            self.acquisitions = spare;
-        } else {
-            super::spare::give(spare);
-            self.acquisitions.reserve(1);
-        }
     }
 
     pub fn finish(mut self, annotations: &Annotations, heap: &HeapBlocks, events: u64) -> Self {
@@ -545,38 +538,68 @@ impl<'t> LockSections<'t> {
 /// not grown one per pair as the walk goes (a thread per request makes a pair per thread).
 #[derive(Default)]
 struct PairLists {
-    index: IndexMap<(u32, u32), u32>,
     /// Per lock (dense index): the thread that acquired it last and their pair's number.
     last: Vec<(u32, u32)>,
+    /// By slot of a thread alive: its first pairs of the segment, as (thread, lock, pair).
+    /// A thread's pairs are looked up only while it lives, so they are found where the thread
+    /// is, not in a map of every pair of the segment (a thread per request makes a pair per
+    /// thread: the map was the largest table of the walk after the sections and the clocks).
+    of_slot: BySlot<Vec<(u32, u32, u32)>>,
+    /// The pairs of a thread past its first [`PAIRS_BY_SLOT`].
+    more: IndexMap<(u32, u32), u32>,
+    /// Per pair, in the order they were made: its (thread, lock).
+    pairs: Vec<(u32, u32)>,
+    /// How many pairs the last segment made.
+    pairs_before: usize,
     /// Per pair: its acquisitions noted so far. (Nothing is counted by thread: a table by
     /// thread would have an entry for every thread of the trace in every segment; a thread's
     /// acquisitions are those of its pairs.)
     pair_counts: Vec<u32>,
 }
 
+/// Pairs of a thread kept by its slot and found by looking through them; more are in a map.
+const PAIRS_BY_SLOT: usize = 16;
+
 impl PairLists {
-    /// Notes an acquisition of `lock` by `thread`; returns whether the pair is new (the
-    /// thread's first acquisition of the lock in the segment) and its number.
+    /// Notes an acquisition of `lock` by `thread` (in `slot`); returns whether the pair is new
+    /// (the thread's first acquisition of the lock in the segment) and its number.
     #[inline(always)]
-    fn push(&mut self, thread: u32, lock: u32) -> (bool, u32) {
+    fn push(&mut self, thread: u32, slot: usize, lock: u32) -> (bool, u32) {
         match self.last.get(lock as usize) {
             Some(&(t, pair)) if t == thread => {
                 self.pair_counts[pair as usize] += 1;
                 (false, pair)
             }
-            _ => self.push_looked_up(thread, lock),
+            _ => self.push_looked_up(thread, slot, lock),
         }
     }
 
     #[inline(never)]
-    fn push_looked_up(&mut self, thread: u32, lock: u32) -> (bool, u32) {
-        let next = self.index.len() as u32;
-        let (new, pair) = match self.index.entry((thread, lock)) {
-            std::collections::hash_map::Entry::Occupied(e) => (false, *e.get()),
-            std::collections::hash_map::Entry::Vacant(e) => {
-                e.insert(next);
+    fn push_looked_up(&mut self, thread: u32, slot: usize, lock: u32) -> (bool, u32) {
+        let mine = self.of_slot.get_mut(slot);
+        // The slot's pairs are of its thread before, if it had one.
+        if mine.first().is_some_and(|&(t, _, _)| t != thread) {
+            mine.clear();
+        }
+        let found = match mine.iter().find(|&&(_, l, _)| l == lock) {
+            Some(&(_, _, pair)) => Some(pair),
+            None if mine.len() == PAIRS_BY_SLOT => self.more.get(&(thread, lock)).copied(),
+            None => None,
+        };
+        let (new, pair) = match found {
+            Some(pair) => (false, pair),
+            None => {
+                let pair = self.pairs.len() as u32;
+                room_as_before(&mut self.pairs, self.pairs_before);
+                room_as_before(&mut self.pair_counts, self.pairs_before);
+                self.pairs.push((thread, lock));
                 self.pair_counts.push(0);
-                (true, next)
+                if mine.len() < PAIRS_BY_SLOT {
+                    mine.push((thread, lock, pair));
+                } else {
+                    self.more.insert((thread, lock), pair);
+                }
+                (true, pair)
             }
         };
         self.pair_counts[pair as usize] += 1;
@@ -592,15 +615,22 @@ impl PairLists {
     /// are made from; starts afresh.
     fn take(&mut self) -> AcquisitionLists {
         self.last.clear();
-        // Sorted in a vector for the segment's readers: 12 bytes a pair where the map the walk
-        // looks them up in takes about twice that (a pair per thread of the segment in a
-        // thread-per-request program).
-        let mut pairs: Vec<((u32, u32), u32)> =
-            std::mem::take(&mut self.index).into_iter().collect();
-        pairs.sort_unstable();
+        for mine in self.of_slot.entries_mut() {
+            mine.clear();
+        }
+        self.more.clear();
+        self.pairs_before = self.pairs.len();
+        let mut pairs = std::mem::take(&mut self.pairs);
+        pairs.shrink_to_fit();
+        let mut pair_counts = std::mem::take(&mut self.pair_counts);
+        pair_counts.shrink_to_fit();
+        // The segment's readers find a pair by (thread, lock): its numbers in that order.
+        let mut by_key: Vec<u32> = (0..pairs.len() as u32).collect();
+        by_key.sort_unstable_by_key(|&p| pairs[p as usize]);
         AcquisitionLists {
             pairs,
-            pair_counts: std::mem::take(&mut self.pair_counts),
+            by_key,
+            pair_counts,
             built: std::sync::OnceLock::new(),
         }
     }
@@ -628,8 +658,10 @@ fn starts_of(mut counts: Vec<u32>) -> Vec<u32> {
 /// and its allocation for each of the 10^5 threads of a thread-per-request program.
 #[derive(Debug, Default)]
 pub(crate) struct AcquisitionLists {
-    /// (thread, lock) → its pair number, sorted.
-    pairs: Vec<((u32, u32), u32)>,
+    /// Per pair number: its (thread, lock).
+    pairs: Vec<(u32, u32)>,
+    /// The pair numbers by (thread, lock).
+    by_key: Vec<u32>,
     pair_counts: Vec<u32>,
     built: std::sync::OnceLock<BuiltLists>,
 }
@@ -646,7 +678,7 @@ struct BuiltLists {
 }
 
 impl AcquisitionLists {
-    fn built(&self, acquisitions: &[Acquisition]) -> &BuiltLists {
+    fn built(&self, acquisitions: &Sections) -> &BuiltLists {
         self.built.get_or_init(|| {
             // The pairs' numbers hold when the walk noted every acquisition; a run put
             // together by hand (tests) noted none, and its threads are read from the
@@ -654,7 +686,7 @@ impl AcquisitionLists {
             let noted =
                 self.pair_counts.iter().map(|&c| c as usize).sum::<usize>() == acquisitions.len();
             let mut threads: Vec<u32> = if noted {
-                self.pairs.iter().map(|&((t, _), _)| t).collect()
+                self.pairs.iter().map(|&(t, _)| t).collect()
             } else {
                 acquisitions.iter().map(|a| a.thread).collect()
             };
@@ -664,10 +696,8 @@ impl AcquisitionLists {
             // Each pair's thread, by its place in `threads`: one look-up per pair, not per
             // acquisition.
             let mut pair_thread = vec![0u32; if noted { self.pair_counts.len() } else { 0 }];
-            for &((t, _), p) in &self.pairs {
-                if let Some(o) = pair_thread.get_mut(p as usize) {
-                    *o = ordinal(t) as u32;
-                }
+            for (o, &(t, _)) in pair_thread.iter_mut().zip(&self.pairs) {
+                *o = ordinal(t) as u32;
             }
             let thread_of = |a: &Acquisition| match pair_thread.get(a.pair as usize) {
                 Some(&o) if noted => o as usize,
@@ -706,7 +736,7 @@ impl AcquisitionLists {
 
     /// The acquisitions of thread `t` (indices into `acquisitions`, the segment's), in
     /// program order.
-    pub(crate) fn of_thread<'a>(&'a self, acquisitions: &[Acquisition], t: usize) -> &'a [u32] {
+    pub(crate) fn of_thread<'a>(&'a self, acquisitions: &Sections, t: usize) -> &'a [u32] {
         let b = self.built(acquisitions);
         let Ok(o) = u32::try_from(t).map_or(Err(0), |t| b.threads.binary_search(&t)) else {
             return &[];
@@ -720,15 +750,15 @@ impl AcquisitionLists {
     /// The acquisitions of `lock` by `thread`, in program order, if it has any.
     pub(crate) fn of_pair<'a>(
         &'a self,
-        acquisitions: &[Acquisition],
+        acquisitions: &Sections,
         thread: u32,
         lock: u32,
     ) -> Option<&'a [u32]> {
         let i = self
-            .pairs
-            .binary_search_by_key(&(thread, lock), |&(k, _)| k)
+            .by_key
+            .binary_search_by_key(&(thread, lock), |&p| self.pairs[p as usize])
             .ok()?;
-        let g = self.pairs[i].1 as usize;
+        let g = self.by_key[i] as usize;
         let b = self.built(acquisitions);
         Some(&b.by_pair[b.pair_starts[g] as usize..b.pair_starts[g + 1] as usize])
     }
@@ -754,9 +784,9 @@ mod tests {
     #[test]
     fn a_threads_acquisitions_are_grouped_from_its_pairs_whatever_its_index() {
         let mut pairs = PairLists::default();
-        let mut acquisitions = Vec::new();
+        let mut acquisitions = Sections::default();
         for (thread, lock) in [(70_000, 0), (3, 0), (70_000, 1), (70_000, 0), (3, 1)] {
-            let (_, pair) = pairs.push(thread, lock);
+            let (_, pair) = pairs.push(thread, thread as usize % 2, lock);
             acquisitions.push(acquisition(thread, lock, pair));
         }
         let lists = pairs.take();
@@ -771,6 +801,35 @@ mod tests {
         let by_hand = AcquisitionLists::default();
         assert_eq!(by_hand.of_thread(&acquisitions, 70_000), &[0, 2, 3]);
         assert_eq!(by_hand.of_thread(&acquisitions, 3), &[1, 4]);
+    }
+
+    #[test]
+    fn a_pair_is_found_again_past_the_pairs_kept_by_slot_and_not_for_the_slots_next_thread() {
+        let mut pairs = PairLists::default();
+        let locks = 3 * PAIRS_BY_SLOT as u32;
+        let made: Vec<u32> = (0..locks).map(|l| pairs.push(5, 0, l).1).collect();
+        assert_eq!(made, (0..locks).collect::<Vec<_>>());
+        // Thread 6 takes every lock in between, so that thread 5 is not the last holder.
+        for l in 0..locks {
+            pairs.push(6, 1, l);
+        }
+        for l in (0..locks).rev() {
+            assert_eq!(pairs.push(5, 0, l), (false, l), "lock {l}");
+        }
+        // Thread 7 takes slot 0 after thread 5: its pairs are its own.
+        assert_eq!(pairs.push(7, 0, 0), (true, 2 * locks));
+        assert_eq!(pairs.push(6, 1, 0), (false, locks));
+        assert_eq!(pairs.push(7, 0, 0), (false, 2 * locks));
+        let lists = pairs.take();
+        assert_eq!(lists.pairs.len(), 2 * locks as usize + 1);
+        let keys: Vec<(u32, u32)> = lists
+            .by_key
+            .iter()
+            .map(|&p| lists.pairs[p as usize])
+            .collect();
+        assert!(keys.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(lists.pair_counts[0], 2);
+        assert_eq!(lists.pair_counts[2 * locks as usize], 2);
     }
 
     #[test]

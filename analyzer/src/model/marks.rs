@@ -24,6 +24,7 @@ use std::sync::{Arc, OnceLock};
 use foresight_trace::event::{AtomicOp, EventKind, WaitOutcome};
 use foresight_trace::ThreadId;
 
+use super::Starts;
 use crate::stream::{Op, StreamEvent};
 
 /// Accesses of a segment whose bytes are kept (24 bytes each); past it only the marks are,
@@ -99,13 +100,12 @@ impl ThreadMarks {
 }
 
 impl AccessMarks {
-    /// Marks for `threads` threads, each starting at position `start[t]` (0 when `start` is
-    /// empty).
-    pub(crate) fn new(threads: usize, start: &[u32]) -> Self {
+    /// Marks for `threads` threads, thread `t` starting at position `start(t)`.
+    pub(crate) fn new(threads: usize, start: impl Fn(usize) -> u32) -> Self {
         AccessMarks {
             threads: (0..threads)
                 .map(|t| ThreadMarks {
-                    base: start.get(t).copied().unwrap_or(0),
+                    base: start(t),
                     ..ThreadMarks::default()
                 })
                 .collect(),
@@ -166,7 +166,7 @@ impl AccessMarks {
 
     /// Hands the marks so far over and starts afresh where each thread has reached (`seen`).
     pub(crate) fn cut(&mut self, seen: &[u32]) -> AccessMarks {
-        let fresh = AccessMarks::new(self.threads.len(), seen);
+        let fresh = AccessMarks::new(self.threads.len(), |t| seen.get(t).copied().unwrap_or(0));
         std::mem::replace(self, fresh)
     }
 
@@ -371,9 +371,9 @@ struct Later {
     source: Arc<dyn MarksSource>,
     /// The walk's dense threads (the table every segment's run shares).
     threads: crate::model::ThreadIds,
-    /// Per dense thread, where the segment starts (empty: at 0) and ends: the tables the
-    /// segment's run and its neighbours share.
-    start: Arc<Vec<u32>>,
+    /// Per dense thread, where the segment starts and ends: the tables the segment's run
+    /// shares.
+    start: Arc<Starts>,
     end: Arc<Vec<u32>>,
 }
 
@@ -400,7 +400,7 @@ impl SegmentMarks {
     pub(crate) fn read_later(
         source: Arc<dyn MarksSource>,
         threads: crate::model::ThreadIds,
-        start: Arc<Vec<u32>>,
+        start: Arc<Starts>,
         end: Arc<Vec<u32>>,
     ) -> Self {
         SegmentMarks {
@@ -425,10 +425,12 @@ impl SegmentMarks {
 
 impl Later {
     fn read(&self) -> AccessMarks {
-        let mut marks = AccessMarks::new(self.threads.len(), &self.start);
+        let end = |t: usize| self.end.get(t).copied().unwrap_or(0);
+        let start = |t: usize| self.start.of(t as u32, end(t));
+        let mut marks = AccessMarks::new(self.threads.len(), start);
         for (t, id) in self.threads.iter().enumerate() {
-            let from = self.start.get(t).copied().unwrap_or(0);
-            let to = self.end.get(t).copied().unwrap_or(0);
+            let from = start(t);
+            let to = end(t);
             if from >= to {
                 continue;
             }
@@ -568,7 +570,7 @@ mod tests {
         let stream = Stream::new([10, 11], BarrierGenerations::default());
         // The segment: thread 0 from 3 to 20, thread 1 from 5 to its end.
         let (start, end) = (vec![3u32, 5], vec![20u32, kinds.len() as u32]);
-        let mut kept = AccessMarks::new(2, &start);
+        let mut kept = AccessMarks::new(2, |t| start[t]);
         for (t, (_, events)) in threads.iter().enumerate() {
             for (pos, &kind) in events.iter().enumerate() {
                 let pos = pos as u32;
@@ -586,7 +588,7 @@ mod tests {
         let later = SegmentMarks::read_later(
             Arc::new(Events(threads)),
             unnamed(&[10, 11]),
-            start.into(),
+            Arc::new(Starts::of_segment(vec![(1, 5), (0, 3)])),
             end.into(),
         );
         let read = later.get();
@@ -639,7 +641,7 @@ mod tests {
 
     #[test]
     fn reads_see_writes_only_of_the_bytes_they_touch() {
-        let mut m = AccessMarks::new(2, &[]);
+        let mut m = AccessMarks::new(2, |_| 0);
         m.handle(&access(0, 0, false, 0x100)); // thread 0 reads 0x100..0x104
         m.handle(&access(0, 1, false, 0x200));
         m.handle(&access(1, 0, true, 0x104)); // thread 1 writes next to it

@@ -50,9 +50,10 @@ mod locks;
 mod marks;
 mod monitors;
 mod pending;
+mod sections;
+mod segment_threads;
 mod senders;
 mod signals;
-mod spare;
 mod waits;
 
 use annotations::Annotations;
@@ -66,6 +67,8 @@ pub(crate) use marks::{AccessMarks, SegmentMarks};
 pub use monitors::MonitorScan;
 use pending::PendingCalls;
 pub(crate) use pending::{Blocking, PendingCall, RunEnd};
+pub use sections::{Iter as SectionsIter, Sections};
+pub(crate) use segment_threads::SegmentThreads;
 pub(crate) use senders::Handoffs;
 use senders::Senders;
 pub(crate) use signals::SignalContexts;
@@ -383,7 +386,7 @@ pub struct Run {
     /// The lock objects, by dense lock index.
     pub locks: Vec<LockModel>,
     /// Every critical section; the lock graph and the analyses name them by index here.
-    pub acquisitions: Vec<Acquisition>,
+    pub acquisitions: Sections,
     /// Backing store of every `held` range.
     pub(crate) held_pool: Vec<u32>,
     /// Per thread and per (thread, lock): acquisition indices in program order
@@ -422,12 +425,13 @@ pub struct Run {
     /// whole trace, every thread from 0). Every closure starts there: the trace up to the
     /// segment is an execution as it ran, and only the segment's events are reordered
     /// (`closure.rs`, `walk`).
-    /// Shared with the previous segment's run, whose end it is.
-    pub(crate) start: Arc<Vec<u32>>,
+    pub(crate) start: Arc<Starts>,
     /// Per thread whose exit is in the trace up to this run's end: how many events it
     /// recorded, all of them. A witness counts the threads it runs whole instead of listing
     /// each (`describe::witness_threads`).
     pub(crate) lives: Lives,
+    /// The threads the closures keep state for, found when the first closure asks.
+    segment_threads: std::sync::OnceLock<SegmentThreads>,
     /// The first `carried` acquisitions were open when the segment started (their request and
     /// acquire are in an earlier segment, their lock-order edges counted there).
     pub(crate) carried: u32,
@@ -486,6 +490,40 @@ impl Lives {
     }
 }
 
+/// Where a segment starts in each thread: at its first event in the segment, or, for a thread
+/// without one, where it ends ([`Lives`]). Only the threads with events in the segment are
+/// listed (the walk notes each at its first event there): a thread per request makes a few
+/// thousand of those a segment, against 10^5 threads ever created, and a position per thread
+/// ever created, kept by the walk beside the one it counts on, was 0.4 MB of its peak.
+#[derive(Debug, Default)]
+pub(crate) struct Starts {
+    /// Not a segment: every thread starts at 0.
+    segment: bool,
+    /// (thread, position), by thread.
+    at: Vec<(u32, u32)>,
+}
+
+impl Starts {
+    /// A segment's starts, from its threads' first events (in any order).
+    fn of_segment(mut at: Vec<(u32, u32)>) -> Self {
+        at.sort_unstable();
+        Starts { segment: true, at }
+    }
+
+    /// Where the segment starts in thread `t`, whose events in the trace up to the segment's
+    /// end are `end`.
+    #[inline]
+    pub(crate) fn of(&self, t: u32, end: u32) -> u32 {
+        if !self.segment {
+            return 0;
+        }
+        match self.at.binary_search_by_key(&t, |&(u, _)| u) {
+            Ok(i) => self.at[i].1,
+            Err(_) => end,
+        }
+    }
+}
+
 /// A lock-order edge seen before the flight recorder's window: a thread holding `held`
 /// requested `lock` (both dense lock indices), `count` times.
 #[derive(Clone, Debug)]
@@ -523,12 +561,6 @@ impl WindowInfo {
                 .count(),
             snapshot_signal: tables.snapshot_signal(),
         })
-    }
-}
-
-impl Drop for Run {
-    fn drop(&mut self) {
-        spare::give(std::mem::take(&mut self.acquisitions));
     }
 }
 
@@ -579,13 +611,29 @@ impl Run {
 
     /// The run is one segment of its trace, not the whole trace.
     pub(crate) fn segmented(&self) -> bool {
-        self.segment > 0 || !self.start.is_empty() || self.segments_follow
+        self.segment > 0 || self.start.segment || self.segments_follow
     }
 
     /// Where the segment starts in thread `t` (0 for a whole trace).
     #[inline]
     pub(crate) fn start_of(&self, t: u32) -> u32 {
-        self.start.get(t as usize).copied().unwrap_or(0)
+        let end = self.lives.ends.get(t as usize).copied().unwrap_or(0);
+        self.start.of(t, end)
+    }
+
+    /// Whether thread `t` has events in this run's segment (true when the run does not know
+    /// where its threads end: a run put together by hand).
+    pub(crate) fn has_events_in_segment(&self, t: u32) -> bool {
+        self.lives
+            .ends
+            .get(t as usize)
+            .is_none_or(|&end| end > self.start_of(t))
+    }
+
+    /// The threads the segment's closures keep state for ([`SegmentThreads`]).
+    pub(crate) fn segment_threads(&self) -> &SegmentThreads {
+        self.segment_threads
+            .get_or_init(|| SegmentThreads::of(self))
     }
 
     /// Thread `t`'s events, when the trace up to this run's end has every one of them (it
@@ -605,6 +653,18 @@ impl Run {
             Some(name) => std::borrow::Cow::Borrowed(name),
             None => std::borrow::Cow::Owned(format!("thread-{}", self.threads.id(t as usize))),
         }
+    }
+}
+
+/// Room for a segment's buffer that the last segment filled to `last`: once the buffer holds
+/// its first few items (those pushed at a cut, while the last segment's run is still being
+/// analysed), it is made as large as that and a sixteenth more in one step, rather than grown
+/// by doubling from nothing (up to half of a doubled buffer is unused at the segment's end,
+/// where the walk's heap peaks).
+#[inline]
+pub(crate) fn room_as_before<T>(buf: &mut Vec<T>, last: usize) {
+    if buf.len() == buf.capacity() && buf.len() >= 64 && buf.capacity() < last {
+        buf.reserve_exact(last + last / 16 - buf.len());
     }
 }
 
@@ -817,6 +877,7 @@ impl Pass for Segmented<'_, '_, '_, '_> {
         if ev.pos == 0 {
             self.thread_starts();
         }
+        self.model.touch(ev.thread, ev.pos);
         self.handle_one(ev);
         self.in_segment += 1;
     }
@@ -850,6 +911,9 @@ impl Pass for Segmented<'_, '_, '_, '_> {
                     self.cut();
                 }
                 n = n.min(usize::try_from(self.every - self.in_segment).unwrap_or(usize::MAX));
+            }
+            if n > 0 {
+                self.model.touch(thread, first + done as u32);
             }
             for (i, ev) in events[done..done + n].iter().enumerate() {
                 let pos = first + (done + i) as u32;
@@ -970,9 +1034,15 @@ pub struct ModelPass<'t> {
     /// Per thread, events seen so far: where the next segment starts (empty while a segment
     /// cut off is analysed).
     seen: Vec<u32>,
-    /// Where the current segment starts (empty before the first cut): the end of the segment
-    /// before it.
-    start: Arc<Vec<u32>>,
+    /// The positions of `seen` at the last cut, held by that segment's run while it is
+    /// analysed, and taken back when the walk resumes.
+    cut_at: Option<Arc<Vec<u32>>>,
+    /// Bit `t % 64` of word `t / 64`: thread `t` has had an event in the current segment, at
+    /// the position `touched_at` gives (`Starts`).
+    touched: Vec<u64>,
+    touched_at: Vec<(u32, u32)>,
+    /// How many threads the last segment had events of.
+    touched_before: usize,
     /// Segments handed out so far.
     segments: usize,
     /// Named once, shared by every segment's run.
@@ -1009,7 +1079,10 @@ impl<'t> ModelPass<'t> {
             race_memory: crate::races::DEFAULT_MEMORY_MIB << 20,
             race_pass: true,
             seen: vec![0; n],
-            start: Arc::default(),
+            cut_at: None,
+            touched: vec![0; n.div_ceil(64)],
+            touched_at: Vec::new(),
+            touched_before: 0,
             segments: 0,
             sites: None,
             object_names: None,
@@ -1179,6 +1252,53 @@ impl ModelPass<'_> {
         self.locks.lock_released(s, lock, pos);
     }
 
+    /// Thread `t`'s event at `pos` is in the current segment: the segment starts there in it
+    /// unless an earlier one was.
+    #[inline(always)]
+    fn touch(&mut self, t: u32, pos: u32) {
+        let (w, bit) = ((t / 64) as usize, 1u64 << (t % 64));
+        if self.touched.len() <= w {
+            self.touched.resize(w + 1, 0);
+        }
+        if self.touched[w] & bit == 0 {
+            self.touched[w] |= bit;
+            room_as_before(&mut self.touched_at, self.touched_before);
+            self.touched_at.push((t, pos));
+        }
+    }
+
+    /// Where the current segment starts, taken for its run; the next one's will be noted.
+    fn take_starts(&mut self, whole: bool) -> Starts {
+        if whole {
+            // Never cut: the trace whole, every thread from 0.
+            self.touched_at.clear();
+            return Starts::default();
+        }
+        for &(t, _) in &self.touched_at {
+            self.touched[(t / 64) as usize] &= !(1u64 << (t % 64));
+        }
+        self.touched_before = self.touched_at.len();
+        let mut at = std::mem::take(&mut self.touched_at);
+        at.shrink_to_fit();
+        Starts::of_segment(at)
+    }
+
+    /// Where the current segment starts in thread `t`, as far as the walk has gone.
+    fn segment_start_now(&self, t: u32) -> u32 {
+        let touched = self
+            .touched
+            .get((t / 64) as usize)
+            .is_some_and(|w| w >> (t % 64) & 1 == 1);
+        let seen = self.seen.get(t as usize).copied().unwrap_or(0);
+        if !touched {
+            return seen;
+        }
+        self.touched_at
+            .iter()
+            .find(|&&(u, _)| u == t)
+            .map_or(seen, |&(_, pos)| pos)
+    }
+
     /// Thread `t` has been seen up to position `next` (excluded): where the next segment
     /// starts in it.
     #[inline(always)]
@@ -1196,7 +1316,10 @@ impl ModelPass<'_> {
         self.heap.handle(ev);
         if self.keep_marks {
             if self.marks.unmade() {
-                self.marks = AccessMarks::new(self.threads.len(), &self.start);
+                let starts: Vec<u32> = (0..self.threads.len() as u32)
+                    .map(|t| self.segment_start_now(t))
+                    .collect();
+                self.marks = AccessMarks::new(self.threads.len(), |t| starts[t]);
             }
             self.marks.handle(ev);
         }
@@ -1227,10 +1350,10 @@ impl Pass for ModelPass<'_> {
 
     fn finish(mut self) -> Run {
         let earlier = self.earlier_edges();
-        // The positions themselves, not a copy: the walk takes them back at `resume`.
         let end = Arc::new(std::mem::take(&mut self.seen));
         let lives = Lives::new(end.clone(), self.pending.exited());
-        let marks = self.segment_marks(&end);
+        let start = Arc::new(self.take_starts(self.segments == 0));
+        let marks = self.segment_marks(&start, &end);
         // The threads' end needs their slots (held by the lock sections) before `finish`
         // takes the sections.
         let run_end = self.pending.finish(
@@ -1273,7 +1396,7 @@ impl Pass for ModelPass<'_> {
             &mut self.sites,
             &mut self.object_names,
             &self.annotations,
-            std::mem::take(&mut self.start),
+            start,
             self.segments,
             parts,
         );
@@ -1305,7 +1428,9 @@ impl<'t> ModelPass<'t> {
         let earlier = self.earlier_edges();
         // The positions themselves, not a copy: the walk takes them back at `resume`.
         let end = Arc::new(std::mem::take(&mut self.seen));
+        self.cut_at = Some(end.clone());
         let lives = Lives::new(end.clone(), self.pending.exited());
+        let start = Arc::new(self.take_starts(false));
         let carried_here = self.locks.carried;
         let segment = self.locks.cut();
         let parts = RunParts {
@@ -1317,10 +1442,9 @@ impl<'t> ModelPass<'t> {
             blocking: self.blocking.cut(),
             signal_contexts: self.signals.cut(),
             senders: self.senders.cut(),
-            marks: self.segment_marks(&end),
+            marks: self.segment_marks(&start, &end),
             end: RunEnd::default(),
         };
-        let start = std::mem::replace(&mut self.start, end);
         let mut run = Self::assemble(
             self.tables,
             &self.wrappers,
@@ -1343,17 +1467,20 @@ impl<'t> ModelPass<'t> {
 
     /// The walk goes on after a cut: where it stands, from the segment's end.
     fn resume(&mut self) {
-        self.seen = self.start.to_vec();
+        // The segment's run is dropped by now: the positions are the walk's again, uncopied.
+        if let Some(end) = self.cut_at.take() {
+            self.seen = Arc::try_unwrap(end).unwrap_or_else(|shared| shared.to_vec());
+        }
     }
 
     /// The marks of the segment that ends here (at `end`): those the walk kept, or where to
     /// read them.
-    fn segment_marks(&mut self, end: &Arc<Vec<u32>>) -> SegmentMarks {
+    fn segment_marks(&mut self, start: &Arc<Starts>, end: &Arc<Vec<u32>>) -> SegmentMarks {
         match &self.marks_source {
             Some(source) if self.race_memory != 0 => SegmentMarks::read_later(
                 source.clone(),
                 self.threads.clone(),
-                self.start.clone(),
+                start.clone(),
                 end.clone(),
             ),
             _ => SegmentMarks::kept(self.marks.cut(end)),
@@ -1394,7 +1521,7 @@ impl<'t> ModelPass<'t> {
         sites_cache: &mut Option<Arc<HashMap<SiteId, Location>>>,
         names_cache: &mut Option<Arc<HashMap<ObjectId, String>>>,
         annotations: &Annotations,
-        start: Arc<Vec<u32>>,
+        start: Arc<Starts>,
         segment_index: usize,
         parts: RunParts,
     ) -> Run {
@@ -1468,6 +1595,7 @@ impl<'t> ModelPass<'t> {
             recording: crate::recording::RecordingFacts::of(tables),
             start,
             lives: Lives::default(),
+            segment_threads: std::sync::OnceLock::new(),
             carried,
             segment: segment_index,
             segments_follow: false,

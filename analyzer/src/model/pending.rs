@@ -75,8 +75,10 @@ pub(crate) struct RunEnd {
     /// Per thread: its end state, for a thread that had not exited in a trace completed by a
     /// recorder of format 1.4 or later (none for an older trace or one cut short).
     pub(crate) states: Vec<Option<ThreadEndState>>,
-    /// Per thread: the innermost blocking call without an outcome at the end of its events.
-    pub(crate) pending: Vec<Option<PendingCall>>,
+    /// The threads with a blocking call without an outcome at the end of their events, and
+    /// the innermost such call, by thread: a few threads of the many a program may have
+    /// created ([`RunEnd::pending_of`]).
+    pending: Vec<(u32, PendingCall)>,
     /// Per thread: it has a `thread-exit`.
     pub(crate) exited: Vec<bool>,
     /// The thread running each once routine that had not ended, by once object.
@@ -94,6 +96,14 @@ pub(crate) struct RunEnd {
     /// The recorded process (its pid, and when recording started), from the trace's header:
     /// what the trace of a program it executed has too.
     pub(crate) process: Option<(u32, u64)>,
+}
+
+impl RunEnd {
+    /// The innermost blocking call of thread `t` without an outcome at the end of its events.
+    pub(crate) fn pending_of(&self, t: u32) -> Option<&PendingCall> {
+        let i = self.pending.binary_search_by_key(&t, |&(u, _)| u).ok()?;
+        Some(&self.pending[i].1)
+    }
 }
 
 pub(super) struct PendingCalls {
@@ -272,9 +282,10 @@ impl PendingCalls {
                 .map(|id| tables.thread_ends.get(&id).copied())
                 .collect(),
             pending: (0..alive.threads())
-                .map(|t| {
+                .filter_map(|t| {
                     let s = alive.get(t)?;
-                    self.open.get(s).and_then(|o| o.last().copied())
+                    let call = self.open.get(s).and_then(|o| o.last().copied())?;
+                    Some((t as u32, call))
                 })
                 .collect(),
             exited: (0..alive.threads())

@@ -68,7 +68,7 @@ impl<'r> Graph<'r> {
     fn blocked(&self, t: u32) -> Option<&'r PendingCall> {
         let end = &self.run.end;
         match end.states.get(t as usize).copied().flatten() {
-            Some(ThreadEndState::Blocked) => end.pending.get(t as usize)?.as_ref(),
+            Some(ThreadEndState::Blocked) => end.pending_of(t),
             _ => None,
         }
     }
