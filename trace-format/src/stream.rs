@@ -60,9 +60,9 @@ use crate::reader::{
     check_events_payload, keep_first_shrink, limit_reference_reports, ReferenceCheck, Trace,
     MAX_REFERENCE_REPORTS,
 };
-use crate::scan::{payload_read_problem, scan, ChunkLoc};
+use crate::scan::{payload_read_problem, read_table_records, scan, ChunkLoc};
 use crate::source::{ReadFailure, Source};
-use crate::tables::{Header, Tables, Trailer};
+use crate::tables::{Header, TableRecord, Tables, Trailer};
 use crate::varint;
 
 /// How many events a cursor decodes at a time. Decoding in batches keeps the decoder's loop
@@ -518,6 +518,20 @@ impl TraceStream {
     /// report them ([`crate::tables::ThreadTable::forget_details`]): 8 bytes a thread.
     pub fn forget_thread_details(&mut self) {
         self.tables.threads.forget_details();
+    }
+
+    /// Adds `records` to the tables as if they were table chunks at the end of the file, after
+    /// every chunk it has (`Tables::add_records`): what a symbolisation pass would append
+    /// (`foresight_symbols::symbol_records`), without writing the file. Their problems, if any,
+    /// are reported at the file's end.
+    pub fn add_table_records(&mut self, records: &[TableRecord]) {
+        let file_len = self.file_len;
+        let problems = self.tables.add_records(records);
+        self.problems.extend(problems.into_iter().map(|mut p| {
+            p.offset = p.offset.saturating_add(file_len);
+            p
+        }));
+        self.refs = ReferenceCheck::new(&self.tables);
     }
 
     /// The trailer, when the trace ended cleanly.
@@ -2018,6 +2032,28 @@ impl Iterator for ThreadStream<'_> {
             self.cursor.chunks = ChunkList::default();
             None
         }
+    }
+}
+
+impl Tables {
+    /// Reads `records` into the tables as the reader reads table records after every chunk
+    /// it read before (what a symbolisation pass appends to a file): a later symbol or data
+    /// variable record replaces an earlier one of its frame or address, a string, data type,
+    /// thread, object, site or module of an id already defined is a problem (its offset counted
+    /// from the first record's) and left out. The records go through the file's encoding, so
+    /// the tables are those a reader of the file with the records appended would have.
+    pub fn add_records(&mut self, records: &[TableRecord]) -> Vec<Problem> {
+        let mut payload = Vec::new();
+        let mut w = crate::writer::TableWriter::new();
+        for r in records {
+            w.push(r);
+        }
+        w.flush_into(|chunk| payload.extend_from_slice(&chunk[crate::frame::CHUNK_HEADER_LEN..]));
+        let mut problems = Vec::new();
+        read_table_records(&payload, 0, true, self, &mut problems);
+        self.threads.finish();
+        self.access_counts.finish();
+        problems
     }
 }
 
