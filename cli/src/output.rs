@@ -34,8 +34,8 @@ pub fn open_file(path: &Path, options: StreamOptions) -> anyhow::Result<TraceStr
     }
 }
 
-/// [`open_file`] for an analysis, which reads each event once: a trace that was not symbolised
-/// ([`needs_symbols`]) gets the symbols of its frames in memory (`symbol_records`: its tables
+/// [`open_file`] for an analysis, which reads each event once: a complete trace that was not
+/// symbolised ([`needs_symbols`]) gets the symbols of its frames in memory (`symbol_records`: its tables
 /// and the modules' symbols, no event, no copy of the file), and what names its static data
 /// afterwards, for the accesses the findings hold (`foresight_symbols::StaticData`), as the
 /// symbolised copy of [`open_file`] would have named them.
@@ -49,6 +49,13 @@ pub fn open_for_analysis(
     let mut stream = TraceStream::open_with(path, options)?;
     if !needs_symbols(&stream) {
         return Ok((stream, None));
+    }
+    // A trace cut short or damaged is read through the symbolised copy, as every command reads
+    // it: appending to it drops an incomplete last chunk and moves the end that the
+    // problems of a missing trailer name, which the report shows.
+    if stream.trailer().is_none() || !stream.scan_problems().is_empty() {
+        drop(stream);
+        return Ok((open_file(path, options)?, None));
     }
     let opts = symbolize_options();
     let Ok((records, summary)) = foresight_symbols::symbol_records(path, stream.tables(), &opts)
