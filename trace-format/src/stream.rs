@@ -2069,6 +2069,55 @@ mod tests {
         (TraceStream::from_bytes(name, bytes).unwrap(), expected)
     }
 
+    /// Records added to a stream's tables read as they would appended to its file: a static
+    /// variable then names an access, a later variable record of the same address replaces the
+    /// earlier one, a second string of an id is a problem reported at the file's end.
+    #[test]
+    fn records_added_to_the_tables_read_as_appended_ones() {
+        use crate::tables::{DataVariable, ModuleInfo, StringEntry};
+        let bytes = TraceBuilder::new("t").finish();
+        let len = bytes.len() as u64;
+        let mut stream = TraceStream::from_bytes("t", bytes).unwrap();
+        let string = |id, text: &str| {
+            TableRecord::String(StringEntry {
+                id,
+                text: text.into(),
+            })
+        };
+        let variable = |name, size| {
+            TableRecord::DataVariable(DataVariable {
+                module: 7,
+                offset: 0x10,
+                size,
+                name,
+                file: None,
+                line: 3,
+                ty: None,
+            })
+        };
+        stream.add_table_records(&[
+            string(900, "/bin/prog"),
+            TableRecord::Module(ModuleInfo {
+                id: 7,
+                path: 900,
+                build_id: Vec::new(),
+                base: 0x1000,
+                size: 0x100,
+            }),
+            string(901, "counter"),
+            variable(901, 4),
+        ]);
+        let named = |s: &TraceStream| s.tables().data_symbol(0x1012, 1).map(|d| d.name);
+        assert_eq!(named(&stream).as_deref(), Some("counter+0x2"));
+        let problems = stream.scan_problems().len();
+        stream.add_table_records(&[string(901, "other"), string(902, "total"), variable(902, 8)]);
+        assert_eq!(named(&stream).as_deref(), Some("total+0x2"));
+        assert_eq!(stream.tables().string(901), Some("counter"));
+        let new = &stream.scan_problems()[problems..];
+        assert_eq!(new.len(), 1, "{new:?}");
+        assert!(new[0].offset >= len);
+    }
+
     /// Threads that start in the reverse order of their ids, and two at the same time: the
     /// list of waiting threads gives their first events in the merged order all the same.
     #[test]
