@@ -23,6 +23,11 @@
 //! trailer, appends table chunks and writes the trailer again. Frames that already have a
 //! symbol, and variables that already have a record, are left alone, so running it twice
 //! appends nothing the second time.
+//!
+//! A reader that decodes the events anyway (`foresight analyze` of a trace recorded with
+//! `--no-symbolize`) need not pay for that pass: [`symbol_records`] gives the frames' records
+//! alone, to add to the tables it read, and [`StaticData`] names the static data of the few
+//! accesses it reports, as the symbolised trace would name them.
 
 #![warn(missing_docs)]
 
