@@ -20,6 +20,7 @@ use foresight_analyzer::model::{
     DEFAULT_SEGMENT_THREADS,
 };
 use foresight_analyzer::options::{Options, ALL_CYCLES_LISTED};
+use foresight_analyzer::races::{DataAccess, DataNames, Variable};
 use foresight_analyzer::report::{self, Report};
 use foresight_analyzer::sites::Wrappers;
 use foresight_analyzer::stream::{Runs, Stream};
@@ -459,21 +460,36 @@ pub fn load_run(
 ) -> anyhow::Result<(Run, Vec<String>)> {
     // The analysis reads no access counts: kept, they would be 10^5 entries for a process
     // that created 10^5 threads, held while the trace is opened.
-    let mut stream = input.open_stream_with(foresight_trace::StreamOptions {
+    // A trace that was not symbolised is symbolised in memory, and the static data of its
+    // findings named after the walk, which decodes its events once.
+    let (mut stream, static_data) = input.open_for_analysis(foresight_trace::StreamOptions {
         access_counts: false,
     })?;
     // Nor the threads' kernel ids and parents (`stats` shows them).
     stream.forget_thread_details();
     let stream = Arc::new(stream);
+    let names = static_data.map(|data| BinaryDataNames {
+        tables: stream.tables(),
+        data: std::sync::Mutex::new(data),
+    });
     let run = stream_run(
         &stream,
         &input.name,
         wrappers,
         tty,
         bounds,
-        race_memory,
+        RaceSetup {
+            memory: race_memory,
+            names: names.as_ref().map(|n| n as &dyn DataNames),
+        },
         on_segment,
     );
+    if let Some(names) = names {
+        let mut data = names.data.into_inner().unwrap_or_else(|p| p.into_inner());
+        for w in data.take_warnings() {
+            say!("foresight: warning: {}: {w}", input.name);
+        }
+    }
     let problems: Vec<String> = run.1.iter().map(|p| p.to_string()).collect();
     warn_problems(Path::new(&input.name), &run.1);
     Ok((run.0, problems))
@@ -488,9 +504,10 @@ fn stream_run(
     wrappers: &Wrappers,
     tty: bool,
     bounds: SegmentBounds,
-    race_memory: u64,
+    races: RaceSetup<'_>,
     on_segment: &mut dyn FnMut(Run),
 ) -> (Run, Vec<Problem>) {
+    let race_memory = races.memory;
     let tables = stream.tables();
     let stream_walk = Stream::of_stream(stream);
     let threads = ThreadModel::of_ids(stream.threads());
@@ -515,6 +532,10 @@ fn stream_run(
     // No race budget is `graph`'s: the lock-order graph needs neither races nor reads-from.
     // Otherwise the sync-reversal rule's marks of where threads read and write are read from
     // the file again for the few segments that need them, not kept for every event.
+    let model = match races.names {
+        Some(names) => model.with_data_names(names),
+        None => model,
+    };
     let model = if race_memory == 0 {
         model.lock_order_only()
     } else {
@@ -569,4 +590,44 @@ fn stream_run(
         b.finish_and_clear();
     }
     (run, merged.problems())
+}
+
+/// The race pass of a walk: its memory budget (0: none, `graph`'s), and what names the
+/// static data of what it finds when the trace's own records do not (a trace that was not
+/// symbolised).
+struct RaceSetup<'n> {
+    memory: u64,
+    names: Option<&'n dyn DataNames>,
+}
+
+/// Names the static data of a trace that was not symbolised from the binaries it names
+/// (`foresight_symbols::StaticData`), as its symbolised copy would name them, for the few
+/// accesses the findings hold.
+struct BinaryDataNames<'t> {
+    tables: &'t foresight_trace::tables::Tables,
+    data: std::sync::Mutex<foresight_symbols::StaticData>,
+}
+
+impl DataNames for BinaryDataNames<'_> {
+    fn names(&self, accesses: &[DataAccess]) -> Vec<Option<Variable>> {
+        let asked: Vec<foresight_symbols::DataAccess> = accesses
+            .iter()
+            .map(|a| foresight_symbols::DataAccess {
+                addr: a.addr,
+                len: a.len,
+                freed: a.freed,
+            })
+            .collect();
+        let mut data = self.data.lock().unwrap_or_else(|p| p.into_inner());
+        data.names(self.tables, &asked)
+            .into_iter()
+            .map(|n| {
+                n.map(|n| Variable {
+                    name: n.name,
+                    file: n.file,
+                    line: n.line,
+                })
+            })
+            .collect()
+    }
 }

@@ -34,6 +34,60 @@ pub fn open_file(path: &Path, options: StreamOptions) -> anyhow::Result<TraceStr
     }
 }
 
+/// [`open_file`] for an analysis, which reads each event once: a complete trace that was not
+/// symbolised ([`needs_symbols`]) gets the symbols of its frames in memory (`symbol_records`: its tables
+/// and the modules' symbols, no event, no copy of the file), and what names its static data
+/// afterwards, for the accesses the findings hold (`foresight_symbols::StaticData`), as the
+/// symbolised copy of [`open_file`] would have named them.
+pub fn open_for_analysis(
+    path: &Path,
+    options: StreamOptions,
+) -> anyhow::Result<(TraceStream, Option<foresight_symbols::StaticData>)> {
+    if foresight_stdtrace::is_std_file(path).unwrap_or(false) {
+        return Ok((open_std(path, options)?, None));
+    }
+    let mut stream = TraceStream::open_with(path, options)?;
+    if !needs_symbols(&stream) {
+        return Ok((stream, None));
+    }
+    // A trace cut short or damaged is read through the symbolised copy, as every command reads
+    // it: appending to it drops an incomplete last chunk and moves the end that the
+    // problems of a missing trailer name, which the report shows.
+    if stream.trailer().is_none() || !stream.scan_problems().is_empty() {
+        drop(stream);
+        return Ok((open_file(path, options)?, None));
+    }
+    let opts = symbolize_options();
+    let Ok((records, summary)) = foresight_symbols::symbol_records(path, stream.tables(), &opts)
+    else {
+        return Ok((stream, None));
+    };
+    stream.add_table_records(&records);
+    say_symbolised(path, &summary.warnings());
+    Ok((stream, Some(foresight_symbols::StaticData::new(path, opts))))
+}
+
+/// How a trace that was not symbolised is symbolised for reading: as `record` does, but for
+/// the `fsync` (a private copy, or nothing written).
+fn symbolize_options() -> foresight_symbols::SymbolizeOptions {
+    foresight_symbols::SymbolizeOptions {
+        sync: false,
+        ..Default::default()
+    }
+}
+
+/// Says on stderr that the trace at `path` was symbolised for reading, and `warnings`.
+fn say_symbolised(path: &Path, warnings: &[String]) {
+    say!(
+        "foresight: {}: not symbolised when it was recorded (`foresight record` was killed, or \
+         --no-symbolize); its lines were read from the binaries it names, which are still there",
+        path.display()
+    );
+    for w in warnings {
+        say!("foresight: warning: {}: {w}", path.display());
+    }
+}
+
 /// A trace whose call sites were not symbolised when it was recorded (`foresight record` was
 /// killed before it could, or ran with `--no-symbolize`) while binaries it names are still
 /// where they were: [`symbolised_copy`] can name their lines.
@@ -77,22 +131,11 @@ fn symbolised_copy(path: &Path, keep: StreamOptions) -> Option<TraceStream> {
         .ok()?;
     let mut original = std::fs::File::open(path).ok()?;
     std::io::copy(&mut original, temp.as_file_mut()).ok()?;
-    let options = foresight_symbols::SymbolizeOptions {
-        sync: false,
-        ..Default::default()
-    };
-    let summary = foresight_symbols::symbolize_in_place(temp.path(), &options).ok()?;
+    let summary = foresight_symbols::symbolize_in_place(temp.path(), &symbolize_options()).ok()?;
     let file = std::fs::File::open(temp.path()).ok()?;
     drop(temp);
     let symbolised = TraceStream::from_file_with(path, file, keep).ok()?;
-    say!(
-        "foresight: {}: not symbolised when it was recorded (`foresight record` was killed, or \
-         --no-symbolize); its lines were read from the binaries it names, which are still there",
-        path.display()
-    );
-    for w in summary.warnings() {
-        say!("foresight: warning: {}: {w}", path.display());
-    }
+    say_symbolised(path, &summary.warnings());
     Some(symbolised)
 }
 

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use foresight_trace::frame::FILE_MAGIC;
 use foresight_trace::{StreamOptions, TraceStream};
 
-use super::output::open_file;
+use super::output::{open_file, open_for_analysis};
 use super::pack_file::{Pack, PACK_MAGIC};
 use super::safe_fs::untrusted_file;
 
@@ -49,6 +49,18 @@ impl Input {
         match &self.source {
             Source::File(p) => open_file(p, options),
             Source::Packed { pack, member } => pack.open_member(*member, options),
+        }
+    }
+
+    /// [`Input::open_stream_with`] for an analysis (`output::open_for_analysis`): a trace that
+    /// was not symbolised is symbolised in memory, its static data named for the findings.
+    pub fn open_for_analysis(
+        &self,
+        options: StreamOptions,
+    ) -> anyhow::Result<(TraceStream, Option<foresight_symbols::StaticData>)> {
+        match &self.source {
+            Source::File(p) => open_for_analysis(p, options),
+            Source::Packed { pack, member } => Ok((pack.open_member(*member, options)?, None)),
         }
     }
 

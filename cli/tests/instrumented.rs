@@ -562,3 +562,68 @@ fn an_unmodified_program_records_no_accesses_from_the_c_library() {
         assert!(t.tables.access_counts.is_empty());
     }
 }
+
+/// `analyze` of a trace recorded with `--no-symbolize` symbolises its frames in memory and
+/// names the static data its findings hold from the binaries afterwards, reading the events
+/// once (no data pass, no copy of the trace): every format of the report is the one it gives
+/// once the trace is symbolised in place as `record` symbolises it, the variables' names
+/// (`counter`, `hasty[1]`, `shared.id`, `x` of a predicted race) included.
+#[test]
+fn an_unsymbolised_trace_is_reported_as_its_symbolised_self() {
+    let c = Compiler::Gcc;
+    if !harness::compiler_available(c) {
+        return;
+    }
+    let races = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/race");
+    for (name, variable) in [
+        ("unprotected_counter.c", "`counter`"),
+        ("barrier_generations.c", "`hasty[1]`"),
+        ("sscanf_into_shared.c", "`shared.id`"),
+        ("reversed_sections.c", "`x`"),
+    ] {
+        let exe = harness::compile_instrumented(&races.join(name), c);
+        let dir = harness::fresh_dir(&format!("unsymbolised-{name}"));
+        let trace = dir.join("run.trace");
+        let out = harness::record_with_cli(&exe, &[], &trace, &["--no-symbolize"]);
+        assert!(trace.is_file(), "{name}: {out:?}");
+        let reports = || {
+            ["json", "text", "sarif"].map(|format| {
+                let out = Command::new(harness::foresight())
+                    .args(["analyze", "--format", format])
+                    .arg(&trace)
+                    .output()
+                    .expect("run foresight analyze");
+                (
+                    out.status.code(),
+                    String::from_utf8_lossy(&out.stdout).into_owned(),
+                    String::from_utf8_lossy(&out.stderr).into_owned(),
+                )
+            })
+        };
+        let before = reports();
+        assert!(
+            before[1].2.contains("not symbolised when it was recorded"),
+            "{name}: {}",
+            before[1].2
+        );
+        assert!(
+            before[1].1.contains(&format!("memory: {variable}")),
+            "{name}: {}",
+            before[1].1
+        );
+        let options = foresight_symbols::SymbolizeOptions {
+            sync: false,
+            ..Default::default()
+        };
+        foresight_symbols::symbolize_in_place(&trace, &options).expect("symbolise the trace");
+        let after = reports();
+        for (b, a) in before.iter().zip(&after) {
+            assert_eq!((b.0, &b.1), (a.0, &a.1), "{name}");
+        }
+        assert!(
+            !after[1].2.contains("not symbolised"),
+            "{name}: {}",
+            after[1].2
+        );
+    }
+}

@@ -23,6 +23,11 @@
 //! trailer, appends table chunks and writes the trailer again. Frames that already have a
 //! symbol, and variables that already have a record, are left alone, so running it twice
 //! appends nothing the second time.
+//!
+//! A reader that decodes the events anyway (`foresight analyze` of a trace recorded with
+//! `--no-symbolize`) need not pay for that pass: [`symbol_records`] gives the frames' records
+//! alone, to add to the tables it read, and [`StaticData`] names the static data of the few
+//! accesses it reports, as the symbolised trace would name them.
 
 #![warn(missing_docs)]
 
@@ -35,7 +40,7 @@ use foresight_trace::frame::ChunkKind;
 use foresight_trace::reader::TraceFile;
 use foresight_trace::tables::{
     ClassKey, DataMember, DataType, DataVariable, Frame, FrameSymbol, SourceLocation, StringEntry,
-    TableRecord, Trailer, TypeShape, RECORDER_PRODUCER,
+    TableRecord, Tables, Trailer, TypeShape, RECORDER_PRODUCER,
 };
 use foresight_trace::writer::{trailer_chunk, TableWriter};
 use foresight_trace::{StringId, TraceError};
@@ -44,9 +49,11 @@ mod append;
 mod cache;
 mod code;
 mod module;
+mod names;
 mod touched;
 
 use module::ModuleData;
+pub use names::{DataAccess, DataName, StaticData};
 
 /// One source location, before its strings are interned into the trace.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -312,10 +319,8 @@ pub(crate) enum Use {
     Data,
 }
 
-/// What the pass needs from the trace, taken before the file is modified (the reader reads
-/// chunks on demand, and must not see the file while it is rewritten).
-struct Snapshot {
-    file_len: u64,
+/// What symbolising needs from the trace's tables.
+struct Wanted {
     frames: BTreeMap<Frame, Use>,
     already: usize,
     modules: BTreeMap<u32, foresight_trace::tables::ModuleInfo>,
@@ -324,13 +329,21 @@ struct Snapshot {
     variables: BTreeSet<(u32, u64)>,
     /// The first type id no record uses (`None`: all are taken).
     next_type: Option<u32>,
+}
+
+/// What the pass needs from the trace, taken before the file is modified (the reader reads
+/// chunks on demand, and must not see the file while it is rewritten).
+struct Snapshot {
+    file_len: u64,
+    wanted: Wanted,
     trailer: Option<Trailer>,
     /// Where the new chunks go: the old trailer's offset, or the end of the last complete chunk.
     cut: u64,
 }
 
-fn snapshot(file: &TraceFile, header_end: u64) -> Snapshot {
-    let t = file.tables();
+/// The frames to resolve (those without a symbol record) and what the records written must
+/// not clash with.
+fn wanted(t: &Tables) -> Wanted {
     let mut frames = BTreeMap::new();
     // Static lock addresses first: a site frame at the same address (unlikely) then wins,
     // since code lookups give more (file and line).
@@ -347,7 +360,20 @@ fn snapshot(file: &TraceFile, header_end: u64) -> Snapshot {
     let before = frames.len();
     frames.retain(|f, _| !t.symbols.contains_key(f));
     let already = before - frames.len();
+    Wanted {
+        frames,
+        already,
+        modules: t.modules.clone(),
+        strings: t.strings.clone(),
+        variables: t.data_variables.keys().copied().collect(),
+        next_type: match t.data_types.keys().max() {
+            None => Some(0),
+            Some(m) => m.checked_add(1),
+        },
+    }
+}
 
+fn snapshot(file: &TraceFile, header_end: u64) -> Snapshot {
     let chunks = file.chunks();
     let last_complete_end = chunks
         .iter()
@@ -365,15 +391,7 @@ fn snapshot(file: &TraceFile, header_end: u64) -> Snapshot {
     };
     Snapshot {
         file_len: 0, // set by the caller from the file's metadata
-        frames,
-        already,
-        modules: t.modules.clone(),
-        strings: t.strings.clone(),
-        variables: t.data_variables.keys().copied().collect(),
-        next_type: match t.data_types.keys().max() {
-            None => Some(0),
-            Some(m) => m.checked_add(1),
-        },
+        wanted: wanted(file.tables()),
         trailer: file.trailer().cloned(),
         cut,
     }
@@ -433,8 +451,8 @@ pub fn symbolize_in_place(
 
     let mut summary = SymbolizeSummary {
         path: path.to_path_buf(),
-        frames: snap.frames.len() + snap.already,
-        already_symbolised: snap.already,
+        frames: snap.wanted.frames.len() + snap.wanted.already,
+        already_symbolised: snap.wanted.already,
         had_trailer: snap.trailer.is_some(),
         ..Default::default()
     };
@@ -467,74 +485,15 @@ pub fn symbolize_in_place(
         BTreeMap::new()
     };
 
-    // Group the frames by module and resolve them with the module's touched data.
-    let mut by_module: BTreeMap<u32, Vec<(Frame, Use)>> = BTreeMap::new();
-    for (f, u) in &snap.frames {
-        by_module.entry(f.module).or_default().push((*f, *u));
-    }
-    for id in touched.keys() {
-        by_module.entry(*id).or_default();
-    }
-    let mut resolved: BTreeMap<Frame, Vec<ResolvedLocation>> = BTreeMap::new();
-    let mut data: Vec<(u32, ModuleData)> = Vec::new();
-    for (id, frames) in &by_module {
-        let runs = touched.get(id).map_or(&[][..], Vec::as_slice);
-        let skip = |reason, path: Option<String>| SkippedModule {
-            module: *id,
-            path,
-            frames: frames.len(),
-            data_granules: runs.iter().map(|(lo, hi)| (hi - lo) / 8).sum(),
-            reason,
-        };
-        let Some(info) = snap.modules.get(id) else {
-            summary
-                .modules_skipped
-                .push(skip(SkipReason::NotInTables, None));
-            continue;
-        };
-        let Some(module_path) = snap.strings.get(&info.path).cloned() else {
-            summary.modules_skipped.push(skip(SkipReason::NoPath, None));
-            continue;
-        };
-        // A malformed module must cost only that module, even if a parser panics on it.
-        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            module::resolve(Path::new(&module_path), info, frames, runs, opts)
-        }));
-        match outcome {
-            Ok(Ok(out)) => {
-                summary.modules_used += 1;
-                summary.notes.extend(out.notes);
-                for (frame, locs) in out.resolved {
-                    if locs.is_empty() {
-                        summary.unresolved += 1;
-                    } else {
-                        resolved.insert(frame, locs);
-                    }
-                }
-                let mut d = out.data;
-                summary.data_unnamed_granules += d.unnamed_granules;
-                let before = d.variables.len();
-                d.variables
-                    .retain(|v| !snap.variables.contains(&(*id, v.offset)));
-                summary.data_already += before - d.variables.len();
-                if !d.variables.is_empty() {
-                    data.push((*id, d));
-                }
-            }
-            Ok(Err(reason)) => summary
-                .modules_skipped
-                .push(skip(reason, Some(module_path))),
-            Err(_) => summary.modules_skipped.push(skip(
-                SkipReason::Malformed("its debug information could not be parsed".into()),
-                Some(module_path),
-            )),
-        }
-    }
+    let (resolved, data) = resolve_modules(&snap.wanted, &touched, &mut summary, |p, i, f, r| {
+        module::resolve(p, i, f, r, opts)
+    });
     if resolved.is_empty() && data.is_empty() {
         return Ok(summary);
     }
 
-    let (new_chunks, counts) = encode_records(path, &snap, &resolved, &data)?;
+    let (new, counts) = records(path, &snap.wanted, &resolved, &data)?;
+    let new_chunks = table_chunks(&new);
     summary.symbolised = resolved.len();
     summary.data_variables = counts.variables;
     summary.data_types = counts.types;
@@ -556,6 +515,135 @@ pub fn symbolize_in_place(
     Ok(summary)
 }
 
+/// The frames resolved, with their locations.
+type Resolved = BTreeMap<Frame, Vec<ResolvedLocation>>;
+
+/// The touched data of each module (module offsets: sorted, disjoint runs of granules).
+pub(crate) type DataByModule = BTreeMap<u32, Vec<(u64, u64)>>;
+
+/// Resolves the frames of `wanted` and the data of `touched` module by module with `resolve`;
+/// a module that is not in the tables, has no path, cannot be used or makes a parser panic is
+/// skipped (`summary.modules_skipped`) and costs only its frames and data.
+fn resolve_modules(
+    wanted: &Wanted,
+    touched: &DataByModule,
+    summary: &mut SymbolizeSummary,
+    mut resolve: impl FnMut(
+        &Path,
+        &foresight_trace::tables::ModuleInfo,
+        &[(Frame, Use)],
+        &[(u64, u64)],
+    ) -> Result<module::ModuleOutcome, SkipReason>,
+) -> (Resolved, Vec<(u32, ModuleData)>) {
+    // Group the frames by module and resolve them with the module's touched data.
+    let mut by_module: BTreeMap<u32, Vec<(Frame, Use)>> = BTreeMap::new();
+    for (f, u) in &wanted.frames {
+        by_module.entry(f.module).or_default().push((*f, *u));
+    }
+    for id in touched.keys() {
+        by_module.entry(*id).or_default();
+    }
+    let mut resolved: Resolved = BTreeMap::new();
+    let mut data: Vec<(u32, ModuleData)> = Vec::new();
+    for (id, frames) in &by_module {
+        let runs = touched.get(id).map_or(&[][..], Vec::as_slice);
+        let skip = |reason, path: Option<String>| SkippedModule {
+            module: *id,
+            path,
+            frames: frames.len(),
+            data_granules: runs.iter().map(|(lo, hi)| (hi - lo) / 8).sum(),
+            reason,
+        };
+        let Some(info) = wanted.modules.get(id) else {
+            summary
+                .modules_skipped
+                .push(skip(SkipReason::NotInTables, None));
+            continue;
+        };
+        let Some(module_path) = wanted.strings.get(&info.path).cloned() else {
+            summary.modules_skipped.push(skip(SkipReason::NoPath, None));
+            continue;
+        };
+        // A malformed module must cost only that module, even if a parser panics on it.
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            resolve(Path::new(&module_path), info, frames, runs)
+        }));
+        match outcome {
+            Ok(Ok(out)) => {
+                summary.modules_used += 1;
+                summary.notes.extend(out.notes);
+                for (frame, locs) in out.resolved {
+                    if locs.is_empty() {
+                        summary.unresolved += 1;
+                    } else {
+                        resolved.insert(frame, locs);
+                    }
+                }
+                let mut d = out.data;
+                summary.data_unnamed_granules += d.unnamed_granules;
+                let before = d.variables.len();
+                d.variables
+                    .retain(|v| !wanted.variables.contains(&(*id, v.offset)));
+                summary.data_already += before - d.variables.len();
+                if !d.variables.is_empty() {
+                    data.push((*id, d));
+                }
+            }
+            Ok(Err(reason)) => summary
+                .modules_skipped
+                .push(skip(reason, Some(module_path))),
+            Err(_) => summary.modules_skipped.push(skip(
+                SkipReason::Malformed("its debug information could not be parsed".into()),
+                Some(module_path),
+            )),
+        }
+    }
+    (resolved, data)
+}
+
+/// The symbol records [`symbolize_in_place`] would append to the trace whose tables are
+/// `tables` (read from the file at `path`), for its frames alone: every site frame and static
+/// lock address without a symbol record, with the strings they use, in the order the pass
+/// writes them. No event is read and no static variable is named: with these records added to
+/// the tables (`TraceStream::add_table_records`), the trace reads as symbolised but for its
+/// data records, which [`StaticData`] makes for the accesses a report names.
+pub fn symbol_records(
+    path: &Path,
+    tables: &Tables,
+    opts: &SymbolizeOptions,
+) -> Result<(Vec<TableRecord>, SymbolizeSummary), SymbolizeError> {
+    let wanted = wanted(tables);
+    let mut summary = SymbolizeSummary {
+        path: path.to_path_buf(),
+        frames: wanted.frames.len() + wanted.already,
+        already_symbolised: wanted.already,
+        ..Default::default()
+    };
+    let (resolved, data) =
+        resolve_modules(&wanted, &BTreeMap::new(), &mut summary, |p, i, f, r| {
+            module::resolve(p, i, f, r, opts)
+        });
+    let (new, _) = records(path, &wanted, &resolved, &data)?;
+    summary.symbolised = resolved.len();
+    Ok((new, summary))
+}
+
+/// `records` as table chunks of about 32 KiB, as `TraceWriter` writes them: far below the
+/// payload limit.
+fn table_chunks(records: &[TableRecord]) -> Vec<u8> {
+    let mut w = TableWriter::new();
+    let mut out = Vec::new();
+    for r in records {
+        w.push(r);
+        // A string goes in the chunk of the record that first uses it.
+        if !matches!(r, TableRecord::String(_)) && w.pending_bytes() > 32 << 10 {
+            w.flush_into(|b| out.extend_from_slice(b));
+        }
+    }
+    w.flush_into(|b| out.extend_from_slice(b));
+    out
+}
+
 /// What `encode_records` wrote of the data records.
 #[derive(Default)]
 struct DataCounts {
@@ -564,13 +652,13 @@ struct DataCounts {
     types_exhausted: bool,
 }
 
-/// The string, symbol and data records for `resolved` and `data`, as framed table chunks.
-fn encode_records(
+/// The string, symbol and data records for `resolved` and `data`, in the order they are written.
+fn records(
     path: &Path,
-    snap: &Snapshot,
+    snap: &Wanted,
     resolved: &BTreeMap<Frame, Vec<ResolvedLocation>>,
     data: &[(u32, ModuleData)],
-) -> Result<(Vec<u8>, DataCounts), SymbolizeError> {
+) -> Result<(Vec<TableRecord>, DataCounts), SymbolizeError> {
     // Reuse the trace's strings (the smallest id for a text, so the choice is stable).
     let mut ids: HashMap<&str, StringId> = HashMap::new();
     for (id, text) in &snap.strings {
@@ -584,16 +672,9 @@ fn encode_records(
         Some(m) => m.checked_add(1),
     };
     let mut new_strings: HashMap<String, StringId> = HashMap::new();
-    let mut w = TableWriter::new();
-    let mut out = Vec::new();
-    // Chunks of about 32 KiB, as `TraceWriter` writes them: far below the payload limit.
-    let mut flush_if_full = |w: &mut TableWriter| {
-        if w.pending_bytes() > 32 << 10 {
-            w.flush_into(|b| out.extend_from_slice(b));
-        }
-    };
+    let mut w: Vec<TableRecord> = Vec::new();
 
-    let mut intern = |w: &mut TableWriter, text: &str| -> Result<StringId, SymbolizeError> {
+    let mut intern = |w: &mut Vec<TableRecord>, text: &str| -> Result<StringId, SymbolizeError> {
         if let Some(&id) = ids.get(text).or_else(|| new_strings.get(text)) {
             return Ok(id);
         }
@@ -603,7 +684,7 @@ fn encode_records(
         })?;
         next = id.checked_add(1);
         // The string goes before the first record that uses it (FORMAT.md §4.3).
-        w.push(&TableRecord::String(StringEntry {
+        w.push(TableRecord::String(StringEntry {
             id,
             text: text.to_string(),
         }));
@@ -629,11 +710,10 @@ fn encode_records(
                 column: l.column,
             });
         }
-        w.push(&TableRecord::Symbol(FrameSymbol {
+        w.push(TableRecord::Symbol(FrameSymbol {
             frame: *frame,
             locations,
         }));
-        flush_if_full(&mut w);
     }
 
     let mut counts = DataCounts::default();
@@ -691,12 +771,11 @@ fn encode_records(
                     TypeShape::Record { members: out }
                 }
             };
-            w.push(&TableRecord::DataType(DataType {
+            w.push(TableRecord::DataType(DataType {
                 id: global[&local],
                 shape,
             }));
             counts.types += 1;
-            flush_if_full(&mut w);
         }
         for v in &d.variables {
             let name = intern(&mut w, &v.name)?;
@@ -704,7 +783,7 @@ fn encode_records(
                 Some(f) => Some(intern(&mut w, f)?),
                 None => None,
             };
-            w.push(&TableRecord::DataVariable(DataVariable {
+            w.push(TableRecord::DataVariable(DataVariable {
                 module: *module,
                 offset: v.offset,
                 size: v.size,
@@ -714,9 +793,7 @@ fn encode_records(
                 ty: map_ty(v.ty),
             }));
             counts.variables += 1;
-            flush_if_full(&mut w);
         }
     }
-    w.flush_into(|b| out.extend_from_slice(b));
-    Ok((out, counts))
+    Ok((w, counts))
 }

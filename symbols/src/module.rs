@@ -39,6 +39,9 @@ pub(crate) struct ModuleOutcome {
     /// The static variables that hold the accessed data asked for.
     pub data: ModuleData,
     pub notes: Vec<String>,
+    /// Some address of `check` ([`resolve_checked`]) may be named otherwise when more of the
+    /// module's data is touched: `data` is not the answer for it.
+    pub unsettled: bool,
 }
 
 /// What one module says of the data that accesses touched.
@@ -98,6 +101,20 @@ pub(crate) fn resolve(
     runs: &DataRuns,
     opts: &SymbolizeOptions,
 ) -> Result<ModuleOutcome, SkipReason> {
+    resolve_checked(path, info, frames, runs, &[], opts)
+}
+
+/// [`resolve`], telling also whether the variable that holds each module offset of `check`
+/// is the one the module's data gives it whatever else of the module was touched
+/// ([`SymbolTable::settled`]): then `runs` need only hold the granules of `check`.
+pub(crate) fn resolve_checked(
+    path: &Path,
+    info: &ModuleInfo,
+    frames: &[(Frame, Use)],
+    runs: &DataRuns,
+    check: &[u64],
+    opts: &SymbolizeOptions,
+) -> Result<ModuleOutcome, SkipReason> {
     // A runtime library's frames are never a report's site (the analyzer looks through them
     // to the program's caller): its symbol table names them, and its line information, often
     // a separate compressed debug file larger than the program's, is not read.
@@ -114,6 +131,7 @@ pub(crate) fn resolve(
                 resolved,
                 data: ModuleData::default(),
                 notes: Vec::new(),
+                unsettled: false,
             });
         }
     }
@@ -180,6 +198,7 @@ pub(crate) fn resolve(
         }
     }
     let touched = symbols.variables_touched(runs, &map);
+    let unsettled = !symbols.settled(check.iter().filter_map(|&o| map.vaddr(o)));
     wanted.extend(touched.iter().map(|s| s.start));
     let mut types = LocalTypes::default();
     let decls = match &dwarf {
@@ -291,6 +310,7 @@ pub(crate) fn resolve(
         resolved,
         data: out,
         notes,
+        unsettled,
     })
 }
 
@@ -1307,6 +1327,32 @@ impl<'a> SymbolTable<'a> {
         Self::find(&self.data, addr)
     }
 
+    /// Whether the variable [`SymbolTable::variables_touched`] chooses for each of `addrs`
+    /// is the same whatever else was touched. The choice keeps, in symbol order, each symbol
+    /// that holds touched data and does not start inside the one kept before it; so the first
+    /// symbol (in that order) that contains an address is chosen for it whenever no symbol
+    /// before it ends past its start, and then no other symbol can be; without a symbol that
+    /// contains it an address is named by none. Otherwise (symbols that overlap without one
+    /// holding the other, or aliases of different sizes) what was touched around it decides.
+    fn settled(&self, mut addrs: impl Iterator<Item = u64>) -> bool {
+        // `ends[i]`: the furthest end of the symbols up to `i`.
+        let mut ends = Vec::with_capacity(self.data.len());
+        let mut end = 0u64;
+        for s in &self.data {
+            end = end.max(s.end);
+            ends.push(end);
+        }
+        addrs.all(|a| {
+            let upto = self.data.partition_point(|s| s.start <= a);
+            // The first symbol that starts at or before `a` and ends past it.
+            let i = ends[..upto].partition_point(|&e| e <= a);
+            match self.data.get(i).filter(|_| i < upto) {
+                Some(first) => i == 0 || ends[i - 1] <= first.start,
+                None => true,
+            }
+        })
+    }
+
     /// The variables that hold some of `data` (module offsets), in address order: one symbol
     /// per address (the preferred alias), and none inside another one kept.
     fn variables_touched(&self, data: &DataRuns, map: &AddressMap) -> Vec<&Sym<'a>> {
@@ -1438,7 +1484,84 @@ fn without_parameters(name: &str) -> &str {
 
 #[cfg(test)]
 mod tests {
-    use super::{display_name, lambda_named};
+    use super::{display_name, lambda_named, AddressMap, Sym, SymbolTable};
+
+    /// The variable `variables_touched` chooses for `a` among `syms` (sorted as the table
+    /// sorts them) when `touched` granules were touched.
+    fn chosen<'a>(syms: &SymbolTable<'a>, touched: &[(u64, u64)], a: u64) -> Option<&'a str> {
+        let map = AddressMap {
+            fixed: false,
+            base: 0,
+            loads: Vec::new(),
+        };
+        syms.variables_touched(touched, &map)
+            .into_iter()
+            .find(|s| s.start <= a && a < s.end)
+            .map(|s| s.name)
+    }
+
+    /// Whenever `settled` says an address's variable does not depend on what else was
+    /// touched, the variable chosen with its granule alone is the one chosen with any more:
+    /// random layouts of nested, overlapping and aliased symbols, random touched sets.
+    #[test]
+    fn a_settled_address_is_named_alike_whatever_else_was_touched() {
+        let names: Vec<String> = (0..12).map(|i| format!("v{i}")).collect();
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let (mut settled, mut unsettled) = (0, 0);
+        for _ in 0..20_000 {
+            let mut data: Vec<Sym<'_>> = (0..1 + next(6))
+                .map(|i| {
+                    let start = 8 * next(12);
+                    Sym {
+                        start,
+                        end: start + 1 + next(40),
+                        name: &names[i as usize],
+                        rank: (next(2) == 1, next(2) as usize),
+                    }
+                })
+                .collect();
+            data.sort_by(|a, b| (a.start, a.rank, a.name).cmp(&(b.start, b.rank, b.name)));
+            let syms = SymbolTable {
+                code: Vec::new(),
+                data,
+            };
+            let a = next(140);
+            let granule = (a & !7, (a & !7) + 8);
+            let mut more: Vec<(u64, u64)> = (0..next(5))
+                .map(|_| {
+                    let g = 8 * next(18);
+                    (g, g + 8)
+                })
+                .chain([granule])
+                .collect();
+            more.sort_unstable();
+            more.dedup();
+            if syms.settled([a].into_iter()) {
+                settled += 1;
+                assert_eq!(
+                    chosen(&syms, &[granule], a),
+                    chosen(&syms, &more, a),
+                    "{a:#x} in {:?} touched {more:?}",
+                    syms.data
+                        .iter()
+                        .map(|s| (s.name, s.start, s.end))
+                        .collect::<Vec<_>>()
+                );
+            } else {
+                unsettled += 1;
+            }
+        }
+        assert!(
+            settled > 1000 && unsettled > 1000,
+            "{settled} / {unsettled}"
+        );
+    }
 
     /// Every `stride`-th address of `path`'s code, looked up by `code::find_frames` and by
     /// addr2line: the frames must be the same, inlined ones included. Returns how many

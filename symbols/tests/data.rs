@@ -11,7 +11,10 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use foresight_symbols::{symbolize_in_place, SkipReason, SymbolizeOptions, SymbolizeSummary};
+use foresight_symbols::{
+    symbol_records, symbolize_in_place, DataAccess, DataName, SkipReason, StaticData,
+    SymbolizeOptions, SymbolizeSummary,
+};
 use foresight_trace::event::{AtomicOp, Event, EventKind, MemoryOrder};
 use foresight_trace::tables::{
     EndReason, Frame, Header, ModuleInfo, Ordering, SiteInfo, StringEntry, TableRecord, ThreadInfo,
@@ -498,4 +501,60 @@ fn a_hostile_trace_costs_bounded_work_and_says_what_it_left_out() {
     assert!(w.contains("pages of static data"), "{w}");
     assert!(w.contains("no-such-module"), "{w}");
     assert_eq!(s.bytes_appended, 0);
+}
+
+/// What `analyze` does with a trace that was not symbolised: the frames' records added to its
+/// tables in memory (`symbol_records`), and the static data of the accesses a report names
+/// read afterwards (`StaticData`), without the data pass. Every access gets the name the
+/// symbolised trace gives it, with and without DWARF, and the data pass never runs.
+#[test]
+fn names_without_the_data_pass_are_the_symbolised_trace_s() {
+    for (tag, flags) in [("lazy", &["-g"]), ("lazy-nodwarf", &["-g0"])] {
+        let Some(b) = build(tag, flags, flags) else {
+            return;
+        };
+        let (_, symbolised, _) = symbolised(&b, "full.trace", &b.exe.path);
+        let path = b.dir.join("raw.trace");
+        std::fs::write(&path, trace_of(&b, &b.exe.path)).unwrap();
+        let mut raw = Trace::open(&path).unwrap();
+        let (records, summary) = symbol_records(&path, &raw.tables, &opts()).unwrap();
+        assert!(summary.warnings().is_empty(), "{:?}", summary.warnings());
+        assert!(raw.tables.add_records(&records).is_empty());
+        assert_eq!(raw.tables.symbols, symbolised.tables.symbols, "{tag}");
+        assert!(raw.tables.data_variables.is_empty(), "{tag}: no data pass");
+
+        let sizes = [4, 8, 4, 1, 4, 4, 48, 4, 8];
+        let accesses: Vec<DataAccess> = b
+            .addrs
+            .iter()
+            .zip(sizes)
+            .map(|(&addr, len)| DataAccess {
+                addr,
+                len,
+                freed: false,
+            })
+            .collect();
+        let mut data = StaticData::new(&path, opts());
+        // Asked in two rounds, as a walk cut into segments asks, and once more.
+        let mut got = data.names(&raw.tables, &accesses[..4]);
+        got.extend(data.names(&raw.tables, &accesses[4..]));
+        assert_eq!(data.names(&raw.tables, &accesses), got, "{tag}");
+        let want: Vec<Option<DataName>> = accesses
+            .iter()
+            .map(|a| {
+                symbolised
+                    .tables
+                    .data_symbol(a.addr, a.len)
+                    .map(|s| DataName {
+                        name: s.name,
+                        file: s.file.map(str::to_string),
+                        line: s.line,
+                    })
+            })
+            .collect();
+        assert!(want[..8].iter().all(Option::is_some), "{tag}: {want:?}");
+        assert_eq!(got, want, "{tag}");
+        assert_eq!(data.data_passes(), 0, "{tag}: the data pass ran");
+        assert!(data.take_warnings().is_empty(), "{tag}");
+    }
 }

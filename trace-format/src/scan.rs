@@ -618,7 +618,7 @@ macro_rules! insert_first {
 }
 
 /// `access_counts`: whether the access counts are kept (they are checked either way).
-fn read_table_records(
+pub(crate) fn read_table_records(
     payload: &[u8],
     base: u64,
     access_counts: bool,

@@ -60,9 +60,9 @@ use crate::reader::{
     check_events_payload, keep_first_shrink, limit_reference_reports, ReferenceCheck, Trace,
     MAX_REFERENCE_REPORTS,
 };
-use crate::scan::{payload_read_problem, scan, ChunkLoc};
+use crate::scan::{payload_read_problem, read_table_records, scan, ChunkLoc};
 use crate::source::{ReadFailure, Source};
-use crate::tables::{Header, Tables, Trailer};
+use crate::tables::{Header, TableRecord, Tables, Trailer};
 use crate::varint;
 
 /// How many events a cursor decodes at a time. Decoding in batches keeps the decoder's loop
@@ -518,6 +518,20 @@ impl TraceStream {
     /// report them ([`crate::tables::ThreadTable::forget_details`]): 8 bytes a thread.
     pub fn forget_thread_details(&mut self) {
         self.tables.threads.forget_details();
+    }
+
+    /// Adds `records` to the tables as if they were table chunks at the end of the file, after
+    /// every chunk it has (`Tables::add_records`): what a symbolisation pass would append
+    /// (`foresight_symbols::symbol_records`), without writing the file. Their problems, if any,
+    /// are reported at the file's end.
+    pub fn add_table_records(&mut self, records: &[TableRecord]) {
+        let file_len = self.file_len;
+        let problems = self.tables.add_records(records);
+        self.problems.extend(problems.into_iter().map(|mut p| {
+            p.offset = p.offset.saturating_add(file_len);
+            p
+        }));
+        self.refs = ReferenceCheck::new(&self.tables);
     }
 
     /// The trailer, when the trace ended cleanly.
@@ -2021,6 +2035,28 @@ impl Iterator for ThreadStream<'_> {
     }
 }
 
+impl Tables {
+    /// Reads `records` into the tables as the reader reads table records after every chunk
+    /// it read before (what a symbolisation pass appends to a file): a later symbol or data
+    /// variable record replaces an earlier one of its frame or address, a string, data type,
+    /// thread, object, site or module of an id already defined is a problem (its offset counted
+    /// from the first record's) and left out. The records go through the file's encoding, so
+    /// the tables are those a reader of the file with the records appended would have.
+    pub fn add_records(&mut self, records: &[TableRecord]) -> Vec<Problem> {
+        let mut payload = Vec::new();
+        let mut w = crate::writer::TableWriter::new();
+        for r in records {
+            w.push(r);
+        }
+        w.flush_into(|chunk| payload.extend_from_slice(&chunk[crate::frame::CHUNK_HEADER_LEN..]));
+        let mut problems = Vec::new();
+        read_table_records(&payload, 0, true, self, &mut problems);
+        self.threads.finish();
+        self.access_counts.finish();
+        problems
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -2031,6 +2067,55 @@ mod tests {
         let whole = Trace::from_bytes(name, bytes.clone()).unwrap();
         let expected = whole.merged_owned().collect();
         (TraceStream::from_bytes(name, bytes).unwrap(), expected)
+    }
+
+    /// Records added to a stream's tables read as they would appended to its file: a static
+    /// variable then names an access, a later variable record of the same address replaces the
+    /// earlier one, a second string of an id is a problem reported at the file's end.
+    #[test]
+    fn records_added_to_the_tables_read_as_appended_ones() {
+        use crate::tables::{DataVariable, ModuleInfo, StringEntry};
+        let bytes = TraceBuilder::new("t").finish();
+        let len = bytes.len() as u64;
+        let mut stream = TraceStream::from_bytes("t", bytes).unwrap();
+        let string = |id, text: &str| {
+            TableRecord::String(StringEntry {
+                id,
+                text: text.into(),
+            })
+        };
+        let variable = |name, size| {
+            TableRecord::DataVariable(DataVariable {
+                module: 7,
+                offset: 0x10,
+                size,
+                name,
+                file: None,
+                line: 3,
+                ty: None,
+            })
+        };
+        stream.add_table_records(&[
+            string(900, "/bin/prog"),
+            TableRecord::Module(ModuleInfo {
+                id: 7,
+                path: 900,
+                build_id: Vec::new(),
+                base: 0x1000,
+                size: 0x100,
+            }),
+            string(901, "counter"),
+            variable(901, 4),
+        ]);
+        let named = |s: &TraceStream| s.tables().data_symbol(0x1012, 1).map(|d| d.name);
+        assert_eq!(named(&stream).as_deref(), Some("counter+0x2"));
+        let problems = stream.scan_problems().len();
+        stream.add_table_records(&[string(901, "other"), string(902, "total"), variable(902, 8)]);
+        assert_eq!(named(&stream).as_deref(), Some("total+0x2"));
+        assert_eq!(stream.tables().string(901), Some("counter"));
+        let new = &stream.scan_problems()[problems..];
+        assert_eq!(new.len(), 1, "{new:?}");
+        assert!(new[0].offset >= len);
     }
 
     /// Threads that start in the reverse order of their ids, and two at the same time: the

@@ -39,7 +39,7 @@ use foresight_trace::tables::{ClassKey, EndReason, ObjectKind};
 use foresight_trace::Trace;
 
 use crate::hb::{EdgeKinds, HappensBefore, HbPass};
-use crate::races::{RaceOutput, RacePass};
+use crate::races::{DataNames, RaceOutput, RacePass};
 use crate::sites::{Location, Wrappers};
 use crate::stream::{mode_of, EventSource, Mode, Op, Pass, Stream, StreamEvent};
 
@@ -786,11 +786,10 @@ pub fn walk(
     let races = match replay {
         Some(_) => None,
         None if without_races => None,
-        None => Some(RacePass::new(
-            model.threads.len(),
-            Some(model.tables),
-            model.race_memory,
-        )),
+        None => Some(
+            RacePass::new(model.threads.len(), Some(model.tables), model.race_memory)
+                .with_data_names(model.data_names),
+        ),
     };
     let mut passes = Segmented {
         stream,
@@ -850,7 +849,8 @@ impl Segmented<'_, '_, '_, '_> {
             self.model.threads.len(),
             Some(self.model.tables),
             self.model.race_memory,
-        );
+        )
+        .with_data_names(self.model.data_names);
         if let Some(replay) = self.replay {
             let before = usize::try_from(seq).unwrap_or(usize::MAX);
             let read = self
@@ -1029,6 +1029,8 @@ pub struct ModelPass<'t> {
     process: Option<(u32, u64)>,
     /// The race pass's memory budget, bytes (`--race-memory`; 0: no race analysis).
     race_memory: u64,
+    /// Names the race pass's static data instead of the tables ([`ModelPass::with_data_names`]).
+    data_names: Option<&'t dyn DataNames>,
     /// The walk runs the race pass (off only to measure the rest of the walk alone).
     race_pass: bool,
     /// Per thread, events seen so far: where the next segment starts (empty while a segment
@@ -1077,6 +1079,7 @@ impl<'t> ModelPass<'t> {
             end_reason: None,
             process: None,
             race_memory: crate::races::DEFAULT_MEMORY_MIB << 20,
+            data_names: None,
             race_pass: true,
             seen: vec![0; n],
             cut_at: None,
@@ -1132,6 +1135,14 @@ impl<'t> ModelPass<'t> {
     pub fn with_race_memory(mut self, bytes: u64) -> Self {
         self.race_memory = bytes;
         self.keep_marks(bytes != 0 && self.marks_source.is_none());
+        self
+    }
+
+    /// Static data named by `names` rather than by the trace's data records (a trace that was
+    /// not symbolised: the command line names the variables its findings hold from the
+    /// binaries, [`DataNames`]).
+    pub fn with_data_names(mut self, names: &'t dyn DataNames) -> Self {
+        self.data_names = Some(names);
         self
     }
 

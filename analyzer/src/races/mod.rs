@@ -85,10 +85,34 @@ pub(crate) struct RaceAccess {
 
 /// A static variable, as the trace's data records name it (`counters[3]`).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Variable {
-    pub(crate) name: String,
-    pub(crate) file: Option<String>,
-    pub(crate) line: u32,
+pub struct Variable {
+    /// The variable and element (`Tables::data_symbol`'s name).
+    pub name: String,
+    /// The file of its declaration, when known.
+    pub file: Option<String>,
+    /// The line of its declaration (0: unknown).
+    pub line: u32,
+}
+
+/// Names the static data of the accesses the race pass reports, in place of the trace's data
+/// records ([`Tables::data_symbol`]): for a trace that was not symbolised, the command line
+/// reads the variables of only the accesses its findings hold from the binaries, rather than
+/// every access's in a pass of its own over the events.
+pub trait DataNames: Sync {
+    /// The variable of each access, in order: what [`Tables::data_symbol`] gives the access
+    /// once the trace is symbolised.
+    fn names(&self, accesses: &[DataAccess]) -> Vec<Option<Variable>>;
+}
+
+/// An access whose static data [`DataNames`] names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DataAccess {
+    /// Run-time address of its first byte.
+    pub addr: u64,
+    /// Its length in bytes.
+    pub len: u64,
+    /// The write of a heap block by its `free` (decision 0022), not a recorded access.
+    pub freed: bool,
 }
 
 /// The two accesses of one pair: the earlier one in the trace first.
@@ -142,6 +166,8 @@ type PairKey = (SiteId, SiteId);
 pub struct RacePass<'t> {
     /// The trace's tables, to name the variables of the pairs found.
     tables: Option<&'t Tables>,
+    /// Names them instead of the tables, when given.
+    names: Option<&'t dyn DataNames>,
     state: RaceState,
     accesses: u64,
     /// The trace has more threads than the shadow memory tells apart, or the events the pass
@@ -194,6 +220,7 @@ impl<'t> RacePass<'t> {
         let budget = memory_budget;
         RacePass {
             tables,
+            names: None,
             state: RaceState::new(threads, budget),
             accesses: 0,
             too_many_threads: threads > shadow::MAX_THREADS,
@@ -211,6 +238,12 @@ impl<'t> RacePass<'t> {
         }
     }
 
+    /// Names the static data of what it finds with `names` rather than with the tables.
+    pub fn with_data_names(mut self, names: Option<&'t dyn DataNames>) -> Self {
+        self.names = names;
+        self
+    }
+
     /// Ends a segment of the walk (`model::drive_segments`): the candidates found since the
     /// last cut whose pair of sites is not already a happens-before race, for the segment's
     /// closure to decide; the happens-before races are counted on to the end of the walk. The
@@ -226,7 +259,10 @@ impl<'t> RacePass<'t> {
         let accesses = self.accesses - self.accesses_reported;
         self.accesses_reported = self.accesses;
         RaceOutput::new(
-            self.tables,
+            Naming {
+                tables: self.tables,
+                names: self.names,
+            },
             findings,
             self.state.locksets.clone(),
             Totals {
@@ -317,7 +353,10 @@ impl Pass for RacePass<'_> {
         let evicted = std::mem::take(&mut state.shadow.evicted);
         let untracked = std::mem::take(&mut state.shadow.untracked);
         RaceOutput::new(
-            self.tables,
+            Naming {
+                tables: self.tables,
+                names: self.names,
+            },
             state.findings,
             state.locksets,
             Totals {
@@ -361,7 +400,7 @@ impl RaceOutput {
     /// The pairs found, in a fixed order (by the first instance's earlier access, then its
     /// later one: two pairs of sites never share both), the variables named.
     fn new(
-        tables: Option<&Tables>,
+        naming: Naming<'_>,
         findings: state::Findings,
         locksets: Locksets,
         totals: Totals,
@@ -379,17 +418,46 @@ impl RaceOutput {
             .map(|(_, c)| c)
             .collect();
         candidates.sort_by_key(|c| order(&c.instances[0]));
-        let name = |pair: &mut Pair| {
+        // Every access named, in one order: the races' first instances, then each
+        // candidate's instances, first and latest.
+        let pairs = || {
+            races.iter().map(|r| &r.first).chain(
+                candidates
+                    .iter()
+                    .flat_map(|c| c.instances.iter().chain(&c.latest)),
+            )
+        };
+        let names: Vec<Option<Variable>> = match naming.names {
+            Some(names) => {
+                let asked: Vec<DataAccess> = pairs()
+                    .flatten()
+                    .map(|a| DataAccess {
+                        addr: a.access.addr,
+                        len: u64::from(a.access.size),
+                        freed: a.access.kind == AccessKind::Free,
+                    })
+                    .collect();
+                let mut got = names.names(&asked);
+                got.resize(asked.len(), None);
+                got
+            }
+            None => pairs()
+                .flatten()
+                .map(|a| variable(naming.tables, &a.access))
+                .collect(),
+        };
+        let mut names = names.into_iter();
+        let mut name = |pair: &mut Pair| {
             for a in pair.iter_mut() {
-                a.variable = variable(tables, &a.access);
+                a.variable = names.next().flatten();
             }
         };
         for r in &mut races {
             name(&mut r.first);
         }
         for c in &mut candidates {
-            c.instances.iter_mut().for_each(name);
-            c.latest.iter_mut().for_each(name);
+            c.instances.iter_mut().for_each(&mut name);
+            c.latest.iter_mut().for_each(&mut name);
         }
         RaceOutput {
             races,
@@ -405,6 +473,12 @@ impl RaceOutput {
             complete: totals.complete,
         }
     }
+}
+
+/// How the pairs found are named: by `names` when given, else by the tables.
+struct Naming<'t> {
+    tables: Option<&'t Tables>,
+    names: Option<&'t dyn DataNames>,
 }
 
 /// The static variable (and element) an access touched, when the tables name it.
