@@ -69,3 +69,55 @@ impl SegmentThreads {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Lives, Starts, ThreadIds};
+    use std::sync::Arc;
+
+    #[test]
+    fn a_segment_numbers_the_threads_it_runs_and_no_others() {
+        // Thread 0 runs on through the segment, 1 to 5 ended before it, 6 to 9 start in it.
+        let mut run = Run {
+            threads: ThreadIds::Range {
+                first: 1,
+                count: 10,
+            },
+            ..Run::default()
+        };
+        run.lives = Lives::new(Arc::new(vec![40, 3, 3, 3, 3, 3, 5, 5, 5, 5]), &[0b11_1110]);
+        let starts = vec![(9, 0), (0, 20), (6, 0), (8, 0), (7, 0)];
+        run.start = Arc::new(Starts::of_segment(starts));
+        let s = SegmentThreads::of(&run);
+        assert_eq!(s.len(), 5);
+        assert_eq!(s.slot(0), Some(0));
+        assert!((1..=5).all(|t| s.slot(t).is_none()));
+        let slots: Vec<Option<usize>> = (6..10).map(|t| s.slot(t)).collect();
+        assert_eq!(slots, [Some(1), Some(2), Some(3), Some(4)]);
+        let threads: Vec<u32> = (0..s.len()).map(|i| s.thread(i)).collect();
+        assert_eq!(threads, [0, 6, 7, 8, 9]);
+        assert!(s.slot(10).is_none());
+        // A thread without events there starts where it ends: no rule can move it.
+        assert_eq!(run.start_of(3), 3);
+        assert_eq!(run.start_of(0), 20);
+    }
+
+    #[test]
+    fn a_trace_analysed_whole_numbers_every_thread_with_events() {
+        let mut run = Run {
+            threads: ThreadIds::Range { first: 1, count: 4 },
+            ..Run::default()
+        };
+        run.lives = Lives::new(Arc::new(vec![7, 2, 0, 9]), &[0]);
+        let s = SegmentThreads::of(&run);
+        // Thread 2 has no event, and no slot: three slots, one for each of the others.
+        assert_eq!(s.len(), 3);
+        assert!(s.slot(2).is_none());
+        for t in [0, 1, 3] {
+            let i = s.slot(t).expect("a slot");
+            assert_eq!(s.thread(i), t);
+        }
+        assert_eq!(run.start_of(3), 0);
+    }
+}
