@@ -1294,22 +1294,6 @@ impl ModelPass<'_> {
         Starts::of_segment(at)
     }
 
-    /// Where the current segment starts in thread `t`, as far as the walk has gone.
-    fn segment_start_now(&self, t: u32) -> u32 {
-        let touched = self
-            .touched
-            .get((t / 64) as usize)
-            .is_some_and(|w| w >> (t % 64) & 1 == 1);
-        let seen = self.seen.get(t as usize).copied().unwrap_or(0);
-        if !touched {
-            return seen;
-        }
-        self.touched_at
-            .iter()
-            .find(|&&(u, _)| u == t)
-            .map_or(seen, |&(_, pos)| pos)
-    }
-
     /// Thread `t` has been seen up to position `next` (excluded): where the next segment
     /// starts in it.
     #[inline(always)]
@@ -1327,10 +1311,16 @@ impl ModelPass<'_> {
         self.heap.handle(ev);
         if self.keep_marks {
             if self.marks.unmade() {
-                let starts: Vec<u32> = (0..self.threads.len() as u32)
-                    .map(|t| self.segment_start_now(t))
-                    .collect();
-                self.marks = AccessMarks::new(self.threads.len(), |t| starts[t]);
+                // Where the segment starts in each thread, as far as the walk has gone: at the
+                // first event noted for the threads it touched, where the others stand.
+                let mut starts = self.seen.clone();
+                for &(t, pos) in &self.touched_at {
+                    if let Some(s) = starts.get_mut(t as usize) {
+                        *s = pos;
+                    }
+                }
+                let start = |t: usize| starts.get(t).copied().unwrap_or(0);
+                self.marks = AccessMarks::new(self.threads.len(), start);
             }
             self.marks.handle(ev);
         }
