@@ -577,7 +577,8 @@ fn an_unsymbolised_trace_is_reported_as_its_symbolised_self() {
     let races = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/race");
     for (name, variable) in [
         ("unprotected_counter.c", "`counter`"),
-        ("barrier_generations.c", "`hasty[1]`"),
+        // Which element of `hasty` the run's race falls on is the schedule's choice.
+        ("barrier_generations.c", "`hasty["),
         ("sscanf_into_shared.c", "`shared.id`"),
         ("reversed_sections.c", "`x`"),
     ] {
