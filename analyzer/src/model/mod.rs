@@ -864,6 +864,16 @@ impl Segmented<'_, '_, '_, '_> {
     }
 }
 
+/// How many events ahead of the one handled the walk asks for the shadow slot of an access
+/// ([`RacePass::prefetch`]): far enough for the slot to arrive before its look-up, near
+/// enough for it to be still in the cache then.
+const PREFETCH_AHEAD: usize = 8;
+
+/// How many events ahead the walk asks for an access's spilled shadow entries
+/// ([`RacePass::prefetch_entries`]), its slot asked for [`PREFETCH_AHEAD`] events ahead having
+/// arrived by then.
+const PREFETCH_ENTRIES_AHEAD: usize = 3;
+
 impl Pass for Segmented<'_, '_, '_, '_> {
     type Output = ();
 
@@ -918,6 +928,14 @@ impl Pass for Segmented<'_, '_, '_, '_> {
             for (i, ev) in events[done..done + n].iter().enumerate() {
                 let pos = first + (done + i) as u32;
                 let seq = seq + (done + i) as u64;
+                if let Some(races) = &self.races {
+                    if let Some(ahead) = events.get(done + i + PREFETCH_AHEAD) {
+                        races.prefetch(&ahead.kind);
+                    }
+                    if let Some(near) = events.get(done + i + PREFETCH_ENTRIES_AHEAD) {
+                        races.prefetch_entries(&near.kind);
+                    }
+                }
                 // Lock operations (past the thread's first event) go to the model unconverted
                 // while there is no race pass (they are no memory access, which would start
                 // it): what `handle_one` would do with them, without making an `Op` to match

@@ -164,6 +164,26 @@ impl<V: Default> GranuleTable<V> {
         std::hint::black_box(keys);
     }
 
+    /// Starts bringing the home slot of `granule` into the cache (see
+    /// `foresight_trace::memory::prefetch`): called a few accesses ahead of the look-up.
+    #[inline(always)]
+    pub fn prefetch(&self, granule: u64) {
+        if !self.slots.is_empty() {
+            foresight_trace::memory::prefetch(&self.slots[self.home(granule)]);
+        }
+    }
+
+    /// The cell of `granule` if its home slot holds it (no probe further): what a prefetch
+    /// ahead of the look-up reads, the slot having been prefetched earlier still.
+    #[inline(always)]
+    pub fn at_home(&self, granule: u64) -> Option<&V> {
+        if self.slots.is_empty() {
+            return None;
+        }
+        let slot = &self.slots[self.home(granule)];
+        (slot.key == granule + 1).then_some(&slot.cell)
+    }
+
     /// The cell of `granule`, a fresh one (`V::default()`) if it had none. Always inlined:
     /// every access looks its granule up, and where the check was compiled apart (the split
     /// race pass's back) the call left out of it cost some 20 instructions an access.
@@ -262,22 +282,20 @@ impl<V: Default> GranuleTable<V> {
         }
     }
 
-    /// Keeps only the granules `keep` says yes to.
+    /// Keeps only the granules `keep` says yes to, in place, as [`GranuleTable::retain_cells`]
+    /// does: a table rebuilt instead was allocated and zeroed anew at every large block freed
+    /// (a compressor frees its window buffers job after job), which cost a real program's
+    /// analysis more time in the kernel's page clearing than its look-ups of those granules.
     pub fn retain(&mut self, keep: impl Fn(u64) -> bool) {
-        let old = std::mem::take(&mut self.slots);
-        let bits = self.bits;
-        self.bits = 0;
-        // Gathered apart, not in the old slots' place (`collect` would reuse their
-        // allocation): the old table is freed before the new one is allocated.
-        let mut kept: Vec<Slot<V>> = Vec::with_capacity(self.len);
-        kept.extend(
-            old.into_iter()
-                .filter(|s| s.key != EMPTY && keep(s.key - 1)),
-        );
-        self.len = 0;
-        self.allocate(bits.max(MIN_SLOTS.trailing_zeros()));
-        for s in kept {
-            *self.cell(s.key - 1) = s.cell;
+        let mut i = 0;
+        while i < self.slots.len() {
+            let key = self.slots[i].key;
+            if key != EMPTY && !keep(key - 1) {
+                // As in `retain_cells`: a later key of the run may move into slot `i`.
+                self.vacate(i);
+                continue;
+            }
+            i += 1;
         }
     }
 
@@ -369,6 +387,33 @@ mod tests {
         for g in 0x1000..0x1000 + 3000 {
             assert_eq!(t.get(g), want.get(&g));
         }
+    }
+
+    #[test]
+    fn the_look_ahead_reads_only_cells_at_home_and_changes_nothing() {
+        let mut t: GranuleTable<u64> = GranuleTable::new();
+        // An empty table has no slot to fetch or read.
+        t.prefetch(7);
+        assert_eq!(t.at_home(7), None);
+        for g in 0..5_000u64 {
+            *t.cell(g * 3) = g;
+        }
+        let (mut home, mut away) = (0, 0);
+        for g in 0..15_000u64 {
+            t.prefetch(g);
+            match t.at_home(g) {
+                Some(v) => {
+                    assert_eq!(Some(v), t.get(g), "granule {g}");
+                    home += 1;
+                }
+                None if t.get(g).is_some() => away += 1,
+                None => {}
+            }
+        }
+        // Most granules are at home; those a collision pushed on are left to the look-up.
+        assert_eq!(home + away, 5_000);
+        assert!(home > away, "{home} at home, {away} away");
+        assert_eq!(t.len(), 5_000);
     }
 
     #[test]
