@@ -559,10 +559,26 @@ fn record_and_signal(f: &Fake, script: &str, kill_args: impl Fn(u32) -> Vec<Stri
     assert!(status.success());
     while child.try_wait().unwrap().is_none() {
         if Instant::now() > deadline {
+            // Which processes of the run were left, and in what state, before they go: what
+            // a rare hang here needs to be understood.
+            let group = child.id().to_string();
+            let left: String = Command::new("ps")
+                .args(["-e", "-o", "pid,ppid,pgid,stat,wchan:24,args"])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| l.split_whitespace().nth(2) == Some(group.as_str()))
+                .map(|l| format!("{l}\n"))
+                .collect();
             let _ = Command::new("kill")
                 .args(["-KILL", "--", &format!("-{}", child.id())])
                 .status();
-            panic!("foresight record did not end");
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "foresight record did not end\nprocesses left:\n{left}\nrecord's stderr:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
         std::thread::sleep(Duration::from_millis(10));
     }
