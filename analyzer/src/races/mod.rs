@@ -45,6 +45,7 @@ mod state;
 
 use std::collections::VecDeque;
 
+use foresight_trace::event::EventKind;
 use foresight_trace::tables::Tables;
 use foresight_trace::SiteId;
 
@@ -310,15 +311,12 @@ impl<'t> RacePass<'t> {
                 .access((ev.thread, ev.pos, ev.seq), addr, size, site, kind);
         }
     }
-}
 
-impl RacePass<'_> {
     /// Starts bringing the shadow slot of a plain access the walk will hand over a few events
     /// from now into the cache ([`shadow::Shadow::prefetch`]): the look-ups of a program's
     /// memory read at random then wait for their misses side by side.
     #[inline(always)]
-    pub(crate) fn prefetch(&self, kind: &foresight_trace::event::EventKind) {
-        use foresight_trace::event::EventKind;
+    pub(crate) fn prefetch(&self, kind: &EventKind) {
         if let EventKind::Read { addr, size, .. } | EventKind::Write { addr, size, .. } = *kind {
             // Both ends: most accesses over two granules are unaligned words, whose second
             // granule is as far from the first in the table as any other.
@@ -329,14 +327,11 @@ impl RacePass<'_> {
             }
         }
     }
-}
 
-impl RacePass<'_> {
     /// The second step of [`RacePass::prefetch`], nearer the access: its granule's spilled
     /// entries, once its slot has arrived ([`shadow::Shadow::prefetch_entries`]).
     #[inline(always)]
-    pub(crate) fn prefetch_entries(&self, kind: &foresight_trace::event::EventKind) {
-        use foresight_trace::event::EventKind;
+    pub(crate) fn prefetch_entries(&self, kind: &EventKind) {
         if let EventKind::Read { addr, .. } | EventKind::Write { addr, .. } = *kind {
             self.state.shadow.prefetch_entries(addr >> 3);
         }
