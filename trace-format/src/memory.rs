@@ -31,10 +31,11 @@ pub fn advise_huge_pages<T>(table: &[T]) {
     }
 }
 
-/// Asks the processor to bring the cache lines of `item` (the first two: a table's slot) into
-/// its caches, without waiting for them: a look-up that will read a slot of a large table at
-/// random a few events from now then finds it there, the misses of several look-ups
-/// overlapping instead of following one another. Only a hint: nothing is read or written, and
+/// Asks the processor to bring the cache lines holding the first and the last byte of `item`
+/// into its caches (all of a value of up to two lines, as a table's slot), without waiting for
+/// them: a look-up that will read a slot of a large table at random a few events from now
+/// then finds it there, the misses of several look-ups overlapping instead of following one
+/// another. Only a hint: nothing is read or written, and
 /// where the target has no such instruction nothing happens.
 #[inline(always)]
 pub fn prefetch<T: ?Sized>(item: &T) {
