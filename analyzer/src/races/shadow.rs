@@ -1129,7 +1129,7 @@ impl Shadow {
     /// A shadow that takes at most `budget` bytes.
     pub(crate) fn with_budget(budget: usize) -> Self {
         Shadow {
-            cells: GranuleTable::new(),
+            cells: GranuleTable::with_room(budget / SLOT_BYTES),
             sets: SiteSets::default(),
             merged: 0,
             evicted: SiteCounts::default(),
