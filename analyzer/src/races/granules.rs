@@ -585,11 +585,10 @@ mod tests {
     }
 
     #[test]
-    fn a_run_at_the_top_of_a_doubled_table_wraps_only_once_every_slot_has_moved() {
+    fn a_run_wrapped_past_the_end_of_the_old_half_is_found_after_doubling() {
         // A known seed, to place granules by their homes: 2^11 slots doubled to 2^12 (more
-        // than one block moved), with twelve granules whose new home is the last slot (their
-        // run wraps to the first slots) and, at the bottom, granules of the first old homes,
-        // which move last.
+        // than one block moved), with twelve granules whose home is the last slot (their run
+        // wraps to the first slots, which move last, beside the granules of the first homes).
         let mut t: GranuleTable<u64> = GranuleTable::new();
         t.seed = 0;
         let home =
