@@ -12,6 +12,7 @@ use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::OnceLock;
 
+use foresight_fixtures::harness::{set_signal_dispositions, TERMINATION_SIGNALS};
 use foresight_trace::event::{Event, EventKind, LockMode};
 use foresight_trace::tables::{
     ClassKey, EndReason, Frame, Header, ModuleInfo, ObjectInfo, ObjectKind, Ordering, SiteInfo,
@@ -534,29 +535,6 @@ fn traces_are_symbolised_and_stats_and_dump_show_it() {
     assert!(raw.tables.symbols.is_empty());
 }
 
-/// The termination signals `record` watches.
-const TERMINATION_SIGNALS: [i32; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
-
-/// Sets, in the child of `cmd` before its exec, each of `signals` to `disposition` (SIG_DFL or
-/// SIG_IGN): the dispositions `foresight` is started with. A test runner started in the
-/// background of a non-interactive shell (`cargo test &`) has SIGINT and SIGQUIT ignored, and
-/// `record` rightly keeps what it inherited ignored for the command (as after `nohup`), whose
-/// `trap` cannot catch them then: the tests that send signals start from a terminal job's
-/// defaults, whatever started the tests.
-fn with_dispositions(cmd: &mut Command, signals: &'static [i32], disposition: libc::sighandler_t) {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: signal(2) is async-signal-safe, and the closure touches no memory but its
-    // captured values.
-    unsafe {
-        cmd.pre_exec(move || {
-            for &sig in signals {
-                libc::signal(sig, disposition);
-            }
-            Ok(())
-        });
-    }
-}
-
 /// Starts `foresight record` in a process group of its own (as a shell starts a job), waits
 /// until the command is ready, sends `signal` with `kill ARGS`, and returns the exit status.
 fn record_and_signal(f: &Fake, script: &str, kill_args: impl Fn(u32) -> Vec<String>) -> Output {
@@ -568,7 +546,7 @@ fn record_and_signal(f: &Fake, script: &str, kill_args: impl Fn(u32) -> Vec<Stri
         .args(["record", "-o", "t.trace", "--", "sh", "-c", script])
         .process_group(0)
         .stderr(std::process::Stdio::piped());
-    with_dispositions(&mut cmd, &TERMINATION_SIGNALS, libc::SIG_DFL);
+    set_signal_dispositions(&mut cmd, &TERMINATION_SIGNALS, libc::SIG_DFL);
     let mut child = cmd.spawn().unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     while !f.dir.join("ready").exists() {
@@ -628,13 +606,13 @@ fn ctrl_c_reaches_the_command_and_record_waits_for_it() {
 /// The signals the command of `foresight record` starts with ignored (its `SigIgn` in
 /// `/proc`), `foresight` started with `ignored` ignored and the other termination signals at
 /// their defaults.
-fn command_ignores(f: &Fake, ignored: &'static [i32]) -> u64 {
+fn command_ignores(f: &Fake, ignored: &[i32]) -> u64 {
     let mut cmd = foresight(&f.dir);
     cmd.env("FORESIGHT_RUNTIME", f.rt)
         .env("FAKE_RT_TRACE", &f.trace_src)
         .args(["record", "-o", "t.trace", "--", "cat", "/proc/self/status"]);
-    with_dispositions(&mut cmd, &TERMINATION_SIGNALS, libc::SIG_DFL);
-    with_dispositions(&mut cmd, ignored, libc::SIG_IGN);
+    set_signal_dispositions(&mut cmd, &TERMINATION_SIGNALS, libc::SIG_DFL);
+    set_signal_dispositions(&mut cmd, ignored, libc::SIG_IGN);
     let o = cmd.output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     let status = String::from_utf8_lossy(&o.stdout);
@@ -646,12 +624,13 @@ fn command_ignores(f: &Fake, ignored: &'static [i32]) -> u64 {
 }
 
 #[test]
-fn signals_ignored_when_record_starts_stay_ignored_in_the_command_and_no_others() {
+fn only_the_signals_ignored_when_record_starts_are_ignored_in_the_command() {
     let Some(f) = Fake::new("ignored") else {
         return;
     };
     let bit = |sig: i32| 1u64 << (sig - 1);
-    // As `nohup foresight record -- CMD`: the command must not die of a hangup either.
+    // As `nohup foresight record -- CMD` (all five ignored at once: `fixtures/tests/
+    // hostile_programs.rs`), one by one: the command must not die of a hangup either…
     let ignores = command_ignores(&f, &[libc::SIGHUP]);
     assert_ne!(ignores & bit(libc::SIGHUP), 0, "SigIgn {ignores:x}");
     // `record`'s own handlers of the others are not passed on as ignored (Ctrl-C must still

@@ -225,16 +225,16 @@ fn ctrl_c_of_a_healthy_server_is_no_finding() {
     for signal in ["INT", "TERM"] {
         let dir = harness::fresh_dir(&format!("idle-server-{signal}"));
         let trace = dir.join("run.trace");
-        let child = Command::new(env!("CARGO_BIN_EXE_foresight"))
-            .env("FORESIGHT_RUNTIME", harness::runtime())
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_foresight"));
+        cmd.env("FORESIGHT_RUNTIME", harness::runtime())
             .args(["record", "-o"])
             .arg(&trace)
             .arg("--")
             .arg(&program)
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+            .stderr(Stdio::piped());
+        harness::set_signal_dispositions(&mut cmd, &harness::TERMINATION_SIGNALS, libc::SIG_DFL);
+        let child = cmd.spawn().unwrap();
         let children = format!("/proc/{0}/task/{0}/children", child.id());
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         let pid = loop {
