@@ -451,15 +451,20 @@ mod tests {
     use super::*;
     use foldhash::{HashMap, HashMapExt};
 
+    /// The next of a xorshift sequence of granules and values.
+    fn next(x: &mut u64) {
+        *x ^= *x << 13;
+        *x ^= *x >> 7;
+        *x ^= *x << 17;
+    }
+
     #[test]
     fn behaves_as_a_map_through_inserts_and_removals() {
         let mut t: GranuleTable<u64> = GranuleTable::new();
         let mut want: HashMap<u64, u64> = HashMap::new();
         let mut x: u64 = 0x2545_f491_4f6c_dd1d;
         for step in 0..200_000u64 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            next(&mut x);
             // Keys clustered, as granules of one block are, and sometimes far apart.
             let g = if x % 3 == 0 {
                 x >> 3
@@ -532,9 +537,7 @@ mod tests {
             let mut held = Vec::new();
             let mut slots = 0;
             for n in 0..90_000u64 {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
+                next(&mut x);
                 let g = if n % 2 == 0 { x >> 3 } else { 0x10_0000 + n };
                 *t.cell(g) = n;
                 held.push((g, n));
@@ -560,9 +563,7 @@ mod tests {
             let mut x = 0x2545_f491_4f6c_dd1d_u64 ^ block as u64;
             let mut held = Vec::new();
             while !t.at_load_limit() || t.slots() < 4096 {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
+                next(&mut x);
                 // Half the granules in one dense block: runs of many slots.
                 let g = if x % 2 == 0 {
                     x >> 3
