@@ -320,21 +320,6 @@ impl<V: Default> GranuleTable<V> {
         }
     }
 
-    fn allocate(&mut self, bits: u32) {
-        let slots = 1usize << bits;
-        self.bits = bits;
-        if slots < HUGE_PAGES_FROM_SLOTS {
-            // Written as the default slot (all zero bytes) over and over, the allocation is
-            // zeroed memory that the system maps on first touch.
-            self.slots = std::iter::repeat_with(Slot::default).take(slots).collect();
-            return;
-        }
-        let mut table = Vec::with_capacity(slots);
-        foresight_trace::memory::advise_huge_pages(table.spare_capacity_mut());
-        table.extend(std::iter::repeat_with(Slot::default).take(slots));
-        self.slots = table;
-    }
-
     /// Doubles the table where it is. A granule's home is the top bits of its hash, so the
     /// granules of home `i` go to home `2i` or `2i + 1`: the slots are moved from the top of
     /// the old half down, a block at a time, each to the first free slot from its new home.
@@ -346,7 +331,12 @@ impl<V: Default> GranuleTable<V> {
     #[cold]
     fn grow(&mut self) {
         if self.bits == 0 {
-            self.allocate(MIN_SLOTS.trailing_zeros());
+            // Written as the default slot (all zero bytes) over and over, the first table is
+            // zeroed memory that the system maps on first touch; larger ones double from it.
+            self.bits = MIN_SLOTS.trailing_zeros();
+            self.slots = std::iter::repeat_with(Slot::default)
+                .take(MIN_SLOTS)
+                .collect();
             return;
         }
         self.double_in_place(GROW_BLOCK);
@@ -355,9 +345,9 @@ impl<V: Default> GranuleTable<V> {
     /// [`GranuleTable::grow`] of an allocated table, moving `block` slots at a time.
     fn double_in_place(&mut self, block: usize) {
         let old = self.slots.len();
+        let large = 2 * old >= HUGE_PAGES_FROM_SLOTS;
         if self.slots.capacity() < 2 * old {
             let largest = 1usize << self.room.max(1).ilog2();
-            let large = 2 * old >= HUGE_PAGES_FROM_SLOTS;
             // The room's address space if it can be had (a `--race-memory` larger than the
             // system would map is not an error), else this doubling's.
             if !(large && largest > 2 * old && self.slots.try_reserve_exact(largest - old).is_ok())
@@ -371,7 +361,7 @@ impl<V: Default> GranuleTable<V> {
         }
         self.slots
             .extend(std::iter::repeat_with(Slot::default).take(old));
-        if 2 * old >= HUGE_PAGES_FROM_SLOTS {
+        if large {
             // …and all of it: a table without room was moved by `realloc`, its old half
             // perhaps copied before any advice (left to the kernel's collapsing of pages).
             foresight_trace::memory::advise_huge_pages(&self.slots);
