@@ -24,8 +24,8 @@ const EMPTY: u64 = 0;
 /// The smallest table allocated (slots).
 const MIN_SLOTS: usize = 64;
 
-/// The smallest table backed by huge pages where the system has them (slots; 6 MiB of
-/// 96-byte slots): a granule's slot is found by hashing, so a large table is read at random,
+/// The smallest table backed by huge pages where the system has them (slots; 4 MiB of
+/// 64-byte slots): a granule's slot is found by hashing, so a large table is read at random,
 /// and with 4 KiB pages nearly every look-up of a granule not in cache also missed the TLB
 /// (a page walk, twice as long under a hypervisor). A table this large touches every one of
 /// its pages anyway, so huge pages hold no more of it; smaller tables are left as they were.
@@ -34,9 +34,10 @@ const HUGE_PAGES_FROM_SLOTS: usize = 1 << 16;
 /// Slots moved at a time when the table doubles ([`GranuleTable::grow`]).
 const GROW_BLOCK: usize = 1024;
 
-/// A granule's key and its cell, side by side: the probe that finds the key has the cell's
-/// first bytes in the same cache line.
+/// A granule's key and its cell, side by side, aligned to a cache line: the probe that finds
+/// the key has the cell in the same line when the two take 64 bytes, as the shadow's do.
 #[derive(Debug, Clone, Default)]
+#[repr(align(64))]
 struct Slot<V> {
     /// The granule plus one, or [`EMPTY`].
     key: u64,
@@ -307,11 +308,11 @@ impl<V: Default> GranuleTable<V> {
     /// does: a table rebuilt instead was allocated and zeroed anew at every large block freed
     /// (a compressor frees its window buffers job after job), which cost a real program's
     /// analysis more time in the kernel's page clearing than its look-ups of those granules.
-    pub fn retain(&mut self, keep: impl Fn(u64) -> bool) {
+    pub fn retain(&mut self, mut keep: impl FnMut(u64, &V) -> bool) {
         let mut i = 0;
         while i < self.slots.len() {
             let key = self.slots[i].key;
-            if key != EMPTY && !keep(key - 1) {
+            if key != EMPTY && !keep(key - 1, &self.slots[i].cell) {
                 // As in `retain_cells`: a later key of the run may move into slot `i`.
                 self.vacate(i);
                 continue;
@@ -469,7 +470,7 @@ mod tests {
                 *want.entry(g).or_default() += step;
             }
             if step % 50_000 == 0 {
-                t.retain(|g| g % 7 != 0);
+                t.retain(|g, _| g % 7 != 0);
                 want.retain(|g, _| g % 7 != 0);
             }
             if step % 50_000 == 25_000 {
@@ -651,13 +652,13 @@ mod tests {
         // Slots of the shadow's size, so that the table spans whole huge pages; with room to
         // double where it is and without.
         for room in [0, 1 << 20] {
-            let mut t: GranuleTable<[u64; 11]> = GranuleTable::with_room(room);
+            let mut t: GranuleTable<[u64; 7]> = GranuleTable::with_room(room);
             for g in 0..HUGE_PAGES_FROM_SLOTS as u64 {
                 t.cell(g * 977)[0] = g;
             }
             assert!(t.slots() > HUGE_PAGES_FROM_SLOTS);
             let start = t.slots.as_ptr() as usize;
-            let middle = start + t.slots.len() * slot_bytes::<[u64; 11]>() / 2;
+            let middle = start + t.slots.len() * slot_bytes::<[u64; 7]>() / 2;
             assert_eq!(
                 foresight_trace::memory::huge_pages_advised(middle),
                 Some(true),
@@ -737,7 +738,7 @@ mod tests {
                         proptest::prop_assert_eq!(t.remove(g), want.remove(&g));
                     }
                     Op::Retain(m) => {
-                        t.retain(|g| g % m != 0);
+                        t.retain(|g, _| g % m != 0);
                         want.retain(|g, _| g % m != 0);
                     }
                     Op::RetainCells(m) => {

@@ -30,19 +30,21 @@
 //! Bytes are tracked within a granule by a mask, so that two threads writing neighbouring bytes
 //! of one word (two `char` fields of a struct) do not race.
 //!
-//! **Layout.** An entry is 24 bytes: thread, kind and byte mask packed in one word, position,
-//! site, lockset, and the access's start and size for reports (the start as its low 32 bits:
-//! with the granule they give the whole address, [`Entry::start`]). A granule's first
-//! [`INLINE`] entries live in its cell, in the table's own slot (`granules.rs`), without an
-//! allocation of their own; a granule that needs more moves them to a vector. A cell also
+//! **Layout.** An entry is 20 bytes: thread, kind and byte mask packed in one word, position,
+//! site, lockset, and the access's start and size for reports, as the low 16 bits of each
+//! (from any granule of the access, the granule and the start's low bits give the whole
+//! start, [`Entry::access`]); an access of [`LARGE_FROM`] bytes or more, a buffer copied,
+//! keeps its start and size aside, by thread and position ([`LargeAccesses`]). A granule's
+//! first [`INLINE`] entries live in its cell, in the table's own slot (`granules.rs`), without
+//! an allocation of their own; a granule that needs more moves them to a [`Spill`] of
+//! [`CELL_CAPACITY`] entries, named by its index in the shadow's [`Spills`]. A cell also
 //! summarises its entries ([`Cell`]), so that most accesses look at none of them for
-//! conflicts. Per granule tracked: a 96-byte slot, its 8-byte key beside its 88-byte cell
-//! (one cache miss for both), in a table at most three quarters full (up to twice that just
-//! after it grew), plus a vector of [`CELL_CAPACITY`] entries for a granule that needs more
-//! than [`INLINE`], kept as two arrays ([`Spill`]): each entry's thread, kind, bytes and line,
-//! which an access compares with its own all at once to find its entry, and the rest. An
-//! access over several granules (a buffer copied) reads their slots' keys first, so that their
-//! misses overlap.
+//! conflicts. Per granule tracked: a 64-byte slot, one cache line, its 8-byte key beside its
+//! 56-byte cell, in a table at most three quarters full (up to twice that just after it
+//! grew), plus a 320-byte spill for a granule that needs more than [`INLINE`] entries, kept as
+//! two arrays: each entry's thread, kind, bytes and line, which an access compares with its
+//! own all at once to find its entry, and the rest. An access over several granules (a buffer
+//! copied) reads their slots' keys first, so that their misses overlap.
 //!
 //! **Collection.** An entry whose position every other thread has ordered before it, by both
 //! orders the race pass judges with, can race with nothing any more (threads created later
@@ -80,7 +82,7 @@ pub(crate) const CELL_CAPACITY: usize = 16;
 /// memory per granule, for a vector sooner when three or four lines touch one.
 pub(crate) const INLINE: usize = 2;
 
-const _: () = assert!(std::mem::size_of::<Cell>() <= 88);
+const _: () = assert!(std::mem::size_of::<Cell>() == 56);
 
 /// How many granules ahead a freed block's walk over its granules ([`Shadow::check_free`],
 /// [`Shadow::forget`]) asks for their slots.
@@ -89,15 +91,14 @@ const FREE_AHEAD: u64 = 8;
 /// Bytes a slot of the granule table takes: its key and its cell.
 const SLOT_BYTES: usize = 8 + std::mem::size_of::<Cell>();
 
-const _: () = assert!(super::granules::slot_bytes::<Cell>() == SLOT_BYTES);
+const _: () = assert!(super::granules::slot_bytes::<Cell>() == SLOT_BYTES && SLOT_BYTES == 64);
 
-/// Bytes a granule's entries take once they move to a vector of their own ([`Spill`], with
-/// the allocator's header).
-const SPILL_BYTES: usize = std::mem::size_of::<Spill>() + 16;
+/// Bytes a granule's entries take once they move to a [`Spill`].
+const SPILL_BYTES: usize = std::mem::size_of::<Spill>();
 
-const _: () = assert!(SPILL_BYTES == CELL_CAPACITY * std::mem::size_of::<Entry>() + 16);
+const _: () = assert!(SPILL_BYTES == CELL_CAPACITY * std::mem::size_of::<Entry>());
 
-/// The smallest table that is collected before it grows ([`Shadow::wants_collection`]; 6 MiB
+/// The smallest table that is collected before it grows ([`Shadow::wants_collection`]; 4 MiB
 /// of slots): below it, growing costs less than looking for settled entries. At the budget's
 /// limit the table is collected whatever its size.
 pub(crate) const COLLECT_FROM_SLOTS: usize = 1 << 16;
@@ -229,6 +230,14 @@ pub(crate) struct ShadowAccess {
     pub(crate) size: u32,
 }
 
+/// Accesses of at least this many bytes keep their start and size in the shadow's
+/// [`LargeAccesses`] rather than in their entries. Below it, the low 16 bits of an access's
+/// start say the whole start from any granule it touches ([`Entry::access`]).
+const LARGE_FROM: u32 = 0xfff8;
+
+/// The size half of an entry's `span` for an access of [`LARGE_FROM`] bytes or more.
+const LARGE: u32 = 0xffff;
+
 /// One access in one granule.
 #[derive(Clone, Copy, Debug, Default)]
 struct Entry {
@@ -237,9 +246,19 @@ struct Entry {
     pos: u32,
     site: u32,
     lockset: u32,
-    /// The low 32 bits of the access's first byte, and its size.
-    start_low: u32,
-    size: u32,
+    /// For reports: the low 16 bits of the access's first byte (high half) and its size (low
+    /// half), or [`LARGE`] as the size of an access kept whole in [`LargeAccesses`].
+    span: u32,
+}
+
+/// An access's start and size as an entry keeps them ([`Entry::span`]).
+#[inline]
+fn span_of(a: &ShadowAccess) -> u32 {
+    if a.size < LARGE_FROM {
+        (a.addr as u32) << 16 | a.size
+    } else {
+        LARGE
+    }
 }
 
 impl Entry {
@@ -249,8 +268,7 @@ impl Entry {
             pos: a.pos,
             site: a.site,
             lockset: a.lockset,
-            start_low: a.addr as u32,
-            size: a.size,
+            span: span_of(a),
         }
     }
 
@@ -260,8 +278,7 @@ impl Entry {
         self.tkm = a.thread | (a.kind as u32) << KIND_SHIFT | (mask as u32) << MASK_SHIFT;
         self.pos = a.pos;
         self.lockset = a.lockset;
-        self.start_low = a.addr as u32;
-        self.size = a.size;
+        self.span = span_of(a);
     }
 
     #[inline]
@@ -279,66 +296,122 @@ impl Entry {
         (self.tkm >> MASK_SHIFT) as u8
     }
 
-    /// The access's first byte. The entry's first byte in `granule` is at most `size - 1`
-    /// bytes after it, less than 2^32: the low 32 bits of the difference are the difference.
-    fn start(&self, granule: u64) -> u64 {
-        let first_here = granule * 8 + u64::from(self.mask().trailing_zeros());
-        first_here - u64::from((first_here as u32).wrapping_sub(self.start_low))
+    /// Whether the access's start and size are in [`LargeAccesses`].
+    #[inline]
+    fn is_large(&self) -> bool {
+        self.span & 0xffff == LARGE
     }
 
-    fn access(&self, granule: u64) -> ShadowAccess {
+    /// The access, whole, as found in `granule`. An access touching the granule starts at
+    /// most `size + 6` bytes before the granule's last byte, less than 2^16 below
+    /// [`LARGE_FROM`]: the low 16 bits of the difference are the difference.
+    fn access(&self, granule: u64, large: &LargeAccesses) -> ShadowAccess {
+        let (addr, size) = if self.is_large() {
+            // Every large access is noted before its entries are made; a position repeated
+            // by a thread (past 2^32 events of it) can only name another of its accesses.
+            large
+                .get(self.thread(), self.pos)
+                .unwrap_or((granule * 8, 8))
+        } else {
+            let last = granule * 8 + 7;
+            let below = (last as u16).wrapping_sub((self.span >> 16) as u16);
+            (last - u64::from(below), self.span & 0xffff)
+        };
         ShadowAccess {
             thread: self.thread(),
             pos: self.pos,
             site: self.site,
             lockset: self.lockset,
             kind: self.kind(),
-            addr: self.start(granule),
-            size: self.size,
+            addr,
+            size,
         }
     }
 }
 
+/// The start and size of the accesses of [`LARGE_FROM`] bytes or more that entries may still
+/// name, by thread and position (each names one access). A program copying buffers of
+/// megabytes makes few of them, each over thousands of granules; the map is swept of those
+/// no entry names when it has doubled since the last sweep ([`Shadow::sweep_large`]).
+#[derive(Debug)]
+pub(crate) struct LargeAccesses {
+    by_access: HashMap<(u32, u32), (u64, u32)>,
+    /// The size at which the map is swept next.
+    sweep_at: usize,
+}
+
+impl Default for LargeAccesses {
+    fn default() -> Self {
+        LargeAccesses {
+            by_access: HashMap::default(),
+            sweep_at: Self::SWEEP_FROM,
+        }
+    }
+}
+
+impl LargeAccesses {
+    /// The least size at which the map is swept.
+    const SWEEP_FROM: usize = 4096;
+
+    fn note(&mut self, a: &ShadowAccess) {
+        self.by_access.insert((a.thread, a.pos), (a.addr, a.size));
+    }
+
+    fn get(&self, thread: u32, pos: u32) -> Option<(u64, u32)> {
+        self.by_access.get(&(thread, pos)).copied()
+    }
+
+    fn wants_sweep(&self) -> bool {
+        self.by_access.len() >= self.sweep_at
+    }
+}
+
 /// The entries of one granule, oldest first, and a summary of them that lets an access skip
-/// the conflict checks when no other thread's entry can conflict with it.
+/// the conflict checks when no other thread's entry can conflict with it. 56 bytes: with its
+/// key, a slot is one cache line.
 #[derive(Clone, Debug, Default)]
 struct Cell {
-    entries: Entries,
-    /// Per thread below 63: a bit of its own when the cell holds an entry of the thread, in
-    /// `threads`, and a writing one (plain or atomic), in `writers`; every thread from 63 on
-    /// shares bit 63, which can only make a check look needed (for one of those threads, its
+    /// The entries while they fit; once they spill to a [`Spill`] of the shadow's [`Spills`],
+    /// the first one's `pos` is its index there.
+    inline: [Entry; INLINE],
+    /// Per thread below 31: a bit of its own when the cell holds an entry of the thread, in
+    /// `threads`, and a writing one (plain or atomic), in `writers`; every thread from 31 on
+    /// shares bit 31, which can only make a check look needed (for one of those threads, its
     /// own bit may stand for others).
-    threads: u64,
-    writers: u64,
-    /// Per thread below 64: a bit when every other thread's writing entry here is ordered
+    threads: u32,
+    writers: u32,
+    /// Per thread below 32: a bit when every other thread's writing entry here is ordered
     /// before the thread by both orders ([`Shadow::access`]'s `settled`). Those orders only
     /// grow, so the bit holds until another thread's writing entry is added or changed: until
     /// then a read of the thread can race with nothing here, nor be a candidate, and skips the
     /// conflict checks.
-    read_clean: u64,
-    /// Whether two entries of one thread, kind and site ever held bytes one inside the
-    /// other's here. Until then, an entry with exactly the newcomer's thread, kind, site and
-    /// bytes is the only one it supersedes.
-    nested: bool,
+    read_clean: u32,
     /// Bit `i`: entry `i` stands for accesses of several lines merged within one epoch of its
     /// thread, and its `site` is the id of their set ([`SiteSets`]).
     merged: u16,
-    /// Evictions left before a full cell looks for covered entries again, after a look found
-    /// none ([`Cell::drop_covered`] costs the square of the entries).
-    covered_wait: u8,
+    len: u8,
+    /// [`SPILLED`], [`NESTED`], and the evictions left before a full cell looks for covered
+    /// entries again after a look found none (from [`WAIT_SHIFT`] on;
+    /// [`Cell::drop_covered`] costs the square of the entries).
+    flags: u8,
 }
 
-#[derive(Clone, Debug)]
-enum Entries {
-    Inline(u8, [Entry; INLINE]),
-    /// How many, and the entries.
-    Spilled(u8, Box<Spill>),
-}
+/// The entries moved to a [`Spill`].
+const SPILLED: u8 = 1;
+/// Two entries of one thread, kind and site have held bytes one inside the other's here.
+/// Until then, an entry with exactly the newcomer's thread, kind, site and bytes is the only
+/// one it supersedes.
+const NESTED: u8 = 2;
+const WAIT_SHIFT: u32 = 4;
+
+const _: () = assert!(COVERED_WAIT as u32 <= 0xff >> WAIT_SHIFT);
 
 /// A granule's entries once they outgrow its cell, as two arrays: each entry's thread, kind,
 /// bytes and line ([`Spill::key`]), which an access compares with its own at once to find its
-/// entry, and the rest. The same 384 bytes as the records.
+/// entry, and the rest. Aligned to cache lines: the keys are two lines, which
+/// [`Shadow::prefetch_entries`] asks for by their first and last bytes.
 #[derive(Clone, Debug)]
+#[repr(align(64))]
 struct Spill {
     keys: [u64; CELL_CAPACITY],
     rest: [Rest; CELL_CAPACITY],
@@ -349,11 +422,19 @@ struct Spill {
 struct Rest {
     pos: u32,
     lockset: u32,
-    start_low: u32,
-    size: u32,
+    span: u32,
 }
 
 impl Spill {
+    const EMPTY: Spill = Spill {
+        keys: [0; CELL_CAPACITY],
+        rest: [Rest {
+            pos: 0,
+            lockset: 0,
+            span: 0,
+        }; CELL_CAPACITY],
+    };
+
     #[inline]
     fn key(e: &Entry) -> u64 {
         u64::from(e.tkm) | u64::from(e.site) << 32
@@ -367,8 +448,7 @@ impl Spill {
             pos: rest.pos,
             site: (key >> 32) as u32,
             lockset: rest.lockset,
-            start_low: rest.start_low,
-            size: rest.size,
+            span: rest.span,
         }
     }
 
@@ -378,9 +458,64 @@ impl Spill {
         self.rest[i] = Rest {
             pos: e.pos,
             lockset: e.lockset,
-            start_low: e.start_low,
-            size: e.size,
+            span: e.span,
         };
+    }
+}
+
+/// Spills handed out at a time, as one allocation (320 KiB): few enough chunks that their
+/// pointers stay in cache, and no spill ever moves (a vector doubling would copy them all,
+/// holding both copies at once).
+const SPILLS_PER_CHUNK: usize = 1024;
+
+/// The granules' spilled entries, by index: a cell names its [`Spill`] in 4 bytes rather than
+/// a pointer's 8 and a tag, which keeps a slot to one cache line, and a spill costs no
+/// allocation of its own. Spills given back are handed out again first.
+#[derive(Debug, Default)]
+pub(crate) struct Spills {
+    chunks: Vec<Box<[Spill; SPILLS_PER_CHUNK]>>,
+    free: Vec<u32>,
+    /// Indices ever handed out: those below it are in a chunk.
+    fresh: usize,
+    /// Spills handed out and not given back.
+    live: usize,
+}
+
+impl Spills {
+    fn take(&mut self) -> u32 {
+        self.live += 1;
+        if let Some(i) = self.free.pop() {
+            return i;
+        }
+        if self.fresh == self.chunks.len() * SPILLS_PER_CHUNK {
+            let chunk = vec![Spill::EMPTY; SPILLS_PER_CHUNK].into_boxed_slice();
+            self.chunks
+                .push(chunk.try_into().expect("a chunk's length"));
+        }
+        self.fresh += 1;
+        (self.fresh - 1) as u32
+    }
+
+    fn give_back(&mut self, i: u32) {
+        self.live -= 1;
+        self.free.push(i);
+    }
+
+    /// Gives back every spill at once.
+    fn clear(&mut self) {
+        *self = Spills::default();
+    }
+
+    #[inline]
+    fn get(&self, i: u32) -> &Spill {
+        let i = i as usize;
+        &self.chunks[i / SPILLS_PER_CHUNK][i % SPILLS_PER_CHUNK]
+    }
+
+    #[inline]
+    fn get_mut(&mut self, i: u32) -> &mut Spill {
+        let i = i as usize;
+        &mut self.chunks[i / SPILLS_PER_CHUNK][i % SPILLS_PER_CHUNK]
     }
 }
 
@@ -398,15 +533,9 @@ impl std::ops::Deref for EntryList {
     }
 }
 
-impl Default for Entries {
-    fn default() -> Self {
-        Entries::Inline(0, [Entry::default(); INLINE])
-    }
-}
-
 #[inline]
-fn thread_bit(thread: u32) -> u64 {
-    1u64 << thread.min(63)
+fn thread_bit(thread: u32) -> u32 {
+    1u32 << thread.min(31)
 }
 
 /// Whether every line of `want` (the set `set` of lines, sorted) is held by one of the
@@ -482,72 +611,98 @@ impl Cell {
     /// How many entries the cell holds.
     #[inline]
     fn len(&self) -> usize {
-        match &self.entries {
-            Entries::Inline(n, _) | Entries::Spilled(n, _) => *n as usize,
-        }
+        self.len as usize
+    }
+
+    #[inline]
+    fn is_spilled(&self) -> bool {
+        self.flags & SPILLED != 0
+    }
+
+    /// The index of the cell's [`Spill`], when it has one.
+    #[inline]
+    fn spill(&self) -> u32 {
+        self.inline[0].pos
+    }
+
+    #[inline]
+    fn nested(&self) -> bool {
+        self.flags & NESTED != 0
+    }
+
+    #[inline]
+    fn set_nested(&mut self, nested: bool) {
+        self.flags = self.flags & !NESTED | if nested { NESTED } else { 0 };
+    }
+
+    #[inline]
+    fn covered_wait(&self) -> u8 {
+        self.flags >> WAIT_SHIFT
+    }
+
+    #[inline]
+    fn set_covered_wait(&mut self, wait: u8) {
+        self.flags = self.flags & ((1 << WAIT_SHIFT) - 1) | wait << WAIT_SHIFT;
     }
 
     /// Entry `i`.
     #[inline]
-    fn get(&self, i: usize) -> Entry {
-        match &self.entries {
-            Entries::Inline(_, e) => e[i],
-            Entries::Spilled(_, s) => s.get(i),
+    fn get(&self, sp: &Spills, i: usize) -> Entry {
+        if self.is_spilled() {
+            sp.get(self.spill()).get(i)
+        } else {
+            self.inline[i]
         }
     }
 
     /// Entry `i`'s thread, kind and bytes (low half) and line (high half): [`Spill::key`].
     #[inline]
-    fn key(&self, i: usize) -> u64 {
-        match &self.entries {
-            Entries::Inline(_, e) => Spill::key(&e[i]),
-            Entries::Spilled(_, s) => s.keys[i],
+    fn key(&self, sp: &Spills, i: usize) -> u64 {
+        if self.is_spilled() {
+            sp.get(self.spill()).keys[i]
+        } else {
+            Spill::key(&self.inline[i])
         }
     }
 
     /// Replaces entry `i`.
     #[inline]
-    fn set(&mut self, i: usize, e: Entry) {
-        match &mut self.entries {
-            Entries::Inline(_, slots) => slots[i] = e,
-            Entries::Spilled(_, s) => s.set(i, e),
+    fn set(&mut self, sp: &mut Spills, i: usize, e: Entry) {
+        if self.is_spilled() {
+            sp.get_mut(self.spill()).set(i, e);
+        } else {
+            self.inline[i] = e;
         }
     }
 
     /// A copy of the entries, oldest first.
-    fn entries(&self) -> EntryList {
+    fn entries(&self, sp: &Spills) -> EntryList {
         let mut list = EntryList {
-            len: self.len() as u8,
+            len: self.len,
             entries: [Entry::default(); CELL_CAPACITY],
         };
         for i in 0..self.len() {
-            list.entries[i] = self.get(i);
+            list.entries[i] = self.get(sp, i);
         }
         list
     }
 
     /// The first entry of exactly `tkm` and `site`.
     #[inline]
-    fn find_exact(&self, tkm: u32, site: u32) -> Option<usize> {
-        match &self.entries {
-            Entries::Inline(n, e) => e[..*n as usize]
+    fn find_exact(&self, sp: &Spills, tkm: u32, site: u32) -> Option<usize> {
+        if !self.is_spilled() {
+            return self.inline[..self.len()]
                 .iter()
-                .position(|e| e.tkm == tkm && e.site == site),
-            Entries::Spilled(n, s) => {
-                let want = u64::from(tkm) | u64::from(site) << 32;
-                let mut hits = 0u32;
-                for j in 0..CELL_CAPACITY {
-                    hits |= u32::from(s.keys[j] == want) << j;
-                }
-                hits &= (1u32 << n) - 1;
-                (hits != 0).then(|| hits.trailing_zeros() as usize)
-            }
+                .position(|e| e.tkm == tkm && e.site == site);
         }
-    }
-
-    #[inline]
-    fn is_spilled(&self) -> bool {
-        matches!(self.entries, Entries::Spilled(..))
+        let s = sp.get(self.spill());
+        let want = u64::from(tkm) | u64::from(site) << 32;
+        let mut hits = 0u32;
+        for j in 0..CELL_CAPACITY {
+            hits |= u32::from(s.keys[j] == want) << j;
+        }
+        hits &= (1u32 << self.len) - 1;
+        (hits != 0).then(|| hits.trailing_zeros() as usize)
     }
 
     /// Whether an access of `thread` (writing or not) may conflict with another thread's
@@ -555,7 +710,7 @@ impl Cell {
     #[inline]
     fn others_may_conflict(&self, thread: u32, writes: bool) -> bool {
         let others = if writes { self.threads } else { self.writers };
-        if thread >= 63 {
+        if thread >= 31 {
             // Its bit is shared: any entry may be another thread's.
             return others != 0;
         }
@@ -574,22 +729,22 @@ impl Cell {
     /// A writing entry of `thread` was added or changed: no other thread's read is clean.
     #[inline]
     fn wrote(&mut self, thread: u32) {
-        self.read_clean &= if thread < 64 { thread_bit(thread) } else { 0 };
+        self.read_clean &= if thread < 32 { thread_bit(thread) } else { 0 };
     }
 
     /// Whether a read of `thread` here can skip the conflict checks.
     #[inline]
     fn read_is_clean(&self, thread: u32) -> bool {
-        thread < 64 && self.read_clean & thread_bit(thread) != 0
+        thread < 32 && self.read_clean & thread_bit(thread) != 0
     }
 
     /// The summary again, after entries went.
-    fn resummarise(&mut self) {
+    fn resummarise(&mut self, sp: &Spills) {
         // Fewer entries keep `read_clean` true.
         let mut threads = 0;
         let mut writers = 0;
         for i in 0..self.len() {
-            let e = self.get(i);
+            let e = self.get(sp, i);
             let bit = thread_bit(e.thread());
             threads |= bit;
             if e.kind().is_write() {
@@ -600,41 +755,36 @@ impl Cell {
         self.writers = writers;
     }
 
-    fn push(&mut self, e: Entry) {
+    fn push(&mut self, sp: &mut Spills, e: Entry) {
         self.note(&e);
         const KEY_BITS: u32 = THREAD_BITS | 3 << KIND_SHIFT;
         let mask = e.mask();
-        self.nested |= (0..self.len()).any(|i| {
-            let o = self.get(i);
+        let nests = (0..self.len()).any(|i| {
+            let o = self.get(sp, i);
             (o.tkm ^ e.tkm) & KEY_BITS == 0 && o.site == e.site && o.mask() & mask == mask
         });
-        match &mut self.entries {
-            Entries::Inline(n, slots) if (*n as usize) < INLINE => {
-                slots[*n as usize] = e;
-                *n += 1;
-            }
-            Entries::Inline(_, slots) => {
-                let mut s = Box::new(Spill {
-                    keys: [0; CELL_CAPACITY],
-                    rest: [Rest::default(); CELL_CAPACITY],
-                });
-                for (i, o) in slots.iter().enumerate() {
-                    s.set(i, *o);
-                }
-                s.set(INLINE, e);
-                self.entries = Entries::Spilled(INLINE as u8 + 1, s);
-            }
-            Entries::Spilled(n, s) => {
-                s.set(*n as usize, e);
-                *n += 1;
-            }
+        if nests {
+            self.set_nested(true);
         }
+        let n = self.len();
+        if !self.is_spilled() && n >= INLINE {
+            let index = sp.take();
+            let s = sp.get_mut(index);
+            for (i, o) in self.inline.iter().enumerate() {
+                s.set(i, *o);
+            }
+            self.inline = Default::default();
+            self.inline[0].pos = index;
+            self.flags |= SPILLED;
+        }
+        self.len += 1;
+        self.set(sp, n, e);
     }
 
     /// The line or lines entry `i` stands for.
     #[inline]
-    fn lines(&self, i: usize) -> Lines {
-        let site = self.get(i).site;
+    fn lines(&self, sp: &Spills, i: usize) -> Lines {
+        let site = self.get(sp, i).site;
         if self.is_merged(i) {
             Lines::Set(site)
         } else {
@@ -647,60 +797,68 @@ impl Cell {
         self.merged >> i & 1 != 0
     }
 
-    /// Moves the entries of a spilled cell that has at most [`INLINE`] of them back into it.
-    fn unspill(&mut self) {
-        if let Entries::Spilled(n, s) = &self.entries {
-            debug_assert!(*n as usize <= INLINE);
-            let mut slots = [Entry::default(); INLINE];
-            for (i, slot) in slots.iter_mut().enumerate().take(*n as usize) {
+    /// Moves the entries of a spilled cell that has at most [`INLINE`] of them back into it,
+    /// giving its spill back.
+    fn unspill(&mut self, sp: &mut Spills) {
+        if self.is_spilled() {
+            debug_assert!(self.len() <= INLINE);
+            let index = self.spill();
+            let s = sp.get(index);
+            let mut inline = [Entry::default(); INLINE];
+            for (i, slot) in inline.iter_mut().enumerate().take(self.len()) {
                 *slot = s.get(i);
             }
-            self.entries = Entries::Inline(*n, slots);
+            self.inline = inline;
+            self.flags &= !SPILLED;
+            sp.give_back(index);
+        }
+    }
+
+    /// Gives back the cell's spill, if any, as the cell goes.
+    fn release(&self, sp: &mut Spills) {
+        if self.is_spilled() {
+            sp.give_back(self.spill());
         }
     }
 
     /// Removes entry `i`, keeping the others in order.
-    fn remove(&mut self, i: usize) {
+    fn remove(&mut self, sp: &mut Spills, i: usize) {
         let below = (1u16 << i) - 1;
         self.merged = self.merged & below | self.merged >> 1 & !below;
-        match &mut self.entries {
-            Entries::Inline(n, slots) => {
-                slots.copy_within(i + 1..*n as usize, i);
-                *n -= 1;
-            }
-            Entries::Spilled(n, s) => {
-                s.keys.copy_within(i + 1..*n as usize, i);
-                s.rest.copy_within(i + 1..*n as usize, i);
-                *n -= 1;
-            }
+        let n = self.len();
+        if self.is_spilled() {
+            let s = sp.get_mut(self.spill());
+            s.keys.copy_within(i + 1..n, i);
+            s.rest.copy_within(i + 1..n, i);
+        } else {
+            self.inline.copy_within(i + 1..n, i);
         }
-        self.resummarise();
+        self.len -= 1;
+        self.resummarise(sp);
     }
 
     /// Keeps the entries `keep(entry, merged)` says, in order.
-    fn retain(&mut self, keep: impl Fn(&Entry, bool) -> bool) {
-        self.retain_at(|_, e, merged| keep(e, merged));
+    fn retain(&mut self, sp: &mut Spills, keep: impl Fn(&Entry, bool) -> bool) {
+        self.retain_at(sp, |_, e, merged| keep(e, merged));
     }
 
     /// Keeps the entries `keep(index, entry, merged)` says, in order.
-    fn retain_at(&mut self, keep: impl Fn(usize, &Entry, bool) -> bool) {
+    fn retain_at(&mut self, sp: &mut Spills, keep: impl Fn(usize, &Entry, bool) -> bool) {
         let merged = self.merged;
         let mut still_merged = 0u16;
         let mut kept = 0;
         for i in 0..self.len() {
             let m = merged >> i & 1 != 0;
-            let e = self.get(i);
+            let e = self.get(sp, i);
             if keep(i, &e, m) {
-                self.set(kept, e);
+                self.set(sp, kept, e);
                 still_merged |= u16::from(m) << kept;
                 kept += 1;
             }
         }
-        match &mut self.entries {
-            Entries::Inline(n, _) | Entries::Spilled(n, _) => *n = kept as u8,
-        }
+        self.len = kept as u8;
         self.merged = still_merged;
-        self.resummarise();
+        self.resummarise(sp);
     }
 }
 
@@ -715,12 +873,18 @@ impl Cell {
     /// how many went.
     #[cold]
     #[inline(never)]
-    fn drop_covered(&mut self, sets: &SiteSets, thread: u32, kind: AccessKind) -> usize {
-        let covered = self.covered(sets, thread, kind);
+    fn drop_covered(
+        &mut self,
+        sp: &mut Spills,
+        sets: &SiteSets,
+        thread: u32,
+        kind: AccessKind,
+    ) -> usize {
+        let covered = self.covered(sp, sets, thread, kind);
         if covered == 0 {
             return 0;
         }
-        self.retain_at(|i, _, _| covered >> i & 1 == 0);
+        self.retain_at(sp, |i, _, _| covered >> i & 1 == 0);
         covered.count_ones() as usize
     }
 
@@ -732,7 +896,7 @@ impl Cell {
     /// one by one. On the recorded SQLite trace, whose full granules ask this on many pushes,
     /// the passes for each entry over every entry (and their sets) took 9% of the analysis.
     #[inline]
-    fn covered(&self, sets: &SiteSets, thread: u32, kind: AccessKind) -> u64 {
+    fn covered(&self, sp: &Spills, sets: &SiteSets, thread: u32, kind: AccessKind) -> u64 {
         const KEY_BITS: u32 = THREAD_BITS | 3 << KIND_SHIFT;
         let key = thread | (kind as u32) << KIND_SHIFT;
         let n = self.len();
@@ -747,22 +911,20 @@ impl Cell {
             [0u32; CELL_CAPACITY],
             [0u32; CELL_CAPACITY],
         );
-        match &self.entries {
-            Entries::Spilled(_, s) => {
-                for j in 0..CELL_CAPACITY {
-                    tkms[j] = s.keys[j] as u32;
-                    lines[j] = (s.keys[j] >> 32) as u32;
-                    positions[j] = s.rest[j].pos;
-                    locks[j] = s.rest[j].lockset;
-                }
+        if self.is_spilled() {
+            let s = sp.get(self.spill());
+            for j in 0..CELL_CAPACITY {
+                tkms[j] = s.keys[j] as u32;
+                lines[j] = (s.keys[j] >> 32) as u32;
+                positions[j] = s.rest[j].pos;
+                locks[j] = s.rest[j].lockset;
             }
-            Entries::Inline(_, e) => {
-                for (j, e) in e.iter().enumerate().take(n) {
-                    tkms[j] = e.tkm;
-                    lines[j] = e.site;
-                    positions[j] = e.pos;
-                    locks[j] = e.lockset;
-                }
+        } else {
+            for (j, e) in self.inline.iter().enumerate().take(n) {
+                tkms[j] = e.tkm;
+                lines[j] = e.site;
+                positions[j] = e.pos;
+                locks[j] = e.lockset;
             }
         }
         let mut of_key = 0u64;
@@ -817,12 +979,12 @@ impl Cell {
     /// finds by its exact bytes, instead of every access scanning the cell for good.
     #[cold]
     #[inline(never)]
-    fn settle_nesting(&mut self, key: u32, site: u32, lockset: u32) {
+    fn settle_nesting(&mut self, sp: &mut Spills, key: u32, site: u32, lockset: u32) {
         const KEY_BITS: u32 = THREAD_BITS | 3 << KIND_SHIFT;
         // The entries of the line, thread, kind and locks, as bits.
         let mut of_line = 0u64;
         for i in 0..self.len() {
-            let e = self.get(i);
+            let e = self.get(sp, i);
             let is = !self.is_merged(i)
                 && e.tkm & KEY_BITS == key
                 && e.site == site
@@ -831,9 +993,9 @@ impl Cell {
         }
         let mut covered = 0u64;
         for i in bits(of_line) {
-            let e = self.get(i);
+            let e = self.get(sp, i);
             let newer_bytes = bits(of_line)
-                .map(|j| self.get(j))
+                .map(|j| self.get(sp, j))
                 .filter(|o| o.pos > e.pos)
                 .fold(0u8, |bytes, o| bytes | o.mask());
             if e.mask() & !newer_bytes == 0 {
@@ -844,11 +1006,11 @@ impl Cell {
             // Still nested (a full cell of many lines, most often): the pairs are not looked at.
             return;
         }
-        self.retain_at(|i, _, _| covered >> i & 1 == 0);
+        self.retain_at(sp, |i, _, _| covered >> i & 1 == 0);
         // As `push` judges it: the `site` of every entry, a set's id for a merged one, which
         // can only find nesting where there is none.
-        let entries = self.entries();
-        self.nested = entries.iter().enumerate().any(|(i, a)| {
+        let entries = self.entries(sp);
+        let nested = entries.iter().enumerate().any(|(i, a)| {
             entries.iter().enumerate().any(|(j, b)| {
                 i != j
                     && (a.tkm ^ b.tkm) & KEY_BITS == 0
@@ -856,6 +1018,7 @@ impl Cell {
                     && a.mask() & b.mask() == a.mask()
             })
         });
+        self.set_nested(nested);
     }
 }
 
@@ -878,6 +1041,7 @@ pub enum Verdict {
 /// sets of lines are full).
 fn merge(
     cell: &mut Cell,
+    sp: &mut Spills,
     sets: &mut SiteSets,
     access: &ShadowAccess,
     since: u32,
@@ -892,7 +1056,7 @@ fn merge(
     let mut same_bytes = None;
     let mut partner = None;
     for i in (0..cell.len()).rev() {
-        let e = cell.get(i);
+        let e = cell.get(sp, i);
         if e.pos < since || e.lockset != access.lockset || (e.tkm ^ same) & KEY_BITS != 0 {
             continue;
         }
@@ -912,16 +1076,15 @@ fn merge(
         return false;
     };
     if own_line {
-        widen(cell, i, access, mask, tidy);
-        return true;
+        return widen(cell, sp, i, access, mask, tidy);
     }
-    let Some(set) = sets.union(cell.lines(i), access.site) else {
+    let Some(set) = sets.union(cell.lines(sp, i), access.site) else {
         return false;
     };
-    let mut e = cell.get(i);
+    let mut e = cell.get(sp, i);
     e.update(access, mask);
     e.site = set;
-    cell.set(i, e);
+    cell.set(sp, i, e);
     cell.merged |= 1 << i;
     true
 }
@@ -930,46 +1093,55 @@ fn merge(
 /// access's bytes too: every later access is ordered with both or with neither, so the entry
 /// stands for both, at the access's position.
 /// With `tidy`, the line's older entries it now covers go ([`drop_within`]); without, the cell
-/// is only marked as holding nested entries.
-fn widen(cell: &mut Cell, i: usize, access: &ShadowAccess, mask: u8, tidy: bool) {
+/// is only marked as holding nested entries. False, and nothing changed, when the entry
+/// would have to name a large access ([`LargeAccesses`]) at another's position.
+fn widen(
+    cell: &mut Cell,
+    sp: &mut Spills,
+    i: usize,
+    access: &ShadowAccess,
+    mask: u8,
+    tidy: bool,
+) -> bool {
     {
-        let mut e = cell.get(i);
+        let mut e = cell.get(sp, i);
         let bytes = e.mask() | mask;
-        // The reported start and size stay those of the access with the lowest byte here, so
-        // that the start is found again from the bytes (`Entry::start`).
-        let (start_low, size) = if mask.trailing_zeros() <= e.mask().trailing_zeros() {
-            (access.addr as u32, access.size)
+        // The reported start and size stay those of the access with the lowest byte here.
+        let span = if mask.trailing_zeros() <= e.mask().trailing_zeros() {
+            span_of(access)
+        } else if e.is_large() {
+            return false;
         } else {
-            (e.start_low, e.size)
+            e.span
         };
         let grew = bytes != e.mask();
         e.update(access, bytes);
-        e.start_low = start_low;
-        e.size = size;
-        cell.set(i, e);
+        e.span = span;
+        cell.set(sp, i, e);
         if !tidy {
             // Entries of the line with fewer bytes may remain from earlier epochs.
-            cell.nested = true;
-            return;
+            cell.set_nested(true);
+            return true;
         }
         if !grew {
-            return;
+            return true;
         }
     }
-    drop_within(cell, i);
+    drop_within(cell, sp, i);
+    true
 }
 
 /// Entry `i` (of one line) widened: drops the older entries of its thread, kind, line and locks
 /// whose bytes it now holds (whatever a later access would report of them, it reports too,
 /// from a later position), and notes when entries of the line nest in it otherwise.
-fn drop_within(cell: &mut Cell, i: usize) {
+fn drop_within(cell: &mut Cell, sp: &mut Spills, i: usize) {
     const KEY_BITS: u32 = THREAD_BITS | 3 << KIND_SHIFT;
-    let w = cell.get(i);
+    let w = cell.get(sp, i);
     let bytes = w.mask();
     let mut covered = 0u64;
     let mut nests = false;
     for j in 0..cell.len() {
-        let o = cell.get(j);
+        let o = cell.get(sp, j);
         if j == i || cell.is_merged(j) || (o.tkm ^ w.tkm) & KEY_BITS != 0 || o.site != w.site {
             continue;
         }
@@ -980,9 +1152,11 @@ fn drop_within(cell: &mut Cell, i: usize) {
             nests = true;
         }
     }
-    cell.nested |= nests;
+    if nests {
+        cell.set_nested(true);
+    }
     if covered != 0 {
-        cell.retain_at(|j, _, _| covered >> j & 1 == 0);
+        cell.retain_at(sp, |j, _, _| covered >> j & 1 == 0);
     }
 }
 
@@ -1060,8 +1234,9 @@ pub(crate) struct Shadow {
     pub(crate) evicted: SiteCounts,
     pub(crate) untracked: Untracked,
     budget: usize,
-    /// Granules whose entries spilled to a vector of their own.
-    spilled: usize,
+    /// The entries of the granules that hold more than [`INLINE`].
+    spills: Spills,
+    large: LargeAccesses,
     /// The table was refused a granule for want of room: accesses spanning more granules than
     /// it holds look only at those it holds.
     full: bool,
@@ -1139,7 +1314,8 @@ impl Shadow {
             evicted: SiteCounts::default(),
             untracked: Untracked::default(),
             budget,
-            spilled: 0,
+            spills: Spills::default(),
+            large: LargeAccesses::default(),
             full: false,
             collected_at: 0,
             fruitless: 0,
@@ -1166,14 +1342,14 @@ impl Shadow {
     /// half the budget, the rest is for granules.
     #[inline]
     fn spill_room(&self) -> bool {
-        spill_room(self.cells.slots(), self.spilled, self.budget)
+        spill_room(self.cells.slots(), self.spills.live, self.budget)
     }
 
     /// What the shadow was asked to hold since the last collection: granules, spilled
     /// granules, and what the budget cut (accesses not checked, entries dropped).
     #[inline]
     fn asked(&self) -> u64 {
-        (self.cells.len() + self.spilled) as u64
+        (self.cells.len() + self.spills.live) as u64
             + self.untracked.accesses.total
             + self.evicted.total
     }
@@ -1201,21 +1377,22 @@ impl Shadow {
         let below = |e: &Entry| floor.get(e.thread() as usize).is_some_and(|&f| e.pos < f);
         let held = self.cells.len();
         let mut dropped = 0u64;
-        let mut unspilled = 0usize;
+        let sp = &mut self.spills;
         self.cells.retain_cells(|cell| {
-            if cell.entries().iter().any(below) {
+            if cell.entries(sp).iter().any(below) {
                 let before = cell.len();
-                cell.retain(|e, _| !below(e));
+                cell.retain(sp, |e, _| !below(e));
                 dropped += (before - cell.len()) as u64;
-                if cell.is_spilled() && cell.len() <= INLINE {
-                    cell.unspill();
-                    unspilled += 1;
+                if cell.len() <= INLINE {
+                    // A spilled cell emptied is unspilled before it goes.
+                    cell.unspill(sp);
                 }
             }
             cell.len() > 0
         });
-        // A spilled cell emptied was unspilled before it went.
-        self.spilled -= unspilled;
+        self.large
+            .by_access
+            .retain(|&(t, pos), _| floor.get(t as usize).is_none_or(|&f| pos >= f));
         self.settled_dropped += dropped;
         self.full = false;
         // A collection that freed less than an eighth of the granules waits twice as long
@@ -1236,7 +1413,7 @@ impl Shadow {
     pub(crate) fn name_threads(&self, named: &mut [u64]) {
         for cell in self.cells.values() {
             for i in 0..cell.len() {
-                let t = (cell.key(i) as u32 & THREAD_BITS) as usize;
+                let t = (cell.key(&self.spills, i) as u32 & THREAD_BITS) as usize;
                 if let Some(w) = named.get_mut(t / 64) {
                     *w |= 1 << (t % 64);
                 }
@@ -1247,13 +1424,13 @@ impl Shadow {
     /// Bytes the shadow takes now (the table's slots and the spilled entries).
     #[cfg(test)]
     pub(crate) fn bytes(&self) -> usize {
-        self.cells.slots() * SLOT_BYTES + self.spilled * SPILL_BYTES
+        self.cells.slots() * SLOT_BYTES + self.spills.live * SPILL_BYTES
     }
 
     /// The most slots the table may take with the budget's room.
     #[inline]
     fn max_slots(&self) -> usize {
-        self.budget.saturating_sub(self.spilled * SPILL_BYTES) / SLOT_BYTES
+        self.budget.saturating_sub(self.spills.live * SPILL_BYTES) / SLOT_BYTES
     }
 
     /// Granules tracked now (the live shared footprint).
@@ -1292,6 +1469,12 @@ impl Shadow {
         settled: impl FnMut(u32, u32) -> bool,
     ) {
         let (first, last) = granule_span(access.addr, access.size);
+        if access.size >= LARGE_FROM {
+            if self.large.wants_sweep() {
+                self.sweep_large();
+            }
+            self.large.note(access);
+        }
         if first == last {
             // The usual access: within one granule.
             // `lo + size <= 8`: the access ends in this granule.
@@ -1307,6 +1490,25 @@ impl Shadow {
         self.access_spanning(
             access, since, first, last, judge, report, dominated, settled,
         );
+    }
+
+    /// Forgets the large accesses no entry names any more, and waits for the map to double
+    /// before the next sweep: a look at every slot, paid for by the thousands of granules of
+    /// each large access noted since the last.
+    #[cold]
+    #[inline(never)]
+    fn sweep_large(&mut self) {
+        let mut named = foldhash::HashSet::default();
+        for cell in self.cells.values() {
+            for i in 0..cell.len() {
+                let e = cell.get(&self.spills, i);
+                if e.is_large() {
+                    named.insert((e.thread(), e.pos));
+                }
+            }
+        }
+        self.large.by_access.retain(|k, _| named.contains(k));
+        self.large.sweep_at = (2 * self.large.by_access.len()).max(LargeAccesses::SWEEP_FROM);
     }
 
     /// [`Shadow::access`] for an access known to lie in one granule, `granule`, its bytes
@@ -1349,14 +1551,10 @@ impl Shadow {
     /// read otherwise waits for that vector's miss after its slot's.
     #[inline(always)]
     pub(crate) fn prefetch_entries(&self, granule: u64) {
-        if let Some(Cell {
-            entries: Entries::Spilled(_, spill),
-            ..
-        }) = self.cells.at_home(granule)
-        {
+        if let Some(cell) = self.cells.at_home(granule).filter(|c| c.is_spilled()) {
             // The keys alone, which every access compares: the rest, read by fewer, fetched
             // as well cost SQLite's analysis 4% more than it saved.
-            foresight_trace::memory::prefetch(&spill.keys);
+            foresight_trace::memory::prefetch(&self.spills.get(cell.spill()).keys);
         }
     }
 
@@ -1444,11 +1642,12 @@ impl Shadow {
         let site = access.site;
         // Whether the granule may spill is judged by the shadow before this access (before a
         // compaction or growth it may cause), but only asked when a new entry has no room.
-        let (slots_before, spilled_before) = (self.cells.slots(), self.spilled);
+        let (slots_before, spilled_before) = (self.cells.slots(), self.spills.live);
         // Only a table at its load limit may grow or need room: the usual access looks up
         // its granule and nothing else.
         let cell = if self.cells.at_load_limit() {
-            if self.cells.full_at(self.max_slots()) && self.spilled * SPILL_BYTES >= self.budget / 4
+            if self.cells.full_at(self.max_slots())
+                && self.spills.live * SPILL_BYTES >= self.budget / 4
             {
                 self.compact();
             }
@@ -1460,6 +1659,7 @@ impl Shadow {
         } else {
             self.cells.cell(granule)
         };
+        let sp = &mut self.spills;
         // Entries of this thread, site and kind that the newcomer covers: superseded.
         let mut superseded = 0usize;
         let mut last_superseded = 0usize;
@@ -1472,17 +1672,18 @@ impl Shadow {
             // The usual case: only the supersession to find, most often an entry of the same
             // line and bytes, which is then the only one superseded (when none is nested).
             let exact = same | u32::from(mask) << MASK_SHIFT;
-            let found = if cell.nested {
+            let found = if cell.nested() {
                 None
             } else {
-                cell.find_exact(exact, site).filter(|&i| !cell.is_merged(i))
+                cell.find_exact(sp, exact, site)
+                    .filter(|&i| !cell.is_merged(i))
             };
             if let Some(i) = found {
                 superseded = 1;
                 last_superseded = i;
             } else {
                 for i in 0..cell.len() {
-                    let e = cell.get(i);
+                    let e = cell.get(sp, i);
                     // A merged entry's `site` is a set's id: it is superseded by nothing.
                     if (e.tkm ^ same) & KEY_BITS == 0
                         && e.site == site
@@ -1496,15 +1697,15 @@ impl Shadow {
             }
         } else {
             // Whether every other thread's writing entry is settled before this read.
-            let mut clean = reads && t < 64;
+            let mut clean = reads && t < 32;
             for i in 0..cell.len() {
                 // The key first: the rest of an entry only for another thread's.
-                let key = cell.key(i);
+                let key = cell.key(sp, i);
                 let tkm = key as u32;
                 let bytes = (tkm >> MASK_SHIFT) as u8;
                 let kind = AccessKind::from_bits(tkm >> KIND_SHIFT);
                 if tkm & THREAD_BITS != t && clean && kind.is_write() {
-                    clean = settled(tkm & THREAD_BITS, cell.get(i).pos);
+                    clean = settled(tkm & THREAD_BITS, cell.get(sp, i).pos);
                 }
                 if tkm & THREAD_BITS == t {
                     if tkm & (THREAD_BITS | 3 << KIND_SHIFT) == same
@@ -1516,7 +1717,7 @@ impl Shadow {
                         last_superseded = i;
                     }
                 } else if bytes & mask != 0 && kind.conflicts(access.kind) {
-                    let e = cell.get(i);
+                    let e = cell.get(sp, i);
                     if cell.merged >> i & 1 != 0 {
                         let sites = self.sets.set(e.site);
                         if let Some(r) = reported.as_ref() {
@@ -1526,7 +1727,7 @@ impl Shadow {
                             }
                         }
                         if let Some(v) = judge(e.thread(), e.pos, e.lockset) {
-                            let earlier = e.access(granule);
+                            let earlier = e.access(granule, &self.large);
                             for (line, &s) in sites.iter().enumerate() {
                                 let id = (e.thread(), e.pos, s);
                                 if let Some(r) = reported.as_mut() {
@@ -1558,7 +1759,7 @@ impl Shadow {
                             entry: i as u32,
                             line: 0,
                         };
-                        report(e.access(granule), v, at);
+                        report(e.access(granule, &self.large), v, at);
                     }
                 }
             }
@@ -1571,9 +1772,9 @@ impl Shadow {
             // field: a whole entry assembled first and copied in costs a stall on every
             // access, as its wide loads wait for the narrow stores).
             1 => {
-                let mut e = cell.get(last_superseded);
+                let mut e = cell.get(sp, last_superseded);
                 e.update(access, mask);
-                cell.set(last_superseded, e);
+                cell.set(sp, last_superseded, e);
                 if !reads {
                     cell.wrote(t);
                 }
@@ -1591,7 +1792,7 @@ impl Shadow {
                 // Pushing would move the entries to a vector of their own.
                 let would_spill = !spilled && len >= INLINE;
                 if (full || would_spill || cell.merged != 0)
-                    && merge(cell, &mut self.sets, access, since, mask, self.tidy)
+                    && merge(cell, sp, &mut self.sets, access, since, mask, self.tidy)
                 {
                     if !reads {
                         cell.wrote(t);
@@ -1600,43 +1801,40 @@ impl Shadow {
                     return true;
                 }
                 if full && self.tidy {
-                    if cell.covered_wait == 0 {
-                        let dropped = cell.drop_covered(&self.sets, t, access.kind);
+                    if cell.covered_wait() == 0 {
+                        let dropped = cell.drop_covered(sp, &self.sets, t, access.kind);
                         self.covered_dropped += dropped as u64;
                         full = cell.len() >= capacity;
                         if dropped == 0 {
-                            cell.covered_wait = COVERED_WAIT;
+                            cell.set_covered_wait(COVERED_WAIT);
                         }
                     } else {
-                        cell.covered_wait -= 1;
+                        cell.set_covered_wait(cell.covered_wait() - 1);
                     }
                 }
                 if full {
                     let victim = (0..cell.len())
                         .position(|i| {
-                            let e = cell.get(i);
+                            let e = cell.get(sp, i);
                             dominated(e.thread(), e.pos)
                         })
                         .unwrap_or(0);
-                    count_dropped(&mut self.evicted, &self.sets, cell.lines(victim));
-                    cell.remove(victim);
+                    count_dropped(&mut self.evicted, &self.sets, cell.lines(sp, victim));
+                    cell.remove(sp, victim);
                 }
-                cell.push(Entry::new(access, mask));
-                if !spilled && cell.is_spilled() {
-                    self.spilled += 1;
-                }
-                if cell.nested && self.tidy {
-                    cell.settle_nesting(same, access.site, access.lockset);
+                cell.push(sp, Entry::new(access, mask));
+                if cell.nested() && self.tidy {
+                    cell.settle_nesting(sp, same, access.site, access.lockset);
                 }
             }
             _ => {
-                cell.retain(|e, merged| {
+                cell.retain(sp, |e, merged| {
                     merged
                         || !(e.tkm & (THREAD_BITS | 3 << KIND_SHIFT) == same
                             && e.site == access.site
                             && e.mask() & !mask == 0)
                 });
-                cell.push(Entry::new(access, mask));
+                cell.push(sp, Entry::new(access, mask));
             }
         }
         true
@@ -1650,22 +1848,19 @@ impl Shadow {
     #[inline(never)]
     fn compact(&mut self) {
         let evicted = &mut self.evicted;
+        let sp = &mut self.spills;
         for cell in self.cells.values_mut() {
             if cell.is_spilled() {
-                let v = cell.entries();
-                let keep = v.len().saturating_sub(INLINE);
+                let keep = cell.len().saturating_sub(INLINE);
                 for i in 0..keep {
-                    count_dropped(evicted, &self.sets, cell.lines(i));
+                    count_dropped(evicted, &self.sets, cell.lines(sp, i));
                 }
-                let mut slots = [Entry::default(); INLINE];
-                let kept = &v[keep..];
-                slots[..kept.len()].copy_from_slice(kept);
-                cell.entries = Entries::Inline(kept.len() as u8, slots);
-                cell.merged >>= keep;
-                cell.resummarise();
+                cell.retain_at(sp, |i, _, _| i >= keep);
+                cell.unspill(sp);
             }
         }
-        self.spilled = 0;
+        // Every spill was given back: their memory goes too.
+        sp.clear();
         self.full = false;
     }
 
@@ -1693,7 +1888,7 @@ impl Shadow {
                 return;
             };
             for i in 0..cell.len() {
-                let e = cell.get(i);
+                let e = cell.get(&self.spills, i);
                 if e.thread() == free.thread || !e.kind().conflicts(free.kind) {
                     continue;
                 }
@@ -1711,7 +1906,7 @@ impl Shadow {
                 let Some(v) = judge(e.thread(), e.pos, e.lockset) else {
                     continue;
                 };
-                let earlier = e.access(g);
+                let earlier = e.access(g, &self.large);
                 for (line, &s) in sites.iter().enumerate() {
                     if !reported.insert((e.thread(), e.pos, s)) {
                         continue;
@@ -1752,16 +1947,22 @@ impl Shadow {
         let span = last - first + 1;
         if span > self.cells.len() as u64 {
             // Cheaper to look at what is tracked than at every granule of a large block.
-            self.cells.retain(|g| g < first || g > last);
-            self.spilled = self.cells.values().filter(|c| c.is_spilled()).count();
+            let sp = &mut self.spills;
+            self.cells.retain(|g, cell| {
+                let keep = g < first || g > last;
+                if !keep {
+                    cell.release(sp);
+                }
+                keep
+            });
             return;
         }
         for g in first..=last {
             if g + FREE_AHEAD <= last {
                 self.cells.prefetch(g + FREE_AHEAD);
             }
-            if self.cells.remove(g).is_some_and(|c| c.is_spilled()) {
-                self.spilled -= 1;
+            if let Some(cell) = self.cells.remove(g) {
+                cell.release(&mut self.spills);
             }
         }
     }
@@ -1876,15 +2077,93 @@ mod tests {
             reports(&mut s, acc(1, 2, 13, AccessKind::Read, 0x2008, 1)),
             vec![odd]
         );
-        // Also when the access is longer than the lower 32 bits of an address can say, seen
-        // from its last granule.
-        let big = acc(0, 1, 10, AccessKind::Write, 0x7fff_ffff_fff3, u32::MAX);
-        let (first, last) = granule_span(big.addr, big.size);
-        for g in [first, first + 1, last - 1, last] {
-            let lo = if g == first { big.addr & 7 } else { 0 };
-            let entry = Entry::new(&big, 0xffu8 << lo);
-            assert_eq!(entry.access(g), big, "granule {g:#x}");
+        // Seen from any of its granules, an access of any size at any start: up to the
+        // largest kept in its entries, the low 16 bits of its start say the rest; larger ones,
+        // longer than the low 32 bits of an address can say too, are kept whole aside.
+        for size in [1, 8, 9, 4096, LARGE_FROM - 1, LARGE_FROM, 1 << 20, u32::MAX] {
+            for addr in [0x7fff_ffff_fff3u64, 0x1_0000_fffa, 0x2000, 0x2007] {
+                let a = acc(0, 1, 10, AccessKind::Write, addr, size);
+                let mut large = LargeAccesses::default();
+                if size >= LARGE_FROM {
+                    large.note(&a);
+                }
+                let (first, last) = granule_span(a.addr, a.size);
+                for g in [first, first + 1, last.saturating_sub(1), last] {
+                    let g = g.clamp(first, last);
+                    let lo = if g == first { a.addr & 7 } else { 0 };
+                    let entry = Entry::new(&a, 0xffu8 << lo);
+                    assert_eq!(entry.is_large(), size >= LARGE_FROM);
+                    assert_eq!(
+                        entry.access(g, &large),
+                        a,
+                        "{size} at {addr:#x}, granule {g:#x}"
+                    );
+                }
+            }
         }
+        // Through the shadow: a copy of a megabyte at an odd address, met at its last byte.
+        let mut s = Shadow::new();
+        let copy = acc(0, 3, 14, AccessKind::Write, 0x10_0003, 1 << 20);
+        check(&mut s, copy);
+        assert_eq!(
+            reports(
+                &mut s,
+                acc(1, 3, 15, AccessKind::Read, 0x10_0003 + (1 << 20) - 1, 1)
+            ),
+            vec![copy]
+        );
+    }
+
+    #[test]
+    fn a_large_access_is_not_widened_into_under_another_position() {
+        // Thread 0's large read ends in the granule's low half; its line then reads the high
+        // half in the same epoch. Widened, the entry would name the large access at the later
+        // read's position, which does not say its start and size: the two stay apart, each
+        // reported whole.
+        let mut s = Shadow::new();
+        let other = acc(0, 1, 5, AccessKind::Read, 0x30_0000, 8);
+        let large = acc(0, 2, 7, AccessKind::Read, 0x30_0004 - (1 << 17), 1 << 17);
+        let high = acc(0, 3, 7, AccessKind::Read, 0x30_0004, 4);
+        for a in [other, large, high] {
+            s.access(
+                &a,
+                0,
+                |_, _, _| None,
+                |_, _, _| {},
+                |_, _| false,
+                |_, _| false,
+            );
+        }
+        let mut seen = reports(&mut s, acc(1, 1, 9, AccessKind::Write, 0x30_0000, 8));
+        seen.sort_by_key(|a| a.pos);
+        assert_eq!(seen, vec![other, large, high]);
+    }
+
+    #[test]
+    fn large_accesses_no_entry_names_are_forgotten() {
+        // A thread copies a buffer of 64 KiB from one line again and again: each copy
+        // supersedes the last one's entries, and the start and size of the copies no entry
+        // names any more go at the next sweep.
+        let mut s = Shadow::new();
+        s.large.sweep_at = 4;
+        for pos in 0..6 {
+            check(
+                &mut s,
+                acc(0, pos, 10, AccessKind::Write, 0x40_0000, LARGE_FROM),
+            );
+        }
+        // Swept at the fifth copy, when only the fourth was named: the fourth and the fifth
+        // (noted after the sweep), then the sixth.
+        assert_eq!(s.large.by_access.len(), 3);
+        assert_eq!(s.large.sweep_at, LargeAccesses::SWEEP_FROM);
+        let newest = acc(0, 5, 10, AccessKind::Write, 0x40_0000, LARGE_FROM);
+        assert_eq!(
+            reports(&mut s, acc(1, 0, 11, AccessKind::Read, 0x40_0008, 1)),
+            vec![newest]
+        );
+        // Settled by every other thread, they go with their entries at a collection.
+        s.collect(&[6]);
+        assert!(s.large.by_access.is_empty());
     }
 
     #[test]
@@ -2074,7 +2353,7 @@ mod tests {
                 );
             }
         }
-        assert_eq!(s.spilled, 8);
+        assert_eq!(s.spills.live, 8);
         // New granules, until the table is at its limit: the spilled granules give their
         // oldest entries up first (counted by line), then what finds no room is counted.
         for g in 0..200u64 {
@@ -2084,7 +2363,7 @@ mod tests {
             );
             assert!(s.bytes() <= budget, "{} > {budget}", s.bytes());
         }
-        assert_eq!(s.spilled, 0);
+        assert_eq!(s.spills.live, 0);
         assert_eq!(s.evicted.total, 8 * (8 - INLINE as u64));
         assert_eq!(s.evicted.by_site[&0], 8);
         assert!(s.untracked.accesses.total > 0);
@@ -2392,10 +2671,16 @@ mod tests {
     /// The entries a full granule drops as covered, found the way the first version did: for
     /// each entry of the thread and kind, a pass for any newer one, then one per line for a
     /// newer one holding it.
-    fn covered_one_by_one(cell: &Cell, sets: &SiteSets, thread: u32, kind: AccessKind) -> u64 {
+    fn covered_one_by_one(
+        cell: &Cell,
+        sp: &Spills,
+        sets: &SiteSets,
+        thread: u32,
+        kind: AccessKind,
+    ) -> u64 {
         const KEY_BITS: u32 = THREAD_BITS | 3 << KIND_SHIFT;
         let key = thread | (kind as u32) << KIND_SHIFT;
-        let entries = cell.entries();
+        let entries = cell.entries(sp);
         if entries.iter().filter(|e| e.tkm & KEY_BITS == key).count() < 2 {
             return 0;
         }
@@ -2456,6 +2741,7 @@ mod tests {
         ) {
             let mut sets = SiteSets::default();
             let mut cell = Cell::default();
+            let mut sp = Spills::default();
             let mut merged = 0u16;
             for (i, &(other_thread, w, pos, locked, mask, site, more)) in cell_entries.iter().enumerate() {
                 let kind = if w { AccessKind::Write } else { AccessKind::Read };
@@ -2477,13 +2763,13 @@ mod tests {
                     e.site = set;
                     merged |= 1 << i;
                 }
-                cell.push(e);
+                cell.push(&mut sp, e);
             }
             cell.merged = merged;
             let kind = if write { AccessKind::Write } else { AccessKind::Read };
             proptest::prop_assert_eq!(
-                cell.covered(&sets, 0, kind),
-                covered_one_by_one(&cell, &sets, 0, kind)
+                cell.covered(&sp, &sets, 0, kind),
+                covered_one_by_one(&cell, &sp, &sets, 0, kind)
             );
         }
     }
@@ -2558,8 +2844,8 @@ mod tests {
             pos += 1;
             let cell = s.cells.get(0x2000 >> 3).unwrap();
             if epoch > 0 {
-                assert!(!cell.nested, "epoch {epoch}");
-                assert_eq!(cell.entries().len(), 4);
+                assert!(!cell.nested(), "epoch {epoch}");
+                assert_eq!(cell.entries(&s.spills).len(), 4);
             }
         }
         // Another thread's write of the word still meets both lines at their newest halves.
@@ -2624,9 +2910,9 @@ mod tests {
         for site in 0..6 {
             check(&mut s, acc(0, site, site, AccessKind::Read, 0x3000, 8));
         }
-        assert_eq!(s.spilled, 1);
+        assert_eq!(s.spills.live, 1);
         s.collect(&[5]);
-        assert_eq!(s.spilled, 0);
+        assert_eq!(s.spills.live, 0);
         assert!(!s.cells.get(0x3000 >> 3).unwrap().is_spilled());
         assert_eq!(
             check(&mut s, acc(1, 0, 99, AccessKind::Write, 0x3000, 8)),
