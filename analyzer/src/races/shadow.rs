@@ -408,10 +408,8 @@ const _: () = assert!(COVERED_WAIT as u32 <= 0xff >> WAIT_SHIFT);
 
 /// A granule's entries once they outgrow its cell, as two arrays: each entry's thread, kind,
 /// bytes and line ([`Spill::key`]), which an access compares with its own at once to find its
-/// entry, and the rest. Aligned to cache lines: the keys are two lines, which
-/// [`Shadow::prefetch_entries`] asks for by their first and last bytes.
+/// entry, and the rest.
 #[derive(Clone, Debug)]
-#[repr(align(64))]
 struct Spill {
     keys: [u64; CELL_CAPACITY],
     rest: [Rest; CELL_CAPACITY],
@@ -1554,7 +1552,11 @@ impl Shadow {
         if let Some(cell) = self.cells.at_home(granule).filter(|c| c.is_spilled()) {
             // The keys alone, which every access compares: the rest, read by fewer, fetched
             // as well cost SQLite's analysis 4% more than it saved.
-            foresight_trace::memory::prefetch(&self.spills.get(cell.spill()).keys);
+            // Both halves: 128 bytes at any 16-byte alignment span three lines, and a prefetch
+            // asks for a range's first and last.
+            let keys = &self.spills.get(cell.spill()).keys;
+            foresight_trace::memory::prefetch(&keys[..CELL_CAPACITY / 2]);
+            foresight_trace::memory::prefetch(&keys[CELL_CAPACITY / 2..]);
         }
     }
 
