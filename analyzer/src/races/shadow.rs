@@ -2343,6 +2343,45 @@ mod tests {
     }
 
     #[test]
+    fn a_spill_given_back_is_handed_out_again_and_none_moves() {
+        let mut sp = Spills::default();
+        let taken: Vec<u32> = (0..2 * SPILLS_PER_CHUNK + 1).map(|_| sp.take()).collect();
+        assert_eq!(sp.chunks.len(), 3);
+        sp.get_mut(taken[SPILLS_PER_CHUNK + 5]).keys[3] = 7;
+        sp.give_back(taken[10]);
+        sp.give_back(taken[11]);
+        assert_eq!(sp.live, taken.len() - 2);
+        assert_eq!(sp.take(), taken[11]);
+        assert_eq!(sp.take(), taken[10]);
+        assert_eq!(sp.chunks.len(), 3);
+        assert_eq!(sp.get(taken[SPILLS_PER_CHUNK + 5]).keys[3], 7);
+    }
+
+    #[test]
+    fn forgotten_granules_give_their_spills_back() {
+        // Eight granules read from eight lines each spill; forgetting them one by one, or as
+        // a block larger than the table holds, gives every spill back, and spilling again
+        // takes them, not new ones.
+        for block in [64u64, 1 << 30] {
+            let mut s = Shadow::new();
+            for round in 0..3 {
+                for g in 0..8u64 {
+                    for site in 0..8 {
+                        check(
+                            &mut s,
+                            acc(0, site, site, AccessKind::Read, 0x1000 + g * 8, 1),
+                        );
+                    }
+                }
+                assert_eq!(s.spills.live, 8, "round {round}");
+                s.forget(0x1000, block);
+                assert_eq!((s.spills.live, s.granules()), (0, 0), "round {round}");
+                assert_eq!(s.spills.fresh, 8);
+            }
+        }
+    }
+
+    #[test]
     fn a_full_budget_compacts_spilled_granules_before_leaving_memory_unchecked() {
         let budget = 64 * SLOT_BYTES + 8 * SPILL_BYTES;
         let mut s = Shadow::with_budget(budget);
