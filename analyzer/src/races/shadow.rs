@@ -7,7 +7,7 @@
 //! after). Entries from other sites stay, so that every pair of racing lines is seen, not only
 //! the last writer as FastTrack keeps (Flanagan & Freund, PLDI 2009).
 //!
-//! **Epochs.** Where a granule would otherwise spill to a vector or drop an entry, an access
+//! **Epochs.** Where a granule would otherwise spill or drop an entry, an access
 //! merges into an entry of its thread, kind and locks from the thread's current epoch (no event
 //! of the thread but plain accesses and allocations since): every later access is ordered with
 //! both or with neither, so the verdicts stay exact. The same bytes from another line make the
@@ -55,9 +55,9 @@
 //! back, so stops costing a slot: the table holds the memory whose last accesses some thread
 //! has not synchronised with yet, not all the memory the run touched.
 //!
-//! **Budget.** The table and the vectors stay within the pass's memory budget
-//! ([`Shadow::with_budget`]; vectors within half of it). When the table would outgrow it,
-//! the granules with vectors first give up all but their newest [`INLINE`] entries (counted by
+//! **Budget.** The table and the spills stay within the pass's memory budget
+//! ([`Shadow::with_budget`]; spills within half of it). When the table would outgrow it,
+//! the spilled granules first give up all but their newest [`INLINE`] entries (counted by
 //! line in [`Shadow::evicted`]: pairs of lines may be missing, the memory is still checked);
 //! only then is memory not tracked yet left unchecked ([`Shadow::untracked`], counted by line
 //! with its addresses). Real code (zstd's compressor) reads much of its memory from many
@@ -77,9 +77,9 @@ const COVERED_WAIT: u8 = 8;
 /// How many entries a granule keeps.
 pub(crate) const CELL_CAPACITY: usize = 16;
 
-/// Entries a granule keeps in place, before it needs a vector of its own: a reader and a
+/// Entries a granule keeps in place, before it needs a spill of its own: a reader and a
 /// writer, or two threads' accesses from one line each. Two rather than four: a third less
-/// memory per granule, for a vector sooner when three or four lines touch one.
+/// memory per granule, for a spill sooner when three or four lines touch one.
 pub(crate) const INLINE: usize = 2;
 
 const _: () = assert!(std::mem::size_of::<Cell>() == 56);
@@ -303,7 +303,7 @@ impl Entry {
     }
 
     /// The access, whole, as found in `granule`. An access touching the granule starts at
-    /// most `size + 6` bytes before the granule's last byte, less than 2^16 below
+    /// most `size + 6` bytes before the granule's last byte, less than 2^16 for a size below
     /// [`LARGE_FROM`]: the low 16 bits of the difference are the difference.
     fn access(&self, granule: u64, large: &LargeAccesses) -> ShadowAccess {
         let (addr, size) = if self.is_large() {
@@ -1281,13 +1281,15 @@ fn span_mask(addr: u64, end: u64, first: u64, last: u64, granule: u64) -> u8 {
     (((1u32 << (hi + 1)) - 1) & !((1u32 << lo) - 1)) as u8
 }
 
-/// Whether one more granule's entries may spill to a vector, for a table of `slots` slots
+/// Whether one more granule's entries may spill, for a table of `slots` slots
 /// with `spilled` granules spilled: spilled entries take at most half the budget, the rest is
 /// for granules.
 #[inline]
 fn spill_room(slots: usize, spilled: usize, budget: usize) -> bool {
     slots * SLOT_BYTES + spilled * SPILL_BYTES + SPILL_BYTES <= budget
         && (spilled + 1) * SPILL_BYTES <= budget / 2
+        // A spill's index is 32 bits (1.3 TB of spills).
+        && spilled < u32::MAX as usize
 }
 
 /// The 8-byte granules an access touches, and its byte mask in each.
@@ -1336,7 +1338,7 @@ impl Shadow {
         (grows || !self.spill_room()) && self.collection_due(slots)
     }
 
-    /// Whether one more granule's entries may spill to a vector: spilled entries take at most
+    /// Whether one more granule's entries may spill: spilled entries take at most
     /// half the budget, the rest is for granules.
     #[inline]
     fn spill_room(&self) -> bool {
@@ -1545,8 +1547,8 @@ impl Shadow {
     }
 
     /// Starts bringing the spilled entries of `granule` into the cache, when its slot (fetched
-    /// earlier by [`Shadow::prefetch`]) is at home and holds a vector: a granule many lines
-    /// read otherwise waits for that vector's miss after its slot's.
+    /// earlier by [`Shadow::prefetch`]) is at home and has spilled: a granule many lines
+    /// read otherwise waits for its spill's miss after its slot's.
     #[inline(always)]
     pub(crate) fn prefetch_entries(&self, granule: u64) {
         if let Some(cell) = self.cells.at_home(granule).filter(|c| c.is_spilled()) {
@@ -1791,7 +1793,7 @@ impl Shadow {
                 };
                 let len = cell.len();
                 let mut full = len >= capacity;
-                // Pushing would move the entries to a vector of their own.
+                // Pushing would move the entries to a spill of their own.
                 let would_spill = !spilled && len >= INLINE;
                 if (full || would_spill || cell.merged != 0)
                     && merge(cell, sp, &mut self.sets, access, since, mask, self.tidy)
