@@ -1379,8 +1379,7 @@ impl Shadow {
         let mut dropped = 0u64;
         let sp = &mut self.spills;
         self.cells.retain_cells(|cell| {
-            // Entry by entry, not a copy of all: a collection looks at every granule.
-            if (0..cell.len()).any(|i| below(&cell.get(sp, i))) {
+            if cell.entries(sp).iter().any(below) {
                 let before = cell.len();
                 cell.retain(sp, |e, _| !below(e));
                 dropped += (before - cell.len()) as u64;
@@ -1935,14 +1934,10 @@ impl Shadow {
                 visit(g);
             }
         } else {
-            // In address order, so anywhere in the table: asked for ahead as well.
-            let held = self.cells.granules_in(first, last);
-            for (i, &g) in held.iter().enumerate() {
-                if let Some(&ahead) = held.get(i + FREE_AHEAD as usize) {
-                    self.cells.prefetch(ahead);
-                }
-                visit(g);
-            }
+            self.cells
+                .granules_in(first, last)
+                .into_iter()
+                .for_each(visit);
         }
     }
 
