@@ -11,7 +11,10 @@
 //! and go (heap blocks freed and reused) never fills up with dead slots. It doubles where it
 //! is: the high bits that pick a slot make a doubling send the granules of slot `i` to `2i` or
 //! `2i + 1`, and a large table holds the address space of the largest its owner allows, so
-//! that no doubling holds two tables or zeroes memory twice.
+//! that no doubling holds two tables or zeroes memory twice. Its sizes are `m·2^k` slots for
+//! one `m` of 4 to 7 (the hash's high bits scaled by the size pick the slot, which keeps the
+//! doubling's rule), so that the largest a budget allows is within seven eighths of it, not
+//! half.
 
 use std::hash::BuildHasher;
 
@@ -21,7 +24,8 @@ use std::hash::BuildHasher;
 /// reaches cost no resident memory.
 const EMPTY: u64 = 0;
 
-/// The smallest table allocated (slots).
+/// The smallest table allocated (slots) when its sizes are powers of two; a table of `m·2^k`
+/// slots starts at `m·16`.
 const MIN_SLOTS: usize = 64;
 
 /// The smallest table backed by huge pages where the system has them (slots; 4 MiB of
@@ -44,6 +48,18 @@ struct Slot<V> {
     cell: V,
 }
 
+/// The first size of a table with room for `room` slots: `m·16` for the `m` of 4 to 7 whose
+/// `m·2^k` comes closest to `room` without passing it (64, powers of two, for a room below
+/// 128 slots or none).
+fn first_slots(room: usize) -> usize {
+    if room < 2 * MIN_SLOTS {
+        return MIN_SLOTS;
+    }
+    // The top three bits of `room`: `m` of 4 to 7.
+    let shift = room.ilog2() - 2;
+    (room >> shift) * (MIN_SLOTS / 4)
+}
+
 /// Bytes a slot of a table of `V` takes (what the shadow's budget counts per slot).
 pub const fn slot_bytes<V>() -> usize {
     std::mem::size_of::<Slot<V>>()
@@ -56,8 +72,8 @@ pub struct GranuleTable<V> {
     len: usize,
     /// The most granules held at once.
     peak: usize,
-    /// log2 of the slots (0 while nothing is allocated).
-    bits: u32,
+    /// The slots of the first table allocated (`m·16`): every size is this one doubled.
+    first: usize,
     seed: u64,
     /// The most slots the table's owner lets it grow to ([`GranuleTable::with_room`]): once
     /// large, the table takes the address space for as many at once, so that it doubles
@@ -78,20 +94,32 @@ impl<V: Default> GranuleTable<V> {
             slots: Vec::new(),
             len: 0,
             peak: 0,
-            bits: 0,
+            first: MIN_SLOTS,
             seed,
             room: 0,
         }
     }
 
-    /// A table its owner lets grow to at most `room` slots (a memory budget's worth): once
-    /// large ([`HUGE_PAGES_FROM_SLOTS`]), it reserves the address space of the largest table
-    /// within `room` at once, touched only as it doubles into it.
+    /// A table its owner lets grow to at most `room` slots (a memory budget's worth). Its
+    /// sizes are `m·2^k` for the `m` of 4 to 7 whose largest size within `room` comes
+    /// closest to it (powers of two alone could leave half of it unused); once large
+    /// ([`HUGE_PAGES_FROM_SLOTS`]), it reserves the address space of that largest table at
+    /// once, touched only as it doubles into it.
     pub fn with_room(room: usize) -> Self {
         GranuleTable {
             room,
+            first: first_slots(room),
             ..Self::new()
         }
+    }
+
+    /// The slots of the largest table within `room`, or of the next doubling when none is.
+    fn largest_within(&self, room: usize) -> usize {
+        let mut largest = self.first;
+        while largest * 2 <= room {
+            largest *= 2;
+        }
+        largest
     }
 
     /// Granules held.
@@ -114,7 +142,7 @@ impl<V: Default> GranuleTable<V> {
     #[inline(always)]
     pub fn cell_within(&mut self, granule: u64, max_slots: usize) -> Option<&mut V> {
         if (self.len + 1) * 4 > self.slots.len() * 3 {
-            let grown = (self.slots.len() * 2).max(MIN_SLOTS);
+            let grown = (self.slots.len() * 2).max(self.first);
             if grown > max_slots {
                 let i = self.slot_of(granule)?;
                 return Some(&mut self.slots[i].cell);
@@ -146,7 +174,7 @@ impl<V: Default> GranuleTable<V> {
     #[inline(always)]
     pub fn full_at(&self, max_slots: usize) -> bool {
         (self.len + 1) * 4 > self.slots.len() * 3
-            && (self.slots.len() * 2).max(MIN_SLOTS) > max_slots
+            && (self.slots.len() * 2).max(self.first) > max_slots
     }
 
     /// The cells held, to change.
@@ -165,10 +193,13 @@ impl<V: Default> GranuleTable<V> {
             .map(|s| &s.cell)
     }
 
+    /// The hash's high bits scaled by the table's size: for `2^k` slots the top `k` bits,
+    /// and for any size a doubling sends home `i` to `2i` or `2i + 1` (`⌊2x⌋` is `2⌊x⌋` or
+    /// one more), keeping the order of homes that [`GranuleTable::double_in_place`] relies on.
     #[inline]
     fn home(&self, granule: u64) -> usize {
         let h = (granule ^ self.seed).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        (h >> (64 - self.bits)) as usize
+        ((u128::from(h) * self.slots.len() as u128) >> 64) as usize
     }
 
     /// Reads the home slots' keys of `first..=last` (at most eight) before any of them is
@@ -214,7 +245,6 @@ impl<V: Default> GranuleTable<V> {
         if (self.len + 1) * 4 > self.slots.len() * 3 {
             self.grow();
         }
-        let mask = self.slots.len() - 1;
         let key = granule + 1;
         let mut i = self.home(granule);
         loop {
@@ -228,7 +258,7 @@ impl<V: Default> GranuleTable<V> {
                 self.peak = self.peak.max(self.len);
                 return &mut self.slots[i].cell;
             }
-            i = (i + 1) & mask;
+            i = self.next_slot(i);
         }
     }
 
@@ -236,7 +266,6 @@ impl<V: Default> GranuleTable<V> {
         if self.len == 0 {
             return None;
         }
-        let mask = self.slots.len() - 1;
         let key = granule + 1;
         let mut i = self.home(granule);
         loop {
@@ -247,7 +276,17 @@ impl<V: Default> GranuleTable<V> {
             if k == EMPTY {
                 return None;
             }
-            i = (i + 1) & mask;
+            i = self.next_slot(i);
+        }
+    }
+
+    /// The slot after `i`, the first after the last.
+    #[inline(always)]
+    fn next_slot(&self, i: usize) -> usize {
+        if i + 1 == self.slots.len() {
+            0
+        } else {
+            i + 1
         }
     }
 
@@ -262,12 +301,11 @@ impl<V: Default> GranuleTable<V> {
     /// Empties slot `i`, then moves back every later key of its run that may live closer to
     /// its home, so that no lookup stops early at the hole.
     fn vacate(&mut self, mut hole: usize) {
-        let mask = self.slots.len() - 1;
         self.slots[hole] = Slot::default();
         self.len -= 1;
         let mut i = hole;
         loop {
-            i = (i + 1) & mask;
+            i = self.next_slot(i);
             let k = self.slots[i].key;
             if k == EMPTY {
                 return;
@@ -331,12 +369,11 @@ impl<V: Default> GranuleTable<V> {
     /// a `realloc` remapping it would split its huge pages.
     #[cold]
     fn grow(&mut self) {
-        if self.bits == 0 {
+        if self.slots.is_empty() {
             // Written as the default slot (all zero bytes) over and over, the first table is
             // zeroed memory that the system maps on first touch; larger ones double from it.
-            self.bits = MIN_SLOTS.trailing_zeros();
             self.slots = std::iter::repeat_with(Slot::default)
-                .take(MIN_SLOTS)
+                .take(self.first)
                 .collect();
             return;
         }
@@ -348,7 +385,7 @@ impl<V: Default> GranuleTable<V> {
         let old = self.slots.len();
         let large = 2 * old >= HUGE_PAGES_FROM_SLOTS;
         if self.slots.capacity() < 2 * old {
-            let largest = 1usize << self.room.max(1).ilog2();
+            let largest = self.largest_within(self.room);
             // The room's address space if it can be had (a `--race-memory` larger than the
             // system would map is not an error), else this doubling's.
             if !(large && largest > 2 * old && self.slots.try_reserve_exact(largest - old).is_ok())
@@ -367,7 +404,6 @@ impl<V: Default> GranuleTable<V> {
             // perhaps copied before any advice (left to the kernel's collapsing of pages).
             foresight_trace::memory::advise_huge_pages(&self.slots);
         }
-        self.bits += 1;
         let held = self.len;
         self.len = 0;
         // Below `unmoved` lie the slots not moved yet, as the old half placed them; a slot
@@ -422,10 +458,9 @@ impl<V: Default> GranuleTable<V> {
     /// Puts `slot`, whose granule the table does not hold, in the first free slot from its
     /// home (the table is below its load limit, so there is one).
     fn place(&mut self, slot: Slot<V>) {
-        let mask = self.slots.len() - 1;
         let mut i = self.home(slot.key - 1);
         while self.slots[i].key != EMPTY {
-            i = (i + 1) & mask;
+            i = self.next_slot(i);
         }
         self.slots[i] = slot;
         self.len += 1;
@@ -519,11 +554,35 @@ mod tests {
     }
 
     #[test]
+    fn a_table_s_sizes_are_one_m_of_4_to_7_doubled_up_to_its_room() {
+        for (room, first, largest) in [
+            (0, 64, 64),
+            (127, 64, 64),
+            (128, 64, 128),
+            (6 << 20, 96, 6 << 20),
+            ((7 << 20) - 1, 96, 6 << 20),
+            (7 << 20, 112, 7 << 20),
+            ((448 << 20) / 64 / 8 * 7, 96, 6 << 20),
+            (1 << 22, 64, 1 << 22),
+            (5 << 21, 80, 5 << 21),
+        ] {
+            let t: GranuleTable<u64> = GranuleTable::with_room(room);
+            assert_eq!(t.first, first, "room {room}");
+            assert_eq!(t.largest_within(room), largest, "room {room}");
+        }
+    }
+
+    #[test]
     fn a_table_doubled_in_place_finds_every_granule_wrapped_runs_included() {
-        // Tables of every size up to 2^17 slots, each doubling checked: granules at random
-        // (runs wrap past the end of the table) and in dense blocks (long runs).
-        for seed in 1..4u64 {
-            let mut t: GranuleTable<u64> = GranuleTable::new();
+        // Tables of every size up to 2^17 slots (and 5, 6 and 7 times powers of two), each
+        // doubling checked: granules at random (runs wrap past the end of the table) and in
+        // dense blocks (long runs).
+        for (seed, room) in
+            (1..4u64)
+                .zip([0, 0, 0])
+                .chain([(4, 5 << 20), (5, 6 << 20), (6, 7 << 20)])
+        {
+            let mut t: GranuleTable<u64> = GranuleTable::with_room(room);
             let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15);
             let mut held = Vec::new();
             let mut slots = 0;
@@ -549,11 +608,20 @@ mod tests {
     fn a_table_doubled_a_few_slots_at_a_time_finds_every_granule() {
         // Blocks of one slot and a few: most slots then move while slots below them, of the
         // long runs of a dense table, have not, and those whose new home lies among them wait.
-        for block in [1, 2, 3, 7, 64] {
-            let mut t: GranuleTable<u64> = GranuleTable::new();
+        for (block, m) in [
+            (1, 4),
+            (2, 4),
+            (3, 4),
+            (7, 4),
+            (64, 4),
+            (1, 7),
+            (3, 6),
+            (7, 5),
+        ] {
+            let mut t: GranuleTable<u64> = GranuleTable::with_room(m << 20);
             let mut x = 0x2545_f491_4f6c_dd1d_u64 ^ block as u64;
             let mut held = Vec::new();
-            while !t.at_load_limit() || t.slots() < 4096 {
+            while !t.at_load_limit() || t.slots() < m * 1024 {
                 next(&mut x);
                 // Half the granules in one dense block: runs of many slots.
                 let g = if x % 2 == 0 {
@@ -567,7 +635,7 @@ mod tests {
                 }
             }
             t.double_in_place(block);
-            assert_eq!(t.slots(), 8192);
+            assert_eq!(t.slots(), m * 2048);
             assert_probes_reach_every_granule(&t);
             assert_eq!(t.len(), held.len());
             for &(g, v) in &held {
@@ -715,8 +783,11 @@ mod tests {
         /// operation the shadow makes, granules 0 and 2^61 - 1 included, and refuses a new
         /// granule only when holding it would grow past the slots allowed.
         #[test]
-        fn slots_hold_what_a_map_holds(ops in proptest::collection::vec(op(), 1..800)) {
-            let mut t: GranuleTable<u64> = GranuleTable::new();
+        fn slots_hold_what_a_map_holds(
+            ops in proptest::collection::vec(op(), 1..800),
+            room in proptest::prop_oneof![proptest::strategy::Just(0usize), 0..1usize << 24],
+        ) {
+            let mut t: GranuleTable<u64> = GranuleTable::with_room(room);
             let mut want: HashMap<u64, u64> = HashMap::new();
             for op in ops {
                 match op {
@@ -725,7 +796,7 @@ mod tests {
                         *want.entry(g).or_default() ^= v;
                     }
                     Op::Within(g, v, max) => {
-                        let grows = t.at_load_limit() && (t.slots() * 2).max(MIN_SLOTS) > max;
+                        let grows = t.at_load_limit() && (t.slots() * 2).max(t.first) > max;
                         match t.cell_within(g, max) {
                             Some(c) => {
                                 *c ^= v;

@@ -1292,6 +1292,17 @@ fn spill_room(slots: usize, spilled: usize, budget: usize) -> bool {
         && spilled < u32::MAX as usize
 }
 
+/// The slots the granule table may take of a `budget` (bytes): three quarters of it, the
+/// table's sizes fitted to that (`GranuleTable::with_room`). The largest table and the
+/// quarter of the budget at which spills are compacted (`Shadow::visit`) fit together,
+/// so spills never keep the table from its last doubling. At the default budget that is
+/// 5·2^20 slots, 320 MiB of 448, where sizes of powers of two stopped at 2^22 (256 MiB) and
+/// left a compressor's trace a fifth of its accesses unchecked
+/// (`docs/perf/analysis-speed-and-memory.md`, "The granule table's sizes").
+fn table_room(budget: usize) -> usize {
+    budget / SLOT_BYTES / 4 * 3
+}
+
 /// The 8-byte granules an access touches, and its byte mask in each.
 #[inline]
 pub(crate) fn granule_span(addr: u64, size: u32) -> (u64, u64) {
@@ -1308,7 +1319,7 @@ impl Shadow {
     /// A shadow that takes at most `budget` bytes.
     pub(crate) fn with_budget(budget: usize) -> Self {
         Shadow {
-            cells: GranuleTable::with_room(budget / SLOT_BYTES),
+            cells: GranuleTable::with_room(table_room(budget)),
             sets: SiteSets::default(),
             merged: 0,
             evicted: SiteCounts::default(),
