@@ -29,8 +29,9 @@
 #               build's libforesight_rt.so, e.g. main's): a change to the runtime measured
 #               against it in the same turns
 # and prints, per program, the medians of wall time, CPU time (user + system, all threads)
-# and peak RSS (GNU time's %e, %U + %S and %M; for `record`, the largest of foresight's and
-# the program's), the ratios to plain and to ThreadSanitizer, then `foresight analyze` of the last recorded trace of each program:
+# and peak RSS (as wait4(2) reports them, by bench/rusage.c: GNU time's %e, %U + %S and %M
+# in microseconds, where GNU time rounds CPU times to hundredths; for `record`, the largest
+# of foresight's and the program's), the ratios to plain and to ThreadSanitizer, then `foresight analyze` of the last recorded trace of each program:
 # its events (`foresight stats`), wall time, events per second, peak RSS, races reported
 # (and ThreadSanitizer's). Every run's output must be the plain build's (else it stops).
 # The load of the machine (/proc/loadavg) is printed before and after.
@@ -42,9 +43,9 @@
 #      BASE_RUNTIME (for record-base), BASE_FORESIGHT (for fs-base), ANALYZE (1; 0 skips the analysis), SYMBOLIZE (0), CARGO_TARGET_DIR (default
 #      <workspace>/target), WORK (a directory to keep the sources and builds in between runs;
 #      default a temporary one, removed at exit).
-# Installs GNU time with apt-get when /usr/bin/time is missing (as root). Takes 20 minutes to
-# well over an hour on 2 busy cores, most of it the analyses of the zstd traces (ANALYZE=0
-# skips them); not run in CI.
+# Needs python3 (to fetch zstd's sources). Takes 20 minutes to well over an hour on
+# 2 busy cores, most of it the analyses of the zstd traces (ANALYZE=0 skips them); not run
+# in CI.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -65,14 +66,6 @@ else
 fi
 log() { echo "real_programs: $*" >&2; }
 
-if [ ! -x /usr/bin/time ]; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    apt-get install -y -q time >&2
-  else
-    echo "error: GNU time (/usr/bin/time) is needed: apt-get install time" >&2
-    exit 1
-  fi
-fi
 
 (cd "$root" && cargo build --release -p foresight-recorder -p foresight-cli \
   --target-dir "$target" >&2)
@@ -118,6 +111,9 @@ print(next(q["manifest_path"] for q in json.load(sys.stdin)["packages"] if q["na
 fi
 
 # --- builds --------------------------------------------------------------------------------
+# The timer of every run (what GNU time's -f '%e %M %U %S' prints, in microseconds).
+"$CC" -O2 -o "$work/rusage" "$here/rusage.c"
+timed=("$work/rusage")
 # Each library is compiled once per set of flags (kept in $WORK between runs, named by a hash
 # of the flags, the compiler and the source), each driver linked per build.
 fs_cflags="$("$fs" config --cc "$CC" --cflags)"
@@ -226,7 +222,7 @@ for rep in $(seq "$REPS"); do
       esac
       # ThreadSanitizer's reports are counted, not fatal (it exits 66 after one by default).
       TSAN_OPTIONS="exitcode=0 ${TSAN_OPTIONS:-}" \
-        /usr/bin/time -f '%e %M %U %S' -o "$work/time" "${run[@]}" >"$work/out" 2>"$work/err" || {
+        "${timed[@]}" "$work/time" "${run[@]}" >"$work/out" 2>"$work/err" || {
         echo "error: $p/$c failed: ${run[*]}" >&2
         cat "$work/err" >&2
         exit 1
@@ -270,7 +266,7 @@ for p in $PROGRAMS; do
       # a ratio to a run not taken is "-"
       function r(a, b) { return b + 0 > 0 ? sprintf("%7.2f", a / b) : sprintf("%7s", "-") }
       BEGIN {
-      printf "%-7s %-11s %8.2f %8.2f %8.0f | %s %s | %s %s | %s\n", p, c, t, u, m / 1024,
+      printf "%-7s %-11s %8.3f %8.3f %8.0f | %s %s | %s %s | %s\n", p, c, t, u, m / 1024,
         r(t, tp), r(t, tt), r(u, cp), r(u, ct), r(m, mp) }'
   done
 done
@@ -281,9 +277,9 @@ echo "foresight analyze of the last recorded trace of each (one run each)"
 printf '%-8s %12s %9s %12s %10s %7s %7s\n' program events "time s" "M events/s" "peak MiB" races tsan
 for p in $PROGRAMS; do
   events="$("$fs" stats "$work/$p.trace" | awk '$1 == "events" { print $2; exit }')"
-  /usr/bin/time -f '%e %M' -o "$work/time" "$fs" analyze --format json "$work/$p.trace" \
+  "${timed[@]}" "$work/time" "$fs" analyze --format json "$work/$p.trace" \
     >"$work/$p.json" 2>"$work/$p.analyze.err" || true
-  read -r t m <"$work/time"
+  read -r t m _ <"$work/time"
   # The races found, then what the report says it could not check.
   python3 -c 'import json, sys
 d = json.load(open(sys.argv[1]))
