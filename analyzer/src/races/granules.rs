@@ -13,8 +13,8 @@
 //! `2i + 1`, and a large table holds the address space of the largest its owner allows, so
 //! that no doubling holds two tables or zeroes memory twice. Its sizes are `m·2^k` slots for
 //! one `m` of 4 to 7 (the hash's high bits scaled by the size pick the slot, which keeps the
-//! doubling's rule), so that the largest a budget allows is within seven eighths of it, not
-//! half.
+//! doubling's rule), so that the largest a budget allows takes at least four fifths of it,
+//! where powers of two could take only half.
 
 use std::hash::BuildHasher;
 
@@ -37,6 +37,11 @@ const HUGE_PAGES_FROM_SLOTS: usize = 1 << 16;
 
 /// Slots moved at a time when the table doubles ([`GranuleTable::grow`]).
 const GROW_BLOCK: usize = 1024;
+
+/// Granules a full table weighs to choose the one that gives way to a new one
+/// ([`GranuleTable::give_way`]): a few neighbours of the new granule's home, one or two cache
+/// lines further at three quarters full.
+pub const GIVE_WAY_CANDIDATES: usize = 8;
 
 /// A granule's key and its cell, side by side, aligned to a cache line: the probe that finds
 /// the key has the cell in the same line when the two take 64 bytes, as the shadow's do.
@@ -296,6 +301,41 @@ impl<V: Default> GranuleTable<V> {
         let cell = std::mem::take(&mut self.slots[i].cell);
         self.vacate(i);
         Some(cell)
+    }
+
+    /// Drops, to make room for `granule` (which the table does not hold), the granule of
+    /// least `cost` among the first [`GIVE_WAY_CANDIDATES`] held from `granule`'s home on
+    /// (the first of them on a tie), and hands it back with its cell; `None` when the table
+    /// holds none. The slots looked at are those the new granule's probe reads anyway.
+    pub fn give_way(
+        &mut self,
+        granule: u64,
+        mut cost: impl FnMut(&V) -> usize,
+    ) -> Option<(u64, V)> {
+        if self.len == 0 {
+            return None;
+        }
+        let mut i = self.home(granule);
+        let mut best: Option<(usize, usize)> = None;
+        let mut seen = 0;
+        for _ in 0..self.slots.len() {
+            if self.slots[i].key != EMPTY {
+                let c = cost(&self.slots[i].cell);
+                if best.is_none_or(|(b, _)| c < b) {
+                    best = Some((c, i));
+                }
+                seen += 1;
+                if seen == GIVE_WAY_CANDIDATES {
+                    break;
+                }
+            }
+            i = self.next_slot(i);
+        }
+        let (_, at) = best?;
+        let key = self.slots[at].key;
+        let cell = std::mem::take(&mut self.slots[at].cell);
+        self.vacate(at);
+        Some((key - 1, cell))
     }
 
     /// Empties slot `i`, then moves back every later key of its run that may live closer to
@@ -682,6 +722,44 @@ mod tests {
         for &g in bottom.iter().chain(&top) {
             assert_eq!(t.get(g), Some(&g), "granule {g:#x}");
         }
+    }
+
+    #[test]
+    fn a_granule_gives_way_to_a_new_one_by_least_cost_among_its_neighbours() {
+        for seed in 1..20u64 {
+            let mut t: GranuleTable<u64> = GranuleTable::new();
+            let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            let mut held = HashMap::new();
+            while !t.at_load_limit() || t.slots() < 256 {
+                next(&mut x);
+                let g = x >> 3;
+                *t.cell(g) = x % 5;
+                held.insert(g, x % 5);
+            }
+            let new = 0x77u64;
+            assert!(t.get(new).is_none());
+            // The candidates: the first held slots from the new granule's home.
+            let mut i = t.home(new);
+            let mut near = Vec::new();
+            while near.len() < GIVE_WAY_CANDIDATES {
+                if t.slots[i].key != EMPTY {
+                    near.push((t.slots[i].cell, t.slots[i].key - 1));
+                }
+                i = (i + 1) % t.slots();
+            }
+            let least = near.iter().map(|&(c, _)| c).min().unwrap();
+            let first_least = near.iter().find(|&&(c, _)| c == least).unwrap().1;
+            let len = t.len();
+            assert_eq!(t.give_way(new, |&c| c as usize), Some((first_least, least)));
+            held.remove(&first_least);
+            assert_eq!(t.len(), len - 1);
+            assert_probes_reach_every_granule(&t);
+            for (g, v) in &held {
+                assert_eq!(t.get(*g), Some(v));
+            }
+        }
+        let mut empty: GranuleTable<u64> = GranuleTable::new();
+        assert_eq!(empty.give_way(1, |_| 0), None);
     }
 
     #[test]

@@ -202,6 +202,11 @@ pub struct RaceOutput {
     pub evicted: SiteCounts,
     /// Accesses not checked: the memory budget had no room to track the memory they touched.
     pub(crate) untracked: Untracked,
+    /// Shadow entries dropped because their granule gave way to a new one in a full memory
+    /// budget, by the site of the access dropped.
+    pub(crate) given_way: SiteCounts,
+    /// Granules that gave way to new ones.
+    pub(crate) granules_given_way: u64,
     /// Heap blocks not tracked for want of room (their races name no block).
     pub(crate) untracked_blocks: u64,
     /// The memory budget the pass ran with, bytes.
@@ -270,6 +275,8 @@ impl<'t> RacePass<'t> {
                 accesses,
                 evicted: SiteCounts::default(),
                 untracked: Untracked::default(),
+                given_way: SiteCounts::default(),
+                granules_given_way: 0,
                 untracked_blocks: 0,
                 memory_budget: self.state.memory_budget,
                 peak_granules: self.state.shadow.peak_granules(),
@@ -378,6 +385,7 @@ impl Pass for RacePass<'_> {
         let complete = state.complete() && !self.too_many_threads;
         let evicted = std::mem::take(&mut state.shadow.evicted);
         let untracked = std::mem::take(&mut state.shadow.untracked);
+        let given_way = std::mem::take(&mut state.shadow.given_way);
         RaceOutput::new(
             Naming {
                 tables: self.tables,
@@ -389,6 +397,8 @@ impl Pass for RacePass<'_> {
                 accesses: self.accesses - self.accesses_reported,
                 evicted,
                 untracked,
+                given_way,
+                granules_given_way: state.shadow.granules_given_way,
                 untracked_blocks: state.untracked_blocks,
                 memory_budget: state.memory_budget,
                 peak_granules: state.shadow.peak_granules(),
@@ -404,6 +414,8 @@ struct Totals {
     accesses: u64,
     evicted: SiteCounts,
     untracked: Untracked,
+    given_way: SiteCounts,
+    granules_given_way: u64,
     untracked_blocks: u64,
     memory_budget: u64,
     peak_granules: usize,
@@ -492,6 +504,8 @@ impl RaceOutput {
             accesses: totals.accesses,
             evicted: totals.evicted,
             untracked: totals.untracked,
+            given_way: totals.given_way,
+            granules_given_way: totals.granules_given_way,
             untracked_blocks: totals.untracked_blocks,
             memory_budget: totals.memory_budget,
             peak_granules: totals.peak_granules,

@@ -438,11 +438,22 @@ pub fn cut_warnings(run: &Run) -> Vec<String> {
              with later accesses may be missing{}",
             races.evicted.total,
             lines(&races.evicted),
-            if u.accesses.total > 0 {
+            if u.accesses.total > 0 || races.granules_given_way > 0 {
                 " (a full memory budget leaves granules fewer entries: --race-memory)"
             } else {
                 ""
             }
+        ));
+    }
+    if races.granules_given_way > 0 {
+        warnings.push(format!(
+            "the race pass's memory budget ({mib} MiB) was full: {} granules (8 bytes each) \
+             gave way to memory not tracked yet, dropping {} shadow entries ({}): races of \
+             these lines with later accesses may be missing; raise it with --race-memory \
+             <MiB> to keep them",
+            races.granules_given_way,
+            races.given_way.total,
+            lines(&races.given_way)
         ));
     }
     if races.untracked_blocks > 0 {
