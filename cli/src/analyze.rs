@@ -179,8 +179,9 @@ pub struct AnalysisArgs {
     /// Memory for the race analysis of each trace, MiB: its shadow of the memory the program
     /// touched and its heap blocks.
     ///
-    /// When it is full, accesses to memory not tracked yet are not checked for races, and the
-    /// report's warnings name their lines and addresses.
+    /// When it is full, memory not tracked yet takes the place of memory tracked (whose
+    /// earlier accesses are forgotten), and accesses wider than 64 bytes to memory not tracked
+    /// yet are not checked for races; the report's warnings name how many and their lines.
     #[arg(long, default_value_t = foresight_analyzer::races::DEFAULT_MEMORY_MIB, value_name = "MIB",
           value_parser = clap::value_parser!(u64).range(1..=1 << 24))]
     race_memory: u64,
