@@ -2485,15 +2485,22 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_full_table_takes_new_memory_in_place_of_a_granule_of_fewest_entries() {
-        // Room for 64 slots and no spill: 48 granules fill the table. Eight of them hold
-        // entries of two threads; then other granules come, one after another.
-        let budget = 64 * SLOT_BYTES;
-        let mut s = Shadow::with_budget(budget);
+    /// A shadow with room for 64 slots and no spill, filled by 48 granules that thread 0
+    /// wrote from line 10, from 0x1000 on.
+    fn full_table() -> Shadow {
+        let mut s = Shadow::with_budget(64 * SLOT_BYTES);
         for g in 0..48u64 {
             check(&mut s, acc(0, 1, 10, AccessKind::Write, 0x1000 + g * 8, 8));
         }
+        s
+    }
+
+    #[test]
+    fn a_full_table_takes_new_memory_in_place_of_a_granule_of_fewest_entries() {
+        // Eight of the granules of a full table hold entries of two threads; then other
+        // granules come, one after another.
+        let mut s = full_table();
+        let budget = s.budget;
         for g in 0..8u64 {
             check(&mut s, acc(1, 1, 11, AccessKind::Read, 0x1000 + g * 8, 8));
         }
@@ -2525,11 +2532,7 @@ mod tests {
 
     #[test]
     fn a_wide_access_leaves_memory_unchecked_in_a_full_table_rather_than_empty_it() {
-        let budget = 64 * SLOT_BYTES;
-        let mut s = Shadow::with_budget(budget);
-        for g in 0..48u64 {
-            check(&mut s, acc(0, 1, 10, AccessKind::Write, 0x1000 + g * 8, 8));
-        }
+        let mut s = full_table();
         // 72 bytes: nine granules, none tracked.
         check(&mut s, acc(1, 1, 11, AccessKind::Write, 0x9000, 72));
         assert_eq!(s.granules_given_way, 0);
