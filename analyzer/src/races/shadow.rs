@@ -2817,6 +2817,68 @@ mod tests {
         }
     }
 
+    /// One step of a run over more memory than a small budget holds: narrow accesses over
+    /// 400 granules, now and then a wide one, synchronisations and collections.
+    fn roaming_step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        prop_oneof![
+            12 => (0..3u32, 0..6u32, any::<bool>(), 0..3200u64, 1..=16u32)
+                .prop_map(|(thread, site, write, addr, size)| Step::Access {
+                    thread,
+                    site,
+                    write,
+                    addr: 0x1000 + addr,
+                    size,
+                }),
+            1 => (0..3u32, 0..6u32, any::<bool>(), 0..3200u64, 57..=200u32)
+                .prop_map(|(thread, site, write, addr, size)| Step::Access {
+                    thread,
+                    site,
+                    write,
+                    addr: 0x1000 + addr,
+                    size,
+                }),
+            2 => (0..3u32, 1..3u32).prop_map(|(from, d)| Step::Sync { from, to: (from + d) % 3 }),
+            1 => Just(Step::Collect),
+        ]
+    }
+
+    proptest::proptest! {
+        /// A shadow in a budget far smaller than the memory touched stays within it, and
+        /// leaves no access of at most 64 bytes unchecked: a full table takes new granules in
+        /// place of old ones (decision 0030), counted; only wider accesses may go unchecked.
+        #[test]
+        fn a_small_budget_leaves_only_wide_accesses_unchecked(
+            steps in proptest::collection::vec(roaming_step(), 1..600)
+        ) {
+            let budget = 64 * SLOT_BYTES + 2 * SPILL_BYTES;
+            let mut s = Shadow::with_budget(budget);
+            let mut c = Clocks { pos: [0; 3], knows: [[0; 3]; 3], since: [0; 3] };
+            for step in steps {
+                match step {
+                    Step::Access { thread, site, write, addr, size } => {
+                        let t = thread as usize;
+                        let kind = if write { AccessKind::Write } else { AccessKind::Read };
+                        let a = acc(thread, c.pos[t], site, kind, addr, size);
+                        c.pos[t] += 1;
+                        let before = s.untracked.accesses.total;
+                        c.seen_by(&mut s, &a);
+                        let (first, last) = granule_span(addr, size);
+                        proptest::prop_assert!(
+                            s.untracked.accesses.total == before || last - first >= GIVE_WAY_SPAN,
+                            "{:?} left unchecked", a
+                        );
+                    }
+                    Step::Sync { from, to } => c.sync(from, to),
+                    Step::Collect => s.collect(&c.floors()),
+                }
+                proptest::prop_assert!(s.bytes() <= budget, "{} > {budget}", s.bytes());
+                proptest::prop_assert!(s.granules() * 4 <= s.cells.slots() * 3);
+                proptest::prop_assert!(s.given_way.total == 0 || s.granules_given_way > 0);
+            }
+        }
+    }
+
     /// One step of a run that keeps a few granules busy: three threads, eight lines, every
     /// offset and size within 24 bytes, and synchronisations that end epochs.
     fn busy_step() -> impl proptest::strategy::Strategy<Value = Step> {
