@@ -2652,18 +2652,29 @@ mod tests {
                     addr: 0x1000 + 4 * addr,
                     size,
                 }),
-            1 => (0..3u32, 0..3u32, any::<bool>(), 0..40u64, 1..=12u32).prop_map(
-                |(thread, site, write, addr, size)| Step::Access {
-                    thread,
-                    site,
-                    write,
-                    addr: 0x1000 + addr,
-                    size,
-                }
-            ),
+            1 => access_step(3, 0..40, 1..=12),
             2 => (0..3u32, 1..3u32).prop_map(|(from, d)| Step::Sync { from, to: (from + d) % 3 }),
             1 => Just(Step::Collect),
         ]
+    }
+
+    /// An access of one of three threads from one of `sites` lines, a read or a write, at
+    /// `0x1000` plus an offset in `offsets`, of a size in `sizes`.
+    fn access_step(
+        sites: u32,
+        offsets: std::ops::Range<u64>,
+        sizes: std::ops::RangeInclusive<u32>,
+    ) -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        (0..3u32, 0..sites, any::<bool>(), offsets, sizes).prop_map(
+            |(thread, site, write, addr, size)| Step::Access {
+                thread,
+                site,
+                write,
+                addr: 0x1000 + addr,
+                size,
+            },
+        )
     }
 
     /// The threads' positions and what each knows of the others, as prefix lengths.
@@ -2674,6 +2685,25 @@ mod tests {
     }
 
     impl Clocks {
+        /// The next access of `thread`, its position counted.
+        fn step(
+            &mut self,
+            thread: u32,
+            site: u32,
+            write: bool,
+            addr: u64,
+            size: u32,
+        ) -> ShadowAccess {
+            let kind = if write {
+                AccessKind::Write
+            } else {
+                AccessKind::Read
+            };
+            let pos = &mut self.pos[thread as usize];
+            *pos += 1;
+            acc(thread, *pos - 1, site, kind, addr, size)
+        }
+
         /// The floors a collection may drop below: what every other thread knows.
         fn floors(&self) -> Vec<u32> {
             (0..3)
@@ -2735,10 +2765,7 @@ mod tests {
             for s in steps {
                 match s {
                     Step::Access { thread, site, write, addr, size } => {
-                        let t = thread as usize;
-                        let kind = if write { AccessKind::Write } else { AccessKind::Read };
-                        let a = acc(thread, c.pos[t], site, kind, addr, size);
-                        c.pos[t] += 1;
+                        let a = c.step(thread, site, write, addr, size);
                         let seen = [c.seen_by(&mut plain, &a), c.seen_by(&mut collected, &a)];
                         proptest::prop_assert_eq!(&seen[0], &seen[1], "{:?}", a);
                     }
@@ -2822,22 +2849,8 @@ mod tests {
     fn roaming_step() -> impl proptest::strategy::Strategy<Value = Step> {
         use proptest::prelude::*;
         prop_oneof![
-            12 => (0..3u32, 0..6u32, any::<bool>(), 0..3200u64, 1..=16u32)
-                .prop_map(|(thread, site, write, addr, size)| Step::Access {
-                    thread,
-                    site,
-                    write,
-                    addr: 0x1000 + addr,
-                    size,
-                }),
-            1 => (0..3u32, 0..6u32, any::<bool>(), 0..3200u64, 57..=200u32)
-                .prop_map(|(thread, site, write, addr, size)| Step::Access {
-                    thread,
-                    site,
-                    write,
-                    addr: 0x1000 + addr,
-                    size,
-                }),
+            12 => access_step(6, 0..3200, 1..=16),
+            1 => access_step(6, 0..3200, 57..=200),
             2 => (0..3u32, 1..3u32).prop_map(|(from, d)| Step::Sync { from, to: (from + d) % 3 }),
             1 => Just(Step::Collect),
         ]
@@ -2857,10 +2870,7 @@ mod tests {
             for step in steps {
                 match step {
                     Step::Access { thread, site, write, addr, size } => {
-                        let t = thread as usize;
-                        let kind = if write { AccessKind::Write } else { AccessKind::Read };
-                        let a = acc(thread, c.pos[t], site, kind, addr, size);
-                        c.pos[t] += 1;
+                        let a = c.step(thread, site, write, addr, size);
                         let before = s.untracked.accesses.total;
                         c.seen_by(&mut s, &a);
                         let (first, last) = granule_span(addr, size);
