@@ -41,7 +41,7 @@ const GROW_BLOCK: usize = 1024;
 /// Granules a full table weighs to choose the one that gives way to a new one
 /// ([`GranuleTable::give_way`]): a few neighbours of the new granule's home, one or two cache
 /// lines further at three quarters full.
-pub const GIVE_WAY_CANDIDATES: usize = 8;
+const GIVE_WAY_CANDIDATES: usize = 8;
 
 /// A granule's key and its cell, side by side, aligned to a cache line: the probe that finds
 /// the key has the cell in the same line when the two take 64 bytes, as the shadow's do.
@@ -118,7 +118,7 @@ impl<V: Default> GranuleTable<V> {
         }
     }
 
-    /// The slots of the largest table within `room`, or of the next doubling when none is.
+    /// The slots of the largest table within `room` (of the first, when even it is larger).
     fn largest_within(&self, room: usize) -> usize {
         let mut largest = self.first;
         while largest * 2 <= room {
@@ -306,7 +306,8 @@ impl<V: Default> GranuleTable<V> {
     /// Drops, to make room for `granule` (which the table does not hold), the granule of
     /// least `cost` among the first [`GIVE_WAY_CANDIDATES`] held from `granule`'s home on
     /// (the first of them on a tie), and hands it back with its cell; `None` when the table
-    /// holds none. The slots looked at are those the new granule's probe reads anyway.
+    /// holds none. The slots looked at lie at and just after the new granule's home, in the
+    /// lines its own probe reads.
     pub fn give_way(
         &mut self,
         granule: u64,
