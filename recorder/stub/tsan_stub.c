@@ -165,11 +165,15 @@ static long fs_mprotect(void *page, unsigned long len, unsigned long prot) {
 /* Sites found, waiting to be patched together: the pages' protection changes twice per batch,
  * not per site (each change is a system call, and a TLB flush on every core running the
  * program: per site, they cost SQLite's start more than its own work). A batch is patched when
- * it is full, or as soon as one of its sites is called again, so that a site calls twice, not
- * more (unless it finds the lock taken). Under fs_patch_lock. */
-#define FS_BATCH 64
+ * it is full, or once its sites have been called again FS_REPEATS times in all: a site in a
+ * loop calls a few dozen times more, not a few thousand, while a batch waits for more sites
+ * than one loop's (patching at the first repeat made batches of about 20 sites, and a pair of
+ * `mprotect` calls costs hundreds of calls: docs/decisions/0024). Under fs_patch_lock. */
+#define FS_BATCH 256
+#define FS_REPEATS 64
 static unsigned char *fs_batch[FS_BATCH];
 static unsigned fs_batched;
+static unsigned fs_repeats;
 
 /* Each call in the batch becomes `test eax, imm32` (opcode a9, the call's displacement as its
  * immediate): one byte is written, so another thread executes the old instruction or the new
@@ -206,18 +210,23 @@ static void fs_patch_batch(void) {
 }
 
 static __attribute__((noinline)) void fs_patch_locked(unsigned char *at) {
-    if (__atomic_exchange_n(&fs_patch_lock, 1, __ATOMIC_ACQUIRE))
+    /* Looked at before it is taken: while one thread changes the pages' protection, the others
+     * keep reaching unpatched sites, and a read leaves the lock's cache line where it is. */
+    if (__atomic_load_n(&fs_patch_lock, __ATOMIC_RELAXED) ||
+        __atomic_exchange_n(&fs_patch_lock, 1, __ATOMIC_ACQUIRE))
         return;
     if (!__atomic_load_n(&fs_patch_off, __ATOMIC_RELAXED)) {
         unsigned i = 0;
         while (i < fs_batched && fs_batch[i] != at)
             i++;
-        int again = i < fs_batched;
-        if (!again)
+        if (i < fs_batched)
+            fs_repeats++;
+        else
             fs_batch[fs_batched++] = at;
-        /* Called again (a loop's second turn), or a full batch. */
-        if (again || fs_batched == FS_BATCH)
+        if (fs_repeats == FS_REPEATS || fs_batched == FS_BATCH) {
+            fs_repeats = 0;
             fs_patch_batch();
+        }
     }
     __atomic_store_n(&fs_patch_lock, 0, __ATOMIC_RELEASE);
 }
