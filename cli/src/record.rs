@@ -140,7 +140,9 @@ pub struct Args {
     /// compress costs little); `always` compresses every chunk with zstd; `lz4` compresses with
     /// LZ4 as `auto` does (cheaper, larger, read by foresight releases without zstd, format
     /// 2.7); `never` writes an uncompressed trace (format 1.x, which older foresight releases
-    /// read).
+    /// read), and records fastest where chunks compress least (memory accesses: an eighth less
+    /// CPU time than `auto` on zstd's compressor, for a trace 1.6 times larger; `foresight
+    /// pack` compresses it for a bug report).
     ///
     /// A flight recorder (--keep-last) writes its window uncompressed.
     #[arg(long, value_name = "WHEN", default_value = "auto",

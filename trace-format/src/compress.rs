@@ -111,9 +111,12 @@ pub const DEFAULT_ZSTD_LEVEL: i32 = 1;
 /// [`FAST_BELOW_RATIO`]×, until one shrinks at least that much: such chunks (events of accesses
 /// spread over much memory, as a compressor's) gain little from level 1's work, which took a
 /// third of the recording's CPU time on zstd's compressor (docs/perf/real_programs.md: level -3
-/// on every chunk took 13% less CPU time for 27% more bytes).
+/// on every chunk took 13% less CPU time for 27% more bytes). Level -10 rather than -3 for
+/// those chunks took another 7–15% off recording that compressor, for 7–13% more bytes
+/// (docs/perf/real_programs.md, "The fast level"); the random-order lock benchmark's trace
+/// grew by 1% at most.
 /// Lock-heavy and SQLite traces shrink 5 to 20× and stay at level 1.
-pub const FAST_ZSTD_LEVEL: i32 = -3;
+pub const FAST_ZSTD_LEVEL: i32 = -10;
 /// See [`FAST_ZSTD_LEVEL`].
 pub const FAST_BELOW_RATIO: usize = 4;
 
