@@ -37,6 +37,7 @@ pub mod accesses;
 pub mod alloc;
 pub mod config;
 pub mod context;
+pub mod first_touch;
 pub mod flight;
 pub mod flusher;
 pub mod hooks;

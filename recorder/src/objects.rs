@@ -122,22 +122,19 @@ pub fn get(addr: usize, origin: Origin, kind_of: impl Fn() -> ObjectKind) -> Opt
     let mut i = hash(addr);
     for _ in 0..MAX_PROBES {
         let s = &TABLE.0[i];
-        let cur = s.addr.load(Ordering::Acquire);
-        if cur == addr {
-            return settle(s, addr, origin, &kind_of);
-        }
-        if cur == 0 {
-            match s
-                .addr
-                .compare_exchange(0, addr, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => {
-                    create(s, addr, origin, kind_of(), 0);
-                    return Some(s);
-                }
-                Err(v) if v == addr => return settle(s, addr, origin, &kind_of),
-                Err(_) => {}
+        // The slot is claimed, or found, by one compare-exchange, not by a load first, so
+        // that a page's first touch is a write (`first_touch`). This runs once per object and
+        // thread (the threads' caches answer after it).
+        match s
+            .addr
+            .compare_exchange(0, addr, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => {
+                create(s, addr, origin, kind_of(), 0);
+                return Some(s);
             }
+            Err(v) if v == addr => return settle(s, addr, origin, &kind_of),
+            Err(_) => {}
         }
         i = (i + 1) & (SLOTS - 1);
     }

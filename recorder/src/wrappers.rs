@@ -64,7 +64,8 @@ pub fn is_machinery(pc: usize) -> bool {
     let pc = pc as u64;
     let mut i = (pc.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 50) as usize & (CLASS_SLOTS - 1);
     for _ in 0..CLASS_PROBES {
-        let v = CLASS[i].load(Ordering::Acquire);
+        // An empty slot is written next (`first_touch`).
+        let v = crate::first_touch::load_for_write(&CLASS[i], Ordering::Acquire);
         if v == 0 {
             let machinery = classify(pc);
             // A slot another thread took meanwhile is fine: the next probe finds either entry.

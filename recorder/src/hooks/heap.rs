@@ -33,6 +33,8 @@ static RECORD: AtomicBool = AtomicBool::new(false);
 
 pub fn set_recording(on: bool) {
     RECORD.store(on, Ordering::Relaxed);
+    // Allocations read their block's clock before frees write it: see `first_touch`.
+    crate::first_touch::pages(&HEAP_CLOCK, |c| &c.0);
 }
 
 // --- the bootstrap arena ----------------------------------------------------------------------
