@@ -1,6 +1,6 @@
 //! The first touch of a page of the runtime's static tables is a write.
 //!
-//! The tables (`objects`, `sites`, the wrappers' classes, the heap's clocks) are zero-initialised
+//! The tables (`objects`, the wrappers' classes, the heap's clocks) are zero-initialised
 //! static memory, of which only the pages that hold used slots are ever touched. A page whose
 //! first touch is a read is mapped to the kernel's shared zero page; the write that follows
 //! (a slot claimed, a clock released) then faults again and the kernel flushes that address
@@ -11,10 +11,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The value of `a`, read by a read-modify-write that leaves it as it is: the page is touched
-/// for writing. Only where a write usually follows (a probe that may claim the slot): the
-/// cache line is taken for writing too.
-#[inline]
-pub fn load_for_write(a: &AtomicU64, order: Ordering) -> u64 {
+/// for writing.
+fn load_for_write(a: &AtomicU64, order: Ordering) -> u64 {
     // A compare-exchange of 0 for 0 changes nothing, and is a locked write either way (x86
     // writes the old value back when the comparison fails). An idempotent `fetch_add(0)` or
     // `fetch_or(0)` may be compiled into a plain load.
@@ -23,8 +21,13 @@ pub fn load_for_write(a: &AtomicU64, order: Ordering) -> u64 {
     }
 }
 
-/// Touches for writing the first word of each page of `table`, a static table whose pages
-/// a program that records at all soon touches (its rows spread over all of it by hash).
+/// Touches for writing the first word of each page of `table`, at start-up: for a static
+/// table whose pages a program that records at all soon touches (its rows spread over all of
+/// it by hash), and whose look-ups are too frequent to write to themselves (the heap's
+/// clocks, read by every allocation; the wrappers' classes, read at every unwound frame).
+/// The object table needs none: its slots are claimed and found by one compare-exchange,
+/// once per object and thread. The site table (4 MiB) is neither written ahead nor probed by
+/// a write: see `sites::intern_with`.
 pub fn pages<T>(table: &[T], mut word: impl FnMut(&T) -> &AtomicU64) {
     let per_page = (4096 / std::mem::size_of::<T>().max(1)).max(1);
     for row in table.iter().step_by(per_page) {

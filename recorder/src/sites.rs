@@ -36,7 +36,7 @@ use foresight_trace::tables::{
 };
 
 use crate::config::MAX_STACK_DEPTH;
-use crate::{first_touch, modules, output};
+use crate::{modules, output};
 
 const SLOTS: usize = 1 << 18;
 /// Probes before giving up (the site is then `OVERFLOW`).
@@ -263,15 +263,11 @@ fn intern_with(
     let mut caller: Option<Option<usize>> = None;
     for _ in 0..MAX_PROBES {
         let s = &TABLE.0[i];
-        // A new site's slot is written next (`first_touch`). A site of one frame is looked
-        // up here once per thread (the threads' caches answer after it); deeper sites are
-        // looked up on every access or call, where a locked write to a slot that threads
-        // share would cost more than the fault it saves.
-        let cur = if frames.len() == 1 {
-            first_touch::load_for_write(&s.key, Ordering::Acquire)
-        } else {
-            s.key.load(Ordering::Acquire)
-        };
+        // A plain load, although a new site's slot is written next (`first_touch`): sites
+        // unwound past locking machinery, and deeper stacks, are looked up here on every
+        // call, where a locked write to a slot that threads share costs more than the fault
+        // it would save once.
+        let cur = s.key.load(Ordering::Acquire);
         if cur == key {
             return wait_id(s);
         }

@@ -51,6 +51,10 @@ pub fn configure(value: Option<&[u8]>) {
         })
         .unwrap_or_default();
     *PATTERNS.lock() = patterns;
+    // Looked up on every unwound frame, the class table is read far more often than written,
+    // so its pages are written once here instead (`first_touch`): a recording program
+    // classifies addresses over most of its 32 pages.
+    crate::first_touch::pages(&CLASS, |c| c);
 }
 
 const CLASS_SLOTS: usize = 1 << 14;
@@ -64,8 +68,7 @@ pub fn is_machinery(pc: usize) -> bool {
     let pc = pc as u64;
     let mut i = (pc.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 50) as usize & (CLASS_SLOTS - 1);
     for _ in 0..CLASS_PROBES {
-        // An empty slot is written next (`first_touch`).
-        let v = crate::first_touch::load_for_write(&CLASS[i], Ordering::Acquire);
+        let v = CLASS[i].load(Ordering::Acquire);
         if v == 0 {
             let machinery = classify(pc);
             // A slot another thread took meanwhile is fine: the next probe finds either entry.
