@@ -480,7 +480,7 @@ static inline uintptr_t fs_atomic_info(uintptr_t size, int op, int mo) {
  * (a seq_cst load included), so it is done without looking at the order, and the rest is out
  * of line (else the compiler saves registers before the test). This is the one atomic that
  * SQLite's instrumented build calls often (720,000 relaxed loads in a 20,000-row run), and its
- * call cannot be patched away since it must load: 30 instructions a call before, 5 now. */
+ * call cannot be patched away since it must load: 30 instructions a call before, 4 now. */
 #if defined(__x86_64__) || defined(__i386__)
 #define FS_LOAD_ABSENT(a)                                                                       \
     if (FS_ABSENT(RT))                                                                          \
