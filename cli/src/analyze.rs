@@ -521,6 +521,18 @@ fn stream_run(
             monitors.scan_thread(stream.thread_events(id).map(|e| e.kind));
         }
     }
+    // The pages each touched by one thread alone, from a first read of every thread's events
+    // (decision 0031): the race pass leaves their accesses out. Threads are numbered as the
+    // walk numbers them, in the order the stream lists them.
+    let mut private = foresight_analyzer::races::PrivatePages::default();
+    if race_memory != 0 {
+        for (index, id) in stream.threads().enumerate() {
+            for e in stream.thread_events(id) {
+                private.note(index, &e.kind);
+            }
+        }
+        private.finish();
+    }
     let model = ModelPass::new(tables, name.to_string(), threads, 0)
         .with_monitors(monitors)
         .with_wrappers(
@@ -536,6 +548,11 @@ fn stream_run(
     let model = match races.names {
         Some(names) => model.with_data_names(names),
         None => model,
+    };
+    let model = if race_memory != 0 {
+        model.with_private_pages(&private)
+    } else {
+        model
     };
     let model = if race_memory == 0 {
         model.lock_order_only()

@@ -788,7 +788,8 @@ pub fn walk(
         None if without_races => None,
         None => Some(
             RacePass::new(model.threads.len(), Some(model.tables), model.race_memory)
-                .with_data_names(model.data_names),
+                .with_data_names(model.data_names)
+                .with_private_pages(model.private_pages),
         ),
     };
     let mut passes = Segmented {
@@ -850,7 +851,8 @@ impl Segmented<'_, '_, '_, '_> {
             Some(self.model.tables),
             self.model.race_memory,
         )
-        .with_data_names(self.model.data_names);
+        .with_data_names(self.model.data_names)
+        .with_private_pages(self.model.private_pages);
         if let Some(replay) = self.replay {
             let before = usize::try_from(seq).unwrap_or(usize::MAX);
             let read = self
@@ -1047,6 +1049,8 @@ pub struct ModelPass<'t> {
     process: Option<(u32, u64)>,
     /// The race pass's memory budget, bytes (`--race-memory`; 0: no race analysis).
     race_memory: u64,
+    /// Memory one thread alone touches ([`ModelPass::with_private_pages`]).
+    private_pages: Option<&'t crate::races::PrivatePages>,
     /// Names the race pass's static data instead of the tables ([`ModelPass::with_data_names`]).
     data_names: Option<&'t dyn DataNames>,
     /// The walk runs the race pass (off only to measure the rest of the walk alone).
@@ -1098,6 +1102,7 @@ impl<'t> ModelPass<'t> {
             process: None,
             race_memory: crate::races::DEFAULT_MEMORY_MIB << 20,
             data_names: None,
+            private_pages: None,
             race_pass: true,
             seen: vec![0; n],
             cut_at: None,
@@ -1161,6 +1166,13 @@ impl<'t> ModelPass<'t> {
     /// binaries, [`DataNames`]).
     pub fn with_data_names(mut self, names: &'t dyn DataNames) -> Self {
         self.data_names = Some(names);
+        self
+    }
+
+    /// The pages of memory one thread alone touches over the whole trace, found by a first
+    /// pass ([`crate::races::PrivatePages`]): the race pass leaves their accesses out.
+    pub fn with_private_pages(mut self, private: &'t crate::races::PrivatePages) -> Self {
+        self.private_pages = Some(private);
         self
     }
 

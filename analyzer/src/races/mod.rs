@@ -39,9 +39,12 @@
 
 mod granules;
 pub(crate) mod locksets;
+mod private;
 pub(crate) mod shadow;
 mod site_sets;
 mod state;
+
+pub use private::PrivatePages;
 
 use std::collections::VecDeque;
 
@@ -169,6 +172,10 @@ pub struct RacePass<'t> {
     tables: Option<&'t Tables>,
     /// Names them instead of the tables, when given.
     names: Option<&'t dyn DataNames>,
+    /// The pages one thread alone touches in the whole trace, when a first pass found them:
+    /// their accesses stay out of the shadow. And the page looked up last, with the answer.
+    private: Option<&'t PrivatePages>,
+    private_page: (u64, bool),
     state: RaceState,
     accesses: u64,
     /// The trace has more threads than the shadow memory tells apart, or the events the pass
@@ -227,6 +234,8 @@ impl<'t> RacePass<'t> {
         RacePass {
             tables,
             names: None,
+            private: None,
+            private_page: (u64::MAX, false),
             state: RaceState::new(threads, budget),
             accesses: 0,
             too_many_threads: threads > shadow::MAX_THREADS,
@@ -248,6 +257,30 @@ impl<'t> RacePass<'t> {
     pub fn with_data_names(mut self, names: Option<&'t dyn DataNames>) -> Self {
         self.names = names;
         self
+    }
+
+    /// Leaves out of the shadow the accesses to pages that `private` found one thread alone
+    /// touches (decision 0031): no other thread's access can race with them.
+    pub fn with_private_pages(mut self, private: Option<&'t PrivatePages>) -> Self {
+        self.private = private;
+        self
+    }
+
+    /// Whether `size` bytes at `addr` are on pages one thread alone touches; an access on one
+    /// page (almost all) asks the table only when its page is not the one asked last.
+    #[inline]
+    fn private_memory(&mut self, addr: u64, size: u32) -> bool {
+        let Some(p) = self.private else {
+            return false;
+        };
+        let page = PrivatePages::page_of(addr);
+        if page != PrivatePages::page_of(addr.saturating_add(u64::from(size.max(1)) - 1)) {
+            return p.private(addr, size);
+        }
+        if self.private_page.0 != page {
+            self.private_page = (page, p.page_private(page));
+        }
+        self.private_page.1
     }
 
     /// Ends a segment of the walk (`model::drive_segments`): the candidates found since the
@@ -307,6 +340,9 @@ impl<'t> RacePass<'t> {
         // process ended) has no known predecessors: everything would look unordered with it.
         if !self.created_thread(ev) {
             self.orphan_accesses += 1;
+            return;
+        }
+        if self.private_memory(addr, size) {
             return;
         }
         if !self.too_many_threads {
