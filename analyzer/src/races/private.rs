@@ -16,6 +16,13 @@ const PAGE_SHIFT: u32 = 12;
 /// Pages the table holds at most (4 GiB of memory touched, a table of some 32 MiB); beyond, no
 /// page is private and the race pass looks at every access, as without this pass.
 const MAX_PAGES: usize = 1 << 20;
+/// Pages the first pass visits in all (each page of each access, but a thread's runs on one
+/// page): a trace of many huge accesses stops here, and nothing is private. The real traces
+/// measured visit a few hundred thousand.
+const MAX_VISITS: u64 = 64 << 20;
+/// An access over more pages than this is never left out: the race pass's own bounds for
+/// wide accesses apply, and the question costs at most this many look-ups.
+const MAX_ACCESS_PAGES: u64 = 16;
 /// A page more than one thread touches.
 const SHARED: u32 = u32::MAX;
 
@@ -30,7 +37,9 @@ pub struct PrivatePages {
     frees: Vec<(u32, u64)>,
     /// The page and thread noted last: a thread's next access is mostly on the same page.
     last: Option<(u64, u32)>,
-    /// More pages than `MAX_PAGES`: nothing is private.
+    /// Pages visited so far (`MAX_VISITS`).
+    visits: u64,
+    /// More pages than `MAX_PAGES`, or more visits than `MAX_VISITS`: nothing is private.
     overflowed: bool,
 }
 
@@ -75,11 +84,13 @@ impl PrivatePages {
         if self.overflowed {
             return;
         }
+        self.visits = self.visits.saturating_add(last - first + 1);
+        if self.visits > MAX_VISITS {
+            return self.overflow();
+        }
         for page in first..=last {
             if self.owner.len() >= MAX_PAGES && !self.owner.contains_key(&page) {
-                self.overflowed = true;
-                self.owner = Default::default();
-                return;
+                return self.overflow();
             }
             let owner = self.owner.entry(page).or_insert(thread);
             if *owner != thread {
@@ -89,12 +100,18 @@ impl PrivatePages {
         self.last = Some((last, thread));
     }
 
+    fn overflow(&mut self) {
+        self.overflowed = true;
+        self.owner = Default::default();
+    }
+
     /// Whether every page of `size` bytes at `addr` is touched by one thread alone (and so,
-    /// for an access the trace holds, by the accessing thread).
+    /// for an access the trace holds, by the accessing thread); false for an access over more
+    /// than `MAX_ACCESS_PAGES` pages.
     #[inline]
     pub fn private(&self, addr: u64, size: u32) -> bool {
         let (first, last) = pages(addr, u64::from(size));
-        (first..=last).all(|p| self.page_private(p))
+        last - first < MAX_ACCESS_PAGES && (first..=last).all(|p| self.page_private(p))
     }
 
     /// Whether page `page` (an address shifted by `PAGE_SHIFT`) is touched by one thread alone.
@@ -208,5 +225,35 @@ mod tests {
         p.finish();
         assert!(!p.private(0, 8));
         assert_eq!(p.pages(), 0);
+    }
+
+    #[test]
+    fn many_huge_accesses_stop_the_pass_and_a_wide_access_is_never_private() {
+        let mut p = PrivatePages::default();
+        p.note(0, &write(0, 8));
+        // More page visits than the pass makes (here in one allocation, counted before any
+        // page is visited; many 4 GiB accesses of the same pages add up the same way).
+        p.note(
+            0,
+            &EventKind::Alloc {
+                addr: 1 << 32,
+                size: (MAX_VISITS + 1) << PAGE_SHIFT,
+                site: 0,
+            },
+        );
+        p.finish();
+        assert!(!p.private(0, 8), "nothing private after too many visits");
+        let mut q = PrivatePages::default();
+        q.note(
+            1,
+            &EventKind::Write {
+                addr: 0,
+                size: 1 << 20,
+                site: 0,
+            },
+        );
+        q.finish();
+        assert!(q.private(0, 4096), "one page of it");
+        assert!(!q.private(0, 1 << 20), "all of it, 256 pages");
     }
 }
