@@ -476,12 +476,12 @@ static inline uintptr_t fs_atomic_info(uintptr_t size, int op, int mo) {
     if (token)                                                                                  \
         t->atomic_end(token, (void *)(a), fs_atomic_info(size, op, mo), FS_PC);
 
-/* An atomic load without the runtime: on x86 every load the orders ask for is the same `mov`
+/* An atomic load without the runtime: on x86-64 every load the orders ask for is the same `mov`
  * (a seq_cst load included), so it is done without looking at the order, and the rest is out
  * of line (else the compiler saves registers before the test). This is the one atomic that
  * SQLite's instrumented build calls often (720,000 relaxed loads in a 20,000-row run), and its
  * call cannot be patched away since it must load: 30 instructions a call before, 4 now. */
-#if defined(__x86_64__) || defined(__i386__)
+#if defined(__x86_64__)
 #define FS_LOAD_ABSENT(a)                                                                       \
     if (FS_ABSENT(RT))                                                                          \
         return __atomic_load_n(a, __ATOMIC_SEQ_CST);

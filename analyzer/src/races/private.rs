@@ -127,7 +127,8 @@ impl PrivatePages {
     }
 
     /// Pages noted, private or not (0 after an overflow).
-    pub fn pages(&self) -> usize {
+    #[cfg(test)]
+    fn pages_noted(&self) -> usize {
         self.owner.len()
     }
 }
@@ -153,6 +154,14 @@ mod tests {
 
     fn write(addr: u64, size: u32) -> EventKind {
         EventKind::Write {
+            addr,
+            size,
+            site: 0,
+        }
+    }
+
+    fn alloc(addr: u64, size: u64) -> EventKind {
+        EventKind::Alloc {
             addr,
             size,
             site: 0,
@@ -193,14 +202,7 @@ mod tests {
                 site: 0,
             },
         );
-        p.note(
-            0,
-            &EventKind::Alloc {
-                addr: 0x10_0000,
-                size: 3 * 4096,
-                site: 0,
-            },
-        );
+        p.note(0, &alloc(0x10_0000, 3 * 4096));
         p.note(0, &write(0x10_2000, 8));
         p.note(0, &write(0x20_0000, 8));
         p.finish();
@@ -214,17 +216,10 @@ mod tests {
         let mut p = PrivatePages::default();
         p.note(0, &write(0, 8));
         // One access over more pages than the table holds.
-        p.note(
-            0,
-            &EventKind::Alloc {
-                addr: 1 << 20,
-                size: ((MAX_PAGES as u64) + 1) << PAGE_SHIFT,
-                site: 0,
-            },
-        );
+        p.note(0, &alloc(1 << 20, ((MAX_PAGES as u64) + 1) << PAGE_SHIFT));
         p.finish();
         assert!(!p.private(0, 8));
-        assert_eq!(p.pages(), 0);
+        assert_eq!(p.pages_noted(), 0);
     }
 
     #[test]
@@ -233,25 +228,11 @@ mod tests {
         p.note(0, &write(0, 8));
         // More page visits than the pass makes (here in one allocation, counted before any
         // page is visited; many 4 GiB accesses of the same pages add up the same way).
-        p.note(
-            0,
-            &EventKind::Alloc {
-                addr: 1 << 32,
-                size: (MAX_VISITS + 1) << PAGE_SHIFT,
-                site: 0,
-            },
-        );
+        p.note(0, &alloc(1 << 32, (MAX_VISITS + 1) << PAGE_SHIFT));
         p.finish();
         assert!(!p.private(0, 8), "nothing private after too many visits");
         let mut q = PrivatePages::default();
-        q.note(
-            1,
-            &EventKind::Write {
-                addr: 0,
-                size: 1 << 20,
-                site: 0,
-            },
-        );
+        q.note(1, &write(0, 1 << 20));
         q.finish();
         assert!(q.private(0, 4096), "one page of it");
         assert!(!q.private(0, 1 << 20), "all of it, 256 pages");
