@@ -526,9 +526,25 @@ fn stream_run(
     // walk numbers them, in the order the stream lists them.
     let mut private = foresight_analyzer::races::PrivatePages::default();
     if race_memory != 0 {
+        let index_of: std::collections::HashMap<_, usize> = stream
+            .threads()
+            .enumerate()
+            .map(|(i, id)| (id, i))
+            .collect();
         for (index, id) in stream.threads().enumerate() {
-            for e in stream.thread_events(id) {
-                private.note(index, &e.kind);
+            for (pos, e) in stream.thread_events(id).enumerate() {
+                let pos = u32::try_from(pos).unwrap_or(u32::MAX);
+                match e.kind {
+                    EventKind::JoinEnd {
+                        child,
+                        joined: true,
+                    } => {
+                        if let Some(&c) = index_of.get(&child) {
+                            private.note_join(index, pos, c);
+                        }
+                    }
+                    kind => private.note(index, pos, &kind),
+                }
             }
         }
         private.finish();

@@ -1051,6 +1051,8 @@ pub struct ModelPass<'t> {
     race_memory: u64,
     /// Memory one thread alone touches ([`ModelPass::with_private_pages`]).
     private_pages: Option<&'t crate::races::PrivatePages>,
+    /// The same, asked by the plain accesses the clocks' reads-from would look at.
+    reads_from_private: crate::races::PrivateLookup<'t>,
     /// Names the race pass's static data instead of the tables ([`ModelPass::with_data_names`]).
     data_names: Option<&'t dyn DataNames>,
     /// The walk runs the race pass (off only to measure the rest of the walk alone).
@@ -1103,6 +1105,7 @@ impl<'t> ModelPass<'t> {
             race_memory: crate::races::DEFAULT_MEMORY_MIB << 20,
             data_names: None,
             private_pages: None,
+            reads_from_private: crate::races::PrivateLookup::new(None),
             race_pass: true,
             seen: vec![0; n],
             cut_at: None,
@@ -1170,9 +1173,12 @@ impl<'t> ModelPass<'t> {
     }
 
     /// The pages of memory one thread alone touches over the whole trace, found by a first
-    /// pass ([`crate::races::PrivatePages`]): the race pass leaves their accesses out.
+    /// pass ([`crate::races::PrivatePages`]): the race pass leaves their accesses out, and so
+    /// do the clocks' reads-from edges, which such memory never draws (its writer is always
+    /// the reader's own thread); and, of both, reads of memory no other thread writes.
     pub fn with_private_pages(mut self, private: &'t crate::races::PrivatePages) -> Self {
         self.private_pages = Some(private);
+        self.reads_from_private = crate::races::PrivateLookup::new(Some(private));
         self
     }
 
@@ -1250,12 +1256,26 @@ impl ModelPass<'_> {
                 Op::LockRelease { lock, .. } => return self.lock_released(ev.thread, pos, lock),
                 // Plain reads and writes, most of an instrumented trace, matter to the model
                 // only through the clocks' reads-from (`handle_other`): settled here without
-                // a call, unless the walk keeps the marks.
+                // a call, unless the walk keeps the marks. A read of memory no other thread
+                // writes, and a write of memory no other thread touches, draw no reads-from
+                // edge, and are not looked at: the clocks are the same, as when reads-from is
+                // not asked for (the thread's own entry is stepped at its next
+                // synchronisation).
                 Op::Read { addr, size, .. } if !self.keep_marks => {
-                    return self.hb.plain_read(t, pos, addr, size)
+                    if self
+                        .reads_from_private
+                        .page(addr, size)
+                        .read_races_nothing(ev.thread)
+                    {
+                        return;
+                    }
+                    return self.hb.plain_read(t, pos, addr, size);
                 }
                 Op::Write { addr, size, .. } if !self.keep_marks => {
-                    return self.hb.plain_write(t, pos, addr, size)
+                    if self.reads_from_private.private(addr, size) {
+                        return;
+                    }
+                    return self.hb.plain_write(t, pos, addr, size);
                 }
                 _ => {}
             }

@@ -6,7 +6,7 @@
 //! where they could only ever meet their own thread's entries. Nothing the pass reports
 //! changes but what a full memory budget drops (fewer granules compete for it).
 
-use foresight_trace::event::EventKind;
+use foresight_trace::event::{AtomicOp, EventKind};
 
 /// Pages are 2^12 bytes: the programs measured touch a few hundred to a few thousand of them,
 /// so the table stays in the processor's cache (where the shadow's granules do not), and
@@ -16,27 +16,108 @@ const PAGE_SHIFT: u32 = 12;
 /// Pages the table holds at most (4 GiB of memory touched, a table of some 32 MiB); beyond, no
 /// page is private and the race pass looks at every access, as without this pass.
 const MAX_PAGES: usize = 1 << 20;
-/// Pages the first pass visits in all (each page of each access, but a thread's runs on one
-/// page): a trace of many huge accesses stops here, and nothing is private. The real traces
-/// measured visit a few hundred thousand.
+/// Pages the first pass visits beyond the first of each access (a look-up each): a trace of
+/// many huge accesses stops here, and nothing is private. An access's first page costs one
+/// look-up at most, bounded by the trace's events. The real traces measured visit a few
+/// hundred thousand.
 const MAX_VISITS: u64 = 64 << 20;
 /// An access over more pages than this is never left out: the race pass's own bounds for
 /// wide accesses apply, and the question costs at most this many look-ups.
 const MAX_ACCESS_PAGES: u64 = 16;
-/// A page more than one thread touches.
+/// A page more than one thread touches; a page more than one thread writes.
 const SHARED: u32 = u32::MAX;
+/// A page no thread writes (its `writer`).
+const NOBODY: u32 = u32::MAX - 1;
 
-/// The pages of a trace's memory, each with the one thread that touches it or `SHARED`.
+/// What the first pass knows of a page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Page {
+    /// The one thread that reads, writes, allocates or frees it, or `SHARED`.
+    owner: u32,
+    /// The one thread that writes it (plain or atomic stores, frees), `NOBODY` or `SHARED`.
+    writer: u32,
+    /// The position of the writer's last plain or atomic write of it (when there is one
+    /// writer; 0 when it only frees it).
+    last_write: u32,
+    /// The positions of the writer's first and last free of a block over it (`u32::MAX` and 0
+    /// when it frees none).
+    first_free: u32,
+    last_free: u32,
+}
+
+impl Page {
+    /// A page of which nothing is known: shared, written by many.
+    const UNKNOWN: Page = Page {
+        owner: SHARED,
+        writer: SHARED,
+        last_write: u32::MAX,
+        first_free: u32::MAX,
+        last_free: u32::MAX,
+    };
+
+    /// A page first noted by `owner`, written by nobody yet.
+    const fn new(owner: u32) -> Page {
+        Page {
+            owner,
+            writer: NOBODY,
+            last_write: 0,
+            first_free: u32::MAX,
+            last_free: 0,
+        }
+    }
+
+    /// Memory one thread alone touches, the thread not said (an access over several pages).
+    const PRIVATE: Page = Page::new(NOBODY);
+
+    /// Whether one thread alone touches it.
+    #[inline]
+    pub fn private(&self) -> bool {
+        self.owner != SHARED
+    }
+
+    /// Whether a plain read of it by `thread` can race with nothing in the whole trace: no
+    /// other thread writes the page (a race needs a write).
+    #[inline]
+    pub fn read_races_nothing(&self, thread: u32) -> bool {
+        self.owner != SHARED || self.writer == NOBODY || self.writer == thread
+    }
+
+    /// Whether nothing that `writer`, the page's one writer, does from its event `seen` on
+    /// can conflict with a read of the page by `reader`, whom `writer` joins at its event
+    /// `joins` (`u32::MAX`: never): it wrote the page for the last time before `seen`, and
+    /// frees a block over it, if ever again, only after the join, which orders the reader's
+    /// every event before the free by every order the race pass judges with.
+    #[inline]
+    pub fn written_for_good(&self, seen: u32, joins: u32) -> bool {
+        self.last_write < seen
+            && (self.last_free < seen || self.first_free >= seen && joins < self.first_free)
+    }
+
+    /// The one thread that writes (or frees) the page, when there is one.
+    #[inline]
+    pub fn one_writer(&self) -> Option<u32> {
+        (self.writer < NOBODY).then_some(self.writer)
+    }
+}
+
+/// The pages of a trace's memory, each with the one thread that touches it (or `SHARED`), and
+/// the one thread that writes it, with its last write there.
 #[derive(Default)]
 pub struct PrivatePages {
-    owner: foldhash::HashMap<u64, u32>,
+    pages: foldhash::HashMap<u64, Page>,
     /// Each heap block's largest size at its address: a free names no size, and frees the
     /// whole block.
     blocks: foldhash::HashMap<u64, u64>,
-    /// Frees, noted once every allocation is known (`finish`).
-    frees: Vec<(u32, u64)>,
+    /// Frees (thread, position, block), noted once every allocation is known (`finish`).
+    frees: Vec<(u32, u32, u64)>,
+    /// The position of the first successful join of a thread by another, by (joiner,
+    /// joined).
+    joins: foldhash::HashMap<(u32, u32), u32>,
     /// The page and thread noted last: a thread's next access is mostly on the same page.
     last: Option<(u64, u32)>,
+    /// The page and thread of the last write noted, and its position, not yet in `pages`: a
+    /// thread writing a page byte by byte costs a compare a byte.
+    last_write: Option<(u64, u32, u32)>,
     /// Pages visited so far (`MAX_VISITS`).
     visits: u64,
     /// More pages than `MAX_PAGES`, or more visits than `MAX_VISITS`: nothing is private.
@@ -44,65 +125,128 @@ pub struct PrivatePages {
 }
 
 impl PrivatePages {
-    /// Notes one event of thread `thread` (threads numbered as the walk numbers them; each
-    /// thread's events in any order, the threads one after another or interleaved).
+    /// Notes event `pos` of thread `thread` (threads numbered as the walk numbers them,
+    /// positions as it counts a thread's events; each thread's events in any order, the
+    /// threads one after another or interleaved).
     #[inline]
-    pub fn note(&mut self, thread: usize, kind: &EventKind) {
-        let thread = u32::try_from(thread).unwrap_or(SHARED - 1);
+    pub fn note(&mut self, thread: usize, pos: u32, kind: &EventKind) {
+        let thread = u32::try_from(thread).unwrap_or(NOBODY - 1).min(NOBODY - 1);
         match *kind {
-            EventKind::Read { addr, size, .. }
-            | EventKind::Write { addr, size, .. }
-            | EventKind::Atomic { addr, size, .. } => self.touch(thread, addr, u64::from(size)),
+            EventKind::Read { addr, size, .. } => self.touch(thread, addr, u64::from(size)),
+            EventKind::Write { addr, size, .. } => self.write(thread, pos, addr, u64::from(size)),
+            EventKind::Atomic { addr, size, op, .. } => {
+                if matches!(op, AtomicOp::Store | AtomicOp::Rmw | AtomicOp::CasSuccess) {
+                    self.write(thread, pos, addr, u64::from(size))
+                } else {
+                    self.touch(thread, addr, u64::from(size))
+                }
+            }
             EventKind::Alloc { addr, size, .. } => {
                 let largest = self.blocks.entry(addr).or_insert(0);
                 *largest = (*largest).max(size);
                 self.touch(thread, addr, size);
             }
-            EventKind::Free { addr, .. } => self.frees.push((thread, addr)),
+            EventKind::Free { addr, .. } => self.frees.push((thread, pos, addr)),
             _ => {}
         }
     }
 
-    /// Once every event is noted: each free touches its block, at the largest size a block at
-    /// that address had (a free of a block the trace did not see allocated touches its page).
+    /// Notes that thread `joiner` joined thread `joined` at its event `pos`.
+    pub fn note_join(&mut self, joiner: usize, pos: u32, joined: usize) {
+        let (Ok(joiner), Ok(joined)) = (u32::try_from(joiner), u32::try_from(joined)) else {
+            return;
+        };
+        let at = self.joins.entry((joiner, joined)).or_insert(pos);
+        *at = (*at).min(pos);
+    }
+
+    /// Where thread `joiner` first joins thread `joined` (`u32::MAX`: never).
+    #[inline]
+    pub fn joined_at(&self, joiner: u32, joined: u32) -> u32 {
+        self.joins
+            .get(&(joiner, joined))
+            .copied()
+            .unwrap_or(u32::MAX)
+    }
+
+    /// Once every event is noted: each free writes its block, at the largest size a block at
+    /// that address had (a free of a block the trace did not see allocated writes its page).
     pub fn finish(&mut self) {
+        self.flush_write();
         self.last = None;
-        for (thread, addr) in std::mem::take(&mut self.frees) {
+        for (thread, pos, addr) in std::mem::take(&mut self.frees) {
             let size = self.blocks.get(&addr).copied().unwrap_or(1);
-            self.touch(thread, addr, size);
+            let (first, last) = pages(addr, size);
+            self.visit(thread, first, last, Write::Free(pos));
             self.last = None;
         }
         self.blocks = Default::default();
     }
 
+    /// A read (or an allocation): the pages' owners.
     #[inline]
     fn touch(&mut self, thread: u32, addr: u64, size: u64) {
         let (first, last) = pages(addr, size);
         if first == last && self.last == Some((first, thread)) {
             return;
         }
+        self.visit(thread, first, last, Write::None);
+    }
+
+    /// A write at `pos`: the pages' owners and writers.
+    #[inline]
+    fn write(&mut self, thread: u32, pos: u32, addr: u64, size: u64) {
+        let (first, last) = pages(addr, size);
+        if first == last {
+            if let Some((page, t, at)) = &mut self.last_write {
+                if *page == first && *t == thread {
+                    *at = (*at).max(pos);
+                    return;
+                }
+            }
+        }
+        self.flush_write();
+        self.visit(thread, first, last, Write::Plain(pos));
+        if first == last && !self.overflowed {
+            self.last_write = Some((first, thread, pos));
+        }
+    }
+
+    /// Puts the last write noted into its page.
+    fn flush_write(&mut self) {
+        if let Some((page, thread, pos)) = self.last_write.take() {
+            if let Some(p) = self.pages.get_mut(&page) {
+                written(p, thread, Write::Plain(pos));
+            }
+        }
+    }
+
+    #[inline(never)]
+    fn visit(&mut self, thread: u32, first: u64, last: u64, write: Write) {
         if self.overflowed {
             return;
         }
-        self.visits = self.visits.saturating_add(last - first + 1);
+        self.visits = self.visits.saturating_add(last - first);
         if self.visits > MAX_VISITS {
             return self.overflow();
         }
         for page in first..=last {
-            if self.owner.len() >= MAX_PAGES && !self.owner.contains_key(&page) {
+            if self.pages.len() >= MAX_PAGES && !self.pages.contains_key(&page) {
                 return self.overflow();
             }
-            let owner = self.owner.entry(page).or_insert(thread);
-            if *owner != thread {
-                *owner = SHARED;
+            let p = self.pages.entry(page).or_insert(Page::new(thread));
+            if p.owner != thread {
+                p.owner = SHARED;
             }
+            written(p, thread, write);
         }
         self.last = Some((last, thread));
     }
 
     fn overflow(&mut self) {
         self.overflowed = true;
-        self.owner = Default::default();
+        self.pages = Default::default();
+        self.last_write = None;
     }
 
     /// Whether every page of `size` bytes at `addr` is touched by one thread alone (and so,
@@ -117,7 +261,13 @@ impl PrivatePages {
     /// Whether page `page` (an address shifted by `PAGE_SHIFT`) is touched by one thread alone.
     #[inline]
     pub fn page_private(&self, page: u64) -> bool {
-        matches!(self.owner.get(&page), Some(&o) if o != SHARED)
+        self.page(page).private()
+    }
+
+    /// What the first pass knows of page `page` (an address shifted by `PAGE_SHIFT`).
+    #[inline]
+    pub fn page(&self, page: u64) -> Page {
+        self.pages.get(&page).copied().unwrap_or(Page::UNKNOWN)
     }
 
     /// The page of `addr`, as `page_private` takes it.
@@ -129,7 +279,93 @@ impl PrivatePages {
     /// Pages noted, private or not (0 after an overflow).
     #[cfg(test)]
     fn pages_noted(&self) -> usize {
-        self.owner.len()
+        self.pages.len()
+    }
+}
+
+/// What a thread did to a page it touched.
+#[derive(Clone, Copy)]
+enum Write {
+    /// It read it (or allocated a block over it).
+    None,
+    /// A plain or atomic write, at this position.
+    Plain(u32),
+    /// A free of a block over it, at this position.
+    Free(u32),
+}
+
+/// Notes what `thread` did to page `p`.
+#[inline]
+fn written(p: &mut Page, thread: u32, write: Write) {
+    if matches!(write, Write::None) {
+        return;
+    }
+    if p.writer == NOBODY {
+        p.writer = thread;
+    } else if p.writer != thread {
+        p.writer = SHARED;
+        return;
+    }
+    match write {
+        Write::Plain(pos) => p.last_write = p.last_write.max(pos),
+        Write::Free(pos) => {
+            p.first_free = p.first_free.min(pos);
+            p.last_free = p.last_free.max(pos);
+        }
+        Write::None => {}
+    }
+}
+
+/// Asks [`PrivatePages`] about a stream of accesses, remembering the page asked last: a
+/// thread's next access is mostly on the same page, so most accesses cost a compare.
+#[derive(Clone, Copy)]
+pub struct PrivateLookup<'t> {
+    pages: Option<&'t PrivatePages>,
+    /// The page asked last (`u64::MAX`, which no address shifted right is, before the first)
+    /// and the answer.
+    last: (u64, Page),
+}
+
+impl<'t> PrivateLookup<'t> {
+    /// Asks `pages`; `None`: no memory is private.
+    pub fn new(pages: Option<&'t PrivatePages>) -> Self {
+        PrivateLookup {
+            pages,
+            last: (u64::MAX, Page::UNKNOWN),
+        }
+    }
+
+    /// What the first pass knows of the memory of `size` bytes at `addr`: of its page, for an
+    /// access on one page; else only whether all its pages are private.
+    #[inline(always)]
+    pub fn page(&mut self, addr: u64, size: u32) -> Page {
+        let Some(p) = self.pages else {
+            return Page::UNKNOWN;
+        };
+        let page = PrivatePages::page_of(addr);
+        if page != PrivatePages::page_of(addr.saturating_add(u64::from(size.max(1)) - 1)) {
+            return if p.private(addr, size) {
+                Page::PRIVATE
+            } else {
+                Page::UNKNOWN
+            };
+        }
+        if self.last.0 != page {
+            self.last = (page, p.page(page));
+        }
+        self.last.1
+    }
+
+    /// Whether `size` bytes at `addr` lie on pages one thread alone touches.
+    #[inline(always)]
+    pub fn private(&mut self, addr: u64, size: u32) -> bool {
+        self.page(addr, size).private()
+    }
+
+    /// Where thread `joiner` first joins thread `joined` (`u32::MAX`: never, or not known).
+    #[inline]
+    pub fn joined_at(&self, joiner: u32, joined: u32) -> u32 {
+        self.pages.map_or(u32::MAX, |p| p.joined_at(joiner, joined))
     }
 }
 
@@ -171,11 +407,11 @@ mod tests {
     #[test]
     fn a_page_two_threads_touch_is_shared_and_one_thread_s_is_private() {
         let mut p = PrivatePages::default();
-        p.note(0, &write(0x1000, 8));
-        p.note(0, &read(0x1ff8, 8));
-        p.note(1, &read(0x2010, 4));
-        p.note(0, &write(0x2ff0, 8));
-        p.note(1, &write(0x3000, 8));
+        p.note(0, 0, &write(0x1000, 8));
+        p.note(0, 0, &read(0x1ff8, 8));
+        p.note(1, 0, &read(0x2010, 4));
+        p.note(0, 0, &write(0x2ff0, 8));
+        p.note(1, 0, &write(0x3000, 8));
         p.finish();
         assert!(p.private(0x1000, 8), "thread 0's alone");
         assert!(!p.private(0x2010, 4), "both threads touch the page");
@@ -197,14 +433,15 @@ mod tests {
         // thread's events are noted one thread after another).
         p.note(
             1,
+            0,
             &EventKind::Free {
                 addr: 0x10_0000,
                 site: 0,
             },
         );
-        p.note(0, &alloc(0x10_0000, 3 * 4096));
-        p.note(0, &write(0x10_2000, 8));
-        p.note(0, &write(0x20_0000, 8));
+        p.note(0, 0, &alloc(0x10_0000, 3 * 4096));
+        p.note(0, 0, &write(0x10_2000, 8));
+        p.note(0, 0, &write(0x20_0000, 8));
         p.finish();
         assert!(!p.private(0x10_2000, 8), "the block's last page");
         assert!(!p.private(0x10_0000, 1), "its first");
@@ -214,9 +451,13 @@ mod tests {
     #[test]
     fn too_many_pages_leave_nothing_private() {
         let mut p = PrivatePages::default();
-        p.note(0, &write(0, 8));
+        p.note(0, 0, &write(0, 8));
         // One access over more pages than the table holds.
-        p.note(0, &alloc(1 << 20, ((MAX_PAGES as u64) + 1) << PAGE_SHIFT));
+        p.note(
+            0,
+            0,
+            &alloc(1 << 20, ((MAX_PAGES as u64) + 1) << PAGE_SHIFT),
+        );
         p.finish();
         assert!(!p.private(0, 8));
         assert_eq!(p.pages_noted(), 0);
@@ -225,14 +466,14 @@ mod tests {
     #[test]
     fn many_huge_accesses_stop_the_pass_and_a_wide_access_is_never_private() {
         let mut p = PrivatePages::default();
-        p.note(0, &write(0, 8));
+        p.note(0, 0, &write(0, 8));
         // More page visits than the pass makes (here in one allocation, counted before any
         // page is visited; many 4 GiB accesses of the same pages add up the same way).
-        p.note(0, &alloc(1 << 32, (MAX_VISITS + 1) << PAGE_SHIFT));
+        p.note(0, 0, &alloc(1 << 32, (MAX_VISITS + 2) << PAGE_SHIFT));
         p.finish();
         assert!(!p.private(0, 8), "nothing private after too many visits");
         let mut q = PrivatePages::default();
-        q.note(1, &write(0, 1 << 20));
+        q.note(1, 0, &write(0, 1 << 20));
         q.finish();
         assert!(q.private(0, 4096), "one page of it");
         assert!(!q.private(0, 1 << 20), "all of it, 256 pages");

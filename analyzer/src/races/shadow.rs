@@ -1164,6 +1164,65 @@ fn drop_within(cell: &mut Cell, sp: &mut Spills, i: usize) {
 
 /// Counts the lines of an entry dropped.
 #[cold]
+/// Reports entry `i` of `cell` in `granule`, which conflicts with the access `judge` judges,
+/// unless `judge` finds it ordered before the access or a spanning access already reported it
+/// (`reported`): each of its lines, for an entry that stands for a set of lines.
+#[inline(always)]
+fn report_entry(
+    cell: &Cell,
+    sp: &Spills,
+    (sets, large): (&SiteSets, &LargeAccesses),
+    (granule, i): (u64, usize),
+    mut reported: Option<&mut Reported>,
+    judge: &mut impl FnMut(u32, u32, u32) -> Option<Verdict>,
+    report: &mut impl FnMut(ShadowAccess, Verdict, FoundAt),
+) {
+    let e = cell.get(sp, i);
+    if cell.merged >> i & 1 != 0 {
+        let sites = sets.set(e.site);
+        if let Some(r) = reported.as_ref() {
+            let id = (e.thread(), e.pos);
+            if sites.iter().all(|&s| r.contains(&(id.0, id.1, s))) {
+                return;
+            }
+        }
+        if let Some(v) = judge(e.thread(), e.pos, e.lockset) {
+            let earlier = e.access(granule, large);
+            for (line, &s) in sites.iter().enumerate() {
+                let id = (e.thread(), e.pos, s);
+                if let Some(r) = reported.as_mut() {
+                    if r.contains(&id) {
+                        continue;
+                    }
+                    r.push(id);
+                }
+                let at = FoundAt {
+                    granule,
+                    entry: i as u32,
+                    line: line as u32,
+                };
+                report(ShadowAccess { site: s, ..earlier }, v, at);
+            }
+        }
+        return;
+    }
+    let id = (e.thread(), e.pos, e.site);
+    if reported.as_ref().is_some_and(|r| r.contains(&id)) {
+        return;
+    }
+    if let Some(v) = judge(e.thread(), e.pos, e.lockset) {
+        if let Some(r) = reported.as_mut() {
+            r.push(id);
+        }
+        let at = FoundAt {
+            granule,
+            entry: i as u32,
+            line: 0,
+        };
+        report(e.access(granule, large), v, at);
+    }
+}
+
 fn count_dropped(evicted: &mut SiteCounts, sets: &SiteSets, lines: Lines) {
     match lines {
         Lines::Site(s) => evicted.add(s),
@@ -1599,6 +1658,63 @@ impl Shadow {
         }
     }
 
+    /// Checks `access` against what the granules it covers hold, as [`Shadow::access`] does,
+    /// but keeps nothing of it: for an access the caller knows no later access can conflict
+    /// with. Granules not tracked hold nothing to check against, and are not tracked now.
+    #[inline]
+    pub(crate) fn check(
+        &mut self,
+        access: &ShadowAccess,
+        mut judge: impl FnMut(u32, u32, u32) -> Option<Verdict>,
+        mut report: impl FnMut(ShadowAccess, Verdict, FoundAt),
+    ) {
+        let (first, last) = granule_span(access.addr, access.size);
+        let end = access.addr.saturating_add(u64::from(access.size.max(1)));
+        let mut reported = (first != last).then(Reported::default);
+        // A wide access looks only at the granules tracked, in time bounded by the table.
+        let granules: Vec<u64> = if last - first >= self.cells.len() as u64 {
+            self.cells.granules_in(first, last)
+        } else {
+            Vec::new()
+        };
+        let mut look = |shadow: &Shadow, granule: u64| {
+            let Some(cell) = shadow.cells.get(granule) else {
+                return;
+            };
+            let mask = span_mask(access.addr, end, first, last, granule);
+            let t = access.thread;
+            if !cell.others_may_conflict(t, access.kind.is_write()) {
+                return;
+            }
+            let sp = &shadow.spills;
+            for i in 0..cell.len() {
+                let tkm = cell.key(sp, i) as u32;
+                let bytes = (tkm >> MASK_SHIFT) as u8;
+                let kind = AccessKind::from_bits(tkm >> KIND_SHIFT);
+                if tkm & THREAD_BITS != t && bytes & mask != 0 && kind.conflicts(access.kind) {
+                    report_entry(
+                        cell,
+                        sp,
+                        (&shadow.sets, &shadow.large),
+                        (granule, i),
+                        reported.as_mut(),
+                        &mut judge,
+                        &mut report,
+                    );
+                }
+            }
+        };
+        if granules.is_empty() {
+            for granule in first..=last {
+                look(self, granule);
+            }
+        } else {
+            for granule in granules {
+                look(self, granule);
+            }
+        }
+    }
+
     /// An access over several granules: each earlier access it meets is reported once.
     #[inline(never)]
     #[allow(clippy::too_many_arguments)]
@@ -1769,50 +1885,15 @@ impl Shadow {
                         last_superseded = i;
                     }
                 } else if bytes & mask != 0 && kind.conflicts(access.kind) {
-                    let e = cell.get(sp, i);
-                    if cell.merged >> i & 1 != 0 {
-                        let sites = self.sets.set(e.site);
-                        if let Some(r) = reported.as_ref() {
-                            let id = (e.thread(), e.pos);
-                            if sites.iter().all(|&s| r.contains(&(id.0, id.1, s))) {
-                                continue;
-                            }
-                        }
-                        if let Some(v) = judge(e.thread(), e.pos, e.lockset) {
-                            let earlier = e.access(granule, &self.large);
-                            for (line, &s) in sites.iter().enumerate() {
-                                let id = (e.thread(), e.pos, s);
-                                if let Some(r) = reported.as_mut() {
-                                    if r.contains(&id) {
-                                        continue;
-                                    }
-                                    r.push(id);
-                                }
-                                let at = FoundAt {
-                                    granule,
-                                    entry: i as u32,
-                                    line: line as u32,
-                                };
-                                report(ShadowAccess { site: s, ..earlier }, v, at);
-                            }
-                        }
-                        continue;
-                    }
-                    let id = (e.thread(), e.pos, e.site);
-                    if reported.as_ref().is_some_and(|r| r.contains(&id)) {
-                        continue;
-                    }
-                    if let Some(v) = judge(e.thread(), e.pos, e.lockset) {
-                        if let Some(r) = reported.as_mut() {
-                            r.push(id);
-                        }
-                        let at = FoundAt {
-                            granule,
-                            entry: i as u32,
-                            line: 0,
-                        };
-                        report(e.access(granule, &self.large), v, at);
-                    }
+                    report_entry(
+                        cell,
+                        sp,
+                        (&self.sets, &self.large),
+                        (granule, i),
+                        reported.as_deref_mut(),
+                        judge,
+                        report,
+                    );
                 }
             }
             if clean {

@@ -344,6 +344,7 @@ impl RaceState {
                             b.size as u32,
                             site,
                             AccessKind::Write,
+                            true,
                         );
                         self.found.clear();
                         self.freed.insert(b.addr, (ev.thread, ev.pos, b));
@@ -403,7 +404,8 @@ impl RaceState {
     }
 
     /// A read, write or atomic access of `thread` at `pos` (merged order `seq`): checked against
-    /// the shadow memory, then recorded there. The pairs it finds go to the findings.
+    /// the shadow memory, then recorded there unless `keep` is false (the caller knows that no
+    /// later access can conflict with it). The pairs it finds go to the findings.
     #[inline]
     pub fn access(
         &mut self,
@@ -412,8 +414,9 @@ impl RaceState {
         size: u32,
         site: SiteId,
         kind: AccessKind,
+        keep: bool,
     ) {
-        let access = self.check(thread, pos, addr, size, site, kind);
+        let access = self.check(thread, pos, addr, size, site, kind, keep);
         if !self.found.is_empty() {
             self.count_found(seq, &access);
         }
@@ -467,6 +470,7 @@ impl RaceState {
     /// Checks an access against the shadow memory and records it there; its conflicts are
     /// left in `self.found`.
     #[inline]
+    #[allow(clippy::too_many_arguments)]
     fn check(
         &mut self,
         t: u32,
@@ -475,6 +479,7 @@ impl RaceState {
         size: u32,
         site: SiteId,
         kind: AccessKind,
+        keep: bool,
     ) -> ShadowAccess {
         let (access, slot) = self.shadow_access(t, pos, addr, size, site, kind);
         // Only other threads' entries are read: the clocks as they stand will do. Most
@@ -485,18 +490,25 @@ impl RaceState {
         let locksets = &self.locksets;
         let found = &mut self.found;
         let since = self.threads.get(slot).map_or(0, |e| e.epoch);
+        let judge = |thread, pos, lockset| {
+            if with_locks(thread) <= pos {
+                Some(Conflict::Unordered)
+            } else if without_locks(thread) > pos || locksets.exclude(lockset, access.lockset) {
+                None
+            } else {
+                Some(Conflict::Candidate)
+            }
+        };
+        if !keep {
+            self.shadow.check(&access, judge, |earlier, verdict, at| {
+                found.push((earlier, verdict, at))
+            });
+            return access;
+        }
         self.shadow.access(
             &access,
             since,
-            |thread, pos, lockset| {
-                if with_locks(thread) <= pos {
-                    Some(Conflict::Unordered)
-                } else if without_locks(thread) > pos || locksets.exclude(lockset, access.lockset) {
-                    None
-                } else {
-                    Some(Conflict::Candidate)
-                }
-            },
+            judge,
             |earlier, verdict, at| found.push((earlier, verdict, at)),
             |thread, pos| with_locks(thread) > pos,
             |thread, pos| with_locks(thread) > pos && without_locks(thread) > pos,
