@@ -337,14 +337,15 @@ impl<'t> RacePass<'t> {
                 // No other thread writes this memory: the read is one side of no race.
                 return;
             }
-            if let Some(writer) = page.one_writer() {
-                // Its one writer has made its last write of the page, and frees it, if ever,
-                // only after it joined this thread: no later access can conflict with this
-                // read, which is only checked against the writes before.
-                let seen = self.seen.get(writer as usize).copied().unwrap_or(0);
-                let joins = self.private.joined_at(writer, ev.thread);
-                keep = !page.written_for_good(seen, joins);
-            }
+            // Every other writer of the page has made its last write of it, and frees it, if
+            // ever, only after it joined this thread: no later access can conflict with this
+            // read, which is only checked against the writes before.
+            let (seen, private) = (&self.seen, &self.private);
+            keep = !page.written_for_good(
+                ev.thread,
+                |w| seen.get(w as usize).copied().unwrap_or(0),
+                |w| private.joined_at(w, ev.thread),
+            );
         }
         if !self.too_many_threads {
             if keep {

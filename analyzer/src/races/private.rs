@@ -24,50 +24,58 @@ const MAX_VISITS: u64 = 64 << 20;
 /// An access over more pages than this is never left out: the race pass's own bounds for
 /// wide accesses apply, and the question costs at most this many look-ups.
 const MAX_ACCESS_PAGES: u64 = 16;
-/// A page more than one thread touches; a page more than one thread writes.
+/// A page more than one thread touches.
 const SHARED: u32 = u32::MAX;
-/// A page no thread writes (its `writer`).
-const NOBODY: u32 = u32::MAX - 1;
+/// Writers a page keeps apart: beyond, it is written by too many to say anything of a read.
+const WRITERS: usize = 4;
+
+/// One thread's writes of a page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Writer {
+    thread: u32,
+    /// The position of its last plain or atomic write of the page (0 when it only frees).
+    last_write: u32,
+    /// The positions of its first and last free of a block over the page (`u32::MAX` and 0
+    /// when it frees none).
+    first_free: u32,
+    last_free: u32,
+}
 
 /// What the first pass knows of a page.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Page {
     /// The one thread that reads, writes, allocates or frees it, or `SHARED`.
     owner: u32,
-    /// The one thread that writes it (plain or atomic stores, frees), `NOBODY` or `SHARED`.
-    writer: u32,
-    /// The position of the writer's last plain or atomic write of it (when there is one
-    /// writer; 0 when it only frees it).
-    last_write: u32,
-    /// The positions of the writer's first and last free of a block over it (`u32::MAX` and 0
-    /// when it frees none).
-    first_free: u32,
-    last_free: u32,
+    /// Threads that write it (plain or atomic stores, frees): `writers[..written]`;
+    /// `written` is `WRITERS + 1` when more threads than `WRITERS` do.
+    written: u8,
+    writers: [Writer; WRITERS],
 }
 
 impl Page {
-    /// A page of which nothing is known: shared, written by many.
-    const UNKNOWN: Page = Page {
-        owner: SHARED,
-        writer: SHARED,
-        last_write: u32::MAX,
-        first_free: u32::MAX,
-        last_free: u32::MAX,
-    };
-
     /// A page first noted by `owner`, written by nobody yet.
     const fn new(owner: u32) -> Page {
         Page {
             owner,
-            writer: NOBODY,
-            last_write: 0,
-            first_free: u32::MAX,
-            last_free: 0,
+            written: 0,
+            writers: [Writer {
+                thread: SHARED,
+                last_write: 0,
+                first_free: u32::MAX,
+                last_free: 0,
+            }; WRITERS],
         }
     }
 
+    /// A page of which nothing is known: shared, written by many.
+    const UNKNOWN: Page = Page {
+        owner: SHARED,
+        written: WRITERS as u8 + 1,
+        ..Page::new(SHARED)
+    };
+
     /// Memory one thread alone touches, the thread not said (an access over several pages).
-    const PRIVATE: Page = Page::new(NOBODY);
+    const PRIVATE: Page = Page::new(SHARED - 1);
 
     /// Whether one thread alone touches it.
     #[inline]
@@ -75,28 +83,43 @@ impl Page {
         self.owner != SHARED
     }
 
+    /// The writers apart, or `None` when too many write it.
+    #[inline]
+    fn writers(&self) -> Option<&[Writer]> {
+        self.writers.get(..usize::from(self.written))
+    }
+
     /// Whether a plain read of it by `thread` can race with nothing in the whole trace: no
     /// other thread writes the page (a race needs a write).
     #[inline]
     pub fn read_races_nothing(&self, thread: u32) -> bool {
-        self.owner != SHARED || self.writer == NOBODY || self.writer == thread
+        self.owner != SHARED
+            || self
+                .writers()
+                .is_some_and(|w| w.iter().all(|w| w.thread == thread))
     }
 
-    /// Whether nothing that `writer`, the page's one writer, does from its event `seen` on
-    /// can conflict with a read of the page by `reader`, whom `writer` joins at its event
-    /// `joins` (`u32::MAX`: never): it wrote the page for the last time before `seen`, and
-    /// frees a block over it, if ever again, only after the join, which orders the reader's
-    /// every event before the free by every order the race pass judges with.
+    /// Whether nothing that another thread does from now on can conflict with a read of the
+    /// page by `reader`: every other thread that writes the page wrote it for the last time
+    /// before its event the walk is at (`seen(thread)`: the events of it the walk has seen),
+    /// and frees a block over it, if ever again, only after joining the reader (`joins(thread)`
+    /// is where it first does, `u32::MAX` if never), which orders the reader's every event
+    /// before the free by every order the race pass judges with.
     #[inline]
-    pub fn written_for_good(&self, seen: u32, joins: u32) -> bool {
-        self.last_write < seen
-            && (self.last_free < seen || self.first_free >= seen && joins < self.first_free)
-    }
-
-    /// The one thread that writes (or frees) the page, when there is one.
-    #[inline]
-    pub fn one_writer(&self) -> Option<u32> {
-        (self.writer < NOBODY).then_some(self.writer)
+    pub fn written_for_good(
+        &self,
+        reader: u32,
+        seen: impl Fn(u32) -> u32,
+        joins: impl Fn(u32) -> u32,
+    ) -> bool {
+        self.writers().is_some_and(|writers| {
+            writers.iter().filter(|w| w.thread != reader).all(|w| {
+                let seen = seen(w.thread);
+                w.last_write < seen
+                    && (w.last_free < seen
+                        || w.first_free >= seen && joins(w.thread) < w.first_free)
+            })
+        })
     }
 }
 
@@ -130,7 +153,7 @@ impl PrivatePages {
     /// threads one after another or interleaved).
     #[inline]
     pub fn note(&mut self, thread: usize, pos: u32, kind: &EventKind) {
-        let thread = u32::try_from(thread).unwrap_or(NOBODY - 1).min(NOBODY - 1);
+        let thread = u32::try_from(thread).unwrap_or(SHARED - 2).min(SHARED - 2);
         match *kind {
             EventKind::Read { addr, size, .. } => self.touch(thread, addr, u64::from(size)),
             EventKind::Write { addr, size, .. } => self.write(thread, pos, addr, u64::from(size)),
@@ -266,8 +289,8 @@ impl PrivatePages {
 
     /// What the first pass knows of page `page` (an address shifted by `PAGE_SHIFT`).
     #[inline]
-    pub fn page(&self, page: u64) -> Page {
-        self.pages.get(&page).copied().unwrap_or(Page::UNKNOWN)
+    pub fn page(&self, page: u64) -> &Page {
+        self.pages.get(&page).unwrap_or(&UNKNOWN)
     }
 
     /// The page of `addr`, as `page_private` takes it.
@@ -300,17 +323,29 @@ fn written(p: &mut Page, thread: u32, write: Write) {
     if matches!(write, Write::None) {
         return;
     }
-    if p.writer == NOBODY {
-        p.writer = thread;
-    } else if p.writer != thread {
-        p.writer = SHARED;
+    let n = usize::from(p.written);
+    let Some(w) = (match p.writers.get(..n) {
+        Some(writers) => match writers.iter().position(|w| w.thread == thread) {
+            Some(i) => Some(&mut p.writers[i]),
+            None if n < WRITERS => {
+                p.written += 1;
+                p.writers[n].thread = thread;
+                Some(&mut p.writers[n])
+            }
+            None => {
+                p.written = WRITERS as u8 + 1;
+                None
+            }
+        },
+        None => None,
+    }) else {
         return;
-    }
+    };
     match write {
-        Write::Plain(pos) => p.last_write = p.last_write.max(pos),
+        Write::Plain(pos) => w.last_write = w.last_write.max(pos),
         Write::Free(pos) => {
-            p.first_free = p.first_free.min(pos);
-            p.last_free = p.last_free.max(pos);
+            w.first_free = w.first_free.min(pos);
+            w.last_free = w.last_free.max(pos);
         }
         Write::None => {}
     }
@@ -323,35 +358,40 @@ pub struct PrivateLookup<'t> {
     pages: Option<&'t PrivatePages>,
     /// The page asked last (`u64::MAX`, which no address shifted right is, before the first)
     /// and the answer.
-    last: (u64, Page),
+    last: (u64, &'t Page),
 }
+
+/// The answers for memory the first pass did not see (or any, without a first pass), and for
+/// an access over several pages all private.
+static UNKNOWN: Page = Page::UNKNOWN;
+static PRIVATE: Page = Page::PRIVATE;
 
 impl<'t> PrivateLookup<'t> {
     /// Asks `pages`; `None`: no memory is private.
     pub fn new(pages: Option<&'t PrivatePages>) -> Self {
         PrivateLookup {
             pages,
-            last: (u64::MAX, Page::UNKNOWN),
+            last: (u64::MAX, &UNKNOWN),
         }
     }
 
     /// What the first pass knows of the memory of `size` bytes at `addr`: of its page, for an
     /// access on one page; else only whether all its pages are private.
     #[inline(always)]
-    pub fn page(&mut self, addr: u64, size: u32) -> Page {
+    pub fn page(&mut self, addr: u64, size: u32) -> &'t Page {
         let Some(p) = self.pages else {
-            return Page::UNKNOWN;
+            return &UNKNOWN;
         };
         let page = PrivatePages::page_of(addr);
         if page != PrivatePages::page_of(addr.saturating_add(u64::from(size.max(1)) - 1)) {
             return if p.private(addr, size) {
-                Page::PRIVATE
+                &PRIVATE
             } else {
-                Page::UNKNOWN
+                &UNKNOWN
             };
         }
         if self.last.0 != page {
-            self.last = (page, p.page(page));
+            self.last = (page, p.pages.get(&page).unwrap_or(&UNKNOWN));
         }
         self.last.1
     }
@@ -446,6 +486,57 @@ mod tests {
         assert!(!p.private(0x10_2000, 8), "the block's last page");
         assert!(!p.private(0x10_0000, 1), "its first");
         assert!(p.private(0x20_0000, 8), "thread 0's other memory");
+    }
+
+    #[test]
+    fn a_read_after_every_other_writer_s_last_write_is_written_for_good() {
+        let mut p = PrivatePages::default();
+        // Threads 1 and 2 write the page (at their events 5 and 7); thread 2 frees the
+        // block over it at its event 9, after joining thread 3 at its event 8.
+        p.note(0, 0, &alloc(0x1000, 64));
+        p.note(1, 5, &write(0x1000, 8));
+        p.note(2, 7, &write(0x1008, 8));
+        p.note(3, 2, &read(0x1010, 8));
+        p.note_join(2, 8, 3);
+        p.note(
+            2,
+            9,
+            &EventKind::Free {
+                addr: 0x1000,
+                site: 0,
+            },
+        );
+        p.finish();
+        let page = p.page(1);
+        let joins = |w| p.joined_at(w, 3);
+        assert!(!page.read_races_nothing(3), "two other threads write it");
+        let seen = |s1, s2| move |t| if t == 1 { s1 } else { s2 };
+        assert!(page.written_for_good(3, seen(6, 8), joins), "both past");
+        assert!(
+            !page.written_for_good(3, seen(5, 8), joins),
+            "thread 1 not past"
+        );
+        assert!(
+            !page.written_for_good(3, seen(6, 7), joins),
+            "thread 2 not past"
+        );
+        assert!(
+            !page.written_for_good(1, seen(6, 8), |w| p.joined_at(w, 1)),
+            "thread 2 frees before joining thread 1"
+        );
+        assert!(
+            page.written_for_good(2, seen(6, 0), |w| p.joined_at(w, 2)),
+            "its own writes and frees do not count"
+        );
+        // A fifth writer: too many to tell apart.
+        let mut q = PrivatePages::default();
+        for t in 0..5 {
+            q.note(t, 1, &write(0x1000, 8));
+        }
+        q.finish();
+        let page = q.page(1);
+        assert!(!page.read_races_nothing(9));
+        assert!(!page.written_for_good(9, |_| u32::MAX, |_| 0));
     }
 
     #[test]
