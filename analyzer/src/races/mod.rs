@@ -640,6 +640,7 @@ mod tests {
             "child 9's write races, child 7's is ordered"
         );
     }
+
     /// A random program of a main thread and two children over a heap block (one page) and
     /// two words of another page: plain and locked reads and writes, joins, the block's free.
     fn program(steps: &[(u8, u8, u8)]) -> Trace {

@@ -229,6 +229,12 @@ impl PrivatePages {
             }
         }
         self.flush_write();
+        if first == last && self.last == Some((first, thread)) {
+            // The page this thread touched last, already in the table: its writer is noted
+            // when the next write moves on (one look-up, not two).
+            self.last_write = Some((first, thread, pos));
+            return;
+        }
         self.visit(thread, first, last, Write::Plain(pos));
         if first == last && !self.overflowed {
             self.last_write = Some((first, thread, pos));
