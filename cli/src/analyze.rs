@@ -534,17 +534,7 @@ fn stream_run(
         for (index, id) in stream.threads().enumerate() {
             for (pos, e) in stream.thread_events(id).enumerate() {
                 let pos = u32::try_from(pos).unwrap_or(u32::MAX);
-                match e.kind {
-                    EventKind::JoinEnd {
-                        child,
-                        joined: true,
-                    } => {
-                        if let Some(&c) = index_of.get(&child) {
-                            private.note_join(index, pos, c);
-                        }
-                    }
-                    kind => private.note(index, pos, &kind),
-                }
+                private.note_event(index, pos, &e.kind, |c| index_of.get(&c).copied());
             }
         }
         private.finish();

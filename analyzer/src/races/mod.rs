@@ -172,11 +172,11 @@ pub struct RacePass<'t> {
     tables: Option<&'t Tables>,
     /// Names them instead of the tables, when given.
     names: Option<&'t dyn DataNames>,
-    /// The pages one thread alone touches in the whole trace, when a first pass found them:
-    /// their accesses stay out of the shadow; and the one thread that writes a page.
+    /// What a first pass found of each page of the whole trace, when there was one: the one
+    /// thread that touches it, whose accesses stay out of the shadow, and its writers.
     private: PrivateLookup<'t>,
-    /// Per thread, its events the pass has seen: whether a page's one writer has made its
-    /// last write of it yet.
+    /// Per thread, its events the pass has seen: whether a page's writers have made their
+    /// last writes of it yet.
     seen: Vec<u32>,
     state: RaceState,
     accesses: u64,
@@ -262,7 +262,8 @@ impl<'t> RacePass<'t> {
     }
 
     /// Leaves out of the shadow the accesses to pages that `private` found one thread alone
-    /// touches (decision 0031): no other thread's access can race with them.
+    /// touches (decision 0031): no other thread's access can race with them; and the reads
+    /// no other thread's write can meet, or none to come (decision 0032).
     pub fn with_private_pages(mut self, private: Option<&'t PrivatePages>) -> Self {
         self.private = PrivateLookup::new(private);
         self
@@ -737,17 +738,7 @@ mod tests {
         let index = |id| trace.threads.iter().position(|t| t.thread == id);
         for (i, t) in trace.threads.iter().enumerate() {
             for (pos, e) in t.events.iter().enumerate() {
-                match e.kind {
-                    EventKind::JoinEnd {
-                        child,
-                        joined: true,
-                    } => {
-                        if let Some(c) = index(child) {
-                            p.note_join(i, pos as u32, c);
-                        }
-                    }
-                    kind => p.note(i, pos as u32, &kind),
-                }
+                p.note_event(i, pos as u32, &e.kind, index);
             }
         }
         p.finish();
@@ -757,7 +748,7 @@ mod tests {
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
         /// Whatever the first pass leaves out (memory one thread touches, reads of memory
-        /// no other thread writes) or checks without keeping (reads after the one writer's
+        /// no other thread writes) or checks without keeping (reads after every other writer's
         /// last write, before a free that follows a join), the pairs of lines found are those
         /// of the pass that keeps every access.
         #[test]

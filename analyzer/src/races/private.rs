@@ -1,12 +1,16 @@
-//! Memory one thread alone touches over a whole trace (decision 0031).
+//! Memory one thread alone touches over a whole trace (decision 0031), and the threads that
+//! write each page (decision 0032).
 //!
 //! A race needs two threads on the same bytes. The analyzer reads a finished trace, so a first
 //! pass over each thread's events can find the pages (4 KiB) that only one thread reads,
 //! writes, allocates or frees; the race pass then leaves their accesses out of the shadow,
-//! where they could only ever meet their own thread's entries. Nothing the pass reports
-//! changes but what a full memory budget drops (fewer granules compete for it).
+//! where they could only ever meet their own thread's entries. A race also needs a write: a
+//! read of a page no other thread writes is left out too, and one after every other writer's
+//! last write of its page is checked but not kept. Nothing the pass reports changes but what a
+//! full memory budget drops (fewer granules compete for it).
 
 use foresight_trace::event::{AtomicOp, EventKind};
+use foresight_trace::ThreadId;
 
 /// Pages are 2^12 bytes: the programs measured touch a few hundred to a few thousand of them,
 /// so the table stays in the processor's cache (where the shadow's granules do not), and
@@ -123,8 +127,8 @@ impl Page {
     }
 }
 
-/// The pages of a trace's memory, each with the one thread that touches it (or `SHARED`), and
-/// the one thread that writes it, with its last write there.
+/// The pages of a trace's memory, each with the one thread that touches it (or `SHARED`) and
+/// the threads that write it, with their last writes and frees there.
 #[derive(Default)]
 pub struct PrivatePages {
     pages: foldhash::HashMap<u64, Page>,
@@ -171,6 +175,29 @@ impl PrivatePages {
             }
             EventKind::Free { addr, .. } => self.frees.push((thread, pos, addr)),
             _ => {}
+        }
+    }
+
+    /// Notes event `pos` of thread `thread` as `note` does, and a join as `note_join` does;
+    /// `index_of` numbers a joined thread as the walk does.
+    #[inline]
+    pub fn note_event(
+        &mut self,
+        thread: usize,
+        pos: u32,
+        kind: &EventKind,
+        index_of: impl Fn(ThreadId) -> Option<usize>,
+    ) {
+        match *kind {
+            EventKind::JoinEnd {
+                child,
+                joined: true,
+            } => {
+                if let Some(c) = index_of(child) {
+                    self.note_join(thread, pos, c);
+                }
+            }
+            _ => self.note(thread, pos, kind),
         }
     }
 

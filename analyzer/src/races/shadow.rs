@@ -1162,8 +1162,6 @@ fn drop_within(cell: &mut Cell, sp: &mut Spills, i: usize) {
     }
 }
 
-/// Counts the lines of an entry dropped.
-#[cold]
 /// Reports entry `i` of `cell` in `granule`, which conflicts with the access `judge` judges,
 /// unless `judge` finds it ordered before the access or a spanning access already reported it
 /// (`reported`): each of its lines, for an entry that stands for a set of lines.
@@ -1223,6 +1221,8 @@ fn report_entry(
     }
 }
 
+/// Counts the lines of an entry dropped.
+#[cold]
 fn count_dropped(evicted: &mut SiteCounts, sets: &SiteSets, lines: Lines) {
     match lines {
         Lines::Site(s) => evicted.add(s),
@@ -1663,7 +1663,7 @@ impl Shadow {
     /// with. Granules not tracked hold nothing to check against, and are not tracked now.
     #[inline]
     pub(crate) fn check(
-        &mut self,
+        &self,
         access: &ShadowAccess,
         mut judge: impl FnMut(u32, u32, u32) -> Option<Verdict>,
         mut report: impl FnMut(ShadowAccess, Verdict, FoundAt),
@@ -1671,12 +1671,10 @@ impl Shadow {
         let (first, last) = granule_span(access.addr, access.size);
         let end = access.addr.saturating_add(u64::from(access.size.max(1)));
         let mut reported = (first != last).then(Reported::default);
-        // A wide access looks only at the granules tracked, in time bounded by the table.
-        let granules: Vec<u64> = if last - first >= self.cells.len() as u64 {
-            self.cells.granules_in(first, last)
-        } else {
-            Vec::new()
-        };
+        // An access over more granules than the table has slots looks only at those tracked:
+        // a look at every slot, which costs less than one per granule.
+        let tracked = (last - first >= self.cells.slots() as u64)
+            .then(|| self.cells.granules_in(first, last));
         let mut look = |shadow: &Shadow, granule: u64| {
             let Some(cell) = shadow.cells.get(granule) else {
                 return;
@@ -1704,14 +1702,9 @@ impl Shadow {
                 }
             }
         };
-        if granules.is_empty() {
-            for granule in first..=last {
-                look(self, granule);
-            }
-        } else {
-            for granule in granules {
-                look(self, granule);
-            }
+        match tracked {
+            Some(granules) => granules.into_iter().for_each(|g| look(self, g)),
+            None => (first..=last).for_each(|g| look(self, g)),
         }
     }
 
