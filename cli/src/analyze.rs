@@ -147,6 +147,11 @@ pub struct AnalysisArgs {
     /// Instance-level candidates checked with the sync-preserving closure, in all.
     #[arg(long, default_value_t = Options::default().candidate_budget, value_name = "N")]
     candidate_budget: u64,
+    /// Race candidates (pairs of accesses ordered only through lock hand-offs, holding no
+    /// common lock) checked with the sync-preserving closure, in all; the sync-reversal search
+    /// checks as many.
+    #[arg(long, default_value_t = Options::default().race_candidate_budget, value_name = "N")]
+    race_candidate_budget: u64,
     /// List every lock cycle, up to 1000 of each verdict per component: by default each
     /// strongly connected component of the lock-order graph lists a few of each verdict
     /// (shortest first) and counts the rest, and prediction in it stops once that many
@@ -330,6 +335,7 @@ pub fn analyze_traces(traces: &[PathBuf], args: &AnalysisArgs) -> anyhow::Result
         max_cycle_length: args.max_cycle_length.map(usize::from),
         cycle_budget: args.cycle_budget,
         candidate_budget: args.candidate_budget,
+        race_candidate_budget: args.race_candidate_budget,
         cycles_listed: if args.all {
             ALL_CYCLES_LISTED
         } else {

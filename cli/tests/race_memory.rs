@@ -237,3 +237,58 @@ fn analyze_all_on_a_dense_lock_order_graph_stays_within_its_listing_cap() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(v["summary"]["listing_cap"].is_null(), "{v}");
 }
+
+/// Two threads writing one word, ordered only through a lock's hand-off: a race candidate for
+/// the sync-preserving predictor, which a budget of 0 leaves unchecked.
+fn candidate_trace() -> Vec<u8> {
+    let mut b = TraceBuilder::new("candidate");
+    let main = b.main_thread();
+    let s = b.site("main", "candidate.c", 1);
+    let m = b.mutex("m");
+    let (a, c) = (b.spawn(main, s, "a"), b.spawn(main, s, "c"));
+    let (wa, wc, l) = (
+        b.site("a", "candidate.c", 10),
+        b.site("c", "candidate.c", 20),
+        b.site("lock", "candidate.c", 5),
+    );
+    b.write(a, 0x4000, 4, wa);
+    b.lock(a, m, l);
+    b.unlock(a, m, l);
+    b.lock(c, m, l);
+    b.unlock(c, m, l);
+    b.write(c, 0x4000, 4, wc);
+    b.join(main, a, s);
+    b.join(main, c, s);
+    b.finish()
+}
+
+#[test]
+fn the_race_candidate_budget_is_the_user_s_to_raise_and_the_report_says_so() {
+    let dir = fresh_dir("race-candidate-budget");
+    std::fs::write(dir.join("candidate.trace"), candidate_trace()).unwrap();
+    let analyze = |extra: &[&str]| {
+        let mut args = vec!["analyze", "--format", "json"];
+        args.extend_from_slice(extra);
+        args.push("candidate.trace");
+        let o = limited(&dir, &args);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
+    };
+    let checked = analyze(&[]);
+    assert_eq!(
+        checked["summary"]["race_budget_exhausted"], false,
+        "{checked}"
+    );
+    assert!(checked["summary"]["race_candidates_checked"].as_u64() > Some(0));
+    let cut = analyze(&["--race-candidate-budget", "0"]);
+    assert_eq!(cut["summary"]["race_budget_exhausted"], true, "{cut}");
+    let o = limited(
+        &dir,
+        &["analyze", "--race-candidate-budget", "0", "candidate.trace"],
+    );
+    let out = text(&o.stdout);
+    assert!(
+        out.contains("race candidate budget ran out") && out.contains("--race-candidate-budget"),
+        "{out}"
+    );
+}

@@ -139,7 +139,7 @@ pub fn write_with(out: &mut impl Write, report: &Report, style: Style) -> std::i
         writeln!(
             out,
             "note: the race candidate budget ran out after {} checks; some races only a \
-             reordering exposes may be missing",
+             reordering exposes may be missing (raise --race-candidate-budget)",
             s.race_candidates_checked
         )?;
     }
