@@ -17,8 +17,9 @@ use foresight_trace::ThreadId;
 /// almost every access that touches a granule another thread touches also touches a page
 /// another thread touches (docs/perf/analysis-speed-and-memory.md).
 const PAGE_SHIFT: u32 = 12;
-/// Pages the table holds at most (4 GiB of memory touched, a table of some 32 MiB); beyond, no
-/// page is private and the race pass looks at every access, as without this pass.
+/// Pages the table holds at most (4 GiB of memory touched, a table of some 170 MiB: 72 bytes
+/// a page and the hash table's room); beyond, no page is private and the race pass looks at
+/// every access, as without this pass.
 const MAX_PAGES: usize = 1 << 20;
 /// Pages the first pass visits beyond the first of each access (a look-up each): a trace of
 /// many huge accesses stops here, and nothing is private. An access's first page costs one
@@ -55,6 +56,8 @@ pub struct Page {
     written: u8,
     writers: [Writer; WRITERS],
 }
+
+const _: () = assert!(std::mem::size_of::<Page>() == 72);
 
 impl Page {
     /// A page first noted by `owner`, written by nobody yet.
