@@ -314,13 +314,7 @@ impl PrivatePages {
     #[inline]
     pub fn private(&self, addr: u64, size: u32) -> bool {
         let (first, last) = pages(addr, u64::from(size));
-        last - first < MAX_ACCESS_PAGES && (first..=last).all(|p| self.page_private(p))
-    }
-
-    /// Whether page `page` (an address shifted by `PAGE_SHIFT`) is touched by one thread alone.
-    #[inline]
-    pub fn page_private(&self, page: u64) -> bool {
-        self.page(page).private()
+        last - first < MAX_ACCESS_PAGES && (first..=last).all(|p| self.page(p).private())
     }
 
     /// What the first pass knows of page `page` (an address shifted by `PAGE_SHIFT`).
@@ -329,7 +323,7 @@ impl PrivatePages {
         self.pages.get(&page).unwrap_or(&UNKNOWN)
     }
 
-    /// The page of `addr`, as `page_private` takes it.
+    /// The page of `addr`, as `page` takes it.
     #[inline]
     pub fn page_of(addr: u64) -> u64 {
         addr >> PAGE_SHIFT
@@ -427,7 +421,7 @@ impl<'t> PrivateLookup<'t> {
             };
         }
         if self.last.0 != page {
-            self.last = (page, p.pages.get(&page).unwrap_or(&UNKNOWN));
+            self.last = (page, p.page(page));
         }
         self.last.1
     }
