@@ -527,9 +527,11 @@ fn stream_run(
             monitors.scan_thread(stream.thread_events(id).map(|e| e.kind));
         }
     }
-    // The pages each touched by one thread alone, from a first read of every thread's events
-    // (decision 0031): the race pass leaves their accesses out. Threads are numbered as the
-    // walk numbers them, in the order the stream lists them.
+    // The pages each touched by one thread alone, and each page's writers and where threads
+    // join each other, from a first read of every thread's events (decisions 0031, 0032): the
+    // race pass leaves out, or checks without keeping, the accesses they show no later access
+    // can meet. Threads are numbered as the walk numbers them, in the order the stream lists
+    // them.
     let mut private = foresight_analyzer::races::PrivatePages::default();
     if race_memory != 0 {
         let index_of: std::collections::HashMap<_, usize> = stream
