@@ -347,6 +347,18 @@ impl<'t> RacePass<'t> {
                 |w| seen.get(w as usize).copied().unwrap_or(0),
                 |w| private.joined_at(w, ev.thread),
             );
+            // And when the reader already knows each of those writes by both orders, the
+            // check would find nothing: the shadow is not asked (a miss in a table too large
+            // for the cache, on real programs' hand-offs of buffers).
+            if !keep
+                && page.writes_known_by(
+                    ev.thread,
+                    |w| seen.get(w as usize).copied().unwrap_or(0),
+                    |w| self.state.known_by_both(ev.thread, w),
+                )
+            {
+                return;
+            }
         }
         if !self.too_many_threads {
             if keep {

@@ -128,6 +128,26 @@ impl Page {
             })
         })
     }
+
+    /// Whether `reader` already knows every write and free of the page that another thread
+    /// has made so far (`known(thread)`: how many of that thread's events come before the
+    /// reader's next one by every order the race pass judges with; `seen(thread)` as for
+    /// [`Page::written_for_good`]). A read that is only checked finds nothing then: each entry
+    /// another thread left on the page is ordered before it, and the shadow need not be asked.
+    #[inline]
+    pub fn writes_known_by(
+        &self,
+        reader: u32,
+        seen: impl Fn(u32) -> u32,
+        known: impl Fn(u32) -> u32,
+    ) -> bool {
+        self.writers().is_some_and(|writers| {
+            writers.iter().filter(|w| w.thread != reader).all(|w| {
+                let known = known(w.thread);
+                w.last_write < known && (w.last_free < known || w.first_free >= seen(w.thread))
+            })
+        })
+    }
 }
 
 /// The pages of a trace's memory, each with the one thread that touches it (or `SHARED`) and
@@ -558,6 +578,26 @@ mod tests {
             page.written_for_good(2, seen(6, 0), |w| p.joined_at(w, 2)),
             "its own writes and frees do not count"
         );
+        // What the reader knows by every order: each other writer's last write, and a free
+        // only once it is past.
+        let known = |k1, k2| move |t| if t == 1 { k1 } else { k2 };
+        assert!(
+            !page.writes_known_by(3, seen(6, 8), known(5, 8)),
+            "thread 1's last write not known"
+        );
+        assert!(
+            page.writes_known_by(3, seen(6, 8), known(6, 8)),
+            "both last writes known, thread 2's free still to come"
+        );
+        assert!(
+            !page.writes_known_by(3, seen(6, 10), known(6, 8)),
+            "thread 2's free is past and not known"
+        );
+        assert!(page.writes_known_by(3, seen(6, 10), known(6, 10)));
+        assert!(
+            page.writes_known_by(1, seen(0, 8), known(0, 8)),
+            "its own writes do not count"
+        );
         // A fifth writer: too many to tell apart.
         let mut q = PrivatePages::default();
         for t in 0..5 {
@@ -567,6 +607,7 @@ mod tests {
         let page = q.page(1);
         assert!(!page.read_races_nothing(9));
         assert!(!page.written_for_good(9, |_| u32::MAX, |_| 0));
+        assert!(!page.writes_known_by(9, |_| u32::MAX, |_| u32::MAX));
     }
 
     #[test]

@@ -450,6 +450,19 @@ impl RaceState {
         (access, slot)
     }
 
+    /// How many of thread `u`'s events come before thread `t`'s next one by both orders the
+    /// pass judges with; 0 when `t` holds no slot (its first access, or a damaged trace's
+    /// after its exit, whose place the clocks may have let go: the caller learns nothing).
+    #[inline]
+    pub fn known_by_both(&self, t: u32, u: u32) -> u32 {
+        if self.alive.get(t as usize).is_none() {
+            return 0;
+        }
+        self.with_locks
+            .knows_prefix(t, u)
+            .min(self.without_locks.knows_prefix(t, u))
+    }
+
     /// Whether both clocks let the place of thread `t` go.
     #[cfg(test)]
     pub fn let_go_of(&self, t: usize) -> bool {
