@@ -242,6 +242,47 @@ impl PrivatePages {
             .unwrap_or(u32::MAX)
     }
 
+    /// Takes in what another first pass noted, as if this one had noted it too: threads'
+    /// events may so be read side by side, each into a table of its own, and the tables
+    /// merged before [`PrivatePages::finish`].
+    pub fn merge(&mut self, mut other: PrivatePages) {
+        self.flush_write();
+        other.flush_write();
+        self.last = None;
+        self.visits = self.visits.saturating_add(other.visits);
+        if self.overflowed || other.overflowed || self.visits > MAX_VISITS {
+            return self.overflow();
+        }
+        if self.pages.len() < other.pages.len() {
+            std::mem::swap(&mut self.pages, &mut other.pages);
+        }
+        for (page, theirs) in other.pages {
+            if self.pages.len() >= MAX_PAGES && !self.pages.contains_key(&page) {
+                return self.overflow();
+            }
+            let Some(ours) = self.pages.get_mut(&page) else {
+                self.pages.insert(page, theirs);
+                continue;
+            };
+            if ours.owner != theirs.owner {
+                ours.owner = SHARED;
+            }
+            match theirs.writers() {
+                Some(writers) => writers.iter().for_each(|w| add_writer(ours, w)),
+                None => ours.written = WRITERS as u8 + 1,
+            }
+        }
+        for (addr, size) in other.blocks {
+            let largest = self.blocks.entry(addr).or_insert(0);
+            *largest = (*largest).max(size);
+        }
+        self.frees.extend(other.frees);
+        for (pair, pos) in other.joins {
+            let at = self.joins.entry(pair).or_insert(pos);
+            *at = (*at).min(pos);
+        }
+    }
+
     /// Once every event is noted: each free writes its block, at the largest size a block at
     /// that address had (a free of a block the trace did not see allocated writes its page).
     pub fn finish(&mut self) {
@@ -367,28 +408,41 @@ enum Write {
     Free(u32),
 }
 
+/// The writes of `thread` that page `p` keeps, a new writer if it has none yet; `None` when
+/// more threads than `WRITERS` write the page (which it then says).
+fn writer_of(p: &mut Page, thread: u32) -> Option<&mut Writer> {
+    let n = usize::from(p.written);
+    let i = p.writers.get(..n)?.iter().position(|w| w.thread == thread);
+    match i {
+        Some(i) => Some(&mut p.writers[i]),
+        None if n < WRITERS => {
+            p.written += 1;
+            p.writers[n].thread = thread;
+            Some(&mut p.writers[n])
+        }
+        None => {
+            p.written = WRITERS as u8 + 1;
+            None
+        }
+    }
+}
+
+/// Adds `w`'s writes to page `p`'s: the same thread's as its own, widened to both.
+fn add_writer(p: &mut Page, w: &Writer) {
+    if let Some(ours) = writer_of(p, w.thread) {
+        ours.last_write = ours.last_write.max(w.last_write);
+        ours.first_free = ours.first_free.min(w.first_free);
+        ours.last_free = ours.last_free.max(w.last_free);
+    }
+}
+
 /// Notes what `thread` did to page `p`.
 #[inline]
 fn written(p: &mut Page, thread: u32, write: Write) {
     if matches!(write, Write::None) {
         return;
     }
-    let n = usize::from(p.written);
-    let Some(w) = (match p.writers.get(..n) {
-        Some(writers) => match writers.iter().position(|w| w.thread == thread) {
-            Some(i) => Some(&mut p.writers[i]),
-            None if n < WRITERS => {
-                p.written += 1;
-                p.writers[n].thread = thread;
-                Some(&mut p.writers[n])
-            }
-            None => {
-                p.written = WRITERS as u8 + 1;
-                None
-            }
-        },
-        None => None,
-    }) else {
+    let Some(w) = writer_of(p, thread) else {
         return;
     };
     match write {
@@ -639,5 +693,67 @@ mod tests {
         q.finish();
         assert!(q.private(0, 4096), "one page of it");
         assert!(!q.private(0, 1 << 20), "all of it, 256 pages");
+    }
+
+    /// What a table says of each page it noted, writers in thread order.
+    fn pages_said(p: &PrivatePages) -> Vec<(u64, u32, Option<Vec<Writer>>)> {
+        let mut said: Vec<_> = p
+            .pages
+            .iter()
+            .map(|(&page, q)| {
+                let writers = q.writers().map(|w| {
+                    let mut w = w.to_vec();
+                    w.sort_by_key(|w| w.thread);
+                    w
+                });
+                (page, q.owner, writers)
+            })
+            .collect();
+        said.sort_by_key(|&(page, ..)| page);
+        said
+    }
+
+    proptest::proptest! {
+        /// Events noted into two tables, split at random (even one thread's), and merged say
+        /// what one table noting every event says: the pages' owners and writers, frees
+        /// included, and the joins.
+        #[test]
+        fn tables_merged_say_what_one_table_says(
+            steps in proptest::collection::vec((0u8..6, 0u8..4, 0u8..6), 1..60),
+            split in proptest::num::u64::ANY,
+        ) {
+            let event = |kind: u8, page: u8| {
+                let addr = 0x10_000 + u64::from(page) * 0x800;
+                match kind {
+                    0 => read(addr, 8),
+                    1 => write(addr, 8),
+                    2 => alloc(addr, 0x1800),
+                    _ => EventKind::Free { addr, site: 0 },
+                }
+            };
+            let mut one = PrivatePages::default();
+            let mut parts = [PrivatePages::default(), PrivatePages::default()];
+            let mut pos = [0u32; 6];
+            for (i, &(thread, kind, page)) in steps.iter().enumerate() {
+                let t = usize::from(thread);
+                let part = &mut parts[(split >> (i % 64) & 1) as usize];
+                if kind == 3 && page % 2 == 0 {
+                    // A join of the next thread.
+                    let joined = (t + 1) % 6;
+                    one.note_join(t, pos[t], joined);
+                    part.note_join(t, pos[t], joined);
+                } else {
+                    one.note(t, pos[t], &event(kind, page));
+                    part.note(t, pos[t], &event(kind, page));
+                }
+                pos[t] += 1;
+            }
+            one.finish();
+            let [mut merged, other] = parts;
+            merged.merge(other);
+            merged.finish();
+            proptest::prop_assert_eq!(pages_said(&merged), pages_said(&one));
+            proptest::prop_assert_eq!(&merged.joins, &one.joins);
+        }
     }
 }
