@@ -507,9 +507,9 @@ pub fn load_run(
 /// race pass leaves out, or checks without keeping, the accesses they show no later access
 /// can meet. Threads are numbered as the walk numbers them, in the order the stream lists
 /// them. The threads are read side by side by as many workers as rayon's pool has, each
-/// noting into a table of its own (one table a worker in memory, not one a thread); the
-/// tables are merged at the end. On two cores that halves the pass, which is a third of
-/// SQLite's analysis.
+/// noting into a table of its own that holds its share of the pages one table may (so one
+/// table's worth in memory, not one a thread); the tables are merged at the end. On two
+/// cores that halves the pass, which took a third of SQLite's analysis.
 fn first_pass(stream: &TraceStream) -> foresight_analyzer::races::PrivatePages {
     use foresight_analyzer::races::PrivatePages;
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -519,8 +519,9 @@ fn first_pass(stream: &TraceStream) -> foresight_analyzer::races::PrivatePages {
     let next = AtomicUsize::new(0);
     // Each worker takes the next thread not yet taken: a few long threads and many short
     // ones end up spread evenly enough.
+    let workers = rayon::current_num_threads().clamp(1, ids.len().max(1));
     let note = || {
-        let mut private = PrivatePages::default();
+        let mut private = PrivatePages::share_of(workers);
         while let Some(&id) = ids.get(next.fetch_add(1, Ordering::Relaxed)) {
             let index = index_of[&id];
             for (pos, e) in stream.thread_events(id).enumerate() {
@@ -530,7 +531,6 @@ fn first_pass(stream: &TraceStream) -> foresight_analyzer::races::PrivatePages {
         }
         private
     };
-    let workers = rayon::current_num_threads().clamp(1, ids.len().max(1));
     let mut private = std::thread::scope(|s| {
         let others: Vec<_> = (1..workers).map(|_| s.spawn(note)).collect();
         let mut private = note();

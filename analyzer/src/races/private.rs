@@ -19,7 +19,9 @@ use foresight_trace::ThreadId;
 const PAGE_SHIFT: u32 = 12;
 /// Pages the table holds at most (4 GiB of memory touched, a table of some 170 MiB: 72 bytes
 /// a page and the hash table's room); beyond, no page is private and the race pass looks at
-/// every access, as without this pass.
+/// every access, as without this pass. Tables noted side by side ([`PrivatePages::share_of`])
+/// hold their share each: merging them may take twice that for a moment, before the race
+/// pass's shadow memory is allocated.
 const MAX_PAGES: usize = 1 << 20;
 /// Pages the first pass visits beyond the first of each access (a look-up each): a trace of
 /// many huge accesses stops here, and nothing is private. An access's first page costs one
@@ -152,7 +154,6 @@ impl Page {
 
 /// The pages of a trace's memory, each with the one thread that touches it (or `SHARED`) and
 /// the threads that write it, with their last writes and frees there.
-#[derive(Default)]
 pub struct PrivatePages {
     pages: foldhash::HashMap<u64, Page>,
     /// Each heap block's largest size at its address: a free names no size, and frees the
@@ -170,11 +171,40 @@ pub struct PrivatePages {
     last_write: Option<(u64, u32, u32)>,
     /// Pages visited so far (`MAX_VISITS`).
     visits: u64,
-    /// More pages than `MAX_PAGES`, or more visits than `MAX_VISITS`: nothing is private.
+    /// More pages than `max_pages`, or more visits than `MAX_VISITS`: nothing is private.
     overflowed: bool,
+    /// The most pages this table holds: `MAX_PAGES`, or its share of it
+    /// ([`PrivatePages::share_of`]).
+    max_pages: usize,
+}
+
+impl Default for PrivatePages {
+    fn default() -> Self {
+        PrivatePages {
+            pages: Default::default(),
+            blocks: Default::default(),
+            frees: Vec::new(),
+            joins: Default::default(),
+            last: None,
+            last_write: None,
+            visits: 0,
+            overflowed: false,
+            max_pages: MAX_PAGES,
+        }
+    }
 }
 
 impl PrivatePages {
+    /// A table for one of `tables` that note threads side by side, to be merged
+    /// ([`PrivatePages::merge`]): it holds at most its share of the pages one table may, so
+    /// that together they take no more memory than one table would.
+    pub fn share_of(tables: usize) -> Self {
+        PrivatePages {
+            max_pages: MAX_PAGES / tables.max(1),
+            ..Self::default()
+        }
+    }
+
     /// Notes event `pos` of thread `thread` (threads numbered as the walk numbers them,
     /// positions as it counts a thread's events; each thread's events in any order, the
     /// threads one after another or interleaved).
@@ -250,6 +280,11 @@ impl PrivatePages {
         other.flush_write();
         self.last = None;
         self.visits = self.visits.saturating_add(other.visits);
+        // The merged table may hold as many pages as the two shares together.
+        self.max_pages = self
+            .max_pages
+            .saturating_add(other.max_pages)
+            .min(MAX_PAGES);
         if self.overflowed || other.overflowed || self.visits > MAX_VISITS {
             return self.overflow();
         }
@@ -257,7 +292,7 @@ impl PrivatePages {
             std::mem::swap(&mut self.pages, &mut other.pages);
         }
         for (page, theirs) in other.pages {
-            if self.pages.len() >= MAX_PAGES && !self.pages.contains_key(&page) {
+            if self.pages.len() >= self.max_pages && !self.pages.contains_key(&page) {
                 return self.overflow();
             }
             let Some(ours) = self.pages.get_mut(&page) else {
@@ -351,7 +386,7 @@ impl PrivatePages {
             return self.overflow();
         }
         for page in first..=last {
-            if self.pages.len() >= MAX_PAGES && !self.pages.contains_key(&page) {
+            if self.pages.len() >= self.max_pages && !self.pages.contains_key(&page) {
                 return self.overflow();
             }
             let p = self.pages.entry(page).or_insert(Page::new(thread));
@@ -677,6 +712,24 @@ mod tests {
         p.finish();
         assert!(!p.private(0, 8));
         assert_eq!(p.pages_noted(), 0);
+        // A share of two holds half as many; two halves merged, as many as one table.
+        let half = |thread, from: u64, pages: u64| {
+            let mut p = PrivatePages::share_of(2);
+            p.note(thread, 0, &write(from, 8));
+            p.note(thread, 0, &alloc(from + 0x1000, pages << PAGE_SHIFT));
+            p
+        };
+        let mut over = half(0, 0, MAX_PAGES as u64 / 2);
+        over.finish();
+        assert!(!over.private(0, 8), "one page more than its share");
+        let mut a = half(0, 0, MAX_PAGES as u64 / 2 - 1);
+        a.merge(half(1, 1 << 40, MAX_PAGES as u64 / 2 - 1));
+        a.finish();
+        assert!(
+            a.private(0, 8) && a.private(1 << 40, 8),
+            "both shares merged"
+        );
+        assert_eq!(a.pages_noted(), MAX_PAGES);
     }
 
     #[test]
