@@ -506,9 +506,9 @@ pub fn load_run(
 /// join each other, from a first read of every thread's events (decisions 0031, 0032): the
 /// race pass leaves out, or checks without keeping, the accesses they show no later access
 /// can meet. Threads are numbered as the walk numbers them, in the order the stream lists
-/// them. The threads are read side by side by as many workers as rayon's pool has, each
-/// noting into a table of its own that holds its share of the pages one table may (so one
-/// table's worth in memory, not one a thread); the tables are merged at the end. On two
+/// them. The threads are read side by side by as many rayon jobs as the pool has workers,
+/// each noting into a table of its own that holds its share of the pages one table may (so
+/// one table's worth in memory, not one a thread); the tables are merged at the end. On two
 /// cores that halves the pass, which took a third of SQLite's analysis.
 fn first_pass(stream: &TraceStream) -> foresight_analyzer::races::PrivatePages {
     use foresight_analyzer::races::PrivatePages;
@@ -531,18 +531,16 @@ fn first_pass(stream: &TraceStream) -> foresight_analyzer::races::PrivatePages {
         }
         private
     };
-    let mut private = std::thread::scope(|s| {
-        let others: Vec<_> = (1..workers).map(|_| s.spawn(note)).collect();
-        let mut private = note();
-        for other in others {
-            private.merge(
-                other
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-            );
-        }
-        private
-    });
+    // As rayon jobs, not threads of their own: while the pool's other workers analyse other
+    // traces (`analyze_many`), this one notes every thread itself, and the other tables stay
+    // empty.
+    use rayon::prelude::*;
+    let tables: Vec<PrivatePages> = (0..workers).into_par_iter().map(|_| note()).collect();
+    let mut tables = tables.into_iter();
+    let mut private = tables.next().unwrap_or_default();
+    for other in tables {
+        private.merge(other);
+    }
     private.finish();
     private
 }
