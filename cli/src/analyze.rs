@@ -502,47 +502,68 @@ pub fn load_run(
     Ok((run.0, problems))
 }
 
-/// The pages each touched by one thread alone, and each page's writers and where threads
-/// join each other, from a first read of every thread's events (decisions 0031, 0032): the
-/// race pass leaves out, or checks without keeping, the accesses they show no later access
-/// can meet. Threads are numbered as the walk numbers them, in the order the stream lists
-/// them. The threads are read side by side by as many rayon jobs as the pool has workers,
-/// each noting into a table of its own that holds its share of the pages one table may (so
-/// one table's worth in memory, not one a thread); the tables are merged at the end. On two
-/// cores that halves the pass, which took a third of SQLite's analysis.
-fn first_pass(stream: &TraceStream) -> foresight_analyzer::races::PrivatePages {
+/// What the walk needs to know of the whole trace before it starts, from a first read of
+/// every thread's events, each thread's in its own order:
+/// - with `races`, the pages each touched by one thread alone, and each page's writers and
+///   where threads join each other (decisions 0031, 0032): the race pass leaves out, or
+///   checks without keeping, the accesses they show no later access can meet. Threads are
+///   numbered as the walk numbers them, in the order the stream lists them;
+/// - with `monitors`, the monitor locks, for a walk that will be cut (`MonitorScan`).
+///
+/// The threads are read side by side by as many rayon jobs as the pool has workers, each
+/// noting into tables of its own; a job's page table holds its share of the pages one table
+/// may (so one table's worth in memory, not one a thread). The tables are merged at the end.
+/// On two cores that halves the read, which took a third of SQLite's analysis.
+fn first_read(
+    stream: &TraceStream,
+    races: bool,
+    monitors: bool,
+) -> (foresight_analyzer::races::PrivatePages, MonitorScan) {
     use foresight_analyzer::races::PrivatePages;
+    use rayon::prelude::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
+    if !races && !monitors {
+        return Default::default();
+    }
     let ids: Vec<ThreadId> = stream.threads().collect();
     let index_of: std::collections::HashMap<_, usize> =
         ids.iter().enumerate().map(|(i, &id)| (id, i)).collect();
     let next = AtomicUsize::new(0);
-    // Each worker takes the next thread not yet taken: a few long threads and many short
-    // ones end up spread evenly enough.
     let workers = rayon::current_num_threads().clamp(1, ids.len().max(1));
-    let note = || {
+    // Each job takes the next thread not yet taken: a few long threads and many short ones
+    // end up spread evenly enough.
+    let read = || {
         let mut private = PrivatePages::share_of(workers);
+        let mut scan = MonitorScan::default();
         while let Some(&id) = ids.get(next.fetch_add(1, Ordering::Relaxed)) {
             let index = index_of[&id];
-            for (pos, e) in stream.thread_events(id).enumerate() {
-                let pos = u32::try_from(pos).unwrap_or(u32::MAX);
-                private.note_event(index, pos, &e.kind, |c| index_of.get(&c).copied());
+            let events = stream.thread_events(id).enumerate().map(|(pos, e)| {
+                if races {
+                    let pos = u32::try_from(pos).unwrap_or(u32::MAX);
+                    private.note_event(index, pos, &e.kind, |c| index_of.get(&c).copied());
+                }
+                e.kind
+            });
+            if monitors {
+                scan.scan_thread(events);
+            } else {
+                events.for_each(drop);
             }
         }
-        private
+        (private, scan)
     };
     // As rayon jobs, not threads of their own: while the pool's other workers analyse other
-    // traces (`analyze_many`), this one notes every thread itself, and the other tables stay
-    // empty.
-    use rayon::prelude::*;
-    let tables: Vec<PrivatePages> = (0..workers).into_par_iter().map(|_| note()).collect();
+    // traces (`analyze_many`), this one reads every thread itself, and the other jobs find
+    // none left.
+    let tables: Vec<_> = (0..workers).into_par_iter().map(|_| read()).collect();
     let mut tables = tables.into_iter();
-    let mut private = tables.next().unwrap_or_default();
-    for other in tables {
+    let (mut private, mut scan) = tables.next().unwrap_or_default();
+    for (other, other_scan) in tables {
         private.merge(other);
+        scan.merge(other_scan);
     }
     private.finish();
-    private
+    (private, scan)
 }
 
 /// One streaming pass over a trace: the model and the race pass, reading one chunk per thread
@@ -563,18 +584,16 @@ fn stream_run(
     let threads = ThreadModel::of_ids(stream.threads());
     // The trailer says how many events to expect when the recording ended cleanly.
     let expected = stream.trailer().map(|t| t.events);
-    let mut monitors = MonitorScan::default();
-    if foresight_analyzer::analysis::will_be_cut(tables, expected, stream.threads().count(), bounds)
-    {
-        for id in stream.threads() {
-            monitors.scan_thread(stream.thread_events(id).map(|e| e.kind));
-        }
-    }
-    let private = if race_memory != 0 {
-        first_pass(stream)
-    } else {
-        foresight_analyzer::races::PrivatePages::default()
-    };
+    let (private, monitors) = first_read(
+        stream,
+        race_memory != 0,
+        foresight_analyzer::analysis::will_be_cut(
+            tables,
+            expected,
+            stream.threads().count(),
+            bounds,
+        ),
+    );
     let model = ModelPass::new(tables, name.to_string(), threads, 0)
         .with_monitors(monitors)
         .with_wrappers(

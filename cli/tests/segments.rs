@@ -395,6 +395,15 @@ fn a_race_whose_first_access_is_before_the_cut_is_not_predicted() {
 fn monitor_known_only_after_the_join(
     between: impl FnOnce(&mut T, ThreadId, ObjectId),
 ) -> (Trace, ThreadId, ObjectId) {
+    let (bytes, main, own) = monitor_trace_bytes(between);
+    let trace = Trace::from_bytes("t.trace", bytes).expect("trace reads");
+    (trace, main, own)
+}
+
+/// The trace of [`monitor_known_only_after_the_join`], as a file holds it.
+fn monitor_trace_bytes(
+    between: impl FnOnce(&mut T, ThreadId, ObjectId),
+) -> (Vec<u8>, ThreadId, ObjectId) {
     let mut t = T::new();
     let l = t.b.mutex("L");
     let m = t.b.mutex("m");
@@ -419,7 +428,7 @@ fn monitor_known_only_after_the_join(
     let s = t.at(31);
     t.b.event(main, EventKind::CondSignal { cond: c, site: s });
     t.unlock(main, m);
-    (t.trace(), main, own)
+    (t.b.finish(), main, own)
 }
 
 /// Join-while-holding findings predicted (not merely potential).
@@ -448,6 +457,41 @@ fn a_lock_that_becomes_a_monitor_later_is_one_in_earlier_segments() {
     let r = segmented(&trace, cut);
     assert!(r.summary.segments >= 2, "{}", show(&r));
     assert_eq!(predicted_joins(&r), 0, "{}", show(&r));
+}
+
+#[test]
+fn analyze_cut_in_segments_learns_the_later_monitors_first() {
+    // As above, through `foresight analyze --segment-events`: the command's first read of
+    // the threads, before the walk, finds m a monitor.
+    let (bytes, main, own) = monitor_trace_bytes(|t, main, own| t.filler(main, own, 10));
+    let trace = Trace::from_bytes("t.trace", bytes.clone()).expect("trace reads");
+    let cut = at(&trace, main, acquired(own)).to_string();
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let path = dir.path().join("monitor.trace");
+    std::fs::write(&path, bytes).expect("trace written");
+    let report: serde_json::Value = serde_json::from_slice(&common::analyze_ok(
+        &["--format", "json", "--segment-events", &cut],
+        &path,
+    ))
+    .expect("JSON report");
+    assert!(
+        report["summary"]["segments"].as_u64() >= Some(2),
+        "{report}"
+    );
+    let joins = |verdict: &str| {
+        report["findings"]
+            .as_array()
+            .expect("findings")
+            .iter()
+            .filter(|f| f["rule"] == "join-while-holding" && f["verdict"] == verdict)
+            .count()
+    };
+    assert_eq!(joins("predicted"), 0, "{report}");
+    assert_eq!(
+        joins("potential"),
+        1,
+        "the join is a potential finding: {report}"
+    );
 }
 
 #[test]

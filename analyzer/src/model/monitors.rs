@@ -20,6 +20,11 @@ pub struct MonitorScan {
 }
 
 impl MonitorScan {
+    /// Takes in what a scan of other threads found (threads scanned side by side).
+    pub fn merge(&mut self, other: MonitorScan) {
+        self.monitors.extend(other.monitors);
+    }
+
     /// Scans one thread's events in its own order.
     pub fn scan_thread<E: Borrow<EventKind>>(&mut self, events: impl IntoIterator<Item = E>) {
         // (lock, recursion depth), outermost first.
