@@ -121,13 +121,10 @@ impl Page {
         seen: impl Fn(u32) -> u32,
         joins: impl Fn(u32) -> u32,
     ) -> bool {
-        self.writers().is_some_and(|writers| {
-            writers.iter().filter(|w| w.thread != reader).all(|w| {
-                let seen = seen(w.thread);
-                w.last_write < seen
-                    && (w.last_free < seen
-                        || w.first_free >= seen && joins(w.thread) < w.first_free)
-            })
+        self.every_other_writer(reader, |w| {
+            let seen = seen(w.thread);
+            w.last_write < seen
+                && (w.last_free < seen || w.first_free >= seen && joins(w.thread) < w.first_free)
         })
     }
 
@@ -143,12 +140,18 @@ impl Page {
         seen: impl Fn(u32) -> u32,
         known: impl Fn(u32) -> u32,
     ) -> bool {
-        self.writers().is_some_and(|writers| {
-            writers.iter().filter(|w| w.thread != reader).all(|w| {
-                let known = known(w.thread);
-                w.last_write < known && (w.last_free < known || w.first_free >= seen(w.thread))
-            })
+        self.every_other_writer(reader, |w| {
+            let known = known(w.thread);
+            w.last_write < known && (w.last_free < known || w.first_free >= seen(w.thread))
         })
+    }
+
+    /// Whether each writer of the page but `reader` passes `test` (false when too many write
+    /// it to tell them apart).
+    #[inline]
+    fn every_other_writer(&self, reader: u32, test: impl Fn(&Writer) -> bool) -> bool {
+        self.writers()
+            .is_some_and(|writers| writers.iter().filter(|w| w.thread != reader).all(test))
     }
 }
 
