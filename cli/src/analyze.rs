@@ -537,17 +537,22 @@ fn first_read(
         let mut scan = MonitorScan::default();
         while let Some(&id) = ids.get(next.fetch_add(1, Ordering::Relaxed)) {
             let index = index_of[&id];
-            let events = stream.thread_events(id).enumerate().map(|(pos, e)| {
-                if races {
-                    let pos = u32::try_from(pos).unwrap_or(u32::MAX);
-                    private.note_event(index, pos, &e.kind, |c| index_of.get(&c).copied());
+            let mut note = |pos: usize, kind: &EventKind| {
+                let pos = u32::try_from(pos).unwrap_or(u32::MAX);
+                private.note_event(index, pos, kind, |c| index_of.get(&c).copied());
+            };
+            let events = stream.thread_events(id).enumerate();
+            if !monitors {
+                for (pos, e) in events {
+                    note(pos, &e.kind);
                 }
-                e.kind
-            });
-            if monitors {
-                scan.scan_thread(events);
             } else {
-                events.for_each(drop);
+                scan.scan_thread(events.map(|(pos, e)| {
+                    if races {
+                        note(pos, &e.kind);
+                    }
+                    e.kind
+                }));
             }
         }
         (private, scan)
