@@ -28,7 +28,7 @@
 //! there held (an acquire before the pattern event whose release is after it is, by 3, the only
 //! open critical section on that lock in S). For a deadlock the pattern events are where the
 //! threads would block ([`sync_preserving_closure`], `deadlock.rs`, `waits.rs`); for a race,
-//! the two accesses ([`closure_before`]): they are then adjacent-able at the end of S — a
+//! the two accesses ([`closure_before_within`]): they are then adjacent-able at the end of S — a
 //! predicted race.
 //!
 //! S is represented by a frontier: per thread, the length of the prefix it contains. Every rule
@@ -488,8 +488,23 @@ pub fn open_at_frontier(run: &Run, closure: &Closure, thread: u32) -> Vec<u32> {
 /// Computes the sync-preserving closure of the strict predecessors of `events` (what a race
 /// check needs: a read's own reads-from edge must not pull its writer in). `Ok`: the closure
 /// contains none of them, so a reordering of the trace runs S and then has every event next.
-pub fn closure_before(run: &Run, events: &[PatternEvent]) -> Result<Closure, NotPredicted> {
-    let mut state = ClosureState::new(run, u64::MAX);
+/// It stops with `OutOfBudget` once a round of the rules ends past `max_steps` steps, and says
+/// how many it took: those of the rules, and its start, one per thread of the segment and one
+/// per 64 locks (a closure's state is made anew for each check, as large as those).
+pub fn closure_before_within(
+    run: &Run,
+    events: &[PatternEvent],
+    max_steps: u64,
+) -> (Result<Closure, NotPredicted>, u64) {
+    let mut state = ClosureState::new(run, max_steps);
+    let start = 1 + state.prefixes.frontier.len() as u64 + run.locks.len() as u64 / 64;
+    state.steps = start;
+    let closed = close_before(&mut state, events);
+    let steps = state.steps;
+    (closed.map(|()| state.into_closure()), steps)
+}
+
+fn close_before(state: &mut ClosureState, events: &[PatternEvent]) -> Result<(), NotPredicted> {
     for (i, e) in events.iter().enumerate() {
         if events[..i].iter().any(|o| o.thread == e.thread) {
             return Err(NotPredicted::SameThread);
@@ -497,8 +512,7 @@ pub fn closure_before(run: &Run, events: &[PatternEvent]) -> Result<Closure, Not
         state.exclude(*e)?;
     }
     state.choose_strategy();
-    state.close()?;
-    Ok(state.into_closure())
+    state.close()
 }
 
 impl Closure {
@@ -556,6 +570,10 @@ mod tests {
         PatternEvent { thread, pos }
     }
 
+    fn closure_before(run: &Run, events: &[PatternEvent]) -> Result<Closure, NotPredicted> {
+        closure_before_within(run, events, u64::MAX).0
+    }
+
     #[test]
     fn a_reads_from_edge_into_an_excluded_read_does_not_order_its_writer_first() {
         let mut b = TraceBuilder::new("t");
@@ -608,5 +626,43 @@ mod tests {
         assert!(closure.contains(2, 6) && !closure.contains(2, 7));
         assert_eq!(open_at_frontier(&run, &closure, 1).len(), 1, "t1 holds m");
         assert_eq!(open_at_frontier(&run, &closure, 2).len(), 1, "t2 holds x");
+    }
+
+    #[test]
+    fn a_race_check_stops_at_its_steps_and_says_how_many_it_took() {
+        let mut b = TraceBuilder::new("t");
+        let main = b.main_thread();
+        let s = b.site("f", "t.c", 1);
+        let t1 = b.spawn(main, s, "t1");
+        let t2 = b.spawn(main, s, "t2");
+        let m = b.mutex("m");
+        // Sections on m taking turns, each reading the other's last write: the closure before
+        // the last writes walks each reads-from edge.
+        for _ in 0..50 {
+            for t in [t1, t2] {
+                b.lock(t, m, s);
+                b.read(t, 0x10, 4, s);
+                b.write(t, 0x10, 4, s);
+                b.unlock(t, m, s);
+            }
+        }
+        b.write(t1, 0x20, 4, s); // t1: 251
+        b.write(t2, 0x20, 4, s); // t2: 251
+        let run = run_of(b);
+        let pattern = [at(1, 251), at(2, 251)];
+        let (whole, steps) = closure_before_within(&run, &pattern, u64::MAX);
+        assert!(whole.is_ok(), "{whole:?}");
+        assert!(steps > 100, "each hand-off is a step: {steps}");
+        // The steps are counted between rounds of the rules: fewer than its start stops it
+        // before the first.
+        let (cut, cut_steps) = closure_before_within(&run, &pattern, 1);
+        assert!(matches!(cut, Err(NotPredicted::OutOfBudget)), "{cut:?}");
+        assert!(cut_steps < steps, "{cut_steps} of {steps}");
+        let (again, _) = closure_before_within(&run, &pattern, steps);
+        assert_eq!(
+            again.ok(),
+            whole.ok(),
+            "the steps it said it took are enough"
+        );
     }
 }

@@ -44,7 +44,7 @@ impl Default for Options {
             candidate_budget: 50_000,
             candidates_per_cycle: 64,
             closure_steps: 400_000_000,
-            race_candidate_budget: 20_000,
+            race_candidate_budget: 100_000,
             cycles_listed: 3,
             sleep_threshold_ns: 1_000_000,
         }

@@ -150,6 +150,9 @@ pub struct AnalysisArgs {
     /// Race candidates (pairs of accesses ordered only through lock hand-offs, holding no
     /// common lock) checked with the sync-preserving closure, in all; the sync-reversal search
     /// checks as many.
+    ///
+    /// The checks may also take 1,024 steps of closure per candidate allowed, on average: most
+    /// take a few, and the bound is for traces whose closures are long.
     #[arg(long, default_value_t = Options::default().race_candidate_budget, value_name = "N")]
     race_candidate_budget: u64,
     /// List every lock cycle, up to 1000 of each verdict per component: by default each

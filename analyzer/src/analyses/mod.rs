@@ -61,7 +61,11 @@ impl Budgets {
     pub fn new(opts: &Options) -> Self {
         Budgets {
             deadlock: Budget::new(opts.candidate_budget, opts.closure_steps),
-            race: Budget::new(opts.race_candidate_budget, 0),
+            race: Budget::new(
+                opts.race_candidate_budget,
+                opts.race_candidate_budget
+                    .saturating_mul(races::STEPS_PER_CHECK),
+            ),
             reversal: Budget::new(opts.race_candidate_budget, sync_reversal::STEP_BUDGET),
         }
     }

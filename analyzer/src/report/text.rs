@@ -138,8 +138,9 @@ pub fn write_with(out: &mut impl Write, report: &Report, style: Style) -> std::i
     if s.race_budget_exhausted {
         writeln!(
             out,
-            "note: the race candidate budget ran out after {} checks; some races only a \
-             reordering exposes may be missing (raise --race-candidate-budget)",
+            "note: the race candidate budget ran out after {} checks (or their steps of \
+             closure); some races only a reordering exposes may be missing (raise \
+             --race-candidate-budget)",
             s.race_candidates_checked
         )?;
     }

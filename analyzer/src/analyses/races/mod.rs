@@ -2,7 +2,7 @@
 //! happens-before race, then the candidates the sync-preserving closure confirms, each pair of
 //! lines reported once, with its witness. Read from the run after the walk.
 
-use crate::closure::{closure_before, Budget, PatternEvent};
+use crate::closure::{closure_before_within, Budget, NotPredicted, PatternEvent};
 use crate::describe;
 use crate::model::Run;
 use crate::races::shadow::AccessKind;
@@ -11,6 +11,11 @@ use crate::report::{
     AccessReport, BlockReport, Detail, Finding, FindingLocation, Kind, Message, RaceMemory,
     RaceReport, RaceSide, Role, Rule, VariableReport, Verdict,
 };
+
+/// Closure steps the race candidate checks of one part may take, per check the candidate
+/// budget allows: the budget bounds their time as well as their number (one check may take
+/// more, the next less; most are refused within their first few steps).
+pub const STEPS_PER_CHECK: u64 = 1 << 10;
 
 /// What the race findings of one run cost, for the summary.
 #[derive(Clone, Copy, Debug, Default)]
@@ -92,7 +97,8 @@ pub(crate) fn race_findings(
         let mut confirmed = false;
         for pair in c.kept() {
             checked += 1;
-            if !budget.take() {
+            if budget.steps_left == 0 || !budget.take() {
+                budget.exhausted = true;
                 break;
             }
             let events = [
@@ -105,7 +111,9 @@ pub(crate) fn race_findings(
                     pos: pair[1].access.pos,
                 },
             ];
-            match closure_before(run, &events) {
+            let (closed, steps) = closure_before_within(run, &events, budget.steps_left);
+            budget.steps_left = budget.steps_left.saturating_sub(steps);
+            match closed {
                 Ok(closure) => {
                     let next: Vec<(PatternEvent, String)> = pair
                         .iter()
@@ -143,6 +151,10 @@ pub(crate) fn race_findings(
                     groups.insert(probe.clone(), at);
                     decided = true;
                     confirmed = true;
+                    break;
+                }
+                Err(NotPredicted::OutOfBudget) => {
+                    budget.exhausted = true;
                     break;
                 }
                 Err(_) => decided = true,
@@ -464,4 +476,64 @@ pub fn cut_warnings(run: &Run) -> Vec<String> {
         ));
     }
     warnings
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::build_run;
+    use foresight_trace::builder::TraceBuilder;
+    use foresight_trace::Trace;
+
+    /// Two writes of one variable by two threads, ordered only by a lock hand-off between
+    /// sections that touch nothing: a race the sync-preserving closure predicts.
+    fn handed_off() -> Run {
+        let mut b = TraceBuilder::new("t");
+        let main = b.main_thread();
+        let s = b.site("f", "t.c", 1);
+        let a = b.spawn(main, s, "a");
+        let c = b.spawn(main, s, "b");
+        let m = b.mutex("m");
+        let w = b.site("first", "t.c", 10);
+        b.write(a, 0x1000, 4, w);
+        b.lock(a, m, s);
+        b.unlock(a, m, s);
+        b.lock(c, m, s);
+        b.unlock(c, m, s);
+        let v = b.site("second", "t.c", 20);
+        b.write(c, 0x1000, 4, v);
+        let trace = Trace::from_bytes("t.trace", b.finish()).expect("trace reads");
+        build_run(&trace, &mut |_| {})
+    }
+
+    #[test]
+    fn a_candidate_is_checked_within_the_steps_of_the_budget() {
+        let run = handed_off();
+        assert_eq!(
+            run.races.candidates.len(),
+            1,
+            "lock hand-off orders the pair"
+        );
+        let mut budget = Budget::new(100, 100 * STEPS_PER_CHECK);
+        let (findings, stats) = race_findings(&run, &run.races, &mut budget);
+        assert_eq!(
+            (findings.len(), stats.predicted, stats.undecided),
+            (1, 1, 0)
+        );
+        assert!(!budget.exhausted);
+        assert!(
+            budget.steps_left < 100 * STEPS_PER_CHECK,
+            "the check's steps are spent"
+        );
+        // Checks left, but no steps: the pair is left undecided, and the budget says so.
+        let mut budget = Budget::new(100, 0);
+        let (findings, stats) = race_findings(&run, &run.races, &mut budget);
+        assert_eq!((findings.len(), stats.undecided), (0, 1));
+        assert!(budget.exhausted);
+        // Steps for less than the check's start: stopped before its rules run.
+        let mut budget = Budget::new(100, 1);
+        let (findings, stats) = race_findings(&run, &run.races, &mut budget);
+        assert_eq!((findings.len(), stats.undecided), (0, 1));
+        assert!(budget.exhausted);
+    }
 }
