@@ -1,6 +1,8 @@
 //! `foresight stats`: what a trace holds, how big it is, and whether it ended cleanly.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
+
+use foldhash::{HashMap, HashMapExt};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -137,7 +139,8 @@ struct Counts {
     site_use: HashMap<u32, u64>,
     access_use: HashMap<u32, u64>,
     heap_use: HashMap<u32, u64>,
-    sites_seen: HashSet<u32>,
+    /// Sites some event names.
+    sites_seen: usize,
     /// Bytes allocated.
     heap_bytes: u64,
     /// Threads with events, by id.
@@ -149,17 +152,22 @@ struct Counts {
 /// Reads every event once, in the merged order (which the ordering check needs), in memory
 /// bounded by the number of threads.
 fn count(stream: &TraceStream) -> Counts {
-    let mut by_kind: BTreeMap<&'static str, u64> = BTreeMap::new();
+    // Kinds by where their name lies (and its length) while counting: a name is a string to
+    // compare. By name after.
+    let mut by_name_at: HashMap<(usize, usize), (&'static str, u64)> = HashMap::new();
     let mut lock_use: HashMap<ObjectId, u64> = HashMap::new();
     let mut site_use: HashMap<u32, u64> = HashMap::new();
     let mut access_use: HashMap<u32, u64> = HashMap::new();
     let mut heap_use: HashMap<u32, u64> = HashMap::new();
-    let mut sites_seen: HashSet<u32> = HashSet::new();
     let mut heap_bytes = 0u64;
     let mut merged = stream.merged().with_ordering_check();
     for m in merged.by_ref() {
         let ev = m.event;
-        *by_kind.entry(ev.kind.name()).or_default() += 1;
+        let name = ev.kind.name();
+        by_name_at
+            .entry((name.as_ptr() as usize, name.len()))
+            .or_insert((name, 0))
+            .1 += 1;
         if let foresight_trace::EventKind::LockRequest { lock, .. }
         | foresight_trace::EventKind::LockTry { lock, .. } = ev.kind
         {
@@ -169,7 +177,6 @@ fn count(stream: &TraceStream) -> Counts {
             heap_bytes = heap_bytes.saturating_add(size);
         }
         if let Some(s) = ev.kind.site() {
-            sites_seen.insert(s);
             // Busiest sites by what they do: synchronisation, memory accesses, the heap.
             let map = match ev.kind.category() {
                 Category::Memory => &mut access_use,
@@ -180,6 +187,17 @@ fn count(stream: &TraceStream) -> Counts {
         }
     }
     let outcome = merged.outcome();
+    let mut by_kind: BTreeMap<&'static str, u64> = BTreeMap::new();
+    for (name, n) in by_name_at.into_values() {
+        *by_kind.entry(name).or_default() += n;
+    }
+    // Every site an event names is counted in one of the three.
+    let sites_seen = site_use
+        .keys()
+        .chain(access_use.keys())
+        .chain(heap_use.keys())
+        .collect::<foldhash::HashSet<_>>()
+        .len();
     Counts {
         events: outcome.events,
         by_kind,
@@ -370,7 +388,7 @@ fn write_stats(
         out,
         "sites      {} ({} used by events, {} symbolised); the busiest for synchronisation:",
         tables.sites.len(),
-        counts.sites_seen.len(),
+        counts.sites_seen,
         symbolised.count()
     )?;
     let mut busiest_sites: Vec<_> = counts.site_use.iter().map(|(s, n)| (*s, *n)).collect();
