@@ -1,11 +1,11 @@
 //! `foresight stats`: what a trace holds, how big it is, and whether it ended cleanly.
 
 use std::collections::{BTreeMap, HashSet};
-
-use foldhash::{HashMap, HashMapExt};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
+
+use foldhash::{HashMap, HashMapExt};
 
 use foresight_trace::event::{Category, ObjectId};
 use foresight_trace::stream::ThreadSummary;
