@@ -1262,11 +1262,20 @@ impl ModelPass<'_> {
                 // not asked for (the thread's own entry is stepped at its next
                 // synchronisation).
                 Op::Read { addr, size, .. } if !self.keep_marks => {
-                    if self
-                        .reads_from_private
-                        .page(addr, size)
-                        .read_races_nothing(ev.thread)
-                    {
+                    let page = self.reads_from_private.page(addr, size);
+                    if page.read_races_nothing(ev.thread) {
+                        return;
+                    }
+                    // Nor does a read whose thread already knows every other writer's last
+                    // write of the page and its frees (each taken as past, `seen` past all):
+                    // each granule's last writer is known, and the look-up would learn
+                    // nothing (SQLite's threads reading what another left under a lock).
+                    let hb = &self.hb;
+                    if page.writes_known_by(
+                        ev.thread,
+                        |_| u32::MAX,
+                        |w| hb.knows_prefix(ev.thread, w),
+                    ) {
                         return;
                     }
                     return self.hb.plain_read(t, pos, addr, size);
