@@ -20,7 +20,7 @@ use foresight_analyzer::model::{
     DEFAULT_SEGMENT_THREADS,
 };
 use foresight_analyzer::options::{Options, ALL_CYCLES_LISTED};
-use foresight_analyzer::races::{DataAccess, DataNames, Variable};
+use foresight_analyzer::races::{DataAccess, DataNames, PageOrderPass, Variable};
 use foresight_analyzer::report::{self, Report};
 use foresight_analyzer::sites::Wrappers;
 use foresight_analyzer::stream::{Runs, Stream};
@@ -574,6 +574,11 @@ fn first_read(
     (private, scan)
 }
 
+/// The page-order pass runs when at least one event in this many is a thread's visit to a
+/// page that threads share (`PrivatePages::shared_visits`): zstd's traces have one in
+/// two, SQLite's one in 76 (docs/perf/analysis-speed-and-memory.md).
+const PAGE_ORDER_FROM: u64 = 16;
+
 /// One streaming pass over a trace: the model and the race pass, reading one chunk per thread
 /// at a time. A trace with barriers is first scanned per thread for the generation each
 /// arrival belongs to (`stream.rs`).
@@ -592,7 +597,7 @@ fn stream_run(
     let threads = ThreadModel::of_ids(stream.threads());
     // The trailer says how many events to expect when the recording ended cleanly.
     let expected = stream.trailer().map(|t| t.events);
-    let (private, monitors) = first_read(
+    let (mut private, monitors) = first_read(
         stream,
         race_memory != 0,
         foresight_analyzer::analysis::will_be_cut(
@@ -602,6 +607,20 @@ fn stream_run(
             bounds,
         ),
     );
+    // A second read, in the merged order with the race pass's two orders: the pages on which
+    // every two accesses of different threads are ordered (decision 0033), whose accesses the
+    // race pass then leaves out. It costs about what the first read does, and saves only on
+    // pages that threads share: not read for a trace with few accesses to them (SQLite's).
+    let events = expected.unwrap_or_else(|| stream.declared_events());
+    if race_memory != 0 && private.shared_visits().saturating_mul(PAGE_ORDER_FROM) >= events {
+        let orders = PageOrderPass::run(
+            stream.threads().count(),
+            Some(&private),
+            &stream_walk,
+            Runs(&mut stream.merged_event_counts()),
+        );
+        private.note_orders(&orders);
+    }
     let model = ModelPass::new(tables, name.to_string(), threads, 0)
         .with_monitors(monitors)
         .with_wrappers(

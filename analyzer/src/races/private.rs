@@ -17,7 +17,7 @@ use foresight_trace::ThreadId;
 /// almost every access that touches a granule another thread touches also touches a page
 /// another thread touches (docs/perf/analysis-speed-and-memory.md).
 const PAGE_SHIFT: u32 = 12;
-/// Pages the table holds at most (4 GiB of memory touched, a table of some 170 MiB: 72 bytes
+/// Pages the table holds at most (4 GiB of memory touched, a table of some 180 MiB: 76 bytes
 /// a page and the hash table's room); beyond, no page is private and the race pass looks at
 /// every access, as without this pass. Tables noted side by side ([`PrivatePages::share_of`])
 /// hold their share each: merging them may take twice that for a moment, before the race
@@ -31,6 +31,10 @@ const MAX_VISITS: u64 = 64 << 20;
 /// An access over more pages than this is never left out: the race pass's own bounds for
 /// wide accesses apply, and the question costs at most this many look-ups.
 const MAX_ACCESS_PAGES: u64 = 16;
+/// The same for an access over ordered pages ([`Page::ordered`]): a wide copy into a buffer
+/// that another thread reads once handed over is left out whole, a look-up a page rather
+/// than a shadow slot per 8 bytes.
+const MAX_ORDERED_PAGES: u64 = 1 << 12;
 /// A page more than one thread touches.
 const SHARED: u32 = u32::MAX;
 /// Writers a page keeps apart: beyond, it is written by too many to say anything of a read.
@@ -56,10 +60,16 @@ pub struct Page {
     /// Threads that write it (plain or atomic stores, frees): `writers[..written]`;
     /// `written` is `WRITERS + 1` when more threads than `WRITERS` do.
     written: u8,
+    /// Every two accesses of different threads to it, one a write, are ordered by both of
+    /// the race pass's orders ([`super::page_order`], decision 0033).
+    ordered: bool,
+    /// Times a thread's accesses came to it from another page (saturating): how much of a
+    /// trace's work is on pages that threads share ([`PrivatePages::shared_visits`]).
+    visits: u32,
     writers: [Writer; WRITERS],
 }
 
-const _: () = assert!(std::mem::size_of::<Page>() == 72);
+const _: () = assert!(std::mem::size_of::<Page>() == 76);
 
 impl Page {
     /// A page first noted by `owner`, written by nobody yet.
@@ -67,6 +77,8 @@ impl Page {
         Page {
             owner,
             written: 0,
+            ordered: false,
+            visits: 0,
             writers: [Writer {
                 thread: SHARED,
                 last_write: 0,
@@ -86,10 +98,24 @@ impl Page {
     /// Memory one thread alone touches, the thread not said (an access over several pages).
     const PRIVATE: Page = Page::new(SHARED - 1);
 
+    /// Memory on pages whose every two accesses of different threads are ordered, the pages
+    /// not said (an access over several pages).
+    const ORDERED: Page = Page {
+        ordered: true,
+        ..Page::UNKNOWN
+    };
+
     /// Whether one thread alone touches it.
     #[inline]
     pub fn private(&self) -> bool {
         self.owner != SHARED
+    }
+
+    /// Whether every two accesses of different threads to it, one a write, are ordered by
+    /// both of the race pass's orders: no access to it is one of a race or a candidate.
+    #[inline]
+    pub fn ordered(&self) -> bool {
+        self.ordered
     }
 
     /// The writers apart, or `None` when too many write it.
@@ -307,6 +333,7 @@ impl PrivatePages {
             if ours.owner != theirs.owner {
                 ours.owner = SHARED;
             }
+            ours.visits = ours.visits.saturating_add(theirs.visits);
             match theirs.writers() {
                 Some(writers) => writers.iter().for_each(|w| add_writer(ours, w)),
                 None => ours.written = WRITERS as u8 + 1,
@@ -398,6 +425,7 @@ impl PrivatePages {
             if p.owner != thread {
                 p.owner = SHARED;
             }
+            p.visits = p.visits.saturating_add(1);
             written(p, thread, write);
         }
         self.last = Some((last, thread));
@@ -416,6 +444,32 @@ impl PrivatePages {
     pub fn private(&self, addr: u64, size: u32) -> bool {
         let (first, last) = pages(addr, u64::from(size));
         last - first < MAX_ACCESS_PAGES && (first..=last).all(|p| self.page(p).private())
+    }
+
+    /// Visits of pages more than one thread touches (`Page::visits`): a thread coming to
+    /// such a page from another, the accesses the race pass may have to look at in its
+    /// shadow memory, counted by runs.
+    pub fn shared_visits(&self) -> u64 {
+        self.pages
+            .values()
+            .filter(|p| !p.private())
+            .map(|p| u64::from(p.visits))
+            .sum()
+    }
+
+    /// Takes in what the page-order pass found ([`super::PageOrderPass`]): which pages hold no
+    /// pair of accesses of different threads that is not ordered both ways.
+    pub fn note_orders(&mut self, orders: &super::page_order::PageOrders) {
+        for (&page, p) in self.pages.iter_mut() {
+            p.ordered = orders.ordered(page);
+        }
+    }
+
+    /// Whether every page of `size` bytes at `addr` is ordered ([`Page::ordered`]); false for
+    /// an access over more than `MAX_ORDERED_PAGES` pages.
+    fn ordered(&self, addr: u64, size: u32) -> bool {
+        let (first, last) = pages(addr, u64::from(size));
+        last - first < MAX_ORDERED_PAGES && (first..=last).all(|p| self.page(p).ordered())
     }
 
     /// What the first pass knows of page `page` (an address shifted by `PAGE_SHIFT`).
@@ -509,6 +563,7 @@ pub struct PrivateLookup<'t> {
 /// an access over several pages all private.
 static UNKNOWN: Page = Page::UNKNOWN;
 static PRIVATE: Page = Page::PRIVATE;
+static ORDERED: Page = Page::ORDERED;
 
 impl<'t> PrivateLookup<'t> {
     /// Asks `pages`; `None`: no memory is private.
@@ -530,6 +585,8 @@ impl<'t> PrivateLookup<'t> {
         if page != PrivatePages::page_of(addr.saturating_add(u64::from(size.max(1)) - 1)) {
             return if p.private(addr, size) {
                 &PRIVATE
+            } else if p.ordered(addr, size) {
+                &ORDERED
             } else {
                 &UNKNOWN
             };
@@ -538,6 +595,42 @@ impl<'t> PrivateLookup<'t> {
             self.last = (page, p.page(page));
         }
         self.last.1
+    }
+
+    /// The granules of `size` bytes at `addr` that lie on pages not ordered (`Page::ordered`),
+    /// as runs (first and last granule), into `runs`: when the access spans pages of which
+    /// some are ordered and some not (a copy into a buffer of which a few pages are also
+    /// used unordered). Left empty otherwise: the access is one page's, or its pages are all
+    /// ordered or all not, or it spans more than `MAX_ORDERED_PAGES`.
+    pub fn unordered_runs(&self, addr: u64, size: u32, runs: &mut Vec<(u64, u64)>) {
+        runs.clear();
+        let Some(p) = self.pages else {
+            return;
+        };
+        let (first, last) = pages(addr, u64::from(size));
+        if first == last || last - first >= MAX_ORDERED_PAGES {
+            return;
+        }
+        const GRANULES_SHIFT: u32 = PAGE_SHIFT - 3;
+        let end = addr.saturating_add(u64::from(size.max(1)) - 1);
+        let mut ordered = false;
+        let mut run = None;
+        for page in first..=last {
+            if p.page(page).ordered() {
+                ordered = true;
+                if let Some(from) = run.take() {
+                    runs.push((from, (page << GRANULES_SHIFT) - 1));
+                }
+            } else if run.is_none() {
+                run = Some((page << GRANULES_SHIFT).max(addr >> 3));
+            }
+        }
+        if let Some(from) = run {
+            runs.push((from, end >> 3));
+        }
+        if !ordered {
+            runs.clear();
+        }
     }
 
     /// Whether `size` bytes at `addr` lie on pages one thread alone touches.

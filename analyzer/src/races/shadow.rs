@@ -1584,7 +1584,47 @@ impl Shadow {
             return;
         }
         self.access_spanning(
-            access, since, first, last, judge, report, dominated, settled,
+            access,
+            since,
+            (first, last),
+            &[],
+            judge,
+            report,
+            dominated,
+            settled,
+        );
+    }
+
+    /// [`Shadow::access`] of the granules `parts` of an access over several granules (runs
+    /// of them, each first and last, in order), its other granules left as they are: the
+    /// caller knows that nothing there can conflict with it (decision 0033). The entries and
+    /// what is reported are the access's, whole.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn access_parts(
+        &mut self,
+        access: &ShadowAccess,
+        parts: &[(u64, u64)],
+        since: u32,
+        judge: impl FnMut(u32, u32, u32) -> Option<Verdict>,
+        report: impl FnMut(ShadowAccess, Verdict, FoundAt),
+        dominated: impl FnMut(u32, u32) -> bool,
+        settled: impl FnMut(u32, u32) -> bool,
+    ) {
+        if access.size >= LARGE_FROM {
+            if self.large.wants_sweep() {
+                self.sweep_large();
+            }
+            self.large.note(access);
+        }
+        self.access_spanning(
+            access,
+            since,
+            granule_span(access.addr, access.size),
+            parts,
+            judge,
+            report,
+            dominated,
+            settled,
         );
     }
 
@@ -1661,20 +1701,19 @@ impl Shadow {
     /// Checks `access` against what the granules it covers hold, as [`Shadow::access`] does,
     /// but keeps nothing of it: for an access the caller knows no later access can conflict
     /// with. Granules not tracked hold nothing to check against, and are not tracked now.
+    /// `parts`, when not empty, are the only granules looked at (as for
+    /// [`Shadow::access_parts`]).
     #[inline]
     pub(crate) fn check(
         &self,
         access: &ShadowAccess,
+        parts: &[(u64, u64)],
         mut judge: impl FnMut(u32, u32, u32) -> Option<Verdict>,
         mut report: impl FnMut(ShadowAccess, Verdict, FoundAt),
     ) {
         let (first, last) = granule_span(access.addr, access.size);
         let end = access.addr.saturating_add(u64::from(access.size.max(1)));
         let mut reported = (first != last).then(Reported::default);
-        // An access over more granules than the table has slots looks only at those tracked:
-        // a look at every slot, which costs less than one per granule.
-        let tracked = (last - first >= self.cells.slots() as u64)
-            .then(|| self.cells.granules_in(first, last));
         let mut look = |shadow: &Shadow, granule: u64| {
             let Some(cell) = shadow.cells.get(granule) else {
                 return;
@@ -1702,21 +1741,31 @@ impl Shadow {
                 }
             }
         };
-        match tracked {
-            Some(granules) => granules.into_iter().for_each(|g| look(self, g)),
-            None => (first..=last).for_each(|g| look(self, g)),
+        let whole = [(first, last)];
+        for &(from, to) in if parts.is_empty() { &whole[..] } else { parts } {
+            // A run over more granules than the table has slots looks only at those tracked:
+            // a look at every slot, which costs less than one per granule.
+            if to - from >= self.cells.slots() as u64 {
+                self.cells
+                    .granules_in(from, to)
+                    .into_iter()
+                    .for_each(|g| look(self, g));
+            } else {
+                (from..=to).for_each(|g| look(self, g));
+            }
         }
     }
 
-    /// An access over several granules: each earlier access it meets is reported once.
+    /// An access over several granules, `first` to `last` (of them only the runs `parts`,
+    /// when not empty): each earlier access it meets is reported once.
     #[inline(never)]
     #[allow(clippy::too_many_arguments)]
     fn access_spanning(
         &mut self,
         access: &ShadowAccess,
         since: u32,
-        first: u64,
-        last: u64,
+        (first, last): (u64, u64),
+        parts: &[(u64, u64)],
         mut judge: impl FnMut(u32, u32, u32) -> Option<Verdict>,
         mut report: impl FnMut(ShadowAccess, Verdict, FoundAt),
         mut dominated: impl FnMut(u32, u32) -> bool,
@@ -1725,45 +1774,48 @@ impl Shadow {
         let end = access.addr.saturating_add(u64::from(access.size.max(1)));
         let mut reported = Reported::default();
         let mut all_tracked = true;
-        // The granules' slots are far apart in the table: their misses overlap.
-        self.cells.touch(first, last);
-        let mut granule = first;
-        while granule <= last {
-            if self.full && last - granule >= self.cells.len() as u64 {
-                // No room for the granules not tracked yet, and more of them ahead than the
-                // table holds: the rest of a (hostile or huge) access looks only at the
-                // granules tracked, in order, in time bounded by the budget.
-                let held = self.cells.granules_in(granule, last);
-                all_tracked &= held.len() as u64 == last - granule + 1;
-                for g in held {
-                    let mask = span_mask(access.addr, end, first, last, g);
-                    self.visit(
-                        g,
-                        mask,
-                        access,
-                        since,
-                        Some(&mut reported),
-                        &mut judge,
-                        &mut report,
-                        &mut dominated,
-                        &mut settled,
-                    );
+        let whole = [(first, last)];
+        for &(from, to) in if parts.is_empty() { &whole[..] } else { parts } {
+            // The granules' slots are far apart in the table: their misses overlap.
+            self.cells.touch(from, to);
+            let mut granule = from;
+            while granule <= to {
+                if self.full && to - granule >= self.cells.len() as u64 {
+                    // No room for the granules not tracked yet, and more of them ahead than the
+                    // table holds: the rest of a (hostile or huge) access looks only at the
+                    // granules tracked, in order, in time bounded by the budget.
+                    let held = self.cells.granules_in(granule, to);
+                    all_tracked &= held.len() as u64 == to - granule + 1;
+                    for g in held {
+                        let mask = span_mask(access.addr, end, first, last, g);
+                        self.visit(
+                            g,
+                            mask,
+                            access,
+                            since,
+                            Some(&mut reported),
+                            &mut judge,
+                            &mut report,
+                            &mut dominated,
+                            &mut settled,
+                        );
+                    }
+                    break;
                 }
-                break;
+                let mask = span_mask(access.addr, end, first, last, granule);
+                all_tracked &= self.visit(
+                    granule,
+                    mask,
+                    access,
+                    since,
+                    Some(&mut reported),
+                    &mut judge,
+                    &mut report,
+                    &mut dominated,
+                    &mut settled,
+                );
+                granule += 1;
             }
-            let mask = span_mask(access.addr, end, first, last, granule);
-            all_tracked &= self.visit(
-                granule,
-                mask,
-                access,
-                since,
-                Some(&mut reported),
-                &mut judge,
-                &mut report,
-                &mut dominated,
-                &mut settled,
-            );
-            granule += 1;
         }
         if !all_tracked {
             self.untracked.add(access);

@@ -345,6 +345,7 @@ impl RaceState {
                             site,
                             AccessKind::Write,
                             true,
+                            &[],
                         );
                         self.found.clear();
                         self.freed.insert(b.addr, (ev.thread, ev.pos, b));
@@ -406,7 +407,10 @@ impl RaceState {
     /// A read, write or atomic access of `thread` at `pos` (merged order `seq`): checked against
     /// the shadow memory, then recorded there unless `keep` is false (the caller knows that no
     /// later access can conflict with it). The pairs it finds go to the findings.
+    /// `parts`, when not empty, are the only granules of the access to look at (runs of
+    /// them, first and last): on the others nothing can conflict with it (decision 0033).
     #[inline]
+    #[allow(clippy::too_many_arguments)]
     pub fn access(
         &mut self,
         (thread, pos, seq): (u32, u32, u64),
@@ -415,8 +419,9 @@ impl RaceState {
         site: SiteId,
         kind: AccessKind,
         keep: bool,
+        parts: &[(u64, u64)],
     ) {
-        let access = self.check(thread, pos, addr, size, site, kind, keep);
+        let access = self.check(thread, pos, addr, size, site, kind, keep, parts);
         if !self.found.is_empty() {
             self.count_found(seq, &access);
         }
@@ -493,6 +498,7 @@ impl RaceState {
         site: SiteId,
         kind: AccessKind,
         keep: bool,
+        parts: &[(u64, u64)],
     ) -> ShadowAccess {
         let (access, slot) = self.shadow_access(t, pos, addr, size, site, kind);
         // Only other threads' entries are read: the clocks as they stand will do. Most
@@ -513,19 +519,22 @@ impl RaceState {
             }
         };
         if !keep {
-            self.shadow.check(&access, judge, |earlier, verdict, at| {
-                found.push((earlier, verdict, at))
-            });
+            self.shadow
+                .check(&access, parts, judge, |earlier, verdict, at| {
+                    found.push((earlier, verdict, at))
+                });
             return access;
         }
-        self.shadow.access(
-            &access,
-            since,
-            judge,
-            |earlier, verdict, at| found.push((earlier, verdict, at)),
-            |thread, pos| with_locks(thread) > pos,
-            |thread, pos| with_locks(thread) > pos && without_locks(thread) > pos,
-        );
+        let report = |earlier, verdict, at| found.push((earlier, verdict, at));
+        let dominated = |thread, pos| with_locks(thread) > pos;
+        let settled = |thread, pos| with_locks(thread) > pos && without_locks(thread) > pos;
+        if parts.is_empty() {
+            self.shadow
+                .access(&access, since, judge, report, dominated, settled);
+        } else {
+            self.shadow
+                .access_parts(&access, parts, since, judge, report, dominated, settled);
+        }
         access
     }
 
