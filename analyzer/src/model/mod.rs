@@ -1263,7 +1263,10 @@ impl ModelPass<'_> {
                 // synchronisation).
                 Op::Read { addr, size, .. } if !self.keep_marks => {
                     let page = self.reads_from_private.page(addr, size);
-                    if page.read_races_nothing(ev.thread) {
+                    // On a page whose accesses are all ordered (decision 0033), the thread
+                    // knows every earlier write of another thread there, by the
+                    // synchronisation alone, which these clocks follow too.
+                    if page.read_races_nothing(ev.thread) || page.ordered() {
                         return;
                     }
                     // Nor does a read whose thread already knows every other writer's last
@@ -1281,7 +1284,11 @@ impl ModelPass<'_> {
                     return self.hb.plain_read(t, pos, addr, size);
                 }
                 Op::Write { addr, size, .. } if !self.keep_marks => {
-                    if self.reads_from_private.private(addr, size) {
+                    // A write of a page whose accesses are all ordered: every read of it is
+                    // left out above, and one over it and other pages finds a writer it
+                    // knows, this one or an earlier.
+                    let page = self.reads_from_private.page(addr, size);
+                    if page.private() || page.ordered() {
                         return;
                     }
                     return self.hb.plain_write(t, pos, addr, size);

@@ -47,6 +47,12 @@ struct Use {
     thread: u32,
     read: u32,
     write: u32,
+    /// The page's `version` after this thread's last use, and whether the other threads'
+    /// reads were checked then too (a write's check): until another thread uses the page, the
+    /// thread's clocks, which only grow, still know every other use, and its next access
+    /// (a read, or a write if `checked_reads`) need not ask them again.
+    seen: u64,
+    checked_reads: bool,
 }
 
 /// What the pass keeps of a page.
@@ -54,6 +60,8 @@ struct Use {
 struct PageUses {
     /// Two accesses of different threads here were found not ordered both ways.
     unordered: bool,
+    /// Counts the uses noted.
+    version: u64,
     uses: Vec<Use>,
 }
 
@@ -208,28 +216,27 @@ impl<'p> PageOrderPass<'p> {
         if p.unordered {
             return;
         }
-        if let [only] = &mut p.uses[..] {
-            if only.thread == thread {
-                // The usual use: of a page only this thread has used so far.
-                if write {
-                    only.write = pos;
-                } else {
-                    only.read = pos;
-                }
-                return;
-            }
-        }
-        let (with_locks, without_locks) = (&self.with_locks, &self.without_locks);
-        let known = |other: u32, at: u32| {
-            at == NONE
-                || with_locks.knows_prefix(thread, other) > at
-                    && without_locks.knows_prefix(thread, other) > at
-        };
-        let mut mine = None;
-        for (j, u) in p.uses.iter().enumerate() {
-            if u.thread == thread {
-                mine = Some(j);
-            } else if !known(u.thread, u.write) || write && !known(u.thread, u.read) {
+        p.version += 1;
+        let version = p.version;
+        let mine = p.uses.iter().position(|u| u.thread == thread);
+        // Whether the other threads' uses are as they were at this thread's last use, and
+        // were checked for this kind of access then.
+        let unchanged = mine.is_some_and(|j| {
+            let u = &p.uses[j];
+            u.seen + 1 == version && (!write || u.checked_reads)
+        });
+        if !unchanged {
+            let (with_locks, without_locks) = (&self.with_locks, &self.without_locks);
+            let known = |other: u32, at: u32| {
+                at == NONE
+                    || with_locks.knows_prefix(thread, other) > at
+                        && without_locks.knows_prefix(thread, other) > at
+            };
+            let meets_unordered = p.uses.iter().any(|u| {
+                u.thread != thread
+                    && (!known(u.thread, u.write) || write && !known(u.thread, u.read))
+            });
+            if meets_unordered {
                 p.unordered = true;
                 p.uses = Vec::new();
                 return;
@@ -247,6 +254,8 @@ impl<'p> PageOrderPass<'p> {
                     thread,
                     read: NONE,
                     write: NONE,
+                    seen: 0,
+                    checked_reads: false,
                 });
                 p.uses.len() - 1
             }
@@ -257,6 +266,9 @@ impl<'p> PageOrderPass<'p> {
         } else {
             u.read = pos;
         }
+        // A check for a write looked at the others' reads too; one skipped leaves it as it was.
+        u.checked_reads = if unchanged { u.checked_reads } else { write };
+        u.seen = version;
     }
 }
 

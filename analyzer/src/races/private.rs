@@ -205,6 +205,8 @@ pub struct PrivatePages {
     /// The most pages this table holds: `MAX_PAGES`, or its share of it
     /// ([`PrivatePages::share_of`]).
     max_pages: usize,
+    /// Shared pages found ordered ([`PrivatePages::ordered_pages`]).
+    ordered_pages: usize,
 }
 
 impl Default for PrivatePages {
@@ -219,6 +221,7 @@ impl Default for PrivatePages {
             visits: 0,
             overflowed: false,
             max_pages: MAX_PAGES,
+            ordered_pages: 0,
         }
     }
 }
@@ -460,9 +463,17 @@ impl PrivatePages {
     /// Takes in what the page-order pass found ([`super::PageOrderPass`]): which pages hold no
     /// pair of accesses of different threads that is not ordered both ways.
     pub fn note_orders(&mut self, orders: &super::page_order::PageOrders) {
+        self.ordered_pages = 0;
         for (&page, p) in self.pages.iter_mut() {
             p.ordered = orders.ordered(page);
+            self.ordered_pages += usize::from(p.ordered && !p.private());
         }
+    }
+
+    /// Pages that threads share and on which every two accesses are ordered
+    /// ([`PrivatePages::note_orders`]).
+    pub fn ordered_pages(&self) -> usize {
+        self.ordered_pages
     }
 
     /// Whether every page of `size` bytes at `addr` is ordered ([`Page::ordered`]); false for
