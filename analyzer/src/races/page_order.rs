@@ -30,7 +30,8 @@ use super::private::PrivatePages;
 /// its clocks would keep a place for every thread ever created, which the race pass's own
 /// let go of.
 const MAX_THREADS: usize = 4096;
-/// Pages kept at most (a page's uses take some 40 bytes); beyond, nothing is concluded.
+/// Pages kept at most (40 bytes a page, 24 more per thread that uses it, and the index's
+/// entry); beyond, nothing is concluded.
 const MAX_PAGES: usize = 1 << 21;
 /// Page visits beyond the first of each access (a wide copy or a large block's free visits
 /// each of its pages); beyond, nothing is concluded.
@@ -111,7 +112,7 @@ enum Skip {
 
 impl<'p> PageOrderPass<'p> {
     /// A pass over `threads` threads; `private` is the first pass's table, when there is one.
-    pub fn new(threads: usize, private: Option<&'p PrivatePages>) -> Self {
+    fn new(threads: usize, private: Option<&'p PrivatePages>) -> Self {
         PageOrderPass {
             private,
             with_locks: HbPass::streaming(threads, EdgeKinds::SYNC | EdgeKinds::LOCK),
