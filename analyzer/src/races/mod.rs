@@ -48,6 +48,7 @@ mod state;
 pub use page_order::{PageOrderPass, PageOrders};
 pub use private::{PrivateLookup, PrivatePages};
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 
 use foresight_trace::event::EventKind;
@@ -210,10 +211,32 @@ pub struct RacePass<'t> {
     /// The granules of the access being handled that lie on pages not ordered, when some of
     /// its pages are ([`PrivateLookup::unordered_runs`]).
     parts: Vec<(u64, u64)>,
-    /// The walk fetches the shadow slots of accesses ahead ([`RacePass::prefetch`]): not once
-    /// shared pages were found ordered, whose accesses the pass mostly leaves out then.
-    prefetching: bool,
+    /// Which accesses' shadow slots the walk fetches ahead ([`RacePass::prefetch`]).
+    fetch_ahead: FetchAhead,
+    /// The page each step of the fetch ahead asked about last, and whether its accesses may
+    /// reach the shadow ([`PrivateLookup::may_reach_shadow`]).
+    ahead: Cell<(u64, bool)>,
+    nearer: Cell<(u64, bool)>,
 }
+
+/// Which accesses' shadow slots the walk fetches ahead, for their misses to overlap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FetchAhead {
+    /// Every access's: no shared page was found ordered.
+    Every,
+    /// Those on pages not found private or ordered, which many accesses reach: the pages'
+    /// answer costs a look-up ahead, which pays only then.
+    Unordered,
+    /// None: most accesses to shared pages are left out (ordered pages).
+    Never,
+}
+
+/// The walk fetches ahead the shadow slots of accesses to pages not ordered when at least
+/// one in this many visits of shared pages is to such a page (`PrivatePages::unordered_visits`).
+/// zstd's 2-worker recordings have one in 3 where the workers' compression contexts changed
+/// hands under the pool's lock alone, where fetching ahead saved 6% of the time, and one in
+/// 860 where they did not, where it cost 8% (docs/perf/analysis-speed-and-memory.md).
+const FETCH_UNORDERED_FROM: u64 = 8;
 
 /// What the race pass hands on.
 #[derive(Debug, Default)]
@@ -272,7 +295,9 @@ impl<'t> RacePass<'t> {
             accesses_reported: 0,
             off: budget == 0,
             parts: Vec::new(),
-            prefetching: true,
+            fetch_ahead: FetchAhead::Every,
+            ahead: Cell::new((u64::MAX, true)),
+            nearer: Cell::new((u64::MAX, true)),
         }
     }
 
@@ -287,7 +312,16 @@ impl<'t> RacePass<'t> {
     /// no other thread's write can meet, or none to come (decision 0032).
     pub fn with_private_pages(mut self, private: Option<&'t PrivatePages>) -> Self {
         self.private = PrivateLookup::new(private);
-        self.prefetching = private.is_none_or(|p| p.ordered_pages() == 0);
+        self.fetch_ahead = match private {
+            Some(p) if p.ordered_pages() > 0 => {
+                if p.unordered_visits().saturating_mul(FETCH_UNORDERED_FROM) >= p.shared_visits() {
+                    FetchAhead::Unordered
+                } else {
+                    FetchAhead::Never
+                }
+            }
+            _ => FetchAhead::Every,
+        };
         self
     }
 
@@ -410,16 +444,22 @@ impl<'t> RacePass<'t> {
 
     /// Starts bringing the shadow slot of a plain access the walk will hand over a few events
     /// from now into the cache ([`shadow::Shadow::prefetch`]): the look-ups of a program's
-    /// memory read at random then wait for their misses side by side. (Also for accesses the
-    /// pass will leave out: asking the first pass's pages here first cost SQLite's analysis
-    /// 7% more, and gained zstd's nothing; asking [`RacePass::fate`] itself, which also
-    /// leaves out the reads whose writes are known, cost zstd's 21% more.)
+    /// memory read at random then wait for their misses side by side. Without ordered pages,
+    /// also for accesses the pass will leave out: asking the first pass's pages here first
+    /// cost SQLite's analysis 7% more, and gained zstd's nothing; asking [`RacePass::fate`]
+    /// itself, which also leaves out the reads whose writes are known, cost zstd's 21% more.
+    /// With them, only where the pages' answer pays ([`FetchAhead`]).
     #[inline(always)]
     pub(crate) fn prefetch(&self, kind: &EventKind) {
-        if !self.prefetching {
+        if self.fetch_ahead == FetchAhead::Never {
             return;
         }
         if let EventKind::Read { addr, size, .. } | EventKind::Write { addr, size, .. } = *kind {
+            if self.fetch_ahead == FetchAhead::Unordered
+                && !self.private.may_reach_shadow(addr, &self.ahead)
+            {
+                return;
+            }
             // Both ends: most accesses over two granules are unaligned words, whose second
             // granule is as far from the first in the table as any other.
             let (first, last) = shadow::granule_span(addr, size);
@@ -434,10 +474,15 @@ impl<'t> RacePass<'t> {
     /// entries, once its slot has arrived ([`shadow::Shadow::prefetch_entries`]).
     #[inline(always)]
     pub(crate) fn prefetch_entries(&self, kind: &EventKind) {
-        if !self.prefetching {
+        if self.fetch_ahead == FetchAhead::Never {
             return;
         }
         if let EventKind::Read { addr, .. } | EventKind::Write { addr, .. } = *kind {
+            if self.fetch_ahead == FetchAhead::Unordered
+                && !self.private.may_reach_shadow(addr, &self.nearer)
+            {
+                return;
+            }
             self.state.shadow.prefetch_entries(addr >> 3);
         }
     }
@@ -554,7 +599,7 @@ impl RaceOutput {
             .candidates
             .into_iter()
             .filter(|(k, _)| !races.iter().any(|r| pair_key_of(&r.first) == *k))
-            .map(|(_, c)| c)
+            .map(|(_, c)| c.into_candidates())
             .collect();
         candidates.sort_by_key(|c| order(&c.instances[0]));
         // Every access named, in one order: the races' first instances, then each

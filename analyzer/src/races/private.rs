@@ -207,6 +207,8 @@ pub struct PrivatePages {
     max_pages: usize,
     /// Shared pages found ordered ([`PrivatePages::ordered_pages`]).
     ordered_pages: usize,
+    /// Visits of the shared pages not ordered ([`PrivatePages::unordered_visits`]).
+    unordered_visits: u64,
 }
 
 impl Default for PrivatePages {
@@ -222,6 +224,7 @@ impl Default for PrivatePages {
             overflowed: false,
             max_pages: MAX_PAGES,
             ordered_pages: 0,
+            unordered_visits: 0,
         }
     }
 }
@@ -460,13 +463,26 @@ impl PrivatePages {
             .sum()
     }
 
+    /// Visits of pages that threads share and on which some two accesses are not ordered
+    /// (after [`PrivatePages::note_orders`]; 0 before it), counted as
+    /// [`PrivatePages::shared_visits`] counts them.
+    pub fn unordered_visits(&self) -> u64 {
+        self.unordered_visits
+    }
+
     /// Takes in what the page-order pass found ([`super::PageOrderPass`]): which pages hold no
     /// pair of accesses of different threads that is not ordered both ways.
     pub fn note_orders(&mut self, orders: &super::page_order::PageOrders) {
         self.ordered_pages = 0;
+        self.unordered_visits = 0;
         for (&page, p) in self.pages.iter_mut() {
             p.ordered = orders.ordered(page);
-            self.ordered_pages += usize::from(p.ordered && !p.private());
+            if !p.private() {
+                self.ordered_pages += usize::from(p.ordered);
+                if !p.ordered {
+                    self.unordered_visits += u64::from(p.visits);
+                }
+            }
         }
     }
 
@@ -606,6 +622,25 @@ impl<'t> PrivateLookup<'t> {
             self.last = (page, p.page(page));
         }
         self.last.1
+    }
+
+    /// Whether an access at `addr` may reach the race pass's shadow, as far as the page of
+    /// its first byte tells (not private, not ordered): for fetching its shadow slot ahead.
+    /// `last` holds the page asked last and the answer.
+    #[inline(always)]
+    pub fn may_reach_shadow(&self, addr: u64, last: &std::cell::Cell<(u64, bool)>) -> bool {
+        let Some(p) = self.pages else {
+            return true;
+        };
+        let page = PrivatePages::page_of(addr);
+        let (asked, answer) = last.get();
+        if asked == page {
+            return answer;
+        }
+        let found = p.page(page);
+        let answer = !(found.private() || found.ordered());
+        last.set((page, answer));
+        answer
     }
 
     /// The granules of `size` bytes at `addr` that lie on pages not ordered (`Page::ordered`),

@@ -3,7 +3,7 @@
 //! with the place it was found ([`Found`]), which orders the instances a report keeps.
 
 use foldhash::HashMap;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use foresight_trace::SiteId;
 
@@ -40,12 +40,86 @@ const BLOCK_BYTES: usize = 2 * (8 + std::mem::size_of::<Block>());
 #[derive(Debug, Default)]
 pub struct Findings {
     pub races: HashMap<PairKey, SitePair>,
-    pub candidates: HashMap<PairKey, Candidates>,
+    pub candidates: HashMap<PairKey, KeptInstances>,
 }
 
 /// Sites of a pair, the smaller first: one finding per pair of lines.
 pub fn pair_key(a: &ShadowAccess, b: &ShadowAccess) -> PairKey {
     (a.site.min(b.site), a.site.max(b.site))
+}
+
+/// An instance of a pair as the pass keeps it until the cut: each access with the heap block
+/// that held it when the pair was found. It becomes a [`Pair`] only if no later instance
+/// pushes it out first: a busy pair of lines finds millions, and keeps sixteen.
+#[derive(Clone, Copy, Debug)]
+pub struct Instance([(ShadowAccess, Option<Block>); 2]);
+
+impl Instance {
+    fn pair(self) -> Pair {
+        self.0.map(|(access, block)| RaceAccess {
+            access,
+            block,
+            variable: None,
+        })
+    }
+}
+
+/// The instances of one pair of sites kept so far: the first [`FIRST_INSTANCES`] and the
+/// latest [`LATEST_INSTANCES`] found (both orders by where an instance was found, whatever
+/// order the instances of one access come in), each sorted by it.
+#[derive(Debug, Default)]
+pub struct KeptInstances {
+    /// Instances found in all, kept or not.
+    count: u64,
+    first: Vec<(Found, Instance)>,
+    latest: VecDeque<(Found, Instance)>,
+}
+
+impl KeptInstances {
+    /// Keeps the instance found at `found` if it is among the first or the latest;
+    /// `instance` is called only then. The usual instance is the newest of its pair, which
+    /// two comparisons tell.
+    #[inline]
+    fn keep(&mut self, found: Found, instance: impl FnOnce() -> Instance) {
+        self.count += 1;
+        let in_first = self.first.len() < FIRST_INSTANCES
+            || self.first.last().is_some_and(|(f, _)| found < *f);
+        let in_latest = self.latest.len() < LATEST_INSTANCES
+            || self.latest.front().is_some_and(|(f, _)| *f < found);
+        if !in_first && !in_latest {
+            return;
+        }
+        let instance = instance();
+        if in_first {
+            let at = self.first.partition_point(|(f, _)| *f < found);
+            self.first.insert(at, (found, instance));
+            self.first.truncate(FIRST_INSTANCES);
+        }
+        if in_latest {
+            if self.latest.back().is_none_or(|(f, _)| *f < found) {
+                self.latest.push_back((found, instance));
+            } else {
+                let at = self.latest.partition_point(|(f, _)| *f < found);
+                self.latest.insert(at, (found, instance));
+            }
+            if self.latest.len() > LATEST_INSTANCES {
+                self.latest.pop_front();
+            }
+        }
+    }
+
+    /// The instances kept, as the report takes them.
+    pub fn into_candidates(self) -> Candidates {
+        let (found, instances) = self.first.into_iter().map(|(f, i)| (f, i.pair())).unzip();
+        let (latest_found, latest) = self.latest.into_iter().map(|(f, i)| (f, i.pair())).unzip();
+        Candidates {
+            instances,
+            count: self.count,
+            found,
+            latest,
+            latest_found,
+        }
+    }
 }
 
 impl Findings {
@@ -55,14 +129,14 @@ impl Findings {
         key: PairKey,
         verdict: Conflict,
         found: Found,
-        describe: impl FnOnce() -> Pair,
+        describe: impl FnOnce() -> Instance,
     ) {
         match verdict {
             Conflict::Unordered => match self.races.get_mut(&key) {
                 Some(r) => {
                     r.count += 1;
                     if found < r.found {
-                        r.first = describe();
+                        r.first = describe().pair();
                         r.found = found;
                     }
                 }
@@ -70,72 +144,18 @@ impl Findings {
                     self.races.insert(
                         key,
                         SitePair {
-                            first: describe(),
+                            first: describe().pair(),
                             count: 1,
                             found,
                         },
                     );
                 }
             },
-            Conflict::Candidate => {
-                let c = self.candidates.entry(key).or_insert(Candidates {
-                    instances: Vec::new(),
-                    count: 0,
-                    found: Vec::new(),
-                    latest: Default::default(),
-                    latest_found: Default::default(),
-                });
-                c.count += 1;
-                c.keep(found, describe);
-            }
-        }
-    }
-}
-
-impl Candidates {
-    /// Keeps the instance if it is among the first [`FIRST_INSTANCES`] or the latest
-    /// [`LATEST_INSTANCES`] found (both are orders by where an instance was found, whatever
-    /// order the instances of one access come in).
-    fn keep(&mut self, found: Found, describe: impl FnOnce() -> Pair) {
-        let in_first = self.found.partition_point(|f| *f < found) < FIRST_INSTANCES;
-        let in_latest = self.latest_found.len() < LATEST_INSTANCES
-            || self.latest_found.partition_point(|f| *f < found) > 0;
-        if !in_first && !in_latest {
-            return;
-        }
-        let pair = describe();
-        match (in_first, in_latest) {
-            (true, true) => {
-                self.keep_latest(found, pair.clone());
-                self.keep_first(found, pair);
-            }
-            (true, false) => self.keep_first(found, pair),
-            _ => self.keep_latest(found, pair),
-        }
-    }
-
-    /// Keeps the instance if it is among the first [`FIRST_INSTANCES`] found.
-    fn keep_first(&mut self, found: Found, pair: Pair) {
-        let at = self.found.partition_point(|f| *f < found);
-        if at < FIRST_INSTANCES {
-            self.found.insert(at, found);
-            self.instances.insert(at, pair);
-            self.found.truncate(FIRST_INSTANCES);
-            self.instances.truncate(FIRST_INSTANCES);
-        }
-    }
-
-    /// Keeps the instance if it is among the latest [`LATEST_INSTANCES`] found.
-    fn keep_latest(&mut self, found: Found, pair: Pair) {
-        let at = self.latest_found.partition_point(|f| *f < found);
-        if self.latest_found.len() < LATEST_INSTANCES || at > 0 {
-            self.latest_found.insert(at, found);
-            self.latest.insert(at, pair);
-            // The usual instance is the newest: a ring, not a shift of every instance kept.
-            if self.latest.len() > LATEST_INSTANCES {
-                self.latest_found.pop_front();
-                self.latest.pop_front();
-            }
+            Conflict::Candidate => self
+                .candidates
+                .entry(key)
+                .or_default()
+                .keep(found, describe),
         }
     }
 }
@@ -578,15 +598,20 @@ impl RaceState {
         let access = *access;
         let found = std::mem::take(&mut self.found);
         let heap = &self.heap;
+        // The block of the later access, looked up once for all its pairs.
+        let mut later_block = None;
         for &(earlier, verdict, at) in &found {
-            let freed = self
-                .freed
-                .range(..=earlier.addr)
-                .next_back()
-                .map(|(_, &f)| f)
-                .filter(|&(t, p, b)| {
-                    (t, p) == (earlier.thread, earlier.pos) && earlier.addr - b.addr < b.size
-                });
+            let freed = if self.freed.is_empty() {
+                None
+            } else {
+                self.freed
+                    .range(..=earlier.addr)
+                    .next_back()
+                    .map(|(_, &f)| f)
+                    .filter(|&(t, p, b)| {
+                        (t, p) == (earlier.thread, earlier.pos) && earlier.addr - b.addr < b.size
+                    })
+            };
             let earlier = match freed {
                 Some((_, _, b)) => ShadowAccess {
                     kind: AccessKind::Free,
@@ -598,17 +623,21 @@ impl RaceState {
             };
             let key = pair_key(&earlier, &access);
             let place = Found { seq, at };
-            let pair = || {
-                let mut pair = describe(heap, earlier, access);
-                if let Some((_, _, b)) = freed {
-                    // The memory of a block freed: named by the block as it was.
-                    for a in &mut pair {
-                        a.block = a.block.or(Some(b));
-                    }
-                }
-                pair
+            let instance = || {
+                let later = *later_block.get_or_insert_with(|| block_of(heap, access.addr));
+                // The memory of a block freed is named by the block as it was.
+                let freed = freed.map(|(_, _, b)| b);
+                let earlier_block = if earlier.addr == access.addr {
+                    later
+                } else {
+                    block_of(heap, earlier.addr)
+                };
+                Instance([
+                    (earlier, earlier_block.or(freed)),
+                    (access, later.or(freed)),
+                ])
             };
-            self.findings.add(key, verdict, place, pair);
+            self.findings.add(key, verdict, place, instance);
         }
         self.found = found;
         self.found.clear();
@@ -620,21 +649,92 @@ fn block_of(heap: &BTreeMap<u64, Block>, addr: u64) -> Option<Block> {
     (addr - b.addr < b.size.max(1)).then_some(*b)
 }
 
-/// The pair as reported: the blocks that hold the accesses now (the variables are named from
-/// the tables when the pass ends).
-fn describe(heap: &BTreeMap<u64, Block>, earlier: ShadowAccess, later: ShadowAccess) -> Pair {
-    [earlier, later].map(|access| RaceAccess {
-        access,
-        block: block_of(heap, access.addr),
-        variable: None,
-    })
-}
-
 /// The kind of an atomic access.
 pub fn atomic_kind(stores: bool) -> AccessKind {
     if stores {
         AccessKind::AtomicWrite
     } else {
         AccessKind::AtomicRead
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An instance whose earlier access's position tells which it was.
+    fn instance(n: u32) -> Instance {
+        let access = ShadowAccess {
+            thread: 0,
+            pos: n,
+            site: 1,
+            lockset: Locksets::EMPTY,
+            kind: AccessKind::Write,
+            addr: 0x1000,
+            size: 8,
+        };
+        Instance([(access, None), (access, None)])
+    }
+
+    fn found(seq: u64, entry: u32) -> Found {
+        Found {
+            seq,
+            at: FoundAt {
+                granule: 0x200,
+                entry,
+                line: 0,
+            },
+        }
+    }
+
+    proptest::proptest! {
+        /// Whatever order instances come in (accesses in the merged order, the conflicts of
+        /// one access in any), the first and the latest kept are those of all of them sorted
+        /// by where they were found; each described once, and only if it is kept when it comes.
+        #[test]
+        fn the_instances_kept_are_the_first_and_the_latest_found(
+            per_access in proptest::collection::vec(
+                proptest::collection::vec(0u32..24, 0..20), 0..40),
+        ) {
+            let mut kept = KeptInstances::default();
+            let mut all = Vec::new();
+            let mut described = 0;
+            // Instances among the first or the latest of those found so far when they come.
+            let mut worth_describing = 0;
+            for (seq, entries) in per_access.iter().enumerate() {
+                // In the order generated: the conflicts of one access come in any order.
+                let mut seen = std::collections::HashSet::new();
+                let entries: Vec<u32> = entries.iter().copied().filter(|&e| seen.insert(e)).collect();
+                for &e in &entries {
+                    let f = found(seq as u64, e);
+                    let n = all.len() as u32;
+                    all.push((f, n));
+                    let before = all.iter().filter(|(g, _)| *g < f).count();
+                    let after = all.iter().filter(|(g, _)| *g > f).count();
+                    if before < FIRST_INSTANCES || after < LATEST_INSTANCES {
+                        worth_describing += 1;
+                    }
+                    kept.keep(f, || {
+                        described += 1;
+                        instance(n)
+                    });
+                }
+            }
+            proptest::prop_assert_eq!(described, worth_describing);
+            let total = all.len();
+            all.sort();
+            let c = kept.into_candidates();
+            proptest::prop_assert_eq!(c.count, total as u64);
+            let first: Vec<u32> = all.iter().take(FIRST_INSTANCES).map(|&(_, n)| n).collect();
+            let latest: Vec<u32> = all[total.saturating_sub(LATEST_INSTANCES)..]
+                .iter()
+                .map(|&(_, n)| n)
+                .collect();
+            let pos = |p: &Pair| p[0].access.pos;
+            proptest::prop_assert_eq!(c.instances.iter().map(pos).collect::<Vec<_>>(), first);
+            proptest::prop_assert_eq!(c.latest.iter().map(pos).collect::<Vec<_>>(), latest);
+            let found_first: Vec<Found> = all.iter().take(FIRST_INSTANCES).map(|&(f, _)| f).collect();
+            proptest::prop_assert_eq!(&c.found, &found_first);
+        }
     }
 }
