@@ -50,7 +50,8 @@ pub fn pair_key(a: &ShadowAccess, b: &ShadowAccess) -> PairKey {
 
 /// An instance of a pair as the pass keeps it until the cut: each access with the heap block
 /// that held it when the pair was found. It becomes a [`Pair`] only if no later instance
-/// pushes it out first: a busy pair of lines finds millions, and keeps sixteen.
+/// pushes it out first: a busy pair finds one at nearly every access of its lines, and keeps
+/// sixteen.
 #[derive(Clone, Copy, Debug)]
 pub struct Instance([(ShadowAccess, Option<Block>); 2]);
 
